@@ -1,0 +1,1 @@
+"""minidl: a small, real deep learning framework (placeholder until the core lands)."""

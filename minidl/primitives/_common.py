@@ -1,0 +1,131 @@
+"""Shared helpers of the primitive library: array-module dispatch, layouts, blending, argument checks.
+
+Everything here works on plain arrays (numpy.ndarray or cupy.ndarray), never on framework tensors.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# ----------------------------------------------------------------------------------------------
+# Which backend does an array live on?
+# ----------------------------------------------------------------------------------------------
+
+
+def is_cuda_array(a) -> bool:
+    """True for a CuPy array. Checked by type name so that CuPy is never imported on the CPU path."""
+    return type(a).__module__.startswith("cupy")
+
+
+def get_array_module(*arrays):
+    """numpy or cupy, whichever the arrays live on (DeZero's idea: one code path for both)."""
+    for a in arrays:
+        if a is not None and is_cuda_array(a):
+            import cupy
+
+            return cupy
+    return np
+
+
+def check_same_device(op: str, **arrays) -> None:
+    """Raise if some arrays are CuPy arrays and others are NumPy arrays."""
+    kinds = {name: ("cuda" if is_cuda_array(a) else "cpu") for name, a in arrays.items() if a is not None}
+    if len(set(kinds.values())) > 1:
+        desc = ", ".join(f"{k} on {v}" for k, v in kinds.items())
+        raise ValueError(f"{op}: all arrays must be on the same device, got {desc}")
+
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def check_float(op: str, **arrays) -> np.dtype:
+    """All arrays float32 or all float64; return that dtype."""
+    dtypes = {name: np.dtype(a.dtype) for name, a in arrays.items() if a is not None}
+    for name, dt in dtypes.items():
+        if dt not in FLOAT_DTYPES:
+            raise TypeError(f"{op}: {name} must be float32 or float64, got {dt}")
+    if len(set(dtypes.values())) > 1:
+        desc = ", ".join(f"{k}={v}" for k, v in dtypes.items())
+        raise TypeError(f"{op}: all arrays must have the same dtype, got {desc}")
+    return next(iter(dtypes.values()))
+
+
+# ----------------------------------------------------------------------------------------------
+# Layouts. "NCHW" means channels-first for any number of spatial dims (NCW, NCHW, NCDHW);
+# "NHWC" means channels-last (NWC, NHWC, NDHWC). The aliases below are accepted too.
+# ----------------------------------------------------------------------------------------------
+
+_LAYOUT_ALIASES = {
+    "NCHW": "NCHW", "NCW": "NCHW", "NCDHW": "NCHW", "NCL": "NCHW", "CHANNELS_FIRST": "NCHW",
+    "NHWC": "NHWC", "NWC": "NHWC", "NDHWC": "NHWC", "NLC": "NHWC", "CHANNELS_LAST": "NHWC",
+}
+
+
+def normalize_layout(op: str, layout: str) -> str:
+    key = str(layout).upper()
+    if key not in _LAYOUT_ALIASES:
+        raise ValueError(f"{op}: unknown layout {layout!r}; use 'NCHW' (channels first) or 'NHWC' (channels last)")
+    return _LAYOUT_ALIASES[key]
+
+
+def to_channels_first(a, layout: str):
+    """View a channels-last array (N, *spatial, C) as channels-first (N, C, *spatial). No copy."""
+    if layout == "NCHW":
+        return a
+    return a.transpose((0, a.ndim - 1) + tuple(range(1, a.ndim - 1)))
+
+
+def to_channels_last(a, layout: str):
+    """Inverse of to_channels_first: a channels-first array (N, C, *spatial) to the given layout."""
+    if layout == "NCHW":
+        return a
+    return a.transpose((0,) + tuple(range(2, a.ndim)) + (1,))
+
+
+# ----------------------------------------------------------------------------------------------
+# alpha/beta blending, as in cuDNN: y = alpha * op(x) + beta * y_prior
+# ----------------------------------------------------------------------------------------------
+
+
+def blend(op: str, result, out, alpha: float, beta: float):
+    """Write alpha * result + beta * out into out (or return a new array when out is None).
+
+    beta != 0 needs an `out` holding the prior values. The result is computed before blending, so
+    `out` may alias an input. NaN in `out` is ignored when beta == 0, as in cuDNN.
+    """
+    if out is None:
+        if beta != 0:
+            raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
+        if alpha == 1:
+            return result
+        return result * result.dtype.type(alpha)
+    if tuple(out.shape) != tuple(result.shape):
+        raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {tuple(result.shape)}")
+    if out.dtype != result.dtype:
+        raise TypeError(f"{op}: out has dtype {out.dtype}, expected {result.dtype}")
+    if beta == 0:
+        out[...] = result if alpha == 1 else result * result.dtype.type(alpha)
+    else:
+        out[...] = result * result.dtype.type(alpha) + out * out.dtype.type(beta)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument normalisation
+# ----------------------------------------------------------------------------------------------
+
+
+def as_tuple(op: str, name: str, value, n: int, minimum: int | None = None) -> tuple:
+    """An int or a sequence of n ints -> a tuple of n ints, checked against a minimum."""
+    if isinstance(value, (int, np.integer)):
+        t = (int(value),) * n
+    else:
+        t = tuple(int(v) for v in value)
+        if len(t) != n:
+            raise ValueError(f"{op}: {name} must be an int or {n} ints, got {value!r}")
+    if minimum is not None and any(v < minimum for v in t):
+        raise ValueError(f"{op}: {name} must be >= {minimum}, got {value!r}")
+    return t
+
+
+def shape_str(shape) -> str:
+    return "(" + ", ".join(str(int(s)) for s in shape) + ")"

@@ -1,0 +1,2 @@
+"""Placeholder: filled in by the activation work."""
+__all__ = []

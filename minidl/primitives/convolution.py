@@ -1,0 +1,2 @@
+"""Placeholder: filled in by the convolution work."""
+__all__ = []

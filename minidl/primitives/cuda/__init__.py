@@ -1,0 +1,1 @@
+"""CuPy launchers of the CUDA kernels in kernels/. Imported only when a CuPy array reaches a primitive."""

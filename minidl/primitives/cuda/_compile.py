@@ -1,0 +1,77 @@
+"""Run-time compilation of the CUDA sources in kernels/ through CuPy's RawModule (NVRTC).
+
+Each kernel family lives in one file, kernels/<family>.cu. A family is compiled the first time one
+of its kernels is asked for, then kept for the life of the process (CuPy also caches the compiled
+binary on disk, in ~/.cupy/kernel_cache, so a second process skips NVRTC). `precompile()` compiles
+every family up front, so that tutorials and benchmarks never time a compile.
+
+Thread safety: the cache is guarded by a lock, so several Python threads may ask for kernels at once;
+each family is compiled exactly once per (device, options).
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import cupy
+
+_lock = threading.Lock()
+_modules: dict = {}
+
+# Options common to every family. -std=c++17 for constexpr/templates; fast math is NOT used, so the
+# kernels agree with the NumPy reference to float32 rounding.
+BASE_OPTIONS = ("--std=c++17",)
+
+
+def kernels_dir() -> Path:
+    """Where the .cu sources are: inside the installed wheel (minidl/_kernels), or the repo's kernels/."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[2] / "_kernels", here.parents[3] / "kernels"):
+        if candidate.is_dir() and any(candidate.glob("*.cu")):
+            return candidate
+    raise FileNotFoundError(
+        "minidl: cannot find the CUDA kernel sources (kernels/*.cu). Looked in "
+        f"{here.parents[2] / '_kernels'} and {here.parents[3] / 'kernels'}; reinstall minidl."
+    )
+
+
+def kernel_families() -> list[str]:
+    return sorted(p.stem for p in kernels_dir().glob("*.cu"))
+
+
+def get_module(family: str, options: tuple = (), name_expressions: tuple = ()) -> "cupy.RawModule":
+    """The compiled RawModule of kernels/<family>.cu, compiled once per device and option set."""
+    device = cupy.cuda.Device().id
+    key = (family, device, tuple(options), tuple(name_expressions))
+    module = _modules.get(key)
+    if module is not None:
+        return module
+    with _lock:
+        module = _modules.get(key)
+        if module is None:
+            source_dir = kernels_dir()
+            path = source_dir / f"{family}.cu"
+            if not path.exists():
+                raise FileNotFoundError(f"minidl: no kernel family {family!r} ({path} does not exist)")
+            module = cupy.RawModule(
+                code=path.read_text(),
+                options=BASE_OPTIONS + (f"-I{source_dir}",) + tuple(options),
+                name_expressions=tuple(name_expressions) or None,
+            )
+            module.compile()
+            _modules[key] = module
+    return module
+
+
+def get_kernel(family: str, name: str, options: tuple = (), name_expressions: tuple = ()):
+    """A `__global__` function of kernels/<family>.cu (for templates, pass its name expression)."""
+    module = get_module(family, options, name_expressions)
+    return module.get_function(name)
+
+
+def precompile(families=None) -> list[str]:
+    """Compile every kernel family now (or the given ones). Returns the families compiled."""
+    families = list(families) if families is not None else kernel_families()
+    for family in families:
+        get_module(family)
+    return families

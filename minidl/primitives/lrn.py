@@ -1,0 +1,2 @@
+"""Placeholder: filled in by the lrn work."""
+__all__ = []

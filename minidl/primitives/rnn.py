@@ -1,0 +1,2 @@
+"""Placeholder: filled in by the rnn work."""
+__all__ = []

@@ -1,0 +1,50 @@
+"""Shared test fixtures: devices, seeds, and the GPU skip rule.
+
+Tests that touch the GPU are marked `gpu` and skipped (not failed) where no GPU is present. On the GPU
+machine: `python3 -m pytest -m gpu`.
+"""
+import os
+
+import numpy as np
+import pytest
+
+
+def _gpu_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+GPU_AVAILABLE = _gpu_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU and CuPy")
+    skip_slow = pytest.mark.skip(reason="slow; set MINIDL_SLOW=1")
+    for item in items:
+        if "gpu" in item.keywords and not GPU_AVAILABLE:
+            item.add_marker(skip_gpu)
+        if "slow" in item.keywords and not os.environ.get("MINIDL_SLOW"):
+            item.add_marker(skip_slow)
+
+
+# Parametrize a test over devices with: @pytest.mark.parametrize("device", DEVICES)
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def rel_err(a, b) -> float:
+    """‖a − b‖ / ‖b‖ in float64; NaN anywhere gives inf, so NaN never passes."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return float("inf")
+    denom = np.linalg.norm(b.ravel())
+    return float(np.linalg.norm((a - b).ravel()) / (denom if denom > 0 else 1.0))
