@@ -1,1 +1,70 @@
-"""minidl: a small, real deep learning framework (placeholder until the core lands)."""
+"""minidl: a small, real deep learning framework that teaches how GPU deep learning works.
+
+    import minidl
+    x = minidl.randn(8, 3, requires_grad=True)
+    loss = (x @ x.T).sum()
+    loss.backward()           # x.grad now holds d loss / d x
+
+The layers (see docs/DESIGN.md): minidl.primitives (the cuDNN-style primitive library, NumPy and
+CUDA), minidl.autograd (Tensor and the tape), minidl.nn, minidl.optim, minidl.data, minidl.utils.
+"""
+import importlib
+
+from ._device import Device
+from ._device import Device as device
+from .autograd.creation import (  # noqa: F401
+    arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones, ones_like,
+    rand, rand_like, randint, randint_like, randn, randn_like, randperm, tensor, zeros, zeros_like,
+)
+from .autograd.function import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from .autograd.tensor import (  # noqa: F401
+    Tensor, bool_, cat, chunk, concat, float16, float32, float64, get_default_dtype, int8, int16, int32,
+    int64, matmul, maximum, minimum, set_default_dtype, split, stack, uint8, where,
+)
+from .random import initial_seed, manual_seed  # noqa: F401
+from . import cuda  # noqa: F401
+
+__version__ = "0.1.0"
+
+# PyTorch's short dtype names
+float = float32  # noqa: A001
+double = float64
+half = float16
+long = int64
+int = int32  # noqa: A001
+bool = bool_  # noqa: A001
+
+
+# Functional forms of Tensor methods: minidl.exp(x) == x.exp(), as torch.exp(x).
+def _method(name):
+    def fn(input, *args, **kwargs):
+        return getattr(input, name)(*args, **kwargs)
+
+    fn.__name__ = name
+    fn.__doc__ = f"minidl.{name}(t, ...) is t.{name}(...)."
+    return fn
+
+
+for _name in (
+    "exp", "log", "sqrt", "rsqrt", "abs", "clamp", "clip", "sum", "mean", "var", "std", "max", "min",
+    "argmax", "argmin", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute",
+    "relu", "sigmoid", "tanh", "softmax", "log_softmax", "isnan", "isfinite", "sign", "gather",
+):
+    globals()[_name] = _method(_name)
+del _name
+
+
+def numel(t):
+    return t.numel()
+
+
+# Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.
+_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd")
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"minidl.{name}")
+    if name in ("save", "load"):
+        return getattr(importlib.import_module("minidl.utils.serialization"), name)
+    raise AttributeError(f"module 'minidl' has no attribute {name!r}")

@@ -1,0 +1,123 @@
+"""Devices: where a tensor's array lives, and the array module (NumPy or CuPy) that works on it.
+
+minidl keeps one code path for the CPU and the GPU wherever NumPy and CuPy share an API (DeZero's
+`get_array_module` idea). This is the only module of the framework layer that imports CuPy, and it
+does so lazily: `import minidl` works on a machine without CuPy or without a GPU.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_cupy = None
+_cupy_error: str | None = None
+
+
+def _load_cupy():
+    """Import CuPy once; remember why it failed so the error can say which part is missing."""
+    global _cupy, _cupy_error
+    if _cupy is None and _cupy_error is None:
+        try:
+            import cupy
+
+            _cupy = cupy
+        except Exception as e:  # ImportError, or a CUDA library that fails to load
+            _cupy_error = f"CuPy is not installed or failed to import ({type(e).__name__}: {e})"
+    return _cupy
+
+
+def cuda_unavailable_reason() -> str | None:
+    """None when the GPU path can run; otherwise a sentence saying whether CuPy or the GPU is missing."""
+    cupy = _load_cupy()
+    if cupy is None:
+        return (
+            f"{_cupy_error}. Install the GPU extra that matches your CUDA toolkit, e.g. "
+            "`pip install minidl[cuda13]` (or cupy-cuda12x for CUDA 12)."
+        )
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:
+        return f"CuPy is installed but no usable CUDA GPU was found ({type(e).__name__}: {e})."
+    if count < 1:
+        return "CuPy is installed but no CUDA GPU is visible (getDeviceCount() == 0)."
+    return None
+
+
+class Device:
+    """A device: `Device("cpu")`, `Device("cuda")`, `Device("cuda:1")`. Compares equal to its string."""
+
+    def __init__(self, spec="cpu"):
+        if isinstance(spec, Device):
+            self.type, self.index = spec.type, spec.index
+            return
+        text = str(spec).strip().lower()
+        kind, _, idx = text.partition(":")
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"unknown device {spec!r}: use 'cpu', 'cuda' or 'cuda:N'")
+        if kind == "cpu":
+            if idx not in ("", "0"):
+                raise ValueError(f"unknown device {spec!r}: the CPU has no index")
+            self.type, self.index = "cpu", None
+        else:
+            self.type = "cuda"
+            self.index = int(idx) if idx else 0
+
+    def __str__(self):
+        return "cpu" if self.type == "cpu" else f"cuda:{self.index}"
+
+    def __repr__(self):
+        return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
+
+    def __eq__(self, other):
+        try:
+            other = Device(other)
+        except (ValueError, TypeError):
+            return NotImplemented
+        return self.type == other.type and self.index == other.index
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+
+CPU = Device("cpu")
+
+
+def require_cuda(op: str = "to('cuda')"):
+    """Return the cupy module, or raise a RuntimeError that says what is missing."""
+    reason = cuda_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(f"{op}: the CUDA path is not available: {reason}")
+    return _cupy
+
+
+def is_cuda_array(a) -> bool:
+    return type(a).__module__.startswith("cupy")
+
+
+def device_of(array) -> Device:
+    if is_cuda_array(array):
+        return Device(f"cuda:{array.device.id}")
+    return CPU
+
+
+def array_module(device) -> object:
+    """numpy for the CPU, cupy for a GPU."""
+    return np if Device(device).type == "cpu" else require_cuda()
+
+
+def get_array_module(*arrays):
+    for a in arrays:
+        if is_cuda_array(a):
+            return _cupy
+    return np
+
+
+def move_array(array, device):
+    """Copy an array to a device (no copy if it is already there)."""
+    device = Device(device)
+    if device.type == "cpu":
+        return array.get() if is_cuda_array(array) else array
+    cupy = require_cuda()
+    with cupy.cuda.Device(device.index):
+        if is_cuda_array(array) and array.device.id == device.index:
+            return array
+        return cupy.asarray(array)

@@ -1,0 +1,157 @@
+"""Tensor factories with PyTorch's names: tensor, zeros, ones, full, empty, arange, linspace, eye,
+rand, randn, randint, their *_like forms, and from_numpy."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _device, random
+from .tensor import Tensor, get_default_dtype
+
+
+def _shape(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    size = tuple(int(s) for s in size)
+    if any(s < 0 for s in size):
+        raise ValueError(f"negative dimension in size {size}")
+    return size
+
+
+def _finish(array, requires_grad):
+    t = Tensor._make(array)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False):
+    """A new tensor holding a copy of `data` (a list, number, NumPy/CuPy array or tensor)."""
+    src = data._data if isinstance(data, Tensor) else data
+    t = Tensor(src, dtype=dtype, device=device)
+    if t._data is src:
+        t._data = t._data.copy()
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def from_numpy(array: np.ndarray):
+    """A tensor sharing memory with a NumPy array (no copy)."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
+    return Tensor._make(array)
+
+
+as_tensor = Tensor
+
+
+def _xp(device):
+    return _device.array_module("cpu" if device is None else device)
+
+
+def _dt(dtype):
+    return np.dtype(get_default_dtype() if dtype is None else dtype)
+
+
+def _with_device(fn, device):
+    if device is None or _device.Device(device).type == "cpu":
+        return fn()
+    cupy = _device.require_cuda()
+    with cupy.cuda.Device(_device.Device(device).index):
+        return fn()
+
+
+def zeros(*size, dtype=None, device=None, requires_grad=False):
+    s = _shape(size)
+    return _finish(_with_device(lambda: _xp(device).zeros(s, dtype=_dt(dtype)), device), requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad=False):
+    s = _shape(size)
+    return _finish(_with_device(lambda: _xp(device).ones(s, dtype=_dt(dtype)), device), requires_grad)
+
+
+def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    s = _shape((size,)) if not isinstance(size, int) else (size,)
+    if dtype is None:
+        dtype = np.int64 if isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, bool) else (
+            np.bool_ if isinstance(fill_value, bool) else get_default_dtype()
+        )
+    return _finish(_with_device(lambda: _xp(device).full(s, fill_value, dtype=np.dtype(dtype)), device), requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad=False):
+    s = _shape(size)
+    return _finish(_with_device(lambda: _xp(device).empty(s, dtype=_dt(dtype)), device), requires_grad)
+
+
+def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    return _finish(_with_device(lambda: _xp(device).eye(n, m, dtype=_dt(dtype)), device), requires_grad)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
+        dtype = np.int64 if is_int else get_default_dtype()
+    return _finish(_with_device(lambda: _xp(device).arange(start, end, step, dtype=np.dtype(dtype)), device), requires_grad)
+
+
+def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    return _finish(
+        _with_device(lambda: _xp(device).linspace(start, end, steps, dtype=np.float64).astype(_dt(dtype)), device),
+        requires_grad,
+    )
+
+
+def rand(*size, dtype=None, device=None, requires_grad=False):
+    """Uniform on [0, 1), from minidl's seeded generator (see manual_seed)."""
+    return _finish(random.uniform_array(_shape(size), 0.0, 1.0, _dt(dtype), device or "cpu"), requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad=False):
+    """Standard normal, from minidl's seeded generator."""
+    return _finish(random.normal_array(_shape(size), 0.0, 1.0, _dt(dtype), device or "cpu"), requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None):
+    if high is None:
+        low, high = 0, low
+    return _finish(random.integers_array(low, high, _shape((size,)), np.dtype(dtype or np.int64), device or "cpu"), False)
+
+
+def randperm(n, device=None):
+    return Tensor._make(random.permutation_array(n, device or "cpu").astype(np.int64))
+
+
+def _like(t, dtype, device):
+    return dict(dtype=dtype or t.dtype, device=device or t.device)
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False):
+    return zeros(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False):
+    return ones(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
+    return full(t.shape, fill_value, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False):
+    return empty(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    return rand(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    return randn(t.shape, **_like(t, dtype, device), requires_grad=requires_grad)
+
+
+def randint_like(t, low, high=None, dtype=None, device=None):
+    return randint(low, high, t.shape, **_like(t, dtype, device))

@@ -1,0 +1,256 @@
+"""The autograd tape: Function (one op = its forward and its backward, together) and backward().
+
+How it works (micrograd's idea, with tensors):
+- Every differentiable op is a subclass of `Function` with `forward(*arrays)` and `backward(*grads)`.
+  Both work on plain arrays (NumPy or CuPy), so one op serves both devices.
+- `Fn.apply(*inputs)` runs forward and, when some input requires a gradient, records the Function
+  object on each output tensor (`tensor._ctx`). The recorded Functions and their inputs form a graph.
+- `backward()` sorts that graph topologically from the output and calls each Function's backward in
+  reverse order, summing the gradients that reach each tensor. Leaf tensors accumulate into `.grad`.
+- After backward the graph is freed (saved arrays dropped) unless `retain_graph=True`.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+# ------------------------------------------------------------------------------------------------
+# Grad mode (per thread, as in PyTorch)
+# ------------------------------------------------------------------------------------------------
+
+_state = threading.local()
+
+
+def is_grad_enabled() -> bool:
+    return getattr(_state, "enabled", True)
+
+
+class set_grad_enabled:
+    """Context manager (and function) that turns graph recording on or off in this thread."""
+
+    def __init__(self, mode: bool):
+        self.prev = is_grad_enabled()
+        _state.enabled = bool(mode)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _state.enabled = self.prev
+        return False
+
+
+class no_grad:
+    """`with minidl.no_grad():` runs ops without recording them (evaluation, optimizer updates).
+    Also usable as a decorator."""
+
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _state.enabled = False
+
+    def __exit__(self, *exc):
+        _state.enabled = self.prev
+        return False
+
+    def __call__(self, fn):
+        def wrapper(*args, **kwargs):
+            with no_grad():
+                return fn(*args, **kwargs)
+
+        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+        return wrapper
+
+
+class enable_grad(no_grad):
+    def __enter__(self):
+        self.prev = is_grad_enabled()
+        _state.enabled = True
+
+
+# ------------------------------------------------------------------------------------------------
+# Function
+# ------------------------------------------------------------------------------------------------
+
+
+class Function:
+    """Base class of every differentiable op.
+
+    Subclasses implement:
+        forward(self, *arrays, **params) -> array or tuple of arrays
+        backward(self, *grad_outputs) -> array / None, or a tuple with one entry per forward input
+    Saved state for backward is kept as attributes of `self`. `self.needs_input_grad[i]` says whether
+    input i needs a gradient, so backward can skip work.
+    """
+
+    # Filled in by apply():
+    inputs: tuple = ()
+    needs_input_grad: tuple = ()
+
+    def forward(self, *arrays, **params):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def backward(self, *grad_outputs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        from .tensor import Tensor
+
+        fn = cls()
+        arrays = tuple(t._data if isinstance(t, Tensor) else t for t in inputs)
+        fn.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+        outputs = fn.forward(*arrays, **params)
+        single = not isinstance(outputs, tuple)
+        if single:
+            outputs = (outputs,)
+        record = is_grad_enabled() and any(fn.needs_input_grad)
+        results = []
+        for i, out in enumerate(outputs):
+            # Only floating-point outputs carry gradients (indices, masks and comparisons do not).
+            differentiable = record and np.dtype(out.dtype).kind == "f"
+            t = Tensor._make(out, requires_grad=differentiable)
+            if differentiable:
+                t._ctx, t._out_index = fn, i
+            results.append(t)
+        if record:
+            fn.inputs = tuple(t if isinstance(t, Tensor) else None for t in inputs)
+            fn._output_meta = tuple((o.shape, o.dtype) for o in outputs)
+            fn._output_refs = tuple(weakref.ref(t) for t in results)
+        return results[0] if single else tuple(results)
+
+    def _release(self):
+        """Drop everything saved for backward (called after backward unless retain_graph)."""
+        keep = {"needs_input_grad", "_output_meta", "_output_refs"}
+        for key in list(self.__dict__):
+            if key not in keep:
+                del self.__dict__[key]
+        # Dropping the inputs frees the intermediate activations; a second backward() reaching this
+        # Function raises (see run_backward) instead of silently stopping here.
+        self.inputs = ()
+        self._released = True
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers for backward passes
+# ------------------------------------------------------------------------------------------------
+
+
+def unbroadcast(grad, shape):
+    """Sum a gradient down to `shape`, undoing NumPy broadcasting (leading dims, then size-1 dims)."""
+    shape = tuple(shape)
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    if extra > 0:
+        grad = grad.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, s in enumerate(shape) if s == 1 and grad.shape[i] != 1)
+    if axes:
+        grad = grad.sum(axis=axes, keepdims=True)
+    return grad.reshape(shape)
+
+
+# ------------------------------------------------------------------------------------------------
+# The backward pass
+# ------------------------------------------------------------------------------------------------
+
+
+def _topological_order(root_fn):
+    """Functions reachable from root_fn, each after every Function that consumes its outputs."""
+    order, visited = [], set()
+    stack = [(root_fn, False)]
+    while stack:  # iterative DFS: deep graphs (long RNN unrolls) must not hit the recursion limit
+        fn, processed = stack.pop()
+        if processed:
+            order.append(fn)
+            continue
+        if id(fn) in visited:
+            continue
+        visited.add(id(fn))
+        stack.append((fn, True))
+        for inp in fn.inputs:
+            if inp is not None and inp._ctx is not None and id(inp._ctx) not in visited:
+                stack.append((inp._ctx, False))
+    return order[::-1]  # root first
+
+
+def run_backward(tensor, grad_array, retain_graph: bool = False):
+    """Back-propagate `grad_array` (d loss / d tensor) through the graph that produced `tensor`."""
+    from .tensor import Tensor
+
+    if tensor._ctx is None:  # a leaf: its gradient is the seed itself
+        _accumulate_leaf(tensor, grad_array)
+        return
+    pending: dict[int, list] = {id(tensor._ctx): [None] * len(tensor._ctx._output_meta)}
+    pending[id(tensor._ctx)][tensor._out_index] = grad_array
+    with no_grad():
+        for fn in _topological_order(tensor._ctx):
+            grads_out = pending.pop(id(fn), None)
+            if grads_out is None or all(g is None for g in grads_out):
+                continue
+            if getattr(fn, "_released", False):
+                raise RuntimeError(
+                    f"backward: trying to go through the graph of {fn.name} a second time; its saved "
+                    "arrays were freed after the first backward. Pass retain_graph=True to the first "
+                    "backward() if you need to call it twice."
+                )
+            # Outputs nobody used get a zero gradient, so every backward sees a full set.
+            xp = _array_module(next(g for g in grads_out if g is not None))
+            grads_out = [
+                g if g is not None else xp.zeros(shape, dtype=dtype)
+                for g, (shape, dtype) in zip(grads_out, fn._output_meta)
+            ]
+            for ref, g in zip(fn._output_refs, grads_out):  # tensors that asked for retain_grad()
+                t = ref()
+                if t is not None and t._retains_grad:
+                    _accumulate_leaf(t, g)
+            grads_in = fn.backward(*grads_out)
+            if not isinstance(grads_in, tuple):
+                grads_in = (grads_in,)
+            if len(grads_in) != len(fn.inputs):
+                raise RuntimeError(
+                    f"{fn.name}.backward returned {len(grads_in)} gradients for {len(fn.inputs)} inputs"
+                )
+            for inp, g in zip(fn.inputs, grads_in):
+                if inp is None or g is None or not inp.requires_grad:
+                    continue
+                if tuple(g.shape) != tuple(inp.shape):
+                    raise RuntimeError(
+                        f"{fn.name}.backward returned a gradient of shape {tuple(g.shape)} for an input "
+                        f"of shape {tuple(inp.shape)}"
+                    )
+                if g.dtype != inp.dtype:
+                    g = g.astype(inp.dtype)
+                if inp._ctx is None:
+                    _accumulate_leaf(inp, g)
+                else:
+                    slots = pending.setdefault(id(inp._ctx), [None] * len(inp._ctx._output_meta))
+                    prev = slots[inp._out_index]
+                    slots[inp._out_index] = g if prev is None else prev + g
+            if not retain_graph:
+                fn._release()
+
+
+def _accumulate_leaf(tensor, g):
+    from .tensor import Tensor
+
+    for hook in tensor._hooks:
+        result = hook(Tensor._make(g))
+        if result is not None:
+            g = result._data
+    if tensor.grad is None:
+        # A fresh array: never alias a gradient that another tensor (or the caller) still holds.
+        tensor.grad = Tensor._make(g.copy())
+    else:
+        tensor.grad._data = tensor.grad._data + g
+
+
+def _array_module(a):
+    from .._device import get_array_module
+
+    return get_array_module(a)

@@ -1,0 +1,393 @@
+"""The core differentiable ops: elementwise math, reductions, shapes, indexing, joining, matmul.
+
+Each op is one Function: its forward and its backward, side by side. They work on plain arrays and
+use `xp` = NumPy or CuPy (whichever the array lives on), so every op here is written once for both
+devices. The deep-learning primitives (convolution, pooling, ...) are in minidl.primitives and are
+wrapped as Functions in minidl.nn.functional.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._device import get_array_module
+from .function import Function, unbroadcast
+
+# ------------------------------------------------------------------------------------------------
+# Elementwise, binary (with broadcasting: gradients are summed back to each input's shape)
+# ------------------------------------------------------------------------------------------------
+
+
+class Add(Function):
+    def forward(self, a, b):
+        self.shapes = (a.shape, b.shape)
+        return a + b
+
+    def backward(self, g):
+        return unbroadcast(g, self.shapes[0]), unbroadcast(g, self.shapes[1])
+
+
+class Sub(Function):
+    def forward(self, a, b):
+        self.shapes = (a.shape, b.shape)
+        return a - b
+
+    def backward(self, g):
+        return unbroadcast(g, self.shapes[0]), unbroadcast(-g, self.shapes[1])
+
+
+class Mul(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return a * b
+
+    def backward(self, g):
+        ga = unbroadcast(g * self.b, self.a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(g * self.a, self.b.shape) if self.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Div(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return a / b
+
+    def backward(self, g):
+        ga = unbroadcast(g / self.b, self.a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(-g * self.a / (self.b * self.b), self.b.shape) if self.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Pow(Function):
+    """a ** b for tensors a and b (b may be a broadcast scalar array)."""
+
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        self.out = a**b
+        return self.out
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        ga = gb = None
+        if self.needs_input_grad[0]:
+            ga = unbroadcast(g * self.b * self.a ** (self.b - 1), self.a.shape)
+        if self.needs_input_grad[1]:
+            # d(a^b)/db = a^b log a, defined as 0 where a^b == 0 (the limit for a -> 0+).
+            log_a = xp.log(xp.where(self.a > 0, self.a, 1))
+            gb = unbroadcast(g * self.out * log_a, self.b.shape)
+        return ga, gb
+
+
+class Maximum(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return get_array_module(a).maximum(a, b)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        # Ties split the gradient evenly, as PyTorch does.
+        a_wins = (self.a > self.b).astype(g.dtype) + 0.5 * (self.a == self.b).astype(g.dtype)
+        return unbroadcast(g * a_wins, self.a.shape), unbroadcast(g * (1 - a_wins), self.b.shape)
+
+
+class Minimum(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return get_array_module(a).minimum(a, b)
+
+    def backward(self, g):
+        a_wins = (self.a < self.b).astype(g.dtype) + 0.5 * (self.a == self.b).astype(g.dtype)
+        return unbroadcast(g * a_wins, self.a.shape), unbroadcast(g * (1 - a_wins), self.b.shape)
+
+
+class Where(Function):
+    def forward(self, cond, a, b):
+        self.cond, self.shapes = cond, (a.shape, b.shape)
+        return get_array_module(a).where(cond, a, b)
+
+    def backward(self, g):
+        zero = g.dtype.type(0)
+        ga = unbroadcast(get_array_module(g).where(self.cond, g, zero), self.shapes[0])
+        gb = unbroadcast(get_array_module(g).where(self.cond, zero, g), self.shapes[1])
+        return None, ga, gb
+
+
+# ------------------------------------------------------------------------------------------------
+# Elementwise, unary
+# ------------------------------------------------------------------------------------------------
+
+
+class Neg(Function):
+    def forward(self, a):
+        return -a
+
+    def backward(self, g):
+        return -g
+
+
+class Exp(Function):
+    def forward(self, a):
+        self.out = get_array_module(a).exp(a)
+        return self.out
+
+    def backward(self, g):
+        return g * self.out
+
+
+class Log(Function):
+    def forward(self, a):
+        self.a = a
+        return get_array_module(a).log(a)
+
+    def backward(self, g):
+        return g / self.a
+
+
+class Sqrt(Function):
+    def forward(self, a):
+        self.out = get_array_module(a).sqrt(a)
+        return self.out
+
+    def backward(self, g):
+        return g / (2 * self.out)
+
+
+class Abs(Function):
+    def forward(self, a):
+        self.a = a
+        return get_array_module(a).abs(a)
+
+    def backward(self, g):
+        return g * get_array_module(g).sign(self.a)
+
+
+class Clamp(Function):
+    def forward(self, a, min=None, max=None):
+        xp = get_array_module(a)
+        self.mask = xp.ones(a.shape, dtype=bool)
+        if min is not None:
+            self.mask &= a >= min
+        if max is not None:
+            self.mask &= a <= max
+        return xp.clip(a, min, max)
+
+    def backward(self, g):
+        return g * self.mask
+
+
+class Cast(Function):
+    """Change dtype; the gradient flows back in the input's dtype."""
+
+    def forward(self, a, dtype=None):
+        self.in_dtype = a.dtype
+        return a.astype(dtype)
+
+    def backward(self, g):
+        return g.astype(self.in_dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reductions
+# ------------------------------------------------------------------------------------------------
+
+
+def _axes(dim, ndim):
+    if dim is None:
+        return tuple(range(ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(d % ndim if ndim else 0 for d in dims)
+
+
+def _expand_back(g, shape, axes, keepdim):
+    """Reinsert reduced axes (size 1) so g broadcasts against the input shape."""
+    if not keepdim:
+        g = g.reshape([1 if i in axes else s for i, s in enumerate(shape)])
+    return g
+
+
+class Sum(Function):
+    def forward(self, a, dim=None, keepdim=False):
+        self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
+        return a.sum(axis=self.axes, keepdims=keepdim)
+
+    def backward(self, g):
+        g = _expand_back(g, self.shape, self.axes, self.keepdim)
+        return get_array_module(g).broadcast_to(g, self.shape).copy()
+
+
+class Mean(Function):
+    def forward(self, a, dim=None, keepdim=False):
+        self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
+        self.count = int(np.prod([a.shape[i] for i in self.axes])) if a.ndim else 1
+        return a.mean(axis=self.axes, keepdims=keepdim)
+
+    def backward(self, g):
+        g = _expand_back(g, self.shape, self.axes, self.keepdim) / g.dtype.type(self.count)
+        return get_array_module(g).broadcast_to(g, self.shape).copy()
+
+
+class Var(Function):
+    """Variance with Bessel's correction by default (correction=1), as torch.var."""
+
+    def forward(self, a, dim=None, keepdim=False, correction=1):
+        self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
+        count = int(np.prod([a.shape[i] for i in self.axes])) if a.ndim else 1
+        self.denom = max(count - correction, 0)
+        self.centered = a - a.mean(axis=self.axes, keepdims=True)
+        return (self.centered**2).sum(axis=self.axes, keepdims=keepdim) / a.dtype.type(self.denom)
+
+    def backward(self, g):
+        g = _expand_back(g, self.shape, self.axes, self.keepdim)
+        return g * self.centered * g.dtype.type(2.0 / self.denom)
+
+
+class MaxMin(Function):
+    """max/min over all elements (ties share the gradient evenly) or along one dim (values and
+    indices; the gradient goes to the returned index, as PyTorch)."""
+
+    def forward(self, a, dim=None, keepdim=False, is_max=True):
+        xp = get_array_module(a)
+        self.shape, self.dim, self.keepdim = a.shape, dim, keepdim
+        if dim is None:
+            out = a.max() if is_max else a.min()
+            self.mask = a == out
+            return out
+        dim = dim % a.ndim
+        self.dim = dim
+        idx = a.argmax(axis=dim) if is_max else a.argmin(axis=dim)
+        values = xp.take_along_axis(a, xp.expand_dims(idx, dim), axis=dim)
+        self.idx = idx
+        if not keepdim:
+            values = values.squeeze(dim)
+        return values, (idx if not keepdim else xp.expand_dims(idx, dim)).astype(np.int64)
+
+    def backward(self, g, g_idx=None):
+        xp = get_array_module(g)
+        if self.dim is None:
+            return g * self.mask / self.mask.sum().astype(g.dtype)
+        out = xp.zeros(self.shape, dtype=g.dtype)
+        g = g if self.keepdim else xp.expand_dims(g, self.dim)
+        xp.put_along_axis(out, xp.expand_dims(self.idx, self.dim), g, axis=self.dim)
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Shapes
+# ------------------------------------------------------------------------------------------------
+
+
+class Reshape(Function):
+    def forward(self, a, shape=None):
+        self.in_shape = a.shape
+        return a.reshape(shape)
+
+    def backward(self, g):
+        return g.reshape(self.in_shape)
+
+
+class Permute(Function):
+    def forward(self, a, dims=None):
+        self.dims = tuple(d % a.ndim for d in dims)
+        return a.transpose(self.dims)
+
+    def backward(self, g):
+        return g.transpose(tuple(np.argsort(self.dims)))
+
+
+class Expand(Function):
+    def forward(self, a, shape=None):
+        self.in_shape = a.shape
+        return get_array_module(a).broadcast_to(a, shape)
+
+    def backward(self, g):
+        return unbroadcast(g, self.in_shape)
+
+
+class Contiguous(Function):
+    def forward(self, a):
+        return get_array_module(a).ascontiguousarray(a)
+
+    def backward(self, g):
+        return g
+
+
+# ------------------------------------------------------------------------------------------------
+# Indexing and joining
+# ------------------------------------------------------------------------------------------------
+
+
+class GetItem(Function):
+    """a[key] for ints, slices, None, Ellipsis, integer arrays and boolean masks. The backward
+    scatters with add.at so repeated indices accumulate, as they must."""
+
+    def forward(self, a, key=None):
+        self.shape, self.key = a.shape, key
+        return a[key]
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        out = xp.zeros(self.shape, dtype=g.dtype)
+        if _is_basic_index(self.key):
+            out[self.key] = g  # basic indexing selects each element at most once
+        else:
+            xp.add.at(out, self.key, g)
+        return out
+
+
+def _is_basic_index(key) -> bool:
+    items = key if isinstance(key, tuple) else (key,)
+    return all(isinstance(k, (int, np.integer, slice)) or k is None or k is Ellipsis for k in items)
+
+
+class Cat(Function):
+    def forward(self, *arrays, dim=0):
+        xp = get_array_module(*arrays)
+        self.dim = dim % arrays[0].ndim
+        self.sizes = [a.shape[self.dim] for a in arrays]
+        return xp.concatenate(arrays, axis=self.dim)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        bounds = np.cumsum(self.sizes)[:-1].tolist()
+        return tuple(xp.split(g, bounds, axis=self.dim))
+
+
+class Stack(Function):
+    def forward(self, *arrays, dim=0):
+        xp = get_array_module(*arrays)
+        self.dim = dim % (arrays[0].ndim + 1)
+        return xp.stack(arrays, axis=self.dim)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        return tuple(xp.take(g, i, axis=self.dim) for i in range(g.shape[self.dim]))
+
+
+# ------------------------------------------------------------------------------------------------
+# Matrix product (batched, with broadcasting over leading dims)
+# ------------------------------------------------------------------------------------------------
+
+
+class MatMul(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return get_array_module(a).matmul(a, b)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        a, b = self.a, self.b
+        # Promote 1-D operands to matrices so one formula serves every case, then undo.
+        a2 = a[None, :] if a.ndim == 1 else a
+        b2 = b[:, None] if b.ndim == 1 else b
+        g2 = g
+        if a.ndim == 1:
+            g2 = xp.expand_dims(g2, -2)
+        if b.ndim == 1:
+            g2 = xp.expand_dims(g2, -1)
+        ga = gb = None
+        if self.needs_input_grad[0]:
+            ga = xp.matmul(g2, xp.swapaxes(b2, -1, -2))
+            ga = unbroadcast(ga, a2.shape).reshape(a.shape)
+        if self.needs_input_grad[1]:
+            gb = xp.matmul(xp.swapaxes(a2, -1, -2), g2)
+            gb = unbroadcast(gb, b2.shape).reshape(b.shape)
+        return ga, gb

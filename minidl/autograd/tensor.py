@@ -1,0 +1,929 @@
+"""Tensor: an n-dimensional array (NumPy on the CPU, CuPy on the GPU) that records how it was made.
+
+A Tensor holds its array in `_data`. Ops on tensors call `Function.apply` (see function.py), which
+computes the result and, when a gradient is wanted, remembers the op in `result._ctx` so that
+`backward()` can walk the graph in reverse. Names and semantics follow PyTorch.
+"""
+from __future__ import annotations
+
+import builtins
+import numbers
+
+import numpy as np
+
+from .. import _device
+from .._device import Device, get_array_module, is_cuda_array
+from . import ops
+from .function import Function, is_grad_enabled, run_backward
+
+# dtypes are NumPy dtype objects: minidl.float32 == np.dtype("float32")
+float16 = np.dtype(np.float16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+int8 = np.dtype(np.int8)
+uint8 = np.dtype(np.uint8)
+int16 = np.dtype(np.int16)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+bool_ = np.dtype(np.bool_)
+
+_default_dtype = float32
+
+
+def set_default_dtype(dtype):
+    global _default_dtype
+    dtype = np.dtype(dtype)
+    if dtype not in (float32, float64):
+        raise TypeError(f"set_default_dtype: only float32 and float64 are supported, got {dtype}")
+    _default_dtype = dtype
+
+
+def get_default_dtype():
+    return _default_dtype
+
+
+def _to_array(data, dtype=None, device=None):
+    """Anything array-like -> an array of the right dtype on the right device."""
+    if isinstance(data, Tensor):
+        arr = data._data
+    elif is_cuda_array(data) or isinstance(data, np.ndarray):
+        arr = data
+    else:
+        arr = np.asarray(data)
+        if dtype is None:
+            # Python floats become the default float dtype (float32), Python ints int64, as PyTorch.
+            if arr.dtype.kind == "f":
+                arr = arr.astype(_default_dtype)
+            elif arr.dtype.kind in "iu":
+                arr = arr.astype(int64)
+    if isinstance(arr, np.ndarray) and arr.dtype == object:
+        raise TypeError(f"tensor: cannot make a tensor from {type(data).__name__} holding mixed objects")
+    if dtype is not None:
+        arr = arr.astype(np.dtype(dtype), copy=False)
+    if device is not None:
+        arr = _device.move_array(arr, device)
+    return arr
+
+
+class Tensor:
+    """An array with autograd. Create with `minidl.tensor(...)`, `minidl.zeros(...)`, etc."""
+
+    __array_priority__ = 1000  # so `ndarray + Tensor` calls Tensor.__radd__
+
+    def __init__(self, data, dtype=None, device=None, requires_grad=False):
+        self._data = _to_array(data, dtype, device)
+        self.grad = None
+        self._ctx = None  # the Function that made this tensor (None for leaves)
+        self._out_index = 0
+        self._retains_grad = False
+        self._hooks = []
+        self.requires_grad = False
+        if requires_grad:
+            self.requires_grad_(True)
+
+    @classmethod
+    def _make(cls, array, requires_grad=False):
+        """Wrap an array without copying or converting (internal fast path)."""
+        t = cls.__new__(cls)
+        t._data, t.grad, t._ctx, t._out_index = array, None, None, 0
+        t._retains_grad, t._hooks, t.requires_grad = False, [], requires_grad
+        return t
+
+    # --------------------------------------------------------------------------------------------
+    # Properties
+    # --------------------------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return tuple(self._data.shape)
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    @property
+    def device(self) -> Device:
+        return _device.device_of(self._data)
+
+    @property
+    def is_cuda(self) -> bool:
+        return is_cuda_array(self._data)
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    @property
+    def is_leaf(self):
+        return self._ctx is None
+
+    @property
+    def grad_fn(self):
+        return self._ctx
+
+    @property
+    def data(self):
+        """A tensor sharing this one's array but outside the graph (as in PyTorch)."""
+        return Tensor._make(self._data)
+
+    @data.setter
+    def data(self, value):
+        value = value._data if isinstance(value, Tensor) else value
+        self._data = value
+
+    @property
+    def T(self):
+        return self.permute(*reversed(range(self.ndim)))
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    def dim(self):
+        return self._data.ndim
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self):
+        return builtins.int(self._data.size)
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def element_size(self):
+        return self.dtype.itemsize
+
+    def is_floating_point(self):
+        return self.dtype.kind == "f"
+
+    # --------------------------------------------------------------------------------------------
+    # Autograd
+    # --------------------------------------------------------------------------------------------
+    def requires_grad_(self, requires_grad=True):
+        if requires_grad and self.dtype.kind not in "fc":
+            raise RuntimeError(f"only floating-point tensors can require gradients, got dtype {self.dtype}")
+        if not self.is_leaf and not requires_grad:
+            raise RuntimeError("requires_grad_(False) on a non-leaf tensor: use .detach() instead")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self):
+        """Keep .grad for a non-leaf tensor too (leaves always keep it)."""
+        if self.is_leaf:
+            return
+        self._retains_grad = True
+
+    def register_hook(self, hook):
+        """hook(grad) -> None or a replacement gradient, called when this leaf's gradient arrives."""
+        self._hooks.append(hook)
+        return hook
+
+    def backward(self, gradient=None, retain_graph=False):
+        """Accumulate d(self)/d(leaf) into every leaf's .grad. `gradient` is needed unless self is a scalar."""
+        if not self.requires_grad:
+            raise RuntimeError(
+                "backward: this tensor does not require grad and has no grad_fn; make a parameter with "
+                "requires_grad=True (or nn.Parameter) and compute this tensor from it"
+            )
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError(
+                    f"backward: grad can be implicitly created only for scalar outputs; this tensor has "
+                    f"shape {self.shape}: pass gradient= of that shape, or reduce it (e.g. .sum())"
+                )
+            g = get_array_module(self._data).ones(self.shape, dtype=self.dtype)
+        else:
+            g = _to_array(gradient, dtype=self.dtype)
+            if tuple(g.shape) != self.shape:
+                raise RuntimeError(f"backward: gradient has shape {tuple(g.shape)}, expected {self.shape}")
+            if is_cuda_array(g) != self.is_cuda:
+                raise RuntimeError(f"backward: gradient is on {_device.device_of(g)}, tensor on {self.device}")
+        run_backward(self, g, retain_graph=retain_graph)
+
+    def detach(self):
+        return Tensor._make(self._data)
+
+    def detach_(self):
+        self._ctx, self.requires_grad = None, False
+        return self
+
+    def clone(self):
+        return ops.Contiguous.apply(self) if self.requires_grad else Tensor._make(self._data.copy())
+
+    def zero_(self):
+        self._check_inplace("zero_")
+        self._data[...] = 0
+        return self
+
+    # --------------------------------------------------------------------------------------------
+    # Conversion and devices
+    # --------------------------------------------------------------------------------------------
+    def numpy(self):
+        if self.requires_grad:
+            raise RuntimeError("numpy(): this tensor requires grad; use tensor.detach().numpy()")
+        if self.is_cuda:
+            raise TypeError("numpy(): this tensor is on cuda; use tensor.cpu().numpy() to copy it to the host")
+        return self._data
+
+    def item(self):
+        if self.numel() != 1:
+            raise ValueError(f"item(): only one-element tensors can be converted, this one has shape {self.shape}")
+        return self._data.reshape(()).item()
+
+    def tolist(self):
+        return self._host_array().tolist()
+
+    def _host_array(self):
+        return self._data.get() if self.is_cuda else self._data
+
+    def to(self, *args, **kwargs):
+        """`to(device)`, `to(dtype)`, `to(device, dtype)` or `to(other_tensor)`, as in PyTorch."""
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, (Device, str)):
+                device = a
+            else:
+                dtype = a
+        out = self
+        if dtype is not None and np.dtype(dtype) != self.dtype:
+            out = out.type(dtype)
+        if device is not None and Device(device) != out.device:
+            out = _ToDevice.apply(out, device=Device(device))
+        return out
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else f"cuda:{device}")
+
+    def type(self, dtype):
+        dtype = np.dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        if self.requires_grad and dtype.kind == "f":
+            return ops.Cast.apply(self, dtype=dtype)
+        return Tensor._make(self._data.astype(dtype))
+
+    def float(self):
+        return self.type(float32)
+
+    def double(self):
+        return self.type(float64)
+
+    def half(self):
+        return self.type(float16)
+
+    def long(self):
+        return self.type(int64)
+
+    def int(self):
+        return self.type(int32)
+
+    def bool(self):
+        return self.type(bool_)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._host_array()
+        return arr.astype(dtype) if dtype is not None else arr
+
+    def __float__(self):
+        return builtins.float(self.item())
+
+    def __int__(self):
+        return builtins.int(self.item())
+
+    def __index__(self):
+        if self.dtype.kind not in "iu":
+            raise TypeError("only integer tensors can be used as an index")
+        return builtins.int(self.item())
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise RuntimeError(
+                f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() or .all()"
+            )
+        return builtins.bool(self.item())
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self):
+        body = np.array2string(self._host_array(), separator=", ", prefix="tensor(", threshold=200)
+        extras = []
+        if self.is_cuda:
+            extras.append(f"device='{self.device}'")
+        if self.dtype not in (float32, int64, bool_):
+            extras.append(f"dtype=minidl.{self.dtype.name}")
+        if self._ctx is not None:
+            extras.append(f"grad_fn=<{self._ctx.name}Backward>")
+        elif self.requires_grad:
+            extras.append("requires_grad=True")
+        return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+    # --------------------------------------------------------------------------------------------
+    # Arithmetic
+    # --------------------------------------------------------------------------------------------
+    def _operand(self, other, op):
+        """Python numbers become 0-d arrays of this tensor's dtype (so float32 stays float32)."""
+        if isinstance(other, Tensor):
+            if other.is_cuda != self.is_cuda:
+                raise RuntimeError(
+                    f"{op}: expected both tensors on the same device, got {self.device} and {other.device}"
+                )
+            return other
+        if isinstance(other, numbers.Number):
+            xp = get_array_module(self._data)
+            dt = self.dtype if (self.dtype.kind == "f" or isinstance(other, (builtins.int, bool))) else _default_dtype
+            return Tensor._make(xp.asarray(other, dtype=dt))
+        return Tensor(other, device=self.device)
+
+    def _binary(self, other, fn, op, reverse=False):
+        other = self._operand(other, op)
+        a, b = (other, self) if reverse else (self, other)
+        try:
+            np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+        return fn.apply(a, b)
+
+    def __add__(self, o):
+        return self._binary(o, ops.Add, "add")
+
+    def __radd__(self, o):
+        return self._binary(o, ops.Add, "add", reverse=True)
+
+    def __sub__(self, o):
+        return self._binary(o, ops.Sub, "sub")
+
+    def __rsub__(self, o):
+        return self._binary(o, ops.Sub, "sub", reverse=True)
+
+    def __mul__(self, o):
+        return self._binary(o, ops.Mul, "mul")
+
+    def __rmul__(self, o):
+        return self._binary(o, ops.Mul, "mul", reverse=True)
+
+    def __truediv__(self, o):
+        return self._binary(o, ops.Div, "div")
+
+    def __rtruediv__(self, o):
+        return self._binary(o, ops.Div, "div", reverse=True)
+
+    def __pow__(self, o):
+        return self._binary(o, ops.Pow, "pow")
+
+    def __rpow__(self, o):
+        return self._binary(o, ops.Pow, "pow", reverse=True)
+
+    def __neg__(self):
+        return ops.Neg.apply(self)
+
+    def __pos__(self):
+        return self
+
+    def __matmul__(self, o):
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return matmul(self._operand(o, "matmul"), self)
+
+    def __floordiv__(self, o):
+        o = self._operand(o, "floor_divide")
+        return Tensor._make(self._data // o._data)
+
+    def __mod__(self, o):
+        o = self._operand(o, "remainder")
+        return Tensor._make(self._data % o._data)
+
+    # comparisons: no gradient, boolean results
+    def _compare(self, o, f):
+        o = self._operand(o, "compare")
+        return Tensor._make(f(self._data, o._data))
+
+    def __eq__(self, o):  # noqa: D105
+        return self._compare(o, lambda a, b: a == b)
+
+    def __ne__(self, o):
+        return self._compare(o, lambda a, b: a != b)
+
+    def __lt__(self, o):
+        return self._compare(o, lambda a, b: a < b)
+
+    def __le__(self, o):
+        return self._compare(o, lambda a, b: a <= b)
+
+    def __gt__(self, o):
+        return self._compare(o, lambda a, b: a > b)
+
+    def __ge__(self, o):
+        return self._compare(o, lambda a, b: a >= b)
+
+    def __invert__(self):
+        return Tensor._make(~self._data)
+
+    def __and__(self, o):
+        return self._compare(o, lambda a, b: a & b)
+
+    def __or__(self, o):
+        return self._compare(o, lambda a, b: a | b)
+
+    __hash__ = object.__hash__
+
+    def eq(self, o):
+        return self == o
+
+    def ne(self, o):
+        return self != o
+
+    def lt(self, o):
+        return self < o
+
+    def le(self, o):
+        return self <= o
+
+    def gt(self, o):
+        return self > o
+
+    def ge(self, o):
+        return self >= o
+
+    def add(self, o, alpha=1):
+        return self + (o * alpha if alpha != 1 else o)
+
+    def sub(self, o, alpha=1):
+        return self - (o * alpha if alpha != 1 else o)
+
+    def mul(self, o):
+        return self * o
+
+    def div(self, o):
+        return self / o
+
+    def pow(self, o):
+        return self**o
+
+    def neg(self):
+        return -self
+
+    def exp(self):
+        return ops.Exp.apply(self)
+
+    def log(self):
+        return ops.Log.apply(self)
+
+    def sqrt(self):
+        return ops.Sqrt.apply(self)
+
+    def rsqrt(self):
+        return 1.0 / ops.Sqrt.apply(self)
+
+    def abs(self):
+        return ops.Abs.apply(self)
+
+    def square(self):
+        return self * self
+
+    def clamp(self, min=None, max=None):
+        if min is None and max is None:
+            raise ValueError("clamp: at least one of min and max must be given")
+        return ops.Clamp.apply(self, min=min, max=max)
+
+    clip = clamp
+
+    def maximum(self, o):
+        return self._binary(o, ops.Maximum, "maximum")
+
+    def minimum(self, o):
+        return self._binary(o, ops.Minimum, "minimum")
+
+    def sign(self):
+        return Tensor._make(get_array_module(self._data).sign(self._data))
+
+    def isnan(self):
+        return Tensor._make(get_array_module(self._data).isnan(self._data))
+
+    def isfinite(self):
+        return Tensor._make(get_array_module(self._data).isfinite(self._data))
+
+    def any(self):
+        return Tensor._make(self._data.any())
+
+    def all(self):
+        return Tensor._make(self._data.all())
+
+    # activations as methods (the kernels live in minidl.primitives, reached via nn.functional)
+    def relu(self):
+        from ..nn import functional as F
+
+        return F.relu(self)
+
+    def sigmoid(self):
+        from ..nn import functional as F
+
+        return F.sigmoid(self)
+
+    def tanh(self):
+        from ..nn import functional as F
+
+        return F.tanh(self)
+
+    def softmax(self, dim):
+        from ..nn import functional as F
+
+        return F.softmax(self, dim)
+
+    def log_softmax(self, dim):
+        from ..nn import functional as F
+
+        return F.log_softmax(self, dim)
+
+    # --------------------------------------------------------------------------------------------
+    # Reductions
+    # --------------------------------------------------------------------------------------------
+    def _check_dim(self, dim, op):
+        dims = () if dim is None else ((dim,) if isinstance(dim, builtins.int) else tuple(dim))
+        for d in dims:
+            if not -max(self.ndim, 1) <= d < max(self.ndim, 1):
+                raise IndexError(f"{op}: dim {d} is out of range for a tensor of shape {self.shape}")
+
+    def sum(self, dim=None, keepdim=False):
+        self._check_dim(dim, "sum")
+        return ops.Sum.apply(self, dim=dim, keepdim=keepdim)
+
+    def mean(self, dim=None, keepdim=False):
+        self._check_dim(dim, "mean")
+        if self.dtype.kind != "f":
+            raise TypeError(f"mean: needs a floating-point tensor, got {self.dtype}")
+        return ops.Mean.apply(self, dim=dim, keepdim=keepdim)
+
+    def var(self, dim=None, keepdim=False, unbiased=True, correction=None):
+        self._check_dim(dim, "var")
+        correction = (1 if unbiased else 0) if correction is None else correction
+        return ops.Var.apply(self, dim=dim, keepdim=keepdim, correction=correction)
+
+    def std(self, dim=None, keepdim=False, unbiased=True):
+        return self.var(dim, keepdim, unbiased).sqrt()
+
+    def max(self, dim=None, keepdim=False):
+        """max() -> scalar tensor; max(dim) -> (values, indices), as PyTorch. max(other) = maximum."""
+        if isinstance(dim, Tensor):
+            return self.maximum(dim)
+        self._check_dim(dim, "max")
+        return ops.MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=True)
+
+    def min(self, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):
+            return self.minimum(dim)
+        self._check_dim(dim, "min")
+        return ops.MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=False)
+
+    def argmax(self, dim=None, keepdim=False):
+        self._check_dim(dim, "argmax")
+        xp = get_array_module(self._data)
+        if dim is None:
+            return Tensor._make(xp.asarray(self._data.argmax(), dtype=int64))
+        idx = self._data.argmax(axis=dim).astype(int64)
+        return Tensor._make(xp.expand_dims(idx, dim) if keepdim else idx)
+
+    def argmin(self, dim=None, keepdim=False):
+        self._check_dim(dim, "argmin")
+        xp = get_array_module(self._data)
+        if dim is None:
+            return Tensor._make(xp.asarray(self._data.argmin(), dtype=int64))
+        idx = self._data.argmin(axis=dim).astype(int64)
+        return Tensor._make(xp.expand_dims(idx, dim) if keepdim else idx)
+
+    # --------------------------------------------------------------------------------------------
+    # Shapes
+    # --------------------------------------------------------------------------------------------
+    def reshape(self, *shape):
+        shape = _shape_arg(shape)
+        try:
+            target = _resolve_shape(self.shape, shape)
+        except ValueError as e:
+            raise ValueError(f"reshape: cannot reshape a tensor of shape {self.shape} to {shape}: {e}") from None
+        return ops.Reshape.apply(self, shape=target)
+
+    view = reshape
+
+    def view_as(self, other):
+        return self.reshape(other.shape)
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = start_dim % self.ndim, end_dim % self.ndim
+        new = self.shape[:start] + (-1,) + self.shape[end + 1 :]
+        return self.reshape(new)
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if s != 1))
+        self._check_dim(dim, "squeeze")
+        dim = dim % self.ndim
+        if self.shape[dim] != 1:
+            return self
+        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+
+    def unsqueeze(self, dim):
+        dim = dim % (self.ndim + 1)
+        return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    def permute(self, *dims):
+        dims = _shape_arg(dims)
+        if sorted(d % max(self.ndim, 1) for d in dims) != list(range(self.ndim)):
+            raise ValueError(f"permute: dims {dims} are not a permutation of the {self.ndim} dims of {self.shape}")
+        return ops.Permute.apply(self, dims=dims)
+
+    def transpose(self, dim0, dim1):
+        dims = list(range(self.ndim))
+        dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
+        return self.permute(*dims)
+
+    def t(self):
+        if self.ndim > 2:
+            raise ValueError(f"t(): expects a tensor with <= 2 dims, got shape {self.shape}; use transpose()")
+        return self.T
+
+    def expand(self, *shape):
+        shape = _shape_arg(shape)
+        full = tuple(s if t == -1 else t for s, t in zip((1,) * (len(shape) - self.ndim) + self.shape, shape))
+        try:
+            np.broadcast_shapes(self.shape, full)
+            if np.broadcast_shapes(self.shape, full) != full:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"expand: cannot expand shape {self.shape} to {shape}") from None
+        return ops.Expand.apply(self, shape=full)
+
+    def expand_as(self, other):
+        return self.expand(other.shape)
+
+    def contiguous(self):
+        return self
+
+    def split(self, split_size, dim=0):
+        return split(self, split_size, dim)
+
+    def chunk(self, chunks, dim=0):
+        return chunk(self, chunks, dim)
+
+    def repeat(self, *sizes):
+        sizes = _shape_arg(sizes)
+        out = self
+        for d, n in enumerate(reversed(sizes)):
+            if n != 1:
+                out = cat([out] * n, dim=-1 - d) if out.ndim > d else out
+        return out
+
+    # --------------------------------------------------------------------------------------------
+    # Indexing
+    # --------------------------------------------------------------------------------------------
+    def _index_key(self, key):
+        """Tensors inside the key become arrays on this tensor's device."""
+        xp = get_array_module(self._data)
+
+        def conv(k):
+            if isinstance(k, Tensor):
+                return k._data if k.is_cuda == self.is_cuda else xp.asarray(k._host_array())
+            if isinstance(k, (list, np.ndarray)) and not (isinstance(k, list) and len(k) == 0):
+                arr = np.asarray(k)
+                return xp.asarray(arr) if xp is not np else arr
+            return k
+
+        return tuple(conv(k) for k in key) if isinstance(key, tuple) else conv(key)
+
+    def __getitem__(self, key):
+        key = self._index_key(key)
+        try:
+            return ops.GetItem.apply(self, key=key)
+        except IndexError as e:
+            raise IndexError(f"index: {e} (tensor of shape {self.shape})") from None
+
+    def __setitem__(self, key, value):
+        self._check_inplace("__setitem__")
+        value = value._data if isinstance(value, Tensor) else value
+        self._data[self._index_key(key)] = value
+
+    def masked_fill(self, mask, value):
+        return where(mask, Tensor._make(get_array_module(self._data).asarray(value, dtype=self.dtype)), self)
+
+    def gather(self, dim, index):
+        """out[i][j] = self[index[i][j]][j] for dim=0, etc. (torch.gather): an advanced-index GetItem."""
+        xp = get_array_module(self._data)
+        grids = list(xp.indices(index.shape, sparse=True))
+        grids[dim % self.ndim] = index._data
+        return ops.GetItem.apply(self, key=tuple(grids))
+
+    # --------------------------------------------------------------------------------------------
+    # In-place updates of data (outside the graph: optimizers, initialisers)
+    # --------------------------------------------------------------------------------------------
+    def _check_inplace(self, op):
+        if is_grad_enabled() and self.requires_grad and self.is_leaf:
+            raise RuntimeError(
+                f"{op}: a leaf tensor that requires grad is being modified in place; wrap it in "
+                "`with minidl.no_grad():` (as optimizers and initialisers do)"
+            )
+
+    def _inplace(self, op, value):
+        self._check_inplace(op)
+        value = value._data if isinstance(value, Tensor) else value
+        return value
+
+    def add_(self, other, alpha=1):
+        v = self._inplace("add_", other)
+        self._data += v * alpha if alpha != 1 else v
+        return self
+
+    def sub_(self, other, alpha=1):
+        v = self._inplace("sub_", other)
+        self._data -= v * alpha if alpha != 1 else v
+        return self
+
+    def mul_(self, other):
+        self._data *= self._inplace("mul_", other)
+        return self
+
+    def div_(self, other):
+        self._data /= self._inplace("div_", other)
+        return self
+
+    def fill_(self, value):
+        self._data[...] = self._inplace("fill_", value)
+        return self
+
+    def copy_(self, src):
+        v = self._inplace("copy_", src)
+        if is_cuda_array(v) != self.is_cuda:
+            v = _device.move_array(v, self.device)
+        self._data[...] = v
+        return self
+
+    def clamp_(self, min=None, max=None):
+        self._check_inplace("clamp_")
+        get_array_module(self._data).clip(self._data, min, max, out=self._data)
+        return self
+
+    def uniform_(self, a=0.0, b=1.0):
+        self._check_inplace("uniform_")
+        from .. import random
+
+        self._data[...] = random.uniform_array(self.shape, a, b, self.dtype, self.device)
+        return self
+
+    def normal_(self, mean=0.0, std=1.0):
+        self._check_inplace("normal_")
+        from .. import random
+
+        self._data[...] = random.normal_array(self.shape, mean, std, self.dtype, self.device)
+        return self
+
+
+class _ToDevice(Function):
+    """Copy to another device; the gradient is copied back."""
+
+    def forward(self, a, device=None):
+        self.src = _device.device_of(a)
+        return _device.move_array(a, device)
+
+    def backward(self, g):
+        return _device.move_array(g, self.src)
+
+
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        return tuple(shape[0])
+    return tuple(shape)
+
+
+def _resolve_shape(old, new):
+    size = builtins.int(np.prod(old))
+    unknown = [i for i, s in enumerate(new) if s == -1]
+    if len(unknown) > 1:
+        raise ValueError("only one dimension can be -1")
+    known = builtins.int(np.prod([s for s in new if s != -1]))
+    if unknown:
+        if known == 0 or size % known:
+            raise ValueError(f"{size} elements do not divide into {new}")
+        new = tuple(size // known if s == -1 else s for s in new)
+    if builtins.int(np.prod(new)) != size:
+        raise ValueError(f"{size} elements cannot take shape {new}")
+    return tuple(new)
+
+
+# ------------------------------------------------------------------------------------------------
+# Functions on several tensors
+# ------------------------------------------------------------------------------------------------
+
+
+def _check_devices(op, tensors):
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise RuntimeError(f"{op}: expected all tensors on one device, got {sorted(map(str, devices))}")
+
+
+def matmul(a, b):
+    """Matrix product with PyTorch's rules: 1-D, 2-D and batched (broadcast leading dims)."""
+    if not isinstance(a, Tensor):
+        a = Tensor(a)
+    b = a._operand(b, "matmul")
+    _check_devices("matmul", (a, b))
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
+    ka = a.shape[-1]
+    kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if ka != kb:
+        raise ValueError(
+            f"matmul: shapes {a.shape} and {b.shape} are not aligned: the last dim of the first ({ka}) must "
+            f"equal the {'only' if b.ndim == 1 else 'second-to-last'} dim of the second ({kb})"
+        )
+    if a.ndim > 2 and b.ndim > 2:
+        try:
+            np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            raise ValueError(f"matmul: batch dims of {a.shape} and {b.shape} cannot be broadcast") from None
+    return ops.MatMul.apply(a, b)
+
+
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    _check_devices("cat", tensors)
+    ref = tensors[0]
+    d = dim % ref.ndim
+    for t in tensors:
+        if t.ndim != ref.ndim or t.shape[:d] + t.shape[d + 1 :] != ref.shape[:d] + ref.shape[d + 1 :]:
+            raise ValueError(
+                f"cat: tensors must match in every dim except {dim}, got shapes {[x.shape for x in tensors]}"
+            )
+    return ops.Cat.apply(*tensors, dim=d)
+
+
+concat = cat
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
+    _check_devices("stack", tensors)
+    if len({t.shape for t in tensors}) != 1:
+        raise ValueError(f"stack: all tensors must have the same shape, got {[t.shape for t in tensors]}")
+    return ops.Stack.apply(*tensors, dim=dim)
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    n = tensor.shape[dim]
+    if isinstance(split_size_or_sections, builtins.int):
+        size = split_size_or_sections
+        if size <= 0:
+            raise ValueError(f"split: split_size must be positive, got {size}")
+        sizes = [min(size, n - i) for i in range(0, n, size)]
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise ValueError(f"split: sections {sizes} do not add up to dim {dim} of size {n}")
+    out, start = [], 0
+    for s in sizes:
+        key = [slice(None)] * tensor.ndim
+        key[dim] = slice(start, start + s)
+        out.append(tensor[tuple(key)])
+        start += s
+    return tuple(out)
+
+
+def chunk(tensor, chunks, dim=0):
+    n = tensor.shape[dim]
+    size = -(-n // chunks)
+    return split(tensor, size, dim)
+
+
+def where(condition, a, b):
+    cond = condition._data if isinstance(condition, Tensor) else np.asarray(condition)
+    ref = a if isinstance(a, Tensor) else b
+    if not isinstance(ref, Tensor):
+        ref = Tensor(a)
+    a, b = ref._operand(a, "where"), ref._operand(b, "where")
+    if is_cuda_array(cond) != ref.is_cuda:
+        cond = _device.move_array(cond, ref.device)
+    return ops.Where.apply(cond, a, b)
+
+
+def maximum(a, b):
+    return a.maximum(b)
+
+
+def minimum(a, b):
+    return a.minimum(b)

@@ -1,0 +1,50 @@
+"""minidl.cuda: is the GPU path usable, and a few device-wide helpers (as torch.cuda)."""
+from __future__ import annotations
+
+from . import _device
+
+
+def is_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA GPU."""
+    return _device.cuda_unavailable_reason() is None
+
+
+def unavailable_reason() -> str | None:
+    """Why the GPU path cannot run (CuPy missing, or no GPU), or None when it can."""
+    return _device.cuda_unavailable_reason()
+
+
+def device_count() -> int:
+    return _device.require_cuda("cuda.device_count").cuda.runtime.getDeviceCount() if is_available() else 0
+
+
+def synchronize() -> None:
+    """Wait for every kernel queued on the current device to finish."""
+    _device.require_cuda("cuda.synchronize").cuda.Device().synchronize()
+
+
+def get_device_name(index: int = 0) -> str:
+    cupy = _device.require_cuda("cuda.get_device_name")
+    return cupy.cuda.runtime.getDeviceProperties(index)["name"].decode()
+
+
+def memory_allocated() -> int:
+    """Bytes currently held by live arrays in CuPy's memory pool."""
+    return _device.require_cuda("cuda.memory_allocated").get_default_memory_pool().used_bytes()
+
+
+def memory_reserved() -> int:
+    """Bytes the memory pool holds from the driver (live plus cached for reuse)."""
+    return _device.require_cuda("cuda.memory_reserved").get_default_memory_pool().total_bytes()
+
+
+def empty_cache() -> None:
+    _device.require_cuda("cuda.empty_cache").get_default_memory_pool().free_all_blocks()
+
+
+def precompile(families=None) -> list:
+    """Compile every CUDA kernel family now, so that no later call (or timing) includes a compile."""
+    _device.require_cuda("cuda.precompile")
+    from .primitives.cuda import _compile
+
+    return _compile.precompile(families)
