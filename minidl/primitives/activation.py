@@ -1,2 +1,118 @@
-"""Placeholder: filled in by the activation work."""
-__all__ = []
+"""Pointwise activation functions, forward and backward (cuDNN's cudnnActivationForward/Backward).
+
+An activation is applied element by element, so the forward pass is one elementwise map
+y = f(x) and the backward pass is dx = dy * f'(x). The derivative can often be written with the
+output y instead of x (sigmoid: y(1 - y), tanh: 1 - y^2), which saves recomputing an exponential;
+the backward therefore receives x, y and dy, as in cuDNN, and each mode reads what is cheapest.
+
+Modes (coef is the mode's one parameter, as cuDNN's `coef`):
+    relu          max(x, 0)
+    leaky_relu    x if x > 0 else coef * x            (coef = negative slope, default 0.01)
+    elu           x if x > 0 else coef * (exp(x) - 1) (coef = alpha, default 1.0)
+    clipped_relu  min(max(x, 0), coef)                (coef = ceiling, default 6.0: ReLU6)
+    sigmoid       1 / (1 + exp(-x))
+    tanh          tanh(x)
+    gelu          x * Phi(x), Phi the standard normal CDF (erf form, PyTorch's default)
+    gelu_tanh     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (PyTorch's approximate="tanh")
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._common import check_float, check_same_device, is_cuda_array, shape_str
+
+__all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
+
+# mode -> default coef (None: the mode has no parameter)
+ACTIVATION_MODES = {
+    "relu": None,
+    "leaky_relu": 0.01,
+    "elu": 1.0,
+    "clipped_relu": 6.0,
+    "sigmoid": None,
+    "tanh": None,
+    "gelu": None,
+    "gelu_tanh": None,
+}
+
+
+@dataclass(frozen=True)
+class ActivationDescriptor:
+    """Which activation, and its parameter. Frozen (hashable) so it can key kernel caches.
+
+    coef=None takes the mode's default (see ACTIVATION_MODES); modes without a parameter store 0.0.
+    """
+
+    mode: str = "relu"
+    coef: float | None = None
+
+    def __post_init__(self):
+        if self.mode not in ACTIVATION_MODES:
+            raise ValueError(
+                f"ActivationDescriptor: unknown mode {self.mode!r}; choose one of {sorted(ACTIVATION_MODES)}"
+            )
+        default = ACTIVATION_MODES[self.mode]
+        coef = self.coef if self.coef is not None else (default if default is not None else 0.0)
+        coef = float(coef)
+        if self.mode == "clipped_relu" and not coef > 0:
+            raise ValueError(f"ActivationDescriptor: clipped_relu needs a ceiling coef > 0, got {coef}")
+        if self.mode == "elu" and coef < 0:
+            raise ValueError(f"ActivationDescriptor: elu needs alpha coef >= 0, got {coef}")
+        object.__setattr__(self, "coef", coef)
+
+
+def check_blend_out(op: str, out, shape, dtype, beta) -> None:
+    """Check the blending target before any work: `beta != 0` needs `out`, of the result's shape and dtype.
+
+    (Shared by the pooling/activation/softmax/LRN families; `_common.blend` checks the same
+    things, but only after the result has been computed.)
+    """
+    if out is None:
+        if beta != 0:
+            raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
+        return
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: out has shape {shape_str(out.shape)}, expected {shape_str(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
+
+
+def _check_descriptor(op: str, desc) -> None:
+    if not isinstance(desc, ActivationDescriptor):
+        raise TypeError(f"{op}: desc must be an ActivationDescriptor, got {type(desc).__name__}")
+
+
+def _backend(x):
+    # The CUDA module is imported only when a CuPy array arrives, so the CPU path never imports CuPy.
+    if is_cuda_array(x):
+        from .cuda import activation as impl
+    else:
+        from .cpu import activation as impl
+    return impl
+
+
+def activation_forward(x, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
+    """y = alpha * f(x) + beta * out, elementwise. x: any shape; y: the same shape."""
+    op = "activation_forward"
+    _check_descriptor(op, desc)
+    check_same_device(op, x=x, out=out)
+    dtype = check_float(op, x=x)
+    check_blend_out(op, out, x.shape, dtype, beta)
+    return _backend(x).activation_forward(x, desc, alpha=alpha, beta=beta, out=out)
+
+
+def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
+    """dx = alpha * dy * f'(x) + beta * out. x, y (= f(x)), dy, dx: all the same shape."""
+    op = "activation_backward"
+    _check_descriptor(op, desc)
+    if x is None or y is None or dy is None:
+        raise ValueError(f"{op}: x, y and dy are all required (each mode reads the cheaper of x and y)")
+    check_same_device(op, x=x, y=y, dy=dy, out=out)
+    dtype = check_float(op, x=x, y=y, dy=dy)
+    if not (tuple(x.shape) == tuple(y.shape) == tuple(dy.shape)):
+        raise ValueError(
+            f"{op}: x {shape_str(x.shape)}, y {shape_str(y.shape)} and dy {shape_str(dy.shape)} "
+            "must have the same shape"
+        )
+    check_blend_out(op, out, x.shape, dtype, beta)
+    return _backend(x).activation_backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)

@@ -1,2 +1,239 @@
-"""Placeholder: filled in by the pooling work."""
-__all__ = []
+"""Max and average pooling over 1, 2 or 3 spatial dims, and adaptive average pooling.
+
+Pooling slides a window of `kernel_size` over the (zero- or -inf-padded) input with step `stride`
+and reduces each window to one number:
+    max               the largest element (backward: the gradient goes to the first maximum, in
+                      window order, as PyTorch; the argmax is recomputed from x, never stored)
+    avg_include_pad   sum / (window size, padding included)          PyTorch count_include_pad=True
+    avg_exclude_pad   sum / (number of real, non-padding elements)   PyTorch count_include_pad=False
+
+Output length per spatial dim, L_in input, k kernel, s stride, p padding:
+    L_out = floor((L_in + 2p - k) / s) + 1                (ceil_mode=False)
+    L_out = ceil((L_in + 2p - k) / s) + 1, minus 1 if the last window would start past the input
+            and its left padding, i.e. if (L_out - 1) * s >= L_in + p        (ceil_mode=True)
+As in PyTorch, padding is at most half the kernel, so every window holds at least one real element.
+
+Adaptive average pooling picks the windows from the sizes instead: output index i of a dim with
+In inputs and Out outputs averages inputs [floor(i In / Out), ceil((i + 1) In / Out)). Global
+average pooling is adaptive pooling to output size 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._common import as_tuple, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
+from .activation import check_blend_out
+
+__all__ = [
+    "PoolingDescriptor",
+    "pooling_output_shape",
+    "pooling_forward",
+    "pooling_backward",
+    "adaptive_avg_pooling_forward",
+    "adaptive_avg_pooling_backward",
+    "global_avg_pooling_forward",
+    "global_avg_pooling_backward",
+    "POOLING_MODES",
+]
+
+POOLING_MODES = ("max", "avg_include_pad", "avg_exclude_pad")
+
+
+@dataclass(frozen=True)
+class PoolingDescriptor:
+    """Pooling parameters, one entry per spatial dim. Frozen (hashable).
+
+    kernel_size, stride, padding: an int (the same for every dim) or a tuple of spatial_dims ints;
+    stride=None means stride = kernel_size (PyTorch's default). spatial_dims=None takes the length
+    of the first tuple given, else 2. After construction every field is a tuple of ints.
+    """
+
+    mode: str = "max"
+    kernel_size: tuple = 2
+    stride: tuple | None = None
+    padding: tuple = 0
+    ceil_mode: bool = False
+    spatial_dims: int | None = None
+
+    def __post_init__(self):
+        op = "PoolingDescriptor"
+        if self.mode not in POOLING_MODES:
+            raise ValueError(f"{op}: unknown mode {self.mode!r}; choose one of {POOLING_MODES}")
+        dims = self.spatial_dims
+        if dims is None:
+            dims = next((len(v) for v in (self.kernel_size, self.stride, self.padding)
+                         if v is not None and not isinstance(v, int)), 2)
+        if dims not in (1, 2, 3):
+            raise ValueError(f"{op}: spatial_dims must be 1, 2 or 3, got {dims}")
+        kernel = as_tuple(op, "kernel_size", self.kernel_size, dims, minimum=1)
+        stride = kernel if self.stride is None else as_tuple(op, "stride", self.stride, dims, minimum=1)
+        padding = as_tuple(op, "padding", self.padding, dims, minimum=0)
+        for k, p in zip(kernel, padding):
+            if 2 * p > k:
+                raise ValueError(
+                    f"{op}: padding {padding} must be at most half the kernel {kernel} "
+                    "(a window made only of padding has nothing to pool)"
+                )
+        object.__setattr__(self, "kernel_size", kernel)
+        object.__setattr__(self, "stride", stride)
+        object.__setattr__(self, "padding", padding)
+        object.__setattr__(self, "ceil_mode", bool(self.ceil_mode))
+        object.__setattr__(self, "spatial_dims", dims)
+
+
+def _pooled_length(length: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
+    span = length + 2 * p - k
+    if span < 0:
+        return 0
+    if ceil_mode:
+        n = -(-span // s) + 1
+        # The last window must start inside the input or its left padding (PyTorch's rule).
+        if (n - 1) * s >= length + p:
+            n -= 1
+        return n
+    return span // s + 1
+
+
+def pooling_output_shape(x_shape, desc: PoolingDescriptor, layout: str = "NCHW") -> tuple:
+    """The output shape of pooling_forward for an input of x_shape (in the given layout)."""
+    layout = normalize_layout("pooling_output_shape", layout)
+    x_shape = tuple(int(s) for s in x_shape)
+    n = x_shape[0]
+    if layout == "NCHW":
+        c, spatial = x_shape[1], x_shape[2:]
+    else:
+        c, spatial = x_shape[-1], x_shape[1:-1]
+    out_spatial = tuple(
+        _pooled_length(L, k, s, p, desc.ceil_mode)
+        for L, k, s, p in zip(spatial, desc.kernel_size, desc.stride, desc.padding)
+    )
+    return (n, c) + out_spatial if layout == "NCHW" else (n,) + out_spatial + (c,)
+
+
+def _check_input(op: str, x, spatial_dims: int, name: str = "x") -> None:
+    if x.ndim != spatial_dims + 2:
+        raise ValueError(
+            f"{op}: {name} must have {spatial_dims + 2} dims (N, C and {spatial_dims} spatial) "
+            f"for a {spatial_dims}-D pooling, got shape {shape_str(x.shape)}"
+        )
+
+
+def _checked_output_shape(op: str, x_shape, desc, layout) -> tuple:
+    y_shape = pooling_output_shape(x_shape, desc, layout)
+    spatial = y_shape[2:] if layout == "NCHW" else y_shape[1:-1]
+    if any(s < 1 for s in spatial):
+        raise ValueError(
+            f"{op}: input {shape_str(x_shape)} ({layout}) is too small for kernel {desc.kernel_size}, "
+            f"stride {desc.stride}, padding {desc.padding}: output would be {shape_str(y_shape)}"
+        )
+    return y_shape
+
+
+def _backend(x):
+    if is_cuda_array(x):
+        from .cuda import pooling as impl
+    else:
+        from .cpu import pooling as impl
+    return impl
+
+
+def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """Pool x (N, C, *spatial) or (N, *spatial, C); y has pooling_output_shape(x.shape, desc, layout)."""
+    op = "pooling_forward"
+    if not isinstance(desc, PoolingDescriptor):
+        raise TypeError(f"{op}: desc must be a PoolingDescriptor, got {type(desc).__name__}")
+    layout = normalize_layout(op, layout)
+    _check_input(op, x, desc.spatial_dims)
+    check_same_device(op, x=x, out=out)
+    dtype = check_float(op, x=x)
+    y_shape = _checked_output_shape(op, x.shape, desc, layout)
+    check_blend_out(op, out, y_shape, dtype, beta)
+    return _backend(x).pooling_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
+
+
+def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """dx (x's shape) from x, the forward output y and dy (both of y's shape).
+
+    Max pooling recomputes each window's argmax from x (first maximum wins); y is accepted, as in
+    cuDNN, and checked for shape. Average pooling reads only dy and the shapes.
+    """
+    op = "pooling_backward"
+    if not isinstance(desc, PoolingDescriptor):
+        raise TypeError(f"{op}: desc must be a PoolingDescriptor, got {type(desc).__name__}")
+    layout = normalize_layout(op, layout)
+    _check_input(op, x, desc.spatial_dims)
+    if dy is None:
+        raise ValueError(f"{op}: dy is required")
+    check_same_device(op, x=x, y=y, dy=dy, out=out)
+    dtype = check_float(op, x=x, y=y, dy=dy)
+    y_shape = _checked_output_shape(op, x.shape, desc, layout)
+    for name, a in (("y", y), ("dy", dy)):
+        if a is not None and tuple(a.shape) != y_shape:
+            raise ValueError(
+                f"{op}: {name} has shape {shape_str(a.shape)}, but pooling x {shape_str(x.shape)} "
+                f"gives {shape_str(y_shape)}"
+            )
+    check_blend_out(op, out, x.shape, dtype, beta)
+    return _backend(x).pooling_backward(x, y, dy, desc, layout=layout, alpha=alpha, beta=beta, out=out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Adaptive (and global) average pooling
+# ----------------------------------------------------------------------------------------------
+
+
+def _adaptive_shapes(op: str, x_shape, output_size, layout: str):
+    """Validate and return (output_size tuple, y_shape)."""
+    x_shape = tuple(int(s) for s in x_shape)
+    if len(x_shape) not in (3, 4, 5):
+        raise ValueError(
+            f"{op}: input must have 3, 4 or 5 dims (N, C and 1-3 spatial), got shape {shape_str(x_shape)}"
+        )
+    dims = len(x_shape) - 2
+    output_size = as_tuple(op, "output_size", output_size, dims, minimum=1)
+    spatial = x_shape[2:] if layout == "NCHW" else x_shape[1:-1]
+    if any(s < 1 for s in spatial):
+        raise ValueError(f"{op}: input {shape_str(x_shape)} ({layout}) has an empty spatial dim")
+    n = x_shape[0]
+    c = x_shape[1] if layout == "NCHW" else x_shape[-1]
+    y_shape = (n, c) + output_size if layout == "NCHW" else (n,) + output_size + (c,)
+    return output_size, y_shape
+
+
+def adaptive_avg_pooling_forward(x, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """Average-pool x (N, C, *spatial) to spatial size output_size (an int or one int per dim)."""
+    op = "adaptive_avg_pooling_forward"
+    layout = normalize_layout(op, layout)
+    output_size, y_shape = _adaptive_shapes(op, x.shape, output_size, layout)
+    check_same_device(op, x=x, out=out)
+    dtype = check_float(op, x=x)
+    check_blend_out(op, out, y_shape, dtype, beta)
+    return _backend(x).adaptive_avg_pooling_forward(x, output_size, layout=layout, alpha=alpha, beta=beta, out=out)
+
+
+def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """dx of shape x_shape from dy of the adaptive output's shape."""
+    op = "adaptive_avg_pooling_backward"
+    layout = normalize_layout(op, layout)
+    output_size, y_shape = _adaptive_shapes(op, x_shape, output_size, layout)
+    if tuple(dy.shape) != y_shape:
+        raise ValueError(
+            f"{op}: dy has shape {shape_str(dy.shape)}, but pooling {shape_str(x_shape)} to "
+            f"{output_size} gives {shape_str(y_shape)}"
+        )
+    check_same_device(op, dy=dy, out=out)
+    dtype = check_float(op, dy=dy)
+    check_blend_out(op, out, tuple(int(s) for s in x_shape), dtype, beta)
+    return _backend(dy).adaptive_avg_pooling_backward(
+        dy, tuple(int(s) for s in x_shape), output_size, layout=layout, alpha=alpha, beta=beta, out=out
+    )
+
+
+def global_avg_pooling_forward(x, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """Mean over all spatial dims, keeping them as size 1: (N, C, *spatial) -> (N, C, 1, ..., 1)."""
+    return adaptive_avg_pooling_forward(x, 1, layout=layout, alpha=alpha, beta=beta, out=out)
+
+
+def global_avg_pooling_backward(dy, x_shape, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """dx of shape x_shape: each input gets dy / (number of spatial positions)."""
+    return adaptive_avg_pooling_backward(dy, x_shape, 1, layout=layout, alpha=alpha, beta=beta, out=out)

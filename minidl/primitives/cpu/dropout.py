@@ -1,0 +1,75 @@
+"""NumPy reference of Philox4x32-10 and of dropout (the mapping is in minidl/primitives/dropout.py).
+
+Philox works on 32-bit words; NumPy has no 32x32 -> 64-bit "mulhilo", so words are held in uint64
+and products are split into their high and low halves. Every product of two 32-bit values fits in
+64 bits, so nothing overflows.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+_SHIFT32 = np.uint64(32)
+_PHILOX_M0 = np.uint64(0xD2511F53)  # round multipliers (Salmon et al. 2011)
+_PHILOX_M1 = np.uint64(0xCD9E8D57)
+_PHILOX_W0 = np.uint64(0x9E3779B9)  # key schedule: golden ratio
+_PHILOX_W1 = np.uint64(0xBB67AE85)  # key schedule: sqrt(3) - 1
+_ROUNDS = 10
+
+
+def _mulhilo(a, b):
+    """(high 32 bits, low 32 bits) of the 64-bit product of two 32-bit words."""
+    product = a * b
+    return product >> _SHIFT32, product & _MASK32
+
+
+def philox4x32(counter_words, key_words):
+    """Philox4x32-10: 4 counter words and 2 key words (broadcastable) -> 4 uint32 arrays."""
+    c0, c1, c2, c3 = (np.asarray(w, dtype=np.uint64) & _MASK32 for w in counter_words)
+    k0, k1 = (np.asarray(w, dtype=np.uint64) & _MASK32 for w in key_words)
+    for round_number in range(_ROUNDS):
+        if round_number > 0:
+            # The key is bumped between rounds (Weyl sequence), so each round has its own key.
+            k0 = (k0 + _PHILOX_W0) & _MASK32
+            k1 = (k1 + _PHILOX_W1) & _MASK32
+        hi0, lo0 = _mulhilo(_PHILOX_M0, c0)
+        hi1, lo1 = _mulhilo(_PHILOX_M1, c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return tuple(np.asarray(c, dtype=np.uint32) for c in np.broadcast_arrays(c0, c1, c2, c3))
+
+
+def dropout_mask(shape, p, seed, offset=0):
+    """Boolean keep-mask of `shape`: element i (offset + flat index) is kept iff u_i >= p."""
+    n = int(np.prod(shape, dtype=np.int64))
+    if n == 0:
+        return np.zeros(shape, dtype=bool)
+    # One Philox call makes 4 words, for elements 4b .. 4b+3: generate whole blocks, then cut.
+    first_block, last_block = offset >> 2, (offset + n - 1) >> 2
+    blocks = np.arange(last_block - first_block + 1, dtype=np.uint64) + np.uint64(first_block)
+    key = (seed & 0xFFFFFFFF, seed >> 32)
+    words = philox4x32((blocks & _MASK32, blocks >> _SHIFT32, 0, 0), key)
+    stream = np.stack(words, axis=1).reshape(-1)  # word (i & 3) of block (i >> 2), in order of i
+    start = offset & 3
+    bits24 = stream[start:start + n] >> np.uint32(8)
+    # u = bits24 * 2^-24 >= p  <=>  bits24 >= p * 2^24 (exact in float64: a power-of-two scaling).
+    keep = bits24.astype(np.float64) * 2.0**-24 >= p
+    return keep.reshape(shape)
+
+
+def _apply_mask(a, p, seed, offset):
+    if p == 0.0:
+        return a.copy()
+    if p == 1.0:
+        return np.zeros_like(a)
+    keep = dropout_mask(a.shape, p, seed, offset)
+    scale = a.dtype.type(1.0 / (1.0 - p))
+    return np.where(keep, a * scale, a.dtype.type(0))
+
+
+def dropout_forward(x, p, seed, *, offset=0):
+    return _apply_mask(x, p, seed, offset)
+
+
+def dropout_backward(dy, p, seed, *, offset=0):
+    # The same (seed, offset, index) -> the same mask as the forward pass, regenerated.
+    return _apply_mask(dy, p, seed, offset)

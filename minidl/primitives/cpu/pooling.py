@@ -1,0 +1,161 @@
+"""NumPy reference of max/average pooling and adaptive average pooling.
+
+Vectorised over the kernel taps, not over output pixels: for a tap (a, b) of a 2-D window, the
+input element that tap reads for every output (i, j) is x_padded[.., i*s_h + a, j*s_w + b], i.e.
+one strided slice x_padded[.., a::s_h, b::s_w] of the output's size. A window of kh * kw taps is
+kh * kw whole-array operations, however large the image. For a fixed tap, distinct outputs read
+distinct inputs, so the backward pass can scatter one tap with a plain `+=` on a slice.
+
+Arguments arrive already checked (see minidl/primitives/pooling.py); arrays are computed in
+channels-first order, on a transposed view when the layout is channels-last.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .._common import blend, to_channels_first, to_channels_last
+from ..pooling import pooling_output_shape
+
+
+def _geometry(spatial, desc):
+    """Output sizes and the padded input sizes the windows need (right padding grows in ceil mode)."""
+    out_sizes = pooling_output_shape((1, 1) + tuple(spatial), desc, "NCHW")[2:]
+    padded = tuple(
+        max(L + 2 * p, (o - 1) * s + k)
+        for L, o, k, s, p in zip(spatial, out_sizes, desc.kernel_size, desc.stride, desc.padding)
+    )
+    return out_sizes, padded
+
+
+def _pad(xc, desc, padded, fill):
+    """Copy xc (N, C, *spatial) into a (N, C, *padded) array filled with `fill` (0 or -inf)."""
+    xp = np.full(xc.shape[:2] + padded, fill, dtype=xc.dtype)
+    inner = tuple(slice(p, p + L) for p, L in zip(desc.padding, xc.shape[2:]))
+    xp[(Ellipsis,) + inner] = xc
+    return xp
+
+
+def _taps(desc, out_sizes):
+    """(tap number, slices) for every tap of the window, in window (C) order."""
+    ranges = [range(k) for k in desc.kernel_size]
+    for t, offsets in enumerate(itertools.product(*ranges)):
+        yield t, (Ellipsis,) + tuple(slice(o, o + (n - 1) * s + 1, s)
+                                     for o, n, s in zip(offsets, out_sizes, desc.stride))
+
+
+def _avg_divisor(spatial, out_sizes, desc, dtype):
+    """Per-output divisor of average pooling, shape (1, 1, *out_sizes).
+
+    A window starts at i*s - p. include_pad counts it up to the end of the right padding (the
+    extra cells that ceil mode adds past it never count, as in PyTorch); exclude_pad counts only
+    the real input cells. The count factorises over dims, so it is an outer product.
+    """
+    divisor = np.ones((1, 1) + tuple(out_sizes), dtype=np.float64)
+    for d, (L, n, k, s, p) in enumerate(zip(spatial, out_sizes, desc.kernel_size, desc.stride, desc.padding)):
+        start = np.arange(n) * s - p
+        if desc.mode == "avg_include_pad":
+            count = np.minimum(start + k, L + p) - start
+        else:
+            count = np.minimum(start + k, L) - np.maximum(start, 0)
+        shape = [1] * divisor.ndim
+        shape[2 + d] = n
+        divisor = divisor * count.reshape(shape)
+    return divisor.astype(dtype)
+
+
+def _max_argmax(xp, desc, out_sizes):
+    """Window maxima and the tap number of each one's first maximum (NaN wins, as in PyTorch)."""
+    best = None
+    arg = None
+    for t, sl in _taps(desc, out_sizes):
+        v = xp[sl]
+        if best is None:
+            best = v.copy()
+            arg = np.zeros(v.shape, dtype=np.int64)
+            continue
+        # Strictly greater: on a tie the earlier tap keeps the maximum.
+        better = (v > best) | np.isnan(v)
+        best = np.where(better, v, best)
+        arg = np.where(better, t, arg)
+    return best, arg
+
+
+def _to_layout(a, layout):
+    return np.ascontiguousarray(to_channels_last(a, layout))
+
+
+def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    xc = to_channels_first(x, layout)
+    spatial = xc.shape[2:]
+    out_sizes, padded = _geometry(spatial, desc)
+    if desc.mode == "max":
+        y, _ = _max_argmax(_pad(xc, desc, padded, -np.inf), desc, out_sizes)
+    else:
+        xp = _pad(xc, desc, padded, 0)
+        y = np.zeros(xc.shape[:2] + tuple(out_sizes), dtype=x.dtype)
+        for _, sl in _taps(desc, out_sizes):
+            y += xp[sl]
+        y /= _avg_divisor(spatial, out_sizes, desc, x.dtype)
+    return blend("pooling_forward", _to_layout(y, layout), out, alpha, beta)
+
+
+def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    xc = to_channels_first(x, layout)
+    dyc = to_channels_first(dy, layout)
+    spatial = xc.shape[2:]
+    out_sizes, padded = _geometry(spatial, desc)
+    dxp = np.zeros(xc.shape[:2] + padded, dtype=x.dtype)
+    if desc.mode == "max":
+        # Recompute the argmax from x instead of storing it (as cuDNN): the gradient of each
+        # window goes to its first maximum.
+        _, arg = _max_argmax(_pad(xc, desc, padded, -np.inf), desc, out_sizes)
+        for t, sl in _taps(desc, out_sizes):
+            dxp[sl] += np.where(arg == t, dyc, 0)
+    else:
+        share = dyc / _avg_divisor(spatial, out_sizes, desc, x.dtype)
+        for _, sl in _taps(desc, out_sizes):
+            dxp[sl] += share
+    inner = (Ellipsis,) + tuple(slice(p, p + L) for p, L in zip(desc.padding, spatial))
+    return blend("pooling_backward", _to_layout(dxp[inner], layout), out, alpha, beta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Adaptive average pooling: separable, so one small averaging matrix per spatial dim
+# ----------------------------------------------------------------------------------------------
+
+
+def adaptive_pooling_matrix(in_size: int, out_size: int, dtype=np.float64):
+    """(out_size, in_size) matrix A with A[i, start_i:end_i] = 1 / (end_i - start_i).
+
+    start_i = floor(i * In / Out), end_i = ceil((i + 1) * In / Out) (PyTorch's windows). Averaging
+    a box is averaging along each dim in turn, so y = x with A applied along every spatial axis,
+    and the backward pass applies A transposed.
+    """
+    a = np.zeros((out_size, in_size), dtype=np.float64)
+    for i in range(out_size):
+        start = (i * in_size) // out_size
+        end = -(-((i + 1) * in_size) // out_size)
+        a[i, start:end] = 1.0 / (end - start)
+    return a.astype(dtype)
+
+
+def _apply_along(a, matrix, axis):
+    """Contract `axis` of a with the columns of matrix: result[.., i, ..] = sum_j matrix[i, j] a[.., j, ..]."""
+    return np.moveaxis(np.tensordot(a, matrix, axes=([axis], [1])), -1, axis)
+
+
+def adaptive_avg_pooling_forward(x, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    y = to_channels_first(x, layout)
+    for d, n_out in enumerate(output_size):
+        y = _apply_along(y, adaptive_pooling_matrix(y.shape[2 + d], n_out, x.dtype), 2 + d)
+    return blend("adaptive_avg_pooling_forward", _to_layout(y, layout), out, alpha, beta)
+
+
+def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    spatial = x_shape[2:] if layout == "NCHW" else x_shape[1:-1]
+    dx = to_channels_first(dy, layout)
+    for d, (n_in, n_out) in enumerate(zip(spatial, output_size)):
+        dx = _apply_along(dx, adaptive_pooling_matrix(n_in, n_out, dy.dtype).T, 2 + d)
+    return blend("adaptive_avg_pooling_backward", _to_layout(dx, layout), out, alpha, beta)
