@@ -379,10 +379,11 @@ class MatMul(Function):
         a2 = a[None, :] if a.ndim == 1 else a
         b2 = b[:, None] if b.ndim == 1 else b
         g2 = g
-        if a.ndim == 1:
-            g2 = xp.expand_dims(g2, -2)
+        # b's axis first: when both are 1-D, g is 0-d and only gains the axis -2 after this one.
         if b.ndim == 1:
             g2 = xp.expand_dims(g2, -1)
+        if a.ndim == 1:
+            g2 = xp.expand_dims(g2, -2)
         ga = gb = None
         if self.needs_input_grad[0]:
             ga = xp.matmul(g2, xp.swapaxes(b2, -1, -2))

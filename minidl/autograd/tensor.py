@@ -354,6 +354,7 @@ class Tensor:
             np.broadcast_shapes(a.shape, b.shape)
         except ValueError:
             raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+        a, b = _promote(a, b, op)
         return fn.apply(a, b)
 
     def __add__(self, o):
@@ -799,6 +800,20 @@ class _ToDevice(Function):
 
     def backward(self, g):
         return _device.move_array(g, self.src)
+
+
+def _promote(a, b, op):
+    """PyTorch's type promotion between an integer (or bool) and a float tensor: the float dtype wins
+    (NumPy would turn int64 + float32 into float64). True division of integers gives the default
+    float dtype, as torch.div does."""
+    a_float, b_float = a.dtype.kind == "f", b.dtype.kind == "f"
+    if a_float and not b_float:
+        b = b.type(a.dtype)
+    elif b_float and not a_float:
+        a = a.type(b.dtype)
+    elif op == "div" and not a_float and not b_float:
+        a, b = a.type(_default_dtype), b.type(_default_dtype)
+    return a, b
 
 
 def _shape_arg(shape):

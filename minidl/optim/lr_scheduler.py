@@ -1,0 +1,304 @@
+"""Learning-rate schedules: rules that set each parameter group's "lr" as training goes on.
+
+A scheduler is stepped once per epoch (or per batch, for OneCycleLR), after `optimizer.step()`:
+
+    sched = StepLR(opt, step_size=30, gamma=0.1)
+    for epoch in range(90):
+        train_one_epoch(); sched.step()
+
+It counts steps in `last_epoch` (-1 before the first; the constructor takes step 0) and writes the new
+rates into `optimizer.param_groups[i]["lr"]`. Most schedules here are written, as in PyTorch, in
+*recursive* form: the next lr is computed from the current group["lr"], which is what makes them match
+torch step for step (and lets two schedulers be chained on one optimizer).
+"""
+from __future__ import annotations
+
+import math
+import types
+from collections import Counter
+
+from .optimizer import Optimizer
+
+
+class LRScheduler:
+    """Base class: subclasses implement `get_lr()` -> the new lr of each group at `self.last_epoch`."""
+
+    def __init__(self, optimizer, last_epoch: int = -1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(self).__name__}: {type(optimizer).__name__} is not an Optimizer")
+        self.optimizer = optimizer
+        if last_epoch == -1:
+            for group in optimizer.param_groups:
+                group.setdefault("initial_lr", group["lr"])
+        else:
+            for i, group in enumerate(optimizer.param_groups):
+                if "initial_lr" not in group:
+                    raise KeyError(
+                        f"{type(self).__name__}: param_groups[{i}] has no 'initial_lr', needed to resume with "
+                        f"last_epoch={last_epoch}; load the optimizer's state dict first"
+                    )
+        self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
+        self.last_epoch = last_epoch
+        self._step_count = 0
+        # The constructor takes the first step (epoch 0), which sets the starting lr.
+        self._is_initial = True
+        try:
+            self.step()
+        finally:
+            self._is_initial = False
+
+    def get_lr(self) -> list[float]:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} does not implement get_lr")
+
+    def step(self) -> None:
+        self._step_count += 1
+        self.last_epoch += 1
+        values = self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, values):
+            group["lr"] = lr
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def get_last_lr(self) -> list[float]:
+        """The learning rates the last step() set, one per parameter group."""
+        return list(self._last_lr)
+
+    def state_dict(self) -> dict:
+        """Everything but the optimizer (PyTorch's layout: the scheduler's attributes)."""
+        return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.__dict__.update(state_dict)
+
+    def _current_lrs(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+
+class LambdaLR(LRScheduler):
+    """lr = initial_lr * lr_lambda(epoch); one function, or one per group."""
+
+    def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
+        if isinstance(lr_lambda, (list, tuple)):
+            if len(lr_lambda) != len(optimizer.param_groups):
+                raise ValueError(
+                    f"LambdaLR: expected {len(optimizer.param_groups)} lr_lambdas (one per group), got {len(lr_lambda)}"
+                )
+            self.lr_lambdas = list(lr_lambda)
+        else:
+            self.lr_lambdas = [lr_lambda] * len(optimizer.param_groups)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        return [base_lr * fn(self.last_epoch) for fn, base_lr in zip(self.lr_lambdas, self.base_lrs)]
+
+    def state_dict(self):
+        """Functions and lambdas are not saved (they are code); a callable object's attributes are."""
+        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "lr_lambdas")}
+        state["lr_lambdas"] = [
+            None if isinstance(fn, types.FunctionType) else dict(fn.__dict__) for fn in self.lr_lambdas
+        ]
+        return state
+
+    def load_state_dict(self, state_dict):
+        state = dict(state_dict)
+        saved_lambdas = state.pop("lr_lambdas", [None] * len(self.lr_lambdas))
+        self.__dict__.update(state)
+        for fn, saved in zip(self.lr_lambdas, saved_lambdas):
+            if saved is not None:
+                fn.__dict__.update(saved)
+
+
+class StepLR(LRScheduler):
+    """Multiply the lr by gamma every step_size epochs."""
+
+    def __init__(self, optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
+        if int(step_size) != step_size or step_size <= 0:
+            raise ValueError(f"StepLR: step_size must be a positive integer, got {step_size}")
+        self.step_size = int(step_size)
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch == 0 or self.last_epoch % self.step_size != 0:
+            return self._current_lrs()
+        return [lr * self.gamma for lr in self._current_lrs()]
+
+
+class MultiStepLR(LRScheduler):
+    """Multiply the lr by gamma at each milestone epoch (by gamma^k if a milestone is listed k times)."""
+
+    def __init__(self, optimizer, milestones, gamma: float = 0.1, last_epoch: int = -1):
+        self.milestones = Counter(int(m) for m in milestones)
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self.last_epoch not in self.milestones:
+            return self._current_lrs()
+        return [lr * self.gamma ** self.milestones[self.last_epoch] for lr in self._current_lrs()]
+
+    def state_dict(self):
+        # A Counter is a dict keyed by ints; store it as a plain dict so save() can write it.
+        state = super().state_dict()
+        state["milestones"] = dict(self.milestones)
+        return state
+
+    def load_state_dict(self, state_dict):
+        super().load_state_dict(state_dict)
+        self.milestones = Counter({int(k): v for k, v in dict(self.milestones).items()})
+
+
+class ExponentialLR(LRScheduler):
+    """Multiply the lr by gamma every epoch."""
+
+    def __init__(self, optimizer, gamma: float, last_epoch: int = -1):
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        if self._is_initial:
+            return self._current_lrs()
+        return [lr * self.gamma for lr in self._current_lrs()]
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr_t = eta_min + (base_lr - eta_min) * (1 + cos(pi * t / T_max)) / 2 (SGDR without restarts).
+
+    Computed recursively from the current lr, as PyTorch does: the ratio of two consecutive cosine
+    factors scales (lr - eta_min). Past T_max the schedule keeps following the cosine back up.
+    """
+
+    def __init__(self, optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):
+        if T_max <= 0:
+            raise ValueError(f"CosineAnnealingLR: T_max must be positive, got {T_max}")
+        self.T_max = T_max
+        self.eta_min = eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self):
+        lrs = self._current_lrs()
+        t, T = self.last_epoch, self.T_max
+        if self._is_initial:
+            return lrs
+        if self._step_count == 1 and t > 0:  # resumed at epoch t: jump to the closed form
+            return [self.eta_min + (b - self.eta_min) * (1 + math.cos(t * math.pi / T)) / 2 for b in self.base_lrs]
+        if (t - 1 - T) % (2 * T) == 0:  # at the cosine's minimum the ratio below would divide by zero
+            return [lr + (b - self.eta_min) * (1 - math.cos(math.pi / T)) / 2 for lr, b in zip(lrs, self.base_lrs)]
+        ratio = (1 + math.cos(math.pi * t / T)) / (1 + math.cos(math.pi * (t - 1) / T))
+        return [ratio * (lr - self.eta_min) + self.eta_min for lr in lrs]
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (Smith & Topin): warm the lr up from max_lr/div_factor to max_lr over the first
+    pct_start of the steps, then anneal it down to initial_lr/final_div_factor. Momentum (SGD's
+    momentum or Adam's beta1) moves the opposite way, between max_momentum and base_momentum.
+    three_phase: up, back down to initial_lr symmetrically, then the final anneal.
+    Step it after every batch; total_steps = epochs * steps_per_epoch.
+    """
+
+    def __init__(self, optimizer, max_lr, total_steps=None, epochs=None, steps_per_epoch=None, pct_start=0.3,
+                 anneal_strategy="cos", cycle_momentum=True, base_momentum=0.85, max_momentum=0.95,
+                 div_factor=25.0, final_div_factor=1e4, three_phase=False, last_epoch=-1):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"OneCycleLR: {type(optimizer).__name__} is not an Optimizer")
+        if total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError(f"OneCycleLR: expected a positive integer total_steps, got {total_steps}")
+            self.total_steps = total_steps
+        elif epochs is not None and steps_per_epoch is not None:
+            if not isinstance(epochs, int) or epochs <= 0:
+                raise ValueError(f"OneCycleLR: expected a positive integer epochs, got {epochs}")
+            if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+                raise ValueError(f"OneCycleLR: expected a positive integer steps_per_epoch, got {steps_per_epoch}")
+            self.total_steps = epochs * steps_per_epoch
+        else:
+            raise ValueError("OneCycleLR: give either total_steps or both epochs and steps_per_epoch")
+        if not isinstance(pct_start, float) or not 0 <= pct_start <= 1:
+            raise ValueError(f"OneCycleLR: pct_start must be a float in [0, 1], got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got {anneal_strategy!r}")
+        self.anneal_strategy = anneal_strategy
+
+        # Each phase anneals from one group key to another, ending at step end_step.
+        up_end = float(pct_start * self.total_steps) - 1
+        if three_phase:
+            self._schedule_phases = [
+                dict(end_step=up_end, start_lr="initial_lr", end_lr="max_lr",
+                     start_momentum="max_momentum", end_momentum="base_momentum"),
+                dict(end_step=float(2 * pct_start * self.total_steps) - 2, start_lr="max_lr", end_lr="initial_lr",
+                     start_momentum="base_momentum", end_momentum="max_momentum"),
+                dict(end_step=self.total_steps - 1, start_lr="initial_lr", end_lr="min_lr",
+                     start_momentum="max_momentum", end_momentum="max_momentum"),
+            ]
+        else:
+            self._schedule_phases = [
+                dict(end_step=up_end, start_lr="initial_lr", end_lr="max_lr",
+                     start_momentum="max_momentum", end_momentum="base_momentum"),
+                dict(end_step=self.total_steps - 1, start_lr="max_lr", end_lr="min_lr",
+                     start_momentum="base_momentum", end_momentum="max_momentum"),
+            ]
+
+        groups = optimizer.param_groups
+        max_lrs = _per_group("max_lr", max_lr, groups)
+        if last_epoch == -1:
+            for group, top in zip(groups, max_lrs):
+                group["initial_lr"] = top / div_factor
+                group["max_lr"] = top
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError(
+                    f"OneCycleLR: cycle_momentum=True needs an optimizer with momentum or betas, "
+                    f"{type(optimizer).__name__} has neither"
+                )
+            self.use_beta1 = "betas" in optimizer.defaults
+            max_moms = _per_group("max_momentum", max_momentum, groups)
+            base_moms = _per_group("base_momentum", base_momentum, groups)
+            if last_epoch == -1:
+                for group, top, low in zip(groups, max_moms, base_moms):
+                    if self.use_beta1:
+                        group["betas"] = (top, *group["betas"][1:])
+                    else:
+                        group["momentum"] = top
+                    group["max_momentum"] = top
+                    group["base_momentum"] = low
+        super().__init__(optimizer, last_epoch)
+
+    def _anneal(self, start, end, pct):
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self):
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"OneCycleLR: tried to step {step} times; total_steps is {self.total_steps}")
+        lrs = []
+        for group in self.optimizer.param_groups:
+            start_step = 0.0
+            for i, phase in enumerate(self._schedule_phases):
+                end_step = phase["end_step"]
+                if step <= end_step or i == len(self._schedule_phases) - 1:
+                    pct = (step - start_step) / (end_step - start_step)
+                    lr = self._anneal(group[phase["start_lr"]], group[phase["end_lr"]], pct)
+                    if self.cycle_momentum:
+                        momentum = self._anneal(group[phase["start_momentum"]], group[phase["end_momentum"]], pct)
+                    break
+                start_step = end_step
+            lrs.append(lr)
+            if self.cycle_momentum:
+                if self.use_beta1:
+                    group["betas"] = (momentum, *group["betas"][1:])
+                else:
+                    group["momentum"] = momentum
+        return lrs
+
+
+def _per_group(name, value, groups):
+    """One value per parameter group: a list of the right length, or a scalar repeated."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != len(groups):
+            raise ValueError(f"OneCycleLR: expected {len(groups)} values for {name} (one per group), got {len(value)}")
+        return list(value)
+    return [value] * len(groups)

@@ -1,0 +1,255 @@
+"""Optimizer: the base class of every update rule (SGD, Adam, RMSprop, ...).
+
+An optimizer holds *parameter groups*: a list of dicts, each with "params" (a list of leaf tensors)
+and its own hyper-parameters (lr, momentum, ...); keys a group leaves out take the optimizer's
+defaults. Per-parameter running statistics (momentum buffers, Adam's moments) live in
+`self.state[param]`.
+
+`step()` updates every parameter that has a gradient *in place*, on `p._data`, with the array module
+of that array (NumPy or CuPy), so one update rule runs on both devices. Hyper-parameters and step
+counts stay Python numbers on the host, so an update on the GPU is a few kernel launches and never a
+round trip to read a value back.
+
+`state_dict()` / `load_state_dict()` use PyTorch's layout, so a checkpoint reads the same:
+    {"state": {0: {"step": 3, "exp_avg": Tensor, ...}, 1: {...}},
+     "param_groups": [{"lr": 0.01, ..., "params": [0, 1]}, ...]}
+Parameters are named by their position across the groups, in order.
+"""
+from __future__ import annotations
+
+import copy
+import numbers
+
+import numpy as np
+
+from .. import _device
+from ..autograd.function import enable_grad, no_grad
+from ..autograd.tensor import Tensor
+
+
+class _Required:
+    """Marks a hyper-parameter that has no default: every group must give it."""
+
+    def __repr__(self):
+        return "<required parameter>"
+
+
+required = _Required()
+
+
+class Optimizer:
+    """Base class. Subclasses call `super().__init__(params, defaults)` and implement `_update_group`.
+
+    Args:
+        params: an iterable of tensors, or of dicts (parameter groups) with a "params" entry and
+            per-group overrides of `defaults`.
+        defaults: hyper-parameters used by groups that do not set them.
+    """
+
+    def __init__(self, params, defaults: dict):
+        name = type(self).__name__
+        if isinstance(params, Tensor):
+            raise TypeError(
+                f"{name}: params must be an iterable of tensors or of dicts, got a single Tensor; "
+                "pass [tensor] or model.parameters()"
+            )
+        self.defaults = dict(defaults)
+        self.state: dict = {}  # param (hashed by identity) -> dict of its running statistics
+        self.param_groups: list[dict] = []
+        groups = list(params)
+        if len(groups) == 0:
+            raise ValueError(f"{name}: got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        for group in groups:
+            self.add_param_group(group)
+
+    # --------------------------------------------------------------------------------------------
+    # Parameter groups
+    # --------------------------------------------------------------------------------------------
+    def add_param_group(self, param_group: dict) -> None:
+        """Add a group {"params": [...], **overrides}; missing options take the defaults."""
+        name = type(self).__name__
+        if not isinstance(param_group, dict):
+            raise TypeError(f"{name}.add_param_group: expected a dict, got {type(param_group).__name__}")
+        group = dict(param_group)
+        params = group.get("params")
+        if isinstance(params, Tensor):
+            params = [params]
+        elif isinstance(params, set):
+            raise TypeError(f"{name}: parameters must be an ordered sequence (a set's order changes between runs)")
+        else:
+            params = list(params) if params is not None else []
+        for i, p in enumerate(params):
+            if not isinstance(p, Tensor):
+                raise TypeError(f"{name}: can only optimize Tensors, but parameter {i} is a {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError(
+                    f"{name}: can't optimize a non-leaf Tensor (parameter {i} of shape {p.shape} was computed "
+                    "by an op); optimize the leaf it came from, or call .detach().requires_grad_()"
+                )
+            if p.dtype.kind != "f":
+                raise TypeError(f"{name}: parameter {i} of shape {p.shape} has dtype {p.dtype}; only float tensors can be optimized")
+        if len({id(p) for p in params}) != len(params):
+            raise ValueError(f"{name}: a parameter group contains the same tensor twice")
+        group["params"] = params
+
+        for key, default in self.defaults.items():
+            if default is required and key not in group:
+                raise ValueError(f"{name}: parameter group didn't specify a value of required option {key!r}")
+            group.setdefault(key, default)
+        self._check_hyperparameters(group)
+
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            raise ValueError(f"{name}: some parameters appear in more than one parameter group")
+        self.param_groups.append(group)
+
+    def _check_hyperparameters(self, group: dict) -> None:
+        """Subclasses raise ValueError for invalid options of one group (lr < 0, betas out of range...)."""
+
+    # --------------------------------------------------------------------------------------------
+    # Gradients and the update
+    # --------------------------------------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Forget the gradients: set .grad to None (default, frees memory) or fill it with zeros."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad = p.grad.detach()
+                    p.grad._data[...] = 0
+
+    def step(self, closure=None):
+        """One update of every parameter that has a gradient. `closure()` (optional) re-evaluates the
+        loss with gradients enabled and returns it; step returns that loss."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        with no_grad():
+            for group in self.param_groups:
+                self._update_group(group)
+        return loss
+
+    def _update_group(self, group: dict) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} does not implement _update_group")
+
+    def _grad_of(self, p: Tensor, maximize: bool = False):
+        """The gradient array of p (negated to maximize), checked against p's shape and device."""
+        g = p.grad._data
+        if tuple(g.shape) != p.shape:
+            raise ValueError(f"{type(self).__name__}.step: gradient of shape {tuple(g.shape)} for a parameter of shape {p.shape}")
+        if _device.is_cuda_array(g) != p.is_cuda:
+            raise ValueError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
+        return -g if maximize else g
+
+    @staticmethod
+    def _zeros_like(p: Tensor) -> Tensor:
+        """A state buffer of p's shape, dtype and device."""
+        xp = _device.get_array_module(p._data)
+        return Tensor._make(xp.zeros_like(p._data))
+
+    # --------------------------------------------------------------------------------------------
+    # Checkpoints
+    # --------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """{"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]} (PyTorch's layout).
+        The state tensors are the optimizer's own (not copies), as in PyTorch; save() copies them."""
+        index_of: dict[int, int] = {}
+        packed_groups = []
+        for group in self.param_groups:
+            packed = {k: v for k, v in group.items() if k != "params"}
+            for p in group["params"]:
+                index_of.setdefault(id(p), len(index_of))
+            packed["params"] = [index_of[id(p)] for p in group["params"]]
+            packed_groups.append(packed)
+        state = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p in self.state:
+                    state[index_of[id(p)]] = dict(self.state[p])
+        return {"state": state, "param_groups": packed_groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore what state_dict() returned. The groups must match in number and size; state tensors
+        are copied onto each parameter's device (floating ones cast to its dtype). Nothing changes if
+        the check fails."""
+        name = type(self).__name__
+        if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
+            raise ValueError(f"{name}.load_state_dict: expected a dict with 'state' and 'param_groups'")
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError(
+                f"{name}.load_state_dict: the state dict has {len(saved_groups)} parameter groups, "
+                f"this optimizer has {len(self.param_groups)}"
+            )
+        for i, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
+            if len(mine["params"]) != len(saved["params"]):
+                raise ValueError(
+                    f"{name}.load_state_dict: parameter group {i} has {len(saved['params'])} parameters in the "
+                    f"state dict but {len(mine['params'])} in this optimizer"
+                )
+        param_of = {}
+        for mine, saved in zip(self.param_groups, saved_groups):
+            for index, p in zip(saved["params"], mine["params"]):
+                param_of[_as_index(index)] = p
+        unknown = [k for k in state_dict["state"] if _as_index(k) not in param_of]
+        if unknown:
+            raise ValueError(f"{name}.load_state_dict: state for parameter indices {unknown} that no group lists")
+        # Shapes are checked before anything is written, so a bad checkpoint leaves the optimizer as it was.
+        for key, entry in state_dict["state"].items():
+            p = param_of[_as_index(key)]
+            for k, v in entry.items():
+                shape = tuple(v.shape) if isinstance(v, (Tensor, np.ndarray)) or _device.is_cuda_array(v) else None
+                if shape is not None and shape not in (p.shape, ()):
+                    raise ValueError(
+                        f"{name}.load_state_dict: state {k!r} of parameter {key} has shape {shape}, "
+                        f"the parameter has shape {p.shape}"
+                    )
+
+        new_state = {}
+        for key, entry in state_dict["state"].items():
+            p = param_of[_as_index(key)]
+            new_state[p] = {k: _state_value_for(p, k, v) for k, v in entry.items()}
+        new_groups = []
+        for mine, saved in zip(self.param_groups, saved_groups):
+            group = {k: copy.deepcopy(v) for k, v in saved.items() if k != "params"}
+            if isinstance(group.get("betas"), list):  # a tuple may come back as a list from JSON-like storage
+                group["betas"] = tuple(group["betas"])
+            group["params"] = mine["params"]
+            new_groups.append(group)
+        self.state = new_state
+        self.param_groups = new_groups
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__} ("]
+        for i, group in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            for key in sorted(k for k in group if k != "params"):
+                lines.append(f"    {key}: {group[key]}")
+        lines.append(")")
+        return "\n".join(lines)
+
+
+def _as_index(key) -> int:
+    return int(key)
+
+
+def _state_value_for(p: Tensor, key: str, value):
+    """A copy of one saved state entry, placed like parameter p ("step" stays a number)."""
+    if isinstance(value, Tensor):
+        value = value._data
+    if isinstance(value, np.ndarray) or _device.is_cuda_array(value):
+        if key == "step":  # PyTorch saves step as a 0-d tensor; minidl keeps it a Python number
+            host = value.get() if _device.is_cuda_array(value) else value
+            return host.item()
+        array = _device.move_array(value, p.device)
+        dtype = p.dtype if array.dtype.kind == "f" else array.dtype
+        return Tensor._make(array.astype(dtype, copy=True))  # a copy: never share the caller's arrays
+    if isinstance(value, numbers.Number):
+        return value
+    return copy.deepcopy(value)

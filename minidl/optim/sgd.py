@@ -1,0 +1,57 @@
+"""SGD: stochastic gradient descent with optional momentum, Nesterov momentum and weight decay.
+
+PyTorch's algorithm, for each parameter p with gradient g (g = -g to maximize):
+
+    g = g + weight_decay * p                         (L2 penalty, if weight_decay != 0)
+    b = g                          on the first step  (momentum buffer, if momentum != 0)
+    b = momentum * b + (1 - dampening) * g            afterwards
+    g = g + momentum * b           with nesterov, else g = b
+    p = p - lr * g
+"""
+from __future__ import annotations
+
+from ..autograd.tensor import Tensor
+from .optimizer import Optimizer
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
+                 maximize=False):
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                        nesterov=nesterov, maximize=maximize)
+        super().__init__(params, defaults)
+
+    def _check_hyperparameters(self, group):
+        if group["lr"] < 0:
+            raise ValueError(f"SGD: invalid learning rate {group['lr']} (must be >= 0)")
+        if group["momentum"] < 0:
+            raise ValueError(f"SGD: invalid momentum {group['momentum']} (must be >= 0)")
+        if group["weight_decay"] < 0:
+            raise ValueError(f"SGD: invalid weight_decay {group['weight_decay']} (must be >= 0)")
+        if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
+            raise ValueError(
+                f"SGD: Nesterov momentum requires a momentum > 0 and zero dampening, got "
+                f"momentum={group['momentum']}, dampening={group['dampening']}"
+            )
+
+    def _update_group(self, group):
+        # Python floats: multiplying a float32 array by them keeps float32 (and reads nothing from the GPU).
+        lr, momentum = float(group["lr"]), float(group["momentum"])
+        dampening, weight_decay = float(group["dampening"]), float(group["weight_decay"])
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            g = self._grad_of(p, group["maximize"])
+            if weight_decay != 0:
+                g = g + weight_decay * p._data
+            if momentum != 0:
+                state = self.state.setdefault(p, {})
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = Tensor._make(g.copy())  # the first step starts the buffer at g, undamped
+                    state["momentum_buffer"] = buf
+                else:
+                    buf._data *= momentum
+                    buf._data += (1 - dampening) * g
+                g = g + momentum * buf._data if group["nesterov"] else buf._data
+            p._data -= lr * g

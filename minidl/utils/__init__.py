@@ -1,0 +1,3 @@
+"""Utilities: gradcheck (autograd vs finite differences) and save/load of checkpoints without pickle."""
+from .gradcheck import GradcheckError, gradcheck  # noqa: F401
+from .serialization import CheckpointError, load, save  # noqa: F401
