@@ -1,0 +1,16 @@
+"""minidl.data: datasets, the DataLoader, and batch transforms (PyTorch's torch.utils.data names).
+
+    train = MNIST(train=True)                       # uint8 (N, 28, 28) + int64 labels
+    x, y = train.as_arrays(normalize=True)          # float32 (N, 1, 28, 28)
+    loader = DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True, generator=0, device="cuda")
+    for xb, yb in loader: ...                       # minidl Tensors, cut on the GPU
+"""
+from . import transforms
+from .dataloader import DataLoader, default_collate
+from .dataset import ArrayDataset, Dataset, Subset, TensorDataset, random_split
+from .datasets import (CIFAR10, MNIST, BPTTIterator, CharCorpus, DatasetNotFoundError, UnsafePickleError,
+                       WordCorpus, batchify, data_root)
+
+__all__ = ["transforms", "DataLoader", "default_collate", "ArrayDataset", "Dataset", "Subset",
+           "TensorDataset", "random_split", "CIFAR10", "MNIST", "BPTTIterator", "CharCorpus",
+           "DatasetNotFoundError", "UnsafePickleError", "WordCorpus", "batchify", "data_root"]

@@ -1,0 +1,141 @@
+"""Datasets: anything with `__len__` and `__getitem__(i)` (PyTorch's map-style dataset).
+
+`ArrayDataset` / `TensorDataset` hold whole arrays whose first axis is the sample axis. They tell the
+DataLoader so (through `_whole_arrays`), and the loader then cuts a whole batch with one fancy index
+per array instead of calling `__getitem__` once per sample: on MNIST that is the difference between
+~60,000 Python calls per epoch and ~1,000 NumPy calls.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._random import make_rng
+
+
+def _raw_array(a):
+    """A minidl Tensor -> its NumPy/CuPy array; arrays pass through; anything else -> np.asarray."""
+    data = getattr(a, "_data", None)
+    if data is not None:
+        return data
+    if type(a).__module__.startswith("cupy") or isinstance(a, np.ndarray):
+        return a
+    return np.asarray(a)
+
+
+class Dataset:
+    """Base class of map-style datasets: subclasses define `__len__` and `__getitem__(index)`."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError(f"{type(self).__name__} must define __getitem__")
+
+    def __len__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __len__")
+
+    def _whole_arrays(self):
+        """(arrays, indices) when item i is exactly `tuple(a[indices[i]] for a in arrays)`, else None.
+
+        `indices` is None for the identity. The DataLoader uses this to index whole batches at once;
+        a dataset with a per-sample transform must return None.
+        """
+        return None
+
+
+class ArrayDataset(Dataset):
+    """Samples are rows of arrays of equal length: item i is `(a0[i], a1[i], ...)`.
+
+    Arrays may be NumPy or CuPy arrays or minidl Tensors (their arrays are used, so items are arrays).
+    """
+
+    def __init__(self, *arrays):
+        if not arrays:
+            raise ValueError(f"{type(self).__name__}: needs at least one array")
+        arrays = tuple(_raw_array(a) for a in arrays)
+        for a in arrays:
+            if a.ndim == 0:
+                raise ValueError(f"{type(self).__name__}: arrays need a sample axis, got a 0-d array")
+        lengths = [a.shape[0] for a in arrays]
+        if len(set(lengths)) != 1:
+            shapes = ", ".join(str(tuple(a.shape)) for a in arrays)
+            raise ValueError(f"{type(self).__name__}: all arrays must have the same first dimension, "
+                             f"got shapes {shapes}")
+        self.arrays = arrays
+
+    def __len__(self):
+        return int(self.arrays[0].shape[0])
+
+    def __getitem__(self, index):
+        return tuple(a[index] for a in self.arrays)
+
+    def _whole_arrays(self):
+        return self.arrays, None
+
+
+class TensorDataset(ArrayDataset):
+    """PyTorch's name for an ArrayDataset built from tensors (minidl Tensors or arrays)."""
+
+
+class Subset(Dataset):
+    """The samples of `dataset` at `indices`, in that order."""
+
+    def __init__(self, dataset, indices):
+        self.dataset = dataset
+        self.indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(dataset)
+        if self.indices.size and (self.indices.min() < -n or self.indices.max() >= n):
+            raise ValueError(f"Subset: indices must lie in [{-n}, {n}) for a dataset of length {n}, "
+                             f"got min {self.indices.min()} and max {self.indices.max()}")
+        self.indices = self.indices % max(n, 1)
+
+    def __len__(self):
+        return int(self.indices.size)
+
+    def __getitem__(self, index):
+        return self.dataset[int(self.indices[index])]
+
+    def _whole_arrays(self):
+        inner = self.dataset._whole_arrays() if isinstance(self.dataset, Dataset) else None
+        if inner is None:
+            return None
+        arrays, inner_indices = inner
+        # A subset of a subset composes the index maps instead of copying data.
+        indices = self.indices if inner_indices is None else inner_indices[self.indices]
+        return arrays, indices
+
+
+def _split_lengths(n: int, lengths) -> list[int]:
+    """Integer lengths, or fractions summing to 1 turned into lengths as PyTorch does."""
+    lengths = list(lengths)
+    if not lengths:
+        raise ValueError("random_split: lengths is empty")
+    if all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in lengths):
+        if any(x < 0 for x in lengths):
+            raise ValueError(f"random_split: lengths must be non-negative, got {lengths}")
+        if sum(lengths) != n:
+            raise ValueError(f"random_split: lengths {lengths} sum to {sum(lengths)}, "
+                             f"but the dataset has {n} samples")
+        return [int(x) for x in lengths]
+    fractions = [float(x) for x in lengths]
+    if any(f < 0 or f > 1 for f in fractions) or not math.isclose(sum(fractions), 1.0, abs_tol=1e-6):
+        raise ValueError(f"random_split: fractions must lie in [0, 1] and sum to 1, got {lengths}")
+    # Floor each share, then hand the leftover samples out one at a time from the front (PyTorch's rule).
+    result = [int(math.floor(n * f)) for f in fractions]
+    for i in range(n - sum(result)):
+        result[i % len(result)] += 1
+    return result
+
+
+def random_split(dataset, lengths, generator=None) -> list[Subset]:
+    """Split `dataset` into non-overlapping random Subsets of the given lengths (or fractions).
+
+    generator: int seed, numpy Generator, or None (draws from the global seed).
+    """
+    n = len(dataset)
+    sizes = _split_lengths(n, lengths)
+    permutation = make_rng(generator, "random_split").permutation(n)
+    subsets, start = [], 0
+    for size in sizes:
+        subsets.append(Subset(dataset, permutation[start:start + size]))
+        start += size
+    return subsets

@@ -1,0 +1,152 @@
+"""MNIST: 70,000 handwritten digits, 28 x 28 grey levels, in LeCun's idx format.
+
+An idx file is a big-endian header followed by the raw array:
+    bytes 0-1  zero
+    byte  2    element type (0x08 uint8, 0x09 int8, 0x0B int16, 0x0C int32, 0x0D float32, 0x0E float64)
+    byte  3    number of dimensions d
+    then d big-endian uint32 sizes, then prod(sizes) elements, row-major.
+So the images file starts with the magic number 0x00000803 (uint8, 3 dims: N, 28, 28) and the labels
+file with 0x00000801 (uint8, 1 dim: N). Files may be gzipped (the official downloads) or not.
+"""
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from ..dataset import Dataset
+from ._download import DatasetNotFoundError, data_root, fetch_files, missing_files_message
+
+MNIST_MEAN = 0.1307
+MNIST_STD = 0.3081
+
+_IDX_DTYPES = {0x08: np.dtype("u1"), 0x09: np.dtype("i1"), 0x0B: np.dtype(">i2"),
+               0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+
+_MIRRORS = ["https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"]
+_MD5_GZ = {
+    "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+    "train-labels-idx1-ubyte.gz": "d53e105ee54ea40749a09fcbcd1e9432",
+    "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
+    "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
+}
+
+
+def read_idx(path, expected_ndim: int | None = None) -> np.ndarray:
+    """Read an idx file (gzipped if its name ends in .gz) into a native-endian NumPy array.
+
+    Raises ValueError naming the file when the magic number, the dimensions or the size is wrong.
+    """
+    path = Path(path)
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                raw = f.read()
+        else:
+            raw = path.read_bytes()
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        raise ValueError(f"read_idx: {path} is not a readable (gzipped) idx file: {e}") from e
+
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+        raise ValueError(f"read_idx: {path} has a bad magic number {raw[:4].hex() or '(empty file)'}; "
+                         "an idx file starts with 00 00, a type byte (08 for uint8) and the number of dims")
+    dtype, ndim = _IDX_DTYPES[raw[2]], raw[3]
+    if expected_ndim is not None and ndim != expected_ndim:
+        raise ValueError(f"read_idx: {path} has {ndim} dimensions, expected {expected_ndim}")
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ValueError(f"read_idx: {path} is truncated inside its header ({len(raw)} bytes)")
+    shape = tuple(int(s) for s in np.frombuffer(raw, dtype=">u4", count=ndim, offset=4))
+    expected = header + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(raw) != expected:
+        what = "truncated" if len(raw) < expected else "longer than its header says"
+        raise ValueError(f"read_idx: {path} is {what}: header says shape {shape} of {dtype.name} "
+                         f"({expected} bytes in all), the file has {len(raw)} bytes")
+    data = np.frombuffer(raw, dtype=dtype, offset=header).reshape(shape)
+    return data.astype(dtype.newbyteorder("="))  # a native-endian, writable copy
+
+
+def _find(filename: str, folders) -> Path | None:
+    """The first of folder/filename or folder/filename.gz that exists."""
+    for folder in folders:
+        for name in (filename, filename + ".gz"):
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+class MNIST(Dataset):
+    """MNIST digits. `data`: uint8 (N, 28, 28); `targets`: int64 (N,) in 0..9.
+
+    root: the data root (see `data_root`); the idx files, gzipped or not, are looked for in
+    root/MNIST/raw/ (torchvision's layout) and in root/ itself. download: fetch the gzipped files
+    into root/MNIST/raw/ when missing. transform / target_transform: applied per sample in
+    __getitem__ (for batch transforms see minidl.data.transforms).
+    """
+
+    classes = ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four",
+               "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine"]
+
+    def __init__(self, root=None, train=True, download=True, transform=None, target_transform=None):
+        self.root = data_root(root)
+        self.train = bool(train)
+        self.transform = transform
+        self.target_transform = target_transform
+        prefix = "train" if self.train else "t10k"
+        image_name, label_name = f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
+        raw_folder = self.root / "MNIST" / "raw"
+        folders = [raw_folder, self.root]
+
+        image_path, label_path = _find(image_name, folders), _find(label_name, folders)
+        if image_path is None or label_path is None:
+            missing = [name + ".gz" for name, p in ((image_name, image_path), (label_name, label_path))
+                       if p is None]
+            resources = [(name, [m + name for m in _MIRRORS], _MD5_GZ[name]) for name in missing]
+            fetch_files("MNIST", resources, raw_folder, download)
+            image_path, label_path = _find(image_name, folders), _find(label_name, folders)
+            if image_path is None or label_path is None:  # pragma: no cover - fetch_files raises first
+                raise DatasetNotFoundError(missing_files_message("MNIST", missing, raw_folder))
+
+        images = read_idx(image_path, expected_ndim=3)
+        labels = read_idx(label_path, expected_ndim=1)
+        if images.shape[1:] != (28, 28) or images.dtype != np.uint8:
+            raise ValueError(f"MNIST: {image_path} holds {images.dtype} images of shape {images.shape[1:]}, "
+                             "expected uint8 28 x 28")
+        if labels.dtype != np.uint8:
+            raise ValueError(f"MNIST: {label_path} holds {labels.dtype} labels, expected uint8")
+        if images.shape[0] != labels.shape[0]:
+            raise ValueError(f"MNIST: {image_path} has {images.shape[0]} images but {label_path} has "
+                             f"{labels.shape[0]} labels")
+        if labels.size and labels.max() > 9:
+            raise ValueError(f"MNIST: {label_path} has a label {labels.max()}, expected 0..9")
+        self.data = images
+        self.targets = labels.astype(np.int64)
+
+    def __len__(self):
+        return int(self.data.shape[0])
+
+    def __getitem__(self, index):
+        image, target = self.data[index], int(self.targets[index])
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return image, target
+
+    def _whole_arrays(self):
+        if self.transform is not None or self.target_transform is not None:
+            return None
+        return (self.data, self.targets), None
+
+    def as_arrays(self, normalize=True):
+        """(x float32 (N, 1, 28, 28), y int64 (N,)): pixels / 255, then (x - 0.1307) / 0.3081 if normalize."""
+        x = self.data.astype(np.float32)[:, None, :, :] / np.float32(255.0)
+        if normalize:
+            x = (x - np.float32(MNIST_MEAN)) / np.float32(MNIST_STD)
+        return x, self.targets.copy()
+
+    def __repr__(self):
+        split = "train" if self.train else "test"
+        return f"MNIST(split={split}, samples={len(self)}, root={str(self.root)!r})"
