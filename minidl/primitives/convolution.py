@@ -1,2 +1,555 @@
-"""Placeholder: filled in by the convolution work."""
-__all__ = []
+"""Convolution, cuDNN-style: descriptors, argument checks, algorithm selection, dispatch.
+
+A convolution is described once (`ConvolutionDescriptor`: padding, stride, dilation, groups), then
+run in three directions: forward (y from x and w), backward data (dx from w and dy) and backward
+filter (dw from x and dy), plus backward bias (db from dy). Each direction can be computed by
+several algorithms (see cpu/convolution.py for the CPU ones, cuda/convolution.py for the GPU ones);
+they compute the same function with different speed and scratch memory ("workspace").
+
+This module does what cuDNN's front end does:
+
+1. Check every argument at the boundary and describe the call as a hashable `ConvolutionProblem`.
+2. Pick an algorithm. `algo="auto"` asks the selection policy (set with `set_convolution_policy` or
+   the `convolution_policy(...)` context manager):
+
+   * ``heuristic`` (default) -- a fixed preference order per device and direction, no measuring
+     (cudnnGetConvolutionForwardAlgorithm_v7's idea). Order used: `HEURISTIC_ORDER`.
+   * ``prefer_fastest``      -- run every applicable algorithm once on random data of the problem's
+     shape, keep the fastest in a cache keyed by (device, direction, problem): the first call of a
+     new shape pays the measuring, later calls are free (torch.backends.cudnn.benchmark = True).
+   * ``no_workspace``        -- the first algorithm in heuristic order that needs no workspace.
+   * ``workspace_limit``     -- the first algorithm in heuristic order whose workspace fits the limit.
+   * ``deterministic``       -- the first algorithm in heuristic order that gives bit-identical
+     results from run to run (on the GPU, no atomics).
+3. Dispatch to the backend of the arrays' device: cpu.convolution (NumPy) or cuda.convolution (CuPy).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._common import (as_tuple, check_float, check_same_device, is_cuda_array, normalize_layout,
+                      shape_str)
+
+__all__ = [
+    "ConvolutionDescriptor", "ConvolutionProblem", "AlgorithmPerf",
+    "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
+    "convolution_backward_bias", "convolution_output_shape",
+    "find_convolution_algorithms", "get_convolution_algorithm",
+    "set_convolution_policy", "get_convolution_policy", "convolution_policy",
+    "clear_convolution_algorithm_cache",
+]
+
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+POLICIES = ("heuristic", "prefer_fastest", "no_workspace", "workspace_limit", "deterministic")
+
+# The fixed preference order of the `heuristic` policy, best first; the policies `no_workspace`,
+# `workspace_limit` and `deterministic` walk the same order and take the first algorithm that
+# qualifies. On the CPU the BLAS-backed algorithms come first: im2col_gemm (one big GEMM per group,
+# works for every problem), then Winograd (fewer multiplies, but 16 small GEMMs and transforms), then
+# the plain loops. On the GPU, the implicit GEMMs never write the column matrix to memory.
+HEURISTIC_ORDER = {
+    "cpu": ("im2col_gemm", "winograd", "direct"),
+    "cuda": ("implicit_precomp_gemm", "implicit_gemm", "winograd", "im2col_gemm", "direct"),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Descriptors
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvolutionDescriptor:
+    """How to convolve: padding, stride and dilation (one int per spatial dim), groups, spatial_dims.
+
+    Ints are broadcast to every spatial dim: ConvolutionDescriptor(padding=1) is a 2-D convolution
+    with padding (1, 1), stride (1, 1), dilation (1, 1), groups 1. When `spatial_dims` is not given
+    it is taken from the length of a tuple argument, else 2.
+    """
+
+    padding: tuple = 0
+    stride: tuple = 1
+    dilation: tuple = 1
+    groups: int = 1
+    spatial_dims: int | None = None
+
+    def __post_init__(self):
+        op = "ConvolutionDescriptor"
+        dims = self.spatial_dims
+        if dims is None:
+            lengths = {len(v) for v in (self.padding, self.stride, self.dilation) if not _is_int(v)}
+            dims = lengths.pop() if len(lengths) == 1 else 2
+        if not _is_int(dims) or dims not in (1, 2, 3):
+            raise ValueError(f"{op}: spatial_dims must be 1, 2 or 3, got {self.spatial_dims!r}")
+        if not _is_int(self.groups) or self.groups < 1:
+            raise ValueError(f"{op}: groups must be an int >= 1, got {self.groups!r}")
+        # object.__setattr__ because the dataclass is frozen (so that it is hashable)
+        object.__setattr__(self, "spatial_dims", int(dims))
+        object.__setattr__(self, "groups", int(self.groups))
+        object.__setattr__(self, "padding", as_tuple(op, "padding", self.padding, dims, minimum=0))
+        object.__setattr__(self, "stride", as_tuple(op, "stride", self.stride, dims, minimum=1))
+        object.__setattr__(self, "dilation", as_tuple(op, "dilation", self.dilation, dims, minimum=1))
+
+
+@dataclass(frozen=True)
+class ConvolutionProblem:
+    """Everything a backend needs to know about one convolution, validated and hashable.
+
+    Shapes are in the user's layout; the sizes are per spatial dim. Built by this module only,
+    after every check has passed, and handed to the backends (and used as the algorithm cache key).
+    For convolution_backward_bias, which has no filter, only y_shape, layout, dtype, spatial_dims,
+    N, K and out_size are filled in; the rest is None.
+    """
+
+    x_shape: tuple | None
+    w_shape: tuple | None
+    y_shape: tuple
+    layout: str
+    dtype: str
+    spatial_dims: int
+    N: int
+    C: int | None
+    K: int
+    groups: int | None
+    in_size: tuple | None
+    kernel_size: tuple | None
+    out_size: tuple
+    padding: tuple | None
+    stride: tuple | None
+    dilation: tuple | None
+
+
+@dataclass(frozen=True)
+class AlgorithmPerf:
+    """One line of find_convolution_algorithms: status is "ok" or "not_supported: <reason>"."""
+
+    algo: str
+    workspace_bytes: int
+    time_ms: float | None
+    status: str
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shape checks
+# ----------------------------------------------------------------------------------------------
+
+_SPATIAL_NAMES = {1: "W", 2: "H, W", 3: "D, H, W"}
+
+
+def _make_problem(op, x_shape, w_shape, desc, layout, dtype) -> ConvolutionProblem:
+    """Check the shapes against the descriptor and each other; return the problem they describe."""
+    if not isinstance(desc, ConvolutionDescriptor):
+        raise TypeError(f"{op}: desc must be a ConvolutionDescriptor, got {type(desc).__name__}")
+    sd = desc.spatial_dims
+    x_shape = tuple(int(s) for s in x_shape)
+    w_shape = tuple(int(s) for s in w_shape)
+    names = _SPATIAL_NAMES[sd]
+    x_form = f"(N, C, {names})" if layout == "NCHW" else f"(N, {names}, C)"
+    w_form = f"(K, C/groups, {names})" if layout == "NCHW" else f"(K, {names}, C/groups)"
+    if len(x_shape) != sd + 2:
+        raise ValueError(f"{op}: input must be {sd + 2}-D {x_form} for a {sd}-D convolution "
+                         f"(spatial_dims={sd}), got shape {shape_str(x_shape)}")
+    if len(w_shape) != sd + 2:
+        raise ValueError(f"{op}: weight must be {sd + 2}-D {w_form} for a {sd}-D convolution "
+                         f"(spatial_dims={sd}), got shape {shape_str(w_shape)}")
+    if layout == "NCHW":
+        N, C, in_size = x_shape[0], x_shape[1], x_shape[2:]
+        K, w_channels, kernel = w_shape[0], w_shape[1], w_shape[2:]
+    else:
+        N, C, in_size = x_shape[0], x_shape[-1], x_shape[1:-1]
+        K, w_channels, kernel = w_shape[0], w_shape[-1], w_shape[1:-1]
+    G = desc.groups
+    if N < 0 or C < 1 or any(s < 1 for s in in_size):
+        raise ValueError(f"{op}: input shape {shape_str(x_shape)} must have channels and spatial "
+                         f"sizes >= 1 ({x_form}, layout {layout})")
+    if K < 1 or w_channels < 1 or any(k < 1 for k in kernel):
+        raise ValueError(f"{op}: weight shape {shape_str(w_shape)} must have sizes >= 1 ({w_form})")
+    if C % G != 0:
+        raise ValueError(f"{op}: input channels C={C} (input {shape_str(x_shape)}) are not divisible "
+                         f"by groups={G}")
+    if K % G != 0:
+        raise ValueError(f"{op}: output channels K={K} (weight {shape_str(w_shape)}) are not "
+                         f"divisible by groups={G}")
+    if w_channels * G != C:
+        raise ValueError(f"{op}: input has {C} channels but weight {shape_str(w_shape)} expects "
+                         f"{w_channels * G} (groups={G}); weight is {w_form}, layout {layout}")
+    out_size = []
+    for i, (n, k, p, s, d) in enumerate(zip(in_size, kernel, desc.padding, desc.stride, desc.dilation)):
+        extent = d * (k - 1) + 1                                  # the dilated kernel's reach
+        if extent > n + 2 * p:
+            raise ValueError(
+                f"{op}: kernel {shape_str(kernel)} (dilation {desc.dilation}) spans {extent} in "
+                f"spatial dim {i} but the padded input has only {n} + 2*{p} = {n + 2 * p} "
+                f"(input {shape_str(x_shape)}, weight {shape_str(w_shape)})")
+        out_size.append((n + 2 * p - extent) // s + 1)
+    out_size = tuple(out_size)
+    y_shape = (N, K) + out_size if layout == "NCHW" else (N,) + out_size + (K,)
+    return ConvolutionProblem(
+        x_shape=x_shape, w_shape=w_shape, y_shape=y_shape, layout=layout, dtype=str(np.dtype(dtype)),
+        spatial_dims=sd, N=N, C=C, K=K, groups=G, in_size=tuple(in_size), kernel_size=tuple(kernel),
+        out_size=out_size, padding=desc.padding, stride=desc.stride, dilation=desc.dilation)
+
+
+def convolution_output_shape(x_shape, w_shape, desc, layout="NCHW") -> tuple:
+    """The shape of y for an input of x_shape and a weight of w_shape, in the given layout.
+
+    Each spatial size is floor((in + 2*padding - dilation*(kernel - 1) - 1) / stride) + 1.
+    """
+    layout = normalize_layout("convolution_output_shape", layout)
+    return _make_problem("convolution_output_shape", x_shape, w_shape, desc, layout, "float32").y_shape
+
+
+def _check_array_shape(op, name, a, expected, why=""):
+    if a is not None and tuple(a.shape) != tuple(expected):
+        raise ValueError(f"{op}: {name} has shape {shape_str(a.shape)}, expected "
+                         f"{shape_str(expected)}{why}")
+
+
+def _check_blend_args(op, out, beta):
+    if beta != 0 and out is None:
+        raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
+
+
+def _backend(is_cuda: bool):
+    """The backend module; the CUDA one is imported only when a CuPy array (or device) asks for it."""
+    if is_cuda:
+        from .cuda import convolution as impl
+    else:
+        from .cpu import convolution as impl
+    return impl
+
+
+def _device_key(is_cuda: bool):
+    if not is_cuda:
+        return "cpu"
+    import cupy
+
+    return ("cuda", cupy.cuda.Device().id)
+
+
+def _resolve_algorithm(op, algo, direction, problem, is_cuda):
+    """The backend and the algorithm to run: the policy's choice for "auto", else the one asked for,
+    checked to apply (an error naming it and the reason when it does not)."""
+    impl = _backend(is_cuda)
+    if algo == "auto":
+        return impl, _select(impl, _device_key(is_cuda), direction, problem, None, None)
+    device = "cuda" if is_cuda else "cpu"
+    if algo not in impl.ALGORITHMS:
+        raise ValueError(f"{op}: unknown algorithm {algo!r} on {device}; use 'auto' or one of "
+                         f"{', '.join(impl.ALGORITHMS)}")
+    ok, reason = impl.is_supported(algo, direction, problem)
+    if not ok:
+        raise ValueError(f"{op}: algorithm {algo!r} does not apply to input {shape_str(problem.x_shape)}, "
+                         f"weight {shape_str(problem.w_shape)}: {reason}")
+    return impl, algo
+
+
+# ----------------------------------------------------------------------------------------------
+# The primitives
+# ----------------------------------------------------------------------------------------------
+
+
+def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", alpha=1.0, beta=0.0,
+                        out=None):
+    """y = alpha * (conv(x, w) + bias) + beta * out   (a cross-correlation, as in PyTorch).
+
+    x: (N, C, *in) for layout "NCHW" or (N, *in, C) for "NHWC";
+    w: (K, C/groups, *kernel) for "NCHW" or (K, *kernel, C/groups) for "NHWC";
+    bias: (K,) or None. Returns y: (N, K, *out) or (N, *out, K), see convolution_output_shape.
+    """
+    op = "convolution_forward"
+    layout = normalize_layout(op, layout)
+    check_same_device(op, x=x, w=w, bias=bias, out=out)
+    dtype = check_float(op, x=x, w=w, bias=bias, out=out)
+    problem = _make_problem(op, x.shape, w.shape, desc, layout, dtype)
+    _check_array_shape(op, "bias", bias, (problem.K,),
+                       f" (one value per output channel; weight {shape_str(w.shape)})")
+    _check_array_shape(op, "out", out, problem.y_shape)
+    _check_blend_args(op, out, beta)
+    impl, algo = _resolve_algorithm(op, algo, "forward", problem, is_cuda_array(x))
+    return impl.convolution_forward(x, w, problem, bias, algo, alpha, beta, out)
+
+
+def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW", alpha=1.0,
+                              beta=0.0, out=None):
+    """dx = alpha * dL/dx + beta * out: the gradient of the input (a transposed convolution of dy).
+
+    w: the forward weight; dy: shaped like y; x_shape: the forward input's shape. Returns dx: x_shape.
+    """
+    op = "convolution_backward_data"
+    layout = normalize_layout(op, layout)
+    check_same_device(op, w=w, dy=dy, out=out)
+    dtype = check_float(op, w=w, dy=dy, out=out)
+    problem = _make_problem(op, x_shape, w.shape, desc, layout, dtype)
+    _check_array_shape(op, "dy", dy, problem.y_shape,
+                       f" (the output shape of input {shape_str(problem.x_shape)} and weight "
+                       f"{shape_str(w.shape)})")
+    _check_array_shape(op, "out", out, problem.x_shape)
+    _check_blend_args(op, out, beta)
+    impl, algo = _resolve_algorithm(op, algo, "backward_data", problem, is_cuda_array(dy))
+    return impl.convolution_backward_data(w, dy, problem, algo, alpha, beta, out)
+
+
+def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NCHW", alpha=1.0,
+                                beta=0.0, out=None):
+    """dw = alpha * dL/dw + beta * out: the gradient of the weight. Returns dw: w_shape."""
+    op = "convolution_backward_filter"
+    layout = normalize_layout(op, layout)
+    check_same_device(op, x=x, dy=dy, out=out)
+    dtype = check_float(op, x=x, dy=dy, out=out)
+    problem = _make_problem(op, x.shape, w_shape, desc, layout, dtype)
+    _check_array_shape(op, "dy", dy, problem.y_shape,
+                       f" (the output shape of input {shape_str(x.shape)} and weight "
+                       f"{shape_str(problem.w_shape)})")
+    _check_array_shape(op, "out", out, problem.w_shape)
+    _check_blend_args(op, out, beta)
+    impl, algo = _resolve_algorithm(op, algo, "backward_filter", problem, is_cuda_array(x))
+    return impl.convolution_backward_filter(x, dy, problem, algo, alpha, beta, out)
+
+
+def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """db = alpha * (dy summed over the batch and every spatial position) + beta * out. Shape (K,).
+
+    dy: (N, K, *out) for "NCHW" or (N, *out, K) for "NHWC", with 1 to 3 spatial dims.
+    """
+    op = "convolution_backward_bias"
+    layout = normalize_layout(op, layout)
+    check_same_device(op, dy=dy, out=out)
+    dtype = check_float(op, dy=dy, out=out)
+    if dy.ndim not in (3, 4, 5):
+        raise ValueError(f"{op}: dy must be 3-D, 4-D or 5-D (N, K, *spatial) or (N, *spatial, K), "
+                         f"got shape {shape_str(dy.shape)}")
+    shape = tuple(int(s) for s in dy.shape)
+    K = shape[1] if layout == "NCHW" else shape[-1]
+    out_size = shape[2:] if layout == "NCHW" else shape[1:-1]
+    _check_array_shape(op, "out", out, (K,))
+    _check_blend_args(op, out, beta)
+    problem = ConvolutionProblem(
+        x_shape=None, w_shape=None, y_shape=shape, layout=layout, dtype=str(dtype),
+        spatial_dims=dy.ndim - 2, N=shape[0], C=None, K=K, groups=None, in_size=None,
+        kernel_size=None, out_size=out_size, padding=None, stride=None, dilation=None)
+    return _backend(is_cuda_array(dy)).convolution_backward_bias(dy, problem, alpha, beta, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Finding and choosing algorithms
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_direction(op, direction):
+    if direction not in DIRECTIONS:
+        raise ValueError(f"{op}: direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+
+
+def _check_device(op, device) -> bool:
+    """True for "cuda" (or "gpu"), False for "cpu"."""
+    name = str(device).lower()
+    if name not in ("cpu", "cuda", "gpu"):
+        raise ValueError(f"{op}: device must be 'cpu' or 'cuda', got {device!r}")
+    return name != "cpu"
+
+
+def _heuristic_order(impl, is_cuda):
+    """The backend's algorithms in the documented preference order (unlisted ones go last)."""
+    preferred = HEURISTIC_ORDER["cuda" if is_cuda else "cpu"]
+    ranked = [a for a in preferred if a in impl.ALGORITHMS]
+    return ranked + [a for a in impl.ALGORITHMS if a not in ranked]
+
+
+def _run_once(impl, algo, direction, problem, data):
+    if direction == "forward":
+        x, w, _ = data
+        return impl.convolution_forward(x, w, problem, None, algo, 1.0, 0.0, None)
+    if direction == "backward_data":
+        _, w, dy = data
+        return impl.convolution_backward_data(w, dy, problem, algo, 1.0, 0.0, None)
+    x, _, dy = data
+    return impl.convolution_backward_filter(x, dy, problem, algo, 1.0, 0.0, None)
+
+
+def _time_ms(impl, algo, direction, problem, data, is_cuda, repeats) -> float:
+    """Best of `repeats` runs after one warm-up run (which also compiles GPU kernels)."""
+    _run_once(impl, algo, direction, problem, data)
+    if is_cuda:
+        import cupy
+
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        best = math.inf
+        for _ in range(repeats):
+            start.record()
+            _run_once(impl, algo, direction, problem, data)
+            stop.record()
+            stop.synchronize()
+            best = min(best, cupy.cuda.get_elapsed_time(start, stop))
+        return float(best)
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _run_once(impl, algo, direction, problem, data)
+        best = min(best, (time.perf_counter() - t0) * 1e3)
+    return best
+
+
+def _random_data(problem, is_cuda):
+    """Random x, w, dy of the problem's shapes, on the problem's device."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(problem.dtype)
+              for s in (problem.x_shape, problem.w_shape, problem.y_shape)]
+    if is_cuda:
+        import cupy
+
+        arrays = [cupy.asarray(a) for a in arrays]
+    return arrays
+
+
+def _find(impl, direction, problem, is_cuda, measure, repeats=3):
+    perfs = []
+    data = _random_data(problem, is_cuda) if measure else None
+    for algo in _heuristic_order(impl, is_cuda):
+        ok, reason = impl.is_supported(algo, direction, problem)
+        if not ok:
+            perfs.append(AlgorithmPerf(algo, 0, None, f"not_supported: {reason}"))
+            continue
+        workspace = int(impl.workspace_bytes(algo, direction, problem))
+        elapsed = _time_ms(impl, algo, direction, problem, data, is_cuda, repeats) if measure else None
+        perfs.append(AlgorithmPerf(algo, workspace, elapsed, "ok"))
+    if measure:
+        # Like cudnnFind: the algorithms that ran, fastest first, then those that do not apply.
+        perfs.sort(key=lambda p: (p.status != "ok", p.time_ms if p.time_ms is not None else 0.0))
+    else:
+        perfs.sort(key=lambda p: p.status != "ok")                # stable: keeps heuristic order
+    return perfs
+
+
+def find_convolution_algorithms(x_shape, w_shape, desc, *, direction="forward", device="cpu",
+                                dtype="float32", layout="NCHW", measure=True) -> list:
+    """Every algorithm of the device for this problem, as AlgorithmPerf(algo, workspace_bytes,
+    time_ms, status).
+
+    With measure=True each applicable algorithm runs on random data of the problem's shapes (one
+    warm-up, then the best of 3; CUDA events on the GPU) and the list is sorted fastest first, like
+    cudnnFindConvolutionForwardAlgorithm. With measure=False nothing runs: time_ms is None and the
+    list is in heuristic order. Algorithms that do not apply come last, their status saying why.
+    """
+    op = "find_convolution_algorithms"
+    _check_direction(op, direction)
+    is_cuda = _check_device(op, device)
+    layout = normalize_layout(op, layout)
+    problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype))
+    return _find(_backend(is_cuda), direction, problem, is_cuda, measure)
+
+
+def _check_dtype(op, dtype):
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"{op}: dtype must be float32 or float64, got {dt}")
+    return dt
+
+
+# The global policy used by algo="auto", and the cache of measured choices for prefer_fastest.
+# One tuple, replaced whole, so that a reader in another thread never sees half of an update.
+_policy = ("heuristic", None)
+_cache: dict = {}               # (device, direction, problem) -> list[AlgorithmPerf], fastest first
+_cache_lock = threading.Lock()
+
+
+def _check_policy(op, policy, workspace_limit):
+    if policy not in POLICIES:
+        raise ValueError(f"{op}: unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+    if workspace_limit is not None and (not _is_int(workspace_limit) or workspace_limit < 0):
+        raise ValueError(f"{op}: workspace_limit must be an int >= 0 (bytes) or None, got {workspace_limit!r}")
+    if policy == "workspace_limit" and workspace_limit is None:
+        raise ValueError(f"{op}: policy 'workspace_limit' needs workspace_limit= (bytes)")
+
+
+def set_convolution_policy(policy: str, workspace_limit: int | None = None) -> None:
+    """Set the process-wide policy used by algo="auto" (see the module docstring for the policies).
+
+    workspace_limit (bytes) is required by "workspace_limit" and also bounds "prefer_fastest".
+    """
+    global _policy
+    _check_policy("set_convolution_policy", policy, workspace_limit)
+    _policy = (policy, workspace_limit)
+
+
+def get_convolution_policy() -> tuple:
+    """(policy, workspace_limit) currently used by algo="auto"."""
+    return _policy
+
+
+@contextlib.contextmanager
+def convolution_policy(policy: str, workspace_limit: int | None = None):
+    """Use another policy inside a `with` block, then restore the previous one."""
+    previous = get_convolution_policy()
+    set_convolution_policy(policy, workspace_limit)
+    try:
+        yield
+    finally:
+        set_convolution_policy(*previous)
+
+
+def clear_convolution_algorithm_cache() -> None:
+    """Forget every algorithm measured by prefer_fastest (the next call of each shape re-measures)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def _select(impl, device_key, direction, problem, policy, workspace_limit) -> str:
+    """The algorithm the policy picks for this problem (policy None: the global setting)."""
+    op = "get_convolution_algorithm"
+    if policy is None:
+        policy, workspace_limit = get_convolution_policy()
+    is_cuda = device_key != "cpu"
+
+    def fits(perf):
+        return perf.status == "ok" and (workspace_limit is None or perf.workspace_bytes <= workspace_limit)
+
+    if policy == "prefer_fastest":
+        key = (device_key, direction, problem)
+        # Measure under the lock: threads asking for the same new shape wait for one measurement
+        # instead of all measuring at once (and timing each other).
+        with _cache_lock:
+            perfs = _cache.get(key)
+            if perfs is None:
+                perfs = _find(impl, direction, problem, is_cuda, measure=True)
+                _cache[key] = perfs
+    else:
+        perfs = _find(impl, direction, problem, is_cuda, measure=False)
+        if policy == "no_workspace":
+            workspace_limit = 0
+        elif policy == "deterministic":
+            # A backend may list its nondeterministic (algo, direction) pairs, e.g. GPU kernels that
+            # accumulate with atomicAdd; every CPU algorithm is deterministic.
+            nondeterministic = getattr(impl, "NONDETERMINISTIC", ())
+            perfs = [p for p in perfs if (p.algo, direction) not in nondeterministic]
+    for perf in perfs:
+        if fits(perf):
+            return perf.algo
+    tried = "; ".join(f"{p.algo}: {p.status}, {p.workspace_bytes} bytes" for p in perfs)
+    raise ValueError(f"{op}: no {direction} algorithm fits policy {policy!r} "
+                     f"(workspace_limit={workspace_limit}) for input {shape_str(problem.x_shape)}, "
+                     f"weight {shape_str(problem.w_shape)}: {tried}")
+
+
+def get_convolution_algorithm(x_shape, w_shape, desc, *, direction="forward", device="cpu",
+                              dtype="float32", layout="NCHW", policy=None, workspace_limit=None) -> str:
+    """The algorithm `policy` picks for this problem (policy None: the global one, see
+    set_convolution_policy). Raises ValueError when no algorithm qualifies."""
+    op = "get_convolution_algorithm"
+    _check_direction(op, direction)
+    is_cuda = _check_device(op, device)
+    layout = normalize_layout(op, layout)
+    if policy is not None:
+        _check_policy(op, policy, workspace_limit)
+    problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype))
+    return _select(_backend(is_cuda), _device_key(is_cuda), direction, problem, policy, workspace_limit)

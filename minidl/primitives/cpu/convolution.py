@@ -1,0 +1,470 @@
+"""Convolution on the CPU: the NumPy reference, three algorithms that compute the same function.
+
+A convolution layer (really a cross-correlation, as in every framework) computes, for 2-D,
+
+    y[n, k, i, j] = sum_{c in group(k)} sum_{a, b} w[k, c, a, b] * x_pad[n, c, i*s0 + a*d0, j*s1 + b*d1]
+
+with x_pad the input padded with zeros, s the stride and d the dilation. 1-D and 3-D are the same
+with one or three spatial indices. With `groups=G` the C input channels and K output channels are
+split into G independent slices (G = C is a depthwise convolution).
+
+The three algorithms, as cuDNN names them:
+
+* ``direct``      -- the definition itself. For each kernel tap (a, b) the tap's weights multiply a
+                     strided window of x, for every batch item and output pixel at once. Padding is
+                     handled by clipping each tap's index range, so no padded copy: workspace 0.
+* ``im2col_gemm`` -- "lower" the input to a column matrix whose rows are (c, a, b) and whose columns
+                     are the output pixels (n, i, j), then one matrix product per group:
+                     y = W (K/G, C/G*R*S) @ cols (C/G*R*S, N*P*Q). Uses BLAS, so it is the fast CPU
+                     path; the column matrix is its workspace (R*S times the size of x).
+* ``winograd``    -- F(2x2, 3x3) of Lavin & Gray (2015) for 3x3 kernels with stride 1: each 2x2
+                     output tile costs 16 multiplies instead of 36, once input and filter are
+                     transformed into a 4x4 "Winograd domain".
+
+The gradients:
+
+* backward data   dx = the "transposed convolution" of dy with w: each tap scatters
+                  w[k, c, tap] * dy back onto the input positions it read (col2im for im2col).
+* backward filter dw[k, c, tap] = sum over (n, output pixel) of dy * the input window of that tap,
+                  i.e. dw = dy_matrix @ cols^T for im2col.
+* backward bias   db[k] = sum of dy over the batch and every output pixel.
+
+Every function here takes already validated arguments (see ../convolution.py): a
+`ConvolutionProblem` that holds every shape and hyper-parameter, the layout ("NCHW" or "NHWC"), and
+alpha/beta/out for cuDNN-style blending. Internally everything runs in channels-first; channels-last
+arrays are viewed as channels-first (a transpose, no copy) on the way in and copied back on the way
+out.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .._common import blend, to_channels_first, to_channels_last
+
+ALGORITHMS = ("direct", "im2col_gemm", "winograd")
+
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+
+
+# ----------------------------------------------------------------------------------------------
+# Which algorithm applies, and how much scratch memory it needs
+# ----------------------------------------------------------------------------------------------
+
+
+def is_supported(algo: str, direction: str, problem) -> tuple[bool, str]:
+    """(True, "") when `algo` can run `direction` on `problem`, else (False, the reason why)."""
+    if algo not in ALGORITHMS:
+        return False, f"unknown CPU algorithm {algo!r}; the CPU has {', '.join(ALGORITHMS)}"
+    if direction not in DIRECTIONS:
+        return False, f"unknown direction {direction!r}; use one of {', '.join(DIRECTIONS)}"
+    if algo in ("direct", "im2col_gemm"):
+        return True, ""
+    # winograd F(2x2, 3x3)
+    if direction == "backward_filter":
+        return False, ("winograd F(2x2,3x3) computes forward and backward_data only; the filter "
+                       "gradient is a convolution with a dy-sized kernel, which the 3x3 transforms "
+                       "do not fit")
+    if problem.spatial_dims != 2:
+        return False, f"winograd F(2x2,3x3) is 2-D only, this is a {problem.spatial_dims}-D convolution"
+    if problem.kernel_size != (3, 3):
+        return False, f"winograd F(2x2,3x3) needs a 3x3 kernel, got {_size_str(problem.kernel_size)}"
+    if problem.stride != (1, 1):
+        return False, f"winograd F(2x2,3x3) needs stride 1, got stride {problem.stride}"
+    if problem.dilation != (1, 1):
+        return False, f"winograd F(2x2,3x3) needs dilation 1, got dilation {problem.dilation}"
+    if direction == "backward_data" and any(p > 2 for p in problem.padding):
+        return False, (f"winograd backward_data pads dy by 2 - padding, so it needs padding <= 2, "
+                       f"got padding {problem.padding}")
+    return True, ""
+
+
+def workspace_bytes(algo: str, direction: str, problem) -> int:
+    """Bytes of scratch memory the algorithm allocates beyond its inputs and output.
+
+    direct: none. im2col_gemm: the column matrix (C*R*S rows, N*P*Q columns), for every direction.
+    winograd: the transformed filter, input tiles and products (16 values per 2x2 tile).
+    """
+    itemsize = np.dtype(problem.dtype).itemsize
+    if algo == "direct":
+        return 0
+    if algo == "im2col_gemm":
+        return problem.C * math.prod(problem.kernel_size) * problem.N * math.prod(problem.out_size) * itemsize
+    if algo == "winograd":
+        if direction == "forward":
+            c_in, c_out, out_hw = problem.C, problem.K, problem.out_size
+        else:  # backward data: a forward winograd from dy (K channels) to dx (C channels)
+            c_in, c_out, out_hw = problem.K, problem.C, problem.in_size
+        tiles = problem.N * math.ceil(out_hw[0] / 2) * math.ceil(out_hw[1] / 2)
+        filter_elems = 16 * c_out * (c_in // problem.groups)
+        # transformed filter U, input tiles d and their transform V, products M
+        return (filter_elems + 2 * 16 * c_in * tiles + 16 * c_out * tiles) * itemsize
+    raise ValueError(f"workspace_bytes: unknown CPU algorithm {algo!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The four primitives: layout in, dispatch to the algorithm, layout out, blend
+# ----------------------------------------------------------------------------------------------
+
+
+def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
+    """y = alpha * (conv(x, w) + bias) + beta * out.
+
+    x: (N, C, *in) or (N, *in, C); w: (K, C/groups, *kernel) or (K, *kernel, C/groups);
+    bias: (K,) or None. Returns y: (N, K, *out) or (N, *out, K).
+    """
+    x_cf = to_channels_first(x, problem.layout)
+    w_cf = _weight_channels_first(w, problem.layout)
+    if algo == "direct":
+        y = _forward_direct(x_cf, w_cf, problem)
+    elif algo == "im2col_gemm":
+        y = _forward_im2col_gemm(x_cf, w_cf, problem)
+    elif algo == "winograd":
+        y = _winograd_f2x2_3x3(x_cf, w_cf, problem.padding, problem.groups)
+    else:
+        raise ValueError(f"convolution_forward: unknown CPU algorithm {algo!r}")
+    if bias is not None:
+        y += bias.reshape((1, -1) + (1,) * problem.spatial_dims)
+    y = np.ascontiguousarray(to_channels_last(y, problem.layout))
+    return blend("convolution_forward", y, out, alpha, beta)
+
+
+def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
+    """dx = alpha * conv_transpose(dy, w) + beta * out.
+
+    w: the forward weight; dy: (N, K, *out) or (N, *out, K). Returns dx shaped like x.
+    """
+    dy_cf = to_channels_first(dy, problem.layout)
+    w_cf = _weight_channels_first(w, problem.layout)
+    if algo == "direct":
+        dx = _backward_data_direct(w_cf, dy_cf, problem)
+    elif algo == "im2col_gemm":
+        dx = _backward_data_im2col_gemm(w_cf, dy_cf, problem)
+    elif algo == "winograd":
+        dx = _backward_data_winograd(w_cf, dy_cf, problem)
+    else:
+        raise ValueError(f"convolution_backward_data: unknown CPU algorithm {algo!r}")
+    dx = np.ascontiguousarray(to_channels_last(dx, problem.layout))
+    return blend("convolution_backward_data", dx, out, alpha, beta)
+
+
+def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
+    """dw = alpha * (gradient of the loss w.r.t. w) + beta * out, shaped like w (in its layout)."""
+    x_cf = to_channels_first(x, problem.layout)
+    dy_cf = to_channels_first(dy, problem.layout)
+    if algo == "direct":
+        dw = _backward_filter_direct(x_cf, dy_cf, problem)
+    elif algo == "im2col_gemm":
+        dw = _backward_filter_im2col_gemm(x_cf, dy_cf, problem)
+    else:
+        raise ValueError(f"convolution_backward_filter: CPU algorithm {algo!r} does not compute it")
+    dw = np.ascontiguousarray(_weight_to_layout(dw, problem.layout))
+    return blend("convolution_backward_filter", dw, out, alpha, beta)
+
+
+def convolution_backward_bias(dy, problem, alpha, beta, out):
+    """db[k] = alpha * sum of dy over the batch and every output position + beta * out. Shape (K,)."""
+    dy_cf = to_channels_first(dy, problem.layout)
+    reduce_axes = (0,) + tuple(range(2, dy_cf.ndim))
+    db = dy_cf.sum(axis=reduce_axes)
+    return blend("convolution_backward_bias", db, out, alpha, beta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout helpers for weights: channels-last filters are (K, *kernel, C/groups), cuDNN's KRSC
+# ----------------------------------------------------------------------------------------------
+
+
+def _weight_channels_first(w, layout):
+    """(K, *kernel, C/g) -> (K, C/g, *kernel) as a view; channels-first weights pass through."""
+    if layout == "NCHW":
+        return w
+    return w.transpose((0, w.ndim - 1) + tuple(range(1, w.ndim - 1)))
+
+
+def _weight_to_layout(w_cf, layout):
+    """(K, C/g, *kernel) -> the weight layout that goes with `layout`."""
+    if layout == "NCHW":
+        return w_cf
+    return w_cf.transpose((0,) + tuple(range(2, w_cf.ndim)) + (1,))
+
+
+def _size_str(t) -> str:
+    return "x".join(str(v) for v in t)
+
+
+def _kernel_taps(kernel_size):
+    """Every kernel tap as a tuple of indices, (0, 0), (0, 1), ... in C order (matching reshape)."""
+    return itertools.product(*(range(k) for k in kernel_size))
+
+
+# ----------------------------------------------------------------------------------------------
+# direct: loop over kernel taps; vectorised over batch, channels and output positions
+# ----------------------------------------------------------------------------------------------
+
+
+def _tap_slices(problem, tap):
+    """For one kernel tap, the output positions whose input index falls inside x, and those inputs.
+
+    Output index o reads input index o*stride + tap*dilation - padding. Instead of padding x with
+    zeros, keep only the o for which that index lies in [0, in_size): returns (out_slices,
+    in_slices), one slice per spatial dim, or None when the tap only ever reads padding.
+    """
+    out_slices, in_slices = [], []
+    for t, n_in, n_out, s, d, p in zip(tap, problem.in_size, problem.out_size, problem.stride,
+                                       problem.dilation, problem.padding):
+        offset = t * d - p
+        first = max(0, -(offset // s) if offset < 0 else 0)   # smallest o with o*s + offset >= 0
+        last = min(n_out - 1, (n_in - 1 - offset) // s)       # largest o with o*s + offset < n_in
+        if first > last:
+            return None
+        out_slices.append(slice(first, last + 1))
+        in_slices.append(slice(first * s + offset, last * s + offset + 1, s))
+    return tuple(out_slices), tuple(in_slices)
+
+
+def _forward_direct(x, w, problem):
+    """x: (N, C, *in), w: (K, C/g, *kernel) -> y: (N, K, *out), one weighted window sum per tap."""
+    N, G, K = problem.N, problem.groups, problem.K
+    Cg, Kg = problem.C // G, K // G
+    y = np.zeros((N, G, Kg) + problem.out_size, dtype=x.dtype)
+    xg = x.reshape((N, G, Cg) + problem.in_size)
+    wg = w.reshape((G, Kg, Cg) + problem.kernel_size)
+    for tap in _kernel_taps(problem.kernel_size):
+        slices = _tap_slices(problem, tap)
+        if slices is None:
+            continue
+        out_sl, in_sl = slices
+        window = xg[(slice(None),) * 3 + in_sl]                  # (N, G, Cg, *out part)
+        # y[n, g, k, ...] += sum_c w[g, k, c, tap] * window[n, g, c, ...]
+        y[(slice(None),) * 3 + out_sl] += np.einsum("gkc,ngc...->ngk...", wg[(...,) + tap], window)
+    return y.reshape((N, K) + problem.out_size)
+
+
+def _backward_data_direct(w, dy, problem):
+    """dy: (N, K, *out) -> dx: (N, C, *in): each tap scatters its weighted dy back onto its window."""
+    N, G, C = problem.N, problem.groups, problem.C
+    Cg, Kg = C // G, problem.K // G
+    dx = np.zeros((N, G, Cg) + problem.in_size, dtype=dy.dtype)
+    dyg = dy.reshape((N, G, Kg) + problem.out_size)
+    wg = w.reshape((G, Kg, Cg) + problem.kernel_size)
+    for tap in _kernel_taps(problem.kernel_size):
+        slices = _tap_slices(problem, tap)
+        if slices is None:
+            continue
+        out_sl, in_sl = slices
+        # Within one tap every output position reads a different input position, so `+=` on the
+        # strided window never hits the same element twice.
+        dx[(slice(None),) * 3 + in_sl] += np.einsum("gkc,ngk...->ngc...", wg[(...,) + tap],
+                                                    dyg[(slice(None),) * 3 + out_sl])
+    return dx.reshape((N, C) + problem.in_size)
+
+
+def _backward_filter_direct(x, dy, problem):
+    """dw[k, c, tap] = sum over n and output positions of dy[n, k, o] * x[n, c, o*s + tap*d - p]."""
+    N, G, K = problem.N, problem.groups, problem.K
+    Cg, Kg = problem.C // G, K // G
+    dw = np.zeros((G, Kg, Cg) + problem.kernel_size, dtype=x.dtype)
+    xg = x.reshape((N, G, Cg) + problem.in_size)
+    dyg = dy.reshape((N, G, Kg) + problem.out_size)
+    for tap in _kernel_taps(problem.kernel_size):
+        slices = _tap_slices(problem, tap)
+        if slices is None:
+            continue                                             # a tap that only sees padding
+        out_sl, in_sl = slices
+        # einsum cannot sum over "...", so flatten the output positions (a copy of the windows)
+        dy_window = dyg[(slice(None),) * 3 + out_sl].reshape(N, G, Kg, -1)
+        x_window = xg[(slice(None),) * 3 + in_sl].reshape(N, G, Cg, -1)
+        dw[(...,) + tap] = np.einsum("ngkl,ngcl->gkc", dy_window, x_window)
+    return dw.reshape((K, Cg) + problem.kernel_size)
+
+
+# ----------------------------------------------------------------------------------------------
+# im2col + GEMM
+# ----------------------------------------------------------------------------------------------
+
+
+def _pad(x, padding):
+    """Zero-pad the spatial dims of a channels-first array (a copy; skipped when padding is 0)."""
+    if not any(padding):
+        return x
+    return np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding))
+
+
+def _tap_window(problem, tap):
+    """Slices of the PADDED input that one kernel tap reads, for every output position."""
+    return tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
+                 for t, d, s, o in zip(tap, problem.dilation, problem.stride, problem.out_size))
+
+
+def _im2col(x, problem):
+    """x: (N, C, *in) -> cols: (C, *kernel, N, *out), the column matrix before reshaping.
+
+    Row (c, tap) of the column matrix holds, for every output position (n, o), the input value that
+    tap multiplies. One strided slice of the padded input per tap fills a whole row block; there is
+    no loop over pixels. Reshaped to (G, C/G * prod(kernel), N * prod(out)) it is the right-hand
+    side of one GEMM per group.
+    """
+    xp = _pad(x, problem.padding)
+    cols = np.empty((problem.C,) + problem.kernel_size + (problem.N,) + problem.out_size, dtype=x.dtype)
+    for tap in _kernel_taps(problem.kernel_size):
+        window = xp[(slice(None), slice(None)) + _tap_window(problem, tap)]   # (N, C, *out)
+        cols[(slice(None),) + tap] = window.swapaxes(0, 1)                    # (C, N, *out)
+    return cols
+
+
+def _col2im(dcols, problem):
+    """The adjoint of _im2col: dcols (C, *kernel, N, *out) -> dx (N, C, *in).
+
+    Each tap's row block is added back onto the strided window of the padded input it came from;
+    windows of different taps overlap, which is why this is an accumulation. Then the padding is cut.
+    """
+    padded = tuple(n + 2 * p for n, p in zip(problem.in_size, problem.padding))
+    dxp = np.zeros((problem.N, problem.C) + padded, dtype=dcols.dtype)
+    for tap in _kernel_taps(problem.kernel_size):
+        dxp[(slice(None), slice(None)) + _tap_window(problem, tap)] += dcols[(slice(None),) + tap].swapaxes(0, 1)
+    crop = tuple(slice(p, p + n) for p, n in zip(problem.padding, problem.in_size))
+    return dxp[(slice(None), slice(None)) + crop]
+
+
+def _gemm_shapes(problem):
+    G = problem.groups
+    rows = (problem.C // G) * math.prod(problem.kernel_size)           # C/G * R * S
+    cols = problem.N * math.prod(problem.out_size)                     # N * P * Q
+    return G, problem.K // G, rows, cols
+
+
+def _dy_matrix(dy, problem):
+    """dy (N, K, *out) -> (G, K/G, N*prod(out)), the layout of the GEMM's output."""
+    G, Kg, _, ncols = _gemm_shapes(problem)
+    return dy.swapaxes(0, 1).reshape(G, Kg, ncols)
+
+
+def _forward_im2col_gemm(x, w, problem):
+    """y_g = W_g (K/G, C/G*RS) @ cols_g (C/G*RS, N*PQ), batched over the G groups by np.matmul."""
+    G, Kg, rows, ncols = _gemm_shapes(problem)
+    cols = _im2col(x, problem).reshape(G, rows, ncols)
+    y = np.matmul(w.reshape(G, Kg, rows), cols)                          # (G, K/G, N*PQ)
+    y = y.reshape((problem.K, problem.N) + problem.out_size)
+    return y.swapaxes(0, 1)                                               # (N, K, *out)
+
+
+def _backward_data_im2col_gemm(w, dy, problem):
+    """dcols_g = W_g^T (C/G*RS, K/G) @ dy_g (K/G, N*PQ), then col2im back onto the input."""
+    G, Kg, rows, ncols = _gemm_shapes(problem)
+    dcols = np.matmul(w.reshape(G, Kg, rows).swapaxes(1, 2), _dy_matrix(dy, problem))
+    dcols = dcols.reshape((problem.C,) + problem.kernel_size + (problem.N,) + problem.out_size)
+    return _col2im(dcols, problem)
+
+
+def _backward_filter_im2col_gemm(x, dy, problem):
+    """dW_g = dy_g (K/G, N*PQ) @ cols_g^T (N*PQ, C/G*RS)."""
+    G, Kg, rows, ncols = _gemm_shapes(problem)
+    cols = _im2col(x, problem).reshape(G, rows, ncols)
+    dw = np.matmul(_dy_matrix(dy, problem), cols.swapaxes(1, 2))         # (G, K/G, C/G*RS)
+    return dw.reshape((problem.K, problem.C // G) + problem.kernel_size)
+
+
+# ----------------------------------------------------------------------------------------------
+# Winograd F(2x2, 3x3)  (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2015)
+# ----------------------------------------------------------------------------------------------
+#
+# In 1-D, F(2, 3) computes two outputs of a 3-tap filter g from a 4-value input tile d with 4
+# multiplies instead of 6:   y = A^T [ (G g) * (B^T d) ]      (* is elementwise)
+# Nesting it gives F(2x2, 3x3): a 2x2 output tile from a 4x4 input tile with 16 multiplies instead
+# of 36:                     Y = A^T [ (G g G^T) * (B^T d B) ] A
+#
+#   B^T = [[1,  0, -1,  0],      G = [[1,    0,   0  ],      A^T = [[1, 1,  1,  0],
+#          [0,  1,  1,  0],           [1/2,  1/2, 1/2],             [0, 1, -1, -1]]
+#          [0, -1,  1,  0],           [1/2, -1/2, 1/2],
+#          [0,  1,  0, -1]]           [0,    0,   1  ]]
+#
+# U = G g G^T is computed once per filter, V = B^T d B once per input tile (tiles overlap by 2,
+# the filter's size minus 1). The sum over input channels happens in the Winograd domain, so for
+# each of the 16 positions (xi, nu) of the 4x4 tile it is a matrix product:
+#   M[xi, nu] (K, tiles) = U[xi, nu] (K, C) @ V[xi, nu] (C, tiles)
+# which is where the BLAS time goes; then each tile goes back with Y = A^T M A.
+
+_WINOGRAD_BT = np.array([[1, 0, -1, 0],
+                         [0, 1, 1, 0],
+                         [0, -1, 1, 0],
+                         [0, 1, 0, -1]], dtype=np.float64)
+_WINOGRAD_G = np.array([[1, 0, 0],
+                        [0.5, 0.5, 0.5],
+                        [0.5, -0.5, 0.5],
+                        [0, 0, 1]], dtype=np.float64)
+_WINOGRAD_AT = np.array([[1, 1, 1, 0],
+                         [0, 1, -1, -1]], dtype=np.float64)
+
+
+def _sandwich(mat, t):
+    """mat @ t[:, :, r] @ mat^T for every trailing index r of t: (a, b, ...) -> (m, m, ...).
+
+    The small transforms act on the two leading (tile) axes; doing them as two matrix products over
+    all tiles at once, instead of one tiny 4x4 product per tile, keeps NumPy in BLAS.
+    """
+    m, rest = mat.shape[0], t.shape[2:]
+    t = np.matmul(mat, t.reshape(t.shape[0], -1)).reshape((m, t.shape[1]) + rest)    # rows: mat @ t
+    t = t.swapaxes(0, 1)                                                              # columns next
+    t = np.matmul(mat, t.reshape(t.shape[0], -1)).reshape((m, m) + rest)             # (t @ mat^T)^T
+    return t.swapaxes(0, 1)
+
+
+def _winograd_f2x2_3x3(x, w, padding, groups):
+    """A 3x3, stride-1 convolution by Winograd F(2x2, 3x3).
+
+    x: (N, C, H, W), w: (K, C/groups, 3, 3), padding (ph, pw) -> y: (N, K, H + 2ph - 2, W + 2pw - 2).
+    """
+    dtype = x.dtype
+    BT, G, AT = (m.astype(dtype) for m in (_WINOGRAD_BT, _WINOGRAD_G, _WINOGRAD_AT))
+    N, C, H, W = x.shape
+    K = w.shape[0]
+    Cg, Kg = C // groups, K // groups
+    P, Q = H + 2 * padding[0] - 2, W + 2 * padding[1] - 2
+    tiles_h, tiles_w = -(-P // 2), -(-Q // 2)                  # ceil: a last tile may hang over
+    n_tiles = N * tiles_h * tiles_w
+
+    # Pad so that every 4x4 tile, including the overhanging last ones, lies inside the array:
+    # the convolution's own padding on the top/left, and enough zeros on the bottom/right.
+    pad_bottom = 2 * tiles_h + 2 - H - padding[0]
+    pad_right = 2 * tiles_w + 2 - W - padding[1]
+    xp = np.pad(x, ((0, 0), (0, 0), (padding[0], pad_bottom), (padding[1], pad_right)))
+
+    # Input tiles d[a, b, c, n, t, u] = xp[n, c, 2t + a, 2u + b]: tile (t, u) starts at (2t, 2u),
+    # so neighbouring tiles overlap by 2. The tile position (a, b) comes first, channels next, so
+    # that after the transform each of the 16 positions is a ready (C, tiles) matrix.
+    d = np.empty((4, 4, C, N, tiles_h, tiles_w), dtype=dtype)
+    for a in range(4):
+        for b in range(4):
+            d[a, b] = xp[:, :, a:a + 2 * tiles_h:2, b:b + 2 * tiles_w:2].swapaxes(0, 1)
+
+    U = _sandwich(G, w.transpose(2, 3, 0, 1))                   # G g G^T: (4, 4, K, Cg)
+    V = _sandwich(BT, d)                                        # B^T d B: (4, 4, C, N, th, tw)
+
+    # The channel sum, one batched GEMM per tile position and group:
+    #   M (16, G, Kg, N*tiles) = U (16, G, Kg, Cg) @ V (16, G, Cg, N*tiles)
+    M = np.matmul(U.reshape(16, groups, Kg, Cg), V.reshape(16, groups, Cg, n_tiles))
+    M = M.reshape(4, 4, K, N, tiles_h, tiles_w)
+
+    Y = _sandwich(AT, M)                                        # A^T M A: (2, 2, K, N, th, tw)
+    # y[n, k, 2t + i, 2u + j] = Y[i, j, k, n, t, u]
+    y = Y.transpose(3, 2, 4, 0, 5, 1).reshape(N, K, 2 * tiles_h, 2 * tiles_w)
+    return y[:, :, :P, :Q]
+
+
+def _backward_data_winograd(w, dy, problem):
+    """dx as a forward Winograd convolution: dy padded by (2 - padding) with the flipped filter.
+
+    dx[n, c, i, j] = sum_k sum_{a,b} dy[n, k, i + p - a, j + p - b] * w[k, c, a, b]. Substituting
+    a' = 2 - a turns this into a stride-1 3x3 cross-correlation of dy (padded by 2 - p) with
+    w'[c, k, a', b'] = w[k, c, 2 - a', 2 - b']: the filter rotated by 180 degrees with its in/out
+    channels swapped (within each group).
+    """
+    G = problem.groups
+    Cg, Kg = problem.C // G, problem.K // G
+    w_flipped = w.reshape(G, Kg, Cg, 3, 3)[:, :, :, ::-1, ::-1]
+    w_t = w_flipped.transpose(0, 2, 1, 3, 4).reshape(problem.C, Kg, 3, 3)
+    pad = tuple(2 - p for p in problem.padding)
+    return _winograd_f2x2_3x3(dy, w_t, pad, G)
