@@ -240,3 +240,21 @@ def test_errors():
         adaptive_avg_pooling_forward(x[0, 0], 2)
     with pytest.raises(ValueError, match=r"adaptive_avg_pooling_backward: dy has shape \(2, 3, 2, 2\)"):
         adaptive_avg_pooling_backward(np.ones((2, 3, 2, 2), dtype=np.float32), x.shape, 3)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("shape,kernel", [
+    ((2, 3, 8, 8), 2),            # the common 2x2/2 pool: the tiled fast path
+    ((2, 3, 9, 11), 2),           # odd sizes: the last row/column is dropped (floor mode)
+    ((1, 2, 7), 3),               # 1-D
+    ((1, 2, 4, 6, 6), (2, 3, 3)),  # 3-D
+])
+def test_non_overlapping_max_pool_fast_path(shape, kernel, layout, rng):
+    """stride == kernel without padding takes a reshape-based path; it must equal torch, ties included."""
+    dims = len(shape) - 2
+    desc = PoolingDescriptor(mode="max", kernel_size=kernel, stride=kernel, padding=0, ceil_mode=False,
+                             spatial_dims=dims)
+    x = rng.integers(-2, 3, size=shape).astype(np.float32)  # few distinct values: many ties
+    check_against_torch(x, desc, layout, rng, 1e-6)
+    x = rng.standard_normal(shape).astype(np.float32)
+    check_against_torch(x, desc, layout, rng, 1e-6)

@@ -82,6 +82,36 @@ def _max_argmax(xp, desc, out_sizes):
     return best, arg
 
 
+def _tiled_windows(xc, desc, out_sizes):
+    """For non-overlapping windows (stride == kernel, no padding): a (N, C, *out, taps) view.
+
+    The common 2x2/2 max pool then costs one reshape and one reduction instead of a pass per tap.
+    Taps are numbered in the same (row-major) window order as _taps. Returns None when it does not apply.
+    """
+    if any(p for p in desc.padding) or tuple(desc.stride) != tuple(desc.kernel_size):
+        return None
+    if any(o * k > L for o, k, L in zip(out_sizes, desc.kernel_size, xc.shape[2:])):
+        return None  # ceil mode reaching past the input: use the general path
+    d = len(out_sizes)
+    crop = (Ellipsis,) + tuple(slice(0, o * k) for o, k in zip(out_sizes, desc.kernel_size))
+    split = xc[crop].reshape(xc.shape[:2] + tuple(v for ok in zip(out_sizes, desc.kernel_size) for v in ok))
+    order = (0, 1) + tuple(2 + 2 * i for i in range(d)) + tuple(3 + 2 * i for i in range(d))
+    return split.transpose(order).reshape(xc.shape[:2] + tuple(out_sizes) + (-1,))
+
+
+def _untile(windows, xc_shape, desc, out_sizes):
+    """Inverse of _tiled_windows: (N, C, *out, taps) back to a (N, C, *spatial) array (zeros elsewhere)."""
+    d = len(out_sizes)
+    split = windows.reshape(xc_shape[:2] + tuple(out_sizes) + tuple(desc.kernel_size))
+    order = (0, 1) + tuple(v for i in range(d) for v in (2 + i, 2 + d + i))
+    tiled = split.transpose(order).reshape(xc_shape[:2] + tuple(o * k for o, k in zip(out_sizes, desc.kernel_size)))
+    if tiled.shape == tuple(xc_shape):
+        return tiled
+    full = np.zeros(xc_shape, dtype=windows.dtype)
+    full[(Ellipsis,) + tuple(slice(0, n) for n in tiled.shape[2:])] = tiled
+    return full
+
+
 def _to_layout(a, layout):
     return np.ascontiguousarray(to_channels_last(a, layout))
 
@@ -90,7 +120,11 @@ def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     xc = to_channels_first(x, layout)
     spatial = xc.shape[2:]
     out_sizes, padded = _geometry(spatial, desc)
-    if desc.mode == "max":
+    windows = _tiled_windows(xc, desc, out_sizes) if desc.mode == "max" else None
+    if windows is not None:
+        # np.max propagates NaN, as PyTorch's max pooling does.
+        y = windows.max(axis=-1)
+    elif desc.mode == "max":
         y, _ = _max_argmax(_pad(xc, desc, padded, -np.inf), desc, out_sizes)
     else:
         xp = _pad(xc, desc, padded, 0)
@@ -106,6 +140,14 @@ def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=
     dyc = to_channels_first(dy, layout)
     spatial = xc.shape[2:]
     out_sizes, padded = _geometry(spatial, desc)
+    windows = _tiled_windows(xc, desc, out_sizes) if desc.mode == "max" else None
+    if windows is not None:
+        # argmax returns the first maximum (and the first NaN), the same tap _max_argmax picks.
+        arg = windows.argmax(axis=-1)[..., None]
+        dwin = np.zeros(windows.shape, dtype=x.dtype)
+        np.put_along_axis(dwin, arg, dyc[..., None], axis=-1)
+        dx = _untile(dwin, xc.shape, desc, out_sizes)
+        return blend("pooling_backward", _to_layout(dx, layout), out, alpha, beta)
     dxp = np.zeros(xc.shape[:2] + padded, dtype=x.dtype)
     if desc.mode == "max":
         # Recompute the argmax from x instead of storing it (as cuDNN): the gradient of each
