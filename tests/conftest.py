@@ -7,6 +7,13 @@ import os
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# CI runs the property tests with a fixed seed (derandomize) so a red run is reproducible; local runs
+# explore new examples each time.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 
 def _gpu_available() -> bool:
