@@ -1,0 +1,257 @@
+"""The tutorials run: every notebook is built from its source and executed in small mode on the CPU,
+and any cell error fails the test. Also tests the two tools that make this possible
+(tutorials/build.py and tutorials/run.py's builtin executor) on small notebooks of their own.
+
+The notebooks run with nbclient (a real Jupyter kernel) when nbclient and ipykernel are installed, as
+in CI, else with run.py's builtin executor (what the GPU machine, which has no Jupyter, uses).
+"""
+import base64
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIALS = ROOT / "tutorials"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"tutorials_{name}", TUTORIALS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load("build")
+run = _load("run")
+SOURCES = build.sources()
+
+
+@pytest.fixture
+def small_mode(monkeypatch):
+    monkeypatch.setenv("MINIDL_TUTORIAL_MODE", "small")
+
+
+def _outputs(nb):
+    return [o for c in nb["cells"] if c["cell_type"] == "code" for o in c["outputs"]]
+
+
+def _text(nb):
+    return "".join("".join(o.get("text", [])) + "".join(o.get("data", {}).get("text/plain", []))
+                   for o in _outputs(nb))
+
+
+def test_there_are_tutorials():
+    names = [s.stem for s in SOURCES]
+    assert names[:3] == ["01_tensors_and_autograd", "02_gpu_primitives", "03_convolution_algorithms"], names
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_committed_notebook_matches_its_source(source):
+    problem = build.out_of_date(source)
+    assert problem is None, f"{problem}: run `python tutorials/build.py`"
+
+
+# The builtin executor always (it is what the GPU machine uses); a Jupyter kernel where installed.
+EXECUTORS = ["builtin"] + (["nbclient"] if run.nbclient_available() else [])
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_notebook_runs_in_small_mode(source, executor, small_mode):
+    """Build the notebook next to the real ones (so its first cell finds tutorial_utils.py), run it,
+    and check that every code cell ran and that it produced figures and text."""
+    path = TUTORIALS / f".test_{executor}_{source.stem}.ipynb"
+    try:
+        build.write_notebook(build.make_notebook(build.parse_percent(source.read_text()), source.stem), path)
+        nb = run.execute_notebook(path, executor=executor, timeout=120)
+    finally:
+        path.unlink(missing_ok=True)
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c["execution_count"] is not None for c in code)
+    errors = [o for o in _outputs(nb) if o["output_type"] == "error"]
+    assert not errors, errors
+    pngs = [o for o in _outputs(nb) if "image/png" in o.get("data", {})]
+    assert pngs, "every tutorial draws at least one figure"
+    for o in pngs:
+        assert base64.b64decode(o["data"]["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
+    text = _text(nb)
+    assert "mode=small" in text
+    assert nb["metadata"]["minidl"]["executed"] == {**nb["metadata"]["minidl"]["executed"], "mode": "small",
+                                                     "executor": executor}
+
+
+# ----------------------------------------------------------------------------------------------
+# build.py
+# ----------------------------------------------------------------------------------------------
+
+PERCENT = '''# header, not copied
+# %% [markdown]
+# # Title
+#
+# Some *text*.
+
+# %%
+x = 1 + 1
+print("x is", x)
+
+# %%
+x * 21
+'''
+
+
+def test_parse_percent_splits_cells_and_strips_markdown_comments():
+    cells = build.parse_percent(PERCENT)
+    assert [c["cell_type"] for c in cells] == ["markdown", "code", "code"]
+    assert cells[0]["source"] == "# Title\n\nSome *text*."
+    assert cells[1]["source"] == 'x = 1 + 1\nprint("x is", x)'
+    assert cells[2]["source"] == "x * 21"
+
+
+def test_parse_percent_rejects_uncommented_markdown():
+    with pytest.raises(ValueError, match="does not start with '#'"):
+        build.parse_percent("# %% [markdown]\nplain text\n")
+
+
+def test_built_notebook_is_valid_nbformat(tmp_path):
+    nb = build.make_notebook(build.parse_percent(PERCENT), "00_demo")
+    assert nb["nbformat"] == 4 and len({c["id"] for c in nb["cells"]}) == 3
+    assert "".join(nb["cells"][1]["source"]) == 'x = 1 + 1\nprint("x is", x)'
+    nbformat = pytest.importorskip("nbformat")
+    nbformat.validate(nbformat.from_dict(nb))
+
+
+def test_out_of_date_detects_an_edited_cell(tmp_path, monkeypatch):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "00_demo.py").write_text(PERCENT)
+    monkeypatch.setattr(build, "TUTORIALS", tmp_path)
+    build.build(src / "00_demo.py")
+    assert build.out_of_date(src / "00_demo.py") is None
+    (src / "00_demo.py").write_text(PERCENT.replace("x * 21", "x * 22"))
+    assert "cell 2 differs" in build.out_of_date(src / "00_demo.py")
+
+
+# ----------------------------------------------------------------------------------------------
+# run.py's builtin executor
+# ----------------------------------------------------------------------------------------------
+
+EXEC_SOURCE = '''# %%
+import sys
+import matplotlib.pyplot as plt
+print("hello")
+print("to stderr", file=sys.stderr)
+
+# %%
+class Rich:
+    def __repr__(self):
+        return "Rich()"
+    def _repr_html_(self):
+        return "<b>rich</b>"
+display(Rich())
+value = 6 * 7
+value
+
+# %%
+fig, ax = plt.subplots()
+ax.plot([1, 2, 3])
+plt.show()
+print("after the figure")
+
+# %%
+silent = 5;
+
+# %%
+import os
+print(os.environ["MINIDL_TUTORIAL_MODE"], os.path.basename(os.getcwd()))
+'''
+
+
+def _write(tmp_path, source, name="demo.ipynb"):
+    path = tmp_path / name
+    build.write_notebook(build.make_notebook(build.parse_percent(source), "00_demo"), path)
+    return path
+
+
+def test_builtin_executor_records_streams_displays_results_and_figures(tmp_path, small_mode):
+    path = _write(tmp_path, EXEC_SOURCE)
+    nb = run.execute_notebook(path, executor="builtin", mode="small")
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert [c["execution_count"] for c in cells] == [1, 2, 3, 4, 5]
+
+    first = cells[0]["outputs"]
+    assert [(o["output_type"], o["name"], "".join(o["text"])) for o in first] == [
+        ("stream", "stdout", "hello\n"), ("stream", "stderr", "to stderr\n")]
+
+    display_out, result = cells[1]["outputs"]
+    assert display_out["output_type"] == "display_data"
+    assert display_out["data"]["text/html"] == ["<b>rich</b>"]
+    assert result["output_type"] == "execute_result" and result["data"]["text/plain"] == ["42"]
+    assert result["execution_count"] == 2
+
+    figure, printed = cells[2]["outputs"]          # plt.show() flushes the figure before the print
+    assert base64.b64decode(figure["data"]["image/png"])[:4] == b"\x89PNG"
+    assert "".join(printed["text"]) == "after the figure\n"
+
+    assert cells[3]["outputs"] == []               # a trailing semicolon hides the value, as in IPython
+    assert "".join(cells[4]["outputs"][0]["text"]) == f"small {tmp_path.name}\n"
+    assert nb["metadata"]["minidl"]["executed"]["executor"] == "builtin"
+    json.dumps(nb)                                 # everything recorded is JSON
+
+
+def test_builtin_executor_stops_at_the_first_error_and_names_the_cell(tmp_path, small_mode):
+    path = _write(tmp_path, "# %%\nok = 1\n\n# %%\nprint('before')\n1 / 0\n\n# %%\nprint('never')\n")
+    with pytest.raises(run.NotebookError, match=r"(?s)code cell 2 .*<demo.ipynb cell 1>.*ZeroDivisionError.*before"):
+        run.execute_notebook(path, executor="builtin")
+
+
+def test_builtin_executor_restores_the_process_state(tmp_path, small_mode):
+    cwd, path_before = os.getcwd(), list(sys.path)
+    run.execute_notebook(_write(tmp_path, "# %%\nx = 1\n"), executor="builtin")
+    assert os.getcwd() == cwd and sys.path == path_before
+    import builtins
+
+    assert not hasattr(builtins, "display")
+
+
+def test_run_main_writes_outputs_in_place_and_fails_with_status_1(tmp_path, small_mode, capsys):
+    good = _write(tmp_path, "# %%\nprint('saved')\n", "good.ipynb")
+    assert run.main([str(good), "--executor", "builtin"]) == 0
+    assert "saved" in _text(json.loads(good.read_text()))
+
+    bad = _write(tmp_path, "# %%\nraise RuntimeError('boom')\n", "bad.ipynb")
+    before = bad.read_text()
+    assert run.main([str(bad), "--executor", "builtin"]) == 1
+    assert "boom" in capsys.readouterr().err
+    assert bad.read_text() == before               # a failed run leaves the notebook as it was
+
+
+def test_mode_must_be_small_or_full(monkeypatch):
+    sys.path.insert(0, str(TUTORIALS))
+    try:
+        import tutorial_utils
+    finally:
+        sys.path.remove(str(TUTORIALS))
+    monkeypatch.setenv("MINIDL_TUTORIAL_MODE", "huge")
+    with pytest.raises(ValueError, match="small' or 'full"):
+        tutorial_utils.tutorial_mode()
+    monkeypatch.setenv("MINIDL_TUTORIAL_MODE", "small")
+    assert tutorial_utils.gpu_status("small")[0] is False
+
+
+@pytest.mark.skipif(not run.nbclient_available(), reason="needs nbclient and ipykernel")
+def test_nbclient_executor_reports_a_failing_cell(tmp_path, small_mode):
+    path = _write(tmp_path, "# %%\nraise KeyError('missing piece')\n")
+    with pytest.raises(run.NotebookError, match="missing piece"):
+        run.execute_notebook(path, executor="nbclient", timeout=60)
+
+
+def test_run_main_output_dir(tmp_path, small_mode):
+    nb = _write(tmp_path, "# %%\n6 * 7\n", "answer.ipynb")
+    out = tmp_path / "out"
+    assert run.main([str(nb), "--executor", "builtin", "--output-dir", str(out)]) == 0
+    assert "42" in _text(json.loads((out / "answer.ipynb").read_text()))
+    assert _text(json.loads(nb.read_text())) == ""  # the source notebook is untouched

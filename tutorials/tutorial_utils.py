@@ -1,0 +1,277 @@
+"""Small helpers shared by the tutorial notebooks: the run mode, the device label, figure stamps,
+timing, and showing two pieces of source code side by side.
+
+The notebooks import this module from their first cell (it sits next to them in tutorials/). It
+holds nothing a learner needs to read to follow a tutorial: the minidl code each tutorial is about
+is shown in the notebook itself.
+"""
+from __future__ import annotations
+
+import datetime
+import html
+import inspect
+import os
+import platform
+import re
+import statistics
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KERNELS_DIR = REPO_ROOT / "kernels"
+MODES = ("small", "full")
+
+
+# ----------------------------------------------------------------------------------------------
+# The mode and the device
+# ----------------------------------------------------------------------------------------------
+
+
+def tutorial_mode() -> str:
+    """MINIDL_TUTORIAL_MODE: "small" (default; a few seconds on a CPU, as in CI) or "full"."""
+    mode = os.environ.get("MINIDL_TUTORIAL_MODE", "small").strip().lower()
+    if mode not in MODES:
+        raise ValueError(f"MINIDL_TUTORIAL_MODE must be 'small' or 'full', got {mode!r}")
+    return mode
+
+
+def gpu_status(mode: str) -> tuple[bool, str]:
+    """(use the GPU?, why not). Small mode never touches the GPU, even where there is one."""
+    if mode != "full":
+        return False, "small mode runs on the CPU only (set MINIDL_TUTORIAL_MODE=full to use a GPU)"
+    import minidl
+
+    if not minidl.cuda.is_available():
+        return False, f"no usable GPU here: {minidl.cuda.unavailable_reason()}"
+    return True, ""
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_label(use_gpu: bool) -> str:
+    """A one-line description of where the numbers were measured."""
+    if use_gpu:
+        import minidl
+
+        return f"GPU: {minidl.cuda.get_device_name(0)}"
+    return f"CPU: {cpu_name()} ({os.cpu_count()} logical cores)"
+
+
+def today() -> str:
+    return datetime.date.today().isoformat()
+
+
+def stamp(fig, device: str, mode: str) -> None:
+    """Write the device, the date and the mode in the figure's bottom-right corner, so that a saved
+    plot always says where and when its numbers were measured."""
+    fig.text(0.99, 0.005, f"{device} | {today()} | mode={mode}", ha="right", va="bottom",
+             fontsize=7, color="0.35")
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------
+
+
+def time_cpu_ms(fn, repeats: int = 5, warmup: int = 1) -> float:
+    """The best (smallest) wall-clock milliseconds of fn() over `repeats` calls, after `warmup`.
+
+    On a CPU shared with other processes, interference only ever adds time (a BLAS thread that
+    has to wait for a core costs a whole scheduler slice), so the minimum is the measurement least
+    disturbed by the rest of the machine.
+    """
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return min(times)
+
+
+def time_gpu_ms(fn, repeats: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of fn() on the GPU, each call bracketed by CUDA events.
+
+    The warm-up calls include the first NVRTC compile of a kernel, which must never be timed.
+    Events measure the GPU's own clock: Python's launch overhead is included only where it stalls
+    the GPU (a tiny kernel finishes before Python launches the next one).
+    """
+    import cupy
+
+    for _ in range(warmup):
+        fn()
+    cupy.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeats):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+# ----------------------------------------------------------------------------------------------
+# Showing code
+# ----------------------------------------------------------------------------------------------
+
+
+def kernel_source(family: str) -> str:
+    """The text of kernels/<family>.cu (or a .cuh header when the name ends in .cuh)."""
+    name = family if family.endswith((".cu", ".cuh")) else f"{family}.cu"
+    return (KERNELS_DIR / name).read_text()
+
+
+def cuda_function(family: str, name: str) -> str:
+    """The source of one function of kernels/<family>.cu, from its signature line to its closing
+    brace at column 0, with the comment block just above it."""
+    return cuda_excerpt(family, rf"\b{re.escape(name)}\s*\(")
+
+
+def cuda_excerpt(family: str, first_line: str) -> str:
+    """The definition that starts at the first line matching the regex `first_line` (a function or a
+    struct), through its closing brace at column 0, with the comment and template lines above it."""
+    lines = kernel_source(family).splitlines()
+    pattern = re.compile(first_line)
+    for i, line in enumerate(lines):
+        if pattern.search(line) and not line.lstrip().startswith("//") and not line.rstrip().endswith(";"):
+            start = i
+            while start > 0 and (lines[start - 1].startswith("//") or lines[start - 1].startswith("extern")
+                                 or lines[start - 1].startswith("template")
+                                 or lines[start - 1].startswith("__device__")):
+                start -= 1
+            end = i
+            while end < len(lines) and lines[end] not in ("}", "};"):
+                end += 1
+            return "\n".join(lines[start:end + 1])
+    raise ValueError(f"cuda_excerpt: no line matching {first_line!r} in kernels/{family}")
+
+
+def header_comment(family: str) -> str:
+    """The comment block a kernel file opens with: the algorithm and the thread mapping."""
+    out = []
+    for line in kernel_source(family).splitlines():
+        if not line.startswith("//"):
+            break
+        out.append(line)
+    return "\n".join(out)
+
+
+def python_source(*objects) -> str:
+    return "\n\n".join(inspect.getsource(obj).rstrip() for obj in objects)
+
+
+class SideBySide:
+    """Two code listings in two columns (HTML in Jupyter), or one after the other as text."""
+
+    def __init__(self, left_title: str, left: str, right_title: str, right: str):
+        self.left_title, self.left, self.right_title, self.right = left_title, left, right_title, right
+
+    def __repr__(self):
+        bar = "=" * 100
+        return f"{bar}\n{self.left_title}\n{bar}\n{self.left}\n\n{bar}\n{self.right_title}\n{bar}\n{self.right}"
+
+    def _repr_html_(self):
+        def column(title, text):
+            return (f"<td style='vertical-align:top;width:50%'><b>{html.escape(title)}</b>"
+                    f"<pre style='font-size:11px;line-height:1.25;overflow-x:auto'>{html.escape(text)}</pre></td>")
+
+        return ("<table style='width:100%;table-layout:fixed'><tr>"
+                + column(self.left_title, self.left) + column(self.right_title, self.right) + "</tr></table>")
+
+
+class Table:
+    """A list of rows as a table: HTML in Jupyter, aligned text elsewhere (no pandas needed)."""
+
+    def __init__(self, header, rows, title: str = ""):
+        self.header = [str(h) for h in header]
+        self.rows = [[_cell(v) for v in row] for row in rows]
+        self.title = title
+
+    def __repr__(self):
+        widths = [max(len(r[i]) for r in [self.header] + self.rows) for i in range(len(self.header))]
+        line = "  ".join(h.ljust(w) for h, w in zip(self.header, widths))
+        body = ["  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(r, widths)) for r in self.rows]
+        return "\n".join(([self.title] if self.title else []) + [line, "-" * len(line)] + body)
+
+    def _repr_html_(self):
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r) + "</tr>" for r in self.rows)
+        caption = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
+        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        return f"{v:.3g}" if abs(v) < 1e-2 or abs(v) >= 1e5 else f"{v:.3f}".rstrip("0").rstrip(".")
+    return str(v)
+
+
+def _numeric(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def python_function_from_file(relative_path: str, name: str) -> str:
+    """The source of a top-level function or class of a repository file, without importing it
+    (minidl/primitives/cuda/* imports CuPy, which a CPU-only machine does not have)."""
+    import ast
+
+    text = (REPO_ROOT / relative_path).read_text()
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return ast.get_source_segment(text, node)
+    raise ValueError(f"python_function_from_file: no {name!r} in {relative_path}")
+
+
+# CUDA device attribute numbers (cudaDeviceAttr), for a CuPy whose Device().attributes lacks a name.
+_CUDA_ATTRIBUTES = {"ClockRate": 13, "MultiProcessorCount": 16, "MaxThreadsPerMultiProcessor": 39,
+                    "ComputeCapabilityMajor": 75, "ComputeCapabilityMinor": 76,
+                    "MaxSharedMemoryPerMultiprocessor": 81, "MaxRegistersPerMultiprocessor": 82,
+                    "MaxBlocksPerMultiprocessor": 106}
+
+
+def gpu_attribute(name: str):
+    """One attribute of the current GPU by its CUDA name, e.g. "MultiProcessorCount"."""
+    import cupy
+
+    device = cupy.cuda.Device()
+    attributes = device.attributes
+    if name in attributes:
+        return attributes[name]
+    return cupy.cuda.runtime.deviceGetAttribute(_CUDA_ATTRIBUTES[name], device.id)
+
+
+def find_cuda_function(name: str, missing_ok: bool = False) -> tuple[str, str]:
+    """(file name, source) of the `__global__`/device function `name`, wherever it is in kernels/.
+
+    With missing_ok, a function that is not there gives ("?", a note saying so) instead of an error,
+    so that a notebook still runs (and says what it could not show) while the kernels are reworked.
+    """
+    for path in sorted(KERNELS_DIR.glob("*.cu*")):
+        if re.search(rf"\b{re.escape(name)}\s*\(", path.read_text()):
+            try:
+                return path.name, cuda_function(path.name, name)
+            except ValueError:
+                continue
+    if missing_ok:
+        return "?", (f"// MISSING: no function {name} in kernels/*.cu when this notebook ran.\n"
+                     f"// The text above describes it; the GPU launcher minidl/primitives/cuda/ calls it by this name.")
+    raise ValueError(f"find_cuda_function: no function {name!r} in {KERNELS_DIR}")
