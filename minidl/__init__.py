@@ -59,7 +59,7 @@ def numel(t):
 
 
 # Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.
-_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd")
+_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends")
 
 
 def __getattr__(name):

@@ -1,0 +1,956 @@
+"""minidl.nn.functional: the stateless side of nn, with torch.nn.functional's names and signatures.
+
+Each op here is an autograd Function (forward and backward on plain arrays) over one primitive of
+`minidl.primitives`, so on the GPU the forward and the backward run our own CUDA kernels:
+
+    activations        -> activation_forward / activation_backward   (ActivationDescriptor)
+    softmax, log_softmax -> softmax_forward / softmax_backward
+    conv1d/2d/3d       -> convolution_forward / _backward_data / _backward_filter / _backward_bias
+    pooling            -> pooling_forward / pooling_backward, adaptive_avg_pooling_*
+    batch_norm         -> batch_norm_forward_training / _inference / batch_norm_backward
+    local_response_norm -> lrn_forward / lrn_backward
+    dropout            -> dropout_forward / dropout_backward (the mask is regenerated, never stored)
+
+The rest (linear, the losses, embedding, pad, one_hot) is ordinary array math written once for NumPy
+and CuPy. Losses are fused: cross_entropy is one Function whose backward is (softmax - target) scaled,
+instead of a chain of small ops each saving its own intermediate.
+
+Arguments are checked here, at the framework boundary, before any computation; shape errors that
+only the primitive knows about come from the primitive, naming it and the shapes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backends, random
+from .. import primitives as P
+from .._device import get_array_module, is_cuda_array
+from ..autograd.function import Function
+from ..autograd.tensor import Tensor
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------------
+
+
+def _check_tensor(op, name, t):
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
+
+
+def _check_float_tensor(op, name, t):
+    _check_tensor(op, name, t)
+    if t.dtype.kind != "f":
+        raise TypeError(f"{op}: {name} must be a floating-point tensor, got dtype {t.dtype}")
+
+
+def _check_same_device(op, **tensors):
+    kinds = {k: ("cuda" if t.is_cuda else "cpu") for k, t in tensors.items() if t is not None}
+    if len(set(kinds.values())) > 1:
+        raise RuntimeError(f"{op}: all tensors must be on one device, got " + ", ".join(f"{k} on {v}" for k, v in kinds.items()))
+
+
+def _check_same_dtype(op, **tensors):
+    dtypes = {k: t.dtype for k, t in tensors.items() if t is not None}
+    if len(set(dtypes.values())) > 1:
+        raise TypeError(f"{op}: all tensors must have one dtype, got " + ", ".join(f"{k}={v}" for k, v in dtypes.items()))
+
+
+def _check_reduction(op, reduction):
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def _reduce(loss, reduction):
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    return loss
+
+
+# ------------------------------------------------------------------------------------------------
+# Linear
+# ------------------------------------------------------------------------------------------------
+
+
+class Linear(Function):
+    """y = x @ W^T + b.  x (..., in), W (out, in), b (out,) -> y (..., out).
+
+    Backward: dx = dy @ W, dW = dy^T x (summed over all leading dims), db = sum of dy.
+    """
+
+    def forward(self, x, weight, bias=None):
+        self.x, self.weight, self.has_bias = x, weight, bias is not None
+        y = x @ weight.T
+        if bias is not None:
+            y = y + bias
+        return y
+
+    def backward(self, dy):
+        dx = dw = db = None
+        if self.needs_input_grad[0]:
+            dx = dy @ self.weight
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        if self.needs_input_grad[1]:
+            dw = dy2.T @ self.x.reshape(-1, self.x.shape[-1])
+        if self.has_bias and self.needs_input_grad[2]:
+            db = dy2.sum(axis=0)
+        return (dx, dw, db) if self.has_bias else (dx, dw)
+
+
+def linear(input, weight, bias=None):
+    """input (..., in_features), weight (out_features, in_features), bias (out_features,) or None."""
+    op = "linear"
+    _check_float_tensor(op, "input", input)
+    _check_float_tensor(op, "weight", weight)
+    if weight.ndim != 2:
+        raise ValueError(f"{op}: weight must be 2-D (out_features, in_features), got shape {weight.shape}")
+    if input.ndim < 1 or input.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"{op}: input of shape {input.shape} has last dim {input.shape[-1] if input.ndim else None}, but "
+            f"weight {weight.shape} expects in_features={weight.shape[1]}"
+        )
+    if bias is not None:
+        _check_float_tensor(op, "bias", bias)
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"{op}: bias has shape {bias.shape}, expected ({weight.shape[0]},)")
+    _check_same_device(op, input=input, weight=weight, bias=bias)
+    _check_same_dtype(op, input=input, weight=weight, bias=bias)
+    if bias is None:
+        return Linear.apply(input, weight)
+    return Linear.apply(input, weight, bias)
+
+
+# ------------------------------------------------------------------------------------------------
+# Activations and softmax, over the primitive library
+# ------------------------------------------------------------------------------------------------
+
+
+class Activation(Function):
+    """y = f(x) elementwise, f chosen by an ActivationDescriptor; backward dx = dy * f'(x)."""
+
+    def forward(self, x, desc=None):
+        self.desc = desc
+        self.x = x
+        self.y = P.activation_forward(x, desc)
+        return self.y
+
+    def backward(self, dy):
+        return P.activation_backward(self.x, self.y, dy, self.desc)
+
+
+def _activation(op, input, mode, coef=None):
+    _check_float_tensor(op, "input", input)
+    return Activation.apply(input, desc=P.ActivationDescriptor(mode, coef))
+
+
+def relu(input, inplace=False):
+    return _activation("relu", input, "relu")
+
+
+def relu6(input, inplace=False):
+    return _activation("relu6", input, "clipped_relu", 6.0)
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    return _activation("leaky_relu", input, "leaky_relu", negative_slope)
+
+
+def elu(input, alpha=1.0, inplace=False):
+    return _activation("elu", input, "elu", alpha)
+
+
+def sigmoid(input):
+    return _activation("sigmoid", input, "sigmoid")
+
+
+def tanh(input):
+    return _activation("tanh", input, "tanh")
+
+
+def gelu(input, approximate="none"):
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _activation("gelu", input, "gelu" if approximate == "none" else "gelu_tanh")
+
+
+class Softmax(Function):
+    """softmax ("accurate") or log-softmax ("log") along one axis; backward needs only the output."""
+
+    def forward(self, x, axis=-1, algorithm="accurate"):
+        self.axis, self.algorithm = axis, algorithm
+        self.y = P.softmax_forward(x, axis=axis, algorithm=algorithm)
+        return self.y
+
+    def backward(self, dy):
+        return P.softmax_backward(self.y, dy, axis=self.axis, algorithm=self.algorithm)
+
+
+def _softmax_dim(op, input, dim):
+    _check_float_tensor(op, "input", input)
+    if dim is None:
+        # PyTorch's legacy rule for an omitted dim: 0 for 0-, 1- and 3-D inputs, else 1.
+        dim = 0 if input.ndim in (0, 1, 3) else 1
+    if not -max(input.ndim, 1) <= dim < max(input.ndim, 1):
+        raise IndexError(f"{op}: dim {dim} is out of range for an input of shape {input.shape}")
+    return dim % max(input.ndim, 1)
+
+
+def softmax(input, dim=None, dtype=None):
+    dim = _softmax_dim("softmax", input, dim)
+    if dtype is not None:
+        input = input.type(dtype)
+    if input.ndim == 0:
+        return Softmax.apply(input.reshape(1), axis=0).reshape(())
+    return Softmax.apply(input, axis=dim, algorithm="accurate")
+
+
+def log_softmax(input, dim=None, dtype=None):
+    dim = _softmax_dim("log_softmax", input, dim)
+    if dtype is not None:
+        input = input.type(dtype)
+    if input.ndim == 0:
+        return Softmax.apply(input.reshape(1), axis=0, algorithm="log").reshape(())
+    return Softmax.apply(input, axis=dim, algorithm="log")
+
+
+# ------------------------------------------------------------------------------------------------
+# Losses
+# ------------------------------------------------------------------------------------------------
+
+
+def _class_targets(op, input, target, weight, ignore_index):
+    """Check class-index targets against input (N, C, d1, ...); return (C, target array as (M,))."""
+    C = input.shape[1]
+    expected = (input.shape[0],) + input.shape[2:]
+    if target.dtype.kind not in "iu":
+        raise TypeError(
+            f"{op}: class-index target must be an integer tensor (e.g. int64), got dtype {target.dtype} "
+            f"(for probability targets pass a float tensor of the input's shape {input.shape})"
+        )
+    if target.shape != expected:
+        raise ValueError(f"{op}: input {input.shape} expects a target of shape {expected}, got {target.shape}")
+    t = target._data.reshape(-1)
+    valid = t != ignore_index
+    if t.size:
+        xp = get_array_module(t)
+        bad = valid & ((t < 0) | (t >= C))
+        if bool(bad.any()):  # one reduction; on the GPU this waits for it, the price of a clear error
+            first = int(t[xp.nonzero(bad)[0][0]])
+            raise ValueError(
+                f"{op}: target holds class index {first}, out of range for {C} classes (input {input.shape}); "
+                f"valid indices are 0..{C - 1} or ignore_index={ignore_index}"
+            )
+    return C, t
+
+
+def _check_weight(op, weight, C, input):
+    if weight is None:
+        return
+    _check_float_tensor(op, "weight", weight)
+    if weight.shape != (C,):
+        raise ValueError(f"{op}: weight has shape {weight.shape}, expected ({C},) for input {input.shape}")
+    _check_same_device(op, input=input, weight=weight)
+
+
+def _to_rows(x):
+    """(N, C, d1, ...) -> (N * d1 * ..., C): classes last, one row per prediction."""
+    C = x.shape[1]
+    return get_array_module(x).moveaxis(x, 1, -1).reshape(-1, C)
+
+
+def _from_rows(rows, shape):
+    """Inverse of _to_rows for an array of shape `shape` = (N, C, d1, ...)."""
+    xp = get_array_module(rows)
+    moved = rows.reshape((shape[0],) + tuple(shape[2:]) + (shape[1],))
+    return xp.ascontiguousarray(xp.moveaxis(moved, -1, 1))
+
+
+def _class_weights_matrix(t, valid, weight, C, smoothing, dtype):
+    """q (M, C): how much each -log p[m, c] counts. With class indices t (ignored rows all zero):
+    q = (1 - eps) * w[t] * onehot(t) + eps / C * w; the loss of row m is -sum_c q[m, c] log p[m, c]."""
+    xp = get_array_module(t)
+    M = t.shape[0]
+    w = weight if weight is not None else xp.ones((C,), dtype=dtype)
+    safe_t = xp.where(valid, t, 0)
+    q = xp.zeros((M, C), dtype=dtype)
+    rows = xp.arange(M)
+    q[rows, safe_t] = dtype.type(1.0 - smoothing) * w[safe_t]
+    if smoothing:
+        q += dtype.type(smoothing / C) * w[None, :]
+    q *= valid[:, None].astype(dtype)
+    # The "mean" denominator, as PyTorch: the summed weights of the targets that count.
+    denom = (w[safe_t] * valid.astype(dtype)).sum()
+    return q, denom
+
+
+class CrossEntropy(Function):
+    """log-softmax and negative log-likelihood in one op.
+
+    Rows: z (M, C) logits, q (M, C) target weights (see _class_weights_matrix; for probability targets
+    q = w * p). Forward: log p = z - max z - log sum exp(z - max z); loss_m = -sum_c q_mc log p_mc.
+    Backward: d loss_m / d z_mc = (sum_c' q_mc') softmax_mc - q_mc, which is softmax - onehot for
+    plain class targets: one pass, and nothing saved but the softmax and q.
+    """
+
+    def forward(self, x, target_rows, q, denom, reduction="mean", out_shape=None, prob_smoothing=None):
+        xp = get_array_module(x)
+        self.in_shape, self.reduction, self.out_shape = x.shape, reduction, out_shape
+        z = _to_rows(x)
+        shifted = z - z.max(axis=1, keepdims=True)
+        log_p = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+        per_row = -(q * log_p).sum(axis=1)
+        self.softmax, self.q, self.denom = xp.exp(log_p), q, denom
+        self.log_p, self.prob_smoothing = log_p, prob_smoothing
+        if reduction == "mean":
+            return per_row.sum() / denom
+        if reduction == "sum":
+            return per_row.sum()
+        return per_row.reshape(out_shape)
+
+    def _row_grad_scale(self, g):
+        if self.reduction == "mean":
+            return (g / self.denom).reshape(1, 1)
+        if self.reduction == "sum":
+            return g.reshape(1, 1)
+        return g.reshape(-1, 1)
+
+    def backward(self, g):
+        scale = self._row_grad_scale(g)
+        dx = d_target = None
+        if self.needs_input_grad[0]:
+            q_sum = self.q.sum(axis=1, keepdims=True)
+            dx = _from_rows(scale * (q_sum * self.softmax - self.q), self.in_shape)
+        if self.prob_smoothing is not None and self.needs_input_grad[1]:
+            # Probability targets: loss = -sum w_c ((1-eps) p_c + eps/C) log p_c, so d/dp_c = -(1-eps) w_c log p_c.
+            eps, w = self.prob_smoothing
+            d_rows = -scale * (1.0 - eps) * w[None, :] * self.log_p
+            d_target = _from_rows(d_rows.astype(self.log_p.dtype), self.in_shape)
+        return dx, d_target, None, None
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    """Cross-entropy of logits `input` (N, C) or (N, C, d1, ...) (or (C,) unbatched) against
+    class indices `target` (N) / (N, d1, ...) (integers) or class probabilities (float, input's shape)."""
+    op = "cross_entropy"
+    if size_average is not None or reduce is not None:
+        raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
+    _check_float_tensor(op, "input", input)
+    _check_tensor(op, "target", target)
+    _check_reduction(op, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if input.ndim == 0:
+        raise ValueError(f"{op}: input must have a class dim, got a scalar")
+    if input.ndim == 1:  # unbatched (C,)
+        out = cross_entropy(input.reshape(1, -1), target.reshape((1,) + target.shape), weight, None,
+                            ignore_index, None, reduction, label_smoothing)
+        return out.reshape(()) if reduction == "none" else out
+    _check_same_device(op, input=input, target=target)
+    C = input.shape[1]
+    _check_weight(op, weight, C, input)
+    if weight is not None:
+        _check_same_dtype(op, input=input, weight=weight)
+    w = weight._data if weight is not None else None
+    dtype = input.dtype
+    index_shape = (input.shape[0],) + input.shape[2:]
+    if target.dtype.kind == "f" and target.shape == index_shape and target.shape != input.shape:
+        raise TypeError(
+            f"{op}: class-index target of shape {target.shape} must be an integer tensor (e.g. int64), got dtype "
+            f"{target.dtype} (probability targets need the input's shape {input.shape})"
+        )
+    if target.dtype.kind == "f":
+        if target.shape != input.shape:
+            raise ValueError(
+                f"{op}: probability target must have the input's shape {input.shape}, got {target.shape} "
+                f"(for class indices pass an integer tensor of shape {(input.shape[0],) + input.shape[2:]})"
+            )
+        _check_same_dtype(op, input=input, target=target)
+        xp = get_array_module(input._data)
+        p = _to_rows(target._data)
+        if label_smoothing:
+            p = p * dtype.type(1 - label_smoothing) + dtype.type(label_smoothing / C)
+        w_arr = w if w is not None else xp.ones((C,), dtype=dtype)
+        q = p * w_arr[None, :]
+        denom = dtype.type(p.shape[0])  # PyTorch: mean over the predictions, not the weights
+        return CrossEntropy.apply(input, target, q, denom, reduction=reduction,
+                                  out_shape=(input.shape[0],) + input.shape[2:],
+                                  prob_smoothing=(label_smoothing, w_arr))
+    C, t = _class_targets(op, input, target, weight, ignore_index)
+    valid = t != ignore_index
+    q, denom = _class_weights_matrix(t, valid, w, C, label_smoothing, dtype)
+    return CrossEntropy.apply(input, None, q, denom, reduction=reduction, out_shape=target.shape)
+
+
+class NLLLoss(Function):
+    """loss_m = -sum_c q_mc x_mc for log-probabilities x; the gradient is -q (scaled by the reduction)."""
+
+    def forward(self, x, q, denom, reduction="mean", out_shape=None):
+        self.in_shape, self.q, self.denom, self.reduction = x.shape, q, denom, reduction
+        per_row = -(q * _to_rows(x)).sum(axis=1)
+        if reduction == "mean":
+            return per_row.sum() / denom
+        if reduction == "sum":
+            return per_row.sum()
+        return per_row.reshape(out_shape)
+
+    def backward(self, g):
+        scale = CrossEntropy._row_grad_scale(self, g)
+        return _from_rows(-scale * self.q, self.in_shape), None, None
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """Negative log-likelihood of log-probabilities `input` (N, C) / (N, C, d1, ...) at class indices `target`."""
+    op = "nll_loss"
+    if size_average is not None or reduce is not None:
+        raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
+    _check_float_tensor(op, "input", input)
+    _check_tensor(op, "target", target)
+    _check_reduction(op, reduction)
+    if input.ndim == 1:
+        out = nll_loss(input.reshape(1, -1), target.reshape((1,) + target.shape), weight, None, ignore_index,
+                       None, reduction)
+        return out.reshape(()) if reduction == "none" else out
+    if input.ndim < 2:
+        raise ValueError(f"{op}: input must be (N, C) or (N, C, d1, ...), got shape {input.shape}")
+    _check_same_device(op, input=input, target=target)
+    C = input.shape[1]
+    _check_weight(op, weight, C, input)
+    C, t = _class_targets(op, input, target, weight, ignore_index)
+    valid = t != ignore_index
+    q, denom = _class_weights_matrix(t, valid, weight._data if weight is not None else None, C, 0.0, input.dtype)
+    return NLLLoss.apply(input, q, denom, reduction=reduction, out_shape=target.shape)
+
+
+def _check_same_shape(op, input, target):
+    _check_float_tensor(op, "input", input)
+    _check_tensor(op, "target", target)
+    if input.shape != target.shape:
+        raise ValueError(f"{op}: input {input.shape} and target {target.shape} must have the same shape")
+    _check_same_device(op, input=input, target=target)
+    _check_same_dtype(op, input=input, target=target)
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Mean squared error: reduce((input - target)^2)."""
+    _check_same_shape("mse_loss", input, target)
+    _check_reduction("mse_loss", reduction)
+    diff = input - target
+    return _reduce(diff * diff, reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Mean absolute error: reduce(|input - target|)."""
+    _check_same_shape("l1_loss", input, target)
+    _check_reduction("l1_loss", reduction)
+    return _reduce((input - target).abs(), reduction)
+
+
+class BCEWithLogits(Function):
+    """Binary cross-entropy on logits x with targets y in [0, 1], in the softplus form:
+
+        loss = (1 - y) x + (1 + (pw - 1) y) softplus(-x),   softplus(-x) = max(-x, 0) + log(1 + exp(-|x|))
+
+    which never exponentiates a positive number. With pw = 1 this is -[y log s(x) + (1-y) log(1 - s(x))].
+    d loss/dx = (1 - y) - (1 + (pw - 1) y) s(-x);  d loss/dy = -x + (pw - 1) softplus(-x).
+    """
+
+    def forward(self, x, y, weight=None, pos_weight=None):
+        xp = get_array_module(x)
+        softplus_neg = xp.maximum(-x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+        coef = 1 if pos_weight is None else 1 + (pos_weight - 1) * y
+        self.x, self.y, self.weight, self.pos_weight = x, y, weight, pos_weight
+        self.softplus_neg, self.coef = softplus_neg, coef
+        loss = (1 - y) * x + coef * softplus_neg
+        return loss if weight is None else loss * weight
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        if self.weight is not None:
+            g = g * self.weight
+        dx = dy = None
+        if self.needs_input_grad[0]:
+            sig_neg = xp.exp(-self.softplus_neg)  # = sigmoid(x); so sigmoid(-x) = 1 - that
+            dx = g * ((1 - self.y) - self.coef * (1 - sig_neg))
+        if self.needs_input_grad[1]:
+            pw_minus_1 = 0 if self.pos_weight is None else self.pos_weight - 1
+            dy = g * (-self.x + pw_minus_1 * self.softplus_neg)
+        return dx, dy, None, None
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction="mean", pos_weight=None):
+    """input, target: the same shape; weight broadcasts to it; pos_weight (C,) broadcasts along the last dim.
+    (No gradient flows to weight or pos_weight.)"""
+    op = "binary_cross_entropy_with_logits"
+    _check_same_shape(op, input, target)
+    _check_reduction(op, reduction)
+    for name, extra in (("weight", weight), ("pos_weight", pos_weight)):
+        if extra is None:
+            continue
+        _check_float_tensor(op, name, extra)
+        _check_same_device(op, input=input, **{name: extra})
+        try:
+            if np.broadcast_shapes(extra.shape, input.shape) != input.shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{op}: {name} of shape {extra.shape} does not broadcast to input {input.shape}") from None
+    loss = BCEWithLogits.apply(
+        input, target, None if weight is None else weight._data, None if pos_weight is None else pos_weight._data
+    )
+    return _reduce(loss, reduction)
+
+
+# ------------------------------------------------------------------------------------------------
+# Embedding, one_hot, pad
+# ------------------------------------------------------------------------------------------------
+
+
+class Embedding(Function):
+    """out[...] = weight[indices[...]]; backward scatters dy rows back with add (repeated indices sum).
+    The padding_idx row gets no gradient (it stays the padding vector)."""
+
+    def forward(self, weight, indices=None, padding_idx=None):
+        self.indices, self.padding_idx, self.num = indices, padding_idx, weight.shape[0]
+        self.weight_shape = weight.shape
+        return weight[indices]
+
+    def backward(self, dy):
+        xp = get_array_module(dy)
+        dw = xp.zeros(self.weight_shape, dtype=dy.dtype)
+        flat_idx = self.indices.reshape(-1)
+        rows = dy.reshape(-1, self.weight_shape[1])
+        if xp is np:
+            np.add.at(dw, flat_idx, rows)
+        else:
+            xp.add.at(dw, flat_idx, rows)
+        if self.padding_idx is not None:
+            dw[self.padding_idx] = 0
+        return dw
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+              sparse=False):
+    """Rows of weight (num_embeddings, embedding_dim) at the integer indices `input` (any shape)."""
+    op = "embedding"
+    _check_tensor(op, "input", input)
+    _check_float_tensor(op, "weight", weight)
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise NotImplementedError(f"{op}: max_norm, scale_grad_by_freq and sparse are not implemented in minidl")
+    if input.dtype.kind not in "iu":
+        raise TypeError(f"{op}: input must hold integer indices, got dtype {input.dtype}")
+    if weight.ndim != 2:
+        raise ValueError(f"{op}: weight must be 2-D (num_embeddings, embedding_dim), got shape {weight.shape}")
+    _check_same_device(op, input=input, weight=weight)
+    num = weight.shape[0]
+    idx = input._data
+    if idx.size and (bool((idx < 0).any()) or bool((idx >= num).any())):
+        raise ValueError(
+            f"{op}: index out of range: input {input.shape} holds values in [{int(idx.min())}, {int(idx.max())}] "
+            f"but weight {weight.shape} has {num} rows"
+        )
+    if padding_idx is not None:
+        if not -num <= padding_idx < num:
+            raise ValueError(f"{op}: padding_idx {padding_idx} is out of range for {num} embeddings")
+        padding_idx %= num
+    return Embedding.apply(weight, indices=idx, padding_idx=padding_idx)
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 (..., num_classes) with a 1 at each index (no gradient)."""
+    op = "one_hot"
+    _check_tensor(op, "tensor", tensor)
+    if tensor.dtype.kind not in "iu":
+        raise TypeError(f"{op}: needs an integer tensor of class indices, got dtype {tensor.dtype}")
+    xp = get_array_module(tensor._data)
+    idx = tensor._data
+    if num_classes == -1:
+        num_classes = int(idx.max()) + 1 if idx.size else 0
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= num_classes):
+        raise ValueError(f"{op}: class values must be in [0, {num_classes}), got [{int(idx.min())}, {int(idx.max())}]")
+    out = (idx[..., None] == xp.arange(num_classes)).astype(np.int64)
+    return Tensor._make(out)
+
+
+class Pad(Function):
+    """Constant padding; the gradient is the slice of dy that covers the original input."""
+
+    def forward(self, x, widths=None, value=0.0):
+        xp = get_array_module(x)
+        self.slices = tuple(slice(before, before + n) for (before, _), n in zip(widths, x.shape))
+        return xp.pad(x, widths, mode="constant", constant_values=value)
+
+    def backward(self, dy):
+        return dy[self.slices].copy()
+
+
+def pad(input, pad, mode="constant", value=None):
+    """pad = (left_last, right_last, left_second_last, right_second_last, ...), as torch.nn.functional.pad."""
+    op = "pad"
+    _check_tensor(op, "input", input)
+    if mode != "constant":
+        raise NotImplementedError(f"{op}: only mode='constant' is implemented in minidl, got {mode!r}")
+    pad = tuple(int(p) for p in pad)
+    if len(pad) % 2 or len(pad) // 2 > input.ndim:
+        raise ValueError(f"{op}: pad {pad} must have an even length of at most 2 * ndim for input {input.shape}")
+    if any(p < 0 for p in pad):
+        raise NotImplementedError(f"{op}: negative padding (cropping) is not implemented, got {pad}")
+    widths = [(0, 0)] * input.ndim
+    for i in range(len(pad) // 2):
+        widths[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    return Pad.apply(input, widths=tuple(widths), value=0.0 if value is None else value)
+
+
+# ------------------------------------------------------------------------------------------------
+# Shared by the spatial ops: unbatched inputs and the rank check
+# ------------------------------------------------------------------------------------------------
+
+
+def _batched(op, input, spatial_dims):
+    """(input with a batch dim, whether one was added). Accepts (N, C, *spatial) or (C, *spatial)."""
+    _check_float_tensor(op, "input", input)
+    if input.ndim == spatial_dims + 2:
+        return input, False
+    if input.ndim == spatial_dims + 1:
+        return input.unsqueeze(0), True
+    raise ValueError(
+        f"{op}: expected a {spatial_dims + 2}-D input (N, C, {spatial_dims} spatial dims) or a "
+        f"{spatial_dims + 1}-D unbatched one, got shape {input.shape}"
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# Convolution
+# ------------------------------------------------------------------------------------------------
+
+
+def _channels_last(a):
+    """(N, C, *spatial) -> contiguous (N, *spatial, C); also (K, C/g, *k) -> (K, *k, C/g) for filters."""
+    return get_array_module(a).ascontiguousarray(P._common.to_channels_last(a, "NHWC"))
+
+
+def _channels_first(a):
+    return get_array_module(a).ascontiguousarray(P._common.to_channels_first(a, "NHWC"))
+
+
+class Convolution(Function):
+    """y = conv(x, w) + b over the convolution primitive; x, w, y in PyTorch's channels-first layout.
+
+    layout="NHWC" runs the channels-last kernels: the arrays are transposed to (N, *spatial, C) and
+    the filter to (K, *kernel, C/groups) on the way in and back on the way out. The values are the
+    same; only the memory order the kernels read differs (and the transposes cost a copy each).
+    """
+
+    def forward(self, x, w, b=None, desc=None, algo="auto", layout="NCHW", policy=None):
+        self.desc, self.algo, self.layout, self.has_bias = desc, algo, layout, b is not None
+        self.policy = policy
+        if layout == "NHWC":
+            x, w = _channels_last(x), _channels_last(w)
+        self.x, self.w = x, w
+        with backends._policy_context(policy):
+            y = P.convolution_forward(x, w, desc, b, algo=algo, layout=layout)
+        return _channels_first(y) if layout == "NHWC" else y
+
+    def backward(self, dy):
+        with backends._policy_context(self.policy):
+            return self._backward(dy)
+
+    def _backward_algo(self, direction):
+        """The layer's algorithm for a backward direction, or "auto" where it does not apply there
+        (winograd, for one, has no filter-gradient form): a layer asks for an algorithm once, for
+        its forward pass, and training must not fail because a gradient needs another one."""
+        if self.algo == "auto":
+            return "auto"
+        perfs = P.find_convolution_algorithms(
+            self.x.shape, self.w.shape, self.desc, direction=direction,
+            device="cuda" if is_cuda_array(self.x) else "cpu", dtype=self.x.dtype, layout=self.layout, measure=False)
+        return self.algo if any(p.algo == self.algo and p.status == "ok" for p in perfs) else "auto"
+
+    def _backward(self, dy):
+        layout, desc = self.layout, self.desc
+        if layout == "NHWC":
+            dy = _channels_last(dy)
+        dx = dw = db = None
+        if self.needs_input_grad[0]:
+            algo = self._backward_algo("backward_data")
+            dx = P.convolution_backward_data(self.w, dy, desc, self.x.shape, algo=algo, layout=layout)
+            dx = _channels_first(dx) if layout == "NHWC" else dx
+        if self.needs_input_grad[1]:
+            algo = self._backward_algo("backward_filter")
+            dw = P.convolution_backward_filter(self.x, dy, desc, self.w.shape, algo=algo, layout=layout)
+            dw = _channels_first(dw) if layout == "NHWC" else dw
+        if self.has_bias and self.needs_input_grad[2]:
+            db = P.convolution_backward_bias(dy, layout=layout)
+        return (dx, dw, db) if self.has_bias else (dx, dw)
+
+
+def _same_padding(op, kernel, stride, dilation):
+    """Per dim (left, right) padding that keeps the size at stride 1; PyTorch puts an odd extra on the right."""
+    if any(s != 1 for s in stride):
+        raise ValueError(f"{op}: padding='same' is not supported for strided convolutions (stride={stride})")
+    pads = []
+    for k, d in zip(kernel, dilation):
+        total = d * (k - 1)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout):
+    x, unbatched = _batched(op, input, dims)
+    _check_float_tensor(op, "weight", weight)
+    if weight.ndim != dims + 2:
+        raise ValueError(f"{op}: weight must be {dims + 2}-D (out_channels, in_channels/groups, *kernel), got {weight.shape}")
+    if bias is not None:
+        _check_float_tensor(op, "bias", bias)
+    _check_same_device(op, input=input, weight=weight, bias=bias)
+    stride = P._common.as_tuple(op, "stride", stride, dims, minimum=1)
+    dilation = P._common.as_tuple(op, "dilation", dilation, dims, minimum=1)
+    layout = P._common.normalize_layout(op, layout)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            pads = _same_padding(op, weight.shape[2:], stride, dilation)
+            extra = [right - left for left, right in pads]
+            if any(extra):
+                # Odd total padding: the primitive pads symmetrically, so pad the extra one explicitly.
+                flat = []
+                for e in reversed(extra):
+                    flat += [0, e]
+                x = globals()["pad"](x, flat)
+            padding = tuple(left for left, _ in pads)
+        else:
+            raise ValueError(f"{op}: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
+    desc = P.ConvolutionDescriptor(padding=P._common.as_tuple(op, "padding", padding, dims, minimum=0), stride=stride,
+                                   dilation=dilation, groups=groups, spatial_dims=dims)
+    # algo="auto" follows minidl.backends.cudnn (benchmark / deterministic), read once per call
+    args = (x, weight) if bias is None else (x, weight, bias)
+    y = Convolution.apply(*args, desc=desc, algo=algo, layout=layout, policy=backends._conv_policy_for(algo))
+    return y.squeeze(0) if unbatched else y
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
+    """input (N, C, L), weight (K, C/groups, k) -> (N, K, L_out). `algo` and `layout` are minidl extras."""
+    return _conv("conv1d", 1, input, weight, bias, stride, padding, dilation, groups, algo, layout)
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
+    """input (N, C, H, W), weight (K, C/groups, kh, kw) -> (N, K, H_out, W_out)."""
+    return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups, algo, layout)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
+    """input (N, C, D, H, W), weight (K, C/groups, kd, kh, kw) -> (N, K, D_out, H_out, W_out)."""
+    return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups, algo, layout)
+
+
+# ------------------------------------------------------------------------------------------------
+# Pooling
+# ------------------------------------------------------------------------------------------------
+
+
+class Pooling(Function):
+    """Max or average pooling; the max backward recomputes the argmax from x and y (nothing stored)."""
+
+    def forward(self, x, desc=None):
+        self.x, self.desc = x, desc
+        self.y = P.pooling_forward(x, desc)
+        return self.y
+
+    def backward(self, dy):
+        return P.pooling_backward(self.x, self.y, dy, self.desc)
+
+
+def _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode):
+    x, unbatched = _batched(op, input, dims)
+    if stride is None or (not isinstance(stride, int) and len(stride) == 0):
+        stride = None  # the kernel size, as PyTorch
+    desc = P.PoolingDescriptor(mode=mode, kernel_size=kernel_size, stride=stride, padding=padding,
+                               ceil_mode=ceil_mode, spatial_dims=dims)
+    y = Pooling.apply(x, desc=desc)
+    return y.squeeze(0) if unbatched else y
+
+
+def _max_pool(op, dims, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    if dilation != 1 and P._common.as_tuple(op, "dilation", dilation, dims) != (1,) * dims:
+        raise NotImplementedError(f"{op}: dilation != 1 is not implemented by the pooling primitive")
+    if return_indices:
+        raise NotImplementedError(f"{op}: return_indices is not implemented (the backward recomputes the argmax)")
+    return _pool(op, dims, "max", input, kernel_size, stride, padding, ceil_mode)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return _max_pool("max_pool1d", 1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return _max_pool("max_pool2d", 2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _avg_pool(op, dims, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    if divisor_override is not None:
+        raise NotImplementedError(f"{op}: divisor_override is not implemented")
+    mode = "avg_include_pad" if count_include_pad else "avg_exclude_pad"
+    return _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    return _avg_pool("avg_pool1d", 1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool("avg_pool2d", 2, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool("avg_pool3d", 3, input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+class AdaptiveAvgPooling(Function):
+    def forward(self, x, output_size=None):
+        self.x_shape, self.output_size = x.shape, output_size
+        return P.adaptive_avg_pooling_forward(x, output_size)
+
+    def backward(self, dy):
+        return P.adaptive_avg_pooling_backward(dy, self.x_shape, self.output_size)
+
+
+def _adaptive_avg_pool(op, dims, input, output_size):
+    x, unbatched = _batched(op, input, dims)
+    sizes = (output_size,) * dims if isinstance(output_size, (int, type(None))) else tuple(output_size)
+    if len(sizes) != dims:
+        raise ValueError(f"{op}: output_size must be an int or {dims} values, got {output_size!r}")
+    # None keeps that dim's input size, as PyTorch.
+    sizes = tuple(x.shape[2 + i] if s is None else int(s) for i, s in enumerate(sizes))
+    y = AdaptiveAvgPooling.apply(x, output_size=sizes)
+    return y.squeeze(0) if unbatched else y
+
+
+def adaptive_avg_pool1d(input, output_size):
+    return _adaptive_avg_pool("adaptive_avg_pool1d", 1, input, output_size)
+
+
+def adaptive_avg_pool2d(input, output_size):
+    return _adaptive_avg_pool("adaptive_avg_pool2d", 2, input, output_size)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    return _adaptive_avg_pool("adaptive_avg_pool3d", 3, input, output_size)
+
+
+# ------------------------------------------------------------------------------------------------
+# Normalization
+# ------------------------------------------------------------------------------------------------
+
+
+class BatchNormTraining(Function):
+    """Normalise with the batch's statistics; the running statistics (plain arrays, not inputs) are
+    updated in place by the primitive. Backward from the saved mean and 1/std."""
+
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5):
+        self.x, self.gamma = x, gamma
+        y, self.mean, self.invstd = P.batch_norm_forward_training(
+            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps)
+        return y
+
+    def backward(self, dy):
+        dx, dgamma, dbeta = P.batch_norm_backward(self.x, dy, self.gamma, self.mean, self.invstd)
+        return dx, dgamma, dbeta
+
+
+class BatchNormInference(Function):
+    """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta: an affine map per channel, so
+    dx = dy gamma / std, dgamma = sum(dy x_hat), dbeta = sum(dy)."""
+
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, eps=1e-5):
+        xp = get_array_module(x)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        self.axes = (0,) + tuple(range(2, x.ndim))
+        self.invstd = (1.0 / xp.sqrt(running_var + x.dtype.type(eps))).reshape(shape)
+        self.x_hat = (x - running_mean.reshape(shape)) * self.invstd
+        self.gamma, self.shape = gamma, shape
+        return P.batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps=eps)
+
+    def backward(self, dy):
+        scale = self.invstd if self.gamma is None else self.invstd * self.gamma.reshape(self.shape)
+        dx = dy * scale
+        dgamma = (dy * self.x_hat).sum(axis=self.axes) if self.gamma is not None else None
+        dbeta = dy.sum(axis=self.axes) if self.needs_input_grad[2] else None
+        return dx, dgamma, dbeta
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """input (N, C, *spatial); running_mean/var (C,) buffers (updated in place when training), or None;
+    weight (gamma), bias (beta): (C,) or None."""
+    op = "batch_norm"
+    _check_float_tensor(op, "input", input)
+    if input.ndim < 2:
+        raise ValueError(f"{op}: input must be (N, C, ...), got shape {input.shape}")
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
+        if t is not None:
+            _check_float_tensor(op, name, t)
+    _check_same_device(op, input=input, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
+    rm = None if running_mean is None else running_mean._data
+    rv = None if running_var is None else running_var._data
+    params = tuple(t for t in (weight, bias))
+    if training:
+        return BatchNormTraining.apply(input, *params, running_mean=rm, running_var=rv, momentum=momentum, eps=eps)
+    if rm is None or rv is None:
+        raise ValueError(f"{op}: training=False needs running_mean and running_var")
+    return BatchNormInference.apply(input, *params, running_mean=rm, running_var=rv, eps=eps)
+
+
+class LocalResponseNorm(Function):
+    def forward(self, x, desc=None):
+        self.x, self.desc = x, desc
+        self.y = P.lrn_forward(x, desc)
+        return self.y
+
+    def backward(self, dy):
+        return P.lrn_backward(self.x, self.y, dy, self.desc)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """Normalise each channel by its `size` neighbours' energy (AlexNet). input (N, C, *spatial), >= 3 dims."""
+    op = "local_response_norm"
+    _check_float_tensor(op, "input", input)
+    if input.ndim < 3:
+        raise ValueError(f"{op}: input must have at least 3 dims (N, C, spatial...), got shape {input.shape}")
+    return LocalResponseNorm.apply(input, desc=P.LRNDescriptor(size, alpha, beta, k))
+
+
+# ------------------------------------------------------------------------------------------------
+# Dropout
+# ------------------------------------------------------------------------------------------------
+
+
+class Dropout(Function):
+    """y = x * keep / (1 - p) with keep drawn from Philox(seed); backward regenerates the same mask
+    from the seed, so nothing but two numbers is saved."""
+
+    def forward(self, x, p=0.5, seed=0):
+        self.p, self.seed = p, seed
+        return P.dropout_forward(x, p, seed)
+
+    def backward(self, dy):
+        return P.dropout_backward(dy, self.p, self.seed)
+
+
+def dropout(input, p=0.5, training=True, inplace=False):
+    op = "dropout"
+    _check_float_tensor(op, "input", input)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{op}: p (the drop probability) must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return input
+    return Dropout.apply(input, p=float(p), seed=random.next_seed())

@@ -1,0 +1,111 @@
+"""Convolution layers Conv1d / Conv2d / Conv3d (PyTorch's arguments, plus `algo` and `layout`).
+
+The weight is always stored as PyTorch stores it, (out_channels, in_channels/groups, *kernel_size),
+and the layer always takes and returns channels-first tensors (N, C, *spatial), so state dicts and
+code move between PyTorch and minidl unchanged. Two minidl extras choose what runs underneath:
+
+* `algo`: "auto" (the policy: minidl.backends.cudnn.benchmark / deterministic, or the primitive
+  library's heuristic), or one algorithm by name: "direct", "im2col_gemm", "winograd" (CPU and GPU),
+  "implicit_gemm", "implicit_precomp_gemm" (GPU).
+* `layout`: "NCHW" runs the channels-first kernels on the tensors as they are; "NHWC" transposes the
+  input to (N, *spatial, C) and the filter to (K, *kernel, C/groups) (cuDNN's KRSC), runs the
+  channels-last kernels, and transposes the output back. The numbers are the same; what changes is
+  the memory order the kernels read (channels-last suits tensor-core GEMMs) and the two extra copies.
+"""
+from __future__ import annotations
+
+import math
+
+from ..._device import Device
+from ...autograd.creation import empty
+from ...primitives._common import as_tuple, normalize_layout
+from .. import functional as F
+from .. import init
+from ..module import Module, Parameter
+
+_ALGOS = ("auto", "direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd")
+
+
+class _ConvNd(Module):
+    _dims = 2
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
+                 bias=True, padding_mode="zeros", device=None, dtype=None, *, algo="auto", layout="NCHW"):
+        super().__init__()
+        name, n = type(self).__name__, self._dims
+        if padding_mode != "zeros":
+            raise NotImplementedError(f"{name}: only padding_mode='zeros' is implemented, got {padding_mode!r}")
+        if groups < 1 or in_channels % groups or out_channels % groups:
+            raise ValueError(
+                f"{name}: in_channels ({in_channels}) and out_channels ({out_channels}) must be divisible by groups ({groups})"
+            )
+        if algo not in _ALGOS:
+            raise ValueError(f"{name}: algo must be one of {_ALGOS}, got {algo!r}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = as_tuple(name, "kernel_size", kernel_size, n, minimum=1)
+        self.stride = as_tuple(name, "stride", stride, n, minimum=1)
+        self.dilation = as_tuple(name, "dilation", dilation, n, minimum=1)
+        if isinstance(padding, str):
+            if padding not in ("same", "valid"):
+                raise ValueError(f"{name}: padding must be an int, a tuple, 'same' or 'valid', got {padding!r}")
+            if padding == "same" and any(s != 1 for s in self.stride):
+                raise ValueError(f"{name}: padding='same' is not supported for strided convolutions")
+            self.padding = padding
+        else:
+            self.padding = as_tuple(name, "padding", padding, n, minimum=0)
+        self.padding_mode, self.algo = padding_mode, algo
+        self.layout = normalize_layout(name, layout)
+        factory = dict(dtype=dtype, device=None if device is None else Device(device))
+        self.weight = Parameter(empty(out_channels, in_channels // groups, *self.kernel_size, **factory))
+        if bias:
+            self.bias = Parameter(empty(out_channels, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        # PyTorch's default: kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), same for the bias.
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        conv = (F.conv1d, F.conv2d, F.conv3d)[self._dims - 1]
+        return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
+                    algo=self.algo, layout=self.layout)
+
+    def extra_repr(self):
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,) * self._dims:
+            s += f", padding={self.padding}"
+        if self.dilation != (1,) * self._dims:
+            s += f", dilation={self.dilation}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        if self.algo != "auto":
+            s += f", algo={self.algo!r}"
+        if self.layout != "NCHW":
+            s += f", layout={self.layout!r}"
+        return s
+
+
+class Conv1d(_ConvNd):
+    """(N, C_in, L) -> (N, C_out, L_out)."""
+
+    _dims = 1
+
+
+class Conv2d(_ConvNd):
+    """(N, C_in, H, W) -> (N, C_out, H_out, W_out)."""
+
+    _dims = 2
+
+
+class Conv3d(_ConvNd):
+    """(N, C_in, D, H, W) -> (N, C_out, D_out, H_out, W_out)."""
+
+    _dims = 3

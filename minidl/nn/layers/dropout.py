@@ -1,0 +1,19 @@
+"""Dropout: zero each element with probability p while training, scale the rest by 1/(1-p)."""
+from __future__ import annotations
+
+from .. import functional as F
+from ..module import Module
+
+
+class Dropout(Module):
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"Dropout: p (the drop probability) must be in [0, 1], got {p}")
+        self.p, self.inplace = p, inplace
+
+    def forward(self, input):
+        return F.dropout(input, self.p, self.training)
+
+    def extra_repr(self):
+        return f"p={self.p}, inplace={self.inplace}"

@@ -1,0 +1,99 @@
+"""Linear (fully connected) layer and the shape-only layers Identity, Flatten, Unflatten."""
+from __future__ import annotations
+
+import math
+
+from .. import functional as F
+from .. import init
+from ..._device import Device
+from ...autograd.creation import empty
+from ..module import Module, Parameter
+
+
+def _factory(device, dtype):
+    return dict(device=None if device is None else Device(device), dtype=dtype)
+
+
+class Identity(Module):
+    """Returns its input unchanged (any constructor arguments are ignored, as in PyTorch)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, input):
+        return input
+
+
+class Linear(Module):
+    """y = x W^T + b.  x (..., in_features) -> y (..., out_features).
+
+    weight (out_features, in_features) and bias (out_features,) start as in PyTorch: kaiming_uniform_
+    with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)), and the bias U(-1/sqrt(in), 1/sqrt(in)).
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        if in_features < 0 or out_features < 0:
+            raise ValueError(f"Linear: in_features ({in_features}) and out_features ({out_features}) must be >= 0")
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(empty(out_features, in_features, **_factory(device, dtype)))
+        if bias:
+            self.bias = Parameter(empty(out_features, **_factory(device, dtype)))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in = self.in_features
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input):
+        if input.ndim < 1 or input.shape[-1] != self.in_features:
+            raise ValueError(
+                f"Linear: expected input with last dim in_features={self.in_features}, got input of shape {input.shape}"
+            )
+        return F.linear(input, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Flatten(Module):
+    """Flattens dims start_dim..end_dim into one: (N, C, H, W) -> (N, C*H*W) by default."""
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, input):
+        return input.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self):
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Splits dim `dim` into `unflattened_size`: Unflatten(1, (C, H, W)) turns (N, C*H*W) into (N, C, H, W)."""
+
+    def __init__(self, dim: int, unflattened_size):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, input):
+        d = self.dim % input.ndim
+        known = [s for s in self.unflattened_size if s != -1]
+        size = 1
+        for s in known:
+            size *= s
+        if (-1 not in self.unflattened_size and size != input.shape[d]) or (size and input.shape[d] % size):
+            raise ValueError(
+                f"Unflatten: dim {self.dim} of input {input.shape} has size {input.shape[d]}, which cannot be "
+                f"unflattened to {self.unflattened_size}"
+            )
+        return input.reshape(input.shape[:d] + self.unflattened_size + input.shape[d + 1 :])
+
+    def extra_repr(self):
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"

@@ -1,0 +1,102 @@
+"""BatchNorm1d/2d/3d and LocalResponseNorm.
+
+Batch norm normalises each channel with the batch's mean and variance while training and keeps an
+exponential moving average of them (running_mean, running_var: buffers, updated in place by the
+primitive) for evaluation. momentum=None makes the average cumulative (factor 1/num_batches_tracked).
+"""
+from __future__ import annotations
+
+from ..._device import Device
+from ...autograd.creation import ones, tensor, zeros
+from ...autograd.function import no_grad
+from .. import functional as F
+from ..module import Module, Parameter
+
+
+class _BatchNorm(Module):
+    _valid_ranks = (4,)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
+                 device=None, dtype=None, *, bias=True):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        factory = dict(dtype=dtype, device=None if device is None else Device(device))
+        if affine:
+            self.weight = Parameter(ones(num_features, **factory))
+        else:
+            self.register_parameter("weight", None)
+        if affine and bias:  # bias=False (PyTorch 2.x): scale only
+            self.bias = Parameter(zeros(num_features, **factory))
+        else:
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", zeros(num_features, **factory))
+            self.register_buffer("running_var", ones(num_features, **factory))
+            self.register_buffer("num_batches_tracked", tensor(0, device=factory["device"]))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+
+    def reset_running_stats(self):
+        if self.track_running_stats:
+            with no_grad():
+                self.running_mean.zero_()
+                self.running_var.fill_(1.0)
+                self.num_batches_tracked.zero_()
+
+    def forward(self, input):
+        name = type(self).__name__
+        if input.ndim not in self._valid_ranks:
+            ranks = " or ".join(f"{r}D" for r in self._valid_ranks)
+            raise ValueError(f"{name}: expected {ranks} input (got {input.ndim}D input of shape {input.shape})")
+        if input.shape[1] != self.num_features:
+            raise ValueError(
+                f"{name}: input of shape {input.shape} has {input.shape[1]} channels, expected num_features={self.num_features}"
+            )
+        factor = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            with no_grad():
+                self.num_batches_tracked._data += 1
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked.item())
+        # Batch statistics while training, or when there are no running statistics to use.
+        use_batch_stats = self.training or self.running_mean is None
+        track = not self.training or self.track_running_stats
+        return F.batch_norm(input, self.running_mean if track else None, self.running_var if track else None,
+                            self.weight, self.bias, use_batch_stats, factor, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """(N, C) or (N, C, L)."""
+
+    _valid_ranks = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """(N, C, H, W)."""
+
+    _valid_ranks = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """(N, C, D, H, W)."""
+
+    _valid_ranks = (5,)
+
+
+class LocalResponseNorm(Module):
+    def __init__(self, size, alpha=1e-4, beta=0.75, k=1.0):
+        super().__init__()
+        self.size, self.alpha, self.beta, self.k = size, alpha, beta, k
+
+    def forward(self, input):
+        return F.local_response_norm(input, self.size, self.alpha, self.beta, self.k)
+
+    def extra_repr(self):
+        return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"

@@ -1,0 +1,296 @@
+"""Recurrent layers RNN, LSTM, GRU (whole sequences) and RNNCell, LSTMCell, GRUCell (one step).
+
+A whole multi-layer, bidirectional sequence is ONE autograd Function over the `rnn_forward` /
+`rnn_backward` primitives (cuDNN's design: one GEMM for the input projection of every time step,
+then a fused cell kernel per step), not T * layers small ops on the tape. The exception is dropout
+between layers, which the primitive does not do: then the layers run one call each with dropout
+between them.
+
+Parameters have PyTorch's names, shapes and gate orders (weight_ih_l0, weight_hh_l0, bias_ih_l0,
+bias_hh_l0, ..._reverse; LSTM gates i, f, g, o; GRU r, z, n), so a PyTorch state dict loads as is.
+All start U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)), PyTorch's default.
+"""
+from __future__ import annotations
+
+import math
+
+from ... import primitives as P
+from ..._device import Device
+from ...autograd.creation import empty
+from ...autograd.function import Function, is_grad_enabled
+from ...autograd.tensor import Tensor, cat
+from .. import functional as F
+from .. import init
+from ..module import Module, Parameter
+
+
+def _group(flat, desc):
+    """Flat list of weight arrays -> PyTorch-ordered tuples (w_ih, w_hh, b_ih, b_hh) per layer/direction."""
+    per = 4 if desc.bias else 2
+    groups = []
+    for i in range(0, len(flat), per):
+        chunk = flat[i:i + per]
+        groups.append(tuple(chunk) if desc.bias else (chunk[0], chunk[1], None, None))
+    return groups
+
+
+class RNNSequence(Function):
+    """The whole (multi-layer, bidirectional) RNN over a sequence. Inputs: x (T, B, I) time-major,
+    h0, c0 (L*D, B, H) or None, then the weights in PyTorch's order. Outputs: y (T, B, D*H), h_n
+    and, for LSTM, c_n."""
+
+    def forward(self, x, h0, c0, *weights, desc=None):
+        self.desc = desc
+        keep = is_grad_enabled() and any(self.needs_input_grad)  # the reserve is only for backward
+        y, hy, cy, self.reserve = P.rnn_forward(x, h0, c0, _group(list(weights), desc), desc, training=keep)
+        return (y, hy, cy) if desc.mode == "lstm" else (y, hy)
+
+    def backward(self, dy, dhy, dcy=None):
+        dx, dh0, dc0, dweights = P.rnn_backward(dy, dhy, dcy, self.reserve)
+        flat = [g for group in dweights for g in group[: 4 if self.desc.bias else 2]]
+        return (dx, dh0, dc0, *flat)
+
+
+class RNNCellStep(Function):
+    """One step of one cell. Inputs x (B, I), h, c (B, H) or None, w_ih, w_hh[, b_ih, b_hh]."""
+
+    def forward(self, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, mode="rnn_tanh"):
+        self.mode, self.has_bias = mode, b_ih is not None
+        keep = is_grad_enabled() and any(self.needs_input_grad)
+        h_new, c_new, self.reserve = P.rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih, b_hh, training=keep)
+        return (h_new, c_new) if mode == "lstm" else h_new
+
+    def backward(self, dh, dc=None):
+        dx, dh0, dc0, dw_ih, dw_hh, db_ih, db_hh = P.rnn_cell_step_backward(dh, dc, self.reserve)
+        grads = (dx, dh0, dc0, dw_ih, dw_hh)
+        return grads + (db_ih, db_hh) if self.has_bias else grads
+
+
+def _uniform_init(module, hidden_size):
+    bound = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0
+    for p in module.parameters():
+        init.uniform_(p, -bound, bound)
+
+
+class RNNBase(Module):
+    def __init__(self, mode, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, proj_size=0, device=None, dtype=None):
+        super().__init__()
+        name = type(self).__name__
+        if proj_size:
+            raise NotImplementedError(f"{name}: proj_size is not implemented")
+        if not 0.0 <= float(dropout) <= 1.0:
+            raise ValueError(f"{name}: dropout must be in [0, 1], got {dropout}")
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
+        self.dropout, self.bidirectional = float(dropout), bidirectional
+        self._desc = P.RNNDescriptor(mode, input_size, hidden_size, num_layers, bidirectional, bias)
+        factory = dict(dtype=dtype, device=None if device is None else Device(device))
+        for specs in self._desc.weight_shapes():
+            for spec in specs:
+                if spec is not None:
+                    self.register_parameter(spec.name, Parameter(empty(*spec.shape, **factory)))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _uniform_init(self, self.hidden_size)
+
+    def _flat_weights(self):
+        return [self._parameters[spec.name] for specs in self._desc.weight_shapes() for spec in specs if spec is not None]
+
+    def _check_state(self, name, state, batch, unbatched):
+        D = 2 if self.bidirectional else 1
+        expected = (self.num_layers * D, self.hidden_size) if unbatched else (self.num_layers * D, batch, self.hidden_size)
+        if not isinstance(state, Tensor) or state.shape != expected:
+            got = state.shape if isinstance(state, Tensor) else type(state).__name__
+            raise ValueError(f"{type(self).__name__}: expected {name} of shape {expected}, got {got}")
+        return state.unsqueeze(1) if unbatched else state
+
+    def forward(self, input, hx=None):
+        name = type(self).__name__
+        if not isinstance(input, Tensor) or input.ndim not in (2, 3):
+            shape = input.shape if isinstance(input, Tensor) else type(input).__name__
+            raise ValueError(f"{name}: expected a 3-D input (T, B, input_size) (or (B, T, ...) with batch_first) "
+                             f"or a 2-D unbatched one, got {shape}")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"{name}: input of shape {input.shape} has input_size {input.shape[-1]}, "
+                             f"expected {self.input_size}")
+        unbatched = input.ndim == 2
+        x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
+        batch = x.shape[1]
+        h0 = c0 = None
+        if hx is not None:
+            if self.mode == "lstm":
+                if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+                    raise ValueError(f"{name}: hx must be a tuple (h_0, c_0)")
+                h0 = self._check_state("h_0", hx[0], batch, unbatched)
+                c0 = self._check_state("c_0", hx[1], batch, unbatched)
+            else:
+                h0 = self._check_state("h_0", hx, batch, unbatched)
+        if self.dropout > 0 and self.training and self.num_layers > 1:
+            outs = self._layer_by_layer(x, h0, c0)
+        else:
+            outs = RNNSequence.apply(x, h0, c0, *self._flat_weights(), desc=self._desc)
+        y, states = outs[0], outs[1:]
+        if unbatched:
+            y, states = y.squeeze(1), tuple(s.squeeze(1) for s in states)
+        elif self.batch_first:
+            y = y.transpose(0, 1)
+        return (y, states) if self.mode == "lstm" else (y, states[0])
+
+    def _layer_by_layer(self, x, h0, c0):
+        """The same RNN, one primitive call per layer, with dropout on each layer's output but the last."""
+        D = 2 if self.bidirectional else 1
+        per = 4 if self.bias else 2
+        weights = self._flat_weights()
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            desc = P.RNNDescriptor(self.mode, self._desc.layer_input_size(layer), self.hidden_size, 1,
+                                   self.bidirectional, self.bias)
+            rows = slice(layer * D, (layer + 1) * D)
+            outs = RNNSequence.apply(x, None if h0 is None else h0[rows], None if c0 is None else c0[rows],
+                                     *weights[layer * D * per:(layer + 1) * D * per], desc=desc)
+            x = outs[0]
+            h_n.append(outs[1])
+            if self.mode == "lstm":
+                c_n.append(outs[2])
+            if layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)
+        return (x, cat(h_n, 0), cat(c_n, 0)) if self.mode == "lstm" else (x, cat(h_n, 0))
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.batch_first:
+            s += ", batch_first=True"
+        if self.dropout:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional:
+            s += ", bidirectional=True"
+        return s
+
+
+class RNN(RNNBase):
+    """Elman RNN, h' = tanh(W_ih x + b_ih + W_hh h + b_hh) (or relu). Returns (output, h_n)."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, device=None, dtype=None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNN: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        self.nonlinearity = nonlinearity
+        super().__init__(f"rnn_{nonlinearity}", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, device=device, dtype=dtype)
+
+    def extra_repr(self):
+        s = super().extra_repr()
+        return s + (", nonlinearity='relu'" if self.nonlinearity == "relu" else "")
+
+
+class LSTM(RNNBase):
+    """Long short-term memory. Returns (output, (h_n, c_n))."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, proj_size=0, device=None, dtype=None):
+        super().__init__("lstm", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         proj_size, device, dtype)
+
+
+class GRU(RNNBase):
+    """Gated recurrent unit. Returns (output, h_n)."""
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, device=None, dtype=None):
+        super().__init__("gru", input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional,
+                         device=device, dtype=dtype)
+
+
+class RNNCellBase(Module):
+    _gates = 1
+
+    def __init__(self, mode, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__()
+        self.mode, self.input_size, self.hidden_size, self.bias = mode, input_size, hidden_size, bias
+        factory = dict(dtype=dtype, device=None if device is None else Device(device))
+        gh = self._gates * hidden_size
+        self.weight_ih = Parameter(empty(gh, input_size, **factory))
+        self.weight_hh = Parameter(empty(gh, hidden_size, **factory))
+        if bias:
+            self.bias_ih = Parameter(empty(gh, **factory))
+            self.bias_hh = Parameter(empty(gh, **factory))
+        else:
+            self.register_parameter("bias_ih", None)
+            self.register_parameter("bias_hh", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        _uniform_init(self, self.hidden_size)
+
+    def _prepare(self, input, states):
+        name = type(self).__name__
+        if not isinstance(input, Tensor) or input.ndim not in (1, 2) or input.shape[-1] != self.input_size:
+            shape = input.shape if isinstance(input, Tensor) else type(input).__name__
+            raise ValueError(f"{name}: expected input (batch, {self.input_size}) or ({self.input_size},), got {shape}")
+        unbatched = input.ndim == 1
+        x = input.unsqueeze(0) if unbatched else input
+        expected = (x.shape[0], self.hidden_size)
+        out = []
+        for i, s in enumerate(states):
+            if s is None:
+                out.append(None)
+                continue
+            s = s.unsqueeze(0) if unbatched and s.ndim == 1 else s
+            if s.shape != expected:
+                raise ValueError(f"{name}: expected hidden state {i} of shape {expected}, got {s.shape}")
+            out.append(s)
+        return x, out, unbatched
+
+    def _step(self, x, h, c):
+        params = [self.weight_ih, self.weight_hh] + ([self.bias_ih, self.bias_hh] if self.bias else [])
+        return RNNCellStep.apply(x, h, c, *params, mode=self.mode)
+
+    def extra_repr(self):
+        s = f"{self.input_size}, {self.hidden_size}"
+        if not self.bias:
+            s += ", bias=False"
+        return s
+
+
+class RNNCell(RNNCellBase):
+    def __init__(self, input_size, hidden_size, bias=True, nonlinearity="tanh", device=None, dtype=None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"RNNCell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        self.nonlinearity = nonlinearity
+        super().__init__(f"rnn_{nonlinearity}", input_size, hidden_size, bias, device, dtype)
+
+    def forward(self, input, hx=None):
+        x, (h,), unbatched = self._prepare(input, [hx])
+        h_new = self._step(x, h, None)
+        return h_new.squeeze(0) if unbatched else h_new
+
+
+class LSTMCell(RNNCellBase):
+    _gates = 4
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__("lstm", input_size, hidden_size, bias, device, dtype)
+
+    def forward(self, input, hx=None):
+        h, c = (None, None) if hx is None else hx
+        x, (h, c), unbatched = self._prepare(input, [h, c])
+        h_new, c_new = self._step(x, h, c)
+        return (h_new.squeeze(0), c_new.squeeze(0)) if unbatched else (h_new, c_new)
+
+
+class GRUCell(RNNCellBase):
+    _gates = 3
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None):
+        super().__init__("gru", input_size, hidden_size, bias, device, dtype)
+
+    def forward(self, input, hx=None):
+        x, (h,), unbatched = self._prepare(input, [hx])
+        h_new = self._step(x, h, None)
+        return h_new.squeeze(0) if unbatched else h_new

@@ -1,0 +1,599 @@
+"""Module and Parameter: how a network holds its weights, its sub-networks and its running state.
+
+A `Module` keeps three ordered registries, filled by plain attribute assignment (as in PyTorch):
+    _parameters  name -> Parameter   (trained: what `parameters()` hands to an optimizer)
+    _buffers     name -> Tensor      (state that is saved but not trained: BatchNorm running stats)
+    _modules     name -> Module      (children, which have registries of their own)
+Everything else (`named_parameters`, `state_dict`, `to`, `train`) is a walk over that tree. Names in a
+state dict are the attribute path, "features.0.weight", so a PyTorch state dict of a module with the
+same structure loads one to one.
+
+`to(device | dtype)` changes the arrays inside the existing Parameter objects rather than making new
+ones, so an optimizer created before the move still updates the model's weights.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, namedtuple
+
+import numpy as np
+
+from .. import _device
+from .._device import Device, is_cuda_array
+from ..autograd.function import no_grad
+from ..autograd.tensor import Tensor
+
+
+class Parameter(Tensor):
+    """A tensor that a Module registers as trainable (requires_grad=True unless told otherwise).
+
+    `Parameter(t)` shares t's array: no copy, as `torch.nn.Parameter`.
+    """
+
+    def __init__(self, data=None, requires_grad=True):
+        if data is None:
+            data = np.empty((0,), dtype=np.float32)
+        array = data._data if isinstance(data, Tensor) else Tensor(data)._data
+        super().__init__(array)
+        self.requires_grad_(requires_grad)
+
+    def __repr__(self):
+        return "Parameter containing:\n" + super().__repr__()
+
+
+class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
+    """What load_state_dict(strict=False) returns: keys it could not fill, keys it did not use."""
+
+    def __repr__(self):
+        if not self.missing_keys and not self.unexpected_keys:
+            return "<All keys matched successfully>"
+        return super().__repr__()
+
+
+def _addindent(text: str, spaces: int) -> str:
+    lines = text.split("\n")
+    if len(lines) == 1:
+        return text
+    return lines[0] + "\n" + "\n".join(" " * spaces + line for line in lines[1:])
+
+
+def _raw_array(value):
+    """A state-dict value (Tensor, NumPy/CuPy array, or anything with __array__) -> an array."""
+    if isinstance(value, Tensor):
+        return value._data
+    if isinstance(value, np.ndarray) or is_cuda_array(value):
+        return value
+    return np.asarray(value)
+
+
+class Module:
+    """Base class of every layer and network. Subclasses set attributes in __init__ and define forward."""
+
+    training: bool
+
+    def __init__(self):
+        # object.__setattr__: our own __setattr__ needs these registries to exist first.
+        object.__setattr__(self, "training", True)
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_non_persistent_buffers", set())
+        object.__setattr__(self, "_modules", OrderedDict())
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__} has no forward(); subclasses must define it")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # --------------------------------------------------------------------------------------------
+    # Registration: attribute assignment routes Parameters, Modules and buffers to their registries
+    # --------------------------------------------------------------------------------------------
+    def _check_initialized(self):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError(
+                f"cannot assign parameters or modules before Module.__init__() call in {type(self).__name__}"
+            )
+
+    def __setattr__(self, name, value):
+        registries = ("_parameters", "_buffers", "_modules")
+        if isinstance(value, Parameter):
+            self._check_initialized()
+            self._remove_from(name, registries)
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._check_initialized()
+            self._remove_from(name, registries)
+            self._modules[name] = value
+        elif "_parameters" in self.__dict__ and name in self._parameters:
+            if value is not None:
+                raise TypeError(
+                    f"cannot assign {type(value).__name__} as parameter {name!r} (nn.Parameter or None expected)"
+                )
+            self._parameters[name] = None
+        elif "_modules" in self.__dict__ and name in self._modules:
+            if value is not None:
+                raise TypeError(f"cannot assign {type(value).__name__} as child module {name!r} (Module or None expected)")
+            self._modules[name] = None
+        elif "_buffers" in self.__dict__ and name in self._buffers:
+            if value is not None and not isinstance(value, Tensor):
+                raise TypeError(f"cannot assign {type(value).__name__} as buffer {name!r} (Tensor or None expected)")
+            self._buffers[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def _remove_from(self, name, registries):
+        self.__dict__.pop(name, None)
+        for reg in registries:
+            self.__dict__[reg].pop(name, None)
+        self._non_persistent_buffers.discard(name)
+
+    def __getattr__(self, name):
+        # Called only when normal lookup fails, i.e. for registered parameters, buffers and children.
+        d = self.__dict__
+        for reg in ("_parameters", "_buffers", "_modules"):
+            if reg in d and name in d[reg]:
+                return d[reg][name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def __delattr__(self, name):
+        for reg in ("_parameters", "_buffers", "_modules"):
+            if name in self.__dict__.get(reg, {}):
+                del self.__dict__[reg][name]
+                self._non_persistent_buffers.discard(name)
+                return
+        object.__delattr__(self, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._parameters) | set(self._buffers) | set(self._modules))
+
+    def _check_name(self, what, name):
+        if not isinstance(name, str):
+            raise TypeError(f"{what} name must be a string, got {type(name).__name__}")
+        if name == "" or "." in name:
+            raise KeyError(f"{what} name must be non-empty and contain no '.', got {name!r}")
+        if name in self.__dict__ and not any(name in self.__dict__[r] for r in ("_parameters", "_buffers", "_modules")):
+            raise KeyError(f"attribute {name!r} already exists on {type(self).__name__}")
+
+    def register_parameter(self, name: str, param):
+        self._check_initialized()
+        self._check_name("parameter", name)
+        if param is not None and not isinstance(param, Parameter):
+            raise TypeError(f"register_parameter: {name!r} must be a Parameter or None, got {type(param).__name__}")
+        self._remove_from(name, ("_parameters", "_buffers", "_modules"))
+        self._parameters[name] = param
+
+    def register_buffer(self, name: str, tensor, persistent: bool = True):
+        """A tensor saved in state_dict (if persistent) and moved by to(), but not trained."""
+        self._check_initialized()
+        self._check_name("buffer", name)
+        if tensor is not None and not isinstance(tensor, Tensor):
+            raise TypeError(f"register_buffer: {name!r} must be a Tensor or None, got {type(tensor).__name__}")
+        self._remove_from(name, ("_parameters", "_buffers", "_modules"))
+        self._buffers[name] = tensor
+        if not persistent:
+            self._non_persistent_buffers.add(name)
+
+    def add_module(self, name: str, module):
+        self._check_initialized()
+        self._check_name("module", name)
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"add_module: {name!r} must be a Module or None, got {type(module).__name__}")
+        self._remove_from(name, ("_parameters", "_buffers", "_modules"))
+        self._modules[name] = module
+
+    register_module = add_module
+
+    def get_submodule(self, target: str):
+        mod = self
+        for part in target.split(".") if target else []:
+            if part not in mod._modules:
+                raise AttributeError(f"{type(mod).__name__} has no submodule {part!r} (looking up {target!r})")
+            mod = mod._modules[part]
+        return mod
+
+    # --------------------------------------------------------------------------------------------
+    # Walking the tree
+    # --------------------------------------------------------------------------------------------
+    def named_modules(self, memo=None, prefix: str = "", remove_duplicate: bool = True):
+        """(name, module) for self and every descendant, depth first; a shared module appears once."""
+        if memo is None:
+            memo = set()
+        if remove_duplicate:
+            if id(self) in memo:
+                return
+            memo.add(id(self))
+        yield prefix, self
+        for name, child in self._modules.items():
+            if child is None:
+                continue
+            sub = prefix + ("." if prefix else "") + name
+            yield from child.named_modules(memo, sub, remove_duplicate)
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def named_children(self):
+        seen = set()
+        for name, child in self._modules.items():
+            if child is not None and id(child) not in seen:
+                seen.add(id(child))
+                yield name, child
+
+    def children(self):
+        for _, c in self.named_children():
+            yield c
+
+    def _named_members(self, registry, prefix, recurse, remove_duplicate=True):
+        seen = set()
+        modules = self.named_modules(prefix=prefix, remove_duplicate=remove_duplicate) if recurse else [(prefix, self)]
+        for mod_prefix, mod in modules:
+            for name, value in getattr(mod, registry).items():
+                if value is None:
+                    continue
+                if remove_duplicate:
+                    if id(value) in seen:  # tied weights are reported (and optimized) once
+                        continue
+                    seen.add(id(value))
+                yield mod_prefix + ("." if mod_prefix else "") + name, value
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
+
+    def parameters(self, recurse: bool = True):
+        for _, p in self.named_parameters(recurse=recurse):
+            yield p
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
+
+    def buffers(self, recurse: bool = True):
+        for _, b in self.named_buffers(recurse=recurse):
+            yield b
+
+    def apply(self, fn):
+        """Call fn on every descendant (children first), then on self; return self."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    # --------------------------------------------------------------------------------------------
+    # Modes and gradients
+    # --------------------------------------------------------------------------------------------
+    def train(self, mode: bool = True):
+        if not isinstance(mode, bool):
+            raise ValueError(f"train: mode must be a bool, got {mode!r}")
+        object.__setattr__(self, "training", mode)
+        for child in self.children():
+            child.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True):
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.parameters():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad._data[...] = 0
+
+    # --------------------------------------------------------------------------------------------
+    # Devices and dtypes: arrays are replaced inside the same Parameter / buffer objects
+    # --------------------------------------------------------------------------------------------
+    def to(self, *args, **kwargs):
+        """`to(device)`, `to(dtype)` or `to(device, dtype)`; in place, returns self.
+
+        dtype changes only floating-point parameters and buffers (an int64 step counter stays int64).
+        """
+        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        if kwargs:
+            raise TypeError(f"Module.to(): unexpected arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, Tensor):
+                device, dtype = a.device, a.dtype
+            elif isinstance(a, (Device, str)):
+                device = a
+            else:
+                dtype = a
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+            if dtype.kind != "f":
+                raise TypeError(f"Module.to(): only floating-point dtypes are allowed, got {dtype}")
+        if device is not None:
+            device = Device(device)
+            if device.type == "cuda":
+                _device.require_cuda("Module.to('cuda')")
+
+        def convert(array):
+            if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
+                array = array.astype(dtype)
+            if device is not None:
+                array = _device.move_array(array, device)
+            return array
+
+        return self._apply_to_arrays(convert)
+
+    def _apply_to_arrays(self, convert):
+        with no_grad():
+            for t in list(self.parameters()) + list(self.buffers()):
+                t._data = convert(t._data)
+                if t.grad is not None:
+                    t.grad._data = convert(t.grad._data)
+        return self
+
+    def cuda(self, device=None):
+        return self.to("cuda" if device is None else f"cuda:{device}")
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def float(self):
+        return self.to(np.float32)
+
+    def double(self):
+        return self.to(np.float64)
+
+    def type(self, dtype):
+        return self.to(dtype)
+
+    # --------------------------------------------------------------------------------------------
+    # state_dict / load_state_dict
+    # --------------------------------------------------------------------------------------------
+    def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
+        """OrderedDict of name -> tensor for every parameter and persistent buffer.
+
+        The tensors share memory with the module (as in PyTorch): copy them to snapshot the weights.
+        """
+        if destination is None:
+            destination = OrderedDict()
+        for name, p in self._parameters.items():
+            if p is not None:
+                destination[prefix + name] = p if keep_vars else p.detach()
+        for name, b in self._buffers.items():
+            if b is not None and name not in self._non_persistent_buffers:
+                destination[prefix + name] = b if keep_vars else b.detach()
+        for name, child in self._modules.items():
+            if child is not None:
+                child.state_dict(destination, prefix + name + ".", keep_vars)
+        return destination
+
+    def _state_targets(self):
+        """name -> the Parameter / buffer tensor a state dict entry of that name is copied into."""
+        targets = OrderedDict()
+        for mod_prefix, mod in self.named_modules(remove_duplicate=False):
+            base = mod_prefix + ("." if mod_prefix else "")
+            for name, p in mod._parameters.items():
+                if p is not None:
+                    targets[base + name] = p
+            for name, b in mod._buffers.items():
+                if b is not None and name not in mod._non_persistent_buffers:
+                    targets[base + name] = b
+        return targets
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """Copy values into this module's parameters and buffers (in place, converting dtype and device).
+
+        Everything is checked first and nothing is written unless all checks pass: missing and
+        unexpected keys (when strict) and shape mismatches (always) raise one RuntimeError listing them.
+        Returns _IncompatibleKeys(missing_keys, unexpected_keys).
+        """
+        if not hasattr(state_dict, "items"):
+            raise TypeError(f"load_state_dict: expected a dict-like state_dict, got {type(state_dict).__name__}")
+        targets = self._state_targets()
+        missing = [k for k in targets if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in targets]
+        mismatched, arrays = [], {}
+        for key, target in targets.items():
+            if key not in state_dict:
+                continue
+            array = _raw_array(state_dict[key])
+            if tuple(array.shape) != target.shape:
+                mismatched.append(
+                    f"size mismatch for {key}: copying a param with shape {tuple(array.shape)} from checkpoint, "
+                    f"the shape in current model is {target.shape}."
+                )
+            arrays[key] = array
+        errors = []
+        if strict and missing:
+            errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
+        if strict and unexpected:
+            errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
+        errors += mismatched
+        if errors:
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
+            )
+        with no_grad():
+            for key, array in arrays.items():
+                target = targets[key]
+                if is_cuda_array(array) != target.is_cuda:
+                    array = _device.move_array(array, target.device)
+                # Write into the existing array: optimizers holding this Parameter see the new values.
+                target._data[...] = array.astype(target.dtype, copy=False)
+        return _IncompatibleKeys(missing, unexpected)
+
+    # --------------------------------------------------------------------------------------------
+    # repr
+    # --------------------------------------------------------------------------------------------
+    def extra_repr(self) -> str:
+        """The text inside the parentheses of this module's repr (its constructor arguments)."""
+        return ""
+
+    def _get_name(self):
+        return type(self).__name__
+
+    def __repr__(self):
+        extra = self.extra_repr()
+        lines = extra.split("\n") if extra else []
+        for name, child in self._modules.items():
+            lines.append(f"({name}): " + _addindent(repr(child), 2))
+        main = self._get_name() + "("
+        if lines:
+            if len(lines) == 1 and not self._modules:
+                main += lines[0]
+            else:
+                main += "\n  " + "\n  ".join(lines) + "\n"
+        return main + ")"
+
+
+# ------------------------------------------------------------------------------------------------
+# Containers
+# ------------------------------------------------------------------------------------------------
+
+
+class Sequential(Module):
+    """Modules applied one after another: `Sequential(a, b, c)(x) == c(b(a(x)))`.
+
+    Also `Sequential(OrderedDict(name=module, ...))` for named children. Supports indexing, slicing,
+    len, iteration and append.
+    """
+
+    def __init__(self, *args):
+        super().__init__()
+        if len(args) == 1 and isinstance(args[0], OrderedDict):
+            for name, module in args[0].items():
+                self.add_module(name, module)
+        else:
+            for i, module in enumerate(args):
+                self.add_module(str(i), module)
+
+    def _index(self, idx: int) -> int:
+        n = len(self)
+        if not -n <= idx < n:
+            raise IndexError(f"{type(self).__name__}: index {idx} is out of range for {n} modules")
+        return idx % n
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return type(self)(OrderedDict(list(self._modules.items())[idx]))
+        return list(self._modules.values())[self._index(idx)]
+
+    def __setitem__(self, idx, module):
+        key = list(self._modules.keys())[self._index(idx)]
+        self.add_module(key, module)
+
+    def __delitem__(self, idx):
+        keys = list(self._modules.keys())
+        for key in (keys[idx] if isinstance(idx, slice) else [keys[self._index(idx)]]):
+            del self._modules[key]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def forward(self, input):
+        for module in self._modules.values():
+            input = module(input)
+        return input
+
+
+class ModuleList(Module):
+    """A list of modules whose parameters are registered (a plain Python list would hide them)."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.extend(modules)
+
+    def _index(self, idx: int) -> int:
+        n = len(self)
+        if not -n <= idx < n:
+            raise IndexError(f"ModuleList: index {idx} is out of range for {n} modules")
+        return idx % n
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            return ModuleList(list(self._modules.values())[idx])
+        return self._modules[str(self._index(idx))]
+
+    def __setitem__(self, idx, module):
+        self.add_module(str(self._index(idx)), module)
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+    def extend(self, modules):
+        for m in modules:
+            self.append(m)
+        return self
+
+    def insert(self, index: int, module):
+        items = list(self._modules.values())
+        items.insert(index, module)
+        self._modules.clear()
+        for i, m in enumerate(items):
+            self.add_module(str(i), m)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleList is a container, not a layer: iterate over it in your forward()")
+
+
+class ModuleDict(Module):
+    """A dict of modules (insertion-ordered) whose parameters are registered."""
+
+    def __init__(self, modules=None):
+        super().__init__()
+        if modules is not None:
+            self.update(modules)
+
+    def __getitem__(self, key):
+        return self._modules[key]
+
+    def __setitem__(self, key, module):
+        self.add_module(key, module)
+
+    def __delitem__(self, key):
+        del self._modules[key]
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def __contains__(self, key):
+        return key in self._modules
+
+    def keys(self):
+        return self._modules.keys()
+
+    def values(self):
+        return self._modules.values()
+
+    def items(self):
+        return self._modules.items()
+
+    def pop(self, key):
+        module = self._modules[key]
+        del self._modules[key]
+        return module
+
+    def update(self, modules):
+        items = modules.items() if hasattr(modules, "items") else modules
+        for key, module in items:
+            self.add_module(key, module)
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError("ModuleDict is a container, not a layer: index it in your forward()")

@@ -1,0 +1,105 @@
+"""Gradient clipping: clip_grad_norm_ and clip_grad_value_ (PyTorch's torch.nn.utils names).
+
+clip_grad_norm_ treats the gradients of all parameters as one long vector g and rescales it when its
+norm is too large:
+
+    total_norm = ||g||_p = (sum_i |g_i|^p)^(1/p)         (p = inf: max_i |g_i|)
+    g <- g * min(1, max_norm / (total_norm + 1e-6))
+
+Recurrent networks need this: backpropagation through time multiplies many Jacobians, and a rare
+large one makes the gradient explode; clipping the norm keeps the step's direction and bounds its
+length.
+
+Everything stays on the gradients' device. The norm is a 0-d array, the scale factor is computed
+from it with array operations (a minimum, not a Python `if`), so clipping on the GPU is a few kernel
+launches and never reads a value back to the host. Only `error_if_nonfinite=True` has to look at the
+norm, and so waits for the GPU.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _device
+from ..autograd.function import no_grad
+from ..autograd.tensor import Tensor
+
+
+def _gradients(parameters, op):
+    """The gradient arrays of the parameters that have one; all on one device."""
+    if isinstance(parameters, Tensor):
+        parameters = [parameters]
+    grads = []
+    for i, p in enumerate(parameters):
+        if not isinstance(p, Tensor):
+            raise TypeError(f"{op}: parameters must be Tensors, but item {i} is a {type(p).__name__}")
+        if p.grad is not None:
+            grads.append(p.grad._data)
+    devices = {str(_device.device_of(g)) for g in grads}
+    if len(devices) > 1:
+        raise ValueError(f"{op}: gradients live on several devices {sorted(devices)}; clip each device's "
+                         "parameters separately")
+    return grads
+
+
+def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """Scale the gradients of `parameters` in place so that their joint p-norm is at most max_norm.
+
+    parameters: an iterable of tensors (or one tensor); those without .grad are skipped.
+    max_norm:   the largest allowed norm (float). norm_type: p (float, or inf for the max norm).
+    Returns the total norm *before* clipping, as a 0-d Tensor on the gradients' device (reading it
+    with .item() is the caller's choice, and a host sync on the GPU). `foreach` is accepted for
+    PyTorch compatibility and ignored.
+    """
+    op = "clip_grad_norm_"
+    max_norm, norm_type = float(max_norm), float(norm_type)
+    if max_norm < 0 or math.isnan(max_norm):
+        raise ValueError(f"{op}: max_norm must be >= 0, got {max_norm}")
+    if not (norm_type > 0):
+        raise ValueError(f"{op}: norm_type must be positive (or inf), got {norm_type}")
+    grads = _gradients(parameters, op)
+    if not grads:
+        return Tensor._make(np.zeros((), dtype=np.float32))  # nothing to clip: the norm of nothing is 0
+
+    xp = _device.get_array_module(grads[0])
+    with no_grad():
+        # Accumulate in float64 at least for float64 gradients, float32 otherwise (as PyTorch does).
+        dtype = xp.result_type(*[g.dtype for g in grads])
+        if norm_type == math.inf:
+            per_param = xp.stack([xp.abs(g).max() if g.size else xp.zeros((), dtype) for g in grads])
+            total_norm = per_param.max().astype(dtype)
+        else:
+            # The p-norm of the concatenation = the p-norm of the per-parameter p-norms.
+            per_param = xp.stack([_pnorm(xp, g.astype(dtype, copy=False), norm_type) for g in grads])
+            total_norm = _pnorm(xp, per_param, norm_type)
+        if error_if_nonfinite and not bool(xp.isfinite(total_norm)):
+            raise RuntimeError(f"{op}: the total norm of order {norm_type} of the gradients is non-finite "
+                               f"({float(total_norm)}); pass error_if_nonfinite=False to clip anyway")
+        # min(1, max_norm / (norm + eps)) as an array: no Python branch on a device value.
+        scale = xp.minimum(xp.asarray(1.0, dtype=dtype), max_norm / (total_norm + 1e-6))
+        for g in grads:
+            g *= scale.astype(g.dtype)
+    return Tensor._make(total_norm)
+
+
+def clip_grad_value_(parameters, clip_value, foreach=None):
+    """Clamp every gradient element of `parameters` into [-clip_value, clip_value], in place."""
+    op = "clip_grad_value_"
+    clip_value = float(clip_value)
+    if clip_value < 0:
+        raise ValueError(f"{op}: clip_value must be >= 0, got {clip_value}")
+    for g in _gradients(parameters, op):
+        xp = _device.get_array_module(g)
+        xp.clip(g, -clip_value, clip_value, out=g)
+
+
+def _pnorm(xp, a, p):
+    """(sum |a|^p)^(1/p) of an array, as a 0-d array; p = 2 without the powers."""
+    if a.size == 0:
+        return xp.zeros((), dtype=a.dtype)
+    if p == 2.0:
+        return xp.sqrt(xp.sum(a * a))
+    if p == 1.0:
+        return xp.sum(xp.abs(a))
+    return xp.sum(xp.abs(a) ** p) ** (1.0 / p)
