@@ -10,6 +10,7 @@ compile; the median of --repeats runs. The "host" column is the wall time of our
 the GPU: when it is close to the GPU time, the step loop is bound by Python launch costs, not the GPU.
 
     python3 benchmarks/bench_gpu_rnn.py [--out benchmarks/results/gpu_rnn.md] [--commit SHA] [--repeats 30]
+                                        [--profile]   # also print where our host time goes (cProfile)
 """
 from __future__ import annotations
 
@@ -159,18 +160,53 @@ class _TorchEvent:
         return self.event.elapsed_time(end.event)
 
 
+def profile_host(repeats=5):
+    """cProfile of our LSTM forward + backward: which Python calls the host time of a training step goes to."""
+    import cProfile
+    import pstats
+
+    import cupy
+
+    from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
+
+    rng = np.random.default_rng(0)
+    desc = RNNDescriptor("lstm", INPUT, HIDDEN, LAYERS)
+    weights = [tuple(cupy.asarray((rng.uniform(-1, 1, s.shape) / np.sqrt(HIDDEN)).astype(np.float32)) for s in e)
+               for e in desc.weight_shapes()]
+    x = cupy.asarray(rng.standard_normal((T, B, INPUT)).astype(np.float32))
+    dy = cupy.asarray(rng.standard_normal((T, B, HIDDEN)).astype(np.float32))
+
+    def train():
+        _, _, _, reserve = rnn_forward(x, None, None, weights, desc)
+        rnn_backward(dy, None, None, reserve)
+
+    train()
+    cupy.cuda.Device().synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(repeats):
+        train()
+    cupy.cuda.Device().synchronize()
+    profiler.disable()
+    print(f"host profile of {repeats} LSTM training steps (fwd+bwd):")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu_rnn.md"))
     parser.add_argument("--commit", default=None)
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of our host time first")
     args = parser.parse_args()
     if args.repeats < 20:
         parser.error("--repeats must be >= 20 (the table reports medians)")
 
     import cupy
 
+    if args.profile:
+        profile_host()
     cases = [("lstm", False, True), ("gru", False, True), ("lstm", True, True), ("lstm", True, False)]
     rows = [bench_case(mode, bidir, side, args.warmup, args.repeats) for mode, bidir, side in cases]
 
