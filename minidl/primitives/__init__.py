@@ -12,3 +12,4 @@ from .batch_norm import *  # noqa: F401,F403
 from .lrn import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
 from .rnn import *  # noqa: F401,F403
+from .gemm import *  # noqa: F401,F403

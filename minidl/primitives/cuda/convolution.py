@@ -1,0 +1,444 @@
+"""CuPy launchers of kernels/convolution.cu: the GPU backend of minidl.primitives.convolution.
+
+Same interface as cpu/convolution.py: ALGORITHMS, is_supported, workspace_bytes and one function per
+direction taking the already-validated (problem, algo, alpha, beta, out). Every problem is run as a
+3-D convolution (1-D and 2-D get size-1 leading spatial dims), float32 only. Scratch memory comes
+from the calling thread's Handle (handle.py); `workspace_bytes` says how much each algorithm takes.
+
+Which kernels each algorithm launches (see the header of kernels/convolution.cu):
+    direct                  convolution_{forward,backward_data,backward_filter}_direct
+    implicit_gemm           convolution_<direction>_implicit_gemm_{nchw,nhwc}
+                            (+ gemm_splitk_reduce for backward_filter when K is split)
+    implicit_precomp_gemm   convolution_tap_table, then ..._implicit_precomp_gemm_{nchw,nhwc}
+    im2col_gemm             convolution_im2col / convolution_col2im around gemm.cu's SGEMM
+    winograd                filter, input and output transforms around 16 batched SGEMMs
+"""
+from __future__ import annotations
+
+import math
+
+import cupy
+import numpy as np
+
+from ._compile import get_kernel
+from .activation import grid_stride_blocks
+from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
+from .handle import get_handle
+
+ALGORITHMS = ("direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd")
+
+_INT32_MAX = 2**31 - 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Problem geometry as the kernels see it
+# ----------------------------------------------------------------------------------------------
+
+
+class _Geometry:
+    """A problem's sizes padded to 3 spatial dims, and the derived GEMM sizes."""
+
+    def __init__(self, problem):
+        lead = 3 - problem.spatial_dims
+        self.N, self.C, self.K, self.groups = problem.N, problem.C, problem.K, problem.groups
+        self.D, self.H, self.W = (1,) * lead + tuple(problem.in_size)
+        self.T, self.R, self.S = (1,) * lead + tuple(problem.kernel_size)
+        self.O, self.P, self.Q = (1,) * lead + tuple(problem.out_size)
+        self.pad = (0,) * lead + tuple(problem.padding)
+        self.stride = (1,) * lead + tuple(problem.stride)
+        self.dilation = (1,) * lead + tuple(problem.dilation)
+        self.Cg, self.Kg = self.C // self.groups, self.K // self.groups
+        self.TRS = self.T * self.R * self.S
+        self.DHW, self.OPQ = self.D * self.H * self.W, self.O * self.P * self.Q
+        self.channels_last = problem.layout == "NHWC"
+
+    def args(self):
+        """The CONV_GEOM_ARGS of the kernels, in order."""
+        values = (self.N, self.C, self.D, self.H, self.W, self.K, self.T, self.R, self.S, self.O, self.P,
+                  self.Q, *self.pad, *self.stride, *self.dilation, self.groups)
+        return tuple(np.int32(v) for v in values)
+
+    @property
+    def suffix(self):
+        return "nhwc" if self.channels_last else "nchw"
+
+
+def _flag(b) -> np.int32:
+    return np.int32(1 if b else 0)
+
+
+CONV_TILE_WIDTHS = (128, 64, 32)   # the BN variants compiled in kernels/convolution.cu
+
+
+def _aligned(a, multiple_of_four: int) -> np.int32:
+    """float4 loads are legal: 16-byte aligned data and a row length that keeps rows aligned."""
+    return _flag(a.data.ptr % 16 == 0 and multiple_of_four % 4 == 0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Which algorithm applies, and its scratch memory
+# ----------------------------------------------------------------------------------------------
+
+
+def is_supported(algo: str, direction: str, problem) -> tuple[bool, str]:
+    if algo not in ALGORITHMS:
+        return False, f"unknown algorithm {algo!r}"
+    if problem.dtype != "float32":
+        return False, f"the GPU kernels are float32, got {problem.dtype}"
+    g = _Geometry(problem)
+    # Indices of rows/pixels inside one launch are 32-bit: the lowered matrix's M and one image.
+    if max(g.N * g.OPQ, g.N * g.DHW, g.C * g.DHW, g.K * g.OPQ) > _INT32_MAX:
+        return False, "too large for 32-bit pixel indices (split the batch)"
+    if algo == "implicit_precomp_gemm" and direction == "backward_filter":
+        return False, ("backward_filter's filter taps are the GEMM columns, decomposed once per thread: "
+                       "no tap table to precompute (use implicit_gemm)")
+    if algo == "im2col_gemm" and g.N * g.OPQ * g.Cg * g.TRS > _INT32_MAX:
+        return False, "the column matrix would exceed 2^31 elements"
+    if algo == "winograd":
+        if problem.spatial_dims != 2:
+            return False, "winograd F(2x2,3x3) is 2-D only"
+        if tuple(problem.kernel_size) != (3, 3):
+            return False, f"winograd needs a 3x3 kernel, got {problem.kernel_size}"
+        if tuple(problem.stride) != (1, 1) or tuple(problem.dilation) != (1, 1):
+            return False, "winograd needs stride 1 and dilation 1"
+        if problem.groups != 1:
+            return False, "winograd runs groups=1 only"
+        if direction == "backward_filter":
+            return False, "winograd backward_filter is not implemented (use implicit_gemm)"
+        if direction == "backward_data" and max(problem.padding) > 2:
+            return False, "winograd backward_data needs padding <= 2"
+    return True, ""
+
+
+def _winograd_sizes(g, direction):
+    """(in channels, out channels, tiles) of the forward Winograd convolution that computes `direction`."""
+    if direction == "forward":
+        cin, cout, out_h, out_w = g.C, g.K, g.P, g.Q
+    else:  # backward data: a forward convolution of dy (K channels) producing dx (C channels)
+        cin, cout, out_h, out_w = g.K, g.C, g.H, g.W
+    tiles = g.N * math.ceil(out_h / 2) * math.ceil(out_w / 2)
+    return cin, cout, tiles
+
+
+def workspace_bytes(algo: str, direction: str, problem) -> int:
+    g = _Geometry(problem)
+    if algo == "direct":
+        return 0
+    if algo == "implicit_gemm":
+        if direction == "backward_filter":
+            return split_k_workspace_bytes(g.Kg, g.Cg * g.TRS, g.N * g.OPQ, g.groups)
+        return 0
+    if algo == "implicit_precomp_gemm":
+        if direction == "forward":
+            return 16 * g.Cg * g.TRS
+        return 16 * g.Kg * g.TRS + 4 * g.K * g.Cg * g.TRS   # tap table + GEMM-ready filters
+    if algo == "im2col_gemm":
+        col = 4 * g.N * g.OPQ * g.Cg * g.TRS
+        if direction != "backward_filter":
+            return col
+        dy_copy = 0 if g.channels_last else 4 * g.N * g.OPQ * g.K
+        return col + dy_copy + split_k_workspace_bytes(g.Kg, g.Cg * g.TRS, g.N * g.OPQ, 1)
+    if algo == "winograd":
+        cin, cout, tiles = _winograd_sizes(g, direction)
+        return 4 * 16 * (cout * cin + cin * tiles + cout * tiles)
+    raise ValueError(f"convolution: unknown algorithm {algo!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs and outputs
+# ----------------------------------------------------------------------------------------------
+
+
+def _input(a):
+    return None if a is None else cupy.ascontiguousarray(a)
+
+
+def _output(out, shape, beta, *inputs):
+    """(target, original): a C-contiguous array the kernels write, and the user's out to copy into."""
+    if out is None:
+        return cupy.empty(shape, dtype=cupy.float32), None
+    overlaps = any(a is not None and cupy.may_share_memory(out, a) for a in inputs)
+    if out.flags.c_contiguous and not overlaps:
+        return out, None
+    scratch = out.copy(order="C") if beta != 0 else cupy.empty(shape, dtype=cupy.float32)
+    return scratch, out
+
+
+def _finish(target, original):
+    if original is None:
+        return target
+    original[...] = target
+    return original
+
+
+def _scale_only(target, alpha, beta):
+    """The result of an empty reduction (zero-size batch): out = alpha * 0 + beta * out."""
+    if beta == 0:
+        target.fill(0)
+    else:
+        target *= np.float32(beta)
+
+
+def _tap_table(g, handle, channels, nbytes):
+    """Write the int4 (channel, t*dil, r*dil, s*dil) table of implicit_precomp_gemm into the workspace."""
+    count = channels * g.TRS
+    table = handle.workspace(nbytes)[: 4 * count].view(cupy.int32)
+    kernel = get_kernel("convolution", "convolution_tap_table")
+    kernel((math.ceil(count / 256),), (256,),
+           (table, np.int32(count), np.int32(channels), _flag(g.channels_last), *g.args()))
+    return table
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward
+# ----------------------------------------------------------------------------------------------
+
+
+def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
+    """y = alpha * (conv(x, w) + bias) + beta * out, on the GPU."""
+    g = _Geometry(problem)
+    x, w, bias = _input(x), _input(w), _input(bias)
+    y, original = _output(out, problem.y_shape, beta, x, w, bias)
+    handle = get_handle()
+    if y.size == 0:
+        return _finish(y, original)
+    with handle.launch_context():
+        if g.N * g.OPQ == 0:
+            pass
+        elif algo == "direct":
+            kernel = get_kernel("convolution", "convolution_forward_direct")
+            kernel((grid_stride_blocks(y.size),), (256,),
+                   (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+        elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
+            taps = None
+            if algo == "implicit_precomp_gemm":
+                taps = _tap_table(g, handle, g.Cg, workspace_bytes(algo, "forward", problem))
+            bn = tile_n(g.Kg, CONV_TILE_WIDTHS)
+            kernel = get_kernel("convolution", f"convolution_forward_{algo}_{g.suffix}_bn{bn}")
+            grid = (math.ceil(g.N * g.OPQ / TILE), math.ceil(g.Kg / bn), g.groups)
+            kernel(grid, (THREADS,), (x, w, bias, y, taps, *g.args(), np.float32(alpha), np.float32(beta),
+                                      _aligned(w, g.Cg * g.TRS)))
+        elif algo == "im2col_gemm":
+            _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta)
+        elif algo == "winograd":
+            _winograd(x, w, bias, y, g, handle, "forward", alpha, beta)
+        else:
+            raise ValueError(f"convolution_forward: unknown algorithm {algo!r}")
+    return _finish(y, original)
+
+
+def _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta):
+    depth = g.Cg * g.TRS
+    ws = handle.workspace(workspace_bytes("im2col_gemm", "forward", problem))
+    col = ws[: g.N * g.OPQ * depth]
+    if bias is not None:  # y = alpha * bias + beta * y first, then the GEMM adds alpha * conv
+        spatial = g.OPQ
+        get_kernel("convolution", "convolution_bias_blend")(
+            (grid_stride_blocks(y.size),), (256,),
+            (y, bias, np.int64(y.size), np.int32(g.K), np.int32(spatial), np.float32(alpha),
+             np.float32(beta), _flag(g.channels_last)))
+        beta = 1.0
+    im2col = get_kernel("convolution", "convolution_im2col")
+    flat_y, flat_w = y.reshape(-1), w.reshape(-1)
+    for group in range(g.groups):
+        im2col((grid_stride_blocks(col.size),), (256,), (x, col, np.int32(group), *g.args(), _flag(g.channels_last)))
+        w_group = flat_w[group * g.Kg * depth:]
+        if g.channels_last:  # y (N*OPQ, K): one GEMM, rows = output pixels
+            sgemm(g.N * g.OPQ, g.Kg, depth, col, depth, w_group, depth, flat_y[group * g.Kg:], trans_b=True,
+                  alpha=alpha, beta=beta, ldc_row=g.K, ldc_col=1)
+        else:  # y (N, K, OPQ): one GEMM per image (batched), C(opq, k) at k*OPQ + opq
+            sgemm(g.OPQ, g.Kg, depth, col, depth, w_group, depth, flat_y[group * g.Kg * g.OPQ:], trans_b=True,
+                  alpha=alpha, beta=beta, ldc_row=1, ldc_col=g.OPQ, batch=g.N, stride_a=g.OPQ * depth,
+                  stride_b=0, stride_c=g.K * g.OPQ)
+
+
+def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta):
+    """The forward F(2x2,3x3) convolution of `inp`; for backward_data inp = dy, out = dx."""
+    cin, cout, tiles = _winograd_sizes(g, direction)
+    if direction == "forward":
+        in_h, in_w, out_h, out_w = g.H, g.W, g.P, g.Q
+        pad_h, pad_w = g.pad[1], g.pad[2]
+    else:
+        in_h, in_w, out_h, out_w = g.P, g.Q, g.H, g.W
+        pad_h, pad_w = 2 - g.pad[1], 2 - g.pad[2]
+    tiles_h, tiles_w = math.ceil(out_h / 2), math.ceil(out_w / 2)
+    ws = handle.workspace(4 * 16 * (cout * cin + cin * tiles + cout * tiles))
+    U = ws[: 16 * cout * cin]
+    V = ws[16 * cout * cin: 16 * (cout * cin + cin * tiles)]
+    M = ws[16 * (cout * cin + cin * tiles): 16 * (cout * cin + cin * tiles + cout * tiles)]
+    cl = _flag(g.channels_last)
+    get_kernel("convolution", "convolution_winograd_filter_transform")(
+        (math.ceil(cout * cin / 256),), (256,),
+        (w, U, np.int32(g.K), np.int32(g.C), _flag(direction != "forward"), cl))
+    get_kernel("convolution", "convolution_winograd_input_transform")(
+        (grid_stride_blocks(cin * tiles),), (256,),
+        (inp, V, np.int32(g.N), np.int32(cin), np.int32(in_h), np.int32(in_w), np.int32(pad_h),
+         np.int32(pad_w), np.int32(tiles_h), np.int32(tiles_w), cl))
+    # 16 GEMMs: M[xi] (cout, tiles) = U[xi] (cout, cin) @ V[xi] (cin, tiles)
+    sgemm(cout, tiles, cin, U, cin, V, tiles, M, batch=16, stride_a=cout * cin, stride_b=cin * tiles,
+          stride_c=cout * tiles)
+    get_kernel("convolution", "convolution_winograd_output_transform")(
+        (grid_stride_blocks(cout * tiles),), (256,),
+        (M, out, bias, np.int32(g.N), np.int32(cout), np.int32(out_h), np.int32(out_w), np.int32(tiles_h),
+         np.int32(tiles_w), np.float32(alpha), np.float32(beta), cl))
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward data
+# ----------------------------------------------------------------------------------------------
+
+
+def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
+    """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU."""
+    g = _Geometry(problem)
+    w, dy = _input(w), _input(dy)
+    dx, original = _output(out, problem.x_shape, beta, w, dy)
+    handle = get_handle()
+    if dx.size == 0:
+        return _finish(dx, original)
+    with handle.launch_context():
+        if algo == "direct":
+            kernel = get_kernel("convolution", "convolution_backward_data_direct")
+            kernel((grid_stride_blocks(dx.size),), (256,),
+                   (w, dy, dx, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+        elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
+            taps, filters, vec_w = None, w, _flag(False)
+            if algo == "implicit_precomp_gemm":
+                nbytes = workspace_bytes(algo, "backward_data", problem)
+                taps = _tap_table(g, handle, g.Kg, nbytes)
+                filters = _gemm_ready_filters(w, g, handle.workspace(nbytes)[4 * g.Kg * g.TRS:])
+                vec_w = _aligned(filters, g.Cg)
+            bn = tile_n(g.Cg, CONV_TILE_WIDTHS)
+            kernel = get_kernel("convolution", f"convolution_backward_data_{algo}_{g.suffix}_bn{bn}")
+            grid = (math.ceil(g.N * g.DHW / TILE), math.ceil(g.Cg / bn), g.groups)
+            kernel(grid, (THREADS,), (filters, dy, dx, taps, *g.args(), np.float32(alpha), np.float32(beta), vec_w))
+        elif algo == "im2col_gemm":
+            _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta)
+        elif algo == "winograd":
+            _winograd(dy, w, None, dx, g, handle, "backward_data", alpha, beta)
+        else:
+            raise ValueError(f"convolution_backward_data: unknown algorithm {algo!r}")
+    return _finish(dx, original)
+
+
+def _gemm_ready_filters(w, g, space):
+    """Copy the filters into `space` as, per group, the (Kg*TRS, Cg) matrix B of backward-data's GEMM.
+
+    Row k follows the reduction order of kernels/convolution.cu: (kk, t, r, s) for NCHW filters
+    (K, Cg, T, R, S), (t, r, s, kk) for NHWC filters (K, T, R, S, Cg).
+    """
+    G, Kg, Cg, TRS = g.groups, g.Kg, g.Cg, g.TRS
+    dest = space[: w.size]
+    if g.channels_last:
+        dest.reshape(G, TRS, Kg, Cg)[...] = w.reshape(G, Kg, TRS, Cg).transpose(0, 2, 1, 3)
+    else:
+        dest.reshape(G, Kg, TRS, Cg)[...] = w.reshape(G, Kg, Cg, TRS).transpose(0, 1, 3, 2)
+    return dest
+
+
+def _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta):
+    depth = g.Cg * g.TRS
+    ws = handle.workspace(workspace_bytes("im2col_gemm", "backward_data", problem))
+    col = ws[: g.N * g.OPQ * depth]
+    col2im = get_kernel("convolution", "convolution_col2im")
+    flat_dy, flat_w = dy.reshape(-1), w.reshape(-1)
+    for group in range(g.groups):
+        w_group = flat_w[group * g.Kg * depth:]
+        # col (N*OPQ, depth) = dy_group (N*OPQ, Kg) @ w_group (Kg, depth)
+        if g.channels_last:
+            sgemm(g.N * g.OPQ, depth, g.Kg, flat_dy[group * g.Kg:], g.K, w_group, depth, col)
+        else:  # dy_n is (K, OPQ): op(A) = its transpose, one GEMM per image
+            sgemm(g.OPQ, depth, g.Kg, flat_dy[group * g.Kg * g.OPQ:], g.OPQ, w_group, depth, col, trans_a=True,
+                  batch=g.N, stride_a=g.K * g.OPQ, stride_b=0, stride_c=g.OPQ * depth)
+        col2im((grid_stride_blocks(g.N * g.Cg * g.DHW),), (256,),
+               (col, dx, np.int32(group), *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward filter
+# ----------------------------------------------------------------------------------------------
+
+
+def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
+    """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w, in its layout)."""
+    g = _Geometry(problem)
+    x, dy = _input(x), _input(dy)
+    dw, original = _output(out, problem.w_shape, beta, x, dy)
+    handle = get_handle()
+    if dw.size == 0:
+        return _finish(dw, original)
+    with handle.launch_context():
+        if g.N * g.OPQ == 0:
+            _scale_only(dw, alpha, beta)
+        elif algo == "direct":
+            kernel = get_kernel("convolution", "convolution_backward_filter_direct")
+            kernel((grid_stride_blocks(dw.size),), (256,),
+                   (x, dy, dw, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+        elif algo == "implicit_gemm":
+            cols, depth = g.Cg * g.TRS, g.N * g.OPQ
+            splits, k_per_split = split_k_plan(g.Kg, cols, depth, g.groups)
+            partial = None
+            if splits > 1:
+                partial = handle.workspace(workspace_bytes(algo, "backward_filter", problem))
+            if g.Kg <= 64 < cols:  # few output channels: compute dw^T so they fill the narrow side
+                bn = tile_n(g.Kg, (64, 32))
+                kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_t_bn{bn}")
+                grid = (math.ceil(cols / TILE), math.ceil(g.Kg / bn), g.groups * splits)
+            else:
+                bn = tile_n(cols, CONV_TILE_WIDTHS)
+                kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_bn{bn}")
+                grid = (math.ceil(g.Kg / TILE), math.ceil(cols / bn), g.groups * splits)
+            kernel(grid, (THREADS,), (x, dy, dw, partial, np.int32(k_per_split), *g.args(),
+                                      np.float32(alpha), np.float32(beta), _aligned(dy, g.OPQ)))
+            if splits > 1:  # dw = alpha * (sum of the slices) + beta * dw; dw is flat (K, cols)
+                get_kernel("gemm", "gemm_splitk_reduce")(
+                    (grid_stride_blocks(dw.size),), (THREADS,),
+                    (partial, np.int32(splits), np.int32(1), np.int32(1), np.int32(dw.size),
+                     np.float32(alpha), np.float32(beta), dw, np.int64(0), np.int64(1), np.int64(0)))
+        elif algo == "im2col_gemm":
+            _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta)
+        else:
+            raise ValueError(f"convolution_backward_filter: unknown algorithm {algo!r}")
+    return _finish(dw, original)
+
+
+def _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta):
+    depth, rows = g.Cg * g.TRS, g.N * g.OPQ
+    ws = handle.workspace(workspace_bytes("im2col_gemm", "backward_filter", problem))
+    col = ws[: rows * depth]
+    rest = ws[rows * depth:]
+    if g.channels_last:
+        dy_rows = dy.reshape(-1)  # (N*OPQ, K) already
+    else:  # channels-last copy of dy, so that its rows are output pixels
+        dy_rows = rest[: rows * g.K]
+        dy_rows.reshape(g.N, g.OPQ, g.K)[...] = dy.reshape(g.N, g.K, g.OPQ).transpose(0, 2, 1)
+        rest = rest[rows * g.K:]
+    im2col = get_kernel("convolution", "convolution_im2col")
+    flat_dw = dw.reshape(-1)
+    for group in range(g.groups):
+        im2col((grid_stride_blocks(col.size),), (256,), (x, col, np.int32(group), *g.args(), _flag(g.channels_last)))
+        # dw_group (Kg, depth) = dy_group^T (Kg, N*OPQ) @ col (N*OPQ, depth)
+        sgemm(g.Kg, depth, rows, dy_rows[group * g.Kg:], g.K, col, depth, flat_dw[group * g.Kg * depth:],
+              trans_a=True, alpha=alpha, beta=beta, workspace=rest)
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward bias
+# ----------------------------------------------------------------------------------------------
+
+
+def convolution_backward_bias(dy, problem, alpha, beta, out):
+    """db[k] = alpha * sum of dy over the batch and every output position + beta * out."""
+    if dy.dtype != cupy.float32:
+        raise TypeError(f"convolution_backward_bias: the GPU kernels are float32, got {dy.dtype}")
+    dy = _input(dy)
+    db, original = _output(out, (problem.K,), beta, dy)
+    if problem.K == 0:
+        return _finish(db, original)
+    spatial = math.prod(problem.out_size)
+    with get_handle().launch_context():
+        get_kernel("convolution", "convolution_backward_bias")(
+            (problem.K,), (256,),
+            (dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(spatial), np.float32(alpha),
+             np.float32(beta), _flag(problem.layout == "NHWC")))
+    return _finish(db, original)

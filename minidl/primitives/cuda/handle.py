@@ -1,0 +1,82 @@
+"""The Handle: per-thread GPU state of the primitive library, in the spirit of cudnnHandle_t.
+
+cuDNN asks the caller to create a handle per thread (and per device) that holds the stream the
+library launches on, and leaves scratch memory ("workspace") and algorithm choices to the caller.
+minidl keeps the same three things in one small object, created on first use:
+
+* ``stream``       the CuPy stream our kernels launch on (None: whatever stream is current in CuPy,
+                   so ``with cupy.cuda.Stream():`` blocks work as expected);
+* ``workspace``    one growable device buffer, reused by every call that needs scratch memory
+                   (im2col columns, Winograd transforms, split-K partial sums, tap tables). It only
+                   grows, so a training loop stops allocating after the first step;
+* ``algo_cache``   a dict for algorithm choices keyed by (direction, problem), free for callers.
+
+Why per thread: two Python threads launching at once must not share one workspace (each would
+overwrite the other's scratch data while its kernels still read it). ``get_handle()`` therefore
+returns a handle stored in a ``threading.local``, one per (thread, device); nothing in a handle is
+shared across threads, so no lock is needed.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import cupy
+
+_local = threading.local()
+
+
+class Handle:
+    """GPU state for one thread on one device: stream, workspace, algorithm cache."""
+
+    def __init__(self, device_id: int, stream=None):
+        self.device_id = device_id
+        self.stream = stream
+        self.algo_cache: dict = {}
+        self._workspace = None  # cupy float32 array, grown on demand
+
+    def workspace(self, nbytes: int):
+        """A float32 device array of at least `nbytes` bytes (contents undefined), 256-byte aligned.
+
+        Calls on one stream run in order, so reusing the buffer from call to call is safe; a larger
+        request replaces it (the old block returns to CuPy's pool after the kernels queued on this
+        stream that use it, because the pool is stream-ordered).
+        """
+        count = max(1, (int(nbytes) + 3) // 4)
+        if self._workspace is None or self._workspace.size < count:
+            self._workspace = None
+            self._workspace = cupy.empty(count, dtype=cupy.float32)
+        return self._workspace
+
+    @property
+    def workspace_size(self) -> int:
+        """Bytes currently held by the workspace."""
+        return 0 if self._workspace is None else int(self._workspace.nbytes)
+
+    def release_workspace(self) -> None:
+        self._workspace = None
+
+    def set_stream(self, stream) -> None:
+        """Launch this thread's primitives on `stream` (a cupy.cuda.Stream), or None for CuPy's current one."""
+        self.stream = stream
+
+    @contextlib.contextmanager
+    def launch_context(self):
+        """Enter the handle's stream (if one was set) around a sequence of launches."""
+        if self.stream is None:
+            yield
+        else:
+            with self.stream:
+                yield
+
+
+def get_handle() -> Handle:
+    """The calling thread's handle for the current CuPy device (created on first use)."""
+    device_id = cupy.cuda.Device().id
+    handles = getattr(_local, "handles", None)
+    if handles is None:
+        handles = _local.handles = {}
+    handle = handles.get(device_id)
+    if handle is None:
+        handle = handles[device_id] = Handle(device_id)
+    return handle

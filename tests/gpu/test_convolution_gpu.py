@@ -1,0 +1,213 @@
+"""The GPU convolution backend (kernels/convolution.cu) against the float64 NumPy reference.
+
+Every algorithm x direction x layout that applies is run on problems that exercise 1-D/2-D/3-D,
+padding, stride, dilation, groups (depthwise too), several 128 x 128 tiles, and split-K. Outputs are
+poisoned with NaN (beta = 0 must not read them; every element must be written). Also: bias, alpha/beta
+blending, cuDNN through torch (TF32 off) on one larger shape, and the per-thread handle.
+"""
+import threading
+
+import numpy as np
+import pytest
+
+from minidl.primitives.convolution import (ConvolutionDescriptor, convolution_backward_bias,
+                                           convolution_backward_data, convolution_backward_filter,
+                                           convolution_forward, convolution_output_shape)
+from tests.conftest import rel_err
+
+pytestmark = pytest.mark.gpu
+
+TOL = 1e-4
+ALGOS = ("direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd")
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+
+# (name, N, C, spatial in, K, kernel, padding, stride, dilation, groups)
+PROBLEMS = [
+    ("2d_3x3_pad1", 2, 3, (9, 11), 5, (3, 3), 1, 1, 1, 1),
+    ("2d_3x3_pad0_odd", 2, 3, (8, 9), 4, (3, 3), 0, 1, 1, 1),
+    ("2d_stride_dil", 2, 4, (10, 13), 7, (3, 2), (1, 2), 2, (1, 2), 1),
+    ("2d_groups", 2, 6, (7, 8), 4, (3, 3), 1, 1, 1, 2),
+    ("2d_depthwise", 2, 4, (6, 6), 8, (3, 3), 1, 1, 1, 4),
+    ("1d", 3, 5, (17,), 6, (4,), 2, 3, 2, 1),
+    ("3d", 2, 3, (5, 6, 7), 4, (2, 3, 2), (1, 0, 1), (1, 2, 1), 1, 1),
+    ("multi_tile", 3, 20, (15, 17), 130, (3, 3), 1, 1, 1, 1),
+    ("split_k_wgrad", 8, 4, (40, 40), 6, (3, 3), 1, 1, 1, 1),
+    ("tile64_fwd_dgrad", 2, 40, (9, 10), 50, (3, 3), 1, 1, 1, 1),     # 128 x 64 tiles for fprop and dgrad
+    ("tile64_wgrad", 2, 6, (12, 12), 70, (3, 3), 1, 1, 1, 1),         # 54 filter taps: 128 x 64 wgrad tile
+    ("wgrad_transposed", 3, 9, (11, 12), 20, (3, 3), 1, 1, 1, 1),     # Kg <= 64 < taps: dw^T, 128 x 32
+    ("wgrad_transposed_groups", 2, 16, (10, 9), 8, (3, 3), 1, 1, 1, 2),
+    ("wgrad_transposed_split_k", 8, 8, (32, 32), 16, (3, 3), 1, 1, 1, 1),
+]
+
+
+def _shapes(N, C, size, K, kernel, groups, layout):
+    if layout == "NCHW":
+        return (N, C) + size, (K, C // groups) + kernel
+    return (N,) + size + (C,), (K,) + kernel + (C // groups,)
+
+
+def _setup(problem, layout, seed=0):
+    name, N, C, size, K, kernel, pad, stride, dil, groups = problem
+    desc = ConvolutionDescriptor(padding=pad, stride=stride, dilation=dil, groups=groups, spatial_dims=len(size))
+    x_shape, w_shape = _shapes(N, C, size, K, kernel, groups, layout)
+    y_shape = convolution_output_shape(x_shape, w_shape, desc, layout)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape)
+    w = rng.standard_normal(w_shape)
+    dy = rng.standard_normal(y_shape)
+    return desc, x, w, dy
+
+
+def _supported(algo, direction, desc, x, w, layout):
+    from minidl.primitives.convolution import _make_problem
+    from minidl.primitives.cuda import convolution as impl
+
+    problem = _make_problem("test", x.shape, w.shape, desc, layout, np.float32)
+    return impl.is_supported(algo, direction, problem)[0]
+
+
+def _run(direction, algo, desc, x, w, dy, layout, **kw):
+    if direction == "forward":
+        return convolution_forward(x, w, desc, algo=algo, layout=layout, **kw)
+    if direction == "backward_data":
+        return convolution_backward_data(w, dy, desc, x.shape, algo=algo, layout=layout, **kw)
+    return convolution_backward_filter(x, dy, desc, w.shape, algo=algo, layout=layout, **kw)
+
+
+def _result_shape(direction, x, w, dy):
+    return {"forward": dy.shape, "backward_data": x.shape, "backward_filter": w.shape}[direction]
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=[p[0] for p in PROBLEMS])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("algo", ALGOS)
+def test_gpu_convolution_matches_float64_reference(algo, direction, layout, problem):
+    import cupy
+
+    desc, x, w, dy = _setup(problem, layout)
+    if not _supported(algo, direction, desc, x, w, layout):
+        pytest.skip(f"{algo} does not apply to {direction} of {problem[0]}")
+    want = _run(direction, "direct", desc, x, w, dy, layout)               # NumPy float64
+    g = {k: cupy.asarray(v.astype(np.float32)) for k, v in (("x", x), ("w", w), ("dy", dy))}
+    out = cupy.full(_result_shape(direction, x, w, dy), np.nan, dtype=cupy.float32)
+    got = _run(direction, algo, desc, g["x"], g["w"], g["dy"], layout, out=out)
+    assert got is out
+    assert rel_err(cupy.asnumpy(out), want) <= TOL
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("algo", ["direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd"])
+def test_gpu_forward_bias_alpha_beta(algo, layout):
+    import cupy
+
+    desc, x, w, dy = _setup(PROBLEMS[0], layout, seed=5)
+    rng = np.random.default_rng(6)
+    bias = rng.standard_normal(w.shape[0])
+    prior = rng.standard_normal(dy.shape)
+    want = 0.5 * convolution_forward(x, w, desc, bias, layout=layout, algo="direct") - 2.0 * prior
+    out = cupy.asarray(prior.astype(np.float32))
+    convolution_forward(cupy.asarray(x.astype(np.float32)), cupy.asarray(w.astype(np.float32)), desc,
+                        cupy.asarray(bias.astype(np.float32)), algo=algo, layout=layout, alpha=0.5,
+                        beta=-2.0, out=out)
+    assert rel_err(cupy.asnumpy(out), want) <= TOL
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("direction, algo", [("backward_data", "implicit_gemm"), ("backward_data", "im2col_gemm"),
+                                             ("backward_data", "winograd"), ("backward_filter", "implicit_gemm"),
+                                             ("backward_filter", "im2col_gemm"), ("backward_filter", "direct")])
+def test_gpu_backward_alpha_beta(direction, algo, layout):
+    import cupy
+
+    problem = PROBLEMS[8] if direction == "backward_filter" else PROBLEMS[0]   # split-K for wgrad
+    desc, x, w, dy = _setup(problem, layout, seed=7)
+    prior = np.random.default_rng(8).standard_normal(_result_shape(direction, x, w, dy))
+    want = 1.5 * _run(direction, "direct", desc, x, w, dy, layout) + 0.25 * prior
+    out = cupy.asarray(prior.astype(np.float32))
+    g = [cupy.asarray(a.astype(np.float32)) for a in (x, w, dy)]
+    _run(direction, algo, desc, *g, layout, alpha=1.5, beta=0.25, out=out)
+    assert rel_err(cupy.asnumpy(out), want) <= TOL
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("spatial", [(5,), (6, 7), (3, 4, 5)])
+def test_gpu_backward_bias(layout, spatial):
+    import cupy
+
+    rng = np.random.default_rng(9)
+    K = 37
+    shape = (3, K) + spatial if layout == "NCHW" else (3,) + spatial + (K,)
+    dy = rng.standard_normal(shape)
+    prior = rng.standard_normal(K)
+    want = 2.0 * convolution_backward_bias(dy, layout=layout) - prior
+    out = cupy.asarray(prior.astype(np.float32))
+    convolution_backward_bias(cupy.asarray(dy.astype(np.float32)), layout=layout, alpha=2.0, beta=-1.0, out=out)
+    assert rel_err(cupy.asnumpy(out), want) <= TOL
+
+
+def test_gpu_matches_cudnn_through_torch():
+    """One shape large enough for many tiles, against cuDNN (TF32 off) forward and both gradients."""
+    import cupy
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((8, 32, 19, 21)).astype(np.float32)
+    w = rng.standard_normal((160, 32, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(160).astype(np.float32)
+    desc = ConvolutionDescriptor(padding=1, stride=(1, 2))
+    tx = torch.tensor(x, device="cuda", requires_grad=True)
+    tw = torch.tensor(w, device="cuda", requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, torch.tensor(b, device="cuda"), padding=1, stride=(1, 2))
+    tdy = torch.randn_like(ty)
+    ty.backward(tdy)
+    gx, gw, gb, gdy = (cupy.asarray(a) for a in (x, w, b, tdy.cpu().numpy()))
+    for algo in ("implicit_gemm", "implicit_precomp_gemm"):
+        y = convolution_forward(gx, gw, desc, gb, algo=algo)
+        dx = convolution_backward_data(gw, gdy, desc, x.shape, algo=algo)
+        assert rel_err(cupy.asnumpy(y), ty.detach().cpu().numpy()) <= TOL
+        assert rel_err(cupy.asnumpy(dx), tx.grad.cpu().numpy()) <= TOL
+    dw = convolution_backward_filter(gx, gdy, desc, w.shape, algo="implicit_gemm")
+    assert rel_err(cupy.asnumpy(dw), tw.grad.cpu().numpy()) <= TOL
+
+
+def test_gpu_rejects_float64_and_unsupported_winograd():
+    import cupy
+
+    desc = ConvolutionDescriptor(padding=1, stride=2)
+    x = cupy.ones((1, 2, 6, 6), dtype=cupy.float32)
+    w = cupy.ones((3, 2, 3, 3), dtype=cupy.float32)
+    with pytest.raises(ValueError, match="winograd needs stride 1"):
+        convolution_forward(x, w, desc, algo="winograd")
+    with pytest.raises(ValueError, match="float32"):
+        convolution_forward(x.astype(cupy.float64), w.astype(cupy.float64), desc, algo="implicit_gemm")
+
+
+def test_handle_is_per_thread_and_threads_compute_correctly():
+    import cupy
+    from minidl.primitives.cuda.handle import get_handle
+
+    main = get_handle()
+    assert get_handle() is main
+    desc, x, w, dy = _setup(PROBLEMS[7], "NCHW", seed=11)
+    want = _run("forward", "direct", desc, x, w, dy, "NCHW")
+    results, handles = {}, {}
+
+    def work(i):
+        handles[i] = get_handle()
+        gx, gw = cupy.asarray(x.astype(np.float32)), cupy.asarray(w.astype(np.float32))
+        for _ in range(3):
+            y = convolution_forward(gx, gw, desc, algo="im2col_gemm")     # uses the handle's workspace
+        cupy.cuda.get_current_stream().synchronize()
+        results[i] = cupy.asnumpy(y)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(h) for h in handles.values()} | {id(main)}) == 4
+    for i in range(3):
+        assert rel_err(results[i], want) <= TOL

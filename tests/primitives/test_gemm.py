@@ -1,0 +1,72 @@
+"""minidl.primitives.gemm on the CPU, against torch.matmul (the oracle), plus its argument checks."""
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from minidl.primitives.gemm import gemm
+from tests.conftest import rel_err
+
+
+def _stored(rng, rows, cols, trans, batch, dtype):
+    shape = (cols, rows) if trans else (rows, cols)
+    if batch:
+        shape = (batch,) + shape
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def _torch_op(a, trans):
+    t = torch.from_numpy(a).double()
+    return t.transpose(-1, -2) if trans else t
+
+
+@settings(max_examples=30, deadline=None)
+@given(M=st.integers(1, 19), N=st.integers(1, 19), K=st.integers(1, 19),
+       trans_a=st.booleans(), trans_b=st.booleans(),
+       batch_a=st.sampled_from([0, 3]), batch_b=st.sampled_from([0, 3]),
+       dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**31 - 1))
+def test_gemm_matches_torch(M, N, K, trans_a, trans_b, batch_a, batch_b, dtype, seed):
+    rng = np.random.default_rng(seed)
+    a = _stored(rng, M, K, trans_a, batch_a, dtype)
+    b = _stored(rng, K, N, trans_b, batch_b, dtype)
+    got = gemm(a, b, trans_a=trans_a, trans_b=trans_b)
+    want = torch.matmul(_torch_op(a, trans_a), _torch_op(b, trans_b)).numpy()
+    assert got.shape == want.shape and got.dtype == dtype
+    assert rel_err(got, want) <= (1e-5 if dtype == np.float32 else 1e-12)
+
+
+def test_gemm_alpha_beta_blend_into_out(rng):
+    a, b = rng.standard_normal((5, 7)), rng.standard_normal((7, 3))
+    prior = rng.standard_normal((5, 3))
+    out = prior.copy()
+    result = gemm(a, b, alpha=0.5, beta=-2.0, out=out)
+    assert result is out
+    assert rel_err(out, 0.5 * (a @ b) - 2.0 * prior) <= 1e-12
+
+
+def test_gemm_beta_zero_ignores_nan_in_out(rng):
+    a, b = rng.standard_normal((4, 6)), rng.standard_normal((6, 2))
+    out = np.full((4, 2), np.nan)
+    gemm(a, b, alpha=2.0, out=out)
+    assert rel_err(out, 2.0 * (a @ b)) <= 1e-12
+
+
+@pytest.mark.parametrize("a_shape, b_shape, kwargs, match", [
+    ((3, 4), (5, 2), {}, r"gemm: inner dimensions differ.*\(3, 4\).*\(5, 2\)"),
+    ((3, 4), (3, 2), {"trans_b": True}, r"gemm: inner dimensions differ"),
+    ((2, 3, 4), (3, 4, 2), {}, r"gemm: batch sizes differ"),
+    ((3,), (3, 2), {}, r"gemm: a must be 2-D .* got shape \(3\)"),
+    ((3, 4), (4, 2), {"beta": 1.0}, r"gemm: beta=1.0 blends into an existing output"),
+])
+def test_gemm_rejects_bad_shapes(a_shape, b_shape, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        gemm(np.ones(a_shape), np.ones(b_shape), **kwargs)
+
+
+def test_gemm_rejects_wrong_out_shape_and_dtypes():
+    with pytest.raises(ValueError, match=r"gemm: out has shape \(2, 2\), expected \(3, 2\)"):
+        gemm(np.ones((3, 4)), np.ones((4, 2)), out=np.zeros((2, 2)))
+    with pytest.raises(TypeError, match="gemm: a must be float32 or float64, got int64"):
+        gemm(np.ones((3, 4), dtype=np.int64), np.ones((4, 2)))
+    with pytest.raises(TypeError, match="gemm: all arrays must have the same dtype"):
+        gemm(np.ones((3, 4), dtype=np.float32), np.ones((4, 2)))
