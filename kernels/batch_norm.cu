@@ -1,0 +1,395 @@
+// Batch normalization, spatial and per-activation: training forward (batch statistics, running
+// averages), inference forward and the backward pass. Formulas: minidl/primitives/batch_norm.py.
+//
+// The launcher views x as (outer, C, inner) with one statistic per c:
+//   spatial NCHW: (N, C, H*W)      spatial NHWC: (N*H*W, C, 1)      per_activation: (N, F, 1).
+//
+// Training forward, three kernels:
+//  1. partial statistics, one-pass Welford (count, mean, M2): the whole reduction of one channel
+//     (N*H*W values) is split over S blocks so that C*S blocks fill the GPU even when C is small.
+//       * inner > 1 ("planes"): grid (C, S); block `split` of channel c takes the contiguous
+//         pieces (n, chunk) number split, split + S, ...; its threads read a piece with coalesced
+//         float4 loads and fold each float4 into their Welford state as one batch of 4 (Chan's
+//         merge: one division per 4 values instead of one per value).
+//       * inner == 1 ("rows", x is an (R, C) matrix): a block is 32 channels x 8 row groups, so a
+//         warp reads 32 consecutive channels of one row (128 coalesced bytes); grid (C/32, S).
+//     Each block merges its threads' states (warp shuffles, then shared memory) and writes one
+//     partial (count, mean, M2) per channel.
+//  2. finalize, one thread per channel: merges the S partials in a fixed order (deterministic),
+//     writes saved_mean and saved_invstd, updates running_mean/running_var in place (unbiased
+//     variance, momentum), and the per-channel affine (mean, scale = gamma * invstd, shift = beta).
+//  3. apply: y = (x - mean[c]) * scale[c] + shift[c], a float4 grid-stride elementwise pass.
+// DRAM traffic: read x twice, write y once (the minimum for a two-pass method without keeping the
+// whole batch on chip).
+//
+// Backward: the same two reductions (sum dy and sum dy * x_hat, split over blocks), a finalize
+// that folds them into dx = k1[c] * dy + k2[c] * (x - mean[c]) + k3[c], and that elementwise pass.
+//
+// Welford (1962) rather than sum / sum of squares: E[x^2] - E[x]^2 cancels catastrophically in
+// float32 when |mean| >> std; Welford's running mean and M2 do not.
+#include "elementwise_common.cuh"
+
+// float4 loads each thread issues before using them (memory-level parallelism).
+#define UNROLL 4
+
+// ---------------------------------------------------------------------------------------------
+// Welford states and their merge (Chan, Golub & LeVeque 1979).
+// ---------------------------------------------------------------------------------------------
+struct Welford {
+    float count, mean, m2;
+};
+
+__device__ __forceinline__ Welford welford_merge(Welford a, Welford b)
+{
+    const float count = a.count + b.count;
+    if (count == 0.0f) return a;
+    const float delta = b.mean - a.mean;
+    const float b_share = b.count / count;
+    Welford r;
+    r.count = count;
+    r.mean = a.mean + delta * b_share;
+    r.m2 = a.m2 + b.m2 + delta * delta * a.count * b_share;
+    return r;
+}
+
+__device__ __forceinline__ void welford_add(Welford& w, float v)
+{
+    w.count += 1.0f;
+    const float delta = v - w.mean;
+    w.mean += delta / w.count;
+    w.m2 += delta * (v - w.mean);
+}
+
+__device__ __forceinline__ void welford_add4(Welford& w, float4 v)
+{
+    Welford batch;
+    batch.count = 4.0f;
+    batch.mean = 0.25f * ((v.x + v.y) + (v.z + v.w));
+    const float dx = v.x - batch.mean, dy = v.y - batch.mean, dz = v.z - batch.mean, dw = v.w - batch.mean;
+    batch.m2 = (dx * dx + dy * dy) + (dz * dz + dw * dw);
+    w = welford_merge(w, batch);
+}
+
+__device__ __forceinline__ Welford welford_shfl_xor(Welford w, int offset)
+{
+    Welford r;
+    r.count = __shfl_xor_sync(0xffffffffu, w.count, offset);
+    r.mean = __shfl_xor_sync(0xffffffffu, w.mean, offset);
+    r.m2 = __shfl_xor_sync(0xffffffffu, w.m2, offset);
+    return r;
+}
+
+// Merge over the block (blockDim.x a multiple of 32); thread 0 gets the result.
+__device__ __forceinline__ Welford welford_block_merge(Welford w)
+{
+    __shared__ Welford warp_states[32];
+    for (int offset = 16; offset > 0; offset >>= 1) w = welford_merge(w, welford_shfl_xor(w, offset));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) warp_states[warp] = w;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x >> 5); ++i) w = welford_merge(w, warp_states[i]);
+    }
+    return w;
+}
+
+// A piece of channel c for the planes kernels: piece u = (n, chunk) covers
+// x[(n*C + c)*inner + chunk*chunk_len ...], at most chunk_len values.
+struct Piece {
+    long long begin, length;
+};
+
+__device__ __forceinline__ Piece piece_of(long long u, int c, int C, long long inner, int chunks, long long chunk_len)
+{
+    const long long n = u / chunks, chunk = u - n * chunks;
+    const long long start = chunk * chunk_len;
+    Piece p;
+    p.begin = (n * C + c) * inner + start;
+    p.length = min(chunk_len, inner - start);
+    return p;
+}
+
+// partial: (3, S, C) = counts, means, M2s of each (split, channel).
+extern "C" __global__ void batch_norm_stats_planes(const float* x, float* partial, int N, int C, long long inner,
+                                                   int chunks, long long chunk_len, int vectorized)
+{
+    const int c = blockIdx.x, split = blockIdx.y, S = gridDim.y;
+    Welford w = {0.0f, 0.0f, 0.0f};
+    for (long long u = split; u < (long long)N * chunks; u += S) {
+        const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
+        if (vectorized) {  // begin and length are multiples of 4
+            const float4* x4 = reinterpret_cast<const float4*>(x + p.begin);
+            const long long n_vec = p.length / 4, stride = blockDim.x;
+            long long v = threadIdx.x;
+            for (; v + (UNROLL - 1) * stride < n_vec; v += UNROLL * stride) {
+                float4 values[UNROLL];  // loads in flight before the (dependent) Welford updates
+#pragma unroll
+                for (int k = 0; k < UNROLL; ++k) values[k] = x4[v + k * stride];
+#pragma unroll
+                for (int k = 0; k < UNROLL; ++k) welford_add4(w, values[k]);
+            }
+            for (; v < n_vec; v += stride) welford_add4(w, x4[v]);
+        } else {
+            for (long long i = threadIdx.x; i < p.length; i += blockDim.x) welford_add(w, x[p.begin + i]);
+        }
+    }
+    w = welford_block_merge(w);
+    if (threadIdx.x == 0) {
+        const long long slot = (long long)split * C + c, plane = (long long)S * C;
+        partial[slot] = w.count;
+        partial[plane + slot] = w.mean;
+        partial[2 * plane + slot] = w.m2;
+    }
+}
+
+#define ROW_TILE_CHANNELS 32
+#define ROW_TILE_GROUPS 8   // blockDim = (32, 8)
+
+extern "C" __global__ void batch_norm_stats_rows(const float* x, float* partial, long long R, int C)
+{
+    __shared__ Welford states[ROW_TILE_GROUPS][ROW_TILE_CHANNELS];
+    const int tx = threadIdx.x, ty = threadIdx.y, split = blockIdx.y, S = gridDim.y;
+    const int c = blockIdx.x * ROW_TILE_CHANNELS + tx;
+    Welford w = {0.0f, 0.0f, 0.0f};
+    if (c < C) {
+        for (long long r = (long long)split * ROW_TILE_GROUPS + ty; r < R; r += (long long)S * ROW_TILE_GROUPS)
+            welford_add(w, x[r * C + c]);
+    }
+    states[ty][tx] = w;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        for (int g = 1; g < ROW_TILE_GROUPS; ++g) w = welford_merge(w, states[g][tx]);
+        const long long slot = (long long)split * C + c, plane = (long long)S * C;
+        partial[slot] = w.count;
+        partial[plane + slot] = w.mean;
+        partial[2 * plane + slot] = w.m2;
+    }
+}
+
+// One thread per channel. gamma, beta_, running_mean, running_var may be null.
+// affine: (3, C) = mean, scale, shift for the apply kernel.
+extern "C" __global__ void batch_norm_finalize_stats(const float* partial, int S, int C, float eps, float momentum,
+                                                     const float* gamma, const float* beta_, float* running_mean,
+                                                     float* running_var, float* saved_mean, float* saved_invstd,
+                                                     float* affine)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const long long plane = (long long)S * C;
+    Welford w = {0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < S; ++s) {
+        const long long slot = (long long)s * C + c;
+        const Welford p = {partial[slot], partial[plane + slot], partial[2 * plane + slot]};
+        w = welford_merge(w, p);
+    }
+    const float var = w.m2 / w.count;  // biased: what normalises this batch
+    const float invstd = 1.0f / sqrtf(var + eps);
+    saved_mean[c] = w.mean;
+    saved_invstd[c] = invstd;
+    if (running_mean != nullptr) {
+        const float unbiased = w.m2 / (w.count - 1.0f);
+        running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * w.mean;
+        running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+    }
+    affine[c] = w.mean;
+    affine[C + c] = gamma != nullptr ? gamma[c] * invstd : invstd;
+    affine[2 * C + c] = beta_ != nullptr ? beta_[c] : 0.0f;
+}
+
+// Inference: the affine from the running statistics.
+extern "C" __global__ void batch_norm_inference_affine(const float* running_mean, const float* running_var,
+                                                       const float* gamma, const float* beta_, float eps, int C,
+                                                       float* affine)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    const float invstd = 1.0f / sqrtf(running_var[c] + eps);
+    affine[c] = running_mean[c];
+    affine[C + c] = gamma != nullptr ? gamma[c] * invstd : invstd;
+    affine[2 * C + c] = beta_ != nullptr ? beta_[c] : 0.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise passes with a per-channel lookup, c = (j / inner) % C.
+// vec_mode: 0 scalar; 1 float4 with inner % 4 == 0 (the 4 values share a channel);
+//           2 float4 with inner == 1 and C % 4 == 0 (4 consecutive channels).
+// 32-bit index arithmetic when it cannot overflow (the division is much cheaper).
+// ---------------------------------------------------------------------------------------------
+template <typename Index>
+__device__ __forceinline__ int channel_of(Index j, Index inner, int C)
+{
+    return (int)((j / inner) % C);
+}
+
+// out = k1[c] * a + k2[c] * (b - mean[c]) + k3[c]:
+//   apply:    a = 0,  b = x, k2 = scale, k3 = shift                 y = (x - mean) * scale + shift
+//   backward: a = dy, b = x, k1, k2, k3 from the finalize           dx
+struct ChannelAffine {
+    const float *mean, *k1, *k2, *k3;
+    __device__ __forceinline__ float operator()(int c, float a, float b) const
+    {
+        const float lin = k1 != nullptr ? k1[c] * a : 0.0f;
+        return lin + k2[c] * (b - mean[c]) + k3[c];
+    }
+};
+
+template <typename Index>
+__device__ void channel_affine_impl(const float* a, const float* b, float* out, Index total, int C, Index inner,
+                                    int vec_mode, ChannelAffine f)
+{
+    const Index start = (Index)blockIdx.x * blockDim.x + threadIdx.x;
+    const Index stride = (Index)gridDim.x * blockDim.x;
+    const Index n_vec = vec_mode ? total / 4 : 0;
+    const int step = vec_mode == 2 ? 1 : 0;  // channel step between the 4 values of a float4
+    const float4* a4 = reinterpret_cast<const float4*>(a);
+    const float4* b4 = reinterpret_cast<const float4*>(b);
+    float4* out4 = reinterpret_cast<float4*>(out);
+    Index v = start;
+    // UNROLL independent float4 loads in flight per thread before any is used.
+    for (; v + (UNROLL - 1) * stride < n_vec; v += UNROLL * stride) {
+        float4 av[UNROLL], bv[UNROLL];
+#pragma unroll
+        for (int k = 0; k < UNROLL; ++k) {
+            bv[k] = b4[v + k * stride];
+            av[k] = a != nullptr ? a4[v + k * stride] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < UNROLL; ++k) {
+            const int c0 = channel_of<Index>(4 * (v + k * stride), inner, C);
+            out4[v + k * stride] = make_float4(f(c0, av[k].x, bv[k].x), f(c0 + step, av[k].y, bv[k].y),
+                                               f(c0 + 2 * step, av[k].z, bv[k].z), f(c0 + 3 * step, av[k].w, bv[k].w));
+        }
+    }
+    for (; v < n_vec; v += stride) {
+        const int c0 = channel_of<Index>(4 * v, inner, C);
+        const float4 bv = b4[v];
+        const float4 av = a != nullptr ? a4[v] : make_float4(0.f, 0.f, 0.f, 0.f);
+        out4[v] = make_float4(f(c0, av.x, bv.x), f(c0 + step, av.y, bv.y), f(c0 + 2 * step, av.z, bv.z),
+                              f(c0 + 3 * step, av.w, bv.w));
+    }
+    for (Index j = n_vec * 4 + start; j < total; j += stride) {
+        out[j] = f(channel_of<Index>(j, inner, C), a != nullptr ? a[j] : 0.0f, b[j]);
+    }
+}
+
+__device__ __forceinline__ void channel_affine(const float* a, const float* b, float* out, long long total, int C,
+                                               long long inner, int vec_mode, ChannelAffine f)
+{
+    if (total < (1LL << 30)) channel_affine_impl<int>(a, b, out, (int)total, C, (int)inner, vec_mode, f);
+    else channel_affine_impl<long long>(a, b, out, total, C, inner, vec_mode, f);
+}
+
+// y = (x - mean[c]) * scale[c] + shift[c]; affine = (3, C) from a finalize kernel.
+extern "C" __global__ void batch_norm_apply(const float* x, float* y, const float* affine, long long total, int C,
+                                            long long inner, int vec_mode)
+{
+    const ChannelAffine f = {affine, nullptr, affine + C, affine + 2 * C};
+    channel_affine(nullptr, x, y, total, C, inner, vec_mode, f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward reductions: sum(dy) and sum(dy * (x - mean)) per channel (x_hat = (x - mean) * invstd
+// is applied in the finalize). partial: (2, S, C).
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ void block_sum2(float& s0, float& s1)
+{
+    __shared__ float scratch[32];
+    s0 = block_sum(s0, scratch);
+    s1 = block_sum(s1, scratch);
+}
+
+extern "C" __global__ void batch_norm_grads_planes(const float* x, const float* dy, const float* mean, float* partial,
+                                                   int N, int C, long long inner, int chunks, long long chunk_len,
+                                                   int vectorized)
+{
+    const int c = blockIdx.x, split = blockIdx.y, S = gridDim.y;
+    const float m = mean[c];
+    float sum_dy = 0.0f, sum_dy_xc = 0.0f;
+    for (long long u = split; u < (long long)N * chunks; u += S) {
+        const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
+        if (vectorized) {
+            const float4* x4 = reinterpret_cast<const float4*>(x + p.begin);
+            const float4* g4 = reinterpret_cast<const float4*>(dy + p.begin);
+            for (long long v = threadIdx.x; v < p.length / 4; v += blockDim.x) {
+                const float4 xv = x4[v], gv = g4[v];
+                sum_dy += (gv.x + gv.y) + (gv.z + gv.w);
+                sum_dy_xc += (gv.x * (xv.x - m) + gv.y * (xv.y - m)) + (gv.z * (xv.z - m) + gv.w * (xv.w - m));
+            }
+        } else {
+            for (long long i = threadIdx.x; i < p.length; i += blockDim.x) {
+                const float g = dy[p.begin + i];
+                sum_dy += g;
+                sum_dy_xc += g * (x[p.begin + i] - m);
+            }
+        }
+    }
+    block_sum2(sum_dy, sum_dy_xc);
+    if (threadIdx.x == 0) {
+        const long long slot = (long long)split * C + c;
+        partial[slot] = sum_dy;
+        partial[(long long)S * C + slot] = sum_dy_xc;
+    }
+}
+
+extern "C" __global__ void batch_norm_grads_rows(const float* x, const float* dy, const float* mean, float* partial,
+                                                 long long R, int C)
+{
+    __shared__ float sums[2][ROW_TILE_GROUPS][ROW_TILE_CHANNELS];
+    const int tx = threadIdx.x, ty = threadIdx.y, split = blockIdx.y, S = gridDim.y;
+    const int c = blockIdx.x * ROW_TILE_CHANNELS + tx;
+    float sum_dy = 0.0f, sum_dy_xc = 0.0f;
+    if (c < C) {
+        const float m = mean[c];
+        for (long long r = (long long)split * ROW_TILE_GROUPS + ty; r < R; r += (long long)S * ROW_TILE_GROUPS) {
+            const float g = dy[r * C + c];
+            sum_dy += g;
+            sum_dy_xc += g * (x[r * C + c] - m);
+        }
+    }
+    sums[0][ty][tx] = sum_dy;
+    sums[1][ty][tx] = sum_dy_xc;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        for (int g = 1; g < ROW_TILE_GROUPS; ++g) {
+            sum_dy += sums[0][g][tx];
+            sum_dy_xc += sums[1][g][tx];
+        }
+        const long long slot = (long long)split * C + c;
+        partial[slot] = sum_dy;
+        partial[(long long)S * C + slot] = sum_dy_xc;
+    }
+}
+
+// One thread per channel: dbeta = sum dy, dgamma = invstd * sum dy (x - mean), and the
+// coefficients of dx = k1 * dy + k2 * (x - mean) + k3, M values per channel:
+//   k1 = g * invstd,  k2 = -g * invstd^2 * dgamma / M,  k3 = -g * invstd * dbeta / M   (g = gamma or 1).
+// coef: (4, C) = mean, k1, k2, k3. dgamma/dbeta may be null (affine=False).
+extern "C" __global__ void batch_norm_finalize_grads(const float* partial, int S, int C, float count,
+                                                     const float* gamma, const float* saved_mean,
+                                                     const float* saved_invstd, float* dgamma, float* dbeta,
+                                                     float* coef)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sum_dy = 0.0f, sum_dy_xc = 0.0f;
+    for (int s = 0; s < S; ++s) {
+        sum_dy += partial[(long long)s * C + c];
+        sum_dy_xc += partial[(long long)S * C + (long long)s * C + c];
+    }
+    const float invstd = saved_invstd[c];
+    const float g = gamma != nullptr ? gamma[c] : 1.0f;
+    const float dg = invstd * sum_dy_xc;
+    if (dgamma != nullptr) dgamma[c] = dg;
+    if (dbeta != nullptr) dbeta[c] = sum_dy;
+    coef[c] = saved_mean[c];
+    coef[C + c] = g * invstd;
+    coef[2 * C + c] = -g * invstd * invstd * dg / count;
+    coef[3 * C + c] = -g * invstd * sum_dy / count;
+}
+
+extern "C" __global__ void batch_norm_backward_dx(const float* x, const float* dy, float* dx, const float* coef,
+                                                  long long total, int C, long long inner, int vec_mode)
+{
+    const ChannelAffine f = {coef, coef + C, coef + 2 * C, coef + 3 * C};
+    channel_affine(dy, x, dx, total, C, inner, vec_mode, f);
+}

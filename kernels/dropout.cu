@@ -1,0 +1,128 @@
+// Dropout with a counter-based random number generator (Philox4x32-10, Salmon et al. 2011,
+// "Parallel random numbers: as easy as 1, 2, 3"). The mask is never stored: it is a pure
+// function of (seed, element index), so the backward pass regenerates it and the NumPy reference
+// (minidl/primitives/cpu/dropout.py) produces the very same mask on the CPU.
+//
+// The mapping, shared with the reference bit for bit: element i (flat C-order index + offset)
+//   counter = (lo32(i >> 2), hi32(i >> 2), 0, 0), key = (lo32(seed), hi32(seed)),
+//   word    = output word number (i & 3) of Philox4x32-10(counter, key),
+//   u       = (word >> 8) * 2^-24          (24 random bits: exactly representable in float32)
+//   keep    = u >= p,   y = keep ? x / (1 - p) : 0.
+// The launcher passes threshold = ceil(p * 2^24), so `keep` is the integer test
+// (word >> 8) >= threshold: exactly u >= p, with no float rounding of p.
+//
+// Threads -> data: one Philox call yields 4 words, i.e. the masks of 4 consecutive global
+// indices 4q .. 4q+3, so a thread owns one "group" q at a time (grid-stride over groups). When
+// offset is a multiple of 4 a group is 4 consecutive array elements and the thread moves them as
+// one float4 (16-byte access); otherwise the first and last groups straddle the array ends and
+// the thread falls back to scalar accesses with bounds checks.
+// Cost: 10 rounds of 2 mul.hi + 2 mul.lo per 4 elements, ~25 instructions per element: the kernel
+// stays memory-bound on an H200.
+#include "elementwise_common.cuh"
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u  // golden ratio
+#define PHILOX_W1 0xBB67AE85u  // sqrt(3) - 1
+
+// One Philox4x32 round: two 32x32 -> 64-bit products, their halves crossed and mixed with the key.
+__host__ __device__ __forceinline__ uint4 philox_round(uint4 c, uint2 k)
+{
+#ifdef __CUDA_ARCH__
+    const unsigned int hi0 = __umulhi(PHILOX_M0, c.x), lo0 = PHILOX_M0 * c.x;
+    const unsigned int hi1 = __umulhi(PHILOX_M1, c.z), lo1 = PHILOX_M1 * c.z;
+#else
+    const unsigned long long p0 = (unsigned long long)PHILOX_M0 * c.x;
+    const unsigned long long p1 = (unsigned long long)PHILOX_M1 * c.z;
+    const unsigned int hi0 = (unsigned int)(p0 >> 32), lo0 = (unsigned int)p0;
+    const unsigned int hi1 = (unsigned int)(p1 >> 32), lo1 = (unsigned int)p1;
+#endif
+    uint4 r;
+    r.x = hi1 ^ c.y ^ k.x;
+    r.y = lo1;
+    r.z = hi0 ^ c.w ^ k.y;
+    r.w = lo0;
+    return r;
+}
+
+// Philox4x32-10: 10 rounds, the key bumped by the Weyl constants between rounds.
+__host__ __device__ __forceinline__ uint4 philox4x32_10(uint4 counter, uint2 key)
+{
+#pragma unroll
+    for (int round = 0; round < 10; ++round) {
+        if (round > 0) {
+            key.x += PHILOX_W0;
+            key.y += PHILOX_W1;
+        }
+        counter = philox_round(counter, key);
+    }
+    return counter;
+}
+
+__device__ __forceinline__ float dropout_value(float x, unsigned int word, unsigned int threshold, float scale)
+{
+    return (word >> 8) >= threshold ? x * scale : 0.0f;
+}
+
+// y[i] = mask(offset + i) * x[i] * scale for i < n. vectorized != 0 promises 16-byte aligned
+// pointers and offset % 4 == 0.
+__device__ __forceinline__ void dropout_apply(const float* x, float* y, long long n, unsigned long long offset,
+                                              unsigned long long seed, unsigned int threshold, float scale,
+                                              int vectorized)
+{
+    const unsigned long long first_group = offset >> 2;
+    const unsigned long long last_group = (offset + (unsigned long long)n - 1) >> 2;
+    const long long groups = (long long)(last_group - first_group + 1);
+    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+
+    const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long g = start; g < groups; g += stride) {
+        const unsigned long long q = first_group + (unsigned long long)g;
+        const uint4 r = philox4x32_10(make_uint4((unsigned int)q, (unsigned int)(q >> 32), 0u, 0u), key);
+        // Array index of word 0 of this group; negative for a first group that starts before the array.
+        const long long base = (long long)(q * 4 - offset);
+        if (vectorized && base + 3 < n) {
+            const float4 a = reinterpret_cast<const float4*>(x)[base >> 2];
+            reinterpret_cast<float4*>(y)[base >> 2] =
+                make_float4(dropout_value(a.x, r.x, threshold, scale), dropout_value(a.y, r.y, threshold, scale),
+                            dropout_value(a.z, r.z, threshold, scale), dropout_value(a.w, r.w, threshold, scale));
+        } else {
+            const unsigned int words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const long long i = base + w;
+                if (i >= 0 && i < n) y[i] = dropout_value(x[i], words[w], threshold, scale);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void dropout_forward(const float* x, float* y, long long n, unsigned long long offset,
+                                           unsigned long long seed, unsigned int threshold, float scale,
+                                           int vectorized)
+{
+    dropout_apply(x, y, n, offset, seed, threshold, scale, vectorized);
+}
+
+// The backward pass is the same masked scaling applied to dy: the mask is regenerated, not stored.
+extern "C" __global__ void dropout_backward(const float* dy, float* dx, long long n, unsigned long long offset,
+                                            unsigned long long seed, unsigned int threshold, float scale,
+                                            int vectorized)
+{
+    dropout_apply(dy, dx, n, offset, seed, threshold, scale, vectorized);
+}
+
+// Philox itself, for tests: out[4*j .. 4*j+3] = Philox4x32-10(counters[4*j .. 4*j+3], keys[2*j .. 2*j+1]).
+extern "C" __global__ void philox4x32_10_kernel(const unsigned int* counters, const unsigned int* keys,
+                                                unsigned int* out, long long count)
+{
+    const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= count) return;
+    const uint4 c = make_uint4(counters[4 * j], counters[4 * j + 1], counters[4 * j + 2], counters[4 * j + 3]);
+    const uint4 r = philox4x32_10(c, make_uint2(keys[2 * j], keys[2 * j + 1]));
+    out[4 * j] = r.x;
+    out[4 * j + 1] = r.y;
+    out[4 * j + 2] = r.z;
+    out[4 * j + 3] = r.w;
+}

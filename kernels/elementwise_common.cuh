@@ -1,0 +1,56 @@
+// Shared helpers of the memory-bound kernel families (activation, dropout, softmax, pooling,
+// batch norm, LRN): the cuDNN-style alpha/beta epilogue, warp/block reductions, constants.
+// Device code only, so that the header compiles under NVRTC (no host headers).
+#pragma once
+
+#define MINIDL_NEG_INF (__int_as_float(0xff800000))
+#define MINIDL_SQRT1_2 0.70710678118654752440f     // 1/sqrt(2)
+#define MINIDL_INV_SQRT_2PI 0.39894228040143267794f // 1/sqrt(2*pi)
+#define MINIDL_SQRT_2_OVER_PI 0.79788456080286535588f
+
+// out = alpha * result + beta * out. With beta == 0 the prior value is never read, so an output
+// full of NaN (or never initialised) is simply overwritten, as in cuDNN.
+__device__ __forceinline__ float blend(float result, const float* out, long long i, float alpha, float beta)
+{
+    return beta == 0.0f ? alpha * result : alpha * result + beta * out[i];
+}
+
+__device__ __forceinline__ float4 blend4(float4 r, const float4* out, long long v, float alpha, float beta)
+{
+    if (beta == 0.0f) {
+        return make_float4(alpha * r.x, alpha * r.y, alpha * r.z, alpha * r.w);
+    }
+    const float4 o = out[v];
+    return make_float4(alpha * r.x + beta * o.x, alpha * r.y + beta * o.y,
+                       alpha * r.z + beta * o.z, alpha * r.w + beta * o.w);
+}
+
+// Butterfly reductions: after the loop every lane holds the result.
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024). Every thread gets the
+// result. `scratch` holds 32 floats of shared memory; the call ends with a barrier so that
+// scratch can be reused by the next reduction.
+__device__ __forceinline__ float block_sum(float v, float* scratch)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = (lane < warps) ? scratch[lane] : 0.0f;
+    v = warp_sum(v);
+    __syncthreads();
+    return v;
+}

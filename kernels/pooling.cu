@@ -1,0 +1,279 @@
+// Pooling: max and average (padding counted or not) over 1, 2 or 3 spatial dims, and adaptive
+// average pooling. Every problem is run as 3-D: the launcher gives 1-D and 2-D inputs unit
+// leading spatial dims (D = 1, kernel 1, stride 1, padding 0), which cost nothing at run time.
+//
+// Forward: one thread per OUTPUT element, grid-stride. The thread decomposes its flat index into
+// (n, c, od, oh, ow) in the array's own order, so adjacent threads write adjacent outputs and read
+// neighbouring inputs: in NCHW neighbours along W, in NHWC neighbours along C (coalesced in both).
+// It scans its window in (d, h, w) order and keeps the first maximum (strict >), or sums.
+//
+// Backward: one thread per INPUT element (a gather, not a scatter): the thread finds the outputs
+// whose windows cover it (a small range per dim) and adds their contributions. No atomics, so the
+// result is deterministic, and no zero-fill pass is needed before the alpha/beta epilogue.
+// For max pooling the thread recomputes each covering window's argmax from x, first maximum in
+// window order wins (as PyTorch), instead of reading an index tensor saved by the forward pass:
+// nothing extra is written to DRAM, the forward stays a pure read-x / write-y kernel, and the
+// result does not depend on y (which an alpha/beta blend may have changed). The cost is a window
+// re-scan per covering output, cheap for the usual small, non-overlapping windows.
+//
+// Average divisor (PyTorch): include_pad counts the window clipped to the padded input (the cells
+// that ceil mode adds beyond the right padding never count); exclude_pad counts real cells only.
+//
+// Index arithmetic: the flat-index decomposition divides by the sizes, and 64-bit division costs
+// several times the 32-bit one, so each kernel branches (uniformly) to a 32-bit instantiation when
+// the tensor has fewer than 2^31 elements, and to a 64-bit one otherwise.
+#include "elementwise_common.cuh"
+
+#define POOL_MAX 0
+#define POOL_AVG_INCLUDE_PAD 1
+#define POOL_AVG_EXCLUDE_PAD 2
+
+struct PoolShape {
+    int N, C, D, H, W;       // input
+    int OD, OH, OW;          // output
+    int KD, KH, KW;          // window
+    int SD, SH, SW;          // stride
+    int PD, PH, PW;          // padding (before; after is implied by the output size)
+    int channels_last;
+};
+
+template <typename Index>
+__device__ __forceinline__ Index input_offset(const PoolShape& s, Index n, Index c, Index d, Index h, Index w)
+{
+    return s.channels_last ? (((n * s.D + d) * s.H + h) * s.W + w) * s.C + c
+                           : (((n * s.C + c) * s.D + d) * s.H + h) * s.W + w;
+}
+
+template <typename Index>
+__device__ __forceinline__ Index output_offset(const PoolShape& s, Index n, Index c, Index d, Index h, Index w)
+{
+    return s.channels_last ? (((n * s.OD + d) * s.OH + h) * s.OW + w) * s.C + c
+                           : (((n * s.C + c) * s.OD + d) * s.OH + h) * s.OW + w;
+}
+
+// Split a flat index of an (N, C, D, H, W)-sized array stored in the given order.
+template <typename Index>
+__device__ __forceinline__ void split_index(Index idx, int channels_last, int C, int D, int H, int W, Index& n,
+                                            Index& c, Index& d, Index& h, Index& w)
+{
+    if (channels_last) {
+        c = idx % C; idx /= C;
+        w = idx % W; idx /= W;
+        h = idx % H; idx /= H;
+        d = idx % D; n = idx / D;
+    } else {
+        w = idx % W; idx /= W;
+        h = idx % H; idx /= H;
+        d = idx % D; idx /= D;
+        c = idx % C; n = idx / C;
+    }
+}
+
+// Window of output position o along one dim: [start, start + k) in padded coordinates; the real
+// cells are [max(start, 0), min(start + k, L)); include_pad counts up to min(start + k, L + p).
+struct Window {
+    int lo, hi, padded_count;
+};
+
+__device__ __forceinline__ Window window_of(int o, int k, int s, int p, int L)
+{
+    const int start = o * s - p;
+    Window win;
+    win.lo = max(start, 0);
+    win.hi = min(start + k, L);
+    win.padded_count = min(start + k, L + p) - start;
+    return win;
+}
+
+// The reduction of one output's window. For max, also returns the flat (d, h, w) position of the
+// first maximum through `arg` (as d * H * W + h * W + w).
+template <typename Index>
+__device__ __forceinline__ float pool_window(const float* x, const PoolShape& s, int mode, Index n, Index c,
+                                             int od, int oh, int ow, int& arg)
+{
+    const Window wd = window_of(od, s.KD, s.SD, s.PD, s.D);
+    const Window wh = window_of(oh, s.KH, s.SH, s.PH, s.H);
+    const Window ww = window_of(ow, s.KW, s.SW, s.PW, s.W);
+    if (mode == POOL_MAX) {
+        float best = MINIDL_NEG_INF;
+        arg = -1;
+        for (int d = wd.lo; d < wd.hi; ++d)
+            for (int h = wh.lo; h < wh.hi; ++h)
+                for (int w = ww.lo; w < ww.hi; ++w) {
+                    const float v = x[input_offset<Index>(s, n, c, d, h, w)];
+                    if (v > best || (v != v && best == best) || arg < 0) {  // first max; a NaN wins
+                        best = v;
+                        arg = (d * s.H + h) * s.W + w;
+                    }
+                }
+        return best;
+    }
+    float sum = 0.0f;
+    for (int d = wd.lo; d < wd.hi; ++d)
+        for (int h = wh.lo; h < wh.hi; ++h)
+            for (int w = ww.lo; w < ww.hi; ++w) sum += x[input_offset<Index>(s, n, c, d, h, w)];
+    const int count = mode == POOL_AVG_INCLUDE_PAD
+                          ? wd.padded_count * wh.padded_count * ww.padded_count
+                          : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);
+    return sum / (float)count;
+}
+
+template <typename Index>
+__device__ void pooling_forward_impl(const float* x, float* y, const PoolShape& s, int mode, float alpha, float beta)
+{
+    const Index total = (Index)s.N * s.C * s.OD * s.OH * s.OW;
+    for (Index idx = (Index)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Index)gridDim.x * blockDim.x) {
+        Index n, c, od, oh, ow;
+        split_index<Index>(idx, s.channels_last, s.C, s.OD, s.OH, s.OW, n, c, od, oh, ow);
+        int arg;
+        const float r = pool_window<Index>(x, s, mode, n, c, (int)od, (int)oh, (int)ow, arg);
+        y[idx] = blend(r, y, idx, alpha, beta);
+    }
+}
+
+// Outputs along one dim whose windows cover input position i: [lo, hi).
+__device__ __forceinline__ void covering_outputs(int i, int k, int s, int p, int out_len, int& lo, int& hi)
+{
+    const int shifted = i + p;  // position in padded coordinates; window o covers [o*s, o*s + k)
+    lo = shifted < k ? 0 : (shifted - k) / s + 1;
+    hi = min(shifted / s + 1, out_len);
+}
+
+template <typename Index>
+__device__ void pooling_backward_impl(const float* x, const float* dy, float* dx, const PoolShape& s, int mode,
+                                      float alpha, float beta)
+{
+    const Index total = (Index)s.N * s.C * s.D * s.H * s.W;
+    for (Index idx = (Index)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Index)gridDim.x * blockDim.x) {
+        Index n, c, d, h, w;
+        split_index<Index>(idx, s.channels_last, s.C, s.D, s.H, s.W, n, c, d, h, w);
+        int od_lo, od_hi, oh_lo, oh_hi, ow_lo, ow_hi;
+        covering_outputs((int)d, s.KD, s.SD, s.PD, s.OD, od_lo, od_hi);
+        covering_outputs((int)h, s.KH, s.SH, s.PH, s.OH, oh_lo, oh_hi);
+        covering_outputs((int)w, s.KW, s.SW, s.PW, s.OW, ow_lo, ow_hi);
+        const int me = ((int)d * s.H + (int)h) * s.W + (int)w;
+
+        float grad = 0.0f;
+        for (int od = od_lo; od < od_hi; ++od)
+            for (int oh = oh_lo; oh < oh_hi; ++oh)
+                for (int ow = ow_lo; ow < ow_hi; ++ow) {
+                    const float g = dy[output_offset<Index>(s, n, c, od, oh, ow)];
+                    if (mode == POOL_MAX) {
+                        int arg;
+                        pool_window<Index>(x, s, mode, n, c, od, oh, ow, arg);
+                        if (arg == me) grad += g;
+                    } else {
+                        const Window wd = window_of(od, s.KD, s.SD, s.PD, s.D);
+                        const Window wh = window_of(oh, s.KH, s.SH, s.PH, s.H);
+                        const Window ww = window_of(ow, s.KW, s.SW, s.PW, s.W);
+                        const int count = mode == POOL_AVG_INCLUDE_PAD
+                                              ? wd.padded_count * wh.padded_count * ww.padded_count
+                                              : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);
+                        grad += g / (float)count;
+                    }
+                }
+        dx[idx] = blend(grad, dx, idx, alpha, beta);
+    }
+}
+
+#define POOL_SHAPE_PARAMS                                                                               \
+    int N, int C, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW, int SD, int SH, \
+        int SW, int PD, int PH, int PW, int channels_last
+#define POOL_SHAPE_INIT {N, C, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW, channels_last}
+// Below 2^30 a 32-bit index cannot overflow even after the last grid-stride step.
+#define FITS_INT32(count) ((count) < (1LL << 30))
+
+extern "C" __global__ void pooling_forward(const float* x, float* y, POOL_SHAPE_PARAMS, int mode, float alpha,
+                                           float beta)
+{
+    const PoolShape s = POOL_SHAPE_INIT;
+    const long long count = (long long)N * C * max((long long)D * H * W, (long long)OD * OH * OW);
+    if (FITS_INT32(count)) pooling_forward_impl<int>(x, y, s, mode, alpha, beta);
+    else pooling_forward_impl<long long>(x, y, s, mode, alpha, beta);
+}
+
+extern "C" __global__ void pooling_backward(const float* x, const float* dy, float* dx, POOL_SHAPE_PARAMS,
+                                            int mode, float alpha, float beta)
+{
+    const PoolShape s = POOL_SHAPE_INIT;
+    const long long count = (long long)N * C * max((long long)D * H * W, (long long)OD * OH * OW);
+    if (FITS_INT32(count)) pooling_backward_impl<int>(x, dy, dx, s, mode, alpha, beta);
+    else pooling_backward_impl<long long>(x, dy, dx, s, mode, alpha, beta);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adaptive average pooling: output i of a dim (In inputs, Out outputs) averages inputs
+// [floor(i*In/Out), ceil((i+1)*In/Out)). Same thread mappings as above.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ int adaptive_start(int o, int in_len, int out_len)
+{
+    return (int)(((long long)o * in_len) / out_len);
+}
+
+__device__ __forceinline__ int adaptive_end(int o, int in_len, int out_len)
+{
+    return (int)(((long long)(o + 1) * in_len + out_len - 1) / out_len);
+}
+
+template <typename Index>
+__device__ void adaptive_forward_impl(const float* x, float* y, const PoolShape& s, float alpha, float beta)
+{
+    const Index total = (Index)s.N * s.C * s.OD * s.OH * s.OW;
+    for (Index idx = (Index)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Index)gridDim.x * blockDim.x) {
+        Index n, c, od, oh, ow;
+        split_index<Index>(idx, s.channels_last, s.C, s.OD, s.OH, s.OW, n, c, od, oh, ow);
+        const int d0 = adaptive_start((int)od, s.D, s.OD), d1 = adaptive_end((int)od, s.D, s.OD);
+        const int h0 = adaptive_start((int)oh, s.H, s.OH), h1 = adaptive_end((int)oh, s.H, s.OH);
+        const int w0 = adaptive_start((int)ow, s.W, s.OW), w1 = adaptive_end((int)ow, s.W, s.OW);
+        float sum = 0.0f;
+        for (int d = d0; d < d1; ++d)
+            for (int h = h0; h < h1; ++h)
+                for (int w = w0; w < w1; ++w) sum += x[input_offset<Index>(s, n, c, d, h, w)];
+        y[idx] = blend(sum / (float)((d1 - d0) * (h1 - h0) * (w1 - w0)), y, idx, alpha, beta);
+    }
+}
+
+// Outputs whose adaptive windows contain input i: o in [floor(i*Out/In), ceil((i+1)*Out/In)),
+// each checked against its window (the bounds can include one output too many).
+template <typename Index>
+__device__ void adaptive_backward_impl(const float* dy, float* dx, const PoolShape& s, float alpha, float beta)
+{
+    const Index total = (Index)s.N * s.C * s.D * s.H * s.W;
+    for (Index idx = (Index)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Index)gridDim.x * blockDim.x) {
+        Index n, c, d, h, w;
+        split_index<Index>(idx, s.channels_last, s.C, s.D, s.H, s.W, n, c, d, h, w);
+        float grad = 0.0f;
+        for (int od = adaptive_start((int)d, s.OD, s.D); od < min(adaptive_end((int)d, s.OD, s.D), s.OD); ++od) {
+            const int d0 = adaptive_start(od, s.D, s.OD), d1 = adaptive_end(od, s.D, s.OD);
+            if (d < d0 || d >= d1) continue;
+            for (int oh = adaptive_start((int)h, s.OH, s.H); oh < min(adaptive_end((int)h, s.OH, s.H), s.OH); ++oh) {
+                const int h0 = adaptive_start(oh, s.H, s.OH), h1 = adaptive_end(oh, s.H, s.OH);
+                if (h < h0 || h >= h1) continue;
+                for (int ow = adaptive_start((int)w, s.OW, s.W); ow < min(adaptive_end((int)w, s.OW, s.W), s.OW); ++ow) {
+                    const int w0 = adaptive_start(ow, s.W, s.OW), w1 = adaptive_end(ow, s.W, s.OW);
+                    if (w < w0 || w >= w1) continue;
+                    grad += dy[output_offset<Index>(s, n, c, od, oh, ow)] / (float)((d1 - d0) * (h1 - h0) * (w1 - w0));
+                }
+            }
+        }
+        dx[idx] = blend(grad, dx, idx, alpha, beta);
+    }
+}
+
+extern "C" __global__ void adaptive_avg_pooling_forward(const float* x, float* y, POOL_SHAPE_PARAMS, float alpha,
+                                                        float beta)
+{
+    const PoolShape s = POOL_SHAPE_INIT;
+    const long long count = (long long)N * C * max((long long)D * H * W, (long long)OD * OH * OW);
+    if (FITS_INT32(count)) adaptive_forward_impl<int>(x, y, s, alpha, beta);
+    else adaptive_forward_impl<long long>(x, y, s, alpha, beta);
+}
+
+extern "C" __global__ void adaptive_avg_pooling_backward(const float* dy, float* dx, POOL_SHAPE_PARAMS, float alpha,
+                                                         float beta)
+{
+    const PoolShape s = POOL_SHAPE_INIT;
+    const long long count = (long long)N * C * max((long long)D * H * W, (long long)OD * OH * OW);
+    if (FITS_INT32(count)) adaptive_backward_impl<int>(dy, dx, s, alpha, beta);
+    else adaptive_backward_impl<long long>(dy, dx, s, alpha, beta);
+}

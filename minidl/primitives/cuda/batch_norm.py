@@ -1,0 +1,164 @@
+"""CuPy launchers of kernels/batch_norm.cu: batch normalization, training forward (Welford batch
+statistics split over blocks, running averages updated in the kernel), inference forward and backward.
+
+x is viewed as (outer, C, inner) with one statistic per c (see the kernel's header). Arguments were
+validated by minidl/primitives/batch_norm.py.
+"""
+from __future__ import annotations
+
+import math
+
+import cupy
+import numpy as np
+
+from ._compile import get_kernel
+from .activation import THREADS, as_kernel_input, grid_stride_blocks, is_aligned, null_pointer, sm_count
+
+ROW_TILE = (32, 8)           # blockDim of the "rows" kernels (channels x row groups)
+BLOCKS_PER_SM = 8            # how many reduction blocks to aim for per SM (a full SM's worth)
+MIN_PIECE = 2048             # never split a plane into pieces smaller than this
+
+
+def _view(x_shape, mode, layout):
+    """(outer, C, inner): the statistic axis C between the dims before and after it."""
+    x_shape = tuple(int(s) for s in x_shape)
+    if mode == "per_activation":
+        return x_shape[0], math.prod(x_shape[1:]), 1
+    if layout == "NCHW":
+        return x_shape[0], x_shape[1], math.prod(x_shape[2:])
+    return math.prod(x_shape[:-1]), x_shape[-1], 1
+
+
+def _vec_mode(C, inner, *arrays):
+    if not is_aligned(*arrays):
+        return 0
+    if inner % 4 == 0:
+        return 1
+    if inner == 1 and C % 4 == 0:
+        return 2
+    return 0
+
+
+def _pointer(a, op):
+    return null_pointer() if a is None else as_kernel_input(op, a)
+
+
+def _reduction_plan(outer, C, inner):
+    """Launch geometry of the statistics/gradient reductions and the number of splits S."""
+    target_blocks = BLOCKS_PER_SM * sm_count()
+    if inner > 1:
+        # Planes: S splits of the N * chunks pieces of each channel; chunk planes only when N
+        # alone cannot give enough splits.
+        want = max(1, -(-target_blocks // C))
+        chunks = 1
+        if outer < want:
+            chunks = max(1, min(-(-want // outer), inner // MIN_PIECE))
+        chunk_len = -(-inner // chunks)
+        chunk_len = -(-chunk_len // 4) * 4        # keep float4 pieces aligned
+        chunks = -(-inner // chunk_len)
+        splits = max(1, min(want, outer * chunks))
+        return "planes", (C, splits), (THREADS,), splits, chunks, chunk_len
+    tiles = -(-C // ROW_TILE[0])
+    splits = max(1, min(-(-target_blocks // tiles), -(-outer // ROW_TILE[1])))
+    return "rows", (tiles, splits), ROW_TILE, splits, 1, 1
+
+
+def _run_reduction(kind, grid, block, inputs, partial, outer, C, inner, chunks, chunk_len, stats: bool):
+    family = "batch_norm_stats" if stats else "batch_norm_grads"
+    kernel = get_kernel("batch_norm", f"{family}_{kind}")
+    if kind == "planes":
+        streamed = inputs[:1] if stats else inputs[:2]   # x (and dy): the arrays read with float4
+        vectorized = int(inner % 4 == 0 and is_aligned(*streamed))
+        kernel(grid, block, (*inputs, partial, np.int32(outer), np.int32(C), np.int64(inner), np.int32(chunks),
+                             np.int64(chunk_len), np.int32(vectorized)))
+    else:
+        kernel(grid, block, (*inputs, partial, np.int64(outer), np.int32(C)))
+
+
+def _apply(name, inputs, target, table, outer, C, inner):
+    total = outer * C * inner
+    vec_mode = _vec_mode(C, inner, *inputs, target)
+    work = total // 4 if vec_mode else total
+    kernel = get_kernel("batch_norm", name)
+    kernel((grid_stride_blocks(max(work, 1)),), (THREADS,),
+           (*inputs, target, table, np.int64(total), np.int32(C), np.int64(inner), np.int32(vec_mode)))
+
+
+def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
+                                mode="spatial", layout="NCHW"):
+    """(y, saved_mean, saved_invstd); running_mean/running_var updated in place when given."""
+    op = "batch_norm_forward_training"
+    x = as_kernel_input(op, x)
+    outer, C, inner = _view(x.shape, mode, layout)
+    param_shape = (x.shape[1:] if mode == "per_activation"
+                   else (x.shape[1] if layout == "NCHW" else x.shape[-1],))
+    # The running statistics are updated in place, so they must be the caller's own arrays.
+    for name, a in (("running_mean", running_mean), ("running_var", running_var)):
+        if a is not None and (a.dtype != cupy.float32 or not a.flags.c_contiguous):
+            raise TypeError(f"{op}: {name} must be a C-contiguous float32 array (it is updated in place)")
+    y = cupy.empty(x.shape, dtype=cupy.float32)
+    saved_mean = cupy.empty(param_shape, dtype=cupy.float32)
+    saved_invstd = cupy.empty(param_shape, dtype=cupy.float32)
+    if x.size == 0:
+        return y, saved_mean, saved_invstd
+
+    kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
+    partial = cupy.empty((3, splits, C), dtype=cupy.float32)
+    _run_reduction(kind, grid, block, (x,), partial, outer, C, inner, chunks, chunk_len, stats=True)
+
+    affine = cupy.empty((3, C), dtype=cupy.float32)
+    finalize = get_kernel("batch_norm", "batch_norm_finalize_stats")
+    finalize((-(-C // THREADS),), (THREADS,),
+             (partial, np.int32(splits), np.int32(C), np.float32(eps), np.float32(momentum),
+              _pointer(gamma, op), _pointer(beta_, op),
+              null_pointer() if running_mean is None else running_mean,
+              null_pointer() if running_var is None else running_var,
+              saved_mean, saved_invstd, affine))
+    _apply("batch_norm_apply", (x,), y, affine, outer, C, inner)
+    return y, saved_mean, saved_invstd
+
+
+def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
+                                 layout="NCHW"):
+    """y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta_."""
+    op = "batch_norm_forward_inference"
+    x = as_kernel_input(op, x)
+    outer, C, inner = _view(x.shape, mode, layout)
+    y = cupy.empty(x.shape, dtype=cupy.float32)
+    if x.size == 0:
+        return y
+    affine = cupy.empty((3, C), dtype=cupy.float32)
+    prepare = get_kernel("batch_norm", "batch_norm_inference_affine")
+    prepare((-(-C // THREADS),), (THREADS,),
+            (as_kernel_input(op, running_mean), as_kernel_input(op, running_var), _pointer(gamma, op),
+             _pointer(beta_, op), np.float32(eps), np.int32(C), affine))
+    _apply("batch_norm_apply", (x,), y, affine, outer, C, inner)
+    return y
+
+
+def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
+    """(dx, dgamma, dbeta); dgamma and dbeta are None when gamma is None."""
+    op = "batch_norm_backward"
+    x = as_kernel_input(op, x)
+    dy = as_kernel_input(op, dy)
+    saved_mean = as_kernel_input(op, saved_mean)
+    saved_invstd = as_kernel_input(op, saved_invstd)
+    outer, C, inner = _view(x.shape, mode, layout)
+    dx = cupy.empty(x.shape, dtype=cupy.float32)
+    dgamma = None if gamma is None else cupy.empty(saved_mean.shape, dtype=cupy.float32)
+    dbeta = None if gamma is None else cupy.empty(saved_mean.shape, dtype=cupy.float32)
+    if x.size == 0:
+        return dx, dgamma, dbeta
+
+    kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
+    partial = cupy.empty((2, splits, C), dtype=cupy.float32)
+    _run_reduction(kind, grid, block, (x, dy, saved_mean), partial, outer, C, inner, chunks, chunk_len, stats=False)
+
+    coef = cupy.empty((4, C), dtype=cupy.float32)
+    finalize = get_kernel("batch_norm", "batch_norm_finalize_grads")
+    finalize((-(-C // THREADS),), (THREADS,),
+             (partial, np.int32(splits), np.int32(C), np.float32(outer * inner), _pointer(gamma, op),
+              saved_mean, saved_invstd,
+              null_pointer() if dgamma is None else dgamma, null_pointer() if dbeta is None else dbeta, coef))
+    _apply("batch_norm_backward_dx", (x, dy), dx, coef, outer, C, inner)
+    return dx, dgamma, dbeta

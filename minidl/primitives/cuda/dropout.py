@@ -1,0 +1,62 @@
+"""CuPy launchers of kernels/dropout.cu: dropout with a Philox4x32-10 mask regenerated from
+(seed, offset), identical to the NumPy reference's mask. Arguments were validated by
+minidl/primitives/dropout.py.
+"""
+from __future__ import annotations
+
+import math
+
+import cupy
+import numpy as np
+
+from ._compile import get_kernel
+from .activation import THREADS, as_kernel_input, grid_stride_blocks, is_aligned
+
+def _threshold_and_scale(p: float):
+    """keep <=> (word >> 8) >= threshold, threshold = ceil(p * 2^24): the exact integer form of
+    u >= p for u = (word >> 8) * 2^-24 (p * 2^24 is exact in float64, so no rounding of p)."""
+    threshold = int(math.ceil(float(p) * (1 << 24)))
+    scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - float(p))
+    return np.uint32(threshold), np.float32(scale)
+
+
+def _launch(name, a, p, seed, offset):
+    a = as_kernel_input(name, a)
+    result = cupy.empty(a.shape, dtype=cupy.float32)
+    n = a.size
+    if n == 0:
+        return result
+    offset = int(offset)
+    threshold, scale = _threshold_and_scale(p)
+    vectorized = int(offset % 4 == 0 and is_aligned(a, result))
+    groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1
+    kernel = get_kernel("dropout", name)
+    kernel((grid_stride_blocks(groups),), (THREADS,),
+           (a, result, np.int64(n), np.uint64(offset), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF),
+            threshold, scale, np.int32(vectorized)))
+    return result
+
+
+def dropout_forward(x, p, seed, *, offset=0):
+    """y = x * mask / (1 - p); the mask of element i is Philox4x32-10(seed, offset + i)."""
+    return _launch("dropout_forward", x, p, seed, offset)
+
+
+def dropout_backward(dy, p, seed, *, offset=0):
+    """dx = dy * mask / (1 - p), with the mask regenerated from (seed, offset)."""
+    return _launch("dropout_backward", dy, p, seed, offset)
+
+
+def philox4x32(counter_words, key_words):
+    """Philox4x32-10 on the GPU: 4 counter words and 2 key words (ints or uint32 arrays, broadcast
+    together) -> 4 uint32 CuPy arrays. The same interface as the NumPy reference, for tests."""
+    words = cupy.broadcast_arrays(*[cupy.asarray(w, dtype=cupy.uint32) for w in (*counter_words, *key_words)])
+    shape = words[0].shape
+    counters = cupy.ascontiguousarray(cupy.stack([w.reshape(-1) for w in words[:4]], axis=1))
+    keys = cupy.ascontiguousarray(cupy.stack([w.reshape(-1) for w in words[4:]], axis=1))
+    out = cupy.empty_like(counters)
+    count = counters.shape[0]
+    if count:
+        kernel = get_kernel("dropout", "philox4x32_10_kernel")
+        kernel(((count + THREADS - 1) // THREADS,), (THREADS,), (counters, keys, out, np.int64(count)))
+    return tuple(out[:, k].reshape(shape) for k in range(4))

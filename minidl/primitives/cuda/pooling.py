@@ -1,0 +1,101 @@
+"""CuPy launchers of kernels/pooling.cu: max / average pooling (1-D, 2-D, 3-D, ceil mode) and
+adaptive average pooling, forward and backward, NCHW or NHWC.
+
+Every problem runs as 3-D: 1-D and 2-D inputs get unit leading spatial dims. Arguments were
+validated by minidl/primitives/pooling.py.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..pooling import pooling_output_shape
+from ._compile import get_kernel
+from .activation import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
+
+MODES = {"max": 0, "avg_include_pad": 1, "avg_exclude_pad": 2}
+
+
+def _split_shape(shape, layout):
+    """(N, C, spatial) of an array shape in the given layout."""
+    shape = tuple(int(s) for s in shape)
+    if layout == "NCHW":
+        return shape[0], shape[1], shape[2:]
+    return shape[0], shape[-1], shape[1:-1]
+
+
+def _as_3d(values, fill):
+    """Pad a per-spatial-dim tuple to 3 entries at the front (1-D/2-D run as 3-D)."""
+    values = tuple(int(v) for v in values)
+    return (fill,) * (3 - len(values)) + values
+
+
+def _shape_args(x_shape, y_shape, kernel, stride, padding, layout):
+    n, c, spatial = _split_shape(x_shape, layout)
+    _, _, out_spatial = _split_shape(y_shape, layout)
+    args = (n, c) + _as_3d(spatial, 1) + _as_3d(out_spatial, 1) + _as_3d(kernel, 1) + _as_3d(stride, 1) \
+        + _as_3d(padding, 0) + (int(layout == "NHWC"),)
+    return tuple(np.int32(a) for a in args)
+
+
+def _launch(name, arrays, target, shape_args, extra, work):
+    if work == 0:
+        return
+    kernel = get_kernel("pooling", name)
+    kernel((grid_stride_blocks(work),), (THREADS,), (*arrays, target, *shape_args, *extra))
+
+
+def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """y (pooling_output_shape) from x (N, C, *spatial) or (N, *spatial, C)."""
+    op = "pooling_forward"
+    x = as_kernel_input(op, x)
+    y_shape = pooling_output_shape(x.shape, desc, layout)
+    target, original = kernel_output(op, out, y_shape, beta, x)
+    shape_args = _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout)
+    _launch("pooling_forward", (x,), target, shape_args,
+            (np.int32(MODES[desc.mode]), np.float32(alpha), np.float32(beta)), target.size)
+    return finish(target, original)
+
+
+def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """dx (x's shape). Max pooling recomputes each window's first argmax from x; y is not read."""
+    op = "pooling_backward"
+    x = as_kernel_input(op, x)
+    dy = as_kernel_input(op, dy)
+    target, original = kernel_output(op, out, x.shape, beta, x, dy)
+    shape_args = _shape_args(x.shape, dy.shape, desc.kernel_size, desc.stride, desc.padding, layout)
+    _launch("pooling_backward", (x, dy), target, shape_args,
+            (np.int32(MODES[desc.mode]), np.float32(alpha), np.float32(beta)), target.size)
+    return finish(target, original)
+
+
+def _adaptive_y_shape(x_shape, output_size, layout):
+    n, c, _ = _split_shape(x_shape, layout)
+    output_size = tuple(int(o) for o in output_size)
+    return (n, c) + output_size if layout == "NCHW" else (n,) + output_size + (c,)
+
+
+def adaptive_avg_pooling_forward(x, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """Average-pool x to spatial size output_size (a tuple, one int per spatial dim)."""
+    op = "adaptive_avg_pooling_forward"
+    x = as_kernel_input(op, x)
+    y_shape = _adaptive_y_shape(x.shape, output_size, layout)
+    target, original = kernel_output(op, out, y_shape, beta, x)
+    dims = x.ndim - 2
+    # The kernel/stride/padding slots of the shape arguments are unused by the adaptive kernels.
+    shape_args = _shape_args(x.shape, y_shape, (1,) * dims, (1,) * dims, (0,) * dims, layout)
+    _launch("adaptive_avg_pooling_forward", (x,), target, shape_args, (np.float32(alpha), np.float32(beta)),
+            target.size)
+    return finish(target, original)
+
+
+def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+    """dx of shape x_shape from dy of the adaptive output's shape."""
+    op = "adaptive_avg_pooling_backward"
+    dy = as_kernel_input(op, dy)
+    x_shape = tuple(int(s) for s in x_shape)
+    target, original = kernel_output(op, out, x_shape, beta, dy)
+    dims = len(x_shape) - 2
+    shape_args = _shape_args(x_shape, dy.shape, (1,) * dims, (1,) * dims, (0,) * dims, layout)
+    _launch("adaptive_avg_pooling_backward", (dy,), target, shape_args, (np.float32(alpha), np.float32(beta)),
+            target.size)
+    return finish(target, original)

@@ -1,0 +1,126 @@
+"""GPU activations (kernels/activation.cu) against torch on the GPU and the NumPy reference."""
+import numpy as np
+import pytest
+
+from tests.conftest import rel_err
+
+pytestmark = pytest.mark.gpu
+
+MODES = ["relu", "leaky_relu", "elu", "clipped_relu", "sigmoid", "tanh", "gelu", "gelu_tanh"]
+COEF = {"leaky_relu": 0.07, "elu": 1.3, "clipped_relu": 1.5}
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch
+
+
+def torch_activation(torch, mode, t):
+    F = torch.nn.functional
+    return {
+        "relu": lambda: F.relu(t),
+        "leaky_relu": lambda: F.leaky_relu(t, COEF["leaky_relu"]),
+        "elu": lambda: F.elu(t, COEF["elu"]),
+        "clipped_relu": lambda: F.hardtanh(t, 0.0, COEF["clipped_relu"]),
+        "sigmoid": lambda: torch.sigmoid(t),
+        "tanh": lambda: torch.tanh(t),
+        "gelu": lambda: F.gelu(t),
+        "gelu_tanh": lambda: F.gelu(t, approximate="tanh"),
+    }[mode]()
+
+
+# 4*7*9*11 is a multiple of 4 (float4 path); 1001 leaves a tail of 1 (scalar tail); the views
+# starting one element in are not 16-byte aligned (scalar path).
+SHAPES = [(4, 7, 9, 11), (1001,), (3, 3)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("unaligned", [False, True])
+def test_forward_backward_match_torch(cp, torch, mode, shape, unaligned):
+    from minidl.primitives import ActivationDescriptor, activation_backward, activation_forward
+
+    rng = np.random.default_rng(hash((mode, shape)) % 2**32)
+    n = int(np.prod(shape))
+    x_host = (rng.standard_normal(n + 1) * 3).astype(np.float32)
+    dy_host = rng.standard_normal(n + 1).astype(np.float32)
+    sl = slice(1, None) if unaligned else slice(0, n)
+    x = cp.asarray(x_host)[sl].reshape(shape)
+    dy = cp.asarray(dy_host)[sl].reshape(shape)
+    desc = ActivationDescriptor(mode, COEF.get(mode))
+
+    y = cp.full(shape, cp.nan, dtype=cp.float32)  # poisoned: every element must be written
+    activation_forward(x, desc, out=y)
+    dx = cp.full(shape, cp.nan, dtype=cp.float32)
+    activation_backward(x, y, dy, desc, out=dx)
+
+    t = torch.tensor(cp.asnumpy(x), device="cuda", requires_grad=True)
+    ty = torch_activation(torch, mode, t)
+    ty.backward(torch.tensor(cp.asnumpy(dy), device="cuda"))
+    assert rel_err(cp.asnumpy(y), ty.detach().cpu().numpy()) <= 1e-5
+    assert rel_err(cp.asnumpy(dx), t.grad.cpu().numpy()) <= 1e-5
+
+    # Against the NumPy reference on the same float32 data.
+    x_np = cp.asnumpy(x)
+    y_ref = activation_forward(x_np, desc)
+    dx_ref = activation_backward(x_np, y_ref, cp.asnumpy(dy), desc)
+    assert rel_err(cp.asnumpy(y), y_ref) <= 1e-5
+    assert rel_err(cp.asnumpy(dx), dx_ref) <= 1e-5
+
+
+@pytest.mark.parametrize("mode", ["relu", "gelu", "sigmoid"])
+def test_alpha_beta_blend(cp, mode):
+    from minidl.primitives import ActivationDescriptor, activation_backward, activation_forward
+
+    rng = np.random.default_rng(1)
+    shape = (5, 13, 7)
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    dy = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    prior = rng.standard_normal(shape).astype(np.float32)
+    desc = ActivationDescriptor(mode)
+    y_plain = activation_forward(x, desc)
+
+    out = cp.asarray(prior)
+    result = activation_forward(x, desc, alpha=0.5, beta=-2.0, out=out)
+    assert result is out
+    assert rel_err(cp.asnumpy(out), 0.5 * cp.asnumpy(y_plain) - 2.0 * prior) <= 1e-6
+
+    dx_plain = activation_backward(x, y_plain, dy, desc)
+    out = cp.asarray(prior)
+    activation_backward(x, y_plain, dy, desc, alpha=3.0, beta=0.25, out=out)
+    assert rel_err(cp.asnumpy(out), 3.0 * cp.asnumpy(dx_plain) + 0.25 * prior) <= 1e-6
+
+
+def test_in_place_and_noncontiguous_out(cp):
+    from minidl.primitives import ActivationDescriptor, activation_forward
+
+    rng = np.random.default_rng(2)
+    x_host = rng.standard_normal((6, 10)).astype(np.float32)
+    expected = np.maximum(x_host, 0)
+    x = cp.asarray(x_host)
+    activation_forward(x, ActivationDescriptor("relu"), out=x)  # in place
+    assert rel_err(cp.asnumpy(x), expected) == 0.0
+
+    out = cp.full((10, 6), cp.nan, dtype=cp.float32).T  # a transposed (non-contiguous) out
+    activation_forward(cp.asarray(x_host), ActivationDescriptor("relu"), out=out)
+    assert rel_err(cp.asnumpy(out), expected) == 0.0
+
+
+def test_float64_is_refused(cp):
+    from minidl.primitives.cuda.activation import activation_forward
+
+    from minidl.primitives import ActivationDescriptor
+
+    with pytest.raises(TypeError, match="float32"):
+        activation_forward(cp.zeros(4, dtype=cp.float64), ActivationDescriptor("relu"))

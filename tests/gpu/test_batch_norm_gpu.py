@@ -1,0 +1,159 @@
+"""GPU batch normalization (kernels/batch_norm.cu) against torch on the GPU and the NumPy reference."""
+import numpy as np
+import pytest
+
+from tests.conftest import rel_err
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch
+
+
+# (channels-first shape, mode): the "planes" reduction (NCHW, inner > 1) with and without float4
+# (H*W % 4), N = 1 with a big plane (pieces split inside a plane), N large (many splits), the
+# "rows" reduction (NHWC; C not a multiple of 32 or 4), per-activation on (N, F) and (N, C, H, W).
+CASES = [
+    ((6, 5, 7, 9), "spatial"),
+    ((4, 3, 8, 8), "spatial"),
+    ((1, 2, 150, 151), "spatial"),
+    ((64, 3, 5, 7), "spatial"),
+    ((5, 37, 4, 3), "spatial"),
+    ((33, 13), "spatial"),
+    ((20, 70), "per_activation"),
+    ((9, 3, 4, 5), "per_activation"),
+]
+
+
+def torch_reference(torch, x_cf, gamma, beta_, rm, rv, dy_cf, momentum, eps, mode):
+    """y, dx, dgamma, dbeta, running stats, batch mean and invstd from torch on the GPU (channels first)."""
+    x2 = x_cf.reshape(x_cf.shape[0], -1) if mode == "per_activation" else x_cf
+    t = torch.tensor(x2, device="cuda", requires_grad=True)
+    g = torch.tensor(gamma.reshape(-1), device="cuda", requires_grad=True)
+    b = torch.tensor(beta_.reshape(-1), device="cuda", requires_grad=True)
+    trm = torch.tensor(rm.reshape(-1), device="cuda")
+    trv = torch.tensor(rv.reshape(-1), device="cuda")
+    y = torch.nn.functional.batch_norm(t, trm, trv, g, b, training=True, momentum=momentum, eps=eps)
+    y.backward(torch.tensor(dy_cf.reshape(x2.shape), device="cuda"))
+    axes = [a for a in range(x2.ndim) if a != 1]
+    mean = t.detach().double().mean(dim=axes)
+    var = t.detach().double().var(dim=axes, unbiased=False)
+    return dict(y=y.detach().cpu().numpy().reshape(x_cf.shape), dx=t.grad.cpu().numpy().reshape(x_cf.shape),
+                dgamma=g.grad.cpu().numpy(), dbeta=b.grad.cpu().numpy(), rm=trm.cpu().numpy(), rv=trv.cpu().numpy(),
+                mean=mean.cpu().numpy(), invstd=(1.0 / np.sqrt(var.cpu().numpy() + eps)))
+
+
+def to_layout(a, layout, mode):
+    if layout == "NHWC" and mode == "spatial" and a.ndim > 2:
+        return np.ascontiguousarray(np.moveaxis(a, 1, -1))
+    return a
+
+
+def from_layout(a, layout, mode):
+    if layout == "NHWC" and mode == "spatial" and a.ndim > 2:
+        return np.moveaxis(a, -1, 1)
+    return a
+
+
+@pytest.mark.parametrize("shape,mode", CASES)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_training_and_backward_match_torch(cp, torch, shape, mode, layout):
+    from minidl.primitives import batch_norm_backward, batch_norm_forward_training, batch_norm_param_shape
+
+    if mode == "per_activation" and layout == "NHWC":
+        pytest.skip("per-activation ignores the layout (one statistic per element)")
+    rng = np.random.default_rng(sum(shape))
+    x_cf = (rng.standard_normal(shape) * 2 + 30).astype(np.float32)  # |mean| >> std: Welford matters
+    dy_cf = rng.standard_normal(shape).astype(np.float32)
+    x_host, dy_host = to_layout(x_cf, layout, mode), to_layout(dy_cf, layout, mode)
+    pshape = batch_norm_param_shape(x_host.shape, mode, layout)
+    gamma = (rng.random(pshape) + 0.5).astype(np.float32)
+    beta_ = rng.standard_normal(pshape).astype(np.float32)
+    rm = rng.standard_normal(pshape).astype(np.float32)
+    rv = (rng.random(pshape) + 0.5).astype(np.float32)
+    # Per-activation parameters follow x's memory order; torch sees channels-first features.
+    ref = torch_reference(torch, x_cf, gamma, beta_, rm, rv, dy_cf, 0.1, 1e-5, mode)
+
+    rm_gpu, rv_gpu = cp.asarray(rm), cp.asarray(rv)
+    y, mean, invstd = batch_norm_forward_training(cp.asarray(x_host), cp.asarray(gamma), cp.asarray(beta_), rm_gpu,
+                                                  rv_gpu, momentum=0.1, eps=1e-5, mode=mode, layout=layout)
+    assert rel_err(from_layout(cp.asnumpy(y), layout, mode), ref["y"]) <= 1e-4
+    assert rel_err(cp.asnumpy(mean).reshape(-1), ref["mean"]) <= 1e-6
+    assert rel_err(cp.asnumpy(invstd).reshape(-1), ref["invstd"]) <= 1e-5
+    assert rel_err(cp.asnumpy(rm_gpu).reshape(-1), ref["rm"]) <= 1e-6
+    assert rel_err(cp.asnumpy(rv_gpu).reshape(-1), ref["rv"]) <= 1e-5
+
+    dx, dgamma, dbeta = batch_norm_backward(cp.asarray(x_host), cp.asarray(dy_host), cp.asarray(gamma), mean, invstd,
+                                            mode=mode, layout=layout)
+    assert rel_err(from_layout(cp.asnumpy(dx), layout, mode), ref["dx"]) <= 1e-4
+    assert rel_err(cp.asnumpy(dgamma).reshape(-1), ref["dgamma"]) <= 1e-4
+    assert rel_err(cp.asnumpy(dbeta).reshape(-1), ref["dbeta"]) <= 1e-5
+
+    # The NumPy reference, float32 on the same data.
+    rm_ref, rv_ref = rm.copy(), rv.copy()
+    y_ref, mean_ref, invstd_ref = batch_norm_forward_training(x_host, gamma, beta_, rm_ref, rv_ref, momentum=0.1,
+                                                              eps=1e-5, mode=mode, layout=layout)
+    assert rel_err(cp.asnumpy(y), y_ref) <= 1e-4
+    assert rel_err(cp.asnumpy(rv_gpu), rv_ref) <= 1e-5
+    dx_ref, _, _ = batch_norm_backward(x_host, dy_host, gamma, mean_ref, invstd_ref, mode=mode, layout=layout)
+    assert rel_err(cp.asnumpy(dx), dx_ref) <= 1e-4
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_without_affine_or_running_stats(cp, layout):
+    from minidl.primitives import batch_norm_backward, batch_norm_forward_training
+
+    rng = np.random.default_rng(9)
+    x_host = rng.standard_normal((7, 6, 5, 3)).astype(np.float32)
+    dy_host = rng.standard_normal(x_host.shape).astype(np.float32)
+    y, mean, invstd = batch_norm_forward_training(cp.asarray(x_host), None, None, None, None, layout=layout)
+    y_ref, mean_ref, invstd_ref = batch_norm_forward_training(x_host, None, None, None, None, layout=layout)
+    assert rel_err(cp.asnumpy(y), y_ref) <= 1e-5
+    assert rel_err(cp.asnumpy(invstd), invstd_ref) <= 1e-5
+    dx, dgamma, dbeta = batch_norm_backward(cp.asarray(x_host), cp.asarray(dy_host), None, mean, invstd, layout=layout)
+    assert dgamma is None and dbeta is None
+    dx_ref, _, _ = batch_norm_backward(x_host, dy_host, None, mean_ref, invstd_ref, layout=layout)
+    assert rel_err(cp.asnumpy(dx), dx_ref) <= 1e-4
+
+
+@pytest.mark.parametrize("shape,mode,layout", [((4, 6, 5, 7), "spatial", "NCHW"), ((4, 5, 7, 6), "spatial", "NHWC"),
+                                               ((8, 3, 2, 2), "per_activation", "NCHW")])
+def test_inference_matches_reference(cp, shape, mode, layout):
+    from minidl.primitives import batch_norm_forward_inference, batch_norm_param_shape
+
+    rng = np.random.default_rng(10)
+    x_host = rng.standard_normal(shape).astype(np.float32)
+    pshape = batch_norm_param_shape(shape, mode, layout)
+    params = [(rng.random(pshape) + 0.5).astype(np.float32) for _ in range(4)]
+    y = batch_norm_forward_inference(cp.asarray(x_host), *[cp.asarray(p) for p in params], eps=1e-3, mode=mode,
+                                     layout=layout)
+    y_ref = batch_norm_forward_inference(x_host, *params, eps=1e-3, mode=mode, layout=layout)
+    assert rel_err(cp.asnumpy(y), y_ref) <= 1e-5
+
+
+def test_large_batch_statistics_are_accurate(cp):
+    """Many values per channel far from zero (mean/std = 1000): one-pass Welford keeps float32
+    accuracy where E[x^2] - E[x]^2 would lose about 6% of the variance to cancellation."""
+    from minidl.primitives import batch_norm_forward_training
+
+    rng = np.random.default_rng(11)
+    x_host = (rng.standard_normal((256, 4, 32, 32)) * 0.1 + 100).astype(np.float32)
+    _, mean, invstd = batch_norm_forward_training(cp.asarray(x_host), None, None, None, None, eps=1e-12)
+    x64 = x_host.astype(np.float64)
+    mean64 = x64.mean(axis=(0, 2, 3))
+    invstd64 = 1 / np.sqrt(x64.var(axis=(0, 2, 3)) + 1e-12)
+    assert rel_err(cp.asnumpy(mean), mean64) <= 1e-6
+    assert rel_err(cp.asnumpy(invstd), invstd64) <= 1e-3

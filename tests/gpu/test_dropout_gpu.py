@@ -1,0 +1,91 @@
+"""GPU dropout (kernels/dropout.cu): Philox known answers, and masks bit-identical to the NumPy reference."""
+import numpy as np
+import pytest
+
+from tests.conftest import rel_err
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+
+    return cupy
+
+
+def test_philox_known_answers(cp):
+    from minidl.primitives.cuda.dropout import philox4x32
+
+    # Random123's known-answer vectors for Philox4x32-10.
+    cases = [
+        ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+        ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+        ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+         (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    ]
+    for counter, key, expected in cases:
+        words = philox4x32(counter, key)
+        assert [int(w) for w in words] == list(expected)
+
+
+def test_philox_matches_reference_on_random_words(cp):
+    from minidl.primitives import philox4x32 as philox_cpu
+    from minidl.primitives.cuda.dropout import philox4x32 as philox_gpu
+
+    rng = np.random.default_rng(3)
+    words = [rng.integers(0, 2**32, size=257, dtype=np.uint64).astype(np.uint32) for _ in range(6)]
+    gpu = philox_gpu(words[:4], words[4:])
+    cpu = philox_cpu(words[:4], words[4:])
+    for g, c in zip(gpu, cpu):
+        np.testing.assert_array_equal(cp.asnumpy(g), np.asarray(c, dtype=np.uint32))
+
+
+# Sizes not multiples of 4 and offsets that are not either (groups straddling the array ends), an
+# offset past 2^32 groups (the counter's high word), p values including the edges.
+@pytest.mark.parametrize("shape", [(7, 13), (1000,), (2, 3, 5, 7)])
+@pytest.mark.parametrize("offset", [0, 3, 6, 2**34 + 1])
+@pytest.mark.parametrize("p", [0.0, 0.1, 0.5, 0.9, 1.0])
+def test_mask_identical_to_cpu(cp, shape, offset, p):
+    from minidl.primitives import dropout_backward, dropout_forward, dropout_mask
+
+    rng = np.random.default_rng(4)
+    seed = 0x1234_5678_9ABC_DEF0
+    x_host = (rng.random(shape).astype(np.float32) + 0.5)  # never zero, so y == 0 means dropped
+    y = dropout_forward(cp.asarray(x_host), p, seed, offset=offset)
+    y_cpu = dropout_forward(x_host, p, seed, offset=offset)
+    keep = dropout_mask(shape, p, seed, offset)
+    np.testing.assert_array_equal(cp.asnumpy(y) != 0, keep)
+    assert rel_err(cp.asnumpy(y), y_cpu) <= 1e-6
+
+    dy_host = rng.standard_normal(shape).astype(np.float32)
+    dx = dropout_backward(cp.asarray(dy_host), p, seed, offset=offset)
+    dx_cpu = dropout_backward(dy_host, p, seed, offset=offset)
+    assert rel_err(cp.asnumpy(dx), dx_cpu) <= 1e-6
+    if 0 < p < 1:
+        np.testing.assert_array_equal(cp.asnumpy(dx) != 0, keep & (dy_host != 0))
+
+
+def test_unaligned_view_and_keep_fraction(cp):
+    from minidl.primitives import dropout_forward, dropout_mask
+
+    n = 1 << 20
+    x = cp.ones(n + 1, dtype=cp.float32)[1:]  # not 16-byte aligned: the scalar path
+    p = 0.3
+    y = dropout_forward(x, p, seed=7, offset=8)
+    kept = float((y != 0).mean())
+    # Binomial standard deviation sqrt(p(1-p)/n) ~ 4.5e-4: 6 sigma.
+    assert abs(kept - (1 - p)) < 6 * np.sqrt(p * (1 - p) / n)
+    assert rel_err(cp.asnumpy(y[y != 0]), np.full(int((y != 0).sum()), 1 / (1 - p), np.float32)) <= 1e-6
+    np.testing.assert_array_equal(cp.asnumpy(y) != 0, dropout_mask((n,), p, 7, 8))
+
+
+def test_different_seeds_and_offsets_differ(cp):
+    from minidl.primitives import dropout_forward
+
+    x = cp.ones(4096, dtype=cp.float32)
+    a = dropout_forward(x, 0.5, seed=1)
+    b = dropout_forward(x, 0.5, seed=2)
+    c = dropout_forward(x, 0.5, seed=1, offset=4096)
+    assert float((a != b).mean()) > 0.3
+    assert float((a != c).mean()) > 0.3

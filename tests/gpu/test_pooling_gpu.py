@@ -1,0 +1,145 @@
+"""GPU pooling (kernels/pooling.cu) against torch on the GPU and the NumPy reference."""
+import numpy as np
+import pytest
+
+from tests.conftest import rel_err
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cp():
+    import cupy
+
+    return cupy
+
+
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return torch
+
+
+def to_layout(a, layout):
+    """A channels-first NumPy array in the given layout (C-contiguous)."""
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1)) if layout == "NHWC" else a
+
+
+def from_layout(a, layout):
+    return np.moveaxis(a, -1, 1) if layout == "NHWC" else a
+
+
+def torch_pool(torch, t, mode, dims, k, s, p, ceil_mode):
+    F = torch.nn.functional
+    if mode == "max":
+        return getattr(F, f"max_pool{dims}d")(t, k, s, p, ceil_mode=ceil_mode)
+    return getattr(F, f"avg_pool{dims}d")(t, k, s, p, ceil_mode=ceil_mode,
+                                          count_include_pad=(mode == "avg_include_pad"))
+
+
+# (channels-first shape, kernel, stride, padding, ceil_mode): odd sizes, overlapping windows,
+# padding, ceil mode with a partial last window, 1-D, 2-D and 3-D.
+CASES = [
+    ((2, 3, 13, 11), (2, 2), (2, 2), (0, 0), False),
+    ((2, 5, 13, 11), (3, 3), (2, 2), (1, 1), True),
+    ((3, 4, 9, 10), (3, 2), (1, 2), (1, 0), False),
+    ((2, 3, 17), (4,), (3,), (2,), True),
+    ((2, 3, 7, 8, 9), (3, 2, 3), (2, 2, 2), (1, 0, 1), True),
+]
+
+
+@pytest.mark.parametrize("shape,k,s,p,ceil_mode", CASES)
+@pytest.mark.parametrize("mode", ["max", "avg_include_pad", "avg_exclude_pad"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_forward_backward_match_torch(cp, torch, shape, k, s, p, ceil_mode, mode, layout):
+    from minidl.primitives import PoolingDescriptor, pooling_backward, pooling_forward, pooling_output_shape
+
+    rng = np.random.default_rng(sum(shape))
+    x_cf = rng.standard_normal(shape).astype(np.float32)
+    desc = PoolingDescriptor(mode, k, s, p, ceil_mode, spatial_dims=len(k))
+    x_host = to_layout(x_cf, layout)
+    y_shape = pooling_output_shape(x_host.shape, desc, layout)
+    dy_host = rng.standard_normal(y_shape).astype(np.float32)
+    x, dy = cp.asarray(x_host), cp.asarray(dy_host)
+
+    y = cp.full(y_shape, cp.nan, dtype=cp.float32)
+    pooling_forward(x, desc, layout=layout, out=y)
+    dx = cp.full(x.shape, cp.nan, dtype=cp.float32)
+    pooling_backward(x, y, dy, desc, layout=layout, out=dx)
+
+    t = torch.tensor(x_cf, device="cuda", requires_grad=True)
+    ty = torch_pool(torch, t, mode, len(k), k, s, p, ceil_mode)
+    ty.backward(torch.tensor(np.ascontiguousarray(from_layout(dy_host, layout)), device="cuda"))
+    assert rel_err(from_layout(cp.asnumpy(y), layout), ty.detach().cpu().numpy()) <= 1e-5
+    assert rel_err(from_layout(cp.asnumpy(dx), layout), t.grad.cpu().numpy()) <= 1e-5
+
+    y_ref = pooling_forward(x_host, desc, layout=layout)
+    dx_ref = pooling_backward(x_host, y_ref, dy_host, desc, layout=layout)
+    assert rel_err(cp.asnumpy(y), y_ref) <= 1e-5
+    assert rel_err(cp.asnumpy(dx), dx_ref) <= 1e-5
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_max_backward_ties_first_max_wins(cp, layout):
+    """Many equal values: the gradient of each window goes to its first maximum (the reference's rule)."""
+    from minidl.primitives import PoolingDescriptor, pooling_backward, pooling_forward
+
+    rng = np.random.default_rng(6)
+    x_host = to_layout(rng.integers(0, 3, size=(2, 3, 9, 8)).astype(np.float32), layout)
+    desc = PoolingDescriptor("max", 3, 1, 1)  # overlapping windows: several outputs per input
+    y_ref = pooling_forward(x_host, desc, layout=layout)
+    dy_host = rng.standard_normal(y_ref.shape).astype(np.float32)
+    dx_ref = pooling_backward(x_host, y_ref, dy_host, desc, layout=layout)
+    dx = pooling_backward(cp.asarray(x_host), cp.asarray(y_ref), cp.asarray(dy_host), desc, layout=layout)
+    assert rel_err(cp.asnumpy(dx), dx_ref) <= 1e-6
+
+
+def test_alpha_beta_blend(cp):
+    from minidl.primitives import PoolingDescriptor, pooling_backward, pooling_forward
+
+    rng = np.random.default_rng(7)
+    x = cp.asarray(rng.standard_normal((2, 3, 10, 9)).astype(np.float32))
+    desc = PoolingDescriptor("avg_exclude_pad", 3, 2, 1, True)
+    y_plain = cp.asnumpy(pooling_forward(x, desc))
+    prior = rng.standard_normal(y_plain.shape).astype(np.float32)
+    out = cp.asarray(prior)
+    pooling_forward(x, desc, alpha=-0.5, beta=2.0, out=out)
+    assert rel_err(cp.asnumpy(out), -0.5 * y_plain + 2.0 * prior) <= 1e-6
+
+    dy = cp.asarray(rng.standard_normal(y_plain.shape).astype(np.float32))
+    dx_plain = cp.asnumpy(pooling_backward(x, None, dy, desc))
+    prior = rng.standard_normal(x.shape).astype(np.float32)
+    out = cp.asarray(prior)
+    pooling_backward(x, None, dy, desc, alpha=2.0, beta=-1.0, out=out)
+    assert rel_err(cp.asnumpy(out), 2.0 * dx_plain - prior) <= 1e-6
+
+
+@pytest.mark.parametrize("shape,output_size", [((2, 3, 13, 11), (3, 5)), ((2, 4, 10, 7), (10, 7)),
+                                               ((3, 2, 19), (4,)), ((1, 3, 5, 7, 6), (2, 3, 4)),
+                                               ((2, 6, 7, 9), (1, 1))])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_adaptive_avg_matches_torch(cp, torch, shape, output_size, layout):
+    from minidl.primitives import adaptive_avg_pooling_backward, adaptive_avg_pooling_forward
+
+    rng = np.random.default_rng(sum(shape) + len(output_size))
+    x_cf = rng.standard_normal(shape).astype(np.float32)
+    x_host = to_layout(x_cf, layout)
+    dims = len(output_size)
+    t = torch.tensor(x_cf, device="cuda", requires_grad=True)
+    ty = getattr(torch.nn.functional, f"adaptive_avg_pool{dims}d")(t, output_size)
+    dy_cf = rng.standard_normal(tuple(ty.shape)).astype(np.float32)
+    ty.backward(torch.tensor(dy_cf, device="cuda"))
+    dy_host = to_layout(dy_cf, layout)
+
+    y = cp.full(dy_host.shape, cp.nan, dtype=cp.float32)
+    adaptive_avg_pooling_forward(cp.asarray(x_host), output_size, layout=layout, out=y)
+    dx = cp.full(x_host.shape, cp.nan, dtype=cp.float32)
+    adaptive_avg_pooling_backward(cp.asarray(dy_host), x_host.shape, output_size, layout=layout, out=dx)
+    assert rel_err(from_layout(cp.asnumpy(y), layout), ty.detach().cpu().numpy()) <= 1e-5
+    assert rel_err(from_layout(cp.asnumpy(dx), layout), t.grad.cpu().numpy()) <= 1e-5
+
+    y_ref = adaptive_avg_pooling_forward(x_host, output_size, layout=layout)
+    assert rel_err(cp.asnumpy(y), y_ref) <= 1e-5
