@@ -46,7 +46,8 @@ def _text(nb):
 
 def test_there_are_tutorials():
     names = [s.stem for s in SOURCES]
-    assert names[:3] == ["01_tensors_and_autograd", "02_gpu_primitives", "03_convolution_algorithms"], names
+    assert names[:6] == ["01_tensors_and_autograd", "02_gpu_primitives", "03_convolution_algorithms",
+                         "04_cnn_mnist", "05_cnn_cifar10", "06_rnns_on_text"], names
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
@@ -255,3 +256,77 @@ def test_run_main_output_dir(tmp_path, small_mode):
     assert run.main([str(nb), "--executor", "builtin", "--output-dir", str(out)]) == 0
     assert "42" in _text(json.loads((out / "answer.ipynb").read_text()))
     assert _text(json.loads(nb.read_text())) == ""  # the source notebook is untouched
+
+
+# ----------------------------------------------------------------------------------------------
+# The training tutorials (04-06): real data from MINIDL_DATA, or a synthetic stand-in in small mode
+# ----------------------------------------------------------------------------------------------
+
+
+def _tutorial_utils():
+    sys.path.insert(0, str(TUTORIALS))
+    try:
+        import tutorial_utils
+    finally:
+        sys.path.remove(str(TUTORIALS))
+    return tutorial_utils
+
+
+def test_load_dataset_falls_back_only_in_small_mode(capsys):
+    tu = _tutorial_utils()
+    from minidl.data import DatasetNotFoundError
+
+    calls = []
+
+    def missing(download):
+        calls.append(download)
+        raise DatasetNotFoundError("MNIST: missing train-images-idx3-ubyte.gz. Download them by hand")
+
+    data, real = tu.load_dataset("small", "MNIST", missing, lambda: "stand-in")
+    assert (data, real) == ("stand-in", False) and calls == [False]      # small mode never downloads
+    assert "SYNTHETIC" in capsys.readouterr().out
+    with pytest.raises(DatasetNotFoundError):
+        tu.load_dataset("full", "MNIST", missing, lambda: "stand-in")
+    assert calls == [False, True]                                        # full mode may download
+    assert tu.load_dataset("small", "MNIST", lambda download: "real", lambda: "stand-in") == ("real", True)
+
+
+def test_synthetic_images_are_deterministic_and_learnable_in_shape():
+    tu = _tutorial_utils()
+    a = tu.SyntheticImages(50, (32, 32, 3), list("abcdefghij"), seed=3)
+    b = tu.SyntheticImages(50, (32, 32, 3), list("abcdefghij"), seed=3)
+    grey = tu.SyntheticImages(40, (28, 28), [str(k) for k in range(10)], seed=1)
+    assert a.data.shape == (50, 32, 32, 3) and a.data.dtype.name == "uint8" and grey.data.shape == (40, 28, 28)
+    assert (a.data == b.data).all() and (a.targets == b.targets).all()
+    assert a.targets.min() >= 0 and a.targets.max() <= 9 and a.targets.dtype.name == "int64"
+    # Same-class images are closer to each other than to other classes' (there is a signal to learn).
+    flat = a.data.reshape(50, -1).astype(float)
+    same = [abs(flat[i] - flat[j]).mean() for i in range(50) for j in range(i) if a.targets[i] == a.targets[j]]
+    other = [abs(flat[i] - flat[j]).mean() for i in range(50) for j in range(i) if a.targets[i] != a.targets[j]]
+    assert sum(same) / len(same) < 0.8 * sum(other) / len(other)
+
+
+def test_synthetic_text_files_load_as_corpora(tmp_path):
+    tu = _tutorial_utils()
+    from minidl.data import CharCorpus, WordCorpus
+
+    chars = CharCorpus(tu.write_synthetic_text(tmp_path / "chars", 5000))
+    assert len(chars.text) == 5000 and ":" in chars.chars and chars.vocab_size < 60
+    words = WordCorpus(tu.write_synthetic_ptb(tmp_path / "ptb", sentences=(200, 20, 20)))
+    assert "<unk>" in words.word_to_id and "<eos>" in words.word_to_id and len(words.valid) > 100
+
+
+TRAINING_SOURCES = [s for s in SOURCES if s.stem[:2] in ("04", "05", "06")]
+
+
+@pytest.mark.parametrize("source", TRAINING_SOURCES, ids=lambda p: p.stem)
+def test_training_notebook_runs_on_synthetic_data_without_the_datasets(source, small_mode, tmp_path, monkeypatch):
+    """With a data root that holds nothing, small mode must still run, and say it used synthetic data."""
+    monkeypatch.setenv("MINIDL_DATA", str(tmp_path / "empty"))
+    path = TUTORIALS / f".test_synthetic_{source.stem}.ipynb"
+    try:
+        build.write_notebook(build.make_notebook(build.parse_percent(source.read_text()), source.stem), path)
+        nb = run.execute_notebook(path, executor="builtin", timeout=120)
+    finally:
+        path.unlink(missing_ok=True)
+    assert "SYNTHETIC" in _text(nb)

@@ -275,3 +275,119 @@ def find_cuda_function(name: str, missing_ok: bool = False) -> tuple[str, str]:
         return "?", (f"// MISSING: no function {name} in kernels/*.cu when this notebook ran.\n"
                      f"// The text above describes it; the GPU launcher minidl/primitives/cuda/ calls it by this name.")
     raise ValueError(f"find_cuda_function: no function {name!r} in {KERNELS_DIR}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Data for the training tutorials (04-06): the real datasets, or a small synthetic stand-in
+# ----------------------------------------------------------------------------------------------
+
+
+def load_dataset(mode: str, name: str, load, synthesize):
+    """(dataset, is_real). `load(download=...)` reads the real dataset from minidl's data root
+    ($MINIDL_DATA, else ~/.cache/minidl). Full mode may download and fails loudly without the data;
+    small mode never downloads and, when the data is not on disk, prints a note and returns
+    `synthesize()` instead, so that the notebook still runs anywhere."""
+    from minidl.data import DatasetNotFoundError, data_root
+
+    try:
+        return load(download=(mode == "full")), True
+    except (DatasetNotFoundError, FileNotFoundError) as e:
+        if mode == "full":
+            raise
+        first_line = str(e).split(". ")[0]
+        print(f"NOTE: {name} is not under the data root {data_root()} ({first_line}).\n"
+              f"      Small mode goes on with small SYNTHETIC data instead: the code is the same, the numbers "
+              f"are not {name}'s.\n      Set MINIDL_DATA to a folder holding {name} to use the real data.")
+        return synthesize(), False
+
+
+class SyntheticImages:
+    """A stand-in for MNIST / CIFAR10 with the attributes the notebooks use: `data` uint8 (N, H, W)
+    or (N, H, W, C), `targets` int64 (N,), `classes`. Each class is a smooth random template; a
+    sample is its class's template, shifted by up to 2 pixels, plus noise: learnable, not trivial."""
+
+    def __init__(self, n: int, shape: tuple, classes, seed: int = 0):
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        H, W = shape[:2]
+        C = shape[2] if len(shape) == 3 else 1
+        coarse = rng.random((len(classes), H // 4, W // 4, C))
+        templates = coarse.repeat(4, axis=1).repeat(4, axis=2)           # (K, H, W, C), blocky blobs
+        self.targets = rng.integers(0, len(classes), size=n).astype(np.int64)
+        images = templates[self.targets]
+        for axis in (1, 2):                                               # a random shift per sample
+            shifts = rng.integers(-2, 3, size=n)
+            images = np.stack([np.roll(img, s, axis=axis - 1) for img, s in zip(images, shifts)])
+        images = 0.75 * images + 0.25 * rng.random(images.shape)
+        self.data = (255 * images).astype(np.uint8)
+        if len(shape) == 2:
+            self.data = self.data[..., 0]
+        self.classes = list(classes)
+
+    def __len__(self):
+        return int(self.data.shape[0])
+
+    def __repr__(self):
+        return f"SyntheticImages(samples={len(self)}, shape={self.data.shape[1:]}, classes={len(self.classes)})"
+
+
+_SPEAKERS = ["ROMEO", "JULIET", "HAMLET", "OPHELIA", "KING HENRY", "QUEEN", "MERCUTIO", "FIRST CITIZEN"]
+_WORDS = ("the and of to my thou thee thy love night day sweet lord good heart death king fair what is "
+          "not be with me you that this shall will come go hath doth art o no yes here there now "
+          "never ever blood crown sword grace honour tongue eyes heaven").split()
+
+
+def synthetic_play(n_chars: int, seed: int = 0) -> str:
+    """About n_chars of fake play text (speaker lines and verses) for when Tiny Shakespeare is absent.
+    Words follow a fixed random bigram table, so there is structure for a model to learn."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    successors = {w: rng.choice(_WORDS, size=3, replace=False) for w in _WORDS}
+    parts, length = [], 0
+    while length < n_chars:
+        lines = []
+        for _ in range(rng.integers(1, 4)):
+            word = rng.choice(_WORDS)
+            words = [word]
+            for _ in range(rng.integers(3, 9)):
+                word = rng.choice(successors[word])
+                words.append(word)
+            lines.append(" ".join(words).capitalize() + rng.choice([",", ".", ";", "!", "?"]))
+        block = f"{rng.choice(_SPEAKERS)}:\n" + "\n".join(lines) + "\n\n"
+        parts.append(block)
+        length += len(block)
+    return "".join(parts)[:n_chars]
+
+
+def write_synthetic_text(folder, n_chars: int = 60_000, seed: int = 0) -> Path:
+    """Write synthetic_play text to folder/input.txt (a file CharCorpus reads); returns the path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "input.txt"
+    path.write_text(synthetic_play(n_chars, seed))
+    return path
+
+
+def write_synthetic_ptb(folder, sentences=(3000, 300, 300), seed: int = 0) -> Path:
+    """Write train.txt, valid.txt, test.txt of lower-case bigram sentences in PTB's form (one sentence a
+    line, rare words as <unk>) into folder, a layout WordCorpus reads; returns the folder."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    vocab = [w for w in _WORDS if w != "o"] + ["<unk>", "N"]
+    successors = {w: rng.choice(vocab, size=4, replace=False) for w in vocab}
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, count in zip(("train.txt", "valid.txt", "test.txt"), sentences):
+        lines = []
+        for _ in range(count):
+            word = rng.choice(vocab)
+            words = [word]
+            for _ in range(rng.integers(4, 15)):
+                word = rng.choice(successors[word])
+                words.append(word)
+            lines.append(" " + " ".join(words) + " ")
+        (folder / name).write_text("\n".join(lines) + "\n")
+    return folder
