@@ -2,28 +2,36 @@
 
     python examples/train_mnist.py                      # CNN, 2 epochs, GPU if there is one
     python examples/train_mnist.py --model mlp --device cpu
-    python examples/train_mnist.py --resume             # continue from the last checkpoint
+    python examples/train_mnist.py --resume --epochs 3  # continue the last checkpoint up to epoch 3
+
+The CNN: two blocks conv3x3 - batch norm - ReLU - max-pool 2x2 (28 -> 14 -> 7), then dropout and two
+linear layers; Adam, lr 1e-3. The MLP (784-512-256-10) is the fast CPU choice (>= 97% in 2 epochs).
+
+The whole dataset is put on the device once, as float32 tensors; each batch is then an index into
+it on the device, so the GPU never waits for the host. Every epoch prints the training loss (the
+epoch's mean), the test accuracy and the time, and writes a checkpoint.
 
 Data: --data, else $MINIDL_DATA, else ~/.cache/minidl; the idx files are downloaded when missing
 (offline, the error says which files to put where).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import time
 
-import numpy as np
-from tqdm import tqdm
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for _common, when imported from elsewhere
 
-import minidl
-import minidl.nn as nn
-import minidl.nn.functional as F
-from minidl.data import DataLoader, TensorDataset
-from minidl.data.datasets import MNIST
+import minidl  # noqa: E402
+import minidl.nn as nn  # noqa: E402
+import minidl.nn.functional as F  # noqa: E402
+from minidl.data import DataLoader, TensorDataset  # noqa: E402
+from minidl.data.datasets import MNIST  # noqa: E402
 
-MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+from _common import (  # noqa: E402
+    RunningLoss, Timer, base_parser, epoch_range, epoch_rng, load_checkpoint, parameter_count, pick_device,
+    progress, save_checkpoint, steps_per_epoch,
+)
+
 
 
 class MLP(nn.Module):
@@ -40,7 +48,10 @@ class MLP(nn.Module):
 
 
 class CNN(nn.Module):
-    """Two conv-BN-ReLU-maxpool blocks, dropout and two linear layers (~99.3% after a few epochs)."""
+    """Two conv-BN-ReLU-maxpool blocks, dropout and two linear layers (~99.3% after a few epochs).
+
+    (N, 1, 28, 28) -> (N, 32, 14, 14) -> (N, 64, 7, 7) -> 3136 -> 128 -> 10 logits.
+    """
 
     def __init__(self, dropout=0.25):
         super().__init__()
@@ -57,97 +68,78 @@ class CNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+def build_model(name: str) -> nn.Module:
+    return CNN() if name == "cnn" else MLP()
+
+
 def load_mnist(root, device):
-    """MNIST as normalised float32 tensors (N, 1, 28, 28) and int64 labels, on `device`."""
-    def arrays(train):
-        ds = MNIST(root, train=train, download=True)
-        x = (np.asarray(ds.data, dtype=np.float32) / 255.0 - MNIST_MEAN) / MNIST_STD
-        return x[:, None, :, :], np.asarray(ds.targets, dtype=np.int64)
-
-    (xtr, ytr), (xte, yte) = arrays(True), arrays(False)
-    return (
-        TensorDataset(minidl.tensor(xtr, device=device), minidl.tensor(ytr, device=device)),
-        TensorDataset(minidl.tensor(xte, device=device), minidl.tensor(yte, device=device)),
-    )
+    """MNIST as normalised float32 tensors (N, 1, 28, 28) and int64 labels (N,), on `device`."""
+    splits = []
+    for train in (True, False):
+        x, y = MNIST(root, train=train, download=True).as_arrays(normalize=True)
+        splits.append(TensorDataset(minidl.tensor(x, device=device), minidl.tensor(y, device=device)))
+    return splits
 
 
-def evaluate(model, loader):
+def evaluate(model, dataset, batch_size=1000):
+    """Accuracy on `dataset`, counted on the device and read once at the end."""
     model.eval()
-    correct = total = 0
+    correct = None
     with minidl.no_grad():
-        for x, y in loader:
-            correct += (model(x).argmax(dim=1) == y).sum()  # stays on the device until the end
-            total += y.shape[0]
+        for x, y in DataLoader(dataset, batch_size=batch_size):
+            hits = (model(x).argmax(dim=1) == y).sum()
+            correct = hits if correct is None else correct + hits
     model.train()
-    return float(correct.item()) / total
+    return float(correct.item()) / len(dataset)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = base_parser(__doc__, epochs=2, batch_size=128, lr=1e-3, checkpoint=None)
     p.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--lr", type=float, default=None, help="default: 1e-3 (Adam)")
-    p.add_argument("--data", default=None, help="data root (default: $MINIDL_DATA or ~/.cache/minidl)")
-    p.add_argument("--checkpoint", default=None, help="checkpoint path (default: checkpoints/mnist_<model>.mdl)")
-    p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--limit-batches", type=int, default=None, help="stop each epoch after N batches (smoke tests)")
-    p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
 
 
 def main(argv=None):
+    """Train; returns {"history": [per-epoch dicts], "model", "optimizer"} (the tests read these)."""
     args = parse_args(argv)
-    device = args.device or ("cuda" if minidl.cuda.is_available() else "cpu")
+    device = pick_device(args.device)
     minidl.manual_seed(args.seed)
     ckpt_path = args.checkpoint or os.path.join("checkpoints", f"mnist_{args.model}.mdl")
 
     train_set, test_set = load_mnist(args.data, device)
-    train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, generator=args.seed)
-    test_loader = DataLoader(test_set, batch_size=1000)
-
-    model = (CNN() if args.model == "cnn" else MLP()).to(device)
-    optimizer = minidl.optim.Adam(model.parameters(), lr=args.lr or 1e-3)
+    model = build_model(args.model).to(device)
+    optimizer = minidl.optim.Adam(model.parameters(), lr=args.lr)
     start_epoch = 0
     if args.resume:
-        if not os.path.exists(ckpt_path):
-            sys.exit(f"--resume: no checkpoint at {ckpt_path}")
-        state = minidl.load(ckpt_path, map_location=device)
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        start_epoch = int(state["epoch"])
-        print(f"resumed from {ckpt_path} after epoch {start_epoch}")
+        start_epoch = load_checkpoint(ckpt_path, model=model, optimizer=optimizer, device=device)["epoch"]
 
-    print(f"minidl {minidl.__version__}: {args.model} on {device}, {sum(p.numel() for p in model.parameters())} parameters")
+    print(f"minidl {minidl.__version__}: MNIST {args.model} on {device}, {parameter_count(model)} parameters, "
+          f"{len(train_set)} training images")
     history = []
-    for epoch in range(start_epoch, start_epoch + args.epochs):
-        t0 = time.perf_counter()
-        bar = tqdm(train_loader, desc=f"epoch {epoch + 1}", leave=False, disable=args.no_progress,
-                   total=min(len(train_loader), args.limit_batches or len(train_loader)))
-        running = None
-        for i, (x, y) in enumerate(bar):
-            if args.limit_batches is not None and i >= args.limit_batches:
-                break
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            if i % 50 == 0:  # reading the loss syncs with the GPU: do it rarely
-                value = loss.item()
-                running = value if running is None else 0.9 * running + 0.1 * value
-                bar.set_postfix(loss=f"{running:.4f}")
-        if device != "cpu":
-            minidl.cuda.synchronize()
-        train_time = time.perf_counter() - t0
-        acc = evaluate(model, test_loader)
-        history.append((epoch + 1, train_time, acc))
-        print(f"epoch {epoch + 1}: train {train_time:.1f} s, last loss {loss.item():.4f}, test accuracy {acc * 100:.2f}%")
-        minidl.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch + 1,
-                     "test_accuracy": acc}, ckpt_path)
-    print(f"saved checkpoint to {ckpt_path}")
-    return history
+    for epoch in epoch_range(start_epoch, args):  # --epochs counts from the start, also when resuming
+        # A loader per epoch, shuffled by (seed, epoch): a resumed run sees the same batches.
+        # The tensors are already on the device, so making it copies nothing.
+        loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True,
+                            generator=epoch_rng(args.seed, epoch))
+        bar = progress(loader, total=steps_per_epoch(len(loader), args.limit_batches),
+                       desc=f"epoch {epoch + 1}", disable=args.no_progress)
+        running = RunningLoss(bar)
+        with Timer(device) as timer:
+            for x, y in bar:
+                loss = F.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                running.add(loss)
+        accuracy = evaluate(model, test_set)
+        record = {"epoch": epoch + 1, "train_loss": running.mean(), "test_accuracy": accuracy,
+                  "train_seconds": timer.seconds, "steps": running.count}
+        history.append(record)
+        print(f"epoch {epoch + 1}: train loss {record['train_loss']:.4f}, test accuracy {accuracy * 100:.2f}%, "
+              f"train time {timer.seconds:.1f} s ({running.count} steps)")
+        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, epoch=epoch + 1, test_accuracy=accuracy)
+    print(f"checkpoint: {ckpt_path}")
+    return {"history": history, "model": model, "optimizer": optimizer}
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """minidl.nn: Module and Parameter, layers, losses, init and functional (PyTorch's names)."""
 from .. import backends  # noqa: F401  (so that `minidl.backends.cudnn` is reachable after `import minidl.nn`)
-from . import functional, init  # noqa: F401
+from . import functional, init, utils  # noqa: F401
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential, _IncompatibleKeys  # noqa: F401
 from .layers.activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, Softmax, Tanh  # noqa: F401
 from .layers.conv import Conv1d, Conv2d, Conv3d  # noqa: F401

@@ -64,15 +64,16 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
 
     xp = _device.get_array_module(grads[0])
     with no_grad():
-        # Accumulate in float64 at least for float64 gradients, float32 otherwise (as PyTorch does).
+        # Accumulate in the widest gradient dtype: float64 if any gradient is, else float32.
         dtype = xp.result_type(*[g.dtype for g in grads])
         if norm_type == math.inf:
             per_param = xp.stack([xp.abs(g).max() if g.size else xp.zeros((), dtype) for g in grads])
-            total_norm = per_param.max().astype(dtype)
+            total_norm = per_param.max()
         else:
             # The p-norm of the concatenation = the p-norm of the per-parameter p-norms.
             per_param = xp.stack([_pnorm(xp, g.astype(dtype, copy=False), norm_type) for g in grads])
             total_norm = _pnorm(xp, per_param, norm_type)
+        total_norm = xp.asarray(total_norm, dtype=dtype)  # a 0-d array (NumPy reductions give scalars)
         if error_if_nonfinite and not bool(xp.isfinite(total_norm)):
             raise RuntimeError(f"{op}: the total norm of order {norm_type} of the gradients is non-finite "
                                f"({float(total_norm)}); pass error_if_nonfinite=False to clip anyway")
