@@ -2,6 +2,12 @@
 
 The statistics are reductions over every axis except the parameter axes; parameters are reshaped
 so that they broadcast against x (e.g. (C,) -> (1, C, 1, 1) for spatial NCHW).
+
+Written for few passes over memory: each pass over a full-size array costs about as much as the
+arithmetic it carries, and each new full-size array costs its page faults on top. So there is one
+full-size temporary per call (x - mean, which becomes the output), per-channel coefficients are
+folded together before they touch it, the updates run in place (out=), and sums of products use
+np.einsum, which reduces without materialising the product.
 """
 from __future__ import annotations
 
@@ -23,26 +29,35 @@ def _bcast(p, shape):
     return p if (p is None or shape is None) else p.reshape(shape)
 
 
+def _sum_of_products(a, b, axes):
+    """sum over `axes` of a * b, one value per remaining index, without an a * b temporary."""
+    letters = "abcdefghijklmnopqrstuvwxyz"[: a.ndim]
+    kept = "".join(letter for axis, letter in enumerate(letters) if axis not in axes)
+    return np.einsum(f"{letters},{letters}->{kept}", a, b)
+
+
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
                                 mode="spatial", layout="NCHW"):
     axes, shape = _axes(x.ndim, mode, layout)
     mean = x.mean(axis=axes)
     n = x.size // mean.size  # elements per statistic
     centered = x - _bcast(mean, shape)
-    var = np.mean(centered * centered, axis=axes)  # biased: normalise with the batch's own spread
+    # biased: normalise with the batch's own spread. From the centred values, not E[x^2] - mean^2,
+    # which cancels catastrophically in float32 when |mean| >> std.
+    var = _sum_of_products(centered, centered, axes) / x.dtype.type(n)
     invstd = (1.0 / np.sqrt(var + x.dtype.type(eps))).astype(x.dtype)
-    y = centered * _bcast(invstd, shape)
-    if gamma is not None:
-        y = y * _bcast(gamma, shape)
+    # y = centered * (invstd * gamma) + beta, written over `centered`: one multiply per element.
+    scale = invstd if gamma is None else invstd * gamma
+    y = np.multiply(centered, _bcast(scale, shape), out=centered)
     if beta_ is not None:
-        y = y + _bcast(beta_, shape)
+        y += _bcast(beta_, shape)
     if running_mean is not None:
         m = x.dtype.type(momentum)
         # The running variance estimates the population's: unbiased, n / (n - 1) (as PyTorch).
         unbiased = var * x.dtype.type(n / (n - 1))
         running_mean[...] = (1 - m) * running_mean + m * mean
         running_var[...] = (1 - m) * running_var + m * unbiased
-    return y.astype(x.dtype, copy=False), mean.astype(x.dtype, copy=False), invstd
+    return y, mean.astype(x.dtype, copy=False), invstd
 
 
 def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
@@ -59,15 +74,19 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
 
 def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
     axes, shape = _axes(x.ndim, mode, layout)
-    invstd = _bcast(saved_invstd, shape)
-    x_hat = (x - _bcast(saved_mean, shape)) * invstd
+    n = x.dtype.type(x.size // saved_mean.size)
+    invstd = saved_invstd
+    centered = x - _bcast(saved_mean, shape)                     # x_hat = centered * invstd
     dbeta = dy.sum(axis=axes)
-    dgamma = (dy * x_hat).sum(axis=axes)
-    n = x.dtype.type(x.size // dbeta.size)
+    dgamma = _sum_of_products(dy, centered, axes) * invstd     # sum(dy * x_hat)
     # y depends on x directly and through the batch mean and variance; those two paths subtract
-    # the mean of dy and the projection of dy on x_hat.
-    scale = invstd if gamma is None else invstd * _bcast(gamma, shape)
-    dx = scale * (dy - _bcast(dbeta / n, shape) - x_hat * _bcast(dgamma / n, shape))
+    # the mean of dy and the projection of dy on x_hat:
+    #   dx = gamma * invstd * (dy - dbeta / n - x_hat * dgamma / n)
+    # computed in place over `centered`, the per-channel factors folded first.
+    dx = np.multiply(centered, _bcast(invstd * dgamma / n, shape), out=centered)
+    dx += _bcast(dbeta / n, shape)
+    np.subtract(dy, dx, out=dx)
+    dx *= _bcast(invstd if gamma is None else invstd * gamma, shape)
     if gamma is None:
-        return dx.astype(x.dtype, copy=False), None, None
-    return dx.astype(x.dtype, copy=False), dgamma, dbeta
+        return dx, None, None
+    return dx, dgamma, dbeta

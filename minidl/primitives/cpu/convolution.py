@@ -286,47 +286,46 @@ def _backward_filter_direct(x, dy, problem):
 # ----------------------------------------------------------------------------------------------
 
 
-def _pad(x, padding):
-    """Zero-pad the spatial dims of a channels-first array (a copy; skipped when padding is 0)."""
-    if not any(padding):
-        return x
-    return np.pad(x, ((0, 0), (0, 0)) + tuple((p, p) for p in padding))
-
-
-def _tap_window(problem, tap):
-    """Slices of the PADDED input that one kernel tap reads, for every output position."""
-    return tuple(slice(t * d, t * d + s * (o - 1) + 1, s)
-                 for t, d, s, o in zip(tap, problem.dilation, problem.stride, problem.out_size))
-
-
 def _im2col(x, problem):
     """x: (N, C, *in) -> cols: (C, *kernel, N, *out), the column matrix before reshaping.
 
     Row (c, tap) of the column matrix holds, for every output position (n, o), the input value that
-    tap multiplies. One strided slice of the padded input per tap fills a whole row block; there is
-    no loop over pixels. Reshaped to (G, C/G * prod(kernel), N * prod(out)) it is the right-hand
-    side of one GEMM per group.
+    tap multiplies. One strided slice of the input per tap fills a whole row block; there is no loop
+    over pixels. Reshaped to (G, C/G * prod(kernel), N * prod(out)) it is the right-hand side of one
+    GEMM per group.
+
+    Padding is never materialised: cols starts as zeros and each tap copies only the output
+    positions whose input lies inside x (_tap_slices, as in the direct algorithm). That saves the
+    padded copy of x, and np.zeros of a large array costs nothing until it is written.
     """
-    xp = _pad(x, problem.padding)
-    cols = np.empty((problem.C,) + problem.kernel_size + (problem.N,) + problem.out_size, dtype=x.dtype)
+    cols = np.zeros((problem.C,) + problem.kernel_size + (problem.N,) + problem.out_size, dtype=x.dtype)
+    x_cn = x.swapaxes(0, 1)                                              # (C, N, *in), a view
+    everything = (slice(None), slice(None))
     for tap in _kernel_taps(problem.kernel_size):
-        window = xp[(slice(None), slice(None)) + _tap_window(problem, tap)]   # (N, C, *out)
-        cols[(slice(None),) + tap] = window.swapaxes(0, 1)                    # (C, N, *out)
+        slices = _tap_slices(problem, tap)
+        if slices is None:
+            continue                                                     # this tap reads only padding
+        out_sl, in_sl = slices
+        cols[(slice(None),) + tap + (slice(None),) + out_sl] = x_cn[everything + in_sl]
     return cols
 
 
 def _col2im(dcols, problem):
     """The adjoint of _im2col: dcols (C, *kernel, N, *out) -> dx (N, C, *in).
 
-    Each tap's row block is added back onto the strided window of the padded input it came from;
-    windows of different taps overlap, which is why this is an accumulation. Then the padding is cut.
+    Each tap's row block is added back onto the strided window of the input it came from; windows
+    of different taps overlap, which is why this is an accumulation. Positions that fell in the
+    padding are skipped (_tap_slices), so there is no padded buffer to allocate and crop.
     """
-    padded = tuple(n + 2 * p for n, p in zip(problem.in_size, problem.padding))
-    dxp = np.zeros((problem.N, problem.C) + padded, dtype=dcols.dtype)
+    dx = np.zeros((problem.N, problem.C) + problem.in_size, dtype=dcols.dtype)
+    everything = (slice(None), slice(None))
     for tap in _kernel_taps(problem.kernel_size):
-        dxp[(slice(None), slice(None)) + _tap_window(problem, tap)] += dcols[(slice(None),) + tap].swapaxes(0, 1)
-    crop = tuple(slice(p, p + n) for p, n in zip(problem.padding, problem.in_size))
-    return dxp[(slice(None), slice(None)) + crop]
+        slices = _tap_slices(problem, tap)
+        if slices is None:
+            continue
+        out_sl, in_sl = slices
+        dx[everything + in_sl] += dcols[(slice(None),) + tap + (slice(None),) + out_sl].swapaxes(0, 1)
+    return dx
 
 
 def _gemm_shapes(problem):
@@ -360,10 +359,19 @@ def _backward_data_im2col_gemm(w, dy, problem):
 
 
 def _backward_filter_im2col_gemm(x, dy, problem):
-    """dW_g = dy_g (K/G, N*PQ) @ cols_g^T (N*PQ, C/G*RS)."""
+    """dW_g = dy_g (K/G, N*PQ) @ cols_g^T (N*PQ, C/G*RS), or its transpose, whichever is taller."""
     G, Kg, rows, ncols = _gemm_shapes(problem)
     cols = _im2col(x, problem).reshape(G, rows, ncols)
-    dw = np.matmul(_dy_matrix(dy, problem), cols.swapaxes(1, 2))         # (G, K/G, C/G*RS)
+    dy_mat = _dy_matrix(dy, problem)
+    if Kg >= rows:
+        dw = np.matmul(dy_mat, cols.swapaxes(1, 2))                      # (G, K/G, C/G*RS)
+    else:
+        # The same sum over the N*PQ output pixels, computed as dW^T = cols @ dy^T. Why: the
+        # contraction here is very long (N*PQ) and the result small; OpenBLAS's threaded sgemm
+        # ran such a product 3-20x slower when the result was wide and short (K/G rows, C/G*RS
+        # columns) than when it was tall and narrow (measured on 2 cores). Transposing the
+        # (K/G, C/G*RS) result back is a negligible copy.
+        dw = np.matmul(cols, dy_mat.swapaxes(1, 2)).swapaxes(1, 2)      # (G, K/G, C/G*RS)
     return dw.reshape((problem.K, problem.C // G) + problem.kernel_size)
 
 

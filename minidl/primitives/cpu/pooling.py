@@ -65,8 +65,20 @@ def _avg_divisor(spatial, out_sizes, desc, dtype):
     return divisor.astype(dtype)
 
 
+def _window_max(xp, desc, out_sizes):
+    """Window maxima: an elementwise np.maximum over the taps' strided slices (NaN wins, as PyTorch).
+
+    Only the maximum, no argmax: one pass per tap, with nothing to select or store, which is why
+    the forward pass does not go through _max_argmax.
+    """
+    y = None
+    for _, sl in _taps(desc, out_sizes):
+        y = xp[sl].copy() if y is None else np.maximum(y, xp[sl], out=y)
+    return y
+
+
 def _max_argmax(xp, desc, out_sizes):
-    """Window maxima and the tap number of each one's first maximum (NaN wins, as in PyTorch)."""
+    """Window maxima and the tap number of each one's first maximum (for NaN: PyTorch's last NaN)."""
     best = None
     arg = None
     for t, sl in _taps(desc, out_sizes):
@@ -82,52 +94,52 @@ def _max_argmax(xp, desc, out_sizes):
     return best, arg
 
 
-def _tiled_windows(xc, desc, out_sizes):
-    """For non-overlapping windows (stride == kernel, no padding): a (N, C, *out, taps) view.
+def _max_backward_first_match(xp, y, dyc, desc, out_sizes, padded):
+    """Gradient of max pooling (padded input) when no window maximum y is NaN.
 
-    The common 2x2/2 max pool then costs one reshape and one reduction instead of a pass per tap.
-    Taps are numbered in the same (row-major) window order as _taps. Returns None when it does not apply.
+    Instead of an int64 argmax array and a where() per tap against it, walk the taps in window
+    order with a boolean "still unclaimed" mask: tap t takes dy wherever it equals the window's
+    maximum and no earlier tap did. Ties go to the first maximum, as in _max_argmax and PyTorch.
     """
-    if any(p for p in desc.padding) or tuple(desc.stride) != tuple(desc.kernel_size):
-        return None
-    if any(o * k > L for o, k, L in zip(out_sizes, desc.kernel_size, xc.shape[2:])):
-        return None  # ceil mode reaching past the input: use the general path
-    d = len(out_sizes)
-    crop = (Ellipsis,) + tuple(slice(0, o * k) for o, k in zip(out_sizes, desc.kernel_size))
-    split = xc[crop].reshape(xc.shape[:2] + tuple(v for ok in zip(out_sizes, desc.kernel_size) for v in ok))
-    order = (0, 1) + tuple(2 + 2 * i for i in range(d)) + tuple(3 + 2 * i for i in range(d))
-    return split.transpose(order).reshape(xc.shape[:2] + tuple(out_sizes) + (-1,))
-
-
-def _untile(windows, xc_shape, desc, out_sizes):
-    """Inverse of _tiled_windows: (N, C, *out, taps) back to a (N, C, *spatial) array (zeros elsewhere)."""
-    d = len(out_sizes)
-    split = windows.reshape(xc_shape[:2] + tuple(out_sizes) + tuple(desc.kernel_size))
-    order = (0, 1) + tuple(v for i in range(d) for v in (2 + i, 2 + d + i))
-    tiled = split.transpose(order).reshape(xc_shape[:2] + tuple(o * k for o, k in zip(out_sizes, desc.kernel_size)))
-    if tiled.shape == tuple(xc_shape):
-        return tiled
-    full = np.zeros(xc_shape, dtype=windows.dtype)
-    full[(Ellipsis,) + tuple(slice(0, n) for n in tiled.shape[2:])] = tiled
-    return full
+    dxp = np.zeros(xp.shape[:2] + padded, dtype=dyc.dtype)
+    unclaimed = np.ones(y.shape, dtype=bool)
+    # dy * hit (a multiply by a boolean) is several times faster than np.where(hit, dy, 0), but
+    # 0 * inf = NaN would leak a non-finite dy onto the other taps: then select instead.
+    dy_finite = bool(np.isfinite(dyc).all())
+    # With stride >= kernel every input lies in at most one window, so each tap can write its
+    # slice directly (no temporary, no read-modify-write); overlapping windows must accumulate.
+    disjoint = all(s >= k for s, k in zip(desc.stride, desc.kernel_size))
+    zero = dyc.dtype.type(0)
+    for _, sl in _taps(desc, out_sizes):
+        hit = np.equal(xp[sl], y)
+        hit &= unclaimed
+        unclaimed ^= hit                          # hit is a subset of unclaimed: this removes it
+        if disjoint and dy_finite:
+            np.multiply(dyc, hit, out=dxp[sl])
+        else:
+            dxp[sl] += np.multiply(dyc, hit) if dy_finite else np.where(hit, dyc, zero)
+    return dxp
 
 
 def _to_layout(a, layout):
     return np.ascontiguousarray(to_channels_last(a, layout))
 
 
+def _pad_or_view(xc, desc, padded, fill):
+    """The padded input; without padding and ceil-mode overhang, xc itself (no copy)."""
+    if tuple(padded) == tuple(xc.shape[2:]):
+        return xc
+    return _pad(xc, desc, padded, fill)
+
+
 def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     xc = to_channels_first(x, layout)
     spatial = xc.shape[2:]
     out_sizes, padded = _geometry(spatial, desc)
-    windows = _tiled_windows(xc, desc, out_sizes) if desc.mode == "max" else None
-    if windows is not None:
-        # np.max propagates NaN, as PyTorch's max pooling does.
-        y = windows.max(axis=-1)
-    elif desc.mode == "max":
-        y, _ = _max_argmax(_pad(xc, desc, padded, -np.inf), desc, out_sizes)
+    if desc.mode == "max":
+        y = _window_max(_pad_or_view(xc, desc, padded, -np.inf), desc, out_sizes)
     else:
-        xp = _pad(xc, desc, padded, 0)
+        xp = _pad_or_view(xc, desc, padded, 0)
         y = np.zeros(xc.shape[:2] + tuple(out_sizes), dtype=x.dtype)
         for _, sl in _taps(desc, out_sizes):
             y += xp[sl]
@@ -140,22 +152,21 @@ def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=
     dyc = to_channels_first(dy, layout)
     spatial = xc.shape[2:]
     out_sizes, padded = _geometry(spatial, desc)
-    windows = _tiled_windows(xc, desc, out_sizes) if desc.mode == "max" else None
-    if windows is not None:
-        # argmax returns the first maximum (and the first NaN), the same tap _max_argmax picks.
-        arg = windows.argmax(axis=-1)[..., None]
-        dwin = np.zeros(windows.shape, dtype=x.dtype)
-        np.put_along_axis(dwin, arg, dyc[..., None], axis=-1)
-        dx = _untile(dwin, xc.shape, desc, out_sizes)
-        return blend("pooling_backward", _to_layout(dx, layout), out, alpha, beta)
-    dxp = np.zeros(xc.shape[:2] + padded, dtype=x.dtype)
     if desc.mode == "max":
         # Recompute the argmax from x instead of storing it (as cuDNN): the gradient of each
         # window goes to its first maximum.
-        _, arg = _max_argmax(_pad(xc, desc, padded, -np.inf), desc, out_sizes)
-        for t, sl in _taps(desc, out_sizes):
-            dxp[sl] += np.where(arg == t, dyc, 0)
+        xp = _pad_or_view(xc, desc, padded, -np.inf)
+        window_max = _window_max(xp, desc, out_sizes)
+        if not np.isnan(window_max).any():
+            dxp = _max_backward_first_match(xp, window_max, dyc, desc, out_sizes, padded)
+        else:
+            # A NaN maximum equals nothing, so the mask walk cannot find it: use the argmax.
+            _, arg = _max_argmax(xp, desc, out_sizes)
+            dxp = np.zeros(xc.shape[:2] + padded, dtype=x.dtype)
+            for t, sl in _taps(desc, out_sizes):
+                dxp[sl] += np.where(arg == t, dyc, 0)
     else:
+        dxp = np.zeros(xc.shape[:2] + padded, dtype=x.dtype)
         share = dyc / _avg_divisor(spatial, out_sizes, desc, x.dtype)
         for _, sl in _taps(desc, out_sizes):
             dxp[sl] += share
