@@ -146,3 +146,17 @@ def test_errors():
         activation_forward(x, ActivationDescriptor(), out=np.zeros((3, 2), dtype=np.float32))
     with pytest.raises(TypeError, match="out has dtype float64"):
         activation_forward(x, ActivationDescriptor(), out=np.zeros((2, 3)))
+
+
+def test_relu_backward_with_inf_and_nan_gradients_matches_torch():
+    # (At x = NaN minidl passes no gradient, f'(x) = [x > 0]; torch tests the output instead.)
+    x = np.array([-1.0, 0.0, 2.0, 3.0, -4.0], dtype=np.float32)
+    dy = np.array([np.inf, np.inf, np.inf, np.nan, np.nan], dtype=np.float32)
+    desc = ActivationDescriptor("relu")
+    y = activation_forward(x, desc)
+    dx = activation_backward(x, y, dy, desc)
+    xt = torch.tensor(x, requires_grad=True)
+    torch.relu(xt).backward(torch.tensor(dy))
+    np.testing.assert_array_equal(np.isnan(dx), np.isnan(xt.grad.numpy()))
+    finite = ~np.isnan(dx)
+    np.testing.assert_array_equal(dx[finite], xt.grad.numpy()[finite])

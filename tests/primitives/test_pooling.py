@@ -258,3 +258,21 @@ def test_non_overlapping_max_pool_fast_path(shape, kernel, layout, rng):
     check_against_torch(x, desc, layout, rng, 1e-6)
     x = rng.standard_normal(shape).astype(np.float32)
     check_against_torch(x, desc, layout, rng, 1e-6)
+
+
+@pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 2, 1)])
+def test_max_pool_with_nan_and_inf_matches_torch(kernel, stride, padding, rng):
+    """NaN wins a window and takes its gradient; +-inf behave as numbers (the fast paths fall back)."""
+    x = rng.standard_normal((2, 3, 8, 9)).astype(np.float32)
+    x[0, 0, 1, 1] = np.nan
+    x[0, 1, 2, 3] = np.inf
+    x[1, 2, 4, 4] = -np.inf
+    desc = PoolingDescriptor(mode="max", kernel_size=kernel, stride=stride, padding=padding, ceil_mode=False,
+                             spatial_dims=2)
+    dy = rng.standard_normal(pooling_output_shape(x.shape, desc)).astype(np.float32)
+    y_ref, dx_ref = torch_pool(x, dy, desc)
+    y = pooling_forward(x, desc)
+    dx = pooling_backward(x, y, dy, desc)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(y_ref))
+    np.testing.assert_allclose(y[~np.isnan(y)], y_ref[~np.isnan(y_ref)], rtol=1e-6)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-6, atol=1e-7)
