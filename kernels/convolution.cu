@@ -27,8 +27,11 @@
 // im2col_gemm: convolution_im2col writes the lowered matrix (N*P*Q, C/g*T*R*S) to the workspace,
 //   then gemm.cu multiplies; backward-data multiplies into the workspace and convolution_col2im
 //   sums the columns back into dx (one thread per dx element: a gather, so no atomics).
-// direct: one thread per output element looping over its window. Simple and obviously right: the
-//   reference the others are tested against on the GPU.
+// direct: one thread per output element looping over its window. Simple and obviously right.
+//   First layers (1-4 input channels, C*R*S <= 160, groups = 1; "Small-channel kernels" at the end
+//   of this file) get tiled kernels for forward and backward-filter instead: forward keeps the
+//   input tile with halo and the weights in shared memory and 4 x 8 outputs per thread in
+//   registers; backward-filter lowers 32 output pixels at a time into shared memory.
 // winograd: F(2x2, 3x3) (Lavin & Gray) for 2-D 3x3 stride-1 dilation-1, groups=1: transform 4x4 input
 //   tiles (B^T d B) and the filters (G g G^T), 16 batched GEMMs over channels (gemm.cu), then the
 //   output transform (A^T m A) with bias and blending. Backward-data is the same forward
@@ -962,5 +965,351 @@ extern "C" __global__ void convolution_winograd_output_transform(const float* __
                 y[idx] = blend_value(out[s] + b, alpha, beta, y + idx);
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small-channel kernels: the first layers of a network (C = 1..4 input channels, C*R*S <= 160,
+// groups = 1). The GEMM mappings waste most of their tiles there (a reduction of 25 or 27 taps in
+// steps of 8, or 1-3 GEMM columns in a 32-wide tile) and spend their time on index arithmetic and
+// scattered stores, so two directions get a dedicated kernel, variants of `direct`:
+//   forward          output tile in registers, input tile with halo + weights in shared memory
+//   backward_filter  a GEMM M = K, N = C*R*S, reduction over output pixels in chunks of 32
+//                    lowered into shared memory, split over blocks, deterministic second pass
+// (A stride-phase gather kernel for backward_data was measured slower than im2col_gemm on the
+// benchmark's first layers and removed; see benchmarks/results/gpu_conv.md.)
+// ---------------------------------------------------------------------------------------------
+
+constexpr int SC_THREADS = 256;
+constexpr int FILL_BATCH = 8;  // global loads in flight per thread while staging shared memory
+
+// Stage `count` values into shared memory: store(i, load(i)) for i < count, spread over THREADS
+// threads. The loads of FILL_BATCH elements are issued before any store, so a thread waits for one
+// memory latency per batch instead of one per element (a plain loop would serialise them).
+template <int THREADS, class Load, class Store>
+__device__ __forceinline__ void batched_fill(int count, Load load, Store store)
+{
+    for (int base = threadIdx.x; base < count; base += THREADS * FILL_BATCH) {
+        float v[FILL_BATCH];
+#pragma unroll
+        for (int b = 0; b < FILL_BATCH; ++b) {
+            const int i = base + b * THREADS;
+            v[b] = i < count ? load(i) : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < FILL_BATCH; ++b) {
+            const int i = base + b * THREADS;
+            if (i < count) store(i, v[b]);
+        }
+    }
+}
+constexpr int SC_TQ = 32;                         // output columns per block: one per lane
+constexpr int SC_ROWS = 4;                        // output rows per thread
+constexpr int SC_ROW_GROUPS = 2;                  // warps stacked along the rows
+constexpr int SC_KT = 8;                          // output channels per thread
+constexpr int SC_K_GROUPS = 4;                    // warps side by side along the channels
+constexpr int SC_TP = SC_ROWS * SC_ROW_GROUPS;    // 8 output rows per block
+constexpr int SC_KB = SC_KT * SC_K_GROUPS;        // 32 output channels per block
+constexpr int SC_WS = SC_KB + 4;                  // padded weight row: float4-aligned, fewer store conflicts
+constexpr int SC_MAX_CRS = 160;                   // C*R*S limit (launcher checks)
+constexpr int SC_MAX_INPUT_TILE = 6144;           // floats of input tile with halo (launcher checks)
+
+// Forward, small C, 1-D/2-D (T = 1), groups = 1.
+// Block: one image n, an 8 x 32 tile of output pixels (rows p0.., columns q0..), 32 output channels
+// from k0. Shared memory holds that block's weights, w_s[(c, r, s)][k] (k fastest, so a thread's 8
+// channels are two float4 broadcasts: every lane of a warp reads the same weights), and the input
+// tile with its halo, zero-filled outside the image, so the inner loop has no bounds checks.
+// Thread: lane = output column, warp = (row group, channel group); it accumulates 4 rows x 8
+// channels = 32 outputs in registers: per filter tap, 4 shared loads of input (lanes read
+// neighbouring columns: conflict-free at stride 1) and 2 float4 weight loads feed 32 FMAs.
+// Stores: a warp writes 32 consecutive q of one (k, p) row in NCHW (coalesced).
+template <bool CL>
+__device__ __forceinline__ void fprop_small_c(const float* __restrict__ x, const float* __restrict__ w,
+                                              const float* __restrict__ bias, float* y, const ConvGeom& g,
+                                              float alpha, float beta)
+{
+    __shared__ __align__(16) float w_s[SC_MAX_CRS * SC_WS];
+    __shared__ float in_s[SC_MAX_INPUT_TILE];
+    const int tiles_q = (g.Q + SC_TQ - 1) / SC_TQ;
+    const int p0 = (blockIdx.x / tiles_q) * SC_TP, q0 = (blockIdx.x % tiles_q) * SC_TQ;
+    const int k0 = blockIdx.y * SC_KB;
+    const int n = blockIdx.z;
+    const int C = g.C, R = g.R, S = g.S, RS = g.R * g.S;
+    const int crs_count = C * RS;
+    const int sh = g.str_h, sw = g.str_w, dh = g.dil_h, dw = g.dil_w;
+    const int tile_h = (SC_TP - 1) * sh + (R - 1) * dh + 1;
+    const int tile_w = (SC_TQ - 1) * sw + (S - 1) * dw + 1;
+
+    // Weights in their storage order (tap index crs = (c, r, s) in NCHW, (r, s, c) in NHWC: w is a
+    // (K, C*R*S) matrix in both); consecutive threads read consecutive taps (coalesced).
+    batched_fill<SC_THREADS>(
+        crs_count * SC_KB,
+        [&](int i) {
+            const int kk = i / crs_count, crs = i - kk * crs_count;
+            return k0 + kk < g.K ? __ldg(w + (long long)(k0 + kk) * crs_count + crs) : 0.0f;
+        },
+        [&](int i, float v) {
+            const int kk = i / crs_count, crs = i - kk * crs_count;
+            w_s[crs * SC_WS + kk] = v;
+        });
+    const int h_base = p0 * sh - g.pad_h, w_base = q0 * sw - g.pad_w;
+    // input tile element i -> (c, hh, ww), channel fastest in NHWC (the order of x in memory)
+    auto tile_coords = [&](int i, int& c, int& hh, int& ww) {
+        if (CL) {
+            c = i % C;
+            const int hw = i / C;
+            hh = hw / tile_w;
+            ww = hw - hh * tile_w;
+        } else {
+            ww = i % tile_w;
+            const int ch = i / tile_w;
+            hh = ch % tile_h;
+            c = ch / tile_h;
+        }
+    };
+    batched_fill<SC_THREADS>(
+        C * tile_h * tile_w,
+        [&](int i) {
+            int c, hh, ww;
+            tile_coords(i, c, hh, ww);
+            const int h = h_base + hh, wc = w_base + ww;
+            const bool in = (unsigned)h < (unsigned)g.H && (unsigned)wc < (unsigned)g.W;
+            return in ? __ldg(x + g.x_index(CL, n, c, 0, h, wc)) : 0.0f;
+        },
+        [&](int i, float v) {
+            int c, hh, ww;
+            tile_coords(i, c, hh, ww);
+            in_s[(c * tile_h + hh) * tile_w + ww] = v;
+        });
+    __syncthreads();
+
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int row_group = warp % SC_ROW_GROUPS, k_group = warp / SC_ROW_GROUPS;
+    float acc[SC_ROWS][SC_KT];
+#pragma unroll
+    for (int i = 0; i < SC_ROWS; ++i)
+#pragma unroll
+        for (int j = 0; j < SC_KT; ++j) acc[i][j] = 0.0f;
+
+    const float* in_thread = in_s + row_group * SC_ROWS * sh * tile_w + lane * sw;
+    const float* w_thread = w_s + k_group * SC_KT;
+    const int row_step = sh * tile_w;
+    const int w_s_step = (CL ? C : 1) * SC_WS;  // from tap s to s + 1 in w_s
+    for (int c = 0; c < C; ++c) {
+        for (int r = 0; r < R; ++r) {
+            const float* in_row = in_thread + (c * tile_h + r * dh) * tile_w;
+            const float* w_row = w_thread + (CL ? r * S * C + c : c * RS + r * S) * SC_WS;
+            for (int s = 0; s < S; ++s) {
+                float v[SC_ROWS];
+#pragma unroll
+                for (int i = 0; i < SC_ROWS; ++i) v[i] = in_row[i * row_step + s * dw];
+                const float4 wa = *reinterpret_cast<const float4*>(w_row + s * w_s_step);
+                const float4 wb = *reinterpret_cast<const float4*>(w_row + s * w_s_step + 4);
+                const float wk[SC_KT] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+                for (int i = 0; i < SC_ROWS; ++i)
+#pragma unroll
+                    for (int j = 0; j < SC_KT; ++j) acc[i][j] = fmaf(v[i], wk[j], acc[i][j]);
+            }
+        }
+    }
+
+    const int q = q0 + lane;
+    if (q >= g.Q) return;
+#pragma unroll
+    for (int i = 0; i < SC_ROWS; ++i) {
+        const int p = p0 + row_group * SC_ROWS + i;
+        if (p >= g.P) continue;
+#pragma unroll
+        for (int j = 0; j < SC_KT; ++j) {
+            const int k = k0 + k_group * SC_KT + j;
+            if (k >= g.K) continue;
+            const long long idx = g.y_index(CL, n, k, 0, p, q);
+            const float value = acc[i][j] + (bias != nullptr ? __ldg(bias + k) : 0.0f);
+            y[idx] = blend_value(value, alpha, beta, y + idx);
+        }
+    }
+}
+
+#define SMALL_C_FPROP_KERNEL(name, cl)                                                                       \
+    extern "C" __global__ void __launch_bounds__(SC_THREADS, 2)                                             \
+        name(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias,      \
+             float* y, CONV_GEOM_ARGS, float alpha, float beta)                                             \
+    {                                                                                                       \
+        const ConvGeom g = CONV_GEOM;                                                                       \
+        fprop_small_c<cl>(x, w, bias, y, g, alpha, beta);                                                   \
+    }
+SMALL_C_FPROP_KERNEL(convolution_forward_direct_small_c_nchw, false)
+SMALL_C_FPROP_KERNEL(convolution_forward_direct_small_c_nhwc, true)
+
+// Backward filter, small C (C*T*R*S <= 160), groups = 1: the wgrad GEMM
+//     dw (K, CRS) = dy (K, N*OPQ) x im2col(x) (N*OPQ, CRS)
+// with the reduction over output pixels taken 32 at a time. Per chunk the block stages dy for its
+// KB output channels, dy_s[pixel][k], and the chunk's lowered input, x_s[pixel][tap], gathered
+// from x with a tap table (taps_s) and a pixel table, zero outside the image. Thread: 4 output
+// channels (one float4 of dy_s) x CT taps (CT/2 float2 of x_s, tap = 2*cg + 2*NCG*j + e: a warp
+// reads 16 or 32 consecutive float2, conflict-free) -> 4*CT FMAs per pixel from registers.
+// Split-K: grid x = slices of the pixel chunks; each slice writes its raw sums to
+// partial[slice][k][tap] and convolution_splitk_reduce adds the slices in a fixed order
+// (deterministic); with one slice the block blends into dw directly.
+constexpr int SW_PIX = 32;       // output pixels per stage
+// C*T*R*S <= 160 (SMALL_C_MAX_TAPS of the launcher) and <= NCG * CT of the variant launched
+
+template <bool CL, int KB, int CT>
+__device__ __forceinline__ void wgrad_small_c(const float* __restrict__ x, const float* __restrict__ dy, float* dw,
+                                              float* partial, int chunks_per_slice, const ConvGeom& g, float alpha,
+                                              float beta)
+{
+    constexpr int NKG = KB / 4;                // groups of 4 output channels
+    constexpr int NCG = SC_THREADS / NKG;      // tap groups
+    constexpr int CRS_PAD = NCG * CT;          // taps covered by the block (>= C*T*R*S)
+    constexpr int XS = CRS_PAD + 4;            // x_s row: 8-byte aligned, spreads the pixel-major stores
+    constexpr int DS = KB + 4;                 // dy_s row: 16-byte aligned
+    static_assert(CT % 2 == 0, "CT must be even (float2 reads)");
+    __shared__ __align__(16) float x_s[SW_PIX * XS];
+    __shared__ __align__(16) float dy_s[SW_PIX * DS];
+    __shared__ int4 taps_s[CRS_PAD];
+    __shared__ long long pix_x[SW_PIX], pix_dy[SW_PIX];
+    __shared__ int pix_d[SW_PIX], pix_h[SW_PIX], pix_w[SW_PIX];
+
+    const int crs_count = g.C * g.TRS();
+    const int k0 = blockIdx.y * KB;
+    const int slice = blockIdx.x;
+    const long long total_pix = (long long)g.N * g.OPQ();
+    const long long chunk_begin = (long long)slice * chunks_per_slice;
+    const long long chunk_end = min(chunk_begin + chunks_per_slice, (total_pix + SW_PIX - 1) / SW_PIX);
+
+    for (int i = threadIdx.x; i < CRS_PAD; i += SC_THREADS)
+        taps_s[i] = i < crs_count ? filter_tap<CL>(g, i, g.C) : make_int4(0, 0, 0, 0);
+    // taps beyond crs_count are never gathered: zero them once so their (discarded) sums stay finite
+    for (int i = threadIdx.x; i < SW_PIX * XS; i += SC_THREADS) x_s[i] = 0.0f;
+
+    const int kg = threadIdx.x / NCG, cg = threadIdx.x % NCG;
+    float acc[4][CT];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < CT; ++j) acc[i][j] = 0.0f;
+
+    for (long long chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+        const long long m0 = chunk * SW_PIX;
+        __syncthreads();  // the previous chunk is consumed (and the tables above are written)
+        if (threadIdx.x < SW_PIX) {
+            const long long m = m0 + threadIdx.x;
+            if (m < total_pix) {
+                const int n = (int)(m / g.OPQ()), opq = (int)(m - (long long)n * g.OPQ());
+                const int o = opq / (g.P * g.Q), pq = opq - o * g.P * g.Q, p = pq / g.Q, q = pq - p * g.Q;
+                pix_d[threadIdx.x] = o * g.str_d - g.pad_d;
+                pix_h[threadIdx.x] = p * g.str_h - g.pad_h;
+                pix_w[threadIdx.x] = q * g.str_w - g.pad_w;
+                pix_x[threadIdx.x] = (long long)n * g.C * g.DHW();
+                pix_dy[threadIdx.x] = CL ? m * g.K : (long long)n * g.K * g.OPQ() + opq;
+            } else {
+                pix_d[threadIdx.x] = -(1 << 29);  // every tap falls outside: the pixel contributes 0
+                pix_h[threadIdx.x] = 0;
+                pix_w[threadIdx.x] = 0;
+                pix_x[threadIdx.x] = 0;
+                pix_dy[threadIdx.x] = -1;
+            }
+        }
+        __syncthreads();
+        // NCHW: pixel fastest (dy is contiguous along pixels); NHWC: channel fastest
+        batched_fill<SC_THREADS>(
+            SW_PIX * KB,
+            [&](int e) {
+                const int pix = CL ? e / KB : e % SW_PIX, kk = CL ? e % KB : e / SW_PIX;
+                const int k = k0 + kk;
+                const long long base = pix_dy[pix];
+                return (base >= 0 && k < g.K) ? __ldg(dy + base + (CL ? k : (long long)k * g.OPQ())) : 0.0f;
+            },
+            [&](int e, float v) {
+                const int pix = CL ? e / KB : e % SW_PIX, kk = CL ? e % KB : e / SW_PIX;
+                dy_s[pix * DS + kk] = v;
+            });
+        batched_fill<SC_THREADS>(
+            SW_PIX * crs_count,
+            [&](int e) {
+                const int pix = e % SW_PIX, crs = e / SW_PIX;
+                const int4 tap = taps_s[crs];
+                const int d = pix_d[pix] + tap.y, h = pix_h[pix] + tap.z, wc = pix_w[pix] + tap.w;
+                const bool in = (unsigned)d < (unsigned)g.D && (unsigned)h < (unsigned)g.H && (unsigned)wc < (unsigned)g.W;
+                const int pixel = (d * g.H + h) * g.W + wc;
+                const long long idx =
+                    pix_x[pix] + (CL ? (long long)pixel * g.C + tap.x : (long long)tap.x * g.DHW() + pixel);
+                return in ? __ldg(x + idx) : 0.0f;
+            },
+            [&](int e, float v) { x_s[(e % SW_PIX) * XS + e / SW_PIX] = v; });
+        __syncthreads();
+#pragma unroll 4
+        for (int pix = 0; pix < SW_PIX; ++pix) {
+            const float4 d4 = *reinterpret_cast<const float4*>(&dy_s[pix * DS + kg * 4]);
+            const float dv[4] = {d4.x, d4.y, d4.z, d4.w};
+            float xv[CT];
+#pragma unroll
+            for (int j = 0; j < CT / 2; ++j) {
+                const float2 t = *reinterpret_cast<const float2*>(&x_s[pix * XS + 2 * cg + 2 * NCG * j]);
+                xv[2 * j] = t.x;
+                xv[2 * j + 1] = t.y;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < CT; ++j) acc[i][j] = fmaf(dv[i], xv[j], acc[i][j]);
+        }
+    }
+
+    float* part = partial == nullptr ? nullptr : partial + (long long)slice * g.K * crs_count;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int k = k0 + kg * 4 + i;
+        if (k >= g.K) continue;
+#pragma unroll
+        for (int j = 0; j < CT; ++j) {
+            const int crs = 2 * cg + 2 * NCG * (j / 2) + (j % 2);
+            if (crs >= crs_count) continue;
+            const long long idx = (long long)k * crs_count + crs;
+            if (part != nullptr) part[idx] = acc[i][j];
+            else dw[idx] = blend_value(acc[i][j], alpha, beta, dw + idx);
+        }
+    }
+}
+
+#define SMALL_C_WGRAD_KERNEL(name, cl, kb, ct)                                                               \
+    extern "C" __global__ void __launch_bounds__(SC_THREADS, 2)                                             \
+        name(const float* __restrict__ x, const float* __restrict__ dy, float* dw, float* partial,          \
+             int chunks_per_slice, CONV_GEOM_ARGS, float alpha, float beta)                                 \
+    {                                                                                                       \
+        const ConvGeom g = CONV_GEOM;                                                                       \
+        wgrad_small_c<cl, kb, ct>(x, dy, dw, partial, chunks_per_slice, g, alpha, beta);                    \
+    }
+#define SMALL_C_WGRAD_KERNELS(kb, ct)                                                                        \
+    SMALL_C_WGRAD_KERNEL(convolution_backward_filter_direct_small_c_nchw_kb##kb##_ct##ct, false, kb, ct) \
+    SMALL_C_WGRAD_KERNEL(convolution_backward_filter_direct_small_c_nhwc_kb##kb##_ct##ct, true, kb, ct)
+SMALL_C_WGRAD_KERNELS(32, 2)   // up to  64 taps
+SMALL_C_WGRAD_KERNELS(32, 6)   // up to 192 taps
+SMALL_C_WGRAD_KERNELS(64, 2)   // up to  32 taps
+SMALL_C_WGRAD_KERNELS(64, 4)   // up to  64 taps
+SMALL_C_WGRAD_KERNELS(64, 10)  // up to 160 taps
+
+// Sum the split-K slices of a small weight gradient: out[i] = alpha * sum_s partial[s][i] + beta * out[i].
+// Block of 256 = 32 consecutive outputs x 8 slice lanes: thread (col, part) sums slices part,
+// part+8, ... (a warp reads 32 consecutive floats of one slice), then one thread per output adds the
+// 8 lane sums in a fixed order. Deterministic, and with many blocks even when the output is small.
+extern "C" __global__ void convolution_splitk_reduce(const float* __restrict__ partial, int splits, long long total,
+                                                     float alpha, float beta, float* out)
+{
+    __shared__ float sums[8][33];
+    const int col = threadIdx.x % 32, part = threadIdx.x / 32;
+    const long long i = blockIdx.x * 32LL + col;
+    float s = 0.0f;
+    if (i < total)
+        for (int sp = part; sp < splits; sp += 8) s += partial[(long long)sp * total + i];
+    sums[part][col] = s;
+    __syncthreads();
+    if (part == 0 && i < total) {
+        float t = 0.0f;
+#pragma unroll
+        for (int p = 0; p < 8; ++p) t += sums[p][col];
+        out[i] = blend_value(t, alpha, beta, out + i);
     }
 }

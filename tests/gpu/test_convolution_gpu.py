@@ -39,6 +39,21 @@ PROBLEMS = [
     ("wgrad_transposed_split_k", 8, 8, (32, 32), 16, (3, 3), 1, 1, 1, 1),
 ]
 
+# First layers (1-4 input channels): the small-channel kernels of direct. Sizes off every tile: 8 x 32
+# output tiles and 32 channels per block (forward), 32 or 64 channels x 32-pixel chunks split over
+# many blocks (backward_filter).
+SMALL_C_PROBLEMS = [
+    ("small_c_5x5_c1", 3, 1, (30, 37), 33, (5, 5), 2, 1, 1, 1),            # two channel blocks of 32
+    ("small_c_7x7_s2_c3", 2, 3, (37, 41), 20, (7, 7), 3, 2, 1, 1),          # 4 stride phases, odd sizes
+    ("small_c_s3_dil2_c2", 2, 2, (23, 19), 7, (3, 3), (2, 1), 3, 2, 1),     # phases, dilation, pad per dim
+    ("small_c_stride_gt_kernel", 2, 1, (13, 14), 5, (2, 2), 0, 3, 1, 1),    # phases that no tap reaches
+    ("small_c_1d_c4", 3, 4, (50,), 70, (5,), 2, 2, 1, 1),                   # 1-D; 70 channels: 2 x 64 wgrad
+    ("small_c_many_slices", 16, 3, (33, 35), 64, (3, 3), 1, 1, 1, 1),       # wgrad split over ~all SMs
+    ("small_c_one_chunk", 1, 2, (5, 6), 3, (3, 3), 1, 1, 1, 1),             # wgrad: one chunk, no split
+    ("small_c_3d_wgrad", 2, 2, (4, 6, 7), 5, (2, 3, 3), 1, (1, 2, 1), 1, 1), # 3-D: wgrad only
+]
+PROBLEMS = PROBLEMS + SMALL_C_PROBLEMS
+
 
 def _shapes(N, C, size, K, kernel, groups, layout):
     if layout == "NCHW":
@@ -127,6 +142,60 @@ def test_gpu_backward_alpha_beta(direction, algo, layout):
     out = cupy.asarray(prior.astype(np.float32))
     g = [cupy.asarray(a.astype(np.float32)) for a in (x, w, dy)]
     _run(direction, algo, desc, *g, layout, alpha=1.5, beta=0.25, out=out)
+    assert rel_err(cupy.asnumpy(out), want) <= TOL
+
+
+@pytest.mark.parametrize("problem", SMALL_C_PROBLEMS, ids=[p[0] for p in SMALL_C_PROBLEMS])
+def test_small_channel_problems_take_the_small_channel_kernels(problem):
+    """The problems above must really run the dedicated kernels (not the general fallbacks)."""
+    from minidl.primitives.convolution import _make_problem
+    from minidl.primitives.cuda.convolution import small_channel_kernel
+
+    for layout in ("NCHW", "NHWC"):
+        desc, x, w, dy = _setup(problem, layout)
+        p = _make_problem("test", x.shape, w.shape, desc, layout, np.float32)
+        assert small_channel_kernel("backward_filter", p)
+        assert small_channel_kernel("forward", p) == (len(problem[3]) <= 2)
+        assert not small_channel_kernel("backward_data", p)
+
+
+def test_small_channel_kernel_limits():
+    from minidl.primitives.convolution import _make_problem
+    from minidl.primitives.cuda.convolution import small_channel_kernel
+
+    def problem(C, kernel, groups=1, stride=1, dilation=1):
+        desc = ConvolutionDescriptor(padding=0, stride=stride, dilation=dilation, groups=groups)
+        return _make_problem("test", (2, C, 64, 64), (8, C // groups) + kernel, desc, "NCHW", np.float32)
+
+    assert small_channel_kernel("forward", problem(3, (7, 7), stride=2))
+    assert not small_channel_kernel("forward", problem(8, (3, 3)))                 # too many channels
+    assert not small_channel_kernel("backward_filter", problem(4, (7, 7)))         # 196 taps > 160
+    assert not small_channel_kernel("forward", problem(4, (2, 2), groups=2))       # groups
+    assert not small_channel_kernel("forward", problem(4, (5, 5), stride=4))       # input tile > 6144 floats
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("direction, algo, index", [("forward", "direct", 1), ("forward", "direct", 2),
+                                                    ("backward_filter", "direct", 5),
+                                                    ("backward_filter", "direct", 6)])
+def test_gpu_small_channel_alpha_beta(direction, algo, index, layout):
+    import cupy
+
+    desc, x, w, dy = _setup(SMALL_C_PROBLEMS[index], layout, seed=12)
+    rng = np.random.default_rng(13)
+    prior = rng.standard_normal(_result_shape(direction, x, w, dy))
+    bias = rng.standard_normal(w.shape[0])
+    if direction == "forward":
+        want = -0.75 * convolution_forward(x, w, desc, bias, layout=layout, algo="direct") + 0.5 * prior
+    else:
+        want = -0.75 * _run(direction, "direct", desc, x, w, dy, layout) + 0.5 * prior
+    out = cupy.asarray(prior.astype(np.float32))
+    g = [cupy.asarray(a.astype(np.float32)) for a in (x, w, dy)]
+    if direction == "forward":
+        convolution_forward(g[0], g[1], desc, cupy.asarray(bias.astype(np.float32)), algo=algo, layout=layout,
+                            alpha=-0.75, beta=0.5, out=out)
+    else:
+        _run(direction, algo, desc, *g, layout, alpha=-0.75, beta=0.5, out=out)
     assert rel_err(cupy.asnumpy(out), want) <= TOL
 
 

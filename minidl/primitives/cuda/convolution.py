@@ -6,7 +6,10 @@ direction taking the already-validated (problem, algo, alpha, beta, out). Every 
 from the calling thread's Handle (handle.py); `workspace_bytes` says how much each algorithm takes.
 
 Which kernels each algorithm launches (see the header of kernels/convolution.cu):
-    direct                  convolution_{forward,backward_data,backward_filter}_direct
+    direct                  convolution_{forward,backward_data,backward_filter}_direct; for first
+                            layers (small_channel_kernel) forward and backward_filter run the tiled
+                            convolution_<direction>_direct_small_c_* kernels instead
+                            (+ convolution_splitk_reduce for backward_filter)
     implicit_gemm           convolution_<direction>_implicit_gemm_{nchw,nhwc}
                             (+ gemm_splitk_reduce for backward_filter when K is split)
     implicit_precomp_gemm   convolution_tap_table, then ..._implicit_precomp_gemm_{nchw,nhwc}
@@ -21,7 +24,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from .activation import grid_stride_blocks
+from .activation import grid_stride_blocks, sm_count
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
 
@@ -68,6 +71,55 @@ def _flag(b) -> np.int32:
 
 
 CONV_TILE_WIDTHS = (128, 64, 32)   # the BN variants compiled in kernels/convolution.cu
+
+
+# The small-channel kernels (kernels/convolution.cu, "Small-channel kernels"): first layers.
+SMALL_C_MAX_CHANNELS = 4      # input channels
+SMALL_C_MAX_TAPS = 160        # C * T*R*S: SC_MAX_CRS / SW_MAX_CRS of the kernels
+SMALL_C_FWD_ROWS, SMALL_C_FWD_COLS, SMALL_C_FWD_CHANNELS = 8, 32, 32   # SC_TP, SC_TQ, SC_KB
+SMALL_C_FWD_MAX_TILE = 6144   # SC_MAX_INPUT_TILE (floats)
+SMALL_C_WGRAD_PIXELS = 32     # SW_PIX
+SMALL_C_WGRAD_VARIANTS = {32: (2, 6), 64: (2, 4, 10)}   # compiled (KB, CT): KB output channels per block
+
+
+def small_channel_kernel(direction: str, problem) -> bool:
+    """Whether `direction` of this problem runs the small-channel kernel of its algorithm.
+
+    Those are the first layers of a network (1-4 input channels, at most 160 filter taps in all,
+    groups = 1); the kernels are variants of `direct`, for forward and backward_filter only.
+    """
+    if direction == "backward_data":
+        return False
+    g = _Geometry(problem)
+    if g.groups != 1 or g.C > SMALL_C_MAX_CHANNELS or g.C * g.TRS > SMALL_C_MAX_TAPS or g.C == 0:
+        return False
+    if direction == "backward_filter":
+        return g.K > 0
+    if problem.spatial_dims > 2 or g.N > 65535:     # 2-D tiles; the batch is grid z
+        return False
+    sh, sw = g.stride[1:]
+    dh, dw = g.dilation[1:]
+    tile_h = (SMALL_C_FWD_ROWS - 1) * sh + (g.R - 1) * dh + 1
+    tile_w = (SMALL_C_FWD_COLS - 1) * sw + (g.S - 1) * dw + 1
+    return g.C * tile_h * tile_w <= SMALL_C_FWD_MAX_TILE
+
+
+def _small_c_wgrad_plan(g):
+    """(KB, CT, slices, chunks_per_slice) of the small-channel weight-gradient kernel.
+
+    KB output channels per block (32 or 64), CT taps per thread (the narrowest compiled variant that
+    covers C*T*R*S), and the split of the N*O*P*Q output pixels (chunks of 32) over about three
+    blocks per SM (the kernel's occupancy: one full wave, no tail).
+    """
+    kb = 32 if g.K <= 32 else 64
+    tap_groups = THREADS // (kb // 4)
+    taps = g.C * g.TRS
+    ct = next(ct for ct in SMALL_C_WGRAD_VARIANTS[kb] if tap_groups * ct >= taps)
+    chunks = math.ceil(g.N * g.OPQ / SMALL_C_WGRAD_PIXELS)
+    k_blocks = math.ceil(g.K / kb)
+    slices = max(1, min(chunks, (2 * sm_count()) // k_blocks))
+    per_slice = math.ceil(chunks / slices)
+    return kb, ct, math.ceil(chunks / per_slice), per_slice
 
 
 def _aligned(a, multiple_of_four: int) -> np.int32:
@@ -123,6 +175,9 @@ def _winograd_sizes(g, direction):
 def workspace_bytes(algo: str, direction: str, problem) -> int:
     g = _Geometry(problem)
     if algo == "direct":
+        if direction == "backward_filter" and small_channel_kernel(direction, problem):
+            _, _, slices, _ = _small_c_wgrad_plan(g)
+            return 0 if slices == 1 else 4 * slices * g.K * g.C * g.TRS
         return 0
     if algo == "implicit_gemm":
         if direction == "backward_filter":
@@ -205,6 +260,11 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
     with handle.launch_context():
         if g.N * g.OPQ == 0:
             pass
+        elif algo == "direct" and small_channel_kernel("forward", problem):
+            kernel = get_kernel("convolution", f"convolution_forward_direct_small_c_{g.suffix}")
+            grid = (math.ceil(g.P / SMALL_C_FWD_ROWS) * math.ceil(g.Q / SMALL_C_FWD_COLS),
+                    math.ceil(g.K / SMALL_C_FWD_CHANNELS), g.N)
+            kernel(grid, (THREADS,), (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta)))
         elif algo == "direct":
             kernel = get_kernel("convolution", "convolution_forward_direct")
             kernel((grid_stride_blocks(y.size),), (256,),
@@ -370,6 +430,8 @@ def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     with handle.launch_context():
         if g.N * g.OPQ == 0:
             _scale_only(dw, alpha, beta)
+        elif algo == "direct" and small_channel_kernel("backward_filter", problem):
+            _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta)
         elif algo == "direct":
             kernel = get_kernel("convolution", "convolution_backward_filter_direct")
             kernel((grid_stride_blocks(dw.size),), (256,),
@@ -400,6 +462,21 @@ def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
         else:
             raise ValueError(f"convolution_backward_filter: unknown algorithm {algo!r}")
     return _finish(dw, original)
+
+
+def _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta):
+    """First layers: the small-channel wgrad GEMM, split over pixel chunks, then a fixed-order sum."""
+    kb, ct, slices, per_slice = _small_c_wgrad_plan(g)
+    partial = None
+    if slices > 1:
+        partial = handle.workspace(workspace_bytes("direct", "backward_filter", problem))
+    kernel = get_kernel("convolution", f"convolution_backward_filter_direct_small_c_{g.suffix}_kb{kb}_ct{ct}")
+    kernel((slices, math.ceil(g.K / kb), 1), (THREADS,),
+           (x, dy, dw, partial, np.int32(per_slice), *g.args(), np.float32(alpha), np.float32(beta)))
+    if slices > 1:
+        get_kernel("convolution", "convolution_splitk_reduce")(
+            (math.ceil(dw.size / 32),), (THREADS,),
+            (partial, np.int32(slices), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
 
 
 def _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta):
