@@ -12,6 +12,7 @@ import argparse
 import datetime
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -65,7 +66,9 @@ def main():
     ap.add_argument("--skip-sanitizer", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--tests", default="tests", help="pytest paths for the GPU tests")
-    ap.add_argument("--sanitize", default="tests/gpu", help="pytest paths run under compute-sanitizer")
+    ap.add_argument("--sanitize", default="tests/gpu", help="pytest arguments run under compute-sanitizer memcheck")
+    ap.add_argument("--racecheck", default="tests/gpu", help="pytest arguments run under racecheck")
+    ap.add_argument("--sanitizer-timeout", type=int, default=600, help="seconds for each sanitizer tool")
     ap.add_argument("--bench", nargs="*", default=None, help="benchmark scripts (default: benchmarks/bench_gpu_*.py)")
     args = ap.parse_args()
     out = Path(args.out)
@@ -80,7 +83,7 @@ def main():
         run([sys.executable, "-c", "import minidl; print(minidl.cuda.precompile())"], out / "precompile.log", 600, env)
         xml = out / "gpu_junit.xml"
         rc, secs, _ = run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p", "no:cacheprovider",
-                           f"--junitxml={xml}", *args.tests.split()], out / "gpu_tests.log", 1500, env)
+                           f"--junitxml={xml}", *shlex.split(args.tests)], out / "gpu_tests.log", 1500, env)
         c = junit_counts(xml)
         passed = c.get("tests", 0) - c.get("failures", 0) - c.get("errors", 0) - c.get("skipped", 0)
         lines += ["## GPU tests (`python3 -m pytest -m gpu " + args.tests + "`)", "",
@@ -95,12 +98,12 @@ def main():
         lines += ["## compute-sanitizer", ""]
         for tool in ("memcheck", "racecheck"):
             cmd = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=99", sys.executable, "-m", "pytest",
-                   "-m", "gpu", "-q", "-x", "-p", "no:cacheprovider", *args.sanitize.split()]
-            rc, secs, text = run(cmd, out / f"sanitizer_{tool}.log", 1200, env)
+                   "-m", "gpu", "-q", "-p", "no:cacheprovider", *shlex.split(args.sanitize if tool == "memcheck" else args.racecheck)]
+            rc, secs, text = run(cmd, out / f"sanitizer_{tool}.log", args.sanitizer_timeout, env)
             m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
             errors = sum(int(x) for x in m) if m else None
             tail = [l for l in text.strip().splitlines() if re.search(r"passed|failed|error", l)][-1:] or ["(no pytest summary)"]
-            lines.append(f"- {tool}: {'no errors' if errors == 0 else f'{errors} errors' if errors else 'no summary'}"
+            lines.append(f"- {tool} over `{args.sanitize if tool == 'memcheck' else args.racecheck}`: {'no errors' if errors == 0 else f'{errors} errors' if errors else 'no summary'}"
                          f", exit code {rc}, {secs:.0f} s; pytest: {tail[0].strip()}")
             summary.append(f"sanitizer {tool}: errors={errors} rc={rc}")
         lines.append("")

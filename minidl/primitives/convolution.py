@@ -359,9 +359,15 @@ def _check_device(op, device) -> bool:
     return name != "cpu"
 
 
-def _heuristic_order(impl, is_cuda):
-    """The backend's algorithms in the documented preference order (unlisted ones go last)."""
-    preferred = HEURISTIC_ORDER["cuda" if is_cuda else "cpu"]
+def _heuristic_order(impl, is_cuda, direction=None, problem=None):
+    """The backend's algorithms in preference order (unlisted ones go last).
+
+    A backend may rank per problem (cudnnGet's idea) with `heuristic_order(direction, problem)`;
+    otherwise the fixed HEURISTIC_ORDER of its device applies."""
+    if direction is not None and hasattr(impl, "heuristic_order"):
+        preferred = impl.heuristic_order(direction, problem)
+    else:
+        preferred = HEURISTIC_ORDER["cuda" if is_cuda else "cpu"]
     ranked = [a for a in preferred if a in impl.ALGORITHMS]
     return ranked + [a for a in impl.ALGORITHMS if a not in ranked]
 
@@ -415,7 +421,7 @@ def _random_data(problem, is_cuda):
 def _find(impl, direction, problem, is_cuda, measure, repeats=3):
     perfs = []
     data = _random_data(problem, is_cuda) if measure else None
-    for algo in _heuristic_order(impl, is_cuda):
+    for algo in _heuristic_order(impl, is_cuda, direction, problem):
         ok, reason = impl.is_supported(algo, direction, problem)
         if not ok:
             perfs.append(AlgorithmPerf(algo, 0, None, f"not_supported: {reason}"))

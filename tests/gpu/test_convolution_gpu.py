@@ -280,3 +280,22 @@ def test_handle_is_per_thread_and_threads_compute_correctly():
     assert len({id(h) for h in handles.values()} | {id(main)}) == 4
     for i in range(3):
         assert rel_err(results[i], want) <= TOL
+
+
+def test_gpu_heuristic_is_problem_aware():
+    """algo='auto' without measuring (the 'heuristic' policy) follows the measured table's rules."""
+    from minidl.primitives.convolution import get_convolution_algorithm
+
+    def pick(x_shape, w_shape, direction, **d):
+        desc = ConvolutionDescriptor(spatial_dims=2, **d)
+        return get_convolution_algorithm(x_shape, w_shape, desc, direction=direction, device="cuda",
+                                         dtype="float32", policy="heuristic")
+
+    assert pick((8, 3, 32, 32), (16, 3, 3, 3), "forward", padding=1) == "direct"           # first layer
+    assert pick((8, 3, 32, 32), (16, 3, 3, 3), "backward_filter", padding=1) == "direct"
+    assert pick((8, 3, 32, 32), (16, 3, 3, 3), "backward_data", padding=1) == "im2col_gemm"
+    assert pick((8, 32, 16, 16), (32, 32, 3, 3), "forward", padding=1) == "winograd"      # 3x3 stride 1
+    assert pick((8, 32, 16, 16), (32, 32, 3, 3), "backward_data", padding=1) == "winograd"
+    assert pick((8, 32, 16, 16), (32, 32, 3, 3), "backward_filter", padding=1) == "implicit_gemm"
+    assert pick((8, 32, 16, 16), (64, 32, 1, 1), "forward") == "implicit_precomp_gemm"
+    assert pick((8, 32, 16, 16), (64, 32, 3, 3), "backward_data", padding=1, stride=2) == "im2col_gemm"

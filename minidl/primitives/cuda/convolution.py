@@ -162,6 +162,32 @@ def is_supported(algo: str, direction: str, problem) -> tuple[bool, str]:
     return True, ""
 
 
+def heuristic_order(direction: str, problem) -> tuple:
+    """Algorithms in the order to try them without measuring (cudnnGet's idea), for this problem.
+
+    The rules come from the measured table in benchmarks/results/gpu_conv.md (H200):
+    - first layers (1-4 input channels): the small-channel `direct` kernels win forward and filter
+      gradient; their data gradient is best as im2col + GEMM (implicit GEMM tiles are mostly empty);
+    - 3x3, stride 1: Winograd F(2x2, 3x3) wins forward and data gradient (2.25x fewer multiplies);
+    - strided data gradients: implicit GEMM wastes most of its work on the stride's holes, so
+      im2col + GEMM goes first;
+    - otherwise the precomputed-offset implicit GEMM, then plain implicit GEMM.
+    `is_supported` still filters the list, so a rule may name an algorithm that does not apply.
+    """
+    g = _Geometry(problem)
+    order = []
+    if small_channel_kernel(direction, problem):
+        order.append("direct")
+    if direction in ("forward", "backward_data") and is_supported("winograd", direction, problem)[0]:
+        order.append("winograd")
+    if direction == "backward_data" and (g.C <= SMALL_C_MAX_CHANNELS or max(g.stride) > 1):
+        order.append("im2col_gemm")
+    if direction == "backward_filter":
+        order += ["implicit_gemm", "im2col_gemm"]
+    order += ["implicit_precomp_gemm", "implicit_gemm", "im2col_gemm", "winograd", "direct"]
+    return tuple(dict.fromkeys(order))  # first occurrence wins
+
+
 def _winograd_sizes(g, direction):
     """(in channels, out channels, tiles) of the forward Winograd convolution that computes `direction`."""
     if direction == "forward":
