@@ -101,10 +101,14 @@ def main():
                    "-m", "gpu", "-q", "-p", "no:cacheprovider", *shlex.split(args.sanitize if tool == "memcheck" else args.racecheck)]
             rc, secs, text = run(cmd, out / f"sanitizer_{tool}.log", args.sanitizer_timeout, env)
             m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
-            errors = sum(int(x) for x in m) if m else None
+            # A run stopped by the timeout has no summary: count the reports it printed so far.
+            reported = len(re.findall(r"^========= (Invalid|Race|Error|Program hit|.*hazard)", text, re.M))
+            errors = sum(int(x) for x in m) if m else reported
+            dots = sum(l.count(".") for l in text.splitlines() if re.fullmatch(r"[.sFE]+( *\[ *\d+%\])?", l.strip()))
             tail = [l for l in text.strip().splitlines() if re.search(r"passed|failed|error", l)][-1:] or ["(no pytest summary)"]
-            lines.append(f"- {tool} over `{args.sanitize if tool == 'memcheck' else args.racecheck}`: {'no errors' if errors == 0 else f'{errors} errors' if errors else 'no summary'}"
-                         f", exit code {rc}, {secs:.0f} s; pytest: {tail[0].strip()}")
+            lines.append(f"- {tool} over `{args.sanitize if tool == 'memcheck' else args.racecheck}`: "
+                         f"{'no errors' if errors == 0 else f'{errors} errors'}{'' if m else ' (stopped early: no summary)'}, "
+                         f"{dots} tests run, exit code {rc}, {secs:.0f} s; pytest: {tail[0].strip()}")
             summary.append(f"sanitizer {tool}: errors={errors} rc={rc}")
         lines.append("")
 

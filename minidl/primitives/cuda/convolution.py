@@ -178,10 +178,10 @@ def heuristic_order(direction: str, problem) -> tuple:
     order = []
     if small_channel_kernel(direction, problem):
         order.append("direct")
-    if direction in ("forward", "backward_data") and is_supported("winograd", direction, problem)[0]:
-        order.append("winograd")
     if direction == "backward_data" and (g.C <= SMALL_C_MAX_CHANNELS or max(g.stride) > 1):
         order.append("im2col_gemm")
+    if direction in ("forward", "backward_data") and is_supported("winograd", direction, problem)[0]:
+        order.append("winograd")
     if direction == "backward_filter":
         order += ["implicit_gemm", "im2col_gemm"]
     order += ["implicit_precomp_gemm", "implicit_gemm", "im2col_gemm", "winograd", "direct"]
