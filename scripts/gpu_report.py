@@ -100,9 +100,9 @@ def main():
             cmd = ["compute-sanitizer", f"--tool={tool}", "--error-exitcode=99", sys.executable, "-m", "pytest",
                    "-m", "gpu", "-q", "-p", "no:cacheprovider", *shlex.split(args.sanitize if tool == "memcheck" else args.racecheck)]
             rc, secs, text = run(cmd, out / f"sanitizer_{tool}.log", args.sanitizer_timeout, env)
-            m = re.findall(r"ERROR SUMMARY: (\d+) error", text)
+            m = re.findall(r"ERROR SUMMARY: (\d+) error", text) or re.findall(r"RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error", text)
             # A run stopped by the timeout has no summary: count the reports it printed so far.
-            reported = len(re.findall(r"^========= (Invalid|Race|Error|Program hit|.*hazard)", text, re.M))
+            reported = len(re.findall(r"^========= (Invalid|Race|Error|Program hit|(?!RACECHECK SUMMARY).*hazard)", text, re.M))
             errors = sum(int(x) for x in m) if m else reported
             dots = sum(l.count(".") for l in text.splitlines() if re.fullmatch(r"[.sFE]+( *\[ *\d+%\])?", l.strip()))
             tail = [l for l in text.strip().splitlines() if re.search(r"passed|failed|error", l)][-1:] or ["(no pytest summary)"]
