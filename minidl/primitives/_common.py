@@ -86,22 +86,31 @@ def to_channels_last(a, layout: str):
 # ----------------------------------------------------------------------------------------------
 
 
+def check_blend_out(op: str, out, shape, dtype, beta) -> None:
+    """Check the blending target before any work: `beta != 0` needs `out`, of the result's shape and dtype.
+
+    (The public primitives call it at the boundary, so a bad `out` fails before any computation;
+    `blend` calls it again on the computed result.)
+    """
+    if out is None:
+        if beta != 0:
+            raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
+        return
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{op}: out has shape {shape_str(out.shape)}, expected {shape_str(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
+
+
 def blend(op: str, result, out, alpha: float, beta: float):
     """Write alpha * result + beta * out into out (or return a new array when out is None).
 
     beta != 0 needs an `out` holding the prior values. The result is computed before blending, so
     `out` may alias an input. NaN in `out` is ignored when beta == 0, as in cuDNN.
     """
+    check_blend_out(op, out, result.shape, result.dtype, beta)
     if out is None:
-        if beta != 0:
-            raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
-        if alpha == 1:
-            return result
-        return result * result.dtype.type(alpha)
-    if tuple(out.shape) != tuple(result.shape):
-        raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {tuple(result.shape)}")
-    if out.dtype != result.dtype:
-        raise TypeError(f"{op}: out has dtype {out.dtype}, expected {result.dtype}")
+        return result if alpha == 1 else result * result.dtype.type(alpha)
     if beta == 0:
         out[...] = result if alpha == 1 else result * result.dtype.type(alpha)
     else:

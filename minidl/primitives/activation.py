@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import check_float, check_same_device, is_cuda_array, shape_str
+from ._common import check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
 
 __all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
 
@@ -59,22 +59,6 @@ class ActivationDescriptor:
         if self.mode == "elu" and coef < 0:
             raise ValueError(f"ActivationDescriptor: elu needs alpha coef >= 0, got {coef}")
         object.__setattr__(self, "coef", coef)
-
-
-def check_blend_out(op: str, out, shape, dtype, beta) -> None:
-    """Check the blending target before any work: `beta != 0` needs `out`, of the result's shape and dtype.
-
-    (Shared by the pooling/activation/softmax/LRN families; `_common.blend` checks the same
-    things, but only after the result has been computed.)
-    """
-    if out is None:
-        if beta != 0:
-            raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
-        return
-    if tuple(out.shape) != tuple(shape):
-        raise ValueError(f"{op}: out has shape {shape_str(out.shape)}, expected {shape_str(shape)}")
-    if out.dtype != dtype:
-        raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
 
 
 def _check_descriptor(op: str, desc) -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
-from .activation import check_blend_out
+from ._common import check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
 
 __all__ = ["LRNDescriptor", "lrn_forward", "lrn_backward"]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import as_tuple, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
-from .activation import check_blend_out
+from ._common import (as_tuple, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout,
+                      shape_str)
 
 __all__ = [
     "PoolingDescriptor",

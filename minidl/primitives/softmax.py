@@ -12,8 +12,7 @@ axis=-1 for the classes of an (N, classes) array or the channels of an NHWC arra
 """
 from __future__ import annotations
 
-from ._common import check_float, check_same_device, is_cuda_array, shape_str
-from .activation import check_blend_out
+from ._common import check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGORITHMS"]
 
