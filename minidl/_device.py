@@ -121,3 +121,22 @@ def move_array(array, device):
         if is_cuda_array(array) and array.device.id == device.index:
             return array
         return cupy.asarray(array)
+
+
+def parse_to_args(op: str, args, kwargs, tensor_type):
+    """The (device, dtype) that `to(...)` asks for, as in PyTorch: `to(device)`, `to(dtype)`,
+    `to(device, dtype)`, `to(other_tensor)`, or the keywords device=, dtype= (non_blocking is ignored).
+    Either may be None (unchanged)."""
+    kwargs = dict(kwargs)
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    kwargs.pop("non_blocking", None)
+    if kwargs:
+        raise TypeError(f"{op}: unexpected arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, tensor_type):
+            device, dtype = a.device, a.dtype
+        elif isinstance(a, (Device, str)):
+            device = a
+        else:
+            dtype = a
+    return device, dtype

@@ -181,8 +181,6 @@ def _topological_order(root_fn):
 
 def run_backward(tensor, grad_array, retain_graph: bool = False):
     """Back-propagate `grad_array` (d loss / d tensor) through the graph that produced `tensor`."""
-    from .tensor import Tensor
-
     if tensor._ctx is None:  # a leaf: its gradient is the seed itself
         _accumulate_leaf(tensor, grad_array)
         return

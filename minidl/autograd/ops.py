@@ -83,7 +83,6 @@ class Maximum(Function):
         return get_array_module(a).maximum(a, b)
 
     def backward(self, g):
-        xp = get_array_module(g)
         # Ties split the gradient evenly, as PyTorch does.
         a_wins = (self.a > self.b).astype(g.dtype) + 0.5 * (self.a == self.b).astype(g.dtype)
         return unbroadcast(g * a_wins, self.a.shape), unbroadcast(g * (1 - a_wins), self.b.shape)

@@ -240,17 +240,7 @@ class Tensor:
 
     def to(self, *args, **kwargs):
         """`to(device)`, `to(dtype)`, `to(device, dtype)` or `to(other_tensor)`, as in PyTorch."""
-        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-        kwargs.pop("non_blocking", None)
-        if kwargs:
-            raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}")
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif isinstance(a, (Device, str)):
-                device = a
-            else:
-                dtype = a
+        device, dtype = _device.parse_to_args("to()", args, kwargs, Tensor)
         out = self
         if dtype is not None and np.dtype(dtype) != self.dtype:
             out = out.type(dtype)

@@ -139,3 +139,29 @@ def random_split(dataset, lengths, generator=None) -> list[Subset]:
         subsets.append(Subset(dataset, permutation[start:start + size]))
         start += size
     return subsets
+
+
+class ImageArrayDataset(Dataset):
+    """A labelled image set held as two arrays, `data` (N, ...) uint8 and `targets` (N,) int64, with
+    optional per-item `transform` / `target_transform` (the shared part of MNIST and CIFAR10).
+
+    Without transforms the DataLoader takes whole batches from the arrays at once (_whole_arrays)."""
+
+    transform = None
+    target_transform = None
+
+    def __len__(self):
+        return int(self.data.shape[0])
+
+    def __getitem__(self, index):
+        image, target = self.data[index], int(self.targets[index])
+        if self.transform is not None:
+            image = self.transform(image)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return image, target
+
+    def _whole_arrays(self):
+        if self.transform is not None or self.target_transform is not None:
+            return None
+        return (self.data, self.targets), None

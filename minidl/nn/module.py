@@ -18,7 +18,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from .. import _device
-from .._device import Device, is_cuda_array
+from .._device import Device, is_cuda_array, parse_to_args
 from ..autograd.function import no_grad
 from ..autograd.tensor import Tensor
 
@@ -293,17 +293,7 @@ class Module:
 
         dtype changes only floating-point parameters and buffers (an int64 step counter stays int64).
         """
-        device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
-        kwargs.pop("non_blocking", None)
-        if kwargs:
-            raise TypeError(f"Module.to(): unexpected arguments {sorted(kwargs)}")
-        for a in args:
-            if isinstance(a, Tensor):
-                device, dtype = a.device, a.dtype
-            elif isinstance(a, (Device, str)):
-                device = a
-            else:
-                dtype = a
+        device, dtype = parse_to_args("Module.to()", args, kwargs, Tensor)
         if dtype is not None:
             dtype = np.dtype(dtype)
             if dtype.kind != "f":

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dataset import Dataset
+from ..dataset import ImageArrayDataset
 from ._download import DatasetNotFoundError, data_root, fetch_files, safe_extract_tar
 
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -311,7 +311,7 @@ def _find_image_source(root: Path, split: str):
     return None
 
 
-class CIFAR10(Dataset):
+class CIFAR10(ImageArrayDataset):
     """CIFAR-10. `data`: uint8 (N, 32, 32, 3) NHWC; `targets`: int64 (N,); `classes`: the 10 names.
 
     root: the data root (see `data_root`); looked for there, in this order: cifar-10-batches-bin/,
@@ -350,22 +350,6 @@ class CIFAR10(Dataset):
             safe_extract_tar(archive, self.root, "cifar-10-batches-py/")
             self.source = python_dir
             self.data, self.targets = _read_batches(python_dir, _batch_names(self.train), read_python_batch)
-
-    def __len__(self):
-        return int(self.data.shape[0])
-
-    def __getitem__(self, index):
-        image, target = self.data[index], int(self.targets[index])
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return image, target
-
-    def _whole_arrays(self):
-        if self.transform is not None or self.target_transform is not None:
-            return None
-        return (self.data, self.targets), None
 
     def as_arrays(self, normalize=True):
         """(x float32 (N, 3, 32, 32) NCHW, y int64 (N,)): pixels / 255, then per-channel mean/std if normalize."""

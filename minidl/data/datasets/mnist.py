@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dataset import Dataset
+from ..dataset import ImageArrayDataset
 from ._download import DatasetNotFoundError, data_root, fetch_files, missing_files_message
 
 MNIST_MEAN = 0.1307
@@ -77,7 +77,7 @@ def _find(filename: str, folders) -> Path | None:
     return None
 
 
-class MNIST(Dataset):
+class MNIST(ImageArrayDataset):
     """MNIST digits. `data`: uint8 (N, 28, 28); `targets`: int64 (N,) in 0..9.
 
     root: the data root (see `data_root`); the idx files, gzipped or not, are looked for in
@@ -123,22 +123,6 @@ class MNIST(Dataset):
             raise ValueError(f"MNIST: {label_path} has a label {labels.max()}, expected 0..9")
         self.data = images
         self.targets = labels.astype(np.int64)
-
-    def __len__(self):
-        return int(self.data.shape[0])
-
-    def __getitem__(self, index):
-        image, target = self.data[index], int(self.targets[index])
-        if self.transform is not None:
-            image = self.transform(image)
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return image, target
-
-    def _whole_arrays(self):
-        if self.transform is not None or self.target_transform is not None:
-            return None
-        return (self.data, self.targets), None
 
     def as_arrays(self, normalize=True):
         """(x float32 (N, 1, 28, 28), y int64 (N,)): pixels / 255, then (x - 0.1307) / 0.3081 if normalize."""
