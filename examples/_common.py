@@ -22,7 +22,9 @@ import numpy as np
 from tqdm import tqdm
 
 import minidl
+import minidl.nn.functional as F
 import minidl.random
+from minidl.data import BPTTIterator
 
 
 def base_parser(doc: str, *, epochs: int, batch_size: int, lr: float | None, checkpoint: str):
@@ -166,3 +168,31 @@ class Timer:
 
 def parameter_count(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+# ------------------------------------------------------------------------------------------------
+# Language models (char_rnn.py, ptb_lm.py)
+# ------------------------------------------------------------------------------------------------
+
+
+def detach_hidden(hidden):
+    """Keep the state's values for the next window, drop its history (truncated BPTT)."""
+    if isinstance(hidden, tuple):
+        return tuple(h.detach() for h in hidden)
+    return hidden.detach()
+
+
+def evaluate_lm(model, data, bptt):
+    """Mean cross-entropy per token (nats) over a batchified stream; summed on the device, read once.
+
+    `model(x, hidden)` returns (logits (T * B, vocab), hidden)."""
+    model.eval()
+    total, count, hidden = None, 0, None
+    with minidl.no_grad():
+        for x, y in BPTTIterator(data, bptt):
+            logits, hidden = model(x, hidden)
+            loss = F.cross_entropy(logits, y.reshape(-1), reduction="sum")
+            total = loss if total is None else total + loss
+            count += y.numel()
+    model.train()
+    return float(total.item()) / count

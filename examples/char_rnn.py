@@ -39,8 +39,8 @@ from minidl.data import BPTTIterator, CharCorpus, batchify  # noqa: E402
 from minidl.nn.utils import clip_grad_norm_  # noqa: E402
 
 from _common import (  # noqa: E402
-    RunningLoss, Timer, base_parser, check_schedule_length, epoch_range, load_checkpoint, parameter_count,
-    pick_device, progress, save_checkpoint, steps_per_epoch,
+    RunningLoss, Timer, base_parser, check_schedule_length, detach_hidden, epoch_range, evaluate_lm,
+    load_checkpoint, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
 )
 
 
@@ -61,27 +61,6 @@ class CharRNN(nn.Module):
         y, hidden = self.rnn(x, hidden)                       # (T, B, hidden)
         y = self.drop(y)
         return self.fc(y.reshape(-1, y.shape[-1])), hidden    # (T * B, vocab)
-
-
-def detach_hidden(hidden):
-    """Keep the state's values for the next window, drop its history (truncated BPTT)."""
-    if isinstance(hidden, tuple):
-        return tuple(h.detach() for h in hidden)
-    return hidden.detach()
-
-
-def evaluate(model, data, bptt):
-    """Mean cross-entropy (nats per character) over a batchified stream, summed on the device."""
-    model.eval()
-    total, count, hidden = None, 0, None
-    with minidl.no_grad():
-        for x, y in BPTTIterator(data, bptt):
-            logits, hidden = model(x, hidden)
-            loss = F.cross_entropy(logits, y.reshape(-1), reduction="sum")
-            total = loss if total is None else total + loss
-            count += y.numel()
-    model.train()
-    return float(total.item()) / count
 
 
 def sample(model, corpus, device, *, prime="\n", length=300, temperature=1.0, rng=None):
@@ -169,7 +148,7 @@ def main(argv=None):
                     bar.write(sample(model, corpus, device, prime=args.prime, length=args.sample_length,
                                      temperature=args.temperature, rng=sample_rng))
         scheduler.step()
-        val_loss = evaluate(model, val_data, args.bptt)
+        val_loss = evaluate_lm(model, val_data, args.bptt)
         record = {"epoch": epoch + 1, "train_loss": running.mean(), "val_loss": val_loss,
                   "train_seconds": timer.seconds, "steps": running.count}
         history.append(record)

@@ -33,8 +33,8 @@ from minidl.data import BPTTIterator, WordCorpus, batchify  # noqa: E402
 from minidl.nn.utils import clip_grad_norm_  # noqa: E402
 
 from _common import (  # noqa: E402
-    RunningLoss, Timer, base_parser, epoch_range, load_checkpoint, parameter_count, pick_device, progress,
-    save_checkpoint, steps_per_epoch,
+    RunningLoss, Timer, base_parser, detach_hidden, epoch_range, evaluate_lm, load_checkpoint, parameter_count,
+    pick_device, progress, save_checkpoint, steps_per_epoch,
 )
 
 
@@ -62,20 +62,6 @@ class WordLM(nn.Module):
         y, hidden = self.rnn(x, hidden)                        # (T, B, hidden)
         y = self.drop(y)
         return self.fc(y.reshape(-1, y.shape[-1])), hidden     # (T * B, vocab)
-
-
-def evaluate(model, data, bptt):
-    """Mean cross-entropy per word over a batchified stream (summed on the device, read once)."""
-    model.eval()
-    total, count, hidden = None, 0, None
-    with minidl.no_grad():
-        for x, y in BPTTIterator(data, bptt):
-            logits, hidden = model(x, hidden)
-            loss = F.cross_entropy(logits, y.reshape(-1), reduction="sum")
-            total = loss if total is None else total + loss
-            count += y.numel()
-    model.train()
-    return float(total.item()) / count
 
 
 def perplexity(loss: float) -> float:
@@ -132,14 +118,14 @@ def main(argv=None):
         with Timer(device) as timer:
             for x, y in bar:
                 logits, hidden = model(x, hidden)
-                hidden = tuple(h.detach() for h in hidden)  # truncated BPTT: keep values, cut history
+                hidden = detach_hidden(hidden)  # truncated BPTT: keep values, cut history
                 loss = F.cross_entropy(logits, y.reshape(-1))
                 optimizer.zero_grad()
                 loss.backward()
                 clip_grad_norm_(model.parameters(), args.clip)
                 optimizer.step()
                 running.add(loss)
-        val_loss = evaluate(model, val_data, args.bptt)
+        val_loss = evaluate_lm(model, val_data, args.bptt)
         lr = optimizer.param_groups[0]["lr"]
         if val_loss < best_val:
             best_val = val_loss
@@ -156,7 +142,7 @@ def main(argv=None):
               f"val ppl {record['val_perplexity']:.1f}, train time {timer.seconds:.1f} s ({words_per_s:.0f} words/s)")
         save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, epoch=epoch + 1, best_val_loss=best_val,
                         val_loss=val_loss)
-    test_loss = evaluate(model, test_data, args.bptt)
+    test_loss = evaluate_lm(model, test_data, args.bptt)
     print(f"test perplexity {perplexity(test_loss):.1f} (test loss {test_loss:.4f}); checkpoint: {args.checkpoint}")
     return {"history": history, "model": model, "optimizer": optimizer, "test_perplexity": perplexity(test_loss)}
 

@@ -440,7 +440,27 @@ class Module:
 # ------------------------------------------------------------------------------------------------
 
 
-class Sequential(Module):
+class _ModuleSequence(Module):
+    """What Sequential and ModuleList share: children in order, len, iteration, append, index checks."""
+
+    def _index(self, idx: int) -> int:
+        n = len(self)
+        if not -n <= idx < n:
+            raise IndexError(f"{type(self).__name__}: index {idx} is out of range for {n} modules")
+        return idx % n
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, module):
+        self.add_module(str(len(self)), module)
+        return self
+
+
+class Sequential(_ModuleSequence):
     """Modules applied one after another: `Sequential(a, b, c)(x) == c(b(a(x)))`.
 
     Also `Sequential(OrderedDict(name=module, ...))` for named children. Supports indexing, slicing,
@@ -456,12 +476,6 @@ class Sequential(Module):
             for i, module in enumerate(args):
                 self.add_module(str(i), module)
 
-    def _index(self, idx: int) -> int:
-        n = len(self)
-        if not -n <= idx < n:
-            raise IndexError(f"{type(self).__name__}: index {idx} is out of range for {n} modules")
-        return idx % n
-
     def __getitem__(self, idx):
         if isinstance(idx, slice):
             return type(self)(OrderedDict(list(self._modules.items())[idx]))
@@ -476,35 +490,19 @@ class Sequential(Module):
         for key in (keys[idx] if isinstance(idx, slice) else [keys[self._index(idx)]]):
             del self._modules[key]
 
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
-
     def forward(self, input):
         for module in self._modules.values():
             input = module(input)
         return input
 
 
-class ModuleList(Module):
+class ModuleList(_ModuleSequence):
     """A list of modules whose parameters are registered (a plain Python list would hide them)."""
 
     def __init__(self, modules=None):
         super().__init__()
         if modules is not None:
             self.extend(modules)
-
-    def _index(self, idx: int) -> int:
-        n = len(self)
-        if not -n <= idx < n:
-            raise IndexError(f"ModuleList: index {idx} is out of range for {n} modules")
-        return idx % n
 
     def __getitem__(self, idx):
         if isinstance(idx, slice):
@@ -513,16 +511,6 @@ class ModuleList(Module):
 
     def __setitem__(self, idx, module):
         self.add_module(str(self._index(idx)), module)
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def append(self, module):
-        self.add_module(str(len(self)), module)
-        return self
 
     def extend(self, modules):
         for m in modules:
