@@ -212,6 +212,24 @@ def test_train_cifar10_lrn(tmp_path):
     assert_loss_falls(out["history"], factor=0.97)
 
 
+def test_train_cifar10_cutout_and_no_decay_bn(tmp_path):
+    """--no-decay-bn: the 1-D parameters (batch-norm weights and biases here) train without weight
+    decay; --cutout 0 turns off the cutout that the default runs."""
+    write_cifar_binary(tmp_path / "data")
+    cifar = load_example("train_cifar10")
+    args = _cifar_args(tmp_path, "bn") + ["--epochs", "1", "--limit-batches", "2"]
+    out = cifar.main(args + ["--no-decay-bn", "--checkpoint", str(tmp_path / "a.mdl")])
+    decay, no_decay = out["optimizer"].param_groups
+    assert decay["weight_decay"] == 5e-4 and no_decay["weight_decay"] == 0.0
+    assert all(p.ndim > 1 for p in decay["params"]) and all(p.ndim == 1 for p in no_decay["params"])
+    batch_norms = [m for m in out["model"].modules() if type(m).__name__ == "BatchNorm2d"]
+    assert len(no_decay["params"]) == 2 * len(batch_norms)
+    with_cutout = cifar.main(args + ["--checkpoint", str(tmp_path / "b.mdl")])
+    without = cifar.main(args + ["--cutout", "0", "--checkpoint", str(tmp_path / "c.mdl")])
+    assert len(with_cutout["optimizer"].param_groups) == 1
+    assert with_cutout["history"][0]["train_loss"] != without["history"][0]["train_loss"]
+
+
 def test_cifar10_resnet9_shapes():
     cifar = load_example("train_cifar10")
     model = cifar.build_model(width=4)

@@ -3,7 +3,8 @@
 torchvision transforms one PIL image at a time in worker processes. Here a transform takes a whole
 batch, as a NumPy or CuPy array (or a minidl Tensor holding one) and returns the same kind, so the
 same code runs on the CPU and, after the DataLoader has put the dataset on the GPU, on the GPU:
-the pipeline never leaves the device. Random choices (crop offsets, flips) are drawn on the host
+the pipeline never leaves the device. Random choices (crop offsets, flips, cutout squares) are drawn
+on the host
 from a seeded NumPy Generator, one per sample, and applied to all samples at once by indexing, with
 no Python loop over samples; so a seed gives the same augmentation on either device.
 """
@@ -179,3 +180,59 @@ class RandomHorizontalFlip:
 
     def __repr__(self):
         return f"RandomHorizontalFlip(p={self.p})"
+
+
+class Cutout:
+    """Blank out one random `size` square per image with `fill` (DeVries & Taylor 2017), on (N, C, H, W).
+
+    The square's centre is drawn uniformly over the image, a new one per sample, so a square near
+    the border is clipped and covers less than size_h * size_w pixels (as in the paper: the network
+    also sees partly occluded borders). Each sample is cut with probability p. The same square is
+    blanked in every channel. fill=0 is the dataset mean once the batch is normalised.
+
+    size: int or (h, w). generator: int seed, numpy Generator, or None (global seed).
+    """
+
+    def __init__(self, size, fill=0, p=1.0, generator=None):
+        self.size = (int(size), int(size)) if np.isscalar(size) else tuple(int(s) for s in size)
+        if len(self.size) != 2 or min(self.size) < 1:
+            raise ValueError(f"Cutout: size must be a positive int or (h, w), got {size!r}")
+        if not 0.0 <= float(p) <= 1.0:
+            raise ValueError(f"Cutout: p must lie in [0, 1], got {p!r}")
+        if not (np.isscalar(fill) and np.isreal(fill)) or isinstance(fill, (bool, str)):
+            raise ValueError(f"Cutout: fill must be a real number, got {fill!r}")
+        self.fill = fill
+        self.p = float(p)
+        self.generator = generator
+        self._rng = None if generator is None else make_rng(generator, "Cutout")
+
+    def __call__(self, batch):
+        x, rewrap = _unwrap(batch)
+        _check_nchw("Cutout", x)
+        n, _, h, w = x.shape
+        size_h, size_w = self.size
+        xp = get_array_module(x)
+
+        rng = self._rng if self._rng is not None else make_rng(None)
+        centre_y = rng.integers(0, h, size=n)
+        centre_x = rng.integers(0, w, size=n)
+        chosen = rng.random(n) < self.p
+        # Half-open bounds [top, bottom) x [left, right), (N,) each; they may run past the image,
+        # which the comparisons below clip for free. A sample not chosen gets an empty square
+        # (bottom == top), so one mask covers both cases.
+        top = centre_y - size_h // 2
+        left = centre_x - size_w // 2
+        bottom = np.where(chosen, top + size_h, top)
+        right = left + size_w
+        top, bottom, left, right = (_to_device_like(b, x)[:, None] for b in (top, bottom, left, right))
+
+        rows = xp.arange(h)[None, :]  # (1, H) against (N, 1) bounds -> (N, H)
+        cols = xp.arange(w)[None, :]
+        in_rows = (rows >= top) & (rows < bottom)
+        in_cols = (cols >= left) & (cols < right)
+        mask = in_rows[:, None, :, None] & in_cols[:, None, None, :]  # (N, 1, H, W), broadcast over C
+        # A NumPy scalar of x's dtype keeps the result's dtype (a Python float could upcast it).
+        return rewrap(xp.where(mask, x.dtype.type(self.fill), x))
+
+    def __repr__(self):
+        return f"Cutout(size={self.size}, fill={self.fill!r}, p={self.p})"

@@ -10,8 +10,9 @@ Each op here is an autograd Function (forward and backward on plain arrays) over
     batch_norm         -> batch_norm_forward_training / _inference / batch_norm_backward
     local_response_norm -> lrn_forward / lrn_backward
     dropout            -> dropout_forward / dropout_backward (the mask is regenerated, never stored)
+    linear             -> gemm (our SGEMM on the GPU; cuBLAS with minidl.backends.cuda.use_cublas)
 
-The rest (linear, the losses, embedding, pad, one_hot) is ordinary array math written once for NumPy
+The rest (the losses, embedding, pad, one_hot) is ordinary array math written once for NumPy
 and CuPy. Losses are fused: cross_entropy is one Function whose backward is (softmax - target) scaled,
 instead of a chain of small ops each saving its own intermediate.
 
@@ -74,26 +75,41 @@ def _reduce(loss, reduction):
 # ------------------------------------------------------------------------------------------------
 
 
+def _gemm(a, b, trans_a=False, trans_b=False):
+    """op(a) @ op(b) for 2-D arrays through the primitive library's GEMM.
+
+    On the GPU that is minidl's own SGEMM (kernels/gemm.cu), or cuBLAS when
+    minidl.backends.cuda.use_cublas is set or the arrays are not float32 (our kernel is float32 only).
+    On the CPU it is NumPy's matmul (the BLAS)."""
+    use_cublas = is_cuda_array(a) and (backends.cuda.use_cublas or a.dtype != np.float32)
+    return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas)
+
+
 class Linear(Function):
     """y = x @ W^T + b.  x (..., in), W (out, in), b (out,) -> y (..., out).
 
-    Backward: dx = dy @ W, dW = dy^T x (summed over all leading dims), db = sum of dy.
+    The leading dims of x are flattened into the rows of one GEMM: x2 (M, in) with M = prod(...).
+    Forward:  y2 = x2 W^T                 (gemm with trans_b: W is stored (out, in))
+    Backward: dx2 = dy2 W                 (plain gemm)
+              dW  = dy2^T x2              (gemm with trans_a: sums over all M rows at once)
+              db  = sum of dy2 over rows.
     """
 
     def forward(self, x, weight, bias=None):
         self.x, self.weight, self.has_bias = x, weight, bias is not None
-        y = x @ weight.T
+        x2 = x.reshape(-1, x.shape[-1])
+        y = _gemm(x2, weight, trans_b=True)
         if bias is not None:
-            y = y + bias
-        return y
+            y += bias  # y is a fresh array: add the bias in place, no extra allocation
+        return y.reshape(x.shape[:-1] + (weight.shape[0],))
 
     def backward(self, dy):
         dx = dw = db = None
-        if self.needs_input_grad[0]:
-            dx = dy @ self.weight
         dy2 = dy.reshape(-1, dy.shape[-1])
+        if self.needs_input_grad[0]:
+            dx = _gemm(dy2, self.weight).reshape(self.x.shape)
         if self.needs_input_grad[1]:
-            dw = dy2.T @ self.x.reshape(-1, self.x.shape[-1])
+            dw = _gemm(dy2, self.x.reshape(-1, self.x.shape[-1]), trans_a=True)
         if self.has_bias and self.needs_input_grad[2]:
             db = dy2.sum(axis=0)
         return (dx, dw, db) if self.has_bias else (dx, dw)
@@ -221,7 +237,14 @@ def log_softmax(input, dim=None, dtype=None):
 
 
 def _class_targets(op, input, target, weight, ignore_index):
-    """Check class-index targets against input (N, C, d1, ...); return (C, target array as (M,))."""
+    """Check class-index targets against input (N, C, d1, ...).
+
+    Returns (C, t, valid, bad): t the targets as (M,), valid the rows that count (not ignore_index,
+    index in range), bad the rows whose index is out of range, or None when that was checked here.
+    On the CPU (or with minidl.backends.cuda.check_indices) an out-of-range index raises now; on the
+    GPU the check stays on the device (reading its result would wait for the GPU in every step) and
+    the bad rows' losses become NaN instead (see _class_weights_matrix).
+    """
     C = input.shape[1]
     expected = (input.shape[0],) + input.shape[2:]
     if target.dtype.kind not in "iu":
@@ -232,17 +255,19 @@ def _class_targets(op, input, target, weight, ignore_index):
     if target.shape != expected:
         raise ValueError(f"{op}: input {input.shape} expects a target of shape {expected}, got {target.shape}")
     t = target._data.reshape(-1)
-    valid = t != ignore_index
-    if t.size:
-        xp = get_array_module(t)
-        bad = valid & ((t < 0) | (t >= C))
-        if bool(bad.any()):  # one reduction; on the GPU this waits for it, the price of a clear error
+    in_range = (t >= 0) & (t < C)
+    not_ignored = t != ignore_index
+    bad = not_ignored & ~in_range
+    if not is_cuda_array(t) or backends.cuda.check_indices:
+        if t.size and bool(bad.any()):  # on the GPU: one reduction read back, so one sync
+            xp = get_array_module(t)
             first = int(t[xp.nonzero(bad)[0][0]])
             raise ValueError(
                 f"{op}: target holds class index {first}, out of range for {C} classes (input {input.shape}); "
                 f"valid indices are 0..{C - 1} or ignore_index={ignore_index}"
             )
-    return C, t
+        bad = None
+    return C, t, not_ignored & in_range, bad
 
 
 def _check_weight(op, weight, C, input):
@@ -267,9 +292,11 @@ def _from_rows(rows, shape):
     return xp.ascontiguousarray(xp.moveaxis(moved, -1, 1))
 
 
-def _class_weights_matrix(t, valid, weight, C, smoothing, dtype):
-    """q (M, C): how much each -log p[m, c] counts. With class indices t (ignored rows all zero):
-    q = (1 - eps) * w[t] * onehot(t) + eps / C * w; the loss of row m is -sum_c q[m, c] log p[m, c]."""
+def _class_weights_matrix(t, valid, weight, C, smoothing, dtype, bad=None):
+    """q (M, C): how much each -log p[m, c] counts. With class indices t (rows not valid all zero):
+    q = (1 - eps) * w[t] * onehot(t) + eps / C * w; the loss of row m is -sum_c q[m, c] log p[m, c].
+    Rows flagged in `bad` (out-of-range targets found on the GPU) are NaN, so their loss and every
+    gradient through them is NaN rather than silently computed from a wrong class."""
     xp = get_array_module(t)
     M = t.shape[0]
     w = weight if weight is not None else xp.ones((C,), dtype=dtype)
@@ -280,6 +307,8 @@ def _class_weights_matrix(t, valid, weight, C, smoothing, dtype):
     if smoothing:
         q += dtype.type(smoothing / C) * w[None, :]
     q *= valid[:, None].astype(dtype)
+    if bad is not None:
+        q += xp.where(bad, dtype.type(np.nan), dtype.type(0))[:, None]
     # The "mean" denominator, as PyTorch: the summed weights of the targets that count.
     denom = (w[safe_t] * valid.astype(dtype)).sum()
     return q, denom
@@ -378,9 +407,8 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         return CrossEntropy.apply(input, target, q, denom, reduction=reduction,
                                   out_shape=(input.shape[0],) + input.shape[2:],
                                   prob_smoothing=(label_smoothing, w_arr))
-    C, t = _class_targets(op, input, target, weight, ignore_index)
-    valid = t != ignore_index
-    q, denom = _class_weights_matrix(t, valid, w, C, label_smoothing, dtype)
+    C, t, valid, bad = _class_targets(op, input, target, weight, ignore_index)
+    q, denom = _class_weights_matrix(t, valid, w, C, label_smoothing, dtype, bad)
     return CrossEntropy.apply(input, None, q, denom, reduction=reduction, out_shape=target.shape)
 
 
@@ -418,9 +446,9 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     _check_same_device(op, input=input, target=target)
     C = input.shape[1]
     _check_weight(op, weight, C, input)
-    C, t = _class_targets(op, input, target, weight, ignore_index)
-    valid = t != ignore_index
-    q, denom = _class_weights_matrix(t, valid, weight._data if weight is not None else None, C, 0.0, input.dtype)
+    C, t, valid, bad = _class_targets(op, input, target, weight, ignore_index)
+    q, denom = _class_weights_matrix(t, valid, weight._data if weight is not None else None, C, 0.0, input.dtype,
+                                     bad)
     return NLLLoss.apply(input, q, denom, reduction=reduction, out_shape=target.shape)
 
 
@@ -510,12 +538,16 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
 
 class Embedding(Function):
     """out[...] = weight[indices[...]]; backward scatters dy rows back with add (repeated indices sum).
-    The padding_idx row gets no gradient (it stays the padding vector)."""
+    The padding_idx row gets no gradient (it stays the padding vector). `bad` (GPU only, see
+    embedding()) flags out-of-range indices, already replaced by 0 in `indices`: their rows are NaN."""
 
-    def forward(self, weight, indices=None, padding_idx=None):
+    def forward(self, weight, indices=None, padding_idx=None, bad=None):
         self.indices, self.padding_idx, self.num = indices, padding_idx, weight.shape[0]
         self.weight_shape = weight.shape
-        return weight[indices]
+        out = weight[indices]
+        if bad is not None:
+            out = get_array_module(out).where(bad[..., None], weight.dtype.type(np.nan), out)
+        return out
 
     def backward(self, dy):
         xp = get_array_module(dy)
@@ -546,16 +578,19 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     _check_same_device(op, input=input, weight=weight)
     num = weight.shape[0]
     idx = input._data
-    if idx.size and (bool((idx < 0).any()) or bool((idx >= num).any())):
-        raise ValueError(
-            f"{op}: index out of range: input {input.shape} holds values in [{int(idx.min())}, {int(idx.max())}] "
-            f"but weight {weight.shape} has {num} rows"
-        )
-    if padding_idx is not None:
-        if not -num <= padding_idx < num:
-            raise ValueError(f"{op}: padding_idx {padding_idx} is out of range for {num} embeddings")
-        padding_idx %= num
-    return Embedding.apply(weight, indices=idx, padding_idx=padding_idx)
+    bad = (idx < 0) | (idx >= num)
+    if not is_cuda_array(idx) or backends.cuda.check_indices:
+        if idx.size and bool(bad.any()):  # on the GPU: one value read back, so one sync
+            raise ValueError(
+                f"{op}: index out of range: input {input.shape} holds values in [{int(idx.min())}, {int(idx.max())}] "
+                f"but weight {weight.shape} has {num} rows"
+            )
+        bad = None
+    else:
+        # On the GPU the check stays on the device (see minidl.backends.cuda.check_indices): bad indices
+        # read row 0 instead of memory past the table, and their output rows are NaN.
+        idx = get_array_module(idx).where(bad, 0, idx)
+    return Embedding.apply(weight, indices=idx, padding_idx=padding_idx, bad=bad)
 
 
 def one_hot(tensor, num_classes=-1):

@@ -342,3 +342,119 @@ def test_transforms_same_result_on_each_device(device, rng):
     assert str(got.device).startswith(device)
     got_host = got._data.get() if device == "cuda" else got._data
     assert rel_err(got_host, want) <= 1e-6
+
+
+# ------------------------------------------------------------------------------------------------
+# Cutout
+# ------------------------------------------------------------------------------------------------
+
+
+def _clipped_square(h, w, size, centre):
+    """The (H, W) boolean mask of a size = (sh, sw) square centred at `centre`, clipped to the image:
+    rows cy - sh // 2 ... cy - sh // 2 + sh - 1, likewise columns (a per-pixel reference)."""
+    (sh, sw), (cy, cx) = size, centre
+    mask = np.zeros((h, w), bool)
+    for r in range(h):
+        for c in range(w):
+            mask[r, c] = cy - sh // 2 <= r < cy - sh // 2 + sh and cx - sw // 2 <= c < cx - sw // 2 + sw
+    return mask
+
+
+def _cut_masks(x, y):
+    """(N, H, W) masks of the pixels Cutout changed; asserts every channel was cut the same way."""
+    changed = y != x
+    assert np.array_equal(changed, np.broadcast_to(changed[:, :1], changed.shape)), "channels cut differently"
+    return changed[:, 0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 5), c=st.integers(1, 3), h=st.integers(1, 9), w=st.integers(1, 9),
+       sh=st.integers(1, 10), sw=st.integers(1, 10), seed=st.integers(0, 10**6))
+def test_cutout_is_a_clipped_square_per_sample(n, c, h, w, sh, sw, seed):
+    x = _distinct_batch(n, c, h, w, np.random.default_rng(seed))  # no zero pixel: a 0 marks the cut
+    y = T.Cutout((sh, sw), generator=seed)(x)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    np.testing.assert_array_equal(y[y != x], 0)
+    masks = _cut_masks(x, y)
+    for i in range(n):
+        # Brute force: some centre in the image gives exactly this (possibly clipped) square.
+        centres = [(cy, cx) for cy in range(h) for cx in range(w)
+                   if np.array_equal(_clipped_square(h, w, (sh, sw), (cy, cx)), masks[i])]
+        assert centres, f"sample {i}: the cut pixels are not a clipped {sh} x {sw} square"
+        rows, cols = np.nonzero(masks[i])
+        if rows.min() > 0 and cols.min() > 0 and rows.max() < h - 1 and cols.max() < w - 1:
+            assert masks[i].sum() == sh * sw  # off the border: the whole square
+    np.testing.assert_array_equal(T.Cutout((sh, sw), generator=seed)(x), y)  # same seed, same squares
+
+
+def test_cutout_squares_fully_inside_have_full_area_and_border_ones_are_clipped():
+    n, h, w, size = 4000, 8, 8, 4
+    y = T.Cutout(size, generator=0)(np.ones((n, 2, h, w), np.float32))
+    masks = y[:, 0] == 0
+    areas = masks.sum(axis=(1, 2))
+    on_border = masks[:, 0, :].any(1) | masks[:, -1, :].any(1) | masks[:, :, 0].any(1) | masks[:, :, -1].any(1)
+    assert np.all(areas[~on_border] == size * size)  # inside: the whole 4 x 4 square
+    # Exact distribution of the area over the 64 equally likely centres, counted by the reference.
+    want = {}
+    for cy in range(h):
+        for cx in range(w):
+            area = int(_clipped_square(h, w, (size, size), (cy, cx)).sum())
+            want[area] = want.get(area, 0) + 1 / (h * w)
+    assert set(np.unique(areas)) == set(want) == {4, 6, 8, 9, 12, 16}  # clipped ones occur, down to 2 x 2
+    for area, prob in want.items():
+        assert abs(np.mean(areas == area) - prob) < 0.03, (area, np.mean(areas == area), prob)
+    assert masks.any(axis=0).all()  # every pixel, corners included, is cut in some sample
+
+
+def test_cutout_per_sample_independence_and_probability(rng):
+    x = np.broadcast_to(_distinct_batch(1, 3, 6, 6, rng), (400, 3, 6, 6)).copy()
+    masks = _cut_masks(x, T.Cutout(2, generator=3)(x))
+    distinct = {m.tobytes() for m in masks}
+    assert len(distinct) == 36  # one square per centre: all 6 x 6 centres occur among identical images
+    # p: each sample is cut with probability p, independently.
+    cut = _cut_masks(x, T.Cutout(2, p=0.3, generator=4)(x)).any(axis=(1, 2))
+    assert 0.22 < cut.mean() < 0.38
+    # p=0 leaves the batch untouched (same values, same dtype).
+    y = T.Cutout(3, p=0.0, generator=5)(x)
+    assert y.dtype == x.dtype and np.array_equal(y, x)
+    # A generator passed in continues its stream: the next batch gets new squares.
+    cutout = T.Cutout(2, generator=np.random.default_rng(6))
+    assert not np.array_equal(cutout(x), cutout(x))
+
+
+def test_cutout_fill_dtype_and_tensors(rng):
+    x = (rng.random((4, 3, 5, 5)) * 200 + 10).astype(np.uint8)
+    y = T.Cutout(3, fill=7, generator=0)(x)
+    assert y.dtype == np.uint8 and set(np.unique(y[y != x])) <= {7}
+    x64 = rng.random((4, 3, 5, 5)) + 1.0
+    assert T.Cutout(3, fill=-0.5, generator=0)(x64).dtype == np.float64
+    t = minidl.tensor(_distinct_batch(3, 1, 4, 4, rng))
+    out = T.Compose([T.RandomCrop(4, padding=1, generator=0), T.Cutout(2, generator=0)])(t)
+    assert isinstance(out, minidl.Tensor) and out.shape == (3, 1, 4, 4)
+    assert repr(T.Cutout((2, 3), p=0.5)) == "Cutout(size=(2, 3), fill=0, p=0.5)"
+
+
+def test_cutout_errors():
+    for bad in (0, -1, (2,), (2, 0), (1, 2, 3)):
+        with pytest.raises(ValueError, match="Cutout: size must be a positive int or"):
+            T.Cutout(bad)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"Cutout: p must lie in \[0, 1\]"):
+            T.Cutout(2, p=bad)
+    for bad in ("0", None, [0, 0, 0], True):
+        with pytest.raises(ValueError, match="Cutout: fill must be a real number"):
+            T.Cutout(2, fill=bad)
+    with pytest.raises(ValueError, match=r"Cutout: expects a batch of shape \(N, C, H, W\), got shape \(3, 4, 4\)"):
+        T.Cutout(2)(np.zeros((3, 4, 4), np.float32))
+    with pytest.raises(TypeError, match="Cutout: generator must be"):
+        T.Cutout(2, generator="seed")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cutout_same_result_on_each_device(device, rng):
+    x = _distinct_batch(6, 3, 7, 7, rng)
+    want = T.Cutout(3, p=0.7, generator=9)(x)
+    got = T.Cutout(3, p=0.7, generator=9)(minidl.tensor(x, device=device))
+    assert str(got.device).startswith(device)
+    got_host = got._data.get() if device == "cuda" else got._data
+    np.testing.assert_array_equal(got_host, want)

@@ -1,17 +1,16 @@
 """CuPy launchers of kernels/activation.cu: pointwise activations, forward and backward.
 
-The arguments were validated by minidl/primitives/activation.py. This module also holds the few
-launch helpers the other launchers of the memory-bound families share (contiguous float32 inputs,
-where the kernel writes its output, grid sizes).
+The arguments were validated by minidl/primitives/activation.py. The launch helpers shared with the
+other launchers (contiguous float32 inputs, where the kernel writes its output, grid sizes) are in
+_launch.py.
 """
 from __future__ import annotations
 
-import functools
 
-import cupy
 import numpy as np
 
 from ._compile import get_kernel
+from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, is_aligned, kernel_output
 
 # Mode numbers of kernels/activation.cu (#define ACT_*).
 MODES = {"relu": 0, "leaky_relu": 1, "elu": 2, "clipped_relu": 3, "sigmoid": 4, "tanh": 5, "gelu": 6,
@@ -20,76 +19,6 @@ MODES = {"relu": 0, "leaky_relu": 1, "elu": 2, "clipped_relu": 3, "sigmoid": 4, 
 DEFAULT_COEF = {"leaky_relu": 0.01, "elu": 1.0, "clipped_relu": 6.0}
 # Modes whose gradient is computed from y (cheaper: no exp); the others use x.
 GRADIENT_FROM_Y = ("sigmoid", "tanh")
-
-THREADS = 256
-
-
-# ----------------------------------------------------------------------------------------------
-# Launch helpers shared by the launchers of the memory-bound families.
-# ----------------------------------------------------------------------------------------------
-
-
-def as_kernel_input(op: str, a):
-    """A C-contiguous float32 CuPy array (copied only if it is not one already)."""
-    if a.dtype != cupy.float32:
-        raise TypeError(f"{op}: the CUDA kernels are float32, got {a.dtype}")
-    return cupy.ascontiguousarray(a)
-
-
-def kernel_output(op: str, out, shape, beta: float, *inputs):
-    """(target, original): the C-contiguous float32 array the kernel writes, and the user's `out`
-    to copy it into afterwards (None when the kernel can write `out` directly).
-
-    The kernel writes `out` itself unless `out` is not C-contiguous or overlaps an input (the
-    kernels read neighbours, so writing in place could read already-written values). Then it
-    writes a scratch array holding a copy of `out` (needed when beta != 0), and finish() copies
-    it back.
-    """
-    shape = tuple(int(s) for s in shape)
-    if out is None:
-        return cupy.empty(shape, dtype=cupy.float32), None
-    if tuple(out.shape) != shape:
-        raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {shape}")
-    if out.dtype != cupy.float32:
-        raise TypeError(f"{op}: out has dtype {out.dtype}, expected float32")
-    overlaps = any(a is not None and cupy.may_share_memory(out, a) for a in inputs)
-    if out.flags.c_contiguous and not overlaps:
-        return out, None
-    scratch = out.copy(order="C") if beta != 0 else cupy.empty(shape, dtype=cupy.float32)
-    return scratch, out
-
-
-def finish(target, original):
-    """Copy the kernel's output into the user's `out` when the kernel wrote a scratch array."""
-    if original is None:
-        return target
-    original[...] = target
-    return original
-
-
-def is_aligned(*arrays) -> bool:
-    """True when every array's data starts on a 16-byte boundary (float4 loads are legal)."""
-    return all(a is None or a.data.ptr % 16 == 0 for a in arrays)
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count_of(device_id: int) -> int:
-    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
-
-
-def sm_count() -> int:
-    """Multiprocessors of the current device (cached: reading device attributes is slow)."""
-    return _sm_count_of(cupy.cuda.runtime.getDevice())
-
-
-def grid_stride_blocks(work_items: int, threads: int = THREADS, blocks_per_sm: int = 8) -> int:
-    """Blocks for a grid-stride loop: enough to fill every SM, never more than the work needs."""
-    return max(1, min((int(work_items) + threads - 1) // threads, sm_count() * blocks_per_sm))
-
-
-def null_pointer():
-    """What a kernel receives for an absent optional array (a 64-bit zero = nullptr)."""
-    return np.uint64(0)
 
 
 # ----------------------------------------------------------------------------------------------

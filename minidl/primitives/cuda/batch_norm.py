@@ -12,7 +12,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from .activation import THREADS, as_kernel_input, grid_stride_blocks, is_aligned, null_pointer, sm_count
+from ._launch import THREADS, as_kernel_input, grid_stride_blocks, is_aligned, null_pointer, sm_count
 
 ROW_TILE = (32, 8)           # blockDim of the "rows" kernels (channels x row groups)
 BLOCKS_PER_SM = 8            # how many reduction blocks to aim for per SM (a full SM's worth)

@@ -24,7 +24,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from .activation import grid_stride_blocks, sm_count
+from ._launch import grid_stride_blocks, sm_count
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
 

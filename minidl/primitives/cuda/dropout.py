@@ -10,7 +10,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from .activation import THREADS, as_kernel_input, grid_stride_blocks, is_aligned
+from ._launch import THREADS, as_kernel_input, grid_stride_blocks, is_aligned
 
 def _threshold_and_scale(p: float):
     """keep <=> (word >> 8) >= threshold, threshold = ceil(p * 2^24): the exact integer form of

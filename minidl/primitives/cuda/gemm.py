@@ -12,7 +12,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from .activation import grid_stride_blocks, sm_count
+from ._launch import grid_stride_blocks, sm_count
 from .handle import get_handle
 
 TILE = 128          # TILE_M of kernels/common.cuh (and the widest TILE_N)

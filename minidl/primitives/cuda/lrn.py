@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ._compile import get_kernel
-from .activation import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
+from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
 
 
 def _view(shape, layout):

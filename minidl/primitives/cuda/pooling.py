@@ -10,7 +10,7 @@ import numpy as np
 
 from ..pooling import pooling_output_shape
 from ._compile import get_kernel
-from .activation import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
+from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
 
 MODES = {"max": 0, "avg_include_pad": 1, "avg_exclude_pad": 2}
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 
-import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from .activation import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
+from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
 
 WARP_ROWS_PER_BLOCK = 4     # 128 threads: four rows per block
 MAX_WARP_ROW = 1024         # 32 registers per lane for the row

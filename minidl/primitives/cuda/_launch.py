@@ -1,0 +1,79 @@
+"""Launch helpers shared by the CuPy launchers in this package.
+
+Block/grid sizes (THREADS, sm_count, grid_stride_blocks), and the conventions of the memory-bound
+kernels for their arrays: inputs are C-contiguous float32 (as_kernel_input), the output is written
+straight into the user's `out` when that is safe and into a scratch array otherwise
+(kernel_output / finish), float4 paths need 16-byte alignment (is_aligned), and an absent optional
+array is passed as a null pointer (null_pointer).
+"""
+from __future__ import annotations
+
+import functools
+
+import cupy
+import numpy as np
+
+THREADS = 256  # threads per block of the elementwise / grid-stride kernels
+
+
+def as_kernel_input(op: str, a):
+    """A C-contiguous float32 CuPy array (copied only if it is not one already)."""
+    if a.dtype != cupy.float32:
+        raise TypeError(f"{op}: the CUDA kernels are float32, got {a.dtype}")
+    return cupy.ascontiguousarray(a)
+
+
+def kernel_output(op: str, out, shape, beta: float, *inputs):
+    """(target, original): the C-contiguous float32 array the kernel writes, and the user's `out`
+    to copy it into afterwards (None when the kernel can write `out` directly).
+
+    The kernel writes `out` itself unless `out` is not C-contiguous or overlaps an input (the
+    kernels read neighbours, so writing in place could read already-written values). Then it
+    writes a scratch array holding a copy of `out` (needed when beta != 0), and finish() copies
+    it back.
+    """
+    shape = tuple(int(s) for s in shape)
+    if out is None:
+        return cupy.empty(shape, dtype=cupy.float32), None
+    if tuple(out.shape) != shape:
+        raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {shape}")
+    if out.dtype != cupy.float32:
+        raise TypeError(f"{op}: out has dtype {out.dtype}, expected float32")
+    overlaps = any(a is not None and cupy.may_share_memory(out, a) for a in inputs)
+    if out.flags.c_contiguous and not overlaps:
+        return out, None
+    scratch = out.copy(order="C") if beta != 0 else cupy.empty(shape, dtype=cupy.float32)
+    return scratch, out
+
+
+def finish(target, original):
+    """Copy the kernel's output into the user's `out` when the kernel wrote a scratch array."""
+    if original is None:
+        return target
+    original[...] = target
+    return original
+
+
+def is_aligned(*arrays) -> bool:
+    """True when every array's data starts on a 16-byte boundary (float4 loads are legal)."""
+    return all(a is None or a.data.ptr % 16 == 0 for a in arrays)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count_of(device_id: int) -> int:
+    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
+
+
+def sm_count() -> int:
+    """Multiprocessors of the current device (cached: reading device attributes is slow)."""
+    return _sm_count_of(cupy.cuda.runtime.getDevice())
+
+
+def grid_stride_blocks(work_items: int, threads: int = THREADS, blocks_per_sm: int = 8) -> int:
+    """Blocks for a grid-stride loop: enough to fill every SM, never more than the work needs."""
+    return max(1, min((int(work_items) + threads - 1) // threads, sm_count() * blocks_per_sm))
+
+
+def null_pointer():
+    """What a kernel receives for an absent optional array (a 64-bit zero = nullptr)."""
+    return np.uint64(0)

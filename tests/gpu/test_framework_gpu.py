@@ -1,0 +1,216 @@
+"""The framework on the GPU: Linear on our SGEMM (and on cuBLAS when asked), index checks that stay
+on the device, and training steps that never make the host wait for the GPU.
+
+How "never waits" is shown: a spin kernel that runs for ~2 s is queued first, then a whole training
+step (forward, loss, backward, optimizer and scheduler step). Every launch of the step queues behind
+the spin, so if any call in the step read a value back (bool(x.any()), .item(), a blocking copy,
+a synchronize), the host would have waited for the spin to end. After the step returns, the spin's
+end event must still be pending. A control case that calls .item() inside the step shows the check
+can fail.
+"""
+import numpy as np
+import pytest
+import torch
+
+import minidl
+import minidl.nn as nn
+import minidl.nn.functional as F
+from tests.conftest import rel_err
+
+pytestmark = pytest.mark.gpu
+
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(unsigned long long nanoseconds)
+{
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < nanoseconds);
+}
+"""
+
+
+def _spin_then(step, seconds=2.0):
+    """Queue a `seconds`-long spin kernel, run step(), and say whether the spin was still running
+    when step() returned (True: step never waited for the GPU)."""
+    import cupy
+
+    spin = cupy.RawKernel(SPIN_SOURCE, "spin")
+    spin((1,), (1,), (np.uint64(int(seconds * 1e9)),))
+    spin_end = cupy.cuda.Event()
+    spin_end.record()
+    step()
+    still_spinning = not spin_end.done
+    cupy.cuda.get_current_stream().synchronize()
+    return still_spinning
+
+
+# ------------------------------------------------------------------------------------------------
+# Linear: our SGEMM by default, cuBLAS as a switch
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("use_cublas", [False, True])
+@pytest.mark.parametrize("lead,fin,fout,bias", [((7,), 13, 5, True), ((3, 37), 130, 67, False), ((256,), 512, 10, True),
+                                                ((65,), 3, 200, True), ((), 9, 4, True)])
+def test_linear_on_gpu_matches_torch(use_cublas, lead, fin, fout, bias):
+    rng = np.random.default_rng(fin)
+    x = rng.standard_normal(lead + (fin,)).astype(np.float32)
+    w = rng.standard_normal((fout, fin)).astype(np.float32) / np.sqrt(fin)
+    b = rng.standard_normal(fout).astype(np.float32)
+    g = rng.standard_normal(lead + (fout,)).astype(np.float32)
+    ours = [minidl.tensor(a, device="cuda", requires_grad=True) for a in (x, w, b)]
+    theirs = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w, b)]
+    with minidl.backends.cuda.flags(use_cublas=use_cublas):
+        y = F.linear(ours[0], ours[1], ours[2] if bias else None)
+        y.backward(minidl.tensor(g, device="cuda"))
+    ty = torch.nn.functional.linear(theirs[0], theirs[1], theirs[2] if bias else None)
+    ty.backward(torch.tensor(g, dtype=torch.float64))
+    assert y.shape == tuple(ty.shape)
+    assert rel_err(y.cpu().numpy(), ty.detach().numpy()) <= 1e-5
+    for ours_t, theirs_t in zip(ours[:3 if bias else 2], theirs):
+        assert rel_err(ours_t.grad.cpu().numpy(), theirs_t.grad.numpy()) <= 1e-5
+
+
+def test_linear_runs_our_sgemm_unless_use_cublas(monkeypatch):
+    """Count the launches of our SGEMM: 1 forward, 2 backward (dx, dW); none with use_cublas."""
+    from minidl.primitives.cuda import gemm as gemm_launcher
+
+    calls = []
+    real = gemm_launcher.sgemm
+
+    def counting(*args, **kwargs):
+        calls.append(args[:3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gemm_launcher, "sgemm", counting)
+    layer = nn.Linear(20, 30).to("cuda")
+    x = minidl.randn(8, 20, device="cuda", requires_grad=True)
+    layer(x).sum().backward()
+    assert len(calls) == 3
+    assert sorted(calls) == sorted([(8, 30, 20), (8, 20, 30), (30, 20, 8)])  # (M, N, K) of y, dx, dW
+    calls.clear()
+    with minidl.backends.cuda.flags(use_cublas=True):
+        layer(x).sum().backward()
+    assert calls == []
+
+
+def test_linear_float64_on_gpu_goes_to_cublas():
+    layer = nn.Linear(6, 4).double().to("cuda")
+    x = np.random.default_rng(1).standard_normal((5, 6))
+    y = layer(minidl.tensor(x, device="cuda"))
+    expected = x @ layer.weight.cpu().numpy().T + layer.bias.cpu().numpy()
+    assert y.dtype == minidl.float64
+    assert np.abs(y.cpu().numpy() - expected).max() <= 1e-12
+
+
+# ------------------------------------------------------------------------------------------------
+# Index checks on the device: NaN instead of a sync; eager errors with check_indices
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss_fn", ["cross_entropy", "nll_loss"])
+def test_out_of_range_target_on_gpu_gives_nan_rows(loss_fn):
+    fn = getattr(F, loss_fn)
+    x = minidl.randn(4, 3, device="cuda", requires_grad=True)
+    if loss_fn == "nll_loss":
+        x = F.log_softmax(x, dim=1)
+    target = minidl.tensor([0, 3, 2, -100], device="cuda")  # 3 is out of range, -100 is ignored
+    per_row = fn(x, target, reduction="none").cpu().numpy()
+    assert np.isnan(per_row[1]) and np.isfinite(per_row[[0, 2, 3]]).all()
+    assert np.isnan(fn(x, target).item())
+    with minidl.backends.cuda.flags(check_indices=True):
+        with pytest.raises(ValueError, match="class index 3, out of range for 3 classes"):
+            fn(x, target)
+    good = fn(x, minidl.tensor([0, 1, 2, -100], device="cuda")).item()
+    assert np.isfinite(good)
+
+
+def test_out_of_range_embedding_index_on_gpu_gives_nan_rows():
+    weight = minidl.randn(6, 2, device="cuda", requires_grad=True)
+    out = F.embedding(minidl.tensor([[0, 6], [-1, 5]], device="cuda"), weight).cpu().numpy()
+    assert np.isnan(out[0, 1]).all() and np.isnan(out[1, 0]).all()
+    assert rel_err(out[0, 0], weight.cpu().numpy()[0]) == 0 and rel_err(out[1, 1], weight.cpu().numpy()[5]) == 0
+    with minidl.backends.cuda.flags(check_indices=True):
+        with pytest.raises(ValueError, match="index out of range"):
+            F.embedding(minidl.tensor([0, 6], device="cuda"), weight)
+
+
+# ------------------------------------------------------------------------------------------------
+# Training steps without a host sync
+# ------------------------------------------------------------------------------------------------
+
+
+def _cnn_step():
+    minidl.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2), nn.Dropout(0.25),
+        nn.Flatten(), nn.Linear(32 * 4 * 4, 10)).to("cuda")
+    optimizer = minidl.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    scheduler = minidl.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=100)
+    x = minidl.randn(32, 3, 16, 16, device="cuda")
+    y = minidl.randint(0, 10, (32,), device="cuda")
+    state = {}
+
+    def step():
+        loss = F.cross_entropy(model(x), y, label_smoothing=0.1)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        state["loss"] = loss.detach() if "loss" not in state else state["loss"] + loss.detach()
+
+    return step, state
+
+
+def _lstm_lm_step():
+    minidl.manual_seed(0)
+    vocab, hidden = 50, 32
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, hidden)
+            self.lstm = nn.LSTM(hidden, hidden, num_layers=2, dropout=0.2)
+            self.head = nn.Linear(hidden, vocab)
+
+        def forward(self, tokens, state=None):
+            out, state = self.lstm(self.embed(tokens), state)
+            return self.head(out), state
+
+    model = LM().to("cuda")
+    optimizer = minidl.optim.Adam(model.parameters(), lr=1e-3)
+    tokens = minidl.randint(0, vocab, (12, 8), device="cuda")
+    targets = minidl.randint(0, vocab, (12, 8), device="cuda")
+
+    def step():
+        logits, _ = model(tokens)
+        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        optimizer.step()
+
+    return step, {}
+
+
+@pytest.mark.parametrize("make_step", [_cnn_step, _lstm_lm_step], ids=["cnn_sgd", "lstm_lm_adam"])
+def test_training_step_never_waits_for_the_gpu(make_step):
+    step, _ = make_step()
+    for _ in range(2):  # compile kernels and fill the memory pool first
+        step()
+    assert _spin_then(step), "a training step waited for the GPU (a host sync inside the step)"
+
+
+def test_the_sync_check_catches_a_sync():
+    """Control: the same step plus a loss.item() must be caught."""
+    step, state = _cnn_step()
+    step()
+
+    def step_and_read():
+        step()
+        state["loss"].item()
+
+    assert not _spin_then(step_and_read)
