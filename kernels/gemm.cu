@@ -1,7 +1,8 @@
 // gemm.cu: single-precision GEMM, C = alpha * op(A) * op(B) + beta * C, strided-batched.
 //
 // Algorithm: the tiled main loop of common.cuh (128 x 128 tile per block of 256 threads, 8 x 8
-// outputs per thread in registers, 8-deep reduction steps double-buffered in shared memory; a
+// outputs per thread in registers, 8-deep reduction steps double-buffered in shared memory, and the
+// shared-memory fragments double-buffered in registers (PREFETCH); a
 // 128 x 64 tile variant for N <= 64, the launcher turns a product with few rows into its transpose).
 // op(A) is M x K, op(B) is K x N. Which loader fetches an operand depends on how it is stored:
 //     A not transposed, stored (M, K): contiguous along k   -> KContiguousLoader
@@ -69,19 +70,19 @@ __device__ __forceinline__ void sgemm_body(int M, int N, int K, float alpha,
         RowContiguousLoader<TILE_M> load_a(A + m0, lda, M - m0, K, 0, vec_a);
         if (TRANS_B) {
             KContiguousLoader<BN> load_b(B + n0 * ldb, ldb, N - n0, K, 0, vec_b);
-            gemm_mainloop<BN>(load_a, load_b, epilogue, k_begin, k_end);
+            gemm_mainloop<BN, true>(load_a, load_b, epilogue, k_begin, k_end);
         } else {
             RowContiguousLoader<BN> load_b(B + n0, ldb, N - n0, K, 0, vec_b);
-            gemm_mainloop<BN>(load_a, load_b, epilogue, k_begin, k_end);
+            gemm_mainloop<BN, true>(load_a, load_b, epilogue, k_begin, k_end);
         }
     } else {
         KContiguousLoader<TILE_M> load_a(A + m0 * lda, lda, M - m0, K, 0, vec_a);
         if (TRANS_B) {
             KContiguousLoader<BN> load_b(B + n0 * ldb, ldb, N - n0, K, 0, vec_b);
-            gemm_mainloop<BN>(load_a, load_b, epilogue, k_begin, k_end);
+            gemm_mainloop<BN, true>(load_a, load_b, epilogue, k_begin, k_end);
         } else {
             RowContiguousLoader<BN> load_b(B + n0, ldb, N - n0, K, 0, vec_b);
-            gemm_mainloop<BN>(load_a, load_b, epilogue, k_begin, k_end);
+            gemm_mainloop<BN, true>(load_a, load_b, epilogue, k_begin, k_end);
         }
     }
 }

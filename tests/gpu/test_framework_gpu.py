@@ -57,7 +57,7 @@ def _spin_then(step, seconds=2.0):
 def test_linear_on_gpu_matches_torch(use_cublas, lead, fin, fout, bias):
     rng = np.random.default_rng(fin)
     x = rng.standard_normal(lead + (fin,)).astype(np.float32)
-    w = rng.standard_normal((fout, fin)).astype(np.float32) / np.sqrt(fin)
+    w = (rng.standard_normal((fout, fin)) / np.sqrt(fin)).astype(np.float32)
     b = rng.standard_normal(fout).astype(np.float32)
     g = rng.standard_normal(lead + (fout,)).astype(np.float32)
     ours = [minidl.tensor(a, device="cuda", requires_grad=True) for a in (x, w, b)]
