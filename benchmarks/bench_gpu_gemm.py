@@ -58,7 +58,7 @@ def bench_sgemm_cases(repeats, n=4096):
             cublas = time_ms(lambda: cupy.matmul(op_a, op_b, out=out), repeats)
             ref = cupy.matmul(op_a, op_b)
             err = float(cupy.linalg.norm(gemm(a, b, trans_a=ta, trans_b=tb) - ref) / cupy.linalg.norm(ref))
-            rows.append(("T" if ta else "N") + ("T" if tb else "N"), ours, cublas, 2.0 * n**3 / 1e9, err)
+            rows.append((("T" if ta else "N") + ("T" if tb else "N"), ours, cublas, 2.0 * n**3 / 1e9, err))
     return rows
 
 

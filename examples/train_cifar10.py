@@ -1,23 +1,29 @@
 """Train a ResNet-9 on CIFAR-10 with minidl: the fast recipe of Myrtle.ai / David Page (2018).
 
-    python examples/train_cifar10.py                         # 24 epochs, batch 512, GPU
+    python examples/train_cifar10.py                         # width 96, 50 epochs: 93.0%, 7.2 min training (H200)
+    python examples/train_cifar10.py --width 64 --epochs 24  # Page's original size: 91.6% in 100 s
     python examples/train_cifar10.py --norm lrn              # LRN instead of batch norm, as AlexNet
-    python examples/train_cifar10.py --resume --epochs 24    # continue the last checkpoint
+    python examples/train_cifar10.py --resume                # continue the last checkpoint
 
-The network (width w = 64: channels 64-128-256-512), 32 x 32 input:
+Figures measured on the CIFAR-10 JPEG copy of shared/data (benchmarks/results/runs/cifar10_*.log).
+
+The network (width w: channels w-2w-4w-8w; Page's is w = 64, the default here is w = 96), 32 x 32 input:
     prep    conv3x3(3 -> w)      - BN - ReLU                               32 x 32
     layer1  conv3x3(w -> 2w)     - BN - ReLU - maxpool2 + residual block  16 x 16
     layer2  conv3x3(2w -> 4w)    - BN - ReLU - maxpool2                      8 x 8
     layer3  conv3x3(4w -> 8w)    - BN - ReLU - maxpool2 + residual block    4 x 4
     head    maxpool4 - linear(8w -> 10, no bias) - times 0.125
-where a residual block is x + (conv-BN-ReLU)(conv-BN-ReLU)(x). About 6.6 M parameters.
+where a residual block is x + (conv-BN-ReLU)(conv-BN-ReLU)(x). 6.6 M parameters at w = 64, 14.8 M at w = 96.
 
 The recipe: SGD with Nesterov momentum 0.9, weight decay 5e-4, batch 512, a one-cycle learning rate
 (linear warm-up to 0.4 over the first 20% of the steps, then linear decay to ~0), label smoothing
 0.2, augmentation by random crops of the image padded by 4 pixels (reflect), horizontal flips and
 cutout (one random 8 x 8 square per image set to 0, the mean after normalisation; clipped at the
 border), and at test time the mean of the logits of each image and its mirror image. Page reports
-94% in 24 epochs with this recipe; expect about 93-94% on the CIFAR-10 JPEG copy.
+94% in 24 epochs with this recipe at w = 64 on the official CIFAR-10. On the JPEG copy (quality ~75)
+the same recipe gives 91.6% in 24 epochs and 92.3% in 40 (PyTorch, same recipe and data: 90.2% at
+epoch 22 of 24, where minidl had 90.7%: the gap to 94% comes from the images, not from minidl), so the
+defaults widen the network to w = 96 and train 50 epochs: 93.0%.
 `--schedule cosine` uses cosine annealing after the same warm-up instead; `--cutout 0` turns cutout
 off; `--no-decay-bn` exempts batch-norm scales and shifts (every 1-D parameter) from weight decay,
 a common variant in large-batch training (not part of Page's recipe, untuned here).
@@ -166,9 +172,10 @@ def make_scheduler(name, optimizer, max_lr, total_steps, warmup=0.2):
 
 
 def parse_args(argv=None):
-    p = base_parser(__doc__, epochs=24, batch_size=512, lr=None, checkpoint="checkpoints/cifar10_resnet9.mdl")
+    p = base_parser(__doc__, epochs=50, batch_size=512, lr=None, checkpoint="checkpoints/cifar10_resnet9.mdl")
     p.add_argument("--norm", choices=["bn", "lrn"], default="bn", help="batch norm or local response norm")
-    p.add_argument("--width", type=int, default=64, help="channels of the first layer (64: 64-128-256-512)")
+    p.add_argument("--width", type=int, default=96,
+                   help="channels of the first layer (96: 96-192-384-768; Page's ResNet-9 is 64)")
     p.add_argument("--schedule", choices=["onecycle", "cosine"], default="onecycle")
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--label-smoothing", type=float, default=0.2)

@@ -68,9 +68,9 @@ def test_linear_on_gpu_matches_torch(use_cublas, lead, fin, fout, bias):
     ty = torch.nn.functional.linear(theirs[0], theirs[1], theirs[2] if bias else None)
     ty.backward(torch.tensor(g, dtype=torch.float64))
     assert y.shape == tuple(ty.shape)
-    assert rel_err(y.cpu().numpy(), ty.detach().numpy()) <= 1e-5
+    assert rel_err(y.detach().cpu().numpy(), ty.detach().numpy()) <= 1e-5
     for ours_t, theirs_t in zip(ours[:3 if bias else 2], theirs):
-        assert rel_err(ours_t.grad.cpu().numpy(), theirs_t.grad.numpy()) <= 1e-5
+        assert rel_err(ours_t.grad.detach().cpu().numpy(), theirs_t.grad.numpy()) <= 1e-5
 
 
 def test_linear_runs_our_sgemm_unless_use_cublas(monkeypatch):
@@ -100,9 +100,9 @@ def test_linear_float64_on_gpu_goes_to_cublas():
     layer = nn.Linear(6, 4).double().to("cuda")
     x = np.random.default_rng(1).standard_normal((5, 6))
     y = layer(minidl.tensor(x, device="cuda"))
-    expected = x @ layer.weight.cpu().numpy().T + layer.bias.cpu().numpy()
+    expected = x @ layer.weight.detach().cpu().numpy().T + layer.bias.detach().cpu().numpy()
     assert y.dtype == minidl.float64
-    assert np.abs(y.cpu().numpy() - expected).max() <= 1e-12
+    assert np.abs(y.detach().cpu().numpy() - expected).max() <= 1e-12
 
 
 # ------------------------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def test_out_of_range_target_on_gpu_gives_nan_rows(loss_fn):
     if loss_fn == "nll_loss":
         x = F.log_softmax(x, dim=1)
     target = minidl.tensor([0, 3, 2, -100], device="cuda")  # 3 is out of range, -100 is ignored
-    per_row = fn(x, target, reduction="none").cpu().numpy()
+    per_row = fn(x, target, reduction="none").detach().cpu().numpy()
     assert np.isnan(per_row[1]) and np.isfinite(per_row[[0, 2, 3]]).all()
     assert np.isnan(fn(x, target).item())
     with minidl.backends.cuda.flags(check_indices=True):
@@ -129,9 +129,9 @@ def test_out_of_range_target_on_gpu_gives_nan_rows(loss_fn):
 
 def test_out_of_range_embedding_index_on_gpu_gives_nan_rows():
     weight = minidl.randn(6, 2, device="cuda", requires_grad=True)
-    out = F.embedding(minidl.tensor([[0, 6], [-1, 5]], device="cuda"), weight).cpu().numpy()
+    out = F.embedding(minidl.tensor([[0, 6], [-1, 5]], device="cuda"), weight).detach().cpu().numpy()
     assert np.isnan(out[0, 1]).all() and np.isnan(out[1, 0]).all()
-    assert rel_err(out[0, 0], weight.cpu().numpy()[0]) == 0 and rel_err(out[1, 1], weight.cpu().numpy()[5]) == 0
+    assert rel_err(out[0, 0], weight.detach().cpu().numpy()[0]) == 0 and rel_err(out[1, 1], weight.detach().cpu().numpy()[5]) == 0
     with minidl.backends.cuda.flags(check_indices=True):
         with pytest.raises(ValueError, match="index out of range"):
             F.embedding(minidl.tensor([0, 6], device="cuda"), weight)
