@@ -160,6 +160,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/gpu_conv.md")
     parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--commit", default=None, help="commit to record (default: git rev-parse, else $MINIDL_COMMIT)")
     parser.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES (default: all)")
     args = parser.parse_args()
 
@@ -188,7 +189,7 @@ def main():
     lines = [
         "# minidl GPU convolution and SGEMM vs cuDNN / cuBLAS (float32, TF32 off)",
         "",
-        f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {git_commit()}, device {device}, "
+        f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {args.commit or git_commit()}, device {device}, "
         f"torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}), CuPy {cupy.__version__}; "
         f"median of {args.repeats} CUDA-event timings after warm-up; NCHW.",
         "",

@@ -125,6 +125,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/gpu_gemm.md")
     parser.add_argument("--repeats", type=int, default=25)
+    parser.add_argument("--commit", default=None, help="commit to record (default: git rev-parse, else $MINIDL_COMMIT)")
     args = parser.parse_args()
 
     os.environ.setdefault("CUPY_TF32", "0")
@@ -146,7 +147,7 @@ def main():
     lines = [
         "# minidl SGEMM vs cuBLAS, and Linear layers on it (float32, TF32 off)",
         "",
-        f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {git_commit()}, device {device}, "
+        f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {args.commit or git_commit()}, device {device}, "
         f"CuPy {cupy.__version__}, torch {torch.__version__}; median of {args.repeats} CUDA-event timings after "
         "warm-up. Command: `python3 benchmarks/bench_gpu_gemm.py`.",
         "",
