@@ -152,6 +152,27 @@ def test_backends_flags_set_the_policy(monkeypatch):
     assert minidl.backends.cudnn.benchmark is False
 
 
+def test_backends_cuda_flags_restore_and_cpu_checks_stay_eager():
+    flags = minidl.backends.cuda
+    assert (flags.use_cublas, flags.check_indices) == (False, False)
+    with flags.flags(use_cublas=True, check_indices=True):
+        assert (flags.use_cublas, flags.check_indices) == (True, True)
+        with pytest.raises(RuntimeError):
+            with flags.flags(use_cublas=False):
+                assert flags.use_cublas is False
+                raise RuntimeError("restored even on error")
+        assert flags.use_cublas is True
+    assert (flags.use_cublas, flags.check_indices) == (False, False)
+    # On the CPU an out-of-range index raises whatever check_indices says: the check costs no sync there.
+    import minidl.nn.functional as F
+    for check in (False, True):
+        with flags.flags(check_indices=check):
+            with pytest.raises(ValueError, match="class index 5"):
+                F.cross_entropy(minidl.randn(2, 3), minidl.tensor([0, 5]))
+            with pytest.raises(ValueError, match="index out of range"):
+                F.embedding(minidl.tensor([7]), minidl.randn(4, 2))
+
+
 @settings(max_examples=25, deadline=None)
 @given(dims=st.sampled_from([1, 2, 3]), kind=st.sampled_from(["max", "avg", "avg_ex", "adaptive"]),
        k=st.integers(2, 3), ceil_mode=st.booleans(), seed=st.integers(0, 10**6))
