@@ -1,4 +1,4 @@
-"""Benchmark: minidl's GPU convolutions and SGEMM against cuDNN and cuBLAS, in one process.
+"""Benchmark: minidl's GPU convolutions against cuDNN, in one process.
 
 For the 8 convolution shapes of shared/guides/device.md (float32, NCHW):
   * the forward time of each of our algorithms that applies;
@@ -6,7 +6,7 @@ For the 8 convolution shapes of shared/guides/device.md (float32, NCHW):
   * cuDNN through torch (benchmark mode, TF32 off) on the same inputs: forward, and forward +
     backward (aten.convolution_backward computing both gradients);
   * the ratios ours / cuDNN (> 1 means slower) and their geometric mean.
-And our SGEMM against cuBLAS (cupy.matmul, TF32 off) at 4096^3.
+Our SGEMM against cuBLAS (4096^3 and the GEMM shapes of these layers) is in bench_gpu_gemm.py.
 
 Timing: CUDA events around each call, after a warm-up (kernels precompiled first), median of
 --repeats runs. GPU time: before each timed call a one-thread spin kernel (~1.5 ms) is queued, so
@@ -141,21 +141,6 @@ def bench_conv(shape, repeats):
     }
 
 
-def bench_gemm(repeats, n=4096):
-    import cupy
-
-    from minidl.primitives.gemm import gemm
-
-    rng = np.random.default_rng(1)
-    a = cupy.asarray(rng.standard_normal((n, n), dtype=np.float32))
-    b = cupy.asarray(rng.standard_normal((n, n), dtype=np.float32))
-    out = cupy.empty((n, n), dtype=cupy.float32)
-    ours = time_ms(lambda: gemm(a, b, out=out), repeats)
-    cublas = time_ms(lambda: cupy.matmul(a, b, out=out), repeats)
-    check = float(cupy.linalg.norm(gemm(a, b) - cupy.matmul(a, b)) / cupy.linalg.norm(cupy.matmul(a, b)))
-    return ours, cublas, 2.0 * n**3 / 1e9, check
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="benchmarks/results/gpu_conv.md")
@@ -184,10 +169,9 @@ def main():
         results.append(r)
         print(f"  {r['label']}: ours fwd {r['ours_fwd']:.3f} ms / cuDNN {r['cudnn_fwd']:.3f} ms, "
               f"fwd+bwd {r['ours_total']:.3f} / {r['cudnn_total']:.3f} ms", flush=True)
-    g_ours, g_cublas, g_flop, g_err = bench_gemm(args.repeats)
 
     lines = [
-        "# minidl GPU convolution and SGEMM vs cuDNN / cuBLAS (float32, TF32 off)",
+        "# minidl GPU convolution vs cuDNN (float32, TF32 off)",
         "",
         f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {args.commit or git_commit()}, device {device}, "
         f"torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}), CuPy {cupy.__version__}; "
@@ -232,12 +216,7 @@ def main():
         f"Geometric mean of the ratios (ours / cuDNN, > 1 is slower): forward {geo(fwd_ratios):.2f}, "
         f"forward + backward {geo(total_ratios):.2f} (GPU time); forward + backward host-inclusive {geo(host_ratios):.2f}.",
         "",
-        "## SGEMM 4096^3",
-        "",
-        "| ours (ms) | cuBLAS (ms) | ours TFLOP/s | cuBLAS TFLOP/s | ratio ours / cuBLAS | rel. error vs cuBLAS |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
-        f"| {g_ours:.3f} | {g_cublas:.3f} | {g_flop / g_ours:.1f} | {g_flop / g_cublas:.1f} | "
-        f"{g_ours / g_cublas:.2f} | {g_err:.1e} |",
+        "Our SGEMM against cuBLAS: gpu_gemm.md (benchmarks/bench_gpu_gemm.py).",
         "",
     ]
     report = "\n".join(lines)

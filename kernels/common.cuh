@@ -21,9 +21,9 @@
 // Fragment prefetch (PREFETCH = true, used by the GEMM kernels): the 8 + BN/16 values a thread reads
 // from shared memory for reduction step kk + 1 are loaded into a second set of registers while the
 // FMAs of step kk run, and step 0 of the next tile right after the barrier. Measured on an H200 at
-// 4096^3 (exp. of 2026-11-20): 3.46 -> 3.27 ms NN, 3.92 -> 3.35 ms NT. The implicit-GEMM
+// 4096^3: 3.46 -> 3.27 ms NN, 3.92 -> 3.35 ms NT (benchmarks/results/gpu_gemm.md). The implicit-GEMM
 // convolutions keep PREFETCH = false: their gather loaders already fill the 128-register budget,
-// and the extra 16 registers would make them spill more.
+// and with the extra 16 registers nvcc -Xptxas -v reports them spilling more.
 //
 // Who loads what is NOT fixed here: the main loop takes two "loaders" and an "epilogue". A loader
 // knows where element (row, k) of its operand lives (a plain matrix for the GEMM, a gather from the
@@ -99,7 +99,7 @@ __device__ __forceinline__ void gemm_mainloop(LoaderA& load_a, LoaderB& load_b, 
 
     for (int k0 = k_begin; k0 < k_end; k0 += TILE_K) {
         const bool has_next = k0 + TILE_K < k_end;
-        if (has_next) {
+        if (has_next) {  // issue the next step's global loads now; they land while we compute
             load_a.load(k0 + TILE_K);
             load_b.load(k0 + TILE_K);
         }

@@ -24,7 +24,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import grid_stride_blocks, sm_count
+from ._launch import finish, grid_stride_blocks, kernel_output, sm_count
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
 
@@ -234,24 +234,6 @@ def _input(a):
     return None if a is None else cupy.ascontiguousarray(a)
 
 
-def _output(out, shape, beta, *inputs):
-    """(target, original): a C-contiguous array the kernels write, and the user's out to copy into."""
-    if out is None:
-        return cupy.empty(shape, dtype=cupy.float32), None
-    overlaps = any(a is not None and cupy.may_share_memory(out, a) for a in inputs)
-    if out.flags.c_contiguous and not overlaps:
-        return out, None
-    scratch = out.copy(order="C") if beta != 0 else cupy.empty(shape, dtype=cupy.float32)
-    return scratch, out
-
-
-def _finish(target, original):
-    if original is None:
-        return target
-    original[...] = target
-    return original
-
-
 def _scale_only(target, alpha, beta):
     """The result of an empty reduction (zero-size batch): out = alpha * 0 + beta * out."""
     if beta == 0:
@@ -279,10 +261,10 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
     """y = alpha * (conv(x, w) + bias) + beta * out, on the GPU."""
     g = _Geometry(problem)
     x, w, bias = _input(x), _input(w), _input(bias)
-    y, original = _output(out, problem.y_shape, beta, x, w, bias)
+    y, original = kernel_output("convolution_forward", out, problem.y_shape, beta, x, w, bias)
     handle = get_handle()
     if y.size == 0:
-        return _finish(y, original)
+        return finish(y, original)
     with handle.launch_context():
         if g.N * g.OPQ == 0:
             pass
@@ -310,7 +292,7 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
             _winograd(x, w, bias, y, g, handle, "forward", alpha, beta)
         else:
             raise ValueError(f"convolution_forward: unknown algorithm {algo!r}")
-    return _finish(y, original)
+    return finish(y, original)
 
 
 def _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta):
@@ -378,10 +360,10 @@ def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
     """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU."""
     g = _Geometry(problem)
     w, dy = _input(w), _input(dy)
-    dx, original = _output(out, problem.x_shape, beta, w, dy)
+    dx, original = kernel_output("convolution_backward_data", out, problem.x_shape, beta, w, dy)
     handle = get_handle()
     if dx.size == 0:
-        return _finish(dx, original)
+        return finish(dx, original)
     with handle.launch_context():
         if algo == "direct":
             kernel = get_kernel("convolution", "convolution_backward_data_direct")
@@ -404,7 +386,7 @@ def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
             _winograd(dy, w, None, dx, g, handle, "backward_data", alpha, beta)
         else:
             raise ValueError(f"convolution_backward_data: unknown algorithm {algo!r}")
-    return _finish(dx, original)
+    return finish(dx, original)
 
 
 def _gemm_ready_filters(w, g, space):
@@ -449,10 +431,10 @@ def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w, in its layout)."""
     g = _Geometry(problem)
     x, dy = _input(x), _input(dy)
-    dw, original = _output(out, problem.w_shape, beta, x, dy)
+    dw, original = kernel_output("convolution_backward_filter", out, problem.w_shape, beta, x, dy)
     handle = get_handle()
     if dw.size == 0:
-        return _finish(dw, original)
+        return finish(dw, original)
     with handle.launch_context():
         if g.N * g.OPQ == 0:
             _scale_only(dw, alpha, beta)
@@ -487,7 +469,7 @@ def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
             _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta)
         else:
             raise ValueError(f"convolution_backward_filter: unknown algorithm {algo!r}")
-    return _finish(dw, original)
+    return finish(dw, original)
 
 
 def _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta):
@@ -535,13 +517,13 @@ def convolution_backward_bias(dy, problem, alpha, beta, out):
     if dy.dtype != cupy.float32:
         raise TypeError(f"convolution_backward_bias: the GPU kernels are float32, got {dy.dtype}")
     dy = _input(dy)
-    db, original = _output(out, (problem.K,), beta, dy)
+    db, original = kernel_output("convolution_backward_bias", out, (problem.K,), beta, dy)
     if problem.K == 0:
-        return _finish(db, original)
+        return finish(db, original)
     spatial = math.prod(problem.out_size)
     with get_handle().launch_context():
         get_kernel("convolution", "convolution_backward_bias")(
             (problem.K,), (256,),
             (dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(spatial), np.float32(alpha),
              np.float32(beta), _flag(problem.layout == "NHWC")))
-    return _finish(db, original)
+    return finish(db, original)

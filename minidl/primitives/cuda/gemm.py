@@ -11,8 +11,9 @@ import math
 import cupy
 import numpy as np
 
+from .._common import blend
 from ._compile import get_kernel
-from ._launch import grid_stride_blocks, sm_count
+from ._launch import finish, grid_stride_blocks, kernel_output, sm_count
 from .handle import get_handle
 
 TILE = 128          # TILE_M of kernels/common.cuh (and the widest TILE_N)
@@ -104,14 +105,7 @@ def gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas):
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
     if use_cublas:
-        result = cupy.matmul(op_a, op_b)
-        if out is None:
-            return result if alpha == 1 else result * result.dtype.type(alpha)
-        if beta == 0:
-            out[...] = result * out.dtype.type(alpha)
-        else:
-            out[...] = result * out.dtype.type(alpha) + out * out.dtype.type(beta)
-        return out
+        return blend("gemm", cupy.matmul(op_a, op_b), out, alpha, beta)
 
     M, K = op_a.shape[-2], op_a.shape[-1]
     N = op_b.shape[-1]
@@ -125,18 +119,11 @@ def gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas):
     stride_a = a.shape[-1] * a.shape[-2] if a.ndim == 3 else 0
     stride_b = b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0
 
-    target = out
-    if out is None or not out.flags.c_contiguous or cupy.may_share_memory(out, a) \
-            or cupy.may_share_memory(out, b):
-        target = cupy.empty(out_shape, dtype=cupy.float32) if beta == 0 or out is None \
-            else out.copy(order="C")
+    target, original = kernel_output("gemm", out, out_shape, beta, a, b)
     if K == 0:  # an empty reduction: the product is zero
         target[...] = 0 if beta == 0 else target * np.float32(beta)
     else:
         with get_handle().launch_context():
             sgemm(M, N, K, a, lda, b, ldb, target, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                   beta=beta, batch=batch, stride_a=stride_a, stride_b=stride_b, stride_c=M * N)
-    if out is not None and target is not out:
-        out[...] = target
-        return out
-    return target
+    return finish(target, original)
