@@ -55,6 +55,7 @@ import minidl.nn.functional as F  # noqa: E402
 from minidl.data import DataLoader, TensorDataset  # noqa: E402
 from minidl.data.datasets import CIFAR10  # noqa: E402
 from minidl.data.transforms import Cutout, RandomCrop, RandomHorizontalFlip  # noqa: E402
+from minidl.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn  # noqa: E402
 
 from _common import (  # noqa: E402
     RunningLoss, Timer, base_parser, check_schedule_length, epoch_range, epoch_rng, load_checkpoint,
@@ -124,22 +125,55 @@ def load_cifar10(root, device):
     return splits
 
 
-def evaluate(model, dataset, batch_size=1000, tta=True):
-    """(accuracy, mean cross-entropy) on `dataset`; with tta the logits of x and of its mirror are averaged."""
+TTA_MODES = ("none", "flip", "flip-translate")
+
+
+def tta_views(x, tta):
+    """The views of a test batch whose logits are averaged: the batch itself; with "flip" also its
+    mirror image; with "flip-translate" also both shifted one pixel down-right and one pixel up-left
+    (6 views; the pixels shifted in are 0, the mean colour once normalised)."""
+    if tta == "none":
+        return [x]
+    views = [x, RandomHorizontalFlip(p=1.0, generator=0)(x)]  # p=1: every image, so nothing random
+    if tta == "flip-translate":
+        for v in views[:2]:
+            views.append(F.pad(v, (1, 0, 1, 0))[:, :, :-1, :-1])
+            views.append(F.pad(v, (0, 1, 0, 1))[:, :, 1:, 1:])
+    return views
+
+
+def evaluate(model, dataset, batch_size=1000, tta="flip"):
+    """(accuracy, mean cross-entropy) on `dataset`, the logits averaged over tta_views(x, tta)."""
+    if tta not in TTA_MODES:
+        raise ValueError(f"evaluate: tta must be one of {TTA_MODES}, got {tta!r}")
+    was_training = model.training
     model.eval()
-    mirror = RandomHorizontalFlip(p=1.0, generator=0)  # p=1: every image, so nothing random
     correct = loss_sum = None
     with minidl.no_grad():
         for x, y in DataLoader(dataset, batch_size=batch_size):
-            logits = model(x)
-            if tta:
-                logits = (logits + model(mirror(x))) * 0.5
+            views = tta_views(x, tta)
+            logits = model(views[0])
+            for v in views[1:]:
+                logits = logits + model(v)
+            logits = logits * (1.0 / len(views))
             hits = (logits.argmax(dim=1) == y).sum()
             loss = F.cross_entropy(logits, y, reduction="sum")
             correct = hits if correct is None else correct + hits
             loss_sum = loss if loss_sum is None else loss_sum + loss
-    model.train()
+    model.train(was_training)
     return float(correct.item()) / len(dataset), float(loss_sum.item()) / len(dataset)
+
+
+def final_table(models, dataset, modes=("flip", "flip-translate")):
+    """{(name, tta): accuracy} for every model and test-time augmentation, printed as a table: what
+    weight averaging and test-time augmentation each add."""
+    results = {(name, tta): evaluate(model, dataset, tta=tta)[0] for name, model in models.items() for tta in modes}
+    title = "final test accuracy"
+    width = max(len(title), *(len(name) for name in models)) + 2
+    print(f"{title:<{width}}" + "".join(f"{tta:>16}" for tta in modes))
+    for name in models:
+        print(f"{name:<{width}}" + "".join(f"{results[name, tta] * 100:>15.2f}%" for tta in modes))
+    return results
 
 
 def parameter_groups(model, weight_decay, no_decay_1d=False):
@@ -184,8 +218,20 @@ def parse_args(argv=None):
                    help="cut an N x N square out of every training image (default 8; 0: no cutout)")
     p.add_argument("--no-decay-bn", action="store_true",
                    help="no weight decay on batch-norm weights and biases (all 1-D parameters)")
-    p.add_argument("--no-tta", action="store_true", help="no mirror-image averaging at test time")
+    p.add_argument("--tta", choices=TTA_MODES, default="flip",
+                   help="test-time augmentation of the per-epoch evaluation: average the logits of each image "
+                        "and its mirror image (flip, the default), also of both shifted by a pixel (flip-translate)")
+    p.add_argument("--no-tta", dest="tta", action="store_const", const="none", help="the same as --tta none")
+    p.add_argument("--ema", type=float, nargs="*", default=[], metavar="DECAY",
+                   help="also keep exponential moving averages of the weights (and batch-norm statistics) with "
+                        "these decays, updated every --ema-every steps, and report them at the end")
+    p.add_argument("--ema-every", type=int, default=5, metavar="N", help="steps between EMA updates (default 5)")
     args = p.parse_args(argv)
+    if args.ema_every < 1:
+        p.error(f"--ema-every must be >= 1, got {args.ema_every}")
+    for decay in args.ema:
+        if not 0.0 <= decay < 1.0:
+            p.error(f"--ema decays must lie in [0, 1), got {decay}")
     if args.cutout < 0:
         p.error(f"--cutout must be >= 0, got {args.cutout}")
     if args.lr is None:
@@ -208,10 +254,19 @@ def main(argv=None):
         sys.exit(f"--batch-size {args.batch_size} is larger than the {len(train_set)} training images")
     steps = steps_per_epoch(batches, args.limit_batches)
     scheduler = make_scheduler(args.schedule, optimizer, args.lr, total_steps=args.epochs * steps)
+    # Exponential moving averages of the weights and the batch-norm statistics (use_buffers), one per decay.
+    emas = {f"EMA {decay:g}": AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
+            for decay in args.ema}
     start_epoch = 0
     if args.resume:
         state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
         check_schedule_length(state, args.epochs)
+        saved = state["extra"].get("ema", {})
+        if sorted(saved) != sorted(emas):
+            sys.exit(f"--resume: the checkpoint has the averages {sorted(saved) or 'none'} but --ema asks for "
+                     f"{sorted(emas) or 'none'}; resume with the same --ema")
+        for name, ema in emas.items():
+            ema.load_state_dict(saved[name])
         start_epoch = state["epoch"]
 
     print(f"minidl {minidl.__version__}: CIFAR-10 ResNet-9 (width {args.width}, {args.norm}) on {device}, "
@@ -227,7 +282,7 @@ def main(argv=None):
         bar = progress(loader, total=steps, desc=f"epoch {epoch + 1}", disable=args.no_progress)
         running = RunningLoss(bar)
         with Timer(device) as timer:
-            for x, y in bar:
+            for step, (x, y) in enumerate(bar, start=epoch * steps + 1):
                 if not args.no_augment:
                     x = flip(crop(x))
                     if cutout is not None:  # after the crop, so the square lands on the image the net sees
@@ -239,7 +294,10 @@ def main(argv=None):
                 optimizer.step()
                 scheduler.step()
                 running.add(loss)
-        accuracy, test_loss = evaluate(model, test_set, tta=not args.no_tta)
+                if step % args.ema_every == 0:
+                    for ema in emas.values():
+                        ema.update_parameters(model)
+        accuracy, test_loss = evaluate(model, test_set, tta=args.tta)
         record = {"epoch": epoch + 1, "train_loss": running.mean(), "test_loss": test_loss,
                   "test_accuracy": accuracy, "train_seconds": timer.seconds, "steps": running.count,
                   "lr": lr}  # the last step's
@@ -247,11 +305,13 @@ def main(argv=None):
         print(f"epoch {epoch + 1}: train loss {record['train_loss']:.4f}, test loss {test_loss:.4f}, "
               f"test accuracy {accuracy * 100:.2f}%, train time {timer.seconds:.1f} s")
         save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, epoch=epoch + 1,
-                        schedule_epochs=args.epochs,
-                        test_accuracy=accuracy)
+                        schedule_epochs=args.epochs, test_accuracy=accuracy,
+                        ema={name: ema.state_dict() for name, ema in emas.items()})
     total = sum(r["train_seconds"] for r in history)
     print(f"training time {total:.1f} s; checkpoint: {args.checkpoint}")
-    return {"history": history, "model": model, "optimizer": optimizer, "scheduler": scheduler}
+    final = final_table({"weights": model, **emas}, test_set) if history else None
+    return {"history": history, "model": model, "optimizer": optimizer, "scheduler": scheduler, "emas": emas,
+            "final": final}
 
 
 if __name__ == "__main__":

@@ -230,6 +230,46 @@ def test_train_cifar10_cutout_and_no_decay_bn(tmp_path):
     assert with_cutout["history"][0]["train_loss"] != without["history"][0]["train_loss"]
 
 
+def test_train_cifar10_ema_resumes_and_reports(tmp_path):
+    """--ema: the moving averages are checkpointed, so a resumed run ends with the same averages as an
+    uninterrupted one; the final table has every model under both test-time augmentations."""
+    write_cifar_binary(tmp_path / "data")
+    cifar = load_example("train_cifar10")
+    args = _cifar_args(tmp_path, "bn") + ["--epochs", "3", "--ema", "0.9", "0.5", "--ema-every", "2"]
+    full = cifar.main(args + ["--checkpoint", str(tmp_path / "full.mdl")])
+    cifar.main(args + ["--stop-after", "2", "--checkpoint", str(tmp_path / "part.mdl")])
+    resumed = cifar.main(args + ["--resume", "--checkpoint", str(tmp_path / "part.mdl")])
+    assert sorted(full["emas"]) == ["EMA 0.5", "EMA 0.9"]
+    for name, ema in full["emas"].items():
+        assert ema._count == 7  # steps 2, 4, ..., 14 of 15
+        assert_same_state(resumed["emas"][name].state_dict(), ema.state_dict(), name)
+        # an average is not the last weights
+        assert rel_err(ema.module.fc.weight.detach().numpy(), full["model"].fc.weight.detach().numpy()) > 1e-4
+    assert set(full["final"]) == {(m, t) for m in ("weights", "EMA 0.9", "EMA 0.5") for t in ("flip", "flip-translate")}
+    assert all(0.0 <= a <= 1.0 for a in full["final"].values())
+    with pytest.raises(SystemExit, match="same --ema"):
+        cifar.main(args[:-4] + ["--resume", "--checkpoint", str(tmp_path / "part.mdl")])
+
+
+def test_cifar10_tta_views():
+    """flip-translate: the batch, its mirror, and both shifted one pixel down-right and up-left."""
+    cifar = load_example("train_cifar10")
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 5)).astype(np.float32)
+    views = [v.numpy() for v in cifar.tta_views(minidl.tensor(x), "flip-translate")]
+    assert len(views) == 6 and len(cifar.tta_views(minidl.tensor(x), "flip")) == 2
+    mirror = x[..., ::-1]
+    np.testing.assert_array_equal(views[0], x)
+    np.testing.assert_array_equal(views[1], mirror)
+    for i, image in enumerate((x, mirror)):
+        down_right, up_left = views[2 + 2 * i], views[3 + 2 * i]
+        np.testing.assert_array_equal(down_right[:, :, 1:, 1:], image[:, :, :-1, :-1])
+        assert not down_right[:, :, 0, :].any() and not down_right[:, :, :, 0].any()
+        np.testing.assert_array_equal(up_left[:, :, :-1, :-1], image[:, :, 1:, 1:])
+        assert not up_left[:, :, -1, :].any() and not up_left[:, :, :, -1].any()
+    with pytest.raises(ValueError, match="tta must be one of"):
+        cifar.evaluate(cifar.build_model(width=4), None, tta="rotate")
+
+
 def test_cifar10_resnet9_shapes():
     cifar = load_example("train_cifar10")
     model = cifar.build_model(width=4)
