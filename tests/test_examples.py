@@ -255,12 +255,12 @@ def test_cifar10_seeds_reads_the_final_table(tmp_path, capsys):
     """benchmarks/cifar10_seeds.py builds its table from the example's printed output: the two must agree."""
     write_cifar_binary(tmp_path / "data")
     cifar = load_example("train_cifar10")
-    out = cifar.main(_cifar_args(tmp_path, "bn") + ["--epochs", "1", "--ema", "0.9", "--checkpoint", str(tmp_path / "c.mdl")])
+    out = cifar.main(_cifar_args(tmp_path, "bn") + ["--epochs", "2", "--ema", "0.9", "--checkpoint", str(tmp_path / "c.mdl")])
     spec = importlib.util.spec_from_file_location("cifar10_seeds", ROOT / "benchmarks" / "cifar10_seeds.py")
     seeds = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(seeds)
     parsed = seeds.parse_log(capsys.readouterr().out)
-    assert parsed["epochs"] == 1
+    assert parsed["epochs"] == 2
     assert parsed["final"] == {k: pytest.approx(v * 100, abs=0.005) for k, v in out["final"].items()}
 
 

@@ -237,6 +237,15 @@ class OneCycleLR(LRScheduler):
                      start_momentum="base_momentum", end_momentum="max_momentum"),
             ]
 
+        start = 0.0
+        for i, phase in enumerate(self._schedule_phases):
+            if phase["end_step"] == start:  # get_lr would divide by this phase's length, 0
+                raise ValueError(
+                    f"OneCycleLR: total_steps={self.total_steps} with pct_start={pct_start} makes phase {i + 1} of "
+                    f"the schedule zero steps long (PyTorch fails here with a ZeroDivisionError); use more steps "
+                    f"or another pct_start")
+            start = phase["end_step"]
+
         groups = optimizer.param_groups
         max_lrs = _per_group("max_lr", max_lr, groups)
         if last_epoch == -1:

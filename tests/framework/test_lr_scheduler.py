@@ -1,6 +1,7 @@
 """Learning-rate schedules against torch.optim.lr_scheduler: the same lr (and momentum) sequence for
 60 steps, state_dict round trips, and argument errors."""
 import math
+import warnings
 
 import pytest
 import torch
@@ -195,6 +196,17 @@ def test_errors():
         sched.OneCycleLR(opt, max_lr=0.1, total_steps=10, pct_start=1.5)
     with pytest.raises(ValueError, match="anneal_strategy"):
         sched.OneCycleLR(opt, max_lr=0.1, total_steps=10, anneal_strategy="exp")
+    # a phase of zero steps: PyTorch divides by zero (at once, or at the last step); minidl says why, at once
+    for total, pct in ((5, 0.2), (10, 1.0)):
+        with pytest.raises(ValueError, match="zero steps long"):
+            sched.OneCycleLR(opt, max_lr=0.1, total_steps=total, pct_start=pct)
+        with pytest.raises(ZeroDivisionError), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            theirs = torch.optim.lr_scheduler.OneCycleLR(
+                torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), max_lr=0.1, total_steps=total,
+                pct_start=pct)
+            for _ in range(total):
+                theirs.step()
     with pytest.raises(ValueError, match="one per group"):
         sched.OneCycleLR(opt, max_lr=[0.1, 0.2, 0.3], total_steps=10)
     no_momentum = optim.Optimizer([minidl.tensor([1.0], requires_grad=True)], {"lr": 0.1})
