@@ -87,7 +87,7 @@ def run_seeds(seeds, gpus, train_args, tag):
                        "--seed", str(seed), "--no-progress",
                        "--checkpoint", f"/tmp/minidl_cifar10_seed{seed}.mdl", *train_args]
                 print(f"GPU {gpu}: seed {seed} -> {log.relative_to(ROOT)}", flush=True)
-                handle = open(log, "w")
+                handle = open(log, "a" if "--resume" in train_args else "w")  # a resumed run continues its log
                 proc = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT,
                                         env=dict(env, CUDA_VISIBLE_DEVICES=str(gpu)))
                 running[gpu] = (seed, proc, handle)
