@@ -8,7 +8,7 @@ weight average (--ema), each with the mirror-image (flip) and the flip-and-trans
 augmentation, per seed and as mean, standard deviation and minimum.
 
     python benchmarks/cifar10_seeds.py --seeds 0 1 2 3 [--gpus 0 1 2 3] [--commit SHA]
-                                       [--out benchmarks/results/cifar10_seeds.md] [--tag w96_50ep]
+                                       [--tag w96_70ep] [--out benchmarks/results/cifar10_seeds_<tag>.md]
                                        -- [options for train_cifar10.py, e.g. --epochs 50 --ema 0.98]
 
 The data root is the example's: --data after the `--`, else $MINIDL_DATA, else ~/.cache/minidl. The
@@ -37,13 +37,14 @@ def parse_log(text: str) -> dict:
     """{"final": {(model, tta): accuracy %}, "train_seconds", "epochs", "last_epoch_accuracy"} of one log."""
     lines = text.splitlines()
     out = {"final": {}, "train_seconds": None, "epochs": 0, "last_epoch_accuracy": None}
+    epoch_seconds = {}  # a resumed run appends to the log: each epoch counts once
     for line in lines:
-        m = re.match(r"epoch (\d+): .*test accuracy (\d+\.\d+)%", line)
+        m = re.match(r"epoch (\d+): .*test accuracy (\d+\.\d+)%, train time (\d+\.\d+) s", line)
         if m:
             out["epochs"], out["last_epoch_accuracy"] = int(m.group(1)), float(m.group(2))
-        m = re.match(r"training time (\d+\.\d+) s", line)
-        if m:
-            out["train_seconds"] = float(m.group(1))
+            epoch_seconds[int(m.group(1))] = float(m.group(3))
+    if epoch_seconds:
+        out["train_seconds"] = sum(epoch_seconds.values())
     if "final test accuracy" in text:
         header = next(i for i, line in enumerate(lines) if line.startswith("final test accuracy"))
         modes = lines[header].split()[3:]
@@ -145,12 +146,14 @@ def main(argv=None):
     p.add_argument("--gpus", type=int, nargs="*", default=None, help="GPU ids to use (default: all)")
     p.add_argument("--tag", default="seeds", help="names the logs: cifar10_resnet9_<tag>_seed<N>_gpu.log")
     p.add_argument("--commit", default=None)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "cifar10_seeds.md"))
+    p.add_argument("--out", default=None, help="default benchmarks/results/cifar10_seeds_<tag>.md")
+    p.add_argument("--note", action="append", default=[], help="a line to add under the table (repeatable)")
     p.add_argument("--report-only", action="store_true", help="only rebuild the table from existing logs")
+    p.add_argument("--gpu-name", default=None, help="the GPU the logs come from (with --report-only)")
     args = p.parse_args(own)
 
     RUNS.mkdir(parents=True, exist_ok=True)
-    gpu_name = "unknown"
+    gpu_name = args.gpu_name or "unknown"
     if not args.report_only:
         import minidl
         from minidl.data.datasets import CIFAR10
@@ -161,8 +164,9 @@ def main(argv=None):
             CIFAR10(data, train=train, download=True)
         run_seeds(args.seeds, _gpu_ids(args.gpus), train_args, args.tag)
     results = {s: parse_log((RUNS / f"cifar10_resnet9_{args.tag}_seed{s}_gpu.log").read_text()) for s in args.seeds}
-    text = report(results, train_args, args, gpu_name)
-    Path(args.out).write_text(text)
+    text = report(results, train_args, args, gpu_name) + "".join(f"\n{line}\n" for line in args.note)
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"cifar10_seeds_{args.tag}.md")
+    out.write_text(text)
     print(text)
 
 

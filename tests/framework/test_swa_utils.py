@@ -57,7 +57,7 @@ def assert_same_state(avg_m, avg_t, tol=2e-5):
     sm, st = avg_m.state_dict(), avg_t.state_dict()
     assert list(sm) == list(st)
     for key in st:
-        got, want = sm[key].numpy(), st[key].numpy()
+        got, want = sm[key].cpu().numpy(), st[key].numpy()
         if want.dtype.kind in "iu":
             np.testing.assert_array_equal(got, want, err_msg=key)
         else:
@@ -134,7 +134,7 @@ def test_update_bn_matches_torch(device):
     swa_utils.update_bn([minidl.tensor(x, device=device) for x in data], mine)
     torch.optim.swa_utils.update_bn([torch.tensor(x) for x in data], theirs)
     for name in ("running_mean", "running_var"):
-        got, want = getattr(mine[1], name).numpy(), getattr(theirs[1], name).detach().numpy()
+        got, want = getattr(mine[1], name).cpu().numpy(), getattr(theirs[1], name).detach().numpy()
         assert rel_err(got, want) < 1e-5, name
     assert int(mine[1].num_batches_tracked.item()) == int(theirs[1].num_batches_tracked) == 5
     assert mine[1].momentum == 0.1 and mine.training  # restored
