@@ -33,10 +33,23 @@ from minidl.primitives import (  # noqa: E402
     activation_forward,
     batch_norm_forward_training,
     lrn_forward,
+    pooling_backward,
     pooling_forward,
     softmax_forward,
 )
+from minidl.primitives.cuda import pooling as pooling_launcher  # noqa: E402
 from minidl.primitives.cuda._compile import precompile  # noqa: E402
+
+
+def generic_pooling(fn):
+    """fn() with the 2x2 / stride 2 fast path off: the generic pooling kernels, for comparison."""
+    def run():
+        pooling_launcher.USE_K2S2 = False
+        try:
+            return fn()
+        finally:
+            pooling_launcher.USE_K2S2 = True
+    return run
 
 
 def time_ms(fn, repeats: int, calls: int = 1, warmup: int = 3) -> float:
@@ -83,6 +96,21 @@ def cases(big: bool):
     pool = PoolingDescriptor("max", 2, 2)
     yield ("max-pool 2x2 fwd", shape, lambda: pooling_forward(x, pool),
            lambda: torch.nn.functional.max_pool2d(tx, 2, 2), nbytes + nbytes // 4)
+    yield ("max-pool 2x2 fwd, generic kernel", shape, generic_pooling(lambda: pooling_forward(x, pool)),
+           lambda: torch.nn.functional.max_pool2d(tx, 2, 2), nbytes + nbytes // 4)
+    # Backward: ours reads x and dy and writes dx (it recomputes each window's argmax from x); torch
+    # reads dy and the int64 indices its forward saved, and writes dx. Bytes: x + dy + dx.
+    ty, t_indices = torch.nn.functional.max_pool2d(tx, 2, 2, return_indices=True)
+    dy_np = rng.standard_normal(tuple(ty.shape), dtype=np.float32)
+    dy, tdy = cupy.asarray(dy_np), torch.as_tensor(dy_np, device="cuda")
+    yield ("max-pool 2x2 bwd", shape, lambda: pooling_backward(x, None, dy, pool),
+           lambda: torch.ops.aten.max_pool2d_with_indices_backward(tdy, tx, [2, 2], [2, 2], [0, 0], [1, 1], False,
+                                                                   t_indices),
+           2 * nbytes + nbytes // 4)
+    yield ("max-pool 2x2 bwd, generic kernel", shape, generic_pooling(lambda: pooling_backward(x, None, dy, pool)),
+           lambda: torch.ops.aten.max_pool2d_with_indices_backward(tdy, tx, [2, 2], [2, 2], [0, 0], [1, 1], False,
+                                                                   t_indices),
+           2 * nbytes + nbytes // 4)
 
     gamma, beta_ = cupy.ones(64, cupy.float32), cupy.zeros(64, cupy.float32)
     rm, rv = cupy.zeros(64, cupy.float32), cupy.ones(64, cupy.float32)

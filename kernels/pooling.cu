@@ -202,6 +202,119 @@ extern "C" __global__ void pooling_backward(const float* x, const float* dy, flo
 }
 
 // ---------------------------------------------------------------------------------------------
+// Fast path of pooling_forward / pooling_backward for the pooling most CNNs use: 2-D, window 2x2,
+// stride 2, no padding, NCHW, W a multiple of 4, 16-byte aligned arrays (the launcher checks all
+// of it). One thread per pair of neighbouring outputs (ow = 2j, 2j + 1) of one output row: the
+// 2 x 4 input patch under them is two float4 loads, the pair one float2 load or store. The generic
+// kernels above spend their time on index arithmetic (five divisions by run-time sizes per
+// element) and scalar loads; a thread here divides twice for two outputs. The results are bit for
+// bit the generic kernels': the same scan order (top-left, top-right, bottom-left, bottom-right),
+// the same first-maximum and NaN rule, the same order of summation.
+// ---------------------------------------------------------------------------------------------
+
+// Position 0..3 of the first maximum of a 2 x 2 window given in scan order (a NaN wins).
+__device__ __forceinline__ int first_max_of4(float v0, float v1, float v2, float v3)
+{
+    float best = v0;
+    int arg = 0;
+    if (v1 > best || (v1 != v1 && best == best)) { best = v1; arg = 1; }
+    if (v2 > best || (v2 != v2 && best == best)) { best = v2; arg = 2; }
+    if (v3 > best || (v3 != v3 && best == best)) { arg = 3; }
+    return arg;
+}
+
+__device__ __forceinline__ float pick4(int i, float v0, float v1, float v2, float v3)
+{
+    return i == 0 ? v0 : i == 1 ? v1 : i == 2 ? v2 : v3;
+}
+
+// The first input row of the windows of output pair p: (row over N*C*OH, pair j within the row).
+template <typename Index>
+__device__ __forceinline__ Index k2s2_top(Index p, int H, int W, int OH, int& j)
+{
+    const Index pairs_per_row = W >> 2;
+    const Index row = p / pairs_per_row;
+    j = (int)(p - row * pairs_per_row);
+    const Index nc = row / OH;
+    const Index oh = row - nc * OH;
+    return (nc * H + 2 * oh) * W;
+}
+
+template <typename Index>
+__device__ void pooling_forward_k2s2_impl(const float* __restrict__ x, float* y, int H, int W, int OH, int mode,
+                                          float alpha, float beta, Index pairs)
+{
+    float2* y2 = reinterpret_cast<float2*>(y);
+    for (Index p = (Index)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (Index)gridDim.x * blockDim.x) {
+        int j;
+        const Index top = k2s2_top<Index>(p, H, W, OH, j);
+        const float4 a = reinterpret_cast<const float4*>(x + top)[j];      // row 2*oh, columns 4j..4j+3
+        const float4 b = reinterpret_cast<const float4*>(x + top + W)[j];  // row 2*oh + 1
+        float2 r;
+        if (mode == POOL_MAX) {
+            r.x = pick4(first_max_of4(a.x, a.y, b.x, b.y), a.x, a.y, b.x, b.y);
+            r.y = pick4(first_max_of4(a.z, a.w, b.z, b.w), a.z, a.w, b.z, b.w);
+        } else {  // no padding: both average modes divide by 4
+            r.x = ((((0.0f + a.x) + a.y) + b.x) + b.y) / 4.0f;
+            r.y = ((((0.0f + a.z) + a.w) + b.z) + b.w) / 4.0f;
+        }
+        if (beta == 0.0f) {
+            y2[p] = make_float2(alpha * r.x, alpha * r.y);
+        } else {
+            const float2 o = y2[p];
+            y2[p] = make_float2(alpha * r.x + beta * o.x, alpha * r.y + beta * o.y);
+        }
+    }
+}
+
+// Backward: also H == 2 * OH (every input cell lies in exactly one window), so writing the 2 x 4
+// patch of each output pair covers dx exactly once.
+template <typename Index>
+__device__ void pooling_backward_k2s2_impl(const float* __restrict__ x, const float* __restrict__ dy, float* dx,
+                                           int H, int W, int OH, int mode, float alpha, float beta, Index pairs)
+{
+    const float2* dy2 = reinterpret_cast<const float2*>(dy);
+    for (Index p = (Index)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (Index)gridDim.x * blockDim.x) {
+        int j;
+        const Index top = k2s2_top<Index>(p, H, W, OH, j);
+        const float2 g = dy2[p];
+        float4 da, db;  // the gradient of the top and bottom rows of the patch
+        if (mode == POOL_MAX) {
+            const float4 a = reinterpret_cast<const float4*>(x + top)[j];
+            const float4 b = reinterpret_cast<const float4*>(x + top + W)[j];
+            const int l = first_max_of4(a.x, a.y, b.x, b.y), r = first_max_of4(a.z, a.w, b.z, b.w);
+            const float gl = 0.0f + g.x, gr = 0.0f + g.y;  // as the generic kernel's grad = 0; grad += g
+            da = make_float4(l == 0 ? gl : 0.0f, l == 1 ? gl : 0.0f, r == 0 ? gr : 0.0f, r == 1 ? gr : 0.0f);
+            db = make_float4(l == 2 ? gl : 0.0f, l == 3 ? gl : 0.0f, r == 2 ? gr : 0.0f, r == 3 ? gr : 0.0f);
+        } else {
+            const float gl = 0.0f + g.x / 4.0f, gr = 0.0f + g.y / 4.0f;
+            da = make_float4(gl, gl, gr, gr);
+            db = da;
+        }
+        float4* top4 = reinterpret_cast<float4*>(dx + top) + j;
+        float4* bottom4 = reinterpret_cast<float4*>(dx + top + W) + j;
+        *top4 = blend4(da, top4, 0, alpha, beta);
+        *bottom4 = blend4(db, bottom4, 0, alpha, beta);
+    }
+}
+
+extern "C" __global__ void pooling_forward_k2s2(const float* __restrict__ x, float* y, int H, int W, int OH,
+                                                int mode, float alpha, float beta, long long pairs,
+                                                long long x_count)
+{
+    if (FITS_INT32(x_count)) pooling_forward_k2s2_impl<int>(x, y, H, W, OH, mode, alpha, beta, (int)pairs);
+    else pooling_forward_k2s2_impl<long long>(x, y, H, W, OH, mode, alpha, beta, pairs);
+}
+
+extern "C" __global__ void pooling_backward_k2s2(const float* __restrict__ x, const float* __restrict__ dy, float* dx,
+                                                 int H, int W, int OH, int mode, float alpha, float beta,
+                                                 long long pairs, long long x_count)
+{
+    if (FITS_INT32(x_count)) pooling_backward_k2s2_impl<int>(x, dy, dx, H, W, OH, mode, alpha, beta, (int)pairs);
+    else pooling_backward_k2s2_impl<long long>(x, dy, dx, H, W, OH, mode, alpha, beta, pairs);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Adaptive average pooling: output i of a dim (In inputs, Out outputs) averages inputs
 // [floor(i*In/Out), ceil((i+1)*In/Out)). Same thread mappings as above.
 // ---------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ def torch_pool(torch, t, mode, dims, k, s, p, ceil_mode):
 # padding, ceil mode with a partial last window, 1-D, 2-D and 3-D.
 CASES = [
     ((2, 3, 13, 11), (2, 2), (2, 2), (0, 0), False),
+    ((2, 3, 12, 16), (2, 2), (2, 2), (0, 0), False),  # NCHW: the 2x2 / stride 2 fast path
     ((2, 5, 13, 11), (3, 3), (2, 2), (1, 1), True),
     ((3, 4, 9, 10), (3, 2), (1, 2), (1, 0), False),
     ((2, 3, 17), (4,), (3,), (2,), True),
@@ -80,6 +81,69 @@ def test_forward_backward_match_torch(cp, torch, shape, k, s, p, ceil_mode, mode
     dx_ref = pooling_backward(x_host, y_ref, dy_host, desc, layout=layout)
     assert rel_err(cp.asnumpy(y), y_ref) <= 1e-5
     assert rel_err(cp.asnumpy(dx), dx_ref) <= 1e-5
+
+
+# (shape, fast backward too): H even -> both directions; H odd -> the forward only (the last row is in
+# no window, so the backward stays generic); tiny shapes; 1 output pair per row.
+K2S2_SHAPES = [((2, 3, 12, 16), True), ((2, 3, 13, 8), False), ((3, 2, 6, 4), True), ((1, 1, 2, 4), True)]
+
+
+@pytest.mark.parametrize("shape,fast_backward", K2S2_SHAPES)
+@pytest.mark.parametrize("mode", ["max", "avg_include_pad", "avg_exclude_pad"])
+def test_k2s2_fast_path_equals_generic_kernels(cp, monkeypatch, shape, fast_backward, mode):
+    """pooling_forward_k2s2 / pooling_backward_k2s2 give the generic kernels' results exactly (ties, NaN
+    and -inf included), and the same alpha/beta blend."""
+    from minidl.primitives import PoolingDescriptor, pooling_backward, pooling_forward, pooling_output_shape
+    from minidl.primitives.cuda import pooling as launcher
+
+    rng = np.random.default_rng(sum(shape))
+    x_host = rng.integers(-2, 3, size=shape).astype(np.float32)  # small integers: many ties
+    x_host[rng.random(shape) < 0.05] = np.nan
+    x_host[rng.random(shape) < 0.05] = -np.inf
+    desc = PoolingDescriptor(mode, 2, 2, 0)
+    y_shape = pooling_output_shape(shape, desc, "NCHW")
+    dy_host = rng.standard_normal(y_shape).astype(np.float32)
+    x, dy = cp.asarray(x_host), cp.asarray(dy_host)
+    y_prior = rng.standard_normal(y_shape).astype(np.float32)
+    dx_prior = rng.standard_normal(shape).astype(np.float32)
+    assert launcher.uses_k2s2(shape, y_shape, desc, "NCHW", arrays=(x,))
+    assert launcher.uses_k2s2(shape, y_shape, desc, "NCHW", backward=True, arrays=(x, dy)) == fast_backward
+
+    def run():
+        y = pooling_forward(x, desc)
+        dx = pooling_backward(x, None, dy, desc)
+        y_blend = pooling_forward(x, desc, alpha=-0.5, beta=2.0, out=cp.asarray(y_prior))
+        dx_blend = pooling_backward(x, None, dy, desc, alpha=2.0, beta=-1.0, out=cp.asarray(dx_prior))
+        return [cp.asnumpy(a) for a in (y, dx, y_blend, dx_blend)]
+
+    fast = run()
+    monkeypatch.setattr(launcher, "USE_K2S2", False)
+    generic = run()
+    for name, a, b in zip(("y", "dx"), fast[:2], generic[:2]):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    # the blend alpha * r + beta * prior may be contracted into an FMA differently in the two kernels
+    for name, a, b in zip(("y blended", "dx blended"), fast[2:], generic[2:]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=name)
+    assert np.isnan(fast[0]).any() and np.isfinite(fast[0]).any()  # the data did exercise both
+
+
+def test_k2s2_not_taken_where_it_does_not_apply(cp):
+    from minidl.primitives import PoolingDescriptor, pooling_output_shape
+    from minidl.primitives.cuda import pooling as launcher
+
+    def uses(shape, desc, layout="NCHW"):
+        return launcher.uses_k2s2(shape, pooling_output_shape(shape, desc, layout), desc, layout)
+
+    assert uses((2, 3, 8, 8), PoolingDescriptor("max", 2, 2, 0))
+    assert not uses((2, 3, 8, 10), PoolingDescriptor("max", 2, 2, 0))          # W not a multiple of 4
+    assert not uses((2, 8, 8, 3), PoolingDescriptor("max", 2, 2, 0), "NHWC")  # channels last
+    assert not uses((2, 3, 8, 8), PoolingDescriptor("max", 2, 2, 1))          # padding
+    assert not uses((2, 3, 8, 8), PoolingDescriptor("max", 3, 2, 0))          # 3x3 window
+    assert not uses((2, 3, 8, 8), PoolingDescriptor("max", 2, 1, 0))          # stride 1
+    assert not uses((2, 3, 9, 8), PoolingDescriptor("max", 2, 2, 0, ceil_mode=True))  # a clipped last window
+    assert not uses((2, 3, 8, 8, 8), PoolingDescriptor("max", 2, 2, 0, spatial_dims=3))  # 3-D
+    x = cp.zeros(2 * 3 * 8 * 8 + 1, dtype=cp.float32)[1:].reshape(2, 3, 8, 8)  # 4-byte aligned only
+    assert not launcher.uses_k2s2(x.shape, (2, 3, 4, 4), PoolingDescriptor("max", 2, 2, 0), "NCHW", arrays=(x,))
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

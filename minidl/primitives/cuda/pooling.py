@@ -10,9 +10,13 @@ import numpy as np
 
 from ..pooling import pooling_output_shape
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
+from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, is_aligned, kernel_output
 
 MODES = {"max": 0, "avg_include_pad": 1, "avg_exclude_pad": 2}
+
+# The 2x2 / stride 2 fast path (pooling_forward_k2s2, pooling_backward_k2s2); False sends every
+# problem to the generic kernels (the tests compare the two, bit for bit).
+USE_K2S2 = True
 
 
 def _split_shape(shape, layout):
@@ -44,12 +48,39 @@ def _launch(name, arrays, target, shape_args, extra, work):
     kernel((grid_stride_blocks(work),), (THREADS,), (*arrays, target, *shape_args, *extra))
 
 
+def uses_k2s2(x_shape, y_shape, desc, layout, backward=False, arrays=()) -> bool:
+    """Whether the 2x2 / stride 2 fast path runs: 2-D NCHW, window 2x2, stride 2, no padding, W a
+    multiple of 4, every window inside the input (and for the backward every input cell inside a
+    window: H = 2 OH), arrays 16-byte aligned (float4 loads)."""
+    if not USE_K2S2 or layout != "NCHW" or len(x_shape) != 4:
+        return False
+    if tuple(desc.kernel_size) != (2, 2) or tuple(desc.stride) != (2, 2) or tuple(desc.padding) != (0, 0):
+        return False
+    h, w, oh, ow = x_shape[2], x_shape[3], y_shape[2], y_shape[3]
+    rows_ok = h == 2 * oh if backward else oh == h // 2
+    return w % 4 == 0 and ow * 2 == w and rows_ok and is_aligned(*arrays)
+
+
+def _launch_k2s2(name, arrays, target, x_shape, y_shape, mode, alpha, beta):
+    pairs = int(np.prod(y_shape)) // 2
+    if pairs == 0:
+        return
+    kernel = get_kernel("pooling", name)
+    kernel((grid_stride_blocks(pairs),), (THREADS,),
+           (*arrays, target, np.int32(x_shape[2]), np.int32(x_shape[3]), np.int32(y_shape[2]),
+            np.int32(MODES[mode]), np.float32(alpha), np.float32(beta), np.int64(pairs),
+            np.int64(int(np.prod(x_shape)))))
+
+
 def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """y (pooling_output_shape) from x (N, C, *spatial) or (N, *spatial, C)."""
     op = "pooling_forward"
     x = as_kernel_input(op, x)
     y_shape = pooling_output_shape(x.shape, desc, layout)
     target, original = kernel_output(op, out, y_shape, beta, x)
+    if uses_k2s2(x.shape, y_shape, desc, layout, arrays=(x, target)):
+        _launch_k2s2("pooling_forward_k2s2", (x,), target, x.shape, y_shape, desc.mode, alpha, beta)
+        return finish(target, original)
     shape_args = _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout)
     _launch("pooling_forward", (x,), target, shape_args,
             (np.int32(MODES[desc.mode]), np.float32(alpha), np.float32(beta)), target.size)
@@ -62,6 +93,9 @@ def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=
     x = as_kernel_input(op, x)
     dy = as_kernel_input(op, dy)
     target, original = kernel_output(op, out, x.shape, beta, x, dy)
+    if uses_k2s2(x.shape, dy.shape, desc, layout, backward=True, arrays=(x, dy, target)):
+        _launch_k2s2("pooling_backward_k2s2", (x, dy), target, x.shape, dy.shape, desc.mode, alpha, beta)
+        return finish(target, original)
     shape_args = _shape_args(x.shape, dy.shape, desc.kernel_size, desc.stride, desc.padding, layout)
     _launch("pooling_backward", (x, dy), target, shape_args,
             (np.int32(MODES[desc.mode]), np.float32(alpha), np.float32(beta)), target.size)
