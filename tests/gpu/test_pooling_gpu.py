@@ -100,6 +100,8 @@ def test_k2s2_fast_path_equals_generic_kernels(cp, monkeypatch, shape, fast_back
     x_host = rng.integers(-2, 3, size=shape).astype(np.float32)  # small integers: many ties
     x_host[rng.random(shape) < 0.05] = np.nan
     x_host[rng.random(shape) < 0.05] = -np.inf
+    x_host[..., 0, 0] = np.nan                      # a window with a NaN in every image ...
+    x_host[..., 0:2, -2:] = [[1.0, 2.0], [2.0, 0.0]]  # ... and a finite one, with a tie
     desc = PoolingDescriptor(mode, 2, 2, 0)
     y_shape = pooling_output_shape(shape, desc, "NCHW")
     dy_host = rng.standard_normal(y_shape).astype(np.float32)
