@@ -219,11 +219,15 @@ def time_torch(w, device, warmup, steps):
     return _median_step_ms(step, sync, warmup, steps)
 
 
-def _torch_devices():
+def _torch_devices(tf32=False):
+    """Where PyTorch can run. Its convolutions use TF32 tensor cores by default (cudnn.allow_tf32);
+    minidl computes in fp32, so unless tf32 is asked for, both TF32 switches are turned off."""
     try:
         import torch
     except ImportError:
         return set()
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     return {"cpu"} | ({"cuda"} if torch.cuda.is_available() else set())
 
 
@@ -264,6 +268,8 @@ def main(argv=None):
     p.add_argument("--skip-torch", action="store_true")
     p.add_argument("--only", default=None, help="comma-separated workload names")
     p.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--torch-tf32", action="store_true",
+                   help="let PyTorch use TF32 tensor cores (its default for convolutions); default: fp32 like minidl")
     args = p.parse_args(argv)
 
     chosen = workloads()
@@ -276,7 +282,7 @@ def main(argv=None):
     devices = (["cuda"] if minidl.cuda.is_available() else []) + ([] if args.skip_cpu else ["cpu"])
     if not devices:
         sys.exit("nothing to time: no GPU and --skip-cpu")
-    torch_devices = set() if args.skip_torch else _torch_devices()
+    torch_devices = set() if args.skip_torch else _torch_devices(args.torch_tf32)
     if args.torch_threads and torch_devices:
         import torch
         torch.set_num_threads(args.torch_threads)
@@ -302,6 +308,7 @@ def main(argv=None):
         f"- commit: {_commit(args.commit)}",
         f"- GPU: {gpu}",
         f"- CPU: {_cpu_name()}, {os.cpu_count()} logical cores",
+        f"- PyTorch on the GPU: {'TF32 allowed (convolutions and matmuls)' if args.torch_tf32 else 'fp32, TF32 off'}",
         f"- command: `python benchmarks/examples_table.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
         "",
         "A step = forward, cross-entropy, backward, gradient clipping (RNNs), optimizer step, on synthetic",
