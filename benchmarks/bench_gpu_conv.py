@@ -23,13 +23,14 @@ import argparse
 import datetime
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._report import git_commit  # noqa: E402
 
 # (label, N, C, K, H=W, kernel, stride, padding)
 SHAPES = [
@@ -83,13 +84,6 @@ def time_ms(fn, repeats, warmup=3, gpu_only=True):
             break
     return float(np.median(times))
 
-
-def git_commit() -> str:
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], stderr=subprocess.DEVNULL,
-                                       cwd=Path(__file__).resolve().parents[1]).decode().strip()
-    except Exception:
-        return os.environ.get("MINIDL_COMMIT", "unknown")
 
 
 def bench_conv(shape, repeats):
@@ -173,7 +167,7 @@ def main():
     lines = [
         "# minidl GPU convolution vs cuDNN (float32, TF32 off)",
         "",
-        f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {args.commit or git_commit()}, device {device}, "
+        f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {git_commit(args.commit)}, device {device}, "
         f"torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}), CuPy {cupy.__version__}; "
         f"median of {args.repeats} CUDA-event timings after warm-up; NCHW.",
         "",

@@ -29,7 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_gpu_conv import SHAPES, git_commit, time_ms  # noqa: E402
+from bench_gpu_conv import SHAPES, time_ms  # noqa: E402
+from benchmarks._report import git_commit  # noqa: E402
 
 # (label, batch rows, in_features, out_features) of the examples' Linear layers, and a large square one.
 LINEAR_SHAPES = [
@@ -147,7 +148,7 @@ def main():
     lines = [
         "# minidl SGEMM vs cuBLAS, and Linear layers on it (float32, TF32 off)",
         "",
-        f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {args.commit or git_commit()}, device {device}, "
+        f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {git_commit(args.commit)}, device {device}, "
         f"CuPy {cupy.__version__}, torch {torch.__version__}; median of {args.repeats} CUDA-event timings after "
         "warm-up. Command: `python3 benchmarks/bench_gpu_gemm.py`.",
         "",

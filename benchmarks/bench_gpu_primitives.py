@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,6 +24,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks._report import git_commit  # noqa: E402
 
 from minidl.primitives import (  # noqa: E402
     ActivationDescriptor,
@@ -134,13 +135,6 @@ def cases(big: bool):
            lambda: torch.softmax(ts, dim=1), 2 * s.nbytes)
 
 
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -171,7 +165,7 @@ def main():
     lines = [
         "# minidl GPU primitives vs torch/cuDNN",
         "",
-        f"date {datetime.date.today().isoformat()}, commit {args.commit or git_commit()}, device {device}, "
+        f"date {datetime.date.today().isoformat()}, commit {git_commit(args.commit)}, device {device}, "
         f"torch {torch.__version__}, CuPy {cupy.__version__}; TF32 off; CUDA events, median.",
         f"Device-to-device copy (1 GiB, read + write) in this run: {copy_bw / 1e12:.2f} TB/s.",
         "Bandwidth = compulsory bytes (input read once + output written once) / time. Our batch norm",

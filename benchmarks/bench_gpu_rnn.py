@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,19 +26,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._report import git_commit  # noqa: E402
+
 T, B, INPUT, HIDDEN, LAYERS = 64, 64, 512, 512, 2
 
-
-def _commit(given):
-    if given:
-        return given
-    if os.environ.get("MINIDL_COMMIT"):
-        return os.environ["MINIDL_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except Exception:
-        return "unknown"
 
 
 def _median_ms(fn, start_event, end_event, synchronize, warmup, repeats):
@@ -218,7 +207,7 @@ def main():
         "# GPU RNN: minidl vs torch/cuDNN (float32, TF32 off)",
         "",
         f"- date: {datetime.date.today().isoformat()}",
-        f"- commit: {_commit(args.commit)}",
+        f"- commit: {git_commit(args.commit)}",
         f"- device: {device}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
         f"- sizes: seq {T}, batch {B}, input {INPUT}, hidden {HIDDEN}, {LAYERS} layers; median of {args.repeats} "
         "(CUDA events, after warm-up)",

@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._report import git_commit  # noqa: E402
+
 RUNS = ROOT / "benchmarks" / "results" / "runs"
 ROW = re.compile(r"^(\S.*?)\s+(\d+\.\d+)%\s+(\d+\.\d+)%\s*$")
 
@@ -56,15 +58,6 @@ def parse_log(text: str) -> dict:
                 out["final"][(m.group(1), mode)] = float(value)
     return out
 
-
-def _commit(given):
-    if given:
-        return given
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except Exception:
-        return "unknown"
 
 
 def _gpu_ids(given):
@@ -109,7 +102,7 @@ def report(results, train_args, args, gpu_name):
         "# CIFAR-10 (JPEG copy) ResNet-9: final test accuracy over seeds",
         "",
         f"- date: {datetime.date.today().isoformat()}",
-        f"- commit: {_commit(args.commit)}",
+        f"- commit: {git_commit(args.commit)}",
         f"- GPU: {gpu_name}, one training per GPU",
         f"- command: `python benchmarks/cifar10_seeds.py --seeds {' '.join(map(str, seeds))} --tag {args.tag} -- "
         f"{' '.join(train_args)}`",

@@ -23,7 +23,6 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,6 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
+
+from benchmarks._report import git_commit  # noqa: E402
 
 import minidl  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
@@ -236,15 +237,6 @@ def _torch_devices(tf32=False):
 # ------------------------------------------------------------------------------------------------
 
 
-def _commit(given):
-    if given:
-        return given
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except Exception:
-        return "unknown"
-
 
 def _cpu_name():
     try:
@@ -305,7 +297,7 @@ def main(argv=None):
         "# Example trainings: time per training step",
         "",
         f"- date: {datetime.date.today().isoformat()}",
-        f"- commit: {_commit(args.commit)}",
+        f"- commit: {git_commit(args.commit)}",
         f"- GPU: {gpu}",
         f"- CPU: {_cpu_name()}, {os.cpu_count()} logical cores",
         f"- PyTorch on the GPU: {'TF32 allowed (convolutions and matmuls)' if args.torch_tf32 else 'fp32, TF32 off'}",
