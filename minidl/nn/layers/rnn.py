@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ... import primitives as P
 from ..._device import Device
-from ...autograd.creation import empty
+from ...autograd.creation import empty, zeros
 from ...autograd.function import Function, is_grad_enabled
-from ...autograd.tensor import Tensor, cat
+from ...autograd.tensor import Tensor, cat, stack
 from .. import functional as F
 from .. import init
 from ..module import Module, Parameter
+from ..utils.rnn import PackedSequence, pack_padded, pad_packed, run_segments
 
 
 def _group(flat, desc):
@@ -108,6 +111,8 @@ class RNNBase(Module):
 
     def forward(self, input, hx=None):
         name = type(self).__name__
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         if not isinstance(input, Tensor) or input.ndim not in (2, 3):
             shape = input.shape if isinstance(input, Tensor) else type(input).__name__
             raise ValueError(f"{name}: expected a 3-D input (T, B, input_size) (or (B, T, ...) with batch_first) "
@@ -118,15 +123,7 @@ class RNNBase(Module):
         unbatched = input.ndim == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
         batch = x.shape[1]
-        h0 = c0 = None
-        if hx is not None:
-            if self.mode == "lstm":
-                if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-                    raise ValueError(f"{name}: hx must be a tuple (h_0, c_0)")
-                h0 = self._check_state("h_0", hx[0], batch, unbatched)
-                c0 = self._check_state("c_0", hx[1], batch, unbatched)
-            else:
-                h0 = self._check_state("h_0", hx, batch, unbatched)
+        h0, c0 = self._initial_states(hx, batch, unbatched)
         if self.dropout > 0 and self.training and self.num_layers > 1:
             outs = self._layer_by_layer(x, h0, c0)
         else:
@@ -137,6 +134,119 @@ class RNNBase(Module):
         elif self.batch_first:
             y = y.transpose(0, 1)
         return (y, states) if self.mode == "lstm" else (y, states[0])
+
+    def _initial_states(self, hx, batch, unbatched=False):
+        """(h0, c0) from hx (None, h_0, or (h_0, c_0) for LSTM), checked; (None, None) without hx."""
+        if hx is None:
+            return None, None
+        if self.mode == "lstm":
+            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+                raise ValueError(f"{type(self).__name__}: hx must be a tuple (h_0, c_0)")
+            return (self._check_state("h_0", hx[0], batch, unbatched),
+                    self._check_state("c_0", hx[1], batch, unbatched))
+        return self._check_state("h_0", hx, batch, unbatched), None
+
+    def _forward_packed(self, packed, hx):
+        """The RNN over a PackedSequence: each sequence runs its own number of steps, and h_n (c_n) hold
+        each sequence's state after its last real step.
+
+        The primitive runs whole, equal-length batches, so the steps are cut into runs of equal batch
+        size (sequences are sorted by length: a run ends where the shortest running one ends), and
+        each run is one primitive call on the first b sequences, carrying the states between runs.
+        The reverse direction walks the runs from the last to the first, and a sequence joins, from
+        its initial state, at the run holding its last step. Layer by layer (a bidirectional layer
+        needs both directions of the layer below over the whole sequence), with dropout between
+        layers when training. cuDNN does this in one call with its own packed layout; here it is a
+        few calls per layer and direction (as many as there are distinct lengths, at most)."""
+        name = type(self).__name__
+        data = packed.data
+        if not isinstance(data, Tensor) or data.ndim != 2 or data.shape[1] != self.input_size:
+            shape = data.shape if isinstance(data, Tensor) else type(data).__name__
+            raise ValueError(f"{name}: a PackedSequence of data (steps, input_size={self.input_size}), got {shape}")
+        batch_sizes = np.asarray(packed.batch_sizes.numpy(), dtype=np.int64)
+        batch = int(batch_sizes[0])
+        h0, c0 = self._initial_states(hx, batch)
+        if packed.sorted_indices is not None:  # states come in the caller's order; the runs use the sorted one
+            order = packed.sorted_indices.numpy()
+            h0 = None if h0 is None else h0[:, order]
+            c0 = None if c0 is None else c0[:, order]
+        segments = run_segments(batch_sizes)
+        x = pad_packed(data, batch_sizes)  # (T, B, input_size), zeros after each sequence's end
+        D = 2 if self.bidirectional else 1
+        per = 4 if self.bias else 2
+        weights = self._flat_weights()
+        h_n, c_n = [], []
+        for layer in range(self.num_layers):
+            desc = P.RNNDescriptor(self.mode, self._desc.layer_input_size(layer), self.hidden_size, 1, False,
+                                   self.bias)
+            outs = []
+            for direction in range(D):
+                k = layer * D + direction
+                y, h, c = self._packed_direction(
+                    x, segments, desc, weights[k * per:(k + 1) * per], None if h0 is None else h0[k],
+                    None if c0 is None else c0[k], reverse=direction == 1)
+                outs.append(y)
+                h_n.append(h)
+                c_n.append(c)
+            x = outs[0] if D == 1 else cat(outs, 2)
+            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)
+        output = packed._replace(data=pack_padded(x, batch_sizes))
+        h_n = stack(h_n, 0)
+        c_n = stack(c_n, 0) if self.mode == "lstm" else None
+        if packed.unsorted_indices is not None:
+            back = packed.unsorted_indices.numpy()
+            h_n = h_n[:, back]
+            c_n = None if c_n is None else c_n[:, back]
+        return (output, (h_n, c_n)) if self.mode == "lstm" else (output, h_n)
+
+    def _packed_direction(self, x, segments, desc, weights, h_init, c_init, reverse):
+        """One layer, one direction over the runs of a packed batch: (y (T, B, H) zero after each end,
+        h_n (B, H), c_n (B, H) or None)."""
+        lstm = self.mode == "lstm"
+        batch, hidden = x.shape[1], self.hidden_size
+        if h_init is None:
+            h_init = zeros(batch, hidden, dtype=x.dtype, device=x.device)
+        if lstm and c_init is None:
+            c_init = zeros(batch, hidden, dtype=x.dtype, device=x.device)
+        pieces = {}
+
+        def run(x_run, h, c):
+            outs = RNNSequence.apply(x_run, h.unsqueeze(0), c.unsqueeze(0) if lstm else None, *weights, desc=desc)
+            return outs[0], outs[1][0], outs[2][0] if lstm else None
+
+        if not reverse:
+            h, c = h_init, c_init
+            done_h, done_c = [], []  # states of the sequences that have ended, last rows first
+            for t0, t1, b in segments:
+                if b < h.shape[0]:
+                    done_h.append(h[b:])
+                    h = h[:b]
+                    if lstm:
+                        done_c.append(c[b:])
+                        c = c[:b]
+                pieces[t0], h, c = run(x[t0:t1, :b], h, c)
+            h_n = cat([h] + done_h[::-1], 0)
+            c_n = cat([c] + done_c[::-1], 0) if lstm else None
+        else:
+            b_last = segments[-1][2]
+            h, c = h_init[:b_last], (c_init[:b_last] if lstm else None)
+            for t0, t1, b in reversed(segments):
+                if b > h.shape[0]:  # the sequences whose last step is in this run join
+                    h = cat([h, h_init[h.shape[0]:b]], 0)
+                    if lstm:
+                        c = cat([c, c_init[c.shape[0]:b]], 0)
+                backwards = np.arange(t1 - 1, t0 - 1, -1)
+                y, h, c = run(x[backwards, :b], h, c)
+                pieces[t0] = y[np.arange(t1 - t0 - 1, -1, -1)]
+            h_n, c_n = h, c
+        ys = []
+        for t0, t1, b in segments:
+            y = pieces[t0]
+            if b < batch:
+                y = cat([y, zeros(t1 - t0, batch - b, hidden, dtype=x.dtype, device=x.device)], 1)
+            ys.append(y)
+        return cat(ys, 0), h_n, c_n
 
     def _layer_by_layer(self, x, h0, c0):
         """The same RNN, one primitive call per layer, with dropout on each layer's output but the last."""

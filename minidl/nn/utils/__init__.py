@@ -21,9 +21,9 @@ import math
 
 import numpy as np
 
-from .. import _device
-from ..autograd.function import no_grad
-from ..autograd.tensor import Tensor
+from ... import _device
+from ...autograd.function import no_grad
+from ...autograd.tensor import Tensor
 
 
 def _gradients(parameters, op):
@@ -104,3 +104,4 @@ def _pnorm(xp, a, p):
     if p == 1.0:
         return xp.sum(xp.abs(a))
     return xp.sum(xp.abs(a) ** p) ** (1.0 / p)
+from . import rnn  # noqa: E402,F401  (minidl.nn.utils.rnn: packed sequences)
