@@ -1,7 +1,8 @@
-"""What every benchmark report records about where it ran: the commit."""
+"""What every benchmark report shares: where it ran (commit, CPU) and how it is written out."""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -21,3 +22,23 @@ def git_commit(given: str | None = None) -> str:
                               check=True).stdout.strip() or "unknown"
     except Exception:
         return "unknown"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def write_report(text: str, out=None) -> None:
+    """Print a report and, given a path, write it there (folders made, one trailing newline)."""
+    print(text)
+    if out:
+        out = Path(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text if text.endswith("\n") else text + "\n")

@@ -14,13 +14,16 @@ import datetime
 import os
 import platform
 import statistics
+import sys
 import time
 
 import numpy as np
 
-import minidl
-import minidl.nn as nn
-import minidl.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+import minidl  # noqa: E402
+import minidl.nn as nn  # noqa: E402
+import minidl.nn.functional as F  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 
 def minidl_model():
@@ -56,7 +59,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=7)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--commit", default=os.environ.get("MINIDL_COMMIT", "unknown"))
+    ap.add_argument("--commit", default=None, help="commit to record (default: $MINIDL_COMMIT, else git)")
     args = ap.parse_args()
 
     import torch
@@ -99,7 +102,7 @@ def main():
     table = "\n".join([
         "# CPU training step: small CIFAR CNN (minidl NumPy path vs PyTorch CPU)",
         "",
-        f"- date: {date}", f"- commit: {args.commit}", f"- machine: {machine}",
+        f"- date: {date}", f"- commit: {git_commit(args.commit)}", f"- machine: {machine}",
         f"- network: 3 x (conv3x3-BN-ReLU-maxpool) 64/128/256 + linear, batch {args.batch}, SGD momentum; median of {args.steps} steps after {args.warmup} warm-up",
         f"- same initial loss checked: minidl {l_ours:.6f}, torch {l_torch:.6f}",
         "",
@@ -110,11 +113,7 @@ def main():
         "",
         f"Target: minidl within 2x of PyTorch's CPU time -> {'met' if ratio <= 2 else 'missed'} ({ratio:.2f}x).",
     ])
-    print(table)
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(table + "\n")
+    write_report(table, args.out)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._report import git_commit  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 # (label, N, C, K, H=W, kernel, stride, padding)
 SHAPES = [
@@ -214,10 +214,7 @@ def main():
         "",
     ]
     report = "\n".join(lines)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
-    print(report)
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

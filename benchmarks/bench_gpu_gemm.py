@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_gpu_conv import SHAPES, time_ms  # noqa: E402
-from benchmarks._report import git_commit  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 # (label, batch rows, in_features, out_features) of the examples' Linear layers, and a large square one.
 LINEAR_SHAPES = [
@@ -177,10 +177,7 @@ def main():
                      f"{ours / t_torch:.2f} |")
     lines.append("")
     report = "\n".join(lines)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
-    print(report)
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._report import git_commit  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 from minidl.primitives import (  # noqa: E402
     ActivationDescriptor,
@@ -182,10 +182,7 @@ def main():
                      f"{torch_ms / ours_ms:.2f} | {ours_bw / 1e12:.2f} | {100 * ours_bw / copy_bw:.0f}% | "
                      f"{100 * torch_bw / copy_bw:.0f}% |")
     text = "\n".join(lines) + "\n"
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

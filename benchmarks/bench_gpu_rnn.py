@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._report import git_commit  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 T, B, INPUT, HIDDEN, LAYERS = 64, 64, 512, 512, 2
 
@@ -225,10 +225,7 @@ def main():
     lines.append("")
     lines.append("ratio = ours / cuDNN (lower is better; < 1 means faster than cuDNN).")
     text = "\n".join(lines) + "\n"
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
+    write_report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,11 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 import minidl  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
 from bench_cpu_cnn import minidl_model, torch_model  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 
 def cuda_time_ms(step, warmup, steps, cupy):
@@ -45,7 +47,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--commit", default=os.environ.get("MINIDL_COMMIT", "unknown"))
+    ap.add_argument("--commit", default=None, help="commit to record (default: $MINIDL_COMMIT, else git)")
     args = ap.parse_args()
 
     import cupy
@@ -95,7 +97,7 @@ def main():
     table = "\n".join([
         "# GPU training step: small CIFAR CNN, minidl vs PyTorch eager (cuDNN)",
         "",
-        f"- date: {date}", f"- commit: {args.commit}",
+        f"- date: {date}", f"- commit: {git_commit(args.commit)}",
         f"- device: {name}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, CuPy {cupy.__version__}",
         f"- network: 3 x (conv3x3-BN-ReLU-maxpool) 64/128/256 + linear, batch {args.batch}, SGD momentum; fp32, TF32 off in torch",
         f"- initial loss: minidl {l_ours:.6f}, torch {l_torch:.6f}; median of {args.steps} steps (CUDA events) after {args.warmup} warm-up",
@@ -107,11 +109,7 @@ def main():
         "",
         f"Target: within 1.5x of torch eager -> {'met' if ratio <= 1.5 else 'missed'} ({ratio:.2f}x).",
     ])
-    print(table)
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(table + "\n")
+    write_report(table, args.out)
 
 
 if __name__ == "__main__":

@@ -29,22 +29,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._report import git_commit  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 RUNS = ROOT / "benchmarks" / "results" / "runs"
 ROW = re.compile(r"^(\S.*?)\s+(\d+\.\d+)%\s+(\d+\.\d+)%\s*$")
 
 
 def parse_log(text: str) -> dict:
-    """{"final": {(model, tta): accuracy %}, "train_seconds", "epochs", "last_epoch_accuracy"} of one log."""
+    """{"final": {(model, tta): accuracy %}, "train_seconds", "epochs"} of one log."""
     lines = text.splitlines()
-    out = {"final": {}, "train_seconds": None, "epochs": 0, "last_epoch_accuracy": None}
+    out = {"final": {}, "train_seconds": None, "epochs": 0}
     epoch_seconds = {}  # a resumed run appends to the log: each epoch counts once
     for line in lines:
-        m = re.match(r"epoch (\d+): .*test accuracy (\d+\.\d+)%, train time (\d+\.\d+) s", line)
+        m = re.match(r"epoch (\d+): .*train time (\d+\.\d+) s", line)
         if m:
-            out["epochs"], out["last_epoch_accuracy"] = int(m.group(1)), float(m.group(2))
-            epoch_seconds[int(m.group(1))] = float(m.group(3))
+            out["epochs"] = int(m.group(1))
+            epoch_seconds[int(m.group(1))] = float(m.group(2))
     if epoch_seconds:
         out["train_seconds"] = sum(epoch_seconds.values())
     if "final test accuracy" in text:
@@ -158,9 +158,7 @@ def main(argv=None):
         run_seeds(args.seeds, _gpu_ids(args.gpus), train_args, args.tag)
     results = {s: parse_log((RUNS / f"cifar10_resnet9_{args.tag}_seed{s}_gpu.log").read_text()) for s in args.seeds}
     text = report(results, train_args, args, gpu_name) + "".join(f"\n{line}\n" for line in args.note)
-    out = Path(args.out or ROOT / "benchmarks" / "results" / f"cifar10_seeds_{args.tag}.md")
-    out.write_text(text)
-    print(text)
+    write_report(text, args.out or ROOT / "benchmarks" / "results" / f"cifar10_seeds_{args.tag}.md")
 
 
 if __name__ == "__main__":

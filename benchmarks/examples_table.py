@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import sys
 import time
@@ -33,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from benchmarks._report import git_commit  # noqa: E402
+from benchmarks._report import cpu_name, git_commit, write_report  # noqa: E402
 
 import minidl  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
@@ -238,16 +237,6 @@ def _torch_devices(tf32=False):
 
 
 
-def _cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "examples.md"))
@@ -299,7 +288,7 @@ def main(argv=None):
         f"- date: {datetime.date.today().isoformat()}",
         f"- commit: {git_commit(args.commit)}",
         f"- GPU: {gpu}",
-        f"- CPU: {_cpu_name()}, {os.cpu_count()} logical cores",
+        f"- CPU: {cpu_name()}, {os.cpu_count()} logical cores",
         f"- PyTorch on the GPU: {'TF32 allowed (convolutions and matmuls)' if args.torch_tf32 else 'fp32, TF32 off'}",
         f"- command: `python benchmarks/examples_table.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
         "",
@@ -314,11 +303,8 @@ def main(argv=None):
         epoch = f"{epoch_s:.1f}" + ("" if measured else " (est.)")
         lines.append(f"| {w.name} | {w.config} | {device} | {framework} | {ms:.1f} | {steps} | {epoch} |")
     text = "\n".join(lines) + "\n"
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
-    print(f"written to {out}")
+    write_report(text, args.out)
+    print(f"written to {args.out}")
     return rows
 
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import sys
 import time
 
 import numpy as np
 
-import minidl
-import minidl.nn as nn
-import minidl.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+import minidl  # noqa: E402
+import minidl.nn as nn  # noqa: E402
+import minidl.nn.functional as F  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 
 class SmallCNN(nn.Module):
@@ -75,7 +78,7 @@ def main():
     ap.add_argument("--every", type=int, default=250)
     ap.add_argument("--settle", type=int, default=50)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--commit", default=os.environ.get("MINIDL_COMMIT", "unknown"))
+    ap.add_argument("--commit", default=None, help="commit to record (default: $MINIDL_COMMIT, else git)")
     args = ap.parse_args()
     import cupy
 
@@ -107,7 +110,7 @@ def main():
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = ["# GPU soak: memory pool over thousands of training steps", "",
-             f"- date: {date}", f"- commit: {args.commit}", f"- device: {name}, CuPy {cupy.__version__}",
+             f"- date: {date}", f"- commit: {git_commit(args.commit)}", f"- device: {name}, CuPy {cupy.__version__}",
              f"- {args.steps} steps each; pool sampled every {args.every} steps; flat = no growth after step {args.settle}", ""]
     for r in results:
         lines += [f"## {r['name']}", "",
@@ -118,11 +121,7 @@ def main():
         lines += [f"| {s} | {u / 2**20:.2f} | {t / 2**20:.2f} |" for s, u, t in r["rows"]]
         lines.append("")
     text_out = "\n".join(lines)
-    print(text_out)
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text_out + "\n")
+    write_report(text_out, args.out)
 
 
 if __name__ == "__main__":

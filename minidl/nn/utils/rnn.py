@@ -188,10 +188,8 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="
 
 def pack_sequence(sequences, enforce_sorted=True):
     """PackedSequence of a list of tensors (L_i, *) (by default in decreasing order of length)."""
-    lengths = [s.shape[0] for s in sequences] if all(isinstance(s, Tensor) for s in sequences) else None
-    if lengths is None:
-        raise ValueError("pack_sequence: expected a list of tensors")
-    return pack_padded_sequence(pad_sequence(sequences), lengths, enforce_sorted=enforce_sorted)
+    padded = pad_sequence(sequences)  # checks that they are tensors of one trailing shape
+    return pack_padded_sequence(padded, [s.shape[0] for s in sequences], enforce_sorted=enforce_sorted)
 
 
 def run_segments(batch_sizes):
