@@ -9,6 +9,17 @@ benchmark -> "prefer_fastest", deterministic -> "deterministic" (it wins when bo
 PyTorch), neither -> the library's own default ("heuristic": a fixed preference order, no measuring).
 A layer built with an explicit `algo=` (e.g. Conv2d(..., algo="winograd")) ignores these switches.
 
+    minidl.backends.cudnn.allow_tf32 = True     # convolutions and RNNs may use TF32 tensor cores on the
+                                                # GPU (PyTorch's default: True); False = true fp32 math
+    minidl.backends.cuda.matmul.allow_tf32 = False  # Linear / matmul may use TF32 tensor cores
+                                                # (PyTorch's default: False)
+
+TF32 keeps fp32's range but rounds the multiplied operands to 10 mantissa bits (products are summed in
+fp32), so results differ from fp32 in about the 4th significant digit (relative error ~1e-3 on long
+sums). The flags only concern float32 arrays on the GPU; float16/bfloat16 always use tensor cores
+with fp32 accumulation, and the CPU path is always exact fp32/fp64. `math_for_conv(dtype)` and
+`math_for_matmul(dtype)` turn the flags into the primitive library's `math=` argument ("fp32"/"tf32").
+
     minidl.backends.cuda.use_cublas = True      # Linear's matrix products on cuBLAS (through CuPy)
                                                 # instead of minidl's own SGEMM (kernels/gemm.cu)
     minidl.backends.cuda.check_indices = True   # validate class targets / embedding indices on the
@@ -39,6 +50,7 @@ class _CudnnFlags:
     def __init__(self):
         self.benchmark = False
         self.deterministic = False
+        self.allow_tf32 = True  # PyTorch's default for cuDNN convolutions and RNNs
 
     def policy(self):
         """The convolution policy the flags ask for, or None to leave the library's setting alone."""
@@ -49,29 +61,43 @@ class _CudnnFlags:
         return None
 
     @contextlib.contextmanager
-    def flags(self, benchmark=None, deterministic=None):
+    def flags(self, benchmark=None, deterministic=None, allow_tf32=None):
         """Set the flags inside a `with` block, then restore them."""
-        previous = (self.benchmark, self.deterministic)
+        previous = (self.benchmark, self.deterministic, self.allow_tf32)
         if benchmark is not None:
             self.benchmark = bool(benchmark)
         if deterministic is not None:
             self.deterministic = bool(deterministic)
+        if allow_tf32 is not None:
+            self.allow_tf32 = bool(allow_tf32)
         try:
             yield self
         finally:
-            self.benchmark, self.deterministic = previous
+            self.benchmark, self.deterministic, self.allow_tf32 = previous
 
     def __repr__(self):
-        return f"cudnn(benchmark={self.benchmark}, deterministic={self.deterministic})"
+        return f"cudnn(benchmark={self.benchmark}, deterministic={self.deterministic}, allow_tf32={self.allow_tf32})"
 
 
 cudnn = _CudnnFlags()
 
 
-class _CudaFlags:
-    """The `minidl.backends.cuda` namespace: use_cublas and check_indices (see the module docstring)."""
+class _MatmulFlags:
+    """The `minidl.backends.cuda.matmul` namespace: allow_tf32 (PyTorch's default: False)."""
 
     def __init__(self):
+        self.allow_tf32 = False
+
+    def __repr__(self):
+        return f"matmul(allow_tf32={self.allow_tf32})"
+
+
+class _CudaFlags:
+    """The `minidl.backends.cuda` namespace: matmul.allow_tf32, use_cublas and check_indices (see the
+    module docstring)."""
+
+    def __init__(self):
+        self.matmul = _MatmulFlags()
         self.use_cublas = False
         self.check_indices = False
 
@@ -93,6 +119,17 @@ class _CudaFlags:
 
 
 cuda = _CudaFlags()
+
+
+def math_for_conv(dtype) -> str:
+    """The primitive library's `math=` for a convolution or RNN on float32 data: "tf32" when
+    minidl.backends.cudnn.allow_tf32 is set, else "fp32" (half dtypes always run on tensor cores)."""
+    return "tf32" if cudnn.allow_tf32 else "fp32"
+
+
+def math_for_matmul(dtype) -> str:
+    """The primitive library's `math=` for Linear / matmul on float32 data (cuda.matmul.allow_tf32)."""
+    return "tf32" if cuda.matmul.allow_tf32 else "fp32"
 
 
 def _conv_policy_for(algo: str):
