@@ -24,7 +24,7 @@ from ...autograd.tensor import Tensor, cat, stack
 from .. import functional as F
 from .. import init
 from ..module import Module, Parameter
-from ..utils.rnn import PackedSequence, pack_padded, pad_packed, run_segments
+from ..utils.rnn import PackedSequence, lengths_of, pack_padded, pad_packed
 
 
 def _group(flat, desc):
@@ -42,10 +42,11 @@ class RNNSequence(Function):
     h0, c0 (L*D, B, H) or None, then the weights in PyTorch's order. Outputs: y (T, B, D*H), h_n
     and, for LSTM, c_n."""
 
-    def forward(self, x, h0, c0, *weights, desc=None):
+    def forward(self, x, h0, c0, *weights, desc=None, seq_lengths=None):
         self.desc = desc
         keep = is_grad_enabled() and any(self.needs_input_grad)  # the reserve is only for backward
-        y, hy, cy, self.reserve = P.rnn_forward(x, h0, c0, _group(list(weights), desc), desc, training=keep)
+        y, hy, cy, self.reserve = P.rnn_forward(x, h0, c0, _group(list(weights), desc), desc,
+                                                seq_lengths=seq_lengths, training=keep)
         return (y, hy, cy) if desc.mode == "lstm" else (y, hy)
 
     def backward(self, dy, dhy, dcy=None):
@@ -150,14 +151,11 @@ class RNNBase(Module):
         """The RNN over a PackedSequence: each sequence runs its own number of steps, and h_n (c_n) hold
         each sequence's state after its last real step.
 
-        The primitive runs whole, equal-length batches, so the steps are cut into runs of equal batch
-        size (sequences are sorted by length: a run ends where the shortest running one ends), and
-        each run is one primitive call on the first b sequences, carrying the states between runs.
-        The reverse direction walks the runs from the last to the first, and a sequence joins, from
-        its initial state, at the run holding its last step. Layer by layer (a bidirectional layer
-        needs both directions of the layer below over the whole sequence), with dropout between
-        layers when training. cuDNN does this in one call with its own packed layout; here it is a
-        few calls per layer and direction (as many as there are distinct lengths, at most)."""
+        The packed steps are laid out padded (T, B, input_size), sorted by decreasing length, and the
+        whole layer stack is ONE `rnn_forward(..., seq_lengths=...)` call: the primitive leaves a
+        sequence's state alone after its end, writes zeros there, and starts the reverse direction at
+        each sequence's own last step (cuDNN does the same from its packed layout). With dropout
+        between layers it is one call per layer, as for padded input."""
         name = type(self).__name__
         data = packed.data
         if not isinstance(data, Tensor) or data.ndim != 2 or data.shape[1] != self.input_size:
@@ -166,89 +164,26 @@ class RNNBase(Module):
         batch_sizes = np.asarray(packed.batch_sizes.numpy(), dtype=np.int64)
         batch = int(batch_sizes[0])
         h0, c0 = self._initial_states(hx, batch)
-        if packed.sorted_indices is not None:  # states come in the caller's order; the runs use the sorted one
+        if packed.sorted_indices is not None:  # states come in the caller's order; the layout is sorted
             order = packed.sorted_indices.numpy()
             h0 = None if h0 is None else h0[:, order]
             c0 = None if c0 is None else c0[:, order]
-        segments = run_segments(batch_sizes)
         x = pad_packed(data, batch_sizes)  # (T, B, input_size), zeros after each sequence's end
-        D = 2 if self.bidirectional else 1
-        per = 4 if self.bias else 2
-        weights = self._flat_weights()
-        h_n, c_n = [], []
-        for layer in range(self.num_layers):
-            desc = P.RNNDescriptor(self.mode, self._desc.layer_input_size(layer), self.hidden_size, 1, False,
-                                   self.bias)
-            outs = []
-            for direction in range(D):
-                k = layer * D + direction
-                y, h, c = self._packed_direction(
-                    x, segments, desc, weights[k * per:(k + 1) * per], None if h0 is None else h0[k],
-                    None if c0 is None else c0[k], reverse=direction == 1)
-                outs.append(y)
-                h_n.append(h)
-                c_n.append(c)
-            x = outs[0] if D == 1 else cat(outs, 2)
-            if self.dropout > 0 and self.training and layer < self.num_layers - 1:
-                x = F.dropout(x, self.dropout, training=True)
-        output = packed._replace(data=pack_padded(x, batch_sizes))
-        h_n = stack(h_n, 0)
-        c_n = stack(c_n, 0) if self.mode == "lstm" else None
+        lengths = lengths_of(batch_sizes)
+        if self.dropout > 0 and self.training and self.num_layers > 1:
+            outs = self._layer_by_layer(x, h0, c0, lengths)
+        else:
+            outs = RNNSequence.apply(x, h0, c0, *self._flat_weights(), desc=self._desc, seq_lengths=lengths)
+        output = packed._replace(data=pack_padded(outs[0], batch_sizes))
+        h_n = outs[1]
+        c_n = outs[2] if self.mode == "lstm" else None
         if packed.unsorted_indices is not None:
             back = packed.unsorted_indices.numpy()
             h_n = h_n[:, back]
             c_n = None if c_n is None else c_n[:, back]
         return (output, (h_n, c_n)) if self.mode == "lstm" else (output, h_n)
 
-    def _packed_direction(self, x, segments, desc, weights, h_init, c_init, reverse):
-        """One layer, one direction over the runs of a packed batch: (y (T, B, H) zero after each end,
-        h_n (B, H), c_n (B, H) or None)."""
-        lstm = self.mode == "lstm"
-        batch, hidden = x.shape[1], self.hidden_size
-        if h_init is None:
-            h_init = zeros(batch, hidden, dtype=x.dtype, device=x.device)
-        if lstm and c_init is None:
-            c_init = zeros(batch, hidden, dtype=x.dtype, device=x.device)
-        pieces = {}
-
-        def run(x_run, h, c):
-            outs = RNNSequence.apply(x_run, h.unsqueeze(0), c.unsqueeze(0) if lstm else None, *weights, desc=desc)
-            return outs[0], outs[1][0], outs[2][0] if lstm else None
-
-        if not reverse:
-            h, c = h_init, c_init
-            done_h, done_c = [], []  # states of the sequences that have ended, last rows first
-            for t0, t1, b in segments:
-                if b < h.shape[0]:
-                    done_h.append(h[b:])
-                    h = h[:b]
-                    if lstm:
-                        done_c.append(c[b:])
-                        c = c[:b]
-                pieces[t0], h, c = run(x[t0:t1, :b], h, c)
-            h_n = cat([h] + done_h[::-1], 0)
-            c_n = cat([c] + done_c[::-1], 0) if lstm else None
-        else:
-            b_last = segments[-1][2]
-            h, c = h_init[:b_last], (c_init[:b_last] if lstm else None)
-            for t0, t1, b in reversed(segments):
-                if b > h.shape[0]:  # the sequences whose last step is in this run join
-                    h = cat([h, h_init[h.shape[0]:b]], 0)
-                    if lstm:
-                        c = cat([c, c_init[c.shape[0]:b]], 0)
-                backwards = np.arange(t1 - 1, t0 - 1, -1)
-                y, h, c = run(x[backwards, :b], h, c)
-                pieces[t0] = y[np.arange(t1 - t0 - 1, -1, -1)]
-            h_n, c_n = h, c
-        ys = []
-        for t0, t1, b in segments:
-            y = pieces[t0]
-            if b < batch:
-                y = cat([y, zeros(t1 - t0, batch - b, hidden, dtype=x.dtype, device=x.device)], 1)
-            ys.append(y)
-        return cat(ys, 0), h_n, c_n
-
-    def _layer_by_layer(self, x, h0, c0):
+    def _layer_by_layer(self, x, h0, c0, seq_lengths=None):
         """The same RNN, one primitive call per layer, with dropout on each layer's output but the last."""
         D = 2 if self.bidirectional else 1
         per = 4 if self.bias else 2
@@ -259,7 +194,8 @@ class RNNBase(Module):
                                    self.bidirectional, self.bias)
             rows = slice(layer * D, (layer + 1) * D)
             outs = RNNSequence.apply(x, None if h0 is None else h0[rows], None if c0 is None else c0[rows],
-                                     *weights[layer * D * per:(layer + 1) * D * per], desc=desc)
+                                     *weights[layer * D * per:(layer + 1) * D * per], desc=desc,
+                                     seq_lengths=seq_lengths)
             x = outs[0]
             h_n.append(outs[1])
             if self.mode == "lstm":

@@ -68,7 +68,7 @@ def _batch_sizes_of(lengths):
     return (lengths[None, :] > np.arange(int(lengths[0]))[:, None]).sum(axis=1).astype(np.int64)
 
 
-def _lengths_of(batch_sizes):
+def lengths_of(batch_sizes):
     """The sorted lengths back from batch_sizes: lengths[b] = how many steps have more than b sequences."""
     return (batch_sizes[None, :] > np.arange(int(batch_sizes[0]))[:, None]).sum(axis=1).astype(np.int64)
 
@@ -150,7 +150,7 @@ def pad_packed_sequence(sequence, batch_first=False, padding_value=0.0, total_le
     if total_length is not None and total_length < steps:
         raise ValueError(f"{op}: total_length={total_length} is shorter than the longest sequence ({steps} steps)")
     padded = pad_packed(sequence.data, batch_sizes, total_length, padding_value)
-    lengths = _lengths_of(batch_sizes)
+    lengths = lengths_of(batch_sizes)
     if sequence.unsorted_indices is not None:
         unsorted = _host_ints("unsorted_indices", op, sequence.unsorted_indices)
         padded = padded[:, unsorted]
@@ -190,13 +190,3 @@ def pack_sequence(sequences, enforce_sorted=True):
     """PackedSequence of a list of tensors (L_i, *) (by default in decreasing order of length)."""
     padded = pad_sequence(sequences)  # checks that they are tensors of one trailing shape
     return pack_padded_sequence(padded, [s.shape[0] for s in sequences], enforce_sorted=enforce_sorted)
-
-
-def run_segments(batch_sizes):
-    """[(t0, t1, b)]: the maximal runs of steps with the same number b of running sequences."""
-    segments, t0 = [], 0
-    for t in range(1, len(batch_sizes) + 1):
-        if t == len(batch_sizes) or batch_sizes[t] != batch_sizes[t0]:
-            segments.append((t0, t, int(batch_sizes[t0])))
-            t0 = t
-    return segments

@@ -132,43 +132,55 @@ def _time_steps(T, reverse):
 
 
 def _forward_direction(mode, gates_x_all, h, c, w_hh, b_hh, mask, reverse):
-    """gates_x_all (T, B, G*H) already holds W_ih x + b_ih; h, c (B, H). Returns (out, h, c, record)."""
+    """gates_x_all (T, B, G*H) already holds W_ih x + b_ih; h, c (B, H). Returns (out, h, c, record).
+
+    With a mask, step t computes only the rows up to the last sequence still running there
+    (`_running_rows`): for a batch sorted by decreasing length, as a PackedSequence is, that is exactly
+    the running ones, so finished sequences cost nothing (what cuDNN's packed layout saves)."""
     T, B, _ = gates_x_all.shape
     H = w_hh.shape[1]
     dtype = gates_x_all.dtype
     out = np.zeros((T, B, H), dtype)
     h_prev = np.empty((T, B, H), dtype)
-    cell_h = np.empty((T, B, H), dtype)
+    cell_h = np.zeros((T, B, H), dtype)
     is_lstm = mode == "lstm"
     c_prev = np.empty((T, B, H), dtype) if is_lstm else None
-    cell_c = np.empty((T, B, H), dtype) if is_lstm else None
+    cell_c = np.zeros((T, B, H), dtype) if is_lstm else None
     # LSTM keeps [i, f, g, o], GRU [r, z, n, hn]: 4H each; the vanilla RNN needs only cell_h.
-    gates = np.empty((T, B, 4 * H), dtype) if mode in ("lstm", "gru") else None
+    gates = np.zeros((T, B, 4 * H), dtype) if mode in ("lstm", "gru") else None
+    running = _running_rows(mask, T, B)
+    h = h.copy()
+    c = c.copy() if is_lstm else None
 
     for t in _time_steps(T, reverse):
-        gates_h = h @ w_hh.T
-        if b_hh is not None:
-            gates_h += b_hh
+        n = running[t]
         h_prev[t] = h
         if is_lstm:
             c_prev[t] = c
-            h_new, c_new, gates[t] = lstm_cell_forward(gates_x_all[t], gates_h, c)
-            cell_c[t] = c_new
+        if n == 0:
+            continue
+        gates_h = h[:n] @ w_hh.T
+        if b_hh is not None:
+            gates_h += b_hh
+        if is_lstm:
+            h_new, c_new, gates[t, :n] = lstm_cell_forward(gates_x_all[t, :n], gates_h, c[:n])
+            cell_c[t, :n] = c_new
         elif mode == "gru":
-            h_new, gates[t] = gru_cell_forward(gates_x_all[t], gates_h, h)
+            h_new, gates[t, :n] = gru_cell_forward(gates_x_all[t, :n], gates_h, h[:n])
         else:
-            h_new = rnn_cell_forward(gates_x_all[t], gates_h, _nonlinearity(mode))
-        cell_h[t] = h_new
+            h_new = rnn_cell_forward(gates_x_all[t, :n], gates_h, _nonlinearity(mode))
+        cell_h[t, :n] = h_new
 
         if mask is None:
             h, c = h_new, (c_new if is_lstm else None)
             out[t] = h_new
         else:
             # Finished (or not yet started, in reverse) sequences keep their state and output zeros.
-            m = mask[t]
-            h = np.where(m, h_new, h)
-            c = np.where(m, c_new, c) if is_lstm else None
-            out[t] = np.where(m, h_new, 0)
+            m = mask[t, :n]
+            h[:n] = np.where(m, h_new, h[:n])
+            if is_lstm:
+                c[:n] = np.where(m, c_new, c[:n])
+            out[t, :n] = np.where(m, h_new, 0)
     return out, h, c, _DirectionRecord(h_prev, c_prev, cell_h, cell_c, gates)
 
 
@@ -185,35 +197,55 @@ def _backward_direction(mode, dout, dh, dc, record, w_hh, mask, reverse):
     dgates_h = np.zeros((T, B, G_H), dout.dtype) if mode == "gru" else dgates_x
     if mask is not None:
         dout = dout * mask  # y is zero at padded steps: whatever dy says there reaches nothing
-    dh_skip = dc_skip = 0
 
+    running = _running_rows(mask, T, B)
     # Walk the steps in the reverse of the order forward took them.
     for t in _time_steps(T, not reverse):
+        n = running[t]
         dh = dh + dout[t]
         if mask is not None:
             m = mask[t]
             dh, dh_skip = np.where(m, dh, 0), np.where(m, 0, dh)
             if mode == "lstm":
                 dc, dc_skip = np.where(m, dc, 0), np.where(m, 0, dc)
+        if n == 0:  # no sequence runs at this step: everything skips it
+            dh, dc = dh_skip, (dc_skip if mode == "lstm" else None)
+            continue
         if mode == "lstm":
-            dgates_x[t], dc = lstm_cell_backward(dh, dc, record.gates[t], record.c_prev[t], record.cell_c[t])
-            dh = dgates_x[t] @ w_hh
+            dgates_x[t, :n], dc_run = lstm_cell_backward(dh[:n], dc[:n], record.gates[t, :n], record.c_prev[t, :n],
+                                                         record.cell_c[t, :n])
+            dh_run = dgates_x[t, :n] @ w_hh
         elif mode == "gru":
-            dgates_x[t], dgates_h[t], dh_direct = gru_cell_backward(dh, record.gates[t], record.h_prev[t])
-            dh = dgates_h[t] @ w_hh + dh_direct
+            dgates_x[t, :n], dgates_h[t, :n], dh_direct = gru_cell_backward(dh[:n], record.gates[t, :n],
+                                                                             record.h_prev[t, :n])
+            dh_run = dgates_h[t, :n] @ w_hh + dh_direct
         else:
-            dgates_x[t] = rnn_cell_backward(dh, record.cell_h[t], _nonlinearity(mode))
-            dh = dgates_x[t] @ w_hh
-        # The part of the gradient that skipped a padded step goes on to the step before unchanged.
-        dh = dh + dh_skip
-        if mode == "lstm":
-            dc = dc + dc_skip
+            dgates_x[t, :n] = rnn_cell_backward(dh[:n], record.cell_h[t, :n], _nonlinearity(mode))
+            dh_run = dgates_x[t, :n] @ w_hh
+        if mask is None:
+            dh, dc = dh_run, (dc_run if mode == "lstm" else None)
+        else:
+            # The part of the gradient that skipped a padded step goes on to the step before unchanged.
+            dh = dh_skip.copy()
+            dh[:n] += dh_run
+            if mode == "lstm":
+                dc = dc_skip.copy()
+                dc[:n] += dc_run
     return dgates_x, dgates_h, dh, dc
 
 
 # ----------------------------------------------------------------------------------------------
 # The whole network
 # ----------------------------------------------------------------------------------------------
+
+
+def _running_rows(mask, T, B):
+    """For each step t, how many leading rows must be computed: 1 + the last row still inside its
+    sequence (B everywhere for an unpadded batch; exactly the running count for a sorted batch)."""
+    if mask is None:
+        return [B] * T
+    reversed_rows = mask[:, ::-1, 0]
+    return [int(B - reversed_rows[t].argmax()) if reversed_rows[t].any() else 0 for t in range(T)]
 
 
 def _mask(seq_lengths, T):
