@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+# One definition of "which array module" for the whole library: the primitive library's (the lowest layer).
+from .primitives._common import get_array_module, is_cuda_array  # noqa: F401
+
 _cupy = None
 _cupy_error: str | None = None
 
@@ -89,10 +92,6 @@ def require_cuda(op: str = "to('cuda')"):
     return _cupy
 
 
-def is_cuda_array(a) -> bool:
-    return type(a).__module__.startswith("cupy")
-
-
 def device_of(array) -> Device:
     if is_cuda_array(array):
         return Device(f"cuda:{array.device.id}")
@@ -102,13 +101,6 @@ def device_of(array) -> Device:
 def array_module(device) -> object:
     """numpy for the CPU, cupy for a GPU."""
     return np if Device(device).type == "cpu" else require_cuda()
-
-
-def get_array_module(*arrays):
-    for a in arrays:
-        if is_cuda_array(a):
-            return _cupy
-    return np
 
 
 def move_array(array, device):

@@ -26,6 +26,25 @@ def get_array_module(*arrays):
     return np
 
 
+def backend(family: str, on_cuda):
+    """The implementation module of a primitive family: `cuda.<family>` (CuPy launchers of
+    kernels/<family>.cu) when `on_cuda` is true or is a CuPy array, else `cpu.<family>` (the NumPy
+    reference). Both expose the same names. The CUDA module is imported only when asked for, so the
+    CPU path never imports CuPy."""
+    if not isinstance(on_cuda, bool):
+        on_cuda = is_cuda_array(on_cuda)
+    module = _BACKENDS.get((family, on_cuda))
+    if module is None:
+        import importlib
+
+        module = importlib.import_module(f"{__package__}.{'cuda' if on_cuda else 'cpu'}.{family}")
+        _BACKENDS[(family, on_cuda)] = module
+    return module
+
+
+_BACKENDS: dict = {}
+
+
 def check_same_device(op: str, **arrays) -> None:
     """Raise if some arrays are CuPy arrays and others are NumPy arrays."""
     kinds = {name: ("cuda" if is_cuda_array(a) else "cpu") for name, a in arrays.items() if a is not None}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import backend, check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
 
 __all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
 
@@ -66,15 +66,6 @@ def _check_descriptor(op: str, desc) -> None:
         raise TypeError(f"{op}: desc must be an ActivationDescriptor, got {type(desc).__name__}")
 
 
-def _backend(x):
-    # The CUDA module is imported only when a CuPy array arrives, so the CPU path never imports CuPy.
-    if is_cuda_array(x):
-        from .cuda import activation as impl
-    else:
-        from .cpu import activation as impl
-    return impl
-
-
 def activation_forward(x, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
     """y = alpha * f(x) + beta * out, elementwise. x: any shape; y: the same shape."""
     op = "activation_forward"
@@ -82,7 +73,7 @@ def activation_forward(x, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, ou
     check_same_device(op, x=x, out=out)
     dtype = check_float(op, x=x)
     check_blend_out(op, out, x.shape, dtype, beta)
-    return _backend(x).activation_forward(x, desc, alpha=alpha, beta=beta, out=out)
+    return backend("activation", x).activation_forward(x, desc, alpha=alpha, beta=beta, out=out)
 
 
 def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
@@ -99,4 +90,4 @@ def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta
             "must have the same shape"
         )
     check_blend_out(op, out, x.shape, dtype, beta)
-    return _backend(x).activation_backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)
+    return backend("activation", x).activation_backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)

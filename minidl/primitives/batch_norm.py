@@ -27,7 +27,7 @@ parameter, and the training pass returns three arrays.
 """
 from __future__ import annotations
 
-from ._common import check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
+from ._common import backend, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
 
 __all__ = [
     "batch_norm_forward_training",
@@ -75,14 +75,6 @@ def _check_common(op: str, x, mode: str, layout: str, params: dict) -> tuple:
     return expected
 
 
-def _backend(x):
-    if is_cuda_array(x):
-        from .cuda import batch_norm as impl
-    else:
-        from .cpu import batch_norm as impl
-    return impl
-
-
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
                                 mode="spatial", layout="NCHW"):
     """Normalise with batch statistics. Returns (y, saved_mean, saved_invstd).
@@ -108,7 +100,7 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
             f"{op}: x {shape_str(x.shape)} has only one value per statistic (mode={mode}); "
             "training needs more than one to estimate a variance"
         )
-    return _backend(x).batch_norm_forward_training(
+    return backend("batch_norm", x).batch_norm_forward_training(
         x, gamma, beta_, running_mean, running_var, momentum=float(momentum), eps=float(eps), mode=mode, layout=layout
     )
 
@@ -127,7 +119,7 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
     check_float(op, x=x, **arrays)
     if not float(eps) > 0:
         raise ValueError(f"{op}: eps must be > 0, got {eps}")
-    return _backend(x).batch_norm_forward_inference(
+    return backend("batch_norm", x).batch_norm_forward_inference(
         x, gamma, beta_, running_mean, running_var, eps=float(eps), mode=mode, layout=layout
     )
 
@@ -147,4 +139,4 @@ def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial
         raise ValueError(f"{op}: dy has shape {shape_str(dy.shape)}, but x has shape {shape_str(x.shape)}")
     check_same_device(op, x=x, dy=dy, **arrays)
     check_float(op, x=x, dy=dy, **arrays)
-    return _backend(x).batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, mode=mode, layout=layout)
+    return backend("batch_norm", x).batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, mode=mode, layout=layout)

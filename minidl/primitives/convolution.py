@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._common import (as_tuple, check_float, check_same_device, is_cuda_array, normalize_layout,
+from ._common import (backend, as_tuple, check_float, check_same_device, is_cuda_array, normalize_layout,
                       shape_str)
 
 __all__ = [
@@ -220,15 +220,6 @@ def _check_blend_args(op, out, beta):
         raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
 
 
-def _backend(is_cuda: bool):
-    """The backend module; the CUDA one is imported only when a CuPy array (or device) asks for it."""
-    if is_cuda:
-        from .cuda import convolution as impl
-    else:
-        from .cpu import convolution as impl
-    return impl
-
-
 def _device_key(is_cuda: bool):
     if not is_cuda:
         return "cpu"
@@ -240,7 +231,7 @@ def _device_key(is_cuda: bool):
 def _resolve_algorithm(op, algo, direction, problem, is_cuda):
     """The backend and the algorithm to run: the policy's choice for "auto", else the one asked for,
     checked to apply (an error naming it and the reason when it does not)."""
-    impl = _backend(is_cuda)
+    impl = backend("convolution", is_cuda)
     if algo == "auto":
         return impl, _select(impl, _device_key(is_cuda), direction, problem, None, None)
     device = "cuda" if is_cuda else "cpu"
@@ -338,7 +329,7 @@ def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=Non
         x_shape=None, w_shape=None, y_shape=shape, layout=layout, dtype=str(dtype),
         spatial_dims=dy.ndim - 2, N=shape[0], C=None, K=K, groups=None, in_size=None,
         kernel_size=None, out_size=out_size, padding=None, stride=None, dilation=None)
-    return _backend(is_cuda_array(dy)).convolution_backward_bias(dy, problem, alpha, beta, out)
+    return backend("convolution", is_cuda_array(dy)).convolution_backward_bias(dy, problem, alpha, beta, out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -452,7 +443,7 @@ def find_convolution_algorithms(x_shape, w_shape, desc, *, direction="forward", 
     is_cuda = _check_device(op, device)
     layout = normalize_layout(op, layout)
     problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype))
-    return _find(_backend(is_cuda), direction, problem, is_cuda, measure)
+    return _find(backend("convolution", is_cuda), direction, problem, is_cuda, measure)
 
 
 def _check_dtype(op, dtype):
@@ -558,4 +549,4 @@ def get_convolution_algorithm(x_shape, w_shape, desc, *, direction="forward", de
     if policy is not None:
         _check_policy(op, policy, workspace_limit)
     problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype))
-    return _select(_backend(is_cuda), _device_key(is_cuda), direction, problem, policy, workspace_limit)
+    return _select(backend("convolution", is_cuda), _device_key(is_cuda), direction, problem, policy, workspace_limit)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import check_float, is_cuda_array, shape_str
+from ._common import backend, check_float, is_cuda_array, shape_str
 
 __all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32"]
 
@@ -42,14 +42,6 @@ def _check_args(op: str, p, seed, offset) -> float:
     return p
 
 
-def _backend(a):
-    if is_cuda_array(a):
-        from .cuda import dropout as impl
-    else:
-        from .cpu import dropout as impl
-    return impl
-
-
 def dropout_forward(x, p, seed, *, offset=0):
     """y = x * keep / (1 - p), keep drawn from Philox(seed, offset + index). y has x's shape."""
     op = "dropout_forward"
@@ -57,7 +49,7 @@ def dropout_forward(x, p, seed, *, offset=0):
     check_float(op, x=x)
     if int(offset) + x.size > 2**64:
         raise ValueError(f"{op}: offset {offset} + x.size {x.size} runs past the 2**64 counter space")
-    return _backend(x).dropout_forward(x, p, int(seed), offset=int(offset))
+    return backend("dropout", x).dropout_forward(x, p, int(seed), offset=int(offset))
 
 
 def dropout_backward(dy, p, seed, *, offset=0):
@@ -67,7 +59,7 @@ def dropout_backward(dy, p, seed, *, offset=0):
     check_float(op, dy=dy)
     if int(offset) + dy.size > 2**64:
         raise ValueError(f"{op}: offset {offset} + dy.size {dy.size} runs past the 2**64 counter space")
-    return _backend(dy).dropout_backward(dy, p, int(seed), offset=int(offset))
+    return backend("dropout", dy).dropout_backward(dy, p, int(seed), offset=int(offset))
 
 
 def dropout_mask(shape, p, seed, offset=0):

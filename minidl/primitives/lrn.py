@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
+from ._common import backend, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
 
 __all__ = ["LRNDescriptor", "lrn_forward", "lrn_backward"]
 
@@ -52,14 +52,6 @@ def _check(op: str, desc, layout, **arrays) -> str:
     return layout
 
 
-def _backend(x):
-    if is_cuda_array(x):
-        from .cuda import lrn as impl
-    else:
-        from .cpu import lrn as impl
-    return impl
-
-
 def lrn_forward(x, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """y (x's shape) = alpha * LRN(x) + beta * out; x is (N, C, *spatial) or (N, *spatial, C)."""
     op = "lrn_forward"
@@ -67,7 +59,7 @@ def lrn_forward(x, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, o
     check_same_device(op, x=x, out=out)
     dtype = check_float(op, x=x)
     check_blend_out(op, out, x.shape, dtype, beta)
-    return _backend(x).lrn_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
+    return backend("lrn", x).lrn_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
 def lrn_backward(x, y, dy, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
@@ -77,4 +69,4 @@ def lrn_backward(x, y, dy, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, bet
     check_same_device(op, x=x, y=y, dy=dy, out=out)
     dtype = check_float(op, x=x, y=y, dy=dy)
     check_blend_out(op, out, x.shape, dtype, beta)
-    return _backend(x).lrn_backward(x, y, dy, desc, layout=layout, alpha=alpha, beta=beta, out=out)
+    return backend("lrn", x).lrn_backward(x, y, dy, desc, layout=layout, alpha=alpha, beta=beta, out=out)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import (as_tuple, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout,
+from ._common import (backend, as_tuple, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout,
                       shape_str)
 
 __all__ = [
@@ -129,14 +129,6 @@ def _checked_output_shape(op: str, x_shape, desc, layout) -> tuple:
     return y_shape
 
 
-def _backend(x):
-    if is_cuda_array(x):
-        from .cuda import pooling as impl
-    else:
-        from .cpu import pooling as impl
-    return impl
-
-
 def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """Pool x (N, C, *spatial) or (N, *spatial, C); y has pooling_output_shape(x.shape, desc, layout)."""
     op = "pooling_forward"
@@ -148,7 +140,7 @@ def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, bet
     dtype = check_float(op, x=x)
     y_shape = _checked_output_shape(op, x.shape, desc, layout)
     check_blend_out(op, out, y_shape, dtype, beta)
-    return _backend(x).pooling_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
+    return backend("pooling", x).pooling_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
 def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
@@ -174,7 +166,7 @@ def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=
                 f"gives {shape_str(y_shape)}"
             )
     check_blend_out(op, out, x.shape, dtype, beta)
-    return _backend(x).pooling_backward(x, y, dy, desc, layout=layout, alpha=alpha, beta=beta, out=out)
+    return backend("pooling", x).pooling_backward(x, y, dy, desc, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -208,7 +200,7 @@ def adaptive_avg_pooling_forward(x, output_size, *, layout="NCHW", alpha=1.0, be
     check_same_device(op, x=x, out=out)
     dtype = check_float(op, x=x)
     check_blend_out(op, out, y_shape, dtype, beta)
-    return _backend(x).adaptive_avg_pooling_forward(x, output_size, layout=layout, alpha=alpha, beta=beta, out=out)
+    return backend("pooling", x).adaptive_avg_pooling_forward(x, output_size, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
 def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
@@ -224,7 +216,7 @@ def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", al
     check_same_device(op, dy=dy, out=out)
     dtype = check_float(op, dy=dy)
     check_blend_out(op, out, tuple(int(s) for s in x_shape), dtype, beta)
-    return _backend(dy).adaptive_avg_pooling_backward(
+    return backend("pooling", dy).adaptive_avg_pooling_backward(
         dy, tuple(int(s) for s in x_shape), output_size, layout=layout, alpha=alpha, beta=beta, out=out
     )
 

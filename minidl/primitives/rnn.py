@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._common import check_float, check_same_device, is_cuda_array, shape_str
+from ._common import backend, check_float, check_same_device, is_cuda_array, shape_str
 
 __all__ = [
     "RNN_MODES",
@@ -192,14 +192,6 @@ def _check_seq_lengths(op, seq_lengths, T, B):
     return lengths.astype(np.int64)
 
 
-def _backend(on_cuda):
-    if on_cuda:
-        from .cuda import rnn as impl
-    else:
-        from .cpu import rnn as impl
-    return impl
-
-
 # ----------------------------------------------------------------------------------------------
 # The sequence primitive
 # ----------------------------------------------------------------------------------------------
@@ -235,7 +227,7 @@ def rnn_forward(x, h0, c0, weights, desc: RNNDescriptor, *, seq_lengths=None, tr
     lengths = _check_seq_lengths(op, seq_lengths, T, B)
 
     on_cuda = is_cuda_array(x)
-    impl = _backend(on_cuda)
+    impl = backend("rnn", on_cuda)
     y, hy, cy, saved = impl.rnn_forward(x, h0, c0, weights, desc, lengths, bool(training))
     if not training:
         return y, hy, cy, None
@@ -274,7 +266,7 @@ def rnn_backward(dy, dhy, dcy, reserve: RNNReserve):
         if dtype != reserve.dtype:
             raise TypeError(f"{op}: gradients have dtype {dtype} but the forward pass ran in {reserve.dtype}")
 
-    impl = _backend(reserve.on_cuda)
+    impl = backend("rnn", reserve.on_cuda)
     return impl.rnn_backward(dy, dhy, dcy, desc, reserve.weights, reserve.seq_lengths, reserve.saved)
 
 

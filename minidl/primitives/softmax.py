@@ -12,7 +12,7 @@ axis=-1 for the classes of an (N, classes) array or the channels of an NHWC arra
 """
 from __future__ import annotations
 
-from ._common import check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import backend, check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGORITHMS"]
 
@@ -30,14 +30,6 @@ def _check_args(op: str, a, axis, algorithm) -> int:
     return axis % a.ndim
 
 
-def _backend(a):
-    if is_cuda_array(a):
-        from .cuda import softmax as impl
-    else:
-        from .cpu import softmax as impl
-    return impl
-
-
 def softmax_forward(x, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out=None):
     """Softmax (algorithm="accurate") or log-softmax ("log") of x along `axis`. y has x's shape."""
     op = "softmax_forward"
@@ -45,7 +37,7 @@ def softmax_forward(x, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out
     check_same_device(op, x=x, out=out)
     dtype = check_float(op, x=x)
     check_blend_out(op, out, x.shape, dtype, beta)
-    return _backend(x).softmax_forward(x, axis=axis, algorithm=algorithm, alpha=alpha, beta=beta, out=out)
+    return backend("softmax", x).softmax_forward(x, axis=axis, algorithm=algorithm, alpha=alpha, beta=beta, out=out)
 
 
 def softmax_backward(y, dy, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out=None):
@@ -57,4 +49,4 @@ def softmax_backward(y, dy, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0
     if tuple(y.shape) != tuple(dy.shape):
         raise ValueError(f"{op}: y {shape_str(y.shape)} and dy {shape_str(dy.shape)} must have the same shape")
     check_blend_out(op, out, y.shape, dtype, beta)
-    return _backend(y).softmax_backward(y, dy, axis=axis, algorithm=algorithm, alpha=alpha, beta=beta, out=out)
+    return backend("softmax", y).softmax_backward(y, dy, axis=axis, algorithm=algorithm, alpha=alpha, beta=beta, out=out)
