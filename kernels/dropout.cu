@@ -16,6 +16,10 @@
 // offset is a multiple of 4 a group is 4 consecutive array elements and the thread moves them as
 // one float4 (16-byte access); otherwise the first and last groups straddle the array ends and
 // the thread falls back to scalar accesses with bounds checks.
+// Generator state on the device: the launcher may pass `state`, a pointer to two uint64 words
+// (seed, offset) that the kernel reads instead of the `seed` argument (and adds to `offset`). A CUDA
+// graph then replays with the values the state holds at replay time, not those of the capture;
+// philox_advance (below) hands each dropout call its own (seed, offset) on the device.
 // Cost: 10 rounds of 2 mul.hi + 2 mul.lo per 4 elements, ~25 instructions per element: the kernel
 // stays memory-bound on an H200.
 #include "elementwise_common.cuh"
@@ -67,9 +71,14 @@ __device__ __forceinline__ float dropout_value(float x, unsigned int word, unsig
 // y[i] = mask(offset + i) * x[i] * scale for i < n. vectorized != 0 promises 16-byte aligned
 // pointers and offset % 4 == 0.
 __device__ __forceinline__ void dropout_apply(const float* x, float* y, long long n, unsigned long long offset,
-                                              unsigned long long seed, unsigned int threshold, float scale,
-                                              int vectorized)
+                                              unsigned long long seed, const unsigned long long* state,
+                                              unsigned int threshold, float scale, int vectorized)
 {
+    if (state != nullptr) {  // (seed, offset) read on the device: see the header
+        seed = state[0];
+        offset += state[1];
+        vectorized = vectorized && (offset & 3ull) == 0;
+    }
     const unsigned long long first_group = offset >> 2;
     const unsigned long long last_group = (offset + (unsigned long long)n - 1) >> 2;
     const long long groups = (long long)(last_group - first_group + 1);
@@ -99,18 +108,32 @@ __device__ __forceinline__ void dropout_apply(const float* x, float* y, long lon
 }
 
 extern "C" __global__ void dropout_forward(const float* x, float* y, long long n, unsigned long long offset,
-                                           unsigned long long seed, unsigned int threshold, float scale,
-                                           int vectorized)
+                                           unsigned long long seed, const unsigned long long* state,
+                                           unsigned int threshold, float scale, int vectorized)
 {
-    dropout_apply(x, y, n, offset, seed, threshold, scale, vectorized);
+    dropout_apply(x, y, n, offset, seed, state, threshold, scale, vectorized);
 }
 
 // The backward pass is the same masked scaling applied to dy: the mask is regenerated, not stored.
 extern "C" __global__ void dropout_backward(const float* dy, float* dx, long long n, unsigned long long offset,
-                                            unsigned long long seed, unsigned int threshold, float scale,
-                                            int vectorized)
+                                           unsigned long long seed, const unsigned long long* state,
+                                           unsigned int threshold, float scale, int vectorized)
 {
-    dropout_apply(dy, dx, n, offset, seed, threshold, scale, vectorized);
+    dropout_apply(dy, dx, n, offset, seed, state, threshold, scale, vectorized);
+}
+
+// A device-resident Philox generator hands out counters: claimed = (seed, offset) of `generator`,
+// then generator's offset advances by `count` rounded up to a multiple of 4 (so every claimed offset
+// keeps the float4 path). One thread: it is two loads and three stores, launched once per dropout
+// call so that the values change from replay to replay of a CUDA graph without any host involvement.
+extern "C" __global__ void philox_advance(unsigned long long* generator, unsigned long long* claimed,
+                                          unsigned long long count)
+{
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    const unsigned long long seed = generator[0], offset = generator[1];
+    claimed[0] = seed;
+    claimed[1] = offset;
+    generator[1] = offset + ((count + 3ull) & ~3ull);
 }
 
 // Philox itself, for tests: out[4*j .. 4*j+3] = Philox4x32-10(counters[4*j .. 4*j+3], keys[2*j .. 2*j+1]).

@@ -107,11 +107,17 @@ def move_array(array, device):
     """Copy an array to a device (no copy if it is already there)."""
     device = Device(device)
     if device.type == "cpu":
-        return array.get() if is_cuda_array(array) else array
+        if is_cuda_array(array):
+            check_not_capturing("to('cpu')", "it copies a GPU array to the host and waits for it")
+            return array.get()
+        return array
     cupy = require_cuda()
     with cupy.cuda.Device(device.index):
         if is_cuda_array(array) and array.device.id == device.index:
             return array
+        if not is_cuda_array(array):
+            check_not_capturing("to('cuda')", "a copy from host memory is not part of a graph (copy each "
+                                "batch into the static input tensors before the replay instead)")
         return cupy.asarray(array)
 
 
@@ -132,3 +138,24 @@ def parse_to_args(op: str, args, kwargs, tensor_type):
         else:
             dtype = a
     return device, dtype
+
+
+def is_capturing() -> bool:
+    """True while the current CuPy stream is being captured into a CUDA graph (minidl.cuda.graph)."""
+    if _cupy is None:
+        return False
+    return bool(_cupy.cuda.get_current_stream().is_capturing())
+
+
+def check_not_capturing(op: str, why: str) -> None:
+    """Raise a RuntimeError naming `op` when called during CUDA graph capture.
+
+    A captured graph records kernel launches only; host work inside the capture runs once and is then
+    frozen (a value read back, a check, a measurement). Ops that need such host work call this first,
+    so the user gets an error naming the op instead of a graph that silently replays a stale value.
+    """
+    if is_capturing():
+        raise RuntimeError(
+            f"{op} cannot run inside a CUDA graph capture: {why}. Move it out of the captured step "
+            "(do it before or after the replay), or run this step eagerly."
+        )

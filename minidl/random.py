@@ -1,8 +1,11 @@
 """Random numbers: one seeded generator for the CPU (NumPy's PCG64) and one for the GPU (CuPy's).
 
-`minidl.manual_seed(s)` seeds both, so a script is reproducible on either device. Dropout draws its
-seeds from here too, and its masks come from a counter-based generator (Philox) in the primitive
-library, so the same seed gives the same mask on the CPU and the GPU.
+`minidl.manual_seed(s)` seeds both, so a script is reproducible on either device. Dropout masks come
+from a counter-based generator (Philox4x32-10) whose state (seed, offset) is a (2,) uint64 array kept
+where the data lives, one per device (`philox_state`): each dropout call claims its counters with
+`minidl.primitives.philox_advance`, on the device, so a CUDA graph replay draws new masks with no host
+involvement. The CPU and GPU states start equal (seed s, offset 0), so the same sequence of dropout
+calls gives the same masks on either device.
 """
 from __future__ import annotations
 
@@ -14,14 +17,35 @@ _cpu_rng = np.random.default_rng(0)
 _seed = 0
 
 
+_philox_states: dict = {}  # Device -> (2,) uint64 array (seed, offset), NumPy or CuPy
+
+
 def manual_seed(seed: int):
-    """Seed every generator minidl uses (CPU, GPU, dropout seeds)."""
+    """Seed every generator minidl uses (CPU, GPU, dropout's Philox states)."""
     global _cpu_rng, _seed
     _seed = int(seed)
     _cpu_rng = np.random.default_rng(_seed)
     if _device.cuda_unavailable_reason() is None:
         _device._cupy.random.seed(_seed)
+    for state in _philox_states.values():
+        # In place: a captured CUDA graph keeps reading the same array.
+        state[0] = np.uint64(_seed & 0xFFFFFFFFFFFFFFFF)
+        state[1] = np.uint64(0)
     return _seed
+
+
+def philox_state(device):
+    """The dropout generator of `device`: a (2,) uint64 array (seed, offset) on it, advanced in place
+    by every dropout call there (minidl.primitives.philox_advance)."""
+    device = _device.Device(device)
+    state = _philox_states.get(device)
+    if state is None:
+        _device.check_not_capturing("dropout (first call on a device)",
+                                    "its generator state is created with a copy from the host; run the "
+                                    "step once eagerly before capturing")
+        host = np.array([_seed & 0xFFFFFFFFFFFFFFFF, 0], dtype=np.uint64)
+        state = _philox_states[device] = _device.move_array(host, device)
+    return state
 
 
 def initial_seed() -> int:

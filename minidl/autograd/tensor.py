@@ -228,6 +228,8 @@ class Tensor:
         return self._data
 
     def item(self):
+        if self.is_cuda:
+            _device.check_not_capturing("Tensor.item()", "it copies a GPU value to the host and waits for it")
         if self.numel() != 1:
             raise ValueError(f"item(): only one-element tensors can be converted, this one has shape {self.shape}")
         return self._data.reshape(()).item()
@@ -235,8 +237,11 @@ class Tensor:
     def tolist(self):
         return self._host_array().tolist()
 
-    def _host_array(self):
-        return self._data.get() if self.is_cuda else self._data
+    def _host_array(self, op="Tensor.tolist()"):
+        if self.is_cuda:
+            _device.check_not_capturing(op, "it copies a GPU tensor to the host and waits for it")
+            return self._data.get()
+        return self._data
 
     def to(self, *args, **kwargs):
         """`to(device)`, `to(dtype)`, `to(device, dtype)` or `to(other_tensor)`, as in PyTorch."""
@@ -281,13 +286,17 @@ class Tensor:
         return self.type(bool_)
 
     def __array__(self, dtype=None, copy=None):
-        arr = self._host_array()
+        arr = self._host_array("Tensor.__array__() (numpy.asarray of a tensor)")
         return arr.astype(dtype) if dtype is not None else arr
 
     def __float__(self):
+        if self.is_cuda:
+            _device.check_not_capturing("float(tensor)", "it copies a GPU value to the host and waits for it")
         return builtins.float(self.item())
 
     def __int__(self):
+        if self.is_cuda:
+            _device.check_not_capturing("int(tensor)", "it copies a GPU value to the host and waits for it")
         return builtins.int(self.item())
 
     def __index__(self):
@@ -300,6 +309,9 @@ class Tensor:
             raise RuntimeError(
                 f"the truth value of a tensor with {self.numel()} elements is ambiguous; use .any() or .all()"
             )
+        if self.is_cuda:
+            _device.check_not_capturing("bool(tensor)", "it copies a GPU value to the host and waits for it "
+                                        "(an `if` on a tensor is a host decision the graph cannot replay)")
         return builtins.bool(self.item())
 
     def __iter__(self):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backends, random
+from .. import _device, backends, random
 from .. import primitives as P
 from .._device import get_array_module, is_cuda_array
 from ..autograd.function import Function
@@ -259,6 +259,9 @@ def _class_targets(op, input, target, weight, ignore_index):
     not_ignored = t != ignore_index
     bad = not_ignored & ~in_range
     if not is_cuda_array(t) or backends.cuda.check_indices:
+        if is_cuda_array(t):
+            _device.check_not_capturing(f"{op} with minidl.backends.cuda.check_indices=True",
+                                        "the eager index check reads a flag back from the GPU")
         if t.size and bool(bad.any()):  # on the GPU: one reduction read back, so one sync
             xp = get_array_module(t)
             first = int(t[xp.nonzero(bad)[0][0]])
@@ -580,6 +583,9 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     idx = input._data
     bad = (idx < 0) | (idx >= num)
     if not is_cuda_array(idx) or backends.cuda.check_indices:
+        if is_cuda_array(idx):
+            _device.check_not_capturing(f"{op} with minidl.backends.cuda.check_indices=True",
+                                        "the eager index check reads a flag back from the GPU")
         if idx.size and bool(bad.any()):  # on the GPU: one value read back, so one sync
             raise ValueError(
                 f"{op}: index out of range: input {input.shape} holds values in [{int(idx.min())}, {int(idx.max())}] "
@@ -971,7 +977,8 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
 
 class Dropout(Function):
     """y = x * keep / (1 - p) with keep drawn from Philox(seed); backward regenerates the same mask
-    from the seed, so nothing but two numbers is saved."""
+    from the seed, so nothing but two numbers is saved. `seed` is the (2,) uint64 (seed, offset) array
+    this call claimed from its device's generator (minidl.random.philox_state)."""
 
     def forward(self, x, p=0.5, seed=0):
         self.p, self.seed = p, seed
@@ -988,4 +995,6 @@ def dropout(input, p=0.5, training=True, inplace=False):
         raise ValueError(f"{op}: p (the drop probability) must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return input
-    return Dropout.apply(input, p=float(p), seed=random.next_seed())
+    # Claim this call's counters on the device: no host value is frozen into a captured CUDA graph.
+    claimed = P.philox_advance(random.philox_state(input.device), input.numel())
+    return Dropout.apply(input, p=float(p), seed=claimed)

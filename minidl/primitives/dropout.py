@@ -18,6 +18,12 @@ The mapping (the CUDA kernel uses exactly the same):
     keep    = u >= p
 `offset` lets successive dropout calls with one seed use disjoint streams (advance it by the number
 of elements used). p == 0 is the identity; p == 1 gives zeros.
+
+Device-resident generator (for CUDA graphs): `seed` may also be a (2,) uint64 array (seed, base
+offset) on x's device; the mask then uses offset = base offset + `offset`, read where the array lives
+(by the kernel on the GPU). `philox_advance(state, count)` hands out such arrays from a generator
+state without a host read: it returns a copy of state and advances state's offset by count (rounded
+up to 4). A captured graph replays the advance too, so each replay draws fresh masks.
 """
 from __future__ import annotations
 
@@ -25,7 +31,7 @@ import numpy as np
 
 from ._common import backend, check_float, is_cuda_array, shape_str
 
-__all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32"]
+__all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance"]
 
 
 def _check_args(op: str, p, seed, offset) -> float:
@@ -34,12 +40,22 @@ def _check_args(op: str, p, seed, offset) -> float:
     p = float(p)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"{op}: p (the drop probability) must be in [0, 1], got {p}")
+    if hasattr(seed, "shape") and hasattr(seed, "dtype"):
+        _check_state(op, "seed", seed)
+        seed = 0
     for name, v, bound in (("seed", seed, 2**64), ("offset", offset, 2**64)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise TypeError(f"{op}: {name} must be an int, got {type(v).__name__}")
         if not 0 <= int(v) < bound:
             raise ValueError(f"{op}: {name} must be in [0, 2**64), got {v}")
     return p
+
+
+def _check_state(op, name, state):
+    """A Philox generator state: a (2,) uint64 array (seed, offset)."""
+    if tuple(state.shape) != (2,) or state.dtype != np.uint64:
+        raise ValueError(f"{op}: {name} as an array must be a (2,) uint64 generator state (seed, offset), "
+                         f"got shape {shape_str(state.shape)} dtype {state.dtype}")
 
 
 def dropout_forward(x, p, seed, *, offset=0):
@@ -49,7 +65,8 @@ def dropout_forward(x, p, seed, *, offset=0):
     check_float(op, x=x)
     if int(offset) + x.size > 2**64:
         raise ValueError(f"{op}: offset {offset} + x.size {x.size} runs past the 2**64 counter space")
-    return backend("dropout", x).dropout_forward(x, p, int(seed), offset=int(offset))
+    _check_state_device(op, x, seed)
+    return backend("dropout", x).dropout_forward(x, p, _seed_arg(seed), offset=int(offset))
 
 
 def dropout_backward(dy, p, seed, *, offset=0):
@@ -59,7 +76,32 @@ def dropout_backward(dy, p, seed, *, offset=0):
     check_float(op, dy=dy)
     if int(offset) + dy.size > 2**64:
         raise ValueError(f"{op}: offset {offset} + dy.size {dy.size} runs past the 2**64 counter space")
-    return backend("dropout", dy).dropout_backward(dy, p, int(seed), offset=int(offset))
+    _check_state_device(op, dy, seed)
+    return backend("dropout", dy).dropout_backward(dy, p, _seed_arg(seed), offset=int(offset))
+
+
+def philox_advance(state, count):
+    """Claim `count` counters of a Philox generator state without reading it on the host.
+
+    state: (2,) uint64 array (seed, offset), NumPy or CuPy, updated in place. Returns a new (2,)
+    array holding state's value before the call (pass it as dropout's `seed`); state's offset then
+    grows by `count` rounded up to a multiple of 4 (one Philox call feeds 4 elements).
+    """
+    op = "philox_advance"
+    _check_state(op, "state", state)
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+        raise ValueError(f"{op}: count must be an int >= 0, got {count!r}")
+    return backend("dropout", state).philox_advance(state, int(count))
+
+
+def _seed_arg(seed):
+    return seed if hasattr(seed, "shape") else int(seed)
+
+
+def _check_state_device(op, a, seed):
+    if hasattr(seed, "shape") and is_cuda_array(seed) != is_cuda_array(a):
+        where = "cuda" if is_cuda_array(seed) else "cpu"
+        raise ValueError(f"{op}: the generator state (seed) is on {where} but the data is not")
 
 
 def dropout_mask(shape, p, seed, offset=0):

@@ -56,7 +56,22 @@ def dropout_mask(shape, p, seed, offset=0):
     return keep.reshape(shape)
 
 
+def _seed_and_offset(seed, offset):
+    """(seed, offset) as ints; `seed` may be a (2,) uint64 generator state (seed, base offset)."""
+    if isinstance(seed, np.ndarray):
+        return int(seed[0]), int(seed[1]) + int(offset)
+    return int(seed), int(offset)
+
+
+def philox_advance(state, count):
+    """claimed = a copy of state (seed, offset); then state[1] += count rounded up to a multiple of 4."""
+    claimed = state.copy()
+    state[1] = np.uint64(int(state[1]) + ((int(count) + 3) & ~3))
+    return claimed
+
+
 def _apply_mask(a, p, seed, offset):
+    seed, offset = _seed_and_offset(seed, offset)
     if p == 0.0:
         return a.copy()
     if p == 1.0:

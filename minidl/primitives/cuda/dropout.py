@@ -10,7 +10,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, grid_stride_blocks, is_aligned
+from ._launch import THREADS, as_kernel_input, grid_stride_blocks, is_aligned, null_pointer
+
 
 def _threshold_and_scale(p: float):
     """keep <=> (word >> 8) >= threshold, threshold = ceil(p * 2^24): the exact integer form of
@@ -28,23 +29,41 @@ def _launch(name, a, p, seed, offset):
         return result
     offset = int(offset)
     threshold, scale = _threshold_and_scale(p)
-    vectorized = int(offset % 4 == 0 and is_aligned(a, result))
-    groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1
+    if isinstance(seed, cupy.ndarray):
+        # Device-resident (seed, offset): the kernel reads them (a CUDA graph replays with the values
+        # the array holds then). Offsets from philox_advance are multiples of 4; the kernel turns the
+        # float4 path off itself for any other.
+        state, seed = seed, 0
+        vectorized = int(offset % 4 == 0 and is_aligned(a, result))
+        groups = (n + 3) // 4 + 1          # an upper bound: the device offset may straddle a group
+    else:
+        state = null_pointer()
+        vectorized = int(offset % 4 == 0 and is_aligned(a, result))
+        groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1
     kernel = get_kernel("dropout", name)
     kernel((grid_stride_blocks(groups),), (THREADS,),
-           (a, result, np.int64(n), np.uint64(offset), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF),
+           (a, result, np.int64(n), np.uint64(offset), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF), state,
             threshold, scale, np.int32(vectorized)))
     return result
 
 
 def dropout_forward(x, p, seed, *, offset=0):
-    """y = x * mask / (1 - p); the mask of element i is Philox4x32-10(seed, offset + i)."""
+    """y = x * mask / (1 - p); the mask of element i is Philox4x32-10(seed, offset + i). `seed` is an
+    int, or a (2,) uint64 CuPy array (seed, base offset) read by the kernel."""
     return _launch("dropout_forward", x, p, seed, offset)
 
 
 def dropout_backward(dy, p, seed, *, offset=0):
     """dx = dy * mask / (1 - p), with the mask regenerated from (seed, offset)."""
     return _launch("dropout_backward", dy, p, seed, offset)
+
+
+def philox_advance(state, count):
+    """claimed = state (a copy, new array), then state[1] += count rounded up to 4, on the device."""
+    claimed = cupy.empty(2, dtype=cupy.uint64)
+    kernel = get_kernel("dropout", "philox_advance")
+    kernel((1,), (1,), (state, claimed, np.uint64(int(count))))
+    return claimed
 
 
 def philox4x32(counter_words, key_words):
