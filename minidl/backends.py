@@ -135,13 +135,6 @@ def math_for_matmul(dtype) -> str:
 def _conv_policy_for(algo: str):
     """The policy a convolution with this `algo` should run under (None: the library's own setting).
 
-    Read once when the op is recorded, so its backward uses the same policy as its forward."""
+    Read once when the op is recorded and handed to its ConvolutionPlan as an argument, so its
+    backward uses the same policy as its forward."""
     return cudnn.policy() if algo == "auto" else None
-
-
-def _policy_context(policy):
-    """A `with` context that applies `policy` (None: nothing changes)."""
-    if policy is None:
-        return contextlib.nullcontext()
-    _, workspace_limit = _conv.get_convolution_policy()
-    return _conv.convolution_policy(policy, workspace_limit if policy == "prefer_fastest" else None)

@@ -1,7 +1,11 @@
-"""minidl.cuda: is the GPU path usable, and a few device-wide helpers (as torch.cuda)."""
+"""minidl.cuda: is the GPU path usable, a few device-wide helpers, and CUDA graphs (as torch.cuda)."""
 from __future__ import annotations
 
 from . import _device
+from ._graphs import (  # noqa: F401  (CUDA graphs: see minidl/_graphs.py)
+    CUDAGraph, CUDAGraphStep, graph, graph_pool_handle, graphed_step, is_current_stream_capturing,
+    make_graphed_callables,
+)
 
 
 def is_available() -> bool:

@@ -679,52 +679,58 @@ def _channels_first(a):
 class Convolution(Function):
     """y = conv(x, w) + b over the convolution primitive; x, w, y in PyTorch's channels-first layout.
 
-    layout="NHWC" runs the channels-last kernels: the arrays are transposed to (N, *spatial, C) and
-    the filter to (K, *kernel, C/groups) on the way in and back on the way out. The values are the
-    same; only the memory order the kernels read differs (and the transposes cost a copy each).
+    `plan` is the P.ConvolutionPlan of these shapes (described and resolved once: the layer keeps one
+    per input shape); forward and backward run its directions. plan.layout "NHWC" runs the
+    channels-last kernels: the arrays are transposed to (N, *spatial, C) and the filter to
+    (K, *kernel, C/groups) on the way in and back on the way out. The values are the same; only the
+    memory order the kernels read differs (and the transposes cost a copy each).
     """
 
-    def forward(self, x, w, b=None, desc=None, algo="auto", layout="NCHW", policy=None):
-        self.desc, self.algo, self.layout, self.has_bias = desc, algo, layout, b is not None
-        self.policy = policy
-        if layout == "NHWC":
+    def forward(self, x, w, b=None, plan=None):
+        self.plan, self.has_bias = plan, b is not None
+        if plan.layout == "NHWC":
             x, w = _channels_last(x), _channels_last(w)
         self.x, self.w = x, w
-        with backends._policy_context(policy):
-            y = P.convolution_forward(x, w, desc, b, algo=algo, layout=layout)
-        return _channels_first(y) if layout == "NHWC" else y
+        y = plan.forward(x, w, b)
+        return _channels_first(y) if plan.layout == "NHWC" else y
 
     def backward(self, dy):
-        with backends._policy_context(self.policy):
-            return self._backward(dy)
-
-    def _backward_algo(self, direction):
-        """The layer's algorithm for a backward direction, or "auto" where it does not apply there
-        (winograd, for one, has no filter-gradient form): a layer asks for an algorithm once, for
-        its forward pass, and training must not fail because a gradient needs another one."""
-        if self.algo == "auto":
-            return "auto"
-        perfs = P.find_convolution_algorithms(
-            self.x.shape, self.w.shape, self.desc, direction=direction,
-            device="cuda" if is_cuda_array(self.x) else "cpu", dtype=self.x.dtype, layout=self.layout, measure=False)
-        return self.algo if any(p.algo == self.algo and p.status == "ok" for p in perfs) else "auto"
-
-    def _backward(self, dy):
-        layout, desc = self.layout, self.desc
-        if layout == "NHWC":
+        plan, nhwc = self.plan, self.plan.layout == "NHWC"
+        if nhwc:
             dy = _channels_last(dy)
         dx = dw = db = None
         if self.needs_input_grad[0]:
-            algo = self._backward_algo("backward_data")
-            dx = P.convolution_backward_data(self.w, dy, desc, self.x.shape, algo=algo, layout=layout)
-            dx = _channels_first(dx) if layout == "NHWC" else dx
+            dx = plan.backward_data(self.w, dy)
+            dx = _channels_first(dx) if nhwc else dx
         if self.needs_input_grad[1]:
-            algo = self._backward_algo("backward_filter")
-            dw = P.convolution_backward_filter(self.x, dy, desc, self.w.shape, algo=algo, layout=layout)
-            dw = _channels_first(dw) if layout == "NHWC" else dw
+            dw = plan.backward_filter(self.x, dy)
+            dw = _channels_first(dw) if nhwc else dw
         if self.has_bias and self.needs_input_grad[2]:
-            db = P.convolution_backward_bias(dy, layout=layout)
+            db = plan.backward_bias(dy)
         return (dx, dw, db) if self.has_bias else (dx, dw)
+
+
+def _kernel_layout_shape(shape, layout):
+    """A channels-first shape (N, C, *spatial) as the kernels of `layout` see it."""
+    return tuple(shape) if layout == "NCHW" else (shape[0], *shape[2:], shape[1])
+
+
+def _convolution(x, weight, bias, desc, algo, layout, plans=None):
+    """Run Convolution with the plan of these shapes: from `plans` (a layer's dict, filled on first
+    use of a shape) or made for this call. The policy is read here, once, and is part of the key."""
+    policy = backends._conv_policy_for(algo)
+    if policy is None and algo == "auto":
+        policy = P.get_convolution_policy()
+    key = (x.shape, weight.shape, x.dtype, x.device, desc, algo, layout, policy)
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:
+        plan = P.ConvolutionPlan(_kernel_layout_shape(x.shape, layout), _kernel_layout_shape(weight.shape, layout),
+                                 desc, device="cuda" if x.is_cuda else "cpu", dtype=x.dtype, layout=layout,
+                                 algo=algo, policy=policy)
+        if plans is not None:
+            plans[key] = plan
+    args = (x, weight) if bias is None else (x, weight, bias)
+    return Convolution.apply(*args, plan=plan)
 
 
 def _same_padding(op, kernel, stride, dilation):
@@ -738,7 +744,8 @@ def _same_padding(op, kernel, stride, dilation):
     return pads
 
 
-def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout):
+def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout, *, desc=None, plans=None):
+    """F.conv1d/2d/3d. A layer passes its own descriptor (`desc`, made once) and plan dict (`plans`)."""
     x, unbatched = _batched(op, input, dims)
     _check_float_tensor(op, "weight", weight)
     if weight.ndim != dims + 2:
@@ -746,6 +753,9 @@ def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo
     if bias is not None:
         _check_float_tensor(op, "bias", bias)
     _check_same_device(op, input=input, weight=weight, bias=bias)
+    if desc is not None:
+        y = _convolution(x, weight, bias, desc, algo, layout, plans)
+        return y.squeeze(0) if unbatched else y
     stride = P._common.as_tuple(op, "stride", stride, dims, minimum=1)
     dilation = P._common.as_tuple(op, "dilation", dilation, dims, minimum=1)
     layout = P._common.normalize_layout(op, layout)
@@ -767,8 +777,7 @@ def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo
     desc = P.ConvolutionDescriptor(padding=P._common.as_tuple(op, "padding", padding, dims, minimum=0), stride=stride,
                                    dilation=dilation, groups=groups, spatial_dims=dims)
     # algo="auto" follows minidl.backends.cudnn (benchmark / deterministic), read once per call
-    args = (x, weight) if bias is None else (x, weight, bias)
-    y = Convolution.apply(*args, desc=desc, algo=algo, layout=layout, policy=backends._conv_policy_for(algo))
+    y = _convolution(x, weight, bias, desc, algo, layout, plans)
     return y.squeeze(0) if unbatched else y
 
 

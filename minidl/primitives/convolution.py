@@ -37,7 +37,7 @@ from ._common import (backend, as_tuple, check_float, check_same_device, is_cuda
                       shape_str)
 
 __all__ = [
-    "ConvolutionDescriptor", "ConvolutionProblem", "AlgorithmPerf",
+    "ConvolutionDescriptor", "ConvolutionProblem", "AlgorithmPerf", "ConvolutionPlan",
     "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
     "convolution_backward_bias", "convolution_output_shape",
     "find_convolution_algorithms", "get_convolution_algorithm",
@@ -228,12 +228,13 @@ def _device_key(is_cuda: bool):
     return ("cuda", cupy.cuda.Device().id)
 
 
-def _resolve_algorithm(op, algo, direction, problem, is_cuda):
-    """The backend and the algorithm to run: the policy's choice for "auto", else the one asked for,
-    checked to apply (an error naming it and the reason when it does not)."""
+def _resolve_algorithm(op, algo, direction, problem, is_cuda, policy=None, workspace_limit=None):
+    """The backend and the algorithm to run: the policy's choice for "auto" (policy None: the
+    process-wide one), else the one asked for, checked to apply (an error naming it and the reason
+    when it does not)."""
     impl = backend("convolution", is_cuda)
     if algo == "auto":
-        return impl, _select(impl, _device_key(is_cuda), direction, problem, None, None)
+        return impl, _select(impl, _device_key(is_cuda), direction, problem, policy, workspace_limit)
     device = "cuda" if is_cuda else "cpu"
     if algo not in impl.ALGORITHMS:
         raise ValueError(f"{op}: unknown algorithm {algo!r} on {device}; use 'auto' or one of "
@@ -251,12 +252,13 @@ def _resolve_algorithm(op, algo, direction, problem, is_cuda):
 
 
 def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", alpha=1.0, beta=0.0,
-                        out=None):
+                        out=None, policy=None):
     """y = alpha * (conv(x, w) + bias) + beta * out   (a cross-correlation, as in PyTorch).
 
     x: (N, C, *in) for layout "NCHW" or (N, *in, C) for "NHWC";
     w: (K, C/groups, *kernel) for "NCHW" or (K, *kernel, C/groups) for "NHWC";
     bias: (K,) or None. Returns y: (N, K, *out) or (N, *out, K), see convolution_output_shape.
+    policy: the selection policy for algo="auto" (None: the process-wide one, set_convolution_policy).
     """
     op = "convolution_forward"
     layout = normalize_layout(op, layout)
@@ -267,12 +269,12 @@ def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", al
                        f" (one value per output channel; weight {shape_str(w.shape)})")
     _check_array_shape(op, "out", out, problem.y_shape)
     _check_blend_args(op, out, beta)
-    impl, algo = _resolve_algorithm(op, algo, "forward", problem, is_cuda_array(x))
+    impl, algo = _resolve_algorithm(op, algo, "forward", problem, is_cuda_array(x), *_policy_arg(op, policy))
     return impl.convolution_forward(x, w, problem, bias, algo, alpha, beta, out)
 
 
 def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW", alpha=1.0,
-                              beta=0.0, out=None):
+                              beta=0.0, out=None, policy=None):
     """dx = alpha * dL/dx + beta * out: the gradient of the input (a transposed convolution of dy).
 
     w: the forward weight; dy: shaped like y; x_shape: the forward input's shape. Returns dx: x_shape.
@@ -287,12 +289,12 @@ def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW
                        f"{shape_str(w.shape)})")
     _check_array_shape(op, "out", out, problem.x_shape)
     _check_blend_args(op, out, beta)
-    impl, algo = _resolve_algorithm(op, algo, "backward_data", problem, is_cuda_array(dy))
+    impl, algo = _resolve_algorithm(op, algo, "backward_data", problem, is_cuda_array(dy), *_policy_arg(op, policy))
     return impl.convolution_backward_data(w, dy, problem, algo, alpha, beta, out)
 
 
 def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NCHW", alpha=1.0,
-                                beta=0.0, out=None):
+                                beta=0.0, out=None, policy=None):
     """dw = alpha * dL/dw + beta * out: the gradient of the weight. Returns dw: w_shape."""
     op = "convolution_backward_filter"
     layout = normalize_layout(op, layout)
@@ -304,7 +306,7 @@ def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NC
                        f"{shape_str(problem.w_shape)})")
     _check_array_shape(op, "out", out, problem.w_shape)
     _check_blend_args(op, out, beta)
-    impl, algo = _resolve_algorithm(op, algo, "backward_filter", problem, is_cuda_array(x))
+    impl, algo = _resolve_algorithm(op, algo, "backward_filter", problem, is_cuda_array(x), *_policy_arg(op, policy))
     return impl.convolution_backward_filter(x, dy, problem, algo, alpha, beta, out)
 
 
@@ -330,6 +332,122 @@ def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=Non
         spatial_dims=dy.ndim - 2, N=shape[0], C=None, K=K, groups=None, in_size=None,
         kernel_size=None, out_size=out_size, padding=None, stride=None, dilation=None)
     return backend("convolution", is_cuda_array(dy)).convolution_backward_bias(dy, problem, alpha, beta, out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Plans: one problem described and resolved once, run many times
+# ----------------------------------------------------------------------------------------------
+
+
+class ConvolutionPlan:
+    """One convolution problem, described once: its checked ConvolutionProblem, the backend of its
+    device and, per direction, the algorithm the policy resolved (cuDNN's descriptor + chosen algo).
+
+    For a caller that runs the same shapes again and again, as a layer does in a training loop: the
+    argument checks, the problem description and the algorithm lookup run when the plan is made (and
+    on the first call of each direction), and each call then costs a shape comparison and the backend
+    call. `policy` is an argument (a name, or (name, workspace_limit); None: the process-wide policy
+    read now), never a global swapped around a call.
+
+        plan = ConvolutionPlan(x.shape, w.shape, desc, device="cuda", dtype="float32")
+        y = plan.forward(x, w, bias); dx = plan.backward_data(w, dy); dw = plan.backward_filter(x, dy)
+
+    algo: "auto", or one algorithm: it must apply to the forward pass (ValueError otherwise); a
+    backward direction it does not apply to (winograd has no filter-gradient form) uses the policy.
+    Shapes are in `layout` (x (N, C, *in) / (N, *in, C), w (K, C/groups, *k) / (K, *k, C/groups)).
+    """
+
+    def __init__(self, x_shape, w_shape, desc, *, device="cpu", dtype="float32", layout="NCHW",
+                 algo="auto", policy=None):
+        op = "ConvolutionPlan"
+        self.is_cuda = _check_device(op, device)
+        self.layout = normalize_layout(op, layout)
+        # Errors name the primitive the plan runs first (the forward pass), as a direct call would.
+        self.problem = _make_problem("convolution_forward", x_shape, w_shape, desc, self.layout,
+                                     _check_dtype(op, dtype))
+        self.desc, self.dtype = desc, np.dtype(dtype)
+        self.impl = backend("convolution", self.is_cuda)
+        if policy is None:
+            policy = get_convolution_policy()
+        self.policy, self.workspace_limit = _policy_arg(op, policy)
+        self.requested_algo = algo
+        self.algos: dict = {}
+        self.algos["forward"] = self._resolve("forward", algo, strict=True)
+        p = self.problem
+        self.bias_problem = ConvolutionProblem(
+            x_shape=None, w_shape=None, y_shape=p.y_shape, layout=p.layout, dtype=p.dtype,
+            spatial_dims=p.spatial_dims, N=p.N, C=None, K=p.K, groups=None, in_size=None,
+            kernel_size=None, out_size=p.out_size, padding=None, stride=None, dilation=None)
+
+    def _resolve(self, direction, algo, strict=False):
+        op = f"convolution_{direction}"
+        if algo != "auto" and not strict:
+            ok, _ = (self.impl.is_supported(algo, direction, self.problem) if algo in self.impl.ALGORITHMS
+                     else (False, ""))
+            if not ok:
+                algo = "auto"
+        _, chosen = _resolve_algorithm(op, algo, direction, self.problem, self.is_cuda, self.policy,
+                                       self.workspace_limit)
+        return chosen
+
+    def algorithm(self, direction) -> str:
+        """The algorithm this plan runs for `direction` (resolved on first use)."""
+        algo = self.algos.get(direction)
+        if algo is None:
+            _check_direction("ConvolutionPlan.algorithm", direction)
+            algo = self.algos[direction] = self._resolve(direction, self.requested_algo)
+        return algo
+
+    def _check(self, op, name, a, expected):
+        """The cheap per-call check: the array is what the plan was made for."""
+        if a.dtype != self.dtype:
+            raise TypeError(f"{op}: all arrays must have the same dtype: {name} is {a.dtype}, the plan "
+                            f"(input) is {self.dtype}")
+        if tuple(a.shape) != expected or is_cuda_array(a) != self.is_cuda:
+            where = "cuda" if is_cuda_array(a) else "cpu"
+            raise ValueError(f"{op}: {name} is {shape_str(a.shape)} on {where}, but the plan is for "
+                             f"{shape_str(expected)} on {'cuda' if self.is_cuda else 'cpu'}")
+
+    def forward(self, x, w, bias=None):
+        """y = conv(x, w) + bias, shaped problem.y_shape."""
+        p = self.problem
+        self._check("convolution_forward", "x", x, p.x_shape)
+        self._check("convolution_forward", "w", w, p.w_shape)
+        if bias is not None:
+            self._check("convolution_forward", "bias", bias, (p.K,))
+        return self.impl.convolution_forward(x, w, p, bias, self.algos["forward"], 1.0, 0.0, None)
+
+    def backward_data(self, w, dy):
+        """dx, shaped problem.x_shape."""
+        p = self.problem
+        self._check("convolution_backward_data", "w", w, p.w_shape)
+        self._check("convolution_backward_data", "dy", dy, p.y_shape)
+        return self.impl.convolution_backward_data(w, dy, p, self.algorithm("backward_data"), 1.0, 0.0, None)
+
+    def backward_filter(self, x, dy):
+        """dw, shaped problem.w_shape."""
+        p = self.problem
+        self._check("convolution_backward_filter", "x", x, p.x_shape)
+        self._check("convolution_backward_filter", "dy", dy, p.y_shape)
+        return self.impl.convolution_backward_filter(x, dy, p, self.algorithm("backward_filter"), 1.0, 0.0, None)
+
+    def backward_bias(self, dy):
+        """db (K,): dy summed over the batch and every spatial position."""
+        self._check("convolution_backward_bias", "dy", dy, self.problem.y_shape)
+        return self.impl.convolution_backward_bias(dy, self.bias_problem, 1.0, 0.0, None)
+
+    def __getstate__(self):  # copy.deepcopy / pickle: the backend is a module, found again on load
+        state = dict(self.__dict__)
+        del state["impl"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.impl = backend("convolution", self.is_cuda)
+
+    def __repr__(self):
+        return (f"ConvolutionPlan(x {shape_str(self.problem.x_shape)}, w {shape_str(self.problem.w_shape)}, "
+                f"{self.layout}, {self.dtype}, {'cuda' if self.is_cuda else 'cpu'}, algos={self.algos})")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -518,6 +636,8 @@ def _select(impl, device_key, direction, problem, policy, workspace_limit) -> st
         with _cache_lock:
             perfs = _cache.get(key)
             if perfs is None:
+                if is_cuda:
+                    _check_not_capturing(direction, problem)
                 perfs = _find(impl, direction, problem, is_cuda, measure=True)
                 _cache[key] = perfs
     else:
@@ -536,6 +656,33 @@ def _select(impl, device_key, direction, problem, policy, workspace_limit) -> st
     raise ValueError(f"{op}: no {direction} algorithm fits policy {policy!r} "
                      f"(workspace_limit={workspace_limit}) for input {shape_str(problem.x_shape)}, "
                      f"weight {shape_str(problem.w_shape)}: {tried}")
+
+
+def _check_not_capturing(direction, problem):
+    """An algorithm search runs and times every algorithm: host work a CUDA graph cannot replay."""
+    import cupy
+
+    if cupy.cuda.get_current_stream().is_capturing():
+        raise RuntimeError(
+            f"convolution algorithm search ({direction}, input {shape_str(problem.x_shape)}, weight "
+            f"{shape_str(problem.w_shape)}) cannot run inside a CUDA graph capture: policy "
+            "'prefer_fastest' (backends.cudnn.benchmark=True) measures a new shape on first use. Run the "
+            "step eagerly once with these shapes before capturing (warm-up), or use the heuristic policy")
+
+
+def _policy_arg(op, policy):
+    """(policy, workspace_limit) for _select: a policy name (or None: the process-wide setting) or a
+    (policy, workspace_limit) pair. A bare "prefer_fastest" keeps the process-wide workspace_limit."""
+    if policy is None:
+        return None, None
+    if isinstance(policy, tuple):
+        name, limit = policy
+    else:
+        name, limit = policy, None
+        if name == "prefer_fastest":
+            limit = _policy[1]
+    _check_policy(op, name, limit)
+    return name, limit
 
 
 def get_convolution_algorithm(x_shape, w_shape, desc, *, direction="forward", device="cpu",

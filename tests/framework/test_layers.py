@@ -132,7 +132,8 @@ def test_backends_flags_set_the_policy(monkeypatch):
     original = conv_prims._select
 
     def spy(impl, device_key, direction, problem, policy, workspace_limit):
-        seen.append((direction, conv_prims.get_convolution_policy()[0]))
+        # the policy reaches the selection as an argument (None would mean the process-wide one)
+        seen.append((direction, policy or conv_prims.get_convolution_policy()[0]))
         return original(impl, device_key, direction, problem, policy, workspace_limit)
 
     monkeypatch.setattr(conv_prims, "_select", spy)

@@ -18,6 +18,7 @@ import math
 
 from ..._device import Device
 from ...autograd.creation import empty
+from ... import primitives as P
 from ...primitives._common import as_tuple, normalize_layout
 from .. import functional as F
 from .. import init
@@ -61,6 +62,11 @@ class _ConvNd(Module):
             self.bias = Parameter(empty(out_channels, **factory))
         else:
             self.register_parameter("bias", None)
+        # The layer owns its convolution: the descriptor (made once, here) and one ConvolutionPlan per
+        # input shape (problem described and algorithms resolved on first use, then reused).
+        self._desc = None if isinstance(self.padding, str) else P.ConvolutionDescriptor(
+            padding=self.padding, stride=self.stride, dilation=self.dilation, groups=groups, spatial_dims=n)
+        self._conv_plans: dict = {}
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -72,9 +78,9 @@ class _ConvNd(Module):
             init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input):
-        conv = (F.conv1d, F.conv2d, F.conv3d)[self._dims - 1]
-        return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups,
-                    algo=self.algo, layout=self.layout)
+        op = ("conv1d", "conv2d", "conv3d")[self._dims - 1]
+        return F._conv(op, self._dims, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                       self.groups, self.algo, self.layout, desc=self._desc, plans=self._conv_plans)
 
     def extra_repr(self):
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"

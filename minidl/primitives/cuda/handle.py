@@ -70,9 +70,26 @@ class Handle:
                 yield
 
 
+@contextlib.contextmanager
+def use_handle(handle: Handle):
+    """Make `handle` this thread's handle for its device inside the block (CUDA graph capture uses
+    a handle of the graph's own, so its workspace lives in the graph's memory pool)."""
+    stack = getattr(_local, "overrides", None)
+    if stack is None:
+        stack = _local.overrides = []
+    stack.append(handle)
+    try:
+        yield handle
+    finally:
+        stack.pop()
+
+
 def get_handle() -> Handle:
     """The calling thread's handle for the current CuPy device (created on first use)."""
     device_id = cupy.cuda.Device().id
+    overrides = getattr(_local, "overrides", None)
+    if overrides and overrides[-1].device_id == device_id:
+        return overrides[-1]
     handles = getattr(_local, "handles", None)
     if handles is None:
         handles = _local.handles = {}
