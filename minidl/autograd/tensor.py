@@ -346,7 +346,11 @@ class Tensor:
         if isinstance(other, numbers.Number):
             xp = get_array_module(self._data)
             dt = self.dtype if (self.dtype.kind == "f" or isinstance(other, (builtins.int, bool))) else _default_dtype
-            return Tensor._make(xp.asarray(other, dtype=dt))
+            if xp is np:
+                return Tensor._make(np.asarray(other, dtype=dt))
+            # On the GPU a fill kernel, not a copy from host memory: a CUDA graph captures the fill with
+            # the value as its argument (a captured host copy would read a staging buffer CuPy reuses).
+            return Tensor._make(xp.full((), other, dtype=dt))
         return Tensor(other, device=self.device)
 
     def _binary(self, other, fn, op, reverse=False):
@@ -702,6 +706,9 @@ class Tensor:
                 return k._data if k.is_cuda == self.is_cuda else xp.asarray(k._host_array())
             if isinstance(k, (list, np.ndarray)) and not (isinstance(k, list) and len(k) == 0):
                 arr = np.asarray(k)
+                if xp is not np:
+                    _device.check_not_capturing("indexing a GPU tensor with a host list/array",
+                                                "the index is copied from host memory (keep it a GPU tensor)")
                 return xp.asarray(arr) if xp is not np else arr
             return k
 

@@ -18,6 +18,7 @@ Which kernels each algorithm launches (see the header of kernels/convolution.cu)
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import cupy
@@ -54,16 +55,24 @@ class _Geometry:
         self.TRS = self.T * self.R * self.S
         self.DHW, self.OPQ = self.D * self.H * self.W, self.O * self.P * self.Q
         self.channels_last = problem.layout == "NHWC"
+        values = (self.N, self.C, self.D, self.H, self.W, self.K, self.T, self.R, self.S, self.O, self.P,
+                  self.Q, *self.pad, *self.stride, *self.dilation, self.groups)
+        self._args = tuple(np.int32(v) for v in values)
 
     def args(self):
         """The CONV_GEOM_ARGS of the kernels, in order."""
-        values = (self.N, self.C, self.D, self.H, self.W, self.K, self.T, self.R, self.S, self.O, self.P,
-                  self.Q, *self.pad, *self.stride, *self.dilation, self.groups)
-        return tuple(np.int32(v) for v in values)
+        return self._args
 
     @property
     def suffix(self):
         return "nhwc" if self.channels_last else "nchw"
+
+
+@functools.lru_cache(maxsize=512)
+def _geometry(problem) -> _Geometry:
+    """The geometry of a problem, made once per problem (problems are frozen and hashable): a training
+    loop runs the same few problems every step, so this is host time saved on every call."""
+    return _Geometry(problem)
 
 
 def _flag(b) -> np.int32:
@@ -90,7 +99,7 @@ def small_channel_kernel(direction: str, problem) -> bool:
     """
     if direction == "backward_data":
         return False
-    g = _Geometry(problem)
+    g = _geometry(problem)
     if g.groups != 1 or g.C > SMALL_C_MAX_CHANNELS or g.C * g.TRS > SMALL_C_MAX_TAPS or g.C == 0:
         return False
     if direction == "backward_filter":
@@ -137,7 +146,7 @@ def is_supported(algo: str, direction: str, problem) -> tuple[bool, str]:
         return False, f"unknown algorithm {algo!r}"
     if problem.dtype != "float32":
         return False, f"the GPU kernels are float32, got {problem.dtype}"
-    g = _Geometry(problem)
+    g = _geometry(problem)
     # Indices of rows/pixels inside one launch are 32-bit: the lowered matrix's M and one image.
     if max(g.N * g.OPQ, g.N * g.DHW, g.C * g.DHW, g.K * g.OPQ) > _INT32_MAX:
         return False, "too large for 32-bit pixel indices (split the batch)"
@@ -174,7 +183,7 @@ def heuristic_order(direction: str, problem) -> tuple:
     - otherwise the precomputed-offset implicit GEMM, then plain implicit GEMM.
     `is_supported` still filters the list, so a rule may name an algorithm that does not apply.
     """
-    g = _Geometry(problem)
+    g = _geometry(problem)
     order = []
     if small_channel_kernel(direction, problem):
         order.append("direct")
@@ -199,7 +208,7 @@ def _winograd_sizes(g, direction):
 
 
 def workspace_bytes(algo: str, direction: str, problem) -> int:
-    g = _Geometry(problem)
+    g = _geometry(problem)
     if algo == "direct":
         if direction == "backward_filter" and small_channel_kernel(direction, problem):
             _, _, slices, _ = _small_c_wgrad_plan(g)
@@ -259,7 +268,7 @@ def _tap_table(g, handle, channels, nbytes):
 
 def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
     """y = alpha * (conv(x, w) + bias) + beta * out, on the GPU."""
-    g = _Geometry(problem)
+    g = _geometry(problem)
     x, w, bias = _input(x), _input(w), _input(bias)
     y, original = kernel_output("convolution_forward", out, problem.y_shape, beta, x, w, bias)
     handle = get_handle()
@@ -358,7 +367,7 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta):
 
 def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
     """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU."""
-    g = _Geometry(problem)
+    g = _geometry(problem)
     w, dy = _input(w), _input(dy)
     dx, original = kernel_output("convolution_backward_data", out, problem.x_shape, beta, w, dy)
     handle = get_handle()
@@ -429,7 +438,7 @@ def _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta):
 
 def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w, in its layout)."""
-    g = _Geometry(problem)
+    g = _geometry(problem)
     x, dy = _input(x), _input(dy)
     dw, original = kernel_output("convolution_backward_filter", out, problem.w_shape, beta, x, dy)
     handle = get_handle()
