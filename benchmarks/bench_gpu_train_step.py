@@ -1,12 +1,19 @@
-"""One training step of the small CIFAR CNN on the GPU: minidl (our kernels) against PyTorch eager (cuDNN).
+"""One training step of the four models of issue 13 on the GPU: minidl eager, minidl with the whole
+step in a CUDA graph (minidl.cuda.CUDAGraphStep), PyTorch eager and PyTorch with CUDA graphs.
 
-The network is issue 3's benchmark network (3 x conv3x3-BN-ReLU-maxpool of 64/128/256 channels, then
-a linear layer), batch 128, cross-entropy, SGD with momentum. Both run in this process on the same
-inputs and the same initial weights; torch with TF32 off (fp32 everywhere) and cudnn.benchmark on;
-minidl with `minidl.backends.cudnn.benchmark = True` (prefer_fastest). Times with CUDA events, after a
-warm-up that includes every compile and algorithm search; median of --steps steps.
+Models (defined here once, built from minidl.nn and from torch.nn by the same code, same initial
+weights, same batches): the MNIST CNN (2 x conv-BN-ReLU-pool, dropout, 2 linear; batch 128, SGD
+momentum), the small CIFAR CNN (3 x conv3x3-BN-ReLU-maxpool 64/128/256 + linear; batch 128, SGD
+momentum), ResNet-9 width 64 (batch 512, SGD momentum) and a 2 x 512 LSTM language model (vocab 10k,
+T 35, B 32, Adam). fp32: TF32 off in torch and in minidl (backends.cudnn.allow_tf32 = False).
 
-    python3 benchmarks/bench_gpu_train_step.py --out benchmarks/results/gpu_train_step.md --commit SHA
+Timing: per step, CUDA events around the step (the step time: GPU time including the gaps while the
+GPU waits for the host) and perf_counter around the Python call (host time: how long the host takes
+to queue the step); after each step the host waits for the GPU, so steps do not overlap. Median,
+p10 and p90 over --steps steps after --warmup steps (which include every compile, algorithm choice
+and the capture). The policy is the heuristic one unless --benchmark (prefer_fastest / cudnn.benchmark).
+
+    python3 benchmarks/bench_gpu_train_step.py --out benchmarks/results/gpu_train_step.md
 """
 from __future__ import annotations
 
@@ -15,37 +22,266 @@ import datetime
 import os
 import statistics
 import sys
+import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 import minidl  # noqa: E402
-import minidl.nn.functional as F  # noqa: E402
-from bench_cpu_cnn import minidl_model, torch_model  # noqa: E402
 from benchmarks._report import git_commit, write_report  # noqa: E402
 
 
-def cuda_time_ms(step, warmup, steps, cupy):
-    for _ in range(warmup):
-        step()
+# ------------------------------------------------------------------------------------------------
+# The models: one definition, two frameworks (minidl.nn follows torch.nn's names)
+# ------------------------------------------------------------------------------------------------
+
+
+def mnist_cnn(nn):
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Dropout(0.25), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+
+
+def cifar_cnn(nn):
+    def block(cin, cout):
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2)]
+
+    return nn.Sequential(*block(3, 64), *block(64, 128), *block(128, 256), nn.Flatten(), nn.Linear(256 * 4 * 4, 10))
+
+
+def resnet9(nn, width=64):
+    def cbr(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+    class Residual(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.body = nn.Sequential(cbr(c, c), cbr(c, c))
+
+        def forward(self, x):
+            return x + self.body(x)
+
+    w1, w2, w3, w4 = width, 2 * width, 4 * width, 8 * width
+    return nn.Sequential(cbr(3, w1), cbr(w1, w2), nn.MaxPool2d(2), Residual(w2), cbr(w2, w3), nn.MaxPool2d(2),
+                         cbr(w3, w4), nn.MaxPool2d(2), Residual(w4), nn.MaxPool2d(4), nn.Flatten(),
+                         nn.Linear(w4, 10, bias=False))
+
+
+def lstm_lm(nn, vocab=10000, hidden=512):
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, hidden)
+            self.rnn = nn.LSTM(hidden, hidden, num_layers=2)
+            self.out = nn.Linear(hidden, vocab)
+
+        def forward(self, ids):
+            y, _ = self.rnn(self.embed(ids))
+            return self.out(y.reshape(-1, y.shape[-1]))
+
+    return LM()
+
+
+def _image_batch(rng, n, shape, classes=10):
+    return rng.standard_normal((n,) + shape).astype(np.float32), rng.integers(0, classes, n).astype(np.int64)
+
+
+def _text_batch(rng, T=35, B=32, vocab=10000):
+    ids = rng.integers(0, vocab, (T + 1, B)).astype(np.int64)
+    return ids[:-1], ids[1:].reshape(-1)
+
+
+MODELS = {
+    "MNIST CNN, batch 128": (mnist_cnn, lambda rng: _image_batch(rng, 128, (1, 28, 28)), "sgd"),
+    "small CIFAR CNN, batch 128": (cifar_cnn, lambda rng: _image_batch(rng, 128, (3, 32, 32)), "sgd"),
+    "ResNet-9 w64, batch 512": (resnet9, lambda rng: _image_batch(rng, 512, (3, 32, 32)), "sgd"),
+    "2x512 LSTM LM, T35 B32, vocab 10k": (lstm_lm, lambda rng: _text_batch(rng), "adam"),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# Timing
+# ------------------------------------------------------------------------------------------------
+
+
+def time_steps(step, batches, warmup, steps, cupy):
+    """(gpu_ms, host_ms) lists over `steps` steps after `warmup`; batches cycle."""
+    for i in range(warmup):
+        step(*batches[i % len(batches)])
     cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(steps):
+    gpu, host = [], []
+    for i in range(steps):
+        args = batches[(warmup + i) % len(batches)]
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
-        step()
+        t0 = time.perf_counter()
+        step(*args)
+        t1 = time.perf_counter()
         end.record()
         end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end))
-    return statistics.median(times)
+        gpu.append(cupy.cuda.get_elapsed_time(start, end))
+        host.append((t1 - t0) * 1e3)
+    return gpu, host
+
+
+def summary(values):
+    v = np.asarray(values)
+    return float(np.median(v)), float(np.percentile(v, 10)), float(np.percentile(v, 90))
+
+
+def _dropout_eval(model, flag):
+    for m in model.modules():
+        if type(m).__name__ == "Dropout":
+            m.train(flag)
+
+
+def run_model(name, args, torch, cupy):
+    build, make_batch, opt_name = MODELS[name]
+    rng = np.random.default_rng(0)
+    host_batches = [make_batch(rng) for _ in range(4)]
+    torch.manual_seed(0)
+    tmodel = build(torch.nn).cuda()
+    state = {k: v.detach().cpu().numpy().copy() for k, v in tmodel.state_dict().items()}
+
+    def make_minidl():
+        model = build(minidl.nn)
+        model.load_state_dict(state)
+        return model.to("cuda")
+
+    def minidl_opt(model):
+        if opt_name == "sgd":
+            return minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        return minidl.optim.Adam(model.parameters(), lr=1e-3)
+
+    def torch_opt(model, capturable=False):
+        if opt_name == "sgd":
+            return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        return torch.optim.Adam(model.parameters(), lr=1e-3, capturable=capturable)
+
+    mb = [(minidl.tensor(x, device="cuda"), minidl.tensor(y, device="cuda")) for x, y in host_batches]
+    tb = [(torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()) for x, y in host_batches]
+    Fm, Ft = minidl.nn.functional, torch.nn.functional
+
+    # the same program? initial loss with dropout off (its masks differ between the frameworks)
+    model = make_minidl()
+    _dropout_eval(model, False)
+    _dropout_eval(tmodel, False)
+    l_ours = float(Fm.cross_entropy(model(mb[0][0]), mb[0][1]).item())
+    l_torch = float(Ft.cross_entropy(tmodel(tb[0][0]), tb[0][1]).item())
+    _dropout_eval(model, True)
+    _dropout_eval(tmodel, True)
+    if abs(l_ours - l_torch) > 1e-3 * max(1.0, abs(l_torch)):
+        raise SystemExit(f"{name}: losses differ: minidl {l_ours} vs torch {l_torch}: not benchmarking a wrong program")
+
+    rows = {}
+
+    def minidl_step_fn(model, opt):
+        def step(x, y):
+            opt.zero_grad()
+            loss = Fm.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    opt = minidl_opt(model)
+    rows["minidl eager"] = time_steps(minidl_step_fn(model, opt), mb, args.warmup, args.steps, cupy)
+
+    model = make_minidl()
+    opt = minidl_opt(model)
+    graphed = minidl.cuda.CUDAGraphStep(minidl_step_fn(model, opt), optimizers=opt, warmup=3)
+    try:
+        rows["minidl graphed"] = time_steps(graphed, mb, args.warmup, args.steps, cupy)
+    except RuntimeError as e:
+        rows["minidl graphed"] = f"not capturable: {str(e).split(';')[0]}"
+    if opt_name == "adam":  # what a graph gives once the step count lives on the device: the same model on SGD
+        model = make_minidl()
+        opt = minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        graphed = minidl.cuda.CUDAGraphStep(minidl_step_fn(model, opt), optimizers=opt, warmup=3)
+        rows["minidl graphed (SGD instead of Adam)"] = time_steps(graphed, mb, args.warmup, args.steps, cupy)
+
+    def torch_step_fn(model, opt):
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = Ft.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        return step
+
+    topt = torch_opt(tmodel)
+    rows["torch eager"] = time_steps(torch_step_fn(tmodel, topt), tb, args.warmup, args.steps, cupy)
+
+    # torch with CUDA graphs: the documented whole-network recipe (warm-up on a side stream, capture once)
+    torch.manual_seed(0)
+    gmodel = build(torch.nn).cuda()
+    gmodel.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    gopt = torch_opt(gmodel, capturable=True)
+    gstep = torch_step_fn(gmodel, gopt)
+    sx, sy = tb[0][0].clone(), tb[0][1].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            gstep(sx, sy)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    gopt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(g):
+        sloss = Ft.cross_entropy(gmodel(sx), sy)
+        sloss.backward()
+        gopt.step()
+
+    def torch_graphed(x, y):
+        sx.copy_(x)
+        sy.copy_(y)
+        g.replay()
+        return sloss
+
+    rows["torch graphed"] = time_steps(torch_graphed, tb, args.warmup, args.steps, cupy)
+    return rows, l_ours, l_torch
+
+
+def policy_study(args, torch, cupy):
+    """Why prefer_fastest was slower than the heuristic: the algorithms each policy picks for the
+    small CIFAR CNN, and the step's GPU and host time under each, eager and graphed."""
+    rng = np.random.default_rng(0)
+    x, y = _image_batch(rng, 128, (3, 32, 32))
+    x, y = minidl.tensor(x, device="cuda"), minidl.tensor(y, device="cuda")
+    lines = ["| policy | path | step median (ms) | p10-p90 | host median (ms) | algorithms (fwd / bwd data / bwd filter per conv) |",
+             "| --- | --- | ---: | --- | ---: | --- |"]
+    for bench_flag in (False, True):
+        for graphed in (False, True):
+            minidl.manual_seed(0)
+            model = cifar_cnn(minidl.nn).to("cuda")
+            opt = minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+            def step(a, b):
+                opt.zero_grad()
+                loss = minidl.nn.functional.cross_entropy(model(a), b)
+                loss.backward()
+                opt.step()
+                return loss
+
+            with minidl.backends.cudnn.flags(benchmark=bench_flag, deterministic=False):
+                run = minidl.cuda.CUDAGraphStep(step, optimizers=opt, warmup=3) if graphed else step
+                gpu, host = time_steps(run, [(x, y)], args.warmup, args.steps, cupy)
+            convs = [m for m in model.modules() if isinstance(m, minidl.nn.Conv2d)]
+            algos = "; ".join("/".join(plan.algos.get(d, "-") for d in ("forward", "backward_data", "backward_filter"))
+                              for m in convs for plan in m._conv_plans.values())
+            g50, g10, g90 = summary(gpu)
+            lines.append(f"| {'prefer_fastest' if bench_flag else 'heuristic'} | {'graphed' if graphed else 'eager'} | "
+                         f"{g50:.3f} | {g10:.3f}-{g90:.3f} | {summary(host)[0]:.3f} | {algos} |")
+    return lines
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--models", default="all", help="comma-separated indices into the model list, or 'all'")
+    ap.add_argument("--no-policy-study", action="store_true")
     ap.add_argument("--out", default=None)
     ap.add_argument("--commit", default=None, help="commit to record (default: $MINIDL_COMMIT, else git)")
     args = ap.parse_args()
@@ -56,60 +292,47 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
-    minidl.backends.cudnn.benchmark = True
+    if hasattr(minidl.backends.cudnn, "allow_tf32"):
+        minidl.backends.cudnn.allow_tf32 = False
     minidl.cuda.precompile()
 
-    rng = np.random.default_rng(0)
-    x_np = rng.standard_normal((args.batch, 3, 32, 32)).astype(np.float32)
-    y_np = rng.integers(0, 10, args.batch).astype(np.int64)
+    names = list(MODELS) if args.models == "all" else [list(MODELS)[int(i)] for i in args.models.split(",")]
+    table = ["| model | path | step median (ms) | p10-p90 (ms) | host median (ms) | ratio to torch eager | ratio to torch graphed |",
+             "| --- | --- | ---: | --- | ---: | ---: | ---: |"]
+    losses = []
+    for name in names:
+        rows, l_ours, l_torch = run_model(name, args, torch, cupy)
+        losses.append(f"{name}: minidl {l_ours:.6f}, torch {l_torch:.6f}")
+        ref_eager = summary(rows["torch eager"][0])[0]
+        ref_graph = summary(rows["torch graphed"][0])[0]
+        for path, value in rows.items():
+            if isinstance(value, str):
+                table.append(f"| {name} | {path} | {value} | | | | |")
+                continue
+            g50, g10, g90 = summary(value[0])
+            table.append(f"| {name} | {path} | {g50:.3f} | {g10:.3f}-{g90:.3f} | {summary(value[1])[0]:.3f} | "
+                         f"{g50 / ref_eager:.2f}x | {g50 / ref_graph:.2f}x |")
+        print("\n".join(table[-len(rows):]), flush=True)
 
-    tmodel = torch_model(torch).cuda()
-    model = minidl_model()
-    model.load_state_dict({k: v.detach().cpu().numpy().copy() for k, v in tmodel.state_dict().items()})
-    model.to("cuda")
-    opt = minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    topt = torch.optim.SGD(tmodel.parameters(), lr=0.01, momentum=0.9)
-    x, y = minidl.tensor(x_np, device="cuda"), minidl.tensor(y_np, device="cuda")
-    tx, ty = torch.from_numpy(x_np).cuda(), torch.from_numpy(y_np).cuda()
-
-    l_ours = F.cross_entropy(model(x), y).item()
-    l_torch = torch.nn.functional.cross_entropy(tmodel(tx), ty).item()
-    if abs(l_ours - l_torch) > 1e-3 * max(1.0, abs(l_torch)):
-        raise SystemExit(f"losses differ: minidl {l_ours} vs torch {l_torch}: not benchmarking a wrong program")
-
-    def step_minidl():
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    def step_torch():
-        loss = torch.nn.functional.cross_entropy(tmodel(tx), ty)
-        topt.zero_grad()
-        loss.backward()
-        topt.step()
-
-    ours = cuda_time_ms(step_minidl, args.warmup, args.steps, cupy)
-    ref = cuda_time_ms(step_torch, args.warmup, args.steps, cupy)
-    ratio = ours / ref
+    policy = [] if args.no_policy_study else policy_study(args, torch, cupy)
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    table = "\n".join([
-        "# GPU training step: small CIFAR CNN, minidl vs PyTorch eager (cuDNN)",
+    text = [
+        "# GPU training step: minidl eager and CUDA-graphed against PyTorch eager and graphed",
         "",
         f"- date: {date}", f"- commit: {git_commit(args.commit)}",
         f"- device: {name}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, CuPy {cupy.__version__}",
-        f"- network: 3 x (conv3x3-BN-ReLU-maxpool) 64/128/256 + linear, batch {args.batch}, SGD momentum; fp32, TF32 off in torch",
-        f"- initial loss: minidl {l_ours:.6f}, torch {l_torch:.6f}; median of {args.steps} steps (CUDA events) after {args.warmup} warm-up",
+        "- fp32 everywhere (TF32 off in torch and in minidl); torch cudnn.benchmark on; minidl heuristic algorithm policy",
+        f"- step time: CUDA events around one step, the host waiting for the GPU after each; host time: perf_counter "
+        f"around the Python call; median and p10-p90 of {args.steps} steps after {args.warmup} warm-up steps",
+        "- command: `python3 benchmarks/bench_gpu_train_step.py --out benchmarks/results/gpu_train_step.md`",
+        "- initial losses (dropout off): " + "; ".join(losses),
         "",
-        "| path | step time (ms) | ratio to torch |",
-        "| --- | ---: | ---: |",
-        f"| minidl (our kernels, prefer_fastest) | {ours:.3f} | {ratio:.2f}x |",
-        f"| PyTorch eager (cuDNN) | {ref:.3f} | 1.00x |",
-        "",
-        f"Target: within 1.5x of torch eager -> {'met' if ratio <= 1.5 else 'missed'} ({ratio:.2f}x).",
-    ])
-    write_report(table, args.out)
+        *table,
+    ]
+    if policy:
+        text += ["", "## Algorithm policy on the small CIFAR CNN (batch 128): heuristic vs prefer_fastest", "", *policy]
+    write_report("\n".join(text), args.out)
 
 
 if __name__ == "__main__":
