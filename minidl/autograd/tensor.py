@@ -877,6 +877,10 @@ def matmul(a, b):
             np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         except ValueError:
             raise ValueError(f"matmul: batch dims of {a.shape} and {b.shape} cannot be broadcast") from None
+    if a.is_cuda:
+        _device.check_not_capturing("matmul (the @ operator) on the GPU",
+                                    "it runs on cuBLAS through cupy.matmul, which CuPy cannot call during "
+                                    "stream capture (nn.Linear runs on minidl's own SGEMM and can be captured)")
     return ops.MatMul.apply(a, b)
 
 

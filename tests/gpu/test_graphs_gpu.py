@@ -206,6 +206,15 @@ def test_check_indices_raises_under_capture():
         _capture_raises(lambda: F.cross_entropy(logits, target), r"cross_entropy with minidl\.backends\.cuda\.check_indices")
 
 
+def test_cublas_ops_raise_under_capture():
+    lstm = nn.LSTM(6, 5).to("cuda")
+    x = minidl.randn(4, 3, 6, device="cuda")
+    lstm(x)  # compiled and warm
+    _capture_raises(lambda: lstm(x), r"rnn_forward \(RNN/LSTM/GRU on the GPU\) cannot run inside a CUDA graph capture")
+    a = minidl.randn(3, 4, device="cuda")
+    _capture_raises(lambda: a @ a.T, r"matmul \(the @ operator\) on the GPU cannot run inside")
+
+
 def test_shape_change_at_replay_raises():
     model, _, run = _train(True, steps=3, warmup=1)
     x = minidl.randn(9, 3, 13, 13, device="cuda")

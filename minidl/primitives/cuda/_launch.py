@@ -77,3 +77,13 @@ def grid_stride_blocks(work_items: int, threads: int = THREADS, blocks_per_sm: i
 def null_pointer():
     """What a kernel receives for an absent optional array (a 64-bit zero = nullptr)."""
     return np.uint64(0)
+
+
+def check_no_cublas_capture(op: str) -> None:
+    """CuPy cannot call cuBLAS while a stream is captured into a CUDA graph (its binding raises a bare
+    NotImplementedError): say which primitive needs cuBLAS, before any launch."""
+    if cupy.cuda.get_current_stream().is_capturing():
+        raise RuntimeError(
+            f"{op} cannot run inside a CUDA graph capture: its matrix products run on cuBLAS, which CuPy "
+            "cannot call during stream capture. Run this step eagerly (or keep Linear on minidl's SGEMM: "
+            "backends.cuda.use_cublas = False)")

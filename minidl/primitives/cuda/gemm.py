@@ -13,7 +13,7 @@ import numpy as np
 
 from .._common import blend
 from ._compile import get_kernel
-from ._launch import finish, grid_stride_blocks, kernel_output, sm_count
+from ._launch import check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, sm_count
 from .handle import get_handle
 
 TILE = 128          # TILE_M of kernels/common.cuh (and the widest TILE_N)
@@ -105,6 +105,7 @@ def gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas):
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
     if use_cublas:
+        check_no_cublas_capture("gemm with use_cublas=True (Linear under backends.cuda.use_cublas)")
         return blend("gemm", cupy.matmul(op_a, op_b), out, alpha, beta)
 
     M, K = op_a.shape[-2], op_a.shape[-1]

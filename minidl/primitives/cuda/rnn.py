@@ -44,6 +44,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
+from ._launch import check_no_cublas_capture
 
 try:  # CuPy >= 10 keeps its library bindings in cupy_backends
     from cupy_backends.cuda.libs import cublas
@@ -300,6 +301,7 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training):
 
     Returns (y, hy, cy, saved) with saved = (layer_inputs, records, lengths) for rnn_backward, or None.
     """
+    check_no_cublas_capture("rnn_forward (RNN/LSTM/GRU on the GPU)")
     op = "rnn_forward"
     x = _as_float32(op, "x", x)
     h0 = _as_float32(op, "h0", h0)
@@ -404,6 +406,7 @@ def _set_gradient(target, given):
 def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved):
     """dy (T, B, D*H) or None; dhy, dcy (L*D, B, H) or None. Returns (dx, dh0, dc0, dweights)."""
     op = "rnn_backward"
+    check_no_cublas_capture("rnn_backward (RNN/LSTM/GRU on the GPU)")
     dy = _as_float32(op, "dy", dy)
     dhy = _as_float32(op, "dhy", dhy)
     dcy = _as_float32(op, "dcy", dcy)
