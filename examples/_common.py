@@ -8,8 +8,8 @@ as if it had not stopped. So everything random is tied to (seed, epoch) or saved
 - each epoch's shuffling and augmentation draw from `epoch_rng(seed, epoch)`, not from one stream
   that would have to be replayed;
 - the checkpoint holds the model, the optimizer (momentum buffers, Adam moments, step counts, the
-  current lr), the scheduler, and the state of minidl's global generator (dropout draws its seeds
-  from it).
+  current lr), the scheduler, the state of minidl's global CPU generator and the (seed, offset) of
+  each device's dropout generator (minidl.random.get_philox_states).
 """
 from __future__ import annotations
 
@@ -45,6 +45,61 @@ def base_parser(doc: str, *, epochs: int, batch_size: int, lr: float | None, che
     p.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
                    help="stop after this epoch, as if interrupted (the lr schedule still spans --epochs)")
     return p
+
+
+def add_graph_option(p):
+    """--no-graph: the GPU training step runs eagerly instead of from a CUDA graph."""
+    p.add_argument("--no-graph", action="store_true",
+                   help="on the GPU, run every training step eagerly (default: after 3 eager steps the step "
+                        "is captured in a CUDA graph and replayed)")
+    return p
+
+
+def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = True):
+    """The examples' training step: step(x, y) -> loss, doing zero_grad, forward, loss, backward and
+    optimizer.step().
+
+    On the GPU with graph=True it is replayed from a CUDA graph (minidl.cuda.CUDAGraphStep) after three
+    eager steps. The whole step is captured when the optimizer keeps its learning rate and step count
+    on the device (minidl._graphs._optimizer_is_capturable); otherwise forward and backward are
+    captured and optimizer.step() runs eagerly after each replay, because a scheduler's lr and Adam's
+    step count are host values a graph would freeze. A batch of another shape (the last, partial
+    batch of an epoch) runs eagerly: it is not dropped.
+    """
+
+    def forward_backward(x, y):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        return loss
+
+    def eager(x, y):
+        loss = forward_backward(x, y)
+        optimizer.step()
+        return loss
+
+    if not graph or not str(device).startswith("cuda"):
+        return eager
+    from minidl._graphs import _optimizer_is_capturable
+
+    whole = _optimizer_is_capturable(optimizer)
+    if whole:
+        graphed = minidl.cuda.CUDAGraphStep(eager, optimizers=optimizer)
+    else:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        graphed = minidl.cuda.CUDAGraphStep(forward_backward, params=params)
+
+    def step(x, y):
+        static = graphed.static_inputs
+        if static is not None and (x.shape != static[0].shape or y.shape != static[1].shape):
+            return eager(x, y)
+        loss = graphed(x, y)
+        if not whole:
+            optimizer.step()
+        return loss
+
+    step.graphed = graphed
+    return step
 
 
 def epoch_range(start_epoch: int, args):
@@ -129,6 +184,7 @@ def save_checkpoint(path: str, *, model, optimizer, epoch: int, scheduler=None, 
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "epoch": int(epoch),
         "rng": minidl.random.cpu_generator().bit_generator.state,
+        "philox": {k: list(v) for k, v in minidl.random.get_philox_states().items()},
         "extra": extra,
     }
     minidl.save(state, path)
@@ -144,6 +200,7 @@ def load_checkpoint(path: str, *, model, optimizer, scheduler=None, device: str)
     if scheduler is not None and state.get("scheduler") is not None:
         scheduler.load_state_dict(state["scheduler"])
     minidl.random.cpu_generator().bit_generator.state = state["rng"]
+    minidl.random.set_philox_states(state.get("philox", {}))
     print(f"resumed from {path} after epoch {state['epoch']}")
     return state
 

@@ -290,9 +290,15 @@ class CUDAGraphStep:
     capture's values forever, so: a host number of its state that changes during capture (Adam's
     step) raises at capture; a learning rate changed on the host after capture (a scheduler) raises
     at the next call. Pass every optimizer the step uses as `optimizers=`.
+
+    Gradients: the captured backward writes each parameter's gradient into arrays of the graph's
+    pool. Before each replay the parameters of `optimizers` (and `params`, for a step whose optimizer
+    runs outside the graph) get those static gradient tensors back as `.grad`, so an eager step in
+    between (a partial batch, `step.eager`) cannot leave `.grad` pointing at arrays the graph no
+    longer writes.
     """
 
-    def __init__(self, fn, *, optimizers=(), warmup=3, pool=None):
+    def __init__(self, fn, *, optimizers=(), warmup=3, pool=None, params=()):
         if not callable(fn):
             raise TypeError(f"CUDAGraphStep: fn must be callable, got {type(fn).__name__}")
         if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
@@ -306,6 +312,12 @@ class CUDAGraphStep:
             if not isinstance(o, Optimizer):
                 raise TypeError(f"CUDAGraphStep: optimizers must be minidl optimizers, got {type(o).__name__}")
         self.fn, self.optimizers, self.warmup, self.pool = fn, optimizers, warmup, pool
+        seen, self.params = set(), []
+        for p in [p for o in optimizers for g in o.param_groups for p in g["params"]] + list(params):
+            if id(p) not in seen:
+                seen.add(id(p))
+                self.params.append(p)
+        self._static_grads = []
         self.static_inputs = None
         self.static_outputs = None
         self.graph = None
@@ -373,6 +385,7 @@ class CUDAGraphStep:
                     "or run the step eagerly (--no-graph)")
         self._lr_at_capture = [None if s is None else [g["lr"] for g in o.param_groups]
                                for o, s in zip(self.optimizers, before)]
+        self._static_grads = [(p, p.grad) for p in self.params]
 
     # -- the call -----------------------------------------------------------------------------
     def __call__(self, *args):
@@ -391,6 +404,9 @@ class CUDAGraphStep:
             return self._run_eager_on_side_stream(cupy)
         if self.graph is None:
             self._capture(cupy)
+        for p, g in self._static_grads:
+            if p.grad is not g:
+                p.grad = g
         self.graph.replay()
         return self.static_outputs
 
@@ -403,7 +419,7 @@ class CUDAGraphStep:
         return self.graph is not None
 
 
-def graphed_step(fn=None, *, optimizers=(), warmup=3, pool=None):
+def graphed_step(fn=None, *, optimizers=(), warmup=3, pool=None, params=()):
     """Decorator form of CUDAGraphStep:
 
         @minidl.cuda.graphed_step(optimizers=opt)
@@ -418,8 +434,8 @@ def graphed_step(fn=None, *, optimizers=(), warmup=3, pool=None):
             loss = train_step(x.to("cuda"), y.to("cuda"))
     """
     if fn is None:
-        return lambda f: CUDAGraphStep(f, optimizers=optimizers, warmup=warmup, pool=pool)
-    return CUDAGraphStep(fn, optimizers=optimizers, warmup=warmup, pool=pool)
+        return lambda f: CUDAGraphStep(f, optimizers=optimizers, warmup=warmup, pool=pool, params=params)
+    return CUDAGraphStep(fn, optimizers=optimizers, warmup=warmup, pool=pool, params=params)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -97,3 +97,21 @@ def permutation_array(n, device="cpu"):
     if _device.Device(device).type == "cpu":
         return rng.permutation(n)
     return rng.permutation(n)
+
+
+def get_philox_states() -> dict:
+    """{device string: (seed, offset)} of every dropout generator made so far, as host ints (a host
+    read on the GPU: for checkpoints, not for the training step)."""
+    out = {}
+    for device, state in _philox_states.items():
+        host = _device.move_array(state, "cpu")
+        out[str(device)] = (int(host[0]), int(host[1]))
+    return out
+
+
+def set_philox_states(states: dict) -> None:
+    """Restore what get_philox_states returned (in place, so a captured graph keeps its array)."""
+    for device, (seed, offset) in states.items():
+        state = philox_state(device)
+        state[0] = np.uint64(int(seed))
+        state[1] = np.uint64(int(offset))
