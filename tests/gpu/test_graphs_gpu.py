@@ -116,6 +116,37 @@ def test_adam_host_step_count_refused_or_equal():
             _train(True, make_opt=make_opt)
 
 
+def test_forward_backward_graphed_optimizer_eager_equals_eager():
+    """The examples' split step: forward+backward replayed, Adam + OneCycleLR eager (host lr and step),
+    with a partial batch run eagerly in between (its .grad must not stick)."""
+    results = []
+    for graphed in (False, True):
+        model = _cnn(9)
+        opt = minidl.optim.Adam(model.parameters(), lr=1e-3)
+        sched = minidl.optim.lr_scheduler.OneCycleLR(opt, max_lr=4e-3, total_steps=20)
+        params = [p for g in opt.param_groups for p in g["params"]]
+
+        def forward_backward(x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            return loss
+
+        run = minidl.cuda.CUDAGraphStep(forward_backward, params=params, warmup=2) if graphed else forward_backward
+        losses = []
+        batches = _batches(7)
+        batches.insert(4, _batches(1, batch=6, seed=4)[0])  # another shape: eager
+        for x, y in batches:
+            loss = forward_backward(x, y) if x.shape[0] == 6 else run(x, y)
+            opt.step()
+            sched.step()
+            losses.append(float(loss.item()))
+        results.append((losses, {k: _host(v) for k, v in model.state_dict().items()}))
+    assert results[0][0] == results[1][0]
+    for k, v in results[0][1].items():
+        np.testing.assert_array_equal(results[1][1][k], v, err_msg=k)
+
+
 def test_cuda_graph_api_capture_and_replay():
     x = minidl.tensor(np.arange(12, dtype=np.float32).reshape(3, 4), device="cuda")
     g = minidl.cuda.CUDAGraph()
