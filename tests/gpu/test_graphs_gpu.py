@@ -76,6 +76,18 @@ def test_graphed_step_equals_eager_bit_for_bit():
     assert int(eager_rng[1]) > 0  # the dropout generator advanced on the device
 
 
+def test_device_generator_gives_the_cpu_masks():
+    """The same sequence of dropout calls after manual_seed: the same masks on the CPU and the GPU."""
+    shapes = [(7, 13), (1000,), (3, 5, 9)]
+    masks = {}
+    for device in ("cpu", "cuda"):
+        minidl.manual_seed(2024)
+        masks[device] = [_host(F.dropout(minidl.ones(*s, device=device), 0.35)) != 0 for s in shapes]
+    for a, b in zip(masks["cpu"], masks["cuda"]):
+        np.testing.assert_array_equal(a, b)
+    assert minidl.random.get_philox_states()["cuda:0"] == minidl.random.get_philox_states()["cpu"]
+
+
 def test_replays_draw_new_dropout_masks_and_track_bn():
     _, losses, run = _train(True, steps=6, warmup=1)
     model_losses = set(losses)
