@@ -159,13 +159,14 @@ display(tu.Table(["layer", "output shape (batch of 2)", "parameters"], rows,
                  title=f"{sum(p.numel() for p in model.parameters()):,} parameters in all"))
 
 # %% [markdown]
-# What runs under `nn.Conv2d`? The layer calls `F.conv2d`, which applies one autograd `Function`,
-# `Convolution`: its `forward` calls the primitive `convolution_forward` (tutorial 3: the
-# algorithm is picked by the policy, the NumPy reference on a NumPy array, a CUDA kernel on a CuPy
-# array), and its `backward` the two gradient primitives. The layer never knows which device it is on.
+# What runs under `nn.Conv2d`? The layer owns its convolution descriptor and, per input shape, a
+# `ConvolutionPlan` (tutorial 3: the problem is checked and described once, the algorithm picked by
+# the policy once per direction). It applies one autograd `Function`, `Convolution`: its `forward`
+# runs the plan's forward (the NumPy reference on a NumPy array, a CUDA kernel on a CuPy array), and
+# its `backward` the gradient directions. The layer never knows which device it is on.
 
 # %%
-print(tu.python_source(F.Convolution.forward, F.Convolution._backward))
+print(tu.python_source(F.Convolution.forward, F.Convolution.backward))
 
 # %% [markdown]
 # ## 4.3 Loss, training loop, evaluation
