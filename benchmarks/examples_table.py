@@ -5,6 +5,8 @@ example's default sizes, a full training step (forward, loss, backward, clipping
 clips, optimizer step) is timed on synthetic batches of the real shapes: the data's values do not
 change the time. For each device: minidl, and the same model in PyTorch (a few lines each, below),
 in the same process on the same machine. PyTorch runs only where it can (its CUDA build on the GPU).
+On the GPU the image examples also get a "minidl, CUDA graph" row: the examples' own step
+(examples/_common.make_train_step), replayed from a CUDA graph after 3 eager steps (--no-graph: no such rows).
 
 Each row gives the median wall time per step over --steps timed steps (after --warmup steps, which
 include the NVRTC compile of our kernels), and the time of one epoch estimated as that median times
@@ -196,6 +198,22 @@ def time_minidl(w, device, warmup, steps):
     return _median_step_ms(step, sync, warmup, steps)
 
 
+def time_minidl_graphed(w, device, warmup, steps):
+    """The examples' own GPU step (examples/_common.make_train_step): captured in a CUDA graph after
+    3 eager steps. Image workloads only: the LSTM models run on cuBLAS, which CuPy cannot capture."""
+    from _common import make_train_step
+
+    rng = np.random.default_rng(0)
+    minidl.manual_seed(0)
+    model = w.make_minidl().to(device)
+    name, kwargs = w.optimizer
+    opt = (minidl.optim.Adam if name == "adam" else minidl.optim.SGD)(model.parameters(), **kwargs)
+    x_np, y_np = w.make_batch(rng)
+    x, y = minidl.tensor(x_np, device=device), minidl.tensor(y_np, device=device)
+    train_step = make_train_step(model, opt, F.cross_entropy, device=device, graph=True)
+    return _median_step_ms(lambda: train_step(x, y), minidl.cuda.synchronize, max(warmup, 5), steps)
+
+
 def time_torch(w, device, warmup, steps):
     import torch
 
@@ -247,6 +265,7 @@ def main(argv=None):
     p.add_argument("--full", action="store_true", help="on the GPU, time a whole epoch of steps")
     p.add_argument("--skip-cpu", action="store_true")
     p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--no-graph", action="store_true", help="leave out the CUDA-graph rows of the image examples")
     p.add_argument("--only", default=None, help="comma-separated workload names")
     p.add_argument("--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--torch-tf32", action="store_true",
@@ -273,7 +292,10 @@ def main(argv=None):
         for device in devices:
             steps = args.cpu_steps if device == "cpu" else (w.steps_per_epoch if args.full else args.steps)
             warmup = 1 if device == "cpu" else args.warmup
-            frameworks = [("minidl", time_minidl)] + ([("PyTorch", time_torch)] if device in torch_devices else [])
+            frameworks = [("minidl", time_minidl)]
+            if device == "cuda" and w.kind == "image" and not args.no_graph:
+                frameworks.append(("minidl, CUDA graph", time_minidl_graphed))
+            frameworks += [("PyTorch", time_torch)] if device in torch_devices else []
             for framework, timer in frameworks:
                 print(f"{w.name} on {device} ({framework}): {steps} steps ...", end=" ", flush=True)
                 ms, times = timer(w, device, warmup, steps)
