@@ -89,11 +89,24 @@ def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = Tru
         params = [p for group in optimizer.param_groups for p in group["params"]]
         graphed = minidl.cuda.CUDAGraphStep(forward_backward, params=params)
 
+    state = {"graph": True}
+
     def step(x, y):
         static = graphed.static_inputs
-        if static is not None and (x.shape != static[0].shape or y.shape != static[1].shape):
+        if not state["graph"] or (static is not None and (x.shape != static[0].shape or y.shape != static[1].shape)):
             return eager(x, y)
-        loss = graphed(x, y)
+        if graphed.calls == graphed.warmup and not whole:
+            # The capture comes next. Should the model hold an op that cannot be captured (the error
+            # names it), say so once and go on eagerly: a failed forward+backward capture has run
+            # nothing and changed no host state the eager step relies on.
+            try:
+                loss = graphed(x, y)
+            except RuntimeError as e:
+                print(f"CUDA graph: {e}\n-> training eagerly from here (--no-graph skips the attempt)")
+                state["graph"] = False
+                return eager(x, y)
+        else:
+            loss = graphed(x, y)
         if not whole:
             optimizer.step()
         return loss
