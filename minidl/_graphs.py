@@ -367,8 +367,12 @@ class CUDAGraphStep:
 
         before = [None if _optimizer_is_capturable(o) else _host_numbers(o) for o in self.optimizers]
         self.graph = CUDAGraph()
-        with graph(self.graph, pool=self.pool):
-            self.static_outputs = self.fn(*self.static_inputs)
+        try:
+            with graph(self.graph, pool=self.pool):
+                self.static_outputs = self.fn(*self.static_inputs)
+        except BaseException:
+            self.graph = None  # not captured: the next call tries again (and raises again, by name)
+            raise
         for opt, snapshot in zip(self.optimizers, before):
             if snapshot is None:
                 continue
