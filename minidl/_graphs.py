@@ -363,8 +363,6 @@ class CUDAGraphStep:
         return out
 
     def _capture(self, cupy):
-        from .autograd.function import no_grad  # noqa: F401  (fn decides grad mode itself)
-
         before = [None if _optimizer_is_capturable(o) else _host_numbers(o) for o in self.optimizers]
         self.graph = CUDAGraph()
         try:
@@ -521,7 +519,7 @@ class _GraphedModule:
             for o, g in zip(outs, self.static_grad_outputs):
                 if o.requires_grad:
                     o.backward(g, retain_graph=True)
-            self.static_grads = [None if t.grad is None else t.grad for t in grad_inputs]
+            self.static_grads = [t.grad for t in grad_inputs]
         for p, g in zip(grad_inputs, saved):
             p.grad = g
         owner = self
