@@ -352,7 +352,7 @@ class CUDAGraphStep:
                         f"CUDAGraphStep: the learning rate of {type(opt).__name__} param_groups[{i}] changed on "
                         f"the host ({lr} -> {group['lr']}) after the step was captured; this optimizer reads lr "
                         "on the host, so every replay would still use the captured value. Use an optimizer "
-                        "that keeps lr on the device (capturable), or run the step eagerly (--no-graph)")
+                        "that keeps lr on the device (capturable), or run the step eagerly (the examples: --no-graph)")
 
     def _run_eager_on_side_stream(self, cupy):
         side, current = _side_stream(cupy), cupy.cuda.get_current_stream()
@@ -384,7 +384,7 @@ class CUDAGraphStep:
                     f"CUDAGraphStep: {type(opt).__name__} changed the host value {key!r} of its {where} during "
                     f"capture ({old} -> {new}); it keeps that count on the host, so every replay would reuse "
                     "the captured value. Use an optimizer with its step count on the device (capturable), "
-                    "or run the step eagerly (--no-graph)")
+                    "or run the step eagerly (the examples: --no-graph)")
         self._lr_at_capture = [None if s is None else [g["lr"] for g in o.param_groups]
                                for o, s in zip(self.optimizers, before)]
         self._static_grads = [(p, p.grad) for p in self.params]
