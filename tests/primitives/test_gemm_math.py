@@ -85,7 +85,7 @@ def test_gemm_half_computes_in_fp32_and_rounds_once(dtype, tol):
     assert got.dtype == np.dtype(dtype) and got.shape == (3, 21, 17)
     exact = np.matmul(a.astype(np.float64), np.swapaxes(b.astype(np.float64), -1, -2))
     # fp32 sums rounded once: within one unit in the last place of the half result (plus fp32's error)
-    ulp = np.abs(exact.astype(dtype).astype(np.float64)) * float(np.finfo(dtype).eps)
+    ulp = np.abs(exact.astype(dtype).astype(np.float64)) * float(ml_dtypes.finfo(dtype).eps)
     assert np.all(np.abs(got.astype(np.float64) - exact) <= ulp + 1e-5 * np.abs(exact).max())
     assert rel_err(got.astype(np.float64), exact) <= tol
     out = prior.copy()
