@@ -107,26 +107,25 @@ __device__ __forceinline__ unsigned smem_addr(const void* p)
 }
 
 // 16-byte asynchronous copy; bytes past src_bytes (0..16) are filled with zeros.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes)
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-                 "r"(src_bytes));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING)); }
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p)
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned addr)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
+                 : "r"(addr));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p)
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr)
 {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
+                 : "r"(addr));
 }
 
 // Round an fp32 bit pattern to TF32 (10 mantissa bits), to nearest, ties away from zero.
@@ -194,6 +193,29 @@ __device__ __forceinline__ void store_c<KIND_BF16>(unsigned short* p, float v)
     *p = h;
 }
 
+// Two adjacent elements of C (the first aligned to two elements) in one store.
+template <int KIND>
+__device__ __forceinline__ void store_c_pair(typename Storage<KIND>::T* p, float v0, float v1);
+template <>
+__device__ __forceinline__ void store_c_pair<KIND_TF32>(float* p, float v0, float v1)
+{
+    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+}
+template <>
+__device__ __forceinline__ void store_c_pair<KIND_F16>(unsigned short* p, float v0, float v1)
+{
+    unsigned packed;
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(v0), "f"(v1));  // v0 in the low half
+    *reinterpret_cast<unsigned*>(p) = packed;
+}
+template <>
+__device__ __forceinline__ void store_c_pair<KIND_BF16>(unsigned short* p, float v0, float v1)
+{
+    unsigned packed;
+    asm("cvt.rn.bf16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(v0), "f"(v1));
+    *reinterpret_cast<unsigned*>(p) = packed;
+}
+
 // Compile-time geometry of one kernel.
 template <int KIND, int BM, int BN, bool TRANS_A, bool TRANS_B>
 struct Config {
@@ -216,93 +238,163 @@ struct Config {
     static_assert(NI % 2 == 0, "B fragments are loaded two n8 tiles at a time");
 };
 
-// Copy rows [row0, row0 + ROWS) x k [k0, k0 + BK) of an operand into a shared tile.
-// KCONTIG: element (row, k) is g[row * ld + k], tile [ROWS][LD]; else g[k * ld + row], tile [BK][LD].
-// `extent` is the operand's M or N; elements outside (row >= extent or k >= K) become 0.
+// Copies one operand's tile for each block step into shared memory. Rows of the tile run along m
+// (A) or n (B), `extent` (M or N) of them exist; the operand is KCONTIG (element (row, k) at
+// g[row * ld + k], shared tile [ROWS][LD]) or m/n-contiguous (g[k * ld + row], shared tile [BK][LD]).
+// Thread t copies 16-byte chunks: chunk column c0 and first shared row r0 fixed by t, then PASSES
+// more rows ROWS_PER_PASS apart. Everything that does not change with the block step (pointers,
+// which rows exist) is computed once here, so the main loop spends a few integer instructions per
+// copy; only the last block step (k0 + BK > K) looks at K.
 template <class Cfg, bool KCONTIG, int ROWS, int LD>
-__device__ __forceinline__ void load_tile(typename Cfg::T* tile, const typename Cfg::T* g, long long ld,
-                                          int row0, int extent, int k0, int K, int vec)
-{
+struct TileLoader {
     using T = typename Cfg::T;
-    constexpr int V = Cfg::V, BK = Cfg::BK, ES = Cfg::ES;
-    if (vec) {
+    static constexpr int V = Cfg::V, BK = Cfg::BK, ES = Cfg::ES;
+    static constexpr int CPR = KCONTIG ? BK / V : ROWS / V;  // 16-byte chunks per shared row
+    static constexpr int ROWS_PER_PASS = THREADS / CPR;
+    static constexpr int PASSES = (KCONTIG ? ROWS : BK) / ROWS_PER_PASS;
+    static_assert(THREADS % CPR == 0 && (KCONTIG ? ROWS : BK) % ROWS_PER_PASS == 0, "chunks must tile the block");
+    static_assert(PASSES <= 32, "row_mask has 32 bits");
+
+    const T* g0;      // the operand (this batch's matrix)
+    const T* g;       // this thread's first chunk at block step 0
+    long long ld, pass_step, k_step;
+    int row0, extent, r0, c0, smem_off;
+    unsigned row_mask;  // KCONTIG: bit p set when pass p's row exists
+    int mn_bytes;       // m/n-contiguous: bytes of this thread's chunk inside the extent (0..16)
+
+    __device__ __forceinline__ TileLoader(const T* g0_, long long ld_, int row0_, int extent_)
+        : g0(g0_), ld(ld_), row0(row0_), extent(extent_)
+    {
+        r0 = threadIdx.x / CPR;
+        c0 = (threadIdx.x % CPR) * V;
+        smem_off = r0 * LD + c0;
+        pass_step = ROWS_PER_PASS * ld;
+        row_mask = 0u;
+        mn_bytes = 16;
         if (KCONTIG) {
-            constexpr int CPR = BK / V;  // 16-byte chunks per row
+            g = g0 + (row0 + r0) * ld + c0;
+            k_step = BK;
 #pragma unroll
-            for (int c = threadIdx.x; c < ROWS * CPR; c += THREADS) {
-                const int r = c / CPR, kc = (c % CPR) * V;
-                const int row = row0 + r, k = k0 + kc;
-                const int valid = row < extent ? min(max(K - k, 0), V) : 0;
-                const T* src = valid > 0 ? g + row * ld + k : g;
-                cp_async16(tile + r * LD + kc, src, valid * ES);
-            }
+            for (int p = 0; p < PASSES; ++p)
+                if (row0 + r0 + p * ROWS_PER_PASS < extent) row_mask |= 1u << p;
         } else {
-            constexpr int CPR = ROWS / V;
-#pragma unroll
-            for (int c = threadIdx.x; c < BK * CPR; c += THREADS) {
-                const int kr = c / CPR, rc = (c % CPR) * V;
-                const int row = row0 + rc, k = k0 + kr;
-                const int valid = k < K ? min(max(extent - row, 0), V) : 0;
-                const T* src = valid > 0 ? g + k * ld + row : g;
-                cp_async16(tile + kr * LD + rc, src, valid * ES);
-            }
+            g = g0 + r0 * ld + row0 + c0;
+            k_step = BK * ld;
+            mn_bytes = min(max(extent - (row0 + c0), 0), V) * ES;
         }
-    } else {  // unaligned operand: element by element through registers
-        if (KCONTIG) {
+    }
+
+    // Issue the copies of block step kt into `tile` (shared address, bytes; generic pointer for the
+    // element-wise path). vec = 0: element by element through registers (unaligned operands).
+    __device__ __forceinline__ void load(unsigned tile_addr, T* tile, int kt, int K, int vec) const
+    {
+        const int k0 = kt * BK;
+        if (vec) {
+            const T* src = g + kt * k_step;
+            const bool full = k0 + BK <= K;
+#pragma unroll
+            for (int p = 0; p < PASSES; ++p) {
+                int bytes;
+                if (KCONTIG)
+                    bytes = ((row_mask >> p) & 1u) ? (full ? 16 : min(max(K - (k0 + c0), 0), V) * ES) : 0;
+                else
+                    bytes = (full || k0 + r0 + p * ROWS_PER_PASS < K) ? mn_bytes : 0;
+                cp_async16(tile_addr + (smem_off + p * ROWS_PER_PASS * LD) * ES,
+                           bytes > 0 ? src + p * pass_step : g0, bytes);
+            }
+        } else if (KCONTIG) {
             for (int e = threadIdx.x; e < ROWS * BK; e += THREADS) {
                 const int r = e / BK, kk = e % BK;
                 const int row = row0 + r, k = k0 + kk;
-                tile[r * LD + kk] = (row < extent && k < K) ? g[row * ld + k] : T(0);
+                tile[r * LD + kk] = (row < extent && k < K) ? g0[row * ld + k] : T(0);
             }
         } else {
             for (int e = threadIdx.x; e < ROWS * BK; e += THREADS) {
                 const int kr = e / ROWS, r = e % ROWS;
                 const int row = row0 + r, k = k0 + kr;
-                tile[kr * LD + r] = (row < extent && k < K) ? g[k * ld + row] : T(0);
+                tile[kr * LD + r] = (row < extent && k < K) ? g0[k * ld + row] : T(0);
             }
         }
     }
+};
+
+// This lane's byte offset, inside a shared A tile, of its ldmatrix row address (or, for the TF32
+// m-contiguous case, of its first plain load) for the mma tile at m 0, k 0. The tile at (m0, kk)
+// adds a compile-time constant: a_frag_offset(m0, kk).
+template <class Cfg, int KIND>
+__device__ __forceinline__ int a_lane_offset(int lane)
+{
+    constexpr int LD = Cfg::A_LD, V = Cfg::V, ES = Cfg::ES;
+    const int j = lane >> 3, r = lane & 7;
+    if (Cfg::A_KCONTIG)  // [m][k]: lanes 0-15 give rows 0..15 at k 0, lanes 16-31 at k + 16 bytes
+        return ((lane & 15) * LD + (lane >> 4) * V) * ES;
+    if (KIND != KIND_TF32)  // [k][m], 16-bit, .trans: matrix j covers k + 8*(j/2), m + 8*(j%2)
+        return ((r + (j >> 1) * 8) * LD + (j & 1) * 8) * ES;
+    return ((lane & 3) * LD + (lane >> 2)) * ES;  // [k][m], TF32: element (k = t, m = g)
+}
+template <class Cfg>
+__device__ __forceinline__ constexpr int a_frag_offset(int m0, int kk)
+{
+    return (Cfg::A_KCONTIG ? m0 * Cfg::A_LD + kk : kk * Cfg::A_LD + m0) * Cfg::ES;
 }
 
-// The A fragment of the 16 x KSTEP mma tile at rows m0.., k kk.. of a shared A tile.
+// Likewise for B, for the PAIR of 8-column mma tiles at n 0 and n 8.
 template <class Cfg, int KIND>
-__device__ __forceinline__ void load_a_frag(unsigned (&a)[4], const typename Cfg::T* tile, int m0, int kk, int lane)
+__device__ __forceinline__ int b_lane_offset(int lane)
 {
-    constexpr int LD = Cfg::A_LD, V = Cfg::V;
-    if (Cfg::A_KCONTIG) {  // [m][k]: lanes 0-15 give rows m0..m0+15 at k kk, lanes 16-31 at kk + 16 bytes
-        ldmatrix_x4(a, tile + (m0 + (lane & 15)) * LD + kk + (lane >> 4) * V);
-    } else if (KIND != KIND_TF32) {  // [k][m], 16-bit: matrix j = lane/8 covers k + 8*(j/2), m + 8*(j%2)
-        const int j = lane >> 3, r = lane & 7;
-        ldmatrix_x4_trans(a, tile + (kk + r + (j >> 1) * 8) * LD + m0 + (j & 1) * 8);
-    } else {  // [k][m], TF32: plain loads, banks 8t + g
-        const float* t32 = reinterpret_cast<const float*>(tile);
-        const int g = lane >> 2, t = lane & 3;
-        a[0] = __float_as_uint(t32[(kk + t) * LD + m0 + g]);
-        a[1] = __float_as_uint(t32[(kk + t) * LD + m0 + g + 8]);
-        a[2] = __float_as_uint(t32[(kk + t + 4) * LD + m0 + g]);
-        a[3] = __float_as_uint(t32[(kk + t + 4) * LD + m0 + g + 8]);
+    constexpr int LD = Cfg::B_LD, V = Cfg::V, ES = Cfg::ES;
+    const int j = lane >> 3, r = lane & 7;
+    if (Cfg::B_KCONTIG)  // [n][k]: matrix j covers n + 8*(j/2), k + V*(j%2)
+        return ((r + (j >> 1) * 8) * LD + (j & 1) * V) * ES;
+    if (KIND != KIND_TF32)  // [k][n], 16-bit, .trans: matrix j covers k + 8*(j%2), n + 8*(j/2)
+        return ((r + (j & 1) * 8) * LD + (j >> 1) * 8) * ES;
+    return ((lane & 3) * LD + (lane >> 2)) * ES;  // [k][n], TF32: element (k = t, n = g)
+}
+template <class Cfg>
+__device__ __forceinline__ constexpr int b_frag_offset(int n0, int kk)
+{
+    return (Cfg::B_KCONTIG ? n0 * Cfg::B_LD + kk : kk * Cfg::B_LD + n0) * Cfg::ES;
+}
+
+__device__ __forceinline__ unsigned lds32(unsigned addr)
+{
+    unsigned v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+    return v;
+}
+
+// The A fragment of one 16 x KSTEP mma tile; `addr` = tile + a_lane_offset + a_frag_offset.
+template <class Cfg, int KIND>
+__device__ __forceinline__ void load_a_frag(unsigned (&a)[4], unsigned addr)
+{
+    constexpr int LDB = Cfg::A_LD * Cfg::ES;  // bytes per shared row
+    if (Cfg::A_KCONTIG) {
+        ldmatrix_x4(a, addr);
+    } else if (KIND != KIND_TF32) {
+        ldmatrix_x4_trans(a, addr);
+    } else {  // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); rows of the tile are k
+        a[0] = lds32(addr);
+        a[1] = lds32(addr + 8 * 4);
+        a[2] = lds32(addr + 4 * LDB);
+        a[3] = lds32(addr + 4 * LDB + 8 * 4);
     }
 }
 
-// The B fragments of two adjacent 8-column mma tiles (columns n0.. and n0+8..) at k kk.
+// The B fragments of the two 8-column mma tiles at n0 and n0 + 8; `addr` as for A.
 template <class Cfg, int KIND>
-__device__ __forceinline__ void load_b_frags(unsigned (&b0)[2], unsigned (&b1)[2], const typename Cfg::T* tile,
-                                             int n0, int kk, int lane)
+__device__ __forceinline__ void load_b_frags(unsigned (&b0)[2], unsigned (&b1)[2], unsigned addr)
 {
-    constexpr int LD = Cfg::B_LD, V = Cfg::V;
+    constexpr int LDB = Cfg::B_LD * Cfg::ES;
     unsigned r[4];
-    const int j = lane >> 3, rr = lane & 7;
-    if (Cfg::B_KCONTIG) {  // [n][k]: matrix j covers n + 8*(j/2), k + V*(j%2)
-        ldmatrix_x4(r, tile + (n0 + rr + (j >> 1) * 8) * LD + kk + (j & 1) * V);
-    } else if (KIND != KIND_TF32) {  // [k][n], 16-bit: matrix j covers k + 8*(j%2), n + 8*(j/2)
-        ldmatrix_x4_trans(r, tile + (kk + rr + (j & 1) * 8) * LD + n0 + (j >> 1) * 8);
-    } else {  // [k][n], TF32: plain loads
-        const float* t32 = reinterpret_cast<const float*>(tile);
-        const int g = lane >> 2, t = lane & 3;
-        r[0] = __float_as_uint(t32[(kk + t) * LD + n0 + g]);
-        r[1] = __float_as_uint(t32[(kk + t + 4) * LD + n0 + g]);
-        r[2] = __float_as_uint(t32[(kk + t) * LD + n0 + 8 + g]);
-        r[3] = __float_as_uint(t32[(kk + t + 4) * LD + n0 + 8 + g]);
+    if (Cfg::B_KCONTIG) {
+        ldmatrix_x4(r, addr);
+    } else if (KIND != KIND_TF32) {
+        ldmatrix_x4_trans(r, addr);
+    } else {  // b0 = (k t, n g), b1 = (k t+4, n g), for n g and n g+8
+        r[0] = lds32(addr);
+        r[1] = lds32(addr + 4 * LDB);
+        r[2] = lds32(addr + 8 * 4);
+        r[3] = lds32(addr + 4 * LDB + 8 * 4);
     }
     b0[0] = r[0];
     b0[1] = r[1];
@@ -315,13 +407,15 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
                                              const typename Storage<KIND>::T* A, long long lda, long long stride_a,
                                              const typename Storage<KIND>::T* B, long long ldb, long long stride_b,
                                              float beta, typename Storage<KIND>::T* C, long long ldc_row,
-                                             long long ldc_col, long long stride_c, int vec_a, int vec_b)
+                                             long long ldc_col, long long stride_c, int vec_a, int vec_b, int vec_c)
 {
     using Cfg = Config<KIND, BM, BN, TRANS_A, TRANS_B>;
     using T = typename Cfg::T;
-    constexpr int BK = Cfg::BK, KSTEP = Cfg::KSTEP, MI = Cfg::MI, NI = Cfg::NI;
+    constexpr int BK = Cfg::BK, KSTEP = Cfg::KSTEP, MI = Cfg::MI, NI = Cfg::NI, ES = Cfg::ES;
+    constexpr int STAGE_BYTES = Cfg::STAGE_ELEMS * ES, A_BYTES = Cfg::A_ELEMS * ES;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
+    const unsigned smem_base = smem_addr(smem_raw);
 
     // Block -> tile, in groups of GROUP_M tile rows (consecutive blocks walk down a group's column).
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
@@ -333,7 +427,7 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
     const int tile_n = (pid % per_group) / group_rows;
     const int m_block = tile_m * BM, n_block = tile_n * BN;
 
-    const int b = blockIdx.z;
+    const long long b = blockIdx.z;
     A += b * stride_a;
     B += b * stride_b;
     C += b * stride_c;
@@ -342,11 +436,13 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
     const int wm = (warp >> 1) * Cfg::WM, wn = (warp & 1) * Cfg::WN;
 
     // The A operand's rows are m (extent M), B's rows are n (extent N); both reduce over K.
-    auto load_stage = [&](int stage, int k0) {
+    const TileLoader<Cfg, Cfg::A_KCONTIG, BM, Cfg::A_LD> load_a(A, lda, m_block, M);
+    const TileLoader<Cfg, Cfg::B_KCONTIG, BN, Cfg::B_LD> load_b(B, ldb, n_block, N);
+    auto load_stage = [&](int stage, int kt) {
+        const unsigned a_addr = smem_base + stage * STAGE_BYTES;
         T* a_tile = smem + stage * Cfg::STAGE_ELEMS;
-        T* b_tile = a_tile + Cfg::A_ELEMS;
-        load_tile<Cfg, Cfg::A_KCONTIG, BM, Cfg::A_LD>(a_tile, A, lda, m_block, M, k0, K, vec_a);
-        load_tile<Cfg, Cfg::B_KCONTIG, BN, Cfg::B_LD>(b_tile, B, ldb, n_block, N, k0, K, vec_b);
+        load_a.load(a_addr, a_tile, kt, K, vec_a);
+        load_b.load(a_addr + A_BYTES, a_tile + Cfg::A_ELEMS, kt, K, vec_b);
     };
 
     float acc[MI][NI][4];
@@ -357,29 +453,34 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
+    // This warp's and lane's fragment addresses inside a stage (bytes), for mma tile (0, 0).
+    const unsigned a_lane = smem_base + a_lane_offset<Cfg, KIND>(lane) + a_frag_offset<Cfg>(wm, 0);
+    const unsigned b_lane = smem_base + A_BYTES + b_lane_offset<Cfg, KIND>(lane) + b_frag_offset<Cfg>(wn, 0);
+
     const int k_tiles = (K + BK - 1) / BK;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < k_tiles) load_stage(s, s * BK);
+        if (s < k_tiles) load_stage(s, s);
         cp_async_commit();
     }
 
+    int stage = 0;  // = kt % STAGES
     for (int kt = 0; kt < k_tiles; ++kt) {
         cp_async_wait<STAGES - 2>();  // this thread's copies of step kt have landed
         __syncthreads();              // ... everyone's; and step kt-1's buffer is free
         const int next = kt + STAGES - 1;
-        if (next < k_tiles) load_stage(next % STAGES, next * BK);
+        if (next < k_tiles) load_stage(stage == 0 ? STAGES - 1 : stage - 1, next);
         cp_async_commit();            // (an empty group at the tail keeps the count uniform)
 
-        const T* a_tile = smem + (kt % STAGES) * Cfg::STAGE_ELEMS;
-        const T* b_tile = a_tile + Cfg::A_ELEMS;
+        const unsigned a_stage = a_lane + stage * STAGE_BYTES, b_stage = b_lane + stage * STAGE_BYTES;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += KSTEP) {
             unsigned af[MI][4], bf[NI][2];
 #pragma unroll
-            for (int i = 0; i < MI; ++i) load_a_frag<Cfg, KIND>(af[i], a_tile, wm + i * 16, kk, lane);
+            for (int i = 0; i < MI; ++i) load_a_frag<Cfg, KIND>(af[i], a_stage + a_frag_offset<Cfg>(i * 16, kk));
 #pragma unroll
-            for (int j = 0; j < NI; j += 2) load_b_frags<Cfg, KIND>(bf[j], bf[j + 1], b_tile, wn + j * 8, kk, lane);
+            for (int j = 0; j < NI; j += 2)
+                load_b_frags<Cfg, KIND>(bf[j], bf[j + 1], b_stage + b_frag_offset<Cfg>(j * 8, kk));
             if (KIND == KIND_TF32) {
 #pragma unroll
                 for (int i = 0; i < MI; ++i)
@@ -395,24 +496,36 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
 #pragma unroll
                 for (int j = 0; j < NI; ++j) mma<KIND>(acc[i][j], af[i], bf[j]);
         }
+        stage = stage == STAGES - 1 ? 0 : stage + 1;
     }
     cp_async_wait<0>();
 
     // Epilogue: thread (g, t) holds rows g and g+8, columns 2t and 2t+1 of every 16 x 8 mma tile.
+    // vec_c (C row-major, rows and base aligned to two elements): the two columns in one store.
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < MI; ++i) {
 #pragma unroll
         for (int j = 0; j < NI; ++j) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int m = m_block + wm + i * 16 + g + (e >> 1) * 8;
-                const int n = n_block + wn + j * 8 + 2 * t + (e & 1);
-                if (m < M && n < N) {
-                    T* dst = C + m * ldc_row + n * ldc_col;
-                    float v = alpha * acc[i][j][e];
-                    if (beta != 0.0f) v += beta * load_c<KIND>(dst);
-                    store_c<KIND>(dst, v);
+            for (int h = 0; h < 2; ++h) {
+                const int m = m_block + wm + i * 16 + g + h * 8;
+                const int n = n_block + wn + j * 8 + 2 * t;
+                if (m >= M) continue;
+                T* dst = C + m * ldc_row + n * ldc_col;
+                float v0 = alpha * acc[i][j][2 * h], v1 = alpha * acc[i][j][2 * h + 1];
+                if (vec_c && n + 1 < N) {
+                    if (beta != 0.0f) {
+                        v0 += beta * load_c<KIND>(dst);
+                        v1 += beta * load_c<KIND>(dst + 1);
+                    }
+                    store_c_pair<KIND>(dst, v0, v1);
+                } else {
+                    if (n < N) store_c<KIND>(dst, beta != 0.0f ? v0 + beta * load_c<KIND>(dst) : v0);
+                    if (n + 1 < N) {
+                        T* dst1 = dst + ldc_col;
+                        store_c<KIND>(dst1, beta != 0.0f ? v1 + beta * load_c<KIND>(dst1) : v1);
+                    }
                 }
             }
         }
@@ -428,23 +541,23 @@ template <int KIND, int BM, bool TRANS_A, bool TRANS_B>
 __global__ void __launch_bounds__(minidl_tc::THREADS, 2)
     gemm_tc(int M, int N, int K, float alpha, const void* A, long long lda, long long stride_a, const void* B,
             long long ldb, long long stride_b, float beta, void* C, long long ldc_row, long long ldc_col,
-            long long stride_c, int vec_a, int vec_b)
+            long long stride_c, int vec_a, int vec_b, int vec_c)
 {
     using T = typename minidl_tc::Storage<KIND>::T;
     minidl_tc::gemm_tc_body<KIND, BM, BM, TRANS_A, TRANS_B>(
         M, N, K, alpha, static_cast<const T*>(A), lda, stride_a, static_cast<const T*>(B), ldb, stride_b, beta,
-        static_cast<T*>(C), ldc_row, ldc_col, stride_c, vec_a, vec_b);
+        static_cast<T*>(C), ldc_row, ldc_col, stride_c, vec_a, vec_b, vec_c);
 }
 
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): instantiations that between them take
 // every code path (both kinds of mma, k- and m/n-contiguous A and B, both tiles).
 template __global__ void gemm_tc<minidl_tc::KIND_TF32, 128, false, false>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int);
+    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
 template __global__ void gemm_tc<minidl_tc::KIND_TF32, 64, true, true>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int);
+    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
 template __global__ void gemm_tc<minidl_tc::KIND_F16, 128, true, false>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int);
+    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
 template __global__ void gemm_tc<minidl_tc::KIND_BF16, 64, false, true>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int);
+    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
 #endif

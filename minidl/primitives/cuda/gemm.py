@@ -178,6 +178,9 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     # 16-byte cp.async copies need every row (and every matrix of the batch) to start 16-byte aligned.
     vec_a = np.int32(a_ptr % 16 == 0 and lda % vec == 0 and (batch == 1 or stride_a % vec == 0))
     vec_b = np.int32(b_ptr % 16 == 0 and ldb % vec == 0 and (batch == 1 or stride_b % vec == 0))
+    # Paired stores of two adjacent columns of C need row-major C with rows aligned to two elements.
+    vec_c = np.int32(ldc_col == 1 and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
+                     and (batch == 1 or stride_c % 2 == 0))
     tiles = math.ceil(M / tile) * math.ceil(N / tile)
     smem = tc_smem_bytes(dtype.itemsize, tile, trans_a, trans_b)
     i64, size = np.int64, dtype.itemsize
@@ -188,7 +191,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
                 np.uint64(a_ptr + first * stride_a * size), i64(lda), i64(stride_a),
                 np.uint64(b_ptr + first * stride_b * size), i64(ldb), i64(stride_b), np.float32(beta),
                 np.uint64(c_ptr + first * stride_c * size), i64(ldc_row), i64(ldc_col), i64(stride_c),
-                vec_a, vec_b), shared_mem=smem)
+                vec_a, vec_b, vec_c), shared_mem=smem)
     return C
 
 
