@@ -180,3 +180,125 @@ def test_gemm_tc_k_zero_and_out_dtype_checked():
     assert cupy.all(out == 3.5)
     with pytest.raises(TypeError, match="gemm: all arrays must have the same dtype"):
         gemm(a, b, out=cupy.empty((4, 3), dtype=cupy.float32))
+
+
+# ------------------------------------------------------------------------------------------------
+# Users of the tensor-core GEMM: the RNN primitive, Linear, matmul
+# ------------------------------------------------------------------------------------------------
+
+
+def _count_gemm_tc(monkeypatch, module):
+    """Wrap gemm_tc as `module` sees it; return the list its calls are recorded in."""
+    calls = []
+    real = module.gemm_tc
+
+    def counting(*args, **kwargs):
+        calls.append(args[:3])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "gemm_tc", counting)
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_rnn_tf32_on_gpu_matches_cpu_emulation(monkeypatch, mode):
+    """math="tf32": every GEMM of the RNN primitive runs on our TF32 kernel; outputs and gradients agree
+    with the CPU's TF32 emulation (same rounding; only the order of fp32 sums differs) and are within
+    TF32's error of float64."""
+    import cupy
+
+    from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
+    from minidl.primitives.cuda import rnn as cuda_rnn
+
+    calls = _count_gemm_tc(monkeypatch, cuda_rnn)
+    rng = np.random.default_rng(8)
+    desc = RNNDescriptor(mode, 19, 24, num_layers=2, bidirectional=True)
+    weights = [tuple(rng.standard_normal(spec.shape).astype(np.float32) * np.float32(0.25) for spec in group)
+               for group in desc.weight_shapes()]
+    x = rng.standard_normal((6, 5, 19)).astype(np.float32)
+    dy = rng.standard_normal((6, 5, 48)).astype(np.float32)
+    gpu_w = [tuple(cupy.asarray(w) for w in g) for g in weights]
+    y, hy, _, reserve = rnn_forward(cupy.asarray(x), None, None, gpu_w, desc, math="tf32")
+    dx, _, _, dw = rnn_backward(cupy.asarray(dy), None, None, reserve)
+    assert len(calls) > 0
+    y_e, hy_e, _, r_e = rnn_forward(x, None, None, weights, desc, math="tf32")
+    dx_e, _, _, dw_e = rnn_backward(dy, None, None, r_e)
+    f64 = [tuple(w.astype(np.float64) for w in g) for g in weights]
+    y64, _, _, r64 = rnn_forward(x.astype(np.float64), None, None, f64, desc)
+    dx64, _, _, dw64 = rnn_backward(dy.astype(np.float64), None, None, r64)
+    assert rel_err(cupy.asnumpy(y), y_e.astype(np.float64)) <= 1e-3
+    assert rel_err(cupy.asnumpy(dx), dx_e.astype(np.float64)) <= 1e-3
+    assert rel_err(cupy.asnumpy(y), y64) <= 5e-3 and rel_err(cupy.asnumpy(dx), dx64) <= 5e-3
+    for k in range(len(dw)):
+        for got, want in zip(dw[k][:2], dw64[k][:2]):
+            assert rel_err(cupy.asnumpy(got), want) <= 5e-3
+
+
+def test_framework_math_flags_choose_the_kernel(monkeypatch):
+    """Linear: TF32 kernel only with backends.cuda.matmul.allow_tf32 (torch's default: off), then within
+    TF32's error of torch in float64. LSTM: TF32 kernel with backends.cudnn.allow_tf32 (default: on)."""
+    import torch
+
+    import minidl
+    import minidl.nn as nn
+    from minidl.primitives.cuda import gemm as gemm_launcher
+    from minidl.primitives.cuda import rnn as cuda_rnn
+
+    calls = _count_gemm_tc(monkeypatch, gemm_launcher)
+    rnn_calls = _count_gemm_tc(monkeypatch, cuda_rnn)
+    rng = np.random.default_rng(9)
+    x_np = rng.standard_normal((37, 130)).astype(np.float32)
+    layer = nn.Linear(130, 67).to("cuda")
+    x = minidl.tensor(x_np, device="cuda", requires_grad=True)
+    layer(x).sum().backward()
+    assert calls == []                                   # fp32 by default: our SGEMM
+    minidl.backends.cuda.matmul.allow_tf32 = True
+    try:
+        x.grad = None
+        layer.zero_grad()
+        y = layer(x)
+        y.sum().backward()
+    finally:
+        minidl.backends.cuda.matmul.allow_tf32 = False
+    assert sorted(calls) == sorted([(37, 67, 130), (37, 130, 67), (67, 130, 37)])   # y, dx, dW
+    tw = torch.tensor(layer.weight.detach().cpu().numpy(), dtype=torch.float64)
+    ty = torch.tensor(x_np, dtype=torch.float64) @ tw.T + torch.tensor(layer.bias.detach().cpu().numpy(),
+                                                                       dtype=torch.float64)
+    assert rel_err(y.detach().cpu().numpy(), ty.numpy()) <= 5e-3
+    assert rel_err(x.grad.cpu().numpy(), np.broadcast_to(tw.sum(0).numpy(), x_np.shape)) <= 5e-3
+
+    lstm = nn.LSTM(8, 16).to("cuda")
+    seq = minidl.randn(4, 3, 8, device="cuda")
+    with minidl.backends.cudnn.flags(allow_tf32=False):
+        lstm(seq)[0].sum().backward()
+    assert rnn_calls == []
+    lstm(seq)[0].sum().backward()                        # cudnn.allow_tf32 is on by default
+    assert len(rnn_calls) > 0
+
+
+@pytest.mark.parametrize("allow_tf32, tol", [(False, 1e-5), (True, 5e-3)])
+def test_matmul_batched_on_our_gemm(allow_tf32, tol):
+    """Tensor @ Tensor on the GPU: 2-D and 3-D products (and their gradients) run on our GEMM."""
+    import torch
+
+    import minidl
+
+    rng = np.random.default_rng(10)
+    a_np = rng.standard_normal((3, 33, 20)).astype(np.float32)
+    b_np = rng.standard_normal((20, 17)).astype(np.float32)
+    g_np = rng.standard_normal((3, 33, 17)).astype(np.float32)
+    a = minidl.tensor(a_np, device="cuda", requires_grad=True)
+    b = minidl.tensor(b_np, device="cuda", requires_grad=True)
+    minidl.backends.cuda.matmul.allow_tf32 = allow_tf32
+    try:
+        y = a @ b
+        y.backward(minidl.tensor(g_np, device="cuda"))
+    finally:
+        minidl.backends.cuda.matmul.allow_tf32 = False
+    ta = torch.tensor(a_np, dtype=torch.float64, requires_grad=True)
+    tb = torch.tensor(b_np, dtype=torch.float64, requires_grad=True)
+    ty = ta @ tb
+    ty.backward(torch.tensor(g_np, dtype=torch.float64))
+    assert rel_err(y.detach().cpu().numpy(), ty.detach().numpy()) <= tol
+    assert rel_err(a.grad.cpu().numpy(), ta.grad.numpy()) <= tol
+    assert rel_err(b.grad.cpu().numpy(), tb.grad.numpy()) <= tol

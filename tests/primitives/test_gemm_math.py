@@ -100,3 +100,28 @@ def test_gemm_math_argument_checked():
         gemm(a, a.T, math="fp16")
     with pytest.raises(TypeError, match="gemm: all arrays must have the same dtype"):
         gemm(a, a.T.astype(np.float16))
+
+
+def test_rnn_primitive_tf32_math_on_cpu():
+    """rnn_forward / rnn_backward with math="tf32" round every GEMM operand to TF32 (CPU emulation):
+    within TF32's error of the exact result, but not equal to the fp32 one; a bad math is refused."""
+    from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
+
+    rng = np.random.default_rng(4)
+    desc = RNNDescriptor("lstm", 7, 12, num_layers=2, bidirectional=True)
+    weights = [tuple(rng.standard_normal(spec.shape).astype(np.float32) * np.float32(0.3) for spec in group)
+               for group in desc.weight_shapes()]
+    x = rng.standard_normal((5, 3, 7)).astype(np.float32)
+    dy = rng.standard_normal((5, 3, 24)).astype(np.float32)
+    f64 = [tuple(w.astype(np.float64) for w in g) for g in weights]
+    y64, _, _, r64 = rnn_forward(x.astype(np.float64), None, None, f64, desc)
+    dx64, _, _, dw64 = rnn_backward(dy.astype(np.float64), None, None, r64)
+    y32, _, _, r32 = rnn_forward(x, None, None, weights, desc)
+    y, _, _, reserve = rnn_forward(x, None, None, weights, desc, math="tf32")
+    dx, _, _, dw = rnn_backward(dy, None, None, reserve)
+    assert reserve.math == "tf32"
+    assert 1e-6 < rel_err(y, y32.astype(np.float64)) and rel_err(y, y64) <= 5e-3
+    assert rel_err(dx, dx64) <= 5e-3 and rel_err(dw[0][0], dw64[0][0]) <= 5e-3
+    with pytest.raises(ValueError, match="rnn_forward: unknown math 'tf16'"):
+        rnn_forward(x, None, None, weights, desc, math="tf16")
+
