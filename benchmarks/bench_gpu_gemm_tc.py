@@ -75,6 +75,23 @@ def bench_gemm(repeats, dtype_name, cases, n=4096):
     return rows
 
 
+def bench_variants(repeats, n=4096):
+    """Our kernel at 4096^3 NN with each k step of its pipeline (64 bytes x 4 stages, 128 bytes x 3)."""
+    import cupy
+
+    from minidl.primitives.cuda.gemm import gemm_tc
+
+    rows = []
+    for dtype in ("float32", "float16"):
+        a = cupy.random.standard_normal((n, n), dtype=cupy.float32).astype(dtype)
+        b = cupy.random.standard_normal((n, n), dtype=cupy.float32).astype(dtype)
+        c = cupy.empty((n, n), dtype=dtype)
+        for bk in (64, 128):
+            t = time_ms(lambda: gemm_tc(n, n, n, a, n, b, n, c, tile=128, bk_bytes=bk), repeats)
+            rows.append(("TF32" if dtype == "float32" else dtype, bk, t, 2.0 * n ** 3 / 1e9 / t))
+    return rows
+
+
 def bench_linear(repeats):
     import cupy
     import torch
@@ -122,6 +139,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--commit", default=None, help="commit to record (default: git rev-parse, else $MINIDL_COMMIT)")
     parser.add_argument("--skip-linear", action="store_true")
+    parser.add_argument("--bk-bytes", type=int, default=None, help="k step of our kernel (64 or 128; default TC_BK_BYTES)")
     args = parser.parse_args()
 
     import cupy
@@ -131,6 +149,11 @@ def main():
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     device = device.decode() if isinstance(device, bytes) else device
 
+    from minidl.primitives.cuda import gemm as gemm_launcher
+
+    if args.bk_bytes:
+        gemm_launcher.TC_BK_BYTES = args.bk_bytes
+    variants = bench_variants(args.repeats)
     tf32 = bench_gemm(args.repeats, "tf32", ["NN", "NT", "TN", "TT"])
     half = [("float16", r) for r in bench_gemm(args.repeats, "float16", ["NN", "NT", "TN", "TT"])]
     half += [("bfloat16", r) for r in bench_gemm(args.repeats, "bfloat16", ["NN", "TN"])]
@@ -142,7 +165,8 @@ def main():
         "",
         f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {git_commit(args.commit)}, device {device}, "
         f"CuPy {cupy.__version__}, torch {torch.__version__}; median of {args.repeats} CUDA-event timings after "
-        "warm-up, same process, same arrays. Command: `python3 benchmarks/bench_gpu_gemm_tc.py`.",
+        "warm-up, same process, same arrays. Command: `python3 benchmarks/bench_gpu_gemm_tc.py`. Our kernel: "
+        f"128 x 128 tiles, k step {gemm_launcher.TC_BK_BYTES} bytes.",
         "",
         "## GEMM 4096^3, TF32 (ours math=\"tf32\"; torch.matmul with allow_tf32 = True), GPU time",
         "",
@@ -164,6 +188,10 @@ def main():
     for dtype in ("float16", "bfloat16"):
         ratios = [r[1] / r[2] for d, r in half if d == dtype]
         lines.append(f"\nGeometric mean of the {dtype} ratios: {geo(ratios):.2f}.")
+    lines += ["", "## Our kernel's pipeline k step at 4096^3 NN (GPU time)", "",
+              "| math | k step (bytes) x stages | ms | TFLOP/s |", "| --- | --- | ---: | ---: |"]
+    for name, bk, t, tflops in variants:
+        lines.append(f"| {name} | {bk} x {4 if bk == 64 else 3} | {t:.3f} | {tflops:.1f} |")
     if linear:
         lines += ["", "## Linear layer forward + backward, TF32 both sides (host-inclusive: Python, launches, GPU)", "",
                   "| layer | minidl TF32 (ms) | torch.nn.Linear TF32 (ms) | minidl / torch | minidl fp32 SGEMM (ms) |",

@@ -1,13 +1,13 @@
 // gemm_tc.cu: GEMM on the tensor cores, C = alpha * op(A) * op(B) + beta * C, strided-batched.
 //
-// One kernel template, gemm_tc<KIND, BM, TRANS_A, TRANS_B>:
+// One kernel template, gemm_tc<KIND, BM, BK_BYTES, TRANS_A, TRANS_B>:
 //   KIND 0 (TF32)  float32 data, TF32 math: operands rounded to 10 mantissa bits (cvt.rna.tf32.f32),
 //                  products summed in fp32 (mma m16n8k8); float32 result
 //   KIND 1 (F16)   float16 data, fp32 accumulation, float16 result (mma m16n8k16)
 //   KIND 2 (BF16)  bfloat16 data, fp32 accumulation, bfloat16 result (mma m16n8k16)
 // TRANS_A / TRANS_B: op(A) = A^T / op(B) = B^T (all four cases NN, NT, TN, TT, as the backward
 // passes need them); BM = 128 (a 128 x 128 tile of C per block) or 64 (64 x 64, for problems with too
-// few 128-tiles to fill the GPU).
+// few 128-tiles to fill the GPU); BK_BYTES = 64 or 128, the bytes of k per block step (see 2. and 4.).
 // kernels/gemm.cu stays the fp32 SGEMM on the CUDA cores (math="fp32").
 //
 // ---------------------------------------------------------------------------------------------
@@ -44,25 +44,26 @@
 // 2. The tile hierarchy. One block of 128 threads (4 warps, 2 x 2) computes a BM x BN tile of C
 //    (128 x 128, or 64 x 64); each warp a (BM/2) x (BN/2) tile = (BM/32) x (BN/16) mma tiles of
 //    16 x 8, kept in registers (128 fp32 accumulators per thread at 128 x 128). The reduction runs
-//    in block steps of BK = 64 bytes of k (16 fp32 or 32 halves), each step being BK/8 (TF32) or
-//    BK/16 (16-bit) warp steps of mma. Blocks are numbered in groups of 8 tile rows (GROUP_M) so
+//    in block steps of BK = BK_BYTES of k (64 bytes: 16 fp32 or 32 halves; or 128 bytes), each step
+//    being BK/8 (TF32) or BK/16 (16-bit) warp steps of mma. Blocks are numbered in groups of 8 tile rows (GROUP_M) so
 //    that blocks running at the same time share panels of A and B in L2.
 //
 // 3. The shared layout. Each operand tile is stored in shared memory as it lies in global memory
 //    (k-contiguous: [rows][BK]; m/n-contiguous: [BK][rows]), so global->shared copies are straight
 //    16-byte cp.async copies and the transposes cost nothing (ldmatrix.trans does them). Rows are
-//    PADDED (not swizzled): k-contiguous rows by 16 bytes (80-byte rows: the 8 rows one ldmatrix
-//    phase reads start in 8 different 16-byte bank groups), m/n-contiguous rows by 8 elements
+//    PADDED (not swizzled): k-contiguous rows by 16 bytes (80- or 144-byte rows: the 8 rows one
+//    ldmatrix phase reads start in 8 different 16-byte bank groups), m/n-contiguous rows by 8 elements
 //    (8 ldmatrix rows -> 8 bank groups; for the TF32 scalar loads, lanes (g, t) hit bank 8t + g).
 //    So every fragment load is free of bank conflicts, at 6% (k-contiguous) or 3-6% more memory.
 //
-// 4. The pipeline. STAGES = 4 shared buffers. cp.async copies global -> shared without going through
-//    registers and without blocking; each block step's copies are one "commit group". Before the
-//    main loop the first 3 steps are in flight; in step kt a thread waits until step kt's group has
-//    landed (cp.async.wait_group 2: at most 2 younger groups may still be pending), one
-//    __syncthreads makes every thread's copies visible and guarantees everyone is done reading the
-//    buffer of step kt-1, which is then refilled with step kt+3 while the tensor cores work on
-//    step kt. So three block steps of loads are always in flight behind the math.
+// 4. The pipeline. STAGES shared buffers (4 with 64-byte steps, 3 with 128-byte steps). cp.async
+//    copies global -> shared without going through registers and without blocking; each block
+//    step's copies are one "commit group". Before the main loop the first STAGES-1 steps are in
+//    flight; in step kt a thread waits until step kt's group has landed (cp.async.wait_group
+//    STAGES-2: that many younger groups may still be pending), one __syncthreads makes every
+//    thread's copies visible and guarantees everyone is done reading the buffer of step kt-1, which
+//    is then refilled with step kt+STAGES-1 while the tensor cores work on step kt. So STAGES-1
+//    block steps of loads are always in flight behind the math.
 //
 // 5. Edges (any M, N, K). A 16-byte copy whose elements run past the matrix copies only the bytes
 //    inside (cp.async's src-size operand) and zero-fills the rest; rows past M or N copy 0 bytes. The
@@ -75,7 +76,7 @@
 //    beta == 0, so NaN there is ignored, as in cuDNN), converted to C's type (round to nearest even).
 //
 // Grid: x = tile index (grouped order), z = batch. Block: 128 threads. Dynamic shared memory:
-// STAGES * (A tile + B tile) bytes (see smem_bytes in minidl/primitives/cuda/gemm.py; > 48 KiB, so
+// STAGES * (A tile + B tile) bytes (see tc_smem_bytes in minidl/primitives/cuda/gemm.py; > 48 KiB, so
 // the launcher raises the kernel's limit).
 //
 // Not here: a wgmma (sm_90a warpgroup MMA, with TMA) version, which is what reaches near-peak on
@@ -86,7 +87,6 @@ namespace minidl_tc {
 enum Kind { KIND_TF32 = 0, KIND_F16 = 1, KIND_BF16 = 2 };
 
 constexpr int THREADS = 128;  // 4 warps, 2 x 2
-constexpr int STAGES = 4;     // shared-memory pipeline depth
 constexpr int GROUP_M = 8;    // tile rows per group in the block order (L2 reuse)
 constexpr int MN_PAD = 8;     // elements of padding of an m/n-contiguous shared row
 
@@ -217,12 +217,14 @@ __device__ __forceinline__ void store_c_pair<KIND_BF16>(unsigned short* p, float
 }
 
 // Compile-time geometry of one kernel.
-template <int KIND, int BM, int BN, bool TRANS_A, bool TRANS_B>
+template <int KIND, int BM, int BN, int BK_BYTES, bool TRANS_A, bool TRANS_B>
 struct Config {
     using T = typename Storage<KIND>::T;
     static constexpr int ES = sizeof(T);         // bytes per element
     static constexpr int V = 16 / ES;            // elements per 16-byte chunk
-    static constexpr int BK = 64 / ES;           // k per block step: 16 fp32 or 32 halves
+    static constexpr int BK = BK_BYTES / ES;     // k per block step: 16 fp32 or 32 halves per 64 bytes
+    static constexpr int STAGES = BK_BYTES == 64 ? 4 : 3;  // pipeline depth (shared memory per block
+                                                           // ~75 or ~108 KiB: two blocks per SM fit)
     static constexpr int KSTEP = (KIND == KIND_TF32) ? 8 : 16;  // k per mma
     static constexpr bool A_KCONTIG = !TRANS_A;  // A stored (M, K): k contiguous
     static constexpr bool B_KCONTIG = TRANS_B;   // B stored (N, K): k contiguous
@@ -402,16 +404,17 @@ __device__ __forceinline__ void load_b_frags(unsigned (&b0)[2], unsigned (&b1)[2
     b1[1] = r[3];
 }
 
-template <int KIND, int BM, int BN, bool TRANS_A, bool TRANS_B>
+template <int KIND, int BM, int BN, int BK_BYTES, bool TRANS_A, bool TRANS_B>
 __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
                                              const typename Storage<KIND>::T* A, long long lda, long long stride_a,
                                              const typename Storage<KIND>::T* B, long long ldb, long long stride_b,
                                              float beta, typename Storage<KIND>::T* C, long long ldc_row,
                                              long long ldc_col, long long stride_c, int vec_a, int vec_b, int vec_c)
 {
-    using Cfg = Config<KIND, BM, BN, TRANS_A, TRANS_B>;
+    using Cfg = Config<KIND, BM, BN, BK_BYTES, TRANS_A, TRANS_B>;
     using T = typename Cfg::T;
     constexpr int BK = Cfg::BK, KSTEP = Cfg::KSTEP, MI = Cfg::MI, NI = Cfg::NI, ES = Cfg::ES;
+    constexpr int STAGES = Cfg::STAGES;
     constexpr int STAGE_BYTES = Cfg::STAGE_ELEMS * ES, A_BYTES = Cfg::A_ELEMS * ES;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
@@ -535,16 +538,16 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
 }  // namespace minidl_tc
 
 // One kernel template; the launcher asks NVRTC for just the instantiation it needs (name expression
-// "gemm_tc<KIND, BM, TRANS_A, TRANS_B>", e.g. "gemm_tc<0, 128, false, true>"), so a process compiles
+// "gemm_tc<KIND, BM, BK_BYTES, TRANS_A, TRANS_B>", e.g. "gemm_tc<0, 128, 64, false, true>"), so a process compiles
 // only the variants it uses (each takes ~2 s of NVRTC). A, B, C are float (TF32) or 16-bit bits.
-template <int KIND, int BM, bool TRANS_A, bool TRANS_B>
+template <int KIND, int BM, int BK_BYTES, bool TRANS_A, bool TRANS_B>
 __global__ void __launch_bounds__(minidl_tc::THREADS, 2)
     gemm_tc(int M, int N, int K, float alpha, const void* A, long long lda, long long stride_a, const void* B,
             long long ldb, long long stride_b, float beta, void* C, long long ldc_row, long long ldc_col,
             long long stride_c, int vec_a, int vec_b, int vec_c)
 {
     using T = typename minidl_tc::Storage<KIND>::T;
-    minidl_tc::gemm_tc_body<KIND, BM, BM, TRANS_A, TRANS_B>(
+    minidl_tc::gemm_tc_body<KIND, BM, BM, BK_BYTES, TRANS_A, TRANS_B>(
         M, N, K, alpha, static_cast<const T*>(A), lda, stride_a, static_cast<const T*>(B), ldb, stride_b, beta,
         static_cast<T*>(C), ldc_row, ldc_col, stride_c, vec_a, vec_b, vec_c);
 }
@@ -552,12 +555,12 @@ __global__ void __launch_bounds__(minidl_tc::THREADS, 2)
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): instantiations that between them take
 // every code path (both kinds of mma, k- and m/n-contiguous A and B, both tiles).
-template __global__ void gemm_tc<minidl_tc::KIND_TF32, 128, false, false>(int, int, int, float, const void*, long long,
+template __global__ void gemm_tc<minidl_tc::KIND_TF32, 128, 64, false, false>(int, int, int, float, const void*, long long,
     long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
-template __global__ void gemm_tc<minidl_tc::KIND_TF32, 64, true, true>(int, int, int, float, const void*, long long,
+template __global__ void gemm_tc<minidl_tc::KIND_TF32, 64, 128, true, true>(int, int, int, float, const void*, long long,
     long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
-template __global__ void gemm_tc<minidl_tc::KIND_F16, 128, true, false>(int, int, int, float, const void*, long long,
+template __global__ void gemm_tc<minidl_tc::KIND_F16, 128, 128, true, false>(int, int, int, float, const void*, long long,
     long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
-template __global__ void gemm_tc<minidl_tc::KIND_BF16, 64, false, true>(int, int, int, float, const void*, long long,
+template __global__ void gemm_tc<minidl_tc::KIND_BF16, 64, 64, false, true>(int, int, int, float, const void*, long long,
     long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
 #endif

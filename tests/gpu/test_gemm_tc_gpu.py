@@ -83,24 +83,25 @@ def test_gemm_tc_matches_float64(kind, trans_a, trans_b, M, N, K):
 
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("trans_a, trans_b", TRANS)
-@pytest.mark.parametrize("tile", [64, 128])
-def test_gemm_tc_both_tiles_and_alpha_beta(kind, trans_a, trans_b, tile):
-    """The launcher entry with each tile forced, at sizes that leave ragged tiles on every edge."""
+@pytest.mark.parametrize("tile, bk_bytes", [(64, 64), (128, 64), (64, 128), (128, 128)])
+def test_gemm_tc_both_tiles_and_alpha_beta(kind, trans_a, trans_b, tile, bk_bytes):
+    """The launcher entry with each tile and k step forced, at sizes that leave ragged tiles on every
+    edge (and a K that ends inside a block step of either size)."""
     from minidl.primitives.cuda.gemm import gemm_tc
 
     dtype, _ = KINDS[kind]
     M, N, K = 300, 261, 203
-    rng = np.random.default_rng(tile + 7 * trans_a + 3 * trans_b)
+    rng = np.random.default_rng(tile + bk_bytes + 7 * trans_a + 3 * trans_b)
     a, b = _stored(rng, M, K, trans_a, dtype), _stored(rng, K, N, trans_b, dtype)
     prior = rng.standard_normal((M, N)).astype(np.float32).astype(dtype)
     out = _gpu(prior)
     gemm_tc(M, N, K, _gpu(a), a.shape[-1], _gpu(b), b.shape[-1], out, trans_a=trans_a, trans_b=trans_b,
-            alpha=0.5, beta=-1.5, tile=tile)
+            alpha=0.5, beta=-1.5, tile=tile, bk_bytes=bk_bytes)
     want = 0.5 * _ref(a, b, trans_a, trans_b) - 1.5 * prior.astype(np.float64)
     _check(kind, out, want)
     out = _nan_like((M, N), dtype)                      # beta = 0: NaN in C is never read
     gemm_tc(M, N, K, _gpu(a), a.shape[-1], _gpu(b), b.shape[-1], out, trans_a=trans_a, trans_b=trans_b,
-            alpha=2.0, tile=tile)
+            alpha=2.0, tile=tile, bk_bytes=bk_bytes)
     _check(kind, out, 2.0 * _ref(a, b, trans_a, trans_b), a, b, trans_a, trans_b, alpha=2.0)
 
 

@@ -110,7 +110,7 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
 # ----------------------------------------------------------------------------------------------
 
 TC_THREADS = 128       # 4 warps per block
-TC_STAGES = 4          # cp.async pipeline depth (STAGES of kernels/gemm_tc.cu)
+TC_BK_BYTES = 64       # bytes of k per block step (BK_BYTES of kernels/gemm_tc.cu): 64 or 128
 TC_MN_PAD = 8          # MN_PAD of kernels/gemm_tc.cu
 TC_MAX_GRID_Z = 65535  # the batch runs on grid z
 # KIND of kernels/gemm_tc.cu for each data type (float32 data means TF32 math).
@@ -118,15 +118,20 @@ TC_KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}
 _tc_kernels: dict = {}
 
 
-def tc_smem_bytes(itemsize: int, tile: int, trans_a: bool, trans_b: bool) -> int:
-    """Dynamic shared memory of one gemm_tc block: TC_STAGES x (A tile + B tile), padded as in the kernel."""
+def tc_stages(bk_bytes: int) -> int:
+    """Pipeline depth of gemm_tc (Config::STAGES): 4 buffers of 64-byte k steps, 3 of 128-byte ones."""
+    return 4 if bk_bytes == 64 else 3
+
+
+def tc_smem_bytes(itemsize: int, tile: int, trans_a: bool, trans_b: bool, bk_bytes: int = 64) -> int:
+    """Dynamic shared memory of one gemm_tc block: STAGES x (A tile + B tile), padded as in the kernel."""
     vec = 16 // itemsize           # elements per 16-byte chunk
-    bk = 64 // itemsize            # k per block step
+    bk = bk_bytes // itemsize      # k per block step
     k_rows = tile * (bk + vec)     # a k-contiguous tile: tile rows of bk + 16 bytes
     mn_rows = bk * (tile + TC_MN_PAD)
     a_elems = mn_rows if trans_a else k_rows
     b_elems = k_rows if trans_b else mn_rows
-    return TC_STAGES * (a_elems + b_elems) * itemsize
+    return tc_stages(bk_bytes) * (a_elems + b_elems) * itemsize
 
 
 def tc_tile(M: int, N: int, batch: int) -> int:
@@ -135,14 +140,14 @@ def tc_tile(M: int, N: int, batch: int) -> int:
     return 128 if tiles >= sm_count() else 64
 
 
-def _tc_kernel(kind: int, tile: int, trans_a: bool, trans_b: bool, itemsize: int):
-    """The gemm_tc<kind, tile, trans_a, trans_b> instantiation (compiled on first use, alone)."""
-    key = (cupy.cuda.Device().id, kind, tile, trans_a, trans_b)
+def _tc_kernel(kind: int, tile: int, bk_bytes: int, trans_a: bool, trans_b: bool, itemsize: int):
+    """The gemm_tc<kind, tile, bk_bytes, trans_a, trans_b> instantiation (compiled on first use, alone)."""
+    key = (cupy.cuda.Device().id, kind, tile, bk_bytes, trans_a, trans_b)
     kernel = _tc_kernels.get(key)
     if kernel is None:
-        name = f"gemm_tc<{kind}, {tile}, {str(trans_a).lower()}, {str(trans_b).lower()}>"
+        name = f"gemm_tc<{kind}, {tile}, {bk_bytes}, {str(trans_a).lower()}, {str(trans_b).lower()}>"
         kernel = get_kernel("gemm_tc", name, name_expressions=(name,))
-        kernel.max_dynamic_shared_size_bytes = tc_smem_bytes(itemsize, tile, trans_a, trans_b)
+        kernel.max_dynamic_shared_size_bytes = tc_smem_bytes(itemsize, tile, trans_a, trans_b, bk_bytes)
         _tc_kernels[key] = kernel
     return kernel
 
@@ -152,7 +157,7 @@ def _pointer(a) -> int:
 
 
 def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
-            ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, tile=None):
+            ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, tile=None, bk_bytes=None):
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, on the tensor cores.
 
     A, B, C: CuPy arrays (or raw device pointers, then pass `dtype`) of one dtype: float32 (TF32
@@ -160,7 +165,8 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     stored (M, K) with leading dimension lda, or (K, M) when trans_a; op(B) is (K, N): B stored
     (K, N), or (N, K) when trans_b. C element (b, m, n) is C[b*stride_c + m*ldc_row + n*ldc_col]
     (default row-major, ldc_row = N), of the same dtype (fp32 accumulation, rounded once at the end).
-    Strides and leading dimensions are in elements. tile: 128 or 64 (default: tc_tile).
+    Strides and leading dimensions are in elements. tile: 128 or 64 (default: tc_tile); bk_bytes: 64
+    or 128, the k step of the shared-memory pipeline (default TC_BK_BYTES).
     """
     if M == 0 or N == 0 or batch == 0:
         return C
@@ -172,7 +178,8 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     if ldc_row is None:
         ldc_row = N
     tile = tile or tc_tile(M, N, batch)
-    kernel = _tc_kernel(TC_KINDS[dtype.name], tile, bool(trans_a), bool(trans_b), dtype.itemsize)
+    bk_bytes = bk_bytes or TC_BK_BYTES
+    kernel = _tc_kernel(TC_KINDS[dtype.name], tile, bk_bytes, bool(trans_a), bool(trans_b), dtype.itemsize)
     vec = 16 // dtype.itemsize
     a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
     # 16-byte cp.async copies need every row (and every matrix of the batch) to start 16-byte aligned.
@@ -182,7 +189,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     vec_c = np.int32(ldc_col == 1 and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
                      and (batch == 1 or stride_c % 2 == 0))
     tiles = math.ceil(M / tile) * math.ceil(N / tile)
-    smem = tc_smem_bytes(dtype.itemsize, tile, trans_a, trans_b)
+    smem = tc_smem_bytes(dtype.itemsize, tile, trans_a, trans_b, bk_bytes)
     i64, size = np.int64, dtype.itemsize
     for first in range(0, batch, TC_MAX_GRID_Z):
         count = min(TC_MAX_GRID_Z, batch - first)
