@@ -8,7 +8,9 @@ OUT="${OUT:-benchmarks/results/runs}"
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gemm_tc_device.txt"
-timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_gemm_tc_gpu.py ${EXTRA_TESTS:-} \
+# The kernel's tests, then every GPU test whose code this work touched (GEMM, RNN, framework).
+timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_gemm_tc_gpu.py tests/gpu/test_gemm_gpu.py \
+  tests/gpu/test_rnn_gpu.py tests/gpu/test_framework_gpu.py tests/framework/test_layers.py ${EXTRA_TESTS:-} \
   2>&1 | tee "$OUT/gemm_tc_tests.log" | tail -25
 timeout 150 python3 benchmarks/bench_gpu_gemm_tc.py --out "$OUT/gpu_gemm_tc.md" 2>&1 | tail -45
 SAN_K="partial_chunks or batched_and_broadcast or (matches_float64 and (7-5-3 or 129-131-9))"
@@ -23,3 +25,10 @@ timeout 90 ncu --clock-control none -k regex:gemm_tc --launch-skip 2 --launch-co
   --section Occupancy python3 benchmarks/profile_gemm_tc.py > "$OUT/gemm_tc_ncu.txt" 2>&1; echo "ncu rc=$?"
 grep -E "gemm_tc|Duration|Compute \(SM\) Throughput|Memory Throughput|Tensor|Bank|Achieved Occupancy|Stall|Issue" \
   "$OUT/gemm_tc_ncu.txt" | head -40
+# Tensor-pipe utilisation, shared-memory bank conflicts, stall reasons (cycles per issued instruction).
+STALLS=$(for r in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected \
+  dispatch_stall lg_throttle no_instruction; do printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio," $r; done)
+timeout 90 ncu --clock-control none -k regex:gemm_tc --launch-skip 2 --launch-count 2 --metrics \
+  "${STALLS}sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active" \
+  python3 benchmarks/profile_gemm_tc.py > "$OUT/gemm_tc_ncu_metrics.txt" 2>&1; echo "ncu metrics rc=$?"
+grep -E "gemm_tc<|stalled|tensor|bank|inst_executed|warps_active|ERROR" "$OUT/gemm_tc_ncu_metrics.txt" | head -40
