@@ -110,7 +110,10 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
 # ----------------------------------------------------------------------------------------------
 
 TC_THREADS = 128       # 4 warps per block
-TC_BK_BYTES = 64       # bytes of k per block step (BK_BYTES of kernels/gemm_tc.cu): 64 or 128
+# Bytes of k per block step of the 128 x 128 tiles (BK_BYTES of kernels/gemm_tc.cu): 128 (3 stages) measured
+# 10-15% faster than 64 (4 stages) at 4096^3 on the H200 (benchmarks/results/gpu_gemm_tc.md). The 64 x 64
+# tiles (small problems, short K) keep 64-byte steps.
+TC_BK_BYTES = 128
 TC_MN_PAD = 8          # MN_PAD of kernels/gemm_tc.cu
 TC_MAX_GRID_Z = 65535  # the batch runs on grid z
 # KIND of kernels/gemm_tc.cu for each data type (float32 data means TF32 math).
@@ -166,7 +169,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     (K, N), or (N, K) when trans_b. C element (b, m, n) is C[b*stride_c + m*ldc_row + n*ldc_col]
     (default row-major, ldc_row = N), of the same dtype (fp32 accumulation, rounded once at the end).
     Strides and leading dimensions are in elements. tile: 128 or 64 (default: tc_tile); bk_bytes: 64
-    or 128, the k step of the shared-memory pipeline (default TC_BK_BYTES).
+    or 128, the k step of the shared-memory pipeline (default: TC_BK_BYTES for 128-tiles, 64 for 64-tiles).
     """
     if M == 0 or N == 0 or batch == 0:
         return C
@@ -178,7 +181,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     if ldc_row is None:
         ldc_row = N
     tile = tile or tc_tile(M, N, batch)
-    bk_bytes = bk_bytes or TC_BK_BYTES
+    bk_bytes = bk_bytes or (TC_BK_BYTES if tile == 128 else 64)
     kernel = _tc_kernel(TC_KINDS[dtype.name], tile, bk_bytes, bool(trans_a), bool(trans_b), dtype.itemsize)
     vec = 16 // dtype.itemsize
     a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
