@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import check_same_device, is_cuda_array, shape_str
+from ._common import backend, check_same_device, is_cuda_array, shape_str
 
 __all__ = ["gemm", "GEMM_MATH_MODES"]
 
@@ -77,14 +77,8 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     if beta != 0 and out is None:
         raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
 
-    if is_cuda_array(a):
-        if dtype == np.float64 and not use_cublas:
-            raise TypeError(f"{op}: the GPU kernels are float32, float16 and bfloat16, got {dtype} "
-                            "(use_cublas=True takes float64)")
-        from .cuda import gemm as impl
-
-        return impl.gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math)
-
-    from .cpu import gemm as impl
-
-    return impl.gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, out=out, math=math)
+    if is_cuda_array(a) and dtype == np.float64 and not use_cublas:
+        raise TypeError(f"{op}: the GPU kernels are float32, float16 and bfloat16, got {dtype} "
+                        "(use_cublas=True takes float64)")
+    return backend("gemm", a).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, out=out,
+                                   use_cublas=use_cublas, math=math)

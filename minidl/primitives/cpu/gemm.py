@@ -39,8 +39,9 @@ def _is_half(dtype) -> bool:
     return np.dtype(dtype).name in ("float16", "bfloat16")
 
 
-def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, math="fp32"):
-    """out = alpha * op(a) @ op(b) + beta * out on NumPy arrays (checked by minidl.primitives.gemm)."""
+def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32"):
+    """out = alpha * op(a) @ op(b) + beta * out on NumPy arrays (checked by minidl.primitives.gemm).
+    use_cublas means nothing here (NumPy's matmul is the CPU's BLAS already)."""
     op_a = np.swapaxes(a, -1, -2) if trans_a else a
     op_b = np.swapaxes(b, -1, -2) if trans_b else b
     if _is_half(a.dtype):

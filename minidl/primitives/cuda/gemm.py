@@ -240,7 +240,7 @@ def _gemm_output(out, shape, dtype, beta, *inputs):
     return scratch, out
 
 
-def gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math="fp32"):
+def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32"):
     """Backend of minidl.primitives.gemm on the GPU. a, b: 2-D or 3-D (batched) arrays of one dtype."""
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
