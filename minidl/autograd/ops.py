@@ -366,10 +366,31 @@ class Stack(Function):
 # ------------------------------------------------------------------------------------------------
 
 
+_GEMM_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _matmul(a, b, trans_a=False, trans_b=False):
+    """op(a) @ op(b) with matmul's broadcasting (op = swap the last two axes when trans_*).
+
+    On the GPU, 2-D and 3-D products (equal batch, or one side 2-D) of float32 / float16 / bfloat16
+    run on the primitive library's GEMM: our SGEMM, or our tensor-core GEMM for float32 when
+    minidl.backends.cuda.matmul.allow_tf32 is set (TF32) and always for the half types; cuBLAS
+    with minidl.backends.cuda.use_cublas. Other broadcasts, float64, and the CPU use xp.matmul."""
+    xp = get_array_module(a)
+    fits = (a.ndim in (2, 3) and b.ndim in (2, 3) and a.dtype == b.dtype and a.dtype.name in _GEMM_DTYPES
+            and not (a.ndim == 3 and b.ndim == 3 and a.shape[0] != b.shape[0]))
+    if xp is not np and fits:
+        from .. import backends, primitives
+
+        return primitives.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=backends.cuda.use_cublas,
+                               math=backends.math_for_matmul(a.dtype))
+    return xp.matmul(xp.swapaxes(a, -1, -2) if trans_a else a, xp.swapaxes(b, -1, -2) if trans_b else b)
+
+
 class MatMul(Function):
     def forward(self, a, b):
         self.a, self.b = a, b
-        return get_array_module(a).matmul(a, b)
+        return _matmul(a, b)
 
     def backward(self, g):
         xp = get_array_module(g)
@@ -385,9 +406,9 @@ class MatMul(Function):
             g2 = xp.expand_dims(g2, -2)
         ga = gb = None
         if self.needs_input_grad[0]:
-            ga = xp.matmul(g2, xp.swapaxes(b2, -1, -2))
+            ga = _matmul(g2, b2, trans_b=True)
             ga = unbroadcast(ga, a2.shape).reshape(a.shape)
         if self.needs_input_grad[1]:
-            gb = xp.matmul(xp.swapaxes(a2, -1, -2), g2)
+            gb = _matmul(a2, g2, trans_a=True)
             gb = unbroadcast(gb, b2.shape).reshape(b.shape)
         return ga, gb

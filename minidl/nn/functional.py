@@ -10,7 +10,8 @@ Each op here is an autograd Function (forward and backward on plain arrays) over
     batch_norm         -> batch_norm_forward_training / _inference / batch_norm_backward
     local_response_norm -> lrn_forward / lrn_backward
     dropout            -> dropout_forward / dropout_backward (the mask is regenerated, never stored)
-    linear             -> gemm (our SGEMM on the GPU; cuBLAS with minidl.backends.cuda.use_cublas)
+    linear             -> gemm (our SGEMM on the GPU, or our tensor-core GEMM for TF32 / float16 /
+                          bfloat16; cuBLAS with minidl.backends.cuda.use_cublas)
 
 The rest (the losses, embedding, pad, one_hot) is ordinary array math written once for NumPy
 and CuPy. Losses are fused: cross_entropy is one Function whose backward is (softmax - target) scaled,
@@ -76,13 +77,17 @@ def _reduce(loss, reduction):
 
 
 def _gemm(a, b, trans_a=False, trans_b=False):
-    """op(a) @ op(b) for 2-D arrays through the primitive library's GEMM.
+    """op(a) @ op(b) for 2-D arrays through the primitive library's GEMM, in the math mode of
+    minidl.backends.cuda.matmul.allow_tf32 (math_for_matmul: "tf32" or "fp32", as torch).
 
-    On the GPU that is minidl's own SGEMM (kernels/gemm.cu), or cuBLAS when
-    minidl.backends.cuda.use_cublas is set or the arrays are not float32 (our kernel is float32 only).
-    On the CPU it is NumPy's matmul (the BLAS)."""
-    use_cublas = is_cuda_array(a) and (backends.cuda.use_cublas or a.dtype != np.float32)
-    return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas)
+    On the GPU: float32 on minidl's own SGEMM (kernels/gemm.cu), or with allow_tf32 on our TF32
+    tensor-core GEMM (kernels/gemm_tc.cu); float16 / bfloat16 on the tensor cores; cuBLAS when
+    minidl.backends.cuda.use_cublas is set or the arrays are float64 (our kernels have no float64).
+    On the CPU it is NumPy's matmul (the BLAS), always exact (as torch's CPU path)."""
+    on_gpu = is_cuda_array(a)
+    use_cublas = on_gpu and (backends.cuda.use_cublas or a.dtype == np.float64)
+    math = backends.math_for_matmul(a.dtype) if on_gpu else "fp32"  # the CPU path stays exact
+    return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas, math=math)
 
 
 class Linear(Function):

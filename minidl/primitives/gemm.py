@@ -2,32 +2,60 @@
 
 op(a) is a or its transpose (trans_a), likewise b. a and b are 2-D matrices, or 3-D stacks of
 matrices (a batched GEMM; a 2-D operand is shared by every matrix of the other's stack).
-On the CPU this is NumPy's matmul (which calls the BLAS). On the GPU it is minidl's own tiled SGEMM
-(kernels/gemm.cu, float32), or cuBLAS through cupy.matmul when use_cublas=True, to compare with.
+
+Math modes (cuDNN's "math type"; the framework picks them from minidl.backends):
+    math="fp32"  float32 products and sums (the default): minidl's tiled SGEMM on the CUDA cores
+                 (kernels/gemm.cu) on the GPU, NumPy's matmul on the CPU.
+    math="tf32"  float32 arrays, TF32 tensor-core math: both operands rounded to 10 mantissa bits
+                 (round to nearest, ties away), products summed in fp32 (kernels/gemm_tc.cu); the
+                 relative error grows to ~1e-3 on long sums. The CPU path emulates it exactly
+                 (minidl/primitives/cpu/gemm.py), so it can be taught and tested without a GPU.
+float16 and bfloat16 arrays always run on the tensor cores (fp32 accumulation, result in the input's
+dtype; on the CPU, numpy.float16 or ml_dtypes.bfloat16 computed in fp32), whatever `math` says;
+float64 ignores `math` (exact float64 on the CPU; cuBLAS on the GPU, use_cublas=True).
+use_cublas=True runs cupy.matmul (cuBLAS) instead of our kernels, to compare with.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ._common import blend, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import backend, check_same_device, is_cuda_array, shape_str
 
-__all__ = ["gemm"]
+__all__ = ["gemm", "GEMM_MATH_MODES"]
+
+GEMM_MATH_MODES = ("fp32", "tf32")
+_GEMM_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _check_dtypes(op: str, **arrays) -> np.dtype:
+    """All arrays of one dtype among float16, bfloat16, float32, float64; return it."""
+    dtypes = {name: np.dtype(a.dtype) for name, a in arrays.items() if a is not None}
+    for name, dt in dtypes.items():
+        if dt.name not in _GEMM_DTYPES:
+            raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {dt}")
+    if len(set(dtypes.values())) > 1:
+        desc = ", ".join(f"{k}={v}" for k, v in dtypes.items())
+        raise TypeError(f"{op}: all arrays must have the same dtype, got {desc}")
+    return next(iter(dtypes.values()))
 
 
 def _op_shape(shape, trans):
     return (shape[-1], shape[-2]) if trans else (shape[-2], shape[-1])
 
 
-def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False):
+def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32"):
     """out = alpha * op(a) @ op(b) + beta * out.
 
     a: (M, K) or (batch, M, K); with trans_a, (K, M) or (batch, K, M). b: (K, N) or (batch, K, N);
-    with trans_b, (N, K) or (batch, N, K). Returns (M, N), or (batch, M, N) if either is 3-D.
-    beta != 0 needs out. The GPU kernel is float32 (use_cublas=True also takes float64).
+    with trans_b, (N, K) or (batch, N, K). Returns (M, N), or (batch, M, N) if either is 3-D, of the
+    inputs' dtype. beta != 0 needs out. math: "fp32" or "tf32" (float32 arrays; see the module
+    docstring). On the GPU: float32 (either math), float16, bfloat16; float64 with use_cublas=True.
     """
     op = "gemm"
+    if math not in GEMM_MATH_MODES:
+        raise ValueError(f"{op}: unknown math {math!r}; use 'fp32' or 'tf32'")
     check_same_device(op, a=a, b=b, out=out)
-    dtype = check_float(op, a=a, b=b, out=out)
+    dtype = _check_dtypes(op, a=a, b=b, out=out)
     for name, arr in (("a", a), ("b", b)):
         if arr.ndim not in (2, 3):
             raise ValueError(f"{op}: {name} must be 2-D (matrix) or 3-D (batch of matrices), "
@@ -49,13 +77,8 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     if beta != 0 and out is None:
         raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
 
-    if is_cuda_array(a):
-        if dtype != np.float32 and not use_cublas:
-            raise TypeError(f"{op}: the GPU kernel is float32, got {dtype} (use_cublas=True takes float64)")
-        from .cuda import gemm as impl
-
-        return impl.gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas)
-
-    op_a = np.swapaxes(a, -1, -2) if trans_a else a
-    op_b = np.swapaxes(b, -1, -2) if trans_b else b
-    return blend(op, np.matmul(op_a, op_b), out, alpha, beta)
+    if is_cuda_array(a) and dtype == np.float64 and not use_cublas:
+        raise TypeError(f"{op}: the GPU kernels are float32, float16 and bfloat16, got {dtype} "
+                        "(use_cublas=True takes float64)")
+    return backend("gemm", a).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, out=out,
+                                   use_cublas=use_cublas, math=math)

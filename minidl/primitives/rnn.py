@@ -134,6 +134,7 @@ class RNNReserve:
     weights: list
     seq_lengths: Any  # numpy int64 array of B lengths on the host, or None
     saved: Any
+    math: str = "fp32"  # the forward pass's math mode; the backward pass uses the same
 
 
 # ----------------------------------------------------------------------------------------------
@@ -197,15 +198,19 @@ def _check_seq_lengths(op, seq_lengths, T, B):
 # ----------------------------------------------------------------------------------------------
 
 
-def rnn_forward(x, h0, c0, weights, desc: RNNDescriptor, *, seq_lengths=None, training=True):
+def rnn_forward(x, h0, c0, weights, desc: RNNDescriptor, *, seq_lengths=None, training=True, math="fp32"):
     """Run the whole RNN over a (padded) batch of sequences.
 
     x (T, B, input_size), time-major; h0, c0 (num_layers * num_dirs, B, hidden_size) or None
     (zeros; c0 only for LSTM); weights as listed by desc.weight_shapes(); seq_lengths None or B ints
     in 1..T. Returns (y, hy, cy, reserve): y (T, B, num_dirs * hidden_size), hy like h0, cy like
     c0 for LSTM and None otherwise, reserve for rnn_backward (None when training=False).
+    math: "fp32" or "tf32", the math mode of every GEMM (see minidl.primitives.gemm; "tf32" runs our
+    TF32 tensor-core GEMM on the GPU and emulates it on the CPU); rnn_backward uses the same.
     """
     op = "rnn_forward"
+    if math not in ("fp32", "tf32"):
+        raise ValueError(f"{op}: unknown math {math!r}; use 'fp32' or 'tf32'")
     if not isinstance(desc, RNNDescriptor):
         raise TypeError(f"{op}: desc must be an RNNDescriptor, got {type(desc).__name__}")
     if x.ndim != 3:
@@ -228,11 +233,11 @@ def rnn_forward(x, h0, c0, weights, desc: RNNDescriptor, *, seq_lengths=None, tr
 
     on_cuda = is_cuda_array(x)
     impl = backend("rnn", on_cuda)
-    y, hy, cy, saved = impl.rnn_forward(x, h0, c0, weights, desc, lengths, bool(training))
+    y, hy, cy, saved = impl.rnn_forward(x, h0, c0, weights, desc, lengths, bool(training), math=math)
     if not training:
         return y, hy, cy, None
     reserve = RNNReserve(desc=desc, x_shape=tuple(x.shape), dtype=dtype, on_cuda=on_cuda,
-                         weights=list(weights), seq_lengths=lengths, saved=saved)
+                         weights=list(weights), seq_lengths=lengths, saved=saved, math=math)
     return y, hy, cy, reserve
 
 
@@ -267,7 +272,8 @@ def rnn_backward(dy, dhy, dcy, reserve: RNNReserve):
             raise TypeError(f"{op}: gradients have dtype {dtype} but the forward pass ran in {reserve.dtype}")
 
     impl = backend("rnn", reserve.on_cuda)
-    return impl.rnn_backward(dy, dhy, dcy, desc, reserve.weights, reserve.seq_lengths, reserve.saved)
+    return impl.rnn_backward(dy, dhy, dcy, desc, reserve.weights, reserve.seq_lengths, reserve.saved,
+                             math=reserve.math)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,13 +281,13 @@ def rnn_backward(dy, dhy, dcy, reserve: RNNReserve):
 # ----------------------------------------------------------------------------------------------
 
 
-def rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, *, training=True):
+def rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, *, training=True, math="fp32"):
     """One step of one cell (PyTorch's RNNCell / LSTMCell / GRUCell).
 
     x (B, input_size); h (B, hidden) or None (zeros); c (B, hidden) or None, LSTM only;
     w_ih (gates*hidden, input_size), w_hh (gates*hidden, hidden), biases (gates*hidden,) or both None.
     Returns (h_new, c_new, reserve): c_new is None unless mode='lstm'; reserve feeds
-    rnn_cell_step_backward (None when training=False).
+    rnn_cell_step_backward (None when training=False). math: as in rnn_forward.
     """
     op = "rnn_cell_step"
     if mode not in RNN_MODES:
@@ -298,7 +304,7 @@ def rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, *, training=T
     desc = RNNDescriptor(mode, x.shape[1], w_hh.shape[1], bias=b_ih is not None)
     _, hy, cy, reserve = rnn_forward(
         x[None], None if h is None else h[None], None if c is None else c[None],
-        [(w_ih, w_hh, b_ih, b_hh)], desc, training=training)
+        [(w_ih, w_hh, b_ih, b_hh)], desc, training=training, math=math)
     return hy[0], (None if cy is None else cy[0]), reserve
 
 

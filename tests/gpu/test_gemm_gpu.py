@@ -101,6 +101,6 @@ def test_sgemm_gpu_rejects_float64_without_cublas():
     import cupy
 
     a = cupy.ones((3, 4), dtype=cupy.float64)
-    with pytest.raises(TypeError, match="gemm: the GPU kernel is float32, got float64"):
+    with pytest.raises(TypeError, match="gemm: the GPU kernels are float32, float16 and bfloat16, got float64"):
         gemm(a, a.T)
     assert gemm(a, a.T, use_cublas=True).shape == (3, 3)

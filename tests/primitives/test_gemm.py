@@ -66,7 +66,7 @@ def test_gemm_rejects_bad_shapes(a_shape, b_shape, kwargs, match):
 def test_gemm_rejects_wrong_out_shape_and_dtypes():
     with pytest.raises(ValueError, match=r"gemm: out has shape \(2, 2\), expected \(3, 2\)"):
         gemm(np.ones((3, 4)), np.ones((4, 2)), out=np.zeros((2, 2)))
-    with pytest.raises(TypeError, match="gemm: a must be float32 or float64, got int64"):
+    with pytest.raises(TypeError, match="gemm: a must be float16, bfloat16, float32 or float64, got int64"):
         gemm(np.ones((3, 4), dtype=np.int64), np.ones((4, 2)))
     with pytest.raises(TypeError, match="gemm: all arrays must have the same dtype"):
         gemm(np.ones((3, 4), dtype=np.float32), np.ones((4, 2)))

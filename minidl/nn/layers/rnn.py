@@ -16,7 +16,9 @@ import math
 
 import numpy as np
 
+from ... import backends
 from ... import primitives as P
+from ..._device import is_cuda_array
 from ..._device import Device
 from ...autograd.creation import empty, zeros
 from ...autograd.function import Function, is_grad_enabled
@@ -37,6 +39,12 @@ def _group(flat, desc):
     return groups
 
 
+def _rnn_math(x) -> str:
+    """The GEMMs' math mode: TF32 on the GPU when minidl.backends.cudnn.allow_tf32 is set (torch uses
+    the cuDNN flag for RNNs too); the CPU path stays exact fp32."""
+    return backends.math_for_conv(x.dtype) if is_cuda_array(x) else "fp32"
+
+
 class RNNSequence(Function):
     """The whole (multi-layer, bidirectional) RNN over a sequence. Inputs: x (T, B, I) time-major,
     h0, c0 (L*D, B, H) or None, then the weights in PyTorch's order. Outputs: y (T, B, D*H), h_n
@@ -46,7 +54,7 @@ class RNNSequence(Function):
         self.desc = desc
         keep = is_grad_enabled() and any(self.needs_input_grad)  # the reserve is only for backward
         y, hy, cy, self.reserve = P.rnn_forward(x, h0, c0, _group(list(weights), desc), desc,
-                                                seq_lengths=seq_lengths, training=keep)
+                                                seq_lengths=seq_lengths, training=keep, math=_rnn_math(x))
         return (y, hy, cy) if desc.mode == "lstm" else (y, hy)
 
     def backward(self, dy, dhy, dcy=None):
@@ -61,7 +69,8 @@ class RNNCellStep(Function):
     def forward(self, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, mode="rnn_tanh"):
         self.mode, self.has_bias = mode, b_ih is not None
         keep = is_grad_enabled() and any(self.needs_input_grad)
-        h_new, c_new, self.reserve = P.rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih, b_hh, training=keep)
+        h_new, c_new, self.reserve = P.rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih, b_hh, training=keep,
+                                                     math=_rnn_math(x))
         return (h_new, c_new) if mode == "lstm" else h_new
 
     def backward(self, dh, dc=None):

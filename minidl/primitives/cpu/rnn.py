@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .gemm import round_to_tf32
+
 # ----------------------------------------------------------------------------------------------
 # Pointwise cells. gates_x = W_ih x + b_ih and gates_h = W_hh h + b_hh, each (B, G*H).
 # ----------------------------------------------------------------------------------------------
@@ -123,6 +125,14 @@ class _DirectionRecord:
     gates: np.ndarray            # LSTM acts, GRU [r, z, n, hn]; None for the vanilla RNN
 
 
+def _mm(a, b, math):
+    """a @ b in the primitive's math mode: "tf32" rounds float32 operands to TF32 first (as the GPU's
+    tensor cores do, see minidl/primitives/cpu/gemm.py); "fp32" is the plain product."""
+    if math == "tf32" and a.dtype == np.float32:
+        a, b = round_to_tf32(a), round_to_tf32(b)
+    return a @ b
+
+
 def _nonlinearity(mode):
     return "relu" if mode == "rnn_relu" else "tanh"
 
@@ -131,7 +141,7 @@ def _time_steps(T, reverse):
     return range(T - 1, -1, -1) if reverse else range(T)
 
 
-def _forward_direction(mode, gates_x_all, h, c, w_hh, b_hh, mask, reverse):
+def _forward_direction(mode, gates_x_all, h, c, w_hh, b_hh, mask, reverse, math="fp32"):
     """gates_x_all (T, B, G*H) already holds W_ih x + b_ih; h, c (B, H). Returns (out, h, c, record).
 
     With a mask, step t computes only the rows up to the last sequence still running there
@@ -159,7 +169,7 @@ def _forward_direction(mode, gates_x_all, h, c, w_hh, b_hh, mask, reverse):
             c_prev[t] = c
         if n == 0:
             continue
-        gates_h = h[:n] @ w_hh.T
+        gates_h = _mm(h[:n], w_hh.T, math)
         if b_hh is not None:
             gates_h += b_hh
         if is_lstm:
@@ -184,7 +194,7 @@ def _forward_direction(mode, gates_x_all, h, c, w_hh, b_hh, mask, reverse):
     return out, h, c, _DirectionRecord(h_prev, c_prev, cell_h, cell_c, gates)
 
 
-def _backward_direction(mode, dout, dh, dc, record, w_hh, mask, reverse):
+def _backward_direction(mode, dout, dh, dc, record, w_hh, mask, reverse, math="fp32"):
     """dout (T, B, H) gradient of this direction's output; dh, dc (B, H) gradient of its final state.
 
     Returns (dgates_x, dgates_h, dh0, dc0): the gate gradients (T, B, G*H) for the weight GEMMs and
@@ -214,14 +224,14 @@ def _backward_direction(mode, dout, dh, dc, record, w_hh, mask, reverse):
         if mode == "lstm":
             dgates_x[t, :n], dc_run = lstm_cell_backward(dh[:n], dc[:n], record.gates[t, :n], record.c_prev[t, :n],
                                                          record.cell_c[t, :n])
-            dh_run = dgates_x[t, :n] @ w_hh
+            dh_run = _mm(dgates_x[t, :n], w_hh, math)
         elif mode == "gru":
             dgates_x[t, :n], dgates_h[t, :n], dh_direct = gru_cell_backward(dh[:n], record.gates[t, :n],
                                                                              record.h_prev[t, :n])
-            dh_run = dgates_h[t, :n] @ w_hh + dh_direct
+            dh_run = _mm(dgates_h[t, :n], w_hh, math) + dh_direct
         else:
             dgates_x[t, :n] = rnn_cell_backward(dh[:n], record.cell_h[t, :n], _nonlinearity(mode))
-            dh_run = dgates_x[t, :n] @ w_hh
+            dh_run = _mm(dgates_x[t, :n], w_hh, math)
         if mask is None:
             dh, dc = dh_run, (dc_run if mode == "lstm" else None)
         else:
@@ -255,7 +265,7 @@ def _mask(seq_lengths, T):
     return (np.arange(T)[:, None] < seq_lengths[None, :])[:, :, None]
 
 
-def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training):
+def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     """x (T, B, in); h0, c0 (L*D, B, H) or None; weights checked against desc.
 
     Returns (y, hy, cy, saved), saved = (layer_inputs, records) for rnn_backward, or None.
@@ -281,13 +291,13 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training):
             k = layer * D + direction
             w_ih, w_hh, b_ih, b_hh = weights[k]
             # The input projection does not depend on the recurrence: one GEMM for all T steps.
-            gates_x_all = rows @ w_ih.T
+            gates_x_all = _mm(rows, w_ih.T, math)
             if b_ih is not None:
                 gates_x_all += b_ih
             gates_x_all = gates_x_all.reshape(T, B, -1)
             out, h, c, record = _forward_direction(
                 desc.mode, gates_x_all, h0[k], None if c0 is None else c0[k], w_hh, b_hh, mask,
-                reverse=direction == 1)
+                reverse=direction == 1, math=math)
             hy[k] = h
             if cy is not None:
                 cy[k] = c
@@ -299,7 +309,7 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training):
     return y, hy, cy, saved
 
 
-def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved):
+def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     """Gradients of rnn_forward. dy (T, B, D*H) or None; dhy, dcy (L*D, B, H) or None.
 
     Returns (dx, dh0, dc0, dweights).
@@ -329,19 +339,19 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved):
                 dc = np.zeros((B, H), dtype) if dcy is None else dcy[k]
             dgates_x, dgates_h, dh0[k], dc_k = _backward_direction(
                 desc.mode, dout[:, :, direction * H:(direction + 1) * H], dh, dc, records[k], w_hh, mask,
-                reverse=direction == 1)
+                reverse=direction == 1, math=math)
             if is_lstm:
                 dc0[k] = dc_k
 
             # Weight gradients summed over all steps: one GEMM over the T*B rows each.
             gx_rows = dgates_x.reshape(T * B, -1)
             gh_rows = dgates_h.reshape(T * B, -1)
-            dw_ih = gx_rows.T @ rows
-            dw_hh = gh_rows.T @ records[k].h_prev.reshape(T * B, H)
+            dw_ih = _mm(gx_rows.T, rows, math)
+            dw_hh = _mm(gh_rows.T, records[k].h_prev.reshape(T * B, H), math)
             db_ih = gx_rows.sum(axis=0) if b_ih is not None else None
             db_hh = gh_rows.sum(axis=0) if b_hh is not None else None
             dweights[k] = (dw_ih, dw_hh, db_ih, db_hh)
             # Both directions read the same layer input, so their input gradients add.
-            dinput += (gx_rows @ w_ih).reshape(layer_input.shape)
+            dinput += _mm(gx_rows, w_ih, math).reshape(layer_input.shape)
         dout = dinput
     return dout, dh0, dc0, dweights

@@ -1,8 +1,13 @@
-"""CuPy launchers of kernels/gemm.cu: our tiled SGEMM, and cuBLAS (through cupy.matmul) to compare.
+"""CuPy launchers of kernels/gemm.cu (our tiled SGEMM), kernels/gemm_tc.cu (our tensor-core GEMM),
+and cuBLAS (through cupy.matmul) to compare.
 
-`sgemm` is the general entry the other launchers (convolution) use: strided-batched, any
-(row, column) strides for C, split-K for long reductions. `gemm` is the backend of the public
-minidl.primitives.gemm (arguments already validated there).
+General entries for the other launchers (convolution, RNN), all strided-batched with any (row, column)
+strides for C:
+    sgemm(...)          float32 on the CUDA cores (math="fp32"), split-K for long reductions
+    gemm_tc(...)        tensor cores: float32 data in TF32 math, float16, bfloat16 (fp32 accumulation)
+    strided_gemm(..., math=)   picks one of the two from the dtype and the math mode; this is the
+                        function an im2col + GEMM convolution calls.
+`gemm` is the backend of the public minidl.primitives.gemm (arguments already validated there).
 """
 from __future__ import annotations
 
@@ -100,13 +105,150 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
     return C
 
 
-def gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas):
-    """Backend of minidl.primitives.gemm on the GPU. a, b: 2-D or 3-D (batched) float arrays."""
+# ----------------------------------------------------------------------------------------------
+# Tensor-core GEMM (kernels/gemm_tc.cu)
+# ----------------------------------------------------------------------------------------------
+
+TC_THREADS = 128       # 4 warps per block
+# Bytes of k per block step of the 128 x 128 tiles (BK_BYTES of kernels/gemm_tc.cu): 128 (3 stages) measured
+# 10-15% faster than 64 (4 stages) at 4096^3 on the H200 (benchmarks/results/gpu_gemm_tc.md). The 64 x 64
+# tiles (small problems, short K) keep 64-byte steps.
+TC_BK_BYTES = 128
+TC_MN_PAD = 8          # MN_PAD of kernels/gemm_tc.cu
+TC_MAX_GRID_Z = 65535  # the batch runs on grid z
+# KIND of kernels/gemm_tc.cu for each data type (float32 data means TF32 math).
+TC_KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}
+_tc_kernels: dict = {}
+
+
+def tc_stages(bk_bytes: int) -> int:
+    """Pipeline depth of gemm_tc (Config::STAGES): 4 buffers of 64-byte k steps, 3 of 128-byte ones."""
+    return 4 if bk_bytes == 64 else 3
+
+
+def tc_smem_bytes(itemsize: int, tile: int, trans_a: bool, trans_b: bool, bk_bytes: int = 64) -> int:
+    """Dynamic shared memory of one gemm_tc block: STAGES x (A tile + B tile), padded as in the kernel."""
+    vec = 16 // itemsize           # elements per 16-byte chunk
+    bk = bk_bytes // itemsize      # k per block step
+    k_rows = tile * (bk + vec)     # a k-contiguous tile: tile rows of bk + 16 bytes
+    mn_rows = bk * (tile + TC_MN_PAD)
+    a_elems = mn_rows if trans_a else k_rows
+    b_elems = k_rows if trans_b else mn_rows
+    return tc_stages(bk_bytes) * (a_elems + b_elems) * itemsize
+
+
+def tc_tile(M: int, N: int, batch: int) -> int:
+    """128 x 128 tiles when there are enough of them to fill every SM once, else 64 x 64."""
+    tiles = math.ceil(M / 128) * math.ceil(N / 128) * batch
+    return 128 if tiles >= sm_count() else 64
+
+
+def _tc_kernel(kind: int, tile: int, bk_bytes: int, trans_a: bool, trans_b: bool, itemsize: int):
+    """The gemm_tc<kind, tile, bk_bytes, trans_a, trans_b> instantiation (compiled on first use, alone)."""
+    key = (cupy.cuda.Device().id, kind, tile, bk_bytes, trans_a, trans_b)
+    kernel = _tc_kernels.get(key)
+    if kernel is None:
+        name = f"gemm_tc<{kind}, {tile}, {bk_bytes}, {str(trans_a).lower()}, {str(trans_b).lower()}>"
+        kernel = get_kernel("gemm_tc", name, name_expressions=(name,))
+        kernel.max_dynamic_shared_size_bytes = tc_smem_bytes(itemsize, tile, trans_a, trans_b, bk_bytes)
+        _tc_kernels[key] = kernel
+    return kernel
+
+
+def _pointer(a) -> int:
+    return int(a) if isinstance(a, (int, np.integer)) else a.data.ptr
+
+
+def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
+            ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, tile=None, bk_bytes=None):
+    """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, on the tensor cores.
+
+    A, B, C: CuPy arrays (or raw device pointers, then pass `dtype`) of one dtype: float32 (TF32
+    math), float16 or bfloat16; their pointers are the matrices' first elements. op(A) is (M, K): A
+    stored (M, K) with leading dimension lda, or (K, M) when trans_a; op(B) is (K, N): B stored
+    (K, N), or (N, K) when trans_b. C element (b, m, n) is C[b*stride_c + m*ldc_row + n*ldc_col]
+    (default row-major, ldc_row = N), of the same dtype (fp32 accumulation, rounded once at the end).
+    Strides and leading dimensions are in elements. tile: 128 or 64 (default: tc_tile); bk_bytes: 64
+    or 128, the k step of the shared-memory pipeline (default: TC_BK_BYTES for 128-tiles, 64 for 64-tiles).
+    """
+    if M == 0 or N == 0 or batch == 0:
+        return C
+    if K == 0:
+        raise ValueError("gemm_tc: K = 0 (an empty reduction) is the caller's case: the product is zero")
+    dtype = np.dtype(dtype if dtype is not None else C.dtype)
+    if dtype.name not in TC_KINDS:
+        raise TypeError(f"gemm_tc: the tensor-core GEMM takes float32 (TF32), float16 or bfloat16, got {dtype}")
+    if ldc_row is None:
+        ldc_row = N
+    tile = tile or tc_tile(M, N, batch)
+    bk_bytes = bk_bytes or (TC_BK_BYTES if tile == 128 else 64)
+    kernel = _tc_kernel(TC_KINDS[dtype.name], tile, bk_bytes, bool(trans_a), bool(trans_b), dtype.itemsize)
+    vec = 16 // dtype.itemsize
+    a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
+    # 16-byte cp.async copies need every row (and every matrix of the batch) to start 16-byte aligned.
+    vec_a = np.int32(a_ptr % 16 == 0 and lda % vec == 0 and (batch == 1 or stride_a % vec == 0))
+    vec_b = np.int32(b_ptr % 16 == 0 and ldb % vec == 0 and (batch == 1 or stride_b % vec == 0))
+    # Paired stores of two adjacent columns of C need row-major C with rows aligned to two elements.
+    vec_c = np.int32(ldc_col == 1 and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
+                     and (batch == 1 or stride_c % 2 == 0))
+    tiles = math.ceil(M / tile) * math.ceil(N / tile)
+    smem = tc_smem_bytes(dtype.itemsize, tile, trans_a, trans_b, bk_bytes)
+    i64, size = np.int64, dtype.itemsize
+    for first in range(0, batch, TC_MAX_GRID_Z):
+        count = min(TC_MAX_GRID_Z, batch - first)
+        kernel((tiles, 1, count), (TC_THREADS,),
+               (np.int32(M), np.int32(N), np.int32(K), np.float32(alpha),
+                np.uint64(a_ptr + first * stride_a * size), i64(lda), i64(stride_a),
+                np.uint64(b_ptr + first * stride_b * size), i64(ldb), i64(stride_b), np.float32(beta),
+                np.uint64(c_ptr + first * stride_c * size), i64(ldc_row), i64(ldc_col), i64(stride_c),
+                vec_a, vec_b, vec_c), shared_mem=smem)
+    return C
+
+
+def strided_gemm(M, N, K, A, lda, B, ldb, C, *, math="fp32", trans_a=False, trans_b=False, alpha=1.0,
+                 beta=0.0, ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0):
+    """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] with the kernel the dtype and math mode ask for.
+
+    Arguments as in gemm_tc (A, B, C: CuPy arrays). float32 with math="fp32": our SGEMM on the CUDA
+    cores (sgemm, split-K when few output tiles); float32 with math="tf32", float16, bfloat16: the
+    tensor cores (gemm_tc). K = 0 gives C = beta * C.
+    """
+    if M == 0 or N == 0 or batch == 0:
+        return C
+    if K == 0:
+        raise ValueError("strided_gemm: K = 0 (an empty reduction) is the caller's case: the product is zero")
+    if C.dtype == np.float32 and math == "fp32":
+        return sgemm(M, N, K, A, lda, B, ldb, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+                     ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a, stride_b=stride_b,
+                     stride_c=stride_c)
+    return gemm_tc(M, N, K, A, lda, B, ldb, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+                   ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a, stride_b=stride_b,
+                   stride_c=stride_c)
+
+
+def _gemm_output(out, shape, dtype, beta, *inputs):
+    """(target, original) as _launch.kernel_output, for any dtype: the C-contiguous array the kernel
+    writes, and the user's `out` to copy it into afterwards (None when the kernel writes `out` itself)."""
+    if out is None:
+        return cupy.empty(shape, dtype=dtype), None
+    if out.dtype != dtype:
+        raise TypeError(f"gemm: out has dtype {out.dtype}, expected {dtype}")
+    overlaps = any(cupy.may_share_memory(out, a) for a in inputs)
+    if out.flags.c_contiguous and not overlaps:
+        return out, None
+    scratch = out.copy(order="C") if beta != 0 else cupy.empty(shape, dtype=dtype)
+    return scratch, out
+
+
+def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32"):
+    """Backend of minidl.primitives.gemm on the GPU. a, b: 2-D or 3-D (batched) arrays of one dtype."""
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
     if use_cublas:
         check_no_cublas_capture("gemm with use_cublas=True (Linear under backends.cuda.use_cublas)")
         return blend("gemm", cupy.matmul(op_a, op_b), out, alpha, beta)
+    if a.dtype != np.float32 or math == "tf32":
+        return _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out)
 
     M, K = op_a.shape[-2], op_a.shape[-1]
     N = op_b.shape[-1]
@@ -127,4 +269,27 @@ def gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas):
         with get_handle().launch_context():
             sgemm(M, N, K, a, lda, b, ldb, target, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                   beta=beta, batch=batch, stride_a=stride_a, stride_b=stride_b, stride_c=M * N)
+    return finish(target, original)
+
+
+def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out):
+    """The tensor-core path of `gemm` (float32 in TF32 math, float16, bfloat16)."""
+    M, K = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
+    N = b.shape[-2] if trans_b else b.shape[-1]
+    batch = max(a.shape[0] if a.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
+    out_shape = (batch, M, N) if (a.ndim == 3 or b.ndim == 3) else (M, N)
+    a = cupy.ascontiguousarray(a)
+    b = cupy.ascontiguousarray(b)
+    target, original = _gemm_output(out, out_shape, a.dtype, beta, a, b)
+    if K == 0:  # an empty reduction: the product is zero
+        if beta == 0:
+            target[...] = 0
+        else:
+            target[...] = (target.astype(cupy.float32) * np.float32(beta)).astype(target.dtype)
+    else:
+        with get_handle().launch_context():
+            gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, trans_a=trans_a, trans_b=trans_b,
+                    alpha=alpha, beta=beta, batch=batch,
+                    stride_a=a.shape[-1] * a.shape[-2] if a.ndim == 3 else 0,
+                    stride_b=b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0, stride_c=M * N)
     return finish(target, original)

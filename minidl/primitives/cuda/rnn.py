@@ -13,7 +13,7 @@ Backward, per layer (top down) and direction:
   2. then ONE GEMM each for dW_ih and dW_hh over all T*B rows, a column sum for each bias, and one
      GEMM per direction for the gradient of the layer's input.
 
-GEMMs: cuBLAS sgemm (plain float32, no TF32), called directly through CuPy's thin cuBLAS binding on raw
+GEMMs, math="fp32" (the default): cuBLAS sgemm (plain float32, no TF32), called directly through CuPy's thin cuBLAS binding on raw
 device pointers. Not `cupy.matmul`, and not minidl's own GEMM: at these sizes (a 64 x 2048 x 512 GEMM
 per step) the GPU work per step is a few microseconds, so the Python cost of each call matters as much
 as the kernel; cupy.matmul spends several times longer in Python (shape checks, views, a new output
@@ -24,6 +24,9 @@ version, with CuPy's RawKernel call and per-step pointer arithmetic in Python, s
 per step and ran at the speed of Python (LSTM 2x512, T64 B64 on an H200: fwd+bwd 1.84x cuDNN's time);
 packed, fwd+bwd is on par with cuDNN (0.98x; GRU 1.09x). What host time is left is mostly cuBLAS's own per-call cost
 (~14 us per sgemm in a profile): the next step would be a recurrent GEMM of our own, launched packed.
+math="tf32" (minidl.backends.cudnn.allow_tf32, as torch does for cuDNN's RNNs): every GEMM runs on our
+TF32 tensor-core kernel (gemm_tc of kernels/gemm_tc.cu) on the same raw pointers, launched through
+CuPy's RawKernel call (not yet packed like the cells).
 
 Everything stays on the device: the only host work in the step loop is launching. Bidirectional
 layers run the two directions' step loops interleaved on two CUDA streams (the reverse direction on
@@ -45,6 +48,7 @@ import numpy as np
 
 from ._compile import get_kernel
 from ._launch import check_no_cublas_capture
+from .gemm import gemm_tc
 
 try:  # CuPy >= 10 keeps its library bindings in cupy_backends
     from cupy_backends.cuda.libs import cublas
@@ -116,14 +120,19 @@ def _side_stream():
     return _side_streams[device]
 
 
-def _gemm(c, a, b, m, n, k, *, trans_a=False, trans_b=False, accumulate=False, handle=None):
+def _gemm(c, a, b, m, n, k, *, trans_a=False, trans_b=False, accumulate=False, handle=None, math="fp32"):
     """Row-major C (m, n) = op(A) (m, k) @ op(B) (k, n) [+ C], on raw device pointers c, a, b.
 
     A is stored (m, k), or (k, m) when trans_a; B is stored (k, n), or (n, k) when trans_b; all three
     are contiguous. cuBLAS is column-major, and a row-major matrix is its transpose seen column-major,
     so we ask it for C^T = op(B)^T @ op(A)^T: swap the operands and the sizes m and n.
-    `handle` None means CuPy's handle of the current device.
+    `handle` None means CuPy's handle of the current device. math="tf32": our TF32 tensor-core GEMM
+    (row-major itself, so no swap), on CuPy's current stream.
     """
+    if math == "tf32":
+        gemm_tc(m, n, k, a, m if trans_a else k, b, k if trans_b else n, c, dtype=np.float32, trans_a=trans_a,
+                trans_b=trans_b, beta=1.0 if accumulate else 0.0)
+        return
     if handle is None:
         handle = cupy.cuda.device.get_cublas_handle()
     op_b = CUBLAS_OP_T if trans_b else CUBLAS_OP_N
@@ -235,7 +244,8 @@ class _Geometry:
 class _ForwardDirection:
     """The step loop of one (layer, direction); gates_x already holds layer_input @ W_ih^T (no bias)."""
 
-    def __init__(self, geo, kernel, gates_x, w_hh, b_ih, b_hh, h0, c0, y, lengths, training):
+    def __init__(self, geo, kernel, gates_x, w_hh, b_ih, b_hh, h0, c0, y, lengths, training, math="fp32"):
+        self.math = math
         self.geo, self.T, self.w_hh_ptr = geo, geo.T, _ptr(w_hh)
         # The launches below hold raw pointers only: keep every array they point into alive until the
         # loop has run, or CuPy's memory pool hands the memory to the next allocation.
@@ -287,7 +297,7 @@ class _ForwardDirection:
         geo = self.geo
         # gates_h (B, G*H) = h @ W_hh^T, then the fused cell.
         _gemm(self.gates_h_ptr, self.h_in[s], self.w_hh_ptr, geo.B, geo.G * geo.H, geo.H, trans_b=True,
-              handle=handle)
+              handle=handle, math=self.math)
         self.cell.launch(s, stream_ptr)
 
 
@@ -296,8 +306,9 @@ def _final_index(geo):
     return 0 if geo.reverse else geo.T
 
 
-def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training):
-    """x (T, B, in) float32 on the GPU; h0, c0 (L*D, B, H) or None; seq_lengths host int64 (B,) or None.
+def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
+    """x (T, B, in) float32 on the GPU; h0, c0 (L*D, B, H) or None; seq_lengths host int64 (B,) or None;
+    math "fp32" (cuBLAS sgemm) or "tf32" (our tensor-core GEMM).
 
     Returns (y, hy, cy, saved) with saved = (layer_inputs, records, lengths) for rnn_backward, or None.
     """
@@ -328,11 +339,11 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training):
             w_ih, w_hh, b_ih, b_hh = weights[k]
             # The input projection does not depend on the recurrence: one GEMM for all T steps.
             gates_x = _empty((T, B, G * H))
-            _gemm(_ptr(gates_x), _ptr(layer_input), _ptr(w_ih), T * B, G * H, in_size, trans_b=True)
+            _gemm(_ptr(gates_x), _ptr(layer_input), _ptr(w_ih), T * B, G * H, in_size, trans_b=True, math=math)
             geo = _Geometry(desc.mode, T, B, H, D, direction)
             directions.append(_ForwardDirection(
                 geo, kernel, gates_x, w_hh, b_ih, b_hh, None if h0 is None else h0[k],
-                None if c0 is None else c0[k], y, lengths, training))
+                None if c0 is None else c0[k], y, lengths, training, math))
         _run_interleaved(directions)
         for direction, run in enumerate(directions):
             k = layer * D + direction
@@ -356,7 +367,8 @@ class _BackwardDirection:
     """Back-propagation through time for one (layer, direction): fills dgates_x / dgates_h (T, B, G*H)
     and leaves the gradients of the initial state in dh (and dc), views of dh0[k] (and dc0[k])."""
 
-    def __init__(self, geo, kernel, dout, record, w_hh, lengths, dh, dc):
+    def __init__(self, geo, kernel, dout, record, w_hh, lengths, dh, dc, math="fp32"):
+        self.math = math
         self.geo, self.T, self.w_hh_ptr, self.dh_ptr = geo, geo.T, _ptr(w_hh), _ptr(dh)
         self._keep_alive = (dout, record, w_hh, lengths, dh, dc)  # the launches hold raw pointers only
         T, B, H, G = geo.T, geo.B, geo.H, geo.G
@@ -393,7 +405,7 @@ class _BackwardDirection:
         self.cell.launch(s, stream_ptr)
         # dh (the state entering step t) += dgates_h[t] @ W_hh, onto what the kernel left there.
         _gemm(self.dh_ptr, self.dgh_t[s], self.w_hh_ptr, geo.B, geo.H, geo.G * geo.H, accumulate=True,
-              handle=handle)
+              handle=handle, math=self.math)
 
 
 def _set_gradient(target, given):
@@ -403,8 +415,9 @@ def _set_gradient(target, given):
         target[...] = given
 
 
-def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved):
-    """dy (T, B, D*H) or None; dhy, dcy (L*D, B, H) or None. Returns (dx, dh0, dc0, dweights)."""
+def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
+    """dy (T, B, D*H) or None; dhy, dcy (L*D, B, H) or None; math as in the forward pass.
+    Returns (dx, dh0, dc0, dweights)."""
     op = "rnn_backward"
     check_no_cublas_capture("rnn_backward (RNN/LSTM/GRU on the GPU)")
     dy = _as_float32(op, "dy", dy)
@@ -433,7 +446,7 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved):
                 _set_gradient(dc0[k], None if dcy is None else dcy[k])
             geo = _Geometry(desc.mode, T, B, H, D, direction)
             directions.append(_BackwardDirection(geo, kernel, dout, records[k], weights[k][1], lengths,
-                                                 dh0[k], dc0[k] if is_lstm else None))
+                                                 dh0[k], dc0[k] if is_lstm else None, math))
         _run_interleaved(directions)
 
         dinput = _empty((T, B, in_size))
@@ -443,14 +456,16 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved):
             hs = records[k][0]
             # Weight gradients summed over all steps: one GEMM over the T*B rows each.
             dw_ih = _empty((G * H, in_size))
-            _gemm(_ptr(dw_ih), _ptr(run.dgates_x), _ptr(layer_input), G * H, in_size, T * B, trans_a=True)
+            _gemm(_ptr(dw_ih), _ptr(run.dgates_x), _ptr(layer_input), G * H, in_size, T * B, trans_a=True,
+                  math=math)
             dw_hh = _empty((G * H, H))
             h_entering = _ptr(hs) + (B * H * FLOAT_BYTES if run.geo.reverse else 0)  # hs[1:T+1] or hs[0:T]
-            _gemm(_ptr(dw_hh), _ptr(run.dgates_h), h_entering, G * H, H, T * B, trans_a=True)
+            _gemm(_ptr(dw_hh), _ptr(run.dgates_h), h_entering, G * H, H, T * B, trans_a=True, math=math)
             db_ih = run.dgates_x.reshape(T * B, G * H).sum(axis=0) if b_ih is not None else None
             db_hh = run.dgates_h.reshape(T * B, G * H).sum(axis=0) if b_hh is not None else None
             dweights[k] = (dw_ih, dw_hh, db_ih, db_hh)
             # Both directions read the same layer input, so their input gradients add.
-            _gemm(_ptr(dinput), _ptr(run.dgates_x), _ptr(w_ih), T * B, in_size, G * H, accumulate=direction > 0)
+            _gemm(_ptr(dinput), _ptr(run.dgates_x), _ptr(w_ih), T * B, in_size, G * H, accumulate=direction > 0,
+                  math=math)
         dout = dinput
     return dout, dh0, dc0, dweights
