@@ -722,16 +722,19 @@ def _kernel_layout_shape(shape, layout):
 
 def _convolution(x, weight, bias, desc, algo, layout, plans=None):
     """Run Convolution with the plan of these shapes: from `plans` (a layer's dict, filled on first
-    use of a shape) or made for this call. The policy is read here, once, and is part of the key."""
+    use of a shape) or made for this call. The policy is read here, once, and is part of the key; so
+    is the math: float32 on the GPU may use TF32 tensor cores when minidl.backends.cudnn.allow_tf32
+    is set (as in PyTorch); the CPU always computes exact fp32."""
     policy = backends._conv_policy_for(algo)
     if policy is None and algo == "auto":
         policy = P.get_convolution_policy()
-    key = (x.shape, weight.shape, x.dtype, x.device, desc, algo, layout, policy)
+    math = backends.math_for_conv(x.dtype) if x.is_cuda else "fp32"
+    key = (x.shape, weight.shape, x.dtype, x.device, desc, algo, layout, policy, math)
     plan = plans.get(key) if plans is not None else None
     if plan is None:
         plan = P.ConvolutionPlan(_kernel_layout_shape(x.shape, layout), _kernel_layout_shape(weight.shape, layout),
                                  desc, device="cuda" if x.is_cuda else "cpu", dtype=x.dtype, layout=layout,
-                                 algo=algo, policy=policy)
+                                 algo=algo, policy=policy, math=math)
         if plans is not None:
             plans[key] = plan
     args = (x, weight) if bias is None else (x, weight, bias)

@@ -22,6 +22,17 @@ This module does what cuDNN's front end does:
    * ``deterministic``       -- the first algorithm in heuristic order that gives bit-identical
      results from run to run (on the GPU, no atomics).
 3. Dispatch to the backend of the arrays' device: cpu.convolution (NumPy) or cuda.convolution (CuPy).
+
+Math (cuDNN's math type), the `math=` argument of every direction and of the algorithm queries:
+
+   * ``"fp32"`` (default) -- float32 data is computed in fp32 on CUDA cores; the tensor-core
+     algorithm (``implicit_gemm_tc``) does not apply to float32.
+   * ``"tf32"`` -- float32 data may also run on TF32 tensor cores (``implicit_gemm_tc``, preferred
+     where it applies; the fp32 algorithms remain valid choices). On the CPU the NumPy reference
+     emulates TF32: operands rounded to 10 mantissa bits, products summed in fp32.
+   float16 / bfloat16 data always run on tensor cores on the GPU (fp32 accumulation) and in fp32 on
+   the CPU, whatever `math` says. `AlgorithmPerf.math` says which arithmetic each listed algorithm
+   uses ("fp32", "tf32", "fp16", "bf16").
 """
 from __future__ import annotations
 
@@ -46,6 +57,8 @@ __all__ = [
 ]
 
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
+MATHS = ("fp32", "tf32")
+HALF_DTYPES = ("float16", "bfloat16")
 POLICIES = ("heuristic", "prefer_fastest", "no_workspace", "workspace_limit", "deterministic")
 
 # The fixed preference order of the `heuristic` policy, best first; the policies `no_workspace`,
@@ -55,7 +68,8 @@ POLICIES = ("heuristic", "prefer_fastest", "no_workspace", "workspace_limit", "d
 # the plain loops. On the GPU, the implicit GEMMs never write the column matrix to memory.
 HEURISTIC_ORDER = {
     "cpu": ("im2col_gemm", "winograd", "direct"),
-    "cuda": ("implicit_precomp_gemm", "implicit_gemm", "winograd", "im2col_gemm", "direct"),
+    "cuda": ("implicit_gemm_tc", "implicit_precomp_gemm", "implicit_gemm", "winograd", "im2col_gemm", "direct",
+             "fft"),
 }
 
 
@@ -123,16 +137,19 @@ class ConvolutionProblem:
     padding: tuple | None
     stride: tuple | None
     dilation: tuple | None
+    math: str = "fp32"          # "fp32" or "tf32" (see the module docstring)
 
 
 @dataclass(frozen=True)
 class AlgorithmPerf:
-    """One line of find_convolution_algorithms: status is "ok" or "not_supported: <reason>"."""
+    """One line of find_convolution_algorithms: status is "ok" or "not_supported: <reason>";
+    math is the arithmetic the algorithm uses for this problem ("fp32", "tf32", "fp16", "bf16")."""
 
     algo: str
     workspace_bytes: int
     time_ms: float | None
     status: str
+    math: str = "fp32"
 
 
 def _is_int(v) -> bool:
@@ -146,7 +163,7 @@ def _is_int(v) -> bool:
 _SPATIAL_NAMES = {1: "W", 2: "H, W", 3: "D, H, W"}
 
 
-def _make_problem(op, x_shape, w_shape, desc, layout, dtype) -> ConvolutionProblem:
+def _make_problem(op, x_shape, w_shape, desc, layout, dtype, math="fp32") -> ConvolutionProblem:
     """Check the shapes against the descriptor and each other; return the problem they describe."""
     if not isinstance(desc, ConvolutionDescriptor):
         raise TypeError(f"{op}: desc must be a ConvolutionDescriptor, got {type(desc).__name__}")
@@ -195,9 +212,10 @@ def _make_problem(op, x_shape, w_shape, desc, layout, dtype) -> ConvolutionProbl
     out_size = tuple(out_size)
     y_shape = (N, K) + out_size if layout == "NCHW" else (N,) + out_size + (K,)
     return ConvolutionProblem(
-        x_shape=x_shape, w_shape=w_shape, y_shape=y_shape, layout=layout, dtype=str(np.dtype(dtype)),
+        x_shape=x_shape, w_shape=w_shape, y_shape=y_shape, layout=layout, dtype=_dtype_name(dtype),
         spatial_dims=sd, N=N, C=C, K=K, groups=G, in_size=tuple(in_size), kernel_size=tuple(kernel),
-        out_size=out_size, padding=desc.padding, stride=desc.stride, dilation=desc.dilation)
+        out_size=out_size, padding=desc.padding, stride=desc.stride, dilation=desc.dilation,
+        math=_check_math(op, math))
 
 
 def convolution_output_shape(x_shape, w_shape, desc, layout="NCHW") -> tuple:
@@ -207,6 +225,29 @@ def convolution_output_shape(x_shape, w_shape, desc, layout="NCHW") -> tuple:
     """
     layout = normalize_layout("convolution_output_shape", layout)
     return _make_problem("convolution_output_shape", x_shape, w_shape, desc, layout, "float32").y_shape
+
+
+def _dtype_name(dtype) -> str:
+    name = str(getattr(dtype, "name", dtype))
+    return name if name in HALF_DTYPES else str(np.dtype(dtype))
+
+
+def _check_math(op, math) -> str:
+    if math not in MATHS:
+        raise ValueError(f"{op}: math must be one of {', '.join(repr(m) for m in MATHS)}, got {math!r}")
+    return math
+
+
+def _check_conv_float(op, **arrays):
+    """check_float, plus float16 / bfloat16 (all arrays the same dtype): the dtype."""
+    given = {name: a for name, a in arrays.items() if a is not None}
+    names = {name: str(a.dtype) for name, a in given.items()}
+    if any(n in HALF_DTYPES for n in names.values()):
+        if len(set(names.values())) > 1:
+            desc = ", ".join(f"{k}={v}" for k, v in names.items())
+            raise TypeError(f"{op}: all arrays must have the same dtype, got {desc}")
+        return next(iter(given.values())).dtype
+    return check_float(op, **arrays)
 
 
 def _check_array_shape(op, name, a, expected, why=""):
@@ -252,19 +293,20 @@ def _resolve_algorithm(op, algo, direction, problem, is_cuda, policy=None, works
 
 
 def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", alpha=1.0, beta=0.0,
-                        out=None, policy=None):
+                        out=None, policy=None, math="fp32"):
     """y = alpha * (conv(x, w) + bias) + beta * out   (a cross-correlation, as in PyTorch).
 
     x: (N, C, *in) for layout "NCHW" or (N, *in, C) for "NHWC";
     w: (K, C/groups, *kernel) for "NCHW" or (K, *kernel, C/groups) for "NHWC";
     bias: (K,) or None. Returns y: (N, K, *out) or (N, *out, K), see convolution_output_shape.
     policy: the selection policy for algo="auto" (None: the process-wide one, set_convolution_policy).
+    math: "fp32" or "tf32" (whether float32 data may run on TF32 tensor cores; module docstring).
     """
     op = "convolution_forward"
     layout = normalize_layout(op, layout)
     check_same_device(op, x=x, w=w, bias=bias, out=out)
-    dtype = check_float(op, x=x, w=w, bias=bias, out=out)
-    problem = _make_problem(op, x.shape, w.shape, desc, layout, dtype)
+    dtype = _check_conv_float(op, x=x, w=w, bias=bias, out=out)
+    problem = _make_problem(op, x.shape, w.shape, desc, layout, dtype, math)
     _check_array_shape(op, "bias", bias, (problem.K,),
                        f" (one value per output channel; weight {shape_str(w.shape)})")
     _check_array_shape(op, "out", out, problem.y_shape)
@@ -274,7 +316,7 @@ def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", al
 
 
 def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW", alpha=1.0,
-                              beta=0.0, out=None, policy=None):
+                              beta=0.0, out=None, policy=None, math="fp32"):
     """dx = alpha * dL/dx + beta * out: the gradient of the input (a transposed convolution of dy).
 
     w: the forward weight; dy: shaped like y; x_shape: the forward input's shape. Returns dx: x_shape.
@@ -282,8 +324,8 @@ def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW
     op = "convolution_backward_data"
     layout = normalize_layout(op, layout)
     check_same_device(op, w=w, dy=dy, out=out)
-    dtype = check_float(op, w=w, dy=dy, out=out)
-    problem = _make_problem(op, x_shape, w.shape, desc, layout, dtype)
+    dtype = _check_conv_float(op, w=w, dy=dy, out=out)
+    problem = _make_problem(op, x_shape, w.shape, desc, layout, dtype, math)
     _check_array_shape(op, "dy", dy, problem.y_shape,
                        f" (the output shape of input {shape_str(problem.x_shape)} and weight "
                        f"{shape_str(w.shape)})")
@@ -294,13 +336,13 @@ def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW
 
 
 def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NCHW", alpha=1.0,
-                                beta=0.0, out=None, policy=None):
+                                beta=0.0, out=None, policy=None, math="fp32"):
     """dw = alpha * dL/dw + beta * out: the gradient of the weight. Returns dw: w_shape."""
     op = "convolution_backward_filter"
     layout = normalize_layout(op, layout)
     check_same_device(op, x=x, dy=dy, out=out)
-    dtype = check_float(op, x=x, dy=dy, out=out)
-    problem = _make_problem(op, x.shape, w_shape, desc, layout, dtype)
+    dtype = _check_conv_float(op, x=x, dy=dy, out=out)
+    problem = _make_problem(op, x.shape, w_shape, desc, layout, dtype, math)
     _check_array_shape(op, "dy", dy, problem.y_shape,
                        f" (the output shape of input {shape_str(x.shape)} and weight "
                        f"{shape_str(problem.w_shape)})")
@@ -318,7 +360,7 @@ def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=Non
     op = "convolution_backward_bias"
     layout = normalize_layout(op, layout)
     check_same_device(op, dy=dy, out=out)
-    dtype = check_float(op, dy=dy, out=out)
+    dtype = _check_conv_float(op, dy=dy, out=out)
     if dy.ndim not in (3, 4, 5):
         raise ValueError(f"{op}: dy must be 3-D, 4-D or 5-D (N, K, *spatial) or (N, *spatial, K), "
                          f"got shape {shape_str(dy.shape)}")
@@ -358,14 +400,14 @@ class ConvolutionPlan:
     """
 
     def __init__(self, x_shape, w_shape, desc, *, device="cpu", dtype="float32", layout="NCHW",
-                 algo="auto", policy=None):
+                 algo="auto", policy=None, math="fp32"):
         op = "ConvolutionPlan"
         self.is_cuda = _check_device(op, device)
         self.layout = normalize_layout(op, layout)
         # Errors name the primitive the plan runs first (the forward pass), as a direct call would.
         self.problem = _make_problem("convolution_forward", x_shape, w_shape, desc, self.layout,
-                                     _check_dtype(op, dtype))
-        self.desc, self.dtype = desc, np.dtype(dtype)
+                                     _check_dtype(op, dtype), math)
+        self.desc, self.dtype = desc, _numpy_dtype(self.problem.dtype)
         self.impl = backend("convolution", self.is_cuda)
         if policy is None:
             policy = get_convolution_policy()
@@ -518,7 +560,8 @@ def _time_ms(impl, algo, direction, problem, data, is_cuda, repeats) -> float:
 def _random_data(problem, is_cuda):
     """Random x, w, dy of the problem's shapes, on the problem's device."""
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(s).astype(problem.dtype)
+    dtype = _numpy_dtype(problem.dtype)
+    arrays = [rng.standard_normal(s).astype(np.float32).astype(dtype)
               for s in (problem.x_shape, problem.w_shape, problem.y_shape)]
     if is_cuda:
         import cupy
@@ -527,17 +570,27 @@ def _random_data(problem, is_cuda):
     return arrays
 
 
+def _numpy_dtype(name):
+    """np.dtype of a dtype name; bfloat16 comes from ml_dtypes (NumPy has none)."""
+    if str(name) == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
 def _find(impl, direction, problem, is_cuda, measure, repeats=3):
     perfs = []
     data = _random_data(problem, is_cuda) if measure else None
     for algo in _heuristic_order(impl, is_cuda, direction, problem):
         ok, reason = impl.is_supported(algo, direction, problem)
+        math = impl.algorithm_math(algo, problem)
         if not ok:
-            perfs.append(AlgorithmPerf(algo, 0, None, f"not_supported: {reason}"))
+            perfs.append(AlgorithmPerf(algo, 0, None, f"not_supported: {reason}", math))
             continue
         workspace = int(impl.workspace_bytes(algo, direction, problem))
         elapsed = _time_ms(impl, algo, direction, problem, data, is_cuda, repeats) if measure else None
-        perfs.append(AlgorithmPerf(algo, workspace, elapsed, "ok"))
+        perfs.append(AlgorithmPerf(algo, workspace, elapsed, "ok", math))
     if measure:
         # Like cudnnFind: the algorithms that ran, fastest first, then those that do not apply.
         perfs.sort(key=lambda p: (p.status != "ok", p.time_ms if p.time_ms is not None else 0.0))
@@ -547,9 +600,9 @@ def _find(impl, direction, problem, is_cuda, measure, repeats=3):
 
 
 def find_convolution_algorithms(x_shape, w_shape, desc, *, direction="forward", device="cpu",
-                                dtype="float32", layout="NCHW", measure=True) -> list:
+                                dtype="float32", layout="NCHW", measure=True, math="fp32") -> list:
     """Every algorithm of the device for this problem, as AlgorithmPerf(algo, workspace_bytes,
-    time_ms, status).
+    time_ms, status, math). With math="tf32" the tensor-core variants apply to float32 data too.
 
     With measure=True each applicable algorithm runs on random data of the problem's shapes (one
     warm-up, then the best of 3; CUDA events on the GPU) and the list is sorted fastest first, like
@@ -560,14 +613,17 @@ def find_convolution_algorithms(x_shape, w_shape, desc, *, direction="forward", 
     _check_direction(op, direction)
     is_cuda = _check_device(op, device)
     layout = normalize_layout(op, layout)
-    problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype))
+    problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype), math)
     return _find(backend("convolution", is_cuda), direction, problem, is_cuda, measure)
 
 
 def _check_dtype(op, dtype):
+    name = str(getattr(dtype, "name", dtype))
+    if name in HALF_DTYPES:
+        return name
     dt = np.dtype(dtype)
     if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"{op}: dtype must be float32 or float64, got {dt}")
+        raise TypeError(f"{op}: dtype must be float32, float64, float16 or bfloat16, got {dt}")
     return dt
 
 
@@ -686,7 +742,8 @@ def _policy_arg(op, policy):
 
 
 def get_convolution_algorithm(x_shape, w_shape, desc, *, direction="forward", device="cpu",
-                              dtype="float32", layout="NCHW", policy=None, workspace_limit=None) -> str:
+                              dtype="float32", layout="NCHW", policy=None, workspace_limit=None,
+                              math="fp32") -> str:
     """The algorithm `policy` picks for this problem (policy None: the global one, see
     set_convolution_policy). Raises ValueError when no algorithm qualifies."""
     op = "get_convolution_algorithm"
@@ -695,5 +752,5 @@ def get_convolution_algorithm(x_shape, w_shape, desc, *, direction="forward", de
     layout = normalize_layout(op, layout)
     if policy is not None:
         _check_policy(op, policy, workspace_limit)
-    problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype))
+    problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype), math)
     return _select(backend("convolution", is_cuda), _device_key(is_cuda), direction, problem, policy, workspace_limit)

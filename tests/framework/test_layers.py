@@ -98,7 +98,7 @@ def test_conv_repr_and_bad_args():
     with pytest.raises(ValueError, match="divisible by groups"):
         nn.Conv2d(3, 4, 3, groups=2)
     with pytest.raises(ValueError, match="algo"):
-        nn.Conv2d(3, 4, 3, algo="fft")
+        nn.Conv2d(3, 4, 3, algo="fast_magic")
     conv = nn.Conv2d(3, 4, 3)
     with pytest.raises(ValueError, match=r"convolution_forward: input has 5 channels but weight \(4, 3, 3, 3\) expects 3"):
         conv(minidl.randn(1, 5, 8, 8))

@@ -17,7 +17,7 @@ from tests.conftest import DEVICES, rel_err
 
 torch.set_num_threads(1)
 
-CPU_ALGORITHMS = ("direct", "im2col_gemm", "winograd")
+CPU_ALGORITHMS = ("direct", "im2col_gemm", "winograd", "fft")
 TOL = {np.float32: 1e-5, np.float64: 1e-10}
 
 
@@ -345,8 +345,8 @@ def _forward_args():
     (lambda x, w: P.convolution_backward_data(w, np.zeros((2, 8, 10, 10), np.float32),
                                               P.ConvolutionDescriptor(3), x.shape, algo="winograd"),
      ValueError, ["convolution_backward_data", "'winograd'", "padding <= 2"]),
-    (lambda x, w: P.convolution_forward(x, w, P.ConvolutionDescriptor(1), algo="fft"), ValueError,
-     ["convolution_forward", "unknown algorithm 'fft'", "im2col_gemm"]),
+    (lambda x, w: P.convolution_forward(x, w, P.ConvolutionDescriptor(1), algo="fast_magic"), ValueError,
+     ["convolution_forward", "unknown algorithm 'fast_magic'", "im2col_gemm"]),
     # wrong dy / weight shapes in the backward passes
     (lambda x, w: P.convolution_backward_data(w, np.zeros((2, 8, 5, 5), np.float32),
                                               P.ConvolutionDescriptor(1), x.shape), ValueError,
@@ -444,7 +444,7 @@ def test_find_reports_every_algorithm_with_workspace_and_status():
 
     # measure=False runs nothing and keeps the heuristic order
     perfs = P.find_convolution_algorithms(x_shape, (4, 3, 5, 5), P.ConvolutionDescriptor(2), measure=False)
-    assert [p.algo for p in perfs] == ["im2col_gemm", "direct", "winograd"]
+    assert [p.algo for p in perfs] == ["im2col_gemm", "direct", "fft", "winograd"]
     assert all(p.time_ms is None for p in perfs)
     assert "3x3 kernel" in perfs[-1].status
 
@@ -492,8 +492,10 @@ def test_policy_argument_errors():
         P.get_convolution_algorithm((1, 2, 6, 6), (2, 2, 3, 3), desc, direction="backward")
     with pytest.raises(ValueError, match="device must be 'cpu' or 'cuda'"):
         P.find_convolution_algorithms((1, 2, 6, 6), (2, 2, 3, 3), desc, device="tpu")
-    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
-        P.find_convolution_algorithms((1, 2, 6, 6), (2, 2, 3, 3), desc, dtype="float16")
+    with pytest.raises(TypeError, match="dtype must be float32, float64, float16 or bfloat16"):
+        P.find_convolution_algorithms((1, 2, 6, 6), (2, 2, 3, 3), desc, dtype="int32")
+    with pytest.raises(ValueError, match="math must be one of 'fp32', 'tf32'"):
+        P.find_convolution_algorithms((1, 2, 6, 6), (2, 2, 3, 3), desc, math="fp16")
     assert P.get_convolution_policy() == ("heuristic", None)        # unchanged by the failures
 
 
@@ -510,7 +512,7 @@ def fake_times(monkeypatch, times):
 
 
 def test_prefer_fastest_measures_once_and_caches(monkeypatch):
-    times = {"direct": 1.0, "im2col_gemm": 2.0, "winograd": 3.0}
+    times = {"direct": 1.0, "im2col_gemm": 2.0, "winograd": 3.0, "fft": 4.0}
     calls = fake_times(monkeypatch, times)
     desc = P.ConvolutionDescriptor(1)
     args = ((2, 3, 7, 7), (4, 3, 3, 3), desc)
@@ -519,18 +521,18 @@ def test_prefer_fastest_measures_once_and_caches(monkeypatch):
     # The same problem again: no measuring, the cached winner, even though the timings changed.
     times.update(direct=9.0, winograd=0.5)
     assert P.get_convolution_algorithm(*args, policy="prefer_fastest") == "direct"
-    assert len(calls) == 3
+    assert len(calls) == 4
     # Another direction or another shape is another cache entry.
     assert P.get_convolution_algorithm(*args, policy="prefer_fastest", direction="backward_data") == "winograd"
     assert P.get_convolution_algorithm((2, 3, 7, 8), (4, 3, 3, 3), desc, policy="prefer_fastest") == "winograd"
-    assert len(calls) == 9
+    assert len(calls) == 12
     # A workspace limit on prefer_fastest keeps the fastest that fits.
     assert P.get_convolution_algorithm(*args, policy="prefer_fastest", direction="backward_data",
                                        workspace_limit=0) == "direct"
-    assert len(calls) == 9
+    assert len(calls) == 12
     P.clear_convolution_algorithm_cache()
     assert P.get_convolution_algorithm(*args, policy="prefer_fastest") == "winograd"
-    assert len(calls) == 12
+    assert len(calls) == 16
 
 
 def test_auto_follows_the_global_policy_and_context_manager(monkeypatch):

@@ -5,8 +5,9 @@ and the layer always takes and returns channels-first tensors (N, C, *spatial), 
 code move between PyTorch and minidl unchanged. Two minidl extras choose what runs underneath:
 
 * `algo`: "auto" (the policy: minidl.backends.cudnn.benchmark / deterministic, or the primitive
-  library's heuristic), or one algorithm by name: "direct", "im2col_gemm", "winograd" (CPU and GPU),
-  "implicit_gemm", "implicit_precomp_gemm" (GPU).
+  library's heuristic), or one algorithm by name: "direct", "im2col_gemm", "winograd", "fft" (CPU and
+  GPU), "implicit_gemm", "implicit_precomp_gemm", "implicit_gemm_tc" (GPU; tensor cores, used for
+  float32 when minidl.backends.cudnn.allow_tf32 is set and for float16 / bfloat16).
 * `layout`: "NCHW" runs the channels-first kernels on the tensors as they are; "NHWC" transposes the
   input to (N, *spatial, C) and the filter to (K, *kernel, C/groups) (cuDNN's KRSC), runs the
   channels-last kernels, and transposes the output back. The numbers are the same; what changes is
@@ -24,7 +25,8 @@ from .. import functional as F
 from .. import init
 from ..module import Module, Parameter
 
-_ALGOS = ("auto", "direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd")
+_ALGOS = ("auto", "direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd", "implicit_gemm_tc",
+          "fft")
 
 
 class _ConvNd(Module):

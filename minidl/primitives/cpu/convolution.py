@@ -20,6 +20,15 @@ The three algorithms, as cuDNN names them:
 * ``winograd``    -- F(2x2, 3x3) of Lavin & Gray (2015) for 3x3 kernels with stride 1: each 2x2
                      output tile costs 16 multiplies instead of 36, once input and filter are
                      transformed into a 4x4 "Winograd domain".
+* ``fft``         -- the convolution theorem: transform the padded input and the filters (np.fft),
+                     multiply per frequency and sum over channels, transform back and crop. Stride 1,
+                     dilation 1, groups 1; the cost does not grow with the filter size.
+
+Arithmetic (the `math` of the problem, cuDNN's math type): "fp32" computes in the data's dtype;
+"tf32" emulates the GPU's TF32 tensor cores -- x, w and dy are rounded to TF32 (10 mantissa bits,
+to nearest, ties away from zero, as cvt.rna.tf32.f32) and the products are summed in float32.
+float16 / bfloat16 data are computed in float32 and the result rounded to the data's dtype, as the
+tensor-core kernels do with their fp32 accumulators.
 
 The gradients:
 
@@ -44,7 +53,7 @@ import numpy as np
 
 from .._common import blend, to_channels_first, to_channels_last
 
-ALGORITHMS = ("direct", "im2col_gemm", "winograd")
+ALGORITHMS = ("direct", "im2col_gemm", "winograd", "fft")
 
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
 
@@ -61,6 +70,14 @@ def is_supported(algo: str, direction: str, problem) -> tuple[bool, str]:
     if direction not in DIRECTIONS:
         return False, f"unknown direction {direction!r}; use one of {', '.join(DIRECTIONS)}"
     if algo in ("direct", "im2col_gemm"):
+        return True, ""
+    if algo == "fft":
+        if problem.groups != 1:
+            return False, f"the FFT convolution runs groups=1 only, got groups={problem.groups}"
+        if any(s != 1 for s in problem.stride):
+            return False, f"the FFT convolution needs stride 1, got stride {problem.stride}"
+        if any(d != 1 for d in problem.dilation):
+            return False, f"the FFT convolution needs dilation 1, got dilation {problem.dilation}"
         return True, ""
     # winograd F(2x2, 3x3)
     if direction == "backward_filter":
@@ -81,13 +98,19 @@ def is_supported(algo: str, direction: str, problem) -> tuple[bool, str]:
     return True, ""
 
 
+def algorithm_math(algo: str, problem) -> str:
+    """The arithmetic `algo` uses here: "tf32" (emulated) for float32 under math='tf32', else "fp32"
+    (half data is computed in float32)."""
+    return "tf32" if problem.math == "tf32" and problem.dtype == "float32" else "fp32"
+
+
 def workspace_bytes(algo: str, direction: str, problem) -> int:
     """Bytes of scratch memory the algorithm allocates beyond its inputs and output.
 
     direct: none. im2col_gemm: the column matrix (C*R*S rows, N*P*Q columns), for every direction.
     winograd: the transformed filter, input tiles and products (16 values per 2x2 tile).
     """
-    itemsize = np.dtype(problem.dtype).itemsize
+    itemsize = 4 if problem.dtype in HALF_DTYPES else np.dtype(problem.dtype).itemsize
     if algo == "direct":
         return 0
     if algo == "im2col_gemm":
@@ -101,6 +124,11 @@ def workspace_bytes(algo: str, direction: str, problem) -> int:
         filter_elems = 16 * c_out * (c_in // problem.groups)
         # transformed filter U, input tiles d and their transform V, products M
         return (filter_elems + 2 * 16 * c_in * tiles + 16 * c_out * tiles) * itemsize
+    if algo == "fft":
+        sizes = _fft_sizes(problem)
+        freqs = math.prod(sizes[:-1]) * (sizes[-1] // 2 + 1)
+        spectra = 2 * itemsize * freqs * (problem.N * problem.C + problem.K * problem.C + problem.N * problem.K)
+        return spectra + itemsize * math.prod(sizes) * problem.N * max(problem.C, problem.K)
     raise ValueError(f"workspace_bytes: unknown CPU algorithm {algo!r}")
 
 
@@ -115,6 +143,7 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
     x: (N, C, *in) or (N, *in, C); w: (K, C/groups, *kernel) or (K, *kernel, C/groups);
     bias: (K,) or None. Returns y: (N, K, *out) or (N, *out, K).
     """
+    x, w = _operands(problem, x, w)
     x_cf = to_channels_first(x, problem.layout)
     w_cf = _weight_channels_first(w, problem.layout)
     if algo == "direct":
@@ -123,12 +152,14 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
         y = _forward_im2col_gemm(x_cf, w_cf, problem)
     elif algo == "winograd":
         y = _winograd_f2x2_3x3(x_cf, w_cf, problem.padding, problem.groups)
+    elif algo == "fft":
+        y = _forward_fft(x_cf, w_cf, problem)
     else:
         raise ValueError(f"convolution_forward: unknown CPU algorithm {algo!r}")
     if bias is not None:
-        y += bias.reshape((1, -1) + (1,) * problem.spatial_dims)
+        y += bias.astype(y.dtype).reshape((1, -1) + (1,) * problem.spatial_dims)
     y = np.ascontiguousarray(to_channels_last(y, problem.layout))
-    return blend("convolution_forward", y, out, alpha, beta)
+    return _blend_result("convolution_forward", y, problem, out, alpha, beta)
 
 
 def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
@@ -136,6 +167,7 @@ def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
 
     w: the forward weight; dy: (N, K, *out) or (N, *out, K). Returns dx shaped like x.
     """
+    w, dy = _operands(problem, w, dy)
     dy_cf = to_channels_first(dy, problem.layout)
     w_cf = _weight_channels_first(w, problem.layout)
     if algo == "direct":
@@ -144,32 +176,88 @@ def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
         dx = _backward_data_im2col_gemm(w_cf, dy_cf, problem)
     elif algo == "winograd":
         dx = _backward_data_winograd(w_cf, dy_cf, problem)
+    elif algo == "fft":
+        dx = _backward_data_fft(w_cf, dy_cf, problem)
     else:
         raise ValueError(f"convolution_backward_data: unknown CPU algorithm {algo!r}")
     dx = np.ascontiguousarray(to_channels_last(dx, problem.layout))
-    return blend("convolution_backward_data", dx, out, alpha, beta)
+    return _blend_result("convolution_backward_data", dx, problem, out, alpha, beta)
 
 
 def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     """dw = alpha * (gradient of the loss w.r.t. w) + beta * out, shaped like w (in its layout)."""
+    x, dy = _operands(problem, x, dy)
     x_cf = to_channels_first(x, problem.layout)
     dy_cf = to_channels_first(dy, problem.layout)
     if algo == "direct":
         dw = _backward_filter_direct(x_cf, dy_cf, problem)
     elif algo == "im2col_gemm":
         dw = _backward_filter_im2col_gemm(x_cf, dy_cf, problem)
+    elif algo == "fft":
+        dw = _backward_filter_fft(x_cf, dy_cf, problem)
     else:
         raise ValueError(f"convolution_backward_filter: CPU algorithm {algo!r} does not compute it")
     dw = np.ascontiguousarray(_weight_to_layout(dw, problem.layout))
-    return blend("convolution_backward_filter", dw, out, alpha, beta)
+    return _blend_result("convolution_backward_filter", dw, problem, out, alpha, beta)
 
 
 def convolution_backward_bias(dy, problem, alpha, beta, out):
     """db[k] = alpha * sum of dy over the batch and every output position + beta * out. Shape (K,)."""
+    (dy,) = _operands(problem, dy, tf32=False)
     dy_cf = to_channels_first(dy, problem.layout)
     reduce_axes = (0,) + tuple(range(2, dy_cf.ndim))
     db = dy_cf.sum(axis=reduce_axes)
-    return blend("convolution_backward_bias", db, out, alpha, beta)
+    return _blend_result("convolution_backward_bias", db, problem, out, alpha, beta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Arithmetic: TF32 emulation and half data computed in float32
+# ----------------------------------------------------------------------------------------------
+
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+def round_to_tf32(a):
+    """float32 -> float32 holding a TF32 value: 10 mantissa bits, rounded to nearest, ties away
+    from zero (PTX cvt.rna.tf32.f32). Adding half of the dropped range (0x1000) to the magnitude
+    bits and clearing the 13 low bits does exactly that; NaN and inf pass through."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    bits = a.view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(a), rounded, a)
+
+
+def _operands(problem, *arrays, tf32=True):
+    """The operands as the arithmetic sees them: half data as float32, TF32-rounded for math='tf32'."""
+    result = []
+    for a in arrays:
+        if problem.dtype in HALF_DTYPES:
+            a = a.astype(np.float32)
+        elif tf32 and problem.math == "tf32" and problem.dtype == "float32":
+            a = round_to_tf32(a)
+        result.append(a)
+    return result
+
+
+def _blend_result(op, result, problem, out, alpha, beta):
+    """blend() for float32/float64; half data blends in float32 and rounds once to its dtype."""
+    if problem.dtype not in HALF_DTYPES:
+        return blend(op, result, out, alpha, beta)
+    dtype = out.dtype if out is not None else _half_dtype(problem.dtype)
+    prior = None if out is None else out.astype(np.float32)
+    blended = blend(op, result.astype(np.float32), prior, alpha, beta).astype(dtype)
+    if out is None:
+        return blended
+    out[...] = blended
+    return out
+
+
+def _half_dtype(name):
+    if name == "bfloat16":
+        import ml_dtypes  # NumPy has no bfloat16; ml_dtypes adds it (a test/CPU-half dependency)
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -476,3 +564,59 @@ def _backward_data_winograd(w, dy, problem):
     w_t = w_flipped.transpose(0, 2, 1, 3, 4).reshape(problem.C, Kg, 3, 3)
     pad = tuple(2 - p for p in problem.padding)
     return _winograd_f2x2_3x3(dy, w_t, pad, G)
+
+
+# ----------------------------------------------------------------------------------------------
+# FFT convolution (the convolution theorem; cuDNN's CUDNN_CONVOLUTION_FWD_ALGO_FFT)
+# ----------------------------------------------------------------------------------------------
+#
+# With the input zero-padded to size F >= in + 2*pad per spatial dim, a stride-1 cross-correlation is
+#   y[p]  = sum_r xp[p + r] w[r]          ->  Y  = X . conj(W)   (circular correlation; no wrap-around
+#                                                                 reaches the kept outputs p < out)
+#   dxp[i] = sum_r dy[i - r] w[r]          ->  DX = DY . W        (linear convolution, length out + k - 1 = F)
+#   dw[r] = sum_p dy[p] xp[p + r]          ->  DW = conj(DY) . X
+# with the channel sums done per frequency (einsum below; the GPU's kernel convolution_fft_products).
+
+
+def _fft_sizes(problem):
+    return tuple(n + 2 * p for n, p in zip(problem.in_size, problem.padding))
+
+
+def _spectra_axes(problem):
+    return tuple(range(2, 2 + problem.spatial_dims))
+
+
+def _padded_spectrum(a, problem):
+    pads = ((0, 0), (0, 0)) + tuple((p, p) for p in problem.padding)
+    return np.fft.rfftn(np.pad(a, pads), axes=_spectra_axes(problem))
+
+
+def _forward_fft(x, w, problem):
+    """x: (N, C, *in), w: (K, C, *kernel) -> y: (N, K, *out)."""
+    sizes, axes = _fft_sizes(problem), _spectra_axes(problem)
+    X = _padded_spectrum(x, problem)
+    W = np.fft.rfftn(w, s=sizes, axes=axes)
+    Y = np.einsum("nc...,kc...->nk...", X, W.conj())
+    y = np.fft.irfftn(Y, s=sizes, axes=axes)
+    keep = (slice(None), slice(None)) + tuple(slice(0, o) for o in problem.out_size)
+    return np.ascontiguousarray(y[keep]).astype(x.dtype)
+
+
+def _backward_data_fft(w, dy, problem):
+    """dy: (N, K, *out) -> dx: (N, C, *in)."""
+    sizes, axes = _fft_sizes(problem), _spectra_axes(problem)
+    DY = np.fft.rfftn(dy, s=sizes, axes=axes)
+    W = np.fft.rfftn(w, s=sizes, axes=axes)
+    dxp = np.fft.irfftn(np.einsum("nk...,kc...->nc...", DY, W), s=sizes, axes=axes)
+    keep = (slice(None), slice(None)) + tuple(slice(p, p + n) for p, n in zip(problem.padding, problem.in_size))
+    return np.ascontiguousarray(dxp[keep]).astype(dy.dtype)
+
+
+def _backward_filter_fft(x, dy, problem):
+    """x: (N, C, *in), dy: (N, K, *out) -> dw: (K, C, *kernel)."""
+    sizes, axes = _fft_sizes(problem), _spectra_axes(problem)
+    X = _padded_spectrum(x, problem)
+    DY = np.fft.rfftn(dy, s=sizes, axes=axes)
+    dw = np.fft.irfftn(np.einsum("nk...,nc...->kc...", DY.conj(), X), s=sizes, axes=axes)
+    keep = (slice(None), slice(None)) + tuple(slice(0, k) for k in problem.kernel_size)
+    return np.ascontiguousarray(dw[keep]).astype(x.dtype)

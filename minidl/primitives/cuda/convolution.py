@@ -15,6 +15,10 @@ Which kernels each algorithm launches (see the header of kernels/convolution.cu)
     implicit_precomp_gemm   convolution_tap_table, then ..._implicit_precomp_gemm_{nchw,nhwc}
     im2col_gemm             convolution_im2col / convolution_col2im around gemm.cu's SGEMM
     winograd                filter, input and output transforms around 16 batched SGEMMs
+    implicit_gemm_tc        kernels/convolution_tc.cu on tensor cores (TF32 for float32 with
+                            math="tf32", fp16/bf16 for half data): launchers in convolution_tc.py
+    fft                     cuFFT (cupy.fft) transforms around convolution_fft_products
+                            (kernels/convolution_tc.cu): launchers in convolution_fft.py
 """
 from __future__ import annotations
 
@@ -28,8 +32,11 @@ from ._compile import get_kernel
 from ._launch import finish, grid_stride_blocks, kernel_output, sm_count
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
+from . import convolution_fft as _fft
+from . import convolution_tc as _tc
 
-ALGORITHMS = ("direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd")
+ALGORITHMS = ("direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd", "implicit_gemm_tc",
+              "fft")
 
 _INT32_MAX = 2**31 - 1
 
@@ -144,6 +151,12 @@ def _aligned(a, multiple_of_four: int) -> np.int32:
 def is_supported(algo: str, direction: str, problem) -> tuple[bool, str]:
     if algo not in ALGORITHMS:
         return False, f"unknown algorithm {algo!r}"
+    if algo == "implicit_gemm_tc":
+        return _tc.is_supported(direction, problem)
+    if algo == "fft":
+        return _fft.is_supported(direction, problem)
+    if problem.dtype in ("float16", "bfloat16"):
+        return False, f"{problem.dtype} data runs on tensor cores only (implicit_gemm_tc)"
     if problem.dtype != "float32":
         return False, f"the GPU kernels are float32, got {problem.dtype}"
     g = _geometry(problem)
@@ -185,6 +198,10 @@ def heuristic_order(direction: str, problem) -> tuple:
     """
     g = _geometry(problem)
     order = []
+    if _tc.is_supported(direction, problem)[0]:  # tensor cores first wherever they apply (tf32 / half)
+        order.append("implicit_gemm_tc")
+    if fft_wins(direction, problem):
+        order.append("fft")
     if small_channel_kernel(direction, problem):
         order.append("direct")
     if direction == "backward_data" and (g.C <= SMALL_C_MAX_CHANNELS or max(g.stride) > 1):
@@ -195,6 +212,24 @@ def heuristic_order(direction: str, problem) -> tuple:
         order += ["implicit_gemm", "im2col_gemm"]
     order += ["implicit_precomp_gemm", "implicit_gemm", "im2col_gemm", "winograd", "direct"]
     return tuple(dict.fromkeys(order))  # first occurrence wins
+
+
+# Where the FFT convolution beats our fp32 algorithms (benchmarks/results/gpu_conv_tc.md, H200):
+# large filters at stride 1 with enough channels that the per-frequency products, not the transforms,
+# carry the work. With tensor cores allowed (math="tf32" or half data) implicit_gemm_tc comes first.
+FFT_MIN_KERNEL = 7
+FFT_MIN_CHANNELS = 16
+
+
+def fft_wins(direction: str, problem) -> bool:
+    if not _fft.is_supported(direction, problem)[0] or problem.spatial_dims != 2:
+        return False
+    return (min(problem.kernel_size) >= FFT_MIN_KERNEL and min(problem.C, problem.K) >= FFT_MIN_CHANNELS)
+
+
+def algorithm_math(algo: str, problem) -> str:
+    """The arithmetic `algo` uses for this problem: the tensor-core kind for implicit_gemm_tc, else fp32."""
+    return _tc.math_of(problem) if algo == "implicit_gemm_tc" else "fp32"
 
 
 def _winograd_sizes(g, direction):
@@ -208,6 +243,10 @@ def _winograd_sizes(g, direction):
 
 
 def workspace_bytes(algo: str, direction: str, problem) -> int:
+    if algo == "implicit_gemm_tc":
+        return _tc.workspace_bytes(direction, problem)
+    if algo == "fft":
+        return _fft.workspace_bytes(direction, problem)
     g = _geometry(problem)
     if algo == "direct":
         if direction == "backward_filter" and small_channel_kernel(direction, problem):
@@ -268,6 +307,10 @@ def _tap_table(g, handle, channels, nbytes):
 
 def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
     """y = alpha * (conv(x, w) + bias) + beta * out, on the GPU."""
+    if algo == "implicit_gemm_tc":
+        return _tc.convolution_forward(x, w, problem, bias, alpha, beta, out)
+    if algo == "fft":
+        return _fft.convolution_forward(x, w, problem, bias, alpha, beta, out)
     g = _geometry(problem)
     x, w, bias = _input(x), _input(w), _input(bias)
     y, original = kernel_output("convolution_forward", out, problem.y_shape, beta, x, w, bias)
@@ -367,6 +410,10 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta):
 
 def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
     """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU."""
+    if algo == "implicit_gemm_tc":
+        return _tc.convolution_backward_data(w, dy, problem, alpha, beta, out)
+    if algo == "fft":
+        return _fft.convolution_backward_data(w, dy, problem, alpha, beta, out)
     g = _geometry(problem)
     w, dy = _input(w), _input(dy)
     dx, original = kernel_output("convolution_backward_data", out, problem.x_shape, beta, w, dy)
@@ -438,6 +485,10 @@ def _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta):
 
 def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w, in its layout)."""
+    if algo == "implicit_gemm_tc":
+        return _tc.convolution_backward_filter(x, dy, problem, alpha, beta, out)
+    if algo == "fft":
+        return _fft.convolution_backward_filter(x, dy, problem, alpha, beta, out)
     g = _geometry(problem)
     x, dy = _input(x), _input(dy)
     dw, original = kernel_output("convolution_backward_filter", out, problem.w_shape, beta, x, dy)
@@ -523,6 +574,15 @@ def _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta):
 
 def convolution_backward_bias(dy, problem, alpha, beta, out):
     """db[k] = alpha * sum of dy over the batch and every output position + beta * out."""
+    if str(dy.dtype) in ("float16", "bfloat16"):  # summed in fp32, rounded once to the data's dtype
+        axes = (0,) + tuple(range(2, dy.ndim)) if problem.layout == "NCHW" else tuple(range(dy.ndim - 1))
+        db = dy.astype(cupy.float32).sum(axis=axes) * np.float32(alpha)
+        if out is None:
+            return db.astype(dy.dtype)
+        if beta != 0:
+            db += np.float32(beta) * out.astype(cupy.float32)
+        out[...] = db.astype(out.dtype)
+        return out
     if dy.dtype != cupy.float32:
         raise TypeError(f"convolution_backward_bias: the GPU kernels are float32, got {dy.dtype}")
     dy = _input(dy)
