@@ -112,9 +112,11 @@ template <> struct TcElem<KIND_BF16> {
 // PTX wrappers
 // ------------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ unsigned smem_addr(const void* p)
+__device__ __forceinline__ unsigned smem_addr(const void* p)  // generic -> 32-bit shared-window address
 {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+    unsigned addr;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(p));
+    return addr;
 }
 
 // 16 bytes global -> shared, asynchronously; valid == false writes 16 zero bytes (src-size 0).
