@@ -198,7 +198,10 @@ def heuristic_order(direction: str, problem) -> tuple:
     """
     g = _geometry(problem)
     order = []
-    if _tc.is_supported(direction, problem)[0]:  # tensor cores first wherever they apply (tf32 / half)
+    # Tensor cores first wherever they apply (math="tf32" or half data) with 16-byte gathers; float32
+    # with channel counts off the vector width (first layers: C = 1, 3) keeps the fp32 kernels first.
+    tc_ok = _tc.is_supported(direction, problem)[0]
+    if tc_ok and (problem.dtype != "float32" or _tc.vector_path(direction, problem)):
         order.append("implicit_gemm_tc")
     if fft_wins(direction, problem):
         order.append("fft")
@@ -210,7 +213,8 @@ def heuristic_order(direction: str, problem) -> tuple:
         order.append("winograd")
     if direction == "backward_filter":
         order += ["implicit_gemm", "im2col_gemm"]
-    order += ["implicit_precomp_gemm", "implicit_gemm", "im2col_gemm", "winograd", "direct"]
+    order += ["implicit_precomp_gemm", "implicit_gemm", "im2col_gemm", "winograd", "direct", "implicit_gemm_tc",
+              "fft"]
     return tuple(dict.fromkeys(order))  # first occurrence wins
 
 

@@ -56,6 +56,18 @@ def is_supported(direction: str, problem) -> tuple[bool, str]:
     return True, ""
 
 
+def vector_path(direction: str, problem) -> bool:
+    """Whether the kernels can gather with 16-byte cp.async (channel counts multiples of 4 / 8);
+    otherwise they gather element by element, which the heuristic avoids for float32."""
+    vec = KINDS[problem.dtype][2] if problem.dtype in KINDS else 4
+    C, K = problem.C, problem.K
+    if direction == "forward":
+        return C % vec == 0
+    if direction == "backward_data":
+        return K % vec == 0
+    return C % vec == 0 and K % vec == 0
+
+
 def _geometry(problem) -> dict:
     """The problem as the kernels see it: 2-D, NHWC (1-D gets H = R = P = 1)."""
     lead = 2 - problem.spatial_dims
