@@ -155,10 +155,10 @@ def _kernel(problem, name, smem):
     """The compiled kernel `name` of the problem's kind, allowed `smem` bytes of dynamic shared memory."""
     suffix, kind, _ = KINDS[problem.dtype]
     kernel = get_kernel("convolution_tc", name.format(kind=suffix), options=(f"-DCONV_TC_KIND={kind}",))
-    key = (kernel.ptr, smem)
+    key = (id(kernel), smem)
     if key not in _configured:
         # cudaFuncAttributeMaxDynamicSharedMemorySize: above 48 KiB a kernel must opt in
-        cupy.cuda.driver.funcSetAttribute(kernel.ptr, 8, int(smem))
+        kernel.max_dynamic_shared_size_bytes = int(smem)
         _configured.add(key)
     return kernel
 
