@@ -193,7 +193,9 @@ def heuristic_order(direction: str, problem) -> tuple:
     - 3x3, stride 1: Winograd F(2x2, 3x3) wins forward and data gradient (2.25x fewer multiplies);
     - strided data gradients: implicit GEMM wastes most of its work on the stride's holes, so
       im2col + GEMM goes first;
-    - otherwise the precomputed-offset implicit GEMM, then plain implicit GEMM.
+    - otherwise the precomputed-offset implicit GEMM, then plain implicit GEMM;
+    - fft last: where it wins has not been measured on the GPU yet (benchmarks/bench_gpu_conv_tc.py
+      has the comparison), so only `prefer_fastest` (cudnn.benchmark) picks it, by measuring.
     `is_supported` still filters the list, so a rule may name an algorithm that does not apply.
     """
     g = _geometry(problem)
@@ -203,8 +205,6 @@ def heuristic_order(direction: str, problem) -> tuple:
     tc_ok = _tc.is_supported(direction, problem)[0]
     if tc_ok and (problem.dtype != "float32" or _tc.vector_path(direction, problem)):
         order.append("implicit_gemm_tc")
-    if fft_wins(direction, problem):
-        order.append("fft")
     if small_channel_kernel(direction, problem):
         order.append("direct")
     if direction == "backward_data" and (g.C <= SMALL_C_MAX_CHANNELS or max(g.stride) > 1):
@@ -216,19 +216,6 @@ def heuristic_order(direction: str, problem) -> tuple:
     order += ["implicit_precomp_gemm", "implicit_gemm", "im2col_gemm", "winograd", "direct", "implicit_gemm_tc",
               "fft"]
     return tuple(dict.fromkeys(order))  # first occurrence wins
-
-
-# Where the FFT convolution beats our fp32 algorithms (benchmarks/results/gpu_conv_tc.md, H200):
-# large filters at stride 1 with enough channels that the per-frequency products, not the transforms,
-# carry the work. With tensor cores allowed (math="tf32" or half data) implicit_gemm_tc comes first.
-FFT_MIN_KERNEL = 7
-FFT_MIN_CHANNELS = 16
-
-
-def fft_wins(direction: str, problem) -> bool:
-    if not _fft.is_supported(direction, problem)[0] or problem.spatial_dims != 2:
-        return False
-    return (min(problem.kernel_size) >= FFT_MIN_KERNEL and min(problem.C, problem.K) >= FFT_MIN_CHANNELS)
 
 
 def algorithm_math(algo: str, problem) -> str:

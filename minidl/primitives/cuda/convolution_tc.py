@@ -154,8 +154,12 @@ _configured = set()
 def _kernel(problem, name, smem):
     """The compiled kernel `name` of the problem's kind, allowed `smem` bytes of dynamic shared memory."""
     suffix, kind, _ = KINDS[problem.dtype]
-    kernel = get_kernel("convolution_tc", name.format(kind=suffix), options=(f"-DCONV_TC_KIND={kind}",))
-    key = (id(kernel), smem)
+    name = name.format(kind=suffix)
+    kernel = get_kernel("convolution_tc", name, options=(f"-DCONV_TC_KIND={kind}",))
+    # Keyed by device and name, not by the Python object: get_kernel may hand out a new wrapper each
+    # time, and a recycled id() would skip the opt-in for a function that never had it (measured: a
+    # launch then fails with CUDA_ERROR_INVALID_VALUE).
+    key = (cupy.cuda.Device().id, name, smem)
     if key not in _configured:
         # cudaFuncAttributeMaxDynamicSharedMemorySize: above 48 KiB a kernel must opt in
         kernel.max_dynamic_shared_size_bytes = int(smem)
