@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Compile every kernels/*.cu for sm_90 with nvcc (as NVRTC does at run time: device code only).
-# Fails on the first kernel that does not compile. Usage: bash scripts/compile_kernels.sh [-v]
+# Compile every kernels/*.cu for sm_90 with nvcc (as NVRTC does at run time: device code only), two
+# files at a time. Fails if any kernel does not compile, printing nvcc's errors for it.
+# Usage: bash scripts/compile_kernels.sh [-v]     (-v adds -Xptxas -v: registers and spills)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
-status=0
-for f in kernels/*.cu; do
-  [ -e "$f" ] || continue
-  if nvcc -arch=sm_90 --std=c++17 -I kernels -c "$f" -o "$out/$(basename "$f" .cu).o" ${1:+-Xptxas -v} 2>"$out/err.txt"; then
+trap 'rm -rf "$out"' EXIT
+compile_one() {
+  local f=$1 out=$2 verbose=$3 name
+  name=$(basename "$f" .cu)
+  if nvcc -arch=sm_90 --std=c++17 -I kernels -c "$f" -o "$out/$name.o" ${verbose:+-Xptxas -v} 2>"$out/$name.err"; then
     echo "compiled $f"
   else
-    echo "FAILED to compile $f:"; cat "$out/err.txt"; status=1
+    echo "FAILED to compile $f:"; cat "$out/$name.err"; return 1
   fi
-done
-rm -rf "$out"
-exit $status
+}
+export -f compile_one
+# The largest files first, so that the two workers finish together.
+ls -S kernels/*.cu | xargs -P "${MINIDL_COMPILE_JOBS:-2}" -I{} bash -c 'compile_one "$@"' _ {} "$out" "${1:-}"
