@@ -27,21 +27,35 @@ import minidl.random
 from minidl.data import BPTTIterator
 
 
-def base_parser(doc: str, *, epochs: int, batch_size: int, lr: float | None, checkpoint: str):
-    """The options every example has; an example adds its own to the returned parser."""
+class Depends(str):
+    """A default that depends on other options, as --help says it: `lr=Depends("0.4 with --norm bn,
+    0.05 with --norm lrn")`. The option's parsed default is None and the example fills it in."""
+
+
+def base_parser(doc: str, *, epochs, batch_size: int, lr, checkpoint):
+    """The options every example has; an example adds its own to the returned parser.
+
+    `epochs`, `lr` and `checkpoint` are the defaults, or Depends(sentence) where the default depends
+    on other options: --help then shows the sentence, never "None".
+    """
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def default(value):
+        return None if isinstance(value, Depends) else value
+
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--epochs", type=int, default=epochs,
+    p.add_argument("--epochs", type=int, default=default(epochs),
                    help=f"total epochs (default {epochs}); --resume continues up to this many")
     p.add_argument("--batch-size", type=int, default=batch_size, help=f"default {batch_size}")
-    p.add_argument("--lr", type=float, default=lr, help=f"learning rate (default {lr})")
+    p.add_argument("--lr", type=float, default=default(lr), help=f"learning rate (default {lr})")
     p.add_argument("--data", default=None, help="data root (default: $MINIDL_DATA or ~/.cache/minidl)")
-    p.add_argument("--checkpoint", default=checkpoint, help=f"checkpoint file (default {checkpoint})")
+    p.add_argument("--checkpoint", default=default(checkpoint), help=f"checkpoint file (default {checkpoint})")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--limit-batches", type=int, default=None,
-                   help="stop each training epoch after N batches (smoke tests, benchmarks)")
-    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
+    p.add_argument("--seed", type=int, default=0, help="default 0")
+    p.add_argument("--limit-batches", type=int, default=None, metavar="N",
+                   help="stop each training epoch and each evaluation after N batches (smoke tests, "
+                        "benchmarks; accuracies are then over those batches only)")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
     p.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
                    help="stop after this epoch, as if interrupted (the lr schedule still spans --epochs)")
     return p
@@ -115,18 +129,52 @@ def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = Tru
     return step
 
 
+def check_limit(parser, args) -> None:
+    """--limit-batches, --epochs and --batch-size must be positive: 0 would train nothing and divide
+    by zero later (argparse's error: a usage line, one message, exit status 2)."""
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.limit_batches is not None and args.limit_batches < 1:
+        parser.error(f"--limit-batches must be >= 1, got {args.limit_batches}")
+    if args.epochs is not None and args.epochs < 1:
+        parser.error(f"--epochs must be >= 1, got {args.epochs}")
+
+
+def load_data(load, *args, **kwargs):
+    """load(*args, **kwargs), with a missing dataset (offline, or not where --data points) or a missing
+    decoder (Pillow) reported as one line and exit status 1: a user's situation, not a bug."""
+    from minidl.data import DatasetNotFoundError
+
+    try:
+        return load(*args, **kwargs)
+    except DatasetNotFoundError as e:
+        sys.exit(f"error: {e.short('--data')}")
+    except ImportError as e:
+        if "Pillow" not in str(e):
+            raise
+        sys.exit(f"error: {e}")
+
+
 def epoch_range(start_epoch: int, args):
     """The 0-based epochs this run trains: from the checkpoint's (or 0) to --epochs or --stop-after."""
     stop = args.epochs if args.stop_after is None else min(args.epochs, args.stop_after)
+    if start_epoch >= stop:
+        print(f"the checkpoint has already trained {start_epoch} epochs (--epochs {args.epochs}"
+              + ("" if args.stop_after is None else f", --stop-after {args.stop_after}") + "): nothing to train")
     return range(start_epoch, stop)
 
 
-def check_schedule_length(state: dict, epochs: int) -> None:
-    """A resumed lr schedule must span the same number of epochs as the run that wrote the checkpoint."""
+def check_schedule_length(state: dict, epochs: int, steps_per_epoch: int | None = None, hint: str = "") -> None:
+    """A resumed lr schedule must span what the run that wrote the checkpoint planned: the same
+    number of epochs (and, where it is per step, of steps per epoch); otherwise one line and exit 1."""
     saved = state["extra"].get("schedule_epochs")
     if saved is not None and saved != epochs:
         sys.exit(f"--resume: the checkpoint's lr schedule spans {saved} epochs but --epochs is {epochs}; "
-                 f"resume with --epochs {saved}")
+                 f"resume with --epochs {saved}{hint}")
+    saved_steps = state["extra"].get("schedule_steps_per_epoch")
+    if saved_steps is not None and steps_per_epoch is not None and saved_steps != steps_per_epoch:
+        sys.exit(f"--resume: the checkpoint's lr schedule has {saved_steps} steps per epoch but this run has "
+                 f"{steps_per_epoch}; resume with the --batch-size and --limit-batches it was trained with")
 
 
 def pick_device(name: str | None) -> str:
@@ -135,7 +183,7 @@ def pick_device(name: str | None) -> str:
     if name not in ("cpu", "cuda"):
         sys.exit(f"--device must be cpu or cuda, got {name!r}")
     if name == "cuda" and not minidl.cuda.is_available():
-        sys.exit("--device cuda: no usable GPU or CuPy (pip install -e '.[cuda13]')")
+        sys.exit(f"--device cuda: {minidl.cuda.unavailable_reason()}")
     return name
 
 
@@ -165,22 +213,34 @@ def progress(iterable, *, total: int, desc: str, disable: bool):
     return tqdm(limited(), total=total, desc=desc, leave=False, disable=disable, dynamic_ncols=True)
 
 
+def eval_batches(num_batches: int, limit: int | None) -> int:
+    """How many batches an evaluation reads: all, or --limit-batches (it limits evaluation too)."""
+    return num_batches if limit is None else min(num_batches, limit)
+
+
 class RunningLoss:
     """The mean training loss of an epoch, summed on the device: no host sync per step.
 
-    `show_every` steps the bar shows the latest loss; that one .item() is a sync, so it is rare.
+    The bar shows the epoch's mean loss so far, refreshed every `show_every` steps (each refresh
+    reads the device once, a sync, so it is rare) and at the last step; `show_every` defaults to a
+    tenth of the epoch (at most 50 steps), so that a short run shows more than its first step.
     """
 
-    def __init__(self, bar, show_every: int = 50):
-        self.bar, self.show_every = bar, show_every
+    def __init__(self, bar, show_every: int | None = None):
+        total = getattr(bar, "total", None) or 0
+        self.bar = bar
+        self.show_every = show_every or max(1, min(50, total // 10))
+        self.last = total
         self.total, self.count = None, 0
 
     def add(self, loss) -> None:
         value = loss.detach()
         self.total = value if self.total is None else self.total + value
         self.count += 1
-        if self.count % self.show_every == 1 or self.show_every == 1:
-            self.bar.set_postfix(loss=f"{loss.item():.4f}")
+        if getattr(self.bar, "disable", False):
+            return  # no bar (--no-progress): no reason to read the device
+        if self.count % self.show_every == 0 or self.count == self.last:
+            self.bar.set_postfix(mean_loss=f"{self.total.item() / self.count:.4f}")
 
     def mean(self) -> float:
         return float("nan") if self.count == 0 else self.total.item() / self.count
@@ -207,11 +267,19 @@ def load_checkpoint(path: str, *, model, optimizer, scheduler=None, device: str)
     """Restore model, optimizer, scheduler and the global generator; returns the checkpoint dict."""
     if not os.path.exists(path):
         sys.exit(f"--resume: no checkpoint at {path}")
-    state = minidl.load(path, map_location=device)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
+    try:
+        state = minidl.load(path, map_location=device)
+    except (OSError, ValueError) as e:
+        sys.exit(f"--resume: cannot read {path}: {e}")
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None and state.get("scheduler") is not None:
+            scheduler.load_state_dict(state["scheduler"])
+    except (KeyError, ValueError, RuntimeError) as e:
+        why = " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
+        sys.exit(f"--resume: {path} was written by a different model or optimizer ({why[:300]}); "
+                 f"resume with the options it was trained with, or pass another --checkpoint")
     minidl.random.cpu_generator().bit_generator.state = state["rng"]
     minidl.random.set_philox_states(state.get("philox", {}))
     print(f"resumed from {path} after epoch {state['epoch']}")
@@ -252,14 +320,16 @@ def detach_hidden(hidden):
     return hidden.detach()
 
 
-def evaluate_lm(model, data, bptt):
-    """Mean cross-entropy per token (nats) over a batchified stream; summed on the device, read once.
+def evaluate_lm(model, data, bptt, *, limit: int | None = None, desc: str = "evaluating", disable: bool = True):
+    """Mean cross-entropy per token (nats) over a batchified stream (its first `limit` windows when
+    given); summed on the device, read once. A progress bar unless `disable`.
 
     `model(x, hidden)` returns (logits (T * B, vocab), hidden)."""
     model.eval()
     total, count, hidden = None, 0, None
+    windows = BPTTIterator(data, bptt)
     with minidl.no_grad():
-        for x, y in BPTTIterator(data, bptt):
+        for x, y in progress(windows, total=eval_batches(len(windows), limit), desc=desc, disable=disable):
             logits, hidden = model(x, hidden)
             loss = F.cross_entropy(logits, y.reshape(-1), reduction="sum")
             total = loss if total is None else total + loss

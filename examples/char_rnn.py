@@ -2,7 +2,7 @@
 
     python examples/char_rnn.py                          # 2-layer LSTM, 512 units, GPU
     python examples/char_rnn.py --cell gru --sample-every 200 --temperature 0.8
-    python examples/char_rnn.py --resume --epochs 30
+    python examples/char_rnn.py --resume                 # continue an interrupted run (same --epochs)
 
 The model reads one character at a time and predicts the next:
     embedding (vocab -> 128) - dropout - LSTM or GRU (2 layers, 512 units, dropout between layers)
@@ -39,8 +39,8 @@ from minidl.data import BPTTIterator, CharCorpus, batchify  # noqa: E402
 from minidl.nn.utils import clip_grad_norm_  # noqa: E402
 
 from _common import (  # noqa: E402
-    RunningLoss, Timer, base_parser, check_schedule_length, detach_hidden, epoch_range, evaluate_lm,
-    load_checkpoint, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
+    RunningLoss, Timer, base_parser, check_limit, check_schedule_length, detach_hidden, epoch_range, evaluate_lm,
+    load_checkpoint, load_data, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
 )
 
 
@@ -83,18 +83,21 @@ def sample(model, corpus, device, *, prime="\n", length=300, temperature=1.0, rn
 
 def parse_args(argv=None):
     p = base_parser(__doc__, epochs=20, batch_size=64, lr=2e-3, checkpoint="checkpoints/char_rnn.mdl")
-    p.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
-    p.add_argument("--hidden-size", type=int, default=512)
-    p.add_argument("--embed-size", type=int, default=128)
-    p.add_argument("--num-layers", type=int, default=2)
-    p.add_argument("--dropout", type=float, default=0.2)
-    p.add_argument("--bptt", type=int, default=100, help="characters per training window")
-    p.add_argument("--clip", type=float, default=5.0, help="max gradient norm")
-    p.add_argument("--sample-every", type=int, default=0, help="print a sample every N steps (0: per epoch only)")
-    p.add_argument("--sample-length", type=int, default=300)
-    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--cell", choices=["lstm", "gru"], default="lstm", help="default lstm")
+    p.add_argument("--hidden-size", type=int, default=512, help="default 512")
+    p.add_argument("--embed-size", type=int, default=128, help="default 128")
+    p.add_argument("--num-layers", type=int, default=2, help="default 2")
+    p.add_argument("--dropout", type=float, default=0.2, help="default 0.2")
+    p.add_argument("--bptt", type=int, default=100, help="characters per training window (default 100)")
+    p.add_argument("--clip", type=float, default=5.0, help="max gradient norm (default 5)")
+    p.add_argument("--sample-every", type=int, default=0,
+                   help="print a sample every N steps (default 0: per epoch only)")
+    p.add_argument("--sample-length", type=int, default=300, help="default 300")
+    p.add_argument("--temperature", type=float, default=0.8, help="default 0.8")
     p.add_argument("--prime", default=None, help="text the samples start from (default: a newline)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    check_limit(p, args)
+    return args
 
 
 def main(argv=None):
@@ -103,7 +106,7 @@ def main(argv=None):
     device = pick_device(args.device)
     minidl.manual_seed(args.seed)
 
-    corpus = CharCorpus(args.data, download=True)
+    corpus = load_data(CharCorpus, args.data, download=True)
     train_data = batchify(corpus.train_data, args.batch_size)
     val_data = batchify(corpus.val_data, min(args.batch_size, 16))
     train_windows = BPTTIterator(train_data, args.bptt, device=device)
@@ -116,7 +119,7 @@ def main(argv=None):
     start_epoch = 0
     if args.resume:
         state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
-        check_schedule_length(state, args.epochs)
+        check_schedule_length(state, args.epochs, hint=" (the cosine schedule spans --epochs)")
         start_epoch = state["epoch"]
 
     print(f"minidl {minidl.__version__}: char-{args.cell.upper()} on {device}, {parameter_count(model)} parameters, "
@@ -148,7 +151,7 @@ def main(argv=None):
                     bar.write(sample(model, corpus, device, prime=args.prime, length=args.sample_length,
                                      temperature=args.temperature, rng=sample_rng))
         scheduler.step()
-        val_loss = evaluate_lm(model, val_data, args.bptt)
+        val_loss = evaluate_lm(model, val_data, args.bptt, limit=args.limit_batches, disable=args.no_progress)
         record = {"epoch": epoch + 1, "train_loss": running.mean(), "val_loss": val_loss,
                   "train_seconds": timer.seconds, "steps": running.count}
         history.append(record)

@@ -54,7 +54,10 @@ rescale activations the way batch norm does, so the default peak lr drops to 0.0
 untuned choice). Compare the two runs to see why BN replaced LRN.
 
 Data: CIFAR10(root) reads the official binary or python release, or an image folder / the JPEG
-archives (--data, else $MINIDL_DATA, else ~/.cache/minidl).
+archives (--data, else $MINIDL_DATA, else ~/.cache/minidl). Image files need Pillow (pip install -e
+".[vision]"); they are decoded once, with a progress bar, into a .npz cache whose path is printed.
+On a CPU, try `--device cpu --width 16 --limit-batches 10 --epochs 1`: a full epoch there takes ~19
+minutes at width 64 on 16 cores (benchmarks/results/examples.md), about twice that at width 96.
 """
 from __future__ import annotations
 
@@ -73,8 +76,9 @@ from minidl.data.transforms import Cutout, RandomCrop, RandomHorizontalFlip  # n
 from minidl.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn  # noqa: E402
 
 from _common import (  # noqa: E402
-    RunningLoss, Timer, add_graph_option, base_parser, check_schedule_length, epoch_range, epoch_rng,
-    load_checkpoint, make_train_step, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
+    Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length, epoch_range,
+    epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, parameter_count, pick_device, progress,
+    save_checkpoint, steps_per_epoch,
 )
 
 
@@ -157,15 +161,20 @@ def tta_views(x, tta):
     return views
 
 
-def evaluate(model, dataset, batch_size=1000, tta="flip"):
-    """(accuracy, mean cross-entropy) on `dataset`, the logits averaged over tta_views(x, tta)."""
+def evaluate(model, dataset, batch_size=1000, tta="flip", limit=None, progress_bar=False):
+    """(accuracy, mean cross-entropy) on `dataset` (on its first `limit` batches when given), the
+    logits averaged over tta_views(x, tta)."""
     if tta not in TTA_MODES:
         raise ValueError(f"evaluate: tta must be one of {TTA_MODES}, got {tta!r}")
     was_training = model.training
     model.eval()
     correct = loss_sum = None
+    seen = 0
+    loader = DataLoader(dataset, batch_size=batch_size)
     with minidl.no_grad():
-        for x, y in DataLoader(dataset, batch_size=batch_size):
+        for x, y in progress(loader, total=eval_batches(len(loader), limit), desc=f"evaluating (tta {tta})",
+                             disable=not progress_bar):
+            seen += y.shape[0]
             views = tta_views(x, tta)
             logits = model(views[0])
             for v in views[1:]:
@@ -176,13 +185,14 @@ def evaluate(model, dataset, batch_size=1000, tta="flip"):
             correct = hits if correct is None else correct + hits
             loss_sum = loss if loss_sum is None else loss_sum + loss
     model.train(was_training)
-    return float(correct.item()) / len(dataset), float(loss_sum.item()) / len(dataset)
+    return float(correct.item()) / seen, float(loss_sum.item()) / seen
 
 
-def final_table(models, dataset, modes=("flip", "flip-translate")):
+def final_table(models, dataset, modes=("flip", "flip-translate"), limit=None, progress_bar=False):
     """{(name, tta): accuracy} for every model and test-time augmentation, printed as a table: what
-    weight averaging and test-time augmentation each add."""
-    results = {(name, tta): evaluate(model, dataset, tta=tta)[0] for name, model in models.items() for tta in modes}
+    weight averaging and test-time augmentation each add (over the first `limit` test batches when given)."""
+    results = {(name, tta): evaluate(model, dataset, tta=tta, limit=limit, progress_bar=progress_bar)[0]
+               for name, model in models.items() for tta in modes}
     title = "final test accuracy"
     width = max(len(title), *(len(name) for name in models)) + 2
     print(f"{title:<{width}}" + "".join(f"{tta:>16}" for tta in modes))
@@ -221,13 +231,15 @@ def make_scheduler(name, optimizer, max_lr, total_steps, warmup=0.2):
 
 
 def parse_args(argv=None):
-    p = base_parser(__doc__, epochs=70, batch_size=512, lr=None, checkpoint="checkpoints/cifar10_resnet9.mdl")
-    p.add_argument("--norm", choices=["bn", "lrn"], default="bn", help="batch norm or local response norm")
+    p = base_parser(__doc__, epochs=70, batch_size=512, lr=Depends("0.4 with --norm bn, 0.05 with --norm lrn"),
+                    checkpoint="checkpoints/cifar10_resnet9.mdl")
+    p.add_argument("--norm", choices=["bn", "lrn"], default="bn",
+                   help="batch norm (bn, the default) or local response norm (lrn)")
     p.add_argument("--width", type=int, default=96,
-                   help="channels of the first layer (96: 96-192-384-768; Page's ResNet-9 is 64)")
-    p.add_argument("--schedule", choices=["onecycle", "cosine"], default="onecycle")
-    p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--label-smoothing", type=float, default=0.2)
+                   help="channels of the first layer (default 96: 96-192-384-768; Page's ResNet-9 is 64)")
+    p.add_argument("--schedule", choices=["onecycle", "cosine"], default="onecycle", help="default onecycle")
+    p.add_argument("--weight-decay", type=float, default=5e-4, help="default 5e-4")
+    p.add_argument("--label-smoothing", type=float, default=0.2, help="default 0.2")
     p.add_argument("--no-augment", action="store_true", help="no random crops, flips or cutout")
     p.add_argument("--cutout", type=int, default=8, metavar="N",
                    help="cut an N x N square out of every training image (default 8; 0: no cutout)")
@@ -243,6 +255,7 @@ def parse_args(argv=None):
     p.add_argument("--ema-every", type=int, default=5, metavar="N", help="steps between EMA updates (default 5)")
     add_graph_option(p)
     args = p.parse_args(argv)
+    check_limit(p, args)
     if args.ema_every < 1:
         p.error(f"--ema-every must be >= 1, got {args.ema_every}")
     for decay in args.ema:
@@ -261,7 +274,7 @@ def main(argv=None):
     device = pick_device(args.device)
     minidl.manual_seed(args.seed)
 
-    train_set, test_set = load_cifar10(args.data, device)
+    train_set, test_set = load_data(load_cifar10, args.data, device)
     model = build_model(args.width, args.norm).to(device)
     optimizer = minidl.optim.SGD(parameter_groups(model, args.weight_decay, args.no_decay_bn), lr=args.lr,
                                  momentum=0.9, nesterov=True, weight_decay=args.weight_decay)
@@ -276,7 +289,7 @@ def main(argv=None):
     start_epoch = 0
     if args.resume:
         state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
-        check_schedule_length(state, args.epochs)
+        check_schedule_length(state, args.epochs, steps)
         saved = state["extra"].get("ema", {})
         if sorted(saved) != sorted(emas):
             sys.exit(f"--resume: the checkpoint has the averages {sorted(saved) or 'none'} but --ema asks for "
@@ -314,7 +327,8 @@ def main(argv=None):
                 if step % args.ema_every == 0:
                     for ema in emas.values():
                         ema.update_parameters(model)
-        accuracy, test_loss = evaluate(model, test_set, tta=args.tta)
+        accuracy, test_loss = evaluate(model, test_set, tta=args.tta, limit=args.limit_batches,
+                                       progress_bar=not args.no_progress)
         record = {"epoch": epoch + 1, "train_loss": running.mean(), "test_loss": test_loss,
                   "test_accuracy": accuracy, "train_seconds": timer.seconds, "steps": running.count,
                   "lr": lr}  # the last step's
@@ -322,11 +336,12 @@ def main(argv=None):
         print(f"epoch {epoch + 1}: train loss {record['train_loss']:.4f}, test loss {test_loss:.4f}, "
               f"test accuracy {accuracy * 100:.2f}%, train time {timer.seconds:.1f} s")
         save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, epoch=epoch + 1,
-                        schedule_epochs=args.epochs, test_accuracy=accuracy,
+                        schedule_epochs=args.epochs, schedule_steps_per_epoch=steps, test_accuracy=accuracy,
                         ema={name: ema.state_dict() for name, ema in emas.items()})
     total = sum(r["train_seconds"] for r in history)
     print(f"training time {total:.1f} s; checkpoint: {args.checkpoint}")
-    final = final_table({"weights": model, **emas}, test_set) if history else None
+    final = (final_table({"weights": model, **emas}, test_set, limit=args.limit_batches,
+                         progress_bar=not args.no_progress) if history else None)
     return {"history": history, "model": model, "optimizer": optimizer, "scheduler": scheduler, "emas": emas,
             "final": final}
 

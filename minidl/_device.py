@@ -34,7 +34,7 @@ def cuda_unavailable_reason() -> str | None:
     if cupy is None:
         return (
             f"{_cupy_error}. Install the GPU extra that matches your CUDA toolkit, e.g. "
-            "`pip install minidl[cuda13]` (or cupy-cuda12x for CUDA 12)."
+            "`pip install -e \".[cuda13]\"` in a checkout (`.[cuda12]` for CUDA 12)."
         )
     try:
         count = cupy.cuda.runtime.getDeviceCount()

@@ -56,6 +56,16 @@ def test_committed_notebook_matches_its_source(source):
     assert problem is None, f"{problem}: run `python tutorials/build.py`"
 
 
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_notebook_says_at_its_top_what_it_does_on_a_cpu(source):
+    """A student on a laptop reads, before running anything, what the notebook will do there and
+    how long it takes: a "**Running it on a CPU.**" paragraph among the first cells."""
+    top = [c["source"] for c in build.parse_percent(source.read_text())[:3] if c["cell_type"] == "markdown"]
+    note = next((text for text in top if "**Running it on a CPU.**" in text), None)
+    assert note, f"{source.name}: no '**Running it on a CPU.**' paragraph among its first three cells"
+    assert "small mode" in note.lower() and any(u in note for u in (" s ", " s)", "second", "minute", "hour")), note
+
+
 # The builtin executor always (it is what the GPU machine uses); a Jupyter kernel where installed.
 EXECUTORS = ["builtin"] + (["nbclient"] if run.nbclient_available() else [])
 
@@ -220,14 +230,106 @@ def test_builtin_executor_restores_the_process_state(tmp_path, small_mode):
 
 def test_run_main_writes_outputs_in_place_and_fails_with_status_1(tmp_path, small_mode, capsys):
     good = _write(tmp_path, "# %%\nprint('saved')\n", "good.ipynb")
-    assert run.main([str(good), "--executor", "builtin"]) == 0
+    assert run.main([str(good), "--executor", "builtin", "--update-committed"]) == 0
     assert "saved" in _text(json.loads(good.read_text()))
 
     bad = _write(tmp_path, "# %%\nraise RuntimeError('boom')\n", "bad.ipynb")
     before = bad.read_text()
-    assert run.main([str(bad), "--executor", "builtin"]) == 1
+    assert run.main([str(bad), "--executor", "builtin", "--update-committed"]) == 1
     assert "boom" in capsys.readouterr().err
     assert bad.read_text() == before               # a failed run leaves the notebook as it was
+
+
+def test_run_main_leaves_the_committed_notebook_alone_and_shows_each_cell(tmp_path, small_mode, capsys,
+                                                                         monkeypatch):
+    """By default the executed copy goes to the output folder (tutorials/executed/), not into the
+    notebook, whose committed outputs come from the GPU machine; each cell is announced on stderr."""
+    monkeypatch.setattr(run, "DEFAULT_OUTPUT_DIR", tmp_path / "executed")
+    good = _write(tmp_path, "# %%\nprint('first')\n# %%\nprint('second')\n", "two.ipynb")
+    before = good.read_text()
+    assert run.main([str(good), "--executor", "builtin"]) == 0
+    assert good.read_text() == before
+    assert "second" in _text(json.loads((tmp_path / "executed" / "two.ipynb").read_text()))
+    err = capsys.readouterr().err
+    assert "[1/2] two cell 0: print('first')" in err and "[2/2] two cell 1: print('second')" in err
+    assert run.main([str(good), "--executor", "builtin", "--quiet", "--output-dir", str(tmp_path / "o")]) == 0
+    assert "[1/2]" not in capsys.readouterr().err and (tmp_path / "o" / "two.ipynb").exists()
+    with pytest.raises(SystemExit):
+        run.main([str(good), "--update-committed", "--output-dir", str(tmp_path / "o")])
+
+
+def test_build_keep_outputs_only_when_the_code_is_unchanged(tmp_path):
+    source = tmp_path / "src.py"
+    source.write_text("# %% [markdown]\n# Title\n# %%\nprint(1)\n")
+    path = build.build(source, out_dir=tmp_path)
+    nb = json.loads(path.read_text())
+    nb["cells"][1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["1\n"]}]
+    nb["metadata"]["minidl"]["executed"] = {"mode": "full"}
+    path.write_text(json.dumps(nb))
+    source.write_text("# %% [markdown]\n# A better title\n# %%\nprint(1)\n")    # text only: kept
+    kept = json.loads(build.build(source, out_dir=tmp_path, keep_outputs=True).read_text())
+    assert kept["cells"][0]["source"] == ["A better title"] and kept["cells"][1]["outputs"]
+    assert kept["metadata"]["minidl"]["executed"] == {"mode": "full"}
+    source.write_text("# %% [markdown]\n# A better title\n# %%\nprint(2)\n")    # code: refused
+    with pytest.raises(build.CodeChanged, match="code cell 1 changed"):
+        build.build(source, out_dir=tmp_path, keep_outputs=True)
+    assert json.loads(path.read_text())["cells"][1]["outputs"], "a refused build writes nothing"
+
+
+def test_synthetic_images_share_their_classes_across_splits_and_are_learnable():
+    """Small mode without the data: a training split and a test split (two seeds) are images of the
+    same class templates, so a small model trained on one is far above chance (10%) on the other."""
+    import minidl
+    import minidl.nn as nn
+    import minidl.nn.functional as F
+
+    tu = _tutorial_utils()
+    classes = [str(k) for k in range(10)]
+    for shape in ((28, 28), (32, 32, 3)):
+        train, test = tu.SyntheticImages(500, shape, classes, seed=1), tu.SyntheticImages(300, shape, classes, seed=2)
+        assert train.data.shape[1:] == shape and not (train.data[:300] == test.data).all()
+        x_train, x_test = (minidl.tensor(d.data.reshape(len(d), -1).astype("float32") / 255 - 0.5)
+                           for d in (train, test))
+        y_train = minidl.tensor(train.targets)
+        minidl.manual_seed(0)
+        model = nn.Sequential(nn.Linear(x_train.shape[1], 32), nn.ReLU(), nn.Linear(32, 10))
+        optimizer = minidl.optim.Adam(model.parameters(), lr=1e-3)
+        for _ in range(2):
+            for i in range(0, 500, 50):
+                loss = F.cross_entropy(model(x_train[i:i + 50]), y_train[i:i + 50])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        accuracy = float((model(x_test).argmax(dim=1).numpy() == test.targets).mean())
+        assert accuracy > 0.6, (shape, accuracy)
+
+
+def test_figures_after_a_synthetic_fallback_are_stamped(monkeypatch, tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tu = _tutorial_utils()
+    monkeypatch.setattr(tu, "SYNTHETIC_DATA", [])
+    monkeypatch.setenv("MINIDL_DATA", str(tmp_path))
+    from minidl.data import DatasetNotFoundError
+
+    def missing(download):
+        raise DatasetNotFoundError("MNIST: missing everything")
+
+    def texts(fig):
+        return " ".join(t.get_text() for t in fig.texts)
+
+    fig = plt.figure()
+    tu.stamp(fig, "CPU", "small")
+    assert "SYNTHETIC" not in texts(fig)
+    data, real = tu.load_dataset("small", "MNIST", missing, lambda: "stand-in")
+    assert (data, real) == ("stand-in", False) and "SYNTHETIC" in capsys.readouterr().out
+    fig2 = plt.figure()
+    tu.stamp(fig2, "CPU", "small")
+    assert "SYNTHETIC data (stand-in for MNIST)" in texts(fig2)
+    plt.close("all")
 
 
 def test_mode_must_be_small_or_full(monkeypatch):
@@ -329,4 +431,17 @@ def test_training_notebook_runs_on_synthetic_data_without_the_datasets(source, s
         nb = run.execute_notebook(path, executor="builtin", timeout=120)
     finally:
         path.unlink(missing_ok=True)
-    assert "SYNTHETIC" in _text(nb)
+    text = _text(nb)
+    assert "SYNTHETIC" in text
+    # ... and what it teaches holds on the stand-in: the models learn it (test figures well above chance).
+    import re
+
+    if source.stem.startswith("04"):
+        accuracy = float(re.findall(r"test accuracy (\d+\.\d+)%", text)[-1])
+        assert accuracy > 50, f"04 on synthetic data: test accuracy {accuracy}% (chance 10%)"
+    elif source.stem.startswith("05"):
+        accuracy = float(re.search(r"bn: loss .*? final test accuracy (\d+\.\d+)%", text).group(1))
+        assert accuracy > 25, f"05 on synthetic data: batch-norm test accuracy {accuracy}% (chance 10%)"
+    else:
+        test_ppl, unigram = re.search(r"test perplexity (\d+\.?\d*) after .*?unigram baseline (\d+)", text).groups()
+        assert float(test_ppl) < float(unigram), (test_ppl, unigram)

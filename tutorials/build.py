@@ -8,9 +8,13 @@ This script turns tutorials/src/NN_name.py into tutorials/NN_name.ipynb (nbforma
     python tutorials/build.py                 # every notebook
     python tutorials/build.py 02              # the ones whose name starts with 02
     python tutorials/build.py --check         # exit 1 if a notebook's cells differ from its source
+    python tutorials/build.py --keep-outputs 03   # a text-only edit: keep the saved outputs
 
 Executed notebooks (outputs saved by tutorials/run.py) keep their outputs only until the next build,
-so rebuild, then run. The notebook JSON is written directly (the format is small and stable);
+so rebuild, then run. A change to the markdown cells alone does not change what the code prints, so
+--keep-outputs carries the saved outputs (and the record of the run) over, when every code cell is
+unchanged; when one is not, it builds nothing and says which: that notebook has to be run again.
+The notebook JSON is written directly (the format is small and stable);
 nbformat validates it when it is installed.
 """
 from __future__ import annotations
@@ -108,12 +112,34 @@ def notebook_path(source: Path) -> Path:
     return TUTORIALS / f"{source.stem}.ipynb"
 
 
-def build(source: Path, out_dir: Path | None = None) -> Path:
+def build(source: Path, out_dir: Path | None = None, keep_outputs: bool = False) -> Path:
     nb = make_notebook(parse_percent(source.read_text()), source.stem)
-    validate(nb)
     path = (out_dir or TUTORIALS) / f"{source.stem}.ipynb"
+    if keep_outputs and path.exists():
+        carry_outputs(json.loads(path.read_text()), nb, path.name)
+    validate(nb)
     write_notebook(nb, path)
     return path
+
+
+class CodeChanged(ValueError):
+    """--keep-outputs refused: a code cell differs from the one whose outputs are saved."""
+
+
+def carry_outputs(old: dict, new: dict, name: str) -> None:
+    """Copy the outputs and execution counts of `old`'s code cells, and its record of the run, into
+    `new`, whose code cells must be exactly `old`'s (only the markdown may differ)."""
+    old_code = [c for c in old["cells"] if c["cell_type"] == "code"]
+    new_code = [c for c in new["cells"] if c["cell_type"] == "code"]
+    if len(old_code) != len(new_code):
+        raise CodeChanged(f"{name}: {len(new_code)} code cells, the saved notebook has {len(old_code)}; run it again")
+    for i, (a, b) in enumerate(zip(old_code, new_code)):
+        if "".join(a["source"]) != "".join(b["source"]):
+            raise CodeChanged(f"{name}: code cell {i + 1} changed, so its saved outputs are stale; run it again")
+        b["outputs"], b["execution_count"] = a.get("outputs", []), a.get("execution_count")
+    executed = old.get("metadata", {}).get("minidl", {}).get("executed")
+    if executed is not None:
+        new["metadata"]["minidl"]["executed"] = executed
 
 
 def cell_sources(nb: dict) -> list[tuple[str, str]]:
@@ -139,6 +165,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("prefixes", nargs="*", help="only notebooks whose name starts with one of these")
     parser.add_argument("--check", action="store_true", help="only check that the notebooks match their sources")
+    parser.add_argument("--keep-outputs", action="store_true",
+                        help="keep the saved outputs where only markdown changed (refuses where code changed)")
     args = parser.parse_args(argv)
     found = sources(args.prefixes)
     if not found:
@@ -149,9 +177,14 @@ def main(argv=None) -> int:
         for problem in problems:
             print(f"out of date: {problem} (run python tutorials/build.py)", file=sys.stderr)
         return 1 if problems else 0
+    status = 0
     for source in found:
-        print(f"built {build(source).relative_to(TUTORIALS.parent)}")
-    return 0
+        try:
+            print(f"built {build(source, keep_outputs=args.keep_outputs).relative_to(TUTORIALS.parent)}")
+        except CodeChanged as e:
+            print(f"not built: {e}", file=sys.stderr)
+            status = 1
+    return status
 
 
 if __name__ == "__main__":

@@ -1,7 +1,15 @@
 """Execute tutorial notebooks and save their outputs (text, tables, plots) into them.
 
-    python tutorials/run.py tutorials/01_*.ipynb                       # small mode (the default)
-    MINIDL_TUTORIAL_MODE=full PYTHONPATH=$PWD python3 tutorials/run.py tutorials/02_*.ipynb
+    python tutorials/run.py tutorials/01_*.ipynb          # small mode; writes tutorials/executed/01_*.ipynb
+    python tutorials/run.py --mode full tutorials/05_*.ipynb
+    # on the GPU machine, to refresh the outputs committed with the notebooks:
+    MINIDL_TUTORIAL_MODE=full PYTHONPATH=$PWD python3 tutorials/run.py --update-committed tutorials/02_*.ipynb
+
+The committed notebooks hold the outputs of a full run on the GPU machine, so by default the executed
+copy goes to tutorials/executed/ (ignored by git) and the committed notebook is left as it is;
+--update-committed writes the outputs into the notebooks themselves, --output / --output-dir elsewhere.
+Each cell is announced on stderr as it starts and timed when it ends (--quiet: only one line per
+notebook), so a long run shows where it is.
 
 Two executors, the same result:
 
@@ -38,6 +46,7 @@ import traceback
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUTPUT_DIR = Path(__file__).resolve().parent / "executed"   # ignored by git
 
 
 class NotebookError(RuntimeError):
@@ -145,11 +154,43 @@ def _time_limit(seconds):
         signal.signal(signal.SIGALRM, previous)
 
 
+class CellProgress:
+    """One line on stderr when a code cell starts ("[3/21] 05_cnn_cifar10 cell 7: def train(...") and
+    its time when it ends, so that a run that takes minutes shows where it is. Silent when quiet."""
+
+    def __init__(self, name: str, total: int, quiet: bool = False, stream=None):
+        self.name, self.total, self.quiet = name, total, quiet
+        self.stream = stream if stream is not None else sys.stderr
+        self.count, self._started = 0, None
+
+    def start(self, index: int, source: str) -> None:
+        self.count += 1
+        self._started = time.perf_counter()
+        if self.quiet:
+            return
+        code = [line.strip() for line in source.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        first = code[0] if code else ""
+        first = first if len(first) <= 60 else first[:57] + "..."
+        self.stream.write(f"[{self.count}/{self.total}] {self.name} cell {index}: {first}")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.quiet or self._started is None:
+            return
+        self.stream.write(f"  ({time.perf_counter() - self._started:.1f} s)\n")
+        self.stream.flush()
+
+
+def _code_cells(nb: dict) -> int:
+    return sum(1 for c in nb["cells"] if c["cell_type"] == "code")
+
+
 class BuiltinExecutor:
     """Run a notebook's code cells in order, in one namespace, recording their outputs."""
 
-    def __init__(self, nb: dict, workdir: Path, name: str, timeout: float | None = None):
+    def __init__(self, nb: dict, workdir: Path, name: str, timeout: float | None = None, quiet: bool = True):
         self.nb, self.workdir, self.name, self.timeout = nb, Path(workdir), name, timeout
+        self.progress = CellProgress(Path(name).stem, _code_cells(nb), quiet, stream=sys.stderr)
         self.namespace = {"__name__": "__main__", "__builtins__": builtins}
         self.outputs: list = []
         self.plt = None
@@ -213,6 +254,7 @@ class BuiltinExecutor:
                 cell["outputs"], cell["execution_count"] = self.outputs, count
                 filename = f"<{self.name} cell {index}>"
                 stdout, stderr = _Stream("stdout", self.outputs), _Stream("stderr", self.outputs)
+                self.progress.start(index, source)
                 try:
                     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), \
                             _time_limit(self.timeout):
@@ -221,7 +263,9 @@ class BuiltinExecutor:
                             self.outputs.append({"output_type": "execute_result", "execution_count": count,
                                                  "metadata": {}, "data": mime_bundle(value)})
                         self._flush_figures()
+                    self.progress.end()
                 except BaseException as e:  # noqa: BLE001 - report any failure of the cell, then stop
+                    self.progress.end()
                     if isinstance(e, KeyboardInterrupt):
                         raise
                     _finish_streams(self.outputs)
@@ -267,7 +311,7 @@ def nbclient_available() -> bool:
     return True
 
 
-def execute_nbclient(nb: dict, workdir: Path, name: str, timeout: float | None) -> dict:
+def execute_nbclient(nb: dict, workdir: Path, name: str, timeout: float | None, quiet: bool = True) -> dict:
     import nbclient
     import nbformat
     from nbclient.exceptions import CellExecutionError
@@ -278,8 +322,19 @@ def execute_nbclient(nb: dict, workdir: Path, name: str, timeout: float | None) 
     os.environ.pop("MPLBACKEND", None)  # let ipykernel choose its inline backend, so figures are kept
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), saved["PYTHONPATH"]) if p)
     try:
+        progress = CellProgress(Path(name).stem, _code_cells(nb), quiet)
+
+        def on_start(cell, cell_index, **_):
+            if cell.cell_type == "code":
+                progress.start(cell_index, cell.source)
+
+        def on_complete(cell, cell_index, **_):
+            if cell.cell_type == "code":
+                progress.end()
+
         client = nbclient.NotebookClient(node, timeout=timeout, kernel_name="python3",
-                                         resources={"metadata": {"path": str(workdir)}})
+                                         resources={"metadata": {"path": str(workdir)}},
+                                         on_cell_start=on_start, on_cell_executed=on_complete)
         client.execute()
     except CellExecutionError as e:
         raise NotebookError(f"{name}: a cell failed:\n{e}") from None
@@ -297,9 +352,11 @@ def execute_nbclient(nb: dict, workdir: Path, name: str, timeout: float | None) 
 # ----------------------------------------------------------------------------------------------
 
 
-def execute_notebook(path, executor: str = "auto", timeout: float | None = 600, mode: str | None = None) -> dict:
+def execute_notebook(path, executor: str = "auto", timeout: float | None = 600, mode: str | None = None,
+                     quiet: bool = True) -> dict:
     """Execute the notebook at `path` and return it (a dict) with its outputs. Raises NotebookError
-    when a cell fails. `mode` (small|full) sets MINIDL_TUTORIAL_MODE for the run."""
+    when a cell fails. `mode` (small|full) sets MINIDL_TUTORIAL_MODE for the run. Unless `quiet`,
+    each cell is announced on stderr when it starts and timed when it ends."""
     path = Path(path)
     nb = json.loads(path.read_text())
     if mode is not None:
@@ -308,9 +365,9 @@ def execute_notebook(path, executor: str = "auto", timeout: float | None = 600, 
         executor = "nbclient" if nbclient_available() else "builtin"
     started = time.perf_counter()
     if executor == "nbclient":
-        nb = execute_nbclient(nb, path.parent, path.name, timeout)
+        nb = execute_nbclient(nb, path.parent, path.name, timeout, quiet)
     elif executor == "builtin":
-        nb = BuiltinExecutor(nb, path.parent, path.name, timeout).execute()
+        nb = BuiltinExecutor(nb, path.parent, path.name, timeout, quiet).execute()
     else:
         raise ValueError(f"run.py: unknown executor {executor!r}; use auto, nbclient or builtin")
     nb.setdefault("metadata", {}).setdefault("minidl", {})["executed"] = {
@@ -329,20 +386,29 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", choices=("small", "full"), help="overrides MINIDL_TUTORIAL_MODE")
     parser.add_argument("--executor", choices=("auto", "nbclient", "builtin"), default="auto")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per cell (default 1800)")
-    parser.add_argument("--output", type=Path, help="write here instead of in place (one notebook only)")
-    parser.add_argument("--output-dir", type=Path, help="write each notebook into this folder, same name")
+    parser.add_argument("--output", type=Path, help="write here (one notebook only)")
+    parser.add_argument("--output-dir", type=Path,
+                        help=f"write each notebook into this folder, same name (default {DEFAULT_OUTPUT_DIR})")
+    parser.add_argument("--update-committed", action="store_true",
+                        help="write the outputs into the notebooks themselves (what is committed: the GPU "
+                             "machine's full runs)")
+    parser.add_argument("--quiet", action="store_true", help="no per-cell progress lines, one line per notebook")
     args = parser.parse_args(argv)
+    chosen = [flag for flag, value in (("--output", args.output), ("--output-dir", args.output_dir),
+                                       ("--update-committed", args.update_committed)) if value]
+    if len(chosen) > 1:
+        parser.error(f"give one of --output, --output-dir, --update-committed, not {' and '.join(chosen)}")
     if args.output and len(args.notebooks) != 1:
         parser.error("--output needs exactly one notebook")
-    if args.output and args.output_dir:
-        parser.error("give --output or --output-dir, not both")
+    if not chosen:
+        args.output_dir = DEFAULT_OUTPUT_DIR
     if args.output_dir:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     status = 0
     for path in args.notebooks:
         started = time.perf_counter()
         try:
-            nb = execute_notebook(path, args.executor, args.timeout, args.mode)
+            nb = execute_notebook(path, args.executor, args.timeout, args.mode, quiet=args.quiet)
         except NotebookError as e:
             print(f"FAILED {path}\n{e}", file=sys.stderr)
             status = 1

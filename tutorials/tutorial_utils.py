@@ -69,11 +69,20 @@ def today() -> str:
     return datetime.date.today().isoformat()
 
 
+# The datasets load_dataset() replaced by a synthetic stand-in in this process (a notebook's kernel):
+# from then on every stamp() says so, so no figure of made-up data passes for one of the real data.
+SYNTHETIC_DATA: list[str] = []
+
+
 def stamp(fig, device: str, mode: str) -> None:
     """Write the device, the date and the mode in the figure's bottom-right corner, so that a saved
-    plot always says where and when its numbers were measured."""
+    plot always says where and when its numbers were measured. Once load_dataset() has fallen back
+    to synthetic data, the stamp also says SYNTHETIC (in red, with the datasets it stands in for)."""
     fig.text(0.99, 0.005, f"{device} | {today()} | mode={mode}", ha="right", va="bottom",
              fontsize=7, color="0.35")
+    if SYNTHETIC_DATA:
+        fig.text(0.01, 0.005, f"SYNTHETIC data (stand-in for {', '.join(SYNTHETIC_DATA)})", ha="left",
+                 va="bottom", fontsize=8, color="tab:red", fontweight="bold")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -298,22 +307,30 @@ def load_dataset(mode: str, name: str, load, synthesize):
         print(f"NOTE: {name} is not under the data root {data_root()} ({first_line}).\n"
               f"      Small mode goes on with small SYNTHETIC data instead: the code is the same, the numbers "
               f"are not {name}'s.\n      Set MINIDL_DATA to a folder holding {name} to use the real data.")
+        if name not in SYNTHETIC_DATA:
+            SYNTHETIC_DATA.append(name)   # every figure stamped from now on says SYNTHETIC
         return synthesize(), False
 
 
 class SyntheticImages:
     """A stand-in for MNIST / CIFAR10 with the attributes the notebooks use: `data` uint8 (N, H, W)
-    or (N, H, W, C), `targets` int64 (N,), `classes`. Each class is a smooth random template; a
-    sample is its class's template, shifted by up to 2 pixels, plus noise: learnable, not trivial."""
+    or (N, H, W, C), `targets` int64 (N,), `classes`.
 
-    def __init__(self, n: int, shape: tuple, classes, seed: int = 0):
+    Each class is a smooth random template; a sample is its class's template, shifted by up to 2
+    pixels, plus noise: learnable, not trivial. The templates are the data set (they depend on
+    `template_seed` and the shape only); `seed` draws one split's samples from them. So a training
+    split and a test split made with two seeds hold different images of the same classes, and what
+    a model learns on one carries over to the other, as with the real data.
+    """
+
+    def __init__(self, n: int, shape: tuple, classes, seed: int = 0, template_seed: int = 0):
         import numpy as np
 
-        rng = np.random.default_rng(seed)
         H, W = shape[:2]
         C = shape[2] if len(shape) == 3 else 1
-        coarse = rng.random((len(classes), H // 4, W // 4, C))
+        coarse = np.random.default_rng([template_seed, H, W, C, len(classes)]).random((len(classes), H // 4, W // 4, C))
         templates = coarse.repeat(4, axis=1).repeat(4, axis=2)           # (K, H, W, C), blocky blobs
+        rng = np.random.default_rng(seed)
         self.targets = rng.integers(0, len(classes), size=n).astype(np.int64)
         images = templates[self.targets]
         for axis in (1, 2):                                               # a random shift per sample

@@ -235,4 +235,5 @@ class Cutout:
         return rewrap(xp.where(mask, x.dtype.type(self.fill), x))
 
     def __repr__(self):
-        return f"Cutout(size={self.size}, fill={self.fill!r}, p={self.p})"
+        fill = self.fill.item() if isinstance(self.fill, np.generic) else self.fill  # 0.0, not np.float32(0.0)
+        return f"Cutout(size={self.size}, fill={fill!r}, p={self.p})"

@@ -27,6 +27,15 @@ from ..autograd.function import enable_grad, no_grad
 from ..autograd.tensor import Tensor
 
 
+def _plain(value):
+    """NumPy scalars (also inside tuples) as Python numbers, so a repr shows 0.9, not np.float32(0.9)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
 class _Required:
     """Marks a hyper-parameter that has no default: every group must give it."""
 
@@ -230,7 +239,7 @@ class Optimizer:
         for i, group in enumerate(self.param_groups):
             lines.append(f"Parameter Group {i}")
             for key in sorted(k for k in group if k != "params"):
-                lines.append(f"    {key}: {group[key]}")
+                lines.append(f"    {key}: {_plain(group[key])}")
         lines.append(")")
         return "\n".join(lines)
 

@@ -147,7 +147,7 @@ def _check_elements(objective, x, index, analytic, eps, atol, rtol, raise_except
     a, n = analytic[worst], numeric[worst]
     msg = (
         f"gradcheck: input {index} of shape {x.shape}: at element {tuple(int(k) for k in worst)} autograd gives "
-        f"{a!r} but finite differences give {n!r} (|diff| = {abs(a - n):.3g} > atol + rtol * |numeric| = "
+        f"{float(a)!r} but finite differences give {float(n)!r} (|diff| = {abs(a - n):.3g} > atol + rtol * |numeric| = "
         f"{atol + rtol * abs(n):.3g}); {int((excess > 0).sum())} of {x.numel()} elements disagree"
     )
     if raise_exception:
@@ -179,7 +179,7 @@ def _check_directions(objective, x, index, analytic, eps, atol, rtol, n_directio
         return True
     msg = (
         f"gradcheck: input {index} of shape {x.shape}: along random direction {d} of {n_directions} the autograd "
-        f"directional derivative is {a!r} but finite differences give {n!r} (|diff| = {abs(a - n):.3g} > "
+        f"directional derivative is {float(a)!r} but finite differences give {float(n)!r} (|diff| = {abs(a - n):.3g} > "
         f"atol + rtol * |numeric| = {atol + rtol * abs(n):.3g}); "
         f"{sum(r[0] > 0 for r in results)} of {n_directions} directions disagree"
     )

@@ -147,6 +147,13 @@ def _decode(node, read_array, place, where: str):
 # ------------------------------------------------------------------------------------------------
 
 
+def _current_umask() -> int:
+    """The process's umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def save(obj, f) -> None:
     """Write obj (a state dict or a nesting of tensors, arrays and plain values) to the path f.
 
@@ -162,6 +169,10 @@ def save(obj, f) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
+        # mkstemp makes the file 0600 (private to its writer); a checkpoint is an ordinary file, so
+        # give it the mode open() would: 0666 less the umask (0644 under the usual umask 022).
+        if hasattr(os, "fchmod"):  # POSIX
+            os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "wb") as tmp:
             _write_zip(tmp, structure, arrays)
             tmp.flush()

@@ -171,10 +171,14 @@ def test_mnist_corrupt_gzip(tmp_path, rng):
 
 
 def test_mnist_missing_without_download(tmp_path):
-    with pytest.raises(DatasetNotFoundError, match=r"MNIST: missing t10k-images-idx3-ubyte.gz, "
-                                                   r"t10k-labels-idx1-ubyte.gz.*MINIDL_DATA") as info:
+    with pytest.raises(DatasetNotFoundError, match=r"MNIST: missing t10k-images-idx3-ubyte\(\.gz\), "
+                                                   r"t10k-labels-idx1-ubyte\(\.gz\), train-images-idx3-ubyte\(\.gz\), "
+                                                   r"train-labels-idx1-ubyte\(\.gz\).*MINIDL_DATA") as info:
         MNIST(tmp_path, train=False, download=False)
     assert str(tmp_path / "MNIST" / "raw") in str(info.value)
+    # The one-line form a program prints names its own option instead of root=.
+    short = info.value.short("--data")
+    assert "\n" not in short and "--data" in short and "root=" not in short and len(info.value.files) == 4
 
 
 def test_mnist_offline_download_error_names_files_and_place(tmp_path, monkeypatch):
@@ -187,7 +191,8 @@ def test_mnist_offline_download_error_names_files_and_place(tmp_path, monkeypatc
         assert part in message
     # Both files from both mirrors (twice more where torchvision imports: its downloader is tried too).
     assert len(calls) in (4, 8)
-    assert not list((tmp_path / "MNIST" / "raw").glob("*"))  # no partial files left behind
+    assert not (tmp_path / "MNIST").exists()  # no partial files, and no empty folders, left behind
+    assert "network is unreachable (test)" in info.value.reason
 
 
 def test_mnist_download_checks_md5(tmp_path, rng, monkeypatch):

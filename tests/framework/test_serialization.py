@@ -251,3 +251,20 @@ def test_parameters_and_a_model_state_dict_round_trip(tmp_path):
     for (k, a), (k2, b) in zip(model.state_dict().items(), fresh.state_dict().items()):
         assert k == k2
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_saved_file_has_the_mode_open_would_give(tmp_path):
+    """save() writes through a private temporary file (mkstemp: 0600); the result is an ordinary
+    file: 0666 less the umask, as open() would make it."""
+    import os
+
+    import minidl
+
+    old = os.umask(0o027)
+    try:
+        minidl.save({"w": minidl.ones(2)}, tmp_path / "a.mdl")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.mdl").stat().st_mode & 0o777 == 0o640
+    minidl.save({"w": minidl.ones(2)}, tmp_path / "b.mdl")
+    assert (tmp_path / "b.mdl").stat().st_mode & 0o777 == 0o666 & ~old

@@ -15,6 +15,14 @@
 # and then opens the LSTM cell: how its pointwise work is **fused into one CUDA kernel**, and how
 # many bytes of memory traffic that saves over a chain of separate elementwise operations.
 
+# %% [markdown]
+# **Running it on a CPU.** Small mode (the default) takes ~25 s on a 2-core CPU: one-layer models
+# of 64 units, 40 steps each (on synthetic text when Tiny Shakespeare or PTB is not on disk; their
+# figures then say SYNTHETIC). Full mode trains 2 x 512 LSTM and GRU models for 5 epochs and a PTB
+# model for 6: ~2.5 minutes on an H200 (the saved outputs), but hours on a CPU (an epoch of the
+# char-level LSTM alone takes ~3 minutes on 16 cores, benchmarks/results/examples.md): stay in small
+# mode without a GPU.
+
 # %%
 import os
 import sys

@@ -17,8 +17,33 @@ from pathlib import Path
 ENV_VAR = "MINIDL_DATA"
 
 
+OFFLINE_VAR = "MINIDL_OFFLINE"
+
+
 class DatasetNotFoundError(FileNotFoundError):
-    """A dataset's files are neither on disk nor downloadable."""
+    """A dataset's files are neither on disk nor downloadable.
+
+    str(e) is the full message for a library user (it names root=). The attributes let a program
+    say the same in its own terms: `dataset`, `files` (the missing names, as the message gives them),
+    `folder` (where they belong), `reason` (why they could not be downloaded, or None), and
+    `e.short("--data DIR")` is one line that points at the program's own option instead of root=.
+    """
+
+    def __init__(self, message: str, *, dataset: str | None = None, files=(), folder=None,
+                 reason: str | None = None, hint: str = ""):
+        super().__init__(message)
+        self.dataset, self.files, self.folder, self.reason = dataset, list(files), folder, reason
+        self.hint = hint.strip()
+
+    def short(self, root_option: str = "root=") -> str:
+        """One line: what is missing, where it belongs, and the option that points elsewhere."""
+        if self.dataset is None:
+            return str(self).split(". ")[0]
+        why = ("" if not self.reason else " (download=False)" if self.reason == "download=False"
+               else f" (download failed: {self.reason})")
+        return (f"{self.dataset}: missing {', '.join(self.files)} in {self.folder}{why}; put them there, "
+                f"or point {root_option} (or ${ENV_VAR}) at a folder that holds them."
+                + (f" {self.hint}" if self.hint else ""))
 
 
 def data_root(root=None) -> Path:
@@ -67,7 +92,22 @@ def download_file(urls, destination, md5: str | None = None) -> Path:
     Raises OSError naming every URL tried and why it failed.
     """
     destination = Path(destination)
+    if os.environ.get(OFFLINE_VAR, "").strip() not in ("", "0"):
+        raise OSError(f"could not download {destination.name}: offline (${OFFLINE_VAR} is set)")
+    created = [p for p in [destination.parent, *destination.parent.parents] if not p.exists()]
     destination.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _download_from_mirrors(urls, destination, md5)
+    except OSError:
+        for folder in created:  # deepest first: leave no empty folders behind a failed download
+            try:
+                folder.rmdir()
+            except OSError:
+                break  # not empty (another file landed there): keep it and its parents
+        raise
+
+
+def _download_from_mirrors(urls, destination: Path, md5: str | None) -> Path:
     failures = []
     for url in urls:
         try:
@@ -96,12 +136,21 @@ def missing_files_message(dataset: str, files, folder, extra: str = "") -> str:
             f"(the default root is ~/.cache/minidl).{extra}")
 
 
-def fetch_files(dataset: str, resources, folder, download: bool, hint: str = "") -> list[Path]:
+def _first_reason(error: str) -> str:
+    """The cause of the first failure in download_file's message (e.g. 'network is unreachable')."""
+    return error.split("; ")[0].rsplit(": ", 1)[-1].strip().strip("<>")
+
+
+def fetch_files(dataset: str, resources, folder, download: bool, hint: str = "", names=None,
+                also_missing=()) -> list[Path]:
     """Make sure `folder` holds every file of `resources` = [(filename, [urls], md5)]; return paths.
 
     With download=False, or when a download fails (offline), raise DatasetNotFoundError naming the
-    missing files, the folder to put them in and the environment variable.
+    missing files, the folder to put them in and the environment variable. `names` maps a file name
+    to how the error names it (e.g. "train-images-idx3-ubyte(.gz)" where a plain file works too);
+    `also_missing` names files the error lists too (those of the other split: one error, not two).
     """
+    names = names or {}
     folder = Path(folder)
     paths, missing = [], []
     for filename, urls, md5 in resources:
@@ -112,8 +161,9 @@ def fetch_files(dataset: str, resources, folder, download: bool, hint: str = "")
     if not missing:
         return paths
     if not download:
-        raise DatasetNotFoundError(missing_files_message(dataset, [m[0] for m in missing], folder,
-                                                         hint + " Or pass download=True."))
+        files = [names.get(m[0], m[0]) for m in missing] + list(also_missing)
+        raise DatasetNotFoundError(missing_files_message(dataset, files, folder, hint + " Or pass download=True."),
+                                   dataset=dataset, files=files, folder=folder, reason="download=False", hint=hint)
     errors = []
     for filename, urls, md5 in missing:
         try:
@@ -123,9 +173,11 @@ def fetch_files(dataset: str, resources, folder, download: bool, hint: str = "")
     if errors:
         still_missing = [m[0] for m in missing if not (folder / m[0]).exists()]
         sources = "; ".join(f"{m[0]} from {m[1][0]}" for m in missing if m[0] in still_missing)
+        files = [names.get(m, m) for m in still_missing] + list(also_missing)
         raise DatasetNotFoundError(
-            missing_files_message(dataset, still_missing, folder, f"{hint} Sources: {sources}.")
-            + " Download errors: " + " | ".join(errors))
+            missing_files_message(dataset, files, folder, f"{hint} Sources: {sources}.")
+            + " Download errors: " + " | ".join(errors),
+            dataset=dataset, files=files, folder=folder, reason=_first_reason(errors[0]), hint=hint)
     return paths
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+import sys
 import tarfile
 import warnings
 from pathlib import Path
@@ -172,10 +173,15 @@ def _decode_images(named_blobs, source):
         from PIL import Image
     except ImportError as e:
         raise ImportError(f"CIFAR10: decoding the image files of {source} needs Pillow "
-                          "(pip install pillow); the binary and python releases need nothing") from e
+                          "(pip install -e \".[vision]\", or pip install pillow); the binary and python "
+                          "releases need nothing") from e
+    from tqdm import tqdm
+
     images = np.empty((len(named_blobs), 32, 32, 3), dtype=np.uint8)
     labels = np.empty(len(named_blobs), dtype=np.int64)
-    for i, (label, name, blob) in enumerate(named_blobs):
+    bar = tqdm(named_blobs, desc=f"decoding {Path(str(source)).name}", unit="img", leave=False,
+               disable=len(named_blobs) < 2000)
+    for i, (label, name, blob) in enumerate(bar):
         try:
             with Image.open(io.BytesIO(blob) if isinstance(blob, bytes) else blob) as img:
                 rgb = np.asarray(img.convert("RGB"))
@@ -268,6 +274,10 @@ def read_image_source(source: Path, split: str):
             raise ValueError(f"CIFAR10: {source} is not a readable tar archive: {e}") from e
     else:
         blobs = [(label, str(f), f) for label, f in _folder_listing(source, split)]
+    # Decoding takes a while (tens of seconds for 50,000 JPEGs) and the cache is large (~150 MB for
+    # the training split), so both are announced, with the path to delete to get the space back.
+    print(f"CIFAR10: decoding {len(blobs)} images of {source} once; the decoded copy is cached for the "
+          f"next runs", file=sys.stderr)
     images, labels = _decode_images(blobs, source)
     for cache in candidates:
         try:
@@ -276,6 +286,8 @@ def read_image_source(source: Path, split: str):
             np.savez(tmp, images=images, labels=labels, fingerprint=np.array(fingerprint),
                      version=np.array(_CACHE_VERSION))
             tmp.replace(cache)
+            print(f"CIFAR10: wrote the decoded-image cache {cache} ({cache.stat().st_size / 1e6:.0f} MB; "
+                  "delete it to free the space, it is rebuilt when needed)", file=sys.stderr)
             break
         except OSError:
             continue

@@ -32,6 +32,7 @@ _MD5_GZ = {
     "t10k-images-idx3-ubyte.gz": "9fb629c4189551a2d022fa330f9573f3",
     "t10k-labels-idx1-ubyte.gz": "ec29112dd5afa0611ce80d1b7f02629c",
 }
+_FILES = [name[:-3] for name in _MD5_GZ]  # the four idx files, without .gz
 
 
 def read_idx(path, expected_ndim: int | None = None) -> np.ndarray:
@@ -101,10 +102,16 @@ class MNIST(ImageArrayDataset):
 
         image_path, label_path = _find(image_name, folders), _find(label_name, folders)
         if image_path is None or label_path is None:
-            missing = [name + ".gz" for name, p in ((image_name, image_path), (label_name, label_path))
-                       if p is None]
-            resources = [(name, [m + name for m in _MIRRORS], _MD5_GZ[name]) for name in missing]
-            fetch_files("MNIST", resources, raw_folder, download)
+            missing = [name for name in (image_name, label_name) if _find(name, folders) is None]
+            resources = [(name + ".gz", [m + name + ".gz" for m in _MIRRORS], _MD5_GZ[name + ".gz"])
+                         for name in missing]
+            # The error also names the other split's missing files: a first run offline learns all
+            # four it needs at once, not two now and two after it has found those.
+            others = [f"{name}(.gz)" for name in _FILES
+                      if name not in (image_name, label_name) and _find(name, folders) is None]
+            fetch_files("MNIST", resources, raw_folder, download, also_missing=others,
+                        names={name + ".gz": f"{name}(.gz)" for name in missing},
+                        hint=f" Each file may be gzipped (.gz) or plain, in {raw_folder} or in {self.root}.")
             image_path, label_path = _find(image_name, folders), _find(label_name, folders)
             if image_path is None or label_path is None:  # pragma: no cover - fetch_files raises first
                 raise DatasetNotFoundError(missing_files_message("MNIST", missing, raw_folder))
