@@ -18,7 +18,7 @@ from .autograd.creation import (  # noqa: F401
 )
 from .autograd.function import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 from .autograd.tensor import (  # noqa: F401
-    Tensor, bool_, cat, chunk, concat, float16, float32, float64, get_default_dtype, int8, int16, int32,
+    Tensor, bfloat16, bool_, cat, chunk, concat, float16, float32, float64, get_default_dtype, int8, int16, int32,
     int64, matmul, maximum, minimum, set_default_dtype, split, stack, uint8, where,
 )
 from .random import initial_seed, manual_seed  # noqa: F401

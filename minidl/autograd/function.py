@@ -16,6 +16,8 @@ import weakref
 
 import numpy as np
 
+from .._dtypes import is_floating
+
 # ------------------------------------------------------------------------------------------------
 # Grad mode (per thread, as in PyTorch)
 # ------------------------------------------------------------------------------------------------
@@ -113,7 +115,7 @@ class Function:
         results = []
         for i, out in enumerate(outputs):
             # Only floating-point outputs carry gradients (indices, masks and comparisons do not).
-            differentiable = record and np.dtype(out.dtype).kind == "f"
+            differentiable = record and is_floating(out.dtype)
             t = Tensor._make(out, requires_grad=differentiable)
             if differentiable:
                 t._ctx, t._out_index = fn, i

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._device import get_array_module
+from .._dtypes import float32, is_half
 from .function import Function, unbroadcast
 
 # ------------------------------------------------------------------------------------------------
@@ -203,9 +204,18 @@ def _expand_back(g, shape, axes, keepdim):
     return g
 
 
+def _accumulation_dtype(a):
+    """Half tensors are summed in float32 (one rounding at the end), as PyTorch and cuDNN do: a
+    float16 running sum stops growing once it is 2048 times its addends."""
+    return float32 if is_half(a.dtype) else None
+
+
 class Sum(Function):
     def forward(self, a, dim=None, keepdim=False):
         self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
+        acc = _accumulation_dtype(a)
+        if acc is not None:
+            return a.sum(axis=self.axes, keepdims=keepdim, dtype=acc).astype(a.dtype)
         return a.sum(axis=self.axes, keepdims=keepdim)
 
     def backward(self, g):
@@ -217,6 +227,9 @@ class Mean(Function):
     def forward(self, a, dim=None, keepdim=False):
         self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
         self.count = int(np.prod([a.shape[i] for i in self.axes])) if a.ndim else 1
+        acc = _accumulation_dtype(a)
+        if acc is not None:
+            return a.mean(axis=self.axes, keepdims=keepdim, dtype=acc).astype(a.dtype)
         return a.mean(axis=self.axes, keepdims=keepdim)
 
     def backward(self, g):
@@ -231,8 +244,11 @@ class Var(Function):
         self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
         count = int(np.prod([a.shape[i] for i in self.axes])) if a.ndim else 1
         self.denom = max(count - correction, 0)
-        self.centered = a - a.mean(axis=self.axes, keepdims=True)
-        return (self.centered**2).sum(axis=self.axes, keepdims=keepdim) / a.dtype.type(self.denom)
+        wide = a.astype(float32) if is_half(a.dtype) else a
+        centered = wide - wide.mean(axis=self.axes, keepdims=True)
+        self.centered = centered.astype(a.dtype)
+        var = (centered**2).sum(axis=self.axes, keepdims=keepdim) / centered.dtype.type(self.denom)
+        return var.astype(a.dtype, copy=False)
 
     def backward(self, g):
         g = _expand_back(g, self.shape, self.axes, self.keepdim)

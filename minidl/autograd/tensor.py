@@ -11,15 +11,16 @@ import numbers
 
 import numpy as np
 
-from .. import _device
+from .. import _device, _dtypes
 from .._device import Device, get_array_module, is_cuda_array
 from . import ops
 from .function import Function, is_grad_enabled, run_backward
 
-# dtypes are NumPy dtype objects: minidl.float32 == np.dtype("float32")
-float16 = np.dtype(np.float16)
-float32 = np.dtype(np.float32)
-float64 = np.dtype(np.float64)
+# dtypes are NumPy dtype objects: minidl.float32 == np.dtype("float32"); bfloat16 is ml_dtypes' (see _dtypes)
+float16 = _dtypes.float16
+bfloat16 = _dtypes.bfloat16
+float32 = _dtypes.float32
+float64 = _dtypes.float64
 int8 = np.dtype(np.int8)
 uint8 = np.dtype(np.uint8)
 int16 = np.dtype(np.int16)
@@ -52,7 +53,7 @@ def _to_array(data, dtype=None, device=None):
         arr = np.asarray(data)
         if dtype is None:
             # Python floats become the default float dtype (float32), Python ints int64, as PyTorch.
-            if arr.dtype.kind == "f":
+            if arr.dtype.kind == "f":  # a Python float (NumPy made it float64)
                 arr = arr.astype(_default_dtype)
             elif arr.dtype.kind in "iu":
                 arr = arr.astype(int64)
@@ -156,13 +157,13 @@ class Tensor:
         return self.dtype.itemsize
 
     def is_floating_point(self):
-        return self.dtype.kind == "f"
+        return _dtypes.is_floating(self.dtype)
 
     # --------------------------------------------------------------------------------------------
     # Autograd
     # --------------------------------------------------------------------------------------------
     def requires_grad_(self, requires_grad=True):
-        if requires_grad and self.dtype.kind not in "fc":
+        if requires_grad and not (_dtypes.is_floating(self.dtype) or self.dtype.kind == "c"):
             raise RuntimeError(f"only floating-point tensors can require gradients, got dtype {self.dtype}")
         if not self.is_leaf and not requires_grad:
             raise RuntimeError("requires_grad_(False) on a non-leaf tensor: use .detach() instead")
@@ -263,7 +264,7 @@ class Tensor:
         dtype = np.dtype(dtype)
         if dtype == self.dtype:
             return self
-        if self.requires_grad and dtype.kind == "f":
+        if self.requires_grad and _dtypes.is_floating(dtype):
             return ops.Cast.apply(self, dtype=dtype)
         return Tensor._make(self._data.astype(dtype))
 
@@ -275,6 +276,9 @@ class Tensor:
 
     def half(self):
         return self.type(float16)
+
+    def bfloat16(self):
+        return self.type(bfloat16)
 
     def long(self):
         return self.type(int64)
@@ -345,7 +349,7 @@ class Tensor:
             return other
         if isinstance(other, numbers.Number):
             xp = get_array_module(self._data)
-            dt = self.dtype if (self.dtype.kind == "f" or isinstance(other, (builtins.int, bool))) else _default_dtype
+            dt = self.dtype if (_dtypes.is_floating(self.dtype) or isinstance(other, (builtins.int, bool))) else _default_dtype
             if xp is np:
                 return Tensor._make(np.asarray(other, dtype=dt))
             # On the GPU a fill kernel, not a copy from host memory: a CUDA graph captures the fill with
@@ -570,7 +574,7 @@ class Tensor:
 
     def mean(self, dim=None, keepdim=False):
         self._check_dim(dim, "mean")
-        if self.dtype.kind != "f":
+        if not _dtypes.is_floating(self.dtype):
             raise TypeError(f"mean: needs a floating-point tensor, got {self.dtype}")
         return ops.Mean.apply(self, dim=dim, keepdim=keepdim)
 
@@ -812,14 +816,21 @@ class _ToDevice(Function):
 
 
 def _promote(a, b, op):
-    """PyTorch's type promotion between an integer (or bool) and a float tensor: the float dtype wins
-    (NumPy would turn int64 + float32 into float64). True division of integers gives the default
-    float dtype, as torch.div does."""
-    a_float, b_float = a.dtype.kind == "f", b.dtype.kind == "f"
+    """PyTorch's type promotion for a binary op. An integer (or bool) with a float: the float dtype
+    wins (NumPy would turn int64 + float32 into float64). Two floats: the wider wins, float16 with
+    bfloat16 gives float32, and a 0-d tensor does not widen a tensor with dims (half x + a float32
+    0-d tensor stays half, as in PyTorch). True division of integers gives the default float dtype."""
+    a_float, b_float = _dtypes.is_floating(a.dtype), _dtypes.is_floating(b.dtype)
     if a_float and not b_float:
         b = b.type(a.dtype)
     elif b_float and not a_float:
         a = a.type(b.dtype)
+    elif a_float and b_float and a.dtype != b.dtype:
+        if (a.ndim == 0) != (b.ndim == 0):
+            target = b.dtype if a.ndim == 0 else a.dtype
+        else:
+            target = _dtypes.promote_floats(a.dtype, b.dtype)
+        a, b = a.type(target), b.type(target)
     elif op == "div" and not a_float and not b_float:
         a, b = a.type(_default_dtype), b.type(_default_dtype)
     return a, b

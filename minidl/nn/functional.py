@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._dtypes import is_floating
 from .. import _device, backends, random
 from .. import primitives as P
 from .._device import get_array_module, is_cuda_array
@@ -42,7 +43,7 @@ def _check_tensor(op, name, t):
 
 def _check_float_tensor(op, name, t):
     _check_tensor(op, name, t)
-    if t.dtype.kind != "f":
+    if not is_floating(t.dtype):
         raise TypeError(f"{op}: {name} must be a floating-point tensor, got dtype {t.dtype}")
 
 
@@ -393,12 +394,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     w = weight._data if weight is not None else None
     dtype = input.dtype
     index_shape = (input.shape[0],) + input.shape[2:]
-    if target.dtype.kind == "f" and target.shape == index_shape and target.shape != input.shape:
+    if is_floating(target.dtype) and target.shape == index_shape and target.shape != input.shape:
         raise TypeError(
             f"{op}: class-index target of shape {target.shape} must be an integer tensor (e.g. int64), got dtype "
             f"{target.dtype} (probability targets need the input's shape {input.shape})"
         )
-    if target.dtype.kind == "f":
+    if is_floating(target.dtype):
         if target.shape != input.shape:
             raise ValueError(
                 f"{op}: probability target must have the input's shape {input.shape}, got {target.shape} "

@@ -17,6 +17,7 @@ from collections import OrderedDict, namedtuple
 
 import numpy as np
 
+from .._dtypes import bfloat16, is_floating
 from .. import _device
 from .._device import Device, is_cuda_array, parse_to_args
 from ..autograd.function import no_grad
@@ -296,7 +297,7 @@ class Module:
         device, dtype = parse_to_args("Module.to()", args, kwargs, Tensor)
         if dtype is not None:
             dtype = np.dtype(dtype)
-            if dtype.kind != "f":
+            if not is_floating(dtype):
                 raise TypeError(f"Module.to(): only floating-point dtypes are allowed, got {dtype}")
         if device is not None:
             device = Device(device)
@@ -304,7 +305,7 @@ class Module:
                 _device.require_cuda("Module.to('cuda')")
 
         def convert(array):
-            if dtype is not None and array.dtype.kind == "f" and array.dtype != dtype:
+            if dtype is not None and is_floating(array.dtype) and array.dtype != dtype:
                 array = array.astype(dtype)
             if device is not None:
                 array = _device.move_array(array, device)
@@ -331,6 +332,14 @@ class Module:
 
     def double(self):
         return self.to(np.float64)
+
+    def half(self):
+        """float16 parameters and buffers (for half-precision inference; to train, keep float32
+        master weights and use minidl.autocast instead)."""
+        return self.to(np.float16)
+
+    def bfloat16(self):
+        return self.to(bfloat16)
 
     def type(self, dtype):
         return self.to(dtype)

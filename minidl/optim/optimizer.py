@@ -22,6 +22,7 @@ import numbers
 
 import numpy as np
 
+from .._dtypes import is_floating
 from .. import _device
 from ..autograd.function import enable_grad, no_grad
 from ..autograd.tensor import Tensor
@@ -97,7 +98,7 @@ class Optimizer:
                     f"{name}: can't optimize a non-leaf Tensor (parameter {i} of shape {p.shape} was computed "
                     "by an op); optimize the leaf it came from, or call .detach().requires_grad_()"
                 )
-            if p.dtype.kind != "f":
+            if not is_floating(p.dtype):
                 raise TypeError(f"{name}: parameter {i} of shape {p.shape} has dtype {p.dtype}; only float tensors can be optimized")
         if len({id(p) for p in params}) != len(params):
             raise ValueError(f"{name}: a parameter group contains the same tensor twice")
@@ -257,7 +258,7 @@ def _state_value_for(p: Tensor, key: str, value):
             host = value.get() if _device.is_cuda_array(value) else value
             return host.item()
         array = _device.move_array(value, p.device)
-        dtype = p.dtype if array.dtype.kind == "f" else array.dtype
+        dtype = p.dtype if is_floating(array.dtype) else array.dtype
         return Tensor._make(array.astype(dtype, copy=True))  # a copy: never share the caller's arrays
     if isinstance(value, numbers.Number):
         return value

@@ -29,6 +29,7 @@ import copy
 
 import numpy as np
 
+from .._dtypes import is_floating
 from .._device import Device
 from ..autograd.creation import tensor
 from ..autograd.function import no_grad
@@ -56,7 +57,7 @@ def _average_integer_(averaged, current, keep):
 
 
 def _average_(averaged, current, keep):
-    if averaged._data.dtype.kind in "fc":
+    if is_floating(averaged._data.dtype):
         _lerp_(averaged, current, 1.0 - keep)
     else:
         _average_integer_(averaged, current, keep)

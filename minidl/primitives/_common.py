@@ -4,7 +4,12 @@ Everything here works on plain arrays (numpy.ndarray or cupy.ndarray), never on 
 """
 from __future__ import annotations
 
+import functools
+import inspect
+
 import numpy as np
+
+from .._dtypes import HALF_DTYPES, float32, is_half
 
 # ----------------------------------------------------------------------------------------------
 # Which backend does an array live on?
@@ -66,6 +71,98 @@ def check_float(op: str, **arrays) -> np.dtype:
         desc = ", ".join(f"{k}={v}" for k, v in dtypes.items())
         raise TypeError(f"{op}: all arrays must have the same dtype, got {desc}")
     return next(iter(dtypes.values()))
+
+
+# ----------------------------------------------------------------------------------------------
+# Half precision (float16, bfloat16) where a primitive has no half kernel
+# ----------------------------------------------------------------------------------------------
+
+
+def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None):
+    """Decorator for a public primitive that has no float16/bfloat16 kernel: half arrays among its
+    arguments (also inside lists/tuples, e.g. RNN weights) are converted to float32, the primitive
+    runs in float32, and its float32 outputs are rounded back to half. Statistics and reductions
+    thus accumulate in float32, as cuDNN's half kernels do too; the cost is the two conversions.
+
+    out_dtypes: per output (a tuple result), the name of the argument whose dtype that output takes
+        ("x" -> x's dtype), or None to keep it float32 (batch norm's saved statistics); by default
+        every floating output takes the dtype of the first half argument.
+    inplace: names of arguments that the primitive updates in place (batch norm's running
+        statistics): their new values are copied back into the caller's half arrays.
+    gpu_launcher: for primitives whose GPU path may have half kernels of its own (gemm, convolution):
+        the name of the launcher module in minidl.primitives.cuda; CuPy arrays go to it unconverted
+        when that module sets HALF_KERNELS = True (the NumPy reference always computes in float32).
+    `out=` (blending) works: the float32 result is blended into a float32 copy of out, then rounded.
+    Calls without half arrays pass through untouched.
+    """
+
+    def decorate(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            originals = dict(bound.arguments)
+            half = []
+            for name, value in originals.items():
+                converted = _half_to_float32(value, half, gpu_launcher)
+                if converted is not value:
+                    bound.arguments[name] = converted
+            if not half:
+                return fn(*args, **kwargs)
+            result = fn(*bound.args, **bound.kwargs)
+            for name in inplace:
+                new, orig = bound.arguments.get(name), originals.get(name)
+                if orig is not None and new is not orig:
+                    orig[...] = new.astype(orig.dtype)
+            out = originals.get("out")
+            if out is not None and is_half(out.dtype):
+                out[...] = result.astype(out.dtype)
+                return out
+            if out_dtypes is None:
+                return _float32_to(result, half[0])
+            return tuple(
+                r if name is None or originals.get(name) is None else _float32_to(r, originals[name].dtype)
+                for r, name in zip(result, out_dtypes)
+            )
+
+        wrapper.computes_half_in_float32 = True
+        return wrapper
+
+    return decorate
+
+
+def _launcher_has_half_kernels(name: str) -> bool:
+    import importlib
+
+    try:
+        module = importlib.import_module(f"minidl.primitives.cuda.{name}")
+    except ImportError:  # no CuPy: only NumPy arrays can reach the primitive anyway
+        return False
+    return bool(getattr(module, "HALF_KERNELS", False))
+
+
+def _half_to_float32(value, half: list, gpu_launcher):
+    if isinstance(value, (list, tuple)):
+        items = [_half_to_float32(v, half, gpu_launcher) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        return type(value)(items)
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not hasattr(value, "astype") or np.dtype(dtype) not in HALF_DTYPES:
+        return value
+    if gpu_launcher is not None and is_cuda_array(value) and _launcher_has_half_kernels(gpu_launcher):
+        return value
+    half.append(np.dtype(dtype))
+    return value.astype(float32)
+
+
+def _float32_to(result, dtype):
+    if isinstance(result, (list, tuple)):
+        return type(result)(_float32_to(r, dtype) for r in result)
+    if getattr(result, "dtype", None) == float32 and hasattr(result, "astype"):
+        return result.astype(dtype)
+    return result
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import backend, check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import computes_half_in_float32, backend, check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
 
 __all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
 
@@ -66,6 +66,7 @@ def _check_descriptor(op: str, desc) -> None:
         raise TypeError(f"{op}: desc must be an ActivationDescriptor, got {type(desc).__name__}")
 
 
+@computes_half_in_float32()
 def activation_forward(x, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
     """y = alpha * f(x) + beta * out, elementwise. x: any shape; y: the same shape."""
     op = "activation_forward"
@@ -76,6 +77,7 @@ def activation_forward(x, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, ou
     return backend("activation", x).activation_forward(x, desc, alpha=alpha, beta=beta, out=out)
 
 
+@computes_half_in_float32()
 def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
     """dx = alpha * dy * f'(x) + beta * out. x, y (= f(x)), dy, dx: all the same shape."""
     op = "activation_backward"

@@ -27,7 +27,7 @@ parameter, and the training pass returns three arrays.
 """
 from __future__ import annotations
 
-from ._common import backend, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
+from ._common import computes_half_in_float32, backend, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
 
 __all__ = [
     "batch_norm_forward_training",
@@ -75,6 +75,7 @@ def _check_common(op: str, x, mode: str, layout: str, params: dict) -> tuple:
     return expected
 
 
+@computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"))
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
                                 mode="spatial", layout="NCHW"):
     """Normalise with batch statistics. Returns (y, saved_mean, saved_invstd).
@@ -105,6 +106,7 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
     )
 
 
+@computes_half_in_float32()
 def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
                                  layout="NCHW"):
     """y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta_, elementwise per statistic."""
@@ -124,6 +126,7 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
     )
 
 
+@computes_half_in_float32(out_dtypes=("x", "gamma", "gamma"))
 def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
     """(dx, dgamma, dbeta) of the training pass, from the saved batch statistics.
 

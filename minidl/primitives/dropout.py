@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import backend, check_float, is_cuda_array, shape_str
+from ._common import computes_half_in_float32, backend, check_float, is_cuda_array, shape_str
 
 __all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance"]
 
@@ -58,6 +58,7 @@ def _check_state(op, name, state):
                          f"got shape {shape_str(state.shape)} dtype {state.dtype}")
 
 
+@computes_half_in_float32()
 def dropout_forward(x, p, seed, *, offset=0):
     """y = x * keep / (1 - p), keep drawn from Philox(seed, offset + index). y has x's shape."""
     op = "dropout_forward"
@@ -69,6 +70,7 @@ def dropout_forward(x, p, seed, *, offset=0):
     return backend("dropout", x).dropout_forward(x, p, _seed_arg(seed), offset=int(offset))
 
 
+@computes_half_in_float32()
 def dropout_backward(dy, p, seed, *, offset=0):
     """dx = dy * keep / (1 - p), with the forward's mask (same p, seed, offset and shape)."""
     op = "dropout_backward"

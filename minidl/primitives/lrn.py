@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import backend, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
+from ._common import computes_half_in_float32, backend, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
 
 __all__ = ["LRNDescriptor", "lrn_forward", "lrn_backward"]
 
@@ -52,6 +52,7 @@ def _check(op: str, desc, layout, **arrays) -> str:
     return layout
 
 
+@computes_half_in_float32()
 def lrn_forward(x, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """y (x's shape) = alpha * LRN(x) + beta * out; x is (N, C, *spatial) or (N, *spatial, C)."""
     op = "lrn_forward"
@@ -62,6 +63,7 @@ def lrn_forward(x, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, o
     return backend("lrn", x).lrn_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
+@computes_half_in_float32()
 def lrn_backward(x, y, dy, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """dx from x, the forward output y and dy, all of one shape."""
     op = "lrn_backward"

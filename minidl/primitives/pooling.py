@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import (backend, as_tuple, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout,
+from ._common import (computes_half_in_float32, backend, as_tuple, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout,
                       shape_str)
 
 __all__ = [
@@ -129,6 +129,7 @@ def _checked_output_shape(op: str, x_shape, desc, layout) -> tuple:
     return y_shape
 
 
+@computes_half_in_float32()
 def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """Pool x (N, C, *spatial) or (N, *spatial, C); y has pooling_output_shape(x.shape, desc, layout)."""
     op = "pooling_forward"
@@ -143,6 +144,7 @@ def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, bet
     return backend("pooling", x).pooling_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
+@computes_half_in_float32()
 def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """dx (x's shape) from x, the forward output y and dy (both of y's shape).
 
@@ -192,6 +194,7 @@ def _adaptive_shapes(op: str, x_shape, output_size, layout: str):
     return output_size, y_shape
 
 
+@computes_half_in_float32()
 def adaptive_avg_pooling_forward(x, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """Average-pool x (N, C, *spatial) to spatial size output_size (an int or one int per dim)."""
     op = "adaptive_avg_pooling_forward"
@@ -203,6 +206,7 @@ def adaptive_avg_pooling_forward(x, output_size, *, layout="NCHW", alpha=1.0, be
     return backend("pooling", x).adaptive_avg_pooling_forward(x, output_size, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
+@computes_half_in_float32()
 def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """dx of shape x_shape from dy of the adaptive output's shape."""
     op = "adaptive_avg_pooling_backward"

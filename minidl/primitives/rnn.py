@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._common import backend, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import computes_half_in_float32, backend, check_float, check_same_device, is_cuda_array, shape_str
 
 __all__ = [
     "RNN_MODES",
@@ -198,6 +198,7 @@ def _check_seq_lengths(op, seq_lengths, T, B):
 # ----------------------------------------------------------------------------------------------
 
 
+@computes_half_in_float32()
 def rnn_forward(x, h0, c0, weights, desc: RNNDescriptor, *, seq_lengths=None, training=True, math="fp32"):
     """Run the whole RNN over a (padded) batch of sequences.
 
@@ -241,6 +242,7 @@ def rnn_forward(x, h0, c0, weights, desc: RNNDescriptor, *, seq_lengths=None, tr
     return y, hy, cy, reserve
 
 
+@computes_half_in_float32()
 def rnn_backward(dy, dhy, dcy, reserve: RNNReserve):
     """Back-propagation through time for the rnn_forward call that made `reserve`.
 
@@ -281,6 +283,7 @@ def rnn_backward(dy, dhy, dcy, reserve: RNNReserve):
 # ----------------------------------------------------------------------------------------------
 
 
+@computes_half_in_float32()
 def rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, *, training=True, math="fp32"):
     """One step of one cell (PyTorch's RNNCell / LSTMCell / GRUCell).
 
@@ -308,6 +311,7 @@ def rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, *, training=T
     return hy[0], (None if cy is None else cy[0]), reserve
 
 
+@computes_half_in_float32()
 def rnn_cell_step_backward(dh_new, dc_new, reserve: RNNReserve):
     """Gradients of one cell step. dh_new, dc_new (B, hidden) or None (dc_new LSTM only).
 

@@ -12,7 +12,7 @@ axis=-1 for the classes of an (N, classes) array or the channels of an NHWC arra
 """
 from __future__ import annotations
 
-from ._common import backend, check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import computes_half_in_float32, backend, check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGORITHMS"]
 
@@ -30,6 +30,7 @@ def _check_args(op: str, a, axis, algorithm) -> int:
     return axis % a.ndim
 
 
+@computes_half_in_float32()
 def softmax_forward(x, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out=None):
     """Softmax (algorithm="accurate") or log-softmax ("log") of x along `axis`. y has x's shape."""
     op = "softmax_forward"
@@ -40,6 +41,7 @@ def softmax_forward(x, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out
     return backend("softmax", x).softmax_forward(x, axis=axis, algorithm=algorithm, alpha=alpha, beta=beta, out=out)
 
 
+@computes_half_in_float32()
 def softmax_backward(y, dy, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out=None):
     """dx from the forward output y and the gradient dy (all of one shape), along `axis`."""
     op = "softmax_backward"

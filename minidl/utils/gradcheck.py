@@ -36,7 +36,7 @@ def _as_outputs(result):
         if not isinstance(out, Tensor):
             raise TypeError(f"gradcheck: fn must return a Tensor or a tuple of Tensors, output {i} is a {type(out).__name__}")
     # Integer outputs (indices, masks) carry no gradient: they take no part in L.
-    return [out for out in outputs if out.dtype.kind == "f"]
+    return [out for out in outputs if out.is_floating_point()]
 
 
 def gradcheck(fn, inputs, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3, n_directions=None,

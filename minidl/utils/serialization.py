@@ -24,6 +24,7 @@ import zipfile
 
 import numpy as np
 
+from .._dtypes import bfloat16
 from .. import _device
 from ..autograd.tensor import Tensor
 
@@ -89,9 +90,18 @@ def _encode(obj, arrays: list, where: str):
     )
 
 
+BFLOAT16_SUFFIX = ".bfloat16.npy"
+
+
 def _add_array(array: np.ndarray, arrays: list, where: str) -> str:
     if array.dtype.hasobject:
         raise TypeError(f"save: the array at {where} holds Python objects (dtype {array.dtype}); they would need pickle")
+    if array.dtype == bfloat16:
+        # .npy has no bfloat16 type (it would read back as raw void bytes): store the bits as uint16
+        # and let the entry's name say how to view them.
+        name = f"arr_{len(arrays)}{BFLOAT16_SUFFIX}"
+        arrays.append((name, np.ascontiguousarray(array).view(np.uint16)))
+        return name
     name = f"arr_{len(arrays)}.npy"
     arrays.append((name, array))
     return name
@@ -287,7 +297,12 @@ def _load_from(fh, name, place):
                 raise CheckpointError(f"load: {name} refers to a missing entry {entry}")
             with zf.open(entry) as fh:
                 try:
-                    return np.lib.format.read_array(fh, allow_pickle=False)
+                    array = np.lib.format.read_array(fh, allow_pickle=False)
+                    if entry.endswith(BFLOAT16_SUFFIX):
+                        if array.dtype != np.uint16:
+                            raise ValueError(f"a bfloat16 entry must hold uint16 bits, got {array.dtype}")
+                        array = array.view(bfloat16)
+                    return array
                 except ValueError as e:
                     if "pickle" in str(e).lower() or "object" in str(e).lower():
                         raise CheckpointError(

@@ -1,0 +1,47 @@
+"""Floating-point dtypes, including the half-precision ones, shared by every layer of minidl.
+
+dtypes are NumPy dtype objects (minidl.float32 == np.dtype("float32")). NumPy has float16 but no
+bfloat16; `ml_dtypes` (the package JAX uses) adds it as a NumPy dtype, and CuPy >= 14 uses that same
+dtype for its bfloat16 arrays, so one object names bfloat16 on the CPU and on the GPU. Its dtype
+kind is "V" (a user-defined type), not "f": code that asks "is this a float?" must ask
+`is_floating(dtype)` here, never `dtype.kind == "f"`.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+
+HALF_DTYPES = (float16, bfloat16)
+FLOATING_DTYPES = (float16, bfloat16, float32, float64)
+
+
+def is_floating(dtype) -> bool:
+    """float16, bfloat16, float32 or float64 (PyTorch's is_floating_point)."""
+    return np.dtype(dtype) in FLOATING_DTYPES
+
+
+def is_half(dtype) -> bool:
+    """float16 or bfloat16: the 16-bit floats, computed in float32 where no half kernel exists."""
+    return np.dtype(dtype) in HALF_DTYPES
+
+
+def promote_floats(a, b) -> np.dtype:
+    """PyTorch's promotion of two floating dtypes: the wider wins; float16 with bfloat16 gives float32
+    (neither holds the other: float16 has more mantissa, bfloat16 more exponent)."""
+    a, b = np.dtype(a), np.dtype(b)
+    if a == b:
+        return a
+    if {a, b} == {float16, bfloat16}:
+        return float32
+    return a if a.itemsize > b.itemsize else b
+
+
+def finfo(dtype):
+    """np.finfo that knows bfloat16 (np.finfo rejects it)."""
+    dtype = np.dtype(dtype)
+    return ml_dtypes.finfo(dtype) if dtype == bfloat16 else np.finfo(dtype)
