@@ -22,6 +22,7 @@ from .autograd.tensor import (  # noqa: F401
     int64, matmul, maximum, minimum, set_default_dtype, split, stack, uint8, where,
 )
 from .random import initial_seed, manual_seed  # noqa: F401
+from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
 from . import cuda  # noqa: F401
 
 __version__ = "0.1.0"
@@ -59,7 +60,7 @@ def numel(t):
 
 
 # Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.
-_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends")
+_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends", "amp")
 
 
 def __getattr__(name):

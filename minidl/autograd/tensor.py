@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 
 from .. import _device, _dtypes
+from ..amp import autocast_mode as _autocast
 from .._device import Device, get_array_module, is_cuda_array
 from . import ops
 from .function import Function, is_grad_enabled, run_backward
@@ -389,13 +390,16 @@ class Tensor:
         return self._binary(o, ops.Div, "div")
 
     def __rtruediv__(self, o):
-        return self._binary(o, ops.Div, "div", reverse=True)
+        (t,) = _autocast.cast_inputs("rtruediv", self)
+        return t._binary(o, ops.Div, "div", reverse=True)
 
     def __pow__(self, o):
-        return self._binary(o, ops.Pow, "pow")
+        t, o = _autocast.cast_inputs("pow", self, o)
+        return t._binary(o, ops.Pow, "pow")
 
     def __rpow__(self, o):
-        return self._binary(o, ops.Pow, "pow", reverse=True)
+        t, o = _autocast.cast_inputs("pow", self, o)
+        return t._binary(o, ops.Pow, "pow", reverse=True)
 
     def __neg__(self):
         return ops.Neg.apply(self)
@@ -488,16 +492,16 @@ class Tensor:
         return -self
 
     def exp(self):
-        return ops.Exp.apply(self)
+        return ops.Exp.apply(*_autocast.cast_inputs("exp", self))
 
     def log(self):
-        return ops.Log.apply(self)
+        return ops.Log.apply(*_autocast.cast_inputs("log", self))
 
     def sqrt(self):
         return ops.Sqrt.apply(self)
 
     def rsqrt(self):
-        return 1.0 / ops.Sqrt.apply(self)
+        return 1.0 / ops.Sqrt.apply(*_autocast.cast_inputs("rsqrt", self))
 
     def abs(self):
         return ops.Abs.apply(self)
@@ -570,7 +574,7 @@ class Tensor:
 
     def sum(self, dim=None, keepdim=False):
         self._check_dim(dim, "sum")
-        return ops.Sum.apply(self, dim=dim, keepdim=keepdim)
+        return ops.Sum.apply(*_autocast.cast_inputs("sum", self), dim=dim, keepdim=keepdim)
 
     def mean(self, dim=None, keepdim=False):
         self._check_dim(dim, "mean")
@@ -874,6 +878,7 @@ def matmul(a, b):
         a = Tensor(a)
     b = a._operand(b, "matmul")
     _check_devices("matmul", (a, b))
+    a, b = _autocast.cast_inputs("matmul", a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     ka = a.shape[-1]

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dtypes import is_floating
+from .._dtypes import is_floating, is_half
 from .. import _device, backends, random
 from .. import primitives as P
 from .._device import get_array_module, is_cuda_array
 from ..autograd.function import Function
+from ..amp.autocast_mode import cast_inputs as _autocast
 from ..autograd.tensor import Tensor
 
 # ------------------------------------------------------------------------------------------------
@@ -124,6 +125,7 @@ class Linear(Function):
 def linear(input, weight, bias=None):
     """input (..., in_features), weight (out_features, in_features), bias (out_features,) or None."""
     op = "linear"
+    input, weight, bias = _autocast(op, input, weight, bias)
     _check_float_tensor(op, "input", input)
     _check_float_tensor(op, "weight", weight)
     if weight.ndim != 2:
@@ -220,6 +222,7 @@ def _softmax_dim(op, input, dim):
 
 
 def softmax(input, dim=None, dtype=None):
+    (input,) = _autocast("softmax", input)
     dim = _softmax_dim("softmax", input, dim)
     if dtype is not None:
         input = input.type(dtype)
@@ -229,6 +232,7 @@ def softmax(input, dim=None, dtype=None):
 
 
 def log_softmax(input, dim=None, dtype=None):
+    (input,) = _autocast("log_softmax", input)
     dim = _softmax_dim("log_softmax", input, dim)
     if dtype is not None:
         input = input.type(dtype)
@@ -375,6 +379,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     op = "cross_entropy"
     if size_average is not None or reduce is not None:
         raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
+    input, target, weight = _autocast(op, input, target, weight)
     _check_float_tensor(op, "input", input)
     _check_tensor(op, "target", target)
     _check_reduction(op, reduction)
@@ -443,6 +448,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     op = "nll_loss"
     if size_average is not None or reduce is not None:
         raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
+    input, target, weight = _autocast(op, input, target, weight)
     _check_float_tensor(op, "input", input)
     _check_tensor(op, "target", target)
     _check_reduction(op, reduction)
@@ -472,6 +478,7 @@ def _check_same_shape(op, input, target):
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Mean squared error: reduce((input - target)^2)."""
+    input, target = _autocast("mse_loss", input, target)
     _check_same_shape("mse_loss", input, target)
     _check_reduction("mse_loss", reduction)
     diff = input - target
@@ -480,6 +487,7 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Mean absolute error: reduce(|input - target|)."""
+    input, target = _autocast("l1_loss", input, target)
     _check_same_shape("l1_loss", input, target)
     _check_reduction("l1_loss", reduction)
     return _reduce((input - target).abs(), reduction)
@@ -522,6 +530,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     """input, target: the same shape; weight broadcasts to it; pos_weight (C,) broadcasts along the last dim.
     (No gradient flows to weight or pos_weight.)"""
     op = "binary_cross_entropy_with_logits"
+    input, target, weight, pos_weight = _autocast(op, input, target, weight, pos_weight)
     _check_same_shape(op, input, target)
     _check_reduction(op, reduction)
     for name, extra in (("weight", weight), ("pos_weight", pos_weight)):
@@ -755,6 +764,7 @@ def _same_padding(op, kernel, stride, dilation):
 
 def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout, *, desc=None, plans=None):
     """F.conv1d/2d/3d. A layer passes its own descriptor (`desc`, made once) and plan dict (`plans`)."""
+    input, weight, bias = _autocast(op, input, weight, bias)
     x, unbatched = _batched(op, input, dims)
     _check_float_tensor(op, "weight", weight)
     if weight.ndim != dims + 2:

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ... import backends
+from ...amp.autocast_mode import cast_inputs as _autocast
 from ... import primitives as P
 from ..._device import is_cuda_array
 from ..._device import Device
@@ -50,6 +51,10 @@ class RNNSequence(Function):
     h0, c0 (L*D, B, H) or None, then the weights in PyTorch's order. Outputs: y (T, B, D*H), h_n
     and, for LSTM, c_n."""
 
+    @classmethod
+    def apply(cls, *inputs, **params):
+        return super().apply(*_autocast("rnn", *inputs), **params)
+
     def forward(self, x, h0, c0, *weights, desc=None, seq_lengths=None):
         self.desc = desc
         keep = is_grad_enabled() and any(self.needs_input_grad)  # the reserve is only for backward
@@ -65,6 +70,10 @@ class RNNSequence(Function):
 
 class RNNCellStep(Function):
     """One step of one cell. Inputs x (B, I), h, c (B, H) or None, w_ih, w_hh[, b_ih, b_hh]."""
+
+    @classmethod
+    def apply(cls, *inputs, **params):
+        return super().apply(*_autocast("rnn_cell", *inputs), **params)
 
     def forward(self, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, mode="rnn_tanh"):
         self.mode, self.has_bias = mode, b_ih is not None

@@ -1,0 +1,214 @@
+"""autocast: run each op in the precision that suits it, as torch.amp.autocast does.
+
+Inside `with minidl.autocast("cuda"):` (or "cpu") the framework casts the inputs of each listed op
+before it runs, by the op's policy:
+
+- LOWER ("lower_precision_fp"): matrix work (linear, matmul, conv1d/2d/3d, RNN/LSTM/GRU) runs in
+  the autocast dtype (float16 on cuda, bfloat16 on cpu by default): that is where tensor cores pay
+  and where float32 accumulation inside the GEMM keeps the result accurate. float64 is left alone.
+- FP32: ops whose result loses too much in 16 bits (softmax over many classes, exp/log/pow, long
+  sums, losses) get float32 inputs.
+- Every other op runs in the widest dtype of its inputs (minidl's ordinary type promotion).
+
+The tables are PyTorch's, per device type (torch's CPU autocast lists fewer fp32 ops: softmax, exp
+and sum keep their input dtype there). Casts of leaf tensors that require grad (the parameters)
+are cached for the whole autocast region, so a weight used by several ops is cast once; the cache
+is emptied when the outermost region exits. The cast is an autograd op, so gradients reach the
+float32 parameters in float32 ("master weights").
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+
+import numpy as np
+
+from .._dtypes import bfloat16, float16, float32, float64, is_floating, is_half
+
+LOWER, FP32 = "lower_precision_fp", "fp32"
+
+# op name -> policy, per device type. Names are minidl's op names (the functional / Tensor method).
+_MATRIX_OPS = ("linear", "matmul", "conv1d", "conv2d", "conv3d", "rnn", "rnn_cell")
+POLICIES = {
+    "cuda": {
+        **{op: LOWER for op in _MATRIX_OPS},
+        **{op: FP32 for op in (
+            "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
+            "binary_cross_entropy_with_logits", "sum", "exp", "log", "pow", "rsqrt", "rtruediv",
+        )},
+    },
+    "cpu": {
+        **{op: LOWER for op in _MATRIX_OPS},
+        **{op: FP32 for op in (
+            "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "binary_cross_entropy_with_logits",
+        )},
+    },
+}
+DEFAULT_DTYPES = {"cuda": float16, "cpu": bfloat16}
+
+_state = threading.local()
+
+
+def _get():
+    if not hasattr(_state, "enabled"):
+        _state.enabled = {"cuda": False, "cpu": False}
+        _state.dtype = dict(DEFAULT_DTYPES)
+        _state.cache_enabled = True
+        _state.depth = 0
+        _state.cache = {}
+    return _state
+
+
+def _check_device_type(op, device_type):
+    if device_type not in POLICIES:
+        raise ValueError(f"{op}: device_type must be 'cuda' or 'cpu', got {device_type!r}")
+
+
+def is_autocast_enabled(device_type: str = "cuda") -> bool:
+    _check_device_type("is_autocast_enabled", device_type)
+    return _get().enabled[device_type]
+
+
+def get_autocast_dtype(device_type: str = "cuda"):
+    _check_device_type("get_autocast_dtype", device_type)
+    return _get().dtype[device_type]
+
+
+def is_autocast_cache_enabled() -> bool:
+    return _get().cache_enabled
+
+
+def clear_autocast_cache() -> None:
+    _get().cache.clear()
+
+
+class autocast:
+    """Context manager and decorator: `with minidl.autocast("cuda"):` or `@minidl.autocast("cpu")`.
+
+    device_type: "cuda" or "cpu" (only tensors on that device type are cast).
+    dtype: the lower precision, float16 or bfloat16; default float16 on cuda, bfloat16 on cpu.
+    enabled: False makes a region without autocast (e.g. to run one op in float32 inside another).
+    cache_enabled: cache the casts of parameters within the region (True, as torch).
+    Wrap the forward pass and the loss, not backward(): gradients flow back in the dtypes the forward
+    pass chose, and reach each parameter in its own dtype.
+    """
+
+    def __init__(self, device_type: str, dtype=None, enabled: bool = True, cache_enabled: bool = True):
+        _check_device_type("autocast", device_type)
+        self.device_type = device_type
+        self.fast_dtype = DEFAULT_DTYPES[device_type] if dtype is None else np.dtype(dtype)
+        self._enabled = bool(enabled)
+        self._cache_enabled = bool(cache_enabled)
+        if self._enabled and not is_half(self.fast_dtype):
+            # torch warns and disables in this case; so do we.
+            warnings.warn(f"autocast: the {device_type} autocast dtype must be float16 or bfloat16, got "
+                          f"{self.fast_dtype}; autocast is disabled for this region", stacklevel=2)
+            self._enabled = False
+
+    def __enter__(self):
+        st = _get()
+        self._prev = (st.enabled[self.device_type], st.dtype[self.device_type], st.cache_enabled)
+        st.enabled[self.device_type] = self._enabled
+        st.dtype[self.device_type] = self.fast_dtype
+        st.cache_enabled = self._cache_enabled
+        st.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        st = _get()
+        st.depth -= 1
+        st.enabled[self.device_type], st.dtype[self.device_type], st.cache_enabled = self._prev
+        if st.depth == 0:
+            st.cache.clear()
+        return False
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with autocast(self.device_type, self.fast_dtype, self._enabled, self._cache_enabled):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def _cast(t, dtype, cacheable: bool):
+    """t.type(dtype) through an autograd cast; cached per region for parameters."""
+    from ..autograd.function import is_grad_enabled
+
+    st = _get()
+    if cacheable and st.cache_enabled and t.is_leaf and t.requires_grad:
+        key = (id(t), dtype, is_grad_enabled())
+        hit = st.cache.get(key)
+        if hit is not None and hit[0] is t and hit[1]._data.shape == t._data.shape:
+            return hit[1]
+        out = _cast_op(t, dtype)
+        st.cache[key] = (t, out)  # keep t alive so its id is not reused within the region
+        return out
+    return _cast_op(t, dtype)
+
+
+def _cast_op(t, dtype):
+    from ..autograd.function import is_grad_enabled
+    from ..autograd.tensor import Tensor
+
+    if t.requires_grad and is_grad_enabled():
+        return _autocast_cast_class().apply(t, dtype=dtype)
+    return Tensor._make(t._data.astype(dtype))
+
+
+def cast_inputs(op: str, *args):
+    """The args of op `op`, cast by the autocast policy of the device type they live on (unchanged
+    outside autocast, for ops without a policy, and for non-tensors, integer and None args)."""
+    st = _get()
+    if not (st.enabled["cuda"] or st.enabled["cpu"]):
+        return args
+    from ..autograd.tensor import Tensor
+
+    first = next((a for a in args if isinstance(a, Tensor)), None)
+    if first is None:
+        return args
+    device_type = "cuda" if first.is_cuda else "cpu"
+    if not st.enabled[device_type]:
+        return args
+    policy = POLICIES[device_type].get(op)
+    if policy is None:
+        return args
+    out = []
+    for a in args:
+        if isinstance(a, Tensor) and is_floating(a.dtype):
+            if policy == LOWER and a.dtype not in (st.dtype[device_type], float64):
+                a = _cast(a, st.dtype[device_type], cacheable=a.dtype == float32)
+            elif policy == FP32 and is_half(a.dtype):
+                a = _cast(a, float32, cacheable=False)
+        out.append(a)
+    return tuple(out)
+
+
+def autocast_op(op: str):
+    """Decorator for a function whose positional tensor arguments follow op `op`'s policy."""
+
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*cast_inputs(op, *args), **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+@functools.lru_cache(maxsize=None)
+def _autocast_cast_class():
+    # Defined on first use: minidl.autograd imports this module, so it cannot import autograd first.
+    from ..autograd import ops
+
+    class AutocastCast(ops.Cast):
+        """The cast autocast inserts. It saves nothing but a dtype, so (unlike other ops) its graph
+        node is never freed: a cached weight cast may be reached by several backward passes within
+        one autocast region (gradient accumulation), as in PyTorch."""
+
+        def _release(self):
+            pass
+
+    return AutocastCast
