@@ -177,12 +177,16 @@ class Clamp(Function):
 class Cast(Function):
     """Change dtype; the gradient flows back in the input's dtype."""
 
+    # A value beyond float16's range becomes inf, silently, as in PyTorch (GradScaler looks for it).
+
     def forward(self, a, dtype=None):
         self.in_dtype = a.dtype
-        return a.astype(dtype)
+        with np.errstate(over="ignore"):
+            return a.astype(dtype)
 
     def backward(self, g):
-        return g.astype(self.in_dtype)
+        with np.errstate(over="ignore"):
+            return g.astype(self.in_dtype)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -400,7 +404,13 @@ def _matmul(a, b, trans_a=False, trans_b=False):
 
         return primitives.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=backends.cuda.use_cublas,
                                math=backends.math_for_matmul(a.dtype))
-    return xp.matmul(xp.swapaxes(a, -1, -2) if trans_a else a, xp.swapaxes(b, -1, -2) if trans_b else b)
+    op_a = xp.swapaxes(a, -1, -2) if trans_a else a
+    op_b = xp.swapaxes(b, -1, -2) if trans_b else b
+    if xp is np and is_half(a.dtype):
+        # NumPy has no half BLAS (and ml_dtypes' bfloat16 matmul returns float32): multiply in
+        # float32 and round once, as a tensor core accumulates in float32.
+        return np.matmul(op_a.astype(float32), op_b.astype(float32)).astype(a.dtype)
+    return xp.matmul(op_a, op_b)
 
 
 class MatMul(Function):

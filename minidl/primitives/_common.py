@@ -161,7 +161,8 @@ def _float32_to(result, dtype):
     if isinstance(result, (list, tuple)):
         return type(result)(_float32_to(r, dtype) for r in result)
     if getattr(result, "dtype", None) == float32 and hasattr(result, "astype"):
-        return result.astype(dtype)
+        with np.errstate(over="ignore"):  # beyond float16's range: inf, as a half kernel would give
+            return result.astype(dtype)
     return result
 
 

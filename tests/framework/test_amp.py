@@ -1,0 +1,399 @@
+"""Half precision and mixed precision, against PyTorch on the CPU.
+
+- float16 / bfloat16 tensors through the ops, values and gradients vs torch in the same dtype;
+- type promotion with half dtypes vs torch;
+- autocast's per-op dtype decisions vs torch.autocast("cpu", dtype=torch.bfloat16), and the cuda
+  table (torch here is CPU-only) checked as a table and by running the ops under it;
+- gradients reach float32 parameters in float32; the cast cache;
+- GradScaler vs torch.amp.GradScaler("cpu") over a run with injected infs (scales, skipped steps,
+  parameters), through the fallback path (plain SGD) and the device-side path (an optimizer stub
+  that takes grad_scale/found_inf).
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import minidl
+import minidl.nn as nn
+import minidl.nn.functional as F
+from minidl.amp import autocast_mode
+from tests.conftest import rel_err
+
+HALF = [(minidl.float16, torch.float16), (minidl.bfloat16, torch.bfloat16)]
+# The half result against torch's half result: both round once from float32 math, so they agree to a
+# few units of the last place (float16 has 11 significant bits, bfloat16 8).
+TOL = {minidl.float16: 4e-3, minidl.bfloat16: 3e-2}
+
+
+def _t(a, dtype):
+    """The same values as a torch tensor of torch dtype `dtype` (via float32)."""
+    return torch.tensor(np.asarray(a, dtype=np.float32)).to(dtype)
+
+
+def _np(t):
+    return t.detach().float().numpy() if isinstance(t, torch.Tensor) else np.asarray(t.detach()._data, dtype=np.float32)
+
+
+# ------------------------------------------------------------------------------------------------
+# Half tensors
+# ------------------------------------------------------------------------------------------------
+
+
+def test_dtype_names_and_conversions():
+    assert minidl.half == minidl.float16 and minidl.bfloat16.itemsize == 2
+    x = minidl.randn(3, 5)
+    assert x.half().dtype == minidl.float16 and x.bfloat16().dtype == minidl.bfloat16
+    assert x.bfloat16().float().dtype == minidl.float32 and x.to(minidl.bfloat16).dtype == minidl.bfloat16
+    assert x.bfloat16().is_floating_point()
+    for make in (minidl.zeros, minidl.ones, minidl.randn, minidl.rand):
+        assert make(2, 3, dtype=minidl.bfloat16).dtype == minidl.bfloat16
+    assert minidl.full((2,), 1.5, dtype=minidl.float16).dtype == minidl.float16
+    assert minidl.tensor([1.0, 2.0], dtype=minidl.bfloat16).dtype == minidl.bfloat16
+    # bfloat16 rounds like torch's
+    v = np.random.default_rng(0).standard_normal(101).astype(np.float32)
+    assert np.array_equal(_np(minidl.tensor(v).bfloat16()), _np(torch.tensor(v).bfloat16()))
+    m = nn.Linear(4, 3).bfloat16()
+    assert m.weight.dtype == minidl.bfloat16 and m.half().bias.dtype == minidl.float16
+    assert m.float().weight.dtype == minidl.float32 and m.to(minidl.bfloat16).weight.dtype == minidl.bfloat16
+
+
+@pytest.mark.parametrize("a,b", [("float16", "float32"), ("bfloat16", "float32"), ("float16", "bfloat16"),
+                                 ("bfloat16", "float64"), ("float16", "int64"), ("bfloat16", "bool")])
+def test_promotion_matches_torch(a, b):
+    md = {"float16": minidl.float16, "bfloat16": minidl.bfloat16, "float32": minidl.float32,
+          "float64": minidl.float64, "int64": minidl.int64, "bool": minidl.bool_}
+    for shape_a, shape_b in [((3,), (3,)), ((3,), ()), ((), (3,))]:
+        x = minidl.ones(*shape_a, dtype=md[a]) if shape_a else minidl.tensor(1, dtype=md[a])
+        y = minidl.ones(*shape_b, dtype=md[b]) if shape_b else minidl.tensor(1, dtype=md[b])
+        tx = torch.ones(shape_a, dtype=getattr(torch, a))
+        ty = torch.ones(shape_b, dtype=getattr(torch, b))
+        assert str((x + y).dtype) == str((tx + ty).dtype).replace("torch.", ""), (shape_a, shape_b)
+        assert str((x * 2.5).dtype) == str((tx * 2.5).dtype).replace("torch.", "")
+
+
+@pytest.mark.parametrize("md,td", HALF)
+def test_half_ops_match_torch(md, td):
+    """Elementwise math, reductions, linear, conv, pooling, activations, softmax, batch norm and a
+    loss, forward and backward, in float16 and bfloat16: our values against torch's."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 5, 9, 7)).astype(np.float32)
+    w = (rng.standard_normal((6, 5, 3, 3)) / 6).astype(np.float32)
+    lw = (rng.standard_normal((4, 6 * 4 * 3)) / 8).astype(np.float32)
+    target = rng.integers(0, 4, 3)
+
+    def run(lib, Fn, tensor):
+        xt, wt, lwt = tensor(x), tensor(w), tensor(lw)
+        h = Fn.conv2d(xt, wt, padding=1)
+        h = Fn.batch_norm(h, None, None, training=True)
+        h = Fn.relu(h) * 0.5 + h.sigmoid() - (h * h).mean()
+        h = Fn.max_pool2d(h, 2)
+        h = Fn.linear(h.reshape(3, -1), lwt)
+        p = Fn.softmax(h, 1)
+        out = (p * h).sum() + h.exp().mean() + Fn.cross_entropy(h, lib.tensor(target))
+        out.backward()
+        return out, h, xt.grad, wt.grad, lwt.grad
+
+    ours = run(minidl, F, lambda a: minidl.tensor(a, dtype=md, requires_grad=True))
+    ref = run(torch, TF, lambda a: _t(a, td).requires_grad_(True))
+    for o, r in zip(ours, ref):
+        assert o.dtype == md
+        assert rel_err(_np(o), _np(r)) < TOL[md]
+
+
+@pytest.mark.parametrize("md,td", HALF)
+def test_half_lstm_and_sum_accumulate_in_float32(md, td):
+    rng = np.random.default_rng(3)
+    lstm, tl = nn.LSTM(5, 7), torch.nn.LSTM(5, 7)
+    with torch.no_grad():
+        for name, p in tl.named_parameters():
+            getattr(lstm, name).data = minidl.tensor(p.numpy())
+    lstm.to(md)
+    tl.to(td)
+    x = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    y, _ = lstm(minidl.tensor(x, dtype=md))
+    ty, _ = tl(_t(x, td))
+    assert y.dtype == md and rel_err(_np(y), _np(ty)) < 2 * TOL[md]
+    # 4096 ones: a float16 running sum would stall at 2048 (spacing 2 there); ours is exact
+    ones = minidl.ones(4096, dtype=md)
+    assert float(ones.sum()) == 4096.0 and float(ones.mean()) == 1.0
+
+
+def test_bfloat16_checkpoint_round_trip(tmp_path):
+    t = minidl.randn(5, 3, dtype=minidl.bfloat16)
+    path = tmp_path / "c.pt"
+    minidl.save({"t": t, "h": t.half()}, str(path))
+    back = minidl.load(str(path))
+    assert back["t"].dtype == minidl.bfloat16 and np.array_equal(_np(back["t"]), _np(t))
+    assert back["h"].dtype == minidl.float16
+
+
+def test_primitives_compute_half_in_float32_and_blend_into_half_out():
+    from minidl import primitives as P
+
+    x = np.random.default_rng(1).standard_normal((4, 9)).astype(minidl.bfloat16)
+    y = P.softmax_forward(x, axis=1)
+    assert y.dtype == minidl.bfloat16
+    ref = P.softmax_forward(x.astype(np.float32), axis=1)
+    assert np.array_equal(y, ref.astype(minidl.bfloat16))
+    out = np.ones_like(x)
+    got = P.softmax_forward(x, axis=1, alpha=2.0, beta=1.0, out=out)
+    assert got is out and np.array_equal(out, (2 * ref + 1).astype(minidl.bfloat16))
+    # batch norm: half input, float32 statistics, updated in place
+    xb = np.random.default_rng(2).standard_normal((6, 3, 5)).astype(np.float16)
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    yb, mean, invstd = P.batch_norm_forward_training(xb, np.ones(3, np.float16), np.zeros(3, np.float16), rm, rv)
+    assert yb.dtype == np.float16 and mean.dtype == np.float32 and rm.dtype == np.float32
+    assert np.allclose(rm, 0.1 * xb.astype(np.float32).mean(axis=(0, 2)), atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------
+# autocast: per-op dtypes
+# ------------------------------------------------------------------------------------------------
+
+
+def _op_table(lib, Fn, make, autocast):
+    """op name -> output dtype name, every op run on float32 inputs under `autocast()`."""
+    rng = np.random.default_rng(0)
+    x, w, b = make(rng.standard_normal((4, 6))), make(rng.standard_normal((5, 6))), make(rng.standard_normal(5))
+    img, cw = make(rng.standard_normal((2, 3, 8, 8))), make(rng.standard_normal((4, 3, 3, 3)))
+    t = lib.tensor(rng.integers(0, 6, 4))
+    lstm, rnn = lib.nn.LSTM(6, 3), lib.nn.RNN(6, 3)
+    bn = lib.nn.BatchNorm2d(3)
+    ops = {
+        "linear": lambda: Fn.linear(x, w, b), "matmul": lambda: x @ w.T,
+        "conv1d": lambda: Fn.conv1d(img[:, :, 0], cw[:, :, 0]), "conv2d": lambda: Fn.conv2d(img, cw),
+        "conv3d": lambda: Fn.conv3d(img[:, :, None], cw[:, :, None]),
+        "lstm": lambda: lstm(x[:, None])[0], "rnn": lambda: rnn(x[:, None])[0],
+        "softmax": lambda: Fn.softmax(x, 1), "log_softmax": lambda: Fn.log_softmax(x, 1),
+        "cross_entropy": lambda: Fn.cross_entropy(x, t), "nll_loss": lambda: Fn.nll_loss(x, t),
+        "mse_loss": lambda: Fn.mse_loss(x, x * 2), "l1_loss": lambda: Fn.l1_loss(x, x * 2),
+        "bce_with_logits": lambda: Fn.binary_cross_entropy_with_logits(x, x.sigmoid()),
+        "batch_norm": lambda: bn(img), "sum": lambda: x.sum(), "mean": lambda: x.mean(),
+        "exp": lambda: x.exp(), "log": lambda: x.abs().log(), "pow": lambda: x**2, "relu": lambda: Fn.relu(x),
+        "add": lambda: x + x, "max_pool2d": lambda: Fn.max_pool2d(img, 2), "avg_pool2d": lambda: Fn.avg_pool2d(img, 2),
+        # ops on an autocast (half) result: the fp32 list widens it, others keep it
+        "softmax(half)": lambda: Fn.softmax(Fn.linear(x, w), 1), "sum(half)": lambda: Fn.linear(x, w).sum(),
+        "exp(half)": lambda: Fn.linear(x, w).exp(), "relu(half)": lambda: Fn.relu(Fn.linear(x, w)),
+        "add(half,f32)": lambda: Fn.linear(x, w) + b, "mse(half,f32)": lambda: Fn.mse_loss(Fn.linear(x, w), x @ w.T),
+        "cross_entropy(half)": lambda: Fn.cross_entropy(Fn.linear(x, w), t % 5),
+        "batch_norm(half)": lambda: bn(Fn.conv2d(img, cw[:3])), "linear(float64)": lambda: Fn.linear(x.double(), w.double()),
+    }
+    table = {}
+    with autocast():
+        for name, f in ops.items():
+            table[name] = str(f().dtype).replace("torch.", "")
+    return table
+
+
+def test_autocast_cpu_matches_torch():
+    ours = _op_table(minidl, F, lambda a: minidl.tensor(a.astype(np.float32)),
+                     lambda: minidl.autocast("cpu", dtype=minidl.bfloat16))
+    theirs = _op_table(torch, TF, lambda a: torch.tensor(a.astype(np.float32)),
+                       lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    assert ours == theirs
+    assert ours["linear"] == "bfloat16" and ours["cross_entropy"] == "float32"  # the table is not trivial
+
+
+# torch.amp's CUDA lists (docs: "CUDA Ops that can autocast to float16" / "... to float32"), for the
+# ops minidl has. Checked here as a table, and by running the ops with the cuda table on CPU tensors.
+TORCH_CUDA_LOWER = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "rnn", "rnn_cell"}
+TORCH_CUDA_FP32 = {"softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
+                   "binary_cross_entropy_with_logits", "sum", "exp", "log", "pow", "rsqrt", "rtruediv"}
+
+
+def test_cuda_autocast_table_is_torchs():
+    table = autocast_mode.POLICIES["cuda"]
+    assert {op for op, p in table.items() if p == autocast_mode.LOWER} == TORCH_CUDA_LOWER
+    assert {op for op, p in table.items() if p == autocast_mode.FP32} == TORCH_CUDA_FP32
+    assert autocast_mode.DEFAULT_DTYPES == {"cuda": minidl.float16, "cpu": minidl.bfloat16}
+
+
+def test_cuda_table_decisions_when_run(monkeypatch):
+    """The cuda policy applied by the framework's hooks (CPU tensors, the cuda table swapped in)."""
+    monkeypatch.setitem(autocast_mode.POLICIES, "cpu", autocast_mode.POLICIES["cuda"])
+    got = _op_table(minidl, F, lambda a: minidl.tensor(a.astype(np.float32)),
+                    lambda: minidl.autocast("cpu", dtype=minidl.float16))
+    expected = {
+        "linear": "float16", "matmul": "float16", "conv1d": "float16", "conv2d": "float16", "conv3d": "float16",
+        "lstm": "float16", "rnn": "float16", "softmax": "float32", "log_softmax": "float32",
+        "cross_entropy": "float32", "nll_loss": "float32", "mse_loss": "float32", "l1_loss": "float32",
+        "bce_with_logits": "float32", "batch_norm": "float32", "sum": "float32", "mean": "float32",
+        "exp": "float32", "log": "float32", "pow": "float32", "relu": "float32", "add": "float32",
+        "max_pool2d": "float32", "avg_pool2d": "float32", "softmax(half)": "float32", "sum(half)": "float32",
+        "exp(half)": "float32", "relu(half)": "float16", "add(half,f32)": "float32", "mse(half,f32)": "float32",
+        "cross_entropy(half)": "float32", "batch_norm(half)": "float16", "linear(float64)": "float64",
+    }
+    assert got == expected
+
+
+def test_autocast_gradients_reach_float32_parameters_and_match_torch():
+    rng = np.random.default_rng(5)
+    m = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    tm = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    with torch.no_grad():
+        for (_, p), (_, tp) in zip(m.named_parameters(), tm.named_parameters()):
+            p.data = minidl.tensor(tp.numpy())
+    x, y = rng.standard_normal((16, 6)).astype(np.float32), rng.integers(0, 3, 16)
+    with minidl.autocast("cpu"):
+        loss = F.cross_entropy(m(minidl.tensor(x)), minidl.tensor(y))
+    loss.backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        tloss = TF.cross_entropy(tm(torch.tensor(x)), torch.tensor(y))
+    tloss.backward()
+    assert loss.dtype == minidl.float32
+    for p, tp in zip(m.parameters(), tm.parameters()):
+        assert p.grad.dtype == minidl.float32
+        assert rel_err(_np(p.grad), tp.grad.numpy()) < 3e-2
+
+
+def test_autocast_cache_enabled_nesting_and_decorator():
+    lin = nn.Linear(5, 4)
+    x = minidl.randn(3, 5)
+    with minidl.autocast("cpu") as ac:
+        a, b = lin(x), lin(x)
+        assert a._ctx.inputs[1] is b._ctx.inputs[1]  # one cast of the weight, reused
+        assert minidl.is_autocast_enabled("cpu") and not minidl.is_autocast_enabled("cuda")
+        with minidl.autocast("cpu", enabled=False):
+            assert lin(x).dtype == minidl.float32
+        with minidl.autocast("cpu", dtype=minidl.float16):
+            assert lin(x).dtype == minidl.float16
+        assert lin(x).dtype == minidl.bfloat16 and ac.fast_dtype == minidl.bfloat16
+    assert not autocast_mode._get().cache and lin(x).dtype == minidl.float32
+    with minidl.autocast("cpu", cache_enabled=False):
+        assert lin(x)._ctx.inputs[1] is not lin(x)._ctx.inputs[1]
+
+    @minidl.autocast("cpu")
+    def forward(t):
+        return lin(t)
+
+    assert forward(x).dtype == minidl.bfloat16 and minidl.get_autocast_dtype("cpu") == minidl.bfloat16
+    with pytest.warns(UserWarning, match="float16 or bfloat16"):
+        with minidl.autocast("cpu", dtype=minidl.float32):
+            assert lin(x).dtype == minidl.float32
+    with pytest.raises(ValueError, match="device_type"):
+        minidl.autocast("tpu")
+    assert minidl.amp.autocast is minidl.autocast
+
+
+def test_cached_weight_cast_survives_two_backward_passes():
+    """Gradient accumulation inside one autocast region: the cached cast is reached twice."""
+    lin = nn.Linear(5, 4)
+    with minidl.autocast("cpu"):
+        for _ in range(2):
+            lin(minidl.randn(3, 5)).float().sum().backward()
+    assert lin.weight.grad.dtype == minidl.float32
+
+
+# ------------------------------------------------------------------------------------------------
+# GradScaler vs torch.amp.GradScaler
+# ------------------------------------------------------------------------------------------------
+
+
+class DeviceSkipSGD(minidl.optim.SGD):
+    """A minimal optimizer with the device-side interface: it unscales by grad_scale and skips
+    (keeps every parameter) where found_inf != 0, with array math only, never a host read."""
+
+    _step_supports_amp_scaling = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+
+    def step(self, closure=None, grad_scale=None, found_inf=None):
+        self.calls.append((grad_scale is not None, found_inf is not None))
+        with minidl.no_grad():
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    g = p.grad._data if grad_scale is None else p.grad._data / grad_scale
+                    new = p._data - np.float32(group["lr"]) * g
+                    p._data[...] = np.where(found_inf != 0, p._data, new)
+
+
+def _scaler_run(lib, make_opt, scaler, inject, unscale_first=False):
+    """Training steps of a small model; at the steps in `inject` one gradient is made inf or NaN.
+    Returns (scale after each update, whether params changed at each step, final params)."""
+    rng = np.random.default_rng(11)
+    w0, b0 = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    if lib is torch:
+        w, b = torch.tensor(w0, requires_grad=True), torch.tensor(b0, requires_grad=True)
+    else:
+        w, b = minidl.tensor(w0, requires_grad=True), minidl.tensor(b0, requires_grad=True)
+    opt = make_opt([w, b])
+    scales, changed = [], []
+    for step in range(12):
+        x = rng.standard_normal((5, 4)).astype(np.float32)
+        xt = torch.tensor(x) if lib is torch else minidl.tensor(x)
+        loss = ((xt @ w.T + b) ** 2).mean()
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        if step in inject:
+            (w.grad if lib is torch else w.grad._data)[0, 1] = inject[step]
+        before = np.array(w.detach().numpy())
+        if unscale_first:
+            scaler.unscale_(opt)
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        changed.append(not np.array_equal(before, w.detach().numpy()))
+    return scales, changed, w.detach().numpy(), scaler
+
+
+@pytest.mark.parametrize("unscale_first", [False, True])
+@pytest.mark.parametrize("device_side", [False, True])
+def test_grad_scaler_matches_torch(device_side, unscale_first):
+    inject = {2: float("inf"), 3: float("nan"), 7: float("-inf")}
+    kw = dict(init_scale=2.0**10, growth_factor=2.0, backoff_factor=0.25, growth_interval=3)
+    t_scales, t_changed, t_w, t_scaler = _scaler_run(
+        torch, lambda p: torch.optim.SGD(p, lr=0.05), torch.amp.GradScaler("cpu", **kw), inject, unscale_first)
+    opt_cls = DeviceSkipSGD if device_side else minidl.optim.SGD
+    holder = {}
+
+    def make(p):
+        holder["opt"] = opt_cls(p, lr=0.05)
+        return holder["opt"]
+
+    scales, changed, w, scaler = _scaler_run(minidl, make, minidl.amp.GradScaler("cpu", **kw), inject, unscale_first)
+    assert scales == t_scales
+    assert changed == t_changed and changed.count(False) == 3
+    assert np.allclose(w, t_w, rtol=1e-5, atol=1e-6)
+    assert scaler.state_dict() == t_scaler.state_dict()
+    if device_side:  # every step went to the optimizer, with grad_scale only when not unscaled
+        assert holder["opt"].calls == [(not unscale_first, True)] * 12
+
+
+def test_grad_scaler_errors_state_dict_and_disabled():
+    w = minidl.randn(3, requires_grad=True)
+    opt = minidl.optim.SGD([w], lr=0.1)
+    scaler = minidl.amp.GradScaler("cpu", init_scale=8.0)
+    scaler.scale((w * w).sum()).backward()
+    assert np.allclose(_np(w.grad), 16 * _np(w))
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already been called"):
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match="step\\(\\) has already been called"):
+        scaler.step(opt)
+    with pytest.raises(RuntimeError, match="after step"):
+        scaler.unscale_(opt)
+    scaler.update()
+    state = scaler.state_dict()
+    other = minidl.amp.GradScaler("cpu")
+    other.load_state_dict(state)
+    assert other.get_scale() == 8.0 and other.state_dict() == state
+    with pytest.raises(RuntimeError, match="empty"):
+        other.load_state_dict({})
+    scaler.update(new_scale=3.0)
+    assert scaler.get_scale() == 3.0
+    off = minidl.amp.GradScaler("cpu", enabled=False)
+    loss = (w * 2).sum()
+    assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {} and not off.is_enabled()
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        assert not minidl.amp.GradScaler("cuda").is_enabled() or minidl.cuda.is_available()
+    with pytest.raises(ValueError, match="float16 gradients"):
+        h = minidl.randn(3, dtype=minidl.float16, requires_grad=True)
+        s = minidl.amp.GradScaler("cpu")
+        s.scale((h * h).sum()).backward()
+        s.unscale_(minidl.optim.SGD([h], lr=0.1))
