@@ -58,6 +58,10 @@ def base_parser(doc: str, *, epochs, batch_size: int, lr, checkpoint):
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
     p.add_argument("--stop-after", type=int, default=None, metavar="EPOCH",
                    help="stop after this epoch, as if interrupted (the lr schedule still spans --epochs)")
+    p.add_argument("--amp", action="store_true",
+                   help="mixed precision: forward pass and loss under minidl.autocast, loss scaling for float16")
+    p.add_argument("--amp-dtype", choices=["float16", "bfloat16"], default="float16",
+                   help="the lower precision of --amp (default float16, with a GradScaler; bfloat16 needs none)")
     return p
 
 
@@ -69,9 +73,10 @@ def add_graph_option(p):
     return p
 
 
-def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = True):
+def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = True, amp=None):
     """The examples' training step: step(x, y) -> loss, doing zero_grad, forward, loss, backward and
-    optimizer.step().
+    optimizer.step(). With `amp` (a MixedPrecision, --amp), the forward pass and the loss run under
+    autocast, backward starts from the scaled loss and the step goes through the GradScaler.
 
     On the GPU with graph=True it is replayed from a CUDA graph (minidl.cuda.CUDAGraphStep) after three
     eager steps. The whole step is captured when the optimizer keeps its learning rate and step count
@@ -81,22 +86,27 @@ def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = Tru
     batch of an epoch) runs eagerly: it is not dropped.
     """
 
+    amp = amp if amp is not None else MixedPrecision(None, device)
+
     def forward_backward(x, y):
         optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
+        with amp.autocast():
+            loss = loss_fn(model(x), y)
+        amp.scaler.scale(loss).backward()
         return loss
 
     def eager(x, y):
         loss = forward_backward(x, y)
-        optimizer.step()
+        amp.step(optimizer)
         return loss
 
     if not graph or not str(device).startswith("cuda"):
         return eager
     from minidl._graphs import _optimizer_is_capturable
 
-    whole = _optimizer_is_capturable(optimizer)
+    # With --amp the GradScaler's step and update run eagerly after each replay (its scale and growth
+    # tracker are device arrays updated in place, so the captured backward reads the current scale).
+    whole = _optimizer_is_capturable(optimizer) and not amp.enabled
     if whole:
         graphed = minidl.cuda.CUDAGraphStep(eager, optimizers=optimizer)
     else:
@@ -122,7 +132,7 @@ def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = Tru
         else:
             loss = graphed(x, y)
         if not whole:
-            optimizer.step()
+            amp.step(optimizer)
         return loss
 
     step.graphed = graphed
@@ -153,6 +163,36 @@ def load_data(load, *args, **kwargs):
         if "Pillow" not in str(e):
             raise
         sys.exit(f"error: {e}")
+
+
+class MixedPrecision:
+    """--amp in a training step: autocast() around the forward pass and the loss, then
+    backward_and_step(loss, optimizer), which scales the loss, unscales before clipping, steps (skipping
+    a step whose gradients overflowed) and updates the scale. Without --amp (args None or
+    args.amp False) all of it is plain fp32: no cast, no scaling, optimizer.step()."""
+
+    def __init__(self, args, device: str):
+        self.device_type = minidl.device(str(device)).type
+        self.enabled = bool(getattr(args, "amp", False))
+        self.dtype = minidl.bfloat16 if getattr(args, "amp_dtype", "float16") == "bfloat16" else minidl.float16
+        # bfloat16 has float32's exponent range: its gradients do not underflow, so no scaling.
+        self.scaler = minidl.amp.GradScaler(self.device_type, enabled=self.enabled and self.dtype == minidl.float16)
+
+    def autocast(self):
+        return minidl.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
+
+    def backward_and_step(self, loss, optimizer, clip_parameters=None, max_norm=None):
+        self.scaler.scale(loss).backward()
+        self.step(optimizer, clip_parameters, max_norm)
+
+    def step(self, optimizer, clip_parameters=None, max_norm=None):
+        if max_norm is not None:
+            from minidl.nn.utils import clip_grad_norm_
+
+            self.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+            clip_grad_norm_(clip_parameters, max_norm)
+        self.scaler.step(optimizer)
+        self.scaler.update()
 
 
 def epoch_range(start_epoch: int, args):
@@ -246,7 +286,7 @@ class RunningLoss:
         return float("nan") if self.count == 0 else self.total.item() / self.count
 
 
-def save_checkpoint(path: str, *, model, optimizer, epoch: int, scheduler=None, **extra) -> None:
+def save_checkpoint(path: str, *, model, optimizer, epoch: int, scheduler=None, scaler=None, **extra) -> None:
     """Write everything a resumed run needs (atomically: a crash never leaves half a file)."""
     folder = os.path.dirname(path)
     if folder:
@@ -255,6 +295,7 @@ def save_checkpoint(path: str, *, model, optimizer, epoch: int, scheduler=None, 
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
         "scheduler": None if scheduler is None else scheduler.state_dict(),
+        "scaler": None if scaler is None else scaler.state_dict(),
         "epoch": int(epoch),
         "rng": minidl.random.cpu_generator().bit_generator.state,
         "philox": {k: list(v) for k, v in minidl.random.get_philox_states().items()},
@@ -263,7 +304,7 @@ def save_checkpoint(path: str, *, model, optimizer, epoch: int, scheduler=None, 
     minidl.save(state, path)
 
 
-def load_checkpoint(path: str, *, model, optimizer, scheduler=None, device: str) -> dict:
+def load_checkpoint(path: str, *, model, optimizer, scheduler=None, scaler=None, device: str) -> dict:
     """Restore model, optimizer, scheduler and the global generator; returns the checkpoint dict."""
     if not os.path.exists(path):
         sys.exit(f"--resume: no checkpoint at {path}")
@@ -276,6 +317,8 @@ def load_checkpoint(path: str, *, model, optimizer, scheduler=None, device: str)
         optimizer.load_state_dict(state["optimizer"])
         if scheduler is not None and state.get("scheduler") is not None:
             scheduler.load_state_dict(state["scheduler"])
+        if scaler is not None and scaler.is_enabled() and state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
     except (KeyError, ValueError, RuntimeError) as e:
         why = " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
         sys.exit(f"--resume: {path} was written by a different model or optimizer ({why[:300]}); "

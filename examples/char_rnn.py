@@ -36,11 +36,11 @@ import minidl  # noqa: E402
 import minidl.nn as nn  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
 from minidl.data import BPTTIterator, CharCorpus, batchify  # noqa: E402
-from minidl.nn.utils import clip_grad_norm_  # noqa: E402
 
 from _common import (  # noqa: E402
-    RunningLoss, Timer, base_parser, check_limit, check_schedule_length, detach_hidden, epoch_range, evaluate_lm,
-    load_checkpoint, load_data, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
+    MixedPrecision, RunningLoss, Timer, base_parser, check_limit, check_schedule_length, detach_hidden, epoch_range,
+    evaluate_lm, load_checkpoint, load_data, parameter_count, pick_device, progress, save_checkpoint,
+    steps_per_epoch,
 )
 
 
@@ -116,9 +116,11 @@ def main(argv=None):
                     args.dropout).to(device)
     optimizer = minidl.optim.Adam(model.parameters(), lr=args.lr)
     scheduler = minidl.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs, eta_min=args.lr / 10)
+    amp = MixedPrecision(args, device)
     start_epoch = 0
     if args.resume:
-        state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
+        state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler,
+                                scaler=amp.scaler, device=device)
         check_schedule_length(state, args.epochs, hint=" (the cosine schedule spans --epochs)")
         start_epoch = state["epoch"]
 
@@ -138,13 +140,12 @@ def main(argv=None):
         hidden = None
         with Timer(device) as timer:
             for x, y in bar:
-                logits, hidden = model(x, hidden)
+                with amp.autocast():
+                    logits, hidden = model(x, hidden)
+                    loss = F.cross_entropy(logits, y.reshape(-1))
                 hidden = detach_hidden(hidden)
-                loss = F.cross_entropy(logits, y.reshape(-1))
                 optimizer.zero_grad()
-                loss.backward()
-                clip_grad_norm_(model.parameters(), args.clip)
-                optimizer.step()
+                amp.backward_and_step(loss, optimizer, model.parameters(), args.clip)
                 running.add(loss)
                 step += 1
                 if args.sample_every and step % args.sample_every == 0:
@@ -160,7 +161,8 @@ def main(argv=None):
         samples.append(text)
         print(f"epoch {epoch + 1}: train loss {record['train_loss']:.4f}, val loss {val_loss:.4f} nats/char, "
               f"train time {timer.seconds:.1f} s\n--- sample (temperature {args.temperature}) ---\n{text}\n---")
-        save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, epoch=epoch + 1,
+        save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, scaler=amp.scaler,
+                        epoch=epoch + 1,
                         schedule_epochs=args.epochs,
                         val_loss=val_loss, vocab="".join(corpus.chars))
     print(f"checkpoint: {args.checkpoint}")

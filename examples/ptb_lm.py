@@ -32,11 +32,10 @@ import minidl  # noqa: E402
 import minidl.nn as nn  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
 from minidl.data import BPTTIterator, WordCorpus, batchify  # noqa: E402
-from minidl.nn.utils import clip_grad_norm_  # noqa: E402
 
 from _common import (  # noqa: E402
-    Depends, RunningLoss, Timer, base_parser, check_limit, detach_hidden, epoch_range, evaluate_lm, load_checkpoint,
-    load_data, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
+    MixedPrecision, Depends, RunningLoss, Timer, base_parser, check_limit, detach_hidden, epoch_range, evaluate_lm,
+    load_checkpoint, load_data, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
 )
 
 
@@ -106,9 +105,10 @@ def main(argv=None):
         optimizer = minidl.optim.SGD(model.parameters(), lr=args.lr)
     else:
         optimizer = minidl.optim.Adam(model.parameters(), lr=args.lr)
+    amp = MixedPrecision(args, device)
     start_epoch, best_val = 0, math.inf
     if args.resume:
-        state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, device=device)
+        state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scaler=amp.scaler, device=device)
         start_epoch, best_val = state["epoch"], state["extra"]["best_val_loss"]
 
     print(f"minidl {minidl.__version__}: PTB word LSTM on {device}, {parameter_count(model)} parameters, "
@@ -121,13 +121,12 @@ def main(argv=None):
         hidden = None
         with Timer(device) as timer:
             for x, y in bar:
-                logits, hidden = model(x, hidden)
+                with amp.autocast():
+                    logits, hidden = model(x, hidden)
+                    loss = F.cross_entropy(logits, y.reshape(-1))
                 hidden = detach_hidden(hidden)  # truncated BPTT: keep values, cut history
-                loss = F.cross_entropy(logits, y.reshape(-1))
                 optimizer.zero_grad()
-                loss.backward()
-                clip_grad_norm_(model.parameters(), args.clip)
-                optimizer.step()
+                amp.backward_and_step(loss, optimizer, model.parameters(), args.clip)
                 running.add(loss)
         val_loss = evaluate_lm(model, val_data, args.bptt, limit=args.limit_batches, disable=args.no_progress)
         lr = optimizer.param_groups[0]["lr"]
@@ -144,7 +143,8 @@ def main(argv=None):
         words_per_s = running.count * args.batch_size * args.bptt / max(timer.seconds, 1e-9)
         print(f"epoch {epoch + 1}: lr {lr:g}, train ppl {perplexity(record['train_loss']):.1f}, "
               f"val ppl {record['val_perplexity']:.1f}, train time {timer.seconds:.1f} s ({words_per_s:.0f} words/s)")
-        save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, epoch=epoch + 1, best_val_loss=best_val,
+        save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scaler=amp.scaler, epoch=epoch + 1,
+                        best_val_loss=best_val,
                         val_loss=val_loss)
     test_loss = evaluate_lm(model, test_data, args.bptt, limit=args.limit_batches, desc="test",
                             disable=args.no_progress)

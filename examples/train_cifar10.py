@@ -76,9 +76,9 @@ from minidl.data.transforms import Cutout, RandomCrop, RandomHorizontalFlip  # n
 from minidl.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn  # noqa: E402
 
 from _common import (  # noqa: E402
-    Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length, epoch_range,
-    epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, parameter_count, pick_device, progress,
-    save_checkpoint, steps_per_epoch,
+    MixedPrecision, Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length,
+    epoch_range, epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, parameter_count, pick_device,
+    progress, save_checkpoint, steps_per_epoch,
 )
 
 
@@ -286,9 +286,11 @@ def main(argv=None):
     # Exponential moving averages of the weights and the batch-norm statistics (use_buffers), one per decay.
     emas = {f"EMA {decay:g}": AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(decay), use_buffers=True)
             for decay in args.ema}
+    amp = MixedPrecision(args, device)
     start_epoch = 0
     if args.resume:
-        state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
+        state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler,
+                                scaler=amp.scaler, device=device)
         check_schedule_length(state, args.epochs, steps)
         saved = state["extra"].get("ema", {})
         if sorted(saved) != sorted(emas):
@@ -303,7 +305,7 @@ def main(argv=None):
     # On the GPU the step is captured in a CUDA graph after 3 eager steps (--no-graph: always eager).
     train_step = make_train_step(model, optimizer,
                                  lambda logits, y: F.cross_entropy(logits, y, label_smoothing=args.label_smoothing),
-                                 device=device, graph=not args.no_graph)
+                                 device=device, graph=not args.no_graph, amp=amp)
     history = []
     for epoch in epoch_range(start_epoch, args):
         loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, drop_last=True,
@@ -335,7 +337,8 @@ def main(argv=None):
         history.append(record)
         print(f"epoch {epoch + 1}: train loss {record['train_loss']:.4f}, test loss {test_loss:.4f}, "
               f"test accuracy {accuracy * 100:.2f}%, train time {timer.seconds:.1f} s")
-        save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, epoch=epoch + 1,
+        save_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler, scaler=amp.scaler,
+                        epoch=epoch + 1,
                         schedule_epochs=args.epochs, schedule_steps_per_epoch=steps, test_accuracy=accuracy,
                         ema={name: ema.state_dict() for name, ema in emas.items()})
     total = sum(r["train_seconds"] for r in history)

@@ -38,9 +38,9 @@ from minidl.data import DataLoader, TensorDataset  # noqa: E402
 from minidl.data.datasets import MNIST  # noqa: E402
 
 from _common import (  # noqa: E402
-    Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length, epoch_range,
-    epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, parameter_count, pick_device, progress,
-    save_checkpoint, steps_per_epoch,
+    MixedPrecision, Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length,
+    epoch_range, epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, parameter_count, pick_device,
+    progress, save_checkpoint, steps_per_epoch,
 )
 
 EPOCHS = {"cnn": 8, "mlp": 2}  # the defaults: what the README's figures (99.34%, 98.07%) come from
@@ -141,9 +141,11 @@ def main(argv=None):
     if args.schedule == "onecycle":
         scheduler = minidl.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=4 * args.lr,
                                                          total_steps=args.epochs * steps)
+    amp = MixedPrecision(args, device)
     start_epoch = 0
     if args.resume:
-        state = load_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, device=device)
+        state = load_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler,
+                                scaler=amp.scaler, device=device)
         if (state.get("scheduler") is None) != (scheduler is None):
             saved = "constant" if state.get("scheduler") is None else "onecycle"
             sys.exit(f"--resume: the checkpoint was trained with --schedule {saved}; resume with --schedule {saved}")
@@ -156,7 +158,7 @@ def main(argv=None):
           f"{len(train_set)} training images")
     # On the GPU the step is captured in a CUDA graph after 3 eager steps (--no-graph: always eager);
     # the last, partial batch of an epoch runs eagerly.
-    train_step = make_train_step(model, optimizer, F.cross_entropy, device=device, graph=not args.no_graph)
+    train_step = make_train_step(model, optimizer, F.cross_entropy, device=device, graph=not args.no_graph, amp=amp)
     history = []
     for epoch in epoch_range(start_epoch, args):  # --epochs counts from the start, also when resuming
         # A loader per epoch, shuffled by (seed, epoch): a resumed run sees the same batches.
@@ -178,7 +180,8 @@ def main(argv=None):
         history.append(record)
         print(f"epoch {epoch + 1}: train loss {record['train_loss']:.4f}, test accuracy {accuracy * 100:.2f}%, "
               f"train time {timer.seconds:.1f} s ({running.count} steps)")
-        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, epoch=epoch + 1,
+        save_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, scaler=amp.scaler,
+                        epoch=epoch + 1,
                         test_accuracy=accuracy, schedule_epochs=args.epochs if scheduler else None,
                         schedule_steps_per_epoch=steps if scheduler else None)
     print(f"checkpoint: {ckpt_path}")

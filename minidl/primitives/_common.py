@@ -78,7 +78,7 @@ def check_float(op: str, **arrays) -> np.dtype:
 # ----------------------------------------------------------------------------------------------
 
 
-def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None):
+def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None, mixed_dtypes=False):
     """Decorator for a public primitive that has no float16/bfloat16 kernel: half arrays among its
     arguments (also inside lists/tuples, e.g. RNN weights) are converted to float32, the primitive
     runs in float32, and its float32 outputs are rounded back to half. Statistics and reductions
@@ -92,6 +92,9 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None):
     gpu_launcher: for primitives whose GPU path may have half kernels of its own (gemm, convolution):
         the name of the launcher module in minidl.primitives.cuda; CuPy arrays go to it unconverted
         when that module sets HALF_KERNELS = True (the NumPy reference always computes in float32).
+    mixed_dtypes: whether half arrays may be mixed with float32 ones (batch norm: half x, float32
+        parameters and statistics, as cuDNN). Otherwise a mixed call is left to the primitive's own
+        dtype check, which names the arrays.
     `out=` (blending) works: the float32 result is blended into a float32 copy of out, then rounded.
     Calls without half arrays pass through untouched.
     """
@@ -108,7 +111,7 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None):
                 converted = _half_to_float32(value, half, gpu_launcher)
                 if converted is not value:
                     bound.arguments[name] = converted
-            if not half:
+            if not half or (not mixed_dtypes and len(_float_dtypes(originals.values())) > 1):
                 return fn(*args, **kwargs)
             result = fn(*bound.args, **bound.kwargs)
             for name in inplace:
@@ -130,6 +133,16 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None):
         return wrapper
 
     return decorate
+
+
+def _float_dtypes(values) -> set:
+    found = set()
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            found |= _float_dtypes(v)
+        elif hasattr(v, "dtype") and hasattr(v, "astype") and np.dtype(v.dtype).kind in "fV":
+            found.add(np.dtype(v.dtype))
+    return found
 
 
 def _launcher_has_half_kernels(name: str) -> bool:

@@ -75,7 +75,7 @@ def _check_common(op: str, x, mode: str, layout: str, params: dict) -> tuple:
     return expected
 
 
-@computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"))
+@computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"), mixed_dtypes=True)
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
                                 mode="spatial", layout="NCHW"):
     """Normalise with batch statistics. Returns (y, saved_mean, saved_invstd).
@@ -106,7 +106,7 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
     )
 
 
-@computes_half_in_float32()
+@computes_half_in_float32(mixed_dtypes=True)
 def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
                                  layout="NCHW"):
     """y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta_, elementwise per statistic."""
@@ -126,7 +126,7 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
     )
 
 
-@computes_half_in_float32(out_dtypes=("x", "gamma", "gamma"))
+@computes_half_in_float32(out_dtypes=("x", "gamma", "gamma"), mixed_dtypes=True)
 def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
     """(dx, dgamma, dbeta) of the training pass, from the saved batch statistics.
 
