@@ -168,7 +168,8 @@ class Clamp(Function):
             self.mask &= a >= min
         if max is not None:
             self.mask &= a <= max
-        return xp.clip(a, min, max)
+        # astype: NumPy clips a bfloat16 array against Python floats in float32
+        return xp.clip(a, min, max).astype(a.dtype, copy=False)
 
     def backward(self, g):
         return g * self.mask

@@ -337,6 +337,11 @@ class CrossEntropy(Function):
     """
 
     def forward(self, x, target_rows, q, denom, reduction="mean", out_shape=None, prob_smoothing=None):
+        if is_half(x.dtype):
+            # float16/bfloat16 logits: the log-sum-exp over the classes in float32, one rounding at the end
+            out = self.forward(x.astype(np.float32), target_rows, q.astype(np.float32), denom.astype(np.float32),
+                               reduction, out_shape, prob_smoothing)
+            return out.astype(x.dtype)
         xp = get_array_module(x)
         self.in_shape, self.reduction, self.out_shape = x.shape, reduction, out_shape
         z = _to_rows(x)

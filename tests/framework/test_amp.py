@@ -17,6 +17,7 @@ import torch.nn.functional as TF
 import minidl
 import minidl.nn as nn
 import minidl.nn.functional as F
+from minidl._device import get_array_module
 from minidl.amp import autocast_mode
 from tests.conftest import rel_err
 
@@ -101,22 +102,101 @@ def test_half_ops_match_torch(md, td):
         assert rel_err(_np(o), _np(r)) < TOL[md]
 
 
+_A = np.random.default_rng(0).standard_normal((3, 4, 7, 6)).astype(np.float32)
+_B = np.random.default_rng(1).standard_normal((3, 4, 7, 6)).astype(np.float32)
+_IDX = np.random.default_rng(2).integers(0, 4, (3, 7, 6))
+# op name -> f(lib, functional, a, b), the same code for minidl and torch
+HALF_OPS = {
+    "add": lambda L, Fn, a, b: a + b, "mul": lambda L, Fn, a, b: a * b, "div": lambda L, Fn, a, b: a / (b.abs() + 1),
+    "pow": lambda L, Fn, a, b: (a.abs() + 0.5) ** 1.5, "exp": lambda L, Fn, a, b: (a * 0.5).exp(),
+    "log": lambda L, Fn, a, b: (a.abs() + 0.1).log(), "sqrt": lambda L, Fn, a, b: (a.abs() + 0.1).sqrt(),
+    "clamp": lambda L, Fn, a, b: a.clamp(-0.5, 0.7), "maximum": lambda L, Fn, a, b: L.maximum(a, b),
+    "where": lambda L, Fn, a, b: L.where(a > 0, a, b), "sum_dim": lambda L, Fn, a, b: a.sum(2),
+    "mean_dims": lambda L, Fn, a, b: a.mean((0, 3)), "var": lambda L, Fn, a, b: a.var(1),
+    "max_dim": lambda L, Fn, a, b: a.max(1)[0],
+    "permute_cat": lambda L, Fn, a, b: L.cat([a.permute(0, 2, 1, 3), b.permute(0, 2, 1, 3)], 1),
+    "index": lambda L, Fn, a, b: a[:, [0, 2, 2]], "matmul": lambda L, Fn, a, b: a @ b.transpose(-1, -2),
+    "relu": lambda L, Fn, a, b: Fn.relu(a), "leaky_relu": lambda L, Fn, a, b: Fn.leaky_relu(a, 0.1),
+    "elu": lambda L, Fn, a, b: Fn.elu(a), "sigmoid": lambda L, Fn, a, b: Fn.sigmoid(a),
+    "tanh": lambda L, Fn, a, b: Fn.tanh(a), "gelu": lambda L, Fn, a, b: Fn.gelu(a),
+    "gelu_tanh": lambda L, Fn, a, b: Fn.gelu(a, approximate="tanh"), "relu6": lambda L, Fn, a, b: Fn.relu6(a * 4),
+    "softmax": lambda L, Fn, a, b: Fn.softmax(a, 1), "log_softmax": lambda L, Fn, a, b: Fn.log_softmax(a, 3),
+    "linear": lambda L, Fn, a, b: Fn.linear(a, b[0, 0, :5]),
+    "conv1d": lambda L, Fn, a, b: Fn.conv1d(a[:, :, 0], b[:3, :, 0, :3], padding=1),
+    "conv2d_stride_groups": lambda L, Fn, a, b: Fn.conv2d(a, L.cat([b, b])[:4, :2, :3, :3], stride=2, groups=2),
+    "conv3d": lambda L, Fn, a, b: Fn.conv3d(a[:, :, None], b[:2, :, None, :3, :3]),
+    "max_pool2d": lambda L, Fn, a, b: Fn.max_pool2d(a, 2), "avg_pool2d": lambda L, Fn, a, b: Fn.avg_pool2d(a, 3, 2, 1),
+    "adaptive_avg_pool2d": lambda L, Fn, a, b: Fn.adaptive_avg_pool2d(a, (3, 2)),
+    "batch_norm": lambda L, Fn, a, b: Fn.batch_norm(a, None, None, b[0, :, 0, 0], b[1, :, 0, 0], training=True),
+    "cross_entropy": lambda L, Fn, a, b: Fn.cross_entropy(a, L.tensor(_IDX), label_smoothing=0.1),
+    "nll_loss": lambda L, Fn, a, b: Fn.nll_loss(Fn.log_softmax(a, 1), L.tensor(_IDX)),
+    "mse_loss": lambda L, Fn, a, b: Fn.mse_loss(a, b), "l1_loss": lambda L, Fn, a, b: Fn.l1_loss(a, b),
+    "bce_with_logits": lambda L, Fn, a, b: Fn.binary_cross_entropy_with_logits(a, b.sigmoid()),
+    "embedding": lambda L, Fn, a, b: Fn.embedding(L.tensor(_IDX[0]), a[0, 0]),
+}
+
+
+@pytest.mark.parametrize("op", sorted(HALF_OPS))
 @pytest.mark.parametrize("md,td", HALF)
-def test_half_lstm_and_sum_accumulate_in_float32(md, td):
+def test_each_op_in_half_matches_torch(op, md, td):
+    """Forward and backward of one op on half tensors: the result keeps the half dtype, the values
+    and both gradients agree with torch's own float16/bfloat16 computation."""
+    f = HALF_OPS[op]
+    a, b = minidl.tensor(_A, dtype=md, requires_grad=True), minidl.tensor(_B, dtype=md, requires_grad=True)
+    ta, tb = _t(_A, td).requires_grad_(True), _t(_B, td).requires_grad_(True)
+    out, tout = f(minidl, F, a, b), f(torch, TF, ta, tb)
+    c = np.random.default_rng(3).standard_normal(tout.shape).astype(np.float32)
+    (out * minidl.tensor(c, dtype=md)).sum().backward()
+    (tout * _t(c, td)).sum().backward()
+    assert out.dtype == md and rel_err(_np(out), _np(tout)) < TOL[md]
+    for ours, theirs in ((a, ta), (b, tb)):
+        assert (ours.grad is None) == (theirs.grad is None)
+        if theirs.grad is not None:
+            assert ours.grad.dtype == md and rel_err(_np(ours.grad), _np(theirs.grad)) < TOL[md]
+
+
+@pytest.mark.parametrize("md", [minidl.float16, minidl.bfloat16])
+def test_lrn_and_dropout_in_half_round_the_float32_result(md):
+    """No torch half kernel on the CPU for LRN; dropout's mask is ours: both are the float32
+    computation rounded once."""
+    for f in (lambda t: F.local_response_norm(t, 3), lambda t: F.dropout(t, 0.3)):
+        minidl.manual_seed(4)
+        half = f(minidl.tensor(_A, dtype=md))
+        minidl.manual_seed(4)
+        ref = f(minidl.tensor(_A.astype(md).astype(np.float32)))
+        assert half.dtype == md and np.array_equal(_np(half), _np(ref.to(md)))
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("md,td", HALF)
+def test_half_rnns_match_torch(md, td, cell):
+    """A 2-layer bidirectional RNN module converted with .to(half): outputs, final state and the
+    weight gradients against torch's module in the same dtype."""
     rng = np.random.default_rng(3)
-    lstm, tl = nn.LSTM(5, 7), torch.nn.LSTM(5, 7)
+    ours, theirs = getattr(nn, cell)(5, 7, num_layers=2, bidirectional=True), getattr(torch.nn, cell)(
+        5, 7, num_layers=2, bidirectional=True)
     with torch.no_grad():
-        for name, p in tl.named_parameters():
-            getattr(lstm, name).data = minidl.tensor(p.numpy())
-    lstm.to(md)
-    tl.to(td)
+        for name, p in theirs.named_parameters():
+            getattr(ours, name).data = minidl.tensor(p.numpy())
+    ours.to(md)
+    theirs.to(td)
     x = rng.standard_normal((4, 3, 5)).astype(np.float32)
-    y, _ = lstm(minidl.tensor(x, dtype=md))
-    ty, _ = tl(_t(x, td))
+    y, h = ours(minidl.tensor(x, dtype=md))
+    ty, th = theirs(_t(x, td))
+    (y.float().sum() + (h[0] if cell == "LSTM" else h).float().sum()).backward()
+    (ty.float().sum() + (th[0] if cell == "LSTM" else th).float().sum()).backward()
     assert y.dtype == md and rel_err(_np(y), _np(ty)) < 2 * TOL[md]
-    # 4096 ones: a float16 running sum would stall at 2048 (spacing 2 there); ours is exact
-    ones = minidl.ones(4096, dtype=md)
-    assert float(ones.sum()) == 4096.0 and float(ones.mean()) == 1.0
+    for name, p in theirs.named_parameters():
+        g = getattr(ours, name).grad
+        assert g.dtype == md and rel_err(_np(g), _np(p.grad)) < 3 * TOL[md], name
+
+
+@pytest.mark.parametrize("md", [minidl.float16, minidl.bfloat16])
+def test_half_sums_accumulate_in_float32(md):
+    # 4096 ones: a float16 running sum would stall at 2048 (spacing 2 there), bfloat16 at 256; ours is exact
+    ones = minidl.ones(4096, dtype=md, requires_grad=True)
+    assert float(ones.sum()) == 4096.0 and float(ones.mean()) == 1.0 and float(ones.var()) == 0.0
+    assert float(minidl.ones(64, 64, dtype=md).sum(1).sum()) == 4096.0
 
 
 def test_bfloat16_checkpoint_round_trip(tmp_path):
@@ -152,14 +232,15 @@ def test_primitives_compute_half_in_float32_and_blend_into_half_out():
 # ------------------------------------------------------------------------------------------------
 
 
-def _op_table(lib, Fn, make, autocast):
-    """op name -> output dtype name, every op run on float32 inputs under `autocast()`."""
+def _op_table(lib, Fn, make, autocast, device="cpu"):
+    """op name -> output dtype name, every op run on float32 inputs (made by `make`, on `device`)
+    under `autocast()`."""
     rng = np.random.default_rng(0)
     x, w, b = make(rng.standard_normal((4, 6))), make(rng.standard_normal((5, 6))), make(rng.standard_normal(5))
     img, cw = make(rng.standard_normal((2, 3, 8, 8))), make(rng.standard_normal((4, 3, 3, 3)))
-    t = lib.tensor(rng.integers(0, 6, 4))
-    lstm, rnn = lib.nn.LSTM(6, 3), lib.nn.RNN(6, 3)
-    bn = lib.nn.BatchNorm2d(3)
+    t = lib.tensor(rng.integers(0, 6, 4)).to(device)
+    lstm, rnn = lib.nn.LSTM(6, 3).to(device), lib.nn.RNN(6, 3).to(device)
+    bn = lib.nn.BatchNorm2d(3).to(device)
     ops = {
         "linear": lambda: Fn.linear(x, w, b), "matmul": lambda: x @ w.T,
         "conv1d": lambda: Fn.conv1d(img[:, :, 0], cw[:, :, 0]), "conv2d": lambda: Fn.conv2d(img, cw),
@@ -209,22 +290,26 @@ def test_cuda_autocast_table_is_torchs():
     assert autocast_mode.DEFAULT_DTYPES == {"cuda": minidl.float16, "cpu": minidl.bfloat16}
 
 
+# What torch.autocast("cuda") gives for each op of _op_table (its documented lists, and batch norm and
+# pooling keep their input dtype); tests/gpu/test_amp_gpu.py checks the same table on the GPU.
+CUDA_EXPECTED = {
+    "linear": "float16", "matmul": "float16", "conv1d": "float16", "conv2d": "float16", "conv3d": "float16",
+    "lstm": "float16", "rnn": "float16", "softmax": "float32", "log_softmax": "float32",
+    "cross_entropy": "float32", "nll_loss": "float32", "mse_loss": "float32", "l1_loss": "float32",
+    "bce_with_logits": "float32", "batch_norm": "float32", "sum": "float32", "mean": "float32",
+    "exp": "float32", "log": "float32", "pow": "float32", "relu": "float32", "add": "float32",
+    "max_pool2d": "float32", "avg_pool2d": "float32", "softmax(half)": "float32", "sum(half)": "float32",
+    "exp(half)": "float32", "relu(half)": "float16", "add(half,f32)": "float32", "mse(half,f32)": "float32",
+    "cross_entropy(half)": "float32", "batch_norm(half)": "float16", "linear(float64)": "float64",
+}
+
+
 def test_cuda_table_decisions_when_run(monkeypatch):
     """The cuda policy applied by the framework's hooks (CPU tensors, the cuda table swapped in)."""
     monkeypatch.setitem(autocast_mode.POLICIES, "cpu", autocast_mode.POLICIES["cuda"])
     got = _op_table(minidl, F, lambda a: minidl.tensor(a.astype(np.float32)),
                     lambda: minidl.autocast("cpu", dtype=minidl.float16))
-    expected = {
-        "linear": "float16", "matmul": "float16", "conv1d": "float16", "conv2d": "float16", "conv3d": "float16",
-        "lstm": "float16", "rnn": "float16", "softmax": "float32", "log_softmax": "float32",
-        "cross_entropy": "float32", "nll_loss": "float32", "mse_loss": "float32", "l1_loss": "float32",
-        "bce_with_logits": "float32", "batch_norm": "float32", "sum": "float32", "mean": "float32",
-        "exp": "float32", "log": "float32", "pow": "float32", "relu": "float32", "add": "float32",
-        "max_pool2d": "float32", "avg_pool2d": "float32", "softmax(half)": "float32", "sum(half)": "float32",
-        "exp(half)": "float32", "relu(half)": "float16", "add(half,f32)": "float32", "mse(half,f32)": "float32",
-        "cross_entropy(half)": "float32", "batch_norm(half)": "float16", "linear(float64)": "float64",
-    }
-    assert got == expected
+    assert got == CUDA_EXPECTED
 
 
 def test_autocast_gradients_reach_float32_parameters_and_match_torch():
@@ -307,12 +392,13 @@ class DeviceSkipSGD(minidl.optim.SGD):
                 for p in group["params"]:
                     if p.grad is None:
                         continue
+                    xp = get_array_module(p._data)
                     g = p.grad._data if grad_scale is None else p.grad._data / grad_scale
                     new = p._data - np.float32(group["lr"]) * g
-                    p._data[...] = np.where(found_inf != 0, p._data, new)
+                    p._data[...] = xp.where(found_inf != 0, p._data, new)
 
 
-def _scaler_run(lib, make_opt, scaler, inject, unscale_first=False):
+def _scaler_run(lib, make_opt, scaler, inject, unscale_first=False, device="cpu"):
     """Training steps of a small model; at the steps in `inject` one gradient is made inf or NaN.
     Returns (scale after each update, whether params changed at each step, final params)."""
     rng = np.random.default_rng(11)
@@ -320,30 +406,31 @@ def _scaler_run(lib, make_opt, scaler, inject, unscale_first=False):
     if lib is torch:
         w, b = torch.tensor(w0, requires_grad=True), torch.tensor(b0, requires_grad=True)
     else:
-        w, b = minidl.tensor(w0, requires_grad=True), minidl.tensor(b0, requires_grad=True)
+        w = minidl.tensor(w0, device=device, requires_grad=True)
+        b = minidl.tensor(b0, device=device, requires_grad=True)
     opt = make_opt([w, b])
     scales, changed = [], []
     for step in range(12):
         x = rng.standard_normal((5, 4)).astype(np.float32)
-        xt = torch.tensor(x) if lib is torch else minidl.tensor(x)
+        xt = torch.tensor(x) if lib is torch else minidl.tensor(x, device=device)
         loss = ((xt @ w.T + b) ** 2).mean()
         opt.zero_grad()
         scaler.scale(loss).backward()
         if step in inject:
             (w.grad if lib is torch else w.grad._data)[0, 1] = inject[step]
-        before = np.array(w.detach().numpy())
+        before = np.array(w.detach().cpu().numpy())
         if unscale_first:
             scaler.unscale_(opt)
         scaler.step(opt)
         scaler.update()
         scales.append(scaler.get_scale())
-        changed.append(not np.array_equal(before, w.detach().numpy()))
-    return scales, changed, w.detach().numpy(), scaler
+        changed.append(not np.array_equal(before, w.detach().cpu().numpy()))
+    return scales, changed, w.detach().cpu().numpy(), scaler
 
 
 @pytest.mark.parametrize("unscale_first", [False, True])
 @pytest.mark.parametrize("device_side", [False, True])
-def test_grad_scaler_matches_torch(device_side, unscale_first):
+def test_grad_scaler_matches_torch(device_side, unscale_first, device="cpu"):
     inject = {2: float("inf"), 3: float("nan"), 7: float("-inf")}
     kw = dict(init_scale=2.0**10, growth_factor=2.0, backoff_factor=0.25, growth_interval=3)
     t_scales, t_changed, t_w, t_scaler = _scaler_run(
@@ -355,7 +442,8 @@ def test_grad_scaler_matches_torch(device_side, unscale_first):
         holder["opt"] = opt_cls(p, lr=0.05)
         return holder["opt"]
 
-    scales, changed, w, scaler = _scaler_run(minidl, make, minidl.amp.GradScaler("cpu", **kw), inject, unscale_first)
+    scales, changed, w, scaler = _scaler_run(minidl, make, minidl.amp.GradScaler(device, **kw), inject, unscale_first,
+                                             device)
     assert scales == t_scales
     assert changed == t_changed and changed.count(False) == 3
     assert np.allclose(w, t_w, rtol=1e-5, atol=1e-6)
@@ -390,8 +478,9 @@ def test_grad_scaler_errors_state_dict_and_disabled():
     off = minidl.amp.GradScaler("cpu", enabled=False)
     loss = (w * 2).sum()
     assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {} and not off.is_enabled()
-    with pytest.warns(UserWarning, match="CUDA is not available"):
-        assert not minidl.amp.GradScaler("cuda").is_enabled() or minidl.cuda.is_available()
+    if not minidl.cuda.is_available():  # as torch: a cuda GradScaler without CUDA warns and disables itself
+        with pytest.warns(UserWarning, match="CUDA is not available"):
+            assert not minidl.amp.GradScaler("cuda").is_enabled()
     with pytest.raises(ValueError, match="float16 gradients"):
         h = minidl.randn(3, dtype=minidl.float16, requires_grad=True)
         s = minidl.amp.GradScaler("cpu")

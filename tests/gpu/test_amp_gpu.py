@@ -1,0 +1,139 @@
+"""Half precision and mixed precision on the GPU: the CPU tests of tests/framework/test_amp.py run on
+CUDA tensors, plus the proof that an autocast + GradScaler training step never waits for the GPU.
+
+- every op of HALF_OPS on float16/bfloat16 CUDA tensors against torch's CPU result in that dtype;
+- autocast("cuda") op-by-op dtypes against torch.amp's CUDA table (CUDA_EXPECTED);
+- GradScaler("cuda") against torch.amp.GradScaler("cpu") over a run with injected infs (the scale
+  lives on the GPU), fallback and device-side optimizers;
+- a float16 autocast step with a GradScaler and a device-side optimizer queued behind a 2-second
+  spin kernel returns while the spin still runs (no host read); the fallback optimizer (one read of
+  found_inf per step, as torch's) does wait: the control that shows the check can fail.
+"""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import minidl
+import minidl.nn as nn
+import minidl.nn.functional as F
+from tests.conftest import rel_err
+from tests.framework import test_amp as cpu_tests
+from tests.framework.test_amp import CUDA_EXPECTED, HALF, HALF_OPS, TOL, _A, _B, DeviceSkipSGD, _np, _op_table, _t
+from tests.gpu.test_framework_gpu import _spin_then
+
+pytestmark = pytest.mark.gpu
+
+
+def test_bfloat16_arrays_are_cupy_native():
+    import cupy
+
+    x = minidl.randn(5, 3, dtype=minidl.bfloat16, device="cuda")
+    assert isinstance(x._data, cupy.ndarray) and x._data.dtype == minidl.bfloat16
+    assert np.array_equal(_np(x.cpu()), _np(x.float().cpu().bfloat16()))
+    assert x.half().dtype == minidl.float16 and x.half().is_cuda
+
+
+@pytest.mark.parametrize("op", sorted(HALF_OPS))
+@pytest.mark.parametrize("md,td", HALF)
+def test_each_op_in_half_on_gpu_matches_torch(op, md, td):
+    f = HALF_OPS[op]
+    a = minidl.tensor(_A, dtype=md, device="cuda", requires_grad=True)
+    b = minidl.tensor(_B, dtype=md, device="cuda", requires_grad=True)
+    ta, tb = _t(_A, td).requires_grad_(True), _t(_B, td).requires_grad_(True)
+    out = f(minidl, _CUDA_F, a, b)
+    tout = f(torch, TF, ta, tb)
+    c = np.random.default_rng(3).standard_normal(tout.shape).astype(np.float32)
+    (out * minidl.tensor(c, dtype=md, device="cuda")).sum().backward()
+    (tout * _t(c, td)).sum().backward()
+    assert out.is_cuda and out.dtype == md and rel_err(_np(out.cpu()), _np(tout)) < TOL[md]
+    for ours, theirs in ((a, ta), (b, tb)):
+        if theirs.grad is not None:
+            assert ours.grad.dtype == md and rel_err(_np(ours.grad.cpu()), _np(theirs.grad)) < TOL[md]
+
+
+class _OnCuda:
+    """F, except that the index targets HALF_OPS makes with minidl.tensor (on the CPU) go to the GPU."""
+
+    def __getattr__(self, name):
+        fn = getattr(F, name)
+        if name in ("cross_entropy", "nll_loss"):
+            return lambda x, t, *args, **kw: fn(x, t.to("cuda"), *args, **kw)
+        if name == "embedding":
+            return lambda idx, w, *args, **kw: fn(idx.to("cuda"), w, *args, **kw)
+        return fn
+
+
+_CUDA_F = _OnCuda()
+
+
+def test_autocast_cuda_table():
+    got = _op_table(minidl, F, lambda a: minidl.tensor(a.astype(np.float32), device="cuda"),
+                    lambda: minidl.autocast("cuda"), device="cuda")
+    assert got == CUDA_EXPECTED
+
+
+@pytest.mark.parametrize("md", [minidl.float16, minidl.bfloat16])
+def test_autocast_cnn_step_gradients_float32_and_close_to_fp32(md):
+    """A conv-BN-ReLU-pool-linear net: the autocast step's gradients are float32 and within the
+    half dtype's precision of the fp32 step's."""
+    minidl.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(16 * 8 * 8, 10)).to("cuda")
+    x = minidl.randn(32, 3, 16, 16, device="cuda")
+    y = minidl.randint(0, 10, (32,), device="cuda")
+    grads = []
+    for enabled in (False, True):
+        model.zero_grad()
+        with minidl.autocast("cuda", dtype=md, enabled=enabled):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        grads.append([p.grad for p in model.parameters()])
+    for g32, gh in zip(*grads):
+        assert gh.dtype == minidl.float32 and gh.is_cuda
+        assert rel_err(_np(gh.cpu()), _np(g32.cpu())) < (2e-2 if md == minidl.float16 else 8e-2)
+
+
+@pytest.mark.parametrize("unscale_first", [False, True])
+@pytest.mark.parametrize("device_side", [False, True])
+def test_grad_scaler_cuda_matches_torch(device_side, unscale_first):
+    cpu_tests.test_grad_scaler_matches_torch(device_side, unscale_first, device="cuda")
+
+
+def _amp_step(optimizer_cls):
+    minidl.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(16 * 8 * 8, 10)).to("cuda")
+    opt = optimizer_cls(model.parameters(), lr=0.01)
+    scaler = minidl.amp.GradScaler("cuda")
+    x = minidl.randn(32, 3, 16, 16, device="cuda")
+    y = minidl.randint(0, 10, (32,), device="cuda")
+
+    def step():
+        with minidl.autocast("cuda"):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    step()  # warm-up: kernels compiled, scale created
+    import cupy
+
+    cupy.cuda.get_current_stream().synchronize()
+    return step
+
+
+def test_amp_step_with_device_side_optimizer_never_waits_for_the_gpu():
+    assert _spin_then(_amp_step(DeviceSkipSGD))
+
+
+def test_amp_step_with_fallback_optimizer_reads_found_inf():
+    """The control: a plain optimizer makes GradScaler.step read found_inf on the host (as torch)."""
+    class PlainSGD(minidl.optim.SGD):
+        _step_supports_amp_scaling = False  # SGD may take grad_scale/found_inf itself (helper `fused`)
+
+        def step(self, closure=None):
+            return super().step(closure)
+
+    assert not _spin_then(_amp_step(PlainSGD))
