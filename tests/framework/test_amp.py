@@ -274,6 +274,13 @@ def test_autocast_cpu_matches_torch():
                        lambda: torch.autocast("cpu", dtype=torch.bfloat16))
     assert ours == theirs
     assert ours["linear"] == "bfloat16" and ours["cross_entropy"] == "float32"  # the table is not trivial
+    # The one deviation (docs/DESIGN.md): torch's CPU autocast does not cover its CPU GRU kernel, so GRU
+    # stays float32 there; minidl casts every RNN mode, as torch does on CUDA.
+    x = np.random.default_rng(1).standard_normal((4, 1, 6)).astype(np.float32)
+    with minidl.autocast("cpu"):
+        assert nn.GRU(6, 3)(minidl.tensor(x))[0].dtype == minidl.bfloat16
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.nn.GRU(6, 3)(torch.tensor(x))[0].dtype == torch.float32
 
 
 # torch.amp's CUDA lists (docs: "CUDA Ops that can autocast to float16" / "... to float32"), for the
