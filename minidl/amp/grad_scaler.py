@@ -181,9 +181,9 @@ class GradScaler:
             if isinstance(new_scale, Tensor):
                 if new_scale.numel() != 1:
                     raise ValueError(f"GradScaler.update: new_scale must hold one element, got shape {new_scale.shape}")
-                self._scale = _device.move_array(new_scale._data.reshape(()).astype(float32), _device.device_of(self._scale))
+                self._scale[...] = _device.move_array(new_scale._data.reshape(()), _device.device_of(self._scale))
             else:
-                self._scale = xp.full((), float(new_scale), dtype=float32)
+                self._scale[...] = float(new_scale)
         else:
             found = [s["found_inf"] for s in self._per_optimizer_states.values() if s["found_inf"] is not None]
             if not found:
@@ -192,9 +192,13 @@ class GradScaler:
             found_inf = found[0]
             for f in found[1:]:
                 found_inf = found_inf + f
-            self._scale, self._growth_tracker = _update_scale(
+            new_scale, new_tracker = _update_scale(
                 xp, self._scale, self._growth_tracker, found_inf,
                 self._growth_factor, self._backoff_factor, self._growth_interval)
+            # In place: the two arrays keep their addresses (a captured CUDA graph, or a tensor made
+            # by scale(), sees the new values).
+            self._scale[...] = new_scale
+            self._growth_tracker[...] = new_tracker
         self._per_optimizer_states = {}
 
     def _require_scale(self, op):
@@ -262,10 +266,9 @@ class GradScaler:
         self._backoff_factor = float(state_dict["backoff_factor"])
         self._growth_interval = int(state_dict["growth_interval"])
         self._init_growth_tracker = int(state_dict["_growth_tracker"])
-        if self._scale is not None:  # keep the arrays on their device
-            xp = _device.get_array_module(self._scale)
-            self._scale = xp.full((), self._init_scale, dtype=float32)
-            self._growth_tracker = xp.full((), self._init_growth_tracker, dtype=np.int32)
+        if self._scale is not None:  # in place, on their device
+            self._scale[...] = self._init_scale
+            self._growth_tracker[...] = self._init_growth_tracker
 
 
 def _update_scale(xp, scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval):

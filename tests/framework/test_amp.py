@@ -480,8 +480,12 @@ def test_grad_scaler_errors_state_dict_and_disabled():
     assert other.get_scale() == 8.0 and other.state_dict() == state
     with pytest.raises(RuntimeError, match="empty"):
         other.load_state_dict({})
+    scale_array = scaler._get_scale_async()
     scaler.update(new_scale=3.0)
     assert scaler.get_scale() == 3.0
+    scaler.update(new_scale=minidl.tensor([5.0]))
+    assert scaler.get_scale() == 5.0
+    assert scaler._get_scale_async() is scale_array  # updated in place (CUDA-graph friendly)
     off = minidl.amp.GradScaler("cpu", enabled=False)
     loss = (w * 2).sum()
     assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {} and not off.is_enabled()
