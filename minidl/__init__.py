@@ -23,6 +23,7 @@ from .autograd.tensor import (  # noqa: F401
 )
 from .random import initial_seed, manual_seed  # noqa: F401
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
+from ._dtypes import finfo  # noqa: F401
 from . import cuda  # noqa: F401
 
 __version__ = "0.1.0"

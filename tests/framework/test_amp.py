@@ -57,6 +57,10 @@ def test_dtype_names_and_conversions():
     m = nn.Linear(4, 3).bfloat16()
     assert m.weight.dtype == minidl.bfloat16 and m.half().bias.dtype == minidl.float16
     assert m.float().weight.dtype == minidl.float32 and m.to(minidl.bfloat16).weight.dtype == minidl.bfloat16
+    for md, td in HALF + [(minidl.float32, torch.float32)]:
+        ours, theirs = minidl.finfo(md), torch.finfo(td)
+        assert (float(ours.eps), float(ours.max), float(ours.tiny), ours.bits) == (theirs.eps, theirs.max, theirs.tiny,
+                                                                                  theirs.bits)
 
 
 @pytest.mark.parametrize("a,b", [("float16", "float32"), ("bfloat16", "float32"), ("float16", "bfloat16"),
