@@ -345,12 +345,15 @@ class GetItem(Function):
 
     def backward(self, g):
         xp = get_array_module(g)
-        out = xp.zeros(self.shape, dtype=g.dtype)
         if _is_basic_index(self.key):
+            out = xp.zeros(self.shape, dtype=g.dtype)
             out[self.key] = g  # basic indexing selects each element at most once
-        else:
-            xp.add.at(out, self.key, g)
-        return out
+            return out
+        # Repeated indices add up: in float32 for half gradients (no half atomics needed on the GPU).
+        acc = float32 if is_half(g.dtype) else g.dtype
+        out = xp.zeros(self.shape, dtype=acc)
+        xp.add.at(out, self.key, g.astype(acc, copy=False))
+        return out.astype(g.dtype, copy=False)
 
 
 def _is_basic_index(key) -> bool:

@@ -574,16 +574,18 @@ class Embedding(Function):
 
     def backward(self, dy):
         xp = get_array_module(dy)
-        dw = xp.zeros(self.weight_shape, dtype=dy.dtype)
+        # Half gradients are summed in float32 (repeated indices add up; no half atomics needed on the GPU).
+        acc = np.float32 if is_half(dy.dtype) else dy.dtype
+        dw = xp.zeros(self.weight_shape, dtype=acc)
         flat_idx = self.indices.reshape(-1)
-        rows = dy.reshape(-1, self.weight_shape[1])
+        rows = dy.reshape(-1, self.weight_shape[1]).astype(acc, copy=False)
         if xp is np:
             np.add.at(dw, flat_idx, rows)
         else:
             xp.add.at(dw, flat_idx, rows)
         if self.padding_idx is not None:
             dw[self.padding_idx] = 0
-        return dw
+        return dw.astype(dy.dtype, copy=False)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
