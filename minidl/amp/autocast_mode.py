@@ -91,7 +91,9 @@ class autocast:
     enabled: False makes a region without autocast (e.g. to run one op in float32 inside another).
     cache_enabled: cache the casts of parameters within the region (True, as torch).
     Wrap the forward pass and the loss, not backward(): gradients flow back in the dtypes the forward
-    pass chose, and reach each parameter in its own dtype.
+    pass chose, and reach each parameter in its own dtype. Keep optimizer.step() outside the region
+    too: a parameter changed in place inside it would still be read through its cached cast (as in
+    torch).
     """
 
     def __init__(self, device_type: str, dtype=None, enabled: bool = True, cache_enabled: bool = True):
@@ -140,7 +142,7 @@ def _cast(t, dtype, cacheable: bool):
     if cacheable and st.cache_enabled and t.is_leaf and t.requires_grad:
         key = (id(t), dtype, is_grad_enabled())
         hit = st.cache.get(key)
-        if hit is not None and hit[0] is t and hit[1]._data.shape == t._data.shape:
+        if hit is not None and hit[0] is t and hit[1].shape == t.shape and hit[1].is_cuda == t.is_cuda:
             return hit[1]
         out = _cast_op(t, dtype)
         st.cache[key] = (t, out)  # keep t alive so its id is not reused within the region
