@@ -343,6 +343,31 @@ def test_autocast_gradients_reach_float32_parameters_and_match_torch():
         assert rel_err(_np(p.grad), tp.grad.numpy()) < 3e-2
 
 
+@pytest.mark.parametrize("md", [minidl.float16, minidl.bfloat16])
+def test_autocast_cnn_gradients_close_to_fp32(md, device="cpu"):
+    """conv-BN-ReLU-pool-linear: the autocast gradients are float32 and as close to the fp32 ones as
+    torch's are (torch's CPU autocast, same net and sizes: conv weight 2.5% off in float16, 7% in
+    bfloat16 — the batch norm backward subtracts means, which amplifies the rounding; the others < 1.3%)."""
+    minidl.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(16 * 8 * 8, 10)).to(device)
+    x = minidl.randn(32, 3, 16, 16, device=device)
+    y = minidl.randint(0, 10, (32,), device=device)
+    grads = []
+    for enabled in (False, True):
+        model.zero_grad()
+        with minidl.autocast(minidl.device(device).type, dtype=md, enabled=enabled):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        grads.append([p.grad for p in model.parameters()])
+    # conv weight, BN weight, BN bias, linear weight, linear bias; measured here (CPU): 1.2%, 0.04%, 1.0%,
+    # 0.06%, 0.16% in float16 and 4.3%, 0.5%, 1.8%, 0.5%, 1.0% in bfloat16
+    limits = [5e-2, 5e-3, 3e-2, 5e-3, 1e-2] if md == minidl.float16 else [1.5e-1, 3e-2, 6e-2, 3e-2, 3e-2]
+    for g32, gh, limit in zip(*grads, limits):
+        assert gh.dtype == minidl.float32 and gh.device == g32.device
+        assert rel_err(_np(gh.cpu()), _np(g32.cpu())) < limit
+
+
 def test_autocast_cache_enabled_nesting_and_decorator():
     lin = nn.Linear(5, 4)
     x = minidl.randn(3, 5)
