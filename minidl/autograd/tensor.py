@@ -359,6 +359,12 @@ class Tensor:
         return Tensor(other, device=self.device)
 
     def _binary(self, other, fn, op, reverse=False):
+        if _dtypes.is_half(self.dtype) and isinstance(other, numbers.Number) and not _fits(other, self.dtype):
+            # PyTorch keeps a Python scalar at float32 precision against a half tensor ("opmath": x * 0.1,
+            # x * 1e5 in float16 compute in float32 and round once) instead of rounding the scalar to half
+            # first (0.1 -> 0.09998, 1e5 -> inf, so 0 * 1e5 = NaN). Scalars that are exactly half values
+            # (0.5, 2, 3) give the same result directly, without the two casts.
+            return self.float()._binary(other, fn, op, reverse).type(self.dtype)
         other = self._operand(other, op)
         a, b = (other, self) if reverse else (self, other)
         try:
@@ -838,6 +844,15 @@ def _promote(a, b, op):
     elif op == "div" and not a_float and not b_float:
         a, b = a.type(_default_dtype), b.type(_default_dtype)
     return a, b
+
+
+def _fits(number, dtype) -> bool:
+    """Whether a Python number is exactly a value of `dtype` (0.5 is a float16, 0.1 and 1e5 are not)."""
+    if isinstance(number, complex):
+        return False
+    with np.errstate(over="ignore", under="ignore"):
+        v = np.asarray(number, dtype=np.float64).astype(dtype).astype(np.float64)
+    return bool(v == number) or (np.isnan(number) and bool(np.isnan(v)))
 
 
 def _shape_arg(shape):

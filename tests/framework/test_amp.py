@@ -78,6 +78,17 @@ def test_promotion_matches_torch(a, b):
 
 
 @pytest.mark.parametrize("md,td", HALF)
+def test_half_with_out_of_range_scalars_matches_torch(md, td):
+    """x * 1e5, x / 1e-8, 1e6 - x: the scalar does not fit the half dtype; torch computes in float32
+    and rounds once (0 * 1e5 is 0, not 0 * inf = NaN), and so does minidl."""
+    v = [0.0, 1e-3, 2.0, -3.0, 7e-5]
+    for f in (lambda t: t * 1e5, lambda t: t / 1e-8, lambda t: 1e6 - t, lambda t: t * 1e-9, lambda t: t * 0.1):
+        with np.errstate(over="ignore"):
+            ours, theirs = f(minidl.tensor(v, dtype=md)), f(torch.tensor(v, dtype=td))
+        assert ours.dtype == md and np.array_equal(_np(ours), _np(theirs))
+
+
+@pytest.mark.parametrize("md,td", HALF)
 def test_half_ops_match_torch(md, td):
     """Elementwise math, reductions, linear, conv, pooling, activations, softmax, batch norm and a
     loss, forward and backward, in float16 and bfloat16: our values against torch's."""
