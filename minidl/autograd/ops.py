@@ -176,9 +176,8 @@ class Clamp(Function):
 
 
 class Cast(Function):
-    """Change dtype; the gradient flows back in the input's dtype."""
-
-    # A value beyond float16's range becomes inf, silently, as in PyTorch (GradScaler looks for it).
+    """Change dtype; the gradient flows back in the input's dtype. A value beyond float16's range
+    becomes inf, silently, as in PyTorch (GradScaler looks for exactly that)."""
 
     def forward(self, a, dtype=None):
         self.in_dtype = a.dtype

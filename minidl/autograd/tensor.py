@@ -54,7 +54,7 @@ def _to_array(data, dtype=None, device=None):
         arr = np.asarray(data)
         if dtype is None:
             # Python floats become the default float dtype (float32), Python ints int64, as PyTorch.
-            if arr.dtype.kind == "f":  # a Python float (NumPy made it float64)
+            if arr.dtype.kind == "f":
                 arr = arr.astype(_default_dtype)
             elif arr.dtype.kind in "iu":
                 arr = arr.astype(int64)
@@ -350,7 +350,8 @@ class Tensor:
             return other
         if isinstance(other, numbers.Number):
             xp = get_array_module(self._data)
-            dt = self.dtype if (_dtypes.is_floating(self.dtype) or isinstance(other, (builtins.int, bool))) else _default_dtype
+            keeps_dtype = _dtypes.is_floating(self.dtype) or isinstance(other, (builtins.int, bool))
+            dt = self.dtype if keeps_dtype else _default_dtype
             if xp is np:
                 return Tensor._make(np.asarray(other, dtype=dt))
             # On the GPU a fill kernel, not a copy from host memory: a CUDA graph captures the fill with

@@ -57,7 +57,7 @@ def _average_integer_(averaged, current, keep):
 
 
 def _average_(averaged, current, keep):
-    if is_floating(averaged._data.dtype):
+    if is_floating(averaged._data.dtype) or averaged._data.dtype.kind == "c":
         _lerp_(averaged, current, 1.0 - keep)
     else:
         _average_integer_(averaged, current, keep)

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import computes_half_in_float32, backend, check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import (
+    backend, check_blend_out, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
+    shape_str,
+)
 
 __all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
 

@@ -27,7 +27,10 @@ parameter, and the training pass returns three arrays.
 """
 from __future__ import annotations
 
-from ._common import computes_half_in_float32, backend, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
+from ._common import (
+    backend, check_float, check_same_device, computes_half_in_float32, is_cuda_array, normalize_layout,
+    shape_str,
+)
 
 __all__ = [
     "batch_norm_forward_training",

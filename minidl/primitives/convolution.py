@@ -44,8 +44,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._common import (computes_half_in_float32, backend, as_tuple, check_float, check_same_device, is_cuda_array, normalize_layout,
-                      shape_str)
+from ._common import (
+    as_tuple, backend, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
+    normalize_layout, shape_str,
+)
 
 __all__ = [
     "ConvolutionDescriptor", "ConvolutionProblem", "AlgorithmPerf", "ConvolutionPlan",

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import computes_half_in_float32, backend, check_float, is_cuda_array, shape_str
+from ._common import backend, check_float, computes_half_in_float32, is_cuda_array, shape_str
 
 __all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance"]
 

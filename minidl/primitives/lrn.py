@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import computes_half_in_float32, backend, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout, shape_str
+from ._common import (
+    backend, check_blend_out, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
+    normalize_layout, shape_str,
+)
 
 __all__ = ["LRNDescriptor", "lrn_forward", "lrn_backward"]
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import (computes_half_in_float32, backend, as_tuple, check_blend_out, check_float, check_same_device, is_cuda_array, normalize_layout,
-                      shape_str)
+from ._common import (
+    as_tuple, backend, check_blend_out, check_float, check_same_device, computes_half_in_float32,
+    is_cuda_array, normalize_layout, shape_str,
+)
 
 __all__ = [
     "PoolingDescriptor",

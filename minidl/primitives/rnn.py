@@ -38,7 +38,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._common import computes_half_in_float32, backend, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import (
+    backend, check_float, check_same_device, computes_half_in_float32, is_cuda_array, shape_str,
+)
 
 __all__ = [
     "RNN_MODES",

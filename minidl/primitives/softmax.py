@@ -12,7 +12,10 @@ axis=-1 for the classes of an (N, classes) array or the channels of an NHWC arra
 """
 from __future__ import annotations
 
-from ._common import computes_half_in_float32, backend, check_blend_out, check_float, check_same_device, is_cuda_array, shape_str
+from ._common import (
+    backend, check_blend_out, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
+    shape_str,
+)
 
 __all__ = ["softmax_forward", "softmax_backward", "SOFTMAX_ALGORITHMS"]
 
