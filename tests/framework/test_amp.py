@@ -254,13 +254,13 @@ def _op_table(lib, Fn, make, autocast, device="cpu"):
     x, w, b = make(rng.standard_normal((4, 6))), make(rng.standard_normal((5, 6))), make(rng.standard_normal(5))
     img, cw = make(rng.standard_normal((2, 3, 8, 8))), make(rng.standard_normal((4, 3, 3, 3)))
     t = lib.tensor(rng.integers(0, 6, 4)).to(device)
-    lstm, rnn = lib.nn.LSTM(6, 3).to(device), lib.nn.RNN(6, 3).to(device)
+    lstm, rnn, rnn_cell = lib.nn.LSTM(6, 3).to(device), lib.nn.RNN(6, 3).to(device), lib.nn.RNNCell(6, 3).to(device)
     bn = lib.nn.BatchNorm2d(3).to(device)
     ops = {
         "linear": lambda: Fn.linear(x, w, b), "matmul": lambda: x @ w.T,
         "conv1d": lambda: Fn.conv1d(img[:, :, 0], cw[:, :, 0]), "conv2d": lambda: Fn.conv2d(img, cw),
         "conv3d": lambda: Fn.conv3d(img[:, :, None], cw[:, :, None]),
-        "lstm": lambda: lstm(x[:, None])[0], "rnn": lambda: rnn(x[:, None])[0],
+        "lstm": lambda: lstm(x[:, None])[0], "rnn": lambda: rnn(x[:, None])[0], "rnn_cell": lambda: rnn_cell(x),
         "softmax": lambda: Fn.softmax(x, 1), "log_softmax": lambda: Fn.log_softmax(x, 1),
         "cross_entropy": lambda: Fn.cross_entropy(x, t), "nll_loss": lambda: Fn.nll_loss(x, t),
         "mse_loss": lambda: Fn.mse_loss(x, x * 2), "l1_loss": lambda: Fn.l1_loss(x, x * 2),
@@ -289,13 +289,16 @@ def test_autocast_cpu_matches_torch():
                        lambda: torch.autocast("cpu", dtype=torch.bfloat16))
     assert ours == theirs
     assert ours["linear"] == "bfloat16" and ours["cross_entropy"] == "float32"  # the table is not trivial
-    # The one deviation (docs/DESIGN.md): torch's CPU autocast does not cover its CPU GRU kernel, so GRU
-    # stays float32 there; minidl casts every RNN mode, as torch does on CUDA.
+    # The one deviation (docs/DESIGN.md): torch's CPU autocast does not cover its fused CPU kernels of
+    # GRU, LSTMCell and GRUCell, so they stay float32 there; minidl casts every RNN, as torch does on CUDA.
     x = np.random.default_rng(1).standard_normal((4, 1, 6)).astype(np.float32)
-    with minidl.autocast("cpu"):
-        assert nn.GRU(6, 3)(minidl.tensor(x))[0].dtype == minidl.bfloat16
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert torch.nn.GRU(6, 3)(torch.tensor(x))[0].dtype == torch.float32
+    for name, inp in (("GRU", x), ("LSTMCell", x[:, 0]), ("GRUCell", x[:, 0])):
+        with minidl.autocast("cpu"):
+            out = getattr(nn, name)(6, 3)(minidl.tensor(inp))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            tout = getattr(torch.nn, name)(6, 3)(torch.tensor(inp))
+        out, tout = (out[0], tout[0]) if isinstance(out, tuple) else (out, tout)
+        assert out.dtype == minidl.bfloat16 and tout.dtype == torch.float32, name
 
 
 # torch.amp's CUDA lists (docs: "CUDA Ops that can autocast to float16" / "... to float32"), for the
@@ -316,7 +319,7 @@ def test_cuda_autocast_table_is_torchs():
 # pooling keep their input dtype); tests/gpu/test_amp_gpu.py checks the same table on the GPU.
 CUDA_EXPECTED = {
     "linear": "float16", "matmul": "float16", "conv1d": "float16", "conv2d": "float16", "conv3d": "float16",
-    "lstm": "float16", "rnn": "float16", "softmax": "float32", "log_softmax": "float32",
+    "lstm": "float16", "rnn": "float16", "rnn_cell": "float16", "softmax": "float32", "log_softmax": "float32",
     "cross_entropy": "float32", "nll_loss": "float32", "mse_loss": "float32", "l1_loss": "float32",
     "bce_with_logits": "float32", "batch_norm": "float32", "sum": "float32", "mean": "float32",
     "exp": "float32", "log": "float32", "pow": "float32", "relu": "float32", "add": "float32",
