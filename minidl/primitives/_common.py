@@ -145,7 +145,7 @@ def _float_dtypes(values) -> set:
     return found
 
 
-def _launcher_has_half_kernels(name: str) -> bool:
+def launcher_has_half_kernels(name: str) -> bool:
     import importlib
 
     try:
@@ -164,7 +164,7 @@ def _half_to_float32(value, half: list, gpu_launcher):
     dtype = getattr(value, "dtype", None)
     if dtype is None or not hasattr(value, "astype") or np.dtype(dtype) not in HALF_DTYPES:
         return value
-    if gpu_launcher is not None and is_cuda_array(value) and _launcher_has_half_kernels(gpu_launcher):
+    if gpu_launcher is not None and is_cuda_array(value) and launcher_has_half_kernels(gpu_launcher):
         return value
     half.append(np.dtype(dtype))
     return value.astype(float32)

@@ -44,10 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._common import (
-    as_tuple, backend, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
-    normalize_layout, shape_str,
-)
+from ._common import (backend, as_tuple, check_float, check_same_device, is_cuda_array, normalize_layout,
+                      shape_str)
 
 __all__ = [
     "ConvolutionDescriptor", "ConvolutionProblem", "AlgorithmPerf", "ConvolutionPlan",
@@ -294,7 +292,6 @@ def _resolve_algorithm(op, algo, direction, problem, is_cuda, policy=None, works
 # ----------------------------------------------------------------------------------------------
 
 
-@computes_half_in_float32(gpu_launcher="convolution")
 def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", alpha=1.0, beta=0.0,
                         out=None, policy=None, math="fp32"):
     """y = alpha * (conv(x, w) + bias) + beta * out   (a cross-correlation, as in PyTorch).
@@ -318,7 +315,6 @@ def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", al
     return impl.convolution_forward(x, w, problem, bias, algo, alpha, beta, out)
 
 
-@computes_half_in_float32(gpu_launcher="convolution")
 def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW", alpha=1.0,
                               beta=0.0, out=None, policy=None, math="fp32"):
     """dx = alpha * dL/dx + beta * out: the gradient of the input (a transposed convolution of dy).
@@ -339,7 +335,6 @@ def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW
     return impl.convolution_backward_data(w, dy, problem, algo, alpha, beta, out)
 
 
-@computes_half_in_float32(gpu_launcher="convolution")
 def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NCHW", alpha=1.0,
                                 beta=0.0, out=None, policy=None, math="fp32"):
     """dw = alpha * dL/dw + beta * out: the gradient of the weight. Returns dw: w_shape."""
@@ -357,7 +352,6 @@ def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NC
     return impl.convolution_backward_filter(x, dy, problem, algo, alpha, beta, out)
 
 
-@computes_half_in_float32()
 def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """db = alpha * (dy summed over the batch and every spatial position) + beta * out. Shape (K,).
 

@@ -121,3 +121,48 @@ def test_amp_step_with_fallback_optimizer_reads_found_inf():
             return super().step(closure)
 
     assert not _spin_then(_amp_step(PlainSGD))
+
+
+@pytest.mark.parametrize("md", [minidl.float16, minidl.bfloat16])
+def test_amp_step_with_forward_backward_graphed_equals_eager(md):
+    """The examples' --amp step on the GPU: autocast forward and the scaled backward replayed from a
+    CUDA graph, GradScaler.step/update (and Adam) eager after each replay; the same losses, scales
+    and parameters as the eager run, bit for bit (the scale is a device array updated in place, so the
+    captured backward reads the current one). In float16 one batch holds values beyond its range: that
+    step is skipped and the scale backs off, in both runs."""
+    from tests.gpu.test_graphs_gpu import _batches, _cnn, _host
+
+    results = []
+    with minidl.backends.cudnn.flags(benchmark=False, deterministic=True):
+        for graphed in (False, True):
+            model = _cnn(9)
+            opt = minidl.optim.Adam(model.parameters(), lr=1e-3)
+            scaler = minidl.amp.GradScaler("cuda", init_scale=2.0**12, growth_interval=3,
+                                           enabled=md == minidl.float16)
+            params = [p for g in opt.param_groups for p in g["params"]]
+
+            def forward_backward(x, y):
+                opt.zero_grad()
+                with minidl.autocast("cuda", dtype=md):
+                    loss = F.cross_entropy(model(x), y)
+                scaler.scale(loss).backward()
+                return loss
+
+            run = minidl.cuda.CUDAGraphStep(forward_backward, params=params, warmup=2) if graphed else forward_backward
+            losses, scales = [], []
+            batches = _batches(8)
+            if md == minidl.float16:
+                x5 = batches[5][0]
+                x5.copy_(x5 * 1e5)  # inputs beyond float16's range: inf/NaN loss and gradients, a skipped step
+            for x, y in batches:
+                losses.append(float(run(x, y).item()))
+                scaler.step(opt)
+                scaler.update()
+                scales.append(scaler.get_scale())
+            results.append((losses, scales, {k: _host(v) for k, v in model.state_dict().items()}))
+    np.testing.assert_array_equal(results[1][0], results[0][0])  # (NaN where the overflow was, in both)
+    assert results[0][1] == results[1][1]
+    if md == minidl.float16:
+        assert min(results[0][1]) < 2.0**12  # the injected overflow backed the scale off
+    for k, v in results[0][2].items():
+        np.testing.assert_array_equal(results[1][2][k], v, err_msg=k)
