@@ -78,7 +78,7 @@ def check_float(op: str, **arrays) -> np.dtype:
 # ----------------------------------------------------------------------------------------------
 
 
-def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None, mixed_dtypes=False):
+def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
     """Decorator for a public primitive that has no float16/bfloat16 kernel: half arrays among its
     arguments (also inside lists/tuples, e.g. RNN weights) are converted to float32, the primitive
     runs in float32, and its float32 outputs are rounded back to half. Statistics and reductions
@@ -89,9 +89,6 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None, mix
         every floating output takes the dtype of the first half argument.
     inplace: names of arguments that the primitive updates in place (batch norm's running
         statistics): their new values are copied back into the caller's half arrays.
-    gpu_launcher: for primitives whose GPU path may have half kernels of its own (gemm, convolution):
-        the name of the launcher module in minidl.primitives.cuda; CuPy arrays go to it unconverted
-        when that module sets HALF_KERNELS = True (the NumPy reference always computes in float32).
     mixed_dtypes: whether half arrays may be mixed with float32 ones (batch norm: half x, float32
         parameters and statistics, as cuDNN). Otherwise a mixed call is left to the primitive's own
         dtype check, which names the arrays.
@@ -108,7 +105,7 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), gpu_launcher=None, mix
             originals = dict(bound.arguments)
             half = []
             for name, value in originals.items():
-                converted = _half_to_float32(value, half, gpu_launcher)
+                converted = _half_to_float32(value, half)
                 if converted is not value:
                     bound.arguments[name] = converted
             if not half or (not mixed_dtypes and len(_float_dtypes(originals.values())) > 1):
@@ -145,26 +142,14 @@ def _float_dtypes(values) -> set:
     return found
 
 
-def launcher_has_half_kernels(name: str) -> bool:
-    import importlib
-
-    try:
-        module = importlib.import_module(f"minidl.primitives.cuda.{name}")
-    except ImportError:  # no CuPy: only NumPy arrays can reach the primitive anyway
-        return False
-    return bool(getattr(module, "HALF_KERNELS", False))
-
-
-def _half_to_float32(value, half: list, gpu_launcher):
+def _half_to_float32(value, half: list):
     if isinstance(value, (list, tuple)):
-        items = [_half_to_float32(v, half, gpu_launcher) for v in value]
+        items = [_half_to_float32(v, half) for v in value]
         if all(a is b for a, b in zip(items, value)):
             return value
         return type(value)(items)
     dtype = getattr(value, "dtype", None)
     if dtype is None or not hasattr(value, "astype") or np.dtype(dtype) not in HALF_DTYPES:
-        return value
-    if gpu_launcher is not None and is_cuda_array(value) and launcher_has_half_kernels(gpu_launcher):
         return value
     half.append(np.dtype(dtype))
     return value.astype(float32)
