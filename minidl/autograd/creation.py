@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _device, random
-from .tensor import Tensor, get_default_dtype
+from .tensor import Tensor, _to_array, get_default_dtype
 
 
 def _shape(size):
@@ -27,7 +27,7 @@ def _finish(array, requires_grad):
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor holding a copy of `data` (a list, number, NumPy/CuPy array or tensor)."""
     src = data._data if isinstance(data, Tensor) else data
-    t = Tensor(src, dtype=dtype, device=device)
+    t = Tensor._make(_to_array(src, dtype, device))
     if t._data is src:
         t._data = t._data.copy()
     if requires_grad:
@@ -42,7 +42,11 @@ def from_numpy(array: np.ndarray):
     return Tensor._make(array)
 
 
-as_tensor = Tensor
+def as_tensor(data, dtype=None, device=None):
+    """A tensor sharing `data`'s memory when it already is an array of that dtype and device, else a copy."""
+    if isinstance(data, Tensor) and dtype is None and device is None:
+        return data
+    return Tensor._make(_to_array(data._data if isinstance(data, Tensor) else data, dtype, device))
 
 
 def _xp(device):

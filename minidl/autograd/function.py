@@ -90,6 +90,13 @@ class Function:
     inputs: tuple = ()
     needs_input_grad: tuple = ()
 
+    # What backward reads, for the in-place check (PyTorch's "modified by an inplace operation"):
+    # an op whose backward reads its input arrays (Mul: g * b) or its output array (Exp: g * out)
+    # must not see them changed in place between forward and backward. Ops whose backward needs
+    # only shapes (Add, Reshape, Sum, ...) set saves_inputs = False, so `y = x + 1; x += 1` stays legal.
+    saves_inputs = True
+    saves_output = False
+
     def forward(self, *arrays, **params):  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -122,13 +129,16 @@ class Function:
             results.append(t)
         if record:
             fn.inputs = tuple(t if isinstance(t, Tensor) else None for t in inputs)
+            fn._input_versions = tuple(t._version if isinstance(t, Tensor) else 0 for t in inputs)
             fn._output_meta = tuple((o.shape, o.dtype) for o in outputs)
             fn._output_refs = tuple(weakref.ref(t) for t in results)
+            fn._output_versions = [0] * len(results)
         return results[0] if single else tuple(results)
 
     def _release(self):
         """Drop everything saved for backward (called after backward unless retain_graph)."""
-        keep = {"needs_input_grad", "_output_meta", "_output_refs"}
+        keep = {"needs_input_grad", "_output_meta", "_output_refs", "_input_versions",
+                "_output_versions"}
         for key in list(self.__dict__):
             if key not in keep:
                 del self.__dict__[key]
@@ -199,6 +209,7 @@ def run_backward(tensor, grad_array, retain_graph: bool = False):
                     "arrays were freed after the first backward. Pass retain_graph=True to the first "
                     "backward() if you need to call it twice."
                 )
+            _check_versions(fn)
             # Outputs nobody used get a zero gradient, so every backward sees a full set.
             xp = _array_module(next(g for g in grads_out if g is not None))
             grads_out = [
@@ -234,6 +245,23 @@ def run_backward(tensor, grad_array, retain_graph: bool = False):
                     slots[inp._out_index] = g if prev is None else prev + g
             if not retain_graph:
                 fn._release()
+
+
+def _check_versions(fn):
+    """Raise (as PyTorch) when an array that fn's backward reads was changed in place after forward."""
+    suspects = []
+    if fn.saves_inputs:
+        suspects += [(t, v, "an input") for t, v in zip(fn.inputs, fn._input_versions) if t is not None]
+    if fn.saves_output:
+        suspects += [(ref(), v, f"output {i}") for i, (ref, v) in enumerate(zip(fn._output_refs, fn._output_versions))]
+    for t, expected, role in suspects:
+        if t is not None and t._version != expected:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: [{t.dtype} tensor of shape {list(t.shape)}], which is {role} of {fn.name}, is at "
+                f"version {t._version}; expected version {expected} instead. Hint: compute a new tensor "
+                "(x = x + y) instead of changing it in place (x += y), or clone() it before."
+            )
 
 
 def _accumulate_leaf(tensor, g):

@@ -19,6 +19,8 @@ from .function import Function, unbroadcast
 
 
 class Add(Function):
+    saves_inputs = False
+
     def forward(self, a, b):
         self.shapes = (a.shape, b.shape)
         return a + b
@@ -28,6 +30,8 @@ class Add(Function):
 
 
 class Sub(Function):
+    saves_inputs = False
+
     def forward(self, a, b):
         self.shapes = (a.shape, b.shape)
         return a - b
@@ -60,6 +64,8 @@ class Div(Function):
 
 class Pow(Function):
     """a ** b for tensors a and b (b may be a broadcast scalar array)."""
+
+    saves_output = True
 
     def forward(self, a, b):
         self.a, self.b = a, b
@@ -100,6 +106,8 @@ class Minimum(Function):
 
 
 class Where(Function):
+    saves_inputs = False
+
     def forward(self, cond, a, b):
         self.cond, self.shapes = cond, (a.shape, b.shape)
         return get_array_module(a).where(cond, a, b)
@@ -117,6 +125,8 @@ class Where(Function):
 
 
 class Neg(Function):
+    saves_inputs = False
+
     def forward(self, a):
         return -a
 
@@ -125,6 +135,8 @@ class Neg(Function):
 
 
 class Exp(Function):
+    saves_output = True
+
     def forward(self, a):
         self.out = get_array_module(a).exp(a)
         return self.out
@@ -143,6 +155,8 @@ class Log(Function):
 
 
 class Sqrt(Function):
+    saves_output = True
+
     def forward(self, a):
         self.out = get_array_module(a).sqrt(a)
         return self.out
@@ -161,6 +175,8 @@ class Abs(Function):
 
 
 class Clamp(Function):
+    saves_inputs = False
+
     def forward(self, a, min=None, max=None):
         xp = get_array_module(a)
         self.mask = xp.ones(a.shape, dtype=bool)
@@ -178,6 +194,8 @@ class Clamp(Function):
 class Cast(Function):
     """Change dtype; the gradient flows back in the input's dtype. A value beyond float16's range
     becomes inf, silently, as in PyTorch (GradScaler looks for exactly that)."""
+
+    saves_inputs = False
 
     def forward(self, a, dtype=None):
         self.in_dtype = a.dtype
@@ -215,6 +233,8 @@ def _accumulation_dtype(a):
 
 
 class Sum(Function):
+    saves_inputs = False
+
     def forward(self, a, dim=None, keepdim=False):
         self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
         acc = _accumulation_dtype(a)
@@ -228,6 +248,8 @@ class Sum(Function):
 
 
 class Mean(Function):
+    saves_inputs = False
+
     def forward(self, a, dim=None, keepdim=False):
         self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
         self.count = int(np.prod([a.shape[i] for i in self.axes])) if a.ndim else 1
@@ -243,6 +265,8 @@ class Mean(Function):
 
 class Var(Function):
     """Variance with Bessel's correction by default (correction=1), as torch.var."""
+
+    saves_inputs = False
 
     def forward(self, a, dim=None, keepdim=False, correction=1):
         self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
@@ -262,6 +286,8 @@ class Var(Function):
 class MaxMin(Function):
     """max/min over all elements (ties share the gradient evenly) or along one dim (values and
     indices; the gradient goes to the returned index, as PyTorch)."""
+
+    saves_inputs = False
 
     def forward(self, a, dim=None, keepdim=False, is_max=True):
         xp = get_array_module(a)
@@ -295,6 +321,8 @@ class MaxMin(Function):
 
 
 class Reshape(Function):
+    saves_inputs = False
+
     def forward(self, a, shape=None):
         self.in_shape = a.shape
         return a.reshape(shape)
@@ -304,6 +332,8 @@ class Reshape(Function):
 
 
 class Permute(Function):
+    saves_inputs = False
+
     def forward(self, a, dims=None):
         self.dims = tuple(d % a.ndim for d in dims)
         return a.transpose(self.dims)
@@ -313,6 +343,8 @@ class Permute(Function):
 
 
 class Expand(Function):
+    saves_inputs = False
+
     def forward(self, a, shape=None):
         self.in_shape = a.shape
         return get_array_module(a).broadcast_to(a, shape)
@@ -322,6 +354,8 @@ class Expand(Function):
 
 
 class Contiguous(Function):
+    saves_inputs = False
+
     def forward(self, a):
         return get_array_module(a).ascontiguousarray(a)
 
@@ -337,6 +371,8 @@ class Contiguous(Function):
 class GetItem(Function):
     """a[key] for ints, slices, None, Ellipsis, integer arrays and boolean masks. The backward
     scatters with add.at so repeated indices accumulate, as they must."""
+
+    saves_inputs = False
 
     def forward(self, a, key=None):
         self.shape, self.key = a.shape, key
@@ -355,12 +391,33 @@ class GetItem(Function):
         return out.astype(g.dtype, copy=False)
 
 
+class SetItem(Function):
+    """out = a with out[key] = v (x[key] = v inside a graph). The overwritten elements of a get no
+    gradient; v gets g[key], summed back over broadcasting."""
+
+    saves_inputs = False
+
+    def forward(self, a, v, key=None):
+        self.key, self.v_shape = key, v.shape
+        out = a.copy()
+        out[key] = v
+        return out
+
+    def backward(self, g):
+        ga = g.copy()
+        ga[self.key] = 0
+        gv = unbroadcast(g[self.key], self.v_shape) if self.needs_input_grad[1] else None
+        return ga, gv
+
+
 def _is_basic_index(key) -> bool:
     items = key if isinstance(key, tuple) else (key,)
     return all(isinstance(k, (int, np.integer, slice)) or k is None or k is Ellipsis for k in items)
 
 
 class Cat(Function):
+    saves_inputs = False
+
     def forward(self, *arrays, dim=0):
         xp = get_array_module(*arrays)
         self.dim = dim % arrays[0].ndim
@@ -374,6 +431,8 @@ class Cat(Function):
 
 
 class Stack(Function):
+    saves_inputs = False
+
     def forward(self, *arrays, dim=0):
         xp = get_array_module(*arrays)
         self.dim = dim % (arrays[0].ndim + 1)

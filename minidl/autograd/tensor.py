@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import numbers
+import weakref
 
 import numpy as np
 
@@ -15,7 +16,9 @@ from .. import _device, _dtypes
 from ..amp import autocast_mode as _autocast
 from .._device import Device, get_array_module, is_cuda_array
 from . import ops
+from . import return_types
 from .function import Function, is_grad_enabled, run_backward
+from .return_types import Size
 
 # dtypes are NumPy dtype objects: minidl.float32 == np.dtype("float32"); bfloat16 is ml_dtypes' (see _dtypes)
 float16 = _dtypes.float16
@@ -72,13 +75,36 @@ class Tensor:
 
     __array_priority__ = 1000  # so `ndarray + Tensor` calls Tensor.__radd__
 
-    def __init__(self, data, dtype=None, device=None, requires_grad=False):
-        self._data = _to_array(data, dtype, device)
+    def __init__(self, *data, dtype=None, device=None, requires_grad=False):
+        """`Tensor(data)` or `Tensor(d0, d1, ...)`, as torch.Tensor.
+
+        - Python data (lists, numbers): float32 (the default dtype), as torch.Tensor([1, 2]);
+          `minidl.tensor([1, 2])` infers int64 instead, as torch.tensor.
+        - ints `Tensor(2, 3)`: a new float32 tensor of that shape (zero-filled; PyTorch leaves it
+          uninitialised). `Tensor()` is an empty float32 tensor.
+        - a NumPy/CuPy array or a Tensor: wrapped keeping its dtype, without a copy (minidl's own way
+          of wrapping arrays; torch.Tensor(ndarray) converts to float32: see docs/DESIGN.md).
+        """
+        if len(data) == 1:
+            data = data[0]
+            if dtype is None and not (isinstance(data, (Tensor, np.ndarray)) or is_cuda_array(data)):
+                dtype = _default_dtype
+            array = _to_array(data, dtype, device)
+        elif all(isinstance(d, (builtins.int, np.integer)) and not isinstance(d, builtins.bool) for d in data):
+            array = _to_array(np.zeros(tuple(builtins.int(d) for d in data) or (0,), dtype=dtype or _default_dtype),
+                              None, device)
+        else:
+            raise TypeError(
+                f"Tensor(): expected data (a list, array or tensor) or ints giving a shape, got "
+                f"{tuple(type(d).__name__ for d in data)}"
+            )
+        self._data = array
         self.grad = None
         self._ctx = None  # the Function that made this tensor (None for leaves)
         self._out_index = 0
         self._retains_grad = False
         self._hooks = []
+        self._version = 0  # bumped by every in-place change (see _inplace)
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -88,15 +114,15 @@ class Tensor:
         """Wrap an array without copying or converting (internal fast path)."""
         t = cls.__new__(cls)
         t._data, t.grad, t._ctx, t._out_index = array, None, None, 0
-        t._retains_grad, t._hooks, t.requires_grad = False, [], requires_grad
+        t._retains_grad, t._hooks, t.requires_grad, t._version = False, [], requires_grad, 0
         return t
 
     # --------------------------------------------------------------------------------------------
     # Properties
     # --------------------------------------------------------------------------------------------
     @property
-    def shape(self):
-        return tuple(self._data.shape)
+    def shape(self) -> Size:
+        return Size(self._data.shape)
 
     @property
     def dtype(self):
@@ -214,11 +240,6 @@ class Tensor:
     def clone(self):
         return ops.Contiguous.apply(self) if self.requires_grad else Tensor._make(self._data.copy())
 
-    def zero_(self):
-        self._check_inplace("zero_")
-        self._data[...] = 0
-        return self
-
     # --------------------------------------------------------------------------------------------
     # Conversion and devices
     # --------------------------------------------------------------------------------------------
@@ -293,6 +314,12 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         arr = self._host_array("Tensor.__array__() (numpy.asarray of a tensor)")
         return arr.astype(dtype) if dtype is not None else arr
+
+    def __format__(self, spec):
+        """'{:.2f}'.format(t) formats a one-element 0-d tensor's value, as PyTorch."""
+        if self.ndim == 0:
+            return self.item().__format__(spec)
+        return object.__format__(self, spec)
 
     def __float__(self):
         if self.is_cuda:
@@ -602,13 +629,15 @@ class Tensor:
         if isinstance(dim, Tensor):
             return self.maximum(dim)
         self._check_dim(dim, "max")
-        return ops.MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=True)
+        out = ops.MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=True)
+        return out if dim is None else return_types.max(*out)
 
     def min(self, dim=None, keepdim=False):
         if isinstance(dim, Tensor):
             return self.minimum(dim)
         self._check_dim(dim, "min")
-        return ops.MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=False)
+        out = ops.MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=False)
+        return out if dim is None else return_types.min(*out)
 
     def argmax(self, dim=None, keepdim=False):
         self._check_dim(dim, "argmax")
@@ -637,7 +666,25 @@ class Tensor:
             raise ValueError(f"reshape: cannot reshape a tensor of shape {self.shape} to {shape}: {e}") from None
         return ops.Reshape.apply(self, shape=target)
 
-    view = reshape
+    def view(self, *shape):
+        """Same data, new shape, no copy: refuses (as PyTorch) when the strides do not allow it, e.g.
+        after transpose/permute; use reshape() (copies when needed) or contiguous().view()."""
+        shape = _shape_arg(shape)
+        try:
+            target = _resolve_shape(self.shape, shape)
+        except ValueError as e:
+            raise RuntimeError(f"view: shape {list(shape)} is invalid for input of size {self.numel()}: {e}") from None
+        if not _can_view(self._data, target):
+            raise RuntimeError(
+                f"view size is not compatible with input tensor's size and stride (shape {list(self.shape)}, "
+                f"view {list(target)}; at least one dimension spans across two contiguous subspaces). "
+                "Use .reshape(...) instead."
+            )
+        return ops.Reshape.apply(self, shape=target)
+
+    def is_contiguous(self):
+        """True when the elements lie in row-major order with no gaps (C order), as PyTorch."""
+        return builtins.bool(self._data.flags.c_contiguous)
 
     def view_as(self, other):
         return self.reshape(other.shape)
@@ -693,7 +740,8 @@ class Tensor:
         return self.expand(other.shape)
 
     def contiguous(self):
-        return self
+        """self when already C-contiguous, else a C-ordered copy (with its gradient)."""
+        return self if self.is_contiguous() else ops.Contiguous.apply(self)
 
     def split(self, split_size, dim=0):
         return split(self, split_size, dim)
@@ -737,9 +785,15 @@ class Tensor:
             raise IndexError(f"index: {e} (tensor of shape {self.shape})") from None
 
     def __setitem__(self, key, value):
+        """x[key] = value, in place (value broadcast to x[key]); inside a graph the gradient of the old
+        values under key is zero and value gets the gradient of x[key] (PyTorch's CopySlices)."""
+        key = self._index_key(key)
+        if self._records_with(value):
+            value = self._operand(value, "__setitem__")
+            return self._inplace("__setitem__", lambda t: ops.SetItem.apply(t, value.type(self.dtype), key=key), value)
         self._check_inplace("__setitem__")
-        value = value._data if isinstance(value, Tensor) else value
-        self._data[self._index_key(key)] = value
+        self._data[key] = value._data if isinstance(value, Tensor) else value
+        self._version += 1
 
     def masked_fill(self, mask, value):
         return where(mask, Tensor._make(get_array_module(self._data).asarray(value, dtype=self.dtype)), self)
@@ -752,52 +806,169 @@ class Tensor:
         return ops.GetItem.apply(self, key=tuple(grids))
 
     # --------------------------------------------------------------------------------------------
-    # In-place updates of data (outside the graph: optimizers, initialisers)
+    # In-place operations (issue #19): `x += y`, add_, mul_, clamp_, fill_, zero_, copy_, ...
+    #
+    # They change this tensor's array (so every alias of it sees the change: optimizers, views held
+    # by a caller) and bump `_version`. Two cases, as in PyTorch:
+    # - nothing to record (under no_grad, or no operand requires grad): the array is updated with
+    #   one NumPy/CuPy call, `out=` this array (optimizers and `w -= lr * w.grad` take this path);
+    # - recording: the op is applied to a copy of the old value that takes over this tensor's place
+    #   in the graph, the result is written into this tensor's array, and this tensor becomes the
+    #   op's output (its grad_fn changes, as torch's). A leaf that requires grad refuses, and
+    #   backward() refuses to use an array that was changed after a Function saved it (the version
+    #   check in function.py).
     # --------------------------------------------------------------------------------------------
     def _check_inplace(self, op):
         if is_grad_enabled() and self.requires_grad and self.is_leaf:
             raise RuntimeError(
-                f"{op}: a leaf tensor that requires grad is being modified in place; wrap it in "
-                "`with minidl.no_grad():` (as optimizers and initialisers do)"
+                f"{op}: a leaf Variable that requires grad is being modified in place (an in-place operation); wrap it "
+                "in `with minidl.no_grad():` (as optimizers and initialisers do)"
             )
 
-    def _inplace(self, op, value):
+    def _records_with(self, other=None):
+        return is_grad_enabled() and (self.requires_grad or (isinstance(other, Tensor) and other.requires_grad))
+
+    def _inplace(self, op, compute, other=None):
+        """Replace this tensor's value by compute(t), t a tensor holding the current value, in place."""
         self._check_inplace(op)
-        value = value._data if isinstance(value, Tensor) else value
-        return value
+        if isinstance(other, Tensor) and other.is_cuda != self.is_cuda:
+            raise RuntimeError(f"{op}: expected both tensors on the same device, got {self.device} and {other.device}")
+        if self._records_with(other):
+            old = Tensor._make(self._data.copy(), requires_grad=self.requires_grad)
+            old._ctx, old._out_index, old._version = self._ctx, self._out_index, self._version
+            out = compute(old)
+        else:
+            out = compute(Tensor._make(self._data))
+        self._check_inplace_result(op, out)
+        if out.dtype != self.dtype:
+            out = out.type(self.dtype) if out.requires_grad else Tensor._make(out._data.astype(self.dtype))
+        self._data[...] = out._data
+        self._version += 1
+        if out._ctx is not None:  # this tensor is now the op's output
+            self._ctx, self._out_index, self.requires_grad = out._ctx, out._out_index, True
+            out._ctx._output_refs = tuple(
+                weakref.ref(self) if i == out._out_index else r for i, r in enumerate(out._ctx._output_refs)
+            )
+            out._ctx._output_versions[out._out_index] = self._version
+        return self
+
+    def _check_inplace_result(self, op, out):
+        if out.shape != self.shape:
+            raise RuntimeError(
+                f"{op}: output with shape {list(self.shape)} doesn't match the broadcast shape {list(out.shape)}"
+            )
+        if out.dtype.kind == "f" and self.dtype.kind in "iub" or (out.dtype.kind in "iu" and self.dtype.kind == "b"):
+            raise RuntimeError(f"{op}: result type {out.dtype} can't be cast to the desired output type {self.dtype}")
+
+    def _inplace_binary(self, other, method, op, ufunc=None):
+        """self <op>= other. Fast path: one ufunc writing into this array (no copy, no graph)."""
+        if ufunc is not None and not self._records_with(other):
+            self._check_inplace(op)
+            o = self._operand(other, op)._data
+            if self.dtype.kind in "iub" and (o.dtype.kind == "f" or ufunc == "true_divide"):
+                raise RuntimeError(f"{op}: result type {np.result_type(self.dtype, o.dtype, np.float32)} "
+                                   f"can't be cast to the desired output type {self.dtype}")
+            try:
+                getattr(get_array_module(self._data), ufunc)(self._data, o, out=self._data, casting="same_kind")
+            except ValueError:
+                raise RuntimeError(f"{op}: output with shape {list(self.shape)} doesn't match the broadcast "
+                                   f"shape {list(np.broadcast_shapes(self.shape, tuple(o.shape)))}") from None
+            self._version += 1
+            return self
+        return self._inplace(op, lambda t: getattr(t, method)(other), other)
+
+    def __iadd__(self, o):
+        return self._inplace_binary(o, "__add__", "add_", "add")
+
+    def __isub__(self, o):
+        return self._inplace_binary(o, "__sub__", "sub_", "subtract")
+
+    def __imul__(self, o):
+        return self._inplace_binary(o, "__mul__", "mul_", "multiply")
+
+    def __itruediv__(self, o):
+        return self._inplace_binary(o, "__truediv__", "div_", "true_divide")
+
+    def __ipow__(self, o):
+        return self._inplace_binary(o, "__pow__", "pow_")
 
     def add_(self, other, alpha=1):
-        v = self._inplace("add_", other)
-        self._data += v * alpha if alpha != 1 else v
-        return self
+        return self._inplace_binary(other * alpha if alpha != 1 else other, "__add__", "add_", "add")
 
     def sub_(self, other, alpha=1):
-        v = self._inplace("sub_", other)
-        self._data -= v * alpha if alpha != 1 else v
-        return self
+        return self._inplace_binary(other * alpha if alpha != 1 else other, "__sub__", "sub_", "subtract")
 
     def mul_(self, other):
-        self._data *= self._inplace("mul_", other)
-        return self
+        return self._inplace_binary(other, "__mul__", "mul_", "multiply")
 
     def div_(self, other):
-        self._data /= self._inplace("div_", other)
-        return self
+        return self._inplace_binary(other, "__truediv__", "div_", "true_divide")
 
-    def fill_(self, value):
-        self._data[...] = self._inplace("fill_", value)
-        return self
+    def pow_(self, other):
+        return self._inplace_binary(other, "__pow__", "pow_")
 
-    def copy_(self, src):
-        v = self._inplace("copy_", src)
-        if is_cuda_array(v) != self.is_cuda:
-            v = _device.move_array(v, self.device)
-        self._data[...] = v
-        return self
+    def neg_(self):
+        return self._inplace("neg_", lambda t: -t)
+
+    def exp_(self):
+        return self._inplace("exp_", lambda t: t.exp())
+
+    def sqrt_(self):
+        return self._inplace("sqrt_", lambda t: t.sqrt())
+
+    def abs_(self):
+        return self._inplace("abs_", lambda t: t.abs())
+
+    def relu_(self):
+        return self._inplace("relu_", lambda t: t.relu())
+
+    def sigmoid_(self):
+        return self._inplace("sigmoid_", lambda t: t.sigmoid())
+
+    def tanh_(self):
+        return self._inplace("tanh_", lambda t: t.tanh())
+
+    def addcmul_(self, tensor1, tensor2, value=1):
+        return self.add_(tensor1 * tensor2 * value)
+
+    def addcdiv_(self, tensor1, tensor2, value=1):
+        return self.add_(tensor1 / tensor2 * value)
+
+    def masked_fill_(self, mask, value):
+        return self._inplace("masked_fill_", lambda t: t.masked_fill(mask, value), value)
 
     def clamp_(self, min=None, max=None):
-        self._check_inplace("clamp_")
-        get_array_module(self._data).clip(self._data, min, max, out=self._data)
+        return self._inplace("clamp_", lambda t: t.clamp(min, max))
+
+    clip_ = clamp_
+
+    def fill_(self, value):
+        """Every element := value. Inside a graph the gradient to the old value is zero."""
+        if self._records_with(value):
+            return self._inplace("fill_", lambda t: t * 0 + value, value)
+        self._check_inplace("fill_")
+        self._data[...] = value._data if isinstance(value, Tensor) else value
+        self._version += 1
+        return self
+
+    def zero_(self):
+        return self.fill_(0)
+
+    def copy_(self, src):
+        """self := src (broadcast to this shape, cast to this dtype, moved to this device)."""
+        if not isinstance(src, Tensor):
+            src = Tensor._make(_to_array(src))
+        if src.is_cuda != self.is_cuda:
+            src = src.to(self.device)
+        if self._records_with(src):
+            return self._inplace("copy_", lambda t: t * 0 + src.type(self.dtype), src)
+        self._check_inplace("copy_")
+        try:
+            self._data[...] = src._data
+        except ValueError:
+            raise RuntimeError(f"copy_: the source of shape {list(src.shape)} cannot be broadcast to "
+                               f"{list(self.shape)}") from None
+        self._version += 1
         return self
 
     def uniform_(self, a=0.0, b=1.0):
@@ -805,6 +976,7 @@ class Tensor:
         from .. import random
 
         self._data[...] = random.uniform_array(self.shape, a, b, self.dtype, self.device)
+        self._version += 1
         return self
 
     def normal_(self, mean=0.0, std=1.0):
@@ -812,6 +984,7 @@ class Tensor:
         from .. import random
 
         self._data[...] = random.normal_array(self.shape, mean, std, self.dtype, self.device)
+        self._version += 1
         return self
 
 
@@ -854,6 +1027,20 @@ def _fits(number, dtype) -> bool:
     with np.errstate(over="ignore", under="ignore"):
         v = np.asarray(number, dtype=np.float64).astype(dtype).astype(np.float64)
     return bool(v == number) or (np.isnan(number) and bool(np.isnan(v)))
+
+
+def _can_view(array, shape) -> bool:
+    """Can `array` take `shape` without a copy? (NumPy decides from the strides; CuPy: contiguous only.)"""
+    if tuple(array.shape) == tuple(shape) or array.flags.c_contiguous:
+        return True
+    if not isinstance(array, np.ndarray):
+        return False
+    v = array.view()
+    try:
+        v.shape = shape  # raises when a copy would be needed
+    except AttributeError:
+        return False
+    return True
 
 
 def _shape_arg(shape):
@@ -926,7 +1113,7 @@ def cat(tensors, dim=0):
     for t in tensors:
         if t.ndim != ref.ndim or t.shape[:d] + t.shape[d + 1 :] != ref.shape[:d] + ref.shape[d + 1 :]:
             raise ValueError(
-                f"cat: tensors must match in every dim except {dim}, got shapes {[x.shape for x in tensors]}"
+                f"cat: tensors must match in every dim except {dim}, got shapes {[tuple(x.shape) for x in tensors]}"
             )
     return ops.Cat.apply(*tensors, dim=d)
 
@@ -940,7 +1127,7 @@ def stack(tensors, dim=0):
         raise ValueError("stack: expected a non-empty list of tensors")
     _check_devices("stack", tensors)
     if len({t.shape for t in tensors}) != 1:
-        raise ValueError(f"stack: all tensors must have the same shape, got {[t.shape for t in tensors]}")
+        raise ValueError(f"stack: all tensors must have the same shape, got {[tuple(t.shape) for t in tensors]}")
     return ops.Stack.apply(*tensors, dim=dim)
 
 

@@ -154,6 +154,8 @@ def linear(input, weight, bias=None):
 class Activation(Function):
     """y = f(x) elementwise, f chosen by an ActivationDescriptor; backward dx = dy * f'(x)."""
 
+    saves_output = True  # backward reads y
+
     def forward(self, x, desc=None):
         self.desc = desc
         self.x = x
@@ -201,6 +203,8 @@ def gelu(input, approximate="none"):
 
 class Softmax(Function):
     """softmax ("accurate") or log-softmax ("log") along one axis; backward needs only the output."""
+
+    saves_inputs, saves_output = False, True  # backward reads y only
 
     def forward(self, x, axis=-1, algorithm="accurate"):
         self.axis, self.algorithm = axis, algorithm
@@ -830,6 +834,8 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 class Pooling(Function):
     """Max or average pooling; the max backward recomputes the argmax from x and y (nothing stored)."""
 
+    saves_output = True  # backward reads y
+
     def forward(self, x, desc=None):
         self.x, self.desc = x, desc
         self.y = P.pooling_forward(x, desc)
@@ -1014,6 +1020,8 @@ class Dropout(Function):
     """y = x * keep / (1 - p) with keep drawn from Philox(seed); backward regenerates the same mask
     from the seed, so nothing but two numbers is saved. `seed` is the (2,) uint64 (seed, offset) array
     this call claimed from its device's generator (minidl.random.philox_state)."""
+
+    saves_inputs = False  # backward regenerates the mask; it reads no input array
 
     def forward(self, x, p=0.5, seed=0):
         self.p, self.seed = p, seed

@@ -172,7 +172,7 @@ def pad_sequence(sequences, batch_first=False, padding_value=0.0, padding_side="
     trailing = sequences[0].shape[1:]
     if any(s.shape[1:] != trailing for s in sequences):
         raise ValueError(f"{op}: every sequence must have the trailing shape {trailing}, got "
-                         f"{[s.shape for s in sequences]}")
+                         f"{[tuple(s.shape) for s in sequences]}")
     lengths = np.array([s.shape[0] for s in sequences], dtype=np.int64)
     steps, n = int(lengths.max()), int(lengths.sum())
     index = np.full((steps, len(sequences)), n, dtype=np.int64)  # n: the padding row
