@@ -21,6 +21,11 @@ from .autograd.tensor import (  # noqa: F401
     Tensor, bfloat16, bool_, cat, chunk, concat, float16, float32, float64, get_default_dtype, int8, int16, int32,
     int64, matmul, maximum, minimum, set_default_dtype, split, stack, uint8, where,
 )
+from .autograd.legacy import (  # noqa: F401
+    BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor, ShortTensor,
+)
+from .autograd import return_types  # noqa: F401
+from .autograd.return_types import Size  # noqa: F401
 from .random import initial_seed, manual_seed  # noqa: F401
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
 from ._dtypes import finfo  # noqa: F401
@@ -51,6 +56,11 @@ for _name in (
     "exp", "log", "sqrt", "rsqrt", "abs", "clamp", "clip", "sum", "mean", "var", "std", "max", "min",
     "argmax", "argmin", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute",
     "relu", "sigmoid", "tanh", "softmax", "log_softmax", "isnan", "isfinite", "sign", "gather",
+    # issue #16: the Tensor surface of PyTorch's tutorials, as functions too
+    "mm", "bmm", "mv", "dot", "narrow", "index_select", "masked_select", "masked_fill", "nonzero", "scatter",
+    "scatter_add", "sort", "argsort", "topk", "kthvalue", "median", "cumsum", "norm", "unbind", "flip", "tril",
+    "triu", "all", "any", "sin", "cos", "log1p", "square", "pow", "add", "sub", "mul", "div", "neg", "eq", "ne",
+    "lt", "le", "gt", "ge", "clone", "t", "detach",
 ):
     globals()[_name] = _method(_name)
 del _name

@@ -107,6 +107,23 @@ class Function:
     def name(self) -> str:
         return type(self).__name__
 
+    @property
+    def next_functions(self):
+        """((fn, output_index), ...) for each input, as PyTorch's grad_fn.next_functions: the Function
+        that made it, an AccumulateGrad for a leaf that requires grad, or (None, 0)."""
+        out = []
+        for t in self.inputs:
+            if t is None or not t.requires_grad:
+                out.append((None, 0))
+            elif t._ctx is None:
+                out.append((AccumulateGrad(t), 0))
+            else:
+                out.append((t._ctx, t._out_index))
+        return tuple(out)
+
+    def __repr__(self):
+        return f"<{self.name}Backward object>"
+
     @classmethod
     def apply(cls, *inputs, **params):
         from .tensor import Tensor
@@ -146,6 +163,22 @@ class Function:
         # Function raises (see run_backward) instead of silently stopping here.
         self.inputs = ()
         self._released = True
+
+
+class AccumulateGrad:
+    """Where a leaf's gradient is summed into .grad (what grad_fn.next_functions shows for a leaf)."""
+
+    next_functions = ()
+
+    def __init__(self, variable):
+        self.variable = variable
+
+    @property
+    def name(self) -> str:
+        return "AccumulateGrad"
+
+    def __repr__(self):
+        return "<AccumulateGrad object>"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -500,3 +500,132 @@ class MatMul(Function):
             gb = _matmul(a2, g2, trans_a=True)
             gb = unbroadcast(gb, b2.shape).reshape(b.shape)
         return ga, gb
+
+
+# ------------------------------------------------------------------------------------------------
+# Ops of PyTorch's Tensor surface used by tutorials and example programs (issue #16)
+# ------------------------------------------------------------------------------------------------
+
+
+class Sin(Function):
+    def forward(self, a):
+        self.a = a
+        return get_array_module(a).sin(a)
+
+    def backward(self, g):
+        return g * get_array_module(g).cos(self.a)
+
+
+class Cos(Function):
+    def forward(self, a):
+        self.a = a
+        return get_array_module(a).cos(a)
+
+    def backward(self, g):
+        return -g * get_array_module(g).sin(self.a)
+
+
+class Sort(Function):
+    """(values, indices) along dim, stable (equal values keep their order). The gradient of values
+    goes back to the positions the indices name."""
+
+    saves_inputs = False
+
+    def forward(self, a, dim=-1, descending=False):
+        xp = get_array_module(a)
+        self.shape, self.dim = a.shape, dim
+        if descending:
+            # Stable descending: sort the reversed array stably ascending, then reverse that order;
+            # equal values end up in their original order.
+            rev = xp.argsort(xp.flip(a, axis=dim), axis=dim, kind="stable")
+            idx = xp.flip(a.shape[dim] - 1 - rev, axis=dim) if a.ndim else rev
+        else:
+            idx = xp.argsort(a, axis=dim, kind="stable")
+        self.idx = idx
+        return xp.take_along_axis(a, idx, axis=dim), idx.astype(np.int64)
+
+    def backward(self, g, g_idx=None):
+        xp = get_array_module(g)
+        out = xp.zeros(self.shape, dtype=g.dtype)
+        xp.put_along_axis(out, self.idx, g, axis=self.dim)
+        return out
+
+
+class CumSum(Function):
+    saves_inputs = False
+
+    def forward(self, a, dim=0):
+        self.dim = dim
+        return get_array_module(a).cumsum(a, axis=dim, dtype=a.dtype if a.dtype.kind == "f" else np.int64)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        return xp.flip(xp.cumsum(xp.flip(g, axis=self.dim), axis=self.dim), axis=self.dim)
+
+
+class Scatter(Function):
+    """out = a, then for every position i of index: out[i with dim replaced by index[i]] = src[i]
+    (or += with reduce_add). Gradients: a gets g except at overwritten places (scatter) or all of g
+    (scatter_add); src gets g gathered at the same places."""
+
+    saves_inputs = False
+
+    def forward(self, a, src, index=None, dim=0, reduce_add=False):
+        xp = get_array_module(a)
+        grids = list(xp.indices(index.shape, sparse=True))
+        grids[dim] = index
+        self.key, self.src_shape, self.index_shape, self.reduce_add = tuple(grids), src.shape, index.shape, reduce_add
+        part = src[tuple(slice(0, s) for s in index.shape)]
+        out = a.copy()
+        if reduce_add:
+            xp.add.at(out, self.key, part)
+        else:
+            out[self.key] = part
+        return out
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        ga = gsrc = None
+        if self.needs_input_grad[0]:
+            ga = g.copy()
+            if not self.reduce_add:
+                ga[self.key] = 0
+        if self.needs_input_grad[1]:
+            gsrc = xp.zeros(self.src_shape, dtype=g.dtype)
+            gsrc[tuple(slice(0, s) for s in self.index_shape)] = g[self.key]
+        return ga, gsrc
+
+
+class Norm(Function):
+    """(sum |a|^p)^(1/p) over dims (p = inf: max |a|). Backward: g * sign(a) |a|^(p-1) / norm^(p-1)
+    (p = 2: g a / norm), zero where the norm is zero; for inf the gradient is shared evenly among
+    the elements that attain the maximum."""
+
+    def forward(self, a, p=2.0, dim=None, keepdim=False):
+        xp = get_array_module(a)
+        self.a, self.p, self.axes, self.keepdim = a, p, _axes(dim, a.ndim), keepdim
+        absa = xp.abs(a)
+        if p == np.inf:
+            out = absa.max(axis=self.axes, keepdims=True)
+        elif p == 1:
+            out = absa.sum(axis=self.axes, keepdims=True)
+        elif p == 2:
+            out = xp.sqrt((a * a).sum(axis=self.axes, keepdims=True))
+        else:
+            out = (absa**p).sum(axis=self.axes, keepdims=True) ** (1.0 / p)
+        self.out = out.astype(a.dtype, copy=False)
+        return self.out if keepdim else self.out.reshape([s for i, s in enumerate(a.shape) if i not in self.axes])
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        a, p, out = self.a, self.p, self.out
+        g = _expand_back(g, a.shape, self.axes, self.keepdim)
+        if p == np.inf:
+            hit = (xp.abs(a) == out).astype(g.dtype)
+            return g * xp.sign(a) * hit / hit.sum(axis=self.axes, keepdims=True)
+        if p == 1:
+            return g * xp.sign(a)
+        safe = xp.where(out == 0, 1, out)
+        if p == 2:
+            return xp.where(out == 0, 0, g * a / safe)
+        return xp.where(out == 0, 0, g * xp.sign(a) * xp.abs(a) ** (p - 1) / safe ** (p - 1))

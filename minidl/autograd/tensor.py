@@ -34,6 +34,10 @@ bool_ = np.dtype(np.bool_)
 
 _default_dtype = float32
 
+_LEGACY_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor", "int64": "LongTensor",
+                 "int32": "IntTensor", "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
+                 "bool": "BoolTensor"}
+
 
 def set_default_dtype(dtype):
     global _default_dtype
@@ -282,8 +286,14 @@ class Tensor:
     def cuda(self, device=None):
         return self.to("cuda" if device is None else f"cuda:{device}")
 
-    def type(self, dtype):
-        dtype = np.dtype(dtype)
+    def type(self, dtype=None):
+        """type() -> 'torch.FloatTensor' etc. (PyTorch's names); type(dtype or FloatTensor or
+        'torch.FloatTensor') -> this tensor in that dtype."""
+        if dtype is None:
+            return ("torch.cuda." if self.is_cuda else "torch.") + _LEGACY_NAMES.get(self.dtype.name, self.dtype.name)
+        if isinstance(dtype, str) and dtype.rpartition(".")[2] in _LEGACY_NAMES.values():
+            dtype = next(k for k, v in _LEGACY_NAMES.items() if v == dtype.rpartition(".")[2])
+        dtype = np.dtype(getattr(dtype, "dtype", dtype))
         if dtype == self.dtype:
             return self
         if self.requires_grad and _dtypes.is_floating(dtype):
@@ -565,12 +575,6 @@ class Tensor:
     def isfinite(self):
         return Tensor._make(get_array_module(self._data).isfinite(self._data))
 
-    def any(self):
-        return Tensor._make(self._data.any())
-
-    def all(self):
-        return Tensor._make(self._data.all())
-
     # activations as methods (the kernels live in minidl.primitives, reached via nn.functional)
     def relu(self):
         from ..nn import functional as F
@@ -796,7 +800,14 @@ class Tensor:
         self._version += 1
 
     def masked_fill(self, mask, value):
-        return where(mask, Tensor._make(get_array_module(self._data).asarray(value, dtype=self.dtype)), self)
+        """Elements where mask (broadcast) is True become value (a number or a 0-d tensor)."""
+        if isinstance(value, Tensor):
+            if value.ndim != 0:
+                raise RuntimeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {tuple(value.shape)}")
+            value = value.type(self.dtype) if value.requires_grad else value.item()
+        if not isinstance(value, Tensor):
+            value = Tensor._make(get_array_module(self._data).asarray(value, dtype=self.dtype))
+        return where(mask, value, self)
 
     def gather(self, dim, index):
         """out[i][j] = self[index[i][j]][j] for dim=0, etc. (torch.gather): an advanced-index GetItem."""
@@ -986,6 +997,231 @@ class Tensor:
         self._data[...] = random.normal_array(self.shape, mean, std, self.dtype, self.device)
         self._version += 1
         return self
+
+    # --------------------------------------------------------------------------------------------
+    # The Tensor surface of PyTorch's tutorials and example programs (issue #16). Each is composed
+    # of the differentiable ops above or is one Function in ops.py (Sort, CumSum, Scatter, Norm), so
+    # each has its gradient.
+    # --------------------------------------------------------------------------------------------
+    def _dim(self, dim, op):
+        """A dim in range for this tensor, made non-negative (0-d tensors accept 0 and -1)."""
+        n = max(self.ndim, 1)
+        if not -n <= dim < n:
+            raise IndexError(f"{op}: dim {dim} is out of range for a tensor of shape {tuple(self.shape)}")
+        return dim % n
+
+    def mm(self, mat2):
+        """(n, m) @ (m, p) -> (n, p); both must be 2-D (torch.mm)."""
+        if self.ndim != 2 or getattr(mat2, "ndim", 0) != 2:
+            raise RuntimeError(f"mm: both arguments must be 2-D matrices, got shapes {tuple(self.shape)} and "
+                               f"{tuple(getattr(mat2, 'shape', ()))}")
+        return matmul(self, mat2)
+
+    def bmm(self, mat2):
+        """(b, n, m) @ (b, m, p) -> (b, n, p), no broadcasting (torch.bmm)."""
+        if self.ndim != 3 or getattr(mat2, "ndim", 0) != 3 or self.shape[0] != mat2.shape[0]:
+            raise RuntimeError(f"bmm: expects two 3-D tensors with the same batch size, got shapes "
+                               f"{tuple(self.shape)} and {tuple(getattr(mat2, 'shape', ()))}")
+        return matmul(self, mat2)
+
+    def mv(self, vec):
+        if self.ndim != 2 or getattr(vec, "ndim", 0) != 1:
+            raise RuntimeError(f"mv: expects a matrix and a vector, got shapes {tuple(self.shape)} and "
+                               f"{tuple(getattr(vec, 'shape', ()))}")
+        return matmul(self, vec)
+
+    def dot(self, other):
+        if self.ndim != 1 or getattr(other, "ndim", 0) != 1:
+            raise RuntimeError(f"dot: expects two 1-D tensors, got shapes {tuple(self.shape)} and "
+                               f"{tuple(getattr(other, 'shape', ()))}")
+        return matmul(self, other)
+
+    def narrow(self, dim, start, length):
+        """The slice [start, start + length) along dim, sharing memory (torch.narrow)."""
+        d = self._dim(dim, "narrow")
+        size = self.shape[d]
+        start = start + size if start < 0 else start
+        if not (0 <= start and length >= 0 and start + length <= size):
+            raise IndexError(f"narrow: start {start} + length {length} exceeds dim {dim} of size {size}")
+        return self[(slice(None),) * d + (slice(start, start + length),)]
+
+    def index_select(self, dim, index):
+        """Rows (along dim) picked by a 1-D int64 index; the gradient adds up over repeated indices."""
+        d = self._dim(dim, "index_select")
+        index = index if isinstance(index, Tensor) else Tensor._make(np.asarray(index, dtype=int64))
+        if index.ndim > 1 or index.dtype.kind not in "iu":
+            raise IndexError(f"index_select: index must be a 1-D integer tensor, got shape {tuple(index.shape)}, "
+                             f"dtype {index.dtype}")
+        return self[(slice(None),) * d + (index.reshape(-1),)]
+
+    def masked_select(self, mask):
+        """The elements where mask (broadcast to this shape) is True, as a 1-D tensor."""
+        mask = mask._data if isinstance(mask, Tensor) else mask
+        xp = get_array_module(self._data)
+        shape = np.broadcast_shapes(self.shape, tuple(mask.shape))
+        return self.expand(shape)[xp.broadcast_to(mask, shape)]
+
+    def nonzero(self, as_tuple=False):
+        """Indices of the non-zero elements: (n, ndim) int64, or a tuple of ndim (n,) tensors."""
+        xp = get_array_module(self._data)
+        idx = xp.nonzero(self._data)
+        if as_tuple:
+            return tuple(Tensor._make(i.astype(int64)) for i in idx)
+        return Tensor._make(xp.stack(idx, axis=1).astype(int64) if idx else xp.zeros((1, 0), dtype=int64))
+
+    def _scatter(self, dim, index, src, reduce_add, op):
+        d = self._dim(dim, op)
+        if not isinstance(index, Tensor) or index.dtype != int64 or index.ndim != self.ndim:
+            raise RuntimeError(f"{op}: index must be an int64 tensor with as many dims as self "
+                               f"({self.ndim}), got {getattr(index, 'dtype', type(index).__name__)} of shape "
+                               f"{tuple(getattr(index, 'shape', ()))}")
+        if not isinstance(src, Tensor):
+            src = Tensor._make(get_array_module(self._data).full(index.shape, src, dtype=self.dtype))
+        for i, (si, ss) in enumerate(zip(index.shape, self.shape)):
+            if i != d and si > ss or si > src.shape[i]:
+                raise RuntimeError(f"{op}: index {tuple(index.shape)} is larger than self {tuple(self.shape)} or "
+                                   f"src {tuple(src.shape)} in dim {i}")
+        return ops.Scatter.apply(self, src.type(self.dtype), index=index._data, dim=d, reduce_add=reduce_add)
+
+    def scatter(self, dim, index, src=None, value=None):
+        """out = self with out[index[i][j]][j] = src[i][j] for dim=0, etc. (torch.scatter)."""
+        return self._scatter(dim, index, value if src is None else src, False, "scatter")
+
+    def scatter_add(self, dim, index, src):
+        """out = self with src[i][j] added at out[index[i][j]][j] for dim=0 (repeats add up)."""
+        return self._scatter(dim, index, src, True, "scatter_add")
+
+    def scatter_(self, dim, index, src=None, value=None):
+        src = value if src is None else src
+        return self._inplace("scatter_", lambda t: t._scatter(dim, index, src, False, "scatter_"), src)
+
+    def scatter_add_(self, dim, index, src):
+        return self._inplace("scatter_add_", lambda t: t._scatter(dim, index, src, True, "scatter_add_"), src)
+
+    def index_fill(self, dim, index, value):
+        key = (slice(None),) * self._dim(dim, "index_fill") + (index,)
+        out = self.clone()
+        out[key] = value
+        return out
+
+    def sort(self, dim=-1, descending=False, stable=False):
+        """(values, indices) sorted along dim; a named tuple, as torch.sort. Ties keep their order."""
+        values, indices = ops.Sort.apply(self, dim=self._dim(dim, "sort"), descending=descending)
+        return return_types.sort(values, indices)
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        return self.sort(dim, descending).indices
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        """The k largest (or smallest) along dim, in order: (values, indices) as torch.topk."""
+        d = self._dim(dim, "topk")
+        if not 0 <= k <= (self.shape[d] if self.ndim else 1):
+            raise RuntimeError(f"topk: k ({k}) is out of range for dim {dim} of shape {tuple(self.shape)}")
+        values, indices = self.sort(d, descending=largest)
+        return return_types.topk(values.narrow(d, 0, k), indices.narrow(d, 0, k))
+
+    def kthvalue(self, k, dim=-1, keepdim=False):
+        """The k-th smallest (1-based) along dim: (values, indices) as torch.kthvalue."""
+        d = self._dim(dim, "kthvalue")
+        if not 1 <= k <= (self.shape[d] if self.ndim else 1):
+            raise RuntimeError(f"kthvalue: k ({k}) is out of range for dim {dim} of shape {tuple(self.shape)}")
+        values, indices = self.sort(d)
+        values, indices = values.narrow(d, k - 1, 1), indices.narrow(d, k - 1, 1)
+        if not keepdim:
+            values, indices = values.squeeze(d), indices.squeeze(d)
+        return return_types.kthvalue(values, indices)
+
+    def median(self, dim=None, keepdim=False):
+        """The lower median (torch.median): a 0-d tensor, or (values, indices) along dim."""
+        if dim is None:
+            flat = self.reshape(-1)
+            return flat.sort().values[(flat.numel() - 1) // 2]
+        d = self._dim(dim, "median")
+        values, indices = self.kthvalue((self.shape[d] - 1) // 2 + 1 if self.ndim else 1, d, keepdim)
+        return return_types.median(values, indices)
+
+    def cumsum(self, dim):
+        """Running sum along dim; the gradient is the reversed running sum of the output gradient."""
+        return ops.CumSum.apply(self, dim=self._dim(dim, "cumsum"))
+
+    def norm(self, p="fro", dim=None, keepdim=False):
+        """The p-norm over all elements or over dim (p = 'fro' or 2, 1, inf, or any p > 0), as torch.norm.
+        The gradient at a zero vector is zero (a subgradient), as PyTorch."""
+        if p == "fro":
+            p = 2
+        if isinstance(p, str) or not p > 0:
+            raise ValueError(f"norm: p must be 'fro' or a number > 0 (including inf), got {p!r}")
+        self._check_dim(dim, "norm")
+        if self.dtype.kind != "f":
+            raise RuntimeError(f"norm: needs a floating-point tensor, got {self.dtype}")
+        return ops.Norm.apply(self, p=builtins.float(p), dim=dim, keepdim=keepdim)
+
+    def unbind(self, dim=0):
+        d = self._dim(dim, "unbind")
+        return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+    def flip(self, *dims):
+        dims = [self._dim(d, "flip") for d in _shape_arg(dims)]
+        return self[tuple(slice(None, None, -1) if i in dims else slice(None) for i in range(self.ndim))]
+
+    def tril(self, diagonal=0):
+        xp = get_array_module(self._data)
+        return where(Tensor._make(xp.tril(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, 0)
+
+    def triu(self, diagonal=0):
+        xp = get_array_module(self._data)
+        return where(Tensor._make(xp.triu(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, 0)
+
+    def any(self, dim=None, keepdim=False):
+        self._check_dim(dim, "any")
+        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).any(axis=dim, keepdims=keepdim)))
+
+    def all(self, dim=None, keepdim=False):
+        self._check_dim(dim, "all")
+        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).all(axis=dim, keepdims=keepdim)))
+
+    def where(self, condition, other):
+        """x.where(c, y) == minidl.where(c, x, y)."""
+        return where(condition, self, other)
+
+    def type_as(self, other):
+        return self.type(other.dtype).to(other.device)
+
+    def nelement(self):
+        return self.numel()
+
+    def ndimension(self):
+        return self.ndim
+
+    def _new(self, array, dtype, device, requires_grad):
+        t = Tensor._make(array).to(device=device or self.device, dtype=dtype or self.dtype)
+        return t.requires_grad_(True) if requires_grad else t
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        return self._new(np.zeros(_shape_arg(size), dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        return self._new(np.ones(_shape_arg(size), dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+        return self.new_zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        return self._new(np.full(tuple(size), fill_value, dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        """A copy of data with this tensor's dtype and device unless given (torch.Tensor.new_tensor)."""
+        src = data._host_array() if isinstance(data, Tensor) else data
+        return self._new(np.array(src, dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+    def sin(self):
+        return ops.Sin.apply(self)
+
+    def cos(self):
+        return ops.Cos.apply(self)
+
+    def log1p(self):
+        return (self + 1).log()
 
 
 class _ToDevice(Function):

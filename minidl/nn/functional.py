@@ -22,15 +22,17 @@ only the primitive knows about come from the primitive, naming it and the shapes
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from .._dtypes import is_floating, is_half
+from .._dtypes import is_floating, is_half, promote_floats
 from .. import _device, backends, random
 from .. import primitives as P
 from .._device import get_array_module, is_cuda_array
 from ..autograd.function import Function
 from ..amp.autocast_mode import cast_inputs as _autocast
-from ..autograd.tensor import Tensor
+from ..autograd.tensor import Tensor, where
 
 # ------------------------------------------------------------------------------------------------
 # Helpers
@@ -485,19 +487,43 @@ def _check_same_shape(op, input, target):
     _check_same_dtype(op, input=input, target=target)
 
 
+def _regression_pair(op, input, target):
+    """input and target of mse_loss/l1_loss with PyTorch's rules: an integer target takes the input's
+    float dtype, two float dtypes promote to the wider, and different shapes broadcast with a warning
+    (usually a bug: (N, 1) against (N,) gives an (N, N) loss)."""
+    _check_float_tensor(op, "input", input)
+    _check_tensor(op, "target", target)
+    _check_same_device(op, input=input, target=target)
+    if not is_floating(target.dtype):
+        target = target.type(input.dtype)
+    elif target.dtype != input.dtype:
+        wider = promote_floats(input.dtype, target.dtype)
+        input, target = input.type(wider), target.type(wider)
+    if input.shape != target.shape:
+        try:
+            np.broadcast_shapes(input.shape, target.shape)
+        except ValueError:
+            raise ValueError(f"{op}: input {input.shape} and target {target.shape} cannot be broadcast together") from None
+        warnings.warn(
+            f"{op}: using a target size ({tuple(target.shape)}) that is different to the input size "
+            f"({tuple(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
+            "Please ensure they have the same size.", UserWarning, stacklevel=3)
+    return input, target
+
+
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    """Mean squared error: reduce((input - target)^2)."""
+    """Mean squared error: reduce((input - target)^2). Integer targets are promoted, as PyTorch."""
     input, target = _autocast("mse_loss", input, target)
-    _check_same_shape("mse_loss", input, target)
+    input, target = _regression_pair("mse_loss", input, target)
     _check_reduction("mse_loss", reduction)
     diff = input - target
     return _reduce(diff * diff, reduction)
 
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
-    """Mean absolute error: reduce(|input - target|)."""
+    """Mean absolute error: reduce(|input - target|). Integer targets are promoted, as PyTorch."""
     input, target = _autocast("l1_loss", input, target)
-    _check_same_shape("l1_loss", input, target)
+    input, target = _regression_pair("l1_loss", input, target)
     _check_reduction("l1_loss", reduction)
     return _reduce((input - target).abs(), reduction)
 

@@ -95,14 +95,15 @@ class Module:
             )
 
     def __setattr__(self, name, value):
-        registries = ("_parameters", "_buffers", "_modules")
         if isinstance(value, Parameter):
             self._check_initialized()
-            self._remove_from(name, registries)
+            # Not from _parameters itself: re-assigning a parameter keeps its place in the order
+            # (named_parameters, state_dict), as PyTorch.
+            self._remove_from(name, ("_buffers", "_modules"))
             self._parameters[name] = value
         elif isinstance(value, Module):
             self._check_initialized()
-            self._remove_from(name, registries)
+            self._remove_from(name, ("_parameters", "_buffers"))  # a replaced child keeps its place
             self._modules[name] = value
         elif "_parameters" in self.__dict__ and name in self._parameters:
             if value is not None:
@@ -159,7 +160,7 @@ class Module:
         self._check_name("parameter", name)
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter: {name!r} must be a Parameter or None, got {type(param).__name__}")
-        self._remove_from(name, ("_parameters", "_buffers", "_modules"))
+        self._remove_from(name, ("_buffers", "_modules"))
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor, persistent: bool = True):
@@ -168,7 +169,7 @@ class Module:
         self._check_name("buffer", name)
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer: {name!r} must be a Tensor or None, got {type(tensor).__name__}")
-        self._remove_from(name, ("_parameters", "_buffers", "_modules"))
+        self._remove_from(name, ("_parameters", "_modules"))
         self._buffers[name] = tensor
         if not persistent:
             self._non_persistent_buffers.add(name)
@@ -178,7 +179,7 @@ class Module:
         self._check_name("module", name)
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {name!r} must be a Module or None, got {type(module).__name__}")
-        self._remove_from(name, ("_parameters", "_buffers", "_modules"))
+        self._remove_from(name, ("_parameters", "_buffers"))
         self._modules[name] = module
 
     register_module = add_module
