@@ -89,7 +89,7 @@ class Tensor:
         - a NumPy/CuPy array or a Tensor: wrapped keeping its dtype, without a copy (minidl's own way
           of wrapping arrays; torch.Tensor(ndarray) converts to float32: see docs/DESIGN.md).
         """
-        if len(data) == 1:
+        if len(data) == 1 and (isinstance(data[0], builtins.bool) or not isinstance(data[0], (builtins.int, np.integer))):
             data = data[0]
             if dtype is None and not (isinstance(data, (Tensor, np.ndarray)) or is_cuda_array(data)):
                 dtype = _default_dtype
@@ -1081,6 +1081,9 @@ class Tensor:
             if i != d and si > ss or si > src.shape[i]:
                 raise RuntimeError(f"{op}: index {tuple(index.shape)} is larger than self {tuple(self.shape)} or "
                                    f"src {tuple(src.shape)} in dim {i}")
+        if index.numel() and not (0 <= builtins.int(index.min()) and builtins.int(index.max()) < self.shape[d]):
+            raise RuntimeError(f"{op}: index {builtins.int(index.max())} is out of bounds for dim {dim} with size "
+                               f"{self.shape[d]}")
         return ops.Scatter.apply(self, src.type(self.dtype), index=index._data, dim=d, reduce_add=reduce_add)
 
     def scatter(self, dim, index, src=None, value=None):
