@@ -7,10 +7,11 @@
 """
 from . import transforms
 from .dataloader import DataLoader, default_collate
+from ._workers import get_worker_info
 from .dataset import ArrayDataset, Dataset, Subset, TensorDataset, random_split
 from .datasets import (CIFAR10, MNIST, BPTTIterator, CharCorpus, DatasetNotFoundError, UnsafePickleError,
                        WordCorpus, batchify, data_root)
 
-__all__ = ["transforms", "DataLoader", "default_collate", "ArrayDataset", "Dataset", "Subset",
+__all__ = ["transforms", "DataLoader", "default_collate", "get_worker_info", "ArrayDataset", "Dataset", "Subset",
            "TensorDataset", "random_split", "CIFAR10", "MNIST", "BPTTIterator", "CharCorpus",
            "DatasetNotFoundError", "UnsafePickleError", "WordCorpus", "batchify", "data_root"]

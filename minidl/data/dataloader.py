@@ -115,38 +115,66 @@ def default_collate(batch):
 
 
 class DataLoader:
-    """Iterate over `dataset` in batches (PyTorch's DataLoader, single process).
+    """Iterate over `dataset` in batches (PyTorch's DataLoader).
 
-    dataset:    a map-style dataset (len and [i]).
-    batch_size: samples per batch; the last batch is shorter unless drop_last.
-    shuffle:    a new random order every epoch, drawn from `generator`.
-    collate_fn: list of samples -> batch (default: `default_collate`).
-    generator:  int seed or numpy Generator, used across epochs (two loaders with the same seed give
-                the same epochs). None draws a fresh seed from the global seed at each epoch.
-    device:     None/"cpu"/"cuda": where the batches' tensors live. On the fast path the whole dataset
-                is copied to that device once, here.
+    dataset:     a map-style dataset (len and [i]): minidl's, or any object with those (a torchvision
+                 dataset works as it is).
+    batch_size:  samples per batch; the last batch is shorter unless drop_last.
+    shuffle:     a new random order every epoch, drawn from `generator`.
+    sampler:     an iterable of sample indices (with len) giving the order instead; batch_sampler: an
+                 iterable of index lists, one per batch (then no batch_size/shuffle/sampler/drop_last).
+    collate_fn:  list of samples -> batch (default: `default_collate`).
+    num_workers: 0 loads in this process; N > 0 starts N worker processes (minidl.data._workers) that
+                 call dataset[i] and collate, giving exactly the batches of num_workers=0. Datasets of
+                 whole arrays (the fast path below) do not need workers and do not use them.
+    worker_init_fn, prefetch_factor (default 2), persistent_workers, timeout, multiprocessing_context:
+                 as torch. pin_memory / pin_memory_device are accepted and do nothing (use device=).
+    generator:   int seed or numpy Generator, used across epochs (two loaders with the same seed give
+                 the same epochs). None draws a fresh seed from the global seed at each epoch.
+    device:      None/"cpu"/"cuda": where the batches' tensors live. On the fast path the whole dataset
+                 is copied to that device once, here.
     """
 
-    def __init__(self, dataset, batch_size=1, shuffle=False, drop_last=False, collate_fn=None,
-                 generator=None, device=None):
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None, batch_sampler=None, num_workers=0,
+                 collate_fn=None, pin_memory=False, drop_last=False, timeout=0, worker_init_fn=None,
+                 multiprocessing_context=None, generator=None, *, prefetch_factor=None, persistent_workers=False,
+                 pin_memory_device="", in_order=True, device=None):
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                       or batch_size < 1):
             raise ValueError(f"DataLoader: batch_size must be a positive int, got {batch_size!r}")
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
+            raise ValueError("DataLoader: batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                             "sampler, and drop_last")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
+            raise ValueError(f"DataLoader: num_workers must be a non-negative int, got {num_workers!r}")
+        if num_workers == 0 and (prefetch_factor is not None or persistent_workers):
+            raise ValueError("DataLoader: prefetch_factor and persistent_workers need num_workers > 0 (as torch)")
         try:
-            n = len(dataset)
+            n = len(dataset) if sampler is None else len(sampler)
         except TypeError:
             raise TypeError(f"DataLoader: the dataset must have a length, got {type(dataset).__name__}") from None
         self.dataset = dataset
-        self.batch_size = int(batch_size)
+        self.batch_size = None if batch_sampler is not None else int(batch_size)
         self.shuffle = bool(shuffle)
+        self.sampler, self.batch_sampler = sampler, batch_sampler
         self.drop_last = bool(drop_last)
         self.collate_fn = collate_fn
+        self.num_workers = int(num_workers)
+        self.pin_memory, self.timeout, self.worker_init_fn = pin_memory, timeout, worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self.prefetch_factor = 2 if prefetch_factor is None and num_workers else prefetch_factor
+        self.persistent_workers = bool(persistent_workers)
+        self._pool = None
         self.device = None if device is None else _device.Device(device)
         self._num_samples = n
         # A given generator is made once so successive epochs continue its stream.
         self._rng = None if generator is None else make_rng(generator, "DataLoader")
 
         self._arrays, self._index_map = None, None
-        whole = dataset._whole_arrays() if (collate_fn is None and isinstance(dataset, Dataset)) else None
+        whole = (dataset._whole_arrays() if (collate_fn is None and batch_sampler is None and isinstance(dataset, Dataset))
+                 else None)
         if whole is not None:
             arrays, index_map = whole
             if self.device is not None:
@@ -157,23 +185,35 @@ class DataLoader:
             self._arrays, self._index_map = arrays, index_map
 
     def __len__(self):
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
         if self.drop_last:
             return self._num_samples // self.batch_size
         return math.ceil(self._num_samples / self.batch_size)
 
     def _epoch_order(self):
-        """The sample order of one epoch: a permutation (shuffle) or None meaning 0..N-1."""
+        """The sample order of one epoch: the sampler's, a permutation (shuffle), or None meaning 0..N-1."""
+        if self.sampler is not None:
+            return np.fromiter((int(i) for i in self.sampler), dtype=np.int64, count=self._num_samples)
         if not self.shuffle:
             return None
         rng = self._rng if self._rng is not None else make_rng(None)
         return rng.permutation(self._num_samples)
 
     def __iter__(self):
-        order = self._epoch_order()
-        if self._arrays is not None:
-            yield from self._iter_fast(order)
+        if self.batch_sampler is not None:
+            batches = [list(b) for b in self.batch_sampler]
         else:
-            yield from self._iter_samples(order)
+            order = self._epoch_order()
+            if self._arrays is not None:
+                yield from self._iter_fast(order)
+                return
+            batches = [range(start, stop) if order is None else order[start:stop].tolist()
+                       for start, stop in self._batch_bounds()]
+        if self.num_workers == 0:
+            yield from self._iter_samples(batches)
+        else:
+            yield from self._iter_workers(batches)
 
     def _batch_bounds(self):
         for b in range(len(self)):
@@ -196,13 +236,42 @@ class DataLoader:
                 batch = tuple(a[idx] for a in self._arrays)
             yield tuple(_as_tensor(a) for a in batch)
 
-    def _iter_samples(self, order):
-        for start, stop in self._batch_bounds():
-            indices = range(start, stop) if order is None else order[start:stop]
-            samples = [self.dataset[int(i)] for i in indices]
-            if self.collate_fn is None:
-                yield _to_tensors(_collate_arrays(samples), self.device)
-            elif self.device is not None:
-                yield _to_tensors(self.collate_fn(samples), self.device)
-            else:
-                yield self.collate_fn(samples)  # a custom collate's batch, untouched
+    def _finish(self, batch):
+        if self.collate_fn is None:
+            return _to_tensors(batch, self.device)
+        if self.device is not None:
+            return _to_tensors(batch, self.device)
+        return batch  # a custom collate's batch, untouched
+
+    def _iter_samples(self, batches):
+        collate = self.collate_fn or _collate_arrays
+        for indices in batches:
+            yield self._finish(collate([self.dataset[int(i)] for i in indices]))
+
+    def _worker_base_seed(self):
+        """The workers' base seed, from a stream of its own: drawing it never moves the loader's
+        generator, so the sample order is the same as with num_workers=0."""
+        if self._rng is None:
+            from .. import random as minidl_random
+
+            return minidl_random.next_seed() % 2**62
+        if getattr(self, "_seed_rng", None) is None:
+            self._seed_rng = np.random.default_rng(self._rng.bit_generator.seed_seq.spawn(1)[0])
+        return int(self._seed_rng.integers(0, 2**62))
+
+    def _iter_workers(self, batches):
+        from ._workers import WorkerPool
+
+        pool = self._pool
+        if pool is None:
+            base_seed = self._worker_base_seed()
+            pool = WorkerPool(self.dataset, self.collate_fn or _collate_arrays, self.num_workers, base_seed,
+                              self.worker_init_fn, self.prefetch_factor, self.multiprocessing_context, self.timeout)
+            if self.persistent_workers:
+                self._pool = pool
+        try:
+            for batch in pool.run_epoch([list(map(int, b)) for b in batches]):
+                yield self._finish(batch)
+        finally:
+            if not self.persistent_workers:
+                pool.shutdown()

@@ -151,10 +151,16 @@ class ImageArrayDataset(Dataset):
     target_transform = None
 
     def __len__(self):
-        return int(self.data.shape[0])
+        return int(self._images_labels()[0].shape[0])
+
+    def _images_labels(self):
+        """The (images, labels) arrays, whether `data`/`targets` hold arrays or tensors (MNIST's are
+        tensors, as torchvision's)."""
+        return tuple(getattr(a, "_data", a) for a in (self.data, self.targets))
 
     def __getitem__(self, index):
-        image, target = self.data[index], int(self.targets[index])
+        images, labels = self._images_labels()
+        image, target = images[index], int(labels[index])
         if self.transform is not None:
             image = self.transform(image)
         if self.target_transform is not None:
@@ -164,4 +170,4 @@ class ImageArrayDataset(Dataset):
     def _whole_arrays(self):
         if self.transform is not None or self.target_transform is not None:
             return None
-        return (self.data, self.targets), None
+        return self._images_labels(), None

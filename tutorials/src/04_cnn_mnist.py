@@ -64,7 +64,7 @@ CPU_LABEL = tu.device_label(False)    # the CPU run's label, also on the GPU mac
 #
 # `minidl.data.MNIST` reads LeCun's idx files from the data root: `$MINIDL_DATA` when it is set,
 # else `~/.cache/minidl` (where it downloads them when they are missing). `data` holds the raw
-# pixels as uint8 (N, 28, 28), `targets` the labels as int64 (N,).
+# pixels as a uint8 tensor (N, 28, 28), `targets` the labels as an int64 tensor (N,), as torchvision's.
 
 # %%
 def load_mnist(download):
@@ -83,7 +83,7 @@ print("images per class (train):", np.bincount(train_raw.targets, minlength=10))
 fig, axes = plt.subplots(2, 10, figsize=(10, 2.4))
 for ax, i in zip(axes.ravel(), range(20)):
     ax.imshow(train_raw.data[i], cmap="gray_r")
-    ax.set_title(str(train_raw.targets[i]), fontsize=9)
+    ax.set_title(str(int(train_raw.targets[i])), fontsize=9)
     ax.axis("off")
 fig.suptitle("the first 20 training images and their labels" + ("" if REAL_DATA else " (SYNTHETIC stand-in)"))
 fig.tight_layout(rect=(0, 0.04, 1, 1))   # room for the stamp below
@@ -112,7 +112,7 @@ TEST_N = 500 if MODE == "small" else len(test_raw)
 
 def to_float(raw, n, mean=None, std=None):
     """uint8 (N, 28, 28) -> float32 (n, 1, 28, 28), standardised with the given (training) statistics."""
-    x = raw.data[:n].astype(np.float32)[:, None] / np.float32(255.0)
+    x = np.asarray(raw.data[:n]).astype(np.float32)[:, None] / np.float32(255.0)
     mean = float(x.mean()) if mean is None else mean
     std = float(x.std()) if std is None else std
     return (x - np.float32(mean)) / np.float32(std), mean, std

@@ -334,7 +334,7 @@ class CIFAR10(ImageArrayDataset):
 
     classes = CLASSES
 
-    def __init__(self, root=None, train=True, download=True, transform=None, target_transform=None):
+    def __init__(self, root=None, train=True, transform=None, target_transform=None, download=False):
         self.root = data_root(root)
         self.train = bool(train)
         self.transform = transform

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...autograd.tensor import Tensor
 from ..dataset import ImageArrayDataset
 from ._download import DatasetNotFoundError, data_root, fetch_files, missing_files_message
 
@@ -79,7 +80,9 @@ def _find(filename: str, folders) -> Path | None:
 
 
 class MNIST(ImageArrayDataset):
-    """MNIST digits. `data`: uint8 (N, 28, 28); `targets`: int64 (N,) in 0..9.
+    """MNIST digits. `data`: a uint8 tensor (N, 28, 28); `targets`: an int64 tensor (N,) in 0..9 (tensors,
+    as torchvision's; both share memory with the arrays the dataset reads, and can be re-assigned,
+    e.g. `ds.data = ds.data[:1000]`). A sample `ds[i]` is (uint8 array (28, 28), int) before `transform`.
 
     root: the data root (see `data_root`); the idx files, gzipped or not, are looked for in
     root/MNIST/raw/ (torchvision's layout) and in root/ itself. download: fetch the gzipped files
@@ -90,7 +93,7 @@ class MNIST(ImageArrayDataset):
     classes = ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four",
                "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine"]
 
-    def __init__(self, root=None, train=True, download=True, transform=None, target_transform=None):
+    def __init__(self, root=None, train=True, transform=None, target_transform=None, download=False):
         self.root = data_root(root)
         self.train = bool(train)
         self.transform = transform
@@ -131,12 +134,28 @@ class MNIST(ImageArrayDataset):
         self.data = images
         self.targets = labels.astype(np.int64)
 
+    @property
+    def data(self):
+        return Tensor._make(self._images)
+
+    @data.setter
+    def data(self, value):
+        self._images = getattr(value, "_data", value)
+
+    @property
+    def targets(self):
+        return Tensor._make(self._labels)
+
+    @targets.setter
+    def targets(self, value):
+        self._labels = getattr(value, "_data", value)
+
     def as_arrays(self, normalize=True):
         """(x float32 (N, 1, 28, 28), y int64 (N,)): pixels / 255, then (x - 0.1307) / 0.3081 if normalize."""
-        x = self.data.astype(np.float32)[:, None, :, :] / np.float32(255.0)
+        x = self._images.astype(np.float32)[:, None, :, :] / np.float32(255.0)
         if normalize:
             x = (x - np.float32(MNIST_MEAN)) / np.float32(MNIST_STD)
-        return x, self.targets.copy()
+        return x, self._labels.copy()
 
     def __repr__(self):
         split = "train" if self.train else "test"
