@@ -143,6 +143,9 @@ class Optimizer:
         with no_grad():
             for group in self.param_groups:
                 self._update_group(group)
+                for p in group["params"]:
+                    if p.grad is not None:
+                        p._version += 1  # changed in place: a graph that saved p cannot be used (as torch)
         return loss
 
     def _update_group(self, group: dict) -> None:  # pragma: no cover - abstract
