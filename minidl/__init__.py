@@ -44,8 +44,9 @@ bool = bool_  # noqa: A001
 
 # Functional forms of Tensor methods: minidl.exp(x) == x.exp(), as torch.exp(x).
 def _method(name):
-    def fn(input, *args, **kwargs):
-        return getattr(input, name)(*args, **kwargs)
+    def fn(input, *args, out=None, **kwargs):
+        result = getattr(input, name)(*args, **kwargs)
+        return result if out is None else _write_out(out, result, name)
 
     fn.__name__ = name
     fn.__doc__ = f"minidl.{name}(t, ...) is t.{name}(...)."
@@ -64,6 +65,18 @@ for _name in (
 ):
     globals()[_name] = _method(_name)
 del _name
+
+
+def _write_out(out, result, name):
+    """torch's out= argument: the result is written into `out` (resized as torch does), which is returned."""
+    if out.requires_grad and is_grad_enabled():
+        raise RuntimeError(f"{name}(): functions with out=... arguments don't support automatic differentiation, "
+                           "but one of the arguments requires grad")
+    if out.shape != result.shape:
+        out._data = result._data.astype(out.dtype, copy=True)
+        out._version += 1
+        return out
+    return out.copy_(result.detach())
 
 
 def numel(t):

@@ -1010,6 +1010,9 @@ class Tensor:
             raise IndexError(f"{op}: dim {dim} is out of range for a tensor of shape {tuple(self.shape)}")
         return dim % n
 
+    def matmul(self, other):
+        return matmul(self, other)
+
     def mm(self, mat2):
         """(n, m) @ (m, p) -> (n, p); both must be 2-D (torch.mm)."""
         if self.ndim != 2 or getattr(mat2, "ndim", 0) != 2:
@@ -1314,8 +1317,12 @@ def _check_devices(op, tensors):
         raise RuntimeError(f"{op}: expected all tensors on one device, got {sorted(map(str, devices))}")
 
 
-def matmul(a, b):
+def matmul(a, b, out=None):
     """Matrix product with PyTorch's rules: 1-D, 2-D and batched (broadcast leading dims)."""
+    if out is not None:
+        from .. import _write_out
+
+        return _write_out(out, matmul(a, b), "matmul")
     if not isinstance(a, Tensor):
         a = Tensor(a)
     b = a._operand(b, "matmul")

@@ -7,7 +7,7 @@ from .layers.conv import Conv1d, Conv2d, Conv3d  # noqa: F401
 from .layers.dropout import Dropout  # noqa: F401
 from .layers.embedding import Embedding  # noqa: F401
 from .layers.linear import Flatten, Identity, Linear, Unflatten  # noqa: F401
-from .layers.loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss  # noqa: F401
+from .layers.loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss  # noqa: F401
 from .layers.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, LocalResponseNorm  # noqa: F401
 from .layers.pooling import (  # noqa: F401
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d,

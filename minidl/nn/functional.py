@@ -520,6 +520,19 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     return _reduce(diff * diff, reduction)
 
 
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """Huber-like loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target);
+    beta = 0 is the L1 loss."""
+    input, target = _regression_pair("smooth_l1_loss", input, target)
+    _check_reduction("smooth_l1_loss", reduction)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+    d = (input - target).abs()
+    if beta == 0:
+        return _reduce(d, reduction)
+    return _reduce(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
+
+
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Mean absolute error: reduce(|input - target|). Integer targets are promoted, as PyTorch."""
     input, target = _autocast("l1_loss", input, target)

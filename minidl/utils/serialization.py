@@ -243,8 +243,11 @@ def _placement(map_location):
     )
 
 
-def load(f, map_location=None):
+def load(f, map_location=None, weights_only=None):
     """Read a checkpoint written by minidl.save.
+
+    weights_only: accepted for PyTorch's signature; minidl's loading is always "weights only" (it
+    never unpickles), whatever the value.
 
     map_location: None puts each tensor back on the device it was saved from (the CPU if that GPU is
     not available here); 'cpu', 'cuda' or 'cuda:N' puts every tensor there.

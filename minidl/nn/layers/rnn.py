@@ -117,6 +117,10 @@ class RNNBase(Module):
     def reset_parameters(self):
         _uniform_init(self, self.hidden_size)
 
+    def flatten_parameters(self):
+        """PyTorch re-packs cuDNN's weight buffer here; minidl's primitive takes the weights as they
+        are, so there is nothing to do (kept so that programs calling it run)."""
+
     def _flat_weights(self):
         return [self._parameters[spec.name] for specs in self._desc.weight_shapes() for spec in specs if spec is not None]
 
