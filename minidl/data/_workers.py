@@ -138,5 +138,5 @@ class WorkerPool:
         self.procs = []
 
     def __del__(self):
-        if self.procs:
+        if getattr(self, "procs", None):
             self.shutdown()

@@ -69,6 +69,9 @@ def _collate_arrays(batch):
         return np.array(batch, dtype=elem.dtype)
     if isinstance(elem, (str, bytes)):
         return list(batch)
+    if hasattr(elem, "__array__") or hasattr(elem, "__array_interface__"):
+        # A torch.Tensor (from a torchvision dataset or transform) or a PIL image: as a NumPy array.
+        return _collate_arrays([np.asarray(sample) for sample in batch])
     if isinstance(elem, collections.abc.Mapping):
         return {key: _collate_arrays([sample[key] for sample in batch]) for key in elem}
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # namedtuple
