@@ -804,7 +804,7 @@ class Tensor:
         if isinstance(value, Tensor):
             if value.ndim != 0:
                 raise RuntimeError(f"masked_fill: value must be a number or a 0-d tensor, got shape {tuple(value.shape)}")
-            value = value.type(self.dtype) if value.requires_grad else value.item()
+            value = value.type(self.dtype)  # stays on its device (no .item(): no host sync)
         if not isinstance(value, Tensor):
             value = Tensor._make(get_array_module(self._data).asarray(value, dtype=self.dtype))
         return where(mask, value, self)
@@ -1084,7 +1084,8 @@ class Tensor:
             if i != d and si > ss or si > src.shape[i]:
                 raise RuntimeError(f"{op}: index {tuple(index.shape)} is larger than self {tuple(self.shape)} or "
                                    f"src {tuple(src.shape)} in dim {i}")
-        if index.numel() and not (0 <= builtins.int(index.min()) and builtins.int(index.max()) < self.shape[d]):
+        # (checked on the CPU only: on the GPU this would read a device value, a host sync)
+        if not index.is_cuda and index.numel() and not (0 <= index._data.min() and index._data.max() < self.shape[d]):
             raise RuntimeError(f"{op}: index {builtins.int(index.max())} is out of bounds for dim {dim} with size "
                                f"{self.shape[d]}")
         return ops.Scatter.apply(self, src.type(self.dtype), index=index._data, dim=d, reduce_add=reduce_add)

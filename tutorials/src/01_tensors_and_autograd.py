@@ -460,3 +460,63 @@ print(f"SGD with momentum: final loss {loss.item():.5f} (plain updates above: {l
 # 5. Gradient accumulation: train the curve fit with micro-batches of 32 and one `opt.step()` per 128
 #    points. How must each micro-batch loss be scaled so the result matches full-batch training?
 # 6. In `train`, move the update outside `no_grad`. What error or wrong behaviour do you get, and why?
+
+# %% [markdown]
+# ## Appendix: a PyTorch program on minidl
+#
+# minidl keeps PyTorch's names, so a program written for PyTorch runs on it unchanged:
+# `python -m minidl.run program.py` makes `import torch` (and `torch.nn`, `torch.optim`,
+# `torch.utils.data`, torchvision's datasets and transforms) give minidl. Here is the network of
+# PyTorch's 60-minute tutorial, one SGD step of it, run through the same hook in this process, with
+# a profile of the primitive-library calls it made (`cProfile`, keeping the `minidl/primitives`
+# rows). docs/TORCH_COMPAT.md lists which PyTorch names exist.
+
+# %%
+import cProfile
+import pstats
+import runpy
+import tempfile
+
+import minidl.run
+
+PYTORCH_PROGRAM = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 6, 5)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), (2, 2))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        x = F.relu(self.fc1(x))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+net = Net()
+optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
+input, target = torch.randn(4, 1, 32, 32), torch.randn(4, 10)
+optimizer.zero_grad()
+loss = nn.MSELoss()(net(input), target)
+loss.backward()
+optimizer.step()
+print("loss", loss.item(), "| grad_fn", loss.grad_fn, "| torch.nn.Conv2d is", torch.nn.Conv2d)
+'''
+with tempfile.TemporaryDirectory() as tmp:
+    program = Path(tmp) / "blitz.py"
+    program.write_text(PYTORCH_PROGRAM)
+    minidl.run.install()
+    try:
+        profiler = cProfile.Profile()
+        profiler.runcall(runpy.run_path, str(program), run_name="__main__")
+    finally:
+        minidl.run.uninstall()
+pstats.Stats(profiler).sort_stats("cumulative").print_stats(r"primitives/[a-z_]+\.py:.*(forward|backward)", 10)
