@@ -17,6 +17,7 @@ from .autograd.creation import (  # noqa: F401
     rand, rand_like, randint, randint_like, randn, randn_like, randperm, tensor, zeros, zeros_like,
 )
 from .autograd.function import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from .autograd.function import no_grad as inference_mode  # noqa: F401  (PyTorch's inference_mode: no graph)
 from .autograd.tensor import (  # noqa: F401
     Tensor, bfloat16, bool_, cat, chunk, concat, float16, float32, float64, get_default_dtype, int8, int16, int32,
     int64, matmul, maximum, minimum, set_default_dtype, split, stack, uint8, where,
@@ -61,7 +62,7 @@ for _name in (
     "mm", "bmm", "mv", "dot", "narrow", "index_select", "masked_select", "masked_fill", "nonzero", "scatter",
     "scatter_add", "sort", "argsort", "topk", "kthvalue", "median", "cumsum", "norm", "unbind", "flip", "tril",
     "triu", "all", "any", "sin", "cos", "log1p", "square", "pow", "add", "sub", "mul", "div", "neg", "eq", "ne",
-    "lt", "le", "gt", "ge", "clone", "t", "detach",
+    "lt", "le", "gt", "ge", "clone", "t", "detach", "mode", "round", "floor", "ceil", "trunc",
 ):
     globals()[_name] = _method(_name)
 del _name

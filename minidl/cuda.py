@@ -52,3 +52,12 @@ def precompile(families=None) -> list:
     from .primitives.cuda import _compile
 
     return _compile.precompile(families)
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the GPU generator (as torch.cuda.manual_seed); does nothing without a GPU, as torch."""
+    if is_available():
+        _device.require_cuda("cuda.manual_seed").random.seed(int(seed))
+
+
+manual_seed_all = manual_seed

@@ -525,6 +525,19 @@ class Cos(Function):
         return -g * get_array_module(g).sin(self.a)
 
 
+class Round(Function):
+    """floor / ceil / round (half to even, as torch) / trunc; the gradient is zero almost everywhere,
+    and PyTorch defines it as zero."""
+
+    saves_inputs = False
+
+    def forward(self, a, how="round"):
+        return getattr(get_array_module(a), {"round": "round", "floor": "floor", "ceil": "ceil", "trunc": "trunc"}[how])(a)
+
+    def backward(self, g):
+        return get_array_module(g).zeros_like(g)
+
+
 class Sort(Function):
     """(values, indices) along dim, stable (equal values keep their order). The gradient of values
     goes back to the positions the indices name."""

@@ -1147,6 +1147,25 @@ class Tensor:
         values, indices = self.kthvalue((self.shape[d] - 1) // 2 + 1 if self.ndim else 1, d, keepdim)
         return return_types.median(values, indices)
 
+    def mode(self, dim=-1, keepdim=False):
+        """The most frequent value along dim (ties: the smallest) and the index of its last occurrence,
+        as torch.mode. Counted on the host (a loop over rows)."""
+        d = self._dim(dim, "mode")
+        rows = np.moveaxis(self._host_array(), d, -1) if self.ndim else self._host_array().reshape(1)
+        flat = rows.reshape(-1, rows.shape[-1])
+        idx = np.empty(flat.shape[0], dtype=int64)
+        for r, row in enumerate(flat):
+            values, counts = np.unique(row, return_counts=True)
+            idx[r] = np.flatnonzero(row == values[np.argmax(counts)])[-1]
+        idx = Tensor._make(idx.reshape(rows.shape[:-1])).to(self.device)
+        if self.ndim == 0:
+            return return_types.mode(self.clone(), idx.reshape(()))
+        values = self.gather(d, idx.unsqueeze(d))
+        indices = idx.unsqueeze(d)
+        if not keepdim:
+            values, indices = values.squeeze(d), idx
+        return return_types.mode(values, indices)
+
     def cumsum(self, dim):
         """Running sum along dim; the gradient is the reversed running sum of the output gradient."""
         return ops.CumSum.apply(self, dim=self._dim(dim, "cumsum"))
@@ -1220,6 +1239,18 @@ class Tensor:
         """A copy of data with this tensor's dtype and device unless given (torch.Tensor.new_tensor)."""
         src = data._host_array() if isinstance(data, Tensor) else data
         return self._new(np.array(src, dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+    def round(self):
+        return ops.Round.apply(self, how="round") if self.dtype.kind == "f" else self
+
+    def floor(self):
+        return ops.Round.apply(self, how="floor") if self.dtype.kind == "f" else self
+
+    def ceil(self):
+        return ops.Round.apply(self, how="ceil") if self.dtype.kind == "f" else self
+
+    def trunc(self):
+        return ops.Round.apply(self, how="trunc") if self.dtype.kind == "f" else self
 
     def sin(self):
         return ops.Sin.apply(self)

@@ -189,7 +189,8 @@ def test_named_tuple_returns():
     m, t = both(a)
     for name, call in [("max", lambda x: x.max(1)), ("min", lambda x: x.min(0, keepdim=True)),
                        ("sort", lambda x: x.sort(1, descending=True)), ("topk", lambda x: x.topk(3)),
-                       ("kthvalue", lambda x: x.kthvalue(2, 0)), ("median", lambda x: x.median(1))]:
+                       ("kthvalue", lambda x: x.kthvalue(2, 0)), ("median", lambda x: x.median(1)),
+                       ("mode", lambda x: (x * 2).round().mode(1)), ("mode", lambda x: (x * 2).round().mode(0, True))]:
         rm, rt = call(m), call(t)
         assert type(rm).__name__ == type(rt).__name__ == name
         close(rm.values, rt.values)
