@@ -96,6 +96,9 @@ class Function:
     # only shapes (Add, Reshape, Sum, ...) set saves_inputs = False, so `y = x + 1; x += 1` stays legal.
     saves_inputs = True
     saves_output = False
+    # Ops whose output may be a view of their first input (reshape, permute, expand, basic
+    # indexing): when it is (same memory), the output shares the input's version counter.
+    may_return_view = False
 
     def forward(self, *arrays, **params):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -144,12 +147,15 @@ class Function:
             if differentiable:
                 t._ctx, t._out_index = fn, i
             results.append(t)
+        if cls.may_return_view and isinstance(inputs[0], Tensor) and _same_memory(outputs[0], arrays[0]):
+            base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
+            results[0]._vbox, results[0]._base = inputs[0]._vbox, base
         if record:
             fn.inputs = tuple(t if isinstance(t, Tensor) else None for t in inputs)
             fn._input_versions = tuple(t._version if isinstance(t, Tensor) else 0 for t in inputs)
             fn._output_meta = tuple((o.shape, o.dtype) for o in outputs)
             fn._output_refs = tuple(weakref.ref(t) for t in results)
-            fn._output_versions = [0] * len(results)
+            fn._output_versions = [t._version for t in results]
         return results[0] if single else tuple(results)
 
     def _release(self):
@@ -163,6 +169,12 @@ class Function:
         # Function raises (see run_backward) instead of silently stopping here.
         self.inputs = ()
         self._released = True
+
+
+def _same_memory(a, b) -> bool:
+    """Is array a a view of b's memory (NumPy/CuPy keep the owning array in .base)?"""
+    root_a, root_b = getattr(a, "base", None), getattr(b, "base", None)
+    return root_a is not None and (root_a is b or root_a is root_b)
 
 
 class AccumulateGrad:

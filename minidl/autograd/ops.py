@@ -322,6 +322,7 @@ class MaxMin(Function):
 
 class Reshape(Function):
     saves_inputs = False
+    may_return_view = True
 
     def forward(self, a, shape=None):
         self.in_shape = a.shape
@@ -333,6 +334,7 @@ class Reshape(Function):
 
 class Permute(Function):
     saves_inputs = False
+    may_return_view = True
 
     def forward(self, a, dims=None):
         self.dims = tuple(d % a.ndim for d in dims)
@@ -344,6 +346,7 @@ class Permute(Function):
 
 class Expand(Function):
     saves_inputs = False
+    may_return_view = True
 
     def forward(self, a, shape=None):
         self.in_shape = a.shape
@@ -373,6 +376,7 @@ class GetItem(Function):
     scatters with add.at so repeated indices accumulate, as they must."""
 
     saves_inputs = False
+    may_return_view = True
 
     def forward(self, a, key=None):
         self.shape, self.key = a.shape, key

@@ -108,7 +108,7 @@ class Tensor:
         self._out_index = 0
         self._retains_grad = False
         self._hooks = []
-        self._version = 0  # bumped by every in-place change (see _inplace)
+        self._vbox, self._base = [0], None  # version counter (shared by views) and the viewed tensor
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -118,8 +118,19 @@ class Tensor:
         """Wrap an array without copying or converting (internal fast path)."""
         t = cls.__new__(cls)
         t._data, t.grad, t._ctx, t._out_index = array, None, None, 0
-        t._retains_grad, t._hooks, t.requires_grad, t._version = False, [], requires_grad, 0
+        t._retains_grad, t._hooks, t.requires_grad = False, [], requires_grad
+        t._vbox, t._base = [0], None
         return t
+
+    @property
+    def _version(self) -> int:
+        """How many times this tensor's memory was changed in place (PyTorch's version counter). Views
+        made by reshape/view/permute/expand/basic indexing/detach share their base's counter."""
+        return self._vbox[0]
+
+    @_version.setter
+    def _version(self, value):
+        self._vbox[0] = value
 
     # --------------------------------------------------------------------------------------------
     # Properties
@@ -235,7 +246,10 @@ class Tensor:
         run_backward(self, g, retain_graph=retain_graph)
 
     def detach(self):
-        return Tensor._make(self._data)
+        """A tensor sharing this one's array (and version counter, as PyTorch) outside the graph."""
+        t = Tensor._make(self._data)
+        t._vbox = self._vbox
+        return t
 
     def detach_(self):
         self._ctx, self.requires_grad = None, False
@@ -846,7 +860,13 @@ class Tensor:
             raise RuntimeError(f"{op}: expected both tensors on the same device, got {self.device} and {other.device}")
         if self._records_with(other):
             old = Tensor._make(self._data.copy(), requires_grad=self.requires_grad)
-            old._ctx, old._out_index, old._version = self._ctx, self._out_index, self._version
+            old._ctx, old._out_index, old._vbox = self._ctx, self._out_index, [self._version]
+            if self._base is not None:
+                raise NotImplementedError(
+                    f"{op}: an in-place change of a view (of a tensor of shape {tuple(self._base.shape)}) "
+                    "inside a graph is not supported by minidl's autograd (PyTorch rebases the base "
+                    "tensor's history; minidl would silently miss it). Change the base tensor instead "
+                    "(x[idx] = ..., x.index_put/masked_fill), or clone() the view first.")
             out = compute(old)
         else:
             out = compute(Tensor._make(self._data))

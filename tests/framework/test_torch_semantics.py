@@ -115,6 +115,24 @@ def test_inplace_dtype_and_shape_errors():
         assert f.tolist() == [1.0, 2.0, 3.0]
 
 
+def test_views_share_the_version_counter():
+    for lib in (minidl, torch):
+        x = lib.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+        h = x * 1.0
+        y = h * h              # Mul saves h
+        h[0].mul_(1.0) if lib is torch else h.detach()[0].mul_(1.0)  # a change through a view of h
+        assert h._version == 1
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.sum().backward()
+        v = lib.zeros(3, 4)
+        for view in (v.view(12), v.t(), v[1:], v.reshape(4, 3), v.detach()):
+            view.add_(1)
+        assert v._version == 5 and float(v.sum()) == 4 * 12 + 8
+    h = minidl.ones(3, requires_grad=True) * 2
+    with pytest.raises(NotImplementedError, match="view"):
+        h[1:].mul_(3)  # torch rebases h's history here; minidl refuses instead of missing it
+
+
 def test_version_counter_counts_inplace_changes():
     for lib in (minidl, torch):
         x = lib.zeros(3)
