@@ -50,6 +50,7 @@ TORCH_MODULES = {
     "torch.utils.data": "minidl.data",
     "torch.utils.data.dataset": "minidl.data",
     "torch.utils.data.dataloader": "minidl.data",
+    "torch.utils.data.sampler": "minidl.data",
     "torch.random": "minidl.random",
     "torchvision": "minidl.vision",
     "torchvision.datasets": "minidl.vision.datasets",

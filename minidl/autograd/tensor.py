@@ -768,8 +768,12 @@ class Tensor:
         return chunk(self, chunks, dim)
 
     def repeat(self, *sizes):
+        """Tile: dim i repeated sizes[i] times; extra leading sizes add dims (torch.Tensor.repeat)."""
         sizes = _shape_arg(sizes)
-        out = self
+        if len(sizes) < self.ndim:
+            raise RuntimeError(f"repeat: number of dimensions of repeat dims ({len(sizes)}) can not be smaller "
+                               f"than number of dimensions of tensor ({self.ndim}, shape {tuple(self.shape)})")
+        out = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.shape))
         for d, n in enumerate(reversed(sizes)):
             if n != 1:
                 out = cat([out] * n, dim=-1 - d) if out.ndim > d else out

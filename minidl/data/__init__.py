@@ -8,10 +8,13 @@
 from . import transforms
 from .dataloader import DataLoader, default_collate
 from ._workers import get_worker_info
+from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
+                      WeightedRandomSampler)
 from .dataset import ArrayDataset, Dataset, Subset, TensorDataset, random_split
 from .datasets import (CIFAR10, MNIST, BPTTIterator, CharCorpus, DatasetNotFoundError, UnsafePickleError,
                        WordCorpus, batchify, data_root)
 
-__all__ = ["transforms", "DataLoader", "default_collate", "get_worker_info", "ArrayDataset", "Dataset", "Subset",
+__all__ = ["transforms", "DataLoader", "default_collate", "get_worker_info", "Sampler", "SequentialSampler",
+           "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "ArrayDataset", "Dataset", "Subset",
            "TensorDataset", "random_split", "CIFAR10", "MNIST", "BPTTIterator", "CharCorpus",
            "DatasetNotFoundError", "UnsafePickleError", "WordCorpus", "batchify", "data_root"]

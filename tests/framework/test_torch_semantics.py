@@ -275,6 +275,8 @@ METHODS = {
     "where": lambda x, lib: x.where(x > 0, x * 3),
     "expand_repeat": lambda x, lib: x[:1].expand(4, 6) * x.repeat(2, 1)[:4] + x.repeat(1, 2)[:, :6],
     "sin_cos": lambda x, lib: x.sin() * x.cos(),
+    "repeat_new_dims": lambda x, lib: x[:2, :3].repeat(2, 1, 3) * x[0, 0],
+    "round": lambda x, lib: (x * 3).round() * x + x.floor() + x.ceil() * x.trunc(),
     "clone_type_as": lambda x, lib: x.clone().type_as(lib.ones(1, dtype=lib.float64)) * 2,
     "max_dim": lambda x, lib: x.max(dim=1).values + x.min(0).values.sum(),
 }

@@ -204,3 +204,25 @@ def test_adadelta_and_smooth_l1_as_torch():
     np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
     np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-12)
     assert pickle.loads(pickle.dumps(minidl.zeros(2).shape)) == (2,)
+
+
+def test_samplers():
+    from minidl.data import (BatchSampler, RandomSampler, SequentialSampler, SubsetRandomSampler,
+                             WeightedRandomSampler)
+
+    ds = TorchvisionLike()
+    assert list(SequentialSampler(ds)) == list(range(9))
+    first = list(RandomSampler(ds, generator=4))
+    assert sorted(first) == list(range(9)) and first != list(range(9))
+    assert first == list(RandomSampler(ds, generator=4)) and len(RandomSampler(ds, num_samples=20)) == 20
+    assert sorted(RandomSampler(ds, num_samples=18))[:4] == [0, 0, 1, 1]
+    sub = list(SubsetRandomSampler([1, 5, 7, 8], generator=0))
+    assert sorted(sub) == [1, 5, 7, 8]
+    w = list(WeightedRandomSampler([0, 0, 1, 3], 400, generator=1))
+    assert set(w) == {2, 3} and 0.65 < w.count(3) / 400 < 0.85
+    assert list(BatchSampler(SequentialSampler(ds), 4, False)) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert len(BatchSampler(SequentialSampler(ds), 4, True)) == 2
+    loader = DataLoader(ds, batch_size=2, sampler=SubsetRandomSampler([1, 5, 7], generator=3))
+    assert sorted(sum((b[2].tolist() for b in loader), [])) == [1, 5, 7] and len(loader) == 2
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        DataLoader(ds, sampler=SequentialSampler(ds), shuffle=True)
