@@ -103,7 +103,7 @@ def test_time_sequence_prediction_with_lbfgs(tmp_path):
     import minidl
 
     rng = np.random.default_rng(2)
-    x = np.arange(16) + rng.integers(-80, 80, 5)[:, None]
+    x = np.arange(10) + rng.integers(-80, 80, 4)[:, None]
     minidl.save(np.sin(x / 20.0), str(tmp_path / "traindata.pt"))
     out = ok(run(PROGRAMS / "time_sequence_prediction.py", "--steps", 1, "--future", 4, cwd=tmp_path))
     losses = [float(line.split()[1]) for line in out.splitlines() if line.startswith("loss:")]
