@@ -551,13 +551,14 @@ class Sort(Function):
     def forward(self, a, dim=-1, descending=False):
         xp = get_array_module(a)
         self.shape, self.dim = a.shape, dim
+        stable = {"kind": "stable"} if xp is np else {}  # CuPy's argsort is always stable (takes no kind)
         if descending:
             # Stable descending: sort the reversed array stably ascending, then reverse that order;
             # equal values end up in their original order.
-            rev = xp.argsort(xp.flip(a, axis=dim), axis=dim, kind="stable")
+            rev = xp.argsort(xp.flip(a, axis=dim), axis=dim, **stable)
             idx = xp.flip(a.shape[dim] - 1 - rev, axis=dim) if a.ndim else rev
         else:
-            idx = xp.argsort(a, axis=dim, kind="stable")
+            idx = xp.argsort(a, axis=dim, **stable)
         self.idx = idx
         return xp.take_along_axis(a, idx, axis=dim), idx.astype(np.int64)
 
