@@ -6,7 +6,6 @@ import pytest
 import torch
 
 import minidl
-from minidl import nn
 
 RNG = np.random.default_rng(19)
 
