@@ -51,8 +51,10 @@ def _worker_loop(dataset, collate, tasks, results, worker_id, num_workers, seed,
             return
         epoch, number, indices = task
         try:
-            batch = collate([dataset[i] for i in indices])
-            results.put((epoch, number, batch, None))
+            # Pickled here, not by the queue's feeder thread: a batch that cannot be pickled becomes
+            # an error message for the main process instead of a batch that never arrives.
+            payload = pickle.dumps(collate([dataset[i] for i in indices]), protocol=pickle.HIGHEST_PROTOCOL)
+            results.put((epoch, number, payload, None))
         except Exception:  # noqa: BLE001
             results.put((epoch, number, None, f"DataLoader worker {worker_id} failed on batch {number} "
                                               f"(indices {list(indices)[:8]}...):\n{traceback.format_exc()}"))
@@ -118,7 +120,7 @@ class WorkerPool:
                     self.shutdown()
                     raise RuntimeError(error)
                 if got_epoch == epoch:  # results of an abandoned earlier epoch are dropped
-                    buffered[number] = batch
+                    buffered[number] = pickle.loads(batch)
             yield buffered.pop(next_out)
             next_out += 1
             if sent < total:

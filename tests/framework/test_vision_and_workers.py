@@ -149,6 +149,8 @@ class Failing(Squares):
 def test_worker_errors_and_unpicklable_datasets():
     with pytest.raises(RuntimeError, match="(?s)worker .* failed on batch 2.*sample 9 is broken"):
         list(DataLoader(Failing(), batch_size=4, num_workers=2, worker_init_fn=_init))
+    with pytest.raises(RuntimeError, match="(?s)failed on batch 0.*(pickle|Can't get local)"):
+        list(DataLoader(Squares(), batch_size=4, num_workers=1, collate_fn=lambda b: (lambda: b)))
     unpicklable = Squares()
     unpicklable.transform = lambda v: v
     with pytest.raises(TypeError, match="the dataset \\(Squares\\) cannot be pickled"):
