@@ -131,6 +131,8 @@ class Function:
     def apply(cls, *inputs, **params):
         from .tensor import Tensor
 
+        if _is_ctx_style(cls):  # a Function written in PyTorch's style (static forward(ctx, ...))
+            return _CtxFunction.apply(*inputs, user_cls=cls)
         fn = cls()
         arrays = tuple(t._data if isinstance(t, Tensor) else t for t in inputs)
         fn.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
@@ -169,6 +171,72 @@ class Function:
         # Function raises (see run_backward) instead of silently stopping here.
         self.inputs = ()
         self._released = True
+
+
+# ------------------------------------------------------------------------------------------------
+# PyTorch's custom-Function style: @staticmethod forward(ctx, *tensors) / backward(ctx, *grads)
+# ------------------------------------------------------------------------------------------------
+
+
+def _is_ctx_style(cls) -> bool:
+    for klass in cls.__mro__:
+        if "forward" in klass.__dict__:
+            return isinstance(klass.__dict__["forward"], staticmethod)
+    return False
+
+
+class FunctionCtx:
+    """The `ctx` of a PyTorch-style Function: what forward saves for backward."""
+
+    def __init__(self, needs_input_grad):
+        self.needs_input_grad = needs_input_grad
+        self.saved_tensors = ()
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tuple(tensors)
+
+    def mark_non_differentiable(self, *tensors):
+        pass
+
+    def mark_dirty(self, *tensors):
+        raise NotImplementedError("Function ctx.mark_dirty (in-place custom Functions) is not supported by minidl")
+
+    def set_materialize_grads(self, value):
+        pass
+
+
+class _CtxFunction(Function):
+    """Runs a user Function written in PyTorch's style (tutorials' LegendrePolynomial3): forward and
+    backward are static methods taking a ctx and Tensors; this node converts arrays to Tensors and
+    back, so the tape treats it as any other Function."""
+
+    def forward(self, *arrays, user_cls=None):
+        from .tensor import Tensor
+
+        self.user_cls = user_cls
+        self.is_tensor = tuple(hasattr(a, "shape") and hasattr(a, "dtype") for a in arrays)
+        self.ctx = FunctionCtx(self.needs_input_grad)
+        args = [Tensor._make(a) if t else a for a, t in zip(arrays, self.is_tensor)]
+        with no_grad():
+            out = user_cls.forward(self.ctx, *args)
+        if isinstance(out, tuple):
+            return tuple(o._data for o in out)
+        return out._data
+
+    def backward(self, *grads):
+        from .tensor import Tensor
+
+        with no_grad():
+            result = self.user_cls.backward(self.ctx, *(Tensor._make(g) for g in grads))
+        result = result if isinstance(result, tuple) else (result,)
+        if len(result) != len(self.is_tensor):
+            raise RuntimeError(f"{self.user_cls.__name__}.backward returned {len(result)} gradients for "
+                               f"{len(self.is_tensor)} inputs to forward (return None for inputs without one)")
+        return tuple(r._data if isinstance(r, Tensor) and t else None for r, t in zip(result, self.is_tensor))
+
+    @property
+    def name(self) -> str:
+        return getattr(self, "user_cls", type(self)).__name__
 
 
 def _same_memory(a, b) -> bool:

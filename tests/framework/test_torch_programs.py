@@ -117,6 +117,27 @@ def test_sixty_minute_blitz(program, tmp_path):
     assert out.strip()
 
 
+def test_learning_pytorch_with_examples_custom_function_equals_torch(tmp_path):
+    """The tutorial's custom autograd Function (ctx style) fit starts from fixed values: the same
+    program on PyTorch itself is the oracle for the printed losses and coefficients."""
+    out = ok(run(PROGRAMS / "learning_with_examples.py", cwd=tmp_path))
+    env = dict(os.environ, PYTHONPATH="")
+    ref = subprocess.run([sys.executable, str(PROGRAMS / "learning_with_examples.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+
+    def custom_function_part(text):
+        lines = text.splitlines()
+        end = next(i for i, line in enumerate(lines) if line.startswith("Result: y = ") and "P3(" in line)
+        return [float(tok.strip("()x")) for line in lines[:end + 1] for tok in line.replace("P3(", " ").split()
+                if tok.strip("()x").lstrip("+-").replace(".", "", 1).replace("e-", "", 1).isdigit()]
+
+    mine, theirs = custom_function_part(out), custom_function_part(ref.stdout)
+    assert len(mine) == len(theirs) > 8
+    np.testing.assert_allclose(mine, theirs, rtol=2e-5)
+    assert out.count("Result:") == 3
+
+
 def test_runner_usage(tmp_path):
     r = subprocess.run([sys.executable, "-m", "minidl.run"], cwd=tmp_path, capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))

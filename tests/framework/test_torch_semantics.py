@@ -343,3 +343,31 @@ def test_mse_loss_promotes_integer_target_and_warns_on_broadcast():
     with pytest.warns(UserWarning):
         lt = torch.nn.functional.mse_loss(torch.tensor(out), torch.tensor(out[:, 0]))
     close(lm, lt)
+
+
+def test_pytorch_style_custom_function():
+    def make(lib):
+        class ScaledMul(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, w, scale):
+                ctx.save_for_backward(x, w)
+                ctx.scale = scale
+                return x * w * scale
+
+            @staticmethod
+            def backward(ctx, g):
+                x, w = ctx.saved_tensors
+                return g * w * ctx.scale, (g * x * ctx.scale).sum(0), None
+
+        return ScaledMul
+
+    a, b = RNG.standard_normal((3, 4)), RNG.standard_normal(4)
+    out = []
+    for lib in (minidl, torch):
+        x, w = lib.tensor(a, requires_grad=True), lib.tensor(b, requires_grad=True)
+        y = make(lib).apply(x, w, 2.5)
+        (y * y).sum().backward()
+        out.append((y.detach().numpy().copy(), x.grad.numpy().copy(), w.grad.numpy().copy()))
+        assert y.requires_grad and y.grad_fn is not None
+    for m, t in zip(*out):
+        np.testing.assert_allclose(m, t, rtol=1e-12)
