@@ -28,17 +28,28 @@ def _write_idx(path, array):
         f.write(bytes([0, 0, 0x08, array.ndim]) + np.array(array.shape, dtype=">u4").tobytes() + array.tobytes())
 
 
-@pytest.fixture
-def mnist_tree(tmp_path):
-    """tmp/data/MNIST/raw/ with a tiny synthetic MNIST, and tmp/run/ to run from ('../data')."""
-    raw = tmp_path / "data" / "MNIST" / "raw"
+def _synthetic_mnist(raw):
     raw.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for prefix, n in (("train", 40), ("t10k", 12)):
         _write_idx(raw / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
         _write_idx(raw / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n).astype(np.uint8))
+
+
+@pytest.fixture
+def mnist_tree(tmp_path):
+    """tmp/data/MNIST/raw/ with a tiny synthetic MNIST, and tmp/run/ to run from ('../data')."""
+    _synthetic_mnist(tmp_path / "data" / "MNIST" / "raw")
     (tmp_path / "run").mkdir()
     return tmp_path / "run"
+
+
+def test_quickstart_tutorial(tmp_path):
+    _synthetic_mnist(tmp_path / "data" / "FashionMNIST" / "raw")
+    out = ok(run(PROGRAMS / "quickstart.py", cwd=tmp_path))
+    assert "Shape of X [N, C, H, W]: (12, 1, 28, 28)" in out and "Shape of y: (12,) int64" in out
+    assert out.count("Test Error:") == 5 and "Done!" in out and 'Predicted: "' in out
+    assert (tmp_path / "model.pth").is_file()
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -93,6 +93,8 @@ class MNIST(ImageArrayDataset):
     classes = ["0 - zero", "1 - one", "2 - two", "3 - three", "4 - four",
                "5 - five", "6 - six", "7 - seven", "8 - eight", "9 - nine"]
 
+    _folder, _mirrors, _md5_gz = "MNIST", None, None  # None: the module's _MIRRORS/_MD5_GZ (FashionMNIST sets its own)
+
     def __init__(self, root=None, train=True, transform=None, target_transform=None, download=False):
         self.root = data_root(root)
         self.train = bool(train)
@@ -100,37 +102,39 @@ class MNIST(ImageArrayDataset):
         self.target_transform = target_transform
         prefix = "train" if self.train else "t10k"
         image_name, label_name = f"{prefix}-images-idx3-ubyte", f"{prefix}-labels-idx1-ubyte"
-        raw_folder = self.root / "MNIST" / "raw"
+        name = self._folder  # "MNIST" or "FashionMNIST": the folder and the name in messages
+        raw_folder = self.root / self._folder / "raw"
         folders = [raw_folder, self.root]
 
         image_path, label_path = _find(image_name, folders), _find(label_name, folders)
         if image_path is None or label_path is None:
-            missing = [name for name in (image_name, label_name) if _find(name, folders) is None]
-            resources = [(name + ".gz", [m + name + ".gz" for m in _MIRRORS], _MD5_GZ[name + ".gz"])
-                         for name in missing]
+            missing = [f for f in (image_name, label_name) if _find(f, folders) is None]
+            mirrors = _MIRRORS if self._mirrors is None else self._mirrors
+            md5s = _MD5_GZ if self._md5_gz is None else self._md5_gz
+            resources = [(f + ".gz", [m + f + ".gz" for m in mirrors], md5s[f + ".gz"]) for f in missing]
             # The error also names the other split's missing files: a first run offline learns all
             # four it needs at once, not two now and two after it has found those.
-            others = [f"{name}(.gz)" for name in _FILES
-                      if name not in (image_name, label_name) and _find(name, folders) is None]
-            fetch_files("MNIST", resources, raw_folder, download, also_missing=others,
-                        names={name + ".gz": f"{name}(.gz)" for name in missing},
+            others = [f"{f}(.gz)" for f in _FILES
+                      if f not in (image_name, label_name) and _find(f, folders) is None]
+            fetch_files(name, resources, raw_folder, download, also_missing=others,
+                        names={f + ".gz": f"{f}(.gz)" for f in missing},
                         hint=f" Each file may be gzipped (.gz) or plain, in {raw_folder} or in {self.root}.")
             image_path, label_path = _find(image_name, folders), _find(label_name, folders)
             if image_path is None or label_path is None:  # pragma: no cover - fetch_files raises first
-                raise DatasetNotFoundError(missing_files_message("MNIST", missing, raw_folder))
+                raise DatasetNotFoundError(missing_files_message(name, missing, raw_folder))
 
         images = read_idx(image_path, expected_ndim=3)
         labels = read_idx(label_path, expected_ndim=1)
         if images.shape[1:] != (28, 28) or images.dtype != np.uint8:
-            raise ValueError(f"MNIST: {image_path} holds {images.dtype} images of shape {images.shape[1:]}, "
+            raise ValueError(f"{name}: {image_path} holds {images.dtype} images of shape {images.shape[1:]}, "
                              "expected uint8 28 x 28")
         if labels.dtype != np.uint8:
-            raise ValueError(f"MNIST: {label_path} holds {labels.dtype} labels, expected uint8")
+            raise ValueError(f"{name}: {label_path} holds {labels.dtype} labels, expected uint8")
         if images.shape[0] != labels.shape[0]:
-            raise ValueError(f"MNIST: {image_path} has {images.shape[0]} images but {label_path} has "
+            raise ValueError(f"{name}: {image_path} has {images.shape[0]} images but {label_path} has "
                              f"{labels.shape[0]} labels")
         if labels.size and labels.max() > 9:
-            raise ValueError(f"MNIST: {label_path} has a label {labels.max()}, expected 0..9")
+            raise ValueError(f"{name}: {label_path} has a label {labels.max()}, expected 0..9")
         self.data = images
         self.targets = labels.astype(np.int64)
 
@@ -160,3 +164,27 @@ class MNIST(ImageArrayDataset):
     def __repr__(self):
         split = "train" if self.train else "test"
         return f"MNIST(split={split}, samples={len(self)}, root={str(self.root)!r})"
+
+
+class FashionMNIST(MNIST):
+    """Fashion-MNIST (Xiao et al. 2017): 70,000 28 x 28 grey images of clothing in 10 classes, in
+    MNIST's idx format and torchvision's layout (root/FashionMNIST/raw/); the same interface as MNIST
+    (PyTorch's quickstart tutorial uses it)."""
+
+    classes = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+               "Ankle boot"]
+    _folder = "FashionMNIST"
+    _mirrors = ["http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"]
+    _md5_gz = {
+        "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+        "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
+        "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
+        "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+    }
+
+    def as_arrays(self, normalize=True):
+        raise NotImplementedError("FashionMNIST.as_arrays: MNIST's normalisation constants do not apply; use "
+                                  "transform=ToTensor() or the raw .data / .targets")
+
+    def __repr__(self):
+        return "Fashion" + super().__repr__()
