@@ -1098,6 +1098,9 @@ class Tensor:
 
     def _scatter(self, dim, index, src, reduce_add, op):
         d = self._dim(dim, op)
+        if isinstance(index, Tensor) and index.ndim == 0 and self.ndim == 1:  # torch accepts a 0-d index here
+            index = index.reshape(1)
+            src = src.reshape(1) if isinstance(src, Tensor) and src.ndim == 0 else src
         if not isinstance(index, Tensor) or index.dtype != int64 or index.ndim != self.ndim:
             raise RuntimeError(f"{op}: index must be an int64 tensor with as many dims as self "
                                f"({self.ndim}), got {getattr(index, 'dtype', type(index).__name__)} of shape "

@@ -122,7 +122,7 @@ def test_time_sequence_prediction_with_lbfgs(tmp_path):
     assert (tmp_path / "predict0.png").is_file()
 
 
-@pytest.mark.parametrize("program", ["blitz_neural_networks.py", "blitz_tensors_autograd.py"])
+@pytest.mark.parametrize("program", ["blitz_neural_networks.py", "blitz_tensors_autograd.py", "basics_autograd.py"])
 def test_sixty_minute_blitz(program, tmp_path):
     out = ok(run(PROGRAMS / program, cwd=tmp_path))
     assert out.strip()

@@ -309,7 +309,8 @@ def test_inplace_scatter_and_methods_without_grad():
         y = lib.zeros(3, 5).scatter_add_(0, lib.tensor(idx), lib.tensor(a[:2]))
         z = lib.zeros(2, 4).scatter_(1, lib.tensor([[1], [3]]), 1.0)
         nz = lib.tensor([[0, 1], [2, 0]]).nonzero()
-        r = (x, y, z, nz, lib.tensor(a).argsort(1), lib.tensor(a).any(1), (lib.tensor(a) > 0).all(dim=0),
+        one_hot = lib.zeros(10, dtype=lib.float).scatter_(0, lib.tensor(3), value=1)  # the Datasets tutorial
+        r = (x, y, z, nz, one_hot, lib.tensor(a).argsort(1), lib.tensor(a).any(1), (lib.tensor(a) > 0).all(dim=0),
              lib.tensor(a).new_zeros(2, 3), lib.tensor(a).new_ones((2,)), lib.tensor(a).new_full((2,), 3.0),
              lib.tensor(a).new_tensor([1, 2]), lib.tensor([1, 2]).cumsum(0))
         if lib is minidl:
