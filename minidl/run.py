@@ -55,6 +55,7 @@ TORCH_MODULES = {
     "torchvision": "minidl.vision",
     "torchvision.datasets": "minidl.vision.datasets",
     "torchvision.transforms": "minidl.vision.transforms",
+    "torchvision.utils": "minidl.vision.utils",
 }
 
 # PyTorch names outside minidl's scope, with the reason the message gives.

@@ -44,6 +44,34 @@ def mnist_tree(tmp_path):
     return tmp_path / "run"
 
 
+def test_cifar10_tutorial(tmp_path):
+    """The blitz "Training a Classifier" on a synthetic CIFAR-10 (binary batches, 12 + 8 images),
+    with worker processes, make_grid and per-class accuracy."""
+    folder = tmp_path / "data" / "cifar-10-batches-bin"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for name, n in [(f"data_batch_{i}", 12 if i == 1 else 4) for i in range(1, 6)] + [("test_batch", 8)]:
+        records = np.concatenate([rng.integers(0, 10, (n, 1)), rng.integers(0, 256, (n, 3072))], axis=1)
+        records.astype(np.uint8).tofile(folder / f"{name}.bin")
+    out = ok(run(PROGRAMS / "cifar10_tutorial.py", "--epochs", 1, "--log-every", 4, cwd=tmp_path))
+    assert "[1,     4] loss:" in out and "Finished Training" in out and "Predicted: " in out
+    assert out.count("Accuracy for class:") == 10 and "Accuracy of the network on the 10000 test images" in out
+
+
+def test_make_grid():
+    import minidl
+    from minidl.vision.utils import make_grid
+
+    images = np.arange(5 * 1 * 2 * 3, dtype=np.float32).reshape(5, 1, 2, 3)
+    grid = make_grid(minidl.tensor(images), nrow=2, padding=1, pad_value=-1).numpy()
+    assert grid.shape == (3, 3 * 3 + 1, 2 * 4 + 1)
+    np.testing.assert_array_equal(grid[0, 1:3, 5:8], images[1, 0])  # image 1: row 0, column 1
+    np.testing.assert_array_equal(grid[2, 7:9, 1:4], images[4, 0])  # image 4: row 2, column 0
+    assert (grid[:, 0] == -1).all() and (grid[:, 7:9, 5:8] == -1).all()  # padding and the empty cell
+    unit = make_grid(minidl.tensor(images), normalize=True).numpy()
+    assert unit.min() == 0 and unit.max() == 1
+
+
 def test_quickstart_tutorial(tmp_path):
     _synthetic_mnist(tmp_path / "data" / "FashionMNIST" / "raw")
     out = ok(run(PROGRAMS / "quickstart.py", cwd=tmp_path))
