@@ -900,11 +900,19 @@ class Tensor:
         if ufunc is not None and not self._records_with(other):
             self._check_inplace(op)
             o = self._operand(other, op)._data
+            other_kind = "b" if isinstance(other, builtins.bool) else ("f" if isinstance(other, builtins.float) else
+                                                                      ("i" if isinstance(other, numbers.Number) else o.dtype.kind))
+            if self.dtype.kind == "b" and other_kind != "b":
+                raise RuntimeError(f"{op}: result type {'Float' if other_kind == 'f' else 'Long'} can't be cast to the "
+                                   f"desired output type {self.dtype}")
             if self.dtype.kind in "iub" and (o.dtype.kind == "f" or ufunc == "true_divide"):
                 raise RuntimeError(f"{op}: result type {np.result_type(self.dtype, o.dtype, np.float32)} "
                                    f"can't be cast to the desired output type {self.dtype}")
             try:
                 getattr(get_array_module(self._data), ufunc)(self._data, o, out=self._data, casting="same_kind")
+            except TypeError:  # NumPy's UFuncTypeError: e.g. an int64 result into a bool tensor
+                raise RuntimeError(f"{op}: result type {np.result_type(self.dtype, o.dtype)} can't be cast to the "
+                                   f"desired output type {self.dtype}") from None
             except ValueError:
                 raise RuntimeError(f"{op}: output with shape {list(self.shape)} doesn't match the broadcast "
                                    f"shape {list(np.broadcast_shapes(self.shape, tuple(o.shape)))}") from None
@@ -979,8 +987,8 @@ class Tensor:
 
     def fill_(self, value):
         """Every element := value. Inside a graph the gradient to the old value is zero."""
-        if self._records_with(value):
-            return self._inplace("fill_", lambda t: t * 0 + value, value)
+        if self._records_with(value):  # SetItem over everything: the old value gets a zero gradient
+            return self._inplace("fill_", lambda t: ops.SetItem.apply(t, value.type(self.dtype), key=Ellipsis), value)
         self._check_inplace("fill_")
         self._data[...] = value._data if isinstance(value, Tensor) else value
         self._version += 1
@@ -996,7 +1004,7 @@ class Tensor:
         if src.is_cuda != self.is_cuda:
             src = src.to(self.device)
         if self._records_with(src):
-            return self._inplace("copy_", lambda t: t * 0 + src.type(self.dtype), src)
+            return self._inplace("copy_", lambda t: ops.SetItem.apply(t, src.type(self.dtype), key=Ellipsis), src)
         self._check_inplace("copy_")
         try:
             self._data[...] = src._data

@@ -112,6 +112,23 @@ def test_inplace_dtype_and_shape_errors():
         assert i.tolist() == [3, 4, 5] and f.tolist() == [1.0, 2.0, 3.0] and f.dtype == lib.float32
         f.add_(lib.ones(3), alpha=2).sub_(1).div_(2).fill_(7).copy_(lib.tensor([1, 2, 3]))
         assert f.tolist() == [1.0, 2.0, 3.0]
+        b = lib.tensor([True, False])
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            b += 1
+
+
+def test_copy_and_fill_inside_a_graph():
+    grads = []
+    for lib in (minidl, torch):
+        w = lib.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        h = lib.tensor([float("nan"), 1.0, 2.0]) + 0 * w  # NaN in the overwritten value must not leak
+        h.copy_(w * 2)
+        g = lib.tensor([float("inf"), 5.0]) + w[:2]
+        g.fill_(w[2])
+        (h.sum() + g.sum()).backward()
+        grads.append((h.detach().numpy().copy(), g.detach().numpy().copy(), w.grad.numpy().copy()))
+    for m, t in zip(*grads):
+        np.testing.assert_array_equal(m, t)
 
 
 def test_views_share_the_version_counter():
