@@ -14,8 +14,8 @@ All parameters are seen as one flat vector x with gradient g. Each iteration:
 
 `step(closure)` needs the closure: it re-evaluates the loss (zeroing gradients and calling
 backward) and returns it. One parameter group only, all parameters on one device, as torch.
-state_dict() of an LBFGS holds only its counters (torch saves the history too): restart the history
-after loading.
+state_dict() holds the counters and the history (direction, step, curvature pairs) as arrays, as
+torch's does, and minidl.save writes it.
 """
 from __future__ import annotations
 
