@@ -24,6 +24,11 @@ from ..autograd.function import enable_grad, no_grad
 from .optimizer import Optimizer
 
 
+def _array(value):
+    """A Tensor's array (what load_state_dict gives back), or the value itself."""
+    return getattr(value, "_data", value)
+
+
 def _cubic_interpolate(x1, f1, g1, x2, f2, g2, bounds=None):
     """The minimiser of the cubic through (x1, f1, g1) and (x2, f2, g2), clipped to bounds."""
     xmin_bound, xmax_bound = bounds if bounds is not None else ((x1, x2) if x1 <= x2 else (x2, x1))
@@ -187,9 +192,11 @@ class LBFGS(Optimizer):
         if float(abs(flat_grad).max()) <= tolerance_grad:
             return orig_loss
 
-        d, t = state.get("d"), state.get("t")
-        old_dirs, old_stps, ro = state.get("old_dirs"), state.get("old_stps"), state.get("ro")
-        H_diag, prev_flat_grad, prev_loss = state.get("H_diag"), state.get("prev_flat_grad"), state.get("prev_loss")
+        # (after load_state_dict the saved arrays come back as Tensors: work on their arrays)
+        d, t = _array(state.get("d")), state.get("t")
+        old_dirs, old_stps, ro = (None if state.get(k) is None else [_array(v) for v in state[k]]
+                                  for k in ("old_dirs", "old_stps", "ro"))
+        H_diag, prev_flat_grad, prev_loss = _array(state.get("H_diag")), _array(state.get("prev_flat_grad")), state.get("prev_loss")
         n_iter = 0
         while n_iter < max_iter:
             n_iter += 1

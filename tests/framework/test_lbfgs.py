@@ -76,3 +76,26 @@ def test_lbfgs_minimises_rosenbrock_as_torch():
         results.append(xy.detach().numpy().copy())
     np.testing.assert_allclose(results[0], results[1], rtol=1e-8)
     np.testing.assert_allclose(results[0], [1.0, 1.0], atol=1e-5)
+
+
+def test_lbfgs_state_dict_round_trip(tmp_path):
+    """Saving and loading the optimizer mid-run continues exactly as an uninterrupted run."""
+    def run(split):
+        w = nn.Parameter(minidl.tensor([1.5, -0.5, 2.0], dtype=minidl.float64))
+        opt = optim.LBFGS([w], max_iter=3, history_size=3)
+
+        def closure():
+            opt.zero_grad()
+            loss = ((w - minidl.tensor([1.0, 2.0, -1.0], dtype=minidl.float64)) ** 4).sum()
+            loss.backward()
+            return loss
+
+        for step in range(4):
+            if split and step == 2:
+                minidl.save(opt.state_dict(), str(tmp_path / "opt.pt"))
+                opt = optim.LBFGS([w], max_iter=3, history_size=3)
+                opt.load_state_dict(minidl.load(str(tmp_path / "opt.pt")))
+            opt.step(closure)
+        return w.detach().numpy().copy()
+
+    np.testing.assert_array_equal(run(False), run(True))
