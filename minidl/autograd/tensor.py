@@ -850,8 +850,8 @@ class Tensor:
     def _check_inplace(self, op):
         if is_grad_enabled() and self.requires_grad and self.is_leaf:
             raise RuntimeError(
-                f"{op}: a leaf Variable that requires grad is being modified in place (an in-place operation); wrap it "
-                "in `with minidl.no_grad():` (as optimizers and initialisers do)"
+                f"{op}: a leaf Variable that requires grad is being modified in place (an in-place "
+                "operation); wrap it in `with minidl.no_grad():` (as optimizers and initialisers do)"
             )
 
     def _records_with(self, other=None):
@@ -863,14 +863,14 @@ class Tensor:
         if isinstance(other, Tensor) and other.is_cuda != self.is_cuda:
             raise RuntimeError(f"{op}: expected both tensors on the same device, got {self.device} and {other.device}")
         if self._records_with(other):
-            old = Tensor._make(self._data.copy(), requires_grad=self.requires_grad)
-            old._ctx, old._out_index, old._vbox = self._ctx, self._out_index, [self._version]
             if self._base is not None:
                 raise NotImplementedError(
                     f"{op}: an in-place change of a view (of a tensor of shape {tuple(self._base.shape)}) "
                     "inside a graph is not supported by minidl's autograd (PyTorch rebases the base "
                     "tensor's history; minidl would silently miss it). Change the base tensor instead "
-                    "(x[idx] = ..., x.index_put/masked_fill), or clone() the view first.")
+                    "(x[idx] = ..., x.masked_fill), or clone() the view first.")
+            old = Tensor._make(self._data.copy(), requires_grad=self.requires_grad)
+            old._ctx, old._out_index, old._vbox = self._ctx, self._out_index, [self._version]
             out = compute(old)
         else:
             out = compute(Tensor._make(self._data))
@@ -900,8 +900,11 @@ class Tensor:
         if ufunc is not None and not self._records_with(other):
             self._check_inplace(op)
             o = self._operand(other, op)._data
-            other_kind = "b" if isinstance(other, builtins.bool) else ("f" if isinstance(other, builtins.float) else
-                                                                      ("i" if isinstance(other, numbers.Number) else o.dtype.kind))
+            if isinstance(other, (builtins.bool, builtins.float)) or not isinstance(other, numbers.Number):
+                other_kind = "b" if isinstance(other, builtins.bool) else ("f" if isinstance(other, builtins.float)
+                                                                           else o.dtype.kind)
+            else:
+                other_kind = "i"
             if self.dtype.kind == "b" and other_kind != "b":
                 raise RuntimeError(f"{op}: result type {'Float' if other_kind == 'f' else 'Long'} can't be cast to the "
                                    f"desired output type {self.dtype}")
