@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._device import get_array_module
-from .._dtypes import float32, is_half
+from .._dtypes import float32, is_floating, is_half
 from .function import Function, unbroadcast
 
 # ------------------------------------------------------------------------------------------------
@@ -574,7 +574,7 @@ class CumSum(Function):
 
     def forward(self, a, dim=0):
         self.dim = dim
-        return get_array_module(a).cumsum(a, axis=dim, dtype=a.dtype if a.dtype.kind == "f" else np.int64)
+        return get_array_module(a).cumsum(a, axis=dim, dtype=a.dtype if is_floating(a.dtype) else np.int64)
 
     def backward(self, g):
         xp = get_array_module(g)

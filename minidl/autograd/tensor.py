@@ -892,7 +892,7 @@ class Tensor:
             raise RuntimeError(
                 f"{op}: output with shape {list(self.shape)} doesn't match the broadcast shape {list(out.shape)}"
             )
-        if out.dtype.kind == "f" and self.dtype.kind in "iub" or (out.dtype.kind in "iu" and self.dtype.kind == "b"):
+        if _dtypes.is_floating(out.dtype) and self.dtype.kind in "iub" or (out.dtype.kind in "iu" and self.dtype.kind == "b"):
             raise RuntimeError(f"{op}: result type {out.dtype} can't be cast to the desired output type {self.dtype}")
 
     def _inplace_binary(self, other, method, op, ufunc=None):
@@ -901,14 +901,14 @@ class Tensor:
             self._check_inplace(op)
             o = self._operand(other, op)._data
             if isinstance(other, (builtins.bool, builtins.float)) or not isinstance(other, numbers.Number):
-                other_kind = "b" if isinstance(other, builtins.bool) else ("f" if isinstance(other, builtins.float)
-                                                                           else o.dtype.kind)
+                other_kind = "b" if isinstance(other, builtins.bool) else (
+                    "f" if isinstance(other, builtins.float) or _dtypes.is_floating(o.dtype) else o.dtype.kind)
             else:
                 other_kind = "i"
             if self.dtype.kind == "b" and other_kind != "b":
                 raise RuntimeError(f"{op}: result type {'Float' if other_kind == 'f' else 'Long'} can't be cast to the "
                                    f"desired output type {self.dtype}")
-            if self.dtype.kind in "iub" and (o.dtype.kind == "f" or ufunc == "true_divide"):
+            if self.dtype.kind in "iub" and (_dtypes.is_floating(o.dtype) or ufunc == "true_divide"):
                 raise RuntimeError(f"{op}: result type {np.result_type(self.dtype, o.dtype, np.float32)} "
                                    f"can't be cast to the desired output type {self.dtype}")
             try:
@@ -1216,7 +1216,7 @@ class Tensor:
         if isinstance(p, str) or not p > 0:
             raise ValueError(f"norm: p must be 'fro' or a number > 0 (including inf), got {p!r}")
         self._check_dim(dim, "norm")
-        if self.dtype.kind != "f":
+        if not _dtypes.is_floating(self.dtype):
             raise RuntimeError(f"norm: needs a floating-point tensor, got {self.dtype}")
         return ops.Norm.apply(self, p=builtins.float(p), dim=dim, keepdim=keepdim)
 
@@ -1279,16 +1279,16 @@ class Tensor:
         return self._new(np.array(src, dtype=dtype or self.dtype), dtype, device, requires_grad)
 
     def round(self):
-        return ops.Round.apply(self, how="round") if self.dtype.kind == "f" else self
+        return ops.Round.apply(self, how="round") if _dtypes.is_floating(self.dtype) else self
 
     def floor(self):
-        return ops.Round.apply(self, how="floor") if self.dtype.kind == "f" else self
+        return ops.Round.apply(self, how="floor") if _dtypes.is_floating(self.dtype) else self
 
     def ceil(self):
-        return ops.Round.apply(self, how="ceil") if self.dtype.kind == "f" else self
+        return ops.Round.apply(self, how="ceil") if _dtypes.is_floating(self.dtype) else self
 
     def trunc(self):
-        return ops.Round.apply(self, how="trunc") if self.dtype.kind == "f" else self
+        return ops.Round.apply(self, how="trunc") if _dtypes.is_floating(self.dtype) else self
 
     def sin(self):
         return ops.Sin.apply(self)

@@ -13,6 +13,7 @@ import numbers
 import numpy as np
 
 from .. import random as _random
+from .._dtypes import is_floating
 from ..autograd.tensor import Tensor
 
 
@@ -72,7 +73,7 @@ class ToTensor:
             return Tensor._make(chw.astype(np.float32) / np.float32(255))
         if chw.dtype == np.bool_:
             chw = chw.astype(np.uint8)
-        return Tensor._make(chw.astype(np.float32) if chw.dtype.kind != "f" else chw)
+        return Tensor._make(chw if is_floating(chw.dtype) else chw.astype(np.float32))
 
     def __repr__(self):
         return "ToTensor()"
@@ -98,7 +99,7 @@ class Normalize:
         self.inplace = inplace
 
     def __call__(self, tensor):
-        if not isinstance(tensor, Tensor) or tensor.dtype.kind != "f" or tensor.ndim < 3:
+        if not isinstance(tensor, Tensor) or not is_floating(tensor.dtype) or tensor.ndim < 3:
             raise TypeError("Normalize: expects a float tensor (C, H, W) (apply ToTensor first), got "
                             f"{type(tensor).__name__} {getattr(tensor, 'shape', '')}")
         c = tensor.shape[-3]
