@@ -909,12 +909,12 @@ class Tensor:
                 raise RuntimeError(f"{op}: result type {'Float' if other_kind == 'f' else 'Long'} can't be cast to the "
                                    f"desired output type {self.dtype}")
             if self.dtype.kind in "iub" and (_dtypes.is_floating(o.dtype) or ufunc == "true_divide"):
-                raise RuntimeError(f"{op}: result type {np.result_type(self.dtype, o.dtype, np.float32)} "
-                                   f"can't be cast to the desired output type {self.dtype}")
+                result = o.dtype if _dtypes.is_floating(o.dtype) else _default_dtype
+                raise RuntimeError(f"{op}: result type {result} can't be cast to the desired output type {self.dtype}")
             try:
                 getattr(get_array_module(self._data), ufunc)(self._data, o, out=self._data, casting="same_kind")
             except TypeError:  # NumPy's UFuncTypeError: e.g. an int64 result into a bool tensor
-                raise RuntimeError(f"{op}: result type {np.result_type(self.dtype, o.dtype)} can't be cast to the "
+                raise RuntimeError(f"{op}: result type of {self.dtype} and {o.dtype} can't be cast to the "
                                    f"desired output type {self.dtype}") from None
             except ValueError:
                 raise RuntimeError(f"{op}: output with shape {list(self.shape)} doesn't match the broadcast "
