@@ -11,10 +11,17 @@ PyTorch's algorithm, for each parameter p with gradient g at step t = 1, 2, ... 
 
 The bias corrections (1 - beta^t) undo the zero start of m and v. They, the learning rate and the
 step count are Python numbers on the host: the update never waits for the GPU.
+
+On the GPU (float32 CUDA parameters, `fused=None` or True) a group is two launches instead
+(kernels/multi_tensor.cu): the step counts, kept on the device (state["step"] is then a 0-d device
+Tensor, as in torch's fused Adam), are incremented, then `multi_tensor_adam` updates every parameter
+reading the learning rate from the device. It equals the per-parameter code below (`fused=False`).
 """
 from __future__ import annotations
 
-from .._device import get_array_module
+from .. import primitives as P
+from .._device import get_array_module, is_cuda_array
+from ..autograd.tensor import Tensor
 from .optimizer import Optimizer
 
 
@@ -32,9 +39,9 @@ class Adam(Optimizer):
     _decoupled_weight_decay = False
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False,
-                 maximize=False):
+                 maximize=False, *, fused=None):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                        maximize=maximize)
+                        maximize=maximize, fused=fused)
         super().__init__(params, defaults)
 
     def _check_hyperparameters(self, group):
@@ -53,6 +60,63 @@ class Adam(Optimizer):
             raise ValueError(f"{name}: invalid weight_decay {group['weight_decay']} (must be >= 0)")
         group["betas"] = tuple(betas)
 
+    def _device_steps(self, group, params):
+        """The group's device array of step counts, one slot per parameter of the group, with each
+        parameter's state["step"] a 0-d Tensor viewing its slot. Rebuilt (once) when a state holds
+        a Python number or a foreign array (a fresh state, a loaded checkpoint)."""
+        cupy = get_array_module(params[0]._data)
+        members = group["params"]
+        steps = group._steps
+        if steps is not None and steps.size == len(members):
+            fine = all(
+                isinstance(self.state.get(p, {}).get("step"), Tensor)
+                and self.state[p]["step"]._data.data.ptr == steps.data.ptr + 4 * i
+                for i, p in enumerate(members) if p in self.state or p.grad is not None)
+            if fine:
+                return steps
+        steps = cupy.zeros(len(members), dtype=cupy.float32)
+        for i, p in enumerate(members):
+            old = self.state.get(p, {}).get("step")
+            if old is None:
+                continue
+            value = old._data if isinstance(old, Tensor) else old
+            steps[i] = value if is_cuda_array(value) else float(value)  # device-to-device, or a host number
+        for i, p in enumerate(members):
+            if p in self.state:
+                self.state[p]["step"] = Tensor._make(steps[i])
+        group._steps = steps
+        return steps
+
+    def _multi_tensor_update(self, group, grad_scale, found_inf):
+        params = [p for p in group["params"] if p.grad is not None]
+        if not self._use_multi_tensor(group, params):
+            return False
+        amsgrad = bool(group["amsgrad"])
+        fresh = False
+        for p in params:
+            state = self.state.setdefault(p, {})
+            if "exp_avg" not in state:
+                state["exp_avg"] = self._zeros_like(p)
+                state["exp_avg_sq"] = self._zeros_like(p)
+                state.setdefault("step", 0)
+                fresh = True
+            if amsgrad and "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = self._zeros_like(p)
+        if fresh:
+            group._steps = None
+        steps = self._device_steps(group, params)
+        slot = {id(p): i for i, p in enumerate(group["params"])}
+        beta1, beta2 = (float(b) for b in group["betas"])
+        st = [self.state[p] for p in params]
+        P.multi_tensor_adam(
+            [p._data for p in params], [p.grad._data for p in params], [s["exp_avg"]._data for s in st],
+            [s["exp_avg_sq"]._data for s in st], [s["max_exp_avg_sq"]._data for s in st] if amsgrad else None,
+            [slot[id(p)] for p in params], steps, lr=group.device_lr(), beta1=beta1, beta2=beta2,
+            eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
+            decoupled=self._decoupled_weight_decay, maximize=bool(group["maximize"]), grad_scale=grad_scale,
+            found_inf=found_inf)
+        return True
+
     def _update_group(self, group):
         lr, eps, weight_decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = (float(b) for b in group["betas"])
@@ -68,6 +132,8 @@ class Adam(Optimizer):
                 state["exp_avg_sq"] = self._zeros_like(p)
                 if group["amsgrad"]:
                     state["max_exp_avg_sq"] = self._zeros_like(p)
+            if isinstance(state["step"], Tensor):  # left by the multi-tensor GPU path
+                state["step"] = int(state["step"].item())
             state["step"] += 1
             step = state["step"]
             m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
@@ -101,6 +167,6 @@ class AdamW(Adam):
     _decoupled_weight_decay = True
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=False,
-                 maximize=False):
+                 maximize=False, *, fused=None):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
-                         maximize=maximize)
+                         maximize=maximize, fused=fused)

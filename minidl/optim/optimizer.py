@@ -24,8 +24,10 @@ import numpy as np
 
 from .._dtypes import is_floating
 from .. import _device
+from .. import primitives as P
 from ..autograd.function import enable_grad, no_grad
 from ..autograd.tensor import Tensor
+from ._multi_tensor import ParamGroup, as_param_group
 
 
 def _plain(value):
@@ -102,6 +104,7 @@ class Optimizer:
                 raise TypeError(f"{name}: parameter {i} of shape {p.shape} has dtype {p.dtype}; only float tensors can be optimized")
         if len({id(p) for p in params}) != len(params):
             raise ValueError(f"{name}: a parameter group contains the same tensor twice")
+        group = ParamGroup(group)
         group["params"] = params
 
         for key, default in self.defaults.items():
@@ -122,7 +125,13 @@ class Optimizer:
     # Gradients and the update
     # --------------------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget the gradients: set .grad to None (default, frees memory) or fill it with zeros."""
+        """Forget the gradients: set .grad to None (default, frees memory) or fill it with zeros
+        (on the GPU one multi-tensor launch for all float32 gradients)."""
+        if not set_to_none:
+            grads = [p.grad._data for group in self.param_groups for p in group["params"] if p.grad is not None]
+            if grads and P.multi_tensor_supported(*grads):
+                P.multi_tensor_zero(grads)
+                return
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is None:
@@ -133,20 +142,63 @@ class Optimizer:
                     p.grad = p.grad.detach()
                     p.grad._data[...] = 0
 
-    def step(self, closure=None):
+    # GradScaler (minidl.amp) may pass grad_scale / found_inf to step() instead of unscaling the
+    # gradients and reading found_inf on the host (torch's name for this capability).
+    _step_supports_amp_scaling = True
+
+    def step(self, closure=None, *, grad_scale=None, found_inf=None):
         """One update of every parameter that has a gradient. `closure()` (optional) re-evaluates the
-        loss with gradients enabled and returns it; step returns that loss."""
+        loss with gradients enabled and returns it; step returns that loss.
+
+        grad_scale, found_inf (optional 0-d float32 arrays or Tensors, for loss scaling): the update
+        uses grad / grad_scale, and found_inf != 0 skips it entirely (parameters, state, step counts).
+        On the multi-tensor GPU path both are read by the kernel (no host sync); the per-parameter
+        path reads found_inf on the host.
+        """
         loss = None
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        grad_scale = grad_scale._data if isinstance(grad_scale, Tensor) else grad_scale
+        found_inf = found_inf._data if isinstance(found_inf, Tensor) else found_inf
         with no_grad():
-            for group in self.param_groups:
-                self._update_group(group)
+            for i, group in enumerate(self.param_groups):
+                if not isinstance(group, ParamGroup):
+                    group = self.param_groups[i] = as_param_group(group)
+                if not self._multi_tensor_update(group, grad_scale, found_inf):
+                    if found_inf is not None and float(found_inf) != 0.0:
+                        continue  # the per-parameter path reads found_inf on the host
+                    self._grad_scale = grad_scale
+                    try:
+                        self._update_group(group)
+                    finally:
+                        self._grad_scale = None
                 for p in group["params"]:
                     if p.grad is not None:
                         p._version += 1  # changed in place: a graph that saved p cannot be used (as torch)
         return loss
+
+    _grad_scale = None
+
+    def _multi_tensor_update(self, group, grad_scale, found_inf) -> bool:
+        """Subclasses with a multi-tensor kernel update the whole group in one go and return True;
+        False sends the group to the per-parameter reference path (_update_group)."""
+        return False
+
+    def _use_multi_tensor(self, group, params) -> bool:
+        """The group's `fused` option: None = on the GPU when every array is C-contiguous float32
+        CuPy; True = required (error otherwise); False = the per-parameter path."""
+        fused = group.get("fused")
+        if fused is False or not params:
+            return False
+        arrays = [a for p in params for a in (p._data, p.grad._data)]
+        if P.multi_tensor_supported(*arrays):
+            return True
+        if fused:
+            raise RuntimeError(
+                f"{type(self).__name__}.step: fused=True needs every parameter and gradient to be a C-contiguous "
+                "float32 CUDA array; got " + ", ".join(f"{p.shape} {p.dtype} on {p.device}" for p in params[:4]))
+        return False
 
     def _update_group(self, group: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} does not implement _update_group")
@@ -158,6 +210,8 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}.step: gradient of shape {tuple(g.shape)} for a parameter of shape {p.shape}")
         if _device.is_cuda_array(g) != p.is_cuda:
             raise ValueError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
+        if self._grad_scale is not None:
+            g = g / _device.get_array_module(g).asarray(self._grad_scale, dtype=g.dtype)
         return -g if maximize else g
 
     @staticmethod
@@ -234,7 +288,7 @@ class Optimizer:
             if isinstance(group.get("betas"), list):  # a tuple may come back as a list from JSON-like storage
                 group["betas"] = tuple(group["betas"])
             group["params"] = mine["params"]
-            new_groups.append(group)
+            new_groups.append(as_param_group(group))
         self.state = new_state
         self.param_groups = new_groups
 

@@ -7,18 +7,22 @@ PyTorch's algorithm, for each parameter p with gradient g (g = -g to maximize):
     b = momentum * b + (1 - dampening) * g            afterwards
     g = g + momentum * b           with nesterov, else g = b
     p = p - lr * g
+
+On the GPU the whole group is one launch of `multi_tensor_sgd` (kernels/multi_tensor.cu), equal to
+the per-parameter code below bit for bit; `fused=False` keeps the per-parameter path.
 """
 from __future__ import annotations
 
+from .. import primitives as P
 from ..autograd.tensor import Tensor
 from .optimizer import Optimizer
 
 
 class SGD(Optimizer):
     def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
-                 maximize=False):
+                 maximize=False, *, fused=None):
         defaults = dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
-                        nesterov=nesterov, maximize=maximize)
+                        nesterov=nesterov, maximize=maximize, fused=fused)
         super().__init__(params, defaults)
 
     def _check_hyperparameters(self, group):
@@ -33,6 +37,26 @@ class SGD(Optimizer):
                 f"SGD: Nesterov momentum requires a momentum > 0 and zero dampening, got "
                 f"momentum={group['momentum']}, dampening={group['dampening']}"
             )
+
+    def _multi_tensor_update(self, group, grad_scale, found_inf):
+        params = [p for p in group["params"] if p.grad is not None]
+        if not self._use_multi_tensor(group, params):
+            return False
+        momentum = float(group["momentum"])
+        buffers, first = None, [0] * len(params)
+        if momentum != 0:
+            buffers = []
+            for t, p in enumerate(params):
+                state = self.state.setdefault(p, {})
+                if state.get("momentum_buffer") is None:
+                    state["momentum_buffer"] = self._zeros_like(p)
+                    first[t] = 1
+                buffers.append(state["momentum_buffer"]._data)
+        P.multi_tensor_sgd([p._data for p in params], [p.grad._data for p in params], buffers, first,
+                           lr=group.device_lr(), weight_decay=float(group["weight_decay"]), momentum=momentum,
+                           dampening=float(group["dampening"]), nesterov=bool(group["nesterov"]),
+                           maximize=bool(group["maximize"]), grad_scale=grad_scale, found_inf=found_inf)
+        return True
 
     def _update_group(self, group):
         # Python floats: multiplying a float32 array by them keeps float32 (and reads nothing from the GPU).

@@ -13,3 +13,4 @@ from .lrn import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
 from .rnn import *  # noqa: F401,F403
 from .gemm import *  # noqa: F401,F403
+from .multi_tensor import *  # noqa: F401,F403

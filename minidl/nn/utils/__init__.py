@@ -10,7 +10,8 @@ Recurrent networks need this: backpropagation through time multiplies many Jacob
 large one makes the gradient explode; clipping the norm keeps the step's direction and bounds its
 length.
 
-Everything stays on the gradients' device. The norm is a 0-d array, the scale factor is computed
+On the GPU, float32 gradients and the 2-norm take three launches whatever the number of parameters
+(multi_tensor_l2norm, multi_tensor_scale). Everything stays on the gradients' device. The norm is a 0-d array, the scale factor is computed
 from it with array operations (a minimum, not a Python `if`), so clipping on the GPU is a few kernel
 launches and never reads a value back to the host. Only `error_if_nonfinite=True` has to look at the
 norm, and so waits for the GPU.
@@ -22,6 +23,7 @@ import math
 import numpy as np
 
 from ... import _device
+from ... import primitives as P
 from ...autograd.function import no_grad
 from ...autograd.tensor import Tensor
 
@@ -61,6 +63,16 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     grads = _gradients(parameters, op)
     if not grads:
         return Tensor._make(np.zeros((), dtype=np.float32))  # nothing to clip: the norm of nothing is 0
+
+    if norm_type == 2.0 and P.multi_tensor_supported(*grads):
+        # The GPU path: one multi-tensor sum of squares, a one-block finalize that also forms the clip
+        # coefficient on the device, one multi-tensor scale (kernels/multi_tensor.cu): 3 launches.
+        total_norm, coef = P.multi_tensor_l2norm(grads, max_norm)
+        if error_if_nonfinite and not bool(_device.get_array_module(total_norm).isfinite(total_norm)):
+            raise RuntimeError(f"{op}: the total norm of order {norm_type} of the gradients is non-finite "
+                               f"({float(total_norm)}); pass error_if_nonfinite=False to clip anyway")
+        P.multi_tensor_scale(grads, coef)
+        return Tensor._make(total_norm)
 
     xp = _device.get_array_module(grads[0])
     with no_grad():

@@ -1,0 +1,227 @@
+// Multi-tensor kernels: one launch works on a whole list of tensors (every parameter of an
+// optimizer's group, every gradient of a model) instead of one launch per tensor. The idea and the
+// chunking are apex's `multi_tensor_apply` (and torch's `fused=True` optimizers).
+//
+// The tensor list: a device table of int64, one row of TABLE_COLS per tensor (multi_tensor.py
+// builds it and caches it by pointer):
+//     [0] param  [1] grad  [2] buf0  [3] buf1  [4] buf2   device pointers (0 = absent)
+//     [5] numel  [6] aux (a per-tensor int: SGD's "first step" flag, the step-count slot)
+//     [7] first chunk of this tensor (prefix sum of ceil(numel / CHUNK) over the rows before it)
+// Thread mapping: the tensors are cut into chunks of CHUNK elements; a grid-stride loop of blocks
+// walks the global chunk numbers 0 .. total_chunks-1, a block finds the tensor of its chunk by a
+// binary search of column [7] (log2 of the number of tensors, reads that stay in L1) and its 256
+// threads then run over the chunk's elements, coalesced. So a list of 60 tensors of very different
+// sizes (a 64-element bias and a 2.4M-element weight) keeps every SM busy in one launch.
+//
+// Device-resident hyper-parameters: the learning rate is read from a float64 0-d array (written
+// by the optimizer when group["lr"] is set, never read back on the host), the Adam step count from
+// a float32 array (one slot per parameter), so a replayed CUDA graph sees the current values.
+// Loss scaling (GradScaler): grads are divided by *grad_scale (when given), and *found_inf != 0
+// skips the whole update, step counts included, with no host read.
+//
+// Rounding: the per-parameter NumPy/CuPy code of minidl/optim is the reference. Every float
+// operation here is written with the round-to-nearest intrinsics (__fmul_rn, __fadd_rn, ...),
+// which the compiler never contracts into an FMA, in the reference's order, with the reference's
+// float32 constants (the host computes them in float64 as Python does and rounds once): the
+// results equal the reference bit for bit (Adam's bias corrections use the device's pow, which
+// may differ from the host's in the last bit of a double; the float32 step size is then equal
+// in all but rare cases).
+#include "elementwise_common.cuh"
+
+#define TABLE_COLS 8
+#define CHUNK 8192
+
+struct TensorRow {
+    float *param, *grad, *buf0, *buf1, *buf2;
+    long long numel, aux, first_chunk;
+};
+
+__device__ __forceinline__ TensorRow row_of(const long long* table, int t)
+{
+    const long long* r = table + (long long)t * TABLE_COLS;
+    TensorRow row;
+    row.param = reinterpret_cast<float*>(r[0]);
+    row.grad = reinterpret_cast<float*>(r[1]);
+    row.buf0 = reinterpret_cast<float*>(r[2]);
+    row.buf1 = reinterpret_cast<float*>(r[3]);
+    row.buf2 = reinterpret_cast<float*>(r[4]);
+    row.numel = r[5];
+    row.aux = r[6];
+    row.first_chunk = r[7];
+    return row;
+}
+
+// The tensor that owns global chunk `chunk`: the last t with first_chunk[t] <= chunk.
+__device__ __forceinline__ int tensor_of_chunk(const long long* table, int n_tensors, long long chunk)
+{
+    int lo = 0, hi = n_tensors - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (table[(long long)mid * TABLE_COLS + 7] <= chunk) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ bool update_skipped(const float* found_inf)
+{
+    return found_inf != nullptr && *found_inf != 0.0f;
+}
+
+// g as the reference sees it: unscaled (GradScaler), then negated to maximize.
+__device__ __forceinline__ float effective_grad(float g, const float* grad_scale, int maximize)
+{
+    if (grad_scale != nullptr) g = __fdiv_rn(g, *grad_scale);
+    return maximize ? -g : g;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SGD (momentum, dampening, Nesterov, weight decay): buf0 = momentum buffer (absent if momentum 0),
+// aux = 1 on a buffer's first step (buf = g, undamped, as PyTorch).
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void multi_tensor_sgd(const long long* table, int n_tensors, long long total_chunks,
+                                            const double* lr, float weight_decay, float momentum,
+                                            float one_minus_dampening, int nesterov, int maximize,
+                                            const float* grad_scale, const float* found_inf)
+{
+    if (update_skipped(found_inf)) return;
+    const float lr_f = (float)(*lr);
+    for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
+        const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
+        const long long begin = (chunk - row.first_chunk) * CHUNK;
+        const long long end = min(begin + CHUNK, row.numel);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const float p = row.param[i];
+            float g = effective_grad(row.grad[i], grad_scale, maximize);
+            if (weight_decay != 0.0f) g = __fadd_rn(g, __fmul_rn(weight_decay, p));
+            if (row.buf0 != nullptr) {
+                float b;
+                if (row.aux) b = g;
+                else b = __fadd_rn(__fmul_rn(row.buf0[i], momentum), __fmul_rn(one_minus_dampening, g));
+                row.buf0[i] = b;
+                g = nesterov ? __fadd_rn(g, __fmul_rn(momentum, b)) : b;
+            }
+            row.param[i] = __fsub_rn(p, __fmul_rn(lr_f, g));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Adam / AdamW: buf0 = exp_avg, buf1 = exp_avg_sq, buf2 = max_exp_avg_sq (amsgrad, else absent),
+// aux = the parameter's slot in `steps` (already incremented by multi_tensor_increment_steps).
+// lerp_weight = 1 - beta1 and one_minus_lerp_weight = 1 - (1 - beta1), as minidl.optim.adam.lerp_.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void multi_tensor_adam(const long long* table, int n_tensors, long long total_chunks,
+                                             const double* lr, const float* steps, double beta1, double beta2,
+                                             float beta2_f, float one_minus_beta2, float lerp_weight,
+                                             float one_minus_lerp_weight, float eps, double weight_decay,
+                                             int decoupled, int maximize, const float* grad_scale,
+                                             const float* found_inf)
+{
+    if (update_skipped(found_inf)) return;
+    const double lr_d = *lr;
+    const float wd_f = (float)weight_decay;
+    const float decay = (float)(1.0 - __dmul_rn(lr_d, weight_decay));  // AdamW: p *= 1 - lr * wd
+    for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
+        const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
+        const double step = (double)steps[row.aux];
+        const double bias_correction1 = 1.0 - pow(beta1, step);
+        const float bias_correction2_sqrt = (float)pow(1.0 - pow(beta2, step), 0.5);
+        const float step_size = (float)(lr_d / bias_correction1);
+        const long long begin = (chunk - row.first_chunk) * CHUNK;
+        const long long end = min(begin + CHUNK, row.numel);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            float p = row.param[i];
+            float g = effective_grad(row.grad[i], grad_scale, maximize);
+            if (weight_decay != 0.0) {
+                if (decoupled) p = __fmul_rn(p, decay);
+                else g = __fadd_rn(g, __fmul_rn(wd_f, p));
+            }
+            float m = row.buf0[i];
+            if (lerp_weight < 0.5f) m = __fadd_rn(m, __fmul_rn(lerp_weight, __fsub_rn(g, m)));
+            else m = __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), one_minus_lerp_weight));
+            float v = __fadd_rn(__fmul_rn(row.buf1[i], beta2_f), __fmul_rn(one_minus_beta2, __fmul_rn(g, g)));
+            row.buf0[i] = m;
+            row.buf1[i] = v;
+            if (row.buf2 != nullptr) {
+                const float v_max = row.buf2[i];
+                v = (v_max > v || v_max != v_max) ? v_max : v;  // NaN-propagating, as xp.maximum
+                row.buf2[i] = v;
+            }
+            const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bias_correction2_sqrt), eps);
+            row.param[i] = __fsub_rn(p, __fmul_rn(step_size, __fdiv_rn(m, denom)));
+        }
+    }
+}
+
+// steps[aux of every row] += 1, unless found_inf. One thread per tensor; runs before the update.
+extern "C" __global__ void multi_tensor_increment_steps(const long long* table, int n_tensors, float* steps,
+                                                        const float* found_inf)
+{
+    if (update_skipped(found_inf)) return;
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n_tensors) steps[table[(long long)t * TABLE_COLS + 6]] += 1.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradient zeroing and clipping. The tensors are in column [1] (grad).
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void multi_tensor_zero(const long long* table, int n_tensors, long long total_chunks)
+{
+    for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
+        const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
+        const long long begin = (chunk - row.first_chunk) * CHUNK;
+        const long long end = min(begin + CHUNK, row.numel);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) row.grad[i] = 0.0f;
+    }
+}
+
+// Sum of squares over the whole list: each block writes its partial sum to partial[blockIdx.x]
+// (fixed order within a block, so the result is deterministic for a given grid).
+extern "C" __global__ void multi_tensor_l2norm_partial(const long long* table, int n_tensors, long long total_chunks,
+                                                       float* partial)
+{
+    __shared__ float scratch[32];
+    float sum = 0.0f;
+    for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
+        const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
+        const long long begin = (chunk - row.first_chunk) * CHUNK;
+        const long long end = min(begin + CHUNK, row.numel);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const float g = row.grad[i];
+            sum += g * g;
+        }
+    }
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+// One block: total_norm = sqrt(sum of the partials); clip_coef = min(1, max_norm / (norm + 1e-6)),
+// exactly the float32 expression of nn.utils.clip_grad_norm_.
+extern "C" __global__ void multi_tensor_l2norm_finalize(const float* partial, int n_partial, float max_norm,
+                                                        float* total_norm, float* clip_coef)
+{
+    __shared__ float scratch[32];
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < n_partial; i += blockDim.x) sum += partial[i];
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) {
+        const float norm = sqrtf(sum);
+        *total_norm = norm;
+        const float q = __fdiv_rn(max_norm, __fadd_rn(norm, 1e-6f));
+        if (clip_coef != nullptr) clip_coef[0] = q >= 1.0f ? 1.0f : q;  // a NaN norm gives NaN, as xp.minimum
+    }
+}
+
+// grad *= *coef over the list (the clip coefficient, read on the device).
+extern "C" __global__ void multi_tensor_scale(const long long* table, int n_tensors, long long total_chunks,
+                                              const float* coef)
+{
+    const float c = *coef;
+    for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
+        const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
+        const long long begin = (chunk - row.first_chunk) * CHUNK;
+        const long long end = min(begin + CHUNK, row.numel);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) row.grad[i] = __fmul_rn(row.grad[i], c);
+    }
+}

@@ -1,0 +1,134 @@
+"""CuPy launchers of kernels/multi_tensor.cu: one launch over a list of tensors (apex's
+multi_tensor_apply). Arguments were validated by minidl/primitives/multi_tensor.py.
+
+The tensor list is a device table (see the kernel's header) built on the host and uploaded once;
+it is cached by the tuple of pointers, sizes and flags, so a training loop whose gradients keep
+their addresses (zero_grad(set_to_none=False), or a memory pool that hands back the same blocks)
+uploads nothing per step. The upload (cupy.asarray of a small NumPy array) goes through a pinned
+staging buffer and does not wait for the GPU. A CUDA graph must be captured after a warm-up step,
+so that the table already exists (the capture then holds its address).
+"""
+from __future__ import annotations
+
+import collections
+
+import cupy
+import numpy as np
+
+from ._compile import get_kernel
+from ._launch import THREADS, null_pointer, sm_count
+
+TABLE_COLS = 8   # kernels/multi_tensor.cu
+CHUNK = 8192
+BLOCKS_PER_SM = 4
+_TABLE_CACHE_SIZE = 64
+_tables: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+
+
+def _ptr(a) -> int:
+    return 0 if a is None else int(a.data.ptr)
+
+
+def tensor_table(columns, aux=None):
+    """(device table, n_tensors, total_chunks) for the lists in `columns` = (params, grads, buf0,
+    buf1, buf2), each a list of CuPy arrays or Nones of equal length (sizes from the first non-None
+    array of each row); aux: a list of ints (column 6)."""
+    n = len(columns[1])
+    cols = [list(c) if c is not None else [None] * n for c in columns] + [[None] * n] * (5 - len(columns))
+    aux = list(aux) if aux is not None else [0] * n
+    rows, first = [], 0
+    for t in range(n):
+        arrays = [cols[k][t] for k in range(5)]
+        numel = next(int(a.size) for a in arrays if a is not None)
+        rows.append([_ptr(a) for a in arrays] + [numel, int(aux[t]), first])
+        first += -(-numel // CHUNK)
+    key = tuple(v for r in rows for v in r) + (cupy.cuda.Device().id,)
+    hit = _tables.get(key)
+    if hit is not None:
+        _tables.move_to_end(key)
+        return hit
+    table = cupy.asarray(np.asarray(rows, dtype=np.int64).reshape(n, TABLE_COLS))
+    entry = (table, n, first)
+    _tables[key] = entry
+    if len(_tables) > _TABLE_CACHE_SIZE:
+        _tables.popitem(last=False)
+    return entry
+
+
+def _grid(total_chunks):
+    return (max(1, min(int(total_chunks), BLOCKS_PER_SM * sm_count())),), (THREADS,)
+
+
+def _optional(a):
+    return null_pointer() if a is None else a
+
+
+def multi_tensor_sgd(params, grads, momentum_buffers, first_step, *, lr, weight_decay, momentum, dampening,
+                     nesterov, maximize, grad_scale=None, found_inf=None):
+    """In place over the lists: SGD's update (minidl/optim/sgd.py), one launch. lr: a float64 0-d
+    CuPy array; momentum_buffers: list of arrays (or None when momentum == 0); first_step: per
+    tensor, 1 where the buffer starts at g."""
+    table, n, chunks = tensor_table((params, grads, momentum_buffers), aux=first_step)
+    if n == 0:
+        return
+    grid, block = _grid(chunks)
+    get_kernel("multi_tensor", "multi_tensor_sgd")(
+        grid, block,
+        (table, np.int32(n), np.int64(chunks), lr, np.float32(weight_decay), np.float32(momentum),
+         np.float32(1 - float(dampening)), np.int32(bool(nesterov)), np.int32(bool(maximize)),
+         _optional(grad_scale), _optional(found_inf)))
+
+
+def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, *, lr, beta1, beta2,
+                      eps, weight_decay, decoupled, maximize, grad_scale=None, found_inf=None):
+    """In place over the lists: Adam's (AdamW's with decoupled=True) update, two launches: the step
+    counts steps[step_slots[t]] += 1, then the update. lr: float64 0-d, steps: float32 1-D (CuPy)."""
+    table, n, chunks = tensor_table((params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), aux=step_slots)
+    if n == 0:
+        return
+    get_kernel("multi_tensor", "multi_tensor_increment_steps")(
+        (-(-n // THREADS),), (THREADS,), (table, np.int32(n), steps, _optional(found_inf)))
+    beta1, beta2 = float(beta1), float(beta2)
+    lerp_weight = 1 - beta1
+    grid, block = _grid(chunks)
+    get_kernel("multi_tensor", "multi_tensor_adam")(
+        grid, block,
+        (table, np.int32(n), np.int64(chunks), lr, steps, np.float64(beta1), np.float64(beta2), np.float32(beta2),
+         np.float32(1 - beta2), np.float32(lerp_weight), np.float32(1 - lerp_weight), np.float32(eps),
+         np.float64(weight_decay), np.int32(bool(decoupled)), np.int32(bool(maximize)),
+         _optional(grad_scale), _optional(found_inf)))
+
+
+def multi_tensor_zero(tensors):
+    """Every array of the list set to 0, one launch."""
+    table, n, chunks = tensor_table((None, tensors))
+    if n == 0:
+        return
+    grid, block = _grid(chunks)
+    get_kernel("multi_tensor", "multi_tensor_zero")(grid, block, (table, np.int32(n), np.int64(chunks)))
+
+
+def multi_tensor_l2norm(tensors, max_norm=None):
+    """(total_norm, clip_coef): the 2-norm of the concatenated list (0-d float32) and, when max_norm is
+    given, min(1, max_norm / (norm + 1e-6)) (0-d float32, else None). Two launches."""
+    table, n, chunks = tensor_table((None, tensors))
+    total_norm = cupy.zeros((), dtype=cupy.float32)
+    clip_coef = None if max_norm is None else cupy.ones((), dtype=cupy.float32)
+    if n == 0:
+        return total_norm, clip_coef
+    grid, block = _grid(chunks)
+    partial = cupy.empty(grid[0], dtype=cupy.float32)
+    get_kernel("multi_tensor", "multi_tensor_l2norm_partial")(grid, block, (table, np.int32(n), np.int64(chunks), partial))
+    get_kernel("multi_tensor", "multi_tensor_l2norm_finalize")(
+        (1,), (THREADS,), (partial, np.int32(grid[0]), np.float32(0.0 if max_norm is None else max_norm), total_norm,
+                           _optional(clip_coef)))
+    return total_norm, clip_coef
+
+
+def multi_tensor_scale(tensors, coef):
+    """Every array of the list multiplied in place by the device scalar coef (0-d float32), one launch."""
+    table, n, chunks = tensor_table((None, tensors))
+    if n == 0:
+        return
+    grid, block = _grid(chunks)
+    get_kernel("multi_tensor", "multi_tensor_scale")(grid, block, (table, np.int32(n), np.int64(chunks), coef))

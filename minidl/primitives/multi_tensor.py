@@ -1,0 +1,91 @@
+"""Multi-tensor primitives: one call updates a whole list of tensors (apex's multi_tensor_apply,
+torch's fused optimizers). On the GPU each is one or two kernel launches whatever the length of the
+list (kernels/multi_tensor.cu); the NumPy reference (cpu/multi_tensor.py) loops over the list.
+
+    multi_tensor_sgd(params, grads, momentum_buffers, first_step, *, lr, weight_decay, momentum,
+                     dampening, nesterov, maximize, grad_scale=None, found_inf=None)
+    multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, *, lr,
+                      beta1, beta2, eps, weight_decay, decoupled, maximize, grad_scale=None, found_inf=None)
+    multi_tensor_zero(tensors)
+    multi_tensor_l2norm(tensors, max_norm=None) -> (total_norm, clip_coef)
+    multi_tensor_scale(tensors, coef)
+
+Lists hold arrays of any shapes; the arrays of one row (a parameter, its gradient, its state) share
+one shape. Everything is updated in place. lr is a 0-d float64 array (device-resident on the GPU, so
+a scheduler writes it and a replayed CUDA graph reads it), steps a float32 array of step counts
+indexed by step_slots (incremented before use), grad_scale / found_inf optional 0-d float32 arrays:
+grads are divided by grad_scale, and found_inf != 0 skips the whole update with no host read.
+On the GPU, every array is a C-contiguous float32 CuPy array.
+"""
+from __future__ import annotations
+
+from ._common import is_cuda_array
+
+__all__ = ["multi_tensor_sgd", "multi_tensor_adam", "multi_tensor_zero", "multi_tensor_l2norm", "multi_tensor_scale",
+           "multi_tensor_supported"]
+
+
+def multi_tensor_supported(*arrays) -> bool:
+    """True when the CUDA multi-tensor kernels can take these arrays (all CuPy, float32, C-contiguous,
+    on the current device)."""
+    if not arrays:
+        return False
+    for a in arrays:
+        if a is None:
+            continue
+        if not is_cuda_array(a) or a.dtype.name != "float32" or not a.flags.c_contiguous:
+            return False
+    return True
+
+
+def _check_rows(op, **lists):
+    lists = {k: v for k, v in lists.items() if v is not None}
+    lengths = {k: len(v) for k, v in lists.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{op}: the tensor lists differ in length: {lengths}")
+    names = list(lists)
+    first = lists[names[0]]
+    for t in range(len(first)):
+        shapes = {k: tuple(lists[k][t].shape) for k in names if lists[k][t] is not None}
+        if len(set(shapes.values())) > 1:
+            raise ValueError(f"{op}: tensor {t} has different shapes across the lists: {shapes}")
+    arrays = [a for v in lists.values() for a in v if a is not None]
+    on_gpu = {is_cuda_array(a) for a in arrays}
+    if len(on_gpu) > 1:
+        raise ValueError(f"{op}: all arrays must be on one device (got NumPy and CuPy arrays)")
+    if on_gpu == {True} and not multi_tensor_supported(*arrays):
+        bad = next(a for a in arrays if a.dtype.name != "float32" or not a.flags.c_contiguous)
+        raise TypeError(f"{op}: the CUDA kernels take C-contiguous float32 arrays, got one of dtype {bad.dtype}, "
+                        f"shape {tuple(bad.shape)}, contiguous={bad.flags.c_contiguous}")
+    return on_gpu == {True}
+
+
+def _impl(gpu):
+    if gpu:
+        from .cuda import multi_tensor as impl
+    else:
+        from .cpu import multi_tensor as impl
+    return impl
+
+
+def multi_tensor_sgd(params, grads, momentum_buffers, first_step, **kw):
+    gpu = _check_rows("multi_tensor_sgd", params=params, grads=grads, momentum_buffers=momentum_buffers)
+    return _impl(gpu).multi_tensor_sgd(params, grads, momentum_buffers, first_step, **kw)
+
+
+def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, **kw):
+    gpu = _check_rows("multi_tensor_adam", params=params, grads=grads, exp_avgs=exp_avgs, exp_avg_sqs=exp_avg_sqs,
+                      max_exp_avg_sqs=max_exp_avg_sqs)
+    return _impl(gpu).multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, **kw)
+
+
+def multi_tensor_zero(tensors):
+    return _impl(_check_rows("multi_tensor_zero", tensors=tensors)).multi_tensor_zero(tensors)
+
+
+def multi_tensor_l2norm(tensors, max_norm=None):
+    return _impl(_check_rows("multi_tensor_l2norm", tensors=tensors)).multi_tensor_l2norm(tensors, max_norm)
+
+
+def multi_tensor_scale(tensors, coef):
+    return _impl(_check_rows("multi_tensor_scale", tensors=tensors)).multi_tensor_scale(tensors, coef)
