@@ -73,7 +73,7 @@ def multi_tensor_zero(tensors):
 
 
 def multi_tensor_l2norm(tensors, max_norm=None):
-    dtype = np.result_type(*[a.dtype for a in tensors]) if tensors else np.float32
+    dtype = np.result_type(*[a.dtype for a in tensors]).type if tensors else np.float32
     total = np.sqrt(sum((np.sum(a.astype(dtype) ** 2) for a in tensors), dtype(0)))
     total = np.asarray(total, dtype=dtype)
     coef = None

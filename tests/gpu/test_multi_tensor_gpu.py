@@ -1,0 +1,142 @@
+"""Multi-tensor optimizers, zeroing and clipping on the GPU (kernels/multi_tensor.cu) against the
+per-parameter reference path (fused=False, the same CuPy arrays), and the device-side lr / step /
+loss-scaling interface."""
+import numpy as np
+import pytest
+
+import minidl
+from minidl import nn, optim
+from minidl import primitives as P
+from tests.conftest import rel_err
+
+pytestmark = pytest.mark.gpu
+
+# Awkward sizes: a scalar-like bias, primes, one tensor over a chunk (8192) boundary, an empty one.
+SHAPES = [(7,), (13, 17), (3, 5, 7, 11), (8193,), (0,), (1,)]
+
+
+def _params(seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+
+
+def _grads(step, seed=1):
+    rng = np.random.default_rng(seed + 100 * step)
+    return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+
+
+def _run(make_opt, fused, steps=6, lr_schedule=None, grad_scale=None, found_inf_at=()):
+    cp = pytest.importorskip("cupy")
+    params = [minidl.tensor(a, requires_grad=True).to("cuda") for a in _params()]
+    opt = make_opt(params, fused)
+    for t in range(steps):
+        scale = 1.0 if grad_scale is None else grad_scale
+        for p, g in zip(params, _grads(t)):
+            p.grad = minidl.tensor(g * np.float32(scale)).to("cuda")
+        if lr_schedule is not None:
+            for group in opt.param_groups:
+                group["lr"] = lr_schedule(t)
+        kwargs = {}
+        if grad_scale is not None:
+            kwargs["grad_scale"] = cp.full((), grad_scale, dtype=cp.float32)
+        if found_inf_at:
+            kwargs["found_inf"] = cp.full((), 1.0 if t in found_inf_at else 0.0, dtype=cp.float32)
+        opt.step(**kwargs)
+    return [p.detach().numpy() for p in params], opt
+
+
+OPTIMIZERS = {
+    "sgd": lambda ps, f: optim.SGD(ps, lr=0.1, fused=f),
+    "sgd_momentum_wd": lambda ps, f: optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-2, fused=f),
+    "sgd_dampening_max": lambda ps, f: optim.SGD(ps, lr=0.05, momentum=0.8, dampening=0.3, maximize=True, fused=f),
+    "sgd_nesterov": lambda ps, f: optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4, fused=f),
+    "adam": lambda ps, f: optim.Adam(ps, lr=1e-2, fused=f),
+    "adam_wd_amsgrad": lambda ps, f: optim.Adam(ps, lr=3e-3, weight_decay=0.1, amsgrad=True, fused=f),
+    "adam_beta_small": lambda ps, f: optim.Adam(ps, lr=3e-3, betas=(0.3, 0.9), maximize=True, fused=f),
+    "adamw": lambda ps, f: optim.AdamW(ps, lr=1e-2, weight_decay=0.05, fused=f),
+    "adamw_amsgrad": lambda ps, f: optim.AdamW(ps, lr=1e-2, amsgrad=True, fused=f),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_multi_tensor_optimizer_equals_per_parameter_path(name):
+    fused, opt_f = _run(OPTIMIZERS[name], None)
+    ref, _ = _run(OPTIMIZERS[name], False)
+    for a, b in zip(fused, ref):
+        assert a.shape == b.shape
+        assert np.all(np.isfinite(a))
+        assert rel_err(a, b) <= 1e-6, name
+    if name.startswith("adam"):
+        steps = [opt_f.state[p]["step"] for p in opt_f.param_groups[0]["params"]]
+        assert all(float(s.item()) == 6.0 for s in steps)
+
+
+@pytest.mark.parametrize("name", ["sgd_nesterov", "adamw"])
+def test_lr_set_on_the_group_reaches_the_kernel(name):
+    schedule = lambda t: 0.1 / (1 + t)  # noqa: E731
+    fused, opt = _run(OPTIMIZERS[name], None, lr_schedule=schedule)
+    ref, _ = _run(OPTIMIZERS[name], False, lr_schedule=schedule)
+    assert all(rel_err(a, b) <= 1e-6 for a, b in zip(fused, ref))
+    group = opt.param_groups[0]
+    assert isinstance(group["lr"], float) and group["lr"] == schedule(5)
+    assert float(group.device_lr().get()) == schedule(5)
+    assert opt.state_dict()["param_groups"][0]["lr"] == schedule(5)
+
+
+@pytest.mark.parametrize("name", ["sgd_momentum_wd", "adam_wd_amsgrad"])
+def test_grad_scale_divides_and_found_inf_skips_on_the_device(name):
+    ref, _ = _run(OPTIMIZERS[name], False, steps=4)
+    scaled, _ = _run(OPTIMIZERS[name], None, steps=4, grad_scale=1024.0)
+    assert all(rel_err(a, b) <= 1e-6 for a, b in zip(scaled, ref))
+    # found_inf on every step: nothing moves, no moment accumulates, no step is counted.
+    skipped, opt = _run(OPTIMIZERS[name], None, steps=4, found_inf_at=(0, 1, 2, 3))
+    assert all(np.array_equal(a, b) for a, b in zip(skipped, _params()))
+    for p in opt.param_groups[0]["params"]:
+        state = opt.state.get(p, {})
+        if "step" in state:
+            assert float(state["step"].item()) == 0.0
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in state:
+                assert not state[key].numpy().any()
+
+
+def test_zero_grad_and_clip_grad_norm_in_few_launches():
+    cp = pytest.importorskip("cupy")
+    params = [minidl.tensor(a, requires_grad=True).to("cuda") for a in _params()]
+    grads = _grads(0)
+    for p, g in zip(params, grads):
+        p.grad = minidl.tensor(g).to("cuda")
+    norm = nn.utils.clip_grad_norm_(params, 2.5)
+    expected = np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads))
+    assert abs(float(norm.item()) - expected) <= 1e-5 * expected
+    coef = min(1.0, 2.5 / (expected + 1e-6))
+    for p, g in zip(params, grads):
+        assert rel_err(p.grad.numpy(), g * coef) <= 1e-5
+    opt = optim.SGD(params, lr=0.1)
+    poisoned = [p.grad._data for p in params]
+    for a in poisoned:
+        a.fill(cp.nan)
+    opt.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.numpy().any() for p in params)
+    assert all(p.grad._data is a for p, a in zip(params, poisoned))  # in place
+
+
+def test_multi_tensor_primitives_equal_their_numpy_reference():
+    cp = pytest.importorskip("cupy")
+    host = _params()
+    dev = [cp.asarray(a) for a in host]
+    norm_d, coef_d = P.multi_tensor_l2norm(dev, 1.0)
+    norm_h, coef_h = P.multi_tensor_l2norm(host, 1.0)
+    assert rel_err(norm_d.get(), norm_h) <= 1e-6 and rel_err(coef_d.get(), coef_h) <= 1e-6
+    P.multi_tensor_scale(dev, coef_d)
+    P.multi_tensor_scale(host, coef_h)
+    assert all(rel_err(d.get(), h) <= 1e-6 for d, h in zip(dev, host))
+    with pytest.raises(TypeError, match="multi_tensor_zero"):
+        P.multi_tensor_zero([cp.zeros(3, dtype=cp.float64)])
+
+
+def test_fused_true_refuses_float64_parameters():
+    p = minidl.tensor(np.ones(3), requires_grad=True).to("cuda")
+    p.grad = minidl.tensor(np.ones(3)).to("cuda")
+    with pytest.raises(RuntimeError, match="fused=True"):
+        optim.Adam([p], fused=True).step()

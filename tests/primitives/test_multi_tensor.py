@@ -1,0 +1,125 @@
+"""The NumPy reference of the multi-tensor primitives against the optimizers' per-parameter code
+(itself equal to torch, tests/framework/test_optim.py), and the optimizers' loss-scaling interface
+and device-lr group on the CPU."""
+import copy
+
+import numpy as np
+import pytest
+
+import minidl
+from minidl import optim
+from minidl import primitives as P
+
+SHAPES = [(7,), (13, 17), (3, 5, 7), (1,)]
+
+
+def _arrays(seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+
+
+@pytest.mark.parametrize("kw", [dict(lr=0.1), dict(lr=0.05, momentum=0.9, weight_decay=1e-2),
+                                dict(lr=0.05, momentum=0.8, dampening=0.3, maximize=True),
+                                dict(lr=0.05, momentum=0.9, nesterov=True)])
+def test_multi_tensor_sgd_reference_equals_sgd(kw):
+    params = [minidl.tensor(a, requires_grad=True) for a in _arrays(0)]
+    opt = optim.SGD(params, **kw)
+    mine = _arrays(0)
+    bufs = [np.zeros_like(a) for a in mine] if kw.get("momentum") else None
+    for step in range(4):
+        grads = _arrays(10 + step)
+        for p, g in zip(params, grads):
+            p.grad = minidl.tensor(g)
+        opt.step()
+        P.multi_tensor_sgd(mine, grads, bufs, [int(step == 0)] * len(mine), lr=np.float64(kw["lr"]),
+                           weight_decay=kw.get("weight_decay", 0.0), momentum=kw.get("momentum", 0.0),
+                           dampening=kw.get("dampening", 0.0), nesterov=kw.get("nesterov", False),
+                           maximize=kw.get("maximize", False))
+    for p, a in zip(params, mine):
+        np.testing.assert_array_equal(p.detach().numpy(), a)
+
+
+@pytest.mark.parametrize("cls,kw", [(optim.Adam, dict(lr=1e-2)), (optim.Adam, dict(lr=1e-2, weight_decay=0.1, amsgrad=True)),
+                                    (optim.AdamW, dict(lr=1e-2, weight_decay=0.05)),
+                                    (optim.Adam, dict(lr=1e-2, betas=(0.3, 0.9), maximize=True))])
+def test_multi_tensor_adam_reference_equals_adam(cls, kw):
+    params = [minidl.tensor(a, requires_grad=True) for a in _arrays(0)]
+    opt = cls(params, **kw)
+    mine = _arrays(0)
+    m, v = [np.zeros_like(a) for a in mine], [np.zeros_like(a) for a in mine]
+    vmax = [np.zeros_like(a) for a in mine] if kw.get("amsgrad") else None
+    steps = np.zeros(len(mine), np.float32)
+    b1, b2 = kw.get("betas", (0.9, 0.999))
+    for step in range(4):
+        grads = _arrays(10 + step)
+        for p, g in zip(params, grads):
+            p.grad = minidl.tensor(g)
+        opt.step()
+        P.multi_tensor_adam(mine, grads, m, v, vmax, list(range(len(mine))), steps, lr=np.float64(kw["lr"]),
+                            beta1=b1, beta2=b2, eps=1e-8, weight_decay=opt.defaults["weight_decay"],
+                            decoupled=cls is optim.AdamW, maximize=kw.get("maximize", False))
+    assert steps.tolist() == [4.0] * len(mine)
+    for p, a in zip(params, mine):
+        np.testing.assert_array_equal(p.detach().numpy(), a)
+
+
+def test_l2norm_and_scale_reference():
+    arrays = _arrays(3)
+    norm, coef = P.multi_tensor_l2norm(arrays, 1.5)
+    expected = np.sqrt(sum((a.astype(np.float64) ** 2).sum() for a in arrays))
+    assert abs(float(norm) - expected) <= 1e-6 * expected
+    assert abs(float(coef) - min(1.0, 1.5 / (expected + 1e-6))) <= 1e-6
+    before = [a.copy() for a in arrays]
+    P.multi_tensor_scale(arrays, coef)
+    for a, b in zip(arrays, before):
+        np.testing.assert_allclose(a, b * np.float32(coef), rtol=1e-6)
+    P.multi_tensor_zero(arrays)
+    assert not any(a.any() for a in arrays)
+
+
+def test_multi_tensor_checks_name_the_op_and_shapes():
+    with pytest.raises(ValueError, match=r"multi_tensor_sgd: tensor 0 has different shapes"):
+        P.multi_tensor_sgd([np.zeros(3, np.float32)], [np.zeros(4, np.float32)], None, [0], lr=np.float64(0.1),
+                           weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False, maximize=False)
+    with pytest.raises(ValueError, match="differ in length"):
+        P.multi_tensor_sgd([np.zeros(3, np.float32)], [], None, [0], lr=np.float64(0.1), weight_decay=0.0,
+                               momentum=0.0, dampening=0.0, nesterov=False, maximize=False)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam"])
+def test_step_with_grad_scale_and_found_inf_on_the_cpu(name):
+    make = {"SGD": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), "Adam": lambda ps: optim.Adam(ps, lr=0.01)}[name]
+    a = [minidl.tensor(x, requires_grad=True) for x in _arrays(0)]
+    b = [minidl.tensor(x, requires_grad=True) for x in _arrays(0)]
+    opt_a, opt_b = make(a), make(b)
+    assert opt_a._step_supports_amp_scaling
+    for step in range(3):
+        grads = _arrays(20 + step)
+        for p, q, g in zip(a, b, grads):
+            p.grad = minidl.tensor(g)
+            q.grad = minidl.tensor(g * np.float32(512.0))
+        opt_a.step()
+        opt_b.step(grad_scale=np.float32(512.0), found_inf=np.float32(0.0))
+        snapshot = [q.detach().numpy().copy() for q in b]
+        state = copy.deepcopy({k: dict(v) for k, v in opt_b.state_dict()["state"].items()}) if name == "Adam" else None
+        opt_b.step(grad_scale=np.float32(512.0), found_inf=np.float32(1.0))  # skipped entirely
+        assert all(np.array_equal(s, q.detach().numpy()) for s, q in zip(snapshot, b))
+        if state is not None:
+            assert [s["step"] for s in opt_b.state_dict()["state"].values()] == [x["step"] for x in state.values()]
+    for p, q in zip(a, b):
+        np.testing.assert_array_equal(p.detach().numpy(), q.detach().numpy())
+
+
+def test_param_group_lr_reads_and_writes_like_a_float():
+    p = minidl.tensor(np.ones(3, np.float32), requires_grad=True)
+    opt = optim.SGD([p], lr=0.1, momentum=0.9)
+    group = opt.param_groups[0]
+    group["lr"] = 0.25
+    assert group["lr"] == 0.25 and isinstance(group["lr"], float)
+    sd = opt.state_dict()
+    assert type(sd["param_groups"][0]) is dict and sd["param_groups"][0]["lr"] == 0.25
+    assert sd["param_groups"][0]["fused"] is None
+    clone = copy.deepcopy(sd)
+    opt.load_state_dict(clone)
+    assert opt.param_groups[0]["lr"] == 0.25
+    assert type(opt.param_groups[0]).__name__ == "ParamGroup"
