@@ -25,6 +25,14 @@
 // Backward: the same two reductions (sum dy and sum dy * x_hat, split over blocks), a finalize
 // that folds them into dx = k1[c] * dy + k2[c] * (x - mean[c]) + k3[c], and that elementwise pass.
 //
+// Fused batch norm + ReLU (the "fewer, fatter kernels" of a conv-BN-ReLU block): the forward runs
+// the same statistics and finalize, and its apply writes max(y, 0) (batch_norm_relu_apply); the
+// backward recomputes the BN output from x and the saved statistics (no extra saved array) and
+// masks dy where it is <= 0 inside the reductions and the dx pass (batch_norm_relu_grads_*,
+// batch_norm_relu_backward_dx). Against BN then ReLU: one launch fewer each way, and the
+// backward no longer writes and re-reads the masked gradient (5 full-size passes instead of 8).
+// Results equal the unfused pair bit for bit: both go through bn_value(), one fixed rounding.
+//
 // Welford (1962) rather than sum / sum of squares: E[x^2] - E[x]^2 cancels catastrophically in
 // float32 when |mean| >> std; Welford's running mean and M2 do not.
 #include "elementwise_common.cuh"
@@ -221,15 +229,49 @@ __device__ __forceinline__ int channel_of(Index j, Index inner, int C)
     return (int)((j / inner) % C);
 }
 
+// The batch-norm output of one value, (x - mean) * scale + shift, with a fixed rounding (no FMA
+// contraction): the apply pass writes it, and the fused BN+ReLU backward recomputes it to know
+// where the ReLU passed the gradient, so the two must agree to the bit.
+__device__ __forceinline__ float bn_value(float x, float mean, float scale, float shift)
+{
+    return __fadd_rn(__fmul_rn(scale, __fsub_rn(x, mean)), shift);
+}
+
+// The ReLU of kernels/activation.cu (ACT_RELU): NaN passes through.
+__device__ __forceinline__ float relu_value(float v)
+{
+    return v < 0.0f ? 0.0f : v;
+}
+
+// Where the fused BN+ReLU backward lets dy through: the recomputed BN output is > 0 (the ReLU's
+// gradient rule, x > 0 ? dy : 0). scale = gamma * invstd as in batch_norm_finalize_stats.
+struct ReluMask {
+    const float *gamma, *beta_, *invstd;  // invstd == nullptr: no mask
+    __device__ __forceinline__ float scale(int c) const { return gamma != nullptr ? __fmul_rn(gamma[c], invstd[c]) : invstd[c]; }
+    __device__ __forceinline__ float shift(int c) const { return beta_ != nullptr ? beta_[c] : 0.0f; }
+    __device__ __forceinline__ float apply(float dy, float x, float mean, float scale, float shift) const
+    {
+        return bn_value(x, mean, scale, shift) > 0.0f ? dy : 0.0f;
+    }
+};
+
 // out = k1[c] * a + k2[c] * (b - mean[c]) + k3[c]:
 //   apply:    a = 0,  b = x, k2 = scale, k3 = shift                 y = (x - mean) * scale + shift
 //   backward: a = dy, b = x, k1, k2, k3 from the finalize           dx
+// relu: the apply of the fused BN+ReLU (y = max(v, 0)); mask: the fused backward (a = masked dy).
 struct ChannelAffine {
     const float *mean, *k1, *k2, *k3;
+    int relu;
+    ReluMask mask;
     __device__ __forceinline__ float operator()(int c, float a, float b) const
     {
-        const float lin = k1 != nullptr ? k1[c] * a : 0.0f;
-        return lin + k2[c] * (b - mean[c]) + k3[c];
+        const float m = mean[c];
+        if (k1 == nullptr) {
+            const float v = bn_value(b, m, k2[c], k3[c]);
+            return relu ? relu_value(v) : v;
+        }
+        if (mask.invstd != nullptr) a = mask.apply(a, b, m, mask.scale(c), mask.shift(c));
+        return __fadd_rn(__fadd_rn(__fmul_rn(k1[c], a), __fmul_rn(k2[c], __fsub_rn(b, m))), k3[c]);
     }
 };
 
@@ -283,7 +325,15 @@ __device__ __forceinline__ void channel_affine(const float* a, const float* b, f
 extern "C" __global__ void batch_norm_apply(const float* x, float* y, const float* affine, long long total, int C,
                                             long long inner, int vec_mode)
 {
-    const ChannelAffine f = {affine, nullptr, affine + C, affine + 2 * C};
+    const ChannelAffine f = {affine, nullptr, affine + C, affine + 2 * C, 0, {nullptr, nullptr, nullptr}};
+    channel_affine(nullptr, x, y, total, C, inner, vec_mode, f);
+}
+
+// Fused BN + ReLU forward: y = max((x - mean[c]) * scale[c] + shift[c], 0) in the same pass.
+extern "C" __global__ void batch_norm_relu_apply(const float* x, float* y, const float* affine, long long total, int C,
+                                                 long long inner, int vec_mode)
+{
+    const ChannelAffine f = {affine, nullptr, affine + C, affine + 2 * C, 1, {nullptr, nullptr, nullptr}};
     channel_affine(nullptr, x, y, total, C, inner, vec_mode, f);
 }
 
@@ -298,12 +348,14 @@ __device__ __forceinline__ void block_sum2(float& s0, float& s1)
     s1 = block_sum(s1, scratch);
 }
 
-extern "C" __global__ void batch_norm_grads_planes(const float* x, const float* dy, const float* mean, float* partial,
-                                                   int N, int C, long long inner, int chunks, long long chunk_len,
-                                                   int vectorized)
+template <bool MASKED>
+__device__ __forceinline__ void grads_planes(const float* x, const float* dy, const float* mean, float* partial, int N,
+                                             int C, long long inner, int chunks, long long chunk_len, int vectorized,
+                                             ReluMask mask)
 {
     const int c = blockIdx.x, split = blockIdx.y, S = gridDim.y;
     const float m = mean[c];
+    const float scale = MASKED ? mask.scale(c) : 0.0f, shift = MASKED ? mask.shift(c) : 0.0f;
     float sum_dy = 0.0f, sum_dy_xc = 0.0f;
     for (long long u = split; u < (long long)N * chunks; u += S) {
         const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
@@ -311,15 +363,23 @@ extern "C" __global__ void batch_norm_grads_planes(const float* x, const float* 
             const float4* x4 = reinterpret_cast<const float4*>(x + p.begin);
             const float4* g4 = reinterpret_cast<const float4*>(dy + p.begin);
             for (long long v = threadIdx.x; v < p.length / 4; v += blockDim.x) {
-                const float4 xv = x4[v], gv = g4[v];
+                const float4 xv = x4[v];
+                float4 gv = g4[v];
+                if (MASKED) {
+                    gv.x = mask.apply(gv.x, xv.x, m, scale, shift);
+                    gv.y = mask.apply(gv.y, xv.y, m, scale, shift);
+                    gv.z = mask.apply(gv.z, xv.z, m, scale, shift);
+                    gv.w = mask.apply(gv.w, xv.w, m, scale, shift);
+                }
                 sum_dy += (gv.x + gv.y) + (gv.z + gv.w);
                 sum_dy_xc += (gv.x * (xv.x - m) + gv.y * (xv.y - m)) + (gv.z * (xv.z - m) + gv.w * (xv.w - m));
             }
         } else {
             for (long long i = threadIdx.x; i < p.length; i += blockDim.x) {
-                const float g = dy[p.begin + i];
+                const float xi = x[p.begin + i];
+                const float g = MASKED ? mask.apply(dy[p.begin + i], xi, m, scale, shift) : dy[p.begin + i];
                 sum_dy += g;
-                sum_dy_xc += g * (x[p.begin + i] - m);
+                sum_dy_xc += g * (xi - m);
             }
         }
     }
@@ -331,8 +391,9 @@ extern "C" __global__ void batch_norm_grads_planes(const float* x, const float* 
     }
 }
 
-extern "C" __global__ void batch_norm_grads_rows(const float* x, const float* dy, const float* mean, float* partial,
-                                                 long long R, int C)
+template <bool MASKED>
+__device__ __forceinline__ void grads_rows(const float* x, const float* dy, const float* mean, float* partial,
+                                           long long R, int C, ReluMask mask)
 {
     __shared__ float sums[2][ROW_TILE_GROUPS][ROW_TILE_CHANNELS];
     const int tx = threadIdx.x, ty = threadIdx.y, split = blockIdx.y, S = gridDim.y;
@@ -340,10 +401,12 @@ extern "C" __global__ void batch_norm_grads_rows(const float* x, const float* dy
     float sum_dy = 0.0f, sum_dy_xc = 0.0f;
     if (c < C) {
         const float m = mean[c];
+        const float scale = MASKED ? mask.scale(c) : 0.0f, shift = MASKED ? mask.shift(c) : 0.0f;
         for (long long r = (long long)split * ROW_TILE_GROUPS + ty; r < R; r += (long long)S * ROW_TILE_GROUPS) {
-            const float g = dy[r * C + c];
+            const float xi = x[r * C + c];
+            const float g = MASKED ? mask.apply(dy[r * C + c], xi, m, scale, shift) : dy[r * C + c];
             sum_dy += g;
-            sum_dy_xc += g * (x[r * C + c] - m);
+            sum_dy_xc += g * (xi - m);
         }
     }
     sums[0][ty][tx] = sum_dy;
@@ -358,6 +421,35 @@ extern "C" __global__ void batch_norm_grads_rows(const float* x, const float* dy
         partial[slot] = sum_dy;
         partial[(long long)S * C + slot] = sum_dy_xc;
     }
+}
+
+extern "C" __global__ void batch_norm_grads_planes(const float* x, const float* dy, const float* mean, float* partial,
+                                                   int N, int C, long long inner, int chunks, long long chunk_len,
+                                                   int vectorized)
+{
+    grads_planes<false>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {nullptr, nullptr, nullptr});
+}
+
+extern "C" __global__ void batch_norm_grads_rows(const float* x, const float* dy, const float* mean, float* partial,
+                                                 long long R, int C)
+{
+    grads_rows<false>(x, dy, mean, partial, R, C, {nullptr, nullptr, nullptr});
+}
+
+// Fused BN + ReLU backward reductions: dy masked where the recomputed BN output is <= 0.
+extern "C" __global__ void batch_norm_relu_grads_planes(const float* x, const float* dy, const float* mean,
+                                                        float* partial, int N, int C, long long inner, int chunks,
+                                                        long long chunk_len, int vectorized, const float* gamma,
+                                                        const float* beta_, const float* invstd)
+{
+    grads_planes<true>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {gamma, beta_, invstd});
+}
+
+extern "C" __global__ void batch_norm_relu_grads_rows(const float* x, const float* dy, const float* mean, float* partial,
+                                                      long long R, int C, const float* gamma, const float* beta_,
+                                                      const float* invstd)
+{
+    grads_rows<true>(x, dy, mean, partial, R, C, {gamma, beta_, invstd});
 }
 
 // One thread per channel: dbeta = sum dy, dgamma = invstd * sum dy (x - mean), and the
@@ -390,6 +482,15 @@ extern "C" __global__ void batch_norm_finalize_grads(const float* partial, int S
 extern "C" __global__ void batch_norm_backward_dx(const float* x, const float* dy, float* dx, const float* coef,
                                                   long long total, int C, long long inner, int vec_mode)
 {
-    const ChannelAffine f = {coef, coef + C, coef + 2 * C, coef + 3 * C};
+    const ChannelAffine f = {coef, coef + C, coef + 2 * C, coef + 3 * C, 0, {nullptr, nullptr, nullptr}};
+    channel_affine(dy, x, dx, total, C, inner, vec_mode, f);
+}
+
+// Fused BN + ReLU backward dx: dy masked as in the reductions, then the BN backward's affine.
+extern "C" __global__ void batch_norm_relu_backward_dx(const float* x, const float* dy, float* dx, const float* coef,
+                                                       long long total, int C, long long inner, int vec_mode,
+                                                       const float* gamma, const float* beta_, const float* invstd)
+{
+    const ChannelAffine f = {coef, coef + C, coef + 2 * C, coef + 3 * C, 0, {gamma, beta_, invstd}};
     channel_affine(dy, x, dx, total, C, inner, vec_mode, f);
 }

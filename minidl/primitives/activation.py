@@ -14,6 +14,10 @@ Modes (coef is the mode's one parameter, as cuDNN's `coef`):
     tanh          tanh(x)
     gelu          x * Phi(x), Phi the standard normal CDF (erf form, PyTorch's default)
     gelu_tanh     0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (PyTorch's approximate="tanh")
+
+Fused with the residual add of a ResNet block (one pass and one launch instead of two):
+    add_relu_forward(a, b) -> y = max(a + b, 0)
+    add_relu_backward(y, dy) -> the gradient of a and of b: dy where y > 0
 """
 from __future__ import annotations
 
@@ -24,7 +28,8 @@ from ._common import (
     shape_str,
 )
 
-__all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES"]
+__all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES", "add_relu_forward",
+           "add_relu_backward"]
 
 # mode -> default coef (None: the mode has no parameter)
 ACTIVATION_MODES = {
@@ -96,3 +101,23 @@ def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta
         )
     check_blend_out(op, out, x.shape, dtype, beta)
     return backend("activation", x).activation_backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)
+
+
+def add_relu_forward(a, b):
+    """y = max(a + b, 0), elementwise; a, b, y of one shape (the residual add and ReLU of a ResNet block)."""
+    op = "add_relu_forward"
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(f"{op}: a has shape {shape_str(a.shape)} but b has shape {shape_str(b.shape)} (no broadcasting)")
+    check_same_device(op, a=a, b=b)
+    check_float(op, a=a, b=b)
+    return backend("activation", a).add_relu_forward(a, b)
+
+
+def add_relu_backward(y, dy):
+    """The gradient of both inputs of add_relu_forward: dy where y > 0, else 0; y, dy of one shape."""
+    op = "add_relu_backward"
+    if tuple(y.shape) != tuple(dy.shape):
+        raise ValueError(f"{op}: y has shape {shape_str(y.shape)} but dy has shape {shape_str(dy.shape)}")
+    check_same_device(op, y=y, dy=dy)
+    check_float(op, y=y, dy=dy)
+    return backend("activation", y).add_relu_backward(y, dy)

@@ -22,6 +22,11 @@ gamma/beta_ may be None (PyTorch's affine=False): gamma acts as 1 and beta_ as 0
 returns None for dgamma and dbeta. running_mean/running_var may be None in training
 (track_running_stats=False).
 
+Fused with a ReLU (one kernel family, fewer launches and passes; results equal BN then ReLU):
+    batch_norm_relu_forward_training / _inference -> max(y, 0)
+    batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd) recomputes the BN
+    output from x and masks dy where it is <= 0 (so it needs beta_ too).
+
 Unlike the other families, these calls take no alpha/beta blending arguments: `beta_` is the shift
 parameter, and the training pass returns three arrays.
 """
@@ -33,6 +38,9 @@ from ._common import (
 )
 
 __all__ = [
+    "batch_norm_relu_forward_training",
+    "batch_norm_relu_forward_inference",
+    "batch_norm_relu_backward",
     "batch_norm_forward_training",
     "batch_norm_forward_inference",
     "batch_norm_backward",
@@ -87,7 +95,18 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
     saved_mean, saved_invstd: batch_norm_param_shape(x.shape, mode, layout). The running statistics
     are updated in place (skipped when None).
     """
-    op = "batch_norm_forward_training"
+    return _forward_training("batch_norm_forward_training", x, gamma, beta_, running_mean, running_var, momentum,
+                             eps, mode, layout)
+
+
+def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
+                                     mode="spatial", layout="NCHW"):
+    """max(batch_norm_forward_training(...)[0], 0) in the same kernels. Returns (y, saved_mean, saved_invstd)."""
+    return _forward_training("batch_norm_relu_forward_training", x, gamma, beta_, running_mean, running_var,
+                             momentum, eps, mode, layout)
+
+
+def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout):
     layout = normalize_layout(op, layout)
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     _check_common(op, x, mode, layout, arrays)
@@ -104,7 +123,7 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
             f"{op}: x {shape_str(x.shape)} has only one value per statistic (mode={mode}); "
             "training needs more than one to estimate a variance"
         )
-    return backend("batch_norm", x).batch_norm_forward_training(
+    return getattr(backend("batch_norm", x), op)(
         x, gamma, beta_, running_mean, running_var, momentum=float(momentum), eps=float(eps), mode=mode, layout=layout
     )
 
@@ -113,7 +132,18 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
 def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
                                  layout="NCHW"):
     """y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta_, elementwise per statistic."""
-    op = "batch_norm_forward_inference"
+    return _forward_inference("batch_norm_forward_inference", x, gamma, beta_, running_mean, running_var, eps, mode,
+                              layout)
+
+
+def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
+                                      layout="NCHW"):
+    """max(batch_norm_forward_inference(...), 0) in one elementwise pass."""
+    return _forward_inference("batch_norm_relu_forward_inference", x, gamma, beta_, running_mean, running_var, eps,
+                              mode, layout)
+
+
+def _forward_inference(op, x, gamma, beta_, running_mean, running_var, eps, mode, layout):
     layout = normalize_layout(op, layout)
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     _check_common(op, x, mode, layout, arrays)
@@ -124,7 +154,7 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
     check_float(op, x=x, **arrays)
     if not float(eps) > 0:
         raise ValueError(f"{op}: eps must be > 0, got {eps}")
-    return backend("batch_norm", x).batch_norm_forward_inference(
+    return getattr(backend("batch_norm", x), op)(
         x, gamma, beta_, running_mean, running_var, eps=float(eps), mode=mode, layout=layout
     )
 
@@ -135,14 +165,28 @@ def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial
 
     dx has x's shape; dgamma and dbeta have the parameter shape, or are None when gamma is None.
     """
-    op = "batch_norm_backward"
+    return _backward("batch_norm_backward", x, dy, gamma, None, saved_mean, saved_invstd, mode, layout)
+
+
+def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
+    """(dx, dgamma, dbeta) of y = max(BN(x), 0), from the saved statistics: dy counts where the BN output
+    (recomputed from x, gamma, beta_) is > 0. dy has the output's shape; beta_ may be None (affine=False)."""
+    return _backward("batch_norm_relu_backward", x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout)
+
+
+def _backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
     layout = normalize_layout(op, layout)
     if saved_mean is None or saved_invstd is None:
         raise ValueError(f"{op}: saved_mean and saved_invstd (from batch_norm_forward_training) are required")
     arrays = dict(gamma=gamma, saved_mean=saved_mean, saved_invstd=saved_invstd)
+    if beta_ is not None:
+        arrays["beta_"] = beta_
     _check_common(op, x, mode, layout, arrays)
     if tuple(dy.shape) != tuple(x.shape):
         raise ValueError(f"{op}: dy has shape {shape_str(dy.shape)}, but x has shape {shape_str(x.shape)}")
     check_same_device(op, x=x, dy=dy, **arrays)
     check_float(op, x=x, dy=dy, **arrays)
+    if op == "batch_norm_relu_backward":
+        return backend("batch_norm", x).batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, mode=mode,
+                                                    layout=layout)
     return backend("batch_norm", x).batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, mode=mode, layout=layout)

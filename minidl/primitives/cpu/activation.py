@@ -107,3 +107,13 @@ def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
 def activation_backward(x, y, dy, desc, *, alpha=1.0, beta=0.0, out=None):
     dx = _backward(x, y, dy, desc.mode, desc.coef)
     return blend("activation_backward", dx.astype(x.dtype, copy=False), out, alpha, beta)
+
+
+def add_relu_forward(a, b):
+    """The unfused pair: a + b, then the ReLU."""
+    return _forward(a + b, "relu", 0.0)
+
+
+def add_relu_backward(y, dy):
+    """The ReLU's gradient rule on its output: dy where y > 0 (y > 0 exactly where a + b > 0)."""
+    return np.where(y > 0, dy, dy.dtype.type(0))

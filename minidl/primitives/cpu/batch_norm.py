@@ -90,3 +90,34 @@ def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial
     if gamma is None:
         return dx, None, None
     return dx, dgamma, dbeta
+
+
+# ------------------------------------------------------------------------------------------------
+# Fused batch norm + ReLU: the unfused pair, composed (the oracle of kernels/batch_norm.cu's fused
+# kernels). The backward recomputes the BN output exactly as the forward computed it.
+# ------------------------------------------------------------------------------------------------
+def _relu(y):
+    return np.maximum(y, y.dtype.type(0), out=y)
+
+
+def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
+                                     mode="spatial", layout="NCHW"):
+    y, mean, invstd = batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, momentum=momentum,
+                                                  eps=eps, mode=mode, layout=layout)
+    return _relu(y), mean, invstd
+
+
+def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
+                                      layout="NCHW"):
+    return _relu(batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, eps=eps, mode=mode,
+                                              layout=layout))
+
+
+def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
+    _, shape = _axes(x.ndim, mode, layout)
+    scale = saved_invstd if gamma is None else saved_invstd * gamma
+    pre = np.multiply(x - _bcast(saved_mean, shape), _bcast(scale, shape))   # the forward's BN output
+    if beta_ is not None:
+        pre += _bcast(beta_, shape)
+    masked = np.where(pre > 0, dy, dy.dtype.type(0))                          # the ReLU's gradient
+    return batch_norm_backward(x, masked, gamma, saved_mean, saved_invstd, mode=mode, layout=layout)

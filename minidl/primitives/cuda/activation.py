@@ -6,7 +6,7 @@ _launch.py.
 """
 from __future__ import annotations
 
-
+import cupy
 import numpy as np
 
 from ._compile import get_kernel
@@ -76,3 +76,30 @@ def activation_backward(x, y, dy, desc, *, alpha=1.0, beta=0.0, out=None):
                (x, y_arg, dy, target, np.int64(n), np.int32(vectorized), np.int32(y is not None),
                 np.int32(mode), coef, np.float32(alpha), np.float32(beta)))
     return finish(target, original)
+
+
+# ----------------------------------------------------------------------------------------------
+# Residual add + ReLU (fused)
+# ----------------------------------------------------------------------------------------------
+
+
+def _elementwise(name, first, second):
+    first, second = as_kernel_input(name, first), as_kernel_input(name, second)
+    out = cupy.empty(first.shape, dtype=cupy.float32)
+    n = first.size
+    if n > 0:
+        vectorized = int(is_aligned(first, second, out))
+        work = n // 4 if vectorized else n
+        get_kernel("activation", name)((grid_stride_blocks(max(work, 1)),), (THREADS,),
+                                       (first, second, out, np.int64(n), np.int32(vectorized)))
+    return out
+
+
+def add_relu_forward(a, b):
+    """y = max(a + b, 0), one pass."""
+    return _elementwise("add_relu_forward", a, b)
+
+
+def add_relu_backward(y, dy):
+    """The gradient of a (and of b): dy where y > 0, else 0."""
+    return _elementwise("add_relu_backward", y, dy)

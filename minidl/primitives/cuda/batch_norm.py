@@ -63,31 +63,43 @@ def _reduction_plan(outer, C, inner):
     return "rows", (tiles, splits), ROW_TILE, splits, 1, 1
 
 
-def _run_reduction(kind, grid, block, inputs, partial, outer, C, inner, chunks, chunk_len, stats: bool):
-    family = "batch_norm_stats" if stats else "batch_norm_grads"
+def _run_reduction(kind, grid, block, inputs, partial, outer, C, inner, chunks, chunk_len, stats: bool, family=None,
+                   extra=()):
+    family = family or ("batch_norm_stats" if stats else "batch_norm_grads")
     kernel = get_kernel("batch_norm", f"{family}_{kind}")
     if kind == "planes":
         streamed = inputs[:1] if stats else inputs[:2]   # x (and dy): the arrays read with float4
         vectorized = int(inner % 4 == 0 and is_aligned(*streamed))
         kernel(grid, block, (*inputs, partial, np.int32(outer), np.int32(C), np.int64(inner), np.int32(chunks),
-                             np.int64(chunk_len), np.int32(vectorized)))
+                             np.int64(chunk_len), np.int32(vectorized), *extra))
     else:
-        kernel(grid, block, (*inputs, partial, np.int64(outer), np.int32(C)))
+        kernel(grid, block, (*inputs, partial, np.int64(outer), np.int32(C), *extra))
 
 
-def _apply(name, inputs, target, table, outer, C, inner):
+def _apply(name, inputs, target, table, outer, C, inner, extra=()):
     total = outer * C * inner
     vec_mode = _vec_mode(C, inner, *inputs, target)
     work = total // 4 if vec_mode else total
     kernel = get_kernel("batch_norm", name)
     kernel((grid_stride_blocks(max(work, 1)),), (THREADS,),
-           (*inputs, target, table, np.int64(total), np.int32(C), np.int64(inner), np.int32(vec_mode)))
+           (*inputs, target, table, np.int64(total), np.int32(C), np.int64(inner), np.int32(vec_mode), *extra))
 
 
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
                                 mode="spatial", layout="NCHW"):
     """(y, saved_mean, saved_invstd); running_mean/running_var updated in place when given."""
-    op = "batch_norm_forward_training"
+    return _forward_training("batch_norm_forward_training", "batch_norm_apply", x, gamma, beta_, running_mean,
+                             running_var, momentum, eps, mode, layout)
+
+
+def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
+                                     mode="spatial", layout="NCHW"):
+    """(max(BN(x), 0), saved_mean, saved_invstd): the training forward with the ReLU in its apply pass."""
+    return _forward_training("batch_norm_relu_forward_training", "batch_norm_relu_apply", x, gamma, beta_,
+                             running_mean, running_var, momentum, eps, mode, layout)
+
+
+def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout):
     x = as_kernel_input(op, x)
     outer, C, inner = _view(x.shape, mode, layout)
     param_shape = (x.shape[1:] if mode == "per_activation"
@@ -114,14 +126,25 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
               null_pointer() if running_mean is None else running_mean,
               null_pointer() if running_var is None else running_var,
               saved_mean, saved_invstd, affine))
-    _apply("batch_norm_apply", (x,), y, affine, outer, C, inner)
+    _apply(apply_name, (x,), y, affine, outer, C, inner)
     return y, saved_mean, saved_invstd
 
 
 def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
                                  layout="NCHW"):
     """y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta_."""
-    op = "batch_norm_forward_inference"
+    return _forward_inference("batch_norm_forward_inference", "batch_norm_apply", x, gamma, beta_, running_mean,
+                              running_var, eps, mode, layout)
+
+
+def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
+                                      layout="NCHW"):
+    """max(BN(x), 0) with the running statistics, one elementwise pass."""
+    return _forward_inference("batch_norm_relu_forward_inference", "batch_norm_relu_apply", x, gamma, beta_,
+                              running_mean, running_var, eps, mode, layout)
+
+
+def _forward_inference(op, apply_name, x, gamma, beta_, running_mean, running_var, eps, mode, layout):
     x = as_kernel_input(op, x)
     outer, C, inner = _view(x.shape, mode, layout)
     y = cupy.empty(x.shape, dtype=cupy.float32)
@@ -132,13 +155,22 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
     prepare((-(-C // THREADS),), (THREADS,),
             (as_kernel_input(op, running_mean), as_kernel_input(op, running_var), _pointer(gamma, op),
              _pointer(beta_, op), np.float32(eps), np.int32(C), affine))
-    _apply("batch_norm_apply", (x,), y, affine, outer, C, inner)
+    _apply(apply_name, (x,), y, affine, outer, C, inner)
     return y
 
 
 def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
     """(dx, dgamma, dbeta); dgamma and dbeta are None when gamma is None."""
-    op = "batch_norm_backward"
+    return _backward("batch_norm_backward", False, x, dy, gamma, None, saved_mean, saved_invstd, mode, layout)
+
+
+def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
+    """(dx, dgamma, dbeta) of max(BN(x), 0): dy is masked where the recomputed BN output is <= 0,
+    inside the reductions and the dx pass (no masked copy of dy is written)."""
+    return _backward("batch_norm_relu_backward", True, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout)
+
+
+def _backward(op, relu, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
     x = as_kernel_input(op, x)
     dy = as_kernel_input(op, dy)
     saved_mean = as_kernel_input(op, saved_mean)
@@ -152,7 +184,9 @@ def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial
 
     kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
     partial = cupy.empty((2, splits, C), dtype=cupy.float32)
-    _run_reduction(kind, grid, block, (x, dy, saved_mean), partial, outer, C, inner, chunks, chunk_len, stats=False)
+    mask = (_pointer(gamma, op), _pointer(beta_, op), saved_invstd) if relu else ()
+    _run_reduction(kind, grid, block, (x, dy, saved_mean), partial, outer, C, inner, chunks, chunk_len, stats=False,
+                   family="batch_norm_relu_grads" if relu else None, extra=mask)
 
     coef = cupy.empty((4, C), dtype=cupy.float32)
     finalize = get_kernel("batch_norm", "batch_norm_finalize_grads")
@@ -160,5 +194,6 @@ def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial
              (partial, np.int32(splits), np.int32(C), np.float32(outer * inner), _pointer(gamma, op),
               saved_mean, saved_invstd,
               null_pointer() if dgamma is None else dgamma, null_pointer() if dbeta is None else dbeta, coef))
-    _apply("batch_norm_backward_dx", (x, dy), dx, coef, outer, C, inner)
+    _apply("batch_norm_relu_backward_dx" if relu else "batch_norm_backward_dx", (x, dy), dx, coef, outer, C, inner,
+           extra=mask)
     return dx, dgamma, dbeta
