@@ -41,6 +41,20 @@
 // out is never read. Flat tensor indices are 64-bit; one image's offsets are 32-bit.
 #include "common.cuh"
 
+// convolution_bias_activation_forward (cuDNN's name): this file compiled with -DMINIDL_CONV_RELU_EPILOGUE
+// applies the ReLU to every forward output in the epilogue, after bias and blending, instead of a
+// separate activation kernel that reads y back (one launch and two full-size passes fewer). The
+// ReLU is kernels/activation.cu's (NaN passes through). The forward kernels of the direct,
+// small-channel direct, implicit GEMM and Winograd paths apply it; the define changes nothing else.
+__device__ __forceinline__ float conv_forward_activation(float v)
+{
+#ifdef MINIDL_CONV_RELU_EPILOGUE
+    return v < 0.0f ? 0.0f : v;
+#else
+    return v;
+#endif
+}
+
 using namespace minidl;
 
 struct ConvGeom {
@@ -476,7 +490,7 @@ struct FpropEpilogue {
         const int n = m / g.OPQ(), opq = m - n * g.OPQ();
         const long long idx = CL ? (long long)m * g.K + k : ((long long)n * g.K + k) * g.OPQ() + opq;
         if (bias != nullptr) value += __ldg(bias + k);
-        y[idx] = blend_value(value, alpha, beta, y + idx);
+        y[idx] = conv_forward_activation(blend_value(value, alpha, beta, y + idx));
     }
 };
 
@@ -691,7 +705,7 @@ extern "C" __global__ void convolution_forward_direct(const float* __restrict__ 
                 }
             }
         if (bias != nullptr) sum += bias[k];
-        y[i] = blend_value(sum, alpha, beta, y + i);
+        y[i] = conv_forward_activation(blend_value(sum, alpha, beta, y + i));
     }
 }
 
@@ -962,7 +976,7 @@ extern "C" __global__ void convolution_winograd_output_transform(const float* __
                 if (p >= P || q >= Q) continue;
                 const long long idx = channels_last ? (((long long)n * P + p) * Q + q) * K + k
                                                     : (((long long)n * K + k) * P + p) * Q + q;
-                y[idx] = blend_value(out[s] + b, alpha, beta, y + idx);
+                y[idx] = conv_forward_activation(blend_value(out[s] + b, alpha, beta, y + idx));
             }
         }
     }
@@ -1126,7 +1140,7 @@ __device__ __forceinline__ void fprop_small_c(const float* __restrict__ x, const
             if (k >= g.K) continue;
             const long long idx = g.y_index(CL, n, k, 0, p, q);
             const float value = acc[i][j] + (bias != nullptr ? __ldg(bias + k) : 0.0f);
-            y[idx] = blend_value(value, alpha, beta, y + idx);
+            y[idx] = conv_forward_activation(blend_value(value, alpha, beta, y + idx));
         }
     }
 }

@@ -177,6 +177,30 @@ def relu(input, inplace=False):
     return _activation("relu", input, "relu")
 
 
+class AddReLU(Function):
+    """y = max(a + b, 0) in one pass (the residual add of a ResNet block and its ReLU, fused); the
+    gradient of both a and b is dy where y > 0."""
+
+    def forward(self, a, b):
+        self.y = P.add_relu_forward(a, b)
+        return self.y
+
+    def backward(self, dy):
+        g = P.add_relu_backward(self.y, dy)
+        return g, g
+
+
+def add_relu(input, other):
+    """relu(input + other) fused (a minidl extra). Tensors of one shape and dtype; anything else
+    (broadcasting) runs the unfused pair."""
+    _check_float_tensor("add_relu", "input", input)
+    _check_float_tensor("add_relu", "other", other)
+    _check_same_device("add_relu", input=input, other=other)
+    if input.shape != other.shape or input.dtype != other.dtype:
+        return relu(input + other)
+    return AddReLU.apply(input, other)
+
+
 def relu6(input, inplace=False):
     return _activation("relu6", input, "clipped_relu", 6.0)
 
@@ -780,7 +804,7 @@ def _kernel_layout_shape(shape, layout):
     return tuple(shape) if layout == "NCHW" else (shape[0], *shape[2:], shape[1])
 
 
-def _convolution(x, weight, bias, desc, algo, layout, plans=None):
+def _convolution(x, weight, bias, desc, algo, layout, plans=None, relu=False):
     """Run Convolution with the plan of these shapes: from `plans` (a layer's dict, filled on first
     use of a shape) or made for this call. The policy is read here, once, and is part of the key; so
     is the math: float32 on the GPU may use TF32 tensor cores when minidl.backends.cudnn.allow_tf32
@@ -798,7 +822,25 @@ def _convolution(x, weight, bias, desc, algo, layout, plans=None):
         if plans is not None:
             plans[key] = plan
     args = (x, weight) if bias is None else (x, weight, bias)
-    return Convolution.apply(*args, plan=plan)
+    return (ConvolutionReLU if relu else Convolution).apply(*args, plan=plan)
+
+
+class ConvolutionReLU(Convolution):
+    """relu(conv(x, w) + b) through convolution_bias_activation_forward (the ReLU in the convolution
+    kernel's epilogue on the GPU); backward: dy masked where y > 0 (the ReLU's rule, one kernel),
+    then the convolution's backward. Channels-first (NCHW) plans only."""
+
+    _RELU = P.ActivationDescriptor("relu")
+
+    def forward(self, x, w, b=None, plan=None):
+        self.plan, self.has_bias = plan, b is not None
+        self.x, self.w = x, w
+        self.y = plan.forward(x, w, b, activation=self._RELU)
+        return self.y
+
+    def backward(self, dy):
+        dy = P.activation_backward(self.y, self.y, dy, self._RELU)  # y > 0 exactly where conv + b > 0
+        return super().backward(dy)
 
 
 def _same_padding(op, kernel, stride, dilation):
@@ -812,8 +854,10 @@ def _same_padding(op, kernel, stride, dilation):
     return pads
 
 
-def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout, *, desc=None, plans=None):
-    """F.conv1d/2d/3d. A layer passes its own descriptor (`desc`, made once) and plan dict (`plans`)."""
+def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout, *, desc=None, plans=None,
+          relu=False):
+    """F.conv1d/2d/3d. A layer passes its own descriptor (`desc`, made once) and plan dict (`plans`);
+    relu=True: relu(conv) with the ReLU in the convolution's epilogue (conv2d_relu)."""
     input, weight, bias = _autocast(op, input, weight, bias)
     x, unbatched = _batched(op, input, dims)
     _check_float_tensor(op, "weight", weight)
@@ -823,7 +867,7 @@ def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo
         _check_float_tensor(op, "bias", bias)
     _check_same_device(op, input=input, weight=weight, bias=bias)
     if desc is not None:
-        y = _convolution(x, weight, bias, desc, algo, layout, plans)
+        y = _conv_run(x, weight, bias, desc, algo, layout, plans, relu)
         return y.squeeze(0) if unbatched else y
     stride = P._common.as_tuple(op, "stride", stride, dims, minimum=1)
     dilation = P._common.as_tuple(op, "dilation", dilation, dims, minimum=1)
@@ -846,8 +890,14 @@ def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo
     desc = P.ConvolutionDescriptor(padding=P._common.as_tuple(op, "padding", padding, dims, minimum=0), stride=stride,
                                    dilation=dilation, groups=groups, spatial_dims=dims)
     # algo="auto" follows minidl.backends.cudnn (benchmark / deterministic), read once per call
-    y = _convolution(x, weight, bias, desc, algo, layout, plans)
+    y = _conv_run(x, weight, bias, desc, algo, layout, plans, relu)
     return y.squeeze(0) if unbatched else y
+
+
+def _conv_run(x, weight, bias, desc, algo, layout, plans, relu):
+    if relu and P._common.normalize_layout("conv", layout) != "NCHW":  # the fused Function is channels-first
+        return globals()["relu"](_convolution(x, weight, bias, desc, algo, layout, plans))
+    return _convolution(x, weight, bias, desc, algo, layout, plans, relu=relu)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
@@ -858,6 +908,12 @@ def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
     """input (N, C, H, W), weight (K, C/groups, kh, kw) -> (N, K, H_out, W_out)."""
     return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups, algo, layout)
+
+
+def conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
+    """relu(conv2d(...)) with the ReLU in the convolution's epilogue on the GPU (a minidl extra,
+    convolution_bias_activation_forward). Same arguments and result as the unfused pair."""
+    return _conv("conv2d_relu", 2, input, weight, bias, stride, padding, dilation, groups, algo, layout, relu=True)
 
 
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
@@ -1010,10 +1066,59 @@ class BatchNormInference(Function):
         return dx, dgamma, dbeta
 
 
+class BatchNormReLUTraining(Function):
+    """max(BN(x), 0) with the batch's statistics, fused (batch_norm_relu_* primitives): the backward
+    recomputes the BN output from x to mask dy, so nothing but the statistics is saved."""
+
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5):
+        self.x, self.gamma, self.beta = x, gamma, beta
+        y, self.mean, self.invstd = P.batch_norm_relu_forward_training(
+            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps)
+        return y
+
+    def backward(self, dy):
+        return P.batch_norm_relu_backward(self.x, dy, self.gamma, self.beta, self.mean, self.invstd)
+
+
+class BatchNormReLUInference(Function):
+    """max(BN(x), 0) with the running statistics, one fused pass; backward: dy masked where y > 0,
+    then the inference BN's affine gradients."""
+
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, eps=1e-5):
+        xp = get_array_module(x)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        self.axes = (0,) + tuple(range(2, x.ndim))
+        self.invstd = (1.0 / xp.sqrt(running_var + x.dtype.type(eps))).reshape(shape)
+        self.x_hat = (x - running_mean.reshape(shape)) * self.invstd
+        self.gamma, self.shape = gamma, shape
+        self.y = P.batch_norm_relu_forward_inference(x, gamma, beta, running_mean, running_var, eps=eps)
+        return self.y
+
+    def backward(self, dy):
+        dy = get_array_module(dy).where(self.y > 0, dy, dy.dtype.type(0))
+        scale = self.invstd if self.gamma is None else self.invstd * self.gamma.reshape(self.shape)
+        dx = dy * scale
+        dgamma = (dy * self.x_hat).sum(axis=self.axes) if self.gamma is not None else None
+        dbeta = dy.sum(axis=self.axes) if self.needs_input_grad[2] else None
+        return dx, dgamma, dbeta
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """input (N, C, *spatial); running_mean/var (C,) buffers (updated in place when training), or None;
     weight (gamma), bias (beta): (C,) or None."""
-    op = "batch_norm"
+    return _batch_norm("batch_norm", False, input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
+                    eps=1e-5):
+    """relu(batch_norm(...)) in fused kernels (a minidl extra; same arguments as batch_norm). Equal to the
+    unfused pair bit for bit on the GPU; one launch fewer forward and backward, and no masked gradient
+    written and read back."""
+    return _batch_norm("batch_norm_relu", True, input, running_mean, running_var, weight, bias, training, momentum,
+                       eps)
+
+
+def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, training, momentum, eps):
     _check_float_tensor(op, "input", input)
     if input.ndim < 2:
         raise ValueError(f"{op}: input must be (N, C, ...), got shape {input.shape}")
@@ -1025,10 +1130,12 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     rv = None if running_var is None else running_var._data
     params = tuple(t for t in (weight, bias))
     if training:
-        return BatchNormTraining.apply(input, *params, running_mean=rm, running_var=rv, momentum=momentum, eps=eps)
+        fn = BatchNormReLUTraining if relu else BatchNormTraining
+        return fn.apply(input, *params, running_mean=rm, running_var=rv, momentum=momentum, eps=eps)
     if rm is None or rv is None:
         raise ValueError(f"{op}: training=False needs running_mean and running_var")
-    return BatchNormInference.apply(input, *params, running_mean=rm, running_var=rv, eps=eps)
+    fn = BatchNormReLUInference if relu else BatchNormInference
+    return fn.apply(input, *params, running_mean=rm, running_var=rv, eps=eps)
 
 
 class LocalResponseNorm(Function):

@@ -49,7 +49,8 @@ from ._common import (backend, as_tuple, check_float, check_same_device, is_cuda
 
 __all__ = [
     "ConvolutionDescriptor", "ConvolutionProblem", "AlgorithmPerf", "ConvolutionPlan",
-    "convolution_forward", "convolution_backward_data", "convolution_backward_filter",
+    "convolution_forward", "convolution_bias_activation_forward", "convolution_backward_data",
+    "convolution_backward_filter",
     "convolution_backward_bias", "convolution_output_shape",
     "find_convolution_algorithms", "get_convolution_algorithm",
     "set_convolution_policy", "get_convolution_policy", "convolution_policy",
@@ -315,6 +316,43 @@ def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", al
     return impl.convolution_forward(x, w, problem, bias, algo, alpha, beta, out)
 
 
+def convolution_bias_activation_forward(x, w, desc, bias, activation_desc, *, algo="auto", layout="NCHW", alpha=1.0,
+                                        beta=0.0, out=None, policy=None):
+    """y = act(alpha * (conv(x, w) + bias) + beta * out): cuDNN's cudnnConvolutionBiasActivationForward
+    (without its second input z). Shapes as convolution_forward; bias (K,) or None; activation_desc
+    an ActivationDescriptor.
+
+    On the GPU a ReLU runs in the convolution kernel's epilogue (direct, implicit GEMM, Winograd; no
+    extra launch, y written once); other activations, and im2col_gemm, apply it in one in-place pass
+    after the convolution. The NumPy reference is the unfused pair.
+    """
+    from .activation import ActivationDescriptor
+
+    op = "convolution_bias_activation_forward"
+    if not isinstance(activation_desc, ActivationDescriptor):
+        raise TypeError(f"{op}: activation_desc must be an ActivationDescriptor, got {type(activation_desc).__name__}")
+    layout = normalize_layout(op, layout)
+    check_same_device(op, x=x, w=w, bias=bias, out=out)
+    dtype = check_float(op, x=x, w=w, bias=bias, out=out)
+    problem = _make_problem(op, x.shape, w.shape, desc, layout, dtype)
+    _check_array_shape(op, "bias", bias, (problem.K,),
+                       f" (one value per output channel; weight {shape_str(w.shape)})")
+    _check_array_shape(op, "out", out, problem.y_shape)
+    _check_blend_args(op, out, beta)
+    impl, algo = _resolve_algorithm(op, algo, "forward", problem, is_cuda_array(x), *_policy_arg(op, policy))
+    return _forward_with_activation(impl, x, w, problem, bias, algo, alpha, beta, out, activation_desc)
+
+
+def _forward_with_activation(impl, x, w, problem, bias, algo, alpha, beta, out, activation_desc):
+    """The backend's forward with a ReLU in its epilogue (GPU), else the forward then one in-place pass."""
+    from .activation import activation_forward
+
+    if is_cuda_array(x) and activation_desc.mode == "relu":
+        return impl.convolution_forward(x, w, problem, bias, algo, alpha, beta, out, relu=True)
+    y = impl.convolution_forward(x, w, problem, bias, algo, alpha, beta, out)
+    return activation_forward(y, activation_desc, out=y)
+
+
 def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW", alpha=1.0,
                               beta=0.0, out=None, policy=None, math="fp32"):
     """dx = alpha * dL/dx + beta * out: the gradient of the input (a transposed convolution of dy).
@@ -450,13 +488,17 @@ class ConvolutionPlan:
             raise ValueError(f"{op}: {name} is {shape_str(a.shape)} on {where}, but the plan is for "
                              f"{shape_str(expected)} on {'cuda' if self.is_cuda else 'cpu'}")
 
-    def forward(self, x, w, bias=None):
-        """y = conv(x, w) + bias, shaped problem.y_shape."""
+    def forward(self, x, w, bias=None, activation=None):
+        """y = conv(x, w) + bias, shaped problem.y_shape; with an ActivationDescriptor `activation`,
+        act(conv(x, w) + bias) as convolution_bias_activation_forward (a GPU ReLU in the epilogue)."""
         p = self.problem
         self._check("convolution_forward", "x", x, p.x_shape)
         self._check("convolution_forward", "w", w, p.w_shape)
         if bias is not None:
             self._check("convolution_forward", "bias", bias, (p.K,))
+        if activation is not None:
+            return _forward_with_activation(self.impl, x, w, p, bias, self.algos["forward"], 1.0, 0.0, None,
+                                            activation)
         return self.impl.convolution_forward(x, w, p, bias, self.algos["forward"], 1.0, 0.0, None)
 
     def backward_data(self, w, dy):

@@ -15,6 +15,7 @@ from ..module import Module, Parameter
 
 class _BatchNorm(Module):
     _valid_ranks = (4,)
+    _fused_relu = False  # True in nn.utils.fusion.BatchNormReLU*d: relu(BN(x)) in fused kernels
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
                  device=None, dtype=None, *, bias=True):
@@ -64,8 +65,9 @@ class _BatchNorm(Module):
         # Batch statistics while training, or when there are no running statistics to use.
         use_batch_stats = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats
-        return F.batch_norm(input, self.running_mean if track else None, self.running_var if track else None,
-                            self.weight, self.bias, use_batch_stats, factor, self.eps)
+        norm = F.batch_norm_relu if self._fused_relu else F.batch_norm
+        return norm(input, self.running_mean if track else None, self.running_var if track else None,
+                    self.weight, self.bias, use_batch_stats, factor, self.eps)
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "

@@ -117,3 +117,5 @@ def _pnorm(xp, a, p):
         return xp.sum(xp.abs(a))
     return xp.sum(xp.abs(a) ** p) ** (1.0 / p)
 from . import rnn  # noqa: E402,F401  (minidl.nn.utils.rnn: packed sequences)
+from . import fusion  # noqa: E402,F401  (minidl.nn.utils.fusion: fuse_modules)
+from .fusion import fuse_modules  # noqa: E402,F401

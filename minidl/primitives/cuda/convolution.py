@@ -296,28 +296,37 @@ def _tap_table(g, handle, channels, nbytes):
 # ----------------------------------------------------------------------------------------------
 
 
-def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
-    """y = alpha * (conv(x, w) + bias) + beta * out, on the GPU."""
-    if algo == "implicit_gemm_tc":
-        return _tc.convolution_forward(x, w, problem, bias, alpha, beta, out)
-    if algo == "fft":
-        return _fft.convolution_forward(x, w, problem, bias, alpha, beta, out)
+# convolution_bias_activation_forward: the forward kernels compiled with the ReLU in their epilogue
+# (kernels/convolution.cu, conv_forward_activation). im2col_gemm ends in the GEMM's epilogue
+# (kernels/gemm.cu), which has no activation: there the ReLU is a separate in-place pass.
+RELU_OPTIONS = ("-DMINIDL_CONV_RELU_EPILOGUE",)
+RELU_EPILOGUE_ALGOS = ("direct", "implicit_gemm", "implicit_precomp_gemm", "winograd")
+
+
+def convolution_forward(x, w, problem, bias, algo, alpha, beta, out, relu=False):
+    """y = alpha * (conv(x, w) + bias) + beta * out, on the GPU; relu=True applies max(., 0) in the
+    epilogue (convolution_bias_activation_forward) where the algorithm's kernels have it
+    (RELU_EPILOGUE_ALGOS), else in one in-place pass after."""
+    if algo in ("implicit_gemm_tc", "fft"):
+        y = (_tc if algo == "implicit_gemm_tc" else _fft).convolution_forward(x, w, problem, bias, alpha, beta, out)
+        return _relu_in_place(y) if relu else y
     g = _geometry(problem)
     x, w, bias = _input(x), _input(w), _input(bias)
     y, original = kernel_output("convolution_forward", out, problem.y_shape, beta, x, w, bias)
     handle = get_handle()
     if y.size == 0:
         return finish(y, original)
+    options = RELU_OPTIONS if relu and algo in RELU_EPILOGUE_ALGOS else ()
     with handle.launch_context():
         if g.N * g.OPQ == 0:
             pass
         elif algo == "direct" and small_channel_kernel("forward", problem):
-            kernel = get_kernel("convolution", f"convolution_forward_direct_small_c_{g.suffix}")
+            kernel = get_kernel("convolution", f"convolution_forward_direct_small_c_{g.suffix}", options)
             grid = (math.ceil(g.P / SMALL_C_FWD_ROWS) * math.ceil(g.Q / SMALL_C_FWD_COLS),
                     math.ceil(g.K / SMALL_C_FWD_CHANNELS), g.N)
             kernel(grid, (THREADS,), (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta)))
         elif algo == "direct":
-            kernel = get_kernel("convolution", "convolution_forward_direct")
+            kernel = get_kernel("convolution", "convolution_forward_direct", options)
             kernel((grid_stride_blocks(y.size),), (256,),
                    (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
         elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
@@ -325,17 +334,30 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
             if algo == "implicit_precomp_gemm":
                 taps = _tap_table(g, handle, g.Cg, workspace_bytes(algo, "forward", problem))
             bn = tile_n(g.Kg, CONV_TILE_WIDTHS)
-            kernel = get_kernel("convolution", f"convolution_forward_{algo}_{g.suffix}_bn{bn}")
+            kernel = get_kernel("convolution", f"convolution_forward_{algo}_{g.suffix}_bn{bn}", options)
             grid = (math.ceil(g.N * g.OPQ / TILE), math.ceil(g.Kg / bn), g.groups)
             kernel(grid, (THREADS,), (x, w, bias, y, taps, *g.args(), np.float32(alpha), np.float32(beta),
                                       _aligned(w, g.Cg * g.TRS)))
         elif algo == "im2col_gemm":
             _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta)
         elif algo == "winograd":
-            _winograd(x, w, bias, y, g, handle, "forward", alpha, beta)
+            _winograd(x, w, bias, y, g, handle, "forward", alpha, beta, options)
         else:
             raise ValueError(f"convolution_forward: unknown algorithm {algo!r}")
+        if relu and not options:
+            _relu_in_place(y)
     return finish(y, original)
+
+
+def _relu_in_place(y):
+    """max(y, 0) written over y (elementwise, so in place is safe): the activation kernel for float32,
+    CuPy's maximum for half data (both pass NaN through)."""
+    if y.dtype == cupy.float32:
+        from ..activation import ActivationDescriptor
+        from .activation import activation_forward
+
+        return activation_forward(y, ActivationDescriptor("relu"), out=y)
+    return cupy.maximum(y, 0, out=y)
 
 
 def _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta):
@@ -363,7 +385,7 @@ def _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta):
                   stride_b=0, stride_c=g.K * g.OPQ)
 
 
-def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta):
+def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=()):
     """The forward F(2x2,3x3) convolution of `inp`; for backward_data inp = dy, out = dx."""
     cin, cout, tiles = _winograd_sizes(g, direction)
     if direction == "forward":
@@ -388,7 +410,7 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta):
     # 16 GEMMs: M[xi] (cout, tiles) = U[xi] (cout, cin) @ V[xi] (cin, tiles)
     sgemm(cout, tiles, cin, U, cin, V, tiles, M, batch=16, stride_a=cout * cin, stride_b=cin * tiles,
           stride_c=cout * tiles)
-    get_kernel("convolution", "convolution_winograd_output_transform")(
+    get_kernel("convolution", "convolution_winograd_output_transform", options)(
         (grid_stride_blocks(cout * tiles),), (256,),
         (M, out, bias, np.int32(g.N), np.int32(cout), np.int32(out_h), np.int32(out_w), np.int32(tiles_h),
          np.int32(tiles_w), np.float32(alpha), np.float32(beta), cl))

@@ -1,0 +1,82 @@
+"""Fewer, fatter kernels for a model: fuse_modules and the fused modules it puts in.
+
+A conv-BN-ReLU block runs, unfused, a convolution, batch norm's statistics / finalize / apply, and
+a ReLU forward, then the mirror image backward: each kernel a launch of its own (several µs from
+Python) and each intermediate written to memory and read back. The fused primitives do the same
+arithmetic in fewer kernels (minidl.primitives: batch_norm_relu_*, add_relu_*,
+convolution_bias_activation_forward), with results equal to the unfused path.
+
+fuse_modules(model) walks every Sequential in the model and replaces, in place,
+    BatchNorm1d/2d/3d followed by ReLU  ->  BatchNormReLU1d/2d/3d, Identity
+    Conv2d followed by ReLU             ->  ConvReLU2d, Identity
+The fused module takes over the original's parameters and buffers (the same Parameter objects, so
+an optimizer made before still updates them), and the ReLU's place is kept by an Identity: the
+state_dict keys and values are unchanged, and a checkpoint loads either way. Residual additions
+live in user forward() code; write F.add_relu(x, f(x)) there for the fused add + ReLU.
+
+PyTorch's torch.ao.quantization.fuse_modules has the same idea (for inference); this one keeps
+training semantics exactly.
+"""
+from __future__ import annotations
+
+from .. import functional as F
+from ..layers.activation import ReLU
+from ..layers.conv import Conv2d
+from ..layers.linear import Identity
+from ..layers.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
+from ..module import Module, Sequential
+
+__all__ = ["fuse_modules", "BatchNormReLU1d", "BatchNormReLU2d", "BatchNormReLU3d", "ConvReLU2d"]
+
+
+class BatchNormReLU1d(BatchNorm1d):
+    """relu(BatchNorm1d(x)) in fused kernels; the parameters and buffers of a BatchNorm1d."""
+
+    _fused_relu = True
+
+
+class BatchNormReLU2d(BatchNorm2d):
+    """relu(BatchNorm2d(x)) in fused kernels; the parameters and buffers of a BatchNorm2d."""
+
+    _fused_relu = True
+
+
+class BatchNormReLU3d(BatchNorm3d):
+    """relu(BatchNorm3d(x)) in fused kernels; the parameters and buffers of a BatchNorm3d."""
+
+    _fused_relu = True
+
+
+class ConvReLU2d(Conv2d):
+    """relu(Conv2d(x)) with the ReLU in the convolution's epilogue on the GPU."""
+
+    def forward(self, input):
+        return F._conv("conv2d_relu", 2, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+                       self.groups, self.algo, self.layout, desc=self._desc, plans=self._conv_plans, relu=True)
+
+
+_FUSED = {BatchNorm1d: BatchNormReLU1d, BatchNorm2d: BatchNormReLU2d, BatchNorm3d: BatchNormReLU3d,
+          Conv2d: ConvReLU2d}
+
+
+def _adopt(module: Module, cls) -> Module:
+    """A `cls` instance that is `module` in all but its class: the same parameters, buffers, flags."""
+    fused = cls.__new__(cls)
+    fused.__dict__.update(module.__dict__)
+    return fused
+
+
+def fuse_modules(model: Module) -> Module:
+    """Replace BN->ReLU and Conv2d->ReLU pairs inside every Sequential of `model` by fused modules,
+    in place (see the module docstring). Returns the model. Pairs whose modules are subclasses
+    (not exactly BatchNorm*d / Conv2d / ReLU) are left alone."""
+    if not isinstance(model, Module):
+        raise TypeError(f"fuse_modules: expected a Module, got {type(model).__name__}")
+    for seq in [m for m in model.modules() if isinstance(m, Sequential)]:
+        names = list(seq._modules)
+        for first, second in zip(names, names[1:]):
+            a, b = seq._modules[first], seq._modules[second]
+            if type(a) in _FUSED and type(b) is ReLU:
+                seq._modules[first] = _adopt(a, _FUSED[type(a)])
+                seq._modules[second] = Identity()
+    return model
