@@ -15,6 +15,8 @@ from pathlib import Path
 
 import cupy
 
+from ... import profiler as _profiler
+
 _lock = threading.Lock()
 _modules: dict = {}
 
@@ -64,9 +66,16 @@ def get_module(family: str, options: tuple = (), name_expressions: tuple = ()) -
 
 
 def get_kernel(family: str, name: str, options: tuple = (), name_expressions: tuple = ()):
-    """A `__global__` function of kernels/<family>.cu (for templates, pass its name expression)."""
+    """A `__global__` function of kernels/<family>.cu (for templates, pass its name expression).
+
+    While a minidl.profiler.profile is active the kernel comes wrapped in a launch counter (every
+    launcher asks for its kernel here right before launching it, so every launch is counted); the
+    check is one global read when no profile is active."""
     module = get_module(family, options, name_expressions)
-    return module.get_function(name)
+    kernel = module.get_function(name)
+    if _profiler._active is not None:
+        return _profiler._LaunchCounter(kernel)
+    return kernel
 
 
 def precompile(families=None) -> list[str]:

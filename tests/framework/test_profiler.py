@@ -1,0 +1,73 @@
+"""minidl.profiler on the CPU path: exact call counts per primitive on a known model, host times,
+the table, the Chrome trace, the plots, and no wrapping outside a profile."""
+import json
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.nn.functional as F
+from minidl import nn
+from minidl import primitives as P
+from minidl.profiler import ProfilerActivity, profile, record_function
+
+
+def _model():
+    minidl.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(2, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(4 * 3 * 3, 5))
+
+
+def _step(model, opt, x, y):
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+def test_profile_counts_each_primitive_call_of_a_step(tmp_path):
+    model = _model()
+    opt = minidl.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = minidl.randn(3, 2, 7, 6), minidl.tensor(np.array([0, 4, 2]))
+    original = P.convolution_forward
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        assert P.convolution_forward is not original
+        for _ in range(2):
+            with record_function("train_step"):
+                _step(model, opt, x, y)
+            prof.step()
+    assert P.convolution_forward is original  # restored: nothing is wrapped outside a profile
+    rows = {r["name"]: r for r in prof.key_averages()}
+    # Per step: conv fwd, BN fwd, ReLU fwd, max-pool fwd, 1 GEMM (Linear fwd); backward: Linear's 2
+    # GEMMs (dx, dW), max-pool, ReLU, BN backward, conv backward_filter (the input needs no grad).
+    expected = {"convolution_forward": 2, "batch_norm_forward_training": 2, "activation_forward": 2,
+                "pooling_forward": 2, "gemm": 6, "pooling_backward": 2, "activation_backward": 2,
+                "batch_norm_backward": 2, "convolution_backward_filter": 2, "train_step": 2}
+    assert {k: rows[k]["count"] for k in expected} == expected
+    assert set(rows) == set(expected)
+    assert all(r["launches"] == 0 and r["cuda_time_total"] == 0.0 for r in rows.values())  # NumPy path
+    assert all(r["cpu_time_total"] > 0 for r in rows.values())
+    assert rows["train_step"]["cpu_time_total"] >= sum(r["cpu_time_total"] for k, r in rows.items() if k != "train_step")
+    table = prof.key_averages().table(sort_by="count")
+    assert table.splitlines()[2].split()[0] == "gemm" and "Host total" in table and "GPU total" not in table
+    by_shape = prof.key_averages(group_by_input_shape=True)
+    assert any(r["name"] == "convolution_forward" and "(3, 2, 7, 6)" in r["shapes"] for r in by_shape)
+    assert prof.launches_per_step() == [0, 0]
+
+    trace = json.loads(open(prof.export_chrome_trace(tmp_path / "t.json")).read())["traceEvents"]
+    assert len(trace) == sum(expected.values()) and {e["tid"] for e in trace} == {"host"}
+    prof.plot_timeline(tmp_path / "timeline.png")
+    prof.plot_launches_per_step(tmp_path / "launches.png")
+    assert (tmp_path / "timeline.png").stat().st_size > 0
+
+
+def test_profile_errors():
+    with pytest.raises(ValueError, match="unknown activities"):
+        profile(activities=["tpu"])
+    prof = profile(activities=[ProfilerActivity.CPU])
+    with pytest.raises(RuntimeError, match="after the"):
+        prof.key_averages()
+    with prof:
+        with pytest.raises(RuntimeError, match="already active"):
+            profile(activities=[ProfilerActivity.CPU]).__enter__()
+    with pytest.raises(ValueError, match="sort_by"):
+        prof.key_averages().table(sort_by="speed")
