@@ -8,7 +8,14 @@ docs/../shared/guides/device.md and at one size of 256 MB or more each, this mea
 Timing: CUDA events around each call, warm-up first (it includes the NVRTC compile), median of
 the repeats. Writes a markdown table to --out and prints it.
 
+A second table compares the fused kernels with the unfused calls they replace, in the same process
+on the same inputs (batch norm + ReLU, residual add + ReLU, convolution + bias + ReLU, multi-tensor
+SGD / Adam against the per-parameter optimizer path), as the time per call with 10 calls queued
+(the larger of the GPU time and the host's launch time: what a training loop sees) and the
+launches per call (minidl.profiler). --fused-only runs just that table (to --fused-out).
+
     python3 benchmarks/bench_gpu_primitives.py [--out benchmarks/results/gpu_primitives.md] [--quick]
+    python3 benchmarks/bench_gpu_primitives.py --fused-only [--fused-out benchmarks/results/gpu_fused.md]
 """
 from __future__ import annotations
 
@@ -136,9 +143,93 @@ def cases(big: bool):
 
 
 
+def fused_cases():
+    """(name, shape, fused(), unfused()) for the fused kernels against what they replace."""
+    import minidl
+    from minidl import optim
+    from minidl.primitives import (ConvolutionDescriptor, activation_backward, add_relu_backward, add_relu_forward,
+                                   batch_norm_backward, batch_norm_relu_backward, batch_norm_relu_forward_training,
+                                   convolution_bias_activation_forward, convolution_forward)
+
+    rng = np.random.default_rng(0)
+    relu = ActivationDescriptor("relu")
+    for n, c, hw in ((128, 64, 32), (128, 32, 14)):
+        shape = f"{n}x{c}x{hw}x{hw}"
+        x = cupy.asarray(rng.standard_normal((n, c, hw, hw), dtype=np.float32))
+        dy = cupy.asarray(rng.standard_normal((n, c, hw, hw), dtype=np.float32))
+        g, b = cupy.asarray(rng.standard_normal(c, dtype=np.float32)), cupy.zeros(c, cupy.float32)
+        rm, rv = cupy.zeros(c, cupy.float32), cupy.ones(c, cupy.float32)
+        z, mean, invstd = batch_norm_forward_training(x, g, b, rm, rv)
+        y = activation_forward(z, relu)
+        yield ("BN + ReLU train fwd", shape, lambda: batch_norm_relu_forward_training(x, g, b, rm, rv),
+               lambda: activation_forward(batch_norm_forward_training(x, g, b, rm, rv)[0], relu))
+        yield ("BN + ReLU bwd", shape, lambda: batch_norm_relu_backward(x, dy, g, b, mean, invstd),
+               lambda: batch_norm_backward(x, activation_backward(z, y, dy, relu), g, mean, invstd))
+        yield ("add + ReLU fwd", shape, lambda: add_relu_forward(x, dy), lambda: activation_forward(x + dy, relu))
+        yield ("add + ReLU bwd", shape, lambda: add_relu_backward(y, dy),
+               lambda: activation_backward(y, y, dy, relu))
+    for xs, ws, algo in (((128, 64, 32, 32), (64, 64, 3, 3), "implicit_precomp_gemm"),
+                         ((128, 1, 28, 28), (32, 1, 3, 3), "direct"),
+                         ((128, 32, 14, 14), (64, 32, 3, 3), "winograd")):
+        x = cupy.asarray(rng.standard_normal(xs, dtype=np.float32))
+        w = cupy.asarray(rng.standard_normal(ws, dtype=np.float32))
+        bias = cupy.asarray(rng.standard_normal(ws[0], dtype=np.float32))
+        desc = ConvolutionDescriptor(padding=1, stride=1, dilation=1, groups=1, spatial_dims=2)
+        yield (f"conv 3x3 + bias + ReLU ({algo})", f"{'x'.join(map(str, xs))} -> {ws[0]}",
+               lambda: convolution_bias_activation_forward(x, w, desc, bias, relu, algo=algo),
+               lambda: activation_forward(convolution_forward(x, w, desc, bias, algo=algo), relu))
+    # ResNet-9 width 64's parameter shapes (8 convs, 8 BNs, 1 linear: 26 tensors, 6.6 M values).
+    widths = [(64, 3), (128, 64), (128, 128), (128, 128), (256, 128), (512, 256), (512, 512), (512, 512)]
+    shapes = [s for k, c in widths for s in ((k, c, 3, 3), (k,), (k,))] + [(10, 512)]
+    for name, make in (("SGD momentum + nesterov + wd", lambda ps, f: optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True,
+                                                                                 weight_decay=5e-4, fused=f)),
+                       ("Adam", lambda ps, f: optim.Adam(ps, lr=1e-3, fused=f)),
+                       ("AdamW", lambda ps, f: optim.AdamW(ps, lr=1e-3, fused=f))):
+        steps = []
+        for fused in (None, False):
+            params = [minidl.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True).to("cuda")
+                      for s in shapes]
+            for p in params:
+                p.grad = minidl.tensor(rng.standard_normal(p.shape).astype(np.float32)).to("cuda")
+            steps.append(make(params, fused).step)
+        yield (f"optimizer step: {name}", f"{len(shapes)} tensors (ResNet-9 w64)", steps[0], steps[1])
+
+
+def fused_table(repeats, commit, device):
+    from minidl.profiler import ProfilerActivity, profile
+
+    def launches(fn):
+        fn()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        return prof.launches_per_step()[0]
+
+    lines = [
+        "# Fused kernels vs the unfused calls they replace (minidl, GPU)",
+        "",
+        f"date {datetime.date.today().isoformat()}, commit {commit}, device {device}, CuPy {cupy.__version__}; "
+        "fp32; CUDA events, median of the repeats; each sample times 10 calls queued back to back, so",
+        "a call costs the larger of its GPU time and its host (launch) time, as in a training loop that",
+        "does not synchronise. Launches: kernels of kernels/*.cu per call (minidl.profiler; CuPy's own",
+        "kernels, e.g. the `x + y` of the unfused add and the per-parameter optimizer arithmetic, are",
+        "not counted there: the unfused optimizer path is ~8-12 CuPy kernels per parameter).",
+        "",
+        "| fused op | shape | fused ms | unfused ms | unfused / fused | launches fused | launches unfused |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, shape, fused, unfused in fused_cases():
+        f_ms, u_ms = time_ms(fused, repeats, 10), time_ms(unfused, repeats, 10)
+        lines.append(f"| {name} | {shape} | {f_ms:.4f} | {u_ms:.4f} | {u_ms / f_ms:.2f} | {launches(fused)} | "
+                     f"{launches(unfused)} |")
+        print(lines[-1], flush=True)
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu_primitives.md"))
+    parser.add_argument("--fused-out", default=str(ROOT / "benchmarks" / "results" / "gpu_fused.md"))
+    parser.add_argument("--fused-only", action="store_true", help="only the fused-vs-unfused table")
     parser.add_argument("--commit", default=None, help="commit to record (default: git rev-parse)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
@@ -147,10 +238,14 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     precompile(["activation", "pooling", "batch_norm", "softmax", "lrn"])
-    copy_bw = copy_bandwidth()
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    precompile(["multi_tensor", "convolution"])
+    write_report(fused_table(10 if args.quick else 30, git_commit(args.commit), device), args.fused_out)
+    if args.fused_only:
+        return
 
+    copy_bw = copy_bandwidth()
     rows = []
     for big in (False, True):
         repeats = 10 if args.quick else (20 if big else 50)
