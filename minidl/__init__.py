@@ -85,7 +85,7 @@ def numel(t):
 
 
 # Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.
-_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends", "amp")
+_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends", "amp", "profiler")
 
 
 def __getattr__(name):
