@@ -62,6 +62,8 @@ def base_parser(doc: str, *, epochs, batch_size: int, lr, checkpoint):
                    help="mixed precision: forward pass and loss under minidl.autocast, loss scaling for float16")
     p.add_argument("--amp-dtype", choices=["float16", "bfloat16"], default="float16",
                    help="the lower precision of --amp (default float16, with a GradScaler; bfloat16 needs none)")
+    p.add_argument("--no-fuse", action="store_true",
+                   help="on the GPU, keep BN/ReLU and conv/ReLU unfused (default: nn.utils.fuse_modules)")
     return p
 
 
@@ -193,6 +195,14 @@ class MixedPrecision:
             clip_grad_norm_(clip_parameters, max_norm)
         self.scaler.step(optimizer)
         self.scaler.update()
+
+
+def maybe_fuse(model, device: str, args):
+    """On the GPU, fused kernels for BN -> ReLU and conv -> ReLU (same parameters and state_dict keys,
+    same results: nn.utils.fuse_modules), unless --no-fuse. The CPU path keeps the plain modules."""
+    if device == "cuda" and not getattr(args, "no_fuse", False):
+        minidl.nn.utils.fuse_modules(model)
+    return model
 
 
 def epoch_range(start_epoch: int, args):

@@ -77,8 +77,8 @@ from minidl.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn  # noqa: 
 
 from _common import (  # noqa: E402
     MixedPrecision, Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length,
-    epoch_range, epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, parameter_count, pick_device,
-    progress, save_checkpoint, steps_per_epoch,
+    epoch_range, epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, maybe_fuse, parameter_count,
+    pick_device, progress, save_checkpoint, steps_per_epoch,
 )
 
 
@@ -276,6 +276,7 @@ def main(argv=None):
 
     train_set, test_set = load_data(load_cifar10, args.data, device)
     model = build_model(args.width, args.norm).to(device)
+    maybe_fuse(model, device, args)
     optimizer = minidl.optim.SGD(parameter_groups(model, args.weight_decay, args.no_decay_bn), lr=args.lr,
                                  momentum=0.9, nesterov=True, weight_decay=args.weight_decay)
     batches = len(train_set) // args.batch_size  # drop_last: every batch is full (batch norm likes that)

@@ -39,8 +39,8 @@ from minidl.data.datasets import MNIST  # noqa: E402
 
 from _common import (  # noqa: E402
     MixedPrecision, Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length,
-    epoch_range, epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, parameter_count, pick_device,
-    progress, save_checkpoint, steps_per_epoch,
+    epoch_range, epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, maybe_fuse, parameter_count,
+    pick_device, progress, save_checkpoint, steps_per_epoch,
 )
 
 EPOCHS = {"cnn": 8, "mlp": 2}  # the defaults: what the README's figures (99.34%, 98.07%) come from
@@ -133,6 +133,7 @@ def main(argv=None):
 
     train_set, test_set = load_data(load_mnist, args.data, device)
     model = build_model(args.model).to(device)
+    maybe_fuse(model, device, args)
     optimizer = minidl.optim.Adam(model.parameters(), lr=args.lr)
     # One-cycle (Smith & Topin): a short warm-up then annealing lets a few epochs reach ~99.3%; the
     # schedule spans all --epochs, so it must know the steps per epoch up front.
