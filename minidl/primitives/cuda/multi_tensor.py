@@ -60,7 +60,11 @@ def _grid(total_chunks):
 
 
 def _optional(a):
-    return null_pointer() if a is None else a
+    """A device pointer for an optional 0-d float32 scalar (grad_scale, found_inf, clip_coef); a host
+    number or NumPy scalar is copied to the device first (asynchronously)."""
+    if a is None:
+        return null_pointer()
+    return cupy.asarray(a, dtype=cupy.float32)
 
 
 def multi_tensor_sgd(params, grads, momentum_buffers, first_step, *, lr, weight_decay, momentum, dampening,
@@ -71,6 +75,7 @@ def multi_tensor_sgd(params, grads, momentum_buffers, first_step, *, lr, weight_
     table, n, chunks = tensor_table((params, grads, momentum_buffers), aux=first_step)
     if n == 0:
         return
+    lr = cupy.asarray(lr, dtype=cupy.float64)
     grid, block = _grid(chunks)
     get_kernel("multi_tensor", "multi_tensor_sgd")(
         grid, block,
@@ -86,6 +91,9 @@ def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, ste
     table, n, chunks = tensor_table((params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), aux=step_slots)
     if n == 0:
         return
+    lr = cupy.asarray(lr, dtype=cupy.float64)
+    if steps.dtype != cupy.float32 or not steps.flags.c_contiguous:
+        raise TypeError(f"multi_tensor_adam: steps must be a contiguous float32 CuPy array, got {steps.dtype}")
     get_kernel("multi_tensor", "multi_tensor_increment_steps")(
         (-(-n // THREADS),), (THREADS,), (table, np.int32(n), steps, _optional(found_inf)))
     beta1, beta2 = float(beta1), float(beta2)
@@ -131,4 +139,4 @@ def multi_tensor_scale(tensors, coef):
     if n == 0:
         return
     grid, block = _grid(chunks)
-    get_kernel("multi_tensor", "multi_tensor_scale")(grid, block, (table, np.int32(n), np.int64(chunks), coef))
+    get_kernel("multi_tensor", "multi_tensor_scale")(grid, block, (table, np.int32(n), np.int64(chunks), _optional(coef)))
