@@ -46,8 +46,9 @@ from minidl import nn
 from minidl.profiler import ProfilerActivity, profile, record_function
 
 device = "cuda" if USE_GPU else "cpu"
-BATCH = 128 if MODE == "full" else 16
-STEPS = 30 if MODE == "full" else 3
+BATCH = 128 if MODE == "full" else 8
+STEPS = 30 if MODE == "full" else 2
+WARMUP = 3 if MODE == "full" else 1
 if USE_GPU:
     minidl.cuda.precompile()          # no measurement below may include an NVRTC compile
 ACTIVITIES = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if USE_GPU else [])
@@ -89,7 +90,7 @@ def make_step(model, fused_optimizer=True):
 def step_time_ms(step, steps=STEPS):
     """Wall-clock ms per step over `steps` steps after a warm-up (the GPU is synchronised at both
     ends, not in between: exactly what a training loop pays)."""
-    for _ in range(3):
+    for _ in range(WARMUP):
         step()
     if USE_GPU:
         minidl.cuda.synchronize()
@@ -102,7 +103,7 @@ def step_time_ms(step, steps=STEPS):
 
 
 def profile_steps(step, n=3):
-    for _ in range(2):            # warm-up: kernel compiles, algorithm choices, optimizer state
+    for _ in range(WARMUP):       # warm-up: kernel compiles, algorithm choices, optimizer state
         step()
     with profile(activities=ACTIVITIES, record_shapes=True) as prof:
         for _ in range(n):
@@ -187,11 +188,14 @@ print(prof_fused.key_averages().table(sort_by="cpu_time_total", row_limit=20))
 # Let's check here that one step of each model gives the same parameters:
 
 # %%
-a, b = make_cnn(), make_cnn()
-nn.utils.fuse_modules(b)
-sa, sb = make_step(a, fused_optimizer=False), make_step(b, fused_optimizer=True)
-sa(); sb()
-worst = max(float(np.max(np.abs(p.detach().numpy() - q.detach().numpy()))) for p, q in zip(a.parameters(), b.parameters()))
+def params_after_one_step(fuse):
+    model = make_cnn()                      # seeds the RNG: same weights, batch and dropout masks
+    if fuse:
+        nn.utils.fuse_modules(model)
+    make_step(model, fused_optimizer=fuse)()
+    return [p.detach().numpy() for p in model.parameters()]
+
+worst = max(float(np.max(np.abs(p - q))) for p, q in zip(params_after_one_step(False), params_after_one_step(True)))
 print(f"largest difference between the parameters after one step: {worst:.3g}")
 
 # %% [markdown]
