@@ -1,4 +1,4 @@
-// Multi-tensor kernels: one launch works on a whole list of tensors (every parameter of an
+// Multi-tensor kernels (SGD, Adam/AdamW, RMSprop, zeroing, L2 norm, scaling): one launch works on a whole list of tensors (every parameter of an
 // optimizer's group, every gradient of a model) instead of one launch per tensor. The idea and the
 // chunking are apex's `multi_tensor_apply` (and torch's `fused=True` optimizers).
 //
@@ -150,6 +150,50 @@ extern "C" __global__ void multi_tensor_adam(const long long* table, int n_tenso
             }
             const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bias_correction2_sqrt), eps);
             row.param[i] = __fsub_rn(p, __fmul_rn(step_size, __fdiv_rn(m, denom)));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RMSprop: buf0 = square_avg, buf1 = momentum_buffer (absent when momentum == 0), buf2 = grad_avg
+// (centered only). The step count (aux = slot) is kept but unused by the update, as in PyTorch.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void multi_tensor_rmsprop(const long long* table, int n_tensors, long long total_chunks,
+                                                const double* lr, float alpha, float one_minus_alpha,
+                                                float lerp_weight, float one_minus_lerp_weight, float eps,
+                                                float weight_decay, float momentum, int maximize,
+                                                const float* grad_scale, const float* found_inf)
+{
+    if (update_skipped(found_inf)) return;
+    const float lr_f = (float)(*lr);
+    for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
+        const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
+        const long long begin = (chunk - row.first_chunk) * CHUNK;
+        const long long end = min(begin + CHUNK, row.numel);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const float p = row.param[i];
+            float g = effective_grad(row.grad[i], grad_scale, maximize);
+            if (weight_decay != 0.0f) g = __fadd_rn(g, __fmul_rn(weight_decay, p));
+            const float sq = __fadd_rn(__fmul_rn(row.buf0[i], alpha), __fmul_rn(one_minus_alpha, __fmul_rn(g, g)));
+            row.buf0[i] = sq;
+            float avg;
+            if (row.buf2 != nullptr) {
+                float ga = row.buf2[i];
+                if (lerp_weight < 0.5f) ga = __fadd_rn(ga, __fmul_rn(lerp_weight, __fsub_rn(g, ga)));
+                else ga = __fsub_rn(g, __fmul_rn(__fsub_rn(g, ga), one_minus_lerp_weight));
+                row.buf2[i] = ga;
+                avg = __fsqrt_rn(__fsub_rn(sq, __fmul_rn(ga, ga)));
+            } else {
+                avg = __fsqrt_rn(sq);
+            }
+            avg = __fadd_rn(avg, eps);
+            if (row.buf1 != nullptr) {
+                const float b = __fadd_rn(__fmul_rn(row.buf1[i], momentum), __fdiv_rn(g, avg));
+                row.buf1[i] = b;
+                row.param[i] = __fsub_rn(p, __fmul_rn(lr_f, b));
+            } else {
+                row.param[i] = __fsub_rn(p, __fmul_rn(lr_f, __fdiv_rn(g, avg)));
+            }
         }
     }
 }

@@ -279,6 +279,13 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = True):
+        if not set_to_none:  # on the GPU: one multi-tensor launch for all float32 gradients
+            from .. import primitives as P
+
+            grads = [p.grad._data for p in self.parameters() if p.grad is not None]
+            if grads and P.multi_tensor_supported(*grads):
+                P.multi_tensor_zero(grads)
+                return
         for p in self.parameters():
             if p.grad is None:
                 continue

@@ -20,7 +20,7 @@ reading the learning rate from the device. It equals the per-parameter code belo
 from __future__ import annotations
 
 from .. import primitives as P
-from .._device import get_array_module, is_cuda_array
+from .._device import get_array_module
 from ..autograd.tensor import Tensor
 from .optimizer import Optimizer
 
@@ -59,33 +59,6 @@ class Adam(Optimizer):
         if group["weight_decay"] < 0:
             raise ValueError(f"{name}: invalid weight_decay {group['weight_decay']} (must be >= 0)")
         group["betas"] = tuple(betas)
-
-    def _device_steps(self, group, params):
-        """The group's device array of step counts, one slot per parameter of the group, with each
-        parameter's state["step"] a 0-d Tensor viewing its slot. Rebuilt (once) when a state holds
-        a Python number or a foreign array (a fresh state, a loaded checkpoint)."""
-        cupy = get_array_module(params[0]._data)
-        members = group["params"]
-        steps = group._steps
-        if steps is not None and steps.size == len(members):
-            fine = all(
-                isinstance(self.state.get(p, {}).get("step"), Tensor)
-                and self.state[p]["step"]._data.data.ptr == steps.data.ptr + 4 * i
-                for i, p in enumerate(members) if p in self.state or p.grad is not None)
-            if fine:
-                return steps
-        steps = cupy.zeros(len(members), dtype=cupy.float32)
-        for i, p in enumerate(members):
-            old = self.state.get(p, {}).get("step")
-            if old is None:
-                continue
-            value = old._data if isinstance(old, Tensor) else old
-            steps[i] = value if is_cuda_array(value) else float(value)  # device-to-device, or a host number
-        for i, p in enumerate(members):
-            if p in self.state:
-                self.state[p]["step"] = Tensor._make(steps[i])
-        group._steps = steps
-        return steps
 
     def _multi_tensor_update(self, group, grad_scale, found_inf):
         params = [p for p in group["params"] if p.grad is not None]

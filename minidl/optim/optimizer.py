@@ -179,16 +179,44 @@ class Optimizer:
         return loss
 
     _grad_scale = None
+    _fused = None  # the `fused` option of optimizers whose torch counterpart has no such group key
 
     def _multi_tensor_update(self, group, grad_scale, found_inf) -> bool:
         """Subclasses with a multi-tensor kernel update the whole group in one go and return True;
         False sends the group to the per-parameter reference path (_update_group)."""
         return False
 
+    def _device_steps(self, group, params):
+        """The group's device array of step counts, one slot per parameter of the group, with each
+        parameter's state["step"] a 0-d Tensor viewing its slot. Rebuilt (once) when a state holds
+        a Python number or a foreign array (a fresh state, a loaded checkpoint)."""
+        cupy = _device.get_array_module(params[0]._data)
+        members = group["params"]
+        steps = group._steps
+        if steps is not None and steps.size == len(members):
+            fine = all(
+                isinstance(self.state.get(p, {}).get("step"), Tensor)
+                and self.state[p]["step"]._data.data.ptr == steps.data.ptr + 4 * i
+                for i, p in enumerate(members) if p in self.state or p.grad is not None)
+            if fine:
+                return steps
+        steps = cupy.zeros(len(members), dtype=cupy.float32)
+        for i, p in enumerate(members):
+            old = self.state.get(p, {}).get("step")
+            if old is None:
+                continue
+            value = old._data if isinstance(old, Tensor) else old
+            steps[i] = value if _device.is_cuda_array(value) else float(value)  # device-to-device, or a host number
+        for i, p in enumerate(members):
+            if p in self.state:
+                self.state[p]["step"] = Tensor._make(steps[i])
+        group._steps = steps
+        return steps
+
     def _use_multi_tensor(self, group, params) -> bool:
         """The group's `fused` option: None = on the GPU when every array is C-contiguous float32
         CuPy; True = required (error otherwise); False = the per-parameter path."""
-        fused = group.get("fused")
+        fused = group.get("fused", self._fused)
         if fused is False or not params:
             return False
         arrays = [a for p in params for a in (p._data, p.grad._data)]

@@ -8,17 +8,24 @@ PyTorch's algorithm, for each parameter p with gradient g (g = -g to maximize):
     d = sqrt(v - a * a) + eps   if centered, else sqrt(v) + eps
     b = momentum * b + g / d,  p = p - lr * b     with momentum > 0
     p = p - lr * g / d                            without
+
+On the GPU (float32 CUDA parameters, fused=None or True) a group is two launches: the device step
+counts, then `multi_tensor_rmsprop` (kernels/multi_tensor.cu), equal to the per-parameter code below.
 """
 from __future__ import annotations
 
+from .. import primitives as P
 from .._device import get_array_module
+from ..autograd.tensor import Tensor
 from .adam import lerp_
 from .optimizer import Optimizer
 
 
 class RMSprop(Optimizer):
     def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0, centered=False,
-                 maximize=False):
+                 maximize=False, *, fused=None):
+        # torch's RMSprop has no `fused` option (so no such key in its param groups): an attribute here.
+        self._fused = fused
         defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
                         centered=centered, maximize=maximize)
         super().__init__(params, defaults)
@@ -27,6 +34,36 @@ class RMSprop(Optimizer):
         for key in ("lr", "eps", "momentum", "weight_decay", "alpha"):
             if group[key] < 0:
                 raise ValueError(f"RMSprop: invalid {key} {group[key]} (must be >= 0)")
+
+    def _multi_tensor_update(self, group, grad_scale, found_inf):
+        params = [p for p in group["params"] if p.grad is not None]
+        if not self._use_multi_tensor(group, params):
+            return False
+        momentum, centered = float(group["momentum"]), bool(group["centered"])
+        fresh = False
+        for p in params:
+            state = self.state.setdefault(p, {})
+            if "square_avg" not in state:
+                state["square_avg"] = self._zeros_like(p)
+                state.setdefault("step", 0)
+                fresh = True
+            if momentum > 0 and "momentum_buffer" not in state:
+                state["momentum_buffer"] = self._zeros_like(p)
+            if centered and "grad_avg" not in state:
+                state["grad_avg"] = self._zeros_like(p)
+        if fresh:
+            group._steps = None
+        steps = self._device_steps(group, params)
+        slot = {id(p): i for i, p in enumerate(group["params"])}
+        st = [self.state[p] for p in params]
+        P.multi_tensor_rmsprop(
+            [p._data for p in params], [p.grad._data for p in params], [s["square_avg"]._data for s in st],
+            [s["momentum_buffer"]._data for s in st] if momentum > 0 else None,
+            [s["grad_avg"]._data for s in st] if centered else None, [slot[id(p)] for p in params], steps,
+            lr=group.device_lr(), alpha=float(group["alpha"]), eps=float(group["eps"]),
+            weight_decay=float(group["weight_decay"]), momentum=momentum, maximize=bool(group["maximize"]),
+            grad_scale=grad_scale, found_inf=found_inf)
+        return True
 
     def _update_group(self, group):
         lr, alpha, eps = float(group["lr"]), float(group["alpha"]), float(group["eps"])
@@ -45,6 +82,8 @@ class RMSprop(Optimizer):
                 state["momentum_buffer"] = self._zeros_like(p)
             if group["centered"] and "grad_avg" not in state:
                 state["grad_avg"] = self._zeros_like(p)
+            if isinstance(state["step"], Tensor):  # left by the multi-tensor GPU path
+                state["step"] = int(state["step"].item())
             state["step"] += 1
 
             if weight_decay != 0:

@@ -6,6 +6,8 @@ list (kernels/multi_tensor.cu); the NumPy reference (cpu/multi_tensor.py) loops 
                      dampening, nesterov, maximize, grad_scale=None, found_inf=None)
     multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, *, lr,
                       beta1, beta2, eps, weight_decay, decoupled, maximize, grad_scale=None, found_inf=None)
+    multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, *, lr, alpha,
+                         eps, weight_decay, momentum, maximize, grad_scale=None, found_inf=None)
     multi_tensor_zero(tensors)
     multi_tensor_l2norm(tensors, max_norm=None) -> (total_norm, clip_coef)
     multi_tensor_scale(tensors, coef)
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from ._common import is_cuda_array
 
-__all__ = ["multi_tensor_sgd", "multi_tensor_adam", "multi_tensor_zero", "multi_tensor_l2norm", "multi_tensor_scale",
+__all__ = ["multi_tensor_sgd", "multi_tensor_adam", "multi_tensor_rmsprop", "multi_tensor_zero", "multi_tensor_l2norm", "multi_tensor_scale",
            "multi_tensor_supported"]
 
 
@@ -77,6 +79,13 @@ def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, ste
     gpu = _check_rows("multi_tensor_adam", params=params, grads=grads, exp_avgs=exp_avgs, exp_avg_sqs=exp_avg_sqs,
                       max_exp_avg_sqs=max_exp_avg_sqs)
     return _impl(gpu).multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, **kw)
+
+
+def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, **kw):
+    gpu = _check_rows("multi_tensor_rmsprop", params=params, grads=grads, square_avgs=square_avgs,
+                      momentum_buffers=momentum_buffers, grad_avgs=grad_avgs)
+    return _impl(gpu).multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps,
+                                           **kw)
 
 
 def multi_tensor_zero(tensors):

@@ -55,6 +55,9 @@ OPTIMIZERS = {
     "adam_beta_small": lambda ps, f: optim.Adam(ps, lr=3e-3, betas=(0.3, 0.9), maximize=True, fused=f),
     "adamw": lambda ps, f: optim.AdamW(ps, lr=1e-2, weight_decay=0.05, fused=f),
     "adamw_amsgrad": lambda ps, f: optim.AdamW(ps, lr=1e-2, amsgrad=True, fused=f),
+    "rmsprop": lambda ps, f: optim.RMSprop(ps, lr=1e-2, fused=f),
+    "rmsprop_centered_momentum_wd": lambda ps, f: optim.RMSprop(ps, lr=1e-2, alpha=0.3, momentum=0.9, centered=True,
+                                                                  weight_decay=0.1, maximize=True, fused=f),
 }
 
 
@@ -66,7 +69,7 @@ def test_multi_tensor_optimizer_equals_per_parameter_path(name):
         assert a.shape == b.shape
         assert np.all(np.isfinite(a))
         assert rel_err(a, b) <= 1e-6, name
-    if name.startswith("adam"):
+    if name.startswith(("adam", "rmsprop")):
         steps = [opt_f.state[p]["step"] for p in opt_f.param_groups[0]["params"]]
         assert all(float(s.item()) == 6.0 for s in steps)
 
@@ -83,7 +86,7 @@ def test_lr_set_on_the_group_reaches_the_kernel(name):
     assert opt.state_dict()["param_groups"][0]["lr"] == schedule(5)
 
 
-@pytest.mark.parametrize("name", ["sgd_momentum_wd", "adam_wd_amsgrad"])
+@pytest.mark.parametrize("name", ["sgd_momentum_wd", "adam_wd_amsgrad", "rmsprop_centered_momentum_wd"])
 def test_grad_scale_divides_and_found_inf_skips_on_the_device(name):
     ref, _ = _run(OPTIMIZERS[name], False, steps=4)
     scaled, _ = _run(OPTIMIZERS[name], None, steps=4, grad_scale=1024.0)
@@ -95,7 +98,7 @@ def test_grad_scale_divides_and_found_inf_skips_on_the_device(name):
         state = opt.state.get(p, {})
         if "step" in state:
             assert float(state["step"].item()) == 0.0
-        for key in ("exp_avg", "exp_avg_sq"):
+        for key in ("exp_avg", "exp_avg_sq", "square_avg", "grad_avg", "momentum_buffer"):
             if key in state:
                 assert not state[key].numpy().any()
 

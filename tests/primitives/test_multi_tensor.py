@@ -63,6 +63,29 @@ def test_multi_tensor_adam_reference_equals_adam(cls, kw):
         np.testing.assert_array_equal(p.detach().numpy(), a)
 
 
+@pytest.mark.parametrize("kw", [dict(lr=1e-2), dict(lr=1e-2, alpha=0.3, momentum=0.9, centered=True, weight_decay=0.1,
+                                                    maximize=True)])
+def test_multi_tensor_rmsprop_reference_equals_rmsprop(kw):
+    params = [minidl.tensor(a, requires_grad=True) for a in _arrays(0)]
+    opt = optim.RMSprop(params, **kw)
+    mine = _arrays(0)
+    sq = [np.zeros_like(a) for a in mine]
+    bufs = [np.zeros_like(a) for a in mine] if kw.get("momentum") else None
+    gavg = [np.zeros_like(a) for a in mine] if kw.get("centered") else None
+    steps = np.zeros(len(mine), np.float32)
+    for step in range(4):
+        grads = _arrays(10 + step)
+        for p, g in zip(params, grads):
+            p.grad = minidl.tensor(g)
+        opt.step()
+        P.multi_tensor_rmsprop(mine, grads, sq, bufs, gavg, list(range(len(mine))), steps, lr=np.float64(kw["lr"]),
+                               alpha=kw.get("alpha", 0.99), eps=1e-8, weight_decay=kw.get("weight_decay", 0.0),
+                               momentum=kw.get("momentum", 0.0), maximize=kw.get("maximize", False))
+    assert steps.tolist() == [4.0] * len(mine)
+    for p, a in zip(params, mine):
+        np.testing.assert_array_equal(p.detach().numpy(), a)
+
+
 def test_l2norm_and_scale_reference():
     arrays = _arrays(3)
     norm, coef = P.multi_tensor_l2norm(arrays, 1.5)

@@ -67,6 +67,40 @@ def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, ste
         p -= f(step_size) * (m / denom)
 
 
+def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, *, lr, alpha,
+                         eps, weight_decay, momentum, maximize, grad_scale=None, found_inf=None):
+    if _skipped(found_inf):
+        return
+    lr = float(np.asarray(lr))
+    for t, (p, g) in enumerate(zip(params, grads)):
+        steps[step_slots[t]] += 1
+        f = p.dtype.type
+        g = _grad(g, grad_scale, maximize)
+        if weight_decay != 0:
+            g = g + f(weight_decay) * p
+        sq = square_avgs[t]
+        sq *= f(alpha)
+        sq += f(1 - alpha) * (g * g)
+        if grad_avgs is not None and grad_avgs[t] is not None:
+            ga = grad_avgs[t]
+            weight = 1 - alpha
+            if weight < 0.5:
+                ga += f(weight) * (g - ga)
+            else:
+                ga[...] = g - (g - ga) * f(1 - weight)
+            avg = np.sqrt(sq - ga * ga)
+        else:
+            avg = np.sqrt(sq)
+        avg += f(eps)
+        if momentum_buffers is not None and momentum_buffers[t] is not None:
+            buf = momentum_buffers[t]
+            buf *= f(momentum)
+            buf += g / avg
+            p -= f(lr) * buf
+        else:
+            p -= f(lr) * (g / avg)
+
+
 def multi_tensor_zero(tensors):
     for a in tensors:
         a[...] = 0

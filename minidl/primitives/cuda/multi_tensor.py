@@ -107,6 +107,26 @@ def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, ste
          _optional(grad_scale), _optional(found_inf)))
 
 
+def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, *, lr, alpha,
+                         eps, weight_decay, momentum, maximize, grad_scale=None, found_inf=None):
+    """In place over the lists: RMSprop's update (minidl/optim/rmsprop.py), two launches (the step
+    counts, then the update). momentum_buffers / grad_avgs: lists, or None when unused."""
+    table, n, chunks = tensor_table((params, grads, square_avgs, momentum_buffers, grad_avgs), aux=step_slots)
+    if n == 0:
+        return
+    lr = cupy.asarray(lr, dtype=cupy.float64)
+    get_kernel("multi_tensor", "multi_tensor_increment_steps")(
+        (-(-n // THREADS),), (THREADS,), (table, np.int32(n), steps, _optional(found_inf)))
+    alpha = float(alpha)
+    lerp_weight = 1 - alpha
+    grid, block = _grid(chunks)
+    get_kernel("multi_tensor", "multi_tensor_rmsprop")(
+        grid, block,
+        (table, np.int32(n), np.int64(chunks), lr, np.float32(alpha), np.float32(1 - alpha), np.float32(lerp_weight),
+         np.float32(1 - lerp_weight), np.float32(eps), np.float32(weight_decay), np.float32(momentum),
+         np.int32(bool(maximize)), _optional(grad_scale), _optional(found_inf)))
+
+
 def multi_tensor_zero(tensors):
     """Every array of the list set to 0, one launch."""
     table, n, chunks = tensor_table((None, tensors))
