@@ -187,10 +187,10 @@ def fused_cases():
                        ("AdamW", lambda ps, f: optim.AdamW(ps, lr=1e-3, fused=f))):
         steps = []
         for fused in (None, False):
-            params = [minidl.tensor(rng.standard_normal(s).astype(np.float32), requires_grad=True).to("cuda")
+            params = [minidl.tensor(rng.standard_normal(s).astype(np.float32), device="cuda", requires_grad=True)
                       for s in shapes]
             for p in params:
-                p.grad = minidl.tensor(rng.standard_normal(p.shape).astype(np.float32)).to("cuda")
+                p.grad = minidl.tensor(rng.standard_normal(p.shape).astype(np.float32), device="cuda")
             steps.append(make(params, fused).step)
         yield (f"optimizer step: {name}", f"{len(shapes)} tensors (ResNet-9 w64)", steps[0], steps[1])
 

@@ -1,6 +1,10 @@
 """The GPU side of the optimizers: parameter groups whose learning rate lives on the device, and the
 multi-tensor update path (one or two kernel launches per group, kernels/multi_tensor.cu).
 
+With `fused=True` on the CPU the same path runs the NumPy reference of the multi-tensor primitives
+(minidl/primitives/cpu/multi_tensor.py), with the "device" arrays in host memory: the CPU tests
+exercise this bookkeeping, and torch also accepts fused=True for CPU optimizers.
+
 ParamGroup is a dict, so `group["lr"]` reads and writes like a float for users, schedulers and
 torch-compatible state dicts. Once the group has run on the GPU it also owns a 0-d float64 CuPy
 array with the same value: `group["lr"] = v` writes it at once (a one-element fill queued on the
@@ -28,12 +32,19 @@ class ParamGroup(dict):
     def __reduce_ex__(self, protocol):  # copy/deepcopy: a plain dict of the same items
         return (dict, (dict(self),))
 
-    def device_lr(self):
-        """The 0-d float64 device array holding group["lr"] (created on the first call)."""
+    def device_lr(self, like=None):
+        """The 0-d float64 array holding group["lr"], on the device of the array `like` (default: the
+        group's first parameter), created on the first call."""
         if self._device_lr is None:
-            cupy = _device.require_cuda("optimizer step")
-            self._device_lr = cupy.full((), float(self["lr"]), dtype=cupy.float64)
+            like = self["params"][0]._data if like is None else like
+            xp = _device.get_array_module(like)
+            self._device_lr = xp.full((), float(self["lr"]), dtype=xp.float64)
         return self._device_lr
+
+
+def address(a) -> int:
+    """Where an array's data starts (CuPy or NumPy)."""
+    return int(a.data.ptr) if _device.is_cuda_array(a) else int(a.__array_interface__["data"][0])
 
 
 def as_param_group(group) -> ParamGroup:

@@ -27,7 +27,7 @@ from .. import _device
 from .. import primitives as P
 from ..autograd.function import enable_grad, no_grad
 from ..autograd.tensor import Tensor
-from ._multi_tensor import ParamGroup, as_param_group
+from ._multi_tensor import ParamGroup, address, as_param_group
 
 
 def _plain(value):
@@ -196,7 +196,7 @@ class Optimizer:
         if steps is not None and steps.size == len(members):
             fine = all(
                 isinstance(self.state.get(p, {}).get("step"), Tensor)
-                and self.state[p]["step"]._data.data.ptr == steps.data.ptr + 4 * i
+                and address(self.state[p]["step"]._data) == address(steps) + 4 * i
                 for i, p in enumerate(members) if p in self.state or p.grad is not None)
             if fine:
                 return steps
@@ -209,23 +209,26 @@ class Optimizer:
             steps[i] = value if _device.is_cuda_array(value) else float(value)  # device-to-device, or a host number
         for i, p in enumerate(members):
             if p in self.state:
-                self.state[p]["step"] = Tensor._make(steps[i])
+                self.state[p]["step"] = Tensor._make(steps[i:i + 1].reshape(()))  # a 0-d view of the slot
         group._steps = steps
         return steps
 
     def _use_multi_tensor(self, group, params) -> bool:
-        """The group's `fused` option: None = on the GPU when every array is C-contiguous float32
-        CuPy; True = required (error otherwise); False = the per-parameter path."""
+        """The group's `fused` option: None = the multi-tensor kernels on the GPU when every array is
+        C-contiguous float32 CuPy; True = required (error otherwise), and on the CPU the kernels'
+        NumPy reference; False = the per-parameter path."""
         fused = group.get("fused", self._fused)
         if fused is False or not params:
             return False
         arrays = [a for p in params for a in (p._data, p.grad._data)]
         if P.multi_tensor_supported(*arrays):
             return True
+        if fused and not any(_device.is_cuda_array(a) for a in arrays) and len({a.dtype for a in arrays}) == 1:
+            return True
         if fused:
             raise RuntimeError(
                 f"{type(self).__name__}.step: fused=True needs every parameter and gradient to be a C-contiguous "
-                "float32 CUDA array; got " + ", ".join(f"{p.shape} {p.dtype} on {p.device}" for p in params[:4]))
+                "float32 CUDA array (or all on the CPU, of one dtype); got " + ", ".join(f"{p.shape} {p.dtype} on {p.device}" for p in params[:4]))
         return False
 
     def _update_group(self, group: dict) -> None:  # pragma: no cover - abstract

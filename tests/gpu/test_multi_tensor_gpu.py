@@ -27,12 +27,12 @@ def _grads(step, seed=1):
 
 def _run(make_opt, fused, steps=6, lr_schedule=None, grad_scale=None, found_inf_at=()):
     cp = pytest.importorskip("cupy")
-    params = [minidl.tensor(a, requires_grad=True).to("cuda") for a in _params()]
+    params = [minidl.tensor(a, device="cuda", requires_grad=True) for a in _params()]
     opt = make_opt(params, fused)
     for t in range(steps):
         scale = 1.0 if grad_scale is None else grad_scale
         for p, g in zip(params, _grads(t)):
-            p.grad = minidl.tensor(g * np.float32(scale)).to("cuda")
+            p.grad = minidl.tensor(g * np.float32(scale), device="cuda")
         if lr_schedule is not None:
             for group in opt.param_groups:
                 group["lr"] = lr_schedule(t)
@@ -105,10 +105,10 @@ def test_grad_scale_divides_and_found_inf_skips_on_the_device(name):
 
 def test_zero_grad_and_clip_grad_norm_in_few_launches():
     cp = pytest.importorskip("cupy")
-    params = [minidl.tensor(a, requires_grad=True).to("cuda") for a in _params()]
+    params = [minidl.tensor(a, device="cuda", requires_grad=True) for a in _params()]
     grads = _grads(0)
     for p, g in zip(params, grads):
-        p.grad = minidl.tensor(g).to("cuda")
+        p.grad = minidl.tensor(g, device="cuda")
     norm = nn.utils.clip_grad_norm_(params, 2.5)
     expected = np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads))
     assert abs(float(norm.item()) - expected) <= 1e-5 * expected
@@ -139,7 +139,7 @@ def test_multi_tensor_primitives_equal_their_numpy_reference():
 
 
 def test_fused_true_refuses_float64_parameters():
-    p = minidl.tensor(np.ones(3), requires_grad=True).to("cuda")
-    p.grad = minidl.tensor(np.ones(3)).to("cuda")
+    p = minidl.tensor(np.ones(3), device="cuda", requires_grad=True)
+    p.grad = minidl.tensor(np.ones(3), device="cuda")
     with pytest.raises(RuntimeError, match="fused=True"):
         optim.Adam([p], fused=True).step()

@@ -146,3 +146,71 @@ def test_param_group_lr_reads_and_writes_like_a_float():
     opt.load_state_dict(clone)
     assert opt.param_groups[0]["lr"] == 0.25
     assert type(opt.param_groups[0]).__name__ == "ParamGroup"
+
+
+# ------------------------------------------------------------------------------------------------
+# The optimizers' multi-tensor path on the CPU (fused=True runs the NumPy reference of the kernels
+# through the same bookkeeping as the GPU: group lr array, step-count array, state views).
+# ------------------------------------------------------------------------------------------------
+OPTIMIZERS = {
+    "sgd_nesterov": lambda ps, f: optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4, fused=f),
+    "sgd_dampening_max": lambda ps, f: optim.SGD(ps, lr=0.05, momentum=0.8, dampening=0.3, maximize=True, fused=f),
+    "adam_wd_amsgrad": lambda ps, f: optim.Adam(ps, lr=3e-3, weight_decay=0.1, amsgrad=True, fused=f),
+    "adamw": lambda ps, f: optim.AdamW(ps, lr=1e-2, weight_decay=0.05, fused=f),
+    "rmsprop_centered": lambda ps, f: optim.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True, fused=f),
+}
+
+
+def _run_cpu(make, fused, steps=5, found_inf_at=(), grad_scale=None):
+    params = [minidl.tensor(a, requires_grad=True) for a in _arrays(0)]
+    opt = make(params, fused)
+    for t in range(steps):
+        for p, g in zip(params, _arrays(30 + t)):
+            p.grad = minidl.tensor(g * np.float32(grad_scale or 1.0))
+        for group in opt.param_groups:
+            group["lr"] = 0.02 / (1 + t)
+        kwargs = {}
+        if grad_scale is not None:
+            kwargs["grad_scale"] = np.float32(grad_scale)
+        if found_inf_at:
+            kwargs["found_inf"] = np.float32(t in found_inf_at)
+        opt.step(**kwargs)
+    return [p.detach().numpy() for p in params], opt
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_fused_true_on_the_cpu_equals_the_per_parameter_path(name):
+    fused, opt = _run_cpu(OPTIMIZERS[name], True)
+    ref, opt_ref = _run_cpu(OPTIMIZERS[name], False)
+    for a, b in zip(fused, ref):
+        np.testing.assert_array_equal(a, b)
+    group = opt.param_groups[0]
+    assert float(group.device_lr()) == group["lr"] == 0.02 / 5
+    sd, sd_ref = opt.state_dict(), opt_ref.state_dict()
+    assert [sorted(s) for s in sd["state"].values()] == [sorted(s) for s in sd_ref["state"].values()]
+    if "step" in sd["state"][0]:
+        assert [float(s["step"].item()) for s in sd["state"].values()] == [5.0] * len(SHAPES)
+        # the state dict loads back (steps become numbers, then the device array again) and runs on
+        params = [minidl.tensor(a) for a in fused]
+        for p in params:
+            p.requires_grad_(True)
+        again = OPTIMIZERS[name](params, True)
+        again.load_state_dict(sd)
+        for p, g in zip(params, _arrays(99)):
+            p.grad = minidl.tensor(g)
+        again.step()
+        assert [float(s["step"].item()) for s in again.state_dict()["state"].values()] == [6.0] * len(SHAPES)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_fused_path_found_inf_skips_everything_and_grad_scale_unscales(name):
+    skipped, opt = _run_cpu(OPTIMIZERS[name], True, steps=3, found_inf_at=(0, 1, 2))
+    for a, b in zip(skipped, _arrays(0)):
+        np.testing.assert_array_equal(a, b)
+    for state in opt.state.values():
+        for k, v in state.items():
+            assert not v.numpy().any(), k   # step counts and moments untouched
+    scaled, _ = _run_cpu(OPTIMIZERS[name], True, steps=3, grad_scale=256.0)
+    ref, _ = _run_cpu(OPTIMIZERS[name], False, steps=3)
+    for a, b in zip(scaled, ref):
+        np.testing.assert_array_equal(a, b)   # 256 is a power of two: unscaling is exact
