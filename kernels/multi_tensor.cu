@@ -13,9 +13,10 @@
 // threads then run over the chunk's elements, coalesced. So a list of 60 tensors of very different
 // sizes (a 64-element bias and a 2.4M-element weight) keeps every SM busy in one launch.
 //
-// Device-resident hyper-parameters: the learning rate is read from a float64 0-d array (written
-// by the optimizer when group["lr"] is set, never read back on the host), the Adam step count from
-// a float32 array (one slot per parameter), so a replayed CUDA graph sees the current values.
+// Device-resident hyper-parameters: the learning rate, momentum, betas, eps, weight decay... are
+// read from a small float64 array `hp` (written by the optimizer whenever group[key] is set, never
+// read back on the host), the step counts from a float32 array (one slot per parameter), so a
+// replayed CUDA graph sees the values a scheduler sets between replays.
 // Loss scaling (GradScaler): grads are divided by *grad_scale (when given), and *found_inf != 0
 // skips the whole update, step counts included, with no host read.
 //
@@ -80,12 +81,14 @@ __device__ __forceinline__ float effective_grad(float g, const float* grad_scale
 // aux = 1 on a buffer's first step (buf = g, undamped, as PyTorch).
 // ---------------------------------------------------------------------------------------------
 extern "C" __global__ void multi_tensor_sgd(const long long* table, int n_tensors, long long total_chunks,
-                                            const double* lr, float weight_decay, float momentum,
-                                            float one_minus_dampening, int nesterov, int maximize,
+                                            const double* hp, int nesterov, int maximize,
                                             const float* grad_scale, const float* found_inf)
 {
     if (update_skipped(found_inf)) return;
-    const float lr_f = (float)(*lr);
+    // hp = (lr, momentum, dampening, weight_decay), float64 on the device; the float32 constants are
+    // rounded from them exactly as the host reference rounds its Python floats.
+    const float lr_f = (float)hp[0], momentum = (float)hp[1], one_minus_dampening = (float)(1.0 - hp[2]);
+    const float weight_decay = (float)hp[3];
     for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
         const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
         const long long begin = (chunk - row.first_chunk) * CHUNK;
@@ -112,14 +115,16 @@ extern "C" __global__ void multi_tensor_sgd(const long long* table, int n_tensor
 // lerp_weight = 1 - beta1 and one_minus_lerp_weight = 1 - (1 - beta1), as minidl.optim.adam.lerp_.
 // ---------------------------------------------------------------------------------------------
 extern "C" __global__ void multi_tensor_adam(const long long* table, int n_tensors, long long total_chunks,
-                                             const double* lr, const float* steps, double beta1, double beta2,
-                                             float beta2_f, float one_minus_beta2, float lerp_weight,
-                                             float one_minus_lerp_weight, float eps, double weight_decay,
-                                             int decoupled, int maximize, const float* grad_scale,
-                                             const float* found_inf)
+                                             const double* hp, const float* steps, int decoupled, int maximize,
+                                             const float* grad_scale, const float* found_inf)
 {
     if (update_skipped(found_inf)) return;
-    const double lr_d = *lr;
+    // hp = (lr, beta1, beta2, eps, weight_decay), float64 on the device (see multi_tensor_sgd).
+    const double lr_d = hp[0], beta1 = hp[1], beta2 = hp[2], weight_decay = hp[4];
+    const double lerp_weight_d = 1.0 - beta1;  // minidl.optim.adam.lerp_(m, g, 1 - beta1)
+    const bool lerp_small = lerp_weight_d < 0.5;
+    const float lerp_weight = (float)lerp_weight_d, one_minus_lerp_weight = (float)(1.0 - lerp_weight_d);
+    const float beta2_f = (float)beta2, one_minus_beta2 = (float)(1.0 - beta2), eps = (float)hp[3];
     const float wd_f = (float)weight_decay;
     const float decay = (float)(1.0 - __dmul_rn(lr_d, weight_decay));  // AdamW: p *= 1 - lr * wd
     for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
@@ -138,7 +143,7 @@ extern "C" __global__ void multi_tensor_adam(const long long* table, int n_tenso
                 else g = __fadd_rn(g, __fmul_rn(wd_f, p));
             }
             float m = row.buf0[i];
-            if (lerp_weight < 0.5f) m = __fadd_rn(m, __fmul_rn(lerp_weight, __fsub_rn(g, m)));
+            if (lerp_small) m = __fadd_rn(m, __fmul_rn(lerp_weight, __fsub_rn(g, m)));
             else m = __fsub_rn(g, __fmul_rn(__fsub_rn(g, m), one_minus_lerp_weight));
             float v = __fadd_rn(__fmul_rn(row.buf1[i], beta2_f), __fmul_rn(one_minus_beta2, __fmul_rn(g, g)));
             row.buf0[i] = m;
@@ -159,13 +164,16 @@ extern "C" __global__ void multi_tensor_adam(const long long* table, int n_tenso
 // (centered only). The step count (aux = slot) is kept but unused by the update, as in PyTorch.
 // ---------------------------------------------------------------------------------------------
 extern "C" __global__ void multi_tensor_rmsprop(const long long* table, int n_tensors, long long total_chunks,
-                                                const double* lr, float alpha, float one_minus_alpha,
-                                                float lerp_weight, float one_minus_lerp_weight, float eps,
-                                                float weight_decay, float momentum, int maximize,
-                                                const float* grad_scale, const float* found_inf)
+                                                const double* hp, int maximize, const float* grad_scale,
+                                                const float* found_inf)
 {
     if (update_skipped(found_inf)) return;
-    const float lr_f = (float)(*lr);
+    // hp = (lr, alpha, eps, weight_decay, momentum), float64 on the device (see multi_tensor_sgd).
+    const float lr_f = (float)hp[0], alpha = (float)hp[1], one_minus_alpha = (float)(1.0 - hp[1]);
+    const double lerp_weight_d = 1.0 - hp[1];
+    const bool lerp_small = lerp_weight_d < 0.5;
+    const float lerp_weight = (float)lerp_weight_d, one_minus_lerp_weight = (float)(1.0 - lerp_weight_d);
+    const float eps = (float)hp[2], weight_decay = (float)hp[3], momentum = (float)hp[4];
     for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
         const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
         const long long begin = (chunk - row.first_chunk) * CHUNK;
@@ -179,7 +187,7 @@ extern "C" __global__ void multi_tensor_rmsprop(const long long* table, int n_te
             float avg;
             if (row.buf2 != nullptr) {
                 float ga = row.buf2[i];
-                if (lerp_weight < 0.5f) ga = __fadd_rn(ga, __fmul_rn(lerp_weight, __fsub_rn(g, ga)));
+                if (lerp_small) ga = __fadd_rn(ga, __fmul_rn(lerp_weight, __fsub_rn(g, ga)));
                 else ga = __fsub_rn(g, __fmul_rn(__fsub_rn(g, ga), one_minus_lerp_weight));
                 row.buf2[i] = ga;
                 avg = __fsqrt_rn(__fsub_rn(sq, __fmul_rn(ga, ga)));

@@ -79,13 +79,11 @@ class Adam(Optimizer):
             group._steps = None
         steps = self._device_steps(group, params)
         slot = {id(p): i for i, p in enumerate(group["params"])}
-        beta1, beta2 = (float(b) for b in group["betas"])
         st = [self.state[p] for p in params]
         P.multi_tensor_adam(
             [p._data for p in params], [p.grad._data for p in params], [s["exp_avg"]._data for s in st],
             [s["exp_avg_sq"]._data for s in st], [s["max_exp_avg_sq"]._data for s in st] if amsgrad else None,
-            [slot[id(p)] for p in params], steps, lr=group.device_lr(), beta1=beta1, beta2=beta2,
-            eps=float(group["eps"]), weight_decay=float(group["weight_decay"]),
+            [slot[id(p)] for p in params], steps, group.device_hparams(("lr", "beta1", "beta2", "eps", "weight_decay")),
             decoupled=self._decoupled_weight_decay, maximize=bool(group["maximize"]), grad_scale=grad_scale,
             found_inf=found_inf)
         return True

@@ -181,6 +181,22 @@ class Optimizer:
     _grad_scale = None
     _fused = None  # the `fused` option of optimizers whose torch counterpart has no such group key
 
+    @property
+    def _capturable(self) -> bool:
+        """Whether a CUDA graph may capture step() (minidl._graphs._optimizer_is_capturable): True when
+        every group runs the multi-tensor GPU path, whose hyper-parameters (lr, momentum, betas, ...)
+        and step counts the kernels read from device memory. Not covered: turning momentum on from
+        0 after the capture (its buffers are chosen on the host)."""
+        if type(self)._multi_tensor_update is Optimizer._multi_tensor_update:
+            return False
+        for group in self.param_groups:
+            if group.get("fused", self._fused) is False:
+                return False
+            arrays = [p._data for p in group["params"]] + [p.grad._data for p in group["params"] if p.grad is not None]
+            if not P.multi_tensor_supported(*arrays):
+                return False
+        return True
+
     def _multi_tensor_update(self, group, grad_scale, found_inf) -> bool:
         """Subclasses with a multi-tensor kernel update the whole group in one go and return True;
         False sends the group to the per-parameter reference path (_update_group)."""

@@ -60,9 +60,8 @@ class RMSprop(Optimizer):
             [p._data for p in params], [p.grad._data for p in params], [s["square_avg"]._data for s in st],
             [s["momentum_buffer"]._data for s in st] if momentum > 0 else None,
             [s["grad_avg"]._data for s in st] if centered else None, [slot[id(p)] for p in params], steps,
-            lr=group.device_lr(), alpha=float(group["alpha"]), eps=float(group["eps"]),
-            weight_decay=float(group["weight_decay"]), momentum=momentum, maximize=bool(group["maximize"]),
-            grad_scale=grad_scale, found_inf=found_inf)
+            group.device_hparams(("lr", "alpha", "eps", "weight_decay", "momentum")),
+            maximize=bool(group["maximize"]), grad_scale=grad_scale, found_inf=found_inf)
         return True
 
     def _update_group(self, group):

@@ -52,10 +52,10 @@ class SGD(Optimizer):
                     state["momentum_buffer"] = self._zeros_like(p)
                     first[t] = 1
                 buffers.append(state["momentum_buffer"]._data)
-        P.multi_tensor_sgd([p._data for p in params], [p.grad._data for p in params], buffers, first,
-                           lr=group.device_lr(), weight_decay=float(group["weight_decay"]), momentum=momentum,
-                           dampening=float(group["dampening"]), nesterov=bool(group["nesterov"]),
-                           maximize=bool(group["maximize"]), grad_scale=grad_scale, found_inf=found_inf)
+        hparams = group.device_hparams(("lr", "momentum", "dampening", "weight_decay"))
+        P.multi_tensor_sgd([p._data for p in params], [p.grad._data for p in params], buffers, first, hparams,
+                           nesterov=bool(group["nesterov"]), maximize=bool(group["maximize"]), grad_scale=grad_scale,
+                           found_inf=found_inf)
         return True
 
     def _update_group(self, group):

@@ -2,19 +2,20 @@
 torch's fused optimizers). On the GPU each is one or two kernel launches whatever the length of the
 list (kernels/multi_tensor.cu); the NumPy reference (cpu/multi_tensor.py) loops over the list.
 
-    multi_tensor_sgd(params, grads, momentum_buffers, first_step, *, lr, weight_decay, momentum,
-                     dampening, nesterov, maximize, grad_scale=None, found_inf=None)
-    multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, *, lr,
-                      beta1, beta2, eps, weight_decay, decoupled, maximize, grad_scale=None, found_inf=None)
-    multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, *, lr, alpha,
-                         eps, weight_decay, momentum, maximize, grad_scale=None, found_inf=None)
+    multi_tensor_sgd(params, grads, momentum_buffers, first_step, hparams, *, nesterov, maximize,
+                     grad_scale=None, found_inf=None)           hparams = (lr, momentum, dampening, weight_decay)
+    multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, hparams, *,
+                      decoupled, maximize, grad_scale=None, found_inf=None)  (lr, beta1, beta2, eps, weight_decay)
+    multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, hparams, *,
+                         maximize, grad_scale=None, found_inf=None)          (lr, alpha, eps, weight_decay, momentum)
     multi_tensor_zero(tensors)
     multi_tensor_l2norm(tensors, max_norm=None) -> (total_norm, clip_coef)
     multi_tensor_scale(tensors, coef)
 
 Lists hold arrays of any shapes; the arrays of one row (a parameter, its gradient, its state) share
-one shape. Everything is updated in place. lr is a 0-d float64 array (device-resident on the GPU, so
-a scheduler writes it and a replayed CUDA graph reads it), steps a float32 array of step counts
+one shape. Everything is updated in place. hparams is a small float64 array of the scalar
+hyper-parameters (device-resident on the GPU, so a scheduler writes it and a replayed CUDA graph
+reads it; the optimizers keep it in their ParamGroup), steps a float32 array of step counts
 indexed by step_slots (incremented before use), grad_scale / found_inf optional 0-d float32 arrays:
 grads are divided by grad_scale, and found_inf != 0 skips the whole update with no host read.
 On the GPU, every array is a C-contiguous float32 CuPy array.
@@ -70,22 +71,23 @@ def _impl(gpu):
     return impl
 
 
-def multi_tensor_sgd(params, grads, momentum_buffers, first_step, **kw):
+def multi_tensor_sgd(params, grads, momentum_buffers, first_step, hparams, **kw):
     gpu = _check_rows("multi_tensor_sgd", params=params, grads=grads, momentum_buffers=momentum_buffers)
-    return _impl(gpu).multi_tensor_sgd(params, grads, momentum_buffers, first_step, **kw)
+    return _impl(gpu).multi_tensor_sgd(params, grads, momentum_buffers, first_step, hparams, **kw)
 
 
-def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, **kw):
+def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, hparams, **kw):
     gpu = _check_rows("multi_tensor_adam", params=params, grads=grads, exp_avgs=exp_avgs, exp_avg_sqs=exp_avg_sqs,
                       max_exp_avg_sqs=max_exp_avg_sqs)
-    return _impl(gpu).multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, **kw)
+    return _impl(gpu).multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps,
+                                        hparams, **kw)
 
 
-def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, **kw):
+def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, hparams, **kw):
     gpu = _check_rows("multi_tensor_rmsprop", params=params, grads=grads, square_avgs=square_avgs,
                       momentum_buffers=momentum_buffers, grad_avgs=grad_avgs)
     return _impl(gpu).multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps,
-                                           **kw)
+                                           hparams, **kw)
 
 
 def multi_tensor_zero(tensors):

@@ -31,9 +31,8 @@ def test_multi_tensor_sgd_reference_equals_sgd(kw):
         for p, g in zip(params, grads):
             p.grad = minidl.tensor(g)
         opt.step()
-        P.multi_tensor_sgd(mine, grads, bufs, [int(step == 0)] * len(mine), lr=np.float64(kw["lr"]),
-                           weight_decay=kw.get("weight_decay", 0.0), momentum=kw.get("momentum", 0.0),
-                           dampening=kw.get("dampening", 0.0), nesterov=kw.get("nesterov", False),
+        hp = np.array([kw["lr"], kw.get("momentum", 0.0), kw.get("dampening", 0.0), kw.get("weight_decay", 0.0)])
+        P.multi_tensor_sgd(mine, grads, bufs, [int(step == 0)] * len(mine), hp, nesterov=kw.get("nesterov", False),
                            maximize=kw.get("maximize", False))
     for p, a in zip(params, mine):
         np.testing.assert_array_equal(p.detach().numpy(), a)
@@ -55,9 +54,9 @@ def test_multi_tensor_adam_reference_equals_adam(cls, kw):
         for p, g in zip(params, grads):
             p.grad = minidl.tensor(g)
         opt.step()
-        P.multi_tensor_adam(mine, grads, m, v, vmax, list(range(len(mine))), steps, lr=np.float64(kw["lr"]),
-                            beta1=b1, beta2=b2, eps=1e-8, weight_decay=opt.defaults["weight_decay"],
-                            decoupled=cls is optim.AdamW, maximize=kw.get("maximize", False))
+        hp = np.array([kw["lr"], b1, b2, 1e-8, opt.defaults["weight_decay"]])
+        P.multi_tensor_adam(mine, grads, m, v, vmax, list(range(len(mine))), steps, hp, decoupled=cls is optim.AdamW,
+                            maximize=kw.get("maximize", False))
     assert steps.tolist() == [4.0] * len(mine)
     for p, a in zip(params, mine):
         np.testing.assert_array_equal(p.detach().numpy(), a)
@@ -78,9 +77,9 @@ def test_multi_tensor_rmsprop_reference_equals_rmsprop(kw):
         for p, g in zip(params, grads):
             p.grad = minidl.tensor(g)
         opt.step()
-        P.multi_tensor_rmsprop(mine, grads, sq, bufs, gavg, list(range(len(mine))), steps, lr=np.float64(kw["lr"]),
-                               alpha=kw.get("alpha", 0.99), eps=1e-8, weight_decay=kw.get("weight_decay", 0.0),
-                               momentum=kw.get("momentum", 0.0), maximize=kw.get("maximize", False))
+        hp = np.array([kw["lr"], kw.get("alpha", 0.99), 1e-8, kw.get("weight_decay", 0.0), kw.get("momentum", 0.0)])
+        P.multi_tensor_rmsprop(mine, grads, sq, bufs, gavg, list(range(len(mine))), steps, hp,
+                               maximize=kw.get("maximize", False))
     assert steps.tolist() == [4.0] * len(mine)
     for p, a in zip(params, mine):
         np.testing.assert_array_equal(p.detach().numpy(), a)
@@ -102,11 +101,10 @@ def test_l2norm_and_scale_reference():
 
 def test_multi_tensor_checks_name_the_op_and_shapes():
     with pytest.raises(ValueError, match=r"multi_tensor_sgd: tensor 0 has different shapes"):
-        P.multi_tensor_sgd([np.zeros(3, np.float32)], [np.zeros(4, np.float32)], None, [0], lr=np.float64(0.1),
-                           weight_decay=0.0, momentum=0.0, dampening=0.0, nesterov=False, maximize=False)
+        P.multi_tensor_sgd([np.zeros(3, np.float32)], [np.zeros(4, np.float32)], None, [0], np.zeros(4),
+                           nesterov=False, maximize=False)
     with pytest.raises(ValueError, match="differ in length"):
-        P.multi_tensor_sgd([np.zeros(3, np.float32)], [], None, [0], lr=np.float64(0.1), weight_decay=0.0,
-                               momentum=0.0, dampening=0.0, nesterov=False, maximize=False)
+        P.multi_tensor_sgd([np.zeros(3, np.float32)], [], None, [0], np.zeros(4), nesterov=False, maximize=False)
 
 
 @pytest.mark.parametrize("name", ["SGD", "Adam"])
@@ -169,6 +167,10 @@ def _run_cpu(make, fused, steps=5, found_inf_at=(), grad_scale=None):
             p.grad = minidl.tensor(g * np.float32(grad_scale or 1.0))
         for group in opt.param_groups:
             group["lr"] = 0.02 / (1 + t)
+            if "betas" in group:
+                group["betas"] = (0.9 - 0.05 * t, group["betas"][1])   # as OneCycleLR cycles beta1
+            elif group.get("momentum"):
+                group["momentum"] = 0.9 - 0.05 * t                      # ... or the momentum
         kwargs = {}
         if grad_scale is not None:
             kwargs["grad_scale"] = np.float32(grad_scale)
@@ -186,6 +188,7 @@ def test_fused_true_on_the_cpu_equals_the_per_parameter_path(name):
         np.testing.assert_array_equal(a, b)
     group = opt.param_groups[0]
     assert float(group.device_lr()) == group["lr"] == 0.02 / 5
+    assert [float(v) for v in group._device_hp] == [group._hp_value(k) for k in group._hp_keys]
     sd, sd_ref = opt.state_dict(), opt_ref.state_dict()
     assert [sorted(s) for s in sd["state"].values()] == [sorted(s) for s in sd_ref["state"].values()]
     if "step" in sd["state"][0]:

@@ -16,11 +16,15 @@ def _grad(g, grad_scale, maximize):
     return -g if maximize else g
 
 
-def multi_tensor_sgd(params, grads, momentum_buffers, first_step, *, lr, weight_decay, momentum, dampening,
-                     nesterov, maximize, grad_scale=None, found_inf=None):
+def _floats(hparams):
+    return [float(v) for v in np.asarray(hparams, dtype=np.float64)]
+
+
+def multi_tensor_sgd(params, grads, momentum_buffers, first_step, hparams, *, nesterov, maximize, grad_scale=None,
+                     found_inf=None):
     if _skipped(found_inf):
         return
-    lr = float(np.asarray(lr))
+    lr, momentum, dampening, weight_decay = _floats(hparams)
     for t, (p, g) in enumerate(zip(params, grads)):
         g = _grad(g, grad_scale, maximize)
         if weight_decay != 0:
@@ -36,11 +40,11 @@ def multi_tensor_sgd(params, grads, momentum_buffers, first_step, *, lr, weight_
         p -= p.dtype.type(lr) * g
 
 
-def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, *, lr, beta1, beta2,
-                      eps, weight_decay, decoupled, maximize, grad_scale=None, found_inf=None):
+def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, hparams, *, decoupled,
+                      maximize, grad_scale=None, found_inf=None):
     if _skipped(found_inf):
         return
-    lr = float(np.asarray(lr))
+    lr, beta1, beta2, eps, weight_decay = _floats(hparams)
     for t, (p, g) in enumerate(zip(params, grads)):
         steps[step_slots[t]] += 1
         step = float(steps[step_slots[t]])
@@ -67,11 +71,11 @@ def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, ste
         p -= f(step_size) * (m / denom)
 
 
-def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, *, lr, alpha,
-                         eps, weight_decay, momentum, maximize, grad_scale=None, found_inf=None):
+def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, hparams, *,
+                         maximize, grad_scale=None, found_inf=None):
     if _skipped(found_inf):
         return
-    lr = float(np.asarray(lr))
+    lr, alpha, eps, weight_decay, momentum = _floats(hparams)
     for t, (p, g) in enumerate(zip(params, grads)):
         steps[step_slots[t]] += 1
         f = p.dtype.type

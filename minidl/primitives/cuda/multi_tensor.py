@@ -6,11 +6,15 @@ it is cached by the tuple of pointers, sizes and flags, so a training loop whose
 their addresses (zero_grad(set_to_none=False), or a memory pool that hands back the same blocks)
 uploads nothing per step. The upload (cupy.asarray of a small NumPy array) goes through a pinned
 staging buffer and does not wait for the GPU. A CUDA graph must be captured after a warm-up step,
-so that the table already exists (the capture then holds its address).
+so that the table already exists (the capture then holds its address). Should a table be built
+during a capture all the same (new gradient arrays), its upload is a memcpy node of the graph that
+re-reads the host buffer at every replay: that buffer is then pinned memory owned by the cache entry,
+never changed, and the entry is never evicted.
 """
 from __future__ import annotations
 
 import collections
+import ctypes
 
 import cupy
 import numpy as np
@@ -23,6 +27,13 @@ CHUNK = 8192
 BLOCKS_PER_SM = 4
 _TABLE_CACHE_SIZE = 64
 _tables: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+_captured_tables: dict = {}   # built during a stream capture: kept for the life of the process
+
+
+def _capturing() -> bool:
+    stream = cupy.cuda.get_current_stream()
+    is_capturing = getattr(stream, "is_capturing", None)
+    return bool(is_capturing()) if is_capturing is not None else False
 
 
 def _ptr(a) -> int:
@@ -43,11 +54,21 @@ def tensor_table(columns, aux=None):
         rows.append([_ptr(a) for a in arrays] + [numel, int(aux[t]), first])
         first += -(-numel // CHUNK)
     key = tuple(v for r in rows for v in r) + (cupy.cuda.Device().id,)
-    hit = _tables.get(key)
+    hit = _tables.get(key) or _captured_tables.get(key)
     if hit is not None:
-        _tables.move_to_end(key)
-        return hit
-    table = cupy.asarray(np.asarray(rows, dtype=np.int64).reshape(n, TABLE_COLS))
+        if key in _tables:
+            _tables.move_to_end(key)
+        return hit[:3]
+    host_rows = np.asarray(rows, dtype=np.int64).reshape(n, TABLE_COLS)
+    if _capturing():
+        pinned = cupy.cuda.alloc_pinned_memory(max(host_rows.nbytes, 1))
+        np.frombuffer(pinned, np.int64, host_rows.size)[...] = host_rows.ravel()
+        table = cupy.empty((n, TABLE_COLS), dtype=cupy.int64)
+        if n:
+            table.data.copy_from_host_async(ctypes.c_void_p(pinned.ptr), host_rows.nbytes)
+        _captured_tables[key] = (table, n, first, pinned)
+        return table, n, first
+    table = cupy.asarray(host_rows)
     entry = (table, n, first)
     _tables[key] = entry
     if len(_tables) > _TABLE_CACHE_SIZE:
@@ -67,64 +88,62 @@ def _optional(a):
     return cupy.asarray(a, dtype=cupy.float32)
 
 
-def multi_tensor_sgd(params, grads, momentum_buffers, first_step, *, lr, weight_decay, momentum, dampening,
-                     nesterov, maximize, grad_scale=None, found_inf=None):
-    """In place over the lists: SGD's update (minidl/optim/sgd.py), one launch. lr: a float64 0-d
-    CuPy array; momentum_buffers: list of arrays (or None when momentum == 0); first_step: per
-    tensor, 1 where the buffer starts at g."""
+def _hparams(hparams, count, op):
+    hp = cupy.asarray(hparams, dtype=cupy.float64)
+    if hp.shape != (count,):
+        raise ValueError(f"{op}: hparams must hold {count} values, got shape {tuple(hp.shape)}")
+    return hp
+
+
+def multi_tensor_sgd(params, grads, momentum_buffers, first_step, hparams, *, nesterov, maximize, grad_scale=None,
+                     found_inf=None):
+    """In place over the lists: SGD's update (minidl/optim/sgd.py), one launch. hparams: float64 device
+    array (lr, momentum, dampening, weight_decay); momentum_buffers: list of arrays (or None when
+    momentum == 0); first_step: per tensor, 1 where the buffer starts at g."""
     table, n, chunks = tensor_table((params, grads, momentum_buffers), aux=first_step)
     if n == 0:
         return
-    lr = cupy.asarray(lr, dtype=cupy.float64)
+    hp = _hparams(hparams, 4, "multi_tensor_sgd")
     grid, block = _grid(chunks)
     get_kernel("multi_tensor", "multi_tensor_sgd")(
-        grid, block,
-        (table, np.int32(n), np.int64(chunks), lr, np.float32(weight_decay), np.float32(momentum),
-         np.float32(1 - float(dampening)), np.int32(bool(nesterov)), np.int32(bool(maximize)),
-         _optional(grad_scale), _optional(found_inf)))
+        grid, block, (table, np.int32(n), np.int64(chunks), hp, np.int32(bool(nesterov)), np.int32(bool(maximize)),
+                      _optional(grad_scale), _optional(found_inf)))
 
 
-def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, *, lr, beta1, beta2,
-                      eps, weight_decay, decoupled, maximize, grad_scale=None, found_inf=None):
+def multi_tensor_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, step_slots, steps, hparams, *, decoupled,
+                      maximize, grad_scale=None, found_inf=None):
     """In place over the lists: Adam's (AdamW's with decoupled=True) update, two launches: the step
-    counts steps[step_slots[t]] += 1, then the update. lr: float64 0-d, steps: float32 1-D (CuPy)."""
+    counts steps[step_slots[t]] += 1, then the update. hparams: float64 device array (lr, beta1,
+    beta2, eps, weight_decay); steps: float32 1-D (CuPy)."""
     table, n, chunks = tensor_table((params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs), aux=step_slots)
     if n == 0:
         return
-    lr = cupy.asarray(lr, dtype=cupy.float64)
+    hp = _hparams(hparams, 5, "multi_tensor_adam")
     if steps.dtype != cupy.float32 or not steps.flags.c_contiguous:
         raise TypeError(f"multi_tensor_adam: steps must be a contiguous float32 CuPy array, got {steps.dtype}")
     get_kernel("multi_tensor", "multi_tensor_increment_steps")(
         (-(-n // THREADS),), (THREADS,), (table, np.int32(n), steps, _optional(found_inf)))
-    beta1, beta2 = float(beta1), float(beta2)
-    lerp_weight = 1 - beta1
     grid, block = _grid(chunks)
     get_kernel("multi_tensor", "multi_tensor_adam")(
-        grid, block,
-        (table, np.int32(n), np.int64(chunks), lr, steps, np.float64(beta1), np.float64(beta2), np.float32(beta2),
-         np.float32(1 - beta2), np.float32(lerp_weight), np.float32(1 - lerp_weight), np.float32(eps),
-         np.float64(weight_decay), np.int32(bool(decoupled)), np.int32(bool(maximize)),
-         _optional(grad_scale), _optional(found_inf)))
+        grid, block, (table, np.int32(n), np.int64(chunks), hp, steps, np.int32(bool(decoupled)),
+                      np.int32(bool(maximize)), _optional(grad_scale), _optional(found_inf)))
 
 
-def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, *, lr, alpha,
-                         eps, weight_decay, momentum, maximize, grad_scale=None, found_inf=None):
+def multi_tensor_rmsprop(params, grads, square_avgs, momentum_buffers, grad_avgs, step_slots, steps, hparams, *,
+                         maximize, grad_scale=None, found_inf=None):
     """In place over the lists: RMSprop's update (minidl/optim/rmsprop.py), two launches (the step
-    counts, then the update). momentum_buffers / grad_avgs: lists, or None when unused."""
+    counts, then the update). hparams: float64 device array (lr, alpha, eps, weight_decay, momentum);
+    momentum_buffers / grad_avgs: lists, or None when unused."""
     table, n, chunks = tensor_table((params, grads, square_avgs, momentum_buffers, grad_avgs), aux=step_slots)
     if n == 0:
         return
-    lr = cupy.asarray(lr, dtype=cupy.float64)
+    hp = _hparams(hparams, 5, "multi_tensor_rmsprop")
     get_kernel("multi_tensor", "multi_tensor_increment_steps")(
         (-(-n // THREADS),), (THREADS,), (table, np.int32(n), steps, _optional(found_inf)))
-    alpha = float(alpha)
-    lerp_weight = 1 - alpha
     grid, block = _grid(chunks)
     get_kernel("multi_tensor", "multi_tensor_rmsprop")(
-        grid, block,
-        (table, np.int32(n), np.int64(chunks), lr, np.float32(alpha), np.float32(1 - alpha), np.float32(lerp_weight),
-         np.float32(1 - lerp_weight), np.float32(eps), np.float32(weight_decay), np.float32(momentum),
-         np.int32(bool(maximize)), _optional(grad_scale), _optional(found_inf)))
+        grid, block, (table, np.int32(n), np.int64(chunks), hp, np.int32(bool(maximize)), _optional(grad_scale),
+                      _optional(found_inf)))
 
 
 def multi_tensor_zero(tensors):
