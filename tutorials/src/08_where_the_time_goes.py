@@ -84,6 +84,7 @@ def make_step(model, fused_optimizer=True):
         with record_function("optimizer"):
             optimizer.step()
 
+    step.optimizer = optimizer
     return step
 
 
@@ -240,26 +241,26 @@ plt.show()
 # Everything that changes from step to step must then live in device memory, which is why the
 # multi-tensor optimizer reads the learning rate (`group["lr"] = v` writes it to the device) and
 # the step count from device arrays. minidl's graph API is `minidl.cuda.CUDAGraph` /
-# `minidl.cuda.graph` (torch's names); the cell below uses it when this minidl has it.
+# `minidl.cuda.graph` (torch's names) and `minidl.cuda.CUDAGraphStep`, which warms a whole training
+# step up, captures it and replays it; the cell below uses it when this minidl has it.
 
 # %%
-graph_api = getattr(minidl.cuda, "CUDAGraph", None), getattr(minidl.cuda, "graph", None)
+graph_step = getattr(minidl.cuda, "CUDAGraphStep", None)
 if not USE_GPU:
     print("CUDA graphs need the GPU; skipped on the CPU path.")
-elif None in graph_api:
-    print("This minidl has no minidl.cuda.CUDAGraph / minidl.cuda.graph yet; skipped.")
+elif graph_step is None:
+    print("This minidl has no minidl.cuda.CUDAGraphStep yet; skipped.")
 else:
     try:
-        model = nn.utils.fuse_modules(make_cnn())
-        step = make_step(model, True)
-        for _ in range(3):      # warm-up on the side: allocations, kernel compiles, optimizer state
-            step()
-        g = minidl.cuda.CUDAGraph()
-        with minidl.cuda.graph(g):
-            step()
-        graphed_ms = step_time_ms(g.replay)
-        print(f"graphed step: {graphed_ms:.3f} ms (eager fused: {rows[-1][1]:.3f} ms)")
-    except Exception as e:  # the API may differ from torch's in this version: say so, do not fail
+        step = make_step(nn.utils.fuse_modules(make_cnn()), True)
+        # three eager warm-up steps on a side stream, then one capture; later calls replay the graph
+        graphed = graph_step(step, optimizers=step.optimizer)
+        for _ in range(5):
+            graphed()
+        graphed_ms = step_time_ms(graphed)
+        print(f"graphed step: {graphed_ms:.3f} ms (eager, fused: {rows[-1][1]:.3f} ms); "
+              f"whole step captured: {minidl._graphs._optimizer_is_capturable(step.optimizer)}")
+    except Exception as e:  # say what failed rather than stop the notebook
         print(f"CUDA graph capture did not run here: {type(e).__name__}: {e}")
 
 # %% [markdown]
