@@ -12,8 +12,9 @@
 
 What is recorded, exactly:
   * every call of a public primitive of minidl.primitives (convolution_forward, batch_norm_backward,
-    gemm, multi_tensor_adam, ...), i.e. every call the framework (nn.functional, optim, nn.utils)
-    makes into the primitive library: its name, input shapes (record_shapes=True), host time (wall
+    gemm, multi_tensor_adam, ...), and of the ConvolutionPlan methods a layer calls instead (recorded
+    as convolution_forward, convolution_backward_data, ...), i.e. every call the framework
+    (nn.functional, optim, nn.utils) makes into the primitive library: its name, input shapes (record_shapes=True), host time (wall
     clock around the call, perf_counter_ns) and, for GPU calls with the CUDA activity, the GPU time
     between two CUDA events recorded on the current stream before and after the call;
   * user ranges: `with minidl.profiler.record_function("name"):`;
@@ -53,6 +54,13 @@ _NOT_OPS = {"get_array_module", "is_cuda_array", "batch_norm_param_shape", "conv
             "find_convolution_algorithms", "get_convolution_algorithm", "set_convolution_policy",
             "get_convolution_policy", "convolution_policy", "clear_convolution_algorithm_cache",
             "multi_tensor_supported", "pooling_output_shape", "dropout_mask"}
+
+# Methods of primitive-library objects that run a primitive, recorded under the primitive's name:
+# a layer keeps a ConvolutionPlan per shape and calls it instead of convolution_forward(...).
+_METHODS = {("ConvolutionPlan", "forward"): "convolution_forward",
+            ("ConvolutionPlan", "backward_data"): "convolution_backward_data",
+            ("ConvolutionPlan", "backward_filter"): "convolution_backward_filter",
+            ("ConvolutionPlan", "backward_bias"): "convolution_backward_bias"}
 
 _active: "profile | None" = None
 
@@ -138,6 +146,7 @@ class profile:
         self._step_launches: list[int] = []
         self._step_start_launches = 0
         self._saved = {}
+        self._saved_methods = {}
         self._t0 = 0
         self._gpu_origin = None
         self._finished = False
@@ -160,6 +169,12 @@ class profile:
                 continue
             self._saved[name] = fn
             setattr(P, name, self._wrap(name, fn))
+        for (cls_name, method), name in _METHODS.items():
+            cls = getattr(P, cls_name, None)
+            if cls is not None and method in cls.__dict__:
+                original = cls.__dict__[method]
+                self._saved_methods[(cls, method)] = original
+                setattr(cls, method, self._wrap_method(name, original))
         _active = self
         return self
 
@@ -168,7 +183,9 @@ class profile:
         from . import primitives as P
         for name, fn in self._saved.items():
             setattr(P, name, fn)
-        self._saved = {}
+        for (cls, method), original in self._saved_methods.items():
+            setattr(cls, method, original)
+        self._saved, self._saved_methods = {}, {}
         _active = None
         if self._launches != self._step_start_launches or not self._step_launches:
             self._step_launches.append(self._launches - self._step_start_launches)
@@ -191,6 +208,17 @@ class profile:
         recorded.__name__ = name
         recorded.__doc__ = fn.__doc__
         recorded.__wrapped__ = fn
+        return recorded
+
+    def _wrap_method(self, name, method):
+        prof = self
+
+        def recorded(obj, *args, **kwargs):
+            return prof._record(name, "primitive", lambda *a, **k: method(obj, *a, **k), args, kwargs)
+
+        recorded.__name__ = method.__name__
+        recorded.__doc__ = method.__doc__
+        recorded.__wrapped__ = method
         return recorded
 
     def _record(self, name, kind, fn, args, kwargs):
