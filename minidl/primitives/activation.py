@@ -103,6 +103,7 @@ def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta
     return backend("activation", x).activation_backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)
 
 
+@computes_half_in_float32()
 def add_relu_forward(a, b):
     """y = max(a + b, 0), elementwise; a, b, y of one shape (the residual add and ReLU of a ResNet block)."""
     op = "add_relu_forward"
@@ -113,6 +114,7 @@ def add_relu_forward(a, b):
     return backend("activation", a).add_relu_forward(a, b)
 
 
+@computes_half_in_float32()
 def add_relu_backward(y, dy):
     """The gradient of both inputs of add_relu_forward: dy where y > 0, else 0; y, dy of one shape."""
     op = "add_relu_backward"

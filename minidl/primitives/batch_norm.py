@@ -99,6 +99,7 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
                              eps, mode, layout)
 
 
+@computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"), mixed_dtypes=True)
 def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
                                      mode="spatial", layout="NCHW"):
     """max(batch_norm_forward_training(...)[0], 0) in the same kernels. Returns (y, saved_mean, saved_invstd)."""
@@ -136,6 +137,7 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
                               layout)
 
 
+@computes_half_in_float32(mixed_dtypes=True)
 def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
                                       layout="NCHW"):
     """max(batch_norm_forward_inference(...), 0) in one elementwise pass."""
@@ -168,6 +170,7 @@ def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial
     return _backward("batch_norm_backward", x, dy, gamma, None, saved_mean, saved_invstd, mode, layout)
 
 
+@computes_half_in_float32(out_dtypes=("x", "gamma", "gamma"), mixed_dtypes=True)
 def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
     """(dx, dgamma, dbeta) of y = max(BN(x), 0), from the saved statistics: dy counts where the BN output
     (recomputed from x, gamma, beta_) is > 0. dy has the output's shape; beta_ may be None (affine=False)."""
