@@ -28,7 +28,7 @@ parameter, and the training pass returns three arrays.
 from __future__ import annotations
 
 from ._common import (
-    backend, check_float, check_same_device, computes_half_in_float32, is_cuda_array, normalize_layout,
+    backend, check_arrays, check_float, check_same_device, computes_half_in_float32, is_cuda_array, normalize_layout,
     shape_str,
 )
 
@@ -88,6 +88,7 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
     are updated in place (skipped when None).
     """
     op = "batch_norm_forward_training"
+    check_arrays(op, x=x, gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     layout = normalize_layout(op, layout)
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     _check_common(op, x, mode, layout, arrays)
@@ -114,6 +115,7 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
                                  layout="NCHW"):
     """y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta_, elementwise per statistic."""
     op = "batch_norm_forward_inference"
+    check_arrays(op, x=x, gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     layout = normalize_layout(op, layout)
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     _check_common(op, x, mode, layout, arrays)
@@ -136,6 +138,7 @@ def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial
     dx has x's shape; dgamma and dbeta have the parameter shape, or are None when gamma is None.
     """
     op = "batch_norm_backward"
+    check_arrays(op, x=x, dy=dy, gamma=gamma, saved_mean=saved_mean, saved_invstd=saved_invstd)
     layout = normalize_layout(op, layout)
     if saved_mean is None or saved_invstd is None:
         raise ValueError(f"{op}: saved_mean and saved_invstd (from batch_norm_forward_training) are required")
