@@ -278,7 +278,7 @@ def max_pooling_forward_with_indices(x, desc: PoolingDescriptor, *, layout="NCHW
     _check_input(op, x, desc.spatial_dims)
     check_float(op, x=x)
     _checked_output_shape(op, x.shape, desc, layout)
-    return _backend(x).max_pooling_forward_with_indices(x, desc, layout=layout)
+    return backend("pooling", x).max_pooling_forward_with_indices(x, desc, layout=layout)
 
 
 def _check_unpool(op, a, indices, x_spatial, layout):
@@ -304,7 +304,7 @@ def max_unpooling_forward(y, indices, x_spatial, *, layout="NCHW"):
     op = "max_unpooling_forward"
     layout, x_spatial = _check_unpool(op, y, indices, x_spatial, layout)
     check_float(op, y=y)
-    return _backend(y).max_unpooling_forward(y, indices, x_spatial, layout=layout)
+    return backend("pooling", y).max_unpooling_forward(y, indices, x_spatial, layout=layout)
 
 
 def max_unpooling_backward(dx, indices, *, layout="NCHW"):
@@ -318,4 +318,4 @@ def max_unpooling_backward(dx, indices, *, layout="NCHW"):
         raise TypeError(f"{op}: indices must be an integer array, got {indices.dtype}")
     check_same_device(op, dx=dx, indices=indices)
     check_float(op, dx=dx)
-    return _backend(dx).max_unpooling_backward(dx, indices, layout=layout)
+    return backend("pooling", dx).max_unpooling_backward(dx, indices, layout=layout)
