@@ -84,11 +84,26 @@ OPS = {
     "expand": _method("expand"), "cat": minidl.cat, "stack": minidl.stack,
     "split": _method("split"), "split.list_args": _method("split"), "chunk": _method("chunk"),
     "gather": _method("gather"), "masked_fill": _method("masked_fill"),
+    # comparisons, predicates, casts, copies, reflected operators, indexing
+    "eq": _method("eq"), "ne": _method("ne"), "lt": _method("lt"), "le": _method("le"), "gt": _method("gt"),
+    "ge": _method("ge"), "max.binary": _method("max"), "min.binary": _method("min"),
+    "isnan": _method("isnan"), "isfinite": _method("isfinite"), "all": _method("all"), "any": _method("any"),
+    "float": _method("float"), "double": _method("double"), "long": _method("long"), "int": _method("int"),
+    "bool": _method("bool"), "clone": _method("clone"), "contiguous": _method("contiguous"),
+    "expand_as": _method("expand_as"), "view_as": _method("view_as"), "repeat": _method("repeat"),
+    "T": _named("Tensor.T", lambda x: x.T), "mT": _named("Tensor.mT", lambda x: x.mT),
+    "__getitem__": _named("Tensor.__getitem__", lambda x, key: x[key]),
+    "__radd__": _named("number + Tensor", lambda x, o: o + x), "__rsub__": _named("number - Tensor", lambda x, o: o - x),
+    "__rmul__": _named("number * Tensor", lambda x, o: o * x), "__rpow__": _named("number ** Tensor", lambda x, o: o ** x),
+    "__rmatmul__": _named("Tensor.__rmatmul__", lambda x, o: x.__rmatmul__(o)),
+    "std.unbiased": _method("std"), "var.unbiased": _method("var"),
+    "zeros_like": minidl.zeros_like, "ones_like": minidl.ones_like, "full_like": minidl.full_like,
     # activations, softmax
     "nn.functional.relu": _func("relu"), "nn.functional.relu6": _func("relu6"),
     "nn.functional.leaky_relu": _func("leaky_relu"), "nn.functional.elu": _func("elu"),
     "nn.functional.gelu": _func("gelu"), "sigmoid": _method("sigmoid"), "tanh": _method("tanh"),
     "softmax": _method("softmax"), "log_softmax": _method("log_softmax"),
+    "softmax.with_dtype": _method("softmax"), "log_softmax.with_dtype": _method("log_softmax"),
     # deep-learning primitives
     "nn.functional.conv1d": _func("conv1d"), "nn.functional.conv2d": _func("conv2d"),
     "nn.functional.conv3d": _func("conv3d"),
@@ -101,6 +116,9 @@ OPS = {
     "nn.functional.adaptive_avg_pool3d": _func("adaptive_avg_pool3d"),
     "nn.functional.max_unpool1d": _func("max_unpool1d"), "nn.functional.max_unpool2d": _func("max_unpool2d"),
     "nn.functional.max_unpool3d": _func("max_unpool3d"),
+    "nn.functional.max_unpool1d.grad": _func("max_unpool1d"), "nn.functional.max_unpool2d.grad": _func("max_unpool2d"),
+    "nn.functional.max_unpool3d.grad": _func("max_unpool3d"),
+    "nn.functional.batch_norm.without_cudnn": _func("batch_norm"),
     "nn.functional.batch_norm": _func("batch_norm"), "nn.functional.local_response_norm": _func("local_response_norm"),
     "nn.functional.embedding": _named("F.embedding", lambda weight, idx, **k: F.embedding(idx, weight, **k)), "nn.functional.one_hot": _func("one_hot"),
     "nn.functional.pad.constant": _func("pad"),
@@ -140,6 +158,10 @@ SKIPS = [
      and d["kwargs"].get("momentum", 0.1) < 0,
      "the batch-norm primitive refuses a momentum outside [0, 1] (ValueError): the running average would "
      "extrapolate; PyTorch computes it anyway"),
+] + [
+    (cast, "memory_format=", _kw("memory_format"),
+     "minidl arrays are always C-contiguous: there is no memory_format argument")
+    for cast in ("float", "double", "long", "int", "bool")
 ]
 
 # ------------------------------------------------------------------------------------------------

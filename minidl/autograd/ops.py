@@ -70,18 +70,20 @@ class Pow(Function):
 
     def forward(self, a, b):
         self.a, self.b = a, b
-        self.out = a**b
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # NaN/inf as torch, no warning
+            self.out = a**b
         return self.out
 
     def backward(self, g):
         xp = get_array_module(g)
         ga = gb = None
-        if self.needs_input_grad[0]:
-            ga = unbroadcast(g * self.b * self.a ** (self.b - 1), self.a.shape)
-        if self.needs_input_grad[1]:
-            # d(a^b)/db = a^b log a, defined as 0 where a^b == 0 (the limit for a -> 0+).
-            log_a = xp.log(xp.where(self.a > 0, self.a, 1))
-            gb = unbroadcast(g * self.out * log_a, self.b.shape)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            if self.needs_input_grad[0]:
+                ga = unbroadcast(g * self.b * self.a ** (self.b - 1), self.a.shape)
+            if self.needs_input_grad[1]:
+                # d(a^b)/db = a^b log a, defined as 0 where a^b == 0 (the limit for a -> 0+).
+                log_a = xp.log(xp.where(self.a > 0, self.a, 1))
+                gb = unbroadcast(g * self.out * log_a, self.b.shape)
         return ga, gb
 
 
@@ -429,10 +431,26 @@ class Contiguous(Function):
     saves_inputs = False
 
     def forward(self, a):
-        return get_array_module(a).ascontiguousarray(a)
+        # ascontiguousarray makes a 0-d array 1-d: keep the shape
+        return get_array_module(a).ascontiguousarray(a).reshape(a.shape)
 
     def backward(self, g):
         return g
+
+
+class Repeat(Function):
+    """torch.Tensor.repeat: tile a (its shape padded with leading 1s to len(sizes)) sizes times. The
+    gradient sums the tiles: g viewed as (s_0, n_0, s_1, n_1, ...) summed over the s axes."""
+
+    def forward(self, a, sizes=()):
+        self.padded = (1,) * (len(sizes) - a.ndim) + a.shape
+        self.sizes, self.in_shape = tuple(sizes), a.shape
+        return get_array_module(a).tile(a.reshape(self.padded), self.sizes)
+
+    def backward(self, g):
+        split = tuple(x for s, n in zip(self.sizes, self.padded) for x in (s, n))
+        g = g.reshape(split).sum(axis=tuple(range(0, len(split), 2)))
+        return g.reshape(self.in_shape)
 
 
 # ------------------------------------------------------------------------------------------------

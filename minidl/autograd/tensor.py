@@ -643,15 +643,15 @@ class Tensor:
 
         return F.tanh(self)
 
-    def softmax(self, dim):
+    def softmax(self, dim, dtype=None):
         from ..nn import functional as F
 
-        return F.softmax(self, dim)
+        return F.softmax(self, dim, dtype=dtype)
 
-    def log_softmax(self, dim):
+    def log_softmax(self, dim, dtype=None):
         from ..nn import functional as F
 
-        return F.log_softmax(self, dim)
+        return F.log_softmax(self, dim, dtype=dtype)
 
     # --------------------------------------------------------------------------------------------
     # Reductions
@@ -672,11 +672,15 @@ class Tensor:
         return ops.Mean.apply(self, dim=dim, keepdim=keepdim)
 
     def var(self, dim=None, keepdim=False, unbiased=True, correction=None):
+        if isinstance(dim, bool):  # torch's var(unbiased) overload: a lone bool is `unbiased`
+            dim, unbiased = None, dim
         self._check_dim(dim, "var")
         correction = (1 if unbiased else 0) if correction is None else correction
         return ops.Var.apply(self, dim=dim, keepdim=keepdim, correction=correction)
 
     def std(self, dim=None, keepdim=False, unbiased=True, correction=None):
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
         return self.var(dim, keepdim, unbiased, correction).sqrt()
 
     def max(self, dim=None, keepdim=False):
@@ -841,16 +845,16 @@ class Tensor:
         return chunk(self, chunks, dim)
 
     def repeat(self, *sizes):
-        """Tile: dim i repeated sizes[i] times; extra leading sizes add dims (torch.Tensor.repeat)."""
+        """Tile the tensor sizes[i] times along dim i (torch.Tensor.repeat); len(sizes) >= ndim."""
         sizes = _shape_arg(sizes)
         if len(sizes) < self.ndim:
-            raise RuntimeError(f"repeat: number of dimensions of repeat dims ({len(sizes)}) can not be smaller "
-                               f"than number of dimensions of tensor ({self.ndim}, shape {tuple(self.shape)})")
-        out = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.shape))
-        for d, n in enumerate(reversed(sizes)):
-            if n != 1:
-                out = cat([out] * n, dim=-1 - d) if out.ndim > d else out
-        return out
+            raise RuntimeError(
+                f"repeat: number of repeat dims ({len(sizes)}) can not be smaller than the number of dims "
+                f"of the tensor ({self.ndim}, shape {self.shape})"
+            )
+        if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in sizes):
+            raise ValueError(f"repeat: repeats must be non-negative ints, got {sizes}")
+        return ops.Repeat.apply(self, sizes=tuple(builtins.int(n) for n in sizes))
 
     # --------------------------------------------------------------------------------------------
     # Indexing
@@ -1319,12 +1323,14 @@ class Tensor:
         return where(Tensor._make(xp.triu(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, 0)
 
     def any(self, dim=None, keepdim=False):
-        self._check_dim(dim, "any")
-        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).any(axis=dim, keepdims=keepdim)))
+        """True where some element along dim (an int, a tuple, or None/() for all) is nonzero."""
+        axes = tuple(range(self.ndim)) if dim is None else ops.reduction_axes(dim, self.ndim, "any")
+        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).any(axis=axes, keepdims=keepdim)))
 
     def all(self, dim=None, keepdim=False):
-        self._check_dim(dim, "all")
-        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).all(axis=dim, keepdims=keepdim)))
+        """True where every element along dim (an int, a tuple, or None/() for all) is nonzero."""
+        axes = tuple(range(self.ndim)) if dim is None else ops.reduction_axes(dim, self.ndim, "all")
+        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).all(axis=axes, keepdims=keepdim)))
 
     def where(self, condition, other):
         """x.where(c, y) == minidl.where(c, x, y)."""
