@@ -1412,33 +1412,6 @@ def _comparable(o) -> bool:
     return isinstance(o, (Tensor, numbers.Number, np.bool_, np.ndarray, list, tuple)) or is_cuda_array(o)
 
 
-def _can_cast(src, dst) -> bool:
-    """torch's canCast: no float -> integer, no integer/float -> bool, in an in-place result."""
-    from ._promotion import category
-
-    return category(src) <= category(dst)
-
-
-def _check_inplace_result(op, t, value):
-    """An in-place arithmetic result must be castable to t's dtype (torch's rule; copy_ and fill_
-    convert any dtype, as torch), and no update may change t's shape."""
-    dtype = result_type(t, value, default_float=_default_dtype)
-    if op == "div_" and not _dtypes.is_floating(dtype):
-        dtype = _default_dtype  # true division
-    if op in ("add_", "sub_", "mul_", "div_") and not _can_cast(dtype, t.dtype):
-        raise TypeError(f"{op}: result type {dtype} can't be cast to the desired output type {t.dtype}")
-    shape = value.shape if isinstance(value, Tensor) else ()
-    try:
-        out = np.broadcast_shapes(t.shape, shape)
-    except ValueError:
-        out = None
-    if out != t.shape:
-        raise ValueError(
-            f"{op}: an in-place update of a tensor of shape {t.shape} with one of shape {shape} would change "
-            f"its shape (to {out if out is not None else 'an unbroadcastable shape'})"
-        )
-
-
 def _amax_amin(t, dim, keepdim, op):
     if t.numel() == 0 and (dim in ((), None) or any(t.shape[d] == 0 for d in normalize_dims(dim, t.ndim, op))):
         raise IndexError(f"{op}: cannot reduce a tensor of shape {t.shape} with no elements over dims {dim}")

@@ -257,8 +257,13 @@ class Optimizer:
         # Shapes are checked before anything is written, so a bad checkpoint leaves the optimizer as it was.
         for key, entry in state_dict["state"].items():
             p = param_of[_as_index(name, key)]
+            if self._state_keys is None:
+                # An optimizer that does not declare its per-parameter state (LBFGS keeps a history
+                # of flat vectors and counters on its first parameter): only array shapes are checked,
+                # by the optimizer itself.
+                continue
             for k, v in entry.items():
-                if self._state_keys is not None and k not in self._state_keys:
+                if k not in self._state_keys:
                     raise ValueError(
                         f"{name}.load_state_dict: state {k!r} of parameter {key} is not one {name} keeps "
                         f"({', '.join(self._state_keys)}): a state dict of another optimizer class?"
