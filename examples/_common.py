@@ -322,6 +322,14 @@ def load_checkpoint(path: str, *, model, optimizer, scheduler=None, scaler=None,
         state = minidl.load(path, map_location=device)
     except (OSError, ValueError) as e:
         sys.exit(f"--resume: cannot read {path}: {e}")
+    needed = ("model", "optimizer", "epoch", "rng")
+    if not isinstance(state, dict) or any(k not in state for k in needed):
+        found = sorted(map(str, state))[:6] if isinstance(state, dict) else type(state).__name__
+        sys.exit(
+            f"--resume: {path} is not a training checkpoint of these examples (they hold {', '.join(needed)}; "
+            f"this one holds {found}). A bare model state dict (minidl.save(model.state_dict(), ...)) has no "
+            "optimizer or epoch to resume from: load it with model.load_state_dict(minidl.load(path)) instead."
+        )
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])

@@ -19,6 +19,26 @@
 // Average divisor (PyTorch): include_pad counts the window clipped to the padded input (the cells
 // that ceil mode adds beyond the right padding never count); exclude_pad counts real cells only.
 //
+// Dilation (max pooling only, as PyTorch): a window's taps are `dilation` apart, start + t * dil for
+// t in [0, k); the loops walk the taps that fall inside the input. With dilation 1 this is the
+// plain window. The backward's covering range uses the window's extent dil * (k - 1) + 1; an output
+// in that range whose taps skip this input simply never names it as its argmax.
+//
+// Indices (max_pooling_forward_with_indices, PyTorch's return_indices=True): the same forward,
+// also writing each argmax as an int64 flat position within the (n, c) plane. Why does cuDNN (and
+// the plain forward and backward here) recompute the argmax instead of storing it? The index array
+// is as large as y in int64, twice y's bytes in float32: storing it makes the forward write 3x the
+// bytes and the backward read them, and a memory-bound kernel's time is its bytes; the recompute
+// re-reads the window from x, which the backward reads anyway and which is mostly cache-resident for
+// small windows. Indices are written only when the user asks for them (for max_unpool), and the
+// gradient never reads them. Measured: not yet on a GPU (this was written without one; see
+// tests/gpu/test_pooling_gpu.py and benchmarks/ for the comparison to run).
+//
+// Max unpooling (max_unpooling_forward / _backward): one thread per pooled element scatters
+// (forward, into a zeroed x) or gathers (backward) through its index. Repeated indices in the
+// forward race: one of the writers wins, unspecified which (as PyTorch's CUDA kernel); out-of-range
+// indices are skipped (forward) or read as 0 (backward) - the CPU path raises instead.
+//
 // Index arithmetic: the flat-index decomposition divides by the sizes, and 64-bit division costs
 // several times the 32-bit one, so each kernel branches (uniformly) to a 32-bit instantiation when
 // the tensor has fewer than 2^31 elements, and to a 64-bit one otherwise.
@@ -35,6 +55,7 @@ struct PoolShape {
     int SD, SH, SW;          // stride
     int PD, PH, PW;          // padding (before; after is implied by the output size)
     int channels_last;
+    int DD, DH, DW;          // dilation (1 except for dilated max pooling)
 };
 
 template <typename Index>
@@ -85,21 +106,37 @@ __device__ __forceinline__ Window window_of(int o, int k, int s, int p, int L)
     return win;
 }
 
+// The taps of a dilated window along one dim that fall inside [0, L): t in [t_lo, t_hi), at
+// position start + t * dil.
+struct Taps {
+    int start, t_lo, t_hi;
+};
+
+__device__ __forceinline__ Taps taps_of(int o, int k, int s, int p, int dil, int L)
+{
+    Taps taps;
+    taps.start = o * s - p;
+    taps.t_lo = taps.start >= 0 ? 0 : (-taps.start + dil - 1) / dil;     // first t with start + t*dil >= 0
+    taps.t_hi = L > taps.start ? min(k, (L - taps.start + dil - 1) / dil) : 0;  // first t with pos >= L
+    return taps;
+}
+
 // The reduction of one output's window. For max, also returns the flat (d, h, w) position of the
 // first maximum through `arg` (as d * H * W + h * W + w).
 template <typename Index>
 __device__ __forceinline__ float pool_window(const float* x, const PoolShape& s, int mode, Index n, Index c,
                                              int od, int oh, int ow, int& arg)
 {
-    const Window wd = window_of(od, s.KD, s.SD, s.PD, s.D);
-    const Window wh = window_of(oh, s.KH, s.SH, s.PH, s.H);
-    const Window ww = window_of(ow, s.KW, s.SW, s.PW, s.W);
     if (mode == POOL_MAX) {
+        const Taps td = taps_of(od, s.KD, s.SD, s.PD, s.DD, s.D);
+        const Taps th = taps_of(oh, s.KH, s.SH, s.PH, s.DH, s.H);
+        const Taps tw = taps_of(ow, s.KW, s.SW, s.PW, s.DW, s.W);
         float best = MINIDL_NEG_INF;
         arg = -1;
-        for (int d = wd.lo; d < wd.hi; ++d)
-            for (int h = wh.lo; h < wh.hi; ++h)
-                for (int w = ww.lo; w < ww.hi; ++w) {
+        for (int i = td.t_lo; i < td.t_hi; ++i)
+            for (int j = th.t_lo; j < th.t_hi; ++j)
+                for (int l = tw.t_lo; l < tw.t_hi; ++l) {
+                    const int d = td.start + i * s.DD, h = th.start + j * s.DH, w = tw.start + l * s.DW;
                     const float v = x[input_offset<Index>(s, n, c, d, h, w)];
                     if (v > best || (v != v && best == best) || arg < 0) {  // first max; a NaN wins
                         best = v;
@@ -108,6 +145,9 @@ __device__ __forceinline__ float pool_window(const float* x, const PoolShape& s,
                 }
         return best;
     }
+    const Window wd = window_of(od, s.KD, s.SD, s.PD, s.D);
+    const Window wh = window_of(oh, s.KH, s.SH, s.PH, s.H);
+    const Window ww = window_of(ow, s.KW, s.SW, s.PW, s.W);
     float sum = 0.0f;
     for (int d = wd.lo; d < wd.hi; ++d)
         for (int h = wh.lo; h < wh.hi; ++h)
@@ -131,7 +171,8 @@ __device__ void pooling_forward_impl(const float* x, float* y, const PoolShape& 
     }
 }
 
-// Outputs along one dim whose windows cover input position i: [lo, hi).
+// Outputs along one dim whose windows' extent covers input position i: [lo, hi). k is the
+// extent dil * (k - 1) + 1 for a dilated window.
 __device__ __forceinline__ void covering_outputs(int i, int k, int s, int p, int out_len, int& lo, int& hi)
 {
     const int shifted = i + p;  // position in padded coordinates; window o covers [o*s, o*s + k)
@@ -148,9 +189,9 @@ __device__ void pooling_backward_impl(const float* x, const float* dy, float* dx
         Index n, c, d, h, w;
         split_index<Index>(idx, s.channels_last, s.C, s.D, s.H, s.W, n, c, d, h, w);
         int od_lo, od_hi, oh_lo, oh_hi, ow_lo, ow_hi;
-        covering_outputs((int)d, s.KD, s.SD, s.PD, s.OD, od_lo, od_hi);
-        covering_outputs((int)h, s.KH, s.SH, s.PH, s.OH, oh_lo, oh_hi);
-        covering_outputs((int)w, s.KW, s.SW, s.PW, s.OW, ow_lo, ow_hi);
+        covering_outputs((int)d, s.DD * (s.KD - 1) + 1, s.SD, s.PD, s.OD, od_lo, od_hi);
+        covering_outputs((int)h, s.DH * (s.KH - 1) + 1, s.SH, s.PH, s.OH, oh_lo, oh_hi);
+        covering_outputs((int)w, s.DW * (s.KW - 1) + 1, s.SW, s.PW, s.OW, ow_lo, ow_hi);
         const int me = ((int)d * s.H + (int)h) * s.W + (int)w;
 
         float grad = 0.0f;
@@ -178,8 +219,8 @@ __device__ void pooling_backward_impl(const float* x, const float* dy, float* dx
 
 #define POOL_SHAPE_PARAMS                                                                               \
     int N, int C, int D, int H, int W, int OD, int OH, int OW, int KD, int KH, int KW, int SD, int SH, \
-        int SW, int PD, int PH, int PW, int channels_last
-#define POOL_SHAPE_INIT {N, C, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW, channels_last}
+        int SW, int PD, int PH, int PW, int channels_last, int DD, int DH, int DW
+#define POOL_SHAPE_INIT {N, C, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW, channels_last, DD, DH, DW}
 // Below 2^30 a 32-bit index cannot overflow even after the last grid-stride step.
 #define FITS_INT32(count) ((count) < (1LL << 30))
 
@@ -389,4 +430,67 @@ extern "C" __global__ void adaptive_avg_pooling_backward(const float* dy, float*
     const long long count = (long long)N * C * max((long long)D * H * W, (long long)OD * OH * OW);
     if (FITS_INT32(count)) adaptive_backward_impl<int>(dy, dx, s, alpha, beta);
     else adaptive_backward_impl<long long>(dy, dx, s, alpha, beta);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Max pooling with indices, and max unpooling (see the header). One thread per pooled element.
+// ---------------------------------------------------------------------------------------------
+template <typename Index>
+__device__ void max_pooling_forward_with_indices_impl(const float* x, float* y, long long* indices,
+                                                      const PoolShape& s)
+{
+    const Index total = (Index)s.N * s.C * s.OD * s.OH * s.OW;
+    for (Index idx = (Index)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Index)gridDim.x * blockDim.x) {
+        Index n, c, od, oh, ow;
+        split_index<Index>(idx, s.channels_last, s.C, s.OD, s.OH, s.OW, n, c, od, oh, ow);
+        int arg;
+        y[idx] = pool_window<Index>(x, s, POOL_MAX, n, c, (int)od, (int)oh, (int)ow, arg);
+        indices[idx] = (long long)arg;
+    }
+}
+
+extern "C" __global__ void max_pooling_forward_with_indices(const float* x, float* y, long long* indices,
+                                                            POOL_SHAPE_PARAMS)
+{
+    const PoolShape s = POOL_SHAPE_INIT;
+    const long long count = (long long)N * C * max((long long)D * H * W, (long long)OD * OH * OW);
+    if (FITS_INT32(count)) max_pooling_forward_with_indices_impl<int>(x, y, indices, s);
+    else max_pooling_forward_with_indices_impl<long long>(x, y, indices, s);
+}
+
+// The element of the unpooled plane that pooled element idx (of planes `in_plane` long) maps to,
+// or -1 when its index is out of range. Channels-last planes are strided by C.
+__device__ __forceinline__ long long unpool_target(long long idx, const long long* indices, int C, long long in_plane,
+                                                   long long out_plane, int channels_last)
+{
+    const long long index = indices[idx];
+    if (index < 0 || index >= out_plane) return -1;
+    if (channels_last) {
+        const long long c = idx % C, n = idx / C / in_plane;
+        return (n * out_plane + index) * C + c;
+    }
+    const long long plane = idx / in_plane;  // n * C + c
+    return plane * out_plane + index;
+}
+
+extern "C" __global__ void max_unpooling_forward(const float* y, const long long* indices, float* x, long long total,
+                                                 int C, long long in_plane, long long out_plane, int channels_last)
+{
+    // x was zeroed by the launcher; each pooled value is written to its recorded position.
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long target = unpool_target(idx, indices, C, in_plane, out_plane, channels_last);
+        if (target >= 0) x[target] = y[idx];
+    }
+}
+
+extern "C" __global__ void max_unpooling_backward(const float* dx, const long long* indices, float* dy,
+                                                  long long total, int C, long long in_plane, long long out_plane,
+                                                  int channels_last)
+{
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long target = unpool_target(idx, indices, C, in_plane, out_plane, channels_last);
+        dy[idx] = target >= 0 ? dx[target] : 0.0f;
+    }
 }

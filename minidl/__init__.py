@@ -62,7 +62,7 @@ for _name in (
     "mm", "bmm", "mv", "dot", "narrow", "index_select", "masked_select", "masked_fill", "nonzero", "scatter",
     "scatter_add", "sort", "argsort", "topk", "kthvalue", "median", "cumsum", "norm", "unbind", "flip", "tril",
     "triu", "all", "any", "sin", "cos", "log1p", "square", "pow", "add", "sub", "mul", "div", "neg", "eq", "ne",
-    "lt", "le", "gt", "ge", "clone", "t", "detach", "mode", "round", "floor", "ceil", "trunc",
+    "lt", "le", "gt", "ge", "clone", "t", "detach", "mode", "round", "floor", "ceil", "trunc", "amax", "amin",
 ):
     globals()[_name] = _method(_name)
 del _name

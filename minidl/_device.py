@@ -61,6 +61,8 @@ class Device:
                 raise ValueError(f"unknown device {spec!r}: the CPU has no index")
             self.type, self.index = "cpu", None
         else:
+            if idx and not idx.isdigit():
+                raise ValueError(f"unknown device {spec!r}: the index after 'cuda:' must be a number >= 0")
             self.type = "cuda"
             self.index = int(idx) if idx else 0
 

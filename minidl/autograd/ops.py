@@ -11,6 +11,7 @@ import numpy as np
 
 from .._device import get_array_module
 from .._dtypes import float32, is_floating, is_half
+from ._dims import reduction_axes
 from .function import Function, unbroadcast
 
 # ------------------------------------------------------------------------------------------------
@@ -69,18 +70,20 @@ class Pow(Function):
 
     def forward(self, a, b):
         self.a, self.b = a, b
-        self.out = a**b
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # NaN/inf as torch, no warning
+            self.out = a**b
         return self.out
 
     def backward(self, g):
         xp = get_array_module(g)
         ga = gb = None
-        if self.needs_input_grad[0]:
-            ga = unbroadcast(g * self.b * self.a ** (self.b - 1), self.a.shape)
-        if self.needs_input_grad[1]:
-            # d(a^b)/db = a^b log a, defined as 0 where a^b == 0 (the limit for a -> 0+).
-            log_a = xp.log(xp.where(self.a > 0, self.a, 1))
-            gb = unbroadcast(g * self.out * log_a, self.b.shape)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            if self.needs_input_grad[0]:
+                ga = unbroadcast(g * self.b * self.a ** (self.b - 1), self.a.shape)
+            if self.needs_input_grad[1]:
+                # d(a^b)/db = a^b log a, defined as 0 where a^b == 0 (the limit for a -> 0+).
+                log_a = xp.log(xp.where(self.a > 0, self.a, 1))
+                gb = unbroadcast(g * self.out * log_a, self.b.shape)
         return ga, gb
 
 
@@ -132,6 +135,14 @@ class Neg(Function):
 
     def backward(self, g):
         return -g
+
+
+class Sign(Function):
+    def forward(self, a):
+        return get_array_module(a).sign(a)
+
+    def backward(self, g):
+        return get_array_module(g).zeros_like(g)
 
 
 class Exp(Function):
@@ -191,6 +202,40 @@ class Clamp(Function):
         return g * self.mask
 
 
+class ClampTensor(Function):
+    """clamp with tensor bounds (lo, hi broadcast against a; either may be None). Gradients as torch:
+    a gets g where lo <= a <= hi; lo where a < lo (and lo < hi); hi where a > hi (or hi < lo)."""
+
+    def forward(self, a, lo=None, hi=None):
+        xp = get_array_module(a)
+        self.a, self.lo, self.hi = a, lo, hi
+        out = a
+        if lo is not None:
+            out = xp.maximum(out, lo)
+        if hi is not None:
+            out = xp.minimum(out, hi)
+        return xp.broadcast_to(out, np.broadcast_shapes(*(x.shape for x in (a, lo, hi) if x is not None))).copy()
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        a, lo, hi = self.a, self.lo, self.hi
+        zero = g.dtype.type(0)
+        keep_a = xp.ones(a.shape, dtype=bool)
+        if lo is not None:
+            keep_a = keep_a & (a >= lo)
+        if hi is not None:
+            keep_a = keep_a & (a <= hi)
+        ga = unbroadcast(xp.where(keep_a, g, zero), a.shape) if self.needs_input_grad[0] else None
+        glo = ghi = None
+        if lo is not None and self.needs_input_grad[1]:
+            to_lo = (a < lo) & (lo < hi) if hi is not None else a < lo
+            glo = unbroadcast(xp.where(to_lo, g, zero), lo.shape)
+        if hi is not None and self.needs_input_grad[2]:
+            to_hi = (a > hi) | (hi < lo) if lo is not None else a > hi
+            ghi = unbroadcast(xp.where(to_hi, g, zero), hi.shape)
+        return ga, glo, ghi
+
+
 class Cast(Function):
     """Change dtype; the gradient flows back in the input's dtype. A value beyond float16's range
     becomes inf, silently, as in PyTorch (GradScaler looks for exactly that)."""
@@ -212,11 +257,9 @@ class Cast(Function):
 # ------------------------------------------------------------------------------------------------
 
 
-def _axes(dim, ndim):
-    if dim is None:
-        return tuple(range(ndim))
-    dims = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(d % ndim if ndim else 0 for d in dims)
+def _axes(dim, ndim, op="reduction"):
+    """The axes to reduce (every one for dim=None); dims are checked in minidl.autograd._dims."""
+    return reduction_axes(dim, ndim, op)
 
 
 def _expand_back(g, shape, axes, keepdim):
@@ -253,6 +296,8 @@ class Mean(Function):
     def forward(self, a, dim=None, keepdim=False):
         self.shape, self.axes, self.keepdim = a.shape, _axes(dim, a.ndim), keepdim
         self.count = int(np.prod([a.shape[i] for i in self.axes])) if a.ndim else 1
+        if self.count == 0:  # the mean of nothing is NaN (torch), without NumPy's warning
+            return get_array_module(a).full(a.sum(axis=self.axes, keepdims=keepdim).shape, np.nan, dtype=a.dtype)
         acc = _accumulation_dtype(a)
         if acc is not None:
             return a.mean(axis=self.axes, keepdims=keepdim, dtype=acc).astype(a.dtype)
@@ -273,14 +318,18 @@ class Var(Function):
         count = int(np.prod([a.shape[i] for i in self.axes])) if a.ndim else 1
         self.denom = max(count - correction, 0)
         wide = a.astype(float32) if is_half(a.dtype) else a
-        centered = wide - wide.mean(axis=self.axes, keepdims=True)
-        self.centered = centered.astype(a.dtype)
-        var = (centered**2).sum(axis=self.axes, keepdims=keepdim) / centered.dtype.type(self.denom)
+        # count 0 or denom 0 give NaN/inf, as torch; NumPy's warnings about it are silenced.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = wide.sum(axis=self.axes, keepdims=True) / wide.dtype.type(max(count, 1))
+            centered = wide - mean
+            self.centered = centered.astype(a.dtype)
+            var = (centered**2).sum(axis=self.axes, keepdims=keepdim) / centered.dtype.type(self.denom)
         return var.astype(a.dtype, copy=False)
 
     def backward(self, g):
         g = _expand_back(g, self.shape, self.axes, self.keepdim)
-        return g * self.centered * g.dtype.type(2.0 / self.denom)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return g * self.centered * (g.dtype.type(2.0) / g.dtype.type(self.denom))
 
 
 class MaxMin(Function):
@@ -296,7 +345,11 @@ class MaxMin(Function):
             out = a.max() if is_max else a.min()
             self.mask = a == out
             return out
-        dim = dim % a.ndim
+        if a.ndim == 0:  # max over dim 0 of a 0-d tensor: itself, index 0, shape () (torch)
+            self.dim = None
+            self.mask = xp.ones((), dtype=bool)
+            return a.copy(), xp.zeros((), dtype=np.int64)
+        dim = reduction_axes(dim, a.ndim, "max" if is_max else "min")[0]
         self.dim = dim
         idx = a.argmax(axis=dim) if is_max else a.argmin(axis=dim)
         values = xp.take_along_axis(a, xp.expand_dims(idx, dim), axis=dim)
@@ -313,6 +366,24 @@ class MaxMin(Function):
         g = g if self.keepdim else xp.expand_dims(g, self.dim)
         xp.put_along_axis(out, xp.expand_dims(self.idx, self.dim), g, axis=self.dim)
         return out
+
+
+class AMaxMin(Function):
+    """amax/amin over dims (an int, a tuple, or ()/None for all): values only; elements tied for the
+    extreme share the gradient evenly, as torch.amax."""
+
+    def forward(self, a, dim=(), keepdim=False, is_max=True):
+        xp = get_array_module(a)
+        self.shape, self.keepdim = a.shape, keepdim
+        self.axes = reduction_axes(dim, a.ndim, "amax" if is_max else "amin")
+        out = a.max(axis=self.axes, keepdims=True) if is_max else a.min(axis=self.axes, keepdims=True)
+        self.mask = a == out
+        self.count = self.mask.sum(axis=self.axes, keepdims=True)
+        return out if keepdim else out.reshape([s for i, s in enumerate(a.shape) if i not in self.axes])
+
+    def backward(self, g):
+        g = g.reshape([1 if i in self.axes else s for i, s in enumerate(self.shape)])
+        return g * self.mask / self.count.astype(g.dtype)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -337,7 +408,7 @@ class Permute(Function):
     may_return_view = True
 
     def forward(self, a, dims=None):
-        self.dims = tuple(d % a.ndim for d in dims)
+        self.dims = tuple(dims)  # normalised by Tensor.permute (minidl.autograd._dims)
         return a.transpose(self.dims)
 
     def backward(self, g):
@@ -360,10 +431,26 @@ class Contiguous(Function):
     saves_inputs = False
 
     def forward(self, a):
-        return get_array_module(a).ascontiguousarray(a)
+        # ascontiguousarray makes a 0-d array 1-d: keep the shape
+        return get_array_module(a).ascontiguousarray(a).reshape(a.shape)
 
     def backward(self, g):
         return g
+
+
+class Repeat(Function):
+    """torch.Tensor.repeat: tile a (its shape padded with leading 1s to len(sizes)) sizes times. The
+    gradient sums the tiles: g viewed as (s_0, n_0, s_1, n_1, ...) summed over the s axes."""
+
+    def forward(self, a, sizes=()):
+        self.padded = (1,) * (len(sizes) - a.ndim) + a.shape
+        self.sizes, self.in_shape = tuple(sizes), a.shape
+        return get_array_module(a).tile(a.reshape(self.padded), self.sizes)
+
+    def backward(self, g):
+        split = tuple(x for s, n in zip(self.sizes, self.padded) for x in (s, n))
+        g = g.reshape(split).sum(axis=tuple(range(0, len(split), 2)))
+        return g.reshape(self.in_shape)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -420,18 +507,26 @@ def _is_basic_index(key) -> bool:
 
 
 class Cat(Function):
+    """Join along dim; inputs flagged in `skip` (torch's legacy empty (0,) tensors) take no part
+    but still get their (empty) gradient."""
+
     saves_inputs = False
 
-    def forward(self, *arrays, dim=0):
+    def forward(self, *arrays, dim=0, skip=()):
         xp = get_array_module(*arrays)
-        self.dim = dim % arrays[0].ndim
-        self.sizes = [a.shape[self.dim] for a in arrays]
-        return xp.concatenate(arrays, axis=self.dim)
+        self.dim = dim  # normalised by cat() (minidl.autograd._dims)
+        self.skip = tuple(skip) or (False,) * len(arrays)
+        kept = [a for a, s in zip(arrays, self.skip) if not s]
+        self.sizes = [a.shape[self.dim] for a in kept]
+        self.skipped_shapes = [a.shape for a in arrays]
+        return xp.concatenate(kept, axis=self.dim)
 
     def backward(self, g):
         xp = get_array_module(g)
         bounds = np.cumsum(self.sizes)[:-1].tolist()
-        return tuple(xp.split(g, bounds, axis=self.dim))
+        parts = iter(xp.split(g, bounds, axis=self.dim))
+        return tuple(xp.zeros(shape, dtype=g.dtype) if s else next(parts)
+                     for s, shape in zip(self.skip, self.skipped_shapes))
 
 
 class Stack(Function):
@@ -439,7 +534,7 @@ class Stack(Function):
 
     def forward(self, *arrays, dim=0):
         xp = get_array_module(*arrays)
-        self.dim = dim % (arrays[0].ndim + 1)
+        self.dim = dim  # normalised by stack()
         return xp.stack(arrays, axis=self.dim)
 
     def backward(self, g):

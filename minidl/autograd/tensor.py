@@ -17,6 +17,8 @@ from ..amp import autocast_mode as _autocast
 from .._device import Device, get_array_module, is_cuda_array
 from . import ops
 from . import return_types
+from ._dims import normalize_dim, normalize_dims
+from ._promotion import result_type
 from .function import Function, is_grad_enabled, run_backward
 from .return_types import Size
 
@@ -391,24 +393,26 @@ class Tensor:
     # --------------------------------------------------------------------------------------------
     # Arithmetic
     # --------------------------------------------------------------------------------------------
-    def _operand(self, other, op):
-        """Python numbers become 0-d arrays of this tensor's dtype (so float32 stays float32)."""
+    def _operand(self, other, op, dtype=None):
+        """Python numbers become 0-d arrays of `dtype` (default: the dtype the promotion table gives
+        this tensor with that number, so float32 + 2.5 stays float32); tensors are checked for device."""
         if isinstance(other, Tensor):
             if other.is_cuda != self.is_cuda:
                 raise RuntimeError(
                     f"{op}: expected both tensors on the same device, got {self.device} and {other.device}"
                 )
             return other
-        if isinstance(other, numbers.Number):
+        if isinstance(other, (numbers.Number, np.bool_)):
             xp = get_array_module(self._data)
-            keeps_dtype = _dtypes.is_floating(self.dtype) or isinstance(other, (builtins.int, bool))
-            dt = self.dtype if keeps_dtype else _default_dtype
+            dt = result_type(self, other, default_float=_default_dtype) if dtype is None else dtype
             if xp is np:
                 return Tensor._make(np.asarray(other, dtype=dt))
             # On the GPU a fill kernel, not a copy from host memory: a CUDA graph captures the fill with
             # the value as its argument (a captured host copy would read a staging buffer CuPy reuses).
             return Tensor._make(xp.full((), other, dtype=dt))
-        return Tensor(other, device=self.device)
+        if isinstance(other, (np.ndarray, list, tuple)) or is_cuda_array(other):
+            return Tensor(other, device=self.device)
+        raise TypeError(f"{op}: unsupported operand of type {type(other).__name__} (expected a Tensor or a number)")
 
     def _binary(self, other, fn, op, reverse=False):
         if _dtypes.is_half(self.dtype) and isinstance(other, numbers.Number) and not _fits(other, self.dtype):
@@ -417,14 +421,18 @@ class Tensor:
             # first (0.1 -> 0.09998, 1e5 -> inf, so 0 * 1e5 = NaN). Scalars that are exactly half values
             # (0.5, 2, 3) give the same result directly, without the two casts.
             return self.float()._binary(other, fn, op, reverse).type(self.dtype)
-        other = self._operand(other, op)
+        if not isinstance(other, (Tensor, numbers.Number, np.bool_)):
+            other = self._operand(other, op)  # arrays and lists become tensors; anything else: TypeError
+        dtype = result_type(self, other, default_float=_default_dtype)
+        if op == "div" and not _dtypes.is_floating(dtype):
+            dtype = _default_dtype  # true division of integers gives the default float, as torch.div
+        other = self._operand(other, op, dtype)
         a, b = (other, self) if reverse else (self, other)
         try:
             np.broadcast_shapes(a.shape, b.shape)
         except ValueError:
             raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
-        a, b = _promote(a, b, op)
-        return fn.apply(a, b)
+        return fn.apply(a.type(dtype), b.type(dtype))
 
     def __add__(self, o):
         return self._binary(o, ops.Add, "add")
@@ -480,15 +488,32 @@ class Tensor:
         return Tensor._make(self._data % o._data)
 
     # comparisons: no gradient, boolean results
-    def _compare(self, o, f):
-        o = self._operand(o, "compare")
-        return Tensor._make(f(self._data, o._data))
+    def _compare(self, o, f, op="compare"):
+        """Comparisons (and the logical/bitwise ops) compute in the promoted dtype, as torch."""
+        if not isinstance(o, (Tensor, numbers.Number, np.bool_)):
+            o = self._operand(o, op)
+        dtype = result_type(self, o, default_float=_default_dtype)
+        o = self._operand(o, op, dtype)
+        try:
+            np.broadcast_shapes(self.shape, o.shape)
+        except ValueError:
+            raise ValueError(f"{op}: shapes {self.shape} and {o.shape} cannot be broadcast together") from None
+        a, b = self._data, o._data
+        if a.dtype != dtype:
+            a = a.astype(dtype)
+        if b.dtype != dtype:
+            b = b.astype(dtype)
+        return Tensor._make(f(a, b))
 
     def __eq__(self, o):  # noqa: D105
-        return self._compare(o, lambda a, b: a == b)
+        if not _comparable(o):
+            return NotImplemented  # `t == None`, `t in [None, "x"]`: Python's identity fallback, no error
+        return self._compare(o, lambda a, b: a == b, "eq")
 
     def __ne__(self, o):
-        return self._compare(o, lambda a, b: a != b)
+        if not _comparable(o):
+            return NotImplemented
+        return self._compare(o, lambda a, b: a != b, "ne")
 
     def __lt__(self, o):
         return self._compare(o, lambda a, b: a < b)
@@ -506,10 +531,10 @@ class Tensor:
         return Tensor._make(~self._data)
 
     def __and__(self, o):
-        return self._compare(o, lambda a, b: a & b)
+        return self._compare(o, lambda a, b: a & b, "bitwise_and")
 
     def __or__(self, o):
-        return self._compare(o, lambda a, b: a | b)
+        return self._compare(o, lambda a, b: a | b, "bitwise_or")
 
     __hash__ = object.__hash__
 
@@ -568,8 +593,20 @@ class Tensor:
         return self * self
 
     def clamp(self, min=None, max=None):
+        """Elementwise min(max(self, min), max); min and max may be numbers or tensors (broadcast).
+        Where min > max the result is max, as torch. The gradient flows where min <= self <= max."""
         if min is None and max is None:
             raise ValueError("clamp: at least one of min and max must be given")
+        if isinstance(min, Tensor) or isinstance(max, Tensor):
+            dtype = result_type(self, min, max, default_float=_default_dtype)
+            lo = None if min is None else self._operand(min, "clamp", dtype).type(dtype)
+            hi = None if max is None else self._operand(max, "clamp", dtype).type(dtype)
+            shapes = [x.shape for x in (self, lo, hi) if x is not None]
+            try:
+                np.broadcast_shapes(*shapes)
+            except ValueError:
+                raise ValueError(f"clamp: shapes {shapes} of input, min and max cannot be broadcast together") from None
+            return ops.ClampTensor.apply(self.type(dtype), lo, hi)
         return ops.Clamp.apply(self, min=min, max=max)
 
     clip = clamp
@@ -581,7 +618,8 @@ class Tensor:
         return self._binary(o, ops.Minimum, "minimum")
 
     def sign(self):
-        return Tensor._make(get_array_module(self._data).sign(self._data))
+        """-1, 0 or 1; its gradient is zero everywhere (as torch, which still records it)."""
+        return ops.Sign.apply(self)
 
     def isnan(self):
         return Tensor._make(get_array_module(self._data).isnan(self._data))
@@ -605,24 +643,23 @@ class Tensor:
 
         return F.tanh(self)
 
-    def softmax(self, dim):
+    def softmax(self, dim, dtype=None):
         from ..nn import functional as F
 
-        return F.softmax(self, dim)
+        return F.softmax(self, dim, dtype=dtype)
 
-    def log_softmax(self, dim):
+    def log_softmax(self, dim, dtype=None):
         from ..nn import functional as F
 
-        return F.log_softmax(self, dim)
+        return F.log_softmax(self, dim, dtype=dtype)
 
     # --------------------------------------------------------------------------------------------
     # Reductions
     # --------------------------------------------------------------------------------------------
     def _check_dim(self, dim, op):
-        dims = () if dim is None else ((dim,) if isinstance(dim, builtins.int) else tuple(dim))
-        for d in dims:
-            if not -max(self.ndim, 1) <= d < max(self.ndim, 1):
-                raise IndexError(f"{op}: dim {d} is out of range for a tensor of shape {self.shape}")
+        """Raise IndexError (torch's message, prefixed with op) for a dim out of range; see _dims.py."""
+        if dim is not None:
+            normalize_dims(dim, self.ndim, op)
 
     def sum(self, dim=None, keepdim=False):
         self._check_dim(dim, "sum")
@@ -635,18 +672,23 @@ class Tensor:
         return ops.Mean.apply(self, dim=dim, keepdim=keepdim)
 
     def var(self, dim=None, keepdim=False, unbiased=True, correction=None):
+        if isinstance(dim, bool):  # torch's var(unbiased) overload: a lone bool is `unbiased`
+            dim, unbiased = None, dim
         self._check_dim(dim, "var")
         correction = (1 if unbiased else 0) if correction is None else correction
         return ops.Var.apply(self, dim=dim, keepdim=keepdim, correction=correction)
 
-    def std(self, dim=None, keepdim=False, unbiased=True):
-        return self.var(dim, keepdim, unbiased).sqrt()
+    def std(self, dim=None, keepdim=False, unbiased=True, correction=None):
+        if isinstance(dim, bool):
+            dim, unbiased = None, dim
+        return self.var(dim, keepdim, unbiased, correction).sqrt()
 
     def max(self, dim=None, keepdim=False):
         """max() -> scalar tensor; max(dim) -> (values, indices), as PyTorch. max(other) = maximum."""
         if isinstance(dim, Tensor):
             return self.maximum(dim)
         self._check_dim(dim, "max")
+        self._check_nonempty_reduction(dim, "max")
         out = ops.MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=True)
         return out if dim is None else return_types.max(*out)
 
@@ -654,24 +696,44 @@ class Tensor:
         if isinstance(dim, Tensor):
             return self.minimum(dim)
         self._check_dim(dim, "min")
+        self._check_nonempty_reduction(dim, "min")
         out = ops.MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=False)
         return out if dim is None else return_types.min(*out)
 
-    def argmax(self, dim=None, keepdim=False):
-        self._check_dim(dim, "argmax")
+    def _check_nonempty_reduction(self, dim, op):
+        if self.numel() == 0 and (dim is None or self.shape[normalize_dim(dim, self.ndim, op)] == 0):
+            raise IndexError(
+                f"{op}: cannot reduce a tensor of shape {self.shape} with no elements "
+                + ("(specify a dim of nonzero size)" if dim is None else f"over dim {dim} of size 0")
+            )
+
+    def _arg_reduce(self, dim, keepdim, op):
+        self._check_dim(dim, op)
+        self._check_nonempty_reduction(dim, op)
         xp = get_array_module(self._data)
+        pick = self._data.argmax if op == "argmax" else self._data.argmin
         if dim is None:
-            return Tensor._make(xp.asarray(self._data.argmax(), dtype=int64))
-        idx = self._data.argmax(axis=dim).astype(int64)
+            idx = xp.asarray(pick(), dtype=int64)
+            # keepdim without a dim keeps every dim at size 1, as torch
+            return Tensor._make(idx.reshape((1,) * self.ndim) if keepdim else idx)
+        if self.ndim == 0:  # the 0-d tensor is its own only element: index 0, shape () (torch)
+            return Tensor._make(xp.zeros((), dtype=int64))
+        dim = normalize_dim(dim, self.ndim, op)
+        idx = pick(axis=dim).astype(int64)
         return Tensor._make(xp.expand_dims(idx, dim) if keepdim else idx)
 
+    def argmax(self, dim=None, keepdim=False):
+        return self._arg_reduce(dim, keepdim, "argmax")
+
     def argmin(self, dim=None, keepdim=False):
-        self._check_dim(dim, "argmin")
-        xp = get_array_module(self._data)
-        if dim is None:
-            return Tensor._make(xp.asarray(self._data.argmin(), dtype=int64))
-        idx = self._data.argmin(axis=dim).astype(int64)
-        return Tensor._make(xp.expand_dims(idx, dim) if keepdim else idx)
+        return self._arg_reduce(dim, keepdim, "argmin")
+
+    def amax(self, dim=(), keepdim=False):
+        """Largest values over dim (an int, a tuple, or () for all); ties share the gradient evenly (torch.amax)."""
+        return _amax_amin(self, dim, keepdim, "amax")
+
+    def amin(self, dim=(), keepdim=False):
+        return _amax_amin(self, dim, keepdim, "amin")
 
     # --------------------------------------------------------------------------------------------
     # Shapes
@@ -708,32 +770,47 @@ class Tensor:
         return self.reshape(other.shape)
 
     def flatten(self, start_dim=0, end_dim=-1):
+        start = normalize_dim(start_dim, self.ndim, "flatten")
+        end = normalize_dim(end_dim, self.ndim, "flatten")
+        if start > end:
+            raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
         if self.ndim == 0:
             return self.reshape(1)
-        start, end = start_dim % self.ndim, end_dim % self.ndim
-        new = self.shape[:start] + (-1,) + self.shape[end + 1 :]
+        new = self.shape[:start] + (builtins.int(np.prod(self.shape[start : end + 1])),) + self.shape[end + 1 :]
         return self.reshape(new)
 
     def squeeze(self, dim=None):
+        """Drop dims of size 1: all of them (dim=None), or those of dim (an int or a tuple) that are 1."""
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
-        self._check_dim(dim, "squeeze")
-        dim = dim % self.ndim
-        if self.shape[dim] != 1:
-            return self
-        return self.reshape(self.shape[:dim] + self.shape[dim + 1 :])
+        dims = normalize_dims(dim, self.ndim, "squeeze")
+        if self.ndim == 0:
+            return self.reshape(())
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in dims and s == 1)))
 
     def unsqueeze(self, dim):
-        dim = dim % (self.ndim + 1)
+        dim = normalize_dim(dim, self.ndim + 1, "unsqueeze")
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
 
     def permute(self, *dims):
         dims = _shape_arg(dims)
-        if sorted(d % max(self.ndim, 1) for d in dims) != list(range(self.ndim)):
-            raise ValueError(f"permute: dims {dims} are not a permutation of the {self.ndim} dims of {self.shape}")
+        if len(dims) != self.ndim:
+            raise ValueError(
+                f"permute: number of dims don't match: the tensor of shape {self.shape} has {self.ndim} dims, "
+                f"got {len(dims)} ({dims})"
+            )
+        dims = normalize_dims(dims, self.ndim, "permute", allow_repeats=True)
+        if len(set(dims)) != len(dims):
+            raise ValueError(f"permute: duplicate dims in {dims} are not allowed (tensor of shape {self.shape})")
+        if self.ndim == 0:
+            return self.reshape(())
         return ops.Permute.apply(self, dims=dims)
 
     def transpose(self, dim0, dim1):
+        dim0 = normalize_dim(dim0, self.ndim, "transpose")
+        dim1 = normalize_dim(dim1, self.ndim, "transpose")
+        if self.ndim == 0:
+            return self.reshape(())
         dims = list(range(self.ndim))
         dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
         return self.permute(*dims)
@@ -768,16 +845,16 @@ class Tensor:
         return chunk(self, chunks, dim)
 
     def repeat(self, *sizes):
-        """Tile: dim i repeated sizes[i] times; extra leading sizes add dims (torch.Tensor.repeat)."""
+        """Tile the tensor sizes[i] times along dim i (torch.Tensor.repeat); len(sizes) >= ndim."""
         sizes = _shape_arg(sizes)
         if len(sizes) < self.ndim:
-            raise RuntimeError(f"repeat: number of dimensions of repeat dims ({len(sizes)}) can not be smaller "
-                               f"than number of dimensions of tensor ({self.ndim}, shape {tuple(self.shape)})")
-        out = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.shape))
-        for d, n in enumerate(reversed(sizes)):
-            if n != 1:
-                out = cat([out] * n, dim=-1 - d) if out.ndim > d else out
-        return out
+            raise RuntimeError(
+                f"repeat: number of repeat dims ({len(sizes)}) can not be smaller than the number of dims "
+                f"of the tensor ({self.ndim}, shape {self.shape})"
+            )
+        if any(isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0 for n in sizes):
+            raise ValueError(f"repeat: repeats must be non-negative ints, got {sizes}")
+        return ops.Repeat.apply(self, sizes=tuple(builtins.int(n) for n in sizes))
 
     # --------------------------------------------------------------------------------------------
     # Indexing
@@ -830,8 +907,17 @@ class Tensor:
     def gather(self, dim, index):
         """out[i][j] = self[index[i][j]][j] for dim=0, etc. (torch.gather): an advanced-index GetItem."""
         xp = get_array_module(self._data)
+        dim = normalize_dim(dim, self.ndim, "gather")
+        if not isinstance(index, Tensor) or index.dtype.kind not in "iu":
+            raise TypeError(f"gather: index must be an integer tensor, got {getattr(index, 'dtype', type(index).__name__)}")
+        if index.numel() == 0:  # an empty index gathers nothing (torch allows any rank then)
+            return ops.GetItem.apply(self.reshape(-1), key=index._data.reshape(-1).astype(np.int64)).reshape(index.shape)
+        if index.ndim != self.ndim and not (self.ndim == 0 and index.ndim <= 1):
+            raise ValueError(f"gather: index of shape {index.shape} must have as many dims as input {self.shape}")
+        if self.ndim == 0:
+            return ops.GetItem.apply(self.reshape(1), key=index._data)
         grids = list(xp.indices(index.shape, sparse=True))
-        grids[dim % self.ndim] = index._data
+        grids[dim] = index._data
         return ops.GetItem.apply(self, key=tuple(grids))
 
     # --------------------------------------------------------------------------------------------
@@ -1237,12 +1323,14 @@ class Tensor:
         return where(Tensor._make(xp.triu(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, 0)
 
     def any(self, dim=None, keepdim=False):
-        self._check_dim(dim, "any")
-        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).any(axis=dim, keepdims=keepdim)))
+        """True where some element along dim (an int, a tuple, or None/() for all) is nonzero."""
+        axes = tuple(range(self.ndim)) if dim is None else ops.reduction_axes(dim, self.ndim, "any")
+        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).any(axis=axes, keepdims=keepdim)))
 
     def all(self, dim=None, keepdim=False):
-        self._check_dim(dim, "all")
-        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).all(axis=dim, keepdims=keepdim)))
+        """True where every element along dim (an int, a tuple, or None/() for all) is nonzero."""
+        axes = tuple(range(self.ndim)) if dim is None else ops.reduction_axes(dim, self.ndim, "all")
+        return Tensor._make(get_array_module(self._data).asarray(self._data.astype(bool).all(axis=axes, keepdims=keepdim)))
 
     def where(self, condition, other):
         """x.where(c, y) == minidl.where(c, x, y)."""
@@ -1312,24 +1400,24 @@ class _ToDevice(Function):
 
 
 def _promote(a, b, op):
-    """PyTorch's type promotion for a binary op. An integer (or bool) with a float: the float dtype
-    wins (NumPy would turn int64 + float32 into float64). Two floats: the wider wins, float16 with
-    bfloat16 gives float32, and a 0-d tensor does not widen a tensor with dims (half x + a float32
-    0-d tensor stays half, as in PyTorch). True division of integers gives the default float dtype."""
-    a_float, b_float = _dtypes.is_floating(a.dtype), _dtypes.is_floating(b.dtype)
-    if a_float and not b_float:
-        b = b.type(a.dtype)
-    elif b_float and not a_float:
-        a = a.type(b.dtype)
-    elif a_float and b_float and a.dtype != b.dtype:
-        if (a.ndim == 0) != (b.ndim == 0):
-            target = b.dtype if a.ndim == 0 else a.dtype
-        else:
-            target = _dtypes.promote_floats(a.dtype, b.dtype)
-        a, b = a.type(target), b.type(target)
-    elif op == "div" and not a_float and not b_float:
-        a, b = a.type(_default_dtype), b.type(_default_dtype)
-    return a, b
+    """Both tensors cast to the dtype of minidl.autograd._promotion.result_type (torch's rules);
+    true division of integers gives the default float dtype, as torch.div does."""
+    dtype = result_type(a, b, default_float=_default_dtype)
+    if op == "div" and not _dtypes.is_floating(dtype):
+        dtype = _default_dtype
+    return a.type(dtype), b.type(dtype)
+
+
+def _comparable(o) -> bool:
+    return isinstance(o, (Tensor, numbers.Number, np.bool_, np.ndarray, list, tuple)) or is_cuda_array(o)
+
+
+def _amax_amin(t, dim, keepdim, op):
+    if t.numel() == 0 and (dim in ((), None) or any(t.shape[d] == 0 for d in normalize_dims(dim, t.ndim, op))):
+        raise IndexError(f"{op}: cannot reduce a tensor of shape {t.shape} with no elements over dims {dim}")
+    if dim is not None:
+        t._check_dim(dim, op)
+    return ops.AMaxMin.apply(t, dim=dim, keepdim=keepdim, is_max=op == "amax")
 
 
 def _fits(number, dtype) -> bool:
@@ -1362,6 +1450,13 @@ def _shape_arg(shape):
 
 
 def _resolve_shape(old, new):
+    for s in new:
+        if isinstance(s, bool) or not isinstance(s, (numbers.Integral, Tensor)):
+            raise TypeError(f"shape entries must be ints, got {type(s).__name__} {s!r}")
+    new = tuple(builtins.int(s) for s in new)
+    bad = [s for s in new if s < -1]
+    if bad:
+        raise ValueError(f"invalid shape dimension {bad[0]}")
     size = builtins.int(np.prod(old))
     unknown = [i for i, s in enumerate(new) if s == -1]
     if len(unknown) > 1:
@@ -1398,6 +1493,7 @@ def matmul(a, b, out=None):
     b = a._operand(b, "matmul")
     _check_devices("matmul", (a, b))
     a, b = _autocast.cast_inputs("matmul", a, b)
+    a, b = _promote(a, b, "matmul")
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     ka = a.shape[-1]
@@ -1419,43 +1515,73 @@ def matmul(a, b, out=None):
     return ops.MatMul.apply(a, b)
 
 
-def cat(tensors, dim=0):
+def _check_tensor_list(op, tensors):
+    if isinstance(tensors, Tensor):
+        raise TypeError(f"{op}: expected a sequence of tensors, got a single Tensor (wrap it in a list)")
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors")
-    _check_devices("cat", tensors)
-    ref = tensors[0]
-    d = dim % ref.ndim
-    for t in tensors:
+        raise ValueError(f"{op}: expected a non-empty list of tensors")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: expected a sequence of tensors, but item {i} is a {type(t).__name__}")
+    _check_devices(op, tensors)
+    return tensors
+
+
+def _cast_all(tensors):
+    dtype = result_type(*tensors, default_float=_default_dtype)
+    return [t.type(dtype) for t in tensors]
+
+
+def cat(tensors, dim=0):
+    """Join tensors along an existing dim; dtypes promote as torch.cat (int64 + float32 -> float32).
+    As in torch, 1-D tensors with no elements (the legacy empty tensor, shape (0,)) are skipped."""
+    tensors = _check_tensor_list("cat", tensors)
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise ValueError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
+    dtype = result_type(*tensors, default_float=_default_dtype)
+    skipped = [t.ndim == 1 and t.shape[0] == 0 for t in tensors]
+    kept = [t for t, s in zip(tensors, skipped) if not s]
+    if not kept:
+        kept, skipped = tensors[:1], [False] + skipped[1:]
+    ref = kept[0]
+    d = normalize_dim(dim, ref.ndim, "cat")
+    for t in kept:
         if t.ndim != ref.ndim or t.shape[:d] + t.shape[d + 1 :] != ref.shape[:d] + ref.shape[d + 1 :]:
             raise ValueError(
                 f"cat: tensors must match in every dim except {dim}, got shapes {[tuple(x.shape) for x in tensors]}"
             )
-    return ops.Cat.apply(*tensors, dim=d)
+    return ops.Cat.apply(*[t.type(dtype) for t in tensors], dim=d, skip=tuple(skipped))
 
 
 concat = cat
 
 
 def stack(tensors, dim=0):
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors")
-    _check_devices("stack", tensors)
+    tensors = _check_tensor_list("stack", tensors)
     if len({t.shape for t in tensors}) != 1:
         raise ValueError(f"stack: all tensors must have the same shape, got {[tuple(t.shape) for t in tensors]}")
-    return ops.Stack.apply(*tensors, dim=dim)
+    d = normalize_dim(dim, tensors[0].ndim + 1, "stack")
+    return ops.Stack.apply(*_cast_all(tensors), dim=d)
 
 
 def split(tensor, split_size_or_sections, dim=0):
+    if tensor.ndim == 0:
+        raise ValueError("split: expects at least a 1-dimensional tensor, got a 0-d one")
+    dim = normalize_dim(dim, tensor.ndim, "split")
     n = tensor.shape[dim]
-    if isinstance(split_size_or_sections, builtins.int):
+    if isinstance(split_size_or_sections, builtins.int) and not isinstance(split_size_or_sections, bool):
         size = split_size_or_sections
-        if size <= 0:
-            raise ValueError(f"split: split_size must be positive, got {size}")
-        sizes = [min(size, n - i) for i in range(0, n, size)]
+        if size < 0 or (size == 0 and n != 0):
+            raise ValueError(f"split: split_size must be positive, got {size} (dim {dim} has size {n})")
+        if size == 0:
+            return (tensor,)
+        sizes = [min(size, n - i) for i in range(0, n, size)] or [0]
     else:
         sizes = list(split_size_or_sections)
+        if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in sizes):
+            raise ValueError(f"split: sections must be non-negative ints, got {sizes}")
         if sum(sizes) != n:
             raise ValueError(f"split: sections {sizes} do not add up to dim {dim} of size {n}")
     out, start = [], 0
@@ -1468,20 +1594,37 @@ def split(tensor, split_size_or_sections, dim=0):
 
 
 def chunk(tensor, chunks, dim=0):
+    if isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral):
+        raise TypeError(f"chunk: chunks must be an int, got {type(chunks).__name__}")
+    if chunks <= 0:
+        raise ValueError(f"chunk: chunks must be greater than 0, got {chunks}")
+    if tensor.ndim == 0:
+        raise ValueError("chunk: expects at least a 1-dimensional tensor, got a 0-d one")
+    dim = normalize_dim(dim, tensor.ndim, "chunk")
     n = tensor.shape[dim]
     size = -(-n // chunks)
     return split(tensor, size, dim)
 
 
 def where(condition, a, b):
+    """Elements of a where condition (a bool tensor) is true, else of b; a and b promote as torch."""
     cond = condition._data if isinstance(condition, Tensor) else np.asarray(condition)
+    if cond.dtype != np.bool_:
+        raise TypeError(f"where: expected condition to be a bool tensor, got {cond.dtype}")
     ref = a if isinstance(a, Tensor) else b
     if not isinstance(ref, Tensor):
         ref = Tensor(a)
-    a, b = ref._operand(a, "where"), ref._operand(b, "where")
+    dtype = result_type(a, b, default_float=_default_dtype)
+    a, b = ref._operand(a, "where", dtype), ref._operand(b, "where", dtype)
+    try:
+        np.broadcast_shapes(tuple(cond.shape), a.shape, b.shape)
+    except ValueError:
+        raise ValueError(
+            f"where: condition {tuple(cond.shape)}, input {a.shape} and other {b.shape} cannot be broadcast together"
+        ) from None
     if is_cuda_array(cond) != ref.is_cuda:
         cond = _device.move_array(cond, ref.device)
-    return ops.Where.apply(cond, a, b)
+    return ops.Where.apply(cond, a.type(dtype), b.type(dtype))
 
 
 def maximum(a, b):

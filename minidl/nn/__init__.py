@@ -11,6 +11,6 @@ from .layers.loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, N
 from .layers.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, LocalResponseNorm  # noqa: F401
 from .layers.pooling import (  # noqa: F401
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d,
-    MaxPool3d,
+    MaxPool3d, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d,
 )
 from .layers.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401

@@ -32,6 +32,7 @@ from .. import primitives as P
 from .._device import get_array_module, is_cuda_array
 from ..autograd.function import Function
 from ..amp.autocast_mode import cast_inputs as _autocast
+from ..autograd._dims import normalize_dim
 from ..autograd.tensor import Tensor, where
 
 # ------------------------------------------------------------------------------------------------
@@ -246,9 +247,7 @@ def _softmax_dim(op, input, dim):
     if dim is None:
         # PyTorch's legacy rule for an omitted dim: 0 for 0-, 1- and 3-D inputs, else 1.
         dim = 0 if input.ndim in (0, 1, 3) else 1
-    if not -max(input.ndim, 1) <= dim < max(input.ndim, 1):
-        raise IndexError(f"{op}: dim {dim} is out of range for an input of shape {input.shape}")
-    return dim % max(input.ndim, 1)
+    return normalize_dim(dim, input.ndim, op)
 
 
 def softmax(input, dim=None, dtype=None):
@@ -258,6 +257,8 @@ def softmax(input, dim=None, dtype=None):
         input = input.type(dtype)
     if input.ndim == 0:
         return Softmax.apply(input.reshape(1), axis=0).reshape(())
+    if input.numel() == 0:  # nothing to normalise: an empty result of the same shape (torch)
+        return input * 1
     return Softmax.apply(input, axis=dim, algorithm="accurate")
 
 
@@ -268,6 +269,8 @@ def log_softmax(input, dim=None, dtype=None):
         input = input.type(dtype)
     if input.ndim == 0:
         return Softmax.apply(input.reshape(1), axis=0, algorithm="log").reshape(())
+    if input.numel() == 0:
+        return input * 1
     return Softmax.apply(input, axis=dim, algorithm="log")
 
 
@@ -631,8 +634,9 @@ class Embedding(Function):
     The padding_idx row gets no gradient (it stays the padding vector). `bad` (GPU only, see
     embedding()) flags out-of-range indices, already replaced by 0 in `indices`: their rows are NaN."""
 
-    def forward(self, weight, indices=None, padding_idx=None, bad=None):
+    def forward(self, weight, indices=None, padding_idx=None, bad=None, scale_grad_by_freq=False):
         self.indices, self.padding_idx, self.num = indices, padding_idx, weight.shape[0]
+        self.scale_grad_by_freq = scale_grad_by_freq
         self.weight_shape = weight.shape
         out = weight[indices]
         if bad is not None:
@@ -646,6 +650,10 @@ class Embedding(Function):
         dw = xp.zeros(self.weight_shape, dtype=acc)
         flat_idx = self.indices.reshape(-1)
         rows = dy.reshape(-1, self.weight_shape[1]).astype(acc, copy=False)
+        if self.scale_grad_by_freq:
+            # each row's gradient divided by how often its index occurs in this batch (torch)
+            counts = xp.bincount(flat_idx, minlength=self.weight_shape[0]).astype(dy.dtype)
+            rows = rows / counts[flat_idx][:, None]
         if xp is np:
             np.add.at(dw, flat_idx, rows)
         else:
@@ -657,12 +665,16 @@ class Embedding(Function):
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
               sparse=False):
-    """Rows of weight (num_embeddings, embedding_dim) at the integer indices `input` (any shape)."""
+    """Rows of weight (num_embeddings, embedding_dim) at the integer indices `input` (any shape).
+
+    max_norm: the rows looked up whose norm_type-norm exceeds max_norm are first rescaled to norm
+    max_norm, in place in weight (as torch). scale_grad_by_freq: each row's gradient is divided by
+    the number of times its index occurs in input. sparse gradients are not implemented."""
     op = "embedding"
     _check_tensor(op, "input", input)
     _check_float_tensor(op, "weight", weight)
-    if max_norm is not None or scale_grad_by_freq or sparse:
-        raise NotImplementedError(f"{op}: max_norm, scale_grad_by_freq and sparse are not implemented in minidl")
+    if sparse:
+        raise NotImplementedError(f"{op}: sparse gradients are not implemented in minidl (use sparse=False)")
     if input.dtype.kind not in "iu":
         raise TypeError(f"{op}: input must hold integer indices, got dtype {input.dtype}")
     if weight.ndim != 2:
@@ -685,7 +697,30 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         # On the GPU the check stays on the device (see minidl.backends.cuda.check_indices): bad indices
         # read row 0 instead of memory past the table, and their output rows are NaN.
         idx = get_array_module(idx).where(bad, 0, idx)
-    return Embedding.apply(weight, indices=idx, padding_idx=padding_idx, bad=bad)
+    if padding_idx is not None:
+        if not -num <= padding_idx < num:
+            raise ValueError(f"{op}: padding_idx {padding_idx} must be within [{-num}, {num - 1}]")
+        padding_idx = padding_idx % num
+    if max_norm is not None:
+        _embedding_renorm_(weight, idx, float(max_norm), float(norm_type))
+    return Embedding.apply(weight, indices=idx, padding_idx=padding_idx, bad=bad,
+                           scale_grad_by_freq=bool(scale_grad_by_freq))
+
+
+def _embedding_renorm_(weight, idx, max_norm, norm_type):
+    """torch.embedding_renorm_: rows of weight at idx with norm > max_norm scaled to max_norm / (norm + 1e-7),
+    in place and outside the graph."""
+    xp = get_array_module(weight._data)
+    rows = xp.unique(idx.reshape(-1))
+    if rows.size == 0:
+        return
+    w = weight._data[rows]
+    if norm_type == float("inf"):
+        norms = xp.abs(w).max(axis=1)
+    else:
+        norms = (xp.abs(w) ** norm_type).sum(axis=1) ** (1.0 / norm_type)
+    scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(w.dtype)
+    weight._data[rows] = w * scale[:, None]
 
 
 def one_hot(tensor, num_classes=-1):
@@ -725,11 +760,19 @@ def pad(input, pad, mode="constant", value=None):
     pad = tuple(int(p) for p in pad)
     if len(pad) % 2 or len(pad) // 2 > input.ndim:
         raise ValueError(f"{op}: pad {pad} must have an even length of at most 2 * ndim for input {input.shape}")
-    if any(p < 0 for p in pad):
-        raise NotImplementedError(f"{op}: negative padding (cropping) is not implemented, got {pad}")
     widths = [(0, 0)] * input.ndim
     for i in range(len(pad) // 2):
         widths[input.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if any(p < 0 for p in pad):
+        # A negative pad crops, as torch: slice first, then pad by the positive amounts.
+        crop = []
+        for (before, after), n in zip(widths, input.shape):
+            start, stop = max(-before, 0), n - max(-after, 0)
+            if stop - start + max(before, 0) + max(after, 0) < 0:
+                raise ValueError(f"{op}: pad {pad} crops more than input {input.shape} has")
+            crop.append(slice(start, max(stop, start)))
+        input = input[tuple(crop)]
+        widths = [(max(b, 0), max(a, 0)) for b, a in widths]
     return Pad.apply(input, widths=tuple(widths), value=0.0 if value is None else value)
 
 
@@ -927,35 +970,49 @@ def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
 
 
 class Pooling(Function):
-    """Max or average pooling; the max backward recomputes the argmax from x and y (nothing stored)."""
+    """Max or average pooling; the max backward recomputes the argmax from x and y (nothing stored).
+    With return_indices, max pooling also returns each maximum's flat position (no gradient)."""
 
     saves_output = True  # backward reads y
 
-    def forward(self, x, desc=None):
+    def forward(self, x, desc=None, return_indices=False):
         self.x, self.desc = x, desc
+        if return_indices:
+            self.y, indices = P.max_pooling_forward_with_indices(x, desc)
+            return self.y, indices
         self.y = P.pooling_forward(x, desc)
         return self.y
 
-    def backward(self, dy):
+    def backward(self, dy, d_indices=None):
         return P.pooling_backward(self.x, self.y, dy, self.desc)
 
 
-def _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode):
+def _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode, dilation=1, return_indices=False):
     x, unbatched = _batched(op, input, dims)
+    _check_float_tensor(op, "input", x)
     if stride is None or (not isinstance(stride, int) and len(stride) == 0):
         stride = None  # the kernel size, as PyTorch
-    desc = P.PoolingDescriptor(mode=mode, kernel_size=kernel_size, stride=stride, padding=padding,
-                               ceil_mode=ceil_mode, spatial_dims=dims)
-    y = Pooling.apply(x, desc=desc)
-    return y.squeeze(0) if unbatched else y
+    try:
+        desc = P.PoolingDescriptor(mode=mode, kernel_size=kernel_size, stride=stride, padding=padding,
+                                   ceil_mode=ceil_mode, spatial_dims=dims, dilation=dilation)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"{op}: {e}") from None
+    if x.numel() == 0:
+        # An empty batch (or no channels): an empty result of the pooled shape, as torch.
+        shape = P.pooling_output_shape(x.shape, desc)
+        if any(s < 1 for s in shape[2:]):
+            raise ValueError(f"{op}: input {input.shape} is too small for kernel {desc.kernel_size}")
+        y = x.reshape(-1)[:0].reshape(shape)  # still on the tape: its gradient is empty too
+        out = (y, Tensor._make(get_array_module(x._data).zeros(shape, dtype=np.int64))) if return_indices else y
+    else:
+        out = Pooling.apply(x, desc=desc, return_indices=return_indices)
+    if unbatched:
+        return tuple(o.squeeze(0) for o in out) if return_indices else out.squeeze(0)
+    return out
 
 
 def _max_pool(op, dims, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    if dilation != 1 and P._common.as_tuple(op, "dilation", dilation, dims) != (1,) * dims:
-        raise NotImplementedError(f"{op}: dilation != 1 is not implemented by the pooling primitive")
-    if return_indices:
-        raise NotImplementedError(f"{op}: return_indices is not implemented (the backward recomputes the argmax)")
-    return _pool(op, dims, "max", input, kernel_size, stride, padding, ceil_mode)
+    return _pool(op, dims, "max", input, kernel_size, stride, padding, ceil_mode, dilation, bool(return_indices))
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
@@ -970,11 +1027,94 @@ def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _max_pool("max_pool3d", 3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+class MaxUnpooling(Function):
+    """Scatter each value to its recorded position (indices from max_pool(return_indices=True));
+    backward gathers the gradient from the same positions."""
+
+    def forward(self, y, indices=None, x_spatial=None):
+        self.indices = indices
+        return P.max_unpooling_forward(y, indices, x_spatial)
+
+    def backward(self, dx):
+        return P.max_unpooling_backward(dx, self.indices)
+
+
+def _max_unpool(op, dims, input, indices, kernel_size, stride, padding, output_size):
+    """torch.nn.functional.max_unpool{1,2,3}d: the inverse of max pooling with return_indices."""
+    x, unbatched = _batched(op, input, dims)
+    _check_float_tensor(op, "input", x)
+    if not isinstance(indices, Tensor) or indices.dtype.kind not in "iu":
+        raise TypeError(f"{op}: indices must be an integer tensor (from max_pool{dims}d(return_indices=True))")
+    idx = indices.reshape((1,) + indices.shape) if unbatched else indices
+    if idx.shape != x.shape:
+        raise ValueError(f"{op}: indices {indices.shape} must have the shape of input {input.shape}")
+    kernel = P._common.as_tuple(op, "kernel_size", kernel_size, dims, minimum=1)
+    stride = kernel if stride is None else P._common.as_tuple(op, "stride", stride, dims, minimum=1)
+    padding = P._common.as_tuple(op, "padding", padding, dims, minimum=0)
+    default = tuple((x.shape[2 + d] - 1) * stride[d] - 2 * padding[d] + kernel[d] for d in range(dims))
+    if output_size is None:
+        size = default
+    else:
+        size = tuple(int(s) for s in output_size)
+        if len(size) == dims + 2:
+            size = size[2:]
+        elif len(size) == dims + 1:
+            size = size[1:]
+        if len(size) != dims:
+            raise ValueError(f"{op}: output_size {tuple(output_size)} must give {dims} spatial sizes")
+        for d in range(dims):
+            lo, hi = default[d] - stride[d], default[d] + stride[d]
+            if not lo < size[d] < hi:
+                raise ValueError(f"{op}: output_size {tuple(output_size)} must be within ({lo}, {hi}) in dim {d}, "
+                                 f"around the default {default}")
+    _check_same_device(op, input=x, indices=idx)
+    y = MaxUnpooling.apply(x, indices=idx._data, x_spatial=size)
+    return y.squeeze(0) if unbatched else y
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool("max_unpool1d", 1, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool("max_unpool2d", 2, input, indices, kernel_size, stride, padding, output_size)
+
+
+def max_unpool3d(input, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool("max_unpool3d", 3, input, indices, kernel_size, stride, padding, output_size)
+
+
+def _window_counts(x_shape, desc):
+    """(1, 1, *out) float64: cells of each window up to the end of the right padding (the divisor
+    of count_include_pad=True), an outer product over dims (see primitives/cpu/pooling.py)."""
+    out = P.pooling_output_shape(x_shape, desc)[2:]
+    counts = np.ones((1, 1) + tuple(out))
+    for d, (L, n, k, s, p) in enumerate(zip(x_shape[2:], out, desc.kernel_size, desc.stride, desc.padding)):
+        start = np.arange(n) * s - p
+        shape = [1] * counts.ndim
+        shape[2 + d] = n
+        counts = counts * (np.minimum(start + k, L + p) - start).reshape(shape)
+    return counts
+
+
 def _avg_pool(op, dims, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    if divisor_override is not None:
-        raise NotImplementedError(f"{op}: divisor_override is not implemented")
-    mode = "avg_include_pad" if count_include_pad else "avg_exclude_pad"
-    return _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode)
+    if divisor_override is None:
+        mode = "avg_include_pad" if count_include_pad else "avg_exclude_pad"
+        return _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode)
+    if isinstance(divisor_override, bool) or not isinstance(divisor_override, (int, np.integer)) or divisor_override == 0:
+        raise ValueError(f"{op}: divisor_override must be a nonzero int, got {divisor_override!r}")
+    # sum / divisor: the padded-window mean times its cell count (padding adds zeros) is the window's
+    # sum, whatever count_include_pad says (torch ignores it when divisor_override is given).
+    y = _pool(op, dims, "avg_include_pad", input, kernel_size, stride, padding, ceil_mode)
+    x_shape = input.shape if input.ndim == dims + 2 else (1,) + input.shape
+    desc = P.PoolingDescriptor(mode="avg_include_pad", kernel_size=kernel_size,
+                               stride=None if stride is None or (not isinstance(stride, int) and len(stride) == 0) else stride,
+                               padding=padding, ceil_mode=ceil_mode, spatial_dims=dims)
+    scale = _window_counts(x_shape, desc) / float(divisor_override)
+    if input.ndim != dims + 2:
+        scale = scale[0]
+    xp = get_array_module(y._data)
+    return y * Tensor._make(xp.asarray(scale, dtype=y.dtype))
 
 
 def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
@@ -1120,6 +1260,8 @@ def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, tr
 
 def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, training, momentum, eps):
     _check_float_tensor(op, "input", input)
+    if input.numel() == 0 and input.ndim < 2:
+        return input * 1  # torch returns an empty tensor for an empty input of any rank
     if input.ndim < 2:
         raise ValueError(f"{op}: input must be (N, C, ...), got shape {input.shape}")
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
@@ -1128,6 +1270,20 @@ def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, traini
     _check_same_device(op, input=input, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
     rm = None if running_mean is None else running_mean._data
     rv = None if running_var is None else running_var._data
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
+        if t is not None and t.shape != (input.shape[1],):
+            raise ValueError(f"{op}: {name} has shape {t.shape}, expected ({input.shape[1]},) for input {input.shape}")
+    if training and input.numel() // input.shape[1] == 1:
+        raise ValueError(f"{op}: expected more than 1 value per channel when training, got input of shape {input.shape}")
+    if input.numel() == 0:
+        # torch's rule for an empty batch: an empty output, running statistics untouched; weight and bias
+        # still take part, so their gradients are zeros rather than missing.
+        out = input * 1
+        if weight is not None:
+            out = out * weight[0]
+        if bias is not None:
+            out = out + bias[0]
+        return out
     params = tuple(t for t in (weight, bias))
     if training:
         fn = BatchNormReLUTraining if relu else BatchNormTraining

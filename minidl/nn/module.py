@@ -63,7 +63,10 @@ def _raw_array(value):
         return value._data
     if isinstance(value, np.ndarray) or is_cuda_array(value):
         return value
-    return np.asarray(value)
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"load_state_dict: a value of type {type(value).__name__} is not an array ({e})") from None
 
 
 class Module:
@@ -408,6 +411,13 @@ class Module:
                     f"size mismatch for {key}: copying a param with shape {tuple(array.shape)} from checkpoint, "
                     f"the shape in current model is {target.shape}."
                 )
+            elif np.dtype(array.dtype).kind not in "biuf" and not is_floating(array.dtype):
+                # Strings, Python objects (a None would become NaN) or complex numbers cannot be a
+                # parameter's value; torch has no tensor of them to copy from.
+                mismatched.append(
+                    f"dtype mismatch for {key}: cannot copy a value of dtype {array.dtype} from checkpoint into "
+                    f"the {target.dtype} one in current model."
+                )
             arrays[key] = array
         errors = []
         if strict and missing:
@@ -419,13 +429,23 @@ class Module:
             raise RuntimeError(
                 f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
             )
-        with no_grad():
-            for key, array in arrays.items():
-                target = targets[key]
+        # Convert everything (dtype, device) before the first write: a failure leaves the module as it was.
+        converted = {}
+        for key, array in arrays.items():
+            target = targets[key]
+            try:
                 if is_cuda_array(array) != target.is_cuda:
                     array = _device.move_array(array, target.device)
+                converted[key] = array.astype(target.dtype, copy=False)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise RuntimeError(
+                    f"Error(s) in loading state_dict for {type(self).__name__}:\n\tcannot convert {key} "
+                    f"(dtype {array.dtype}) to {target.dtype}: {e}"
+                ) from None
+        with no_grad():
+            for key, array in converted.items():
                 # Write into the existing array: optimizers holding this Parameter see the new values.
-                target._data[...] = array.astype(target.dtype, copy=False)
+                targets[key]._data[...] = array
         return _IncompatibleKeys(missing, unexpected)
 
     # --------------------------------------------------------------------------------------------

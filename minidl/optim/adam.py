@@ -19,6 +19,8 @@ reading the learning rate from the device. It equals the per-parameter code belo
 """
 from __future__ import annotations
 
+import numbers
+
 from .. import primitives as P
 from .._device import get_array_module
 from ..autograd.tensor import Tensor
@@ -44,20 +46,19 @@ class Adam(Optimizer):
                         maximize=maximize, fused=fused)
         super().__init__(params, defaults)
 
+    _nonnegative = ("lr", "eps", "weight_decay")
+    _flags = ("amsgrad", "maximize")
+    _state_keys = ("step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+
     def _check_hyperparameters(self, group):
+        super()._check_hyperparameters(group)  # lr, eps, weight_decay: finite numbers >= 0
         name = type(self).__name__
-        if group["lr"] < 0:
-            raise ValueError(f"{name}: invalid learning rate {group['lr']} (must be >= 0)")
-        if group["eps"] < 0:
-            raise ValueError(f"{name}: invalid eps {group['eps']} (must be >= 0)")
         betas = group["betas"]
-        if len(betas) != 2:
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"{name}: betas must be a pair (beta1, beta2), got {betas!r}")
         for i, b in enumerate(betas):
-            if not 0.0 <= b < 1.0:
+            if isinstance(b, bool) or not isinstance(b, numbers.Real) or not 0.0 <= b < 1.0:
                 raise ValueError(f"{name}: invalid beta parameter at index {i}: {b} (must be in [0, 1))")
-        if group["weight_decay"] < 0:
-            raise ValueError(f"{name}: invalid weight_decay {group['weight_decay']} (must be >= 0)")
         group["betas"] = tuple(betas)
 
     def _multi_tensor_update(self, group, grad_scale, found_inf):

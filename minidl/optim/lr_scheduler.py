@@ -14,6 +14,7 @@ torch step for step (and lets two schedulers be chained on one optimizer).
 from __future__ import annotations
 
 import math
+import numbers
 import types
 from collections import Counter
 
@@ -51,9 +52,20 @@ class LRScheduler:
         raise NotImplementedError(f"{type(self).__name__} does not implement get_lr")
 
     def step(self) -> None:
-        self._step_count += 1
+        """Advance one epoch and set each group's lr. All or nothing: if get_lr fails (a OneCycleLR
+        stepped past total_steps), the scheduler and the optimizer stay as they were."""
         self.last_epoch += 1
-        values = self.get_lr()
+        self._step_count += 1
+        try:
+            values = list(self.get_lr())
+            if len(values) != len(self.optimizer.param_groups):
+                raise ValueError(
+                    f"{type(self).__name__}: get_lr gave {len(values)} values for {len(self.optimizer.param_groups)} groups"
+                )
+        except BaseException:
+            self.last_epoch -= 1
+            self._step_count -= 1
+            raise
         for group, lr in zip(self.optimizer.param_groups, values):
             group["lr"] = lr
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
@@ -67,7 +79,35 @@ class LRScheduler:
         return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.__dict__.update(state_dict)
+        """Restore what state_dict() returned. It is checked first (a dict with this scheduler's keys,
+        an integer last_epoch, one finite base lr per group); nothing changes if not."""
+        self.__dict__.update(self._checked_state(state_dict))
+
+    def _checked_state(self, state_dict) -> dict:
+        name = type(self).__name__
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"{name}.load_state_dict: expected a dict, got {type(state_dict).__name__}")
+        mine = self.state_dict()
+        unknown = sorted(str(k) for k in state_dict if k not in mine)
+        if unknown:
+            raise ValueError(
+                f"{name}.load_state_dict: unexpected keys {unknown} (a state dict of another scheduler class?)"
+            )
+        last_epoch = state_dict.get("last_epoch", self.last_epoch)
+        if isinstance(last_epoch, bool) or not isinstance(last_epoch, numbers.Integral) or last_epoch < -1:
+            raise ValueError(f"{name}.load_state_dict: last_epoch must be an integer >= -1, got {last_epoch!r}")
+        for key in ("base_lrs", "_last_lr"):
+            if key in state_dict:
+                values = state_dict[key]
+                if not isinstance(values, (list, tuple)) or len(values) != len(self.optimizer.param_groups):
+                    raise ValueError(
+                        f"{name}.load_state_dict: {key} must hold one value per parameter group "
+                        f"({len(self.optimizer.param_groups)}), got {values!r}"
+                    )
+                for v in values:
+                    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                        raise ValueError(f"{name}.load_state_dict: {key} must hold finite numbers, got {v!r}")
+        return dict(state_dict)
 
     def _current_lrs(self) -> list[float]:
         return [group["lr"] for group in self.optimizer.param_groups]
@@ -99,7 +139,7 @@ class LambdaLR(LRScheduler):
         return state
 
     def load_state_dict(self, state_dict):
-        state = dict(state_dict)
+        state = self._checked_state(state_dict)
         saved_lambdas = state.pop("lr_lambdas", [None] * len(self.lr_lambdas))
         self.__dict__.update(state)
         for fn, saved in zip(self.lr_lambdas, saved_lambdas):

@@ -18,6 +18,7 @@ Parameters are named by their position across the groups, in order.
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 
 import numpy as np
@@ -64,6 +65,12 @@ class Optimizer:
             raise TypeError(
                 f"{name}: params must be an iterable of tensors or of dicts, got a single Tensor; "
                 "pass [tensor] or model.parameters()"
+            )
+        if isinstance(params, (set, frozenset, dict)):
+            raise TypeError(
+                f"{name}: params must be an ordered iterable of tensors or of dicts, got a {type(params).__name__} "
+                "(its order can change between runs, so saved optimizer state would attach to the wrong "
+                "parameters); pass a list"
             )
         self.defaults = dict(defaults)
         self.state: dict = {}  # param (hashed by identity) -> dict of its running statistics
@@ -118,8 +125,22 @@ class Optimizer:
             raise ValueError(f"{name}: some parameters appear in more than one parameter group")
         self.param_groups.append(group)
 
+    # Hyper-parameters that must be real numbers >= 0 (NaN and inf refused), and those that must be
+    # bools; subclasses list theirs, _check_hyperparameters adds the specific rules (betas, nesterov).
+    _nonnegative: tuple = ("lr",)
+    _flags: tuple = ()
+    # The per-parameter state entries it keeps (None: not checked); load_state_dict refuses others.
+    _state_keys: tuple | None = None
+
     def _check_hyperparameters(self, group: dict) -> None:
-        """Subclasses raise ValueError for invalid options of one group (lr < 0, betas out of range...)."""
+        """Raise ValueError (TypeError for a wrong type) for an invalid option of one group, as torch:
+        lr, eps, weight_decay, momentum... must be finite numbers >= 0. Subclasses extend it."""
+        name = type(self).__name__
+        for key in self._nonnegative:
+            check_nonnegative(name, key, group[key])
+        for key in self._flags:
+            if not isinstance(group[key], (bool, np.bool_)):
+                raise TypeError(f"{name}: {key} must be a bool, got {type(group[key]).__name__} {group[key]!r}")
 
     # --------------------------------------------------------------------------------------------
     # Gradients and the update
@@ -159,6 +180,11 @@ class Optimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
+        # All or nothing: every gradient is checked before the first parameter changes.
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._grad_of(p)
         grad_scale = grad_scale._data if isinstance(grad_scale, Tensor) else grad_scale
         found_inf = found_inf._data if isinstance(found_inf, Tensor) else found_inf
         with no_grad():
@@ -253,6 +279,8 @@ class Optimizer:
     def _grad_of(self, p: Tensor, maximize: bool = False):
         """The gradient array of p (negated to maximize), checked against p's shape and device."""
         g = p.grad._data
+        if not is_floating(g.dtype):
+            raise TypeError(f"{type(self).__name__}.step: gradient of dtype {g.dtype} for a parameter of dtype {p.dtype}")
         if tuple(g.shape) != p.shape:
             raise ValueError(f"{type(self).__name__}.step: gradient of shape {tuple(g.shape)} for a parameter of shape {p.shape}")
         if _device.is_cuda_array(g) != p.is_cuda:
@@ -296,6 +324,19 @@ class Optimizer:
         if not isinstance(state_dict, dict) or "state" not in state_dict or "param_groups" not in state_dict:
             raise ValueError(f"{name}.load_state_dict: expected a dict with 'state' and 'param_groups'")
         saved_groups = state_dict["param_groups"]
+        if not isinstance(saved_groups, (list, tuple)) or not all(isinstance(g, dict) for g in saved_groups):
+            raise ValueError(f"{name}.load_state_dict: 'param_groups' must be a list of dicts")
+        if not isinstance(state_dict["state"], dict) or not all(isinstance(e, dict) for e in state_dict["state"].values()):
+            raise ValueError(f"{name}.load_state_dict: 'state' must be a dict of dicts (parameter index -> its state)")
+        for i, saved in enumerate(saved_groups):
+            if not isinstance(saved.get("params"), (list, tuple)):
+                raise ValueError(f"{name}.load_state_dict: parameter group {i} has no 'params' list")
+            lacking = [k for k in self.defaults if k not in saved]
+            if lacking:
+                raise ValueError(
+                    f"{name}.load_state_dict: parameter group {i} of the state dict has no {', '.join(map(repr, lacking))}: "
+                    f"it was not saved by {name} (a state dict of another optimizer class?)"
+                )
         if len(saved_groups) != len(self.param_groups):
             raise ValueError(
                 f"{name}.load_state_dict: the state dict has {len(saved_groups)} parameter groups, "
@@ -310,32 +351,74 @@ class Optimizer:
         param_of = {}
         for mine, saved in zip(self.param_groups, saved_groups):
             for index, p in zip(saved["params"], mine["params"]):
-                param_of[_as_index(index)] = p
-        unknown = [k for k in state_dict["state"] if _as_index(k) not in param_of]
+                param_of[_as_index(name, index)] = p
+        unknown = [k for k in state_dict["state"] if _as_index(name, k) not in param_of]
         if unknown:
             raise ValueError(f"{name}.load_state_dict: state for parameter indices {unknown} that no group lists")
         # Shapes are checked before anything is written, so a bad checkpoint leaves the optimizer as it was.
         for key, entry in state_dict["state"].items():
-            p = param_of[_as_index(key)]
+            p = param_of[_as_index(name, key)]
+            if self._state_keys is None:
+                # An optimizer that does not declare its per-parameter state (LBFGS keeps a history
+                # of flat vectors and counters on its first parameter): only array shapes are checked,
+                # by the optimizer itself.
+                continue
             for k, v in entry.items():
-                shape = tuple(v.shape) if isinstance(v, (Tensor, np.ndarray)) or _device.is_cuda_array(v) else None
-                if shape is not None and shape not in (p.shape, ()):
+                if k not in self._state_keys:
                     raise ValueError(
-                        f"{name}.load_state_dict: state {k!r} of parameter {key} has shape {shape}, "
+                        f"{name}.load_state_dict: state {k!r} of parameter {key} is not one {name} keeps "
+                        f"({', '.join(self._state_keys)}): a state dict of another optimizer class?"
+                    )
+                is_array = isinstance(v, (Tensor, np.ndarray)) or _device.is_cuda_array(v)
+                if k == "step":
+                    n = (v.numel() if isinstance(v, Tensor) else v.size) if is_array else 1
+                    step = v.item() if is_array and n == 1 else v
+                    if n != 1 or isinstance(step, bool) or not isinstance(step, numbers.Real) \
+                            or not step >= 0 or step != int(step):
+                        raise ValueError(f"{name}.load_state_dict: 'step' of parameter {key} must be a count >= 0, got {v!r}")
+                    continue
+                if v is None:  # torch's SGD saves momentum_buffer=None before the first step
+                    continue
+                if not is_array:
+                    raise ValueError(
+                        f"{name}.load_state_dict: state {k!r} of parameter {key} must be a tensor of shape {p.shape}, "
+                        f"got {type(v).__name__}"
+                    )
+                if tuple(v.shape) != p.shape:
+                    raise ValueError(
+                        f"{name}.load_state_dict: state {k!r} of parameter {key} has shape {tuple(v.shape)}, "
                         f"the parameter has shape {p.shape}"
                     )
+                if not is_floating(v.dtype):
+                    raise ValueError(
+                        f"{name}.load_state_dict: state {k!r} of parameter {key} has dtype {v.dtype}, expected a float dtype"
+                    )
 
-        new_state = {}
-        for key, entry in state_dict["state"].items():
-            p = param_of[_as_index(key)]
-            new_state[p] = {k: _state_value_for(p, k, v) for k, v in entry.items()}
         new_groups = []
-        for mine, saved in zip(self.param_groups, saved_groups):
+        for i, (mine, saved) in enumerate(zip(self.param_groups, saved_groups)):
             group = {k: copy.deepcopy(v) for k, v in saved.items() if k != "params"}
             if isinstance(group.get("betas"), list):  # a tuple may come back as a list from JSON-like storage
                 group["betas"] = tuple(group["betas"])
             group["params"] = mine["params"]
+            try:
+                # A NaN, inf or negative lr in a checkpoint is refused too, with one exception: a group a
+                # scheduler drives (it has "initial_lr", itself checked) may have gone a little below zero,
+                # as torch's OneCycleLR(anneal_strategy="linear") does at the end of a short schedule.
+                checked = dict(group)
+                if "initial_lr" in group:
+                    check_nonnegative(name, "initial_lr", group["initial_lr"])
+                    if isinstance(group["lr"], numbers.Real) and math.isfinite(group["lr"]) and group["lr"] < 0:
+                        checked["lr"] = 0.0
+                self._check_hyperparameters(checked)
+                group.update({k: v for k, v in checked.items() if k not in ("lr", "params")})
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"{name}.load_state_dict: parameter group {i}: {e}") from None
             new_groups.append(as_param_group(group))
+        new_state = {}
+        for key, entry in state_dict["state"].items():
+            p = param_of[_as_index(name, key)]
+            new_state[p] = {k: _state_value_for(p, k, v) for k, v in entry.items()}
+        # Everything is checked and converted: only now does the optimizer change.
         self.state = new_state
         self.param_groups = new_groups
 
@@ -349,7 +432,22 @@ class Optimizer:
         return "\n".join(lines)
 
 
-def _as_index(key) -> int:
+def check_nonnegative(name: str, key: str, value) -> None:
+    """value must be a real number >= 0 and finite (torch refuses NaN; inf is refused here too)."""
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name}: {key} must be a number, got a tensor of shape {value.shape}")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: {key} must be a number, got {type(value).__name__} {value!r}")
+    if not 0.0 <= value < float("inf"):
+        what = "learning rate" if key == "lr" else key
+        raise ValueError(f"{name}: invalid {what} {value} (must be a finite number >= 0)")
+
+
+def _as_index(name, key) -> int:
+    if isinstance(key, bool) or not isinstance(key, numbers.Integral) and not (isinstance(key, str) and key.isdigit()):
+        raise ValueError(f"{name}.load_state_dict: parameter index {key!r} is not an integer")
     return int(key)
 
 

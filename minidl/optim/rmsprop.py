@@ -30,10 +30,9 @@ class RMSprop(Optimizer):
                         centered=centered, maximize=maximize)
         super().__init__(params, defaults)
 
-    def _check_hyperparameters(self, group):
-        for key in ("lr", "eps", "momentum", "weight_decay", "alpha"):
-            if group[key] < 0:
-                raise ValueError(f"RMSprop: invalid {key} {group[key]} (must be >= 0)")
+    _nonnegative = ("lr", "eps", "momentum", "weight_decay", "alpha")
+    _flags = ("centered", "maximize")
+    _state_keys = ("step", "square_avg", "momentum_buffer", "grad_avg")
 
     def _multi_tensor_update(self, group, grad_scale, found_inf):
         params = [p for p in group["params"] if p.grad is not None]

@@ -25,13 +25,12 @@ class SGD(Optimizer):
                         nesterov=nesterov, maximize=maximize, fused=fused)
         super().__init__(params, defaults)
 
+    _nonnegative = ("lr", "momentum", "dampening", "weight_decay")
+    _flags = ("nesterov", "maximize")
+    _state_keys = ("momentum_buffer",)
+
     def _check_hyperparameters(self, group):
-        if group["lr"] < 0:
-            raise ValueError(f"SGD: invalid learning rate {group['lr']} (must be >= 0)")
-        if group["momentum"] < 0:
-            raise ValueError(f"SGD: invalid momentum {group['momentum']} (must be >= 0)")
-        if group["weight_decay"] < 0:
-            raise ValueError(f"SGD: invalid weight_decay {group['weight_decay']} (must be >= 0)")
+        super()._check_hyperparameters(group)  # lr, momentum, dampening, weight_decay: finite numbers >= 0
         if group["nesterov"] and (group["momentum"] <= 0 or group["dampening"] != 0):
             raise ValueError(
                 f"SGD: Nesterov momentum requires a momentum > 0 and zero dampening, got "

@@ -50,8 +50,17 @@ def backend(family: str, on_cuda):
 _BACKENDS: dict = {}
 
 
+def check_arrays(op: str, **arrays) -> None:
+    """Every argument must be a NumPy or CuPy array (not a list, a Tensor, a number): TypeError naming it."""
+    for name, a in arrays.items():
+        if a is not None and not (isinstance(a, (np.ndarray, np.generic)) or is_cuda_array(a)):
+            hint = " (pass tensor._data, or use minidl.nn.functional)" if type(a).__name__ in ("Tensor", "Parameter") else ""
+            raise TypeError(f"{op}: {name} must be a numpy.ndarray or cupy.ndarray, got {type(a).__name__}{hint}")
+
+
 def check_same_device(op: str, **arrays) -> None:
     """Raise if some arrays are CuPy arrays and others are NumPy arrays."""
+    check_arrays(op, **arrays)
     kinds = {name: ("cuda" if is_cuda_array(a) else "cpu") for name, a in arrays.items() if a is not None}
     if len(set(kinds.values())) > 1:
         desc = ", ".join(f"{k} on {v}" for k, v in kinds.items())
@@ -63,6 +72,7 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 def check_float(op: str, **arrays) -> np.dtype:
     """All arrays float32 or all float64; return that dtype."""
+    check_arrays(op, **arrays)
     dtypes = {name: np.dtype(a.dtype) for name, a in arrays.items() if a is not None}
     for name, dt in dtypes.items():
         if dt not in FLOAT_DTYPES:
@@ -239,11 +249,19 @@ def blend(op: str, result, out, alpha: float, beta: float):
 
 
 def as_tuple(op: str, name: str, value, n: int, minimum: int | None = None) -> tuple:
-    """An int or a sequence of n ints -> a tuple of n ints, checked against a minimum."""
+    """An int, a 1-sequence (as PyTorch: the same for every dim) or a sequence of n ints -> a tuple
+    of n ints, checked against a minimum."""
+    if isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be an int or {n} ints, got {value!r}")
     if isinstance(value, (int, np.integer)):
         t = (int(value),) * n
     else:
-        t = tuple(int(v) for v in value)
+        try:
+            t = tuple(int(v) for v in value)
+        except TypeError:
+            raise TypeError(f"{op}: {name} must be an int or {n} ints, got {value!r}") from None
+        if len(t) == 1 and n > 1:
+            t = t * n
         if len(t) != n:
             raise ValueError(f"{op}: {name} must be an int or {n} ints, got {value!r}")
     if minimum is not None and any(v < minimum for v in t):

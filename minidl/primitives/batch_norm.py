@@ -33,7 +33,7 @@ parameter, and the training pass returns three arrays.
 from __future__ import annotations
 
 from ._common import (
-    backend, check_float, check_same_device, computes_half_in_float32, is_cuda_array, normalize_layout,
+    backend, check_arrays, check_float, check_same_device, computes_half_in_float32, is_cuda_array, normalize_layout,
     shape_str,
 )
 
@@ -108,6 +108,7 @@ def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var,
 
 
 def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout):
+    check_arrays(op, x=x, gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     layout = normalize_layout(op, layout)
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     _check_common(op, x, mode, layout, arrays)
@@ -146,6 +147,7 @@ def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var
 
 
 def _forward_inference(op, x, gamma, beta_, running_mean, running_var, eps, mode, layout):
+    check_arrays(op, x=x, gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     layout = normalize_layout(op, layout)
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     _check_common(op, x, mode, layout, arrays)
@@ -178,6 +180,7 @@ def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, m
 
 
 def _backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
+    check_arrays(op, x=x, dy=dy, gamma=gamma, saved_mean=saved_mean, saved_invstd=saved_invstd)
     layout = normalize_layout(op, layout)
     if saved_mean is None or saved_invstd is None:
         raise ValueError(f"{op}: saved_mean and saved_invstd (from batch_norm_forward_training) are required")

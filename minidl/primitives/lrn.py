@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._common import (
-    backend, check_blend_out, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
+    backend, check_arrays, check_blend_out, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
     normalize_layout, shape_str,
 )
 
@@ -59,6 +59,7 @@ def _check(op: str, desc, layout, **arrays) -> str:
 def lrn_forward(x, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """y (x's shape) = alpha * LRN(x) + beta * out; x is (N, C, *spatial) or (N, *spatial, C)."""
     op = "lrn_forward"
+    check_arrays(op, x=x, out=out)
     layout = _check(op, desc, layout, x=x)
     check_same_device(op, x=x, out=out)
     dtype = check_float(op, x=x)
@@ -70,6 +71,7 @@ def lrn_forward(x, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, o
 def lrn_backward(x, y, dy, desc: LRNDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """dx from x, the forward output y and dy, all of one shape."""
     op = "lrn_backward"
+    check_arrays(op, x=x, y=y, dy=dy, out=out)
     layout = _check(op, desc, layout, x=x, y=y, dy=dy)
     check_same_device(op, x=x, y=y, dy=dy, out=out)
     dtype = check_float(op, x=x, y=y, dy=dy)

@@ -7,11 +7,19 @@ and reduces each window to one number:
     avg_include_pad   sum / (window size, padding included)          PyTorch count_include_pad=True
     avg_exclude_pad   sum / (number of real, non-padding elements)   PyTorch count_include_pad=False
 
-Output length per spatial dim, L_in input, k kernel, s stride, p padding:
-    L_out = floor((L_in + 2p - k) / s) + 1                (ceil_mode=False)
-    L_out = ceil((L_in + 2p - k) / s) + 1, minus 1 if the last window would start past the input
+Max pooling may be dilated (dilation d: the window's taps are d apart, as in PyTorch's max_pool), so
+its extent is e = d (k - 1) + 1; average pooling has d = 1.
+
+Output length per spatial dim, L_in input, k kernel, s stride, p padding, e = d (k - 1) + 1:
+    L_out = floor((L_in + 2p - e) / s) + 1                (ceil_mode=False)
+    L_out = ceil((L_in + 2p - e) / s) + 1, minus 1 if the last window would start past the input
             and its left padding, i.e. if (L_out - 1) * s >= L_in + p        (ceil_mode=True)
-As in PyTorch, padding is at most half the kernel, so every window holds at least one real element.
+As in PyTorch, padding is at most half the kernel size, so every undilated window holds at least
+one real element (a dilated one may step over all of them: its maximum is then -inf).
+
+max_pooling_forward_with_indices also returns, per output, the position of its maximum in the
+input's flattened spatial dims (PyTorch's return_indices=True); max_unpooling_forward scatters values
+back to those positions (PyTorch's max_unpool), and max_unpooling_backward gathers from them.
 
 Adaptive average pooling picks the windows from the sizes instead: output index i of a dim with
 In inputs and Out outputs averages inputs [floor(i In / Out), ceil((i + 1) In / Out)). Global
@@ -22,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ._common import (
-    as_tuple, backend, check_blend_out, check_float, check_same_device, computes_half_in_float32,
+    as_tuple, backend, check_arrays, check_blend_out, check_float, check_same_device, computes_half_in_float32,
     is_cuda_array, normalize_layout, shape_str,
 )
 
@@ -35,6 +43,9 @@ __all__ = [
     "adaptive_avg_pooling_backward",
     "global_avg_pooling_forward",
     "global_avg_pooling_backward",
+    "max_pooling_forward_with_indices",
+    "max_unpooling_forward",
+    "max_unpooling_backward",
     "POOLING_MODES",
 ]
 
@@ -45,9 +56,10 @@ POOLING_MODES = ("max", "avg_include_pad", "avg_exclude_pad")
 class PoolingDescriptor:
     """Pooling parameters, one entry per spatial dim. Frozen (hashable).
 
-    kernel_size, stride, padding: an int (the same for every dim) or a tuple of spatial_dims ints;
-    stride=None means stride = kernel_size (PyTorch's default). spatial_dims=None takes the length
-    of the first tuple given, else 2. After construction every field is a tuple of ints.
+    kernel_size, stride, padding, dilation: an int (the same for every dim) or a tuple of spatial_dims
+    ints; stride=None means stride = kernel_size (PyTorch's default); dilation (max mode only) spaces
+    the window's taps. spatial_dims=None takes the length of the first tuple given, else 2. After
+    construction every field is a tuple of ints.
     """
 
     mode: str = "max"
@@ -56,6 +68,7 @@ class PoolingDescriptor:
     padding: tuple = 0
     ceil_mode: bool = False
     spatial_dims: int | None = None
+    dilation: tuple = 1
 
     def __post_init__(self):
         op = "PoolingDescriptor"
@@ -70,21 +83,25 @@ class PoolingDescriptor:
         kernel = as_tuple(op, "kernel_size", self.kernel_size, dims, minimum=1)
         stride = kernel if self.stride is None else as_tuple(op, "stride", self.stride, dims, minimum=1)
         padding = as_tuple(op, "padding", self.padding, dims, minimum=0)
+        dilation = as_tuple(op, "dilation", self.dilation, dims, minimum=1)
+        if self.mode != "max" and dilation != (1,) * dims:
+            raise ValueError(f"{op}: dilation {dilation} is only defined for max pooling, not {self.mode!r}")
         for k, p in zip(kernel, padding):
-            if 2 * p > k:
+            if 2 * p > k:  # PyTorch's rule, for dilated windows too (it compares with the kernel size)
                 raise ValueError(
                     f"{op}: padding {padding} must be at most half the kernel {kernel} "
                     "(a window made only of padding has nothing to pool)"
                 )
         object.__setattr__(self, "kernel_size", kernel)
+        object.__setattr__(self, "dilation", dilation)
         object.__setattr__(self, "stride", stride)
         object.__setattr__(self, "padding", padding)
         object.__setattr__(self, "ceil_mode", bool(self.ceil_mode))
         object.__setattr__(self, "spatial_dims", dims)
 
 
-def _pooled_length(length: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
-    span = length + 2 * p - k
+def _pooled_length(length: int, k: int, s: int, p: int, ceil_mode: bool, d: int = 1) -> int:
+    span = length + 2 * p - (d * (k - 1) + 1)
     if span < 0:
         return 0
     if ceil_mode:
@@ -106,8 +123,8 @@ def pooling_output_shape(x_shape, desc: PoolingDescriptor, layout: str = "NCHW")
     else:
         c, spatial = x_shape[-1], x_shape[1:-1]
     out_spatial = tuple(
-        _pooled_length(L, k, s, p, desc.ceil_mode)
-        for L, k, s, p in zip(spatial, desc.kernel_size, desc.stride, desc.padding)
+        _pooled_length(L, k, s, p, desc.ceil_mode, d)
+        for L, k, s, p, d in zip(spatial, desc.kernel_size, desc.stride, desc.padding, desc.dilation)
     )
     return (n, c) + out_spatial if layout == "NCHW" else (n,) + out_spatial + (c,)
 
@@ -135,6 +152,7 @@ def _checked_output_shape(op: str, x_shape, desc, layout) -> tuple:
 def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """Pool x (N, C, *spatial) or (N, *spatial, C); y has pooling_output_shape(x.shape, desc, layout)."""
     op = "pooling_forward"
+    check_arrays(op, x=x, out=out)
     if not isinstance(desc, PoolingDescriptor):
         raise TypeError(f"{op}: desc must be a PoolingDescriptor, got {type(desc).__name__}")
     layout = normalize_layout(op, layout)
@@ -154,6 +172,7 @@ def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=
     cuDNN, and checked for shape. Average pooling reads only dy and the shapes.
     """
     op = "pooling_backward"
+    check_arrays(op, x=x, y=y, dy=dy, out=out)
     if not isinstance(desc, PoolingDescriptor):
         raise TypeError(f"{op}: desc must be a PoolingDescriptor, got {type(desc).__name__}")
     layout = normalize_layout(op, layout)
@@ -200,6 +219,7 @@ def _adaptive_shapes(op: str, x_shape, output_size, layout: str):
 def adaptive_avg_pooling_forward(x, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """Average-pool x (N, C, *spatial) to spatial size output_size (an int or one int per dim)."""
     op = "adaptive_avg_pooling_forward"
+    check_arrays(op, x=x, out=out)
     layout = normalize_layout(op, layout)
     output_size, y_shape = _adaptive_shapes(op, x.shape, output_size, layout)
     check_same_device(op, x=x, out=out)
@@ -212,6 +232,7 @@ def adaptive_avg_pooling_forward(x, output_size, *, layout="NCHW", alpha=1.0, be
 def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """dx of shape x_shape from dy of the adaptive output's shape."""
     op = "adaptive_avg_pooling_backward"
+    check_arrays(op, dy=dy, out=out)
     layout = normalize_layout(op, layout)
     output_size, y_shape = _adaptive_shapes(op, x_shape, output_size, layout)
     if tuple(dy.shape) != y_shape:
@@ -235,3 +256,66 @@ def global_avg_pooling_forward(x, *, layout="NCHW", alpha=1.0, beta=0.0, out=Non
 def global_avg_pooling_backward(dy, x_shape, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """dx of shape x_shape: each input gets dy / (number of spatial positions)."""
     return adaptive_avg_pooling_backward(dy, x_shape, 1, layout=layout, alpha=alpha, beta=beta, out=out)
+
+
+# ----------------------------------------------------------------------------------------------
+# Max pooling with indices, and its inverse (max unpooling)
+# ----------------------------------------------------------------------------------------------
+
+
+def max_pooling_forward_with_indices(x, desc: PoolingDescriptor, *, layout="NCHW"):
+    """(y, indices): max pooling of x and, for each output, the flat position of its maximum within
+    its (n, c) plane of x's spatial dims (h * W + w in 2-D; first maximum in window order, the last
+    NaN if any, as PyTorch). indices is int64, of y's shape. The gradient needs no indices:
+    pooling_backward recomputes the same argmax from x."""
+    op = "max_pooling_forward_with_indices"
+    check_arrays(op, x=x)
+    if not isinstance(desc, PoolingDescriptor):
+        raise TypeError(f"{op}: desc must be a PoolingDescriptor, got {type(desc).__name__}")
+    if desc.mode != "max":
+        raise ValueError(f"{op}: desc.mode must be 'max', got {desc.mode!r}")
+    layout = normalize_layout(op, layout)
+    _check_input(op, x, desc.spatial_dims)
+    check_float(op, x=x)
+    _checked_output_shape(op, x.shape, desc, layout)
+    return backend("pooling", x).max_pooling_forward_with_indices(x, desc, layout=layout)
+
+
+def _check_unpool(op, a, indices, x_spatial, layout):
+    check_arrays(op, **{"y" if op.endswith("forward") else "dy": a, "indices": indices})
+    layout = normalize_layout(op, layout)
+    if a.ndim not in (3, 4, 5):
+        raise ValueError(f"{op}: input must have 3, 4 or 5 dims (N, C and 1-3 spatial), got {shape_str(a.shape)}")
+    if tuple(indices.shape) != tuple(a.shape):
+        raise ValueError(f"{op}: indices {shape_str(indices.shape)} must have the shape of the input {shape_str(a.shape)}")
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"{op}: indices must be an integer array, got {indices.dtype}")
+    check_same_device(op, a=a, indices=indices)
+    x_spatial = tuple(int(s) for s in x_spatial)
+    if len(x_spatial) != a.ndim - 2 or any(s < 0 for s in x_spatial):
+        raise ValueError(f"{op}: output spatial size {x_spatial} must have {a.ndim - 2} sizes >= 0")
+    return layout, x_spatial
+
+
+def max_unpooling_forward(y, indices, x_spatial, *, layout="NCHW"):
+    """x of spatial size x_spatial, zero except x[n, c, indices[n, c, i]] = y[n, c, i] (PyTorch's
+    max_unpool: a later write to the same position wins). Indices outside [0, prod(x_spatial)) raise
+    ValueError on the CPU; the GPU kernel skips them."""
+    op = "max_unpooling_forward"
+    layout, x_spatial = _check_unpool(op, y, indices, x_spatial, layout)
+    check_float(op, y=y)
+    return backend("pooling", y).max_unpooling_forward(y, indices, x_spatial, layout=layout)
+
+
+def max_unpooling_backward(dx, indices, *, layout="NCHW"):
+    """dy[n, c, i] = dx[n, c, indices[n, c, i]]: the gradient of max_unpooling_forward (a gather)."""
+    op = "max_unpooling_backward"
+    check_arrays(op, dx=dx, indices=indices)
+    layout = normalize_layout(op, layout)
+    if dx.ndim not in (3, 4, 5) or indices.ndim != dx.ndim:
+        raise ValueError(f"{op}: dx {shape_str(dx.shape)} and indices {shape_str(indices.shape)} must be 3-5-D alike")
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"{op}: indices must be an integer array, got {indices.dtype}")
+    check_same_device(op, dx=dx, indices=indices)
+    check_float(op, dx=dx)
+    return backend("pooling", dx).max_unpooling_backward(dx, indices, layout=layout)

@@ -13,7 +13,7 @@ axis=-1 for the classes of an (N, classes) array or the channels of an NHWC arra
 from __future__ import annotations
 
 from ._common import (
-    backend, check_blend_out, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
+    backend, check_arrays, check_blend_out, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
     shape_str,
 )
 
@@ -24,6 +24,7 @@ SOFTMAX_ALGORITHMS = ("accurate", "log")
 
 def _check_args(op: str, a, axis, algorithm) -> int:
     """Validate algorithm and axis; return the axis as a non-negative int."""
+    check_arrays(op, x=a)
     if algorithm not in SOFTMAX_ALGORITHMS:
         raise ValueError(f"{op}: unknown algorithm {algorithm!r}; use 'accurate' or 'log'")
     if a.ndim < 1:

@@ -12,19 +12,28 @@ pickle can do anything. Reading .npy arrays and JSON can only ever produce array
 
 Saving is atomic: the zip is written to a temporary file in the target's directory, flushed and
 fsync'ed, then renamed over the target with os.replace. A crash (or an error) mid-save leaves the
-previous checkpoint untouched.
+previous checkpoint untouched. A temporary file left by a killed save (`.<name>.<pid>.<random>.minidl.tmp`)
+is removed by the next save to that folder, once its process is gone.
+
+Loading trusts nothing in the file: every way a file can be malformed (not a zip, a flipped byte
+caught by the CRC, a structure.json that is not JSON or not our tree, an entry missing, an .npy header
+that claims more bytes than the entry holds) ends in one CheckpointError naming the file and what is
+wrong, and sizes are checked against the entry's real size before anything is allocated.
 """
 from __future__ import annotations
 
 import json
 import numbers
 import os
+import re
 import tempfile
+import threading
 import zipfile
+import zlib
 
 import numpy as np
 
-from .._dtypes import bfloat16
+from .._dtypes import bfloat16, is_floating
 from .. import _device
 from ..autograd.tensor import Tensor
 
@@ -34,7 +43,16 @@ STRUCTURE_ENTRY = "structure.json"
 
 
 class CheckpointError(ValueError):
-    """A file that minidl.load will not read: not a minidl checkpoint, damaged, or needing pickle."""
+    """A file that minidl.load will not read: not a minidl checkpoint, damaged, or needing pickle.
+    The message names the file and the problem."""
+
+
+# Limits checked before allocating: structure.json is a few KB for any real model; deeper nesting
+# than this is a crafted file (Python's recursion would fail first). Deflate cannot compress more
+# than about 1032:1, so a compressed entry claiming more is lying about its size.
+MAX_STRUCTURE_BYTES = 64 * 2**20
+MAX_NESTING = 200
+MAX_DEFLATE_RATIO = 1100
 
 
 # ------------------------------------------------------------------------------------------------
@@ -107,7 +125,11 @@ def _add_array(array: np.ndarray, arrays: list, where: str) -> str:
     return name
 
 
-def _decode(node, read_array, place, where: str):
+def _decode(node, read_array, place, where: str, depth: int = 0):
+    if depth > MAX_NESTING:
+        raise CheckpointError(f"nesting deeper than {MAX_NESTING} levels at {where}")
+    if not isinstance(node, dict):
+        raise CheckpointError(f"expected an entry (a JSON object) at {where}, got {type(node).__name__}")
     kind = node.get("type")
     if kind == "none":
         return None
@@ -122,14 +144,20 @@ def _decode(node, read_array, place, where: str):
     if kind == "str":
         return str(node["value"])
     if kind == "list":
-        return [_decode(v, read_array, place, f"{where}[{i}]") for i, v in enumerate(node["items"])]
+        return [_decode(v, read_array, place, f"{where}[{i}]", depth + 1) for i, v in enumerate(_items(node, where))]
     if kind == "tuple":
-        return tuple(_decode(v, read_array, place, f"{where}[{i}]") for i, v in enumerate(node["items"]))
+        return tuple(_decode(v, read_array, place, f"{where}[{i}]", depth + 1) for i, v in enumerate(_items(node, where)))
     if kind == "dict":
         out = {}
-        for key_node, value_node in node["items"]:
-            key = _decode(key_node, read_array, place, f"{where} key")
-            out[key] = _decode(value_node, read_array, place, f"{where}[{key!r}]")
+        for pair in _items(node, where):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise CheckpointError(f"a dict item at {where} is not a [key, value] pair")
+            key = _decode(pair[0], read_array, place, f"{where} key", depth + 1)
+            try:
+                hash(key)
+            except TypeError:
+                raise CheckpointError(f"a dict key at {where} is a {type(key).__name__}, which cannot be a key") from None
+            out[key] = _decode(pair[1], read_array, place, f"{where}[{key!r}]", depth + 1)
         return out
     if kind == "numpy_scalar":
         return read_array(node["entry"])[()]
@@ -146,10 +174,19 @@ def _decode(node, read_array, place, where: str):
             except ImportError:  # nn not available: a plain tensor carries the same numbers
                 pass
         t = Tensor._make(array)
+        if node.get("requires_grad") and not is_floating(array.dtype):
+            raise CheckpointError(f"the {array.dtype} tensor at {where} is marked requires_grad; only float tensors can be")
         if node.get("requires_grad"):
             t.requires_grad_(True)
         return t
-    raise CheckpointError(f"load: unknown entry type {kind!r} at {where}; the file is damaged or from a newer minidl")
+    raise CheckpointError(f"unknown entry type {kind!r} at {where}; the file is damaged or from a newer minidl")
+
+
+def _items(node, where):
+    items = node.get("items")
+    if not isinstance(items, list):
+        raise CheckpointError(f"the {node.get('type')} at {where} has no list of items")
+    return items
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,7 +214,10 @@ def save(obj, f) -> None:
         return
     path = os.fspath(f)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp_path = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    _remove_stale_temporaries(directory)
+    fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=_TMP_SUFFIX, dir=directory)
+    with _in_flight_lock:
+        _in_flight.add(tmp_path)
     try:
         # mkstemp makes the file 0600 (private to its writer); a checkpoint is an ordinary file, so
         # give it the mode open() would: 0666 less the umask (0644 under the usual umask 022).
@@ -194,7 +234,51 @@ def save(obj, f) -> None:
         except OSError:
             pass
         raise
+    finally:
+        with _in_flight_lock:
+            _in_flight.discard(tmp_path)
     _fsync_directory(directory)
+
+
+_TMP_SUFFIX = ".minidl.tmp"
+_TMP_NAME = re.compile(r"^\..+\.(\d+)\.[A-Za-z0-9_]+" + re.escape(_TMP_SUFFIX) + "$")
+_in_flight: set = set()  # this process's saves under way (other threads may be saving right now)
+_in_flight_lock = threading.Lock()
+
+
+def _remove_stale_temporaries(directory: str) -> None:
+    """Delete the temporary files of saves that were killed before their rename: those whose process
+    is gone (or is this one, but not saving that file now). A live process's save is left alone."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        match = _TMP_NAME.match(name)
+        if not match:
+            continue
+        tmp_path = os.path.join(directory, name)
+        pid = int(match.group(1))
+        if pid == os.getpid():
+            with _in_flight_lock:
+                if tmp_path in _in_flight:
+                    continue
+        elif _process_alive(pid):
+            continue
+        try:
+            os.unlink(tmp_path)
+        except OSError:
+            pass
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists but is not ours, or we cannot tell: keep its file
+    return True
 
 
 def _write_zip(fileobj, structure: dict, arrays: list) -> None:
@@ -260,6 +344,16 @@ def load(f, map_location=None, weights_only=None):
         name, fh, owned = os.fspath(f), open(f, "rb"), True
     try:
         return _load_from(fh, name, place)
+    except CheckpointError as e:
+        message = str(e)
+        if not message.startswith("load:"):
+            message = f"load: {name}: {message}"
+        raise CheckpointError(message) from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, KeyError, IndexError, TypeError,
+            AttributeError, ValueError, UnicodeDecodeError, RecursionError, MemoryError, OverflowError,
+            NotImplementedError) as e:
+        # Anything else the zip or .npy readers raise on a damaged file becomes one error type.
+        raise CheckpointError(f"load: {name} is damaged or not a minidl checkpoint ({type(e).__name__}: {e})") from None
     finally:
         if owned:
             fh.close()
@@ -286,20 +380,31 @@ def _load_from(fh, name, place):
                     "unpickles, because unpickling can run arbitrary code."
                 )
             raise CheckpointError(f"load: {name} has no {STRUCTURE_ENTRY}, so it is not a minidl checkpoint")
+        _check_entry_size(zf.getinfo(STRUCTURE_ENTRY), MAX_STRUCTURE_BYTES, name)
         try:
             structure = json.loads(zf.read(STRUCTURE_ENTRY).decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"load: {name}: {STRUCTURE_ENTRY} is not valid JSON ({e})") from None
-        if not isinstance(structure, dict) or structure.get("format") != FORMAT_NAME:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            raise CheckpointError(f"load: {name}: {STRUCTURE_ENTRY} is not valid JSON ({type(e).__name__}: {e})") from None
+        if not isinstance(structure, dict):
+            raise CheckpointError(f"load: {name}: {STRUCTURE_ENTRY} holds a {type(structure).__name__}, not an object")
+        if structure.get("format") != FORMAT_NAME:
             raise CheckpointError(f"load: {name} is not a minidl checkpoint (format {structure.get('format')!r})")
-        if structure.get("version", 0) > FORMAT_VERSION:
-            raise CheckpointError(f"load: {name} has format version {structure['version']}; this minidl reads up to {FORMAT_VERSION}")
+        version = structure.get("version", 0)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise CheckpointError(f"load: {name}: format version {version!r} is not an integer")
+        if version > FORMAT_VERSION:
+            raise CheckpointError(f"load: {name} has format version {version}; this minidl reads up to {FORMAT_VERSION}")
+        if "object" not in structure:
+            raise CheckpointError(f"load: {name}: {STRUCTURE_ENTRY} has no 'object'")
 
         def read_array(entry: str):
-            if entry not in names:
-                raise CheckpointError(f"load: {name} refers to a missing entry {entry}")
+            if not isinstance(entry, str) or entry not in names or entry == STRUCTURE_ENTRY:
+                raise CheckpointError(f"load: {name} refers to a missing entry {entry!r}")
+            info = zf.getinfo(entry)
+            _check_entry_size(info, None, name)
             with zf.open(entry) as fh:
                 try:
+                    _check_npy_header(fh, info, entry, name)
                     array = np.lib.format.read_array(fh, allow_pickle=False)
                     if entry.endswith(BFLOAT16_SUFFIX):
                         if array.dtype != np.uint16:
@@ -315,3 +420,55 @@ def _load_from(fh, name, place):
                     raise CheckpointError(f"load: entry {entry} of {name} is not a valid .npy array ({e})") from None
 
         return _decode(structure["object"], read_array, place, "obj")
+
+
+def _check_entry_size(info: zipfile.ZipInfo, limit, name: str) -> None:
+    """A stored entry holds exactly its bytes; a compressed one cannot expand more than deflate allows."""
+    if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+        raise CheckpointError(
+            f"load: {name}: entry {info.filename} claims {info.file_size} bytes but stores {info.compress_size}"
+        )
+    if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_DEFLATE_RATIO * info.compress_size + 1024:
+        raise CheckpointError(
+            f"load: {name}: entry {info.filename} claims {info.file_size} bytes from {info.compress_size} compressed"
+        )
+    if limit is not None and info.file_size > limit:
+        raise CheckpointError(f"load: {name}: entry {info.filename} has {info.file_size} bytes, more than the {limit} allowed")
+
+
+def _check_npy_header(fh, info: zipfile.ZipInfo, entry: str, name: str) -> None:
+    """Read the .npy header and check that the array it describes is exactly what the entry holds,
+    before read_array allocates it (a header claiming terabytes is refused here). Rewinds fh."""
+    try:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+    except ValueError as e:
+        if "pickle" in str(e).lower() or "object" in str(e).lower():
+            raise CheckpointError(
+                f"load: entry {entry} of {name} holds Python objects, which would need unpickling; "
+                "minidl.load refuses them because unpickling can run arbitrary code"
+            ) from None
+        raise CheckpointError(f"load: entry {entry} of {name} has a malformed .npy header ({e})") from None
+    if dtype.hasobject:
+        raise CheckpointError(
+            f"load: entry {entry} of {name} holds Python objects, which would need unpickling; "
+            "minidl.load refuses them because unpickling can run arbitrary code"
+        )
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise CheckpointError(f"load: entry {entry} of {name} has an invalid shape {shape}")
+    header_len = fh.tell()
+    count = 1
+    for d in shape:
+        count *= d
+    claimed = count * dtype.itemsize
+    if header_len + claimed != info.file_size:
+        raise CheckpointError(
+            f"load: entry {entry} of {name}: its header says shape {shape} of {dtype} ({claimed} bytes), "
+            f"but the entry holds {info.file_size - header_len} bytes of data"
+        )
+    fh.seek(0)

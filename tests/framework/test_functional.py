@@ -255,8 +255,10 @@ def test_adaptive_avg_pool_vs_torch(dims, out):
 def test_pooling_errors():
     with pytest.raises(ValueError, match=r"max_pool2d: expected a 4-D input .* got shape \(4,\)"):
         F.max_pool2d(minidl.randn(4), 2)
-    with pytest.raises(NotImplementedError, match="dilation"):
-        F.max_pool2d(minidl.randn(1, 1, 4, 4), 2, dilation=2)
+    with pytest.raises(ValueError, match="max_pool2d: .*dilation must be >= 1"):
+        F.max_pool2d(minidl.randn(1, 1, 4, 4), 2, dilation=0)
+    with pytest.raises(ValueError, match="avg_pool2d: divisor_override must be a nonzero int"):
+        F.avg_pool2d(minidl.randn(1, 1, 4, 4), 2, divisor_override=0)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -209,3 +209,85 @@ def test_adaptive_avg_matches_torch(cp, torch, shape, output_size, layout):
 
     y_ref = adaptive_avg_pooling_forward(x_host, output_size, layout=layout)
     assert rel_err(cp.asnumpy(y), y_ref) <= 1e-5
+
+
+# Dilated max pooling, max pooling with indices and max unpooling (kernels/pooling.cu, written
+# without a GPU at hand: these are their first test). (channels-first shape, kernel, stride, padding,
+# dilation, ceil_mode): 1-D, 2-D and 3-D, dilations that skip cells, padding, ceil mode.
+DILATED = [
+    ((2, 3, 13, 11), (3, 3), (2, 2), (1, 1), (2, 2), False),
+    ((2, 3, 12, 16), (2, 2), (2, 2), (0, 0), (2, 3), True),   # a 2x2/s2 shape, but dilated: never k2s2
+    ((3, 2, 19), (4,), (2,), (2,), (3,), True),
+    ((2, 2, 7, 9, 8), (2, 3, 2), (1, 2, 2), (1, 1, 0), (3, 2, 2), False),
+]
+
+
+@pytest.mark.parametrize("shape,k,s,p,d,ceil_mode", DILATED)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_dilated_max_pooling_and_indices_match_torch(cp, torch, shape, k, s, p, d, ceil_mode, layout):
+    from minidl.primitives import (PoolingDescriptor, max_pooling_forward_with_indices, pooling_backward,
+                                   pooling_forward, pooling_output_shape)
+
+    rng = np.random.default_rng(sum(shape))
+    x_cf = rng.standard_normal(shape).astype(np.float32)
+    desc = PoolingDescriptor("max", k, s, p, ceil_mode, spatial_dims=len(k), dilation=d)
+    x_host = to_layout(x_cf, layout)
+    y_shape = pooling_output_shape(x_host.shape, desc, layout)
+    dy_host = rng.standard_normal(y_shape).astype(np.float32)
+    x, dy = cp.asarray(x_host), cp.asarray(dy_host)
+    y = cp.full(y_shape, cp.nan, dtype=cp.float32)
+    pooling_forward(x, desc, layout=layout, out=y)
+    dx = cp.full(x.shape, cp.nan, dtype=cp.float32)
+    pooling_backward(x, y, dy, desc, layout=layout, out=dx)
+    y_i, idx = max_pooling_forward_with_indices(x, desc, layout=layout)
+
+    t = torch.tensor(x_cf, device="cuda", requires_grad=True)
+    pool = getattr(torch.nn.functional, f"max_pool{len(k)}d")
+    ty, tidx = pool(t, k, s, p, d, ceil_mode=ceil_mode, return_indices=True)
+    ty.backward(torch.tensor(np.ascontiguousarray(from_layout(dy_host, layout)), device="cuda"))
+    assert rel_err(from_layout(cp.asnumpy(y), layout), ty.detach().cpu().numpy()) <= 1e-5
+    assert rel_err(from_layout(cp.asnumpy(dx), layout), t.grad.cpu().numpy()) <= 1e-5
+    np.testing.assert_array_equal(cp.asnumpy(y_i), cp.asnumpy(y))
+    np.testing.assert_array_equal(from_layout(cp.asnumpy(idx), layout), tidx.cpu().numpy())
+
+    y_ref, idx_ref = max_pooling_forward_with_indices(x_host, desc, layout=layout)
+    np.testing.assert_array_equal(cp.asnumpy(idx), idx_ref)
+    assert rel_err(cp.asnumpy(dx), pooling_backward(x_host, y_ref, dy_host, desc, layout=layout)) <= 1e-5
+
+
+@pytest.mark.parametrize("shape,k,s,p", [((2, 3, 8, 10), (2, 2), (2, 2), (0, 0)), ((2, 3, 9), (3,), (2,), (1,)),
+                                         ((1, 2, 5, 6, 7), (2, 2, 3), (2, 2, 2), (1, 0, 1))])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_max_unpooling_matches_torch_and_reference(cp, torch, shape, k, s, p, layout):
+    from minidl.primitives import (PoolingDescriptor, max_pooling_forward_with_indices, max_unpooling_backward,
+                                   max_unpooling_forward)
+
+    rng = np.random.default_rng(7)
+    x_cf = rng.standard_normal(shape).astype(np.float32)
+    desc = PoolingDescriptor("max", k, s, p, spatial_dims=len(k))
+    y_host, idx_host = max_pooling_forward_with_indices(to_layout(x_cf, layout), desc, layout=layout)
+    x_spatial = shape[2:]
+    unpooled = max_unpooling_forward(cp.asarray(y_host), cp.asarray(idx_host), x_spatial, layout=layout)
+    ref = max_unpooling_forward(y_host, idx_host, x_spatial, layout=layout)
+    np.testing.assert_array_equal(cp.asnumpy(unpooled), ref)
+
+    unpool = getattr(torch.nn.functional, f"max_unpool{len(k)}d")
+    ty = torch.tensor(np.ascontiguousarray(from_layout(y_host, layout)), device="cuda", requires_grad=True)
+    tx = unpool(ty, torch.tensor(np.ascontiguousarray(from_layout(idx_host, layout)), device="cuda"), k, s, p,
+                output_size=x_spatial)
+    np.testing.assert_array_equal(from_layout(cp.asnumpy(unpooled), layout), tx.detach().cpu().numpy())
+
+    g_host = to_layout(rng.standard_normal(tx.shape).astype(np.float32), layout)
+    dy = max_unpooling_backward(cp.asarray(g_host), cp.asarray(idx_host), layout=layout)
+    tx.backward(torch.tensor(np.ascontiguousarray(from_layout(g_host, layout)), device="cuda"))
+    np.testing.assert_array_equal(from_layout(cp.asnumpy(dy), layout), ty.grad.cpu().numpy())
+    np.testing.assert_array_equal(cp.asnumpy(dy), max_unpooling_backward(g_host, idx_host, layout=layout))
+
+
+def test_dilated_max_pooling_never_takes_the_k2s2_path(cp):
+    from minidl.primitives import PoolingDescriptor, pooling_output_shape
+    from minidl.primitives.cuda import pooling as launcher
+
+    x = cp.zeros((2, 3, 16, 16), dtype=cp.float32)
+    desc = PoolingDescriptor("max", 2, 2, 0, dilation=2)
+    assert not launcher.uses_k2s2(x.shape, pooling_output_shape(x.shape, desc), desc, "NCHW", arrays=(x,))

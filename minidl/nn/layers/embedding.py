@@ -20,13 +20,14 @@ class Embedding(Module):
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False,
                  device=None, dtype=None):
         super().__init__()
-        if max_norm is not None or scale_grad_by_freq or sparse:
-            raise NotImplementedError("Embedding: max_norm, scale_grad_by_freq and sparse are not implemented in minidl")
+        if sparse:
+            raise NotImplementedError("Embedding: sparse gradients are not implemented in minidl (use sparse=False)")
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise ValueError(f"Embedding: padding_idx {padding_idx} is out of range for {num_embeddings} embeddings")
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
         if _weight is None:
             self.weight = Parameter(
                 empty(num_embeddings, embedding_dim, dtype=dtype, device=None if device is None else Device(device)),
@@ -45,12 +46,14 @@ class Embedding(Module):
                 self.weight._data[self.padding_idx] = 0
 
     @classmethod
-    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None):
+    def from_pretrained(cls, embeddings, freeze=True, padding_idx=None, max_norm=None, norm_type=2.0,
+                        scale_grad_by_freq=False, sparse=False):
         num, dim = embeddings.shape
-        return cls(num, dim, padding_idx=padding_idx, _weight=embeddings, _freeze=freeze)
+        return cls(num, dim, padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type,
+                   scale_grad_by_freq=scale_grad_by_freq, sparse=sparse, _weight=embeddings, _freeze=freeze)
 
     def forward(self, input):
-        return F.embedding(input, self.weight, self.padding_idx)
+        return F.embedding(input, self.weight, self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq)
 
     def extra_repr(self):
         s = f"{self.num_embeddings}, {self.embedding_dim}"

@@ -6,6 +6,7 @@ import math
 from .. import functional as F
 from .. import init
 from ..._device import Device
+from ...autograd._dims import normalize_dim
 from ...autograd.creation import empty
 from ..module import Module, Parameter
 
@@ -83,7 +84,7 @@ class Unflatten(Module):
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
     def forward(self, input):
-        d = self.dim % input.ndim
+        d = normalize_dim(self.dim, input.ndim, "Unflatten")
         known = [s for s in self.unflattened_size if s != -1]
         size = 1
         for s in known:

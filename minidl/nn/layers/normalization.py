@@ -57,17 +57,19 @@ class _BatchNorm(Module):
                 f"{name}: input of shape {input.shape} has {input.shape[1]} channels, expected num_features={self.num_features}"
             )
         factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats:
-            with no_grad():
-                self.num_batches_tracked._data += 1
-            if self.momentum is None:
-                factor = 1.0 / float(self.num_batches_tracked.item())
+        counts = self.training and self.track_running_stats
+        if counts and self.momentum is None:
+            factor = 1.0 / float(self.num_batches_tracked.item() + 1)
         # Batch statistics while training, or when there are no running statistics to use.
         use_batch_stats = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats
         norm = F.batch_norm_relu if self._fused_relu else F.batch_norm
-        return norm(input, self.running_mean if track else None, self.running_var if track else None,
-                    self.weight, self.bias, use_batch_stats, factor, self.eps)
+        out = norm(input, self.running_mean if track else None, self.running_var if track else None,
+                   self.weight, self.bias, use_batch_stats, factor, self.eps)
+        if counts:  # only a batch that went through counts (a failed call changes nothing)
+            with no_grad():
+                self.num_batches_tracked._data += 1
+        return out
 
     def extra_repr(self):
         return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "

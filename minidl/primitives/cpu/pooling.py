@@ -23,8 +23,8 @@ def _geometry(spatial, desc):
     """Output sizes and the padded input sizes the windows need (right padding grows in ceil mode)."""
     out_sizes = pooling_output_shape((1, 1) + tuple(spatial), desc, "NCHW")[2:]
     padded = tuple(
-        max(L + 2 * p, (o - 1) * s + k)
-        for L, o, k, s, p in zip(spatial, out_sizes, desc.kernel_size, desc.stride, desc.padding)
+        max(L + 2 * p, (o - 1) * s + d * (k - 1) + 1)
+        for L, o, k, s, p, d in zip(spatial, out_sizes, desc.kernel_size, desc.stride, desc.padding, desc.dilation)
     )
     return out_sizes, padded
 
@@ -38,8 +38,9 @@ def _pad(xc, desc, padded, fill):
 
 
 def _taps(desc, out_sizes):
-    """(tap number, slices) for every tap of the window, in window (C) order."""
-    ranges = [range(k) for k in desc.kernel_size]
+    """(tap number, slices) for every tap of the window, in window (C) order; a dilated window's
+    taps are `dilation` apart."""
+    ranges = [range(0, d * (k - 1) + 1, d) for k, d in zip(desc.kernel_size, desc.dilation)]
     for t, offsets in enumerate(itertools.product(*ranges)):
         yield t, (Ellipsis,) + tuple(slice(o, o + (n - 1) * s + 1, s)
                                      for o, n, s in zip(offsets, out_sizes, desc.stride))
@@ -108,7 +109,7 @@ def _max_backward_first_match(xp, y, dyc, desc, out_sizes, padded):
     dy_finite = bool(np.isfinite(dyc).all())
     # With stride >= kernel every input lies in at most one window, so each tap can write its
     # slice directly (no temporary, no read-modify-write); overlapping windows must accumulate.
-    disjoint = all(s >= k for s, k in zip(desc.stride, desc.kernel_size))
+    disjoint = all(s >= d * (k - 1) + 1 for s, k, d in zip(desc.stride, desc.kernel_size, desc.dilation))
     zero = dyc.dtype.type(0)
     for _, sl in _taps(desc, out_sizes):
         hit = np.equal(xp[sl], y)
@@ -212,3 +213,61 @@ def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", al
     for d, (n_in, n_out) in enumerate(zip(spatial, output_size)):
         dx = _apply_along(dx, adaptive_pooling_matrix(n_in, n_out, dy.dtype).T, 2 + d)
     return blend("adaptive_avg_pooling_backward", _to_layout(dx, layout), out, alpha, beta)
+
+
+# ----------------------------------------------------------------------------------------------
+# Max pooling with indices; max unpooling
+# ----------------------------------------------------------------------------------------------
+
+
+def max_pooling_forward_with_indices(x, desc, *, layout="NCHW"):
+    """y and the flat input position (within each (n, c) plane) of each window's maximum.
+
+    _max_argmax gives the tap number t of the maximum; tap t sits at offset (t_1, t_2, ...) * dilation
+    in the window that starts at o * stride - padding, so its input coordinate per dim is
+    o * s - p + t_d * d, flattened row-major over the input's spatial dims.
+    """
+    xc = to_channels_first(x, layout)
+    spatial = xc.shape[2:]
+    out_sizes, padded = _geometry(spatial, desc)
+    y, tap = _max_argmax(_pad_or_view(xc, desc, padded, -np.inf), desc, out_sizes)
+    index = np.zeros(y.shape, dtype=np.int64)
+    remaining = tap
+    for d in reversed(range(len(spatial))):  # tap numbers are row-major over the kernel dims
+        k = desc.kernel_size[d]
+        offset = remaining % k
+        remaining = remaining // k
+        shape = [1] * y.ndim
+        shape[2 + d] = out_sizes[d]
+        start = (np.arange(out_sizes[d]) * desc.stride[d] - desc.padding[d]).reshape(shape)
+        coord = start + offset * desc.dilation[d]
+        index = index + coord * int(np.prod(spatial[d + 1:], dtype=np.int64))
+    return _to_layout(y, layout), _to_layout(index, layout)
+
+
+def _planes(a, layout):
+    """(N*C, prod(spatial)) view of a channels-first copy, and the (N, C) sizes."""
+    ac = np.ascontiguousarray(to_channels_first(a, layout))
+    return ac.reshape(ac.shape[0] * ac.shape[1], -1), ac.shape[:2]
+
+
+def max_unpooling_forward(y, indices, x_spatial, *, layout="NCHW"):
+    y2, (n, c) = _planes(y, layout)
+    i2, _ = _planes(indices, layout)
+    size = int(np.prod(x_spatial, dtype=np.int64))
+    if i2.size and (i2.min() < 0 or i2.max() >= size):
+        bad = int(i2.min()) if i2.min() < 0 else int(i2.max())
+        raise ValueError(f"max_unpooling_forward: index {bad} is out of range for output spatial size {tuple(x_spatial)}")
+    x2 = np.zeros((n * c, size), dtype=y.dtype)
+    # Row-wise scatter; for a repeated index the last write wins (NumPy's fancy assignment, PyTorch's CPU).
+    x2[np.arange(n * c)[:, None], i2] = y2
+    return _to_layout(x2.reshape((n, c) + tuple(x_spatial)), layout)
+
+
+def max_unpooling_backward(dx, indices, *, layout="NCHW"):
+    d2, (n, c) = _planes(dx, layout)
+    i2, _ = _planes(indices, layout)
+    if i2.size and (i2.min() < 0 or i2.max() >= d2.shape[1]):
+        raise ValueError("max_unpooling_backward: an index is out of range for dx's spatial size")
+    dy = np.take_along_axis(d2, i2, axis=1)
+    return _to_layout(dy.reshape(to_channels_first(indices, layout).shape), layout)

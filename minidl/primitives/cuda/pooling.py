@@ -1,5 +1,6 @@
-"""CuPy launchers of kernels/pooling.cu: max / average pooling (1-D, 2-D, 3-D, ceil mode) and
-adaptive average pooling, forward and backward, NCHW or NHWC.
+"""CuPy launchers of kernels/pooling.cu: max / average pooling (1-D, 2-D, 3-D, ceil mode, dilated max)
+and adaptive average pooling, forward and backward, NCHW or NHWC; max pooling with indices and max
+unpooling.
 
 Every problem runs as 3-D: 1-D and 2-D inputs get unit leading spatial dims. Arguments were
 validated by minidl/primitives/pooling.py.
@@ -33,11 +34,12 @@ def _as_3d(values, fill):
     return (fill,) * (3 - len(values)) + values
 
 
-def _shape_args(x_shape, y_shape, kernel, stride, padding, layout):
+def _shape_args(x_shape, y_shape, kernel, stride, padding, layout, dilation=None):
     n, c, spatial = _split_shape(x_shape, layout)
     _, _, out_spatial = _split_shape(y_shape, layout)
+    dilation = (1,) * len(spatial) if dilation is None else dilation
     args = (n, c) + _as_3d(spatial, 1) + _as_3d(out_spatial, 1) + _as_3d(kernel, 1) + _as_3d(stride, 1) \
-        + _as_3d(padding, 0) + (int(layout == "NHWC"),)
+        + _as_3d(padding, 0) + (int(layout == "NHWC"),) + _as_3d(dilation, 1)
     return tuple(np.int32(a) for a in args)
 
 
@@ -55,6 +57,8 @@ def uses_k2s2(x_shape, y_shape, desc, layout, backward=False, arrays=()) -> bool
     if not USE_K2S2 or layout != "NCHW" or len(x_shape) != 4:
         return False
     if tuple(desc.kernel_size) != (2, 2) or tuple(desc.stride) != (2, 2) or tuple(desc.padding) != (0, 0):
+        return False
+    if tuple(desc.dilation) != (1, 1):
         return False
     h, w, oh, ow = x_shape[2], x_shape[3], y_shape[2], y_shape[3]
     rows_ok = h == 2 * oh if backward else oh == h // 2
@@ -81,7 +85,7 @@ def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     if uses_k2s2(x.shape, y_shape, desc, layout, arrays=(x, target)):
         _launch_k2s2("pooling_forward_k2s2", (x,), target, x.shape, y_shape, desc.mode, alpha, beta)
         return finish(target, original)
-    shape_args = _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout)
+    shape_args = _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout, desc.dilation)
     _launch("pooling_forward", (x,), target, shape_args,
             (np.int32(MODES[desc.mode]), np.float32(alpha), np.float32(beta)), target.size)
     return finish(target, original)
@@ -96,7 +100,7 @@ def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=
     if uses_k2s2(x.shape, dy.shape, desc, layout, backward=True, arrays=(x, dy, target)):
         _launch_k2s2("pooling_backward_k2s2", (x, dy), target, x.shape, dy.shape, desc.mode, alpha, beta)
         return finish(target, original)
-    shape_args = _shape_args(x.shape, dy.shape, desc.kernel_size, desc.stride, desc.padding, layout)
+    shape_args = _shape_args(x.shape, dy.shape, desc.kernel_size, desc.stride, desc.padding, layout, desc.dilation)
     _launch("pooling_backward", (x, dy), target, shape_args,
             (np.int32(MODES[desc.mode]), np.float32(alpha), np.float32(beta)), target.size)
     return finish(target, original)
@@ -133,3 +137,59 @@ def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", al
     _launch("adaptive_avg_pooling_backward", (dy,), target, shape_args, (np.float32(alpha), np.float32(beta)),
             target.size)
     return finish(target, original)
+
+
+def max_pooling_forward_with_indices(x, desc, *, layout="NCHW"):
+    """(y, indices int64): max pooling and each maximum's flat position within its (n, c) plane."""
+    import cupy
+
+    op = "max_pooling_forward_with_indices"
+    x = as_kernel_input(op, x)
+    y_shape = pooling_output_shape(x.shape, desc, layout)
+    y = cupy.empty(y_shape, dtype=cupy.float32)
+    indices = cupy.empty(y_shape, dtype=cupy.int64)
+    shape_args = _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout, desc.dilation)
+    if y.size:
+        kernel = get_kernel("pooling", "max_pooling_forward_with_indices")
+        kernel((grid_stride_blocks(y.size),), (THREADS,), (x, y, indices, *shape_args))
+    return y, indices
+
+
+def _unpool_args(pooled_shape, unpooled_spatial, layout):
+    n, c, spatial = _split_shape(pooled_shape, layout)
+    in_plane = int(np.prod(spatial, dtype=np.int64))
+    out_plane = int(np.prod(unpooled_spatial, dtype=np.int64))
+    return np.int32(c), np.int64(in_plane), np.int64(out_plane), np.int32(layout == "NHWC")
+
+
+def max_unpooling_forward(y, indices, x_spatial, *, layout="NCHW"):
+    """x (zeros except at the indices) of spatial size x_spatial from y and its indices."""
+    import cupy
+
+    op = "max_unpooling_forward"
+    y = as_kernel_input(op, y)
+    indices = cupy.ascontiguousarray(indices, dtype=cupy.int64)
+    n, c, _ = _split_shape(y.shape, layout)
+    x_shape = (n, c) + tuple(x_spatial) if layout == "NCHW" else (n,) + tuple(x_spatial) + (c,)
+    x = cupy.zeros(x_shape, dtype=cupy.float32)
+    if y.size:
+        kernel = get_kernel("pooling", "max_unpooling_forward")
+        kernel((grid_stride_blocks(y.size),), (THREADS,),
+               (y, indices, x, np.int64(y.size), *_unpool_args(y.shape, x_spatial, layout)))
+    return x
+
+
+def max_unpooling_backward(dx, indices, *, layout="NCHW"):
+    """dy (indices' shape): dx gathered at the indices."""
+    import cupy
+
+    op = "max_unpooling_backward"
+    dx = as_kernel_input(op, dx)
+    indices = cupy.ascontiguousarray(indices, dtype=cupy.int64)
+    dy = cupy.empty(indices.shape, dtype=cupy.float32)
+    _, _, x_spatial = _split_shape(dx.shape, layout)
+    if dy.size:
+        kernel = get_kernel("pooling", "max_unpooling_backward")
+        kernel((grid_stride_blocks(dy.size),), (THREADS,),
+               (dx, indices, dy, np.int64(dy.size), *_unpool_args(indices.shape, x_spatial, layout)))
+    return dy

@@ -1,0 +1,388 @@
+"""PyTorch's own test inputs as our oracle (issue #17).
+
+PyTorch describes each operator with an OpInfo (`torch.testing._internal.common_methods_invocations.op_db`)
+whose `sample_inputs` generate the cases its developers care about: 0-d and empty tensors, broadcasting
+corners, every keyword argument. This module runs those samples, for every operator minidl has, through
+minidl and through torch and compares:
+
+- forward in float32 and float64 (values, shapes and dtypes of every output);
+- gradients in float64 (d/d input of sum(out * c) for a random c, for every floating tensor input);
+- on the CPU here and in CI, on CUDA in the GPU suite (`-m gpu`), torch always on the CPU. The CUDA
+  kernels are float32, so on CUDA the float64 mode runs in float32 (forward and gradients, 1e-3).
+
+A sample minidl does not take is skipped only through SKIPS below, each entry with its reason; the
+table in docs/OPINFO.md is generated from it (`python tests/test_opinfo.py --table`). Anything else
+minidl refuses or gets wrong fails the test. The number of samples per op is capped (SAMPLES_PER_OP,
+the first ones in PyTorch's order with a fixed seed) to keep the CI run short.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("expecttest")  # op_db's module imports it
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+
+# Importing torch's test utilities freezes torch.backends' global flags (common_utils calls
+# disable_global_flags()), which would break later tests in this process that set
+# torch.backends.cudnn flags; undo it.
+torch.backends.flags_frozen.__globals__["__allow_nonbracketed_mutation_flag"] = True
+
+import minidl  # noqa: E402
+import minidl.nn.functional as F  # noqa: E402
+
+SAMPLES_PER_OP = 16
+
+# ------------------------------------------------------------------------------------------------
+# The operators: OpInfo name (variant) -> the minidl callable taking the same arguments
+# ------------------------------------------------------------------------------------------------
+
+
+def _method(name):
+    fn = lambda x, *a, **k: getattr(x, name)(*a, **k)  # noqa: E731
+    fn.minidl_name = f"Tensor.{name}"
+    return fn
+
+
+def _func(name):
+    fn = lambda *a, **k: getattr(F, name)(*a, **k)  # noqa: E731
+    fn.minidl_name = f"F.{name}"
+    return fn
+
+
+def _named(name, fn):
+    fn.minidl_name = name
+    return fn
+
+
+OPS = {
+    # arithmetic and elementwise
+    "add": _method("add"), "sub": _method("sub"), "mul": _method("mul"), "div.no_rounding_mode": _method("div"),
+    "pow": _method("pow"), "neg": _method("neg"), "exp": _method("exp"), "log": _method("log"),
+    "sqrt": _method("sqrt"), "rsqrt": _method("rsqrt"), "abs": _method("abs"), "square": _method("square"),
+    "maximum": minidl.maximum, "minimum": minidl.minimum, "clamp": _method("clamp"),
+    "where": _named("minidl.where", lambda x, cond, other: minidl.where(cond, x, other)),
+    "sign": _method("sign"),
+    # matrix products
+    "matmul": minidl.matmul, "nn.functional.linear": _func("linear"),
+    # reductions
+    "sum": _method("sum"), "mean": _method("mean"), "var": _method("var"), "std": _method("std"),
+    "amax": _method("amax"), "amin": _method("amin"),
+    "max.reduction_no_dim": _method("max"), "max.reduction_with_dim": _method("max"),
+    "min.reduction_no_dim": _method("min"), "min.reduction_with_dim": _method("min"),
+    "argmax": _method("argmax"), "argmin": _method("argmin"),
+    # shapes, indexing, joining
+    "reshape": _method("reshape"), "view": _method("view"), "flatten": _method("flatten"),
+    "squeeze": _method("squeeze"), "squeeze.multiple": _method("squeeze"), "unsqueeze": _method("unsqueeze"),
+    "transpose": _method("transpose"), "permute": _method("permute"), "t": _method("t"),
+    "expand": _method("expand"), "cat": minidl.cat, "stack": minidl.stack,
+    "split": _method("split"), "split.list_args": _method("split"), "chunk": _method("chunk"),
+    "gather": _method("gather"), "masked_fill": _method("masked_fill"),
+    # comparisons, predicates, casts, copies, reflected operators, indexing
+    "eq": _method("eq"), "ne": _method("ne"), "lt": _method("lt"), "le": _method("le"), "gt": _method("gt"),
+    "ge": _method("ge"), "max.binary": _method("max"), "min.binary": _method("min"),
+    "isnan": _method("isnan"), "isfinite": _method("isfinite"), "all": _method("all"), "any": _method("any"),
+    "float": _method("float"), "double": _method("double"), "long": _method("long"), "int": _method("int"),
+    "bool": _method("bool"), "clone": _method("clone"), "contiguous": _method("contiguous"),
+    "expand_as": _method("expand_as"), "view_as": _method("view_as"), "repeat": _method("repeat"),
+    "T": _named("Tensor.T", lambda x: x.T), "mT": _named("Tensor.mT", lambda x: x.mT),
+    "__getitem__": _named("Tensor.__getitem__", lambda x, key: x[key]),
+    "__radd__": _named("number + Tensor", lambda x, o: o + x), "__rsub__": _named("number - Tensor", lambda x, o: o - x),
+    "__rmul__": _named("number * Tensor", lambda x, o: o * x), "__rpow__": _named("number ** Tensor", lambda x, o: o ** x),
+    "__rmatmul__": _named("Tensor.__rmatmul__", lambda x, o: x.__rmatmul__(o)),
+    "std.unbiased": _method("std"), "var.unbiased": _method("var"),
+    "zeros_like": minidl.zeros_like, "ones_like": minidl.ones_like, "full_like": minidl.full_like,
+    # activations, softmax
+    "nn.functional.relu": _func("relu"), "nn.functional.relu6": _func("relu6"),
+    "nn.functional.leaky_relu": _func("leaky_relu"), "nn.functional.elu": _func("elu"),
+    "nn.functional.gelu": _func("gelu"), "sigmoid": _method("sigmoid"), "tanh": _method("tanh"),
+    "softmax": _method("softmax"), "log_softmax": _method("log_softmax"),
+    "softmax.with_dtype": _method("softmax"), "log_softmax.with_dtype": _method("log_softmax"),
+    # deep-learning primitives
+    "nn.functional.conv1d": _func("conv1d"), "nn.functional.conv2d": _func("conv2d"),
+    "nn.functional.conv3d": _func("conv3d"),
+    "nn.functional.max_pool1d": _func("max_pool1d"), "nn.functional.max_pool2d": _func("max_pool2d"),
+    "nn.functional.max_pool3d": _func("max_pool3d"),
+    "nn.functional.avg_pool1d": _func("avg_pool1d"), "nn.functional.avg_pool2d": _func("avg_pool2d"),
+    "nn.functional.avg_pool3d": _func("avg_pool3d"),
+    "nn.functional.adaptive_avg_pool1d": _func("adaptive_avg_pool1d"),
+    "nn.functional.adaptive_avg_pool2d": _func("adaptive_avg_pool2d"),
+    "nn.functional.adaptive_avg_pool3d": _func("adaptive_avg_pool3d"),
+    "nn.functional.max_unpool1d": _func("max_unpool1d"), "nn.functional.max_unpool2d": _func("max_unpool2d"),
+    "nn.functional.max_unpool3d": _func("max_unpool3d"),
+    "nn.functional.max_unpool1d.grad": _func("max_unpool1d"), "nn.functional.max_unpool2d.grad": _func("max_unpool2d"),
+    "nn.functional.max_unpool3d.grad": _func("max_unpool3d"),
+    "nn.functional.batch_norm.without_cudnn": _func("batch_norm"),
+    "nn.functional.batch_norm": _func("batch_norm"), "nn.functional.local_response_norm": _func("local_response_norm"),
+    "nn.functional.embedding": _named("F.embedding", lambda weight, idx, **k: F.embedding(idx, weight, **k)), "nn.functional.one_hot": _func("one_hot"),
+    "nn.functional.pad.constant": _func("pad"),
+    # losses
+    "nn.functional.cross_entropy": _func("cross_entropy"), "nn.functional.nll_loss": _func("nll_loss"),
+    "nn.functional.mse_loss": _func("mse_loss"), "nn.functional.l1_loss": _func("l1_loss"),
+    "nn.functional.binary_cross_entropy_with_logits": _func("binary_cross_entropy_with_logits"),
+}
+
+# Ops whose OpInfo exists in this torch but whose minidl function is missing are reported by
+# test_every_listed_op_exists, not silently dropped.
+
+
+def _key(op):
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+OPINFOS = {_key(op): op for op in op_db if _key(op) in OPS}
+
+# ------------------------------------------------------------------------------------------------
+# The skip list: (op key, a predicate on the sample's description) -> reason. Nothing else is skipped.
+# ------------------------------------------------------------------------------------------------
+
+
+def _kw(name, value=None):
+    def pred(desc):
+        return name in desc["kwargs"] and (value is None or desc["kwargs"][name] == value)
+
+    return pred
+
+
+SKIPS = [
+    # (op key, short condition for the docs, predicate, reason)
+    ("nn.functional.embedding", "sparse=True", _kw("sparse", True),
+     "sparse gradients are not implemented (minidl has no sparse tensors); NotImplementedError says so"),
+    ("nn.functional.batch_norm", "momentum < 0", lambda d: d["kwargs"].get("momentum", 0.1) is not None
+     and d["kwargs"].get("momentum", 0.1) < 0,
+     "the batch-norm primitive refuses a momentum outside [0, 1] (ValueError): the running average would "
+     "extrapolate; PyTorch computes it anyway"),
+] + [
+    (cast, "memory_format=", _kw("memory_format"),
+     "minidl arrays are always C-contiguous: there is no memory_format argument")
+    for cast in ("float", "double", "long", "int", "bool")
+]
+
+# ------------------------------------------------------------------------------------------------
+# Conversion of samples and results
+# ------------------------------------------------------------------------------------------------
+
+_TORCH_TO_NP = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16,
+                torch.int64: np.int64, torch.int32: np.int32, torch.bool: np.bool_, torch.uint8: np.uint8,
+                torch.int8: np.int8, torch.int16: np.int16}
+
+
+def _to_minidl(obj, device, leaves):
+    if isinstance(obj, torch.Tensor):
+        t = minidl.tensor(obj.detach().numpy().copy())
+        if device != "cpu":
+            t = t.to(device)
+        if obj.requires_grad and obj.dtype.is_floating_point:
+            t.requires_grad_(True)
+        leaves.append((obj, t))
+        return t
+    if isinstance(obj, torch.dtype):
+        return np.dtype(_TORCH_TO_NP[obj])
+    if isinstance(obj, torch.Size):
+        return tuple(obj)
+    if isinstance(obj, (list, tuple)):
+        out = [_to_minidl(o, device, leaves) for o in obj]
+        return tuple(out) if isinstance(obj, tuple) else out
+    if isinstance(obj, dict):
+        return {k: _to_minidl(v, device, leaves) for k, v in obj.items()}
+    return obj
+
+
+def _outputs(obj):
+    """Flatten an op's result into a list of tensors (torch or minidl) and plain values."""
+    if isinstance(obj, (list, tuple)):
+        return [y for o in obj for y in _outputs(o)]
+    return [obj]
+
+
+def _host(t):
+    return t.detach().cpu().numpy() if isinstance(t, minidl.Tensor) else t
+
+
+def _describe(sample):
+    def d(o):
+        if isinstance(o, torch.Tensor):
+            return f"T{tuple(o.shape)}:{str(o.dtype).replace('torch.', '')}"
+        if isinstance(o, (list, tuple)):
+            return "[" + ", ".join(d(x) for x in o) + "]"
+        return repr(o)
+
+    return {"input": d(sample.input), "args": tuple(sample.args), "kwargs": dict(sample.kwargs),
+            "text": f"{d(sample.input)} args={d(list(sample.args))} kwargs={ {k: d(v) for k, v in sample.kwargs.items()} }",
+            "sample": sample}
+
+
+@functools.lru_cache(maxsize=None)
+def samples(key, dtype, requires_grad):
+    """The first SAMPLES_PER_OP samples (seed 0), made once per (op, dtype) and shared by the tests."""
+    op = OPINFOS[key]
+    requires_grad = requires_grad and dtype.is_floating_point
+    if dtype not in op.supported_dtypes("cpu"):
+        return []
+    torch.manual_seed(0)
+    out = []
+    for sample in op.sample_inputs("cpu", dtype, requires_grad=requires_grad):
+        out.append(sample)
+        if len(out) == SAMPLES_PER_OP:
+            break
+    return tuple(out)
+
+
+def skip_reason(key, desc):
+    for op_key, _, pred, reason in SKIPS:
+        if op_key == key and pred(desc):
+            return reason
+    return None
+
+
+def _close(ours, theirs, dtype, what, tol=None):
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape}, torch {theirs.shape}"
+    if theirs.dtype.kind in "biu" or ours.dtype.kind in "biu":
+        assert ours.dtype == theirs.dtype, f"{what}: dtype {ours.dtype}, torch {theirs.dtype}"
+        np.testing.assert_array_equal(ours, theirs, err_msg=what)
+        return
+    assert ours.dtype == theirs.dtype, f"{what}: dtype {ours.dtype}, torch {theirs.dtype}"
+    tol = tol or (1e-4 if dtype == torch.float32 else 1e-9)
+    np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol, equal_nan=True, err_msg=what)
+
+
+def run_sample(key, sample, dtype, device, grad):
+    """Run one sample through minidl and torch; raise AssertionError on a difference."""
+    op = OPINFOS[key]
+    leaves = []
+    m_input = _to_minidl(sample.input, device, leaves)
+    m_args = _to_minidl(list(sample.args), device, leaves)
+    m_kwargs = _to_minidl(dict(sample.kwargs), device, leaves)
+    expected = op.op(sample.input, *sample.args, **sample.kwargs)
+    got = OPS[key](m_input, *m_args, **m_kwargs)
+    t_out, m_out = _outputs(expected), _outputs(got)
+    assert len(t_out) == len(m_out), f"{len(m_out)} outputs, torch {len(t_out)}"
+    for i, (t, m) in enumerate(zip(t_out, m_out)):
+        if isinstance(t, torch.Tensor):
+            assert isinstance(m, minidl.Tensor), f"output {i} is a {type(m).__name__}, torch gives a tensor"
+            _close(_host(m), t.detach().numpy(), dtype, f"output {i}")
+        else:
+            assert m == t, f"output {i}: {m!r}, torch {t!r}"
+    if not grad:
+        return
+    rng = np.random.default_rng(1)
+    t_loss, m_loss = 0, 0
+    for t, m in zip(t_out, m_out):
+        if isinstance(t, torch.Tensor) and t.requires_grad and t.dtype.is_floating_point:
+            c = rng.standard_normal(tuple(t.shape))
+            t_loss = t_loss + (t * torch.from_numpy(c)).sum()
+            mc = minidl.tensor(c).to(device) if device != "cpu" else minidl.tensor(c)
+            assert m.requires_grad, "minidl's output does not require grad; torch's does"
+            m_loss = m_loss + (m * mc).sum()
+    if isinstance(t_loss, int):
+        return
+    t_leaves = [t for t, _ in leaves if t.requires_grad]
+    t_grads = torch.autograd.grad(t_loss, t_leaves, allow_unused=True)
+    m_loss.backward()
+    for (t, m), tg in zip([(t, m) for t, m in leaves if t.requires_grad], t_grads):
+        if tg is None:
+            assert m.grad is None or not np.any(_host(m.grad)), "minidl gives a gradient where torch has none"
+            continue
+        assert m.grad is not None, f"no gradient for an input of shape {tuple(t.shape)}"
+        _close(_host(m.grad), tg.numpy(), dtype, f"gradient of input {tuple(t.shape)}",
+               tol=1e-3 if device != "cpu" else None)
+
+
+# The grad mode checks the float64 forward values too, before the gradients: forward float64 is not
+# run a second time on its own.
+MODES = [("forward", torch.float32, False), ("grad", torch.float64, True)]
+
+
+def run_op(key, mode, dtype, device):
+    """All capped samples of one op in one mode: returns Counter of passed/skipped and failures."""
+    grad = mode == "grad"
+    counts, failures = Counter(), []
+    if grad and dtype == torch.float64 and torch.float64 not in OPINFOS[key].supported_dtypes("cpu"):
+        dtype = torch.int64  # integer-only ops (one_hot): forward in their own dtype
+    elif device != "cpu" and dtype == torch.float64:
+        dtype = torch.float32  # the CUDA kernels are float32
+    for sample in samples(key, dtype, requires_grad=grad and OPINFOS[key].supports_autograd):
+        desc = _describe(sample)
+        reason = skip_reason(key, desc)
+        if reason is not None:
+            counts["skipped"] += 1
+            continue
+        try:
+            run_sample(key, sample, dtype, device, grad)
+            counts["passed"] += 1
+        except Exception as e:  # noqa: BLE001 - collected and reported together
+            counts["failed"] += 1
+            failures.append(f"{desc['text']}: {type(e).__name__}: {str(e)[:300]}")
+    return counts, failures
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("mode, dtype, _g", MODES, ids=["forward-float32", "float64-forward-and-grad"])
+@pytest.mark.parametrize("key", sorted(OPINFOS))
+def test_opinfo_samples(key, mode, dtype, _g, device):
+    counts, failures = run_op(key, mode, dtype, device)
+    if not counts:
+        pytest.skip(f"{key} has no {mode} samples in {dtype} (an integer-only or non-differentiable op)")
+    assert not failures, f"{key} ({mode}, {dtype}, {device}): {len(failures)} of {sum(counts.values())} samples " \
+                         "differ from torch or are refused without a SKIPS entry:\n" + "\n".join(failures[:8])
+
+
+def test_every_listed_op_exists():
+    missing = sorted(k for k in OPS if k not in OPINFOS)
+    assert not missing, f"OPS names OpInfos that this torch does not have: {missing}"
+
+
+def test_skip_list_covers_under_5_percent_of_samples():
+    total = skipped = 0
+    for key in OPINFOS:
+        for mode, dtype, _ in MODES:
+            for sample in samples(key, dtype, requires_grad=mode == "grad" and OPINFOS[key].supports_autograd):
+                total += 1
+                skipped += skip_reason(key, _describe(sample)) is not None
+    assert skipped < 0.05 * total, f"{skipped} of {total} samples skipped"
+
+
+def table() -> str:
+    """The docs/OPINFO.md table: per op, the samples run and skipped over both modes, and why."""
+    lines = ["| operator (OpInfo) | minidl | samples run | skipped | why skipped |", "| --- | --- | --- | --- | --- |"]
+    total = skipped_total = 0
+    for key in sorted(OPINFOS):
+        n = skipped = 0
+        reasons = Counter()
+        for mode, dtype, _ in MODES:
+            for sample in samples(key, dtype, requires_grad=mode == "grad" and OPINFOS[key].supports_autograd):
+                n += 1
+                r = skip_reason(key, _describe(sample))
+                if r is not None:
+                    skipped += 1
+                    reasons[r] += 1
+        total, skipped_total = total + n, skipped_total + skipped
+        name = getattr(OPS[key], "minidl_name", f"minidl.{OPS[key].__name__}")
+        why = "; ".join(f"{r} ({c})" for r, c in reasons.items()) or ""
+        lines.append(f"| `{key}` | `{name}` | {n - skipped} | {skipped} | {why} |")
+    lines.append(f"| **all {len(OPINFOS)} operators** | | **{total - skipped_total}** | **{skipped_total}** "
+                 f"({100 * skipped_total / max(total, 1):.1f}%) | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if "--table" in sys.argv:
+        print(table())
+    else:  # a survey: every op, every mode, failures listed
+        grand = Counter()
+        for key in sorted(OPINFOS):
+            for mode, dtype, _ in MODES:
+                counts, failures = run_op(key, mode, dtype, "cpu")
+                grand.update(counts)
+                if failures:
+                    print(f"== {key} {mode} {dtype}: {dict(counts)}")
+                    for f in failures[:int(sys.argv[1]) if len(sys.argv) > 1 else 3]:
+                        print("   ", f)
+        print(dict(grand), math.nan if not grand else grand["failed"] / sum(grand.values()))
