@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One device call that proves a session's CUDA changes: the whole GPU test suite, then the benchmarks of
+# the training step (issue 13) and of the tensor-core convolution (issue 12). Each step has a time
+# limit (SIGINT, so pytest still prints its summary), so the call ends inside the device's 10 minutes.
+# Logs and tables go to $OUT (the device tool brings them back) and to benchmarks/results/.
+#   MINIDL_COMMIT=$(git rev-parse --short HEAD) OUT=/tmp/out bash scripts/gpu_session_check.sh
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/minidl_gpu_out}; mkdir -p "$OUT"
+T_TESTS=${T_TESTS:-270}; T_STEP=${T_STEP:-110}; T_CONV=${T_CONV:-60}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+date -u +%FT%TZ | tee -a "$OUT/device.txt"
+timeout -s INT "$T_TESTS" python3 -m pytest -m gpu -q -p no:cacheprovider -rf tests 2>&1 | tail -n 400 > "$OUT/gpu_tests.log"
+tail -n 30 "$OUT/gpu_tests.log"
+timeout -s INT "$T_STEP" python3 benchmarks/bench_gpu_train_step.py --steps 30 --warmup 5 --no-policy-study \
+  --out "$OUT/gpu_train_step.md" > "$OUT/train_step.log" 2>&1
+tail -n 25 "$OUT/train_step.log"
+timeout -s INT "$T_CONV" python3 benchmarks/bench_gpu_conv_tc.py --repeats 15 --skip-fft --out "$OUT/gpu_conv_tc.md" \
+  > "$OUT/conv_tc.log" 2>&1
+tail -n 25 "$OUT/conv_tc.log"
+ls -la "$OUT"
