@@ -331,7 +331,8 @@ class Optimizer:
         for i, saved in enumerate(saved_groups):
             if not isinstance(saved.get("params"), (list, tuple)):
                 raise ValueError(f"{name}.load_state_dict: parameter group {i} has no 'params' list")
-            lacking = [k for k in self.defaults if k not in saved]
+            # Implementation switches (torch added them over its versions) may be absent: defaults then.
+            lacking = [k for k in self.defaults if k not in saved and k not in _OPTIONAL_GROUP_KEYS]
             if lacking:
                 raise ValueError(
                     f"{name}.load_state_dict: parameter group {i} of the state dict has no {', '.join(map(repr, lacking))}: "
@@ -400,6 +401,9 @@ class Optimizer:
             if isinstance(group.get("betas"), list):  # a tuple may come back as a list from JSON-like storage
                 group["betas"] = tuple(group["betas"])
             group["params"] = mine["params"]
+            for k in _OPTIONAL_GROUP_KEYS:
+                if k in self.defaults and k not in group:
+                    group[k] = self.defaults[k]
             try:
                 # A NaN, inf or negative lr in a checkpoint is refused too, with one exception: a group a
                 # scheduler drives (it has "initial_lr", itself checked) may have gone a little below zero,
@@ -430,6 +434,9 @@ class Optimizer:
                 lines.append(f"    {key}: {_plain(group[key])}")
         lines.append(")")
         return "\n".join(lines)
+
+
+_OPTIONAL_GROUP_KEYS = ("fused", "foreach", "capturable", "differentiable")
 
 
 def check_nonnegative(name: str, key: str, value) -> None:

@@ -30,12 +30,12 @@ def test_pack_and_pad_match_torch(enforce_sorted, lengths, batch_first):
     for mine, theirs in ((pm.sorted_indices, pt.sorted_indices), (pm.unsorted_indices, pt.unsorted_indices)):
         assert (mine is None) == (theirs is None)
         if mine is not None:
-            np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+            np.testing.assert_array_equal(mine.cpu().numpy(), theirs.numpy())
 
     ym, lm = R.pad_packed_sequence(pm, batch_first=batch_first, padding_value=-1.0, total_length=8)
     yt, lt = TR.pad_packed_sequence(pt, batch_first=batch_first, padding_value=-1.0, total_length=8)
     np.testing.assert_array_equal(_np(ym), _np(yt))
-    np.testing.assert_array_equal(lm.numpy(), lt.numpy())
+    np.testing.assert_array_equal(lm.cpu().numpy(), lt.numpy())
     # gradients flow back through pack and pad: only the real steps get one
     w = rng.standard_normal(yt.shape).astype(np.float32)
     (ym * minidl.tensor(w)).sum().backward()

@@ -162,7 +162,7 @@ def test_fuse_modules_on_gpu_trains_like_the_unfused_model(cp):
             F.cross_entropy(model(x), y).backward()
             opt.step()
     for (k, a), (_, b) in zip(plain.state_dict().items(), fused.state_dict().items()):
-        _same(f"fuse_modules 3 steps {k}", b.numpy(), a.numpy())
+        _same(f"fuse_modules 3 steps {k}", b.cpu().numpy(), a.cpu().numpy())
 
 
 def test_profiler_counts_exact_launches_on_a_known_model(cp):

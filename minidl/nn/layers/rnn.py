@@ -183,11 +183,11 @@ class RNNBase(Module):
         if not isinstance(data, Tensor) or data.ndim != 2 or data.shape[1] != self.input_size:
             shape = data.shape if isinstance(data, Tensor) else type(data).__name__
             raise ValueError(f"{name}: a PackedSequence of data (steps, input_size={self.input_size}), got {shape}")
-        batch_sizes = np.asarray(packed.batch_sizes.numpy(), dtype=np.int64)
+        batch_sizes = np.asarray(packed.batch_sizes.cpu().numpy(), dtype=np.int64)
         batch = int(batch_sizes[0])
         h0, c0 = self._initial_states(hx, batch)
         if packed.sorted_indices is not None:  # states come in the caller's order; the layout is sorted
-            order = packed.sorted_indices.numpy()
+            order = packed.sorted_indices.cpu().numpy()
             h0 = None if h0 is None else h0[:, order]
             c0 = None if c0 is None else c0[:, order]
         x = pad_packed(data, batch_sizes)  # (T, B, input_size), zeros after each sequence's end
@@ -200,7 +200,7 @@ class RNNBase(Module):
         h_n = outs[1]
         c_n = outs[2] if self.mode == "lstm" else None
         if packed.unsorted_indices is not None:
-            back = packed.unsorted_indices.numpy()
+            back = packed.unsorted_indices.cpu().numpy()
             h_n = h_n[:, back]
             c_n = None if c_n is None else c_n[:, back]
         return (output, (h_n, c_n)) if self.mode == "lstm" else (output, h_n)
