@@ -55,3 +55,28 @@ def rel_err(a, b) -> float:
         return float("inf")
     denom = np.linalg.norm(b.ravel())
     return float(np.linalg.norm((a - b).ravel()) / (denom if denom > 0 else 1.0))
+
+
+# Every test that compares float32 GPU results with float64 references or torch at 1e-4 needs TF32 off
+# (minidl's and PyTorch's default for convolutions and RNNs is backends.cudnn.allow_tf32 = True; TF32
+# rounds the products' inputs to 10 bits). So every test runs with TF32 off on both sides, the device-
+# parametrised framework tests too; the tests of the TF32 paths ask for it explicitly (math="tf32" on
+# the primitives, or `with minidl.backends.cudnn.flags(allow_tf32=True)`). On the CPU the flag changes
+# nothing.
+@pytest.fixture(autouse=True)
+def tf32_off():
+    import minidl
+
+    torch_flags = None
+    try:
+        import torch
+
+        torch_flags = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    except ImportError:
+        pass
+    with minidl.backends.cudnn.flags(allow_tf32=False):
+        yield
+    if torch_flags is not None:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = torch_flags

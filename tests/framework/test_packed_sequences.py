@@ -40,7 +40,7 @@ def test_pack_and_pad_match_torch(enforce_sorted, lengths, batch_first):
     w = rng.standard_normal(yt.shape).astype(np.float32)
     (ym * minidl.tensor(w)).sum().backward()
     (yt * torch.tensor(w)).sum().backward()
-    np.testing.assert_array_equal(xm.grad.numpy(), xt.grad.numpy())
+    np.testing.assert_array_equal(xm.grad.cpu().numpy(), xt.grad.numpy())
 
 
 def test_pad_sequence_and_pack_sequence_match_torch():
@@ -118,7 +118,7 @@ def test_packed_sequence_moves_and_dropout_runs():
     lstm.eval()
     a, _ = lstm(packed)
     b, _ = lstm(packed)
-    np.testing.assert_array_equal(a.data.detach().numpy(), b.data.detach().numpy())
+    np.testing.assert_array_equal(a.data.detach().cpu().numpy(), b.data.detach().cpu().numpy())
 
 
 def test_errors_name_the_problem():

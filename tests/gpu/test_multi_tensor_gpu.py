@@ -42,7 +42,7 @@ def _run(make_opt, fused, steps=6, lr_schedule=None, grad_scale=None, found_inf_
         if found_inf_at:
             kwargs["found_inf"] = cp.full((), 1.0 if t in found_inf_at else 0.0, dtype=cp.float32)
         opt.step(**kwargs)
-    return [p.detach().numpy() for p in params], opt
+    return [p.detach().cpu().numpy() for p in params], opt
 
 
 OPTIMIZERS = {
@@ -100,7 +100,7 @@ def test_grad_scale_divides_and_found_inf_skips_on_the_device(name):
             assert float(state["step"].item()) == 0.0
         for key in ("exp_avg", "exp_avg_sq", "square_avg", "grad_avg", "momentum_buffer"):
             if key in state:
-                assert not state[key].numpy().any()
+                assert not state[key].cpu().numpy().any()
 
 
 def test_zero_grad_and_clip_grad_norm_in_few_launches():
@@ -114,13 +114,13 @@ def test_zero_grad_and_clip_grad_norm_in_few_launches():
     assert abs(float(norm.item()) - expected) <= 1e-5 * expected
     coef = min(1.0, 2.5 / (expected + 1e-6))
     for p, g in zip(params, grads):
-        assert rel_err(p.grad.numpy(), g * coef) <= 1e-5
+        assert rel_err(p.grad.cpu().numpy(), g * coef) <= 1e-5
     opt = optim.SGD(params, lr=0.1)
     poisoned = [p.grad._data for p in params]
     for a in poisoned:
         a.fill(cp.nan)
     opt.zero_grad(set_to_none=False)
-    assert all(p.grad is not None and not p.grad.numpy().any() for p in params)
+    assert all(p.grad is not None and not p.grad.cpu().numpy().any() for p in params)
     assert all(p.grad._data is a for p, a in zip(params, poisoned))  # in place
 
 
