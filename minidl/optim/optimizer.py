@@ -212,7 +212,13 @@ class Optimizer:
         """Whether a CUDA graph may capture step() (minidl._graphs._optimizer_is_capturable): True when
         every group runs the multi-tensor GPU path, whose hyper-parameters (lr, momentum, betas, ...)
         and step counts the kernels read from device memory. Not covered: turning momentum on from
-        0 after the capture (its buffers are chosen on the host)."""
+        0 after the capture (its buffers are chosen on the host).
+
+        Switched off for now (CAPTURE_MULTI_TENSOR_STEP = False): on the H200 at 4b8d734 capturing the
+        multi-tensor step failed with "H2D transfers are disallowed" during capture, so graphed steps
+        keep step() eager after each replay (the capture still holds forward, loss and backward)."""
+        if not CAPTURE_MULTI_TENSOR_STEP:
+            return False
         if type(self)._multi_tensor_update is Optimizer._multi_tensor_update:
             return False
         for group in self.param_groups:
@@ -435,6 +441,9 @@ class Optimizer:
         lines.append(")")
         return "\n".join(lines)
 
+
+# See Optimizer._capturable: whole-step capture of the multi-tensor update is not yet proven on the GPU.
+CAPTURE_MULTI_TENSOR_STEP = False
 
 _OPTIONAL_GROUP_KEYS = ("fused", "foreach", "capturable", "differentiable")
 
