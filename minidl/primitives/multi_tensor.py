@@ -30,7 +30,9 @@ __all__ = ["multi_tensor_sgd", "multi_tensor_adam", "multi_tensor_rmsprop", "mul
 
 def multi_tensor_supported(*arrays) -> bool:
     """True when the CUDA multi-tensor kernels can take these arrays (all CuPy, float32, C-contiguous,
-    on the current device)."""
+    on the current device), and the current stream is not being captured into a CUDA graph: the
+    kernels' pointer table is uploaded from the host, which CuPy refuses during capture (measured on the
+    H200 at 4b8d734), so a captured step takes the per-parameter path."""
     if not arrays:
         return False
     for a in arrays:
@@ -38,7 +40,9 @@ def multi_tensor_supported(*arrays) -> bool:
             continue
         if not is_cuda_array(a) or a.dtype.name != "float32" or not a.flags.c_contiguous:
             return False
-    return True
+    import cupy
+
+    return not cupy.cuda.get_current_stream().is_capturing()
 
 
 def _check_rows(op, **lists):
