@@ -184,7 +184,7 @@ class Optimizer:
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
-                    self._grad_of(p)
+                    self._check_grad(p)
         grad_scale = grad_scale._data if isinstance(grad_scale, Tensor) else grad_scale
         found_inf = found_inf._data if isinstance(found_inf, Tensor) else found_inf
         with no_grad():
@@ -283,7 +283,15 @@ class Optimizer:
         raise NotImplementedError(f"{type(self).__name__} does not implement _update_group")
 
     def _grad_of(self, p: Tensor, maximize: bool = False):
-        """The gradient array of p (negated to maximize), checked against p's shape and device."""
+        """The gradient array of p (unscaled by grad_scale, negated to maximize), checked first."""
+        g = self._check_grad(p)
+        if self._grad_scale is not None:
+            g = g / _device.get_array_module(g).asarray(self._grad_scale, dtype=g.dtype)
+        return -g if maximize else g
+
+    def _check_grad(self, p: Tensor):
+        """p's gradient array, checked against p's dtype kind, shape and device (no array math: step()
+        runs this over every parameter before the first update, so a bad gradient changes nothing)."""
         g = p.grad._data
         if not is_floating(g.dtype):
             raise TypeError(f"{type(self).__name__}.step: gradient of dtype {g.dtype} for a parameter of dtype {p.dtype}")
@@ -291,9 +299,7 @@ class Optimizer:
             raise ValueError(f"{type(self).__name__}.step: gradient of shape {tuple(g.shape)} for a parameter of shape {p.shape}")
         if _device.is_cuda_array(g) != p.is_cuda:
             raise ValueError(f"{type(self).__name__}.step: gradient on {p.grad.device} for a parameter on {p.device}")
-        if self._grad_scale is not None:
-            g = g / _device.get_array_module(g).asarray(self._grad_scale, dtype=g.dtype)
-        return -g if maximize else g
+        return g
 
     @staticmethod
     def _zeros_like(p: Tensor) -> Tensor:
