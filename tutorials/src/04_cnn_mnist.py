@@ -119,7 +119,8 @@ def to_float(raw, n, mean=None, std=None):
 
 x_train, MEAN, STD = to_float(train_raw, TRAIN_N)
 x_test, _, _ = to_float(test_raw, TEST_N, MEAN, STD)
-y_train, y_test = train_raw.targets[:TRAIN_N], test_raw.targets[:TEST_N]
+y_train = np.asarray(train_raw.targets[:TRAIN_N])   # NumPy int64 labels (MNIST keeps a tensor, as torchvision)
+y_test = np.asarray(test_raw.targets[:TEST_N])
 print(f"train {x_train.shape}, test {x_test.shape}; mean {MEAN:.4f}, std {STD:.4f}; "
       f"after scaling: mean {x_train.mean():.3f}, std {x_train.std():.3f}")
 
