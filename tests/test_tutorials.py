@@ -146,6 +146,46 @@ def test_out_of_date_detects_an_edited_cell(tmp_path, monkeypatch):
     assert "cell 2 differs" in build.out_of_date(src / "00_demo.py")
 
 
+def _saved(nb, outputs):
+    """`nb` as if executed: each code cell gets the next of `outputs` as its saved stdout."""
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    for cell, text in zip(code, outputs):
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": [text]}]
+        cell["execution_count"] = 1
+    return nb
+
+
+def test_keep_outputs_refuses_a_changed_code_cell_unless_it_is_a_listing():
+    listing = PERCENT.replace("# %%\nx * 21", '# %% tags=["listing"]\nx * 21')
+    cells = build.parse_percent(listing)
+    assert cells[2]["tags"] == ["listing"] and cells[1]["tags"] == []
+    old = _saved(build.make_notebook(cells, "00_demo"), ["x is 2\n", "42\n"])
+    assert build.is_listing(old["cells"][2]) and not build.is_listing(old["cells"][1])
+
+    # the listing cell changed: refused without the flag (and the message says which flag), kept with it
+    edited = build.make_notebook(build.parse_percent(listing.replace("x * 21", "x * 20")), "00_demo")
+    with pytest.raises(build.CodeChanged, match="code cell 2 changed.*--refresh-listings"):
+        build.carry_outputs(old, edited, "demo")
+    build.carry_outputs(old, edited, "demo", listings_changeable=True)
+    assert edited["cells"][1]["outputs"][0]["text"] == ["x is 2\n"]
+
+    # an ordinary code cell changed: refused even with the flag (its saved outputs would be stale)
+    edited = build.make_notebook(build.parse_percent(listing.replace("1 + 1", "1 + 2")), "00_demo")
+    with pytest.raises(build.CodeChanged, match="code cell 1 changed"):
+        build.carry_outputs(old, edited, "demo", listings_changeable=True)
+
+
+def test_only_source_listings_are_tagged_listing():
+    """A listing cell's outputs are refreshed by a small CPU run (build.py --refresh-listings), so it
+    must print source code only: no data, device or timing may reach it."""
+    for source in SOURCES:
+        for cell in build.parse_percent(source.read_text()):
+            if "listing" in cell["tags"]:
+                assert "tu.python_source" in cell["source"] or "tu.SideBySide" in cell["source"], cell["source"]
+                for word in ("USE_GPU", "DEVICE", "time_", "MODE", "history"):
+                    assert word not in cell["source"], (source.name, word, cell["source"])
+
+
 # ----------------------------------------------------------------------------------------------
 # run.py's builtin executor
 # ----------------------------------------------------------------------------------------------

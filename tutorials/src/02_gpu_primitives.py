@@ -96,7 +96,7 @@ print(tu.python_function_from_file("minidl/primitives/cuda/_compile.py", "get_mo
 # * a **grid-stride loop**: a fixed grid sized to fill the GPU, each thread walking the array with a
 #   stride of the whole grid, so any size runs with the same launch.
 
-# %%
+# %% tags=["listing"]
 display(tu.SideBySide(
     "kernels/activation.cu (CUDA)",
     tu.cuda_function("activation", "activation_value") + "\n\n" + tu.cuda_function("activation", "activation_forward"),
@@ -160,7 +160,7 @@ display(table(results))
 # **shuffles** (`__shfl_xor_sync`), which pass registers between lanes without touching memory.
 # In five steps (offsets 16, 8, 4, 2, 1) every lane holds the total: a butterfly reduction.
 
-# %%
+# %% tags=["listing"]
 display(tu.SideBySide(
     "kernels/softmax.cu + elementwise_common.cuh (CUDA)",
     tu.cuda_function("elementwise_common.cuh", "warp_max") + "\n\n"
@@ -216,7 +216,7 @@ display(table([r for r in results if r[0].startswith("softmax")]))
 # The NumPy side is a single `np.matmul`, which calls the CPU's BLAS, itself a tiled GEMM of the
 # same design tuned to the CPU's caches and vector registers.
 
-# %%
+# %% tags=["listing"]
 display(tu.SideBySide(
     "kernels/common.cuh: the main loop (CUDA)",
     tu.header_comment("common.cuh") + "\n\n" + tu.cuda_function("common.cuh", "gemm_mainloop"),

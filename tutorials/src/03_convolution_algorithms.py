@@ -96,7 +96,7 @@ except ValueError as e:
 # obviously right, which is why the GPU tests use it as the reference for the other algorithms, and
 # slow, because neighbouring threads re-read the same inputs from memory instead of sharing them.
 
-# %%
+# %% tags=["listing"]
 direct_file, direct_kernel = tu.find_cuda_function("convolution_forward_direct", missing_ok=True)
 display(tu.SideBySide(f"kernels/{direct_file}: convolution_forward_direct (CUDA)", direct_kernel,
                       "minidl/primitives/cpu/convolution.py (NumPy)", tu.python_source(cpu_conv._forward_direct)))
@@ -128,7 +128,7 @@ tu.stamp(fig, DEVICE, MODE)
 plt.show()
 print(f"the input has {tiny.size} values; the column matrix {cols.size}: each value appears up to 9 times")
 
-# %%
+# %% tags=["listing"]
 im2col_file, im2col_kernel = tu.find_cuda_function("convolution_im2col", missing_ok=True)
 display(tu.SideBySide(f"kernels/{im2col_file}: convolution_im2col (CUDA; then gemm.cu multiplies)", im2col_kernel,
                       "minidl/primitives/cpu/convolution.py (NumPy)",
@@ -152,7 +152,7 @@ display(tu.SideBySide(f"kernels/{im2col_file}: convolution_im2col (CUDA; then ge
 # These two exist only on the GPU: on a CPU, BLAS wants a plain matrix, so im2col is the way to reach
 # it. Below: the loader that gathers the lowered input, and the tap decomposition it needs.
 
-# %%
+# %% tags=["listing"]
 loader = tu.cuda_excerpt("convolution", r"struct FpropInputLoader\b")
 taps = tu.cuda_function("convolution", "filter_tap") + "\n\n" + tu.cuda_function("convolution", "convolution_tap_table")
 display(tu.SideBySide("kernels/convolution.cu: FpropInputLoader (implicit GEMM's A operand)", loader,
@@ -186,7 +186,7 @@ assert np.allclose(direct_result, AT @ m)
 # stride-1, dilation-1 filters only, and its transforms add rounding error (small, but more than the
 # other algorithms: we measure it below).
 
-# %%
+# %% tags=["listing"]
 wino_file, wino_kernel = tu.find_cuda_function("convolution_winograd_input_transform", missing_ok=True)
 display(tu.SideBySide(f"kernels/{wino_file}: the input transform B^T d B (CUDA)", wino_kernel,
                       "minidl/primitives/cpu/convolution.py (NumPy)", tu.python_source(cpu_conv._winograd_f2x2_3x3)))

@@ -103,7 +103,7 @@ plt.show()
 # the device: no copy from the host per step, which would otherwise keep a GPU waiting. This is
 # its fast path:
 
-# %%
+# %% tags=["listing"]
 print(tu.python_source(DataLoader._iter_fast))
 
 # %%
@@ -172,7 +172,7 @@ display(tu.Table(["layer", "output shape (batch of 2)", "parameters"], rows,
 # runs the plan's forward (the NumPy reference on a NumPy array, a CUDA kernel on a CuPy array), and
 # its `backward` the gradient directions. The layer never knows which device it is on.
 
-# %%
+# %% tags=["listing"]
 print(tu.python_source(F.Convolution.forward, F.Convolution.backward))
 
 # %% [markdown]

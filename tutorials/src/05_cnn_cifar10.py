@@ -149,7 +149,7 @@ def make_datasets(device):
 # offsets are drawn on the host (one per image, from a seeded generator), and one fancy index
 # gathers every image's window at once, so a GPU batch never leaves the GPU:
 
-# %%
+# %% tags=["listing"]
 print(tu.python_source(RandomCrop.__call__))
 
 # %%
@@ -188,7 +188,7 @@ plt.show()
 # prediction does not depend on the other images in the batch. Here is the primitive's NumPy
 # reference (the GPU kernel does the same with one block per channel):
 
-# %%
+# %% tags=["listing"]
 print(tu.python_source(cpu_batch_norm.batch_norm_forward_training))
 
 # %% [markdown]
@@ -211,7 +211,7 @@ print(tu.python_source(cpu_batch_norm.batch_norm_forward_training))
 # and He initialisation (variance 2 / fan_in, which keeps the scale through ReLU layers), as
 # `examples/train_cifar10.py --norm lrn` does. Batch norm needs neither: it rescales every layer.
 
-# %%
+# %% tags=["listing"]
 print(tu.python_source(cpu_lrn._window_sum, cpu_lrn._scale, cpu_lrn.lrn_forward))
 
 # %% [markdown]

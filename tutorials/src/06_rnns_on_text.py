@@ -118,7 +118,7 @@ print("                target rows 1-5, column 0:", repr(corpus.decode(y.numpy()
 # of all time steps, then per time step one small recurrent GEMM and one fused cell kernel. The tape
 # holds one node, not thousands:
 
-# %%
+# %% tags=["listing"]
 print(tu.python_source(nn.layers.rnn.RNNSequence))
 
 # %%
@@ -356,7 +356,7 @@ plt.show()
 # pre-activations and its old cell state, computes everything in registers, and writes the new
 # `c`, `h`, the layer output `y[t]` and the four gate values that backward needs.
 
-# %%
+# %% tags=["listing"]
 kernel_file, lstm_kernel = tu.find_cuda_function("lstm_cell_forward", missing_ok=True)
 display(tu.SideBySide(f"kernels/{kernel_file}: lstm_cell_forward (CUDA, one thread per (b, j))", lstm_kernel,
                       "minidl/primitives/cpu/rnn.py: lstm_cell_forward (NumPy)",

@@ -289,7 +289,7 @@ print(tu.header_comment("gemm_tc"))
 # register tile of B with scalar FMAs; the tensor-core kernel's warp loads fragments and issues one
 # `mma` per 16 x 8 x 8 (TF32) or 16 x 8 x 16 (half) piece.
 
-# %%
+# %% tags=["listing"]
 fp32_file, fp32_loop = tu.find_cuda_function("gemm_mainloop")
 display(tu.SideBySide(f"kernels/{fp32_file}: the fp32 main loop (CUDA cores, scalar FMAs)", fp32_loop,
                       "kernels/gemm_tc.cu: the tensor-core instructions (one per 16x8 tile of C)",
