@@ -122,7 +122,8 @@ __device__ __forceinline__ Taps taps_of(int o, int k, int s, int p, int dil, int
 }
 
 // The reduction of one output's window. For max, also returns the flat (d, h, w) position of the
-// first maximum through `arg` (as d * H * W + h * W + w).
+// first maximum through `arg` (as d * H * W + h * W + w); where the window holds NaNs, the maximum
+// is NaN and `arg` the last NaN in scan order (PyTorch's rule: every NaN replaces the best so far).
 template <typename Index>
 __device__ __forceinline__ float pool_window(const float* x, const PoolShape& s, int mode, Index n, Index c,
                                              int od, int oh, int ow, int& arg)
@@ -138,7 +139,7 @@ __device__ __forceinline__ float pool_window(const float* x, const PoolShape& s,
                 for (int l = tw.t_lo; l < tw.t_hi; ++l) {
                     const int d = td.start + i * s.DD, h = th.start + j * s.DH, w = tw.start + l * s.DW;
                     const float v = x[input_offset<Index>(s, n, c, d, h, w)];
-                    if (v > best || (v != v && best == best) || arg < 0) {  // first max; a NaN wins
+                    if (v > best || v != v || arg < 0) {  // first max; the last NaN wins
                         best = v;
                         arg = (d * s.H + h) * s.W + w;
                     }
@@ -250,17 +251,17 @@ extern "C" __global__ void pooling_backward(const float* x, const float* dy, flo
 // kernels above spend their time on index arithmetic (five divisions by run-time sizes per
 // element) and scalar loads; a thread here divides twice for two outputs. The results are bit for
 // bit the generic kernels': the same scan order (top-left, top-right, bottom-left, bottom-right),
-// the same first-maximum and NaN rule, the same order of summation.
+// the same first-maximum and last-NaN rule, the same order of summation.
 // ---------------------------------------------------------------------------------------------
 
-// Position 0..3 of the first maximum of a 2 x 2 window given in scan order (a NaN wins).
+// Position 0..3 of the first maximum of a 2 x 2 window given in scan order (the last NaN wins).
 __device__ __forceinline__ int first_max_of4(float v0, float v1, float v2, float v3)
 {
     float best = v0;
     int arg = 0;
-    if (v1 > best || (v1 != v1 && best == best)) { best = v1; arg = 1; }
-    if (v2 > best || (v2 != v2 && best == best)) { best = v2; arg = 2; }
-    if (v3 > best || (v3 != v3 && best == best)) { arg = 3; }
+    if (v1 > best || v1 != v1) { best = v1; arg = 1; }
+    if (v2 > best || v2 != v2) { best = v2; arg = 2; }
+    if (v3 > best || v3 != v3) { arg = 3; }
     return arg;
 }
 

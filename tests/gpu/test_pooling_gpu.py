@@ -291,3 +291,34 @@ def test_dilated_max_pooling_never_takes_the_k2s2_path(cp):
     x = cp.zeros((2, 3, 16, 16), dtype=cp.float32)
     desc = PoolingDescriptor("max", 2, 2, 0, dilation=2)
     assert not launcher.uses_k2s2(x.shape, pooling_output_shape(x.shape, desc), desc, "NCHW", arrays=(x,))
+
+
+@pytest.mark.parametrize("k2s2", [True, False])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_max_pooling_with_several_nans_picks_the_last_nan_as_torch(cp, torch, monkeypatch, k2s2, layout):
+    """A window holding several NaNs: the maximum is NaN, its index the last NaN in scan order and the
+    gradient goes there (PyTorch's rule on CPU and GPU; the NumPy reference's), on the 2x2/stride-2
+    fast path and on the generic kernels."""
+    from minidl.primitives import max_pooling_forward_with_indices, pooling_backward, PoolingDescriptor
+    from minidl.primitives.cuda import pooling as launcher
+
+    monkeypatch.setattr(launcher, "USE_K2S2", k2s2)
+    rng = np.random.default_rng(11)
+    x_cf = rng.standard_normal((2, 3, 6, 8)).astype(np.float32)
+    x_cf[rng.random(x_cf.shape) < 0.3] = np.nan       # many windows with two or more NaNs
+    x_cf[0, 0, 0:2, 0:2] = [[np.nan, 1.0], [np.nan, 5.0]]  # first and third taps: the third wins
+    desc = PoolingDescriptor("max", 2, 2, 0)
+    x_host = to_layout(x_cf, layout)
+    y, idx = max_pooling_forward_with_indices(cp.asarray(x_host), desc, layout=layout)
+    y_ref, idx_ref = max_pooling_forward_with_indices(x_host, desc, layout=layout)
+    np.testing.assert_array_equal(cp.asnumpy(idx), idx_ref)
+    np.testing.assert_array_equal(cp.asnumpy(y), y_ref)   # NaNs in the same places (assert_array_equal: NaN == NaN)
+
+    t = torch.tensor(x_cf, requires_grad=True)            # torch on the CPU: the oracle for the index rule
+    ty, tidx = torch.nn.functional.max_pool2d(t, 2, 2, return_indices=True)
+    np.testing.assert_array_equal(from_layout(cp.asnumpy(idx), layout), tidx.numpy())
+    assert int(tidx[0, 0, 0, 0]) == 8                     # (row 1, col 0) of the 6x8 plane
+    dy_host = rng.standard_normal(y_ref.shape).astype(np.float32)
+    ty.backward(torch.tensor(np.ascontiguousarray(from_layout(dy_host, layout))))
+    dx = pooling_backward(cp.asarray(x_host), y, cp.asarray(dy_host), desc, layout=layout)
+    np.testing.assert_array_equal(from_layout(cp.asnumpy(dx), layout), t.grad.numpy())
