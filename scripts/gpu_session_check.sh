@@ -8,9 +8,17 @@ set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/minidl_gpu_out}; mkdir -p "$OUT"
-T_TESTS=${T_TESTS:-270}; T_STEP=${T_STEP:-110}; T_CONV=${T_CONV:-60}
+T_TESTS=${T_TESTS:-270}; T_STEP=${T_STEP:-110}; T_CONV=${T_CONV:-60}; T_FIRST=${T_FIRST:-120}
+# FIRST: the GPU tests of what changed since the last GPU run, run (and logged) before the whole suite,
+# so that their result comes back even if the suite runs out of time.
+FIRST=${FIRST:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 date -u +%FT%TZ | tee -a "$OUT/device.txt"
+if [ -n "$FIRST" ]; then
+  # shellcheck disable=SC2086
+  timeout -s INT "$T_FIRST" python3 -m pytest -m gpu -q -p no:cacheprovider -rf $FIRST 2>&1 | tail -n 200 > "$OUT/gpu_first.log"
+  tail -n 15 "$OUT/gpu_first.log"
+fi
 timeout -s INT "$T_TESTS" python3 -m pytest -m gpu -q -p no:cacheprovider -rf tests 2>&1 | tail -n 400 > "$OUT/gpu_tests.log"
 tail -n 30 "$OUT/gpu_tests.log"
 timeout -s INT "$T_STEP" python3 benchmarks/bench_gpu_train_step.py --steps 30 --warmup 5 --no-policy-study \
