@@ -17,6 +17,8 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KERNELS_DIR = REPO_ROOT / "kernels"
 MODES = ("small", "full")
@@ -44,6 +46,52 @@ def gpu_status(mode: str) -> tuple[bool, str]:
     if not minidl.cuda.is_available():
         return False, f"no usable GPU here: {minidl.cuda.unavailable_reason()}"
     return True, ""
+
+
+class Setup(tuple):
+    """What setup() found: (mode, use_gpu, device, why_not_gpu), also by name."""
+
+    __slots__ = ()
+
+    def __new__(cls, mode, use_gpu, device, why_not_gpu):
+        return super().__new__(cls, (mode, use_gpu, device, why_not_gpu))
+
+    mode = property(lambda self: self[0])
+    use_gpu = property(lambda self: self[1])
+    device = property(lambda self: self[2])
+    why_not_gpu = property(lambda self: self[3])
+
+
+def setup(precompile=None) -> Setup:
+    """The first cell of every tutorial: the mode (MINIDL_TUTORIAL_MODE, "small" by default), whether
+    the GPU cells run and why not, and the label every table and figure is stamped with. Prints one
+    line saying so; silences tqdm's "no ipywidgets" warning (tqdm.auto falls back to a text bar).
+
+    precompile: kernel families to compile now when the GPU is used (None: none; "all": every one),
+    so that no timing below includes an NVRTC compile.
+
+        MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup(precompile=["gemm"])
+    """
+    import warnings
+
+    from tqdm import TqdmWarning
+
+    warnings.filterwarnings("ignore", category=TqdmWarning)
+    mode = tutorial_mode()
+    use_gpu, why_not = gpu_status(mode)
+    device = device_label(use_gpu)
+    print(f"mode={mode}; {device}" + ("" if use_gpu else f" (GPU cells skipped: {why_not})"))
+    if use_gpu and precompile is not None:
+        import minidl
+
+        minidl.cuda.precompile() if precompile == "all" else minidl.cuda.precompile(list(precompile))
+    return Setup(mode, use_gpu, device, why_not)
+
+
+def rel_err(a, b) -> float:
+    """||a - b|| / ||b|| in float64, for NumPy or CuPy arrays (or anything np.asarray takes)."""
+    a, b = (np.asarray(v.get() if hasattr(v, "get") else v, dtype=np.float64) for v in (a, b))
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
 
 
 def cpu_name() -> str:

@@ -28,21 +28,12 @@
 # on an H200 (15 s).
 
 # %%
-import os
-import sys
-from pathlib import Path
-
-# tutorial_utils.py sits next to the notebooks: the mode, the device label, tables, figure stamps.
-HERE = Path.cwd() if (Path.cwd() / "tutorial_utils.py").exists() else Path.cwd() / "tutorials"
-sys.path.insert(0, str(HERE))
-import tutorial_utils as tu
-
-MODE = tu.tutorial_mode()            # MINIDL_TUTORIAL_MODE: "small" (default) or "full"
-USE_GPU, WHY_NOT_GPU = tu.gpu_status(MODE)
-DEVICE = tu.device_label(USE_GPU)
-print(f"mode={MODE}; {DEVICE}" + ("" if USE_GPU else f" (GPU cells skipped: {WHY_NOT_GPU})"))
+import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
+MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup()
 
 import math
+from pathlib import Path
+
 import numpy as np
 import matplotlib.pyplot as plt
 import minidl

@@ -29,24 +29,11 @@
 # come from a full run on an H200 (47 s).
 
 # %%
-import os
-import sys
-from pathlib import Path
+import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
+MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup(precompile=["activation", "softmax", "gemm"])   # no timing below may include NVRTC
 
-HERE = Path.cwd() if (Path.cwd() / "tutorial_utils.py").exists() else Path.cwd() / "tutorials"
-sys.path.insert(0, str(HERE))
-import tutorial_utils as tu
-
-MODE = tu.tutorial_mode()            # MINIDL_TUTORIAL_MODE: "small" (default) or "full"
-USE_GPU, WHY_NOT_GPU = tu.gpu_status(MODE)
-DEVICE = tu.device_label(USE_GPU)
-print(f"mode={MODE}; {DEVICE}" + ("" if USE_GPU else f" (GPU cells skipped: {WHY_NOT_GPU})"))
-
-import warnings
 import numpy as np
 import matplotlib.pyplot as plt
-from tqdm import TqdmWarning
-warnings.filterwarnings("ignore", category=TqdmWarning)   # tqdm.auto without ipywidgets: text bar
 from tqdm.auto import tqdm
 
 import minidl
@@ -56,14 +43,11 @@ from minidl.primitives.gemm import gemm      # BLAS-style GEMM: np.matmul on the
 
 if USE_GPU:
     import cupy
-    minidl.cuda.precompile(["activation", "softmax", "gemm"])   # compile now: no timing may include NVRTC
     xp = cupy
 else:
     xp = np
 
-def rel_err(a, b):
-    a, b = (np.asarray(v.get() if hasattr(v, "get") else v, dtype=np.float64) for v in (a, b))
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
+rel_err = tu.rel_err   # ||a - b|| / ||b|| in float64 (tutorial_utils.py)
 
 def time_ms(fn, on_gpu):
     return tu.time_gpu_ms(fn) if on_gpu else tu.time_cpu_ms(fn, repeats=5 if MODE == "small" else 20)

@@ -28,25 +28,12 @@
 # full run on an H200 (21 s).
 
 # %%
-import os
-import sys
-from pathlib import Path
-
-HERE = Path.cwd() if (Path.cwd() / "tutorial_utils.py").exists() else Path.cwd() / "tutorials"
-sys.path.insert(0, str(HERE))
-import tutorial_utils as tu
-
-MODE = tu.tutorial_mode()            # MINIDL_TUTORIAL_MODE: "small" (default) or "full"
-USE_GPU, WHY_NOT_GPU = tu.gpu_status(MODE)
-DEVICE = tu.device_label(USE_GPU)
-print(f"mode={MODE}; {DEVICE}" + ("" if USE_GPU else f" (GPU cells skipped: {WHY_NOT_GPU})"))
+import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
+MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup(precompile=["convolution", "gemm"])   # no timing below may include NVRTC
 
 import math
-import warnings
 import numpy as np
 import matplotlib.pyplot as plt
-from tqdm import TqdmWarning
-warnings.filterwarnings("ignore", category=TqdmWarning)   # tqdm.auto without ipywidgets: text bar
 from tqdm.auto import tqdm
 
 import minidl
@@ -56,15 +43,12 @@ from minidl.primitives.cpu import convolution as cpu_conv
 DEV = "cuda" if USE_GPU else "cpu"
 if USE_GPU:
     import cupy
-    minidl.cuda.precompile(["convolution", "gemm"])   # compile now: no timing below may include NVRTC
     to_device = cupy.asarray
     to_host = cupy.asnumpy
 else:
     to_device = to_host = np.asarray
 
-def rel_err(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
+rel_err = tu.rel_err   # ||a - b|| / ||b|| in float64 (tutorial_utils.py)
 
 # %% [markdown]
 # ## 3.1 The function, and how to describe it

@@ -28,34 +28,19 @@
 # epochs are skipped without a GPU). The saved outputs come from a full run on an H200 (32 s).
 
 # %%
-import os
-import sys
+import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
+MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup(precompile="all")   # compile every kernel now: no timing below may include NVRTC
+
 import time
-from pathlib import Path
 
-HERE = Path.cwd() if (Path.cwd() / "tutorial_utils.py").exists() else Path.cwd() / "tutorials"
-sys.path.insert(0, str(HERE))
-import tutorial_utils as tu
-
-MODE = tu.tutorial_mode()            # MINIDL_TUTORIAL_MODE: "small" (default) or "full"
-USE_GPU, WHY_NOT_GPU = tu.gpu_status(MODE)
-DEVICE = tu.device_label(USE_GPU)
-print(f"mode={MODE}; {DEVICE}" + ("" if USE_GPU else f" (GPU cells skipped: {WHY_NOT_GPU})"))
-
-import warnings
 import numpy as np
 import matplotlib.pyplot as plt
-from tqdm import TqdmWarning
-warnings.filterwarnings("ignore", category=TqdmWarning)   # tqdm.auto without ipywidgets: text bar
 from tqdm.auto import tqdm
 
 import minidl
 import minidl.nn as nn
 import minidl.nn.functional as F
 from minidl.data import MNIST, DataLoader, TensorDataset, data_root
-
-if USE_GPU:
-    minidl.cuda.precompile()          # compile every kernel now: no timing below may include NVRTC
 
 CPU_LABEL = tu.device_label(False)    # the CPU run's label, also on the GPU machine
 

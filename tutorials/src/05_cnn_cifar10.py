@@ -41,26 +41,14 @@
 # would run for many hours: don't, stay in small mode there.
 
 # %%
-import os
-import sys
+import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
+MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup(precompile="all")   # compile every kernel now: no timing below may include NVRTC
+
 import time
 import types
-from pathlib import Path
 
-HERE = Path.cwd() if (Path.cwd() / "tutorial_utils.py").exists() else Path.cwd() / "tutorials"
-sys.path.insert(0, str(HERE))
-import tutorial_utils as tu
-
-MODE = tu.tutorial_mode()            # MINIDL_TUTORIAL_MODE: "small" (default) or "full"
-USE_GPU, WHY_NOT_GPU = tu.gpu_status(MODE)
-DEVICE = tu.device_label(USE_GPU)
-print(f"mode={MODE}; {DEVICE}" + ("" if USE_GPU else f" (GPU cells skipped: {WHY_NOT_GPU})"))
-
-import warnings
 import numpy as np
 import matplotlib.pyplot as plt
-from tqdm import TqdmWarning
-warnings.filterwarnings("ignore", category=TqdmWarning)   # tqdm.auto without ipywidgets: text bar
 from tqdm.auto import tqdm
 
 import minidl
@@ -71,8 +59,6 @@ from minidl.data.transforms import RandomCrop, RandomHorizontalFlip
 from minidl.primitives.cpu import batch_norm as cpu_batch_norm, lrn as cpu_lrn
 
 TRAIN_DEVICE = "cuda" if USE_GPU else "cpu"
-if USE_GPU:
-    minidl.cuda.precompile()          # compile every kernel now: no timing below may include NVRTC
 CPU_LABEL = tu.device_label(False)
 
 # %% [markdown]

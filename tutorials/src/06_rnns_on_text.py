@@ -24,27 +24,16 @@
 # mode without a GPU.
 
 # %%
-import os
-import sys
+import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
+MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup(precompile="all")   # compile every kernel now: no timing below may include NVRTC
+
 import math
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path.cwd() if (Path.cwd() / "tutorial_utils.py").exists() else Path.cwd() / "tutorials"
-sys.path.insert(0, str(HERE))
-import tutorial_utils as tu
-
-MODE = tu.tutorial_mode()            # MINIDL_TUTORIAL_MODE: "small" (default) or "full"
-USE_GPU, WHY_NOT_GPU = tu.gpu_status(MODE)
-DEVICE = tu.device_label(USE_GPU)
-print(f"mode={MODE}; {DEVICE}" + ("" if USE_GPU else f" (GPU cells skipped: {WHY_NOT_GPU})"))
-
-import warnings
 import numpy as np
 import matplotlib.pyplot as plt
-from tqdm import TqdmWarning
-warnings.filterwarnings("ignore", category=TqdmWarning)   # tqdm.auto without ipywidgets: text bar
 from tqdm.auto import tqdm
 
 import minidl
@@ -55,12 +44,8 @@ from minidl.nn.utils import clip_grad_norm_
 from minidl.primitives.cpu import rnn as cpu_rnn
 
 TRAIN_DEVICE = "cuda" if USE_GPU else "cpu"
-if USE_GPU:
-    minidl.cuda.precompile()          # compile every kernel now: no timing below may include NVRTC
 
-def rel_err(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
+rel_err = tu.rel_err   # ||a - b|| / ||b|| in float64 (tutorial_utils.py)
 
 # %% [markdown]
 # ## 6.1 Text as a stream of token ids

@@ -28,24 +28,12 @@
 # it times our tensor-core GEMMs against cuBLAS (under a minute on an H200).
 
 # %%
-import os
-import sys
-from pathlib import Path
+import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
+MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup(precompile=["gemm"])
+# (gemm_tc compiles each variant on first use, in the warm-up calls of every timing: no timing includes NVRTC)
 
-HERE = Path.cwd() if (Path.cwd() / "tutorial_utils.py").exists() else Path.cwd() / "tutorials"
-sys.path.insert(0, str(HERE))
-import tutorial_utils as tu
-
-MODE = tu.tutorial_mode()            # MINIDL_TUTORIAL_MODE: "small" (default) or "full"
-USE_GPU, WHY_NOT_GPU = tu.gpu_status(MODE)
-DEVICE = tu.device_label(USE_GPU)
-print(f"mode={MODE}; {DEVICE}" + ("" if USE_GPU else f" (GPU cells skipped: {WHY_NOT_GPU})"))
-
-import warnings
 import numpy as np
 import matplotlib.pyplot as plt
-from tqdm import TqdmWarning
-warnings.filterwarnings("ignore", category=TqdmWarning)
 from tqdm.auto import tqdm
 
 import minidl
@@ -53,12 +41,8 @@ from minidl import primitives as P
 
 if USE_GPU:
     import cupy
-    minidl.cuda.precompile(["gemm"])   # compile now; gemm_tc compiles each variant on first use (the
-                                       # warm-up calls of every timing), so no timing includes NVRTC
 
-def rel_err(a, b):
-    a, b = (np.asarray(v.get() if hasattr(v, "get") else v, dtype=np.float64) for v in (a, b))
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
+rel_err = tu.rel_err   # ||a - b|| / ||b|| in float64 (tutorial_utils.py)
 
 # %% [markdown]
 # ## 7.1 One instruction, one warp, one 16x8x8 product

@@ -31,18 +31,10 @@
 # outputs come from a small-mode run on the CPU (a full-mode GPU run has not been saved yet).
 
 # %%
-import sys
+import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
+MODE, USE_GPU, DEVICE, WHY_NOT_GPU = tu.setup(precompile="all")   # compile every kernel now: no timing below may include NVRTC
+
 import time
-from pathlib import Path
-
-HERE = Path.cwd() if (Path.cwd() / "tutorial_utils.py").exists() else Path.cwd() / "tutorials"
-sys.path.insert(0, str(HERE))
-import tutorial_utils as tu
-
-MODE = tu.tutorial_mode()            # MINIDL_TUTORIAL_MODE: "small" (default) or "full"
-USE_GPU, WHY_NOT_GPU = tu.gpu_status(MODE)
-DEVICE = tu.device_label(USE_GPU)
-print(f"mode={MODE}; {DEVICE}" + ("" if USE_GPU else f" (GPU cells skipped: {WHY_NOT_GPU})"))
 
 import numpy as np
 import matplotlib.pyplot as plt
@@ -56,8 +48,6 @@ device = "cuda" if USE_GPU else "cpu"
 BATCH = 128 if MODE == "full" else 8
 STEPS = 30 if MODE == "full" else 2
 WARMUP = 3 if MODE == "full" else 1
-if USE_GPU:
-    minidl.cuda.precompile()          # no measurement below may include an NVRTC compile
 ACTIVITIES = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if USE_GPU else [])
 
 # %% [markdown]
