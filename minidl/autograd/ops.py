@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._device import get_array_module
+from .. import _dtypes
 from .._dtypes import float32, is_floating, is_half
 from ._dims import reduction_axes
 from .function import Function, unbroadcast
@@ -113,12 +114,12 @@ class Where(Function):
 
     def forward(self, cond, a, b):
         self.cond, self.shapes = cond, (a.shape, b.shape)
-        return get_array_module(a).where(cond, a, b)
+        return _dtypes.where(get_array_module(a), cond, a, b)
 
     def backward(self, g):
-        zero = g.dtype.type(0)
-        ga = unbroadcast(get_array_module(g).where(self.cond, g, zero), self.shapes[0])
-        gb = unbroadcast(get_array_module(g).where(self.cond, zero, g), self.shapes[1])
+        xp, zero = get_array_module(g), g.dtype.type(0)
+        ga = unbroadcast(_dtypes.where(xp, self.cond, g, zero), self.shapes[0])
+        gb = unbroadcast(_dtypes.where(xp, self.cond, zero, g), self.shapes[1])
         return None, ga, gb
 
 
@@ -567,10 +568,11 @@ def _matmul(a, b, trans_a=False, trans_b=False):
                                math=backends.math_for_matmul(a.dtype))
     op_a = xp.swapaxes(a, -1, -2) if trans_a else a
     op_b = xp.swapaxes(b, -1, -2) if trans_b else b
-    if xp is np and is_half(a.dtype):
-        # NumPy has no half BLAS (and ml_dtypes' bfloat16 matmul returns float32): multiply in
-        # float32 and round once, as a tensor core accumulates in float32.
-        return np.matmul(op_a.astype(float32), op_b.astype(float32)).astype(a.dtype)
+    if is_half(a.dtype):
+        # NumPy has no half BLAS (ml_dtypes' bfloat16 matmul returns float32) and CuPy's matmul refuses
+        # bfloat16 ("data type 'E' not understood"): multiply in float32 and round once, as a tensor
+        # core accumulates in float32.
+        return xp.matmul(op_a.astype(float32), op_b.astype(float32)).astype(a.dtype)
     return xp.matmul(op_a, op_b)
 
 

@@ -540,3 +540,26 @@ def test_grad_scaler_errors_state_dict_and_disabled():
         s = minidl.amp.GradScaler("cpu")
         s.scale((h * h).sum()).backward()
         s.unscale_(minidl.optim.SGD([h], lr=0.1))
+
+
+@pytest.mark.parametrize("md", [minidl.float16, minidl.bfloat16])
+def test_dtypes_where_selects_16_bit_floats_bit_for_bit(md):
+    """_dtypes.where (used by Tensor.where and the embedding's out-of-range rows) keeps the half dtype
+    with array and scalar operands and broadcasting, and selects exactly np.where's values (NaN
+    included): on the GPU it is what keeps bfloat16 from coming back as float32."""
+    from minidl import _dtypes
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 5)).astype(md)
+    a[0, 0] = np.nan
+    b = rng.standard_normal((1, 5)).astype(md)
+    cond = rng.random((3, 5)) < 0.5
+    for x, y in ((a, b), (a, md.type(0)), (md.type(np.nan), b), (np.broadcast_to(b, (3, 5)), a)):
+        got = _dtypes.where(np, cond, x, y)
+        want = np.where(cond, np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32))
+        assert got.dtype == md and got.shape == (3, 5)
+        np.testing.assert_array_equal(got.view(np.uint16), want.astype(md).view(np.uint16))
+    with pytest.raises(TypeError, match="both operands must be"):
+        _dtypes.where(np, cond, a, b.astype(np.float32))
+    f32 = _dtypes.where(np, cond, a.astype(np.float32), np.float32(1))   # other dtypes: xp.where itself
+    assert f32.dtype == np.float32
