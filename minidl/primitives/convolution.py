@@ -31,7 +31,9 @@ Math (cuDNN's math type), the `math=` argument of every direction and of the alg
      where it applies; the fp32 algorithms remain valid choices). On the CPU the NumPy reference
      emulates TF32: operands rounded to 10 mantissa bits, products summed in fp32.
    float16 / bfloat16 data always run on tensor cores on the GPU (fp32 accumulation) and in fp32 on
-   the CPU, whatever `math` says. `AlgorithmPerf.math` says which arithmetic each listed algorithm
+   the CPU, whatever `math` says. Where no algorithm of the device takes 16-bit data (on the GPU:
+   groups > 1, 3-D), the operands are widened to float32, an fp32 algorithm runs, and the result is
+   rounded once to the data's dtype (`HalfInFloat32`; cuDNN's "pseudo-half" configuration). `AlgorithmPerf.math` says which arithmetic each listed algorithm
    uses ("fp32", "tf32", "fp16", "bf16").
 """
 from __future__ import annotations
@@ -40,12 +42,12 @@ import contextlib
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ._common import (backend, as_tuple, check_float, check_same_device, is_cuda_array, normalize_layout,
-                      shape_str)
+from ._common import (backend, as_tuple, check_float, check_same_device, get_array_module, is_cuda_array,
+                      normalize_layout, shape_str)
 
 __all__ = [
     "ConvolutionDescriptor", "ConvolutionProblem", "AlgorithmPerf", "ConvolutionPlan",
@@ -270,11 +272,72 @@ def _device_key(is_cuda: bool):
     return ("cuda", cupy.cuda.Device().id)
 
 
+class HalfInFloat32:
+    """A backend wrapper for 16-bit data that no algorithm of the device takes (on the GPU the
+    tensor-core kernels, the only half ones, are 1-D/2-D with groups = 1): the operands are widened to
+    float32, the wrapped backend runs an fp32 algorithm on the float32 twin of the problem, and the
+    result is rounded once to the data's dtype (cuDNN's "pseudo-half" configuration: half data, float
+    compute). alpha/beta blend in float32. Costs a copy of each operand in float32. (The convolution's
+    form of _common.computes_half_in_float32, used only where no half algorithm applies.)"""
+
+    def __init__(self, impl, problem):
+        self.impl, self.problem32 = impl, replace(problem, dtype="float32")
+
+    @staticmethod
+    def _wide(a):
+        return None if a is None else a.astype(np.float32)
+
+    def _finish(self, r, alpha, beta, out, dtype, relu=False):
+        """alpha * r + beta * out (then ReLU), in float32, rounded once into `out` or a new array."""
+        if alpha != 1.0:
+            r = r * np.float32(alpha)
+        if out is not None and beta != 0:
+            r = r + np.float32(beta) * out.astype(np.float32)
+        if relu:
+            r = get_array_module(r).maximum(r, np.float32(0))   # NaN stays NaN, as torch's relu
+        if out is None:
+            return r.astype(dtype)
+        out[...] = r.astype(out.dtype)
+        return out
+
+    def convolution_forward(self, x, w, problem, bias, algo, alpha, beta, out, relu=False):
+        y = self.impl.convolution_forward(self._wide(x), self._wide(w), self.problem32, self._wide(bias), algo,
+                                          1.0, 0.0, None)
+        return self._finish(y, alpha, beta, out, x.dtype, relu)
+
+    def convolution_backward_data(self, w, dy, problem, algo, alpha, beta, out):
+        dx = self.impl.convolution_backward_data(self._wide(w), self._wide(dy), self.problem32, algo, 1.0, 0.0, None)
+        return self._finish(dx, alpha, beta, out, dy.dtype)
+
+    def convolution_backward_filter(self, x, dy, problem, algo, alpha, beta, out):
+        dw = self.impl.convolution_backward_filter(self._wide(x), self._wide(dy), self.problem32, algo, 1.0, 0.0,
+                                                   None)
+        return self._finish(dw, alpha, beta, out, dy.dtype)
+
+    def convolution_backward_bias(self, dy, problem, alpha, beta, out):
+        return self.impl.convolution_backward_bias(dy, problem, alpha, beta, out)
+
+
+def _half_needs_float32(impl, direction, problem) -> bool:
+    """16-bit data for which no algorithm of the backend applies, while some does for float32."""
+    if problem.dtype not in HALF_DTYPES:
+        return False
+    if any(impl.is_supported(a, direction, problem)[0] for a in impl.ALGORITHMS):
+        return False
+    wide = replace(problem, dtype="float32")
+    return any(impl.is_supported(a, direction, wide)[0] for a in impl.ALGORITHMS)
+
+
 def _resolve_algorithm(op, algo, direction, problem, is_cuda, policy=None, workspace_limit=None):
     """The backend and the algorithm to run: the policy's choice for "auto" (policy None: the
     process-wide one), else the one asked for, checked to apply (an error naming it and the reason
-    when it does not)."""
+    when it does not). 16-bit data that no algorithm takes runs through HalfInFloat32: the returned
+    backend is then that wrapper, the algorithm an fp32 one."""
     impl = backend("convolution", is_cuda)
+    if _half_needs_float32(impl, direction, problem):
+        staged = HalfInFloat32(impl, problem)
+        _, algo = _resolve_algorithm(op, algo, direction, staged.problem32, is_cuda, policy, workspace_limit)
+        return staged, algo
     if algo == "auto":
         return impl, _select(impl, _device_key(is_cuda), direction, problem, policy, workspace_limit)
     device = "cuda" if is_cuda else "cpu"
@@ -452,6 +515,7 @@ class ConvolutionPlan:
         self.policy, self.workspace_limit = _policy_arg(op, policy)
         self.requested_algo = algo
         self.algos: dict = {}
+        self._impls: dict = {}   # per direction: the backend, or HalfInFloat32 around it (16-bit data)
         self.algos["forward"] = self._resolve("forward", algo, strict=True)
         p = self.problem
         self.bias_problem = ConvolutionProblem(
@@ -462,12 +526,15 @@ class ConvolutionPlan:
     def _resolve(self, direction, algo, strict=False):
         op = f"convolution_{direction}"
         if algo != "auto" and not strict:
-            ok, _ = (self.impl.is_supported(algo, direction, self.problem) if algo in self.impl.ALGORITHMS
+            problem = (replace(self.problem, dtype="float32")
+                       if _half_needs_float32(self.impl, direction, self.problem) else self.problem)
+            ok, _ = (self.impl.is_supported(algo, direction, problem) if algo in self.impl.ALGORITHMS
                      else (False, ""))
             if not ok:
                 algo = "auto"
-        _, chosen = _resolve_algorithm(op, algo, direction, self.problem, self.is_cuda, self.policy,
-                                       self.workspace_limit)
+        impl, chosen = _resolve_algorithm(op, algo, direction, self.problem, self.is_cuda, self.policy,
+                                          self.workspace_limit)
+        self._impls[direction] = impl
         return chosen
 
     def algorithm(self, direction) -> str:
@@ -496,24 +563,27 @@ class ConvolutionPlan:
         self._check("convolution_forward", "w", w, p.w_shape)
         if bias is not None:
             self._check("convolution_forward", "bias", bias, (p.K,))
+        impl = self._impls["forward"]
         if activation is not None:
-            return _forward_with_activation(self.impl, x, w, p, bias, self.algos["forward"], 1.0, 0.0, None,
+            return _forward_with_activation(impl, x, w, p, bias, self.algos["forward"], 1.0, 0.0, None,
                                             activation)
-        return self.impl.convolution_forward(x, w, p, bias, self.algos["forward"], 1.0, 0.0, None)
+        return impl.convolution_forward(x, w, p, bias, self.algos["forward"], 1.0, 0.0, None)
 
     def backward_data(self, w, dy):
         """dx, shaped problem.x_shape."""
         p = self.problem
         self._check("convolution_backward_data", "w", w, p.w_shape)
         self._check("convolution_backward_data", "dy", dy, p.y_shape)
-        return self.impl.convolution_backward_data(w, dy, p, self.algorithm("backward_data"), 1.0, 0.0, None)
+        algo = self.algorithm("backward_data")
+        return self._impls["backward_data"].convolution_backward_data(w, dy, p, algo, 1.0, 0.0, None)
 
     def backward_filter(self, x, dy):
         """dw, shaped problem.w_shape."""
         p = self.problem
         self._check("convolution_backward_filter", "x", x, p.x_shape)
         self._check("convolution_backward_filter", "dy", dy, p.y_shape)
-        return self.impl.convolution_backward_filter(x, dy, p, self.algorithm("backward_filter"), 1.0, 0.0, None)
+        algo = self.algorithm("backward_filter")
+        return self._impls["backward_filter"].convolution_backward_filter(x, dy, p, algo, 1.0, 0.0, None)
 
     def backward_bias(self, dy):
         """db (K,): dy summed over the batch and every spatial position."""
@@ -522,12 +592,16 @@ class ConvolutionPlan:
 
     def __getstate__(self):  # copy.deepcopy / pickle: the backend is a module, found again on load
         state = dict(self.__dict__)
-        del state["impl"]
+        del state["impl"], state["_impls"]
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.impl = backend("convolution", self.is_cuda)
+        self._impls = {}
+        for direction in self.algos:   # the same backends again (HalfInFloat32 where it was one)
+            self._impls[direction] = (HalfInFloat32(self.impl, self.problem)
+                                      if _half_needs_float32(self.impl, direction, self.problem) else self.impl)
 
     def __repr__(self):
         return (f"ConvolutionPlan(x {shape_str(self.problem.x_shape)}, w {shape_str(self.problem.w_shape)}, "

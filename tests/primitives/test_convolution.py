@@ -636,3 +636,61 @@ def test_device_algorithms_match_the_reference(device, layout):
             dw = P.convolution_backward_filter(xd, dyd, desc, w.shape, algo=perf.algo, layout=layout)
             assert rel_err(to_host(dw), dw_ref) <= tol
     assert rel_err(to_host(P.convolution_backward_bias(dyd, layout=layout)), db_ref) <= tol
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_half_data_no_algorithm_takes_runs_in_float32_and_rounds_once(monkeypatch, dtype, layout):
+    """16-bit data that no algorithm of the device takes (on the GPU: groups > 1 or 3-D, outside the
+    tensor-core kernels) runs through HalfInFloat32: widened to float32, an fp32 algorithm, one
+    rounding. Shown here on the CPU backend made to refuse half data as the GPU's fp32 algorithms do:
+    forward (with bias and an alpha/beta blend), both gradients, the plan (with its ReLU epilogue) and a
+    pickled plan give float32's results rounded to the dtype, bit for bit."""
+    import pickle
+
+    from minidl._dtypes import bfloat16
+
+    dtype = bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    real = cpu_conv.is_supported
+
+    def float32_only(algo, direction, problem):
+        if problem.dtype in ("float16", "bfloat16"):
+            return False, f"{problem.dtype} data runs on tensor cores only"
+        return real(algo, direction, problem)
+
+    monkeypatch.setattr(cpu_conv, "is_supported", float32_only)
+    rng = np.random.default_rng(4)
+    desc = P.ConvolutionDescriptor(padding=1, stride=(2, 1), groups=2)
+    x32 = rng.standard_normal((2, 4, 7, 6)).astype(np.float32)
+    w32 = rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    b32 = rng.standard_normal(6).astype(np.float32)
+    if layout == "NHWC":
+        x32, w32 = np.ascontiguousarray(x32.transpose(0, 2, 3, 1)), np.ascontiguousarray(w32.transpose(0, 2, 3, 1))
+    x, w, b = (a.astype(dtype) for a in (x32, w32, b32))
+    xw, ww, bw = (a.astype(np.float32) for a in (x, w, b))   # the half values, widened exactly
+
+    def same(got, want32):
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got.view(np.uint16), want32.astype(dtype).view(np.uint16))
+
+    with pytest.raises(ValueError, match="tensor cores only"):   # the half problem itself is refused
+        P.get_convolution_algorithm(x.shape, w.shape, desc, dtype=str(dtype), layout=layout)
+    y = P.convolution_forward(x, w, desc, b, layout=layout)
+    y32 = P.convolution_forward(xw, ww, desc, bw, layout=layout)
+    same(y, y32)
+    prior = rng.standard_normal(y.shape).astype(dtype)
+    blended = P.convolution_forward(x, w, desc, b, layout=layout, alpha=0.5, beta=-2.0, out=prior.copy())
+    same(blended, np.float32(0.5) * y32 + np.float32(-2.0) * prior.astype(np.float32))
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    dx = P.convolution_backward_data(w, dy, desc, x.shape, layout=layout)
+    dw = P.convolution_backward_filter(x, dy, desc, w.shape, layout=layout)
+    same(dx, P.convolution_backward_data(ww, dy.astype(np.float32), desc, x.shape, layout=layout))
+    same(dw, P.convolution_backward_filter(xw, dy.astype(np.float32), desc, w.shape, layout=layout))
+
+    plan = P.ConvolutionPlan(x.shape, w.shape, desc, dtype=str(dtype), layout=layout)
+    for p in (plan, pickle.loads(pickle.dumps(plan))):
+        same(p.forward(x, w, b), y32)
+        same(p.forward(x, w, b, activation=P.ActivationDescriptor("relu")), np.maximum(y32, 0))   # conv2d_relu's path
+        same(p.backward_data(w, dy), dx.astype(np.float32))
+        same(p.backward_filter(x, dy), dw.astype(np.float32))
+        assert isinstance(p._impls["forward"], conv_module.HalfInFloat32)
