@@ -143,3 +143,32 @@ def test_fused_true_refuses_float64_parameters():
     p.grad = minidl.tensor(np.ones(3), device="cuda")
     with pytest.raises(RuntimeError, match="fused=True"):
         optim.Adam([p], fused=True).step()
+
+
+def test_pointer_table_built_during_a_capture_replays():
+    """The capturable path of the multi-tensor launchers: a tensor list first seen while the stream
+    captures (new arrays, as a captured backward allocates its gradients) gets its pointer table
+    through a captured copy from pinned memory (CuPy's own H2D copy refuses to run in a capture), and
+    every replay then scales the arrays of that table. Prerequisite of optimizer.Optimizer._capturable
+    (CAPTURE_MULTI_TENSOR_STEP, off until this passes on the GPU)."""
+    cp = pytest.importorskip("cupy")
+    from minidl.primitives.cuda import multi_tensor as launcher
+
+    host = _params(3)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        dev = [cp.asarray(a) for a in host]            # never seen by a launcher: no table cached
+        coef = cp.full((), 0.5, dtype=cp.float32)
+        stream.synchronize()
+        before = len(launcher._captured_tables)
+        stream.begin_capture()
+        try:
+            launcher.multi_tensor_scale(dev, coef)
+        finally:
+            graph = stream.end_capture()
+        assert len(launcher._captured_tables) == before + 1   # the table was built in the capture
+        for k in range(1, 4):
+            graph.launch(stream)
+            stream.synchronize()
+            for d, h in zip(dev, host):
+                np.testing.assert_array_equal(d.get(), h * np.float32(0.5) ** k)

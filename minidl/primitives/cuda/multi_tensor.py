@@ -9,12 +9,13 @@ staging buffer and does not wait for the GPU. A CUDA graph must be captured afte
 so that the table already exists (the capture then holds its address). Should a table be built
 during a capture all the same (new gradient arrays), its upload is a memcpy node of the graph that
 re-reads the host buffer at every replay: that buffer is then pinned memory owned by the cache entry,
-never changed, and the entry is never evicted.
+never changed, and the entry is never evicted. That upload calls cudaMemcpyAsync itself: CUDA captures
+a copy from pinned memory, but CuPy's MemoryPointer.copy_from_host_async refuses any host-to-device
+copy while the stream captures ("H2D transfers are disallowed", CuPy 14.2, seen at 4b8d734).
 """
 from __future__ import annotations
 
 import collections
-import ctypes
 
 import cupy
 import numpy as np
@@ -65,7 +66,9 @@ def tensor_table(columns, aux=None):
         np.frombuffer(pinned, np.int64, host_rows.size)[...] = host_rows.ravel()
         table = cupy.empty((n, TABLE_COLS), dtype=cupy.int64)
         if n:
-            table.data.copy_from_host_async(ctypes.c_void_p(pinned.ptr), host_rows.nbytes)
+            runtime = cupy.cuda.runtime
+            runtime.memcpyAsync(table.data.ptr, pinned.ptr, host_rows.nbytes, runtime.memcpyHostToDevice,
+                                cupy.cuda.get_current_stream().ptr)
         _captured_tables[key] = (table, n, first, pinned)
         return table, n, first
     table = cupy.asarray(host_rows)
