@@ -253,9 +253,39 @@ def test_cublas_ops_raise_under_capture():
     lstm = nn.LSTM(6, 5).to("cuda")
     x = minidl.randn(4, 3, 6, device="cuda")
     lstm(x)  # compiled and warm
-    _capture_raises(lambda: lstm(x), r"rnn_forward \(RNN/LSTM/GRU on the GPU\) cannot run inside a CUDA graph capture")
+    _capture_raises(lambda: lstm(x), r"rnn_forward \(RNN/LSTM/GRU on the GPU\) with fp32 math cannot run inside a "
+                                     r"CUDA graph capture.*allow_tf32 = True")
     a = minidl.randn(3, 4, device="cuda")
     _capture_raises(lambda: a @ a.T, r"matmul \(the @ operator\) on the GPU cannot run inside")
+
+
+def test_lstm_step_with_tf32_is_captured_and_equals_eager():
+    """With TF32 (backends.cudnn.allow_tf32, PyTorch's default) every GEMM of the RNN runs on our
+    tensor-core kernel, so an LSTM's forward and backward can be captured: the replayed step gives the
+    eager step's loss and gradients (same kernels, so bit for bit)."""
+    def run(graphed):
+        minidl.manual_seed(0)
+        lstm = nn.LSTM(6, 8, num_layers=2, bidirectional=True).to("cuda")
+        params = list(lstm.parameters())
+        x = minidl.randn(5, 3, 6, device="cuda")
+
+        def fwd_bwd(x):
+            for p in params:
+                p.grad = None
+            y, _ = lstm(x)
+            loss = (y * y).sum()
+            loss.backward()
+            return loss
+
+        step = minidl.cuda.CUDAGraphStep(fwd_bwd, params=params, warmup=2) if graphed else fwd_bwd
+        losses = [float(step(x).item()) for _ in range(4)]
+        return losses, [p.grad.cpu().numpy() for p in params]
+
+    with minidl.backends.cudnn.flags(allow_tf32=True):
+        eager, graphed = run(False), run(True)
+    np.testing.assert_array_equal(graphed[0], eager[0])
+    for a, b in zip(graphed[1], eager[1]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_shape_change_at_replay_raises():

@@ -312,7 +312,8 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
 
     Returns (y, hy, cy, saved) with saved = (layer_inputs, records, lengths) for rnn_backward, or None.
     """
-    check_no_cublas_capture("rnn_forward (RNN/LSTM/GRU on the GPU)")
+    if math != "tf32":   # TF32 (backends.cudnn.allow_tf32, the default) runs every GEMM on our kernels
+        check_no_cublas_capture("rnn_forward (RNN/LSTM/GRU on the GPU) with fp32 math")
     op = "rnn_forward"
     x = _as_float32(op, "x", x)
     h0 = _as_float32(op, "h0", h0)
@@ -419,7 +420,8 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     """dy (T, B, D*H) or None; dhy, dcy (L*D, B, H) or None; math as in the forward pass.
     Returns (dx, dh0, dc0, dweights)."""
     op = "rnn_backward"
-    check_no_cublas_capture("rnn_backward (RNN/LSTM/GRU on the GPU)")
+    if math != "tf32":
+        check_no_cublas_capture("rnn_backward (RNN/LSTM/GRU on the GPU) with fp32 math")
     dy = _as_float32(op, "dy", dy)
     dhy = _as_float32(op, "dhy", dhy)
     dcy = _as_float32(op, "dcy", dcy)
