@@ -861,7 +861,9 @@ def get_convolution_algorithm(x_shape, w_shape, desc, *, direction="forward", de
                               dtype="float32", layout="NCHW", policy=None, workspace_limit=None,
                               math="fp32") -> str:
     """The algorithm `policy` picks for this problem (policy None: the global one, see
-    set_convolution_policy). Raises ValueError when no algorithm qualifies."""
+    set_convolution_policy). Raises ValueError when no algorithm qualifies. For 16-bit data that no
+    algorithm takes, the fp32 algorithm HalfInFloat32 will run (find_convolution_algorithms still
+    lists the algorithms for the data's own dtype, each with why it does not apply)."""
     op = "get_convolution_algorithm"
     _check_direction(op, direction)
     is_cuda = _check_device(op, device)
@@ -869,4 +871,7 @@ def get_convolution_algorithm(x_shape, w_shape, desc, *, direction="forward", de
     if policy is not None:
         _check_policy(op, policy, workspace_limit)
     problem = _make_problem(op, x_shape, w_shape, desc, layout, _check_dtype(op, dtype), math)
-    return _select(backend("convolution", is_cuda), _device_key(is_cuda), direction, problem, policy, workspace_limit)
+    impl = backend("convolution", is_cuda)
+    if _half_needs_float32(impl, direction, problem):   # what convolution_forward & co. will run (HalfInFloat32)
+        problem = replace(problem, dtype="float32")
+    return _select(impl, _device_key(is_cuda), direction, problem, policy, workspace_limit)
