@@ -176,6 +176,7 @@ class profile:
                 self._saved_methods[(cls, method)] = original
                 setattr(cls, method, self._wrap_method(name, original))
         _active = self
+        P._common.kernel_wrapper = _LaunchCounter   # get_kernel counts launches from now on
         return self
 
     def __exit__(self, *exc):
@@ -186,6 +187,7 @@ class profile:
         for (cls, method), original in self._saved_methods.items():
             setattr(cls, method, original)
         self._saved, self._saved_methods = {}, {}
+        P._common.kernel_wrapper = None
         _active = None
         if self._launches != self._step_start_launches or not self._step_launches:
             self._step_launches.append(self._launches - self._step_start_launches)

@@ -627,31 +627,31 @@ class Tensor:
     def isfinite(self):
         return Tensor._make(get_array_module(self._data).isfinite(self._data))
 
-    # activations as methods (the kernels live in minidl.primitives, reached via nn.functional)
+    # activations as methods (autograd/activations.py: Functions over the primitives; nn.functional uses them too)
     def relu(self):
-        from ..nn import functional as F
+        from . import activations
 
-        return F.relu(self)
+        return activations.relu(self)
 
     def sigmoid(self):
-        from ..nn import functional as F
+        from . import activations
 
-        return F.sigmoid(self)
+        return activations.sigmoid(self)
 
     def tanh(self):
-        from ..nn import functional as F
+        from . import activations
 
-        return F.tanh(self)
+        return activations.tanh(self)
 
     def softmax(self, dim, dtype=None):
-        from ..nn import functional as F
+        from . import activations
 
-        return F.softmax(self, dim, dtype=dtype)
+        return activations.softmax(self, dim, dtype=dtype)
 
     def log_softmax(self, dim, dtype=None):
-        from ..nn import functional as F
+        from . import activations
 
-        return F.log_softmax(self, dim, dtype=dtype)
+        return activations.log_softmax(self, dim, dtype=dtype)
 
     # --------------------------------------------------------------------------------------------
     # Reductions

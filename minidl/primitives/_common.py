@@ -16,6 +16,10 @@ from .._dtypes import HALF_DTYPES, float32, is_half
 # ----------------------------------------------------------------------------------------------
 
 
+# Set by minidl.profiler while a profile is active: get_kernel hands out wrapper(kernel), a launch counter.
+kernel_wrapper = None
+
+
 def is_cuda_array(a) -> bool:
     """True for a CuPy array. Checked by type name so that CuPy is never imported on the CPU path."""
     return type(a).__module__.startswith("cupy")

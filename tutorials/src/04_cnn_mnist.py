@@ -153,12 +153,12 @@ display(tu.Table(["layer", "output shape (batch of 2)", "parameters"], rows,
 # %% [markdown]
 # What runs under `nn.Conv2d`? The layer owns its convolution descriptor and, per input shape, a
 # `ConvolutionPlan` (tutorial 3: the problem is checked and described once, the algorithm picked by
-# the policy once per direction). It applies one autograd `Function`, `Convolution`: its `forward`
+# the policy once per direction). It applies one autograd `Function`, `F.convolution.Convolution`: its `forward`
 # runs the plan's forward (the NumPy reference on a NumPy array, a CUDA kernel on a CuPy array), and
 # its `backward` the gradient directions. The layer never knows which device it is on.
 
 # %% tags=["listing"]
-print(tu.python_source(F.Convolution.forward, F.Convolution.backward))
+print(tu.python_source(F.convolution.Convolution.forward, F.convolution.Convolution.backward))
 
 # %% [markdown]
 # ## 4.3 Loss, training loop, evaluation

@@ -104,7 +104,7 @@ print("                target rows 1-5, column 0:", repr(corpus.decode(y.numpy()
 # holds one node, not thousands:
 
 # %% tags=["listing"]
-print(tu.python_source(nn.layers.rnn.RNNSequence))
+print(tu.python_source(F.recurrent.RNNSequence))
 
 # %%
 class CharRNN(nn.Module):

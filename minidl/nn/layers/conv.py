@@ -21,7 +21,7 @@ from ..._device import Device
 from ...autograd.creation import empty
 from ... import primitives as P
 from ...primitives._common import as_tuple, normalize_layout
-from .. import functional as F
+from ..functional.convolution import _conv
 from .. import init
 from ..module import Module, Parameter
 
@@ -81,7 +81,7 @@ class _ConvNd(Module):
 
     def forward(self, input):
         op = ("conv1d", "conv2d", "conv3d")[self._dims - 1]
-        return F._conv(op, self._dims, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+        return _conv(op, self._dims, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
                        self.groups, self.algo, self.layout, desc=self._desc, plans=self._conv_plans)
 
     def extra_repr(self):

@@ -16,76 +16,15 @@ import math
 
 import numpy as np
 
-from ... import backends
-from ...amp.autocast_mode import cast_inputs as _autocast
 from ... import primitives as P
-from ..._device import is_cuda_array
 from ..._device import Device
-from ...autograd.creation import empty, zeros
-from ...autograd.function import Function, is_grad_enabled
-from ...autograd.tensor import Tensor, cat, stack
+from ...autograd.creation import empty
+from ...autograd.tensor import Tensor, cat
 from .. import functional as F
+from ..functional.recurrent import RNNCellStep, RNNSequence
 from .. import init
 from ..module import Module, Parameter
 from ..utils.rnn import PackedSequence, lengths_of, pack_padded, pad_packed
-
-
-def _group(flat, desc):
-    """Flat list of weight arrays -> PyTorch-ordered tuples (w_ih, w_hh, b_ih, b_hh) per layer/direction."""
-    per = 4 if desc.bias else 2
-    groups = []
-    for i in range(0, len(flat), per):
-        chunk = flat[i:i + per]
-        groups.append(tuple(chunk) if desc.bias else (chunk[0], chunk[1], None, None))
-    return groups
-
-
-def _rnn_math(x) -> str:
-    """The GEMMs' math mode: TF32 on the GPU when minidl.backends.cudnn.allow_tf32 is set (torch uses
-    the cuDNN flag for RNNs too); the CPU path stays exact fp32."""
-    return backends.math_for_conv(x.dtype) if is_cuda_array(x) else "fp32"
-
-
-class RNNSequence(Function):
-    """The whole (multi-layer, bidirectional) RNN over a sequence. Inputs: x (T, B, I) time-major,
-    h0, c0 (L*D, B, H) or None, then the weights in PyTorch's order. Outputs: y (T, B, D*H), h_n
-    and, for LSTM, c_n."""
-
-    @classmethod
-    def apply(cls, *inputs, **params):
-        return super().apply(*_autocast("rnn", *inputs), **params)
-
-    def forward(self, x, h0, c0, *weights, desc=None, seq_lengths=None):
-        self.desc = desc
-        keep = is_grad_enabled() and any(self.needs_input_grad)  # the reserve is only for backward
-        y, hy, cy, self.reserve = P.rnn_forward(x, h0, c0, _group(list(weights), desc), desc,
-                                                seq_lengths=seq_lengths, training=keep, math=_rnn_math(x))
-        return (y, hy, cy) if desc.mode == "lstm" else (y, hy)
-
-    def backward(self, dy, dhy, dcy=None):
-        dx, dh0, dc0, dweights = P.rnn_backward(dy, dhy, dcy, self.reserve)
-        flat = [g for group in dweights for g in group[: 4 if self.desc.bias else 2]]
-        return (dx, dh0, dc0, *flat)
-
-
-class RNNCellStep(Function):
-    """One step of one cell. Inputs x (B, I), h, c (B, H) or None, w_ih, w_hh[, b_ih, b_hh]."""
-
-    @classmethod
-    def apply(cls, *inputs, **params):
-        return super().apply(*_autocast("rnn_cell", *inputs), **params)
-
-    def forward(self, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, mode="rnn_tanh"):
-        self.mode, self.has_bias = mode, b_ih is not None
-        keep = is_grad_enabled() and any(self.needs_input_grad)
-        h_new, c_new, self.reserve = P.rnn_cell_step(mode, x, h, c, w_ih, w_hh, b_ih, b_hh, training=keep,
-                                                     math=_rnn_math(x))
-        return (h_new, c_new) if mode == "lstm" else h_new
-
-    def backward(self, dh, dc=None):
-        dx, dh0, dc0, dw_ih, dw_hh, db_ih, db_hh = P.rnn_cell_step_backward(dh, dc, self.reserve)
-        grads = (dx, dh0, dc0, dw_ih, dw_hh)
-        return grads + (db_ih, db_hh) if self.has_bias else grads
 
 
 def _uniform_init(module, hidden_size):

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import cupy
 
-from ... import profiler as _profiler
+from .. import _common
+
 
 _lock = threading.Lock()
 _modules: dict = {}
@@ -68,14 +69,14 @@ def get_module(family: str, options: tuple = (), name_expressions: tuple = ()) -
 def get_kernel(family: str, name: str, options: tuple = (), name_expressions: tuple = ()):
     """A `__global__` function of kernels/<family>.cu (for templates, pass its name expression).
 
-    While a minidl.profiler.profile is active the kernel comes wrapped in a launch counter (every
-    launcher asks for its kernel here right before launching it, so every launch is counted); the
-    check is one global read when no profile is active."""
+    While a minidl.profiler.profile is active the kernel comes wrapped in its launch counter
+    (_common.kernel_wrapper, which the profiler sets and clears: the primitive library never imports
+    the profiler above it). Every launcher asks for its kernel here right before launching it, so
+    every launch is counted; the check is one global read when no profile is active."""
     module = get_module(family, options, name_expressions)
     kernel = module.get_function(name)
-    if _profiler._active is not None:
-        return _profiler._LaunchCounter(kernel)
-    return kernel
+    wrapper = _common.kernel_wrapper
+    return kernel if wrapper is None else wrapper(kernel)
 
 
 def precompile(families=None) -> list[str]:

@@ -1,0 +1,92 @@
+"""Activations and softmax over the primitive library: relu, sigmoid, tanh, softmax, log_softmax.
+
+Their autograd Functions (forward and backward over activation_forward / activation_backward and
+softmax_forward / softmax_backward) live in the autograd layer, not in nn, because Tensor has them as
+methods (x.relu(), x.softmax(dim)) and a Tensor never reaches up into nn. minidl.nn.functional
+re-exports these and adds the other activations (relu6, leaky_relu, elu, gelu, add_relu).
+"""
+from __future__ import annotations
+
+from .. import primitives as P
+from ..amp.autocast_mode import cast_inputs as _autocast
+from ._checks import _check_float_tensor
+from ._dims import normalize_dim
+from .function import Function
+
+
+class Activation(Function):
+    """y = f(x) elementwise, f chosen by an ActivationDescriptor; backward dx = dy * f'(x)."""
+
+    saves_output = True  # backward reads y
+
+    def forward(self, x, desc=None):
+        self.desc = desc
+        self.x = x
+        self.y = P.activation_forward(x, desc)
+        return self.y
+
+    def backward(self, dy):
+        return P.activation_backward(self.x, self.y, dy, self.desc)
+
+
+def _activation(op, input, mode, coef=None):
+    _check_float_tensor(op, "input", input)
+    return Activation.apply(input, desc=P.ActivationDescriptor(mode, coef))
+
+
+def relu(input, inplace=False):
+    return _activation("relu", input, "relu")
+
+
+def sigmoid(input):
+    return _activation("sigmoid", input, "sigmoid")
+
+
+def tanh(input):
+    return _activation("tanh", input, "tanh")
+
+
+class Softmax(Function):
+    """softmax ("accurate") or log-softmax ("log") along one axis; backward needs only the output."""
+
+    saves_inputs, saves_output = False, True  # backward reads y only
+
+    def forward(self, x, axis=-1, algorithm="accurate"):
+        self.axis, self.algorithm = axis, algorithm
+        self.y = P.softmax_forward(x, axis=axis, algorithm=algorithm)
+        return self.y
+
+    def backward(self, dy):
+        return P.softmax_backward(self.y, dy, axis=self.axis, algorithm=self.algorithm)
+
+
+def _softmax_dim(op, input, dim):
+    _check_float_tensor(op, "input", input)
+    if dim is None:
+        # PyTorch's legacy rule for an omitted dim: 0 for 0-, 1- and 3-D inputs, else 1.
+        dim = 0 if input.ndim in (0, 1, 3) else 1
+    return normalize_dim(dim, input.ndim, op)
+
+
+def softmax(input, dim=None, dtype=None):
+    (input,) = _autocast("softmax", input)
+    dim = _softmax_dim("softmax", input, dim)
+    if dtype is not None:
+        input = input.type(dtype)
+    if input.ndim == 0:
+        return Softmax.apply(input.reshape(1), axis=0).reshape(())
+    if input.numel() == 0:  # nothing to normalise: an empty result of the same shape (torch)
+        return input * 1
+    return Softmax.apply(input, axis=dim, algorithm="accurate")
+
+
+def log_softmax(input, dim=None, dtype=None):
+    (input,) = _autocast("log_softmax", input)
+    dim = _softmax_dim("log_softmax", input, dim)
+    if dtype is not None:
+        input = input.type(dtype)
+    if input.ndim == 0:
+        return Softmax.apply(input.reshape(1), axis=0, algorithm="log").reshape(())
+    if input.numel() == 0:
+        return input * 1
+    return Softmax.apply(input, axis=dim, algorithm="log")

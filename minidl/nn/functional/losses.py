@@ -1,0 +1,361 @@
+"""Losses. cross_entropy is one Function whose backward is (softmax - target) scaled, instead of a chain
+of small ops each saving its own intermediate; the others are ordinary array math, written once for
+NumPy and CuPy."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..._dtypes import is_floating, is_half, promote_floats
+from ... import _device, backends
+from ..._device import get_array_module, is_cuda_array
+from ...autograd.function import Function
+from ...amp.autocast_mode import cast_inputs as _autocast
+from ...autograd.tensor import where
+from ._checks import (_check_float_tensor, _check_reduction, _check_same_device, _check_same_dtype, _check_tensor, _reduce)
+
+
+def _class_targets(op, input, target, weight, ignore_index):
+    """Check class-index targets against input (N, C, d1, ...).
+
+    Returns (C, t, valid, bad): t the targets as (M,), valid the rows that count (not ignore_index,
+    index in range), bad the rows whose index is out of range, or None when that was checked here.
+    On the CPU (or with minidl.backends.cuda.check_indices) an out-of-range index raises now; on the
+    GPU the check stays on the device (reading its result would wait for the GPU in every step) and
+    the bad rows' losses become NaN instead (see _class_weights_matrix).
+    """
+    C = input.shape[1]
+    expected = (input.shape[0],) + input.shape[2:]
+    if target.dtype.kind not in "iu":
+        raise TypeError(
+            f"{op}: class-index target must be an integer tensor (e.g. int64), got dtype {target.dtype} "
+            f"(for probability targets pass a float tensor of the input's shape {input.shape})"
+        )
+    if target.shape != expected:
+        raise ValueError(f"{op}: input {input.shape} expects a target of shape {expected}, got {target.shape}")
+    t = target._data.reshape(-1)
+    in_range = (t >= 0) & (t < C)
+    not_ignored = t != ignore_index
+    bad = not_ignored & ~in_range
+    if not is_cuda_array(t) or backends.cuda.check_indices:
+        if is_cuda_array(t):
+            _device.check_not_capturing(f"{op} with minidl.backends.cuda.check_indices=True",
+                                        "the eager index check reads a flag back from the GPU")
+        if t.size and bool(bad.any()):  # on the GPU: one reduction read back, so one sync
+            xp = get_array_module(t)
+            first = int(t[xp.nonzero(bad)[0][0]])
+            raise ValueError(
+                f"{op}: target holds class index {first}, out of range for {C} classes (input {input.shape}); "
+                f"valid indices are 0..{C - 1} or ignore_index={ignore_index}"
+            )
+        bad = None
+    return C, t, not_ignored & in_range, bad
+
+
+def _check_weight(op, weight, C, input):
+    if weight is None:
+        return
+    _check_float_tensor(op, "weight", weight)
+    if weight.shape != (C,):
+        raise ValueError(f"{op}: weight has shape {weight.shape}, expected ({C},) for input {input.shape}")
+    _check_same_device(op, input=input, weight=weight)
+
+
+def _to_rows(x):
+    """(N, C, d1, ...) -> (N * d1 * ..., C): classes last, one row per prediction."""
+    C = x.shape[1]
+    return get_array_module(x).moveaxis(x, 1, -1).reshape(-1, C)
+
+
+def _from_rows(rows, shape):
+    """Inverse of _to_rows for an array of shape `shape` = (N, C, d1, ...)."""
+    xp = get_array_module(rows)
+    moved = rows.reshape((shape[0],) + tuple(shape[2:]) + (shape[1],))
+    return xp.ascontiguousarray(xp.moveaxis(moved, -1, 1))
+
+
+def _class_weights_matrix(t, valid, weight, C, smoothing, dtype, bad=None):
+    """q (M, C): how much each -log p[m, c] counts. With class indices t (rows not valid all zero):
+    q = (1 - eps) * w[t] * onehot(t) + eps / C * w; the loss of row m is -sum_c q[m, c] log p[m, c].
+    Rows flagged in `bad` (out-of-range targets found on the GPU) are NaN, so their loss and every
+    gradient through them is NaN rather than silently computed from a wrong class."""
+    xp = get_array_module(t)
+    M = t.shape[0]
+    w = weight if weight is not None else xp.ones((C,), dtype=dtype)
+    safe_t = xp.where(valid, t, 0)
+    q = xp.zeros((M, C), dtype=dtype)
+    rows = xp.arange(M)
+    q[rows, safe_t] = dtype.type(1.0 - smoothing) * w[safe_t]
+    if smoothing:
+        q += dtype.type(smoothing / C) * w[None, :]
+    q *= valid[:, None].astype(dtype)
+    if bad is not None:
+        q += xp.where(bad, dtype.type(np.nan), dtype.type(0))[:, None]
+    # The "mean" denominator, as PyTorch: the summed weights of the targets that count.
+    denom = (w[safe_t] * valid.astype(dtype)).sum()
+    return q, denom
+
+
+class CrossEntropy(Function):
+    """log-softmax and negative log-likelihood in one op.
+
+    Rows: z (M, C) logits, q (M, C) target weights (see _class_weights_matrix; for probability targets
+    q = w * p). Forward: log p = z - max z - log sum exp(z - max z); loss_m = -sum_c q_mc log p_mc.
+    Backward: d loss_m / d z_mc = (sum_c' q_mc') softmax_mc - q_mc, which is softmax - onehot for
+    plain class targets: one pass, and nothing saved but the softmax and q.
+    """
+
+    def forward(self, x, target_rows, q, denom, reduction="mean", out_shape=None, prob_smoothing=None):
+        if is_half(x.dtype):
+            # float16/bfloat16 logits: the log-sum-exp over the classes in float32, one rounding at the end
+            out = self.forward(x.astype(np.float32), target_rows, q.astype(np.float32), denom.astype(np.float32),
+                               reduction, out_shape, prob_smoothing)
+            return out.astype(x.dtype)
+        xp = get_array_module(x)
+        self.in_shape, self.reduction, self.out_shape = x.shape, reduction, out_shape
+        z = _to_rows(x)
+        shifted = z - z.max(axis=1, keepdims=True)
+        log_p = shifted - xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))
+        per_row = -(q * log_p).sum(axis=1)
+        self.softmax, self.q, self.denom = xp.exp(log_p), q, denom
+        self.log_p, self.prob_smoothing = log_p, prob_smoothing
+        if reduction == "mean":
+            return per_row.sum() / denom
+        if reduction == "sum":
+            return per_row.sum()
+        return per_row.reshape(out_shape)
+
+    def _row_grad_scale(self, g):
+        if self.reduction == "mean":
+            return (g / self.denom).reshape(1, 1)
+        if self.reduction == "sum":
+            return g.reshape(1, 1)
+        return g.reshape(-1, 1)
+
+    def backward(self, g):
+        scale = self._row_grad_scale(g)
+        dx = d_target = None
+        if self.needs_input_grad[0]:
+            q_sum = self.q.sum(axis=1, keepdims=True)
+            dx = _from_rows(scale * (q_sum * self.softmax - self.q), self.in_shape)
+        if self.prob_smoothing is not None and self.needs_input_grad[1]:
+            # Probability targets: loss = -sum w_c ((1-eps) p_c + eps/C) log p_c, so d/dp_c = -(1-eps) w_c log p_c.
+            eps, w = self.prob_smoothing
+            d_rows = -scale * (1.0 - eps) * w[None, :] * self.log_p
+            d_target = _from_rows(d_rows.astype(self.log_p.dtype), self.in_shape)
+        return dx, d_target, None, None
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    """Cross-entropy of logits `input` (N, C) or (N, C, d1, ...) (or (C,) unbatched) against
+    class indices `target` (N) / (N, d1, ...) (integers) or class probabilities (float, input's shape)."""
+    op = "cross_entropy"
+    if size_average is not None or reduce is not None:
+        raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
+    input, target, weight = _autocast(op, input, target, weight)
+    _check_float_tensor(op, "input", input)
+    _check_tensor(op, "target", target)
+    _check_reduction(op, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+    if input.ndim == 0:
+        raise ValueError(f"{op}: input must have a class dim, got a scalar")
+    if input.ndim == 1:  # unbatched (C,)
+        out = cross_entropy(input.reshape(1, -1), target.reshape((1,) + target.shape), weight, None,
+                            ignore_index, None, reduction, label_smoothing)
+        return out.reshape(()) if reduction == "none" else out
+    _check_same_device(op, input=input, target=target)
+    C = input.shape[1]
+    _check_weight(op, weight, C, input)
+    if weight is not None:
+        _check_same_dtype(op, input=input, weight=weight)
+    w = weight._data if weight is not None else None
+    dtype = input.dtype
+    index_shape = (input.shape[0],) + input.shape[2:]
+    if is_floating(target.dtype) and target.shape == index_shape and target.shape != input.shape:
+        raise TypeError(
+            f"{op}: class-index target of shape {target.shape} must be an integer tensor (e.g. int64), got dtype "
+            f"{target.dtype} (probability targets need the input's shape {input.shape})"
+        )
+    if is_floating(target.dtype):
+        if target.shape != input.shape:
+            raise ValueError(
+                f"{op}: probability target must have the input's shape {input.shape}, got {target.shape} "
+                f"(for class indices pass an integer tensor of shape {(input.shape[0],) + input.shape[2:]})"
+            )
+        _check_same_dtype(op, input=input, target=target)
+        xp = get_array_module(input._data)
+        p = _to_rows(target._data)
+        if label_smoothing:
+            p = p * dtype.type(1 - label_smoothing) + dtype.type(label_smoothing / C)
+        w_arr = w if w is not None else xp.ones((C,), dtype=dtype)
+        q = p * w_arr[None, :]
+        denom = dtype.type(p.shape[0])  # PyTorch: mean over the predictions, not the weights
+        return CrossEntropy.apply(input, target, q, denom, reduction=reduction,
+                                  out_shape=(input.shape[0],) + input.shape[2:],
+                                  prob_smoothing=(label_smoothing, w_arr))
+    C, t, valid, bad = _class_targets(op, input, target, weight, ignore_index)
+    q, denom = _class_weights_matrix(t, valid, w, C, label_smoothing, dtype, bad)
+    return CrossEntropy.apply(input, None, q, denom, reduction=reduction, out_shape=target.shape)
+
+
+class NLLLoss(Function):
+    """loss_m = -sum_c q_mc x_mc for log-probabilities x; the gradient is -q (scaled by the reduction)."""
+
+    def forward(self, x, q, denom, reduction="mean", out_shape=None):
+        self.in_shape, self.q, self.denom, self.reduction = x.shape, q, denom, reduction
+        per_row = -(q * _to_rows(x)).sum(axis=1)
+        if reduction == "mean":
+            return per_row.sum() / denom
+        if reduction == "sum":
+            return per_row.sum()
+        return per_row.reshape(out_shape)
+
+    def backward(self, g):
+        scale = CrossEntropy._row_grad_scale(self, g)
+        return _from_rows(-scale * self.q, self.in_shape), None, None
+
+
+def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
+    """Negative log-likelihood of log-probabilities `input` (N, C) / (N, C, d1, ...) at class indices `target`."""
+    op = "nll_loss"
+    if size_average is not None or reduce is not None:
+        raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
+    input, target, weight = _autocast(op, input, target, weight)
+    _check_float_tensor(op, "input", input)
+    _check_tensor(op, "target", target)
+    _check_reduction(op, reduction)
+    if input.ndim == 1:
+        out = nll_loss(input.reshape(1, -1), target.reshape((1,) + target.shape), weight, None, ignore_index,
+                       None, reduction)
+        return out.reshape(()) if reduction == "none" else out
+    if input.ndim < 2:
+        raise ValueError(f"{op}: input must be (N, C) or (N, C, d1, ...), got shape {input.shape}")
+    _check_same_device(op, input=input, target=target)
+    C = input.shape[1]
+    _check_weight(op, weight, C, input)
+    C, t, valid, bad = _class_targets(op, input, target, weight, ignore_index)
+    q, denom = _class_weights_matrix(t, valid, weight._data if weight is not None else None, C, 0.0, input.dtype,
+                                     bad)
+    return NLLLoss.apply(input, q, denom, reduction=reduction, out_shape=target.shape)
+
+
+def _check_same_shape(op, input, target):
+    _check_float_tensor(op, "input", input)
+    _check_tensor(op, "target", target)
+    if input.shape != target.shape:
+        raise ValueError(f"{op}: input {input.shape} and target {target.shape} must have the same shape")
+    _check_same_device(op, input=input, target=target)
+    _check_same_dtype(op, input=input, target=target)
+
+
+def _regression_pair(op, input, target):
+    """input and target of mse_loss/l1_loss with PyTorch's rules: an integer target takes the input's
+    float dtype, two float dtypes promote to the wider, and different shapes broadcast with a warning
+    (usually a bug: (N, 1) against (N,) gives an (N, N) loss)."""
+    _check_float_tensor(op, "input", input)
+    _check_tensor(op, "target", target)
+    _check_same_device(op, input=input, target=target)
+    if not is_floating(target.dtype):
+        target = target.type(input.dtype)
+    elif target.dtype != input.dtype:
+        wider = promote_floats(input.dtype, target.dtype)
+        input, target = input.type(wider), target.type(wider)
+    if input.shape != target.shape:
+        try:
+            np.broadcast_shapes(input.shape, target.shape)
+        except ValueError:
+            raise ValueError(f"{op}: input {input.shape} and target {target.shape} cannot be broadcast together") from None
+        warnings.warn(
+            f"{op}: using a target size ({tuple(target.shape)}) that is different to the input size "
+            f"({tuple(input.shape)}). This will likely lead to incorrect results due to broadcasting. "
+            "Please ensure they have the same size.", UserWarning, stacklevel=3)
+    return input, target
+
+
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Mean squared error: reduce((input - target)^2). Integer targets are promoted, as PyTorch."""
+    input, target = _autocast("mse_loss", input, target)
+    input, target = _regression_pair("mse_loss", input, target)
+    _check_reduction("mse_loss", reduction)
+    diff = input - target
+    return _reduce(diff * diff, reduction)
+
+
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):
+    """Huber-like loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (d = input - target);
+    beta = 0 is the L1 loss."""
+    input, target = _regression_pair("smooth_l1_loss", input, target)
+    _check_reduction("smooth_l1_loss", reduction)
+    if beta < 0:
+        raise ValueError(f"smooth_l1_loss: beta must be >= 0, got {beta}")
+    d = (input - target).abs()
+    if beta == 0:
+        return _reduce(d, reduction)
+    return _reduce(where(d < beta, d * d * (0.5 / beta), d - 0.5 * beta), reduction)
+
+
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    """Mean absolute error: reduce(|input - target|). Integer targets are promoted, as PyTorch."""
+    input, target = _autocast("l1_loss", input, target)
+    input, target = _regression_pair("l1_loss", input, target)
+    _check_reduction("l1_loss", reduction)
+    return _reduce((input - target).abs(), reduction)
+
+
+class BCEWithLogits(Function):
+    """Binary cross-entropy on logits x with targets y in [0, 1], in the softplus form:
+
+        loss = (1 - y) x + (1 + (pw - 1) y) softplus(-x),   softplus(-x) = max(-x, 0) + log(1 + exp(-|x|))
+
+    which never exponentiates a positive number. With pw = 1 this is -[y log s(x) + (1-y) log(1 - s(x))].
+    d loss/dx = (1 - y) - (1 + (pw - 1) y) s(-x);  d loss/dy = -x + (pw - 1) softplus(-x).
+    """
+
+    def forward(self, x, y, weight=None, pos_weight=None):
+        xp = get_array_module(x)
+        softplus_neg = xp.maximum(-x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+        coef = 1 if pos_weight is None else 1 + (pos_weight - 1) * y
+        self.x, self.y, self.weight, self.pos_weight = x, y, weight, pos_weight
+        self.softplus_neg, self.coef = softplus_neg, coef
+        loss = (1 - y) * x + coef * softplus_neg
+        return loss if weight is None else loss * weight
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        if self.weight is not None:
+            g = g * self.weight
+        dx = dy = None
+        if self.needs_input_grad[0]:
+            sig_neg = xp.exp(-self.softplus_neg)  # = sigmoid(x); so sigmoid(-x) = 1 - that
+            dx = g * ((1 - self.y) - self.coef * (1 - sig_neg))
+        if self.needs_input_grad[1]:
+            pw_minus_1 = 0 if self.pos_weight is None else self.pos_weight - 1
+            dy = g * (-self.x + pw_minus_1 * self.softplus_neg)
+        return dx, dy, None, None
+
+
+def binary_cross_entropy_with_logits(input, target, weight=None, size_average=None, reduce=None,
+                                     reduction="mean", pos_weight=None):
+    """input, target: the same shape; weight broadcasts to it; pos_weight (C,) broadcasts along the last dim.
+    (No gradient flows to weight or pos_weight.)"""
+    op = "binary_cross_entropy_with_logits"
+    input, target, weight, pos_weight = _autocast(op, input, target, weight, pos_weight)
+    _check_same_shape(op, input, target)
+    _check_reduction(op, reduction)
+    for name, extra in (("weight", weight), ("pos_weight", pos_weight)):
+        if extra is None:
+            continue
+        _check_float_tensor(op, name, extra)
+        _check_same_device(op, input=input, **{name: extra})
+        try:
+            if np.broadcast_shapes(extra.shape, input.shape) != input.shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{op}: {name} of shape {extra.shape} does not broadcast to input {input.shape}") from None
+    loss = BCEWithLogits.apply(
+        input, target, None if weight is None else weight._data, None if pos_weight is None else pos_weight._data
+    )
+    return _reduce(loss, reduction)

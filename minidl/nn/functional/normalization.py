@@ -1,0 +1,150 @@
+"""Batch norm (and batch norm + ReLU fused) and local response normalization."""
+from __future__ import annotations
+
+from ... import primitives as P
+from ..._device import get_array_module
+from ...autograd.function import Function
+from ._checks import _check_float_tensor, _check_same_device
+
+
+class BatchNormTraining(Function):
+    """Normalise with the batch's statistics; the running statistics (plain arrays, not inputs) are
+    updated in place by the primitive. Backward from the saved mean and 1/std."""
+
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5):
+        self.x, self.gamma = x, gamma
+        y, self.mean, self.invstd = P.batch_norm_forward_training(
+            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps)
+        return y
+
+    def backward(self, dy):
+        dx, dgamma, dbeta = P.batch_norm_backward(self.x, dy, self.gamma, self.mean, self.invstd)
+        return dx, dgamma, dbeta
+
+
+class BatchNormInference(Function):
+    """y = gamma (x - running_mean) / sqrt(running_var + eps) + beta: an affine map per channel, so
+    dx = dy gamma / std, dgamma = sum(dy x_hat), dbeta = sum(dy)."""
+
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, eps=1e-5):
+        xp = get_array_module(x)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        self.axes = (0,) + tuple(range(2, x.ndim))
+        self.invstd = (1.0 / xp.sqrt(running_var + x.dtype.type(eps))).reshape(shape)
+        self.x_hat = (x - running_mean.reshape(shape)) * self.invstd
+        self.gamma, self.shape = gamma, shape
+        return P.batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps=eps)
+
+    def backward(self, dy):
+        scale = self.invstd if self.gamma is None else self.invstd * self.gamma.reshape(self.shape)
+        dx = dy * scale
+        dgamma = (dy * self.x_hat).sum(axis=self.axes) if self.gamma is not None else None
+        dbeta = dy.sum(axis=self.axes) if self.needs_input_grad[2] else None
+        return dx, dgamma, dbeta
+
+
+class BatchNormReLUTraining(Function):
+    """max(BN(x), 0) with the batch's statistics, fused (batch_norm_relu_* primitives): the backward
+    recomputes the BN output from x to mask dy, so nothing but the statistics is saved."""
+
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5):
+        self.x, self.gamma, self.beta = x, gamma, beta
+        y, self.mean, self.invstd = P.batch_norm_relu_forward_training(
+            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps)
+        return y
+
+    def backward(self, dy):
+        return P.batch_norm_relu_backward(self.x, dy, self.gamma, self.beta, self.mean, self.invstd)
+
+
+class BatchNormReLUInference(Function):
+    """max(BN(x), 0) with the running statistics, one fused pass; backward: dy masked where y > 0,
+    then the inference BN's affine gradients."""
+
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, eps=1e-5):
+        xp = get_array_module(x)
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        self.axes = (0,) + tuple(range(2, x.ndim))
+        self.invstd = (1.0 / xp.sqrt(running_var + x.dtype.type(eps))).reshape(shape)
+        self.x_hat = (x - running_mean.reshape(shape)) * self.invstd
+        self.gamma, self.shape = gamma, shape
+        self.y = P.batch_norm_relu_forward_inference(x, gamma, beta, running_mean, running_var, eps=eps)
+        return self.y
+
+    def backward(self, dy):
+        dy = get_array_module(dy).where(self.y > 0, dy, dy.dtype.type(0))
+        scale = self.invstd if self.gamma is None else self.invstd * self.gamma.reshape(self.shape)
+        dx = dy * scale
+        dgamma = (dy * self.x_hat).sum(axis=self.axes) if self.gamma is not None else None
+        dbeta = dy.sum(axis=self.axes) if self.needs_input_grad[2] else None
+        return dx, dgamma, dbeta
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """input (N, C, *spatial); running_mean/var (C,) buffers (updated in place when training), or None;
+    weight (gamma), bias (beta): (C,) or None."""
+    return _batch_norm("batch_norm", False, input, running_mean, running_var, weight, bias, training, momentum, eps)
+
+
+def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
+                    eps=1e-5):
+    """relu(batch_norm(...)) in fused kernels (a minidl extra; same arguments as batch_norm). Equal to the
+    unfused pair bit for bit on the GPU; one launch fewer forward and backward, and no masked gradient
+    written and read back."""
+    return _batch_norm("batch_norm_relu", True, input, running_mean, running_var, weight, bias, training, momentum,
+                       eps)
+
+
+def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, training, momentum, eps):
+    _check_float_tensor(op, "input", input)
+    if input.numel() == 0 and input.ndim < 2:
+        return input * 1  # torch returns an empty tensor for an empty input of any rank
+    if input.ndim < 2:
+        raise ValueError(f"{op}: input must be (N, C, ...), got shape {input.shape}")
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
+        if t is not None:
+            _check_float_tensor(op, name, t)
+    _check_same_device(op, input=input, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
+    rm = None if running_mean is None else running_mean._data
+    rv = None if running_var is None else running_var._data
+    for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
+        if t is not None and t.shape != (input.shape[1],):
+            raise ValueError(f"{op}: {name} has shape {t.shape}, expected ({input.shape[1]},) for input {input.shape}")
+    if training and input.numel() // input.shape[1] == 1:
+        raise ValueError(f"{op}: expected more than 1 value per channel when training, got input of shape {input.shape}")
+    if input.numel() == 0:
+        # torch's rule for an empty batch: an empty output, running statistics untouched; weight and bias
+        # still take part, so their gradients are zeros rather than missing.
+        out = input * 1
+        if weight is not None:
+            out = out * weight[0]
+        if bias is not None:
+            out = out + bias[0]
+        return out
+    params = tuple(t for t in (weight, bias))
+    if training:
+        fn = BatchNormReLUTraining if relu else BatchNormTraining
+        return fn.apply(input, *params, running_mean=rm, running_var=rv, momentum=momentum, eps=eps)
+    if rm is None or rv is None:
+        raise ValueError(f"{op}: training=False needs running_mean and running_var")
+    fn = BatchNormReLUInference if relu else BatchNormInference
+    return fn.apply(input, *params, running_mean=rm, running_var=rv, eps=eps)
+
+
+class LocalResponseNorm(Function):
+    def forward(self, x, desc=None):
+        self.x, self.desc = x, desc
+        self.y = P.lrn_forward(x, desc)
+        return self.y
+
+    def backward(self, dy):
+        return P.lrn_backward(self.x, self.y, dy, self.desc)
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """Normalise each channel by its `size` neighbours' energy (AlexNet). input (N, C, *spatial), >= 3 dims."""
+    op = "local_response_norm"
+    _check_float_tensor(op, "input", input)
+    if input.ndim < 3:
+        raise ValueError(f"{op}: input must have at least 3 dims (N, C, spatial...), got shape {input.shape}")
+    return LocalResponseNorm.apply(input, desc=P.LRNDescriptor(size, alpha, beta, k))

@@ -1,0 +1,122 @@
+"""Embedding and one_hot (torch.nn.functional's "sparse functions")."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..._dtypes import is_half
+from ... import _dtypes, _device, backends
+from ..._device import get_array_module, is_cuda_array
+from ...autograd.function import Function
+from ...autograd.tensor import Tensor
+from ._checks import _check_float_tensor, _check_same_device, _check_tensor
+
+
+class Embedding(Function):
+    """out[...] = weight[indices[...]]; backward scatters dy rows back with add (repeated indices sum).
+    The padding_idx row gets no gradient (it stays the padding vector). `bad` (GPU only, see
+    embedding()) flags out-of-range indices, already replaced by 0 in `indices`: their rows are NaN."""
+
+    def forward(self, weight, indices=None, padding_idx=None, bad=None, scale_grad_by_freq=False):
+        self.indices, self.padding_idx, self.num = indices, padding_idx, weight.shape[0]
+        self.scale_grad_by_freq = scale_grad_by_freq
+        self.weight_shape = weight.shape
+        out = weight[indices]
+        if bad is not None:
+            # _dtypes.where keeps bfloat16 (CuPy's where would return float32 for it)
+            out = _dtypes.where(get_array_module(out), bad[..., None], weight.dtype.type(np.nan), out)
+        return out
+
+    def backward(self, dy):
+        xp = get_array_module(dy)
+        # Half gradients are summed in float32 (repeated indices add up; no half atomics needed on the GPU).
+        acc = np.float32 if is_half(dy.dtype) else dy.dtype
+        dw = xp.zeros(self.weight_shape, dtype=acc)
+        flat_idx = self.indices.reshape(-1)
+        rows = dy.reshape(-1, self.weight_shape[1]).astype(acc, copy=False)
+        if self.scale_grad_by_freq:
+            # each row's gradient divided by how often its index occurs in this batch (torch)
+            counts = xp.bincount(flat_idx, minlength=self.weight_shape[0]).astype(dy.dtype)
+            rows = rows / counts[flat_idx][:, None]
+        if xp is np:
+            np.add.at(dw, flat_idx, rows)
+        else:
+            xp.add.at(dw, flat_idx, rows)
+        if self.padding_idx is not None:
+            dw[self.padding_idx] = 0
+        return dw.astype(dy.dtype, copy=False)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+              sparse=False):
+    """Rows of weight (num_embeddings, embedding_dim) at the integer indices `input` (any shape).
+
+    max_norm: the rows looked up whose norm_type-norm exceeds max_norm are first rescaled to norm
+    max_norm, in place in weight (as torch). scale_grad_by_freq: each row's gradient is divided by
+    the number of times its index occurs in input. sparse gradients are not implemented."""
+    op = "embedding"
+    _check_tensor(op, "input", input)
+    _check_float_tensor(op, "weight", weight)
+    if sparse:
+        raise NotImplementedError(f"{op}: sparse gradients are not implemented in minidl (use sparse=False)")
+    if input.dtype.kind not in "iu":
+        raise TypeError(f"{op}: input must hold integer indices, got dtype {input.dtype}")
+    if weight.ndim != 2:
+        raise ValueError(f"{op}: weight must be 2-D (num_embeddings, embedding_dim), got shape {weight.shape}")
+    _check_same_device(op, input=input, weight=weight)
+    num = weight.shape[0]
+    idx = input._data
+    bad = (idx < 0) | (idx >= num)
+    if not is_cuda_array(idx) or backends.cuda.check_indices:
+        if is_cuda_array(idx):
+            _device.check_not_capturing(f"{op} with minidl.backends.cuda.check_indices=True",
+                                        "the eager index check reads a flag back from the GPU")
+        if idx.size and bool(bad.any()):  # on the GPU: one value read back, so one sync
+            raise ValueError(
+                f"{op}: index out of range: input {input.shape} holds values in [{int(idx.min())}, {int(idx.max())}] "
+                f"but weight {weight.shape} has {num} rows"
+            )
+        bad = None
+    else:
+        # On the GPU the check stays on the device (see minidl.backends.cuda.check_indices): bad indices
+        # read row 0 instead of memory past the table, and their output rows are NaN.
+        idx = get_array_module(idx).where(bad, 0, idx)
+    if padding_idx is not None:
+        if not -num <= padding_idx < num:
+            raise ValueError(f"{op}: padding_idx {padding_idx} must be within [{-num}, {num - 1}]")
+        padding_idx = padding_idx % num
+    if max_norm is not None:
+        _embedding_renorm_(weight, idx, float(max_norm), float(norm_type))
+    return Embedding.apply(weight, indices=idx, padding_idx=padding_idx, bad=bad,
+                           scale_grad_by_freq=bool(scale_grad_by_freq))
+
+
+def _embedding_renorm_(weight, idx, max_norm, norm_type):
+    """torch.embedding_renorm_: rows of weight at idx with norm > max_norm scaled to max_norm / (norm + 1e-7),
+    in place and outside the graph."""
+    xp = get_array_module(weight._data)
+    rows = xp.unique(idx.reshape(-1))
+    if rows.size == 0:
+        return
+    w = weight._data[rows]
+    if norm_type == float("inf"):
+        norms = xp.abs(w).max(axis=1)
+    else:
+        norms = (xp.abs(w) ** norm_type).sum(axis=1) ** (1.0 / norm_type)
+    scale = xp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(w.dtype)
+    weight._data[rows] = w * scale[:, None]
+
+
+def one_hot(tensor, num_classes=-1):
+    """int64 (..., num_classes) with a 1 at each index (no gradient)."""
+    op = "one_hot"
+    _check_tensor(op, "tensor", tensor)
+    if tensor.dtype.kind not in "iu":
+        raise TypeError(f"{op}: needs an integer tensor of class indices, got dtype {tensor.dtype}")
+    xp = get_array_module(tensor._data)
+    idx = tensor._data
+    if num_classes == -1:
+        num_classes = int(idx.max()) + 1 if idx.size else 0
+    if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= num_classes):
+        raise ValueError(f"{op}: class values must be in [0, {num_classes}), got [{int(idx.min())}, {int(idx.max())}]")
+    out = (idx[..., None] == xp.arange(num_classes)).astype(np.int64)
+    return Tensor._make(out)
