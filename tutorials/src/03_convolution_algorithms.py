@@ -83,7 +83,7 @@ except ValueError as e:
 # %% tags=["listing"]
 direct_file, direct_kernel = tu.find_cuda_function("convolution_forward_direct", missing_ok=True)
 display(tu.SideBySide(f"kernels/{direct_file}: convolution_forward_direct (CUDA)", direct_kernel,
-                      "minidl/primitives/cpu/convolution.py (NumPy)", tu.python_source(cpu_conv._forward_direct)))
+                      "minidl/primitives/cpu/convolution.py (NumPy)", tu.python_source(cpu_conv.convolution_forward_direct)))
 
 # %% [markdown]
 # ## 3.3 `im2col_gemm`: lower, then multiply
@@ -99,7 +99,7 @@ tiny = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
 # _make_problem is the front end's (internal) checked description of a call; the CPU functions take it.
 tiny_problem = P.convolution._make_problem("demo", tiny.shape, (1, 1, 3, 3), P.ConvolutionDescriptor(padding=0),
                                            "NCHW", np.dtype(np.float32))
-cols = cpu_conv._im2col(tiny, tiny_problem).reshape(9, -1)        # (C*R*S, N*P*Q) = (9, 9)
+cols = cpu_conv.convolution_im2col(tiny, tiny_problem).reshape(9, -1)        # (C*R*S, N*P*Q) = (9, 9)
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2))
 ax1.imshow(tiny[0, 0], cmap="viridis"); ax1.set_title("input 5x5 (values 0..24)")
 for (i, j), v in np.ndenumerate(tiny[0, 0]):
@@ -116,7 +116,7 @@ print(f"the input has {tiny.size} values; the column matrix {cols.size}: each va
 im2col_file, im2col_kernel = tu.find_cuda_function("convolution_im2col", missing_ok=True)
 display(tu.SideBySide(f"kernels/{im2col_file}: convolution_im2col (CUDA; then gemm.cu multiplies)", im2col_kernel,
                       "minidl/primitives/cpu/convolution.py (NumPy)",
-                      tu.python_source(cpu_conv._im2col, cpu_conv._forward_im2col_gemm)))
+                      tu.python_source(cpu_conv.convolution_im2col, cpu_conv.convolution_forward_im2col_gemm)))
 
 # %% [markdown]
 # ## 3.4 `implicit_gemm` and `implicit_precomp_gemm`: the matrix that is never written

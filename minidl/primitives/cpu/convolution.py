@@ -146,16 +146,7 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
     x, w = _operands(problem, x, w)
     x_cf = to_channels_first(x, problem.layout)
     w_cf = _weight_channels_first(w, problem.layout)
-    if algo == "direct":
-        y = _forward_direct(x_cf, w_cf, problem)
-    elif algo == "im2col_gemm":
-        y = _forward_im2col_gemm(x_cf, w_cf, problem)
-    elif algo == "winograd":
-        y = _winograd_f2x2_3x3(x_cf, w_cf, problem.padding, problem.groups)
-    elif algo == "fft":
-        y = _forward_fft(x_cf, w_cf, problem)
-    else:
-        raise ValueError(f"convolution_forward: unknown CPU algorithm {algo!r}")
+    y = _algorithm("convolution_forward", FORWARD, algo)(x_cf, w_cf, problem)
     if bias is not None:
         y += bias.astype(y.dtype).reshape((1, -1) + (1,) * problem.spatial_dims)
     y = np.ascontiguousarray(to_channels_last(y, problem.layout))
@@ -170,16 +161,7 @@ def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
     w, dy = _operands(problem, w, dy)
     dy_cf = to_channels_first(dy, problem.layout)
     w_cf = _weight_channels_first(w, problem.layout)
-    if algo == "direct":
-        dx = _backward_data_direct(w_cf, dy_cf, problem)
-    elif algo == "im2col_gemm":
-        dx = _backward_data_im2col_gemm(w_cf, dy_cf, problem)
-    elif algo == "winograd":
-        dx = _backward_data_winograd(w_cf, dy_cf, problem)
-    elif algo == "fft":
-        dx = _backward_data_fft(w_cf, dy_cf, problem)
-    else:
-        raise ValueError(f"convolution_backward_data: unknown CPU algorithm {algo!r}")
+    dx = _algorithm("convolution_backward_data", BACKWARD_DATA, algo)(w_cf, dy_cf, problem)
     dx = np.ascontiguousarray(to_channels_last(dx, problem.layout))
     return _blend_result("convolution_backward_data", dx, problem, out, alpha, beta)
 
@@ -189,16 +171,17 @@ def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     x, dy = _operands(problem, x, dy)
     x_cf = to_channels_first(x, problem.layout)
     dy_cf = to_channels_first(dy, problem.layout)
-    if algo == "direct":
-        dw = _backward_filter_direct(x_cf, dy_cf, problem)
-    elif algo == "im2col_gemm":
-        dw = _backward_filter_im2col_gemm(x_cf, dy_cf, problem)
-    elif algo == "fft":
-        dw = _backward_filter_fft(x_cf, dy_cf, problem)
-    else:
-        raise ValueError(f"convolution_backward_filter: CPU algorithm {algo!r} does not compute it")
+    dw = _algorithm("convolution_backward_filter", BACKWARD_FILTER, algo)(x_cf, dy_cf, problem)
     dw = np.ascontiguousarray(_weight_to_layout(dw, problem.layout))
     return _blend_result("convolution_backward_filter", dw, problem, out, alpha, beta)
+
+
+def _algorithm(op, table, algo):
+    """The reference function of `algo` for one direction (the tables are at the end of the file)."""
+    fn = table.get(algo)
+    if fn is None:
+        raise ValueError(f"{op}: CPU algorithm {algo!r} does not compute it; the CPU has {', '.join(table)}")
+    return fn
 
 
 def convolution_backward_bias(dy, problem, alpha, beta, out):
@@ -313,7 +296,7 @@ def _tap_slices(problem, tap):
     return tuple(out_slices), tuple(in_slices)
 
 
-def _forward_direct(x, w, problem):
+def convolution_forward_direct(x, w, problem):
     """x: (N, C, *in), w: (K, C/g, *kernel) -> y: (N, K, *out), one weighted window sum per tap."""
     N, G, K = problem.N, problem.groups, problem.K
     Cg, Kg = problem.C // G, K // G
@@ -331,7 +314,7 @@ def _forward_direct(x, w, problem):
     return y.reshape((N, K) + problem.out_size)
 
 
-def _backward_data_direct(w, dy, problem):
+def convolution_backward_data_direct(w, dy, problem):
     """dy: (N, K, *out) -> dx: (N, C, *in): each tap scatters its weighted dy back onto its window."""
     N, G, C = problem.N, problem.groups, problem.C
     Cg, Kg = C // G, problem.K // G
@@ -350,7 +333,7 @@ def _backward_data_direct(w, dy, problem):
     return dx.reshape((N, C) + problem.in_size)
 
 
-def _backward_filter_direct(x, dy, problem):
+def convolution_backward_filter_direct(x, dy, problem):
     """dw[k, c, tap] = sum over n and output positions of dy[n, k, o] * x[n, c, o*s + tap*d - p]."""
     N, G, K = problem.N, problem.groups, problem.K
     Cg, Kg = problem.C // G, K // G
@@ -374,7 +357,7 @@ def _backward_filter_direct(x, dy, problem):
 # ----------------------------------------------------------------------------------------------
 
 
-def _im2col(x, problem):
+def convolution_im2col(x, problem):
     """x: (N, C, *in) -> cols: (C, *kernel, N, *out), the column matrix before reshaping.
 
     Row (c, tap) of the column matrix holds, for every output position (n, o), the input value that
@@ -398,8 +381,8 @@ def _im2col(x, problem):
     return cols
 
 
-def _col2im(dcols, problem):
-    """The adjoint of _im2col: dcols (C, *kernel, N, *out) -> dx (N, C, *in).
+def convolution_col2im(dcols, problem):
+    """The adjoint of convolution_im2col: dcols (C, *kernel, N, *out) -> dx (N, C, *in).
 
     Each tap's row block is added back onto the strided window of the input it came from; windows
     of different taps overlap, which is why this is an accumulation. Positions that fell in the
@@ -429,27 +412,27 @@ def _dy_matrix(dy, problem):
     return dy.swapaxes(0, 1).reshape(G, Kg, ncols)
 
 
-def _forward_im2col_gemm(x, w, problem):
+def convolution_forward_im2col_gemm(x, w, problem):
     """y_g = W_g (K/G, C/G*RS) @ cols_g (C/G*RS, N*PQ), batched over the G groups by np.matmul."""
     G, Kg, rows, ncols = _gemm_shapes(problem)
-    cols = _im2col(x, problem).reshape(G, rows, ncols)
+    cols = convolution_im2col(x, problem).reshape(G, rows, ncols)
     y = np.matmul(w.reshape(G, Kg, rows), cols)                          # (G, K/G, N*PQ)
     y = y.reshape((problem.K, problem.N) + problem.out_size)
     return y.swapaxes(0, 1)                                               # (N, K, *out)
 
 
-def _backward_data_im2col_gemm(w, dy, problem):
+def convolution_backward_data_im2col_gemm(w, dy, problem):
     """dcols_g = W_g^T (C/G*RS, K/G) @ dy_g (K/G, N*PQ), then col2im back onto the input."""
     G, Kg, rows, ncols = _gemm_shapes(problem)
     dcols = np.matmul(w.reshape(G, Kg, rows).swapaxes(1, 2), _dy_matrix(dy, problem))
     dcols = dcols.reshape((problem.C,) + problem.kernel_size + (problem.N,) + problem.out_size)
-    return _col2im(dcols, problem)
+    return convolution_col2im(dcols, problem)
 
 
-def _backward_filter_im2col_gemm(x, dy, problem):
+def convolution_backward_filter_im2col_gemm(x, dy, problem):
     """dW_g = dy_g (K/G, N*PQ) @ cols_g^T (N*PQ, C/G*RS), or its transpose, whichever is taller."""
     G, Kg, rows, ncols = _gemm_shapes(problem)
-    cols = _im2col(x, problem).reshape(G, rows, ncols)
+    cols = convolution_im2col(x, problem).reshape(G, rows, ncols)
     dy_mat = _dy_matrix(dy, problem)
     if Kg >= rows:
         dw = np.matmul(dy_mat, cols.swapaxes(1, 2))                      # (G, K/G, C/G*RS)
@@ -550,7 +533,12 @@ def _winograd_f2x2_3x3(x, w, padding, groups):
     return y[:, :, :P, :Q]
 
 
-def _backward_data_winograd(w, dy, problem):
+def convolution_forward_winograd(x, w, problem):
+    """Forward by Winograd F(2x2, 3x3) (see _winograd_f2x2_3x3)."""
+    return _winograd_f2x2_3x3(x, w, problem.padding, problem.groups)
+
+
+def convolution_backward_data_winograd(w, dy, problem):
     """dx as a forward Winograd convolution: dy padded by (2 - padding) with the flipped filter.
 
     dx[n, c, i, j] = sum_k sum_{a,b} dy[n, k, i + p - a, j + p - b] * w[k, c, a, b]. Substituting
@@ -591,7 +579,7 @@ def _padded_spectrum(a, problem):
     return np.fft.rfftn(np.pad(a, pads), axes=_spectra_axes(problem))
 
 
-def _forward_fft(x, w, problem):
+def convolution_forward_fft(x, w, problem):
     """x: (N, C, *in), w: (K, C, *kernel) -> y: (N, K, *out)."""
     sizes, axes = _fft_sizes(problem), _spectra_axes(problem)
     X = _padded_spectrum(x, problem)
@@ -602,7 +590,7 @@ def _forward_fft(x, w, problem):
     return np.ascontiguousarray(y[keep]).astype(x.dtype)
 
 
-def _backward_data_fft(w, dy, problem):
+def convolution_backward_data_fft(w, dy, problem):
     """dy: (N, K, *out) -> dx: (N, C, *in)."""
     sizes, axes = _fft_sizes(problem), _spectra_axes(problem)
     DY = np.fft.rfftn(dy, s=sizes, axes=axes)
@@ -612,7 +600,7 @@ def _backward_data_fft(w, dy, problem):
     return np.ascontiguousarray(dxp[keep]).astype(dy.dtype)
 
 
-def _backward_filter_fft(x, dy, problem):
+def convolution_backward_filter_fft(x, dy, problem):
     """x: (N, C, *in), dy: (N, K, *out) -> dw: (K, C, *kernel)."""
     sizes, axes = _fft_sizes(problem), _spectra_axes(problem)
     X = _padded_spectrum(x, problem)
@@ -620,3 +608,34 @@ def _backward_filter_fft(x, dy, problem):
     dw = np.fft.irfftn(np.einsum("nk...,nc...->kc...", DY.conj(), X), s=sizes, axes=axes)
     keep = (slice(None), slice(None)) + tuple(slice(0, k) for k in problem.kernel_size)
     return np.ascontiguousarray(dw[keep]).astype(x.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# The algorithms by name: one reference function per (direction, algorithm), named as the GPU's
+# launcher and kernel (convolution_<direction>_<algo>); the entries above look them up here.
+# ----------------------------------------------------------------------------------------------
+
+
+def convolution_forward_implicit_gemm(x, w, problem):
+    """implicit_gemm's mathematics: im2col_gemm's product. The GPU kernel forms each tile of the column
+    matrix in shared memory as it goes and never writes the matrix; NumPy forms it whole, so the
+    reference of both is one function (not a CPU algorithm of its own: the query does not list it)."""
+    return convolution_forward_im2col_gemm(x, w, problem)
+
+
+def convolution_backward_data_implicit_gemm(w, dy, problem):
+    """implicit_gemm's backward data: im2col_gemm's (see convolution_forward_implicit_gemm)."""
+    return convolution_backward_data_im2col_gemm(w, dy, problem)
+
+
+def convolution_backward_filter_implicit_gemm(x, dy, problem):
+    """implicit_gemm's backward filter: im2col_gemm's (see convolution_forward_implicit_gemm)."""
+    return convolution_backward_filter_im2col_gemm(x, dy, problem)
+
+
+FORWARD = {"direct": convolution_forward_direct, "im2col_gemm": convolution_forward_im2col_gemm,
+           "winograd": convolution_forward_winograd, "fft": convolution_forward_fft}
+BACKWARD_DATA = {"direct": convolution_backward_data_direct, "im2col_gemm": convolution_backward_data_im2col_gemm,
+                 "winograd": convolution_backward_data_winograd, "fft": convolution_backward_data_fft}
+BACKWARD_FILTER = {"direct": convolution_backward_filter_direct,
+                   "im2col_gemm": convolution_backward_filter_im2col_gemm, "fft": convolution_backward_filter_fft}
