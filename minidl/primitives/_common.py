@@ -275,3 +275,38 @@ def as_tuple(op: str, name: str, value, n: int, minimum: int | None = None) -> t
 
 def shape_str(shape) -> str:
     return "(" + ", ".join(str(int(s)) for s in shape) + ")"
+
+
+# ----------------------------------------------------------------------------------------------
+# Pooling shapes: here, not in pooling.py, so that cpu/pooling.py and cuda/pooling.py (which pooling.py
+# imports) need nothing from the module above them
+# ----------------------------------------------------------------------------------------------
+
+
+def _pooled_length(length: int, k: int, s: int, p: int, ceil_mode: bool, d: int = 1) -> int:
+    span = length + 2 * p - (d * (k - 1) + 1)
+    if span < 0:
+        return 0
+    if ceil_mode:
+        n = -(-span // s) + 1
+        # The last window must start inside the input or its left padding (PyTorch's rule).
+        if (n - 1) * s >= length + p:
+            n -= 1
+        return n
+    return span // s + 1
+
+
+def pooling_output_shape(x_shape, desc, layout: str = "NCHW") -> tuple:
+    """The output shape of pooling_forward for an input of x_shape (in the given layout)."""
+    layout = normalize_layout("pooling_output_shape", layout)
+    x_shape = tuple(int(s) for s in x_shape)
+    n = x_shape[0]
+    if layout == "NCHW":
+        c, spatial = x_shape[1], x_shape[2:]
+    else:
+        c, spatial = x_shape[-1], x_shape[1:-1]
+    out_spatial = tuple(
+        _pooled_length(L, k, s, p, desc.ceil_mode, d)
+        for L, k, s, p, d in zip(spatial, desc.kernel_size, desc.stride, desc.padding, desc.dilation)
+    )
+    return (n, c) + out_spatial if layout == "NCHW" else (n,) + out_spatial + (c,)

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._common import (
+from ._common import (  # pooling_output_shape: here for the public API, in _common for the backends
+    pooling_output_shape,
     as_tuple, backend, check_arrays, check_blend_out, check_float, check_same_device, computes_half_in_float32,
     is_cuda_array, normalize_layout, shape_str,
 )
@@ -98,35 +99,6 @@ class PoolingDescriptor:
         object.__setattr__(self, "padding", padding)
         object.__setattr__(self, "ceil_mode", bool(self.ceil_mode))
         object.__setattr__(self, "spatial_dims", dims)
-
-
-def _pooled_length(length: int, k: int, s: int, p: int, ceil_mode: bool, d: int = 1) -> int:
-    span = length + 2 * p - (d * (k - 1) + 1)
-    if span < 0:
-        return 0
-    if ceil_mode:
-        n = -(-span // s) + 1
-        # The last window must start inside the input or its left padding (PyTorch's rule).
-        if (n - 1) * s >= length + p:
-            n -= 1
-        return n
-    return span // s + 1
-
-
-def pooling_output_shape(x_shape, desc: PoolingDescriptor, layout: str = "NCHW") -> tuple:
-    """The output shape of pooling_forward for an input of x_shape (in the given layout)."""
-    layout = normalize_layout("pooling_output_shape", layout)
-    x_shape = tuple(int(s) for s in x_shape)
-    n = x_shape[0]
-    if layout == "NCHW":
-        c, spatial = x_shape[1], x_shape[2:]
-    else:
-        c, spatial = x_shape[-1], x_shape[1:-1]
-    out_spatial = tuple(
-        _pooled_length(L, k, s, p, desc.ceil_mode, d)
-        for L, k, s, p, d in zip(spatial, desc.kernel_size, desc.stride, desc.padding, desc.dilation)
-    )
-    return (n, c) + out_spatial if layout == "NCHW" else (n,) + out_spatial + (c,)
 
 
 def _check_input(op: str, x, spatial_dims: int, name: str = "x") -> None:

@@ -633,6 +633,35 @@ def convolution_backward_filter_implicit_gemm(x, dy, problem):
     return convolution_backward_filter_im2col_gemm(x, dy, problem)
 
 
+def convolution_forward_implicit_precomp_gemm(x, w, problem):
+    """implicit_precomp_gemm's mathematics: implicit_gemm's (the GPU kernel reads a precomputed table of
+    per-tap offsets instead of dividing indices; the arithmetic is the same)."""
+    return convolution_forward_implicit_gemm(x, w, problem)
+
+
+def convolution_backward_data_implicit_precomp_gemm(w, dy, problem):
+    """implicit_precomp_gemm's backward data: implicit_gemm's (see its forward)."""
+    return convolution_backward_data_implicit_gemm(w, dy, problem)
+
+
+def convolution_forward_implicit_gemm_tc(x, w, problem):
+    """implicit_gemm_tc's mathematics: the implicit GEMM on tensor cores. The operands arrive here already
+    rounded as the tensor cores read them (TF32 for float32 under math="tf32"; half data widened to
+    float32: convolution_forward's _operands), and the products are summed in float32, as the
+    tensor cores' accumulators do."""
+    return convolution_forward_implicit_gemm(x, w, problem)
+
+
+def convolution_backward_data_implicit_gemm_tc(w, dy, problem):
+    """implicit_gemm_tc's backward data (see its forward)."""
+    return convolution_backward_data_implicit_gemm(w, dy, problem)
+
+
+def convolution_backward_filter_implicit_gemm_tc(x, dy, problem):
+    """implicit_gemm_tc's backward filter (see its forward)."""
+    return convolution_backward_filter_implicit_gemm(x, dy, problem)
+
+
 FORWARD = {"direct": convolution_forward_direct, "im2col_gemm": convolution_forward_im2col_gemm,
            "winograd": convolution_forward_winograd, "fft": convolution_forward_fft}
 BACKWARD_DATA = {"direct": convolution_backward_data_direct, "im2col_gemm": convolution_backward_data_im2col_gemm,

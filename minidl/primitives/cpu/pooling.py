@@ -15,8 +15,7 @@ import itertools
 
 import numpy as np
 
-from .._common import blend, to_channels_first, to_channels_last
-from ..pooling import pooling_output_shape
+from .._common import blend, pooling_output_shape, to_channels_first, to_channels_last
 
 
 def _geometry(spatial, desc):

@@ -36,9 +36,18 @@ def _mode_and_coef(desc):
 
 def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
     """y = alpha * f(x) + beta * out, any shape; x float32 on the GPU."""
+    mode, coef = _mode_and_coef(desc)
+    return _forward(x, mode, coef, alpha, beta, out)
+
+
+def relu_forward_in_place(y):
+    """y = max(y, 0) over y itself (for the convolution's ReLU after an im2col forward)."""
+    return _forward(y, MODES["relu"], np.float32(0.0), 1.0, 0.0, y)
+
+
+def _forward(x, mode, coef, alpha, beta, out):
     op = "activation_forward"
     x = as_kernel_input(op, x)
-    mode, coef = _mode_and_coef(desc)
     target, original = kernel_output(op, out, x.shape, beta)
     n = x.size
     if n > 0:

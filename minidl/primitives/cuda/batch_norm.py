@@ -63,10 +63,20 @@ def _reduction_plan(outer, C, inner):
     return "rows", (tiles, splits), ROW_TILE, splits, 1, 1
 
 
+# The pass-1 kernels by (what they reduce, how the grid covers the data), named literally (one primitive,
+# one name: tests/primitives/test_backend_contract.py finds each kernel's name in this file).
+_REDUCTION_KERNELS = {
+    ("batch_norm_stats", "planes"): "batch_norm_stats_planes", ("batch_norm_stats", "rows"): "batch_norm_stats_rows",
+    ("batch_norm_grads", "planes"): "batch_norm_grads_planes", ("batch_norm_grads", "rows"): "batch_norm_grads_rows",
+    ("batch_norm_relu_grads", "planes"): "batch_norm_relu_grads_planes",
+    ("batch_norm_relu_grads", "rows"): "batch_norm_relu_grads_rows",
+}
+
+
 def _run_reduction(kind, grid, block, inputs, partial, outer, C, inner, chunks, chunk_len, stats: bool, family=None,
                    extra=()):
     family = family or ("batch_norm_stats" if stats else "batch_norm_grads")
-    kernel = get_kernel("batch_norm", f"{family}_{kind}")
+    kernel = get_kernel("batch_norm", _REDUCTION_KERNELS[family, kind])
     if kind == "planes":
         streamed = inputs[:1] if stats else inputs[:2]   # x (and dy): the arrays read with float4
         vectorized = int(inner % 4 == 0 and is_aligned(*streamed))

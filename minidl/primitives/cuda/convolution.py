@@ -353,10 +353,9 @@ def _relu_in_place(y):
     """max(y, 0) written over y (elementwise, so in place is safe): the activation kernel for float32,
     CuPy's maximum for half data (both pass NaN through)."""
     if y.dtype == cupy.float32:
-        from ..activation import ActivationDescriptor
-        from .activation import activation_forward
+        from .activation import relu_forward_in_place
 
-        return activation_forward(y, ActivationDescriptor("relu"), out=y)
+        return relu_forward_in_place(y)
     return cupy.maximum(y, 0, out=y)
 
 

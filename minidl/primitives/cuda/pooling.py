@@ -7,9 +7,10 @@ validated by minidl/primitives/pooling.py.
 """
 from __future__ import annotations
 
+from .._common import pooling_output_shape
+
 import numpy as np
 
-from ..pooling import pooling_output_shape
 from ._compile import get_kernel
 from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, is_aligned, kernel_output
 

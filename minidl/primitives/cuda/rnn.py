@@ -98,6 +98,13 @@ def _ptr(a) -> int:
     return 0 if a is None else a.data.ptr
 
 
+# The fused cell kernels of kernels/rnn.cu per mode: (forward, backward); rnn_tanh and rnn_relu share
+# one kernel pair, the nonlinearity is an argument.
+CELL_KERNELS = {"rnn_tanh": ("rnn_cell_forward", "rnn_cell_backward"),
+                "rnn_relu": ("rnn_cell_forward", "rnn_cell_backward"),
+                "lstm": ("lstm_cell_forward", "lstm_cell_backward"),
+                "gru": ("gru_cell_forward", "gru_cell_backward")}
+
 _sm_counts: dict = {}
 
 
@@ -324,7 +331,7 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     G = desc.gate_count
     is_lstm = desc.mode == "lstm"
     lengths = None if seq_lengths is None else cupy.asarray(seq_lengths, dtype=cupy.int32)
-    kernel = get_kernel("rnn", f"{'rnn' if desc.mode.startswith('rnn') else desc.mode}_cell_forward")
+    kernel = get_kernel("rnn", CELL_KERNELS[desc.mode][0])
     _use_host_pointer_mode()
 
     hy = _empty((L * D, B, H))
@@ -430,7 +437,7 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     T, B, _ = layer_inputs[0].shape
     H, D, L, G = desc.hidden_size, desc.num_directions, desc.num_layers, desc.gate_count
     is_lstm = desc.mode == "lstm"
-    kernel = get_kernel("rnn", f"{'rnn' if desc.mode.startswith('rnn') else desc.mode}_cell_backward")
+    kernel = get_kernel("rnn", CELL_KERNELS[desc.mode][1])
     _use_host_pointer_mode()
 
     dh0 = _empty((L * D, B, H))
