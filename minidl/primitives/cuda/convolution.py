@@ -317,35 +317,34 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out, relu=False)
     if y.size == 0:
         return finish(y, original)
     options = RELU_OPTIONS if relu and algo in RELU_EPILOGUE_ALGOS else ()
-    with handle.launch_context():
-        if g.N * g.OPQ == 0:
-            pass
-        elif algo == "direct" and small_channel_kernel("forward", problem):
-            kernel = get_kernel("convolution", f"convolution_forward_direct_small_c_{g.suffix}", options)
-            grid = (math.ceil(g.P / SMALL_C_FWD_ROWS) * math.ceil(g.Q / SMALL_C_FWD_COLS),
-                    math.ceil(g.K / SMALL_C_FWD_CHANNELS), g.N)
-            kernel(grid, (THREADS,), (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta)))
-        elif algo == "direct":
-            kernel = get_kernel("convolution", "convolution_forward_direct", options)
-            kernel((grid_stride_blocks(y.size),), (256,),
-                   (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
-        elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
-            taps = None
-            if algo == "implicit_precomp_gemm":
-                taps = _tap_table(g, handle, g.Cg, workspace_bytes(algo, "forward", problem))
-            bn = tile_n(g.Kg, CONV_TILE_WIDTHS)
-            kernel = get_kernel("convolution", f"convolution_forward_{algo}_{g.suffix}_bn{bn}", options)
-            grid = (math.ceil(g.N * g.OPQ / TILE), math.ceil(g.Kg / bn), g.groups)
-            kernel(grid, (THREADS,), (x, w, bias, y, taps, *g.args(), np.float32(alpha), np.float32(beta),
-                                      _aligned(w, g.Cg * g.TRS)))
-        elif algo == "im2col_gemm":
-            _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta)
-        elif algo == "winograd":
-            _winograd(x, w, bias, y, g, handle, "forward", alpha, beta, options)
-        else:
-            raise ValueError(f"convolution_forward: unknown algorithm {algo!r}")
-        if relu and not options:
-            _relu_in_place(y)
+    if g.N * g.OPQ == 0:
+        pass
+    elif algo == "direct" and small_channel_kernel("forward", problem):
+        kernel = get_kernel("convolution", f"convolution_forward_direct_small_c_{g.suffix}", options)
+        grid = (math.ceil(g.P / SMALL_C_FWD_ROWS) * math.ceil(g.Q / SMALL_C_FWD_COLS),
+                math.ceil(g.K / SMALL_C_FWD_CHANNELS), g.N)
+        kernel(grid, (THREADS,), (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta)))
+    elif algo == "direct":
+        kernel = get_kernel("convolution", "convolution_forward_direct", options)
+        kernel((grid_stride_blocks(y.size),), (256,),
+               (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+    elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
+        taps = None
+        if algo == "implicit_precomp_gemm":
+            taps = _tap_table(g, handle, g.Cg, workspace_bytes(algo, "forward", problem))
+        bn = tile_n(g.Kg, CONV_TILE_WIDTHS)
+        kernel = get_kernel("convolution", f"convolution_forward_{algo}_{g.suffix}_bn{bn}", options)
+        grid = (math.ceil(g.N * g.OPQ / TILE), math.ceil(g.Kg / bn), g.groups)
+        kernel(grid, (THREADS,), (x, w, bias, y, taps, *g.args(), np.float32(alpha), np.float32(beta),
+                                  _aligned(w, g.Cg * g.TRS)))
+    elif algo == "im2col_gemm":
+        _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta)
+    elif algo == "winograd":
+        _winograd(x, w, bias, y, g, handle, "forward", alpha, beta, options)
+    else:
+        raise ValueError(f"convolution_forward: unknown algorithm {algo!r}")
+    if relu and not options:
+        _relu_in_place(y)
     return finish(y, original)
 
 
@@ -432,28 +431,27 @@ def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
     handle = get_handle()
     if dx.size == 0:
         return finish(dx, original)
-    with handle.launch_context():
-        if algo == "direct":
-            kernel = get_kernel("convolution", "convolution_backward_data_direct")
-            kernel((grid_stride_blocks(dx.size),), (256,),
-                   (w, dy, dx, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
-        elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
-            taps, filters, vec_w = None, w, _flag(False)
-            if algo == "implicit_precomp_gemm":
-                nbytes = workspace_bytes(algo, "backward_data", problem)
-                taps = _tap_table(g, handle, g.Kg, nbytes)
-                filters = _gemm_ready_filters(w, g, handle.workspace(nbytes)[4 * g.Kg * g.TRS:])
-                vec_w = _aligned(filters, g.Cg)
-            bn = tile_n(g.Cg, CONV_TILE_WIDTHS)
-            kernel = get_kernel("convolution", f"convolution_backward_data_{algo}_{g.suffix}_bn{bn}")
-            grid = (math.ceil(g.N * g.DHW / TILE), math.ceil(g.Cg / bn), g.groups)
-            kernel(grid, (THREADS,), (filters, dy, dx, taps, *g.args(), np.float32(alpha), np.float32(beta), vec_w))
-        elif algo == "im2col_gemm":
-            _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta)
-        elif algo == "winograd":
-            _winograd(dy, w, None, dx, g, handle, "backward_data", alpha, beta)
-        else:
-            raise ValueError(f"convolution_backward_data: unknown algorithm {algo!r}")
+    if algo == "direct":
+        kernel = get_kernel("convolution", "convolution_backward_data_direct")
+        kernel((grid_stride_blocks(dx.size),), (256,),
+               (w, dy, dx, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+    elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
+        taps, filters, vec_w = None, w, _flag(False)
+        if algo == "implicit_precomp_gemm":
+            nbytes = workspace_bytes(algo, "backward_data", problem)
+            taps = _tap_table(g, handle, g.Kg, nbytes)
+            filters = _gemm_ready_filters(w, g, handle.workspace(nbytes)[4 * g.Kg * g.TRS:])
+            vec_w = _aligned(filters, g.Cg)
+        bn = tile_n(g.Cg, CONV_TILE_WIDTHS)
+        kernel = get_kernel("convolution", f"convolution_backward_data_{algo}_{g.suffix}_bn{bn}")
+        grid = (math.ceil(g.N * g.DHW / TILE), math.ceil(g.Cg / bn), g.groups)
+        kernel(grid, (THREADS,), (filters, dy, dx, taps, *g.args(), np.float32(alpha), np.float32(beta), vec_w))
+    elif algo == "im2col_gemm":
+        _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta)
+    elif algo == "winograd":
+        _winograd(dy, w, None, dx, g, handle, "backward_data", alpha, beta)
+    else:
+        raise ValueError(f"convolution_backward_data: unknown algorithm {algo!r}")
     return finish(dx, original)
 
 
@@ -507,40 +505,39 @@ def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     handle = get_handle()
     if dw.size == 0:
         return finish(dw, original)
-    with handle.launch_context():
-        if g.N * g.OPQ == 0:
-            _scale_only(dw, alpha, beta)
-        elif algo == "direct" and small_channel_kernel("backward_filter", problem):
-            _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta)
-        elif algo == "direct":
-            kernel = get_kernel("convolution", "convolution_backward_filter_direct")
-            kernel((grid_stride_blocks(dw.size),), (256,),
-                   (x, dy, dw, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
-        elif algo == "implicit_gemm":
-            cols, depth = g.Cg * g.TRS, g.N * g.OPQ
-            splits, k_per_split = split_k_plan(g.Kg, cols, depth, g.groups)
-            partial = None
-            if splits > 1:
-                partial = handle.workspace(workspace_bytes(algo, "backward_filter", problem))
-            if g.Kg <= 64 < cols:  # few output channels: compute dw^T so they fill the narrow side
-                bn = tile_n(g.Kg, (64, 32))
-                kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_t_bn{bn}")
-                grid = (math.ceil(cols / TILE), math.ceil(g.Kg / bn), g.groups * splits)
-            else:
-                bn = tile_n(cols, CONV_TILE_WIDTHS)
-                kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_bn{bn}")
-                grid = (math.ceil(g.Kg / TILE), math.ceil(cols / bn), g.groups * splits)
-            kernel(grid, (THREADS,), (x, dy, dw, partial, np.int32(k_per_split), *g.args(),
-                                      np.float32(alpha), np.float32(beta), _aligned(dy, g.OPQ)))
-            if splits > 1:  # dw = alpha * (sum of the slices) + beta * dw; dw is flat (K, cols)
-                get_kernel("gemm", "gemm_splitk_reduce")(
-                    (grid_stride_blocks(dw.size),), (THREADS,),
-                    (partial, np.int32(splits), np.int32(1), np.int32(1), np.int32(dw.size),
-                     np.float32(alpha), np.float32(beta), dw, np.int64(0), np.int64(1), np.int64(0)))
-        elif algo == "im2col_gemm":
-            _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta)
+    if g.N * g.OPQ == 0:
+        _scale_only(dw, alpha, beta)
+    elif algo == "direct" and small_channel_kernel("backward_filter", problem):
+        _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta)
+    elif algo == "direct":
+        kernel = get_kernel("convolution", "convolution_backward_filter_direct")
+        kernel((grid_stride_blocks(dw.size),), (256,),
+               (x, dy, dw, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+    elif algo == "implicit_gemm":
+        cols, depth = g.Cg * g.TRS, g.N * g.OPQ
+        splits, k_per_split = split_k_plan(g.Kg, cols, depth, g.groups)
+        partial = None
+        if splits > 1:
+            partial = handle.workspace(workspace_bytes(algo, "backward_filter", problem))
+        if g.Kg <= 64 < cols:  # few output channels: compute dw^T so they fill the narrow side
+            bn = tile_n(g.Kg, (64, 32))
+            kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_t_bn{bn}")
+            grid = (math.ceil(cols / TILE), math.ceil(g.Kg / bn), g.groups * splits)
         else:
-            raise ValueError(f"convolution_backward_filter: unknown algorithm {algo!r}")
+            bn = tile_n(cols, CONV_TILE_WIDTHS)
+            kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_bn{bn}")
+            grid = (math.ceil(g.Kg / TILE), math.ceil(cols / bn), g.groups * splits)
+        kernel(grid, (THREADS,), (x, dy, dw, partial, np.int32(k_per_split), *g.args(),
+                                  np.float32(alpha), np.float32(beta), _aligned(dy, g.OPQ)))
+        if splits > 1:  # dw = alpha * (sum of the slices) + beta * dw; dw is flat (K, cols)
+            get_kernel("gemm", "gemm_splitk_reduce")(
+                (grid_stride_blocks(dw.size),), (THREADS,),
+                (partial, np.int32(splits), np.int32(1), np.int32(1), np.int32(dw.size),
+                 np.float32(alpha), np.float32(beta), dw, np.int64(0), np.int64(1), np.int64(0)))
+    elif algo == "im2col_gemm":
+        _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta)
+    else:
+        raise ValueError(f"convolution_backward_filter: unknown algorithm {algo!r}")
     return finish(dw, original)
 
 
@@ -602,9 +599,8 @@ def convolution_backward_bias(dy, problem, alpha, beta, out):
     if problem.K == 0:
         return finish(db, original)
     spatial = math.prod(problem.out_size)
-    with get_handle().launch_context():
-        get_kernel("convolution", "convolution_backward_bias")(
-            (problem.K,), (256,),
-            (dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(spatial), np.float32(alpha),
-             np.float32(beta), _flag(problem.layout == "NHWC")))
+    get_kernel("convolution", "convolution_backward_bias")(
+        (problem.K,), (256,),
+        (dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(spatial), np.float32(alpha),
+         np.float32(beta), _flag(problem.layout == "NHWC")))
     return finish(db, original)

@@ -25,7 +25,6 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from .handle import get_handle
 
 THREADS = 128
 TI = TJ = 4  # FFT_TI, FFT_TJ of the kernel
@@ -143,15 +142,14 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
     N, C, K = problem.N, problem.C, problem.K
     H, W, R, S, P, Q, ph, pw = _geometry(problem)
     shape = fft_sizes(problem)
-    with get_handle().launch_context():
-        X = _spectrum(_channels_first_2d(x, problem.layout), shape, (ph, pw))      # (N, C, Hf, Wf/2+1)
-        Wspec = _spectrum(_channels_first_2d(w, problem.layout), shape)              # (K, C, ...)
-        Y = _products(X, Wspec, N, K, C, C, 1, 1, C, 0, 1)                          # b(l=c, j=k) = W[k, c]
-        y = cupy.fft.irfft2(Y, s=shape)[:, :, :P, :Q]
-        if bias is not None:
-            y = y + bias.reshape(1, K, 1, 1)
-        y = _from_channels_first(y, problem, problem.spatial_dims)
-        return _blend(y, out, alpha, beta)
+    X = _spectrum(_channels_first_2d(x, problem.layout), shape, (ph, pw))      # (N, C, Hf, Wf/2+1)
+    Wspec = _spectrum(_channels_first_2d(w, problem.layout), shape)              # (K, C, ...)
+    Y = _products(X, Wspec, N, K, C, C, 1, 1, C, 0, 1)                          # b(l=c, j=k) = W[k, c]
+    y = cupy.fft.irfft2(Y, s=shape)[:, :, :P, :Q]
+    if bias is not None:
+        y = y + bias.reshape(1, K, 1, 1)
+    y = _from_channels_first(y, problem, problem.spatial_dims)
+    return _blend(y, out, alpha, beta)
 
 
 def convolution_backward_data(w, dy, problem, alpha, beta, out):
@@ -159,13 +157,12 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
     N, C, K = problem.N, problem.C, problem.K
     H, W, R, S, P, Q, ph, pw = _geometry(problem)
     shape = fft_sizes(problem)
-    with get_handle().launch_context():
-        DY = _spectrum(_channels_first_2d(dy, problem.layout), shape)              # (N, K, ...)
-        Wspec = _spectrum(_channels_first_2d(w, problem.layout), shape)             # (K, C, ...)
-        DX = _products(DY, Wspec, N, C, K, K, 1, C, 1, 0, 0)
-        dx = cupy.fft.irfft2(DX, s=shape)[:, :, ph:ph + H, pw:pw + W]
-        dx = _from_channels_first(dx, problem, problem.spatial_dims)
-        return _blend(dx, out, alpha, beta)
+    DY = _spectrum(_channels_first_2d(dy, problem.layout), shape)              # (N, K, ...)
+    Wspec = _spectrum(_channels_first_2d(w, problem.layout), shape)             # (K, C, ...)
+    DX = _products(DY, Wspec, N, C, K, K, 1, C, 1, 0, 0)
+    dx = cupy.fft.irfft2(DX, s=shape)[:, :, ph:ph + H, pw:pw + W]
+    dx = _from_channels_first(dx, problem, problem.spatial_dims)
+    return _blend(dx, out, alpha, beta)
 
 
 def convolution_backward_filter(x, dy, problem, alpha, beta, out):
@@ -173,10 +170,9 @@ def convolution_backward_filter(x, dy, problem, alpha, beta, out):
     N, C, K = problem.N, problem.C, problem.K
     H, W, R, S, P, Q, ph, pw = _geometry(problem)
     shape = fft_sizes(problem)
-    with get_handle().launch_context():
-        X = _spectrum(_channels_first_2d(x, problem.layout), shape, (ph, pw))      # (N, C, ...)
-        DY = _spectrum(_channels_first_2d(dy, problem.layout), shape)              # (N, K, ...)
-        DW = _products(DY, X, K, C, N, 1, K, C, 1, 1, 0)                            # a(i=k, l=n) = DY[n, k]
-        dw = cupy.fft.irfft2(DW, s=shape)[:, :, :R, :S]
-        dw = _from_channels_first(dw, problem, problem.spatial_dims)
-        return _blend(dw, out, alpha, beta)
+    X = _spectrum(_channels_first_2d(x, problem.layout), shape, (ph, pw))      # (N, C, ...)
+    DY = _spectrum(_channels_first_2d(dy, problem.layout), shape)              # (N, K, ...)
+    DW = _products(DY, X, K, C, N, 1, K, C, 1, 1, 0)                            # a(i=k, l=n) = DY[n, k]
+    dw = cupy.fft.irfft2(DW, s=shape)[:, :, :R, :S]
+    dw = _from_channels_first(dw, problem, problem.spatial_dims)
+    return _blend(dw, out, alpha, beta)

@@ -245,10 +245,9 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
         bn = _tile_n(M, N)
         kernel = _kernel(problem, "convolution_forward_tc_{kind}_bn%d" % bn, _smem_bytes(kind, bn, True))
         vec = g["C"] % vec_elems == 0 and _aligned(x, w)
-        with get_handle().launch_context():
-            kernel((math.ceil(M / BM), math.ceil(N / bn), 1), (THREADS,),
-                   (x, w, bias, y, *_geom_args(g), np.float32(alpha), np.float32(beta), np.int32(vec)),
-                   shared_mem=_smem_bytes(kind, bn, True))
+        kernel((math.ceil(M / BM), math.ceil(N / bn), 1), (THREADS,),
+               (x, w, bias, y, *_geom_args(g), np.float32(alpha), np.float32(beta), np.int32(vec)),
+               shared_mem=_smem_bytes(kind, bn, True))
     elif y.size:
         _scale_only(y, alpha, beta)
     return _result(y, original, layout)
@@ -275,10 +274,9 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
         bn = _tile_n(M, N)
         kernel = _kernel(problem, "convolution_backward_data_tc_{kind}_bn%d" % bn, _smem_bytes(kind, bn, True))
         vec = g["K"] % vec_elems == 0 and _aligned(wt, dy)
-        with handle.launch_context():
-            kernel((math.ceil(M / BM), math.ceil(N / bn), 1), (THREADS,),
-                   (wt, dy, dx, *_geom_args(g), np.float32(alpha), np.float32(beta), np.int32(vec)),
-                   shared_mem=_smem_bytes(kind, bn, True))
+        kernel((math.ceil(M / BM), math.ceil(N / bn), 1), (THREADS,),
+               (wt, dy, dx, *_geom_args(g), np.float32(alpha), np.float32(beta), np.int32(vec)),
+               shared_mem=_smem_bytes(kind, bn, True))
     elif dx.size:
         _scale_only(dx, alpha, beta)
     return _result(dx, original, layout)
@@ -307,15 +305,14 @@ def convolution_backward_filter(x, dy, problem, alpha, beta, out):
         smem = _smem_bytes(kind, bn, False)
         kernel = _kernel(problem, name, smem)
         vec = g["C"] % vec_elems == 0 and g["K"] % vec_elems == 0 and _aligned(x, dy)
-        with handle.launch_context():
-            kernel((math.ceil(gemm_m / BM), math.ceil(gemm_n / bn), splits), (THREADS,),
-                   (x, dy, dw, partial, np.int32(per_slice), *_geom_args(g), np.float32(alpha), np.float32(beta),
-                    np.int32(vec)), shared_mem=smem)
-            if splits > 1:
-                reduce = get_kernel("convolution_tc", f"convolution_tc_splitk_reduce_{suffix}",
-                                    options=(f"-DCONV_TC_KIND={kind}",))
-                reduce((grid_stride_blocks(dw.size),), (THREADS,),
-                       (partial, np.int32(splits), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
+        kernel((math.ceil(gemm_m / BM), math.ceil(gemm_n / bn), splits), (THREADS,),
+               (x, dy, dw, partial, np.int32(per_slice), *_geom_args(g), np.float32(alpha), np.float32(beta),
+                np.int32(vec)), shared_mem=smem)
+        if splits > 1:
+            reduce = get_kernel("convolution_tc", f"convolution_tc_splitk_reduce_{suffix}",
+                                options=(f"-DCONV_TC_KIND={kind}",))
+            reduce((grid_stride_blocks(dw.size),), (THREADS,),
+                   (partial, np.int32(splits), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
     elif dw.size:
         _scale_only(dw, alpha, beta)
     return _result(dw, original, layout)

@@ -19,7 +19,6 @@ import numpy as np
 from .._common import blend
 from ._compile import get_kernel
 from ._launch import check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, sm_count
-from .handle import get_handle
 
 TILE = 128          # TILE_M of kernels/common.cuh (and the widest TILE_N)
 TILE_K = 8
@@ -266,9 +265,8 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     if K == 0:  # an empty reduction: the product is zero
         target[...] = 0 if beta == 0 else target * np.float32(beta)
     else:
-        with get_handle().launch_context():
-            sgemm(M, N, K, a, lda, b, ldb, target, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
-                  beta=beta, batch=batch, stride_a=stride_a, stride_b=stride_b, stride_c=M * N)
+        sgemm(M, N, K, a, lda, b, ldb, target, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
+              beta=beta, batch=batch, stride_a=stride_a, stride_b=stride_b, stride_c=M * N)
     return finish(target, original)
 
 
@@ -287,9 +285,8 @@ def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out):
         else:
             target[...] = (target.astype(cupy.float32) * np.float32(beta)).astype(target.dtype)
     else:
-        with get_handle().launch_context():
-            gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, trans_a=trans_a, trans_b=trans_b,
-                    alpha=alpha, beta=beta, batch=batch,
-                    stride_a=a.shape[-1] * a.shape[-2] if a.ndim == 3 else 0,
-                    stride_b=b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0, stride_c=M * N)
+        gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, trans_a=trans_a, trans_b=trans_b,
+                alpha=alpha, beta=beta, batch=batch,
+                stride_a=a.shape[-1] * a.shape[-2] if a.ndim == 3 else 0,
+                stride_b=b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0, stride_c=M * N)
     return finish(target, original)

@@ -2,14 +2,18 @@
 
 cuDNN asks the caller to create a handle per thread (and per device) that holds the stream the
 library launches on, and leaves scratch memory ("workspace") and algorithm choices to the caller.
-minidl keeps the same three things in one small object, created on first use:
+minidl's Handle holds the one of these that needs an object of its own:
 
-* ``stream``       the CuPy stream our kernels launch on (None: whatever stream is current in CuPy,
-                   so ``with cupy.cuda.Stream():`` blocks work as expected);
 * ``workspace``    one growable device buffer, reused by every call that needs scratch memory
                    (im2col columns, Winograd transforms, split-K partial sums, tap tables). It only
-                   grows, so a training loop stops allocating after the first step;
-* ``algo_cache``   a dict for algorithm choices keyed by (direction, problem), free for callers.
+                   grows, so a training loop stops allocating after the first step.
+
+The other two live where a reader of the call path meets them: the stream is CuPy's current stream
+(``with cupy.cuda.Stream():`` and CUDA graph capture set it; every launcher launches on it), and the
+algorithm choices belong to the caller, as in cuDNN: a layer's ConvolutionPlan holds the algorithm
+of each direction per shape, and the prefer_fastest policy keeps its measurements in
+convolution.py's cache. (The Handle once also carried a stream and an algorithm cache of its own that
+nothing used; issue 18 removed them.)
 
 Why per thread: two Python threads launching at once must not share one workspace (each would
 overwrite the other's scratch data while its kernels still read it). ``get_handle()`` therefore
@@ -27,12 +31,10 @@ _local = threading.local()
 
 
 class Handle:
-    """GPU state for one thread on one device: stream, workspace, algorithm cache."""
+    """GPU state for one thread on one device: its workspace."""
 
-    def __init__(self, device_id: int, stream=None):
+    def __init__(self, device_id: int):
         self.device_id = device_id
-        self.stream = stream
-        self.algo_cache: dict = {}
         self._workspace = None  # cupy float32 array, grown on demand
 
     def workspace(self, nbytes: int):
@@ -55,19 +57,6 @@ class Handle:
 
     def release_workspace(self) -> None:
         self._workspace = None
-
-    def set_stream(self, stream) -> None:
-        """Launch this thread's primitives on `stream` (a cupy.cuda.Stream), or None for CuPy's current one."""
-        self.stream = stream
-
-    @contextlib.contextmanager
-    def launch_context(self):
-        """Enter the handle's stream (if one was set) around a sequence of launches."""
-        if self.stream is None:
-            yield
-        else:
-            with self.stream:
-                yield
 
 
 @contextlib.contextmanager

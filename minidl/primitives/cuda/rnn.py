@@ -47,7 +47,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import check_no_cublas_capture
+from ._launch import THREADS, check_no_cublas_capture, grid_stride_blocks
 from .gemm import gemm_tc
 
 try:  # CuPy >= 10 keeps its library bindings in cupy_backends
@@ -55,7 +55,6 @@ try:  # CuPy >= 10 keeps its library bindings in cupy_backends
 except ImportError:  # pragma: no cover - older CuPy
     from cupy.cuda import cublas
 
-THREADS = 256
 FLOAT_BYTES = 4
 # cuBLAS enum values (cublas_api.h; part of its ABI).
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
@@ -104,17 +103,6 @@ CELL_KERNELS = {"rnn_tanh": ("rnn_cell_forward", "rnn_cell_backward"),
                 "rnn_relu": ("rnn_cell_forward", "rnn_cell_backward"),
                 "lstm": ("lstm_cell_forward", "lstm_cell_backward"),
                 "gru": ("gru_cell_forward", "gru_cell_backward")}
-
-_sm_counts: dict = {}
-
-
-def _blocks(n: int) -> int:
-    """Blocks for a grid-stride loop over n elements: enough to fill every SM, no more than the work."""
-    device = cupy.cuda.Device().id
-    if device not in _sm_counts:
-        _sm_counts[device] = cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"]
-    return max(1, min((n + THREADS - 1) // THREADS, 8 * _sm_counts[device]))
-
 
 def _side_stream():
     """(stream, cuBLAS handle) for the reverse direction. The handle is its own, not CuPy's: cuBLAS keeps
@@ -224,7 +212,7 @@ class _Geometry:
         self.state_bytes = B * H * FLOAT_BYTES            # one (B, H) slice of hs / cs
         self.y_step_bytes = B * D * H * FLOAT_BYTES       # one time step of y
         self.n = B * H                                    # threads of work per cell launch
-        self.blocks = _blocks(self.n)
+        self.blocks = grid_stride_blocks(self.n)
 
     def forward_times(self):
         """The time step processed s-th by the forward pass, for s = 0 .. T-1 (an int64 array)."""
