@@ -97,6 +97,16 @@ def _class_weights_matrix(t, valid, weight, C, smoothing, dtype, bad=None):
     return q, denom
 
 
+def _reduce_rows(per_row, reduction, denom, out_shape):
+    """The per-row losses reduced: their sum / denom ("mean": denom counts the weighted, non-ignored
+    rows), their sum, or each row in the input's batch shape ("none")."""
+    if reduction == "mean":
+        return per_row.sum() / denom
+    if reduction == "sum":
+        return per_row.sum()
+    return per_row.reshape(out_shape)
+
+
 class CrossEntropy(Function):
     """log-softmax and negative log-likelihood in one op.
 
@@ -120,11 +130,7 @@ class CrossEntropy(Function):
         per_row = -(q * log_p).sum(axis=1)
         self.softmax, self.q, self.denom = xp.exp(log_p), q, denom
         self.log_p, self.prob_smoothing = log_p, prob_smoothing
-        if reduction == "mean":
-            return per_row.sum() / denom
-        if reduction == "sum":
-            return per_row.sum()
-        return per_row.reshape(out_shape)
+        return _reduce_rows(per_row, reduction, denom, out_shape)
 
     def _row_grad_scale(self, g):
         if self.reduction == "mean":
@@ -207,11 +213,7 @@ class NLLLoss(Function):
     def forward(self, x, q, denom, reduction="mean", out_shape=None):
         self.in_shape, self.q, self.denom, self.reduction = x.shape, q, denom, reduction
         per_row = -(q * _to_rows(x)).sum(axis=1)
-        if reduction == "mean":
-            return per_row.sum() / denom
-        if reduction == "sum":
-            return per_row.sum()
-        return per_row.reshape(out_shape)
+        return _reduce_rows(per_row, reduction, denom, out_shape)
 
     def backward(self, g):
         scale = CrossEntropy._row_grad_scale(self, g)

@@ -1,6 +1,7 @@
 """Batch norm (and batch norm + ReLU fused) and local response normalization."""
 from __future__ import annotations
 
+from ... import _dtypes
 from ... import primitives as P
 from ..._device import get_array_module
 from ...autograd.function import Function
@@ -27,13 +28,17 @@ class BatchNormInference(Function):
     dx = dy gamma / std, dgamma = sum(dy x_hat), dbeta = sum(dy)."""
 
     def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, eps=1e-5):
+        self._keep_affine(x, gamma, running_mean, running_var, eps)
+        return P.batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps=eps)
+
+    def _keep_affine(self, x, gamma, running_mean, running_var, eps):
+        """What backward needs: 1/std and x_hat per channel, gamma, the axes to sum over."""
         xp = get_array_module(x)
         shape = (1, -1) + (1,) * (x.ndim - 2)
         self.axes = (0,) + tuple(range(2, x.ndim))
         self.invstd = (1.0 / xp.sqrt(running_var + x.dtype.type(eps))).reshape(shape)
         self.x_hat = (x - running_mean.reshape(shape)) * self.invstd
         self.gamma, self.shape = gamma, shape
-        return P.batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps=eps)
 
     def backward(self, dy):
         scale = self.invstd if self.gamma is None else self.invstd * self.gamma.reshape(self.shape)
@@ -57,27 +62,18 @@ class BatchNormReLUTraining(Function):
         return P.batch_norm_relu_backward(self.x, dy, self.gamma, self.beta, self.mean, self.invstd)
 
 
-class BatchNormReLUInference(Function):
+class BatchNormReLUInference(BatchNormInference):
     """max(BN(x), 0) with the running statistics, one fused pass; backward: dy masked where y > 0,
     then the inference BN's affine gradients."""
 
     def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, eps=1e-5):
-        xp = get_array_module(x)
-        shape = (1, -1) + (1,) * (x.ndim - 2)
-        self.axes = (0,) + tuple(range(2, x.ndim))
-        self.invstd = (1.0 / xp.sqrt(running_var + x.dtype.type(eps))).reshape(shape)
-        self.x_hat = (x - running_mean.reshape(shape)) * self.invstd
-        self.gamma, self.shape = gamma, shape
+        self._keep_affine(x, gamma, running_mean, running_var, eps)
         self.y = P.batch_norm_relu_forward_inference(x, gamma, beta, running_mean, running_var, eps=eps)
         return self.y
 
     def backward(self, dy):
-        dy = get_array_module(dy).where(self.y > 0, dy, dy.dtype.type(0))
-        scale = self.invstd if self.gamma is None else self.invstd * self.gamma.reshape(self.shape)
-        dx = dy * scale
-        dgamma = (dy * self.x_hat).sum(axis=self.axes) if self.gamma is not None else None
-        dbeta = dy.sum(axis=self.axes) if self.needs_input_grad[2] else None
-        return dx, dgamma, dbeta
+        dy = _dtypes.where(get_array_module(dy), self.y > 0, dy, dy.dtype.type(0))   # keeps bfloat16 on CuPy
+        return super().backward(dy)
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
