@@ -214,9 +214,9 @@ class Optimizer:
         and step counts the kernels read from device memory. Not covered: turning momentum on from
         0 after the capture (its buffers are chosen on the host).
 
-        Switched off for now (CAPTURE_MULTI_TENSOR_STEP = False): on the H200 at 4b8d734 capturing the
-        multi-tensor step failed with "H2D transfers are disallowed" during capture, so graphed steps
-        keep step() eager after each replay (the capture still holds forward, loss and backward)."""
+        CAPTURE_MULTI_TENSOR_STEP = False turns this off (graphed steps then run step() eagerly after
+        each replay; the capture still holds forward, loss and backward). On since the pointer-table
+        upload became a capturable cudaMemcpyAsync (tests/gpu/test_multi_tensor_gpu.py, H200, 56489a4)."""
         if not CAPTURE_MULTI_TENSOR_STEP:
             return False
         if type(self)._multi_tensor_update is Optimizer._multi_tensor_update:
@@ -448,8 +448,8 @@ class Optimizer:
         return "\n".join(lines)
 
 
-# See Optimizer._capturable: whole-step capture of the multi-tensor update is not yet proven on the GPU.
-CAPTURE_MULTI_TENSOR_STEP = False
+# See Optimizer._capturable: whether a CUDA graph may capture the multi-tensor optimizer step.
+CAPTURE_MULTI_TENSOR_STEP = True
 
 _OPTIONAL_GROUP_KEYS = ("fused", "foreach", "capturable", "differentiable")
 

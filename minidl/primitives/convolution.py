@@ -336,6 +336,8 @@ def _resolve_algorithm(op, algo, direction, problem, is_cuda, policy=None, works
     impl = backend("convolution", is_cuda)
     if _half_needs_float32(impl, direction, problem):
         staged = HalfInFloat32(impl, problem)
+        if algo in impl.ALGORITHMS and not impl.is_supported(algo, direction, staged.problem32)[0]:
+            _check_applies(op, impl, algo, direction, problem)  # why not, said for the data as given
         _, algo = _resolve_algorithm(op, algo, direction, staged.problem32, is_cuda, policy, workspace_limit)
         return staged, algo
     if algo == "auto":
@@ -344,11 +346,15 @@ def _resolve_algorithm(op, algo, direction, problem, is_cuda, policy=None, works
     if algo not in impl.ALGORITHMS:
         raise ValueError(f"{op}: unknown algorithm {algo!r} on {device}; use 'auto' or one of "
                          f"{', '.join(impl.ALGORITHMS)}")
+    _check_applies(op, impl, algo, direction, problem)
+    return impl, algo
+
+
+def _check_applies(op, impl, algo, direction, problem):
     ok, reason = impl.is_supported(algo, direction, problem)
     if not ok:
         raise ValueError(f"{op}: algorithm {algo!r} does not apply to input {shape_str(problem.x_shape)}, "
-                         f"weight {shape_str(problem.w_shape)}: {reason}")
-    return impl, algo
+                         f"weight {shape_str(problem.w_shape)} ({problem.dtype}): {reason}")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,9 +30,9 @@ __all__ = ["multi_tensor_sgd", "multi_tensor_adam", "multi_tensor_rmsprop", "mul
 
 def multi_tensor_supported(*arrays) -> bool:
     """True when the CUDA multi-tensor kernels can take these arrays (all CuPy, float32, C-contiguous,
-    on the current device), and the current stream is not being captured into a CUDA graph: the
-    kernels' pointer table is uploaded from the host, which CuPy refuses during capture (measured on the
-    H200 at 4b8d734), so a captured step takes the per-parameter path."""
+    on the current device). Also while a CUDA graph is being captured: the kernels' pointer table is then
+    copied with cudaMemcpyAsync from a pinned buffer, which the graph records (cuda/multi_tensor.py;
+    CuPy's own host-to-device copy is refused during capture)."""
     if not arrays:
         return False
     for a in arrays:
@@ -40,9 +40,7 @@ def multi_tensor_supported(*arrays) -> bool:
             continue
         if not is_cuda_array(a) or a.dtype.name != "float32" or not a.flags.c_contiguous:
             return False
-    import cupy
-
-    return not cupy.cuda.get_current_stream().is_capturing()
+    return True
 
 
 def _check_rows(op, **lists):

@@ -160,18 +160,31 @@ def test_query_lists_the_tensor_core_variants_and_policies_know_them():
     assert next(p for p in measured if p.algo == "implicit_gemm_tc").time_ms > 0
     assert pick(math="tf32", policy="prefer_fastest") in {p.algo for p in measured if p.status == "ok"}
     assert pick(dtype="float16", math="fp32") == "implicit_gemm_tc"                  # half: tensor cores always
-    with pytest.raises(ValueError, match="groups=1 only"):
-        get_convolution_algorithm((2, 4, 8, 8), (4, 2, 3, 3), ConvolutionDescriptor(padding=1, groups=2),
-                                  device="cuda", dtype="float16")
+    # Half data the tensor-core kernels do not take (groups > 1): the fp32 algorithm HalfInFloat32 runs.
+    grouped = get_convolution_algorithm((2, 4, 8, 8), (4, 2, 3, 3), ConvolutionDescriptor(padding=1, groups=2),
+                                        device="cuda", dtype="float16")
+    assert grouped != "implicit_gemm_tc"
+    assert grouped == get_convolution_algorithm((2, 4, 8, 8), (4, 2, 3, 3),
+                                                ConvolutionDescriptor(padding=1, groups=2), device="cuda")
 
 
 def test_tensor_core_errors_say_what_is_covered():
     import cupy
 
-    x = cupy.ones((1, 2, 4, 5, 6), dtype=cupy.float16)
-    w = cupy.ones((3, 2, 1, 3, 3), dtype=cupy.float16)
-    with pytest.raises(ValueError, match="1-D and 2-D only"):
-        convolution_forward(x, w, ConvolutionDescriptor(padding=1, spatial_dims=3))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 4, 5, 6)).astype(np.float16)
+    w = rng.standard_normal((3, 2, 1, 3, 3)).astype(np.float16)
+    desc3 = ConvolutionDescriptor(padding=1, spatial_dims=3)
+    with pytest.raises(ValueError, match=r"\(float16\): the tensor-core kernels are 1-D and 2-D only"):
+        convolution_forward(cupy.asarray(x), cupy.asarray(w), desc3, algo="implicit_gemm_tc")
+    # "auto": no half algorithm takes 3-D, so HalfInFloat32 runs an fp32 one and rounds once.
+    y = convolution_forward(cupy.asarray(x), cupy.asarray(w), desc3)
+    want = convolution_forward(x.astype(np.float64), w.astype(np.float64), desc3)
+    assert y.dtype == cupy.float16 and rel_err(cupy.asnumpy(y).astype(np.float64), want) <= 1e-3
+    xg = cupy.asarray(rng.standard_normal((2, 4, 8, 8)).astype(np.float16))
+    wg = cupy.asarray(rng.standard_normal((4, 2, 3, 3)).astype(np.float16))
+    with pytest.raises(ValueError, match=r"\(float16\): the tensor-core kernels run groups=1 only"):
+        convolution_forward(xg, wg, ConvolutionDescriptor(padding=1, groups=2), algo="implicit_gemm_tc")
     x = cupy.ones((1, 2, 6, 6), dtype=cupy.float32)
     w = cupy.ones((3, 2, 3, 3), dtype=cupy.float32)
     with pytest.raises(ValueError, match="math='tf32'"):

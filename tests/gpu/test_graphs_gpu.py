@@ -79,13 +79,14 @@ def test_graphed_step_equals_eager_bit_for_bit():
 def test_device_generator_gives_the_cpu_masks():
     """The same sequence of dropout calls after manual_seed: the same masks on the CPU and the GPU."""
     shapes = [(7, 13), (1000,), (3, 5, 9)]
-    masks = {}
+    masks, states = {}, {}
     for device in ("cpu", "cuda"):
-        minidl.manual_seed(2024)
+        minidl.manual_seed(2024)   # resets every device's generator, so each state is read right after its run
         masks[device] = [_host(F.dropout(minidl.ones(*s, device=device), 0.35)) != 0 for s in shapes]
+        states[device] = minidl.random.get_philox_states()["cuda:0" if device == "cuda" else "cpu"]
     for a, b in zip(masks["cpu"], masks["cuda"]):
         np.testing.assert_array_equal(a, b)
-    assert minidl.random.get_philox_states()["cuda:0"] == minidl.random.get_philox_states()["cpu"]
+    assert states["cuda"] == states["cpu"] and states["cpu"][1] > 0
 
 
 def test_replays_draw_new_dropout_masks_and_track_bn():

@@ -150,7 +150,7 @@ def test_pointer_table_built_during_a_capture_replays():
     captures (new arrays, as a captured backward allocates its gradients) gets its pointer table
     through a captured copy from pinned memory (CuPy's own H2D copy refuses to run in a capture), and
     every replay then scales the arrays of that table. Prerequisite of optimizer.Optimizer._capturable
-    (CAPTURE_MULTI_TENSOR_STEP, off until this passes on the GPU)."""
+    (CAPTURE_MULTI_TENSOR_STEP; passed on the H200 at 56489a4)."""
     cp = pytest.importorskip("cupy")
     from minidl.primitives.cuda import multi_tensor as launcher
 
