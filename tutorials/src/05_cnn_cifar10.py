@@ -23,16 +23,6 @@
 # as JPEG, so accuracies are close to, not identical with, published CIFAR-10 figures.
 
 # %% [markdown]
-# **The saved outputs below predate this version of the notebook.** They come from the GPU
-# machine's full run of 2026-11-20, made before the LRN model got `k = 1` and He initialisation
-# (section 5.3 says why): in them the LRN model's loss stays at ln 10 = 2.303 and its accuracy near
-# chance (10-13%) for all 12 epochs, which is the failure 5.3 describes, not what this code does;
-# the lines that say what each curve shows are missing. The batch-norm results, the confusion
-# matrix and the timings are unaffected. To refresh them on a GPU machine: `MINIDL_DATA=<data>
-# MINIDL_TUTORIAL_MODE=full python3 tutorials/run.py --update-committed tutorials/05_cnn_cifar10.ipynb`,
-# then delete this note from `tutorials/src/05_cnn_cifar10.py` and rebuild with `--keep-outputs`.
-
-# %% [markdown]
 # **Running it on a CPU.** Small mode (the default) takes ~20 s on a 2-core CPU: a width-8
 # network trained for 16 steps with each normalisation on 512 images (or on synthetic images when
 # CIFAR-10 is not on disk; every figure then says SYNTHETIC). Full mode trains two width-64 networks
