@@ -191,7 +191,7 @@ def params_after_one_step(fuse):
     if fuse:
         nn.utils.fuse_modules(model)
     make_step(model, fused_optimizer=fuse)()
-    return [p.detach().numpy() for p in model.parameters()]
+    return [p.detach().cpu().numpy() for p in model.parameters()]
 
 worst = max(float(np.max(np.abs(p - q))) for p, q in zip(params_after_one_step(False), params_after_one_step(True)))
 print(f"largest difference between the parameters after one step: {worst:.3g}")

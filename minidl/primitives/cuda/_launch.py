@@ -85,6 +85,5 @@ def check_no_cublas_capture(op: str) -> None:
     if cupy.cuda.get_current_stream().is_capturing():
         raise RuntimeError(
             f"{op} cannot run inside a CUDA graph capture: its matrix products run on cuBLAS, which CuPy "
-            "cannot call during stream capture. Run this step eagerly, or let it run on minidl's kernels: "
-            "backends.cudnn.allow_tf32 = True for the RNNs (TF32 tensor cores, the default), "
-            "backends.cuda.use_cublas = False for Linear")
+            "cannot call during stream capture. Run this step eagerly, or let it run on minidl's kernels "
+            "(for Linear: backends.cuda.use_cublas = False, the default)")

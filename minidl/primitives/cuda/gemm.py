@@ -55,15 +55,19 @@ def split_k_workspace_bytes(M: int, N: int, K: int, batch: int) -> int:
     return 0 if splits == 1 else splits * batch * M * N * 4
 
 
+def _pointer(a) -> int:
+    return int(a) if isinstance(a, (int, np.integer)) else a.data.ptr
+
+
 def _aligned(a, ld: int, stride: int, batch: int) -> bool:
-    return a.data.ptr % 16 == 0 and ld % 4 == 0 and (batch == 1 or stride % 4 == 0)
+    return _pointer(a) % 16 == 0 and ld % 4 == 0 and (batch == 1 or stride % 4 == 0)
 
 
 def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
           ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, workspace=None):
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, with our kernel.
 
-    A, B, C: float32 CuPy arrays whose data pointers are the matrices' first elements. op(A) is
+    A, B, C: float32 CuPy arrays (or raw device pointers) whose data pointers are the matrices' first elements. op(A) is
     (M, K): A stored (M, K) with leading dimension lda, or (K, M) when trans_a. op(B) is (K, N).
     C element (b, m, n) is C[b*stride_c + m*ldc_row + n*ldc_col] (default row-major, ldc_row = N).
     workspace: a float32 array for split-K partial sums (allocated here when None and needed).
@@ -92,15 +96,16 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
     vec_a = np.int32(_aligned(A, lda, stride_a, batch))
     vec_b = np.int32(_aligned(B, ldb, stride_b, batch))
     i64 = np.int64
+    A, B, C_arg = (np.uint64(_pointer(a)) for a in (A, B, C))
     kernel(grid, (THREADS,),
            (np.int32(M), np.int32(N), np.int32(K), np.float32(alpha), A, i64(lda), i64(stride_a),
-            B, i64(ldb), i64(stride_b), np.float32(beta), C, i64(ldc_row), i64(ldc_col), i64(stride_c),
+            B, i64(ldb), i64(stride_b), np.float32(beta), C_arg, i64(ldc_row), i64(ldc_col), i64(stride_c),
             np.int32(batch), np.int32(splits), np.int32(k_per_split), partial, vec_a, vec_b))
     if splits > 1:
         reduce = get_kernel("gemm", "gemm_splitk_reduce")
         reduce((grid_stride_blocks(batch * M * N),), (THREADS,),
                (partial, np.int32(splits), np.int32(batch), np.int32(M), np.int32(N), np.float32(alpha),
-                np.float32(beta), C, i64(ldc_row), i64(ldc_col), i64(stride_c)))
+                np.float32(beta), C_arg, i64(ldc_row), i64(ldc_col), i64(stride_c)))
     return C
 
 
@@ -152,10 +157,6 @@ def _tc_kernel(kind: int, tile: int, bk_bytes: int, trans_a: bool, trans_b: bool
         kernel.max_dynamic_shared_size_bytes = tc_smem_bytes(itemsize, tile, trans_a, trans_b, bk_bytes)
         _tc_kernels[key] = kernel
     return kernel
-
-
-def _pointer(a) -> int:
-    return int(a) if isinstance(a, (int, np.integer)) else a.data.ptr
 
 
 def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,

@@ -47,8 +47,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, check_no_cublas_capture, grid_stride_blocks
-from .gemm import gemm_tc
+from ._launch import THREADS, grid_stride_blocks
+from .gemm import gemm_tc, sgemm
 
 try:  # CuPy >= 10 keeps its library bindings in cupy_backends
     from cupy_backends.cuda.libs import cublas
@@ -122,11 +122,16 @@ def _gemm(c, a, b, m, n, k, *, trans_a=False, trans_b=False, accumulate=False, h
     are contiguous. cuBLAS is column-major, and a row-major matrix is its transpose seen column-major,
     so we ask it for C^T = op(B)^T @ op(A)^T: swap the operands and the sizes m and n.
     `handle` None means CuPy's handle of the current device. math="tf32": our TF32 tensor-core GEMM
-    (row-major itself, so no swap), on CuPy's current stream.
+    (row-major itself, so no swap), on CuPy's current stream. math="fp32_sgemm": our float32 SGEMM
+    (kernels/gemm.cu), what fp32 math runs while a CUDA graph is captured (_gemm_math).
     """
     if math == "tf32":
         gemm_tc(m, n, k, a, m if trans_a else k, b, k if trans_b else n, c, dtype=np.float32, trans_a=trans_a,
                 trans_b=trans_b, beta=1.0 if accumulate else 0.0)
+        return
+    if math == "fp32_sgemm":
+        sgemm(m, n, k, a, m if trans_a else k, b, k if trans_b else n, c, trans_a=trans_a, trans_b=trans_b,
+              beta=1.0 if accumulate else 0.0)
         return
     if handle is None:
         handle = cupy.cuda.device.get_cublas_handle()
@@ -301,15 +306,25 @@ def _final_index(geo):
     return 0 if geo.reverse else geo.T
 
 
+def _gemm_math(math: str) -> str:
+    """What runs the GEMMs: "tf32" our tensor-core GEMM; "fp32" cuBLAS sgemm, except while the stream is
+    captured into a CUDA graph, where CuPy cannot call cuBLAS: then "fp32_sgemm", our float32 SGEMM
+    (the same float32 arithmetic in another summation order, so a replay equals an eager step to fp32
+    rounding, not bit for bit). Eagerly cuBLAS stays: its host cost per call is lower than our
+    RawKernel launch, which a replayed graph does not pay."""
+    if math == "tf32":
+        return math
+    return "fp32_sgemm" if cupy.cuda.get_current_stream().is_capturing() else "fp32"
+
+
 def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     """x (T, B, in) float32 on the GPU; h0, c0 (L*D, B, H) or None; seq_lengths host int64 (B,) or None;
-    math "fp32" (cuBLAS sgemm) or "tf32" (our tensor-core GEMM).
+    math "fp32" (cuBLAS sgemm; our SGEMM under graph capture, _gemm_math) or "tf32" (our tensor-core GEMM).
 
     Returns (y, hy, cy, saved) with saved = (layer_inputs, records, lengths) for rnn_backward, or None.
     """
-    if math != "tf32":   # TF32 (backends.cudnn.allow_tf32, the default) runs every GEMM on our kernels
-        check_no_cublas_capture("rnn_forward (RNN/LSTM/GRU on the GPU) with fp32 math")
     op = "rnn_forward"
+    math = _gemm_math(math)
     x = _as_float32(op, "x", x)
     h0 = _as_float32(op, "h0", h0)
     c0 = _as_float32(op, "c0", c0)
@@ -415,8 +430,7 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     """dy (T, B, D*H) or None; dhy, dcy (L*D, B, H) or None; math as in the forward pass.
     Returns (dx, dh0, dc0, dweights)."""
     op = "rnn_backward"
-    if math != "tf32":
-        check_no_cublas_capture("rnn_backward (RNN/LSTM/GRU on the GPU) with fp32 math")
+    math = _gemm_math(math)
     dy = _as_float32(op, "dy", dy)
     dhy = _as_float32(op, "dhy", dhy)
     dcy = _as_float32(op, "dcy", dcy)
