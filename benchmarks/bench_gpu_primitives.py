@@ -41,6 +41,8 @@ from minidl.primitives import (  # noqa: E402
     activation_forward,
     batch_norm_forward_training,
     lrn_forward,
+    max_pooling_forward_with_indices,
+    max_unpooling_forward,
     pooling_backward,
     pooling_forward,
     softmax_forward,
@@ -225,6 +227,61 @@ def fused_table(repeats, commit, device):
     return "\n".join(lines) + "\n"
 
 
+def indices_table(repeats: int, commit: str, device: str) -> str:
+    """Max pooling: recompute the argmax (cuDNN's design, our pooling_forward / pooling_backward) or store
+    it (PyTorch's return_indices=True: our max_pooling_forward_with_indices, then the gradient scattered
+    through the indices, which for non-overlapping windows is max_unpooling_forward of dy). Generic
+    kernels (the 2x2 fast path off) on both of our sides, so only the design differs; torch beside it."""
+    rows = []
+    for n in (128, 1024):
+        rng = np.random.default_rng(0)
+        x_np = rng.standard_normal((n, 64, 32, 32), dtype=np.float32)
+        x, tx = cupy.asarray(x_np), torch.as_tensor(x_np, device="cuda")
+        pool = PoolingDescriptor("max", 2, 2)
+        y, idx = max_pooling_forward_with_indices(x, pool)
+        dy = cupy.asarray(rng.standard_normal(y.shape, dtype=np.float32))
+        ty, t_idx = torch.nn.functional.max_pool2d(tx, 2, 2, return_indices=True)
+        tdy = torch.as_tensor(cupy.asnumpy(dy), device="cuda")
+        shape = f"{n}x64x32x32"
+        calls = 2 if n > 128 else 10
+        cases = [
+            ("forward, argmax recomputed later (y only)", generic_pooling(lambda: pooling_forward(x, pool)),
+             lambda: torch.nn.functional.max_pool2d(tx, 2, 2), x.nbytes + y.nbytes),
+            ("forward, argmax stored (y + int64 indices)",
+             generic_pooling(lambda: max_pooling_forward_with_indices(x, pool)),
+             lambda: torch.nn.functional.max_pool2d(tx, 2, 2, return_indices=True),
+             x.nbytes + y.nbytes + idx.nbytes),
+            ("backward, argmax recomputed from x", generic_pooling(lambda: pooling_backward(x, y, dy, pool)),
+             None, x.nbytes + dy.nbytes + x.nbytes),
+            ("backward, through stored indices", lambda: max_unpooling_forward(dy, idx, (32, 32)),
+             lambda: torch.ops.aten.max_pool2d_with_indices_backward(tdy, tx, [2, 2], [2, 2], [0, 0], [1, 1],
+                                                                     False, t_idx),
+             dy.nbytes + idx.nbytes + x.nbytes),
+        ]
+        for name, ours, theirs, nbytes in cases:
+            ours_ms = time_ms(ours, repeats, calls)
+            torch_ms = time_ms(theirs, repeats, calls) if theirs is not None else None
+            rows.append((name, shape, nbytes, ours_ms, torch_ms))
+        torch.cuda.empty_cache()
+        cupy.get_default_memory_pool().free_all_blocks()
+    lines = [
+        "# Max pooling: recompute the argmax or store it (2x2, stride 2)",
+        "",
+        f"date {datetime.date.today().isoformat()}, commit {commit}, device {device}, torch {torch.__version__}, "
+        f"CuPy {cupy.__version__}; CUDA events, median per call with several calls queued.",
+        "Ours: the generic pooling kernels (the 2x2 fast path off), so the two rows of a direction differ",
+        "only in the design. Bytes: what each design must move (x, y, dy, dx, and the int64 indices).",
+        "Command: `python3 benchmarks/bench_gpu_primitives.py --indices-only`.",
+        "",
+        "| design | shape | MB moved | ours ms | torch ms |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for name, shape, nbytes, ours_ms, torch_ms in rows:
+        t = f"{torch_ms:.4f}" if torch_ms is not None else "(torch stores)"
+        lines.append(f"| {name} | {shape} | {nbytes / 1e6:.0f} | {ours_ms:.4f} | {t} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "gpu_primitives.md"))
@@ -232,6 +289,9 @@ def main():
     parser.add_argument("--fused-only", action="store_true", help="only the fused-vs-unfused table")
     parser.add_argument("--commit", default=None, help="commit to record (default: git rev-parse)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument("--indices-only", action="store_true",
+                        help="only the max-pool recompute-vs-store table (to --indices-out)")
+    parser.add_argument("--indices-out", default=str(ROOT / "benchmarks" / "results" / "gpu_pooling_indices.md"))
     args = parser.parse_args()
 
     torch.backends.cudnn.allow_tf32 = False
@@ -240,7 +300,11 @@ def main():
     precompile(["activation", "pooling", "batch_norm", "softmax", "lrn"])
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    if args.indices_only:
+        write_report(indices_table(10 if args.quick else 30, git_commit(args.commit), device), args.indices_out)
+        return
     precompile(["multi_tensor", "convolution"])
+    write_report(indices_table(10 if args.quick else 30, git_commit(args.commit), device), args.indices_out)
     write_report(fused_table(10 if args.quick else 30, git_commit(args.commit), device), args.fused_out)
     if args.fused_only:
         return
