@@ -34,17 +34,17 @@ def tile_n(N: int, widths=(128, 64)) -> int:
     return max(widths)
 
 
-def split_k_plan(M: int, N: int, K: int, batch: int) -> tuple[int, int]:
+def split_k_plan(M: int, N: int, K: int, batch: int, min_k: int = MIN_K_PER_SPLIT) -> tuple[int, int]:
     """(splits, k_per_split): split the reduction when there are too few output tiles to fill the GPU.
 
     A 128 x 128 tile runs on one SM; with fewer tiles than about two waves, most SMs would idle while
-    a few reduce a long K. Each split gets at least MIN_K_PER_SPLIT of K.
+    a few reduce a long K. Each split gets at least `min_k` of K (default MIN_K_PER_SPLIT).
     """
     tiles = math.ceil(M / TILE) * math.ceil(N / TILE) * batch
     target = 2 * sm_count()
     splits = 1
-    if tiles < target and K >= 2 * MIN_K_PER_SPLIT:
-        splits = min(math.ceil(target / tiles), K // MIN_K_PER_SPLIT)
+    if tiles < target and K >= 2 * min_k:
+        splits = min(math.ceil(target / tiles), K // min_k)
     k_per_split = math.ceil(math.ceil(K / splits) / TILE_K) * TILE_K
     splits = math.ceil(K / k_per_split)
     return splits, k_per_split
@@ -64,13 +64,16 @@ def _aligned(a, ld: int, stride: int, batch: int) -> bool:
 
 
 def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
-          ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, workspace=None):
+          ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, workspace=None,
+          min_k_per_split=MIN_K_PER_SPLIT):
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, with our kernel.
 
     A, B, C: float32 CuPy arrays (or raw device pointers) whose data pointers are the matrices' first elements. op(A) is
     (M, K): A stored (M, K) with leading dimension lda, or (K, M) when trans_a. op(B) is (K, N).
     C element (b, m, n) is C[b*stride_c + m*ldc_row + n*ldc_col] (default row-major, ldc_row = N).
     workspace: a float32 array for split-K partial sums (allocated here when None and needed).
+    min_k_per_split: the least K a split-K slice gets (split_k_plan); lower it for skinny products whose
+    few tiles would leave most SMs idle (the RNN's per-step GEMMs under graph capture use 128).
     """
     if M == 0 or N == 0 or batch == 0:
         return C
@@ -86,7 +89,7 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
     bn = tile_n(N)
     name = "gemm_" + ("t" if trans_a else "n") + ("t" if trans_b else "n") + f"_bn{bn}"
     kernel = get_kernel("gemm", name)
-    splits, k_per_split = split_k_plan(M, N, K, batch) if K > 0 else (1, TILE_K)
+    splits, k_per_split = split_k_plan(M, N, K, batch, min_k_per_split) if K > 0 else (1, TILE_K)
     partial = None
     if splits > 1:
         need = splits * batch * M * N

@@ -115,6 +115,11 @@ def _side_stream():
     return _side_streams[device]
 
 
+# Split-K slices of at least this much K for our SGEMM here: a step's GEMM (B x 4H x H, e.g. 32 x 2048 x
+# 512) has 16 output tiles for 132 SMs; split 4 ways it keeps 64 blocks busy (gemm.split_k_plan).
+SGEMM_MIN_K_PER_SPLIT = 128
+
+
 def _gemm(c, a, b, m, n, k, *, trans_a=False, trans_b=False, accumulate=False, handle=None, math="fp32"):
     """Row-major C (m, n) = op(A) (m, k) @ op(B) (k, n) [+ C], on raw device pointers c, a, b.
 
@@ -131,7 +136,7 @@ def _gemm(c, a, b, m, n, k, *, trans_a=False, trans_b=False, accumulate=False, h
         return
     if math == "fp32_sgemm":
         sgemm(m, n, k, a, m if trans_a else k, b, k if trans_b else n, c, trans_a=trans_a, trans_b=trans_b,
-              beta=1.0 if accumulate else 0.0)
+              beta=1.0 if accumulate else 0.0, min_k_per_split=SGEMM_MIN_K_PER_SPLIT)
         return
     if handle is None:
         handle = cupy.cuda.device.get_cublas_handle()
