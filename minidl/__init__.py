@@ -19,8 +19,9 @@ from .autograd.creation import (  # noqa: F401
 from .autograd.function import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 from .autograd.function import no_grad as inference_mode  # noqa: F401  (PyTorch's inference_mode: no graph)
 from .autograd.tensor import (  # noqa: F401
-    Tensor, bfloat16, bool_, cat, chunk, concat, float16, float32, float64, get_default_dtype, int8, int16, int32,
-    int64, matmul, maximum, minimum, set_default_dtype, split, stack, uint8, where,
+    Tensor, bfloat16, bool_, cat, channels_last, channels_last_3d, chunk, concat, contiguous_format, float16,
+    float32, float64, get_default_dtype, int8, int16, int32, int64, matmul, maximum, memory_format, minimum,
+    preserve_format, set_default_dtype, split, stack, uint8, where,
 )
 from .autograd.legacy import (  # noqa: F401
     BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor, ShortTensor,

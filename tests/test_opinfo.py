@@ -126,7 +126,40 @@ OPS = {
     "nn.functional.cross_entropy": _func("cross_entropy"), "nn.functional.nll_loss": _func("nll_loss"),
     "nn.functional.mse_loss": _func("mse_loss"), "nn.functional.l1_loss": _func("l1_loss"),
     "nn.functional.binary_cross_entropy_with_logits": _func("binary_cross_entropy_with_logits"),
+    "nn.functional.smooth_l1_loss": _func("smooth_l1_loss"),
+    # the Tensor methods and functions that PyTorch programs use (issue 16)
+    "item": _method("item"), "dot": _method("dot"), "mv": _method("mv"), "mm": _method("mm"),
+    "bmm": _method("bmm"), "bmm.triton_optimized": _method("bmm"),
+    "ceil": _method("ceil"), "floor": _method("floor"), "trunc": _method("trunc"), "round": _method("round"),
+    "round.decimals_0": _method("round"), "round.decimals_3": _method("round"),
+    "round.decimals_neg_3": _method("round"), "cos": _method("cos"), "sin": _method("sin"),
+    "log1p": _method("log1p"), "div.trunc_rounding": _method("div"), "div.floor_rounding": _method("div"),
+    "cumsum": _method("cumsum"), "flip": _method("flip"), "kthvalue": _method("kthvalue"),
+    "median": _method("median"), "mode": _method("mode"), "topk": _method("topk"), "sort": _method("sort"),
+    "argsort": _method("argsort"), "masked_select": _method("masked_select"), "nonzero": _method("nonzero"),
+    "narrow": _method("narrow"), "index_select": _method("index_select"), "index_fill": _method("index_fill"),
+    "scatter": _method("scatter"), "scatter_add": _method("scatter_add"), "unbind": _method("unbind"),
+    "tril": _method("tril"), "triu": _method("triu"), "zero_": _named("Tensor.zero_ (on a clone)", lambda x: x.clone().zero_()),
+    "norm": _method("norm"), "norm.fro": _method("norm"), "norm.inf": _method("norm"), "norm.nuc": _method("norm"),
+    "to": _method("to"), "half": _method("half"), "bfloat16": _method("bfloat16"),
+    "__ror__": _named("bool | Tensor", lambda x, o: o | x),
+    "nn.functional.pad.reflect": _func("pad"), "nn.functional.pad.replicate": _func("pad"),
+    "nn.functional.pad.replicate_negative": _func("pad"), "nn.functional.pad.circular": _func("pad"),
+    # factories (deterministic values)
+    "arange": minidl.arange, "linspace": minidl.linspace, "linspace.tensor_overload": minidl.linspace,
+    "ones": minidl.ones, "zeros": minidl.zeros, "full": minidl.full, "eye": minidl.eye,
+    "new_zeros": _method("new_zeros"), "new_ones": _method("new_ones"), "new_full": _method("new_full"),
+    # random or uninitialised values: compared by shape and dtype only (RANDOM_VALUES below)
+    "empty": minidl.empty, "empty_like": minidl.empty_like, "new_empty": _method("new_empty"),
+    "randn": minidl.randn, "randn_like": minidl.randn_like, "rand_like": minidl.rand_like,
+    "randint": minidl.randint, "randint_like": minidl.randint_like,
+    "nn.functional.dropout": _func("dropout"),
 }
+
+# Ops whose values are random or uninitialised: their outputs are compared by shape and dtype, and the
+# values by a rule that holds for any draw (RANDOM_RULES), never element by element with torch.
+RANDOM_VALUES = {"empty", "empty_like", "new_empty", "randn", "randn_like", "rand_like", "randint",
+                 "randint_like", "nn.functional.dropout"}
 
 # Ops whose OpInfo exists in this torch but whose minidl function is missing are reported by
 # test_every_listed_op_exists, not silently dropped.
@@ -159,9 +192,10 @@ SKIPS = [
      "the batch-norm primitive refuses a momentum outside [0, 1] (ValueError): the running average would "
      "extrapolate; PyTorch computes it anyway"),
 ] + [
-    (cast, "memory_format=", _kw("memory_format"),
-     "minidl arrays are always C-contiguous: there is no memory_format argument")
-    for cast in ("float", "double", "long", "int", "bool")
+    (op, "memory_format=channels_last", lambda d: "channels_last" in str(d["kwargs"].get("memory_format", "")),
+     "minidl arrays are always C-contiguous: channels_last is refused with NotImplementedError (the "
+     "primitives take layout='NHWC' instead); preserve_format and contiguous_format are accepted")
+    for op in ("float", "double", "long", "int", "bool", "half", "bfloat16", "to", "clone", "contiguous")
 ]
 
 # ------------------------------------------------------------------------------------------------
@@ -184,6 +218,8 @@ def _to_minidl(obj, device, leaves):
         return t
     if isinstance(obj, torch.dtype):
         return np.dtype(_TORCH_TO_NP[obj])
+    if isinstance(obj, torch.memory_format):
+        return getattr(minidl, str(obj).replace("torch.", ""))
     if isinstance(obj, torch.Size):
         return tuple(obj)
     if isinstance(obj, (list, tuple)):
@@ -241,8 +277,18 @@ def skip_reason(key, desc):
     return None
 
 
+def _torch_np(t):
+    """A torch tensor as a NumPy array of the same dtype (bfloat16 through ml_dtypes, as minidl holds it)."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(minidl.bfloat16)
+    return t.numpy()
+
+
 def _close(ours, theirs, dtype, what, tol=None):
     ours, theirs = np.asarray(ours), np.asarray(theirs)
+    if ours.dtype == minidl.bfloat16 and theirs.dtype == minidl.bfloat16:   # compare bfloat16 values in float32
+        ours, theirs = ours.astype(np.float32), theirs.astype(np.float32)
     assert ours.shape == theirs.shape, f"{what}: shape {ours.shape}, torch {theirs.shape}"
     if theirs.dtype.kind in "biu" or ours.dtype.kind in "biu":
         assert ours.dtype == theirs.dtype, f"{what}: dtype {ours.dtype}, torch {theirs.dtype}"
@@ -262,12 +308,14 @@ def run_sample(key, sample, dtype, device, grad):
     m_kwargs = _to_minidl(dict(sample.kwargs), device, leaves)
     expected = op.op(sample.input, *sample.args, **sample.kwargs)
     got = OPS[key](m_input, *m_args, **m_kwargs)
+    if key in RANDOM_VALUES:
+        return _check_random(key, sample, expected, got, m_input, grad, device)
     t_out, m_out = _outputs(expected), _outputs(got)
     assert len(t_out) == len(m_out), f"{len(m_out)} outputs, torch {len(t_out)}"
     for i, (t, m) in enumerate(zip(t_out, m_out)):
         if isinstance(t, torch.Tensor):
             assert isinstance(m, minidl.Tensor), f"output {i} is a {type(m).__name__}, torch gives a tensor"
-            _close(_host(m), t.detach().numpy(), dtype, f"output {i}")
+            _close(_host(m), _torch_np(t), dtype, f"output {i}")
         else:
             assert m == t, f"output {i}: {m!r}, torch {t!r}"
     if not grad:
@@ -293,6 +341,43 @@ def run_sample(key, sample, dtype, device, grad):
         assert m.grad is not None, f"no gradient for an input of shape {tuple(t.shape)}"
         _close(_host(m.grad), tg.numpy(), dtype, f"gradient of input {tuple(t.shape)}",
                tol=1e-3 if device != "cpu" else None)
+
+
+def _check_random(key, sample, expected, got, m_input, grad, device):
+    """Random or uninitialised values: torch's shape and dtype, and a rule every draw must satisfy."""
+    assert isinstance(got, minidl.Tensor), f"output is a {type(got).__name__}, torch gives a tensor"
+    ours, theirs = _host(got), _torch_np(expected)
+    assert ours.shape == theirs.shape, f"shape {ours.shape}, torch {theirs.shape}"
+    assert ours.dtype == theirs.dtype, f"dtype {ours.dtype}, torch {theirs.dtype}"
+    args, kwargs = [sample.input] + list(sample.args), dict(sample.kwargs)
+    if key != "randint":   # the other ops' input is a tensor, not a bound
+        args = args[1:]
+    if key == "rand_like":
+        assert ((ours >= 0) & (ours < 1)).all(), "rand_like outside [0, 1)"
+    elif key in ("randn", "randn_like"):
+        assert np.isfinite(ours).all(), f"{key} gave a non-finite value"
+    elif key in ("randint", "randint_like"):
+        bounds = [a for a in args if isinstance(a, int)]
+        if key == "randint_like" and len(bounds) == 0:
+            bounds = [kwargs["high"]] if "high" in kwargs else bounds
+        low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
+        assert ((ours >= low) & (ours < high)).all(), f"{key} outside [{low}, {high})"
+    elif key == "nn.functional.dropout":
+        p = kwargs.get("p", args[0] if args else 0.5)
+        training = kwargs.get("training", args[1] if len(args) > 1 else True)
+        x = _host(m_input)
+        if p == 0 or not training:
+            np.testing.assert_array_equal(ours, x)
+        elif p == 1:
+            assert not ours.any(), "dropout with p=1 kept an element"
+        else:  # every element is dropped (0) or kept and scaled by 1 / (1 - p)
+            kept = ours != 0
+            np.testing.assert_allclose(ours[kept], (x / (1 - p))[kept], rtol=1e-6)
+        if grad and got.requires_grad:  # d(sum(out * c))/dx = c * mask / (1 - p), so dx * x == c * out
+            c = np.random.default_rng(1).standard_normal(ours.shape)
+            mc = minidl.tensor(c).to(device) if device != "cpu" else minidl.tensor(c)
+            (got * mc).sum().backward()
+            np.testing.assert_allclose(_host(m_input.grad) * x, c * ours, rtol=1e-9, atol=1e-12)
 
 
 # The grad mode checks the float64 forward values too, before the gradients: forward float64 is not

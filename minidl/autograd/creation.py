@@ -103,6 +103,9 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
 
 
 def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
+    """steps values from start to end, computed in float64 and rounded once to dtype. start and end may
+    be numbers or 0-d tensors (torch's tensor overload; read on the host)."""
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     return _finish(
         _with_device(lambda: _xp(device).linspace(start, end, steps, dtype=np.float64).astype(_dt(dtype)), device),
         requires_grad,
@@ -120,6 +123,9 @@ def randn(*size, dtype=None, device=None, requires_grad=False):
 
 
 def randint(low, high=None, size=(), dtype=None, device=None):
+    """Integers in [low, high): randint(high, size) or randint(low, high, size), as torch.randint."""
+    if isinstance(high, (tuple, list)) or (high is not None and type(high).__name__ == "Size"):
+        low, high, size = 0, low, high       # randint(high, size)
     if high is None:
         low, high = 0, low
     return _finish(random.integers_array(low, high, _shape((size,)), np.dtype(dtype or np.int64), device or "cpu"), False)

@@ -496,6 +496,7 @@ class SetItem(Function):
         return out
 
     def backward(self, g):
+        g = get_array_module(g).asarray(g)   # an array also when g arrives as a NumPy scalar (0-d)
         ga = g.copy()
         ga[self.key] = 0
         gv = unbroadcast(g[self.key], self.v_shape) if self.needs_input_grad[1] else None
@@ -626,6 +627,28 @@ class Cos(Function):
         return -g * get_array_module(g).sin(self.a)
 
 
+class RoundedDiv(Function):
+    """a / b rounded toward zero (mode 'trunc') or down (mode 'floor': Python's and torch's floor
+    division), in a's dtype (integers stay integers). torch defines the gradient as zero."""
+
+    saves_inputs = False
+
+    def forward(self, a, b, mode="trunc"):
+        xp = get_array_module(a)
+        self.shapes = (a.shape, b.shape)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if mode == "floor":
+                return xp.floor_divide(a, b)
+            if is_floating(a.dtype):
+                return xp.trunc(a / b)
+            q = xp.floor_divide(a, b)   # integers toward zero: floor, plus one where it rounded a negative down
+            return q + ((q < 0) & (q * b != a)).astype(q.dtype)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        return xp.zeros(self.shapes[0], dtype=g.dtype), xp.zeros(self.shapes[1], dtype=g.dtype)
+
+
 class Round(Function):
     """floor / ceil / round (half to even, as torch) / trunc; the gradient is zero almost everywhere,
     and PyTorch defines it as zero."""
@@ -711,8 +734,25 @@ class Scatter(Function):
         return ga, gsrc
 
 
+class NuclearNorm(Function):
+    """The sum of the singular values of the matrices in the last two dims (torch.norm(p='nuc')).
+    Backward: g U V^T (the gradient of sum(s) for a = U diag(s) V^T), from the forward's SVD."""
+
+    def forward(self, a, keepdim=False):
+        xp = get_array_module(a)
+        u, sv, vh = xp.linalg.svd(a, full_matrices=False)
+        self.uv = u @ vh
+        out = sv.sum(axis=-1).astype(a.dtype, copy=False)
+        return out[..., None, None] if keepdim else out
+
+    def backward(self, g):
+        if g.ndim == self.uv.ndim:
+            return g * self.uv
+        return g[..., None, None] * self.uv
+
+
 class Norm(Function):
-    """(sum |a|^p)^(1/p) over dims (p = inf: max |a|). Backward: g * sign(a) |a|^(p-1) / norm^(p-1)
+    """(sum |a|^p)^(1/p) over dims (p = inf: max |a|; -inf: min |a|; 0: the count of nonzeros). Backward: g * sign(a) |a|^(p-1) / norm^(p-1)
     (p = 2: g a / norm), zero where the norm is zero; for inf the gradient is shared evenly among
     the elements that attain the maximum."""
 
@@ -722,6 +762,10 @@ class Norm(Function):
         absa = xp.abs(a)
         if p == np.inf:
             out = absa.max(axis=self.axes, keepdims=True)
+        elif p == -np.inf:
+            out = absa.min(axis=self.axes, keepdims=True)
+        elif p == 0:  # the number of nonzero elements (not a norm; torch's p=0)
+            out = (a != 0).sum(axis=self.axes, keepdims=True).astype(a.dtype)
         elif p == 1:
             out = absa.sum(axis=self.axes, keepdims=True)
         elif p == 2:
@@ -735,9 +779,11 @@ class Norm(Function):
         xp = get_array_module(g)
         a, p, out = self.a, self.p, self.out
         g = _expand_back(g, a.shape, self.axes, self.keepdim)
-        if p == np.inf:
+        if p in (np.inf, -np.inf):
             hit = (xp.abs(a) == out).astype(g.dtype)
             return g * xp.sign(a) * hit / hit.sum(axis=self.axes, keepdims=True)
+        if p == 0:
+            return xp.zeros_like(a)
         if p == 1:
             return g * xp.sign(a)
         safe = xp.where(out == 0, 1, out)

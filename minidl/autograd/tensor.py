@@ -36,6 +36,35 @@ bool_ = np.dtype(np.bool_)
 
 _default_dtype = float32
 
+
+class memory_format:
+    """PyTorch's memory-format tags. minidl's arrays are always C-contiguous (row-major), so
+    preserve_format and contiguous_format change nothing; channels_last (in torch an NHWC-strided view of
+    an NCHW tensor) is refused with a message: minidl's primitives take layout='NHWC' instead."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"minidl.{self.name}"
+
+
+preserve_format = memory_format("preserve_format")
+contiguous_format = memory_format("contiguous_format")
+channels_last = memory_format("channels_last")
+channels_last_3d = memory_format("channels_last_3d")
+
+
+def _check_memory_format(op: str, fmt) -> None:
+    if fmt is None or fmt is preserve_format or fmt is contiguous_format:
+        return
+    if fmt is channels_last or fmt is channels_last_3d:
+        raise NotImplementedError(
+            f"{op}: memory_format={fmt!r}: minidl tensors are always C-contiguous (NCHW stays NCHW in memory). "
+            "For channels-last data use the primitives' layout='NHWC' (minidl.primitives), or permute the tensor")
+    raise TypeError(f"{op}: memory_format must be minidl.preserve_format, contiguous_format or channels_last, "
+                    f"got {fmt!r}")
+
 _LEGACY_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor", "int64": "LongTensor",
                  "int32": "IntTensor", "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
                  "bool": "BoolTensor"}
@@ -257,7 +286,8 @@ class Tensor:
         self._ctx, self.requires_grad = None, False
         return self
 
-    def clone(self):
+    def clone(self, memory_format=None):
+        _check_memory_format("clone", memory_format)
         return ops.Contiguous.apply(self) if self.requires_grad else Tensor._make(self._data.copy())
 
     # --------------------------------------------------------------------------------------------
@@ -287,13 +317,22 @@ class Tensor:
         return self._data
 
     def to(self, *args, **kwargs):
-        """`to(device)`, `to(dtype)`, `to(device, dtype)` or `to(other_tensor)`, as in PyTorch."""
+        """`to(device)`, `to(dtype)`, `to(device, dtype)` or `to(other_tensor)`, then optionally
+        non_blocking and copy (positional or keyword) and memory_format, as in PyTorch. copy=True
+        returns a new tensor even when nothing changes."""
+        kwargs = dict(kwargs)
+        _check_memory_format("to()", kwargs.pop("memory_format", None))
+        flags = [a for a in args if isinstance(a, bool)]          # (non_blocking, copy) after the others
+        args = [a for a in args if not isinstance(a, bool)]
+        copy = bool(kwargs.pop("copy", flags[1] if len(flags) > 1 else False))
         device, dtype = _device.parse_to_args("to()", args, kwargs, Tensor)
         out = self
         if dtype is not None and np.dtype(dtype) != self.dtype:
             out = out.type(dtype)
         if device is not None and Device(device) != out.device:
             out = _ToDevice.apply(out, device=Device(device))
+        if copy and out is self:
+            out = self.clone()
         return out
 
     def cpu(self):
@@ -316,25 +355,32 @@ class Tensor:
             return ops.Cast.apply(self, dtype=dtype)
         return Tensor._make(self._data.astype(dtype))
 
-    def float(self):
+    def float(self, memory_format=None):
+        _check_memory_format("float()", memory_format)
         return self.type(float32)
 
-    def double(self):
+    def double(self, memory_format=None):
+        _check_memory_format("double()", memory_format)
         return self.type(float64)
 
-    def half(self):
+    def half(self, memory_format=None):
+        _check_memory_format("half()", memory_format)
         return self.type(float16)
 
-    def bfloat16(self):
+    def bfloat16(self, memory_format=None):
+        _check_memory_format("bfloat16()", memory_format)
         return self.type(bfloat16)
 
-    def long(self):
+    def long(self, memory_format=None):
+        _check_memory_format("long()", memory_format)
         return self.type(int64)
 
-    def int(self):
+    def int(self, memory_format=None):
+        _check_memory_format("int()", memory_format)
         return self.type(int32)
 
-    def bool(self):
+    def bool(self, memory_format=None):
+        _check_memory_format("bool()", memory_format)
         return self.type(bool_)
 
     def __array__(self, dtype=None, copy=None):
@@ -414,13 +460,13 @@ class Tensor:
             return Tensor(other, device=self.device)
         raise TypeError(f"{op}: unsupported operand of type {type(other).__name__} (expected a Tensor or a number)")
 
-    def _binary(self, other, fn, op, reverse=False):
+    def _binary(self, other, fn, op, reverse=False, **kwargs):
         if _dtypes.is_half(self.dtype) and isinstance(other, numbers.Number) and not _fits(other, self.dtype):
             # PyTorch keeps a Python scalar at float32 precision against a half tensor ("opmath": x * 0.1,
             # x * 1e5 in float16 compute in float32 and round once) instead of rounding the scalar to half
             # first (0.1 -> 0.09998, 1e5 -> inf, so 0 * 1e5 = NaN). Scalars that are exactly half values
             # (0.5, 2, 3) give the same result directly, without the two casts.
-            return self.float()._binary(other, fn, op, reverse).type(self.dtype)
+            return self.float()._binary(other, fn, op, reverse, **kwargs).type(self.dtype)
         if not isinstance(other, (Tensor, numbers.Number, np.bool_)):
             other = self._operand(other, op)  # arrays and lists become tensors; anything else: TypeError
         dtype = result_type(self, other, default_float=_default_dtype)
@@ -432,7 +478,7 @@ class Tensor:
             np.broadcast_shapes(a.shape, b.shape)
         except ValueError:
             raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
-        return fn.apply(a.type(dtype), b.type(dtype))
+        return fn.apply(a.type(dtype), b.type(dtype), **kwargs)
 
     def __add__(self, o):
         return self._binary(o, ops.Add, "add")
@@ -565,8 +611,14 @@ class Tensor:
     def mul(self, o):
         return self * o
 
-    def div(self, o):
-        return self / o
+    def div(self, o, rounding_mode=None):
+        """self / o; rounding_mode 'trunc' rounds toward zero, 'floor' down (integers then stay
+        integers), as torch.div. The rounded forms have a zero gradient (as in torch)."""
+        if rounding_mode is None:
+            return self / o
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        return self._binary(o, ops.RoundedDiv, "div_" + rounding_mode, mode=rounding_mode)
 
     def pow(self, o):
         return self**o
@@ -834,8 +886,9 @@ class Tensor:
     def expand_as(self, other):
         return self.expand(other.shape)
 
-    def contiguous(self):
+    def contiguous(self, memory_format=None):
         """self when already C-contiguous, else a C-ordered copy (with its gradient)."""
+        _check_memory_format("contiguous", memory_format)
         return self if self.is_contiguous() else ops.Contiguous.apply(self)
 
     def split(self, split_size, dim=0):
@@ -1077,6 +1130,8 @@ class Tensor:
     def fill_(self, value):
         """Every element := value. Inside a graph the gradient to the old value is zero."""
         if self._records_with(value):  # SetItem over everything: the old value gets a zero gradient
+            if not isinstance(value, Tensor):
+                value = Tensor._make(get_array_module(self._data).asarray(value, dtype=self.dtype))
             return self._inplace("fill_", lambda t: ops.SetItem.apply(t, value.type(self.dtype), key=Ellipsis), value)
         self._check_inplace("fill_")
         self._data[...] = value._data if isinstance(value, Tensor) else value
@@ -1176,6 +1231,10 @@ class Tensor:
         if index.ndim > 1 or index.dtype.kind not in "iu":
             raise IndexError(f"index_select: index must be a 1-D integer tensor, got shape {tuple(index.shape)}, "
                              f"dtype {index.dtype}")
+        if self.ndim == 0:  # a 0-d tensor is one row (torch): one index, a 0-d result
+            if index.numel() != 1:
+                raise IndexError(f"index_select: a 0-d input takes one index, got {index.numel()}")
+            return self.reshape(1)[index.reshape(-1)].reshape(())
         return self[(slice(None),) * d + (index.reshape(-1),)]
 
     def masked_select(self, mask):
@@ -1188,6 +1247,11 @@ class Tensor:
     def nonzero(self, as_tuple=False):
         """Indices of the non-zero elements: (n, ndim) int64, or a tuple of ndim (n,) tensors."""
         xp = get_array_module(self._data)
+        if self.ndim == 0:  # torch: a 0-d tensor answers as one element with no coordinates
+            n = builtins.int(bool(self._host_array()))
+            if as_tuple:
+                return (Tensor._make(xp.zeros(n, dtype=int64)),)
+            return Tensor._make(xp.zeros((n, 0), dtype=int64))
         idx = xp.nonzero(self._data)
         if as_tuple:
             return tuple(Tensor._make(i.astype(int64)) for i in idx)
@@ -1195,9 +1259,15 @@ class Tensor:
 
     def _scatter(self, dim, index, src, reduce_add, op):
         d = self._dim(dim, op)
+        if self.ndim == 0:  # a 0-d self is one element (torch): scatter into its 1-element view
+            return self.reshape(1)._scatter(0, index.reshape(-1) if isinstance(index, Tensor) else index,
+                                            src.reshape(-1) if isinstance(src, Tensor) else src,
+                                            reduce_add, op).reshape(())
         if isinstance(index, Tensor) and index.ndim == 0 and self.ndim == 1:  # torch accepts a 0-d index here
             index = index.reshape(1)
             src = src.reshape(1) if isinstance(src, Tensor) and src.ndim == 0 else src
+        if isinstance(index, Tensor) and index.dtype == np.int32:  # torch takes int32 indices too
+            index = index.type(int64)
         if not isinstance(index, Tensor) or index.dtype != int64 or index.ndim != self.ndim:
             raise RuntimeError(f"{op}: index must be an int64 tensor with as many dims as self "
                                f"({self.ndim}), got {getattr(index, 'dtype', type(index).__name__)} of shape "
@@ -1214,9 +1284,30 @@ class Tensor:
                                f"{self.shape[d]}")
         return ops.Scatter.apply(self, src.type(self.dtype), index=index._data, dim=d, reduce_add=reduce_add)
 
-    def scatter(self, dim, index, src=None, value=None):
-        """out = self with out[index[i][j]][j] = src[i][j] for dim=0, etc. (torch.scatter)."""
-        return self._scatter(dim, index, value if src is None else src, False, "scatter")
+    def scatter(self, dim, index, src=None, value=None, reduce=None):
+        """out = self with out[index[i][j]][j] = src[i][j] for dim=0, etc. (torch.scatter). reduce='add'
+        adds src instead (scatter_add), reduce='multiply' multiplies (no gradient, as in torch)."""
+        src = value if src is None else src
+        if reduce is None:
+            return self._scatter(dim, index, src, False, "scatter")
+        if reduce == "add":
+            return self._scatter(dim, index, src, True, "scatter")
+        if reduce == "multiply":
+            if self.requires_grad or isinstance(src, Tensor) and src.requires_grad:
+                raise RuntimeError("scatter(reduce='multiply'): no gradient is defined (as in torch); compute it "
+                                   "under minidl.no_grad() or with detached tensors")
+            # Where values land: scatter the positions 0..n-1 of a flat copy, then multiply with np.multiply.at
+            # (repeated indices multiply together, as in torch). Computed on the host (no CuPy multiply.at).
+            flat = self.detach().reshape(-1)
+            positions = Tensor._make(np.arange(self.numel(), dtype=int64).reshape(self.shape)).to(self.device)
+            where_to = positions.gather(self._dim(dim, "scatter"), index if self.ndim == 0 or index.dtype == int64
+                                        else index.type(int64))
+            out = flat._host_array().copy()
+            values = (src._host_array() if isinstance(src, Tensor) else np.full(index.shape, src, dtype=self.dtype))
+            np.multiply.at(out, where_to._host_array().reshape(-1),
+                           values[tuple(slice(0, n) for n in index.shape)].reshape(-1).astype(self.dtype))
+            return Tensor._make(out.reshape(self.shape)).to(self.device)
+        raise ValueError(f"scatter: reduce must be None, 'add' or 'multiply', got {reduce!r}")
 
     def scatter_add(self, dim, index, src):
         """out = self with src[i][j] added at out[index[i][j]][j] for dim=0 (repeats add up)."""
@@ -1230,10 +1321,18 @@ class Tensor:
         return self._inplace("scatter_add_", lambda t: t._scatter(dim, index, src, True, "scatter_add_"), src)
 
     def index_fill(self, dim, index, value):
-        key = (slice(None),) * self._dim(dim, "index_fill") + (index,)
-        out = self.clone()
-        out[key] = value
-        return out
+        """self with the slices named by index along dim set to value (a number or a 0-d tensor, which
+        then gets the gradient of every filled element)."""
+        d = self._dim(dim, "index_fill")
+        xp = get_array_module(self._data)
+        mask = xp.zeros(self.shape[d] if self.ndim else 1, dtype=bool)
+        mask[index._data if isinstance(index, Tensor) else index] = True
+        mask = mask.reshape([-1 if i == d else 1 for i in range(self.ndim)]) if self.ndim else mask.reshape(())
+        if isinstance(value, Tensor):
+            if value.ndim != 0:
+                raise RuntimeError(f"index_fill: value must be a number or a 0-d tensor, got shape {tuple(value.shape)}")
+            value = value.type(self.dtype)
+        return where(Tensor._make(mask), value, self)
 
     def sort(self, dim=-1, descending=False, stable=False):
         """(values, indices) sorted along dim; a named tuple, as torch.sort. Ties keep their order."""
@@ -1246,6 +1345,11 @@ class Tensor:
     def topk(self, k, dim=-1, largest=True, sorted=True):
         """The k largest (or smallest) along dim, in order: (values, indices) as torch.topk."""
         d = self._dim(dim, "topk")
+        if self.ndim == 0:  # one element (torch): k is 0 or 1, the result 0-d
+            if k not in (0, 1):
+                raise RuntimeError(f"topk: k ({k}) is out of range for a 0-d tensor")
+            values, indices = self.reshape(1).topk(k, 0, largest, sorted)
+            return return_types.topk(values.reshape(()) if k else values, indices.reshape(()) if k else indices)
         if not 0 <= k <= (self.shape[d] if self.ndim else 1):
             raise RuntimeError(f"topk: k ({k}) is out of range for dim {dim} of shape {tuple(self.shape)}")
         values, indices = self.sort(d, descending=largest)
@@ -1254,6 +1358,9 @@ class Tensor:
     def kthvalue(self, k, dim=-1, keepdim=False):
         """The k-th smallest (1-based) along dim: (values, indices) as torch.kthvalue."""
         d = self._dim(dim, "kthvalue")
+        if self.ndim == 0:  # one element (torch): k must be 1, the result 0-d
+            values, indices = self.reshape(1).kthvalue(k, 0)
+            return return_types.kthvalue(values.reshape(()), indices.reshape(()))
         if not 1 <= k <= (self.shape[d] if self.ndim else 1):
             raise RuntimeError(f"kthvalue: k ({k}) is out of range for dim {dim} of shape {tuple(self.shape)}")
         values, indices = self.sort(d)
@@ -1268,7 +1375,10 @@ class Tensor:
             flat = self.reshape(-1)
             return flat.sort().values[(flat.numel() - 1) // 2]
         d = self._dim(dim, "median")
-        values, indices = self.kthvalue((self.shape[d] - 1) // 2 + 1 if self.ndim else 1, d, keepdim)
+        if self.ndim == 0:
+            values, indices = self.kthvalue(1)
+            return return_types.median(values, indices)
+        values, indices = self.kthvalue((self.shape[d] - 1) // 2 + 1, d, keepdim)
         return return_types.median(values, indices)
 
     def mode(self, dim=-1, keepdim=False):
@@ -1290,27 +1400,52 @@ class Tensor:
             values, indices = values.squeeze(d), idx
         return return_types.mode(values, indices)
 
-    def cumsum(self, dim):
-        """Running sum along dim; the gradient is the reversed running sum of the output gradient."""
-        return ops.CumSum.apply(self, dim=self._dim(dim, "cumsum"))
+    def cumsum(self, dim, dtype=None):
+        """Running sum along dim (in dtype if given); the gradient is the reversed running sum of the
+        output gradient. A 0-d tensor is its own running sum."""
+        x = self if dtype is None else self.type(dtype)
+        d = self._dim(dim, "cumsum")
+        if self.ndim == 0:
+            return ops.CumSum.apply(x.reshape(1), dim=0).reshape(())
+        return ops.CumSum.apply(x, dim=d)
 
-    def norm(self, p="fro", dim=None, keepdim=False):
-        """The p-norm over all elements or over dim (p = 'fro' or 2, 1, inf, or any p > 0), as torch.norm.
-        The gradient at a zero vector is zero (a subgradient), as PyTorch."""
-        if p == "fro":
-            p = 2
-        if isinstance(p, str) or not p > 0:
-            raise ValueError(f"norm: p must be 'fro' or a number > 0 (including inf), got {p!r}")
-        self._check_dim(dim, "norm")
+    def norm(self, p="fro", dim=None, keepdim=False, dtype=None):
+        """The p-norm over all elements or over dim, as torch.norm: p = 'fro' (= 2), any number
+        (inf: max |x|, -inf: min |x|, 0: the count of nonzeros, negative p as the formula says), or 'nuc'
+        (the sum of singular values of a matrix: 2-D input, or dim = two dims). The gradient at a zero
+        vector is zero (a subgradient), as PyTorch."""
         if not _dtypes.is_floating(self.dtype):
             raise RuntimeError(f"norm: needs a floating-point tensor, got {self.dtype}")
-        return ops.Norm.apply(self, p=builtins.float(p), dim=dim, keepdim=keepdim)
+        x = self if dtype is None else self.type(dtype)
+        if p == "fro":
+            p = 2
+        if p == "nuc":
+            if dim is None and self.ndim != 2:
+                raise RuntimeError(f"norm(p='nuc'): needs a 2-D input or dim= two dims, got shape {tuple(self.shape)}")
+            dims = (0, 1) if dim is None else normalize_dims(dim, self.ndim, "norm")
+            if len(dims) != 2:
+                raise RuntimeError(f"norm(p='nuc'): dim must name two dims, got {dim!r}")
+            rest = [i for i in range(self.ndim) if i not in dims]
+            moved = x.permute(*rest, *dims)
+            out = ops.NuclearNorm.apply(moved, keepdim=False)
+            if keepdim:
+                for d in sorted(dims):
+                    out = out.unsqueeze(d)
+            return out
+        if isinstance(p, str) or isinstance(p, bool) or not isinstance(p, numbers.Real) or p != p:
+            raise ValueError(f"norm: p must be 'fro', 'nuc' or a number (inf and -inf included), got {p!r}")
+        self._check_dim(dim, "norm")
+        return ops.Norm.apply(x, p=builtins.float(p), dim=dim, keepdim=keepdim)
 
     def unbind(self, dim=0):
         d = self._dim(dim, "unbind")
         return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
 
-    def flip(self, *dims):
+    def flip(self, *dims, **kwargs):
+        if "dims" in kwargs:
+            dims = (kwargs.pop("dims"),)
+        if kwargs:
+            raise TypeError(f"flip: unexpected arguments {sorted(kwargs)}")
         dims = [self._dim(d, "flip") for d in _shape_arg(dims)]
         return self[tuple(slice(None, None, -1) if i in dims else slice(None) for i in range(self.ndim))]
 
@@ -1366,8 +1501,19 @@ class Tensor:
         src = data._host_array() if isinstance(data, Tensor) else data
         return self._new(np.array(src, dtype=dtype or self.dtype), dtype, device, requires_grad)
 
-    def round(self):
-        return ops.Round.apply(self, how="round") if _dtypes.is_floating(self.dtype) else self
+    def round(self, decimals=0):
+        """Round half to even (torch.round); with decimals, to that many decimal places (negative:
+        to tens, hundreds, ...), computed as torch does: round(x * 10**d) / 10**d for d > 0,
+        round(x / 10**-d) * 10**-d for d < 0 (so 1234.5 rounds to exactly 1000 at d = -3)."""
+        if not _dtypes.is_floating(self.dtype):
+            return self
+        if decimals == 0:
+            return ops.Round.apply(self, how="round")
+        if decimals > 0:
+            scale = 10.0 ** decimals
+            return ops.Round.apply(self * scale, how="round") / scale
+        scale = 10.0 ** -decimals
+        return ops.Round.apply(self / scale, how="round") * scale
 
     def floor(self):
         return ops.Round.apply(self, how="floor") if _dtypes.is_floating(self.dtype) else self
