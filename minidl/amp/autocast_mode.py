@@ -35,7 +35,7 @@ POLICIES = {
         **{op: LOWER for op in _MATRIX_OPS},
         **{op: FP32 for op in (
             "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
-            "binary_cross_entropy_with_logits", "sum", "exp", "log", "pow", "rsqrt", "rtruediv",
+            "binary_cross_entropy_with_logits", "sum", "exp", "log", "log1p", "pow", "rsqrt", "rtruediv",
         )},
     },
     "cpu": {

@@ -157,24 +157,45 @@ class Exp(Function):
         return g * self.out
 
 
+# log, log1p and sqrt outside their domain give -inf / NaN as in torch, without NumPy's RuntimeWarnings.
+_QUIET = dict(divide="ignore", invalid="ignore")
+
+
 class Log(Function):
     def forward(self, a):
         self.a = a
-        return get_array_module(a).log(a)
+        with np.errstate(**_QUIET):
+            return get_array_module(a).log(a)
 
     def backward(self, g):
-        return g / self.a
+        with np.errstate(**_QUIET):
+            return g / self.a
+
+
+class Log1p(Function):
+    """log(1 + a), accurate for small a (not log of a rounded 1 + a); the gradient is 1 / (1 + a)."""
+
+    def forward(self, a):
+        self.a = a
+        with np.errstate(**_QUIET):
+            return get_array_module(a).log1p(a)
+
+    def backward(self, g):
+        with np.errstate(**_QUIET):
+            return g / (1 + self.a)
 
 
 class Sqrt(Function):
     saves_output = True
 
     def forward(self, a):
-        self.out = get_array_module(a).sqrt(a)
+        with np.errstate(**_QUIET):
+            self.out = get_array_module(a).sqrt(a)
         return self.out
 
     def backward(self, g):
-        return g / (2 * self.out)
+        with np.errstate(**_QUIET):
+            return g / (2 * self.out)
 
 
 class Abs(Function):

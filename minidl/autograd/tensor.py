@@ -1531,7 +1531,8 @@ class Tensor:
         return ops.Cos.apply(self)
 
     def log1p(self):
-        return (self + 1).log()
+        x = self if _dtypes.is_floating(self.dtype) else self.type(_default_dtype)
+        return ops.Log1p.apply(*_autocast.cast_inputs("log1p", x))
 
 
 class _ToDevice(Function):

@@ -235,6 +235,7 @@ def global_avg_pooling_backward(dy, x_shape, *, layout="NCHW", alpha=1.0, beta=0
 # ----------------------------------------------------------------------------------------------
 
 
+@computes_half_in_float32(out_dtypes=("x", None))
 def max_pooling_forward_with_indices(x, desc: PoolingDescriptor, *, layout="NCHW"):
     """(y, indices): max pooling of x and, for each output, the flat position of its maximum within
     its (n, c) plane of x's spatial dims (h * W + w in 2-D; first maximum in window order, the last
@@ -269,6 +270,7 @@ def _check_unpool(op, a, indices, x_spatial, layout):
     return layout, x_spatial
 
 
+@computes_half_in_float32()
 def max_unpooling_forward(y, indices, x_spatial, *, layout="NCHW"):
     """x of spatial size x_spatial, zero except x[n, c, indices[n, c, i]] = y[n, c, i] (PyTorch's
     max_unpool: a later write to the same position wins). Indices outside [0, prod(x_spatial)) raise
@@ -279,6 +281,7 @@ def max_unpooling_forward(y, indices, x_spatial, *, layout="NCHW"):
     return backend("pooling", y).max_unpooling_forward(y, indices, x_spatial, layout=layout)
 
 
+@computes_half_in_float32()
 def max_unpooling_backward(dx, indices, *, layout="NCHW"):
     """dy[n, c, i] = dx[n, c, indices[n, c, i]]: the gradient of max_unpooling_forward (a gather)."""
     op = "max_unpooling_backward"
