@@ -8,12 +8,17 @@ from .. import _device, random
 from .tensor import Tensor, _to_array, get_default_dtype
 
 
-def _shape(size):
-    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+def _shape(size, op="size"):
+    """A shape from (d0, d1, ...) or ((d0, d1, ...),): integers >= 0, as torch (2.5 is a TypeError)."""
+    if len(size) == 1 and isinstance(size[0], (tuple, list)) or len(size) == 1 and type(size[0]).__name__ == "Size":
         size = tuple(size[0])
+    for s in size:
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) and not (
+                isinstance(s, Tensor) and s.ndim == 0 and s.dtype.kind in "iu"):
+            raise TypeError(f"{op}: size must be a tuple of ints, got {tuple(size)!r}")
     size = tuple(int(s) for s in size)
     if any(s < 0 for s in size):
-        raise ValueError(f"negative dimension in size {size}")
+        raise ValueError(f"{op}: negative dimension in size {size}")
     return size
 
 
@@ -66,17 +71,21 @@ def _with_device(fn, device):
 
 
 def zeros(*size, dtype=None, device=None, requires_grad=False):
-    s = _shape(size)
+    s = _shape(size, "zeros")
     return _finish(_with_device(lambda: _xp(device).zeros(s, dtype=_dt(dtype)), device), requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad=False):
-    s = _shape(size)
+    s = _shape(size, "ones")
     return _finish(_with_device(lambda: _xp(device).ones(s, dtype=_dt(dtype)), device), requires_grad)
 
 
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
-    s = _shape((size,)) if not isinstance(size, int) else (size,)
+    s = _shape((size,), "full") if not isinstance(size, int) else _shape((size,), "full")
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    if isinstance(fill_value, (str, bytes)) or not np.isscalar(fill_value) and not isinstance(fill_value, np.generic):
+        raise TypeError(f"full: fill_value must be a number, got {type(fill_value).__name__} {fill_value!r}")
     if dtype is None:
         dtype = np.int64 if isinstance(fill_value, (int, np.integer)) and not isinstance(fill_value, bool) else (
             np.bool_ if isinstance(fill_value, bool) else get_default_dtype()
@@ -85,17 +94,27 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
 
 
 def empty(*size, dtype=None, device=None, requires_grad=False):
-    s = _shape(size)
+    s = _shape(size, "empty")
     return _finish(_with_device(lambda: _xp(device).empty(s, dtype=_dt(dtype)), device), requires_grad)
 
 
 def eye(n, m=None, dtype=None, device=None, requires_grad=False):
+    _shape((n,) if m is None else (n, m), "eye")
     return _finish(_with_device(lambda: _xp(device).eye(n, m, dtype=_dt(dtype)), device), requires_grad)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     if end is None:
         start, end = 0, start
+    start, end, step = (v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"arange: {name} must be a number, got {type(v).__name__} {v!r}")
+    if step == 0:
+        raise ValueError("arange: step must be nonzero")
+    if (end - start) * step < 0:
+        raise ValueError(f"arange: upper bound and larger bound inconsistent with step sign: start={start}, "
+                         f"end={end}, step={step}")
     if dtype is None:
         is_int = all(isinstance(v, (int, np.integer)) for v in (start, end, step))
         dtype = np.int64 if is_int else get_default_dtype()
@@ -106,6 +125,8 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     """steps values from start to end, computed in float64 and rounded once to dtype. start and end may
     be numbers or 0-d tensors (torch's tensor overload; read on the host)."""
     start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"linspace: steps must be an int >= 0, got {steps!r}")
     return _finish(
         _with_device(lambda: _xp(device).linspace(start, end, steps, dtype=np.float64).astype(_dt(dtype)), device),
         requires_grad,
@@ -114,12 +135,12 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
 
 def rand(*size, dtype=None, device=None, requires_grad=False):
     """Uniform on [0, 1), from minidl's seeded generator (see manual_seed)."""
-    return _finish(random.uniform_array(_shape(size), 0.0, 1.0, _dt(dtype), device or "cpu"), requires_grad)
+    return _finish(random.uniform_array(_shape(size, "rand"), 0.0, 1.0, _dt(dtype), device or "cpu"), requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad=False):
     """Standard normal, from minidl's seeded generator."""
-    return _finish(random.normal_array(_shape(size), 0.0, 1.0, _dt(dtype), device or "cpu"), requires_grad)
+    return _finish(random.normal_array(_shape(size, "randn"), 0.0, 1.0, _dt(dtype), device or "cpu"), requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None):
@@ -128,7 +149,9 @@ def randint(low, high=None, size=(), dtype=None, device=None):
         low, high, size = 0, low, high       # randint(high, size)
     if high is None:
         low, high = 0, low
-    return _finish(random.integers_array(low, high, _shape((size,)), np.dtype(dtype or np.int64), device or "cpu"), False)
+    if not low < high:
+        raise ValueError(f"randint: the range [low, high) = [{low}, {high}) is empty (low must be < high)")
+    return _finish(random.integers_array(low, high, _shape((size,), "randint"), np.dtype(dtype or np.int64), device or "cpu"), False)
 
 
 def randperm(n, device=None):

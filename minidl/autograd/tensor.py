@@ -89,7 +89,14 @@ def _to_array(data, dtype=None, device=None):
     elif is_cuda_array(data) or isinstance(data, np.ndarray):
         arr = data
     else:
-        arr = np.asarray(data)
+        try:
+            arr = np.asarray(data)
+        except ValueError:
+            raise ValueError(f"tensor: the nested lists of {type(data).__name__} data have different lengths "
+                             "(a tensor needs a rectangular shape)") from None
+        if arr.dtype.kind in "USc":
+            what = "complex numbers (minidl has no complex dtypes)" if arr.dtype.kind == "c" else "strings"
+            raise TypeError(f"tensor: cannot make a tensor from {what}: {data!r:.60}")
         if dtype is None:
             # Python floats become the default float dtype (float32), Python ints int64, as PyTorch.
             if arr.dtype.kind == "f":
@@ -134,7 +141,7 @@ class Tensor:
                 f"{tuple(type(d).__name__ for d in data)}"
             )
         self._data = array
-        self.grad = None
+        self._grad = None
         self._ctx = None  # the Function that made this tensor (None for leaves)
         self._out_index = 0
         self._retains_grad = False
@@ -148,10 +155,29 @@ class Tensor:
     def _make(cls, array, requires_grad=False):
         """Wrap an array without copying or converting (internal fast path)."""
         t = cls.__new__(cls)
-        t._data, t.grad, t._ctx, t._out_index = array, None, None, 0
+        t._data, t._grad, t._ctx, t._out_index = array, None, None, 0
         t._retains_grad, t._hooks, t.requires_grad = False, [], requires_grad
         t._vbox, t._base = [0], None
         return t
+
+    @property
+    def grad(self):
+        """The gradient accumulated by backward() (None until then), a tensor of this tensor's shape."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:   # checked as torch does: a wrong .grad would only fail (or be wrong) later
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"assigned grad has data of a different size: {tuple(value.shape)}, the tensor "
+                                   f"is {tuple(self.shape)}")
+            if value.is_cuda != self.is_cuda:
+                raise RuntimeError(f"assigned grad is on {value.device}, the tensor on {self.device}")
+            if value.dtype != self.dtype and self.dtype.kind == "f":
+                raise RuntimeError(f"assigned grad has dtype {value.dtype}, the tensor {self.dtype}")
+        self._grad = value
 
     @property
     def _version(self) -> int:
@@ -348,7 +374,11 @@ class Tensor:
             return ("torch.cuda." if self.is_cuda else "torch.") + _LEGACY_NAMES.get(self.dtype.name, self.dtype.name)
         if isinstance(dtype, str) and dtype.rpartition(".")[2] in _LEGACY_NAMES.values():
             dtype = next(k for k, v in _LEGACY_NAMES.items() if v == dtype.rpartition(".")[2])
-        dtype = np.dtype(getattr(dtype, "dtype", dtype))
+        try:
+            dtype = np.dtype(getattr(dtype, "dtype", dtype))
+        except TypeError:
+            raise TypeError(f"type: unknown dtype {dtype!r} (use a minidl dtype such as minidl.float32, or a name "
+                            "such as 'torch.FloatTensor')") from None
         if dtype == self.dtype:
             return self
         if self.requires_grad and _dtypes.is_floating(dtype):
@@ -874,6 +904,12 @@ class Tensor:
 
     def expand(self, *shape):
         shape = _shape_arg(shape)
+        new = len(shape) - self.ndim
+        if new < 0:
+            raise ValueError(f"expand: the shape {tuple(shape)} has fewer dims than the tensor's {self.shape}")
+        if any(t == -1 for t in shape[:new]):
+            raise ValueError(f"expand: -1 is not allowed in a new leading dim (shape {tuple(shape)} for a tensor of "
+                             f"shape {self.shape}): -1 keeps an existing size, and a new dim has none")
         full = tuple(s if t == -1 else t for s, t in zip((1,) * (len(shape) - self.ndim) + self.shape, shape))
         try:
             np.broadcast_shapes(self.shape, full)
@@ -940,11 +976,19 @@ class Tensor:
         """x[key] = value, in place (value broadcast to x[key]); inside a graph the gradient of the old
         values under key is zero and value gets the gradient of x[key] (PyTorch's CopySlices)."""
         key = self._index_key(key)
-        if self._records_with(value):
-            value = self._operand(value, "__setitem__")
-            return self._inplace("__setitem__", lambda t: ops.SetItem.apply(t, value.type(self.dtype), key=key), value)
-        self._check_inplace("__setitem__")
-        self._data[key] = value._data if isinstance(value, Tensor) else value
+        try:
+            if self._records_with(value):
+                value = self._operand(value, "__setitem__")
+                return self._inplace("__setitem__", lambda t: ops.SetItem.apply(t, value.type(self.dtype), key=key),
+                                     value)
+            self._check_inplace("__setitem__")
+            self._data[key] = value._data if isinstance(value, Tensor) else value
+        except IndexError as e:
+            raise IndexError(f"index assignment: {e} (tensor of shape {self.shape})") from None
+        except ValueError as e:
+            shape = tuple(getattr(value, "shape", np.shape(value)))
+            raise ValueError(f"index assignment: the value of shape {shape} does not fit the indexed part of a "
+                             f"tensor of shape {self.shape}: {e}") from None
         self._version += 1
 
     def masked_fill(self, mask, value):
@@ -967,6 +1011,12 @@ class Tensor:
             return ops.GetItem.apply(self.reshape(-1), key=index._data.reshape(-1).astype(np.int64)).reshape(index.shape)
         if index.ndim != self.ndim and not (self.ndim == 0 and index.ndim <= 1):
             raise ValueError(f"gather: index of shape {index.shape} must have as many dims as input {self.shape}")
+        size = self.shape[dim] if self.ndim else 1
+        # (checked on the CPU only: on the GPU this would read a device value, a host sync)
+        if not index.is_cuda and not (0 <= index._data.min() and index._data.max() < size):
+            bad = builtins.int(index._data.min() if index._data.min() < 0 else index._data.max())
+            raise IndexError(f"gather: index {bad} is out of bounds for dim {dim} with size {size} "
+                             f"(input {self.shape}, index {index.shape})")
         if self.ndim == 0:
             return ops.GetItem.apply(self.reshape(1), key=index._data)
         grids = list(xp.indices(index.shape, sparse=True))
@@ -1241,7 +1291,13 @@ class Tensor:
         """The elements where mask (broadcast to this shape) is True, as a 1-D tensor."""
         mask = mask._data if isinstance(mask, Tensor) else mask
         xp = get_array_module(self._data)
-        shape = np.broadcast_shapes(self.shape, tuple(mask.shape))
+        if mask.dtype != np.bool_:
+            raise TypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
+        try:
+            shape = np.broadcast_shapes(self.shape, tuple(mask.shape))
+        except ValueError:
+            raise ValueError(f"masked_select: mask {tuple(mask.shape)} and input {self.shape} cannot be broadcast "
+                             "together") from None
         return self.expand(shape)[xp.broadcast_to(mask, shape)]
 
     def nonzero(self, as_tuple=False):
@@ -1274,6 +1330,9 @@ class Tensor:
                                f"{tuple(getattr(index, 'shape', ()))}")
         if not isinstance(src, Tensor):
             src = Tensor._make(get_array_module(self._data).full(index.shape, src, dtype=self.dtype))
+        elif src.dtype != self.dtype:
+            raise RuntimeError(f"{op}: expected self and src to have the same dtype, got {self.dtype} and {src.dtype} "
+                               f"(cast src with .to({self.dtype.name}))")
         for i, (si, ss) in enumerate(zip(index.shape, self.shape)):
             if i != d and si > ss or si > src.shape[i]:
                 raise RuntimeError(f"{op}: index {tuple(index.shape)} is larger than self {tuple(self.shape)} or "
@@ -1437,6 +1496,27 @@ class Tensor:
         self._check_dim(dim, "norm")
         return ops.Norm.apply(x, p=builtins.float(p), dim=dim, keepdim=keepdim)
 
+    def roll(self, shifts, dims=None):
+        """Elements shifted along dims by shifts, wrapping around (torch.roll); dims None: over the flattened
+        tensor, then the original shape. A gather, so the gradient rolls back."""
+        if dims is None:
+            if not isinstance(shifts, numbers.Integral):
+                raise ValueError(f"roll: without dims, shifts must be one int, got {shifts!r}")
+            n = self.numel()
+            idx = (np.arange(n) - builtins.int(shifts)) % max(n, 1)
+            return self.reshape(-1)[Tensor._make(idx).to(self.device)].reshape(self.shape)
+        shifts = (shifts,) if isinstance(shifts, numbers.Integral) else tuple(shifts)
+        dims = normalize_dims(dims, self.ndim, "roll", allow_repeats=True)
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll: shifts {shifts} and dims {dims} must have the same length")
+        out = self
+        for s, d in zip(shifts, dims):
+            n = self.shape[d]
+            if n:
+                idx = Tensor._make((np.arange(n) - builtins.int(s)) % n).to(self.device)
+                out = out.index_select(d, idx)
+        return out
+
     def unbind(self, dim=0):
         d = self._dim(dim, "unbind")
         return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
@@ -1446,14 +1526,18 @@ class Tensor:
             dims = (kwargs.pop("dims"),)
         if kwargs:
             raise TypeError(f"flip: unexpected arguments {sorted(kwargs)}")
-        dims = [self._dim(d, "flip") for d in _shape_arg(dims)]
+        dims = list(normalize_dims(_shape_arg(dims), self.ndim, "flip"))
         return self[tuple(slice(None, None, -1) if i in dims else slice(None) for i in range(self.ndim))]
 
     def tril(self, diagonal=0):
+        if self.ndim < 2:
+            raise RuntimeError(f"tril: input tensor must have at least 2 dimensions, got shape {tuple(self.shape)}")
         xp = get_array_module(self._data)
         return where(Tensor._make(xp.tril(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, 0)
 
     def triu(self, diagonal=0):
+        if self.ndim < 2:
+            raise RuntimeError(f"triu: input tensor must have at least 2 dimensions, got shape {tuple(self.shape)}")
         xp = get_array_module(self._data)
         return where(Tensor._make(xp.triu(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, 0)
 
@@ -1494,6 +1578,8 @@ class Tensor:
         return self.new_zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
 
     def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        if not isinstance(size, (tuple, list)):
+            raise TypeError(f"new_full: size must be a tuple of ints, got {type(size).__name__} {size!r}")
         return self._new(np.full(tuple(size), fill_value, dtype=dtype or self.dtype), dtype, device, requires_grad)
 
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False):

@@ -152,6 +152,8 @@ class DataLoader:
                              "sampler, and drop_last")
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) or num_workers < 0:
             raise ValueError(f"DataLoader: num_workers must be a non-negative int, got {num_workers!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            raise ValueError(f"DataLoader: timeout option should be a number >= 0, got {timeout!r}")
         if num_workers == 0 and (prefetch_factor is not None or persistent_workers):
             raise ValueError("DataLoader: prefetch_factor and persistent_workers need num_workers > 0 (as torch)")
         try:

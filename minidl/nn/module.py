@@ -405,7 +405,12 @@ class Module:
         for key, target in targets.items():
             if key not in state_dict:
                 continue
-            array = _raw_array(state_dict[key])
+            value = state_dict[key]
+            if value is None or isinstance(value, (str, bytes, dict, set)):
+                mismatched.append(f"type mismatch for {key}: expected a tensor (or an array) from checkpoint, got "
+                                  f"{type(value).__name__}")
+                continue
+            array = _raw_array(value)
             if tuple(array.shape) != target.shape:
                 mismatched.append(
                     f"size mismatch for {key}: copying a param with shape {tuple(array.shape)} from checkpoint, "

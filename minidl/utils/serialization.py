@@ -214,6 +214,11 @@ def save(obj, f) -> None:
         return
     path = os.fspath(f)
     directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"save: the folder {directory} does not exist (create it first, e.g. "
+                                f"os.makedirs({directory!r}, exist_ok=True)), so {path} cannot be written")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"save: {path} is a folder; give a file name inside it")
     _remove_stale_temporaries(directory)
     fd, tmp_path = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.{os.getpid()}.", suffix=_TMP_SUFFIX, dir=directory)
     with _in_flight_lock:

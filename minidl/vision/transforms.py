@@ -227,6 +227,10 @@ class Resize:
         interpolation = str(getattr(interpolation, "value", interpolation)).lower()
         if interpolation not in ("bilinear", "nearest"):
             raise NotImplementedError(f"Resize: interpolation {interpolation!r} is not implemented (bilinear, nearest)")
+        sizes = [size] if isinstance(size, numbers.Integral) else list(size) if isinstance(size, (tuple, list)) else None
+        if not sizes or len(sizes) > 2 or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1
+                                               for s in sizes):
+            raise ValueError(f"Resize: size must be an int >= 1 or a pair (h, w) of them, got {size!r}")
         self.size, self.interpolation = size, interpolation
 
     def _target(self, h, w):

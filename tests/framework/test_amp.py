@@ -305,7 +305,7 @@ def test_autocast_cpu_matches_torch():
 # ops minidl has. Checked here as a table, and by running the ops with the cuda table on CPU tensors.
 TORCH_CUDA_LOWER = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "rnn", "rnn_cell"}
 TORCH_CUDA_FP32 = {"softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
-                   "binary_cross_entropy_with_logits", "sum", "exp", "log", "pow", "rsqrt", "rtruediv"}
+                   "binary_cross_entropy_with_logits", "sum", "exp", "log", "log1p", "pow", "rsqrt", "rtruediv"}
 
 
 def test_cuda_autocast_table_is_torchs():

@@ -34,6 +34,9 @@ class Linear(Module):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
         super().__init__()
+        for name, v in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"Linear: {name} must be an int, got {type(v).__name__} {v!r}")
         if in_features < 0 or out_features < 0:
             raise ValueError(f"Linear: in_features ({in_features}) and out_features ({out_features}) must be >= 0")
         self.in_features, self.out_features = in_features, out_features

@@ -55,7 +55,11 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     PyTorch compatibility and ignored.
     """
     op = "clip_grad_norm_"
-    max_norm, norm_type = float(max_norm), float(norm_type)
+    try:
+        max_norm, norm_type = float(max_norm), float(norm_type)
+    except (TypeError, ValueError):
+        raise ValueError(f"{op}: max_norm and norm_type must be numbers (norm_type may be inf), got "
+                         f"max_norm={max_norm!r}, norm_type={norm_type!r}") from None
     if max_norm < 0 or math.isnan(max_norm):
         raise ValueError(f"{op}: max_norm must be >= 0, got {max_norm}")
     if not (norm_type > 0):
