@@ -108,7 +108,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     start, end, step = (v.item() if isinstance(v, Tensor) else v for v in (start, end, step))
     for name, v in (("start", start), ("end", end), ("step", step)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        if not isinstance(v, (int, float, np.integer, np.floating, np.bool_)):   # bools count as 0/1, as torch
             raise TypeError(f"arange: {name} must be a number, got {type(v).__name__} {v!r}")
     if step == 0:
         raise ValueError("arange: step must be nonzero")

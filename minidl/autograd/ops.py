@@ -489,7 +489,12 @@ class GetItem(Function):
 
     def forward(self, a, key=None):
         self.shape, self.key = a.shape, key
-        return a[key]
+        out = a[key]
+        if isinstance(out, np.generic):
+            # NumPy gives a scalar copy for a full integer index (x[1] of a 1-D array); torch gives a 0-d
+            # view, which `x[i] += 1` changes in place. A trailing Ellipsis makes NumPy return that view.
+            out = a[(key if isinstance(key, tuple) else (key,)) + (Ellipsis,)]
+        return out
 
     def backward(self, g):
         xp = get_array_module(g)

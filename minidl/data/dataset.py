@@ -73,7 +73,14 @@ class ArrayDataset(Dataset):
 
 
 class TensorDataset(ArrayDataset):
-    """PyTorch's name for an ArrayDataset built from tensors (minidl Tensors or arrays)."""
+    """torch.utils.data.TensorDataset: item i (or a slice, or an index array) is `(t0[i], t1[i], ...)` as
+    Tensors, as in PyTorch (programs slice it directly: `xb, yb = train_ds[0:64]`). The DataLoader still
+    cuts whole batches from the arrays (`_whole_arrays`)."""
+
+    def __getitem__(self, index):
+        from ..autograd.tensor import Tensor   # data sits below autograd's users; imported on use
+
+        return tuple(Tensor._make(a[index]) for a in self.arrays)
 
 
 class Subset(Dataset):

@@ -4,7 +4,7 @@ from . import functional, init, utils  # noqa: F401
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential, _IncompatibleKeys  # noqa: F401
 from .layers.activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, Softmax, Tanh  # noqa: F401
 from .layers.conv import Conv1d, Conv2d, Conv3d  # noqa: F401
-from .layers.dropout import Dropout  # noqa: F401
+from .layers.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d  # noqa: F401
 from .layers.embedding import Embedding  # noqa: F401
 from .layers.linear import Flatten, Identity, Linear, Unflatten  # noqa: F401
 from .layers.loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss  # noqa: F401

@@ -239,7 +239,12 @@ def test_step_with_one_bad_gradient_changes_nothing(name, bad_grad):
     _one_step(opt, params)
     for p in params:
         p.grad = minidl.randn(*p.shape)
-    params[-1].grad = minidl.randn(3, 4) if bad_grad == "shape" else minidl.ones(4, 3, dtype=minidl.int64)
+    bad = minidl.randn(3, 4) if bad_grad == "shape" else minidl.ones(4, 3, dtype=minidl.int64)
+    with pytest.raises(RuntimeError, match="assigned grad has"):   # refused where it is set, as torch
+        params[-1].grad = bad
+    # A gradient can still go wrong after it was set (its array replaced in place, the parameter's
+    # .data reshaped): step() checks every gradient before it changes anything.
+    params[-1].grad._data = bad._data
     before = _snapshot(opt)
     with pytest.raises((ValueError, TypeError), match=rf"{name}\.step: gradient"):
         opt.step()

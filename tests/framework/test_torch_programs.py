@@ -177,6 +177,60 @@ def test_learning_pytorch_with_examples_custom_function_equals_torch(tmp_path):
     assert out.count("Result:") == 3
 
 
+def _synthetic_mnist_pickle(path):
+    """The tutorial's data/mnist/mnist.pkl.gz, tiny and learnable: class c lights up pixels 70c..70c+69."""
+    import gzip
+    import pickle
+
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        y = rng.integers(0, 10, n).astype(np.int64)
+        x = (rng.random((n, 784)) * 0.1).astype(np.float32)
+        for i, c in enumerate(y):
+            x[i, 70 * c:70 * (c + 1)] += 0.9
+        return x, y
+
+    path.parent.mkdir(parents=True)
+    with gzip.open(path, "wb") as f:
+        pickle.dump((split(640), split(128), split(16)), f)
+
+
+def test_what_is_torch_nn_really(tmp_path):
+    """The tutorial's manual loop (`weights -= weights.grad * lr` under no_grad, `weights.grad.zero_()`,
+    `input[range(n), target]`), then nn.Module/Linear/optim, TensorDataset slicing, DataLoader, a CNN
+    with view/avg_pool2d and nn.Sequential with a Lambda module and a wrapped DataLoader."""
+    _synthetic_mnist_pickle(tmp_path / "data" / "mnist" / "mnist.pkl.gz")
+    out = ok(run(PROGRAMS / "nn_really.py", "--epochs", 2, cwd=tmp_path))
+    lines = out.splitlines()
+    assert "(640, 784)" in out          # print(x_train.shape): minidl prints a Size as a tuple (TORCH_COMPAT.md)
+    fits = [float(line.split()[1]) for line in lines if line.startswith(("0 ", "1 "))]
+    assert len(fits) == 6                         # three fit() calls, two epochs each
+    assert fits[1] < 0.1                          # logistic regression on the learnable data
+    assert lines[-1] == "done on cpu"
+
+
+def test_nlp_tutorials_learn_as_in_torch(tmp_path):
+    """Bag-of-words classifier (`vec[word_to_ix[w]] += 1` on a 0-d view, LongTensor, next(parameters())),
+    N-gram embeddings and the LSTM part-of-speech tagger: each learns its toy task, as on PyTorch."""
+    out = ok(run(PROGRAMS / "nlp_tutorials.py", cwd=tmp_path))
+    assert "bow test correct: 2/2" in out
+    tagger = next(line for line in out.splitlines() if line.startswith("tagger predicts:"))
+    predicted, wanted = tagger.split("wants:")
+    assert predicted.split(":")[1].strip() == wanted.strip()
+    losses = eval(next(line for line in out.splitlines() if line[:2] in {f"[{d}" for d in "0123456789"}))
+    assert len(losses) == 10 and losses[-1] < losses[0]
+
+
+def test_mnist_rnn_example(mnist_tree):
+    """pytorch/examples mnist_rnn: LSTM(batch_first=True) over image rows, BatchNorm1d, Dropout2d on a
+    2-D input, Adadelta + StepLR, torch.save of the state dict."""
+    out = ok(run(PROGRAMS / "mnist_rnn.py", "--epochs", 1, "--batch-size", 16, "--test-batch-size", 6,
+                 "--log-interval", 1, "--save-model", cwd=mnist_tree))
+    assert out.count("Train Epoch: 1") == 3 and "Test set: Average loss:" in out
+    assert (mnist_tree / "mnist_rnn.pt").is_file()
+
+
 def test_runner_usage(tmp_path):
     r = subprocess.run([sys.executable, "-m", "minidl.run"], cwd=tmp_path, capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)))

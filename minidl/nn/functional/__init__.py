@@ -48,7 +48,7 @@ from .activations import (add_relu, elu, gelu, leaky_relu, log_softmax, relu, re
                           tanh)
 from .convolution import conv1d, conv2d, conv2d_relu, conv3d
 from .dense import linear
-from .dropouts import dropout
+from .dropouts import dropout, dropout1d, dropout2d, dropout3d
 from .losses import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss,
                      smooth_l1_loss)
 from .normalization import batch_norm, batch_norm_relu, local_response_norm
@@ -68,4 +68,7 @@ __all__ = [
     "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
     "batch_norm", "batch_norm_relu", "local_response_norm",
     "dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
 ]

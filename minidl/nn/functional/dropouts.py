@@ -32,3 +32,36 @@ def dropout(input, p=0.5, training=True, inplace=False):
     # Claim this call's counters on the device: no host value is frozen into a captured CUDA graph.
     claimed = P.philox_advance(random.philox_state(input.device), input.numel())
     return Dropout.apply(input, p=float(p), seed=claimed)
+
+
+def _feature_dropout(op, input, p, training, spatial):
+    """Channel-wise ("feature") dropout: each (sample, channel) plane is zeroed with probability p and the
+    rest scaled by 1/(1-p), as torch.nn.functional.dropout{1,2,3}d. The mask comes from dropout itself,
+    drawn over a tensor of ones of shape (N, C, 1, ...) and broadcast, so it uses the same Philox stream
+    and the gradient is the same mask times dy."""
+    _check_float_tensor(op, "input", input)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{op}: p (the drop probability) must be in [0, 1], got {p}")
+    if input.ndim not in (spatial + 1, spatial + 2):
+        if spatial == 2 and input.ndim == 2:   # torch: deprecated; each element is its own "channel"
+            return dropout(input, p, training)
+        raise ValueError(f"{op}: expected a {spatial + 2}-D (N, C, {spatial} spatial) or {spatial + 1}-D unbatched "
+                         f"input, got shape {tuple(input.shape)}")
+    if not training or p == 0.0:
+        return input
+    from ...autograd.creation import ones
+    planes = input.shape[:input.ndim - spatial]
+    mask = dropout(ones(*planes, *([1] * spatial), dtype=input.dtype, device=input.device), p, True)
+    return input * mask
+
+
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    return _feature_dropout("dropout1d", input, p, training, 1)
+
+
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    return _feature_dropout("dropout2d", input, p, training, 2)
+
+
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    return _feature_dropout("dropout3d", input, p, training, 3)

@@ -17,3 +17,24 @@ class Dropout(Module):
 
     def extra_repr(self):
         return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout1d(Dropout):
+    """Zeroes whole channels of an (N, C, L) input with probability p (F.dropout1d)."""
+
+    def forward(self, input):
+        return F.dropout1d(input, self.p, self.training)
+
+
+class Dropout2d(Dropout):
+    """Zeroes whole channels of an (N, C, H, W) input with probability p (F.dropout2d)."""
+
+    def forward(self, input):
+        return F.dropout2d(input, self.p, self.training)
+
+
+class Dropout3d(Dropout):
+    """Zeroes whole channels of an (N, C, D, H, W) input with probability p (F.dropout3d)."""
+
+    def forward(self, input):
+        return F.dropout3d(input, self.p, self.training)
