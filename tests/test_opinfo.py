@@ -153,13 +153,14 @@ OPS = {
     "empty": minidl.empty, "empty_like": minidl.empty_like, "new_empty": _method("new_empty"),
     "randn": minidl.randn, "randn_like": minidl.randn_like, "rand_like": minidl.rand_like,
     "randint": minidl.randint, "randint_like": minidl.randint_like,
-    "nn.functional.dropout": _func("dropout"),
+    "nn.functional.dropout": _func("dropout"), "nn.functional.dropout2d": _func("dropout2d"),
+    "nn.functional.dropout3d": _func("dropout3d"), "roll": _method("roll"),
 }
 
 # Ops whose values are random or uninitialised: their outputs are compared by shape and dtype, and the
 # values by a rule that holds for any draw (RANDOM_RULES), never element by element with torch.
 RANDOM_VALUES = {"empty", "empty_like", "new_empty", "randn", "randn_like", "rand_like", "randint",
-                 "randint_like", "nn.functional.dropout"}
+                 "randint_like", "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d"}
 
 # Ops whose OpInfo exists in this torch but whose minidl function is missing are reported by
 # test_every_listed_op_exists, not silently dropped.
@@ -390,7 +391,7 @@ def _check_random(key, sample, expected, got, m_input, grad, device):
             bounds = [kwargs["high"]] if "high" in kwargs else bounds
         low, high = (0, bounds[0]) if len(bounds) == 1 else (bounds[0], bounds[1])
         assert ((ours >= low) & (ours < high)).all(), f"{key} outside [{low}, {high})"
-    elif key == "nn.functional.dropout":
+    elif key.startswith("nn.functional.dropout"):
         p = kwargs.get("p", args[0] if args else 0.5)
         training = kwargs.get("training", args[1] if len(args) > 1 else True)
         x = _host(m_input)
@@ -401,6 +402,12 @@ def _check_random(key, sample, expected, got, m_input, grad, device):
         else:  # every element is dropped (0) or kept and scaled by 1 / (1 - p)
             kept = ours != 0
             np.testing.assert_allclose(ours[kept], (x / (1 - p))[kept], rtol=1e-6)
+            # dropout2d/3d drop whole channels: torch's planes are the trailing 2 (3) dims, except that a
+            # 3-D input to dropout2d is (N, C, L) and a 4-D one to dropout3d is unbatched (C, D, H, W)
+            spatial = {"nn.functional.dropout2d": 2 if x.ndim != 3 else 1, "nn.functional.dropout3d": 3}.get(key)
+            if spatial and x.size and (x != 0).all():
+                per_plane = kept.reshape(kept.shape[:kept.ndim - spatial] + (-1,))
+                assert (per_plane.all(-1) | ~per_plane.any(-1)).all(), f"{key}: a channel was partly dropped"
         if grad and got.requires_grad:  # d(sum(out * c))/dx = c * mask / (1 - p), so dx * x == c * out
             c = np.random.default_rng(1).standard_normal(ours.shape)
             mc = minidl.tensor(c).to(device) if device != "cpu" else minidl.tensor(c)

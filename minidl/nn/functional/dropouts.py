@@ -50,7 +50,12 @@ def _feature_dropout(op, input, p, training, spatial):
     if not training or p == 0.0:
         return input
     from ...autograd.creation import ones
-    planes = input.shape[:input.ndim - spatial]
+    if spatial == 2 and input.ndim == 3:
+        # torch reads a 3-D input to dropout2d as (N, C, L) and drops whole (n, c) rows (with a warning
+        # that this will change); minidl does the same, so programs get torch's result.
+        planes, spatial = input.shape[:2], 1
+    else:
+        planes = input.shape[:input.ndim - spatial]
     mask = dropout(ones(*planes, *([1] * spatial), dtype=input.dtype, device=input.device), p, True)
     return input * mask
 
