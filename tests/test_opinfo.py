@@ -512,14 +512,20 @@ def table() -> str:
 if __name__ == "__main__":
     if "--table" in sys.argv:
         print(table())
-    else:  # a survey: every op, every mode, failures listed
+    else:  # a survey: every op, every mode, failures listed. [N] failures per op; --device cuda; --only a,b
+        args = sys.argv[1:]
+        device = args[args.index("--device") + 1] if "--device" in args else "cpu"
+        only = set(args[args.index("--only") + 1].split(",")) if "--only" in args else None
+        shown = next((int(a) for a in args if a.isdigit()), 3)
         grand = Counter()
         for key in sorted(OPINFOS):
+            if only and key not in only:
+                continue
             for mode, dtype, _ in MODES:
-                counts, failures = run_op(key, mode, dtype, "cpu")
+                counts, failures = run_op(key, mode, dtype, device)
                 grand.update(counts)
                 if failures:
                     print(f"== {key} {mode} {dtype}: {dict(counts)}")
-                    for f in failures[:int(sys.argv[1]) if len(sys.argv) > 1 else 3]:
+                    for f in failures[:shown]:
                         print("   ", f)
         print(dict(grand), math.nan if not grand else grand["failed"] / sum(grand.values()))
