@@ -279,6 +279,20 @@ class Cast(Function):
 # ------------------------------------------------------------------------------------------------
 
 
+def open_grid(xp, shape):
+    """[arange(n0) shaped (n0, 1, ...), arange(n1) shaped (1, n1, ...), ...]: NumPy's
+    indices(shape, sparse=True), which CuPy lacks; with one entry replaced by an index array it is the
+    advanced index of gather / scatter along that dim."""
+    shape = tuple(shape)
+    return [xp.arange(n).reshape((1,) * i + (n,) + (1,) * (len(shape) - i - 1)) for i, n in enumerate(shape)]
+
+
+def _bfloat16_on_gpu(a) -> bool:
+    """CuPy cannot sort, cumsum or round bfloat16 arrays (no kernels for that type): those ops widen
+    them to float32, where every bfloat16 value is exact, and round the result back once."""
+    return a.dtype == _dtypes.bfloat16 and get_array_module(a) is not np
+
+
 def _axes(dim, ndim, op="reduction"):
     """The axes to reduce (every one for dim=None); dims are checked in minidl.autograd._dims."""
     return reduction_axes(dim, ndim, op)
@@ -662,6 +676,8 @@ class RoundedDiv(Function):
     def forward(self, a, b, mode="trunc"):
         xp = get_array_module(a)
         self.shapes = (a.shape, b.shape)
+        if _bfloat16_on_gpu(a):
+            return self.forward(a.astype(float32), b.astype(float32), mode).astype(a.dtype)
         with np.errstate(divide="ignore", invalid="ignore"):
             if mode == "floor":
                 return xp.floor_divide(a, b)
@@ -682,7 +698,10 @@ class Round(Function):
     saves_inputs = False
 
     def forward(self, a, how="round"):
-        return getattr(get_array_module(a), {"round": "round", "floor": "floor", "ceil": "ceil", "trunc": "trunc"}[how])(a)
+        fn = getattr(get_array_module(a), {"round": "round", "floor": "floor", "ceil": "ceil", "trunc": "trunc"}[how])
+        if _bfloat16_on_gpu(a):
+            return fn(a.astype(float32)).astype(a.dtype)
+        return fn(a)
 
     def backward(self, g):
         return get_array_module(g).zeros_like(g)
@@ -697,6 +716,9 @@ class Sort(Function):
     def forward(self, a, dim=-1, descending=False):
         xp = get_array_module(a)
         self.shape, self.dim = a.shape, dim
+        if _bfloat16_on_gpu(a):   # sort the exact float32 twins; the values are the original ones
+            _, idx = self.forward(a.astype(float32), dim, descending)
+            return xp.take_along_axis(a, self.idx, axis=dim), idx
         stable = {"kind": "stable"} if xp is np else {}  # CuPy's argsort is always stable (takes no kind)
         if descending:
             # Stable descending: sort the reversed array stably ascending, then reverse that order;
@@ -720,11 +742,14 @@ class CumSum(Function):
 
     def forward(self, a, dim=0):
         self.dim = dim
+        if _bfloat16_on_gpu(a):
+            return get_array_module(a).cumsum(a.astype(float32), axis=dim).astype(a.dtype)
         return get_array_module(a).cumsum(a, axis=dim, dtype=a.dtype if is_floating(a.dtype) else np.int64)
 
     def backward(self, g):
         xp = get_array_module(g)
-        return xp.flip(xp.cumsum(xp.flip(g, axis=self.dim), axis=self.dim), axis=self.dim)
+        wide = g.astype(float32) if _bfloat16_on_gpu(g) else g
+        return xp.flip(xp.cumsum(xp.flip(wide, axis=self.dim), axis=self.dim), axis=self.dim).astype(g.dtype, copy=False)
 
 
 class Scatter(Function):
@@ -736,7 +761,7 @@ class Scatter(Function):
 
     def forward(self, a, src, index=None, dim=0, reduce_add=False):
         xp = get_array_module(a)
-        grids = list(xp.indices(index.shape, sparse=True))
+        grids = open_grid(xp, index.shape)
         grids[dim] = index
         self.key, self.src_shape, self.index_shape, self.reduce_add = tuple(grids), src.shape, index.shape, reduce_add
         part = src[tuple(slice(0, s) for s in index.shape)]

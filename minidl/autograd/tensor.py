@@ -1019,7 +1019,7 @@ class Tensor:
                              f"(input {self.shape}, index {index.shape})")
         if self.ndim == 0:
             return ops.GetItem.apply(self.reshape(1), key=index._data)
-        grids = list(xp.indices(index.shape, sparse=True))
+        grids = ops.open_grid(xp, index.shape)
         grids[dim] = index._data
         return ops.GetItem.apply(self, key=tuple(grids))
 

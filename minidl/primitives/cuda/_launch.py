@@ -20,7 +20,8 @@ def as_kernel_input(op: str, a):
     """A C-contiguous float32 CuPy array (copied only if it is not one already)."""
     if a.dtype != cupy.float32:
         raise TypeError(f"{op}: the CUDA kernels are float32, got {a.dtype}")
-    return cupy.ascontiguousarray(a)
+    out = cupy.ascontiguousarray(a)
+    return out if out.shape == a.shape else out.reshape(a.shape)   # ascontiguousarray makes a 0-d array 1-D
 
 
 def kernel_output(op: str, out, shape, beta: float, *inputs):
