@@ -409,7 +409,6 @@ class AMaxMin(Function):
     extreme share the gradient evenly, as torch.amax."""
 
     def forward(self, a, dim=(), keepdim=False, is_max=True):
-        xp = get_array_module(a)
         self.shape, self.keepdim = a.shape, keepdim
         self.axes = reduction_axes(dim, a.ndim, "amax" if is_max else "amin")
         out = a.max(axis=self.axes, keepdims=True) if is_max else a.min(axis=self.axes, keepdims=True)
