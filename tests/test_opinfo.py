@@ -338,7 +338,7 @@ def run_sample(key, sample, dtype, device, grad):
     for t, m in zip(t_out, m_out):
         if isinstance(t, torch.Tensor) and t.requires_grad and t.dtype.is_floating_point:
             c = rng.standard_normal(tuple(t.shape))
-            t_loss = t_loss + (t * torch.from_numpy(c)).sum()
+            t_loss = t_loss + (t * torch.from_numpy(c).to(t.device)).sum()
             mc = minidl.tensor(c).to(device) if device != "cpu" else minidl.tensor(c)
             assert m.requires_grad, "minidl's output does not require grad; torch's does"
             m_loss = m_loss + (m * mc).sum()

@@ -666,6 +666,17 @@ class Cos(Function):
         return -g * get_array_module(g).sin(self.a)
 
 
+def _python_floor_divide(xp, a, b):
+    """Floor division with Python's (NumPy's, torch's) rounding for floats: from fmod, so -1e-30 // 3 is
+    -1 (CuPy's floor_divide is floor(a / b), which gives -0 there)."""
+    mod = xp.fmod(a, b)
+    div = (a - mod) / b
+    div = xp.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floored = xp.floor(div)
+    floored = xp.where(div - floored > 0.5, floored + 1, floored)
+    return xp.where(div == 0, xp.copysign(xp.zeros_like(div), a / b), floored).astype(a.dtype, copy=False)
+
+
 class RoundedDiv(Function):
     """a / b rounded toward zero (mode 'trunc') or down (mode 'floor': Python's and torch's floor
     division), in a's dtype (integers stay integers). torch defines the gradient as zero."""
@@ -676,8 +687,14 @@ class RoundedDiv(Function):
         xp = get_array_module(a)
         self.shapes = (a.shape, b.shape)
         if _bfloat16_on_gpu(a):
-            return self.forward(a.astype(float32), b.astype(float32), mode).astype(a.dtype)
+            # As torch (and ml_dtypes on the CPU): the quotient rounded to bfloat16, then rounded down/to zero.
+            a, b = a.astype(float32), b.astype(float32)
+            if mode == "trunc":
+                return xp.trunc((a / b).astype(_dtypes.bfloat16).astype(float32)).astype(_dtypes.bfloat16)
+            return self.forward(a, b, mode).astype(_dtypes.bfloat16)
         with np.errstate(divide="ignore", invalid="ignore"):
+            if mode == "floor" and xp is not np and is_floating(a.dtype):
+                return _python_floor_divide(xp, a, b)
             if mode == "floor":
                 return xp.floor_divide(a, b)
             if is_floating(a.dtype):
@@ -765,7 +782,11 @@ class Scatter(Function):
         self.key, self.src_shape, self.index_shape, self.reduce_add = tuple(grids), src.shape, index.shape, reduce_add
         part = src[tuple(slice(0, s) for s in index.shape)]
         out = a.copy()
-        if reduce_add:
+        if reduce_add and _bfloat16_on_gpu(a):   # CuPy's add.at has no bfloat16: add in float32, round once
+            wide = out.astype(float32)
+            xp.add.at(wide, self.key, part.astype(float32))
+            out = wide.astype(a.dtype)
+        elif reduce_add:
             xp.add.at(out, self.key, part)
         else:
             out[self.key] = part
