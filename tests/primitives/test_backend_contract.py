@@ -175,3 +175,29 @@ def test_cpu_and_cuda_modules_do_not_import_the_public_module_above_them():
                     bad += [f"{path.relative_to(REPO)} imports primitives.{a.name}" for a in node.names
                             if a.name in public]
     assert bad == []
+
+
+def _algorithm_tables(path):
+    """{table name: {algorithm: function name}} of the FORWARD / BACKWARD_DATA / BACKWARD_FILTER dict
+    literals in a backend module (read with ast: the CUDA module imports CuPy)."""
+    tables = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict) and len(node.targets) == 1:
+            name = getattr(node.targets[0], "id", "")
+            if name in ("FORWARD", "BACKWARD_DATA", "BACKWARD_FILTER"):
+                tables[name] = {k.value: v.id for k, v in zip(node.value.keys, node.value.values)}
+    return tables
+
+
+def test_convolution_launchers_are_per_algorithm_functions_named_as_the_reference():
+    """cuda/convolution.py dispatches through one function per (direction, algorithm), named
+    convolution_<direction>_<algorithm> as in cpu/convolution.py (where both backends have the algorithm)."""
+    cuda = _algorithm_tables(REPO / "minidl" / "primitives" / "cuda" / "convolution.py")
+    cpu = _algorithm_tables(REPO / "minidl" / "primitives" / "cpu" / "convolution.py")
+    assert set(cuda) == set(cpu) == {"FORWARD", "BACKWARD_DATA", "BACKWARD_FILTER"}
+    for table, direction in (("FORWARD", "forward"), ("BACKWARD_DATA", "backward_data"),
+                             ("BACKWARD_FILTER", "backward_filter")):
+        for algo, fn in cuda[table].items():
+            assert fn == f"convolution_{direction}_{algo}", (table, algo, fn)
+            if algo in cpu[table]:
+                assert cpu[table][algo] == fn, (table, algo)

@@ -306,46 +306,72 @@ RELU_EPILOGUE_ALGOS = ("direct", "implicit_gemm", "implicit_precomp_gemm", "wino
 def convolution_forward(x, w, problem, bias, algo, alpha, beta, out, relu=False):
     """y = alpha * (conv(x, w) + bias) + beta * out, on the GPU; relu=True applies max(., 0) in the
     epilogue (convolution_bias_activation_forward) where the algorithm's kernels have it
-    (RELU_EPILOGUE_ALGOS), else in one in-place pass after."""
-    if algo in ("implicit_gemm_tc", "fft"):
-        y = (_tc if algo == "implicit_gemm_tc" else _fft).convolution_forward(x, w, problem, bias, alpha, beta, out)
+    (RELU_EPILOGUE_ALGOS), else in one in-place pass after. The algorithm's own function (FORWARD,
+    named as its kernels and as the NumPy reference's) does the launching."""
+    if algo in OWN_MODULE:
+        y = OWN_MODULE[algo].convolution_forward(x, w, problem, bias, alpha, beta, out)
         return _relu_in_place(y) if relu else y
+    run = _algorithm("convolution_forward", FORWARD, algo)
     g = _geometry(problem)
     x, w, bias = _input(x), _input(w), _input(bias)
     y, original = kernel_output("convolution_forward", out, problem.y_shape, beta, x, w, bias)
-    handle = get_handle()
     if y.size == 0:
         return finish(y, original)
     options = RELU_OPTIONS if relu and algo in RELU_EPILOGUE_ALGOS else ()
-    if g.N * g.OPQ == 0:
-        pass
-    elif algo == "direct" and small_channel_kernel("forward", problem):
+    if g.N * g.OPQ:
+        run(x, w, bias, y, g, get_handle(), problem, alpha, beta, options)
+    if relu and not options:
+        _relu_in_place(y)
+    return finish(y, original)
+
+
+def _algorithm(op, table, algo):
+    """The launcher function of `algo` for one direction (the tables are at the end of the file)."""
+    run = table.get(algo)
+    if run is None:
+        raise ValueError(f"{op}: unknown algorithm {algo!r} on the GPU; it has "
+                         f"{', '.join(list(table) + list(OWN_MODULE))}")
+    return run
+
+
+def convolution_forward_direct(x, w, bias, y, g, handle, problem, alpha, beta, options=()):
+    """One thread per output element (kernels/convolution.cu), or, for first layers with few input
+    channels, the small-channel kernel that stages the input tile and all filters in shared memory."""
+    if small_channel_kernel("forward", problem):
         kernel = get_kernel("convolution", f"convolution_forward_direct_small_c_{g.suffix}", options)
         grid = (math.ceil(g.P / SMALL_C_FWD_ROWS) * math.ceil(g.Q / SMALL_C_FWD_COLS),
                 math.ceil(g.K / SMALL_C_FWD_CHANNELS), g.N)
         kernel(grid, (THREADS,), (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta)))
-    elif algo == "direct":
-        kernel = get_kernel("convolution", "convolution_forward_direct", options)
-        kernel((grid_stride_blocks(y.size),), (256,),
-               (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
-    elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
-        taps = None
-        if algo == "implicit_precomp_gemm":
-            taps = _tap_table(g, handle, g.Cg, workspace_bytes(algo, "forward", problem))
-        bn = tile_n(g.Kg, CONV_TILE_WIDTHS)
-        kernel = get_kernel("convolution", f"convolution_forward_{algo}_{g.suffix}_bn{bn}", options)
-        grid = (math.ceil(g.N * g.OPQ / TILE), math.ceil(g.Kg / bn), g.groups)
-        kernel(grid, (THREADS,), (x, w, bias, y, taps, *g.args(), np.float32(alpha), np.float32(beta),
-                                  _aligned(w, g.Cg * g.TRS)))
-    elif algo == "im2col_gemm":
-        _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta)
-    elif algo == "winograd":
-        _winograd(x, w, bias, y, g, handle, "forward", alpha, beta, options)
-    else:
-        raise ValueError(f"convolution_forward: unknown algorithm {algo!r}")
-    if relu and not options:
-        _relu_in_place(y)
-    return finish(y, original)
+        return
+    kernel = get_kernel("convolution", "convolution_forward_direct", options)
+    kernel((grid_stride_blocks(y.size),), (256,),
+           (x, w, bias, y, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+
+
+def _forward_implicit(algo, x, w, bias, y, g, handle, problem, alpha, beta, options):
+    taps = None
+    if algo == "implicit_precomp_gemm":
+        taps = _tap_table(g, handle, g.Cg, workspace_bytes(algo, "forward", problem))
+    bn = tile_n(g.Kg, CONV_TILE_WIDTHS)
+    kernel = get_kernel("convolution", f"convolution_forward_{algo}_{g.suffix}_bn{bn}", options)
+    grid = (math.ceil(g.N * g.OPQ / TILE), math.ceil(g.Kg / bn), g.groups)
+    kernel(grid, (THREADS,), (x, w, bias, y, taps, *g.args(), np.float32(alpha), np.float32(beta),
+                              _aligned(w, g.Cg * g.TRS)))
+
+
+def convolution_forward_implicit_gemm(x, w, bias, y, g, handle, problem, alpha, beta, options=()):
+    """The GEMM y = W x_col with the im2col gather done on the fly while loading tiles (no workspace)."""
+    _forward_implicit("implicit_gemm", x, w, bias, y, g, handle, problem, alpha, beta, options)
+
+
+def convolution_forward_implicit_precomp_gemm(x, w, bias, y, g, handle, problem, alpha, beta, options=()):
+    """implicit_gemm with the filter-tap offsets precomputed once into a small workspace table."""
+    _forward_implicit("implicit_precomp_gemm", x, w, bias, y, g, handle, problem, alpha, beta, options)
+
+
+def convolution_forward_winograd(x, w, bias, y, g, handle, problem, alpha, beta, options=()):
+    """F(2x2, 3x3): transform filters and input tiles, 16 batched GEMMs, transform back (_winograd)."""
+    _winograd(x, w, bias, y, g, handle, "forward", alpha, beta, options)
 
 
 def _relu_in_place(y):
@@ -358,7 +384,10 @@ def _relu_in_place(y):
     return cupy.maximum(y, 0, out=y)
 
 
-def _forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta):
+def convolution_forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta, options=()):
+    """convolution_im2col unrolls each group's input into the workspace, then one SGEMM (batched over
+    images in NCHW) multiplies it by the filters; the bias is blended in first. (The GEMM epilogue has
+    no ReLU: `options` stays unused and convolution_forward applies it after.)"""
     depth = g.Cg * g.TRS
     ws = handle.workspace(workspace_bytes("im2col_gemm", "forward", problem))
     col = ws[: g.N * g.OPQ * depth]
@@ -420,39 +449,52 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=()):
 
 
 def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
-    """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU."""
-    if algo == "implicit_gemm_tc":
-        return _tc.convolution_backward_data(w, dy, problem, alpha, beta, out)
-    if algo == "fft":
-        return _fft.convolution_backward_data(w, dy, problem, alpha, beta, out)
+    """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU (BACKWARD_DATA names the launchers)."""
+    if algo in OWN_MODULE:
+        return OWN_MODULE[algo].convolution_backward_data(w, dy, problem, alpha, beta, out)
+    run = _algorithm("convolution_backward_data", BACKWARD_DATA, algo)
     g = _geometry(problem)
     w, dy = _input(w), _input(dy)
     dx, original = kernel_output("convolution_backward_data", out, problem.x_shape, beta, w, dy)
-    handle = get_handle()
-    if dx.size == 0:
-        return finish(dx, original)
-    if algo == "direct":
-        kernel = get_kernel("convolution", "convolution_backward_data_direct")
-        kernel((grid_stride_blocks(dx.size),), (256,),
-               (w, dy, dx, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
-    elif algo in ("implicit_gemm", "implicit_precomp_gemm"):
-        taps, filters, vec_w = None, w, _flag(False)
-        if algo == "implicit_precomp_gemm":
-            nbytes = workspace_bytes(algo, "backward_data", problem)
-            taps = _tap_table(g, handle, g.Kg, nbytes)
-            filters = _gemm_ready_filters(w, g, handle.workspace(nbytes)[4 * g.Kg * g.TRS:])
-            vec_w = _aligned(filters, g.Cg)
-        bn = tile_n(g.Cg, CONV_TILE_WIDTHS)
-        kernel = get_kernel("convolution", f"convolution_backward_data_{algo}_{g.suffix}_bn{bn}")
-        grid = (math.ceil(g.N * g.DHW / TILE), math.ceil(g.Cg / bn), g.groups)
-        kernel(grid, (THREADS,), (filters, dy, dx, taps, *g.args(), np.float32(alpha), np.float32(beta), vec_w))
-    elif algo == "im2col_gemm":
-        _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta)
-    elif algo == "winograd":
-        _winograd(dy, w, None, dx, g, handle, "backward_data", alpha, beta)
-    else:
-        raise ValueError(f"convolution_backward_data: unknown algorithm {algo!r}")
+    if dx.size:
+        run(w, dy, dx, g, get_handle(), problem, alpha, beta)
     return finish(dx, original)
+
+
+def convolution_backward_data_direct(w, dy, dx, g, handle, problem, alpha, beta):
+    """One thread per input element, gathering over the output positions whose windows cover it."""
+    kernel = get_kernel("convolution", "convolution_backward_data_direct")
+    kernel((grid_stride_blocks(dx.size),), (256,),
+           (w, dy, dx, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+
+
+def _backward_data_implicit(algo, w, dy, dx, g, handle, problem, alpha, beta):
+    taps, filters, vec_w = None, w, _flag(False)
+    if algo == "implicit_precomp_gemm":
+        nbytes = workspace_bytes(algo, "backward_data", problem)
+        taps = _tap_table(g, handle, g.Kg, nbytes)
+        filters = _gemm_ready_filters(w, g, handle.workspace(nbytes)[4 * g.Kg * g.TRS:])
+        vec_w = _aligned(filters, g.Cg)
+    bn = tile_n(g.Cg, CONV_TILE_WIDTHS)
+    kernel = get_kernel("convolution", f"convolution_backward_data_{algo}_{g.suffix}_bn{bn}")
+    grid = (math.ceil(g.N * g.DHW / TILE), math.ceil(g.Cg / bn), g.groups)
+    kernel(grid, (THREADS,), (filters, dy, dx, taps, *g.args(), np.float32(alpha), np.float32(beta), vec_w))
+
+
+def convolution_backward_data_implicit_gemm(w, dy, dx, g, handle, problem, alpha, beta):
+    """The GEMM dx = W^T dy_col, gathering dy on the fly (no workspace)."""
+    _backward_data_implicit("implicit_gemm", w, dy, dx, g, handle, problem, alpha, beta)
+
+
+def convolution_backward_data_implicit_precomp_gemm(w, dy, dx, g, handle, problem, alpha, beta):
+    """implicit_gemm with a tap table and the filters copied once into GEMM-ready order."""
+    _backward_data_implicit("implicit_precomp_gemm", w, dy, dx, g, handle, problem, alpha, beta)
+
+
+def convolution_backward_data_winograd(w, dy, dx, g, handle, problem, alpha, beta):
+    """The data gradient of a stride-1 3x3 convolution is a forward Winograd convolution of dy with the
+    flipped, transposed filters (_winograd with direction 'backward_data')."""
+    _winograd(dy, w, None, dx, g, handle, "backward_data", alpha, beta)
 
 
 def _gemm_ready_filters(w, g, space):
@@ -470,7 +512,7 @@ def _gemm_ready_filters(w, g, space):
     return dest
 
 
-def _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta):
+def convolution_backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta):
     depth = g.Cg * g.TRS
     ws = handle.workspace(workspace_bytes("im2col_gemm", "backward_data", problem))
     col = ws[: g.N * g.OPQ * depth]
@@ -494,51 +536,57 @@ def _backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta):
 
 
 def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
-    """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w, in its layout)."""
-    if algo == "implicit_gemm_tc":
-        return _tc.convolution_backward_filter(x, dy, problem, alpha, beta, out)
-    if algo == "fft":
-        return _fft.convolution_backward_filter(x, dy, problem, alpha, beta, out)
+    """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w, in its layout; BACKWARD_FILTER names
+    the launchers)."""
+    if algo in OWN_MODULE:
+        return OWN_MODULE[algo].convolution_backward_filter(x, dy, problem, alpha, beta, out)
+    run = _algorithm("convolution_backward_filter", BACKWARD_FILTER, algo)
     g = _geometry(problem)
     x, dy = _input(x), _input(dy)
     dw, original = kernel_output("convolution_backward_filter", out, problem.w_shape, beta, x, dy)
-    handle = get_handle()
     if dw.size == 0:
         return finish(dw, original)
-    if g.N * g.OPQ == 0:
+    if g.N * g.OPQ == 0:   # no output positions: the gradient is zero, dw = beta * dw
         _scale_only(dw, alpha, beta)
-    elif algo == "direct" and small_channel_kernel("backward_filter", problem):
-        _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta)
-    elif algo == "direct":
-        kernel = get_kernel("convolution", "convolution_backward_filter_direct")
-        kernel((grid_stride_blocks(dw.size),), (256,),
-               (x, dy, dw, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
-    elif algo == "implicit_gemm":
-        cols, depth = g.Cg * g.TRS, g.N * g.OPQ
-        splits, k_per_split = split_k_plan(g.Kg, cols, depth, g.groups)
-        partial = None
-        if splits > 1:
-            partial = handle.workspace(workspace_bytes(algo, "backward_filter", problem))
-        if g.Kg <= 64 < cols:  # few output channels: compute dw^T so they fill the narrow side
-            bn = tile_n(g.Kg, (64, 32))
-            kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_t_bn{bn}")
-            grid = (math.ceil(cols / TILE), math.ceil(g.Kg / bn), g.groups * splits)
-        else:
-            bn = tile_n(cols, CONV_TILE_WIDTHS)
-            kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_bn{bn}")
-            grid = (math.ceil(g.Kg / TILE), math.ceil(cols / bn), g.groups * splits)
-        kernel(grid, (THREADS,), (x, dy, dw, partial, np.int32(k_per_split), *g.args(),
-                                  np.float32(alpha), np.float32(beta), _aligned(dy, g.OPQ)))
-        if splits > 1:  # dw = alpha * (sum of the slices) + beta * dw; dw is flat (K, cols)
-            get_kernel("gemm", "gemm_splitk_reduce")(
-                (grid_stride_blocks(dw.size),), (THREADS,),
-                (partial, np.int32(splits), np.int32(1), np.int32(1), np.int32(dw.size),
-                 np.float32(alpha), np.float32(beta), dw, np.int64(0), np.int64(1), np.int64(0)))
-    elif algo == "im2col_gemm":
-        _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta)
     else:
-        raise ValueError(f"convolution_backward_filter: unknown algorithm {algo!r}")
+        run(x, dy, dw, g, get_handle(), problem, alpha, beta)
     return finish(dw, original)
+
+
+def convolution_backward_filter_direct(x, dy, dw, g, handle, problem, alpha, beta):
+    """One thread per filter element summing over the batch and output positions, or, for first layers,
+    the small-channel GEMM split over pixel chunks and reduced in a fixed order (_backward_filter_small_c)."""
+    if small_channel_kernel("backward_filter", problem):
+        _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta)
+        return
+    kernel = get_kernel("convolution", "convolution_backward_filter_direct")
+    kernel((grid_stride_blocks(dw.size),), (256,),
+           (x, dy, dw, *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
+
+
+def convolution_backward_filter_implicit_gemm(x, dy, dw, g, handle, problem, alpha, beta):
+    """The GEMM dw = dy x_col^T over N*OPQ, split over K slices when few tiles would fill the GPU."""
+    algo = "implicit_gemm"
+    cols, depth = g.Cg * g.TRS, g.N * g.OPQ
+    splits, k_per_split = split_k_plan(g.Kg, cols, depth, g.groups)
+    partial = None
+    if splits > 1:
+        partial = handle.workspace(workspace_bytes(algo, "backward_filter", problem))
+    if g.Kg <= 64 < cols:  # few output channels: compute dw^T so they fill the narrow side
+        bn = tile_n(g.Kg, (64, 32))
+        kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_t_bn{bn}")
+        grid = (math.ceil(cols / TILE), math.ceil(g.Kg / bn), g.groups * splits)
+    else:
+        bn = tile_n(cols, CONV_TILE_WIDTHS)
+        kernel = get_kernel("convolution", f"convolution_backward_filter_implicit_gemm_{g.suffix}_bn{bn}")
+        grid = (math.ceil(g.Kg / TILE), math.ceil(cols / bn), g.groups * splits)
+    kernel(grid, (THREADS,), (x, dy, dw, partial, np.int32(k_per_split), *g.args(),
+                              np.float32(alpha), np.float32(beta), _aligned(dy, g.OPQ)))
+    if splits > 1:  # dw = alpha * (sum of the slices) + beta * dw; dw is flat (K, cols)
+        get_kernel("gemm", "gemm_splitk_reduce")(
+            (grid_stride_blocks(dw.size),), (THREADS,),
+            (partial, np.int32(splits), np.int32(1), np.int32(1), np.int32(dw.size),
+             np.float32(alpha), np.float32(beta), dw, np.int64(0), np.int64(1), np.int64(0)))
 
 
 def _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta):
@@ -556,7 +604,7 @@ def _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta):
             (partial, np.int32(slices), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
 
 
-def _backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta):
+def convolution_backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta):
     depth, rows = g.Cg * g.TRS, g.N * g.OPQ
     ws = handle.workspace(workspace_bytes("im2col_gemm", "backward_filter", problem))
     col = ws[: rows * depth]
@@ -604,3 +652,21 @@ def convolution_backward_bias(dy, problem, alpha, beta, out):
         (dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(spatial), np.float32(alpha),
          np.float32(beta), _flag(problem.layout == "NHWC")))
     return finish(db, original)
+
+
+# ----------------------------------------------------------------------------------------------
+# The algorithms, per direction: each name is its kernels' and its NumPy reference's
+# (minidl/primitives/cpu/convolution.py has the same tables). implicit_gemm_tc and fft have modules of
+# their own (convolution_tc.py, convolution_fft.py), called with the whole arrays.
+# ----------------------------------------------------------------------------------------------
+
+FORWARD = {"direct": convolution_forward_direct, "implicit_gemm": convolution_forward_implicit_gemm,
+           "implicit_precomp_gemm": convolution_forward_implicit_precomp_gemm,
+           "im2col_gemm": convolution_forward_im2col_gemm, "winograd": convolution_forward_winograd}
+BACKWARD_DATA = {"direct": convolution_backward_data_direct, "implicit_gemm": convolution_backward_data_implicit_gemm,
+                 "implicit_precomp_gemm": convolution_backward_data_implicit_precomp_gemm,
+                 "im2col_gemm": convolution_backward_data_im2col_gemm, "winograd": convolution_backward_data_winograd}
+BACKWARD_FILTER = {"direct": convolution_backward_filter_direct,
+                   "implicit_gemm": convolution_backward_filter_implicit_gemm,
+                   "im2col_gemm": convolution_backward_filter_im2col_gemm}
+OWN_MODULE = {"implicit_gemm_tc": _tc, "fft": _fft}
