@@ -65,6 +65,28 @@ def _check_memory_format(op: str, fmt) -> None:
     raise TypeError(f"{op}: memory_format must be minidl.preserve_format, contiguous_format or channels_last, "
                     f"got {fmt!r}")
 
+def _float_formatter(values):
+    """PyTorch's way of printing floating tensors (torch/_tensor_str.py's _Formatter, precision 4): whole
+    numbers as `1.`, others with 4 decimals, scientific notation when the nonzero magnitudes span more than
+    1000x, exceed 1e8 or (not whole) go below 1e-4; every element padded to one width."""
+    finite = values[np.isfinite(values) & (values != 0)]
+    whole = bool(np.all(np.ceil(finite) == finite))
+    sci = False
+    if finite.size:
+        big, small = float(np.abs(finite).max()), float(np.abs(finite).min())
+        sci = big / small > 1000.0 or big > 1e8 or (not whole and small < 1e-4)
+
+    def text(v):
+        if not np.isfinite(v):
+            return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+        if sci:
+            return f"{v:.4e}"
+        return f"{v:.0f}." if whole else f"{v:.4f}"
+
+    width = max((len(text(v)) for v in values.flat), default=0)
+    return lambda v: text(v).rjust(width)
+
+
 _LEGACY_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor", "int64": "LongTensor",
                  "int32": "IntTensor", "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
                  "bool": "BoolTensor"}
@@ -454,7 +476,18 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def __repr__(self):
-        body = np.array2string(self._host_array(), separator=", ", prefix="tensor(", threshold=200)
+        host = self._host_array()
+        options = dict(separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, max_line_width=80)
+        if _dtypes.is_floating(host.dtype):
+            host = host.astype(np.float64) if host.dtype != np.float64 else host
+            shown = host
+            if host.size > options["threshold"]:   # as torch: the format is chosen from the printed items only
+                for axis in range(host.ndim):
+                    if shown.shape[axis] > 2 * options["edgeitems"]:
+                        e = options["edgeitems"]
+                        shown = np.concatenate([shown.take(range(e), axis), shown.take(range(-e, 0), axis)], axis)
+            options["formatter"] = {"float_kind": _float_formatter(shown)}
+        body = np.array2string(host, **options).replace(", ..., ", ",  ..., ")
         extras = []
         if self.is_cuda:
             extras.append(f"device='{self.device}'")

@@ -389,3 +389,20 @@ def test_pytorch_style_custom_function():
         assert y.requires_grad and y.grad_fn is not None
     for m, t in zip(*out):
         np.testing.assert_allclose(m, t, rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda lib: lib.tensor([0.123456, -2.0]), lambda lib: lib.tensor([1.0, 2.0, 3.0]),
+    lambda lib: lib.tensor([1e-5, 1e3]), lambda lib: lib.tensor([1e9, 1.0]),
+    lambda lib: lib.tensor([float("nan"), 1.5, float("inf")]), lambda lib: lib.tensor(2.4691858),
+    lambda lib: lib.tensor([[1.5, -0.25], [3.0, 4.0]]), lambda lib: lib.tensor([1, 2, 3]),
+    lambda lib: lib.tensor([True, False]), lambda lib: lib.zeros(3, dtype=lib.float64),
+    lambda lib: lib.arange(2000.0), lambda lib: lib.arange(6000.0).reshape(3, 2000) / 7,
+], ids=["decimals", "whole", "sci-span", "sci-big", "nan-inf", "0-d", "2-d", "int", "bool", "float64", "summarized",
+        "summarized-2d"])
+def test_repr_prints_as_torch(make):
+    """print(t) shows what PyTorch shows (precision 4, whole numbers as `1.`, scientific notation by
+    torch's rule, summarised past 1000 elements), the dtype named minidl.<dtype>."""
+    import torch
+
+    assert repr(make(minidl)) == repr(make(torch)).replace("torch.", "minidl.")
