@@ -19,7 +19,7 @@ import minidl.nn as nn
 import minidl.nn.functional as F
 from minidl._device import get_array_module
 from minidl.amp import autocast_mode
-from tests.conftest import rel_err
+from tests.conftest import oracle_unavailable, rel_err
 
 HALF = [(minidl.float16, torch.float16), (minidl.bfloat16, torch.bfloat16)]
 # The half result against torch's half result: both round once from float32 math, so they agree to a
@@ -247,9 +247,10 @@ def test_primitives_compute_half_in_float32_and_blend_into_half_out():
 # ------------------------------------------------------------------------------------------------
 
 
-def _op_table(lib, Fn, make, autocast, device="cpu"):
+def _op_table(lib, Fn, make, autocast, device="cpu", oracle=False):
     """op name -> output dtype name, every op run on float32 inputs (made by `make`, on `device`)
-    under `autocast()`."""
+    under `autocast()`. oracle=True (torch): an op that torch's own CPU kernels cannot run on this
+    machine (oneDNN's bf16 LSTM needs AVX-512) is recorded as ORACLE_UNAVAILABLE instead of raising."""
     rng = np.random.default_rng(0)
     x, w, b = make(rng.standard_normal((4, 6))), make(rng.standard_normal((5, 6))), make(rng.standard_normal(5))
     img, cw = make(rng.standard_normal((2, 3, 8, 8))), make(rng.standard_normal((4, 3, 3, 3)))
@@ -278,16 +279,25 @@ def _op_table(lib, Fn, make, autocast, device="cpu"):
     table = {}
     with autocast():
         for name, f in ops.items():
-            table[name] = str(f().dtype).replace("torch.", "")
+            try:
+                table[name] = str(f().dtype).replace("torch.", "")
+            except RuntimeError as exc:
+                if not (oracle and oracle_unavailable(exc)):
+                    raise
+                table[name] = ORACLE_UNAVAILABLE
     return table
+
+
+ORACLE_UNAVAILABLE = "torch cannot compute this on this CPU"
 
 
 def test_autocast_cpu_matches_torch():
     ours = _op_table(minidl, F, lambda a: minidl.tensor(a.astype(np.float32)),
                      lambda: minidl.autocast("cpu", dtype=minidl.bfloat16))
     theirs = _op_table(torch, TF, lambda a: torch.tensor(a.astype(np.float32)),
-                       lambda: torch.autocast("cpu", dtype=torch.bfloat16))
-    assert ours == theirs
+                       lambda: torch.autocast("cpu", dtype=torch.bfloat16), oracle=True)
+    missing = sorted(name for name, dtype in theirs.items() if dtype == ORACLE_UNAVAILABLE)
+    assert {k: v for k, v in ours.items() if k not in missing} == {k: v for k, v in theirs.items() if k not in missing}
     assert ours["linear"] == "bfloat16" and ours["cross_entropy"] == "float32"  # the table is not trivial
     # The one deviation (docs/DESIGN.md): torch's CPU autocast does not cover its fused CPU kernels of
     # GRU, LSTMCell and GRUCell, so they stay float32 there; minidl casts every RNN, as torch does on CUDA.
@@ -295,10 +305,19 @@ def test_autocast_cpu_matches_torch():
     for name, inp in (("GRU", x), ("LSTMCell", x[:, 0]), ("GRUCell", x[:, 0])):
         with minidl.autocast("cpu"):
             out = getattr(nn, name)(6, 3)(minidl.tensor(inp))
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            tout = getattr(torch.nn, name)(6, 3)(torch.tensor(inp))
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                tout = getattr(torch.nn, name)(6, 3)(torch.tensor(inp))
+        except RuntimeError as exc:
+            if not oracle_unavailable(exc):
+                raise
+            missing.append(name)
+            continue
         out, tout = (out[0], tout[0]) if isinstance(out, tuple) else (out, tout)
         assert out.dtype == minidl.bfloat16 and tout.dtype == torch.float32, name
+    if missing:  # everything else was compared above; say which references this CPU could not give
+        pytest.skip(f"torch's CPU kernels cannot run {missing} under bf16 autocast on this CPU (oneDNN's "
+                    "bf16 RNN needs AVX-512); the other entries of the table matched")
 
 
 # torch.amp's CUDA lists (docs: "CUDA Ops that can autocast to float16" / "... to float32"), for the
