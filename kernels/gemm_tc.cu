@@ -85,29 +85,13 @@
 // busy, limited by latency with 2 warps per scheduler (register-heavy 64 x 64 warp tiles), not by
 // memory or bank conflicts. That file says what would close the gap.
 
-namespace minidl_tc {
+#include "tc_common.cuh"
 
-enum Kind { KIND_TF32 = 0, KIND_F16 = 1, KIND_BF16 = 2 };
+namespace minidl_tc {
 
 constexpr int THREADS = 128;  // 4 warps, 2 x 2
 constexpr int GROUP_M = 8;    // tile rows per group in the block order (L2 reuse)
 constexpr int MN_PAD = 8;     // elements of padding of an m/n-contiguous shared row
-
-template <int KIND>
-struct Storage {
-    using T = unsigned short;  // fp16 / bf16 bits; no arithmetic is done on them
-};
-template <>
-struct Storage<KIND_TF32> {
-    using T = float;
-};
-
-__device__ __forceinline__ unsigned smem_addr(const void* p)
-{
-    unsigned addr;
-    asm("{ .reg .u64 u; cvta.to.shared.u64 u, %1; cvt.u32.u64 %0, u; }" : "=r"(addr) : "l"(p));
-    return addr;
-}
 
 // 16-byte asynchronous copy; bytes past src_bytes (0..16) are filled with zeros.
 __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int src_bytes)
@@ -158,65 +142,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     }
-}
-
-// Conversions of one element of C between its storage type and fp32.
-template <int KIND>
-__device__ __forceinline__ float load_c(const typename Storage<KIND>::T* p);
-template <>
-__device__ __forceinline__ float load_c<KIND_TF32>(const float* p) { return *p; }
-template <>
-__device__ __forceinline__ float load_c<KIND_F16>(const unsigned short* p)
-{
-    float f;
-    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(*p));
-    return f;
-}
-template <>
-__device__ __forceinline__ float load_c<KIND_BF16>(const unsigned short* p)
-{
-    return __uint_as_float(((unsigned)*p) << 16);
-}
-template <int KIND>
-__device__ __forceinline__ void store_c(typename Storage<KIND>::T* p, float v);
-template <>
-__device__ __forceinline__ void store_c<KIND_TF32>(float* p, float v) { *p = v; }
-template <>
-__device__ __forceinline__ void store_c<KIND_F16>(unsigned short* p, float v)
-{
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
-    *p = h;
-}
-template <>
-__device__ __forceinline__ void store_c<KIND_BF16>(unsigned short* p, float v)
-{
-    unsigned short h;
-    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
-    *p = h;
-}
-
-// Two adjacent elements of C (the first aligned to two elements) in one store.
-template <int KIND>
-__device__ __forceinline__ void store_c_pair(typename Storage<KIND>::T* p, float v0, float v1);
-template <>
-__device__ __forceinline__ void store_c_pair<KIND_TF32>(float* p, float v0, float v1)
-{
-    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-}
-template <>
-__device__ __forceinline__ void store_c_pair<KIND_F16>(unsigned short* p, float v0, float v1)
-{
-    unsigned packed;
-    asm("cvt.rn.f16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(v0), "f"(v1));  // v0 in the low half
-    *reinterpret_cast<unsigned*>(p) = packed;
-}
-template <>
-__device__ __forceinline__ void store_c_pair<KIND_BF16>(unsigned short* p, float v0, float v1)
-{
-    unsigned packed;
-    asm("cvt.rn.bf16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(v0), "f"(v1));
-    *reinterpret_cast<unsigned*>(p) = packed;
 }
 
 // Compile-time geometry of one kernel.

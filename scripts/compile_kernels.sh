@@ -9,7 +9,10 @@ trap 'rm -rf "$out"' EXIT
 compile_one() {
   local f=$1 out=$2 verbose=$3 name
   name=$(basename "$f" .cu)
-  if nvcc -arch=sm_90 --std=c++17 -I kernels -c "$f" -o "$out/$name.o" ${verbose:+-Xptxas -v} 2>"$out/$name.err"; then
+  # A file whose first line says "// minidl: arch sm_90a" (wgmma, setmaxnreg) is built for that target.
+  local arch=-arch=sm_90
+  if head -1 "$f" | grep -q "minidl: arch sm_90a"; then arch=-gencode=arch=compute_90a,code=sm_90a; fi
+  if nvcc $arch --std=c++17 -I kernels -c "$f" -o "$out/$name.o" ${verbose:+-Xptxas -v} 2>"$out/$name.err"; then
     echo "compiled $f"
   else
     echo "FAILED to compile $f:"; cat "$out/$name.err"; return 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 
 import numpy as np
 
@@ -18,6 +19,12 @@ from .._dtypes import HALF_DTYPES, float32, is_half
 
 # Set by minidl.profiler while a profile is active: get_kernel hands out wrapper(kernel), a launch counter.
 kernel_wrapper = None
+
+# Which tensor-core GEMM kernel the GPU runs (minidl.primitives.set_tensor_core_gemm): "auto" = wgmma
+# (kernels/gemm_wgmma.cu) on an sm_90 GPU where the operands allow it, else mma.sync (gemm_tc.cu).
+tensor_core_gemm = os.environ.get("MINIDL_TENSOR_CORE_GEMM", "auto")
+# The TMA element type of float32 operands of the wgmma GEMM ("tfloat32" or "float32"; see gemm_wgmma.py).
+tf32_tma_type = os.environ.get("MINIDL_TF32_TMA_TYPE", "tfloat32")
 
 
 def is_cuda_array(a) -> bool:

@@ -19,9 +19,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _common
 from ._common import backend, check_same_device, is_cuda_array, shape_str
 
-__all__ = ["gemm", "GEMM_MATH_MODES"]
+__all__ = ["gemm", "GEMM_MATH_MODES", "TENSOR_CORE_GEMMS", "set_tensor_core_gemm", "get_tensor_core_gemm"]
+
+# The tensor-core GEMM kernels of the GPU path: "wgmma" (kernels/gemm_wgmma.cu: Hopper's warpgroup MMA fed
+# by TMA, H100/H200 only), "mma_sync" (kernels/gemm_tc.cu: Ampere's warp-level MMA, any GPU since sm_80);
+# "auto" runs wgmma where the GPU and the operands allow it, else mma_sync.
+TENSOR_CORE_GEMMS = ("auto", "wgmma", "mma_sync")
+
+
+def set_tensor_core_gemm(kernel: str) -> None:
+    """Choose the tensor-core GEMM kernel (TENSOR_CORE_GEMMS); "wgmma" makes a problem that kernel cannot
+    take an error instead of a quiet fall-back (for tests and benchmarks). Also: $MINIDL_TENSOR_CORE_GEMM."""
+    if kernel not in TENSOR_CORE_GEMMS:
+        raise ValueError(f"set_tensor_core_gemm: unknown kernel {kernel!r}; use one of {TENSOR_CORE_GEMMS}")
+    _common.tensor_core_gemm = kernel
+
+
+def get_tensor_core_gemm() -> str:
+    return _common.tensor_core_gemm
 
 GEMM_MATH_MODES = ("fp32", "tf32")
 _GEMM_DTYPES = ("float16", "bfloat16", "float32", "float64")

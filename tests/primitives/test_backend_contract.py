@@ -22,7 +22,7 @@ CPU = REPO / "minidl" / "primitives" / "cpu"
 
 # kernel file -> its launcher modules and its reference module (when the names differ from the file's)
 LAUNCHERS = {"gemm_tc": ("gemm",), "convolution_tc": ("convolution_tc", "convolution_fft")}
-REFERENCE = {"gemm_tc": "gemm", "convolution_tc": "convolution"}
+REFERENCE = {"gemm_tc": "gemm", "gemm_wgmma": "gemm", "convolution_tc": "convolution"}
 
 # Kernels that compute a piece of a primitive, not a primitive: no reference of their own. Each says why.
 HELPER_KERNELS = {
@@ -67,6 +67,7 @@ VARIANTS = [
     (r"^(softmax_\w+)_(warp_\*|block|strided)$", r"\1"),                     # one warp / block per row
     (r"^gemm_(nn|nt|tn|tt)_bn\d+$", "gemm"),                                 # transposes, tile width
     (r"^gemm_tc$", "gemm"),                                                  # template: kind, tile, transposes
+    (r"^gemm_wgmma$", "gemm"),                                               # Hopper's wgmma: kind, tile, transposes
 ]
 
 

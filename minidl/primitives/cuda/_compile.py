@@ -10,6 +10,7 @@ each family is compiled exactly once per (device, options).
 """
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -38,6 +39,41 @@ def kernels_dir() -> Path:
     )
 
 
+# A family whose first line says "// minidl: arch sm_90a" uses instructions that exist only on that
+# target (wgmma, setmaxnreg: kernels/gemm_wgmma.cu); it is compiled with this option, which NVRTC honours
+# beside the -arch=sm_XX CuPy adds. scripts/compile_kernels.sh reads the same line.
+ARCH_MARKER = re.compile(r"^//\s*minidl:\s*arch\s+(sm_\w+)")
+_INCLUDE = re.compile(r'^#include\s+"([\w.]+)"\s*$', re.M)
+
+
+def source_with_includes(path: Path, seen=None) -> str:
+    """The text of a kernel source with its local #include "x.cuh" files written in (each once).
+
+    CuPy's disk cache keys a binary by the source text it was given; handing it the expanded text makes
+    an edit to a shared header recompile every family that includes it, instead of loading a stale
+    binary."""
+    seen = set() if seen is None else seen
+
+    def expand(match):
+        name = match.group(1)
+        header = path.parent / name
+        if not header.exists():
+            return match.group(0)
+        if name in seen:
+            return f"// (#include \"{name}\": already written in above)"
+        seen.add(name)
+        return f"// ---- {name} ----\n" + source_with_includes(header, seen) + f"\n// ---- end of {name} ----"
+
+    return _INCLUDE.sub(expand, path.read_text())
+
+
+def family_options(path: Path) -> tuple:
+    """Compiler options a family's source asks for on its first line (see ARCH_MARKER)."""
+    with open(path) as f:
+        match = ARCH_MARKER.match(f.readline())
+    return (f"-arch={match.group(1)}",) if match else ()
+
+
 def kernel_families() -> list[str]:
     return sorted(p.stem for p in kernels_dir().glob("*.cu"))
 
@@ -57,8 +93,8 @@ def get_module(family: str, options: tuple = (), name_expressions: tuple = ()) -
             if not path.exists():
                 raise FileNotFoundError(f"minidl: no kernel family {family!r} ({path} does not exist)")
             module = cupy.RawModule(
-                code=path.read_text(),
-                options=BASE_OPTIONS + (f"-I{source_dir}",) + tuple(options),
+                code=source_with_includes(path),
+                options=BASE_OPTIONS + (f"-I{source_dir}",) + family_options(path) + tuple(options),
                 name_expressions=tuple(name_expressions) or None,
             )
             module.compile()

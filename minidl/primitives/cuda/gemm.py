@@ -19,6 +19,7 @@ import numpy as np
 from .._common import blend
 from ._compile import get_kernel
 from ._launch import check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, sm_count
+from .gemm_wgmma import gemm_wgmma
 
 TILE = 128          # TILE_M of kernels/common.cuh (and the widest TILE_N)
 TILE_K = 8
@@ -183,11 +184,18 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
         raise TypeError(f"gemm_tc: the tensor-core GEMM takes float32 (TF32), float16 or bfloat16, got {dtype}")
     if ldc_row is None:
         ldc_row = N
+    a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
+    # On an H100/H200, Hopper's wgmma kernel (gemm_wgmma.py says when it declines); an explicit tile or
+    # k step asks for this mma.sync kernel itself.
+    if tile is None and bk_bytes is None and gemm_wgmma(
+            M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, dtype=dtype, trans_a=bool(trans_a), trans_b=bool(trans_b),
+            alpha=alpha, beta=beta, ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a,
+            stride_b=stride_b, stride_c=stride_c):
+        return C
     tile = tile or tc_tile(M, N, batch)
     bk_bytes = bk_bytes or (TC_BK_BYTES if tile == 128 else 64)
     kernel = _tc_kernel(TC_KINDS[dtype.name], tile, bk_bytes, bool(trans_a), bool(trans_b), dtype.itemsize)
     vec = 16 // dtype.itemsize
-    a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
     # 16-byte cp.async copies need every row (and every matrix of the batch) to start 16-byte aligned.
     vec_a = np.int32(a_ptr % 16 == 0 and lda % vec == 0 and (batch == 1 or stride_a % vec == 0))
     vec_b = np.int32(b_ptr % 16 == 0 and ldb % vec == 0 and (batch == 1 or stride_b % vec == 0))

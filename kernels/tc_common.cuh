@@ -1,0 +1,85 @@
+// tc_common.cuh: what the tensor-core GEMMs share (kernels/gemm_tc.cu, mma.sync; kernels/gemm_wgmma.cu,
+// Hopper's wgmma): the data kinds, their storage types, the shared-memory address of a pointer, and the
+// conversions of an element of C between its storage type and fp32 (round to nearest even).
+#pragma once
+
+namespace minidl_tc {
+
+enum Kind { KIND_TF32 = 0, KIND_F16 = 1, KIND_BF16 = 2 };
+
+template <int KIND>
+struct Storage {
+    using T = unsigned short;  // fp16 / bf16 bits; no arithmetic is done on them
+};
+template <>
+struct Storage<KIND_TF32> {
+    using T = float;
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p)
+{
+    unsigned addr;
+    asm("{ .reg .u64 u; cvta.to.shared.u64 u, %1; cvt.u32.u64 %0, u; }" : "=r"(addr) : "l"(p));
+    return addr;
+}
+
+// Conversions of one element of C between its storage type and fp32.
+template <int KIND>
+__device__ __forceinline__ float load_c(const typename Storage<KIND>::T* p);
+template <>
+__device__ __forceinline__ float load_c<KIND_TF32>(const float* p) { return *p; }
+template <>
+__device__ __forceinline__ float load_c<KIND_F16>(const unsigned short* p)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(*p));
+    return f;
+}
+template <>
+__device__ __forceinline__ float load_c<KIND_BF16>(const unsigned short* p)
+{
+    return __uint_as_float(((unsigned)*p) << 16);
+}
+template <int KIND>
+__device__ __forceinline__ void store_c(typename Storage<KIND>::T* p, float v);
+template <>
+__device__ __forceinline__ void store_c<KIND_TF32>(float* p, float v) { *p = v; }
+template <>
+__device__ __forceinline__ void store_c<KIND_F16>(unsigned short* p, float v)
+{
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+    *p = h;
+}
+template <>
+__device__ __forceinline__ void store_c<KIND_BF16>(unsigned short* p, float v)
+{
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+    *p = h;
+}
+
+// Two adjacent elements of C (the first aligned to two elements) in one store.
+template <int KIND>
+__device__ __forceinline__ void store_c_pair(typename Storage<KIND>::T* p, float v0, float v1);
+template <>
+__device__ __forceinline__ void store_c_pair<KIND_TF32>(float* p, float v0, float v1)
+{
+    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+}
+template <>
+__device__ __forceinline__ void store_c_pair<KIND_F16>(unsigned short* p, float v0, float v1)
+{
+    unsigned packed;
+    asm("cvt.rn.f16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(v0), "f"(v1));  // v0 in the low half
+    *reinterpret_cast<unsigned*>(p) = packed;
+}
+template <>
+__device__ __forceinline__ void store_c_pair<KIND_BF16>(unsigned short* p, float v0, float v1)
+{
+    unsigned packed;
+    asm("cvt.rn.bf16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(v0), "f"(v1));
+    *reinterpret_cast<unsigned*>(p) = packed;
+}
+
+}  // namespace minidl_tc

@@ -1,0 +1,170 @@
+"""CuPy launcher of kernels/gemm_wgmma.cu: the Hopper (sm_90) tensor-core GEMM, wgmma fed by TMA.
+
+gemm_tc in gemm.py calls `gemm_wgmma` first on an H100/H200; it returns False when this kernel does not
+take the problem (another GPU, misaligned operands: see `unsupported_reason`), and gemm_tc then runs the
+mma.sync kernel (kernels/gemm_tc.cu). minidl.primitives.set_tensor_core_gemm("mma_sync") forces the
+latter, "wgmma" makes a refusal an error (tests and benchmarks use both).
+
+What the launcher does per call: picks the tile width (BN 256, 128 or 64: the widest that still gives
+every SM a tile), builds the two TMA tensor maps (tma.py; cached), and launches one persistent block per
+SM (at most one per tile). TF32 wgmma reads K-major operands only (A stored (M, K), B stored (N, K)); an
+operand stored the other way is first copied transposed (one pass over it, counted in the benchmarks).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import cupy
+import numpy as np
+
+from .. import _common
+from ._compile import get_kernel
+from ._launch import sm_count
+from . import tma
+
+KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}   # KIND of kernels/gemm_wgmma.cu
+BM = 128                # tile rows (two consumer warpgroups of 64)
+ROW_BYTES = 128         # bytes of k per stage row (the 128-byte swizzle span)
+SLAB = 64               # columns of an M/N-major TMA box
+SMEM_BUDGET = 196608    # SMEM_BUDGET of the kernel: bytes of pipeline stages
+THREADS = 384           # one producer and two consumer warpgroups
+TILE_WIDTHS = (256, 128, 64)
+_kernels: dict = {}
+
+
+def stages(bn: int) -> int:
+    """Pipeline depth of gemm_wgmma<.., BN, ..> (Config::STAGES)."""
+    return min(8, SMEM_BUDGET // ((BM + bn) * ROW_BYTES))
+
+
+def smem_bytes(bn: int) -> int:
+    """Dynamic shared memory of one block: the stages, two 8-byte mbarriers per stage, 1024 for alignment."""
+    return stages(bn) * ((BM + bn) * ROW_BYTES + 16) + 1024
+
+
+@functools.lru_cache(maxsize=None)
+def device_has_wgmma(device_id: int) -> bool:
+    """wgmma exists on compute capability 9.0 exactly (sm_90a: H100, H200), not before and not after."""
+    return cupy.cuda.Device(device_id).compute_capability == "90"
+
+
+def tile_width(M: int, N: int, batch: int) -> int:
+    """The tile's BN: the narrowest width that covers N (up to 256), halved while there are fewer tiles
+    than SMs (a GPU with idle SMs loses more than narrower tiles cost)."""
+    bn = next((w for w in sorted(TILE_WIDTHS) if N <= w), max(TILE_WIDTHS))
+    while bn > min(TILE_WIDTHS) and math.ceil(M / BM) * math.ceil(N / bn) * batch < sm_count():
+        bn //= 2
+    return bn
+
+
+def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool):
+    key = (cupy.cuda.Device().id, kind, bn, trans_a, trans_b)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        name = f"gemm_wgmma<{kind}, {bn}, {str(trans_a).lower()}, {str(trans_b).lower()}>"
+        kernel = get_kernel("gemm_wgmma", name, name_expressions=(name,))
+        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn)
+        _kernels[key] = kernel
+    return kernel
+
+
+def unsupported_reason(dtype, trans_a, trans_b, pointers, lds, strides, batch) -> str | None:
+    """Why this kernel cannot take the problem (None: it can). TMA reads 16-byte aligned rows only."""
+    if dtype.name not in KINDS:
+        return f"{dtype} data (the kernel takes float32 as TF32, float16, bfloat16)"
+    if not device_has_wgmma(cupy.cuda.runtime.getDevice()):
+        return "this GPU has no wgmma (compute capability 9.0 only: H100, H200)"
+    size = dtype.itemsize
+    for name, ptr, ld, stride in zip("AB", pointers, lds, strides):
+        if ptr % 16:
+            return f"{name} does not start on a 16-byte boundary"
+        if (ld * size) % 16:
+            return f"{name}'s leading dimension ({ld} elements) is not a multiple of 16 bytes"
+        if batch > 1 and (stride * size) % 16:
+            return f"{name}'s batch stride ({stride} elements) is not a multiple of 16 bytes"
+    return None
+
+
+def _view(ptr: int, shape, strides, dtype):
+    """A CuPy array over device memory we were handed as a raw pointer (no copy, no ownership)."""
+    itemsize = np.dtype(dtype).itemsize
+    span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+    mem = cupy.cuda.UnownedMemory(ptr, span * itemsize, owner=None)
+    return cupy.ndarray(shape, dtype=dtype, memptr=cupy.cuda.MemoryPointer(mem, 0),
+                        strides=tuple(s * itemsize for s in strides))
+
+
+def _k_major_copy(ptr, rows, k, ld, stride, batch, dtype):
+    """The operand stored (K, rows) [per batch entry] copied to (rows, K) row-major, what TF32 wgmma reads;
+    its rows padded to a multiple of 16 bytes (TMA's rule; the padding is never read: the map's extent
+    is K). Returns (copy, pointer, leading dimension, batch stride)."""
+    shape, strides = (k, rows), (ld, 1)
+    if batch > 1:
+        shape, strides = (batch,) + shape, (stride,) + strides
+    src = _view(ptr, shape, strides, dtype)
+    ld_out = -(-k // 4) * 4
+    out = cupy.empty(shape[:-2] + (rows, ld_out), dtype=dtype)
+    out[..., :k] = src.swapaxes(-1, -2)
+    return out, out.data.ptr, ld_out, (rows * ld_out if batch > 1 else 0)
+
+
+def _operand_map(dtype_name, ptr, k_major, rows, K, ld, stride, batched, box_rows, bk):
+    """The TMA map of one operand: K-major (stored (rows, K)) boxes of (bk, box_rows); M/N-major (stored
+    (K, rows)) boxes of (64 columns, bk)."""
+    size = 4 if dtype_name in ("float32", "tfloat32") else 2
+    inner, outer = (K, rows) if k_major else (rows, K)
+    batch_stride = stride * size if batched > 1 else max(16, -(-(ld * outer * size) // 16) * 16)
+    box = (bk, box_rows) if k_major else (SLAB, bk)
+    return tma.encode_tiled(dtype_name, ptr, (inner, outer, batched), (ld * size, batch_stride), box + (1,))
+
+
+def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_b, alpha, beta, ldc_row,
+               ldc_col, batch, stride_a, stride_b, stride_c) -> bool:
+    """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] on wgmma, with gemm_tc's arguments (raw pointers,
+    strides in elements). Returns False, launching nothing, when the kernel does not take the problem
+    (and raises instead when set_tensor_core_gemm("wgmma") asked for this kernel)."""
+    choice = _common.tensor_core_gemm
+    if choice == "mma_sync":
+        return False
+    dtype = np.dtype(dtype)
+    reason = unsupported_reason(dtype, trans_a, trans_b, (a_ptr, b_ptr), (lda, ldb), (stride_a, stride_b), batch)
+    if reason is not None:
+        if choice == "wgmma":
+            raise RuntimeError(f"gemm: set_tensor_core_gemm('wgmma') asked for the wgmma kernel, but {reason}")
+        return False
+    kind = KINDS[dtype.name]
+    if kind == KINDS["float32"]:   # TF32 wgmma: both operands K-major
+        keep = []
+        if trans_a:
+            a, a_ptr, lda, stride_a = _k_major_copy(a_ptr, M, K, lda, stride_a, batch, dtype)
+            keep.append(a)
+            trans_a = False
+        if not trans_b:
+            b, b_ptr, ldb, stride_b = _k_major_copy(b_ptr, N, K, ldb, stride_b, batch, dtype)
+            keep.append(b)
+            trans_b = True
+    bn = tile_width(M, N, batch)
+    bk = ROW_BYTES // dtype.itemsize
+    map_type = tma_data_type(dtype)
+    a_batch = batch if batch > 1 and stride_a != 0 else 1
+    b_batch = batch if batch > 1 and stride_b != 0 else 1
+    map_a = _operand_map(map_type, a_ptr, not trans_a, M, K, lda, stride_a, a_batch, BM, bk)
+    map_b = _operand_map(map_type, b_ptr, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
+    vec_c = np.int32(ldc_col == 1 and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
+                     and (batch == 1 or stride_c % 2 == 0))
+    tiles = math.ceil(M / BM) * math.ceil(N / bn) * batch
+    kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b))
+    i32, i64 = np.int32, np.int64
+    kernel((min(tiles, sm_count()),), (THREADS,),
+           (map_a, map_b, i32(M), i32(N), i32(K), i32(batch), i32(a_batch > 1), i32(b_batch > 1),
+            np.float32(alpha), np.float32(beta), np.uint64(c_ptr), i64(ldc_row), i64(ldc_col), i64(stride_c),
+            vec_c), shared_mem=smem_bytes(bn))
+    return True
+
+
+def tma_data_type(dtype) -> str:
+    """The tensor maps' element type: float16 / bfloat16 as they are; float32 as TF32 data
+    (_common.tf32_tma_type, "tfloat32" by default: see gpu_gemm_tc.md for what the copy engine does with it)."""
+    name = np.dtype(dtype).name
+    return _common.tf32_tma_type if name == "float32" else name

@@ -1,0 +1,77 @@
+"""TMA tensor maps (CUtensorMap) for the Hopper kernels, made through the CUDA driver with ctypes.
+
+A tensor map is a 128-byte descriptor the copy engine (TMA, `cp.async.bulk.tensor`) reads to copy a
+box of a tensor between global and shared memory: the tensor's base address, sizes and strides, the
+box's size, and how the box is laid out in shared memory (the swizzle). The driver's
+`cuTensorMapEncodeTiled` writes it on the host; the kernel receives it by value as a
+`__grid_constant__` parameter. CuPy does not wrap that function, so it is called here through ctypes on
+libcuda. Encoding costs a few microseconds, so maps are cached by their arguments (a training step
+meets the same pointers again, since CuPy's memory pool hands the same blocks back).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import numpy as np
+
+# CUtensorMapDataType (cuda.h)
+DATA_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9, "tfloat32": 11}
+SWIZZLE_128B = 3            # CU_TENSOR_MAP_SWIZZLE_128B
+L2_PROMOTION_256B = 3       # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+OOB_FILL_ZERO = 0           # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: elements outside the tensor read as zero
+INTERLEAVE_NONE = 0
+
+# What a kernel parameter of type TensorMap (kernels/gemm_wgmma.cu) receives: CuPy passes a NumPy
+# array of size one by value, its bytes copied into the parameter.
+MAP_DTYPE = np.dtype((np.void, 128))
+_CACHE_SIZE = 4096
+_cache: dict = {}
+
+
+class TensorMapError(RuntimeError):
+    """The driver refused a tensor map (the arguments break one of TMA's rules)."""
+
+
+@functools.lru_cache(maxsize=None)
+def _encode_function():
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:  # pragma: no cover - only on a machine without the NVIDIA driver
+        raise TensorMapError(f"TMA: cannot load the CUDA driver library libcuda.so.1 ({exc})") from exc
+    f = lib.cuTensorMapEncodeTiled
+    u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+    f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                  ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    f.restype = ctypes.c_int
+    return f
+
+
+def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, swizzle: int = SWIZZLE_128B) -> np.ndarray:
+    """A tensor map (as a size-one NumPy array of 128 bytes) of the tensor at `pointer`.
+
+    dims: sizes, innermost (contiguous) first; strides_bytes: the byte strides of dims[1:]; box: the
+    box's size in elements per dimension. TMA's rules, checked by the driver: pointer and strides
+    multiples of 16 bytes, box sizes <= 256, the innermost box row <= the swizzle span (128 bytes).
+    """
+    key = (dtype, pointer, tuple(dims), tuple(strides_bytes), tuple(box), swizzle)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    rank = len(dims)
+    raw = ctypes.create_string_buffer(128 + 64)        # CUtensorMap is 64-byte aligned
+    addr = (ctypes.addressof(raw) + 63) & ~63
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    result = _encode_function()(
+        ctypes.c_void_p(addr), DATA_TYPES[dtype], rank, ctypes.c_void_p(pointer),
+        (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides_bytes), (u32 * rank)(*box), (u32 * rank)(*([1] * rank)),
+        INTERLEAVE_NONE, swizzle, L2_PROMOTION_256B, OOB_FILL_ZERO)
+    if result != 0:
+        raise TensorMapError(
+            f"TMA: cuTensorMapEncodeTiled refused a {dtype} map (CUDA error {result}): dims {list(dims)}, byte "
+            f"strides {list(strides_bytes)}, box {list(box)}, address {pointer:#x}")
+    out = np.frombuffer(ctypes.string_at(addr, 128), dtype=MAP_DTYPE).copy()
+    if len(_cache) >= _CACHE_SIZE:
+        _cache.clear()
+    _cache[key] = out
+    return out
