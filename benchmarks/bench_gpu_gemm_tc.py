@@ -1,12 +1,14 @@
-"""Benchmark: minidl's tensor-core GEMM (kernels/gemm_tc.cu) against cuBLAS (through torch), same process.
+"""Benchmark: minidl's tensor-core GEMMs against cuBLAS (through torch), same process, same arrays.
 
-Three tables:
-  1. GEMM 4096^3 in TF32, every transpose case: ours (float32 data, math="tf32") vs torch.matmul with
-     torch.backends.cuda.matmul.allow_tf32 = True (cuBLAS TF32), on the very same arrays (DLPack).
-  2. GEMM 4096^3 in float16 and bfloat16 (fp32 accumulation on both sides): ours vs torch.matmul.
-  3. Linear layers forward + backward at the examples' shapes, TF32 on both sides: minidl with
-     minidl.backends.cuda.matmul.allow_tf32 = True vs torch.nn.Linear with allow_tf32; minidl in fp32
-     (its SGEMM) for reference. Host-inclusive (Python, launches and GPU), as in bench_gpu_gemm.py.
+Our two kernels: kernels/gemm_wgmma.cu (Hopper's wgmma fed by TMA; what "auto" runs on an H100/H200) and
+kernels/gemm_tc.cu (mma.sync, the pre-Hopper path), chosen with minidl.primitives.set_tensor_core_gemm.
+Tables:
+  1. GEMM 4096^3 in bfloat16, float16 (fp32 accumulation both sides) and TF32 (ours math="tf32"; torch
+     with allow_tf32 = True), every transpose case: wgmma, mma.sync, cuBLAS.
+  2. The GEMMs of the tutorial models (Linear layers forward and backward, LSTM input projections,
+     ResNet-9's im2col products) in bfloat16 and TF32: wgmma vs cuBLAS. Operands whose rows TMA cannot
+     read (a 650-wide matrix) are copied into padded rows first, and that copy is inside our time.
+  3. Linear layers forward + backward at the examples' shapes, TF32 on both sides, host-inclusive.
 
 Tables 1-2 time the device alone (a spin kernel is queued before each timed call), median of --repeats
 CUDA-event timings after a warm-up that includes the NVRTC compile. Relative errors are against a
@@ -31,6 +33,26 @@ from bench_gpu_conv import time_ms  # noqa: E402
 from bench_gpu_gemm import LINEAR_SHAPES  # noqa: E402
 from benchmarks._report import git_commit, write_report  # noqa: E402
 
+# (label, M, N, K, op(A) op(B)): the products the tutorial models run (Linear y = x W^T is NT, its dx = dy W
+# is NN and dW = dy^T x is TN; a conv's im2col forward is NT with K = C*R*S).
+MODEL_SHAPES = [
+    ("MNIST MLP 784->512 b128, forward", 128, 512, 784, "NT"),
+    ("MNIST MLP 784->512 b128, dx", 128, 784, 512, "NN"),
+    ("MNIST MLP 784->512 b128, dW", 512, 784, 128, "TN"),
+    ("PTB decoder 650->10000, 700 tokens, forward", 700, 10000, 650, "NT"),
+    ("PTB decoder, dx", 700, 650, 10000, "NN"),
+    ("PTB decoder, dW", 10000, 650, 700, "TN"),
+    ("char-RNN head 512->65, 6400 tokens, forward", 6400, 65, 512, "NT"),
+    ("LSTM 2x512 input projection, T35 B32", 1120, 2048, 512, "NT"),
+    ("LSTM 2x512 input projection, T64 B64", 4096, 2048, 512, "NT"),
+    ("LSTM 650 input projection (PTB), T35 B20", 700, 2600, 650, "NT"),
+    ("ResNet-9 w64 b512 prep conv 3->64 32x32 (im2col)", 524288, 64, 27, "NT"),
+    ("ResNet-9 layer1 conv 64->128 32x32 (im2col)", 524288, 128, 576, "NT"),
+    ("ResNet-9 layer2 conv 128->256 16x16 (im2col)", 131072, 256, 1152, "NT"),
+    ("ResNet-9 layer3 conv 256->512 8x8 (im2col)", 32768, 512, 2304, "NT"),
+]
+DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "tf32": "float32"}
+
 
 def _cupy_view(t):
     """A CuPy array sharing the torch tensor's memory (bfloat16 through its bits if DLPack refuses)."""
@@ -44,52 +66,44 @@ def _cupy_view(t):
         return bits.view(cupy.dtype("bfloat16"))
 
 
-def bench_gemm(repeats, dtype_name, cases, n=4096):
+def _torch_dtype(name):
+    import torch
+
+    return {"tf32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def bench_case(repeats, name, M, N, K, case, impls=("wgmma", "mma_sync"), seed=1):
+    """{impl: ms, "cublas": ms, "err_<impl>": rel. error, "err_cublas": ...} for one product."""
     import cupy
     import torch
 
-    from minidl.primitives.gemm import gemm
+    from minidl.primitives.gemm import gemm, set_tensor_core_gemm
 
-    torch_dtype = {"tf32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype_name]
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    ta_ = torch.randn(n, n, device="cuda", generator=gen).to(torch_dtype)
-    tb_ = torch.randn(n, n, device="cuda", generator=gen).to(torch_dtype)
+    tdt = _torch_dtype(name)
+    trans_a, trans_b = case[0] == "T", case[1] == "T"
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    ta_ = torch.randn(*((K, M) if trans_a else (M, K)), device="cuda", generator=gen).to(tdt)
+    tb_ = torch.randn(*((N, K) if trans_b else (K, N)), device="cuda", generator=gen).to(tdt)
     a, b = _cupy_view(ta_), _cupy_view(tb_)
-    out = cupy.empty((n, n), dtype=a.dtype)
-    tout = torch.empty(n, n, device="cuda", dtype=torch_dtype)
-    rows = []
-    for case in cases:
-        trans_a, trans_b = case[0] == "T", case[1] == "T"
-        op_a, op_b = (ta_.T if trans_a else ta_), (tb_.T if trans_b else tb_)
-        ours = time_ms(lambda: gemm(a, b, trans_a=trans_a, trans_b=trans_b, out=out, math="tf32"), repeats)
-        theirs = time_ms(lambda: torch.matmul(op_a, op_b, out=tout), repeats)
-        ref = torch.matmul(op_a.double(), op_b.double())
+    out = cupy.empty((M, N), dtype=a.dtype)
+    tout = torch.empty(M, N, device="cuda", dtype=tdt)
+    op_a, op_b = (ta_.T if trans_a else ta_), (tb_.T if trans_b else tb_)
+    ref = torch.matmul(op_a.double(), op_b.double()) if M * N <= 1 << 26 else None
+    err = (lambda x: float(torch.linalg.norm(x.double() - ref) / torch.linalg.norm(ref))) if ref is not None \
+        else (lambda x: float("nan"))
+    res = {}
+    for impl in impls:
+        set_tensor_core_gemm(impl)
+        res[impl] = time_ms(lambda: gemm(a, b, trans_a=trans_a, trans_b=trans_b, out=out, math="tf32"), repeats)
         gemm(a, b, trans_a=trans_a, trans_b=trans_b, out=out, math="tf32")
-        # our result as a torch tensor (16-bit types through their bits: DLPack may not know bfloat16)
-        ours_t = torch.from_dlpack(out) if out.dtype.itemsize == 4 else \
-            torch.from_dlpack(out.view(cupy.int16)).view(torch_dtype)
-        torch.matmul(op_a, op_b, out=tout)
-        err = lambda x: float(torch.linalg.norm(x.double() - ref) / torch.linalg.norm(ref))
-        rows.append((case, ours, theirs, 2.0 * n ** 3 / 1e9, err(ours_t), err(tout)))
-        del ref
-    return rows
-
-
-def bench_variants(repeats, n=4096):
-    """Our kernel at 4096^3 NN with each k step of its pipeline (64 bytes x 4 stages, 128 bytes x 3)."""
-    import cupy
-
-    from minidl.primitives.cuda.gemm import gemm_tc
-
-    rows = []
-    for dtype in ("float32", "float16"):
-        a = cupy.random.standard_normal((n, n), dtype=cupy.float32).astype(dtype)
-        b = cupy.random.standard_normal((n, n), dtype=cupy.float32).astype(dtype)
-        c = cupy.empty((n, n), dtype=dtype)
-        for bk in (64, 128):
-            t = time_ms(lambda: gemm_tc(n, n, n, a, n, b, n, c, tile=128, bk_bytes=bk), repeats)
-            rows.append(("TF32" if dtype == "float32" else dtype, bk, t, 2.0 * n ** 3 / 1e9 / t))
-    return rows
+        res["err_" + impl] = err(torch.from_dlpack(out) if out.dtype.itemsize == 4 else
+                                 torch.from_dlpack(out.view(cupy.int16)).view(tdt))
+    set_tensor_core_gemm("auto")
+    res["cublas"] = time_ms(lambda: torch.matmul(op_a, op_b, out=tout), repeats)
+    torch.matmul(op_a, op_b, out=tout)
+    res["err_cublas"] = err(tout)
+    del ref
+    return res
 
 
 def bench_linear(repeats):
@@ -139,59 +153,70 @@ def main():
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--commit", default=None, help="commit to record (default: git rev-parse, else $MINIDL_COMMIT)")
     parser.add_argument("--skip-linear", action="store_true")
-    parser.add_argument("--bk-bytes", type=int, default=None, help="k step of our kernel (64 or 128; default TC_BK_BYTES)")
+    parser.add_argument("--skip-models", action="store_true")
     args = parser.parse_args()
 
     import cupy
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = True  # cuBLAS TF32 for float32 (the yardstick of table 1)
+    torch.backends.cuda.matmul.allow_tf32 = True  # cuBLAS TF32 for float32 (the yardstick of the TF32 rows)
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     device = device.decode() if isinstance(device, bytes) else device
-
-    from minidl.primitives.cuda import gemm as gemm_launcher
-
-    if args.bk_bytes:
-        gemm_launcher.TC_BK_BYTES = args.bk_bytes
-    variants = bench_variants(args.repeats)
-    tf32 = bench_gemm(args.repeats, "tf32", ["NN", "NT", "TN", "TT"])
-    half = [("float16", r) for r in bench_gemm(args.repeats, "float16", ["NN", "NT", "TN", "TT"])]
-    half += [("bfloat16", r) for r in bench_gemm(args.repeats, "bfloat16", ["NN", "TN"])]
+    n = 4096
+    square = []
+    for name in ("bfloat16", "float16", "tf32"):
+        for case in ("NN", "NT", "TN", "TT"):
+            res = bench_case(args.repeats, name, n, n, n, case)
+            square.append((name, case, res))
+            print(name, case, {k: round(v, 4) for k, v in res.items()}, flush=True)
+    models = []
+    if not args.skip_models:
+        for name in ("bfloat16", "tf32"):
+            for label, M, N, K, case in MODEL_SHAPES:
+                res = bench_case(max(10, args.repeats // 2), name, M, N, K, case, impls=("wgmma",))
+                models.append((name, label, M, N, K, case, res))
+                print(name, label, {k: round(v, 4) for k, v in res.items()}, flush=True)
     linear = [] if args.skip_linear else bench_linear(args.repeats)
 
     geo = lambda v: math.exp(sum(math.log(t) for t in v) / len(v))
+    tflop = 2.0 * n ** 3 / 1e9
     lines = [
-        "# minidl tensor-core GEMM vs cuBLAS (TF32, float16, bfloat16), and Linear layers in TF32",
+        "# minidl tensor-core GEMMs (wgmma, mma.sync) vs cuBLAS: bfloat16, float16, TF32",
         "",
         f"date {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit {git_commit(args.commit)}, device {device}, "
-        f"CuPy {cupy.__version__}, torch {torch.__version__}; median of {args.repeats} CUDA-event timings after "
-        "warm-up, same process, same arrays. Command: `python3 benchmarks/bench_gpu_gemm_tc.py`. Our kernel: "
-        f"128 x 128 tiles, k step {gemm_launcher.TC_BK_BYTES} bytes.",
+        f"CuPy {cupy.__version__}, torch {torch.__version__}; median of {args.repeats} CUDA-event timings (GPU "
+        "time) after warm-up, same process, same arrays. Command: `python3 benchmarks/bench_gpu_gemm_tc.py`. "
+        "wgmma: kernels/gemm_wgmma.cu (TMA loads, the path \"auto\" takes on this GPU); mma.sync: "
+        "kernels/gemm_tc.cu; cuBLAS through torch.matmul (TF32: allow_tf32 = True). TF32 wgmma reads K-major "
+        "operands only, so its NN, TN and TT times include transposing B and/or A first.",
         "",
-        "## GEMM 4096^3, TF32 (ours math=\"tf32\"; torch.matmul with allow_tf32 = True), GPU time",
+        "## GEMM 4096^3",
         "",
-        "| op(A) op(B) | ours (ms) | cuBLAS (ms) | ours TFLOP/s | cuBLAS TFLOP/s | ours / cuBLAS | "
-        "ours rel. error | cuBLAS rel. error |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| dtype | op(A) op(B) | wgmma (ms) | mma.sync (ms) | cuBLAS (ms) | wgmma TFLOP/s | cuBLAS TFLOP/s | "
+        "wgmma / cuBLAS time | wgmma % of cuBLAS TFLOP/s | wgmma rel. error | cuBLAS rel. error |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for case, ours, theirs, gflop, e_ours, e_theirs in tf32:
-        lines.append(f"| {case} | {ours:.3f} | {theirs:.3f} | {gflop / ours:.1f} | {gflop / theirs:.1f} | "
-                     f"{ours / theirs:.2f} | {e_ours:.1e} | {e_theirs:.1e} |")
-    lines += ["", f"Geometric mean of the ratios: {geo([r[1] / r[2] for r in tf32]):.2f}.", "",
-              "## GEMM 4096^3, float16 / bfloat16 (fp32 accumulation both sides), GPU time", "",
-              "| dtype | op(A) op(B) | ours (ms) | cuBLAS (ms) | ours TFLOP/s | cuBLAS TFLOP/s | ours / cuBLAS | "
-              "ours rel. error | cuBLAS rel. error |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for dtype, (case, ours, theirs, gflop, e_ours, e_theirs) in half:
-        lines.append(f"| {dtype} | {case} | {ours:.3f} | {theirs:.3f} | {gflop / ours:.1f} | {gflop / theirs:.1f} | "
-                     f"{ours / theirs:.2f} | {e_ours:.1e} | {e_theirs:.1e} |")
-    for dtype in ("float16", "bfloat16"):
-        ratios = [r[1] / r[2] for d, r in half if d == dtype]
-        lines.append(f"\nGeometric mean of the {dtype} ratios: {geo(ratios):.2f}.")
-    lines += ["", "## Our kernel's pipeline k step at 4096^3 NN (GPU time)", "",
-              "| math | k step (bytes) x stages | ms | TFLOP/s |", "| --- | --- | ---: | ---: |"]
-    for name, bk, t, tflops in variants:
-        lines.append(f"| {name} | {bk} x {4 if bk == 64 else 3} | {t:.3f} | {tflops:.1f} |")
+    for name, case, r in square:
+        lines.append(f"| {name} | {case} | {r['wgmma']:.3f} | {r['mma_sync']:.3f} | {r['cublas']:.3f} | "
+                     f"{tflop / r['wgmma']:.0f} | {tflop / r['cublas']:.0f} | {r['wgmma'] / r['cublas']:.2f} | "
+                     f"{100 * r['cublas'] / r['wgmma']:.0f}% | {r['err_wgmma']:.1e} | {r['err_cublas']:.1e} |")
+    for name in ("bfloat16", "float16", "tf32"):
+        ratios = [r["wgmma"] / r["cublas"] for d, _, r in square if d == name]
+        mma = [r["mma_sync"] / r["cublas"] for d, _, r in square if d == name]
+        lines.append(f"\n{name}: geometric mean of wgmma / cuBLAS time {geo(ratios):.2f} "
+                     f"({100 / geo(ratios):.0f}% of cuBLAS's rate); mma.sync / cuBLAS {geo(mma):.2f}.")
+    if models:
+        lines += ["", "## The tutorial models' GEMMs (GPU time; target: >= 75% of cuBLAS's rate)", "",
+                  "| dtype | product | M x N x K | op | wgmma (ms) | cuBLAS (ms) | wgmma % of cuBLAS rate | "
+                  "wgmma rel. error | cuBLAS rel. error |",
+                  "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for name, label, M, N, K, case, r in models:
+            lines.append(f"| {name} | {label} | {M} x {N} x {K} | {case} | {r['wgmma']:.3f} | {r['cublas']:.3f} | "
+                         f"{100 * r['cublas'] / r['wgmma']:.0f}% | {r['err_wgmma']:.1e} | {r['err_cublas']:.1e} |")
+        for name in ("bfloat16", "tf32"):
+            ratios = [r["cublas"] / r["wgmma"] for d, *_, r in models if d == name]
+            lines.append(f"\n{name}: geometric mean {100 * geo(ratios):.0f}% of cuBLAS's rate, lowest "
+                         f"{100 * min(ratios):.0f}%.")
     if linear:
         lines += ["", "## Linear layer forward + backward, TF32 both sides (host-inclusive: Python, launches, GPU)", "",
                   "| layer | minidl TF32 (ms) | torch.nn.Linear TF32 (ms) | minidl / torch | minidl fp32 SGEMM (ms) |",

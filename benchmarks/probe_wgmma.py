@@ -25,6 +25,13 @@ def tf32_round(x):
     return bits.astype(np.uint32).view(np.float32)
 
 
+def tf32_round_even(x):
+    """float32 -> TF32 by round to nearest, ties to even."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000
+    return bits.astype(np.uint32).view(np.float32)
+
+
 def tf32_trunc(x):
     bits = np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
     return bits.view(np.float32)
@@ -99,7 +106,7 @@ def main():
                             print("   EXC", type(exc).__name__, str(exc)[:300], flush=True)
                         extra = ""
                         if kind == "tf32" and got is not None:
-                            for name, f in (("rna", tf32_round), ("trunc", tf32_trunc)):
+                            for name, f in (("rna", tf32_round), ("rne", tf32_round_even), ("trunc", tf32_trunc)):
                                 ra = f(a).astype(np.float64)
                                 rb = f(b).astype(np.float64)
                                 e = (ra.T if trans_a else ra) @ (rb.T if trans_b else rb)
@@ -161,6 +168,16 @@ def main():
                   f"{res['mma_sync']:.3f}  cuBLAS {res['cublas']:.3f} ({tflop / res['cublas']:.0f})  "
                   f"wgmma/cuBLAS {res['wgmma'] / res['cublas']:.2f}", flush=True)
         del ta, tb, a, b, out, tout
+    # the 16-bit epilogue: 16-byte stores after a quad exchange, against pair stores
+    set_tensor_core_gemm("wgmma")
+    ta = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    a = cupy.from_dlpack(ta.view(torch.int16)).view(cupy.dtype(kinds["bf16"]))
+    out = cupy.empty((n, n), dtype=a.dtype)
+    for flag in (True, False, True, False):
+        gw.EPILOGUE_16BYTE = flag
+        t = time_ms(lambda: gemm(a, a, out=out, math="tf32"), 30)
+        print(f"bf16 NN epilogue 16-byte={flag}: {t:.4f} ms ({2.0 * n ** 3 / 1e9 / t:.0f} TFLOP/s)", flush=True)
+    gw.EPILOGUE_16BYTE = True
     set_tensor_core_gemm("auto")
     print("tf32 TMA map type:", _common.tf32_tma_type)
     return 1 if failures else 0

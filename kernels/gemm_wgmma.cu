@@ -73,7 +73,9 @@
 //    multiples of 16 bytes.
 //
 // 7. Epilogue: C[b*stride_c + m*ldc_row + n*ldc_col] = alpha * acc + beta * C (C not read when beta == 0),
-//    converted to C's type; pairs of adjacent columns in one store when C is row-major (vec_c).
+//    converted to C's type; pairs of adjacent columns in one store when C is row-major (vec_c = 1). For
+//    16-bit C with 16-byte aligned rows and beta = 0 (vec_c = 2), the 4 threads of a row first exchange
+//    their packed pairs with shuffles so that each stores 8 adjacent elements at once (store_tile_16byte).
 //
 // Grid: min(tiles, SMs) blocks of 384 threads (warpgroup 0 the producer, 1-2 the consumers). Dynamic
 // shared memory: STAGES * (A + B tile) + 1024 (alignment of the 1024-byte swizzle atoms) + barriers.
@@ -212,6 +214,66 @@ __device__ __forceinline__ void tile_origin(int tile, int tiles_m, int tiles_n, 
     n0 = ((r % per_group) / group_rows) * bn;
 }
 
+// The 16-bit epilogue's fast path (row-major C, rows 16-byte aligned, beta = 0): 16-byte stores. A quad
+// (the 4 threads t = 0..3 of row g) holds 4 adjacent 8-column blocks as 2-element pairs; rounded and
+// packed two to a register, a 4 x 4 exchange of registers inside the quad (three shuffles) gives thread
+// t the whole block 4i + t: 8 adjacent elements, one 16-byte store. A warp's store then covers 64
+// contiguous bytes in each of its 8 rows instead of 16 (a quarter of the store instructions and sectors).
+template <int KIND>
+__device__ __forceinline__ unsigned pack_pair(float v0, float v1)
+{
+    unsigned packed;
+    if constexpr (KIND == KIND_F16)
+        asm("cvt.rn.f16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(v0), "f"(v1));  // v0 in the low half
+    else
+        asm("cvt.rn.bf16x2.f32 %0, %2, %1;\n" : "=r"(packed) : "f"(v0), "f"(v1));
+    return packed;
+}
+
+__device__ __forceinline__ unsigned pick4(const unsigned (&v)[4], int i)
+{
+    return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3];
+}
+
+template <int KIND, int BN>
+__device__ __forceinline__ void store_tile_16byte(const float (&acc)[BN / 2], unsigned short* C, int M, int N,
+                                                  long long ldc_row, int row0, int n0, int t, float alpha)
+{
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int m = row0 + h * 8;
+#pragma unroll
+        for (int i = 0; i < BN / 32; ++i) {
+            unsigned v[4], w[4];
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                const int j = 4 * i + jj;
+                v[jj] = pack_pair<KIND>(alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+            }
+            // w[u] = thread u's pair of block 4i + t (every lane takes part: the shuffles need the whole warp)
+            const unsigned own = pick4(v, t);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) w[u] = own;   // w[t] stays; the others are replaced below
+#pragma unroll
+            for (int k = 1; k < 4; ++k) {
+                const int p = t ^ k;
+                const unsigned got = __shfl_xor_sync(0xffffffffu, pick4(v, p), k);
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (u == p) w[u] = got;
+            }
+            const int n = n0 + 8 * (4 * i + t);
+            if (m >= M || n >= N) continue;
+            unsigned short* dst = C + m * ldc_row + n;
+            if (n + 7 < N) {
+                *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+            } else {
+                for (int e = 0; e < N - n; ++e) dst[e] = (unsigned short)(pick4(w, e >> 1) >> (16 * (e & 1)));
+            }
+        }
+    }
+}
+
 }  // namespace minidl_wgmma
 
 // A_BATCHED/B_BATCHED (runtime): 1 when the operand has a matrix per batch entry, 0 when one matrix is
@@ -334,6 +396,12 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
         // Epilogue (section 3's layout): rows g and g + 8 of this warp's 16, columns 8j + 2t, 8j + 2t + 1.
         T* Cb = C + b * stride_c;
         const int g = lane >> 2, t = lane & 3;
+        if constexpr (KIND != KIND_TF32) {
+            if (vec_c == 2 && beta == 0.0f) {
+                store_tile_16byte<KIND, BN>(acc, Cb, M, N, ldc_row, m0 + c * 64 + warp * 16 + g, n0, t, alpha);
+                continue;
+            }
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int m = m0 + c * 64 + warp * 16 + g + h * 8;
@@ -359,6 +427,29 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
                 }
             }
         }
+    }
+}
+
+// TF32 wgmma reads K-major operands only: an operand stored the other way is first copied transposed by
+// this helper, out[b][r][c] = in[b][c][r] for r < rows, c < cols (in: cols x rows with leading dimension
+// ld_in; out: rows x cols with leading dimension ld_out, a multiple of 4 so that TMA may read it). A 32 x 32
+// tile goes through shared memory (one padding column: no bank conflicts), so that both the reads and
+// the writes are coalesced. Grid: (ceil(rows / 32), ceil(cols / 32), batch); block: 32 x 8 threads.
+__global__ void gemm_wgmma_transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols,
+                                     long long ld_in, long long ld_out, long long stride_in, long long stride_out)
+{
+    __shared__ float tile[32][33];
+    in += blockIdx.z * stride_in;
+    out += blockIdx.z * stride_out;
+    const int r0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) {  // read rows c0 + i of `in`, 32 consecutive r
+        const int c = c0 + i, r = r0 + threadIdx.x;
+        tile[i][threadIdx.x] = (c < cols && r < rows) ? in[c * ld_in + r] : 0.0f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {  // write rows r0 + i of `out`, 32 consecutive c
+        const int r = r0 + i, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) out[r * ld_out + c] = tile[threadIdx.x][i];
     }
 }
 

@@ -5,8 +5,10 @@ awkward sizes (odd, prime, not multiples of the tile, K = 1, M or N = 1), aligne
 unaligned (element-wise) loads, partially valid 16-byte chunks, batched and broadcast operands,
 alpha/beta, a strided (transposed) C. Outputs are poisoned with NaN before the kernel writes them.
 Tolerances (relative Frobenius error against float64 products of the very values stored):
-TF32 5e-3 against the exact product; 1e-5 against the CPU's TF32 emulation (same rounding, so only
-the order of the fp32 sums differs: a kernel that truncated instead of rounding fails this);
+TF32 5e-3 against the exact product; 1e-4 against the CPU's TF32 emulation (rounding to nearest: only
+the order of the fp32 sums differs, and on Hopper how ties round: the wgmma kernel's operands are rounded
+by the copy engine (TMA's tfloat32 type) with ties to even, ~1e-5 away from the emulation's ties-away on
+long sums; a kernel that truncated instead of rounding is ~9e-4 away and fails this);
 float16 2e-3 and bfloat16 1e-2 (fp32 accumulation, one rounding of the result).
 """
 import ml_dtypes
@@ -66,7 +68,7 @@ def _check(kind, got, want, a=None, b=None, trans_a=False, trans_b=False, alpha=
     assert rel_err(got.astype(np.float64), want) <= tol
     if kind == "tf32" and a is not None:
         emulated = gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, math="tf32")
-        assert rel_err(got, emulated.astype(np.float64)) <= 1e-5
+        assert rel_err(got, emulated.astype(np.float64)) <= 1e-4
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -38,6 +38,7 @@ HELPER_KERNELS = {
     "convolution_fft_products": "the per-frequency products of the FFT convolution (np.einsum inside "
                                 "convolution_forward_fft & co.); the transforms are cuFFT's",
     "gemm_splitk_reduce": "sums the split-K partial products of a GEMM",
+    "gemm_wgmma_transpose": "copies a float32 operand transposed (K-major) for TF32 wgmma: data movement",
     "batch_norm_stats_planes": "pass 1 of batch_norm_forward_training (partial sums, channel planes)",
     "batch_norm_stats_rows": "pass 1 of batch_norm_forward_training (partial sums, channels-last rows)",
     "batch_norm_finalize_stats": "mean, invstd and running statistics from the partial sums",

@@ -1,14 +1,17 @@
 """CuPy launcher of kernels/gemm_wgmma.cu: the Hopper (sm_90) tensor-core GEMM, wgmma fed by TMA.
 
 gemm_tc in gemm.py calls `gemm_wgmma` first on an H100/H200; it returns False when this kernel does not
-take the problem (another GPU, misaligned operands: see `unsupported_reason`), and gemm_tc then runs the
-mma.sync kernel (kernels/gemm_tc.cu). minidl.primitives.set_tensor_core_gemm("mma_sync") forces the
+take the problem (another GPU: see `unsupported_reason`), and gemm_tc then runs the mma.sync kernel
+(kernels/gemm_tc.cu). minidl.primitives.set_tensor_core_gemm("mma_sync") forces the
 latter, "wgmma" makes a refusal an error (tests and benchmarks use both).
 
 What the launcher does per call: picks the tile width (BN 256, 128 or 64: the widest that still gives
 every SM a tile), builds the two TMA tensor maps (tma.py; cached), and launches one persistent block per
 SM (at most one per tile). TF32 wgmma reads K-major operands only (A stored (M, K), B stored (N, K)); an
 operand stored the other way is first copied transposed (one pass over it, counted in the benchmarks).
+TMA reads rows that start on 16-byte boundaries only; an operand whose start, leading dimension or batch
+stride breaks that (a 650-wide bfloat16 matrix, say) is first copied into padded rows: one pass over a
+matrix, against a kernel twice as fast as mma.sync.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ SLAB = 64               # columns of an M/N-major TMA box
 SMEM_BUDGET = 196608    # SMEM_BUDGET of the kernel: bytes of pipeline stages
 THREADS = 384           # one producer and two consumer warpgroups
 TILE_WIDTHS = (256, 128, 64)
+EPILOGUE_16BYTE = True  # the 16-bit epilogue's 16-byte stores (False: pair stores; kept to measure the difference)
 _kernels: dict = {}
 
 
@@ -69,21 +73,20 @@ def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool):
     return kernel
 
 
-def unsupported_reason(dtype, trans_a, trans_b, pointers, lds, strides, batch) -> str | None:
-    """Why this kernel cannot take the problem (None: it can). TMA reads 16-byte aligned rows only."""
+def unsupported_reason(dtype, trans_a, trans_b, batch) -> str | None:
+    """Why this kernel cannot take the problem (None: it can)."""
     if dtype.name not in KINDS:
         return f"{dtype} data (the kernel takes float32 as TF32, float16, bfloat16)"
     if not device_has_wgmma(cupy.cuda.runtime.getDevice()):
         return "this GPU has no wgmma (compute capability 9.0 only: H100, H200)"
-    size = dtype.itemsize
-    for name, ptr, ld, stride in zip("AB", pointers, lds, strides):
-        if ptr % 16:
-            return f"{name} does not start on a 16-byte boundary"
-        if (ld * size) % 16:
-            return f"{name}'s leading dimension ({ld} elements) is not a multiple of 16 bytes"
-        if batch > 1 and (stride * size) % 16:
-            return f"{name}'s batch stride ({stride} elements) is not a multiple of 16 bytes"
+    if batch > 65535 and (dtype.name == "float32" and (trans_a or not trans_b)):
+        return "a TF32 operand to transpose in a batch of more than 65535 (the transpose's grid)"
     return None
+
+
+def tma_readable(ptr: int, ld: int, stride: int, batch: int, itemsize: int) -> bool:
+    """TMA's rules for an operand: 16-byte aligned start, rows and batch entries 16 bytes apart."""
+    return ptr % 16 == 0 and (ld * itemsize) % 16 == 0 and (batch == 1 or stride == 0 or (stride * itemsize) % 16 == 0)
 
 
 def _view(ptr: int, shape, strides, dtype):
@@ -95,18 +98,34 @@ def _view(ptr: int, shape, strides, dtype):
                         strides=tuple(s * itemsize for s in strides))
 
 
-def _k_major_copy(ptr, rows, k, ld, stride, batch, dtype):
-    """The operand stored (K, rows) [per batch entry] copied to (rows, K) row-major, what TF32 wgmma reads;
-    its rows padded to a multiple of 16 bytes (TMA's rule; the padding is never read: the map's extent
-    is K). Returns (copy, pointer, leading dimension, batch stride)."""
-    shape, strides = (k, rows), (ld, 1)
-    if batch > 1:
+def _padded_copy(ptr, rows, cols, ld, stride, batch, itemsize):
+    """An operand TMA cannot read (misaligned start, rows or batch entries) copied into rows padded to a
+    multiple of 16 bytes (the padding is never read: the map's extent is `cols`). Copied as raw bits
+    (uint16 / uint32), so any 16- or 32-bit type goes through CuPy's plain copy.
+    Returns (copy, pointer, leading dimension, batch stride)."""
+    bits = np.uint16 if itemsize == 2 else np.uint32
+    batched = batch > 1 and stride != 0          # a broadcast operand (stride 0) is one matrix: copy it once
+    shape, strides = (rows, cols), (ld, 1)
+    if batched:
         shape, strides = (batch,) + shape, (stride,) + strides
-    src = _view(ptr, shape, strides, dtype)
+    ld_out = -(-cols // (16 // itemsize)) * (16 // itemsize)
+    out = cupy.empty(shape[:-1] + (ld_out,), dtype=bits)
+    out[..., :cols] = _view(ptr, shape, strides, bits)
+    return out, out.data.ptr, ld_out, (rows * ld_out if batched else 0)
+
+
+def _k_major_copy(ptr, rows, k, ld, stride, batch, dtype):
+    """The operand stored (K, rows) [per batch entry] copied to (rows, K) row-major, what TF32 wgmma reads
+    (kernel gemm_wgmma_transpose); its rows padded to a multiple of 16 bytes (TMA's rule; the padding is
+    never read: the map's extent is K). Returns (copy, pointer, leading dimension, batch stride)."""
     ld_out = -(-k // 4) * 4
-    out = cupy.empty(shape[:-2] + (rows, ld_out), dtype=dtype)
-    out[..., :k] = src.swapaxes(-1, -2)
-    return out, out.data.ptr, ld_out, (rows * ld_out if batch > 1 else 0)
+    count = batch if batch > 1 and stride != 0 else 1   # a broadcast operand (stride 0): one matrix
+    out = cupy.empty((count, rows, ld_out) if count > 1 else (rows, ld_out), dtype=np.float32)
+    kernel = get_kernel("gemm_wgmma", "gemm_wgmma_transpose")
+    i32, i64 = np.int32, np.int64
+    kernel((math.ceil(rows / 32), math.ceil(k / 32), count), (32, 8),
+           (np.uint64(ptr), out, i32(rows), i32(k), i64(ld), i64(ld_out), i64(stride), i64(rows * ld_out)))
+    return out, out.data.ptr, ld_out, (rows * ld_out if count > 1 else 0)
 
 
 def _operand_map(dtype_name, ptr, k_major, rows, K, ld, stride, batched, box_rows, bk):
@@ -128,22 +147,28 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     if choice == "mma_sync":
         return False
     dtype = np.dtype(dtype)
-    reason = unsupported_reason(dtype, trans_a, trans_b, (a_ptr, b_ptr), (lda, ldb), (stride_a, stride_b), batch)
+    reason = unsupported_reason(dtype, trans_a, trans_b, batch)
     if reason is not None:
         if choice == "wgmma":
             raise RuntimeError(f"gemm: set_tensor_core_gemm('wgmma') asked for the wgmma kernel, but {reason}")
         return False
     kind = KINDS[dtype.name]
-    if kind == KINDS["float32"]:   # TF32 wgmma: both operands K-major
-        keep = []
-        if trans_a:
-            a, a_ptr, lda, stride_a = _k_major_copy(a_ptr, M, K, lda, stride_a, batch, dtype)
-            keep.append(a)
-            trans_a = False
-        if not trans_b:
-            b, b_ptr, ldb, stride_b = _k_major_copy(b_ptr, N, K, ldb, stride_b, batch, dtype)
-            keep.append(b)
-            trans_b = True
+    keep = []   # copies made here live until the launch is queued (the pool reuses them in stream order)
+    if kind == KINDS["float32"] and trans_a:     # TF32 wgmma: both operands K-major
+        a, a_ptr, lda, stride_a = _k_major_copy(a_ptr, M, K, lda, stride_a, batch, dtype)
+        keep.append(a)
+        trans_a = False
+    if kind == KINDS["float32"] and not trans_b:
+        b, b_ptr, ldb, stride_b = _k_major_copy(b_ptr, N, K, ldb, stride_b, batch, dtype)
+        keep.append(b)
+        trans_b = True
+    size = dtype.itemsize
+    if not tma_readable(a_ptr, lda, stride_a, batch, size):
+        a, a_ptr, lda, stride_a = _padded_copy(a_ptr, *((K, M) if trans_a else (M, K)), lda, stride_a, batch, size)
+        keep.append(a)
+    if not tma_readable(b_ptr, ldb, stride_b, batch, size):
+        b, b_ptr, ldb, stride_b = _padded_copy(b_ptr, *((N, K) if trans_b else (K, N)), ldb, stride_b, batch, size)
+        keep.append(b)
     bn = tile_width(M, N, batch)
     bk = ROW_BYTES // dtype.itemsize
     map_type = tma_data_type(dtype)
@@ -151,8 +176,13 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     b_batch = batch if batch > 1 and stride_b != 0 else 1
     map_a = _operand_map(map_type, a_ptr, not trans_a, M, K, lda, stride_a, a_batch, BM, bk)
     map_b = _operand_map(map_type, b_ptr, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
-    vec_c = np.int32(ldc_col == 1 and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
-                     and (batch == 1 or stride_c % 2 == 0))
+    # C's stores: 2 = 16-byte stores of 8 adjacent 16-bit elements (rows 16-byte aligned), 1 = pairs, 0 = one by one
+    row_major = ldc_col == 1
+    if EPILOGUE_16BYTE and row_major and dtype.itemsize == 2 and ldc_row % 8 == 0 and c_ptr % 16 == 0 and (batch == 1 or stride_c % 8 == 0):
+        vec_c = np.int32(2)
+    else:
+        vec_c = np.int32(row_major and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
+                         and (batch == 1 or stride_c % 2 == 0))
     tiles = math.ceil(M / BM) * math.ceil(N / bn) * batch
     kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b))
     i32, i64 = np.int32, np.int64

@@ -1,0 +1,143 @@
+"""The Hopper GEMM (kernels/gemm_wgmma.cu: wgmma fed by TMA) against float64 references, on an sm_90 GPU.
+
+Forced with set_tensor_core_gemm("wgmma"), so a problem the kernel declined would fail here instead of
+passing on the mma.sync kernel. Every kind (TF32, float16, bfloat16) x transpose x tile width (64, 128,
+256), on sizes that are not multiples of the tiles (partial tiles in m, n and k) but whose leading
+dimensions are multiples of 16 bytes (TMA's rule); batched, broadcast, alpha/beta, a strided C; the
+quiet fall-back to mma.sync under "auto" for what TMA cannot read; a CUDA-graph capture. Outputs are
+poisoned with NaN first. Tolerances as tests/gpu/test_gemm_tc_gpu.py.
+"""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from minidl.primitives.gemm import gemm, set_tensor_core_gemm
+from tests.conftest import rel_err
+from tests.gpu.test_gemm_tc_gpu import KINDS, _gpu, _host, _nan_like, _ref, _stored
+
+pytestmark = pytest.mark.gpu
+
+SIZES = [(136, 296, 72), (64, 64, 64), (8, 200, 40), (296, 8, 40), (1000, 704, 520), (256, 264, 1032)]
+
+
+@pytest.fixture(autouse=True)
+def _wgmma_only():
+    cupy = pytest.importorskip("cupy")
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("wgmma needs compute capability 9.0 (H100 / H200)")
+    set_tensor_core_gemm("wgmma")
+    yield
+    set_tensor_core_gemm("auto")
+
+
+@pytest.fixture
+def tile_width(monkeypatch):
+    from minidl.primitives.cuda import gemm_wgmma
+
+    def force(bn):
+        monkeypatch.setattr(gemm_wgmma, "TILE_WIDTHS", (bn,))
+    return force
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("bn", [64, 128, 256])
+def test_wgmma_matches_float64(kind, trans_a, trans_b, bn, tile_width):
+    tile_width(bn)
+    dtype, tol = KINDS[kind]
+    for M, N, K in SIZES:
+        rng = np.random.default_rng(M + 7 * N + 13 * K + bn)
+        a, b = _stored(rng, M, K, trans_a, dtype), _stored(rng, K, N, trans_b, dtype)
+        out = _nan_like((M, N), dtype)
+        gemm(_gpu(a), _gpu(b), trans_a=trans_a, trans_b=trans_b, out=out, math="tf32")
+        got = _host(out)
+        assert got.dtype == np.dtype(dtype)
+        assert rel_err(got.astype(np.float64), _ref(a, b, trans_a, trans_b)) <= tol, (M, N, K)
+        if kind == "tf32":  # rounded to nearest (ties to even), as the CPU's emulation (ties away)
+            emulated = gemm(a, b, trans_a=trans_a, trans_b=trans_b, math="tf32")
+            assert rel_err(got, emulated.astype(np.float64)) <= 1e-4, (M, N, K)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_wgmma_batched_broadcast_alpha_beta(kind):
+    dtype, tol = KINDS[kind]
+    rng = np.random.default_rng(11)
+    batch, M, N, K = 5, 200, 136, 72
+    for a_shape, b_shape in (((batch, M, K), (K, N)), ((M, K), (batch, K, N)), ((batch, M, K), (batch, K, N))):
+        a = rng.standard_normal(a_shape).astype(np.float32).astype(dtype)
+        b = rng.standard_normal(b_shape).astype(np.float32).astype(dtype)
+        c0 = rng.standard_normal((batch, M, N)).astype(np.float32).astype(dtype)
+        out = _gpu(c0)
+        gemm(_gpu(a), _gpu(b), out=out, alpha=0.5, beta=2.0, math="tf32")
+        want = 0.5 * np.matmul(a.astype(np.float64), b.astype(np.float64)) + 2.0 * c0.astype(np.float64)
+        assert rel_err(_host(out).astype(np.float64), want) <= tol, (a_shape, b_shape)
+
+
+def test_wgmma_strided_output():
+    """C written through (row, column) strides: here stored transposed, as strided_gemm allows."""
+    import cupy
+
+    from minidl.primitives.cuda.gemm import strided_gemm
+
+    rng = np.random.default_rng(12)
+    M, N, K = 200, 72, 136
+    a, b = _stored(rng, M, K, False, np.float16), _stored(rng, K, N, False, np.float16)
+    ct = cupy.full((N, M), np.nan, dtype=cupy.float16)
+    strided_gemm(M, N, K, _gpu(a), K, _gpu(b), N, ct, math="tf32", ldc_row=1, ldc_col=M)
+    assert rel_err(cupy.asnumpy(ct).T.astype(np.float64), _ref(a, b, False, False)) <= 2e-3
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_wgmma_copes_with_what_tma_cannot_read(kind):
+    """Leading dimensions and batch strides that are not multiples of 16 bytes, a misaligned start (a
+    view one element in): the launcher copies such operands into padded rows, and the product is right."""
+    dtype, tol = KINDS[kind]
+    rng = np.random.default_rng(13)
+    for (M, N, K) in ((64, 40, 77), (65, 10, 650), (3, 130, 33)):
+        a, b = _stored(rng, M, K, False, dtype), _stored(rng, K, N, True, dtype)
+        got = _host(gemm(_gpu(a), _gpu(b), trans_b=True, math="tf32"))
+        assert rel_err(got.astype(np.float64), _ref(a, b, False, True)) <= tol, (M, N, K)
+    a, b = _stored(rng, 3, 65, False, dtype, batch=4), _stored(rng, 65, 33, False, dtype, batch=4)
+    got = _host(gemm(_gpu(a), _gpu(b), math="tf32"))
+    assert rel_err(got.astype(np.float64), _ref(a, b, False, False)) <= tol
+    big = _gpu(_stored(rng, 1, 64 * 72 + 1, False, dtype))
+    a_view = big[0, 1:].reshape(64, 72)          # starts one element past an allocation's (aligned) start
+    b = _stored(rng, 72, 48, False, dtype)
+    got = _host(gemm(a_view, _gpu(b), math="tf32"))
+    assert rel_err(got.astype(np.float64), _ref(_host(a_view), b, False, False)) <= tol
+
+
+def test_wgmma_and_mma_sync_agree():
+    """The two tensor-core kernels compute the same bfloat16 product (both accumulate in fp32)."""
+    rng = np.random.default_rng(14)
+    a, b = _stored(rng, 384, 512, True, ml_dtypes.bfloat16), _stored(rng, 512, 320, False, ml_dtypes.bfloat16)
+    got = _host(gemm(_gpu(a), _gpu(b), trans_a=True, math="tf32")).astype(np.float64)
+    set_tensor_core_gemm("mma_sync")
+    other = _host(gemm(_gpu(a), _gpu(b), trans_a=True, math="tf32")).astype(np.float64)
+    assert rel_err(got, other) <= 1e-2
+    assert rel_err(got, _ref(a, b, True, False)) <= 1e-2
+
+
+def test_wgmma_in_a_cuda_graph():
+    """Captured once and replayed on new inputs: the tensor maps are kernel parameters, so the graph
+    keeps them; the TF32 transpose's scratch is allocated inside the capture."""
+    import cupy
+
+    rng = np.random.default_rng(15)
+    for dtype, trans_b in ((np.float16, False), (np.float32, False)):
+        a = _gpu(_stored(rng, 256, 128, False, dtype))
+        b = _gpu(_stored(rng, 128, 192, trans_b, dtype))
+        out = cupy.full((256, 192), np.nan, dtype=dtype)
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            gemm(a, b, trans_b=trans_b, out=out, math="tf32")   # warm-up: compiles, builds the maps
+            stream.begin_capture()
+            gemm(a, b, trans_b=trans_b, out=out, math="tf32")
+            graph = stream.end_capture()
+            new_a = _stored(rng, 256, 128, False, dtype)
+            a[...] = _gpu(new_a)
+            out.fill(np.nan)
+            graph.launch(stream)
+            stream.synchronize()
+        want = _ref(new_a, cupy.asnumpy(b), False, trans_b)
+        assert rel_err(cupy.asnumpy(out).astype(np.float64), want) <= KINDS["f16" if dtype == np.float16 else "tf32"][1]
