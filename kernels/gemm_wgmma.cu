@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
 // ld_in; out: rows x cols with leading dimension ld_out, a multiple of 4 so that TMA may read it). A 32 x 32
 // tile goes through shared memory (one padding column: no bank conflicts), so that both the reads and
 // the writes are coalesced. Grid: (ceil(rows / 32), ceil(cols / 32), batch); block: 32 x 8 threads.
-__global__ void gemm_wgmma_transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols,
+extern "C" __global__ void gemm_wgmma_transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols,
                                      long long ld_in, long long ld_out, long long stride_in, long long stride_out)
 {
     __shared__ float tile[32][33];
