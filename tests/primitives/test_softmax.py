@@ -56,7 +56,13 @@ def test_random_shapes(shape, axis_seed, algorithm, seed):
     dx = softmax_backward(y, dy, axis=axis, algorithm=algorithm)
     y_ref, dx_ref = torch_reference(x, dy, axis, algorithm)
     assert rel_err(y, y_ref) <= 1e-12
-    assert rel_err(dx, dx_ref) <= 1e-12
+    # The backward is dy - y * sum(dy) (log: dy - exp(y) * sum(dy)): when those terms nearly cancel, dx is
+    # small and its relative error large, for any correct float64 implementation. So the bound is on the
+    # error against the size of the terms: ||dy|| (1 + n) bounds them (|sum(dy)| <= sqrt(n) ||dy||, and
+    # the probabilities are <= 1), a few hundred ulps of float64 (n terms summed in each row).
+    n = shape[axis]
+    scale = np.linalg.norm(dy) * (1 + n)
+    assert np.all(np.isfinite(dx)) and np.linalg.norm(dx - dx_ref) <= 256 * np.finfo(np.float64).eps * scale
 
 
 def test_large_inputs_do_not_overflow():
