@@ -38,6 +38,15 @@ FFT_SHAPES = [
     ("7x7 N8 C128->128 28x28", 8, 128, 128, 28, 7, 3),
     ("11x11 N8 C64->64 128x128", 8, 64, 64, 128, 11, 5),
 ]
+# ResNet-9 (examples/train_cifar10.py, width 64, batch 512): its 3x3 stride-1 convolutions
+RESNET9_SHAPES = [
+    ("ResNet-9 prep 3x3 N512 C3->64 32x32", 512, 3, 64, 32, 3, 1, 1),
+    ("ResNet-9 layer1 3x3 N512 C64->128 32x32", 512, 64, 128, 32, 3, 1, 1),
+    ("ResNet-9 res1 3x3 N512 C128->128 16x16", 512, 128, 128, 16, 3, 1, 1),
+    ("ResNet-9 layer2 3x3 N512 C128->256 16x16", 512, 128, 256, 16, 3, 1, 1),
+    ("ResNet-9 layer3 3x3 N512 C256->512 8x8", 512, 256, 512, 8, 3, 1, 1),
+    ("ResNet-9 res3 3x3 N512 C512->512 4x4", 512, 512, 512, 4, 3, 1, 1),
+]
 FP32_ALGOS = ("implicit_precomp_gemm", "implicit_gemm", "im2col_gemm", "winograd")
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
 
@@ -94,7 +103,12 @@ def _cudnn(x, w, dy, stride, pad, channels_last, repeats):
     """(fwd ms, bwd ms) of cuDNN through torch on these arrays (NCHW views of NHWC data when channels_last)."""
     import torch
 
-    tx, tw, tdy = (torch.as_tensor(a, device="cuda") for a in (x, w, dy))
+    def as_torch(a):   # bfloat16 through its bits: torch does not read CuPy's bfloat16 typestr
+        if a.dtype.itemsize == 2 and a.dtype.name == "bfloat16":
+            return torch.as_tensor(a.view("int16"), device="cuda").view(torch.bfloat16)
+        return torch.as_tensor(a, device="cuda")
+
+    tx, tw, tdy = (as_torch(a) for a in (x, w, dy))
     if channels_last:  # our NHWC arrays -> torch's channels_last NCHW views (no copy)
         tx, tw, tdy = (t.permute(0, 3, 1, 2) for t in (tx, tw, tdy))
     else:
@@ -128,6 +142,10 @@ def bench_shape(shape, repeats):
     desc, x, w, dy = _arrays(N, C, K, HW, k, stride, pad, "NHWC", cupy.float16)
     r["fp16_nhwc"] = _ours(desc, x, w, dy, "NHWC", ("implicit_gemm_tc",), "fp32", repeats)
     r["cudnn_fp16_nhwc"] = _cudnn(x, w, dy, stride, pad, True, repeats)
+    # bf16, NHWC
+    desc, x, w, dy = _arrays(N, C, K, HW, k, stride, pad, "NHWC", np.dtype(__import__("ml_dtypes").bfloat16))
+    r["bf16_nhwc"] = _ours(desc, x, w, dy, "NHWC", ("implicit_gemm_tc",), "fp32", repeats)
+    r["cudnn_bf16_nhwc"] = _cudnn(x, w, dy, stride, pad, True, repeats)
     r["tflop_fwd"] = 2.0 * N * K * dy.shape[1] * dy.shape[2] * C * k * k / 1e12
     return r
 
@@ -165,6 +183,9 @@ def main():
     parser.add_argument("--commit", default=None)
     parser.add_argument("--skip-fft", action="store_true")
     parser.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES (default: all)")
+    parser.add_argument("--resnet9", action="store_true", help="also ResNet-9's layers (batch 512)")
+    parser.add_argument("--kernel", choices=("auto", "wgmma", "mma_sync"), default="auto",
+                        help="our tensor-core kernels (minidl.primitives.set_tensor_core_gemm)")
     args = parser.parse_args()
 
     import cupy
@@ -175,8 +196,13 @@ def main():
     device = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     device = device.decode() if isinstance(device, bytes) else device
 
+    from minidl.primitives import set_tensor_core_gemm
+
+    set_tensor_core_gemm(args.kernel)
     results = []
-    shapes = [SHAPES[i] for i in args.shapes] if args.shapes else SHAPES
+    shapes = [SHAPES[i] for i in args.shapes] if args.shapes is not None else SHAPES
+    if args.resnet9:
+        shapes = shapes + RESNET9_SHAPES
     for shape in shapes:
         try:
             r = bench_shape(shape, args.repeats)
@@ -189,7 +215,8 @@ def main():
               f"{sum(r['cudnn_tf32_nchw']):.3f} ms, NHWC {_total(r['tc_nhwc']):.3f} ({per_dir(r['tc_nhwc'])}) / "
               f"{sum(r['cudnn_tf32_nhwc']):.3f}, fp16 NHWC {_total(r['fp16_nhwc']):.3f} ({per_dir(r['fp16_nhwc'])}) / "
               f"{sum(r['cudnn_fp16_nhwc']):.3f} (cuDNN fwd / bwd {r['cudnn_fp16_nhwc'][0]:.3f} / "
-              f"{r['cudnn_fp16_nhwc'][1]:.3f})", flush=True)
+              f"{r['cudnn_fp16_nhwc'][1]:.3f}), bf16 NHWC {_total(r['bf16_nhwc']):.3f} "
+              f"({per_dir(r['bf16_nhwc'])}) / {sum(r['cudnn_bf16_nhwc']):.3f}", flush=True)
     fft_results = []
     if not args.skip_fft:
         for shape in FFT_SHAPES:
@@ -251,7 +278,19 @@ def main():
         lines.append(f"| {r['label']} | {_total(h):.3f} ({' / '.join(f'{h[d][0]:.3f}' for d in DIRECTIONS)}) | "
                      f"{sum(c):.3f} ({c[0]:.3f} / {c[1]:.3f}) | {_total(h) / sum(c):.2f} | "
                      f"{r['tflop_fwd'] / (h['forward'][0] / 1e3):.1f} |")
-    lines += ["", f"Geometric mean (ours fp16 / cuDNN fp16): {_geo(ratios['fp16']):.2f}.", ""]
+    lines += ["", f"Geometric mean (ours fp16 / cuDNN fp16): {_geo(ratios['fp16']):.2f}.", "",
+              "## bf16 (NHWC / channels_last, fp32 accumulation both), forward + backward, ms", "",
+              "| shape | ours bf16 NHWC (fwd / dgrad / wgrad) | cuDNN bf16 channels_last (fwd / bwd) | ratio |",
+              "| --- | --- | --- | ---: |"]
+    ratios["bf16"] = []
+    for r in results:
+        h, c = r["bf16_nhwc"], r["cudnn_bf16_nhwc"]
+        ratios["bf16"].append(_total(h) / sum(c))
+        lines.append(f"| {r['label']} | {_total(h):.3f} ({' / '.join(f'{h[d][0]:.3f}' for d in DIRECTIONS)}) | "
+                     f"{sum(c):.3f} ({c[0]:.3f} / {c[1]:.3f}) | {_total(h) / sum(c):.2f} |")
+    lines += ["", f"Geometric mean (ours bf16 / cuDNN bf16): {_geo(ratios['bf16']):.2f}; worst "
+              f"{max(ratios['bf16'], default=float('nan')):.2f}. Our kernels: set_tensor_core_gemm("
+              f"{args.kernel!r}).", ""]
     if fft_results:
         lines += [
             "## FFT convolution (stride 1, NCHW, float32): per direction, ms (fwd / dgrad / wgrad; total)",

@@ -100,8 +100,10 @@ def test_tensor_core_convolution_matches_float64(kind, direction, layout, proble
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
 def test_tf32_kernels_equal_the_cpu_tf32_emulation(direction):
-    """The GPU rounds operands exactly as the NumPy reference's TF32 emulation (cvt.rna), so the two
-    agree to fp32 summation-order error, far closer than either is to fp64 (about 1e-4)."""
+    """The GPU rounds operands to nearest as the NumPy reference's TF32 emulation does (the mma.sync kernels
+    with cvt.rna, ties away; on Hopper the wgmma kernels' copy engine, ties to even), so the two agree to
+    fp32 summation order and the odd tie, far closer than either is to fp64 (about 3e-4; truncating the
+    operands instead would be about 9e-4 from the emulation)."""
     import cupy
 
     desc, x, w, dy = _setup(PROBLEMS[0], "NHWC", seed=5)
@@ -110,7 +112,7 @@ def test_tf32_kernels_equal_the_cpu_tf32_emulation(direction):
     exact = _run(direction, "im2col_gemm", desc, x, w, dy, "NHWC")
     got = cupy.asnumpy(_run(direction, "implicit_gemm_tc", desc, cupy.asarray(x), cupy.asarray(w), cupy.asarray(dy),
                             "NHWC", math="tf32"))
-    assert rel_err(got, emulated) < 2e-5 < rel_err(got, exact)
+    assert rel_err(got, emulated) < 1e-4 < rel_err(got, exact)
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])

@@ -22,7 +22,8 @@ CPU = REPO / "minidl" / "primitives" / "cpu"
 
 # kernel file -> its launcher modules and its reference module (when the names differ from the file's)
 LAUNCHERS = {"gemm_tc": ("gemm",), "convolution_tc": ("convolution_tc", "convolution_fft")}
-REFERENCE = {"gemm_tc": "gemm", "gemm_wgmma": "gemm", "convolution_tc": "convolution"}
+REFERENCE = {"gemm_tc": "gemm", "gemm_wgmma": "gemm", "convolution_tc": "convolution",
+             "convolution_wgmma": "convolution"}
 
 # Kernels that compute a piece of a primitive, not a primitive: no reference of their own. Each says why.
 HELPER_KERNELS = {
@@ -69,6 +70,8 @@ VARIANTS = [
     (r"^gemm_(nn|nt|tn|tt)_bn\d+$", "gemm"),                                 # transposes, tile width
     (r"^gemm_tc$", "gemm"),                                                  # template: kind, tile, transposes
     (r"^gemm_wgmma$", "gemm"),                                               # Hopper's wgmma: kind, tile, transposes
+    (r"^convolution_(forward|backward_data|backward_filter)_wgmma$",
+     r"convolution_\1_implicit_gemm_tc"),                                    # implicit_gemm_tc on Hopper's wgmma
 ]
 
 
@@ -203,3 +206,20 @@ def test_convolution_launchers_are_per_algorithm_functions_named_as_the_referenc
             assert fn == f"convolution_{direction}_{algo}", (table, algo, fn)
             if algo in cpu[table]:
                 assert cpu[table][algo] == fn, (table, algo)
+
+
+def test_conv_shape_fields_agree():
+    """kernels/convolution_wgmma.cu's `struct ConvShape` and the launcher's SHAPE_FIELDS list the same int
+    fields in the same order (the launcher packs them into a NumPy record the kernel receives by value)."""
+    text = (KERNELS / "convolution_wgmma.cu").read_text()
+    body = re.search(r"struct ConvShape \{(.*?)\};", text, re.S).group(1)
+    kernel_fields = []
+    for line in body.splitlines():
+        decl = line.split("//")[0].strip()
+        if decl:
+            assert decl.startswith("int ") and decl.endswith(";"), decl
+            kernel_fields += [f.strip() for f in decl[4:-1].split(",")]
+    tree = ast.parse((CUDA / "convolution_wgmma.py").read_text())
+    launcher_fields = next(ast.literal_eval(node.value) for node in ast.walk(tree)
+                           if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SHAPE_FIELDS")
+    assert list(launcher_fields) == kernel_fields

@@ -22,6 +22,7 @@ import math
 import cupy
 import numpy as np
 
+from . import convolution_wgmma as _wgmma
 from ._compile import get_kernel
 from ._launch import grid_stride_blocks, sm_count
 from .handle import get_handle
@@ -240,7 +241,9 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
     y, original = _output("convolution_forward", out, _nhwc_shape(problem.y_shape, layout), dtype, beta, layout,
                           x, w, bias)
     M, N = g["N"] * g["P"] * g["Q"], g["K"]
-    if y.size and M:
+    if y.size and M and _wgmma.convolution_forward(x, w, bias, y, g, problem.dtype, alpha, beta):
+        pass  # Hopper: wgmma fed by TMA (convolution_wgmma.py says when it declines)
+    elif y.size and M:
         _, kind, vec_elems = KINDS[problem.dtype]
         bn = _tile_n(M, N)
         kernel = _kernel(problem, "convolution_forward_tc_{kind}_bn%d" % bn, _smem_bytes(kind, bn, True))
@@ -271,6 +274,8 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
         nbytes = w.size * w.itemsize
         wt = handle.workspace(nbytes).view(cupy.uint8)[:nbytes].view(dtype).reshape(g["C"], g["R"], g["S"], g["K"])
         wt[...] = w.reshape(g["K"], g["R"], g["S"], g["C"]).transpose(3, 1, 2, 0)
+        if _wgmma.convolution_backward_data(wt, dy, dx, g, problem.dtype, alpha, beta):
+            return _result(dx, original, layout)
         bn = _tile_n(M, N)
         kernel = _kernel(problem, "convolution_backward_data_tc_{kind}_bn%d" % bn, _smem_bytes(kind, bn, True))
         vec = g["K"] % vec_elems == 0 and _aligned(wt, dy)
@@ -294,6 +299,11 @@ def convolution_backward_filter(x, dy, problem, alpha, beta, out):
                            layout, x, dy)
     if dw.size and g["N"] * g["P"] * g["Q"]:
         suffix, kind, vec_elems = KINDS[problem.dtype]
+        reduce_kernel = lambda: get_kernel("convolution_tc", f"convolution_tc_splitk_reduce_{suffix}",  # noqa: E731
+                                           options=(f"-DCONV_TC_KIND={kind}",))
+        if _wgmma.convolution_backward_filter(x, dy, dw, g, problem.dtype, alpha, beta, get_handle().workspace,
+                                              reduce_kernel):
+            return _result(dw, original, layout)
         swap, bn, splits, per_slice = _wgrad_plan(g)
         rsc = g["R"] * g["S"] * g["C"]
         gemm_m, gemm_n = (rsc, g["K"]) if swap else (g["K"], rsc)
@@ -309,8 +319,7 @@ def convolution_backward_filter(x, dy, problem, alpha, beta, out):
                (x, dy, dw, partial, np.int32(per_slice), *_geom_args(g), np.float32(alpha), np.float32(beta),
                 np.int32(vec)), shared_mem=smem)
         if splits > 1:
-            reduce = get_kernel("convolution_tc", f"convolution_tc_splitk_reduce_{suffix}",
-                                options=(f"-DCONV_TC_KIND={kind}",))
+            reduce = reduce_kernel()
             reduce((grid_stride_blocks(dw.size),), (THREADS,),
                    (partial, np.int32(splits), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
     elif dw.size:

@@ -47,14 +47,19 @@ def _encode_function():
     return f
 
 
-def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, swizzle: int = SWIZZLE_128B) -> np.ndarray:
+def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, element_strides=None,
+                 swizzle: int = SWIZZLE_128B) -> np.ndarray:
     """A tensor map (as a size-one NumPy array of 128 bytes) of the tensor at `pointer`.
 
     dims: sizes, innermost (contiguous) first; strides_bytes: the byte strides of dims[1:]; box: the
-    box's size in elements per dimension. TMA's rules, checked by the driver: pointer and strides
-    multiples of 16 bytes, box sizes <= 256, the innermost box row <= the swizzle span (128 bytes).
+    box's extent in elements per dimension; element_strides: take every e-th element of the box along
+    each dimension (a strided convolution's window; default all 1): ceil(box / e) elements arrive, so a
+    box of n elements at stride e has extent n * e. TMA's rules, checked by the driver: pointer and
+    strides multiples of 16 bytes, box extents <= 256, element strides <= 8, the innermost box row <=
+    the swizzle span (128 bytes).
     """
-    key = (dtype, pointer, tuple(dims), tuple(strides_bytes), tuple(box), swizzle)
+    element_strides = tuple(element_strides or (1,) * len(dims))
+    key = (dtype, pointer, tuple(dims), tuple(strides_bytes), tuple(box), element_strides, swizzle)
     hit = _cache.get(key)
     if hit is not None:
         return hit
@@ -64,12 +69,13 @@ def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, swizzle: in
     u64, u32 = ctypes.c_uint64, ctypes.c_uint32
     result = _encode_function()(
         ctypes.c_void_p(addr), DATA_TYPES[dtype], rank, ctypes.c_void_p(pointer),
-        (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides_bytes), (u32 * rank)(*box), (u32 * rank)(*([1] * rank)),
+        (u64 * rank)(*dims), (u64 * max(rank - 1, 1))(*strides_bytes), (u32 * rank)(*box), (u32 * rank)(*element_strides),
         INTERLEAVE_NONE, swizzle, L2_PROMOTION_256B, OOB_FILL_ZERO)
     if result != 0:
         raise TensorMapError(
             f"TMA: cuTensorMapEncodeTiled refused a {dtype} map (CUDA error {result}): dims {list(dims)}, byte "
-            f"strides {list(strides_bytes)}, box {list(box)}, address {pointer:#x}")
+            f"strides {list(strides_bytes)}, box {list(box)}, element strides {list(element_strides)}, address "
+            f"{pointer:#x}")
     out = np.frombuffer(ctypes.string_at(addr, 128), dtype=MAP_DTYPE).copy()
     if len(_cache) >= _CACHE_SIZE:
         _cache.clear()

@@ -1,0 +1,235 @@
+// minidl: arch sm_90a   (wgmma and setmaxnreg exist only on sm_90a; see _compile.py and compile_kernels.sh)
+//
+// convolution_wgmma.cu: the implicit-GEMM convolution of kernels/convolution_tc.cu (algorithm
+// "implicit_gemm_tc"), on Hopper: wgmma fed by TMA, on the machinery of kernels/wgmma_pipeline.cuh. NHWC
+// tensors (the launcher transposes NCHW ones), 2-D (1-D as H = 1), groups = 1. What changes against the
+// mma.sync kernels is how the lowered matrix is gathered: not by every thread computing addresses, but by
+// the copy engine, because a tile of the lowered matrix is a *box* of the NHWC tensor:
+//
+//   fprop  A[(n, p, q), (r, s, c)] = x[n, p*sh - ph + r*dh, q*sw - pw + s*dw, c]. Take a tile of 128
+//          output pixels that is a rectangle: BNI images x BP rows x BQ columns (BNI*BP*BQ = 128), and
+//          one tap (r, s) and 64 channels (128 bytes; 32 for TF32) of the reduction. Its rows are x's
+//          pixels (n0.., p0*sh - ph + r*dh + sh*i, q0*sw - pw + s*dw + sw*j): one TMA box of the 4-D
+//          tensor (C, W, H, N) at those coordinates, with element strides (1, sw, sh, 1) for a strided
+//          convolution. Coordinates outside the image are the zero padding: TMA fills them with zeros.
+//          The box lands as 128 rows of 128 bytes, 128-byte swizzled: the K-major A tile wgmma reads.
+//          B[(r, s, c), k] = w[k, r, s, c]: the box (64 channels, tap r*S+s, BN filters) of the filter
+//          seen as a 3-D tensor (C, R*S, K). K-major too, so TF32 runs here without any transpose.
+//   dgrad  (stride 1) A[(n, h, w), (r, s, k)] = dy[n, h + ph - r*dh, w + pw - s*dw, k]: the same kind of
+//          box on dy (offsets of the opposite sign), B from the filter rearranged (C, R, S, K) by the
+//          launcher. Strided dgrad is not a box (only every sh-th row of dy contributes): the launcher
+//          uses the mma.sync kernel for it.
+//   wgrad  (16-bit) dw[k, (r, s, c)] = sum over pixels of dy[pix, k] x[pix shifted by (r, s), c]: the
+//          reduction runs over 64-pixel rectangles; A = dy's box (64 channels k, 64 pixels) twice, B = x's
+//          box (64 channels c, the same 64 pixels shifted by the tap) BN/64 times: both M/N-major (the
+//          channels are contiguous), which wgmma's transpose bits read for 16-bit data and TF32 cannot:
+//          TF32 wgrad stays on the mma.sync kernel. The reduction is long and the output small, so it is
+//          split over `splits` slices (fp32 partial sums, added in a fixed order by
+//          convolution_tc_splitk_reduce_*: deterministic).
+//
+// The output tile: row mm of a fprop / dgrad tile is pixel (n0 + mm / (BP*BQ), p0 + mm / BQ % BP,
+// q0 + mm % BQ); rows outside the image are computed from the padding and not stored. Epilogue (cuDNN's
+// blending): out = alpha * (acc + bias) + beta * out, optionally max(., 0).
+//
+// The scalar geometry arrives as one struct of ints, ConvShape, whose field order the launcher
+// (minidl/primitives/cuda/convolution_wgmma.py, SHAPE_FIELDS) repeats; a CPU test checks the two agree.
+
+#include "wgmma_pipeline.cuh"
+
+namespace minidl_wgmma {
+
+struct ConvShape {
+    int N, H, W, C;        // the GEMM rows' input tensor (fprop: x; dgrad: dy as N, P, Q, K)
+    int K;                 // output channels (fprop: K; dgrad: C)
+    int R, S;              // filter taps
+    int P, Q;              // the output's rows and columns (fprop: P, Q; dgrad: H, W)
+    int off_h, off_w;      // input coordinate of output (0, 0) at tap (0, 0): fprop -ph, -pw; dgrad +ph, +pw
+    int sh, sw;            // input step per output row / column (the stride; dgrad: 1)
+    int tap_h, tap_w;      // input step per tap: fprop dh, dw; dgrad -dh, -dw
+    int BNI, BP, BQ;       // the output-pixel rectangle of a tile (BNI * BP * BQ = 128; wgrad: 64 pixels)
+    int c_steps;           // k steps per tap: ceil(C / BK) (wgrad: unused)
+    int splits;            // wgrad: slices of the pixel reduction
+    int vec_c, relu;       // epilogue: 2 = 16-byte stores, 1 = pairs; 1 = max(., 0)
+};
+
+// fprop and stride-1 dgrad: rows = output pixels, reduction = (tap, input channel).
+template <int KIND, int BN>
+struct ConvRowsProblem {
+    using T = typename minidl_tc::Storage<KIND>::T;
+    using Cfg = Config<KIND, BN>;
+    struct Tile {
+        int img0, p0, q0, n0, kt0, kt1, cols;  // n0: the first output channel (the epilogue's first column)
+    };
+    const TensorMap* map_in;   // 4-D (C, W, H, N)
+    const TensorMap* map_w;    // 3-D (C, R*S, K)
+    ConvShape g;
+    int tiles_n, tiles_p, tiles_q, tiles_k;
+    float alpha, beta;
+    T* out;                    // (N, P, Q, K)
+    const void* bias;
+    long long ldc_col;
+    int vec_c, relu;
+
+    __device__ int tiles() const { return tiles_n * tiles_p * tiles_q * tiles_k; }
+    __device__ Tile tile(int t) const
+    {
+        int b, tm, tn;
+        grouped_tile(t, tiles_n * tiles_p * tiles_q, tiles_k, b, tm, tn);
+        Tile tl;
+        tl.q0 = (tm % tiles_q) * g.BQ;
+        tl.p0 = (tm / tiles_q % tiles_p) * g.BP;
+        tl.img0 = (tm / (tiles_q * tiles_p)) * g.BNI;
+        tl.n0 = tn * BN;
+        tl.kt0 = 0;
+        tl.kt1 = g.R * g.S * g.c_steps;
+        tl.cols = min(BN, g.K - tl.n0);
+        return tl;
+    }
+    __device__ void load(const Tile& tl, int kt, unsigned a_dst, unsigned b_dst, unsigned bar) const
+    {
+        const int rs = kt / g.c_steps, c0 = (kt - rs * g.c_steps) * Cfg::BK;
+        const int r = rs / g.S, s = rs - r * g.S;
+        tma_load(a_dst, map_in, bar, c0, tl.q0 * g.sw + g.off_w + s * g.tap_w, tl.p0 * g.sh + g.off_h + r * g.tap_h,
+                 tl.img0);
+        tma_load(b_dst, map_w, bar, c0, rs, tl.n0);
+    }
+    __device__ void* row(const Tile& tl, int mm) const
+    {
+        const int q = tl.q0 + mm % g.BQ, p = tl.p0 + mm / g.BQ % g.BP, n = tl.img0 + mm / (g.BQ * g.BP);
+        if (n >= g.N || p >= g.P || q >= g.Q) return nullptr;
+        return out + (((long long)n * g.P + p) * g.Q + q) * g.K + tl.n0;
+    }
+};
+
+// wgrad (16-bit): rows = output channels k, columns = (tap, input channel), reduction = pixels.
+template <int KIND, int BN, int OUT_KIND>
+struct ConvWgradProblem {
+    using OutT = typename minidl_tc::Storage<OUT_KIND>::T;
+    using Cfg = Config<KIND, BN>;
+    struct Tile {
+        int split, m0, rs, c0, n0, kt0, kt1, cols;
+    };
+    const TensorMap* map_dy;   // 4-D (K, Q, P, N): A, M-major
+    const TensorMap* map_x;    // 4-D (C, W, H, N), element strides (1, sw, sh, 1): B, N-major
+    ConvShape g;               // N, H, W, C of x; K; R, S; P, Q of dy; off_h = -ph, tap_h = dh, ...
+    int tiles_m, c_blocks, pix_q, pix_p, per_split, k_total;
+    float alpha, beta;
+    OutT* out;                 // dw (K, R, S, C), or fp32 partial sums [split][K][R*S*C]
+    const void* bias;
+    long long ldc_col;
+    int vec_c, relu;
+
+    __device__ int tiles() const { return g.splits * tiles_m * g.R * g.S * c_blocks; }
+    __device__ Tile tile(int t) const
+    {
+        Tile tl;
+        int tm, tn;
+        grouped_tile(t, tiles_m, g.R * g.S * c_blocks, tl.split, tm, tn);
+        tl.m0 = tm * BM;
+        tl.rs = tn / c_blocks;
+        tl.c0 = (tn - tl.rs * c_blocks) * BN;
+        tl.n0 = tl.rs * g.C + tl.c0;
+        tl.kt0 = min(tl.split * per_split, k_total);
+        tl.kt1 = min(tl.kt0 + per_split, k_total);
+        tl.cols = min(BN, g.C - tl.c0);
+        return tl;
+    }
+    __device__ void load(const Tile& tl, int kt, unsigned a_dst, unsigned b_dst, unsigned bar) const
+    {
+        const int qi = kt % pix_q, pi = kt / pix_q % pix_p, ni = kt / (pix_q * pix_p);
+        const int q0 = qi * g.BQ, p0 = pi * g.BP, n0 = ni * g.BNI;
+        const int r = tl.rs / g.S, s = tl.rs - r * g.S;
+#pragma unroll
+        for (int j = 0; j < BM / SLAB; ++j)
+            tma_load(a_dst + j * Cfg::SLAB_BYTES, map_dy, bar, tl.m0 + j * SLAB, q0, p0, n0);
+#pragma unroll
+        for (int j = 0; j < BN / SLAB; ++j)
+            tma_load(b_dst + j * Cfg::SLAB_BYTES, map_x, bar, tl.c0 + j * SLAB, q0 * g.sw + g.off_w + s * g.tap_w,
+                     p0 * g.sh + g.off_h + r * g.tap_h, n0);
+    }
+    __device__ void* row(const Tile& tl, int mm) const
+    {
+        const int k = tl.m0 + mm;
+        if (k >= g.K) return nullptr;
+        const long long rsc = (long long)g.R * g.S * g.C;
+        return out + (long long)tl.split * g.K * rsc * (g.splits > 1) + k * rsc + tl.n0;
+    }
+};
+
+template <class Problem>
+__device__ __forceinline__ void set_epilogue(Problem& p, float alpha, float beta, void* out, const void* bias,
+                                             const ConvShape& g)
+{
+    p.alpha = alpha;
+    p.beta = beta;
+    p.out = static_cast<decltype(p.out)>(out);
+    p.bias = bias;
+    p.ldc_col = 1;
+    p.vec_c = g.vec_c;
+    p.relu = g.relu;
+}
+
+}  // namespace minidl_wgmma
+
+// fprop: x (N, H, W, C), w (K, R, S, C) -> y (N, P, Q, K). dgrad runs the same kernel on dy and the
+// rearranged filter (ConvShape's dgrad fields), under its own name for the profiler and the tables.
+#define MINIDL_CONV_ROWS_KERNEL(name)                                                                              \
+    template <int KIND, int BN>                                                                                    \
+    __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)                                                    \
+        name(const __grid_constant__ minidl_wgmma::TensorMap map_in, const __grid_constant__ minidl_wgmma::TensorMap \
+                 map_w, const minidl_wgmma::ConvShape g, float alpha, float beta, void* out, const void* bias)     \
+    {                                                                                                              \
+        using namespace minidl_wgmma;                                                                              \
+        ConvRowsProblem<KIND, BN> p;                                                                               \
+        p.map_in = &map_in;                                                                                        \
+        p.map_w = &map_w;                                                                                          \
+        p.g = g;                                                                                                   \
+        p.tiles_n = (g.N + g.BNI - 1) / g.BNI;                                                                     \
+        p.tiles_p = (g.P + g.BP - 1) / g.BP;                                                                       \
+        p.tiles_q = (g.Q + g.BQ - 1) / g.BQ;                                                                       \
+        p.tiles_k = (g.K + BN - 1) / BN;                                                                           \
+        set_epilogue(p, alpha, beta, out, bias, g);                                                                \
+        wgmma_run<KIND, BN, false, true, KIND>(p);                                                                 \
+    }
+MINIDL_CONV_ROWS_KERNEL(convolution_forward_wgmma)
+MINIDL_CONV_ROWS_KERNEL(convolution_backward_data_wgmma)
+
+// wgrad: dy (N, P, Q, K), x (N, H, W, C) -> dw (K, R, S, C) (SPLIT = 0), or fp32 partial sums (SPLIT = 1).
+template <int KIND, int BN, int SPLIT>
+__global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
+    convolution_backward_filter_wgmma(const __grid_constant__ minidl_wgmma::TensorMap map_dy,
+                                      const __grid_constant__ minidl_wgmma::TensorMap map_x,
+                                      const minidl_wgmma::ConvShape g, float alpha, float beta, void* out)
+{
+    using namespace minidl_wgmma;
+    static_assert(KIND != KIND_TF32, "TF32 wgmma cannot read wgrad's M/N-major operands");
+    constexpr int OUT_KIND = SPLIT ? KIND_TF32 : KIND;  // split: fp32 partial sums
+    ConvWgradProblem<KIND, BN, OUT_KIND> p;
+    p.map_dy = &map_dy;
+    p.map_x = &map_x;
+    p.g = g;
+    p.tiles_m = (g.K + BM - 1) / BM;
+    p.c_blocks = (g.C + BN - 1) / BN;
+    p.pix_q = (g.Q + g.BQ - 1) / g.BQ;
+    p.pix_p = (g.P + g.BP - 1) / g.BP;
+    p.k_total = p.pix_q * p.pix_p * ((g.N + g.BNI - 1) / g.BNI);
+    p.per_split = (p.k_total + g.splits - 1) / g.splits;
+    set_epilogue(p, SPLIT ? 1.0f : alpha, SPLIT ? 0.0f : beta, out, nullptr, g);
+    if (SPLIT) p.vec_c = 1;
+    wgmma_run<KIND, BN, true, false, OUT_KIND>(p);
+}
+
+#ifndef __CUDACC_RTC__
+// For scripts/compile_kernels.sh (nvcc, no name expressions): every kernel, both 16-bit kinds and TF32,
+// the tile widths.
+template __global__ void convolution_forward_wgmma<0, 128>(const __grid_constant__ minidl_wgmma::TensorMap,
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*, const void*);
+template __global__ void convolution_forward_wgmma<2, 256>(const __grid_constant__ minidl_wgmma::TensorMap,
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*, const void*);
+template __global__ void convolution_backward_data_wgmma<1, 64>(const __grid_constant__ minidl_wgmma::TensorMap,
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*, const void*);
+template __global__ void convolution_backward_filter_wgmma<2, 128, 1>(const __grid_constant__ minidl_wgmma::TensorMap,
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*);
+template __global__ void convolution_backward_filter_wgmma<1, 64, 0>(const __grid_constant__ minidl_wgmma::TensorMap,
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*);
+#endif

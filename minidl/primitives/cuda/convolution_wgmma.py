@@ -1,0 +1,195 @@
+"""CuPy launchers of kernels/convolution_wgmma.cu: algorithm "implicit_gemm_tc" on Hopper (wgmma fed by TMA).
+
+cuda/convolution_tc.py calls these first, on NHWC arrays, and runs its mma.sync kernels when they return
+False (another GPU; a problem TMA cannot describe: `reason`). minidl.primitives.set_tensor_core_gemm
+("mma_sync") forces the mma.sync kernels, ("wgmma") makes a refusal an error.
+
+What the copy engine needs, checked in `reason`: channel counts whose rows are multiples of 16 bytes
+(C and K multiples of 8 for 16-bit data, of 4 for float32), 16-byte aligned arrays, box extents <= 256
+(the output-pixel rectangle times the stride), strides <= 8. Backward data runs stride 1 only (a strided
+one is not a box); backward filter runs 16-bit data only (TF32 wgmma cannot read its M/N-major operands).
+"""
+from __future__ import annotations
+
+import math
+
+import cupy
+import numpy as np
+
+from .. import _common
+from ._compile import get_kernel
+from ._launch import grid_stride_blocks, sm_count
+from . import tma
+from .gemm_wgmma import BM, KINDS, ROW_BYTES, SLAB, THREADS, TILE_WIDTHS, device_has_wgmma, smem_bytes, tma_data_type
+
+# The fields of `struct ConvShape` in kernels/convolution_wgmma.cu, in order (all int32; a CPU test
+# checks that the two lists agree).
+SHAPE_FIELDS = ("N", "H", "W", "C", "K", "R", "S", "P", "Q", "off_h", "off_w", "sh", "sw", "tap_h", "tap_w",
+                "BNI", "BP", "BQ", "c_steps", "splits", "vec_c", "relu")
+SHAPE_DTYPE = np.dtype([(name, np.int32) for name in SHAPE_FIELDS])
+_configured = set()
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def pixel_rectangle(N: int, P: int, Q: int, pixels: int) -> tuple[int, int, int]:
+    """(BNI, BP, BQ): a tile's output pixels as a box of images x rows x columns, BNI * BP * BQ = pixels
+    (a power of two). Columns first (up to the next power of two of Q), then rows, then whole images, so
+    that a small feature map packs several images into one tile instead of wasting rows."""
+    bq = min(_pow2_at_least(Q), pixels)
+    bp = min(_pow2_at_least(P), pixels // bq)
+    return pixels // (bq * bp), bp, bq
+
+
+def reason(direction: str, g: dict, dtype: str, arrays) -> str | None:
+    """Why the wgmma kernels cannot take this problem (None: they can). g: convolution_tc._geometry."""
+    if _common.tensor_core_gemm == "mma_sync":
+        return "set_tensor_core_gemm('mma_sync')"
+    if dtype not in KINDS:
+        return f"{dtype} data"
+    if not device_has_wgmma(cupy.cuda.runtime.getDevice()):
+        return "this GPU has no wgmma (compute capability 9.0 only)"
+    vec = 16 // np.dtype(dtype).itemsize
+    if g["C"] % vec or g["K"] % vec:
+        return f"C = {g['C']} and K = {g['K']} must be multiples of {vec} (TMA reads rows of 16-byte multiples)"
+    if any(a.data.ptr % 16 for a in arrays if a is not None):
+        return "an array does not start on a 16-byte boundary"
+    if max(g["sh"], g["sw"]) > 8:
+        return "a stride above 8 (TMA's element strides)"
+    if direction == "backward_data" and (g["sh"], g["sw"]) != (1, 1):
+        return "a strided backward data is not a TMA box (the mma.sync kernel runs it)"
+    if direction == "backward_filter" and dtype == "float32":
+        return "TF32 wgmma cannot read backward filter's channel-contiguous operands (the mma.sync kernel runs it)"
+    pixels = 64 if direction == "backward_filter" else BM
+    rows = (g["N"], g["P"], g["Q"]) if direction != "backward_data" else (g["N"], g["H"], g["W"])
+    _, bp, bq = pixel_rectangle(*rows, pixels)
+    if bq * g["sw"] > 256 or bp * g["sh"] > 256:
+        return "the tile's input window is wider than a TMA box (256)"
+    return None
+
+
+def _shape(**fields) -> np.ndarray:
+    out = np.zeros(1, dtype=SHAPE_DTYPE)
+    for name in SHAPE_FIELDS:
+        out[name] = fields.get(name, 0)
+    return out
+
+
+def _kernel(name: str, bn: int):
+    kernel = get_kernel("convolution_wgmma", name, name_expressions=(name,))
+    key = (cupy.cuda.Device().id, name)
+    if key not in _configured:
+        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn)
+        _configured.add(key)
+    return kernel
+
+
+def _tile_width(tiles_m: int, n: int) -> int:
+    bn = next((w for w in sorted(TILE_WIDTHS) if n <= w), max(TILE_WIDTHS))
+    while bn > min(TILE_WIDTHS) and tiles_m * math.ceil(n / bn) < sm_count():
+        bn //= 2
+    return bn
+
+
+def _nhwc_map(dtype, a, N, H, W, C, box, element_strides=None):
+    """The 4-D map (C, W, H, N) of a contiguous NHWC array."""
+    size = a.itemsize
+    return tma.encode_tiled(tma_data_type(dtype), a.data.ptr, (C, W, H, N), (C * size, W * C * size, H * W * C * size),
+                            box, element_strides)
+
+
+def _filter_map(dtype, a, rows, taps, depth, bn):
+    """The 3-D map (depth, taps, rows) of a filter stored (rows, taps, depth): boxes of (128 bytes, 1 tap, bn rows)."""
+    size = a.itemsize
+    return tma.encode_tiled(tma_data_type(dtype), a.data.ptr, (depth, taps, rows),
+                            (depth * size, taps * depth * size), (ROW_BYTES // size, 1, bn))
+
+
+def _vec_c(out, channels: int) -> int:
+    """The epilogue's store width: 2 = 16-byte stores (16-bit rows 16-byte aligned), 1 = pairs, 0 = single."""
+    if out.itemsize == 2 and channels % 8 == 0 and out.data.ptr % 16 == 0:
+        return 2
+    return 1 if channels % 2 == 0 and out.data.ptr % (2 * out.itemsize) == 0 else 0
+
+
+def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, taps, offs, steps, tap_steps, bias,
+                 alpha, beta, relu=False):
+    """fprop / dgrad: in_arr (N, H, W, C) NHWC, w_arr (w_rows, R, S, C), out (N, P, Q, w_rows)."""
+    N, H, W, C = in_dims
+    _, P, Q = out_dims
+    R, S = taps
+    bni, bp, bq = pixel_rectangle(N, P, Q, BM)
+    tiles_m = math.ceil(N / bni) * math.ceil(P / bp) * math.ceil(Q / bq)
+    bn = _tile_width(tiles_m, w_rows)
+    bk = ROW_BYTES // in_arr.itemsize
+    map_in = _nhwc_map(dtype, in_arr, N, H, W, C, (bk, bq * steps[1], bp * steps[0], bni), (1, steps[1], steps[0], 1))
+    map_w = _filter_map(dtype, w_arr, w_rows, R * S, C, bn)
+    shape = _shape(N=N, H=H, W=W, C=C, K=w_rows, R=R, S=S, P=P, Q=Q, off_h=offs[0], off_w=offs[1], sh=steps[0],
+                   sw=steps[1], tap_h=tap_steps[0], tap_w=tap_steps[1], BNI=bni, BP=bp, BQ=bq,
+                   c_steps=math.ceil(C / bk), splits=1, vec_c=_vec_c(out, w_rows), relu=int(relu))
+    kind = KINDS[dtype]
+    kernel = _kernel(f"{name}<{kind}, {bn}>", bn)
+    tiles = tiles_m * math.ceil(w_rows / bn)
+    kernel((min(tiles, sm_count()),), (THREADS,),
+           (map_in, map_w, shape, np.float32(alpha), np.float32(beta), out,
+            np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn))
+
+
+def convolution_forward(x, w, bias, y, g, dtype, alpha, beta) -> bool:
+    """y = alpha * (conv(x, w) + bias) + beta * y, NHWC arrays (w: (K, R, S, C)); False: not taken."""
+    why = reason("forward", g, dtype, (x, w, y, bias))
+    if why is not None:
+        return _declined("convolution_forward", why)
+    _rows_launch("convolution_forward_wgmma", dtype, x, (g["N"], g["H"], g["W"], g["C"]), w, g["K"], y,
+                 (g["N"], g["P"], g["Q"]), (g["R"], g["S"]), (-g["ph"], -g["pw"]), (g["sh"], g["sw"]),
+                 (g["dh"], g["dw"]), bias, alpha, beta)
+    return True
+
+
+def convolution_backward_data(wt, dy, dx, g, dtype, alpha, beta) -> bool:
+    """dx = alpha * conv_transpose(dy, w) + beta * dx (stride 1), NHWC; wt: the filter as (C, R, S, K)."""
+    why = reason("backward_data", g, dtype, (wt, dy, dx))
+    if why is not None:
+        return _declined("convolution_backward_data", why)
+    _rows_launch("convolution_backward_data_wgmma", dtype, dy, (g["N"], g["P"], g["Q"], g["K"]), wt, g["C"], dx,
+                 (g["N"], g["H"], g["W"]), (g["R"], g["S"]), (g["ph"], g["pw"]), (1, 1), (-g["dh"], -g["dw"]), None,
+                 alpha, beta)
+    return True
+
+
+def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, reduce_kernel) -> bool:
+    """dw = alpha * dL/dw + beta * dw, NHWC (dw: (K, R, S, C)). workspace(nbytes) hands out scratch for the
+    split-K partial sums; reduce_kernel() the kernel that adds them (convolution_tc_splitk_reduce_*)."""
+    why = reason("backward_filter", g, dtype, (x, dy, dw))
+    if why is not None:
+        return _declined("convolution_backward_filter", why)
+    N, H, W, C, K, R, S, P, Q = (g[k] for k in ("N", "H", "W", "C", "K", "R", "S", "P", "Q"))
+    bni, bp, bq = pixel_rectangle(N, P, Q, 64)
+    k_total = math.ceil(N / bni) * math.ceil(P / bp) * math.ceil(Q / bq)
+    bn = next((w for w in sorted(TILE_WIDTHS) if C <= w), max(TILE_WIDTHS))
+    tiles = math.ceil(K / BM) * R * S * math.ceil(C / bn)
+    splits = max(1, min(math.ceil(2 * sm_count() / tiles), k_total // 8))
+    per_split = math.ceil(k_total / splits)
+    splits = math.ceil(k_total / per_split)
+    map_dy = _nhwc_map(dtype, dy, N, P, Q, K, (SLAB, bq, bp, bni))
+    map_x = _nhwc_map(dtype, x, N, H, W, C, (SLAB, bq * g["sw"], bp * g["sh"], bni), (1, g["sw"], g["sh"], 1))
+    out = dw if splits == 1 else workspace(4 * splits * dw.size)
+    shape = _shape(N=N, H=H, W=W, C=C, K=K, R=R, S=S, P=P, Q=Q, off_h=-g["ph"], off_w=-g["pw"], sh=g["sh"],
+                   sw=g["sw"], tap_h=g["dh"], tap_w=g["dw"], BNI=bni, BP=bp, BQ=bq, splits=splits,
+                   vec_c=_vec_c(dw, C) if splits == 1 else 1)
+    name = "convolution_backward_filter_wgmma"
+    kernel = _kernel(f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}>", bn)
+    kernel((min(tiles * splits, sm_count()),), (THREADS,),
+           (map_dy, map_x, shape, np.float32(alpha), np.float32(beta), out), shared_mem=smem_bytes(bn))
+    if splits > 1:
+        reduce_kernel()((grid_stride_blocks(dw.size),), (256,),
+                        (out, np.int32(splits), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
+    return True
+
+
+def _declined(op: str, why: str) -> bool:
+    if _common.tensor_core_gemm == "wgmma":
+        raise RuntimeError(f"{op}: set_tensor_core_gemm('wgmma') asked for the wgmma kernels, but {why}")
+    return False

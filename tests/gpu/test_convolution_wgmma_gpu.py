@@ -1,0 +1,110 @@
+"""The Hopper convolution (kernels/convolution_wgmma.cu: implicit GEMM with TMA boxes, wgmma) against the
+float64 NumPy reference, on an sm_90 GPU.
+
+Forced with set_tensor_core_gemm("wgmma"), so a problem the kernels declined would fail here instead of
+passing on the mma.sync kernels. Problems chosen for what the boxes must get right: output rectangles
+that pack several images into one tile (small feature maps), padding larger than the window's overlap,
+stride 2 (TMA's element strides), dilation, 1x1 and 5x3 filters, 1-D, channel counts that are not
+multiples of the 64-channel k step, several output-channel tiles, split-K filter gradients; both
+layouts; bias, alpha and beta. Outputs are poisoned with NaN first. Tolerances as
+tests/gpu/test_convolution_tc_gpu.py.
+"""
+import numpy as np
+import pytest
+
+from minidl.primitives.convolution import convolution_forward
+from minidl.primitives.gemm import set_tensor_core_gemm
+from tests.conftest import rel_err
+from tests.gpu.test_convolution_tc_gpu import KINDS, _np_dtype, _result_shape, _run, _setup, _to_gpu
+
+pytestmark = pytest.mark.gpu
+
+# (name, N, C, spatial in, K, kernel, padding, stride, dilation)
+PROBLEMS = [
+    ("3x3_c64_k128", 2, 64, (12, 10), 128, (3, 3), 1, 1, 1),
+    ("small_maps_pack_images", 9, 16, (4, 4), 40, (3, 3), 1, 1, 1),   # 4x4 outputs: 8 images a tile
+    ("c72_k264_3_tiles", 2, 72, (9, 7), 264, (3, 3), 1, 1, 1),        # partial k step, 3 BN=128 tiles
+    ("5x3_dil2_pad", 3, 8, (11, 13), 24, (5, 3), (4, 2), 1, 2),
+    ("1x1", 4, 32, (7, 9), 16, (1, 1), 0, 1, 1),
+    ("1d", 3, 16, (37,), 32, (3,), 2, 1, 1),
+    ("stride2", 2, 32, (15, 16), 48, (3, 3), 1, 2, 1),                # fprop / wgrad only on wgmma
+    ("wide_rows", 1, 16, (3, 130), 16, (3, 3), 1, 1, 1),               # BQ = 128
+    ("wgrad_split", 16, 64, (16, 16), 64, (3, 3), 1, 1, 1),
+]
+DIRECTIONS = ("forward", "backward_data", "backward_filter")
+
+
+@pytest.fixture(autouse=True)
+def _wgmma_only():
+    cupy = pytest.importorskip("cupy")
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("wgmma needs compute capability 9.0 (H100 / H200)")
+    set_tensor_core_gemm("wgmma")
+    yield
+    set_tensor_core_gemm("auto")
+
+
+def _wgmma_takes(direction, kind, problem):
+    stride = problem[7]
+    if direction == "backward_data" and stride != 1:
+        return False
+    return not (direction == "backward_filter" and kind == "tf32")
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=[p[0] for p in PROBLEMS])
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_wgmma_convolution_matches_float64(kind, direction, layout, problem):
+    import cupy
+
+    dtype, tol = KINDS[kind]
+    desc, x, w, dy = _setup(problem, layout, seed=len(problem[0]))
+    (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, dtype) for a in (x, w, dy))
+    want = _run(direction, "direct", desc, x64, w64, dy64, layout)
+    out = cupy.full(_result_shape(direction, x, w, dy), np.nan, dtype=_np_dtype(dtype))
+    if not _wgmma_takes(direction, kind, problem):
+        with pytest.raises(RuntimeError, match="wgmma"):
+            _run(direction, "implicit_gemm_tc", desc, gx, gw, gdy, layout, out=out, math="tf32")
+        set_tensor_core_gemm("auto")   # ... and "auto" computes it on the mma.sync kernels
+    got = _run(direction, "implicit_gemm_tc", desc, gx, gw, gdy, layout, out=out, math="tf32")
+    assert got is out
+    assert rel_err(cupy.asnumpy(out.astype(cupy.float32)), want) <= tol
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("kind", ["fp16", "bf16"])
+def test_wgmma_alpha_beta_and_bias(kind, direction):
+    import cupy
+
+    dtype, tol = KINDS[kind]
+    desc, x, w, dy = _setup(PROBLEMS[2], "NHWC", seed=3)
+    (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, dtype) for a in (x, w, dy))
+    rng = np.random.default_rng(4)
+    prior, prior64 = _to_gpu(rng.standard_normal(_result_shape(direction, x, w, dy)), dtype)
+    if direction == "forward":
+        bias, bias64 = _to_gpu(rng.standard_normal(w.shape[0]), dtype)
+        want = convolution_forward(x64, w64, desc, bias64, layout="NHWC", algo="direct")
+        got = convolution_forward(gx, gw, desc, bias, layout="NHWC", algo="implicit_gemm_tc", alpha=0.5, beta=-0.75,
+                                  out=prior, math="tf32")
+    else:
+        want = _run(direction, "direct", desc, x64, w64, dy64, "NHWC")
+        got = _run(direction, "implicit_gemm_tc", desc, gx, gw, gdy, "NHWC", alpha=0.5, beta=-0.75, out=prior,
+                   math="tf32")
+    want = 0.5 * want - 0.75 * prior64
+    assert got is prior
+    assert rel_err(cupy.asnumpy(got.astype(cupy.float32)), want) <= tol
+
+
+def test_wgmma_convolution_declines_with_a_reason():
+    """C = 3 (rows of 6 bytes, not a TMA row): "wgmma" raises naming why; "auto" runs mma.sync."""
+    import cupy
+
+    desc, x, w, dy = _setup(("c3", 2, 3, (8, 8), 16, (3, 3), 1, 1, 1), "NHWC")
+    (gx, x64), (gw, w64), _ = (_to_gpu(a, "float16") for a in (x, w, dy))
+    with pytest.raises(RuntimeError, match="multiples of 8"):
+        convolution_forward(gx, gw, desc, layout="NHWC", algo="implicit_gemm_tc")
+    set_tensor_core_gemm("auto")
+    got = convolution_forward(gx, gw, desc, layout="NHWC", algo="implicit_gemm_tc")
+    want = convolution_forward(x64, w64, desc, layout="NHWC", algo="direct")
+    assert rel_err(cupy.asnumpy(got.astype(cupy.float32)), want) <= 2e-3
