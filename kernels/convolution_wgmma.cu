@@ -62,6 +62,7 @@ struct ConvRowsProblem {
     };
     const TensorMap* map_in;   // 4-D (C, W, H, N)
     const TensorMap* map_w;    // 3-D (C, R*S, K)
+    const TensorMap* map_out;  // 4-D (K, Q, P, N): the staged epilogue's TMA store (nullptr: register stores)
     ConvShape g;
     int tiles_n, tiles_p, tiles_q, tiles_k;
     float alpha, beta;
@@ -99,9 +100,14 @@ struct ConvRowsProblem {
         if (n >= g.N || p >= g.P || q >= g.Q) return nullptr;
         return out + (((long long)n * g.P + p) * g.Q + q) * g.K + tl.n0;
     }
+    // The tile's rows are the box (BN channels, BQ columns, BP rows, BNI images) of the output, in that order.
+    __device__ void store(const Tile& tl, unsigned smem) const { tma_store(map_out, smem, tl.n0, tl.q0, tl.p0, tl.img0); }
 };
 
-// wgrad (16-bit): rows = output channels k, columns = (tap, input channel), reduction = pixels.
+// wgrad (16-bit): rows = output channels k, columns = (tap, input channel), reduction = pixels. With C a
+// multiple of 64 a column tile spans taps (slab j = columns n0 + 64j .. of the flat (r, s, c) space: one
+// tile of 256 columns covers 4 taps of 64 channels), so dy's boxes are re-read for R*S*C/BN column tiles
+// instead of R*S * ceil(C/BN); otherwise a tile stays inside one tap.
 template <int KIND, int BN, int OUT_KIND>
 struct ConvWgradProblem {
     using OutT = typename minidl_tc::Storage<OUT_KIND>::T;
@@ -112,40 +118,54 @@ struct ConvWgradProblem {
     const TensorMap* map_dy;   // 4-D (K, Q, P, N): A, M-major
     const TensorMap* map_x;    // 4-D (C, W, H, N), element strides (1, sw, sh, 1): B, N-major
     ConvShape g;               // N, H, W, C of x; K; R, S; P, Q of dy; off_h = -ph, tap_h = dh, ...
-    int tiles_m, c_blocks, pix_q, pix_p, per_split, k_total;
+    int tiles_m, tiles_n, c_blocks, pix_q, pix_p, per_split, k_total, flat;
     float alpha, beta;
     OutT* out;                 // dw (K, R, S, C), or fp32 partial sums [split][K][R*S*C]
+    const TensorMap* map_out;  // (register stores only)
     const void* bias;
     long long ldc_col;
     int vec_c, relu;
 
-    __device__ int tiles() const { return g.splits * tiles_m * g.R * g.S * c_blocks; }
+    __device__ int tiles() const { return g.splits * tiles_m * tiles_n; }
     __device__ Tile tile(int t) const
     {
         Tile tl;
         int tm, tn;
-        grouped_tile(t, tiles_m, g.R * g.S * c_blocks, tl.split, tm, tn);
+        grouped_tile(t, tiles_m, tiles_n, tl.split, tm, tn);
         tl.m0 = tm * BM;
-        tl.rs = tn / c_blocks;
-        tl.c0 = (tn - tl.rs * c_blocks) * BN;
-        tl.n0 = tl.rs * g.C + tl.c0;
+        if (flat) {
+            tl.n0 = tn * BN;
+            tl.rs = tl.c0 = 0;
+            tl.cols = min(BN, g.R * g.S * g.C - tl.n0);
+        } else {
+            tl.rs = tn / c_blocks;
+            tl.c0 = (tn - tl.rs * c_blocks) * BN;
+            tl.n0 = tl.rs * g.C + tl.c0;
+            tl.cols = min(BN, g.C - tl.c0);
+        }
         tl.kt0 = min(tl.split * per_split, k_total);
         tl.kt1 = min(tl.kt0 + per_split, k_total);
-        tl.cols = min(BN, g.C - tl.c0);
         return tl;
     }
     __device__ void load(const Tile& tl, int kt, unsigned a_dst, unsigned b_dst, unsigned bar) const
     {
         const int qi = kt % pix_q, pi = kt / pix_q % pix_p, ni = kt / (pix_q * pix_p);
         const int q0 = qi * g.BQ, p0 = pi * g.BP, n0 = ni * g.BNI;
-        const int r = tl.rs / g.S, s = tl.rs - r * g.S;
 #pragma unroll
         for (int j = 0; j < BM / SLAB; ++j)
             tma_load(a_dst + j * Cfg::SLAB_BYTES, map_dy, bar, tl.m0 + j * SLAB, q0, p0, n0);
 #pragma unroll
-        for (int j = 0; j < BN / SLAB; ++j)
-            tma_load(b_dst + j * Cfg::SLAB_BYTES, map_x, bar, tl.c0 + j * SLAB, q0 * g.sw + g.off_w + s * g.tap_w,
+        for (int j = 0; j < BN / SLAB; ++j) {
+            int rs = tl.rs, c = tl.c0 + j * SLAB;
+            if (flat) {  // columns past the last tap load a valid box nobody stores (the copy still counts)
+                const int col = tl.n0 + j * SLAB;
+                rs = min(col / g.C, g.R * g.S - 1);
+                c = col - (col / g.C) * g.C;
+            }
+            const int r = rs / g.S, s = rs - r * g.S;
+            tma_load(b_dst + j * Cfg::SLAB_BYTES, map_x, bar, c, q0 * g.sw + g.off_w + s * g.tap_w,
                      p0 * g.sh + g.off_h + r * g.tap_h, n0);
+        }
     }
     __device__ void* row(const Tile& tl, int mm) const
     {
@@ -154,6 +174,7 @@ struct ConvWgradProblem {
         const long long rsc = (long long)g.R * g.S * g.C;
         return out + (long long)tl.split * g.K * rsc * (g.splits > 1) + k * rsc + tl.n0;
     }
+    __device__ void store(const Tile&, unsigned) const {}
 };
 
 template <class Problem>
@@ -173,23 +194,26 @@ __device__ __forceinline__ void set_epilogue(Problem& p, float alpha, float beta
 
 // fprop: x (N, H, W, C), w (K, R, S, C) -> y (N, P, Q, K). dgrad runs the same kernel on dy and the
 // rearranged filter (ConvShape's dgrad fields), under its own name for the profiler and the tables.
+// STAGED: the 16-bit output tile leaves through shared memory and a TMA store (map_out, when use_map_out).
 #define MINIDL_CONV_ROWS_KERNEL(name)                                                                              \
-    template <int KIND, int BN>                                                                                    \
+    template <int KIND, int BN, bool STAGED>                                                                       \
     __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)                                                    \
         name(const __grid_constant__ minidl_wgmma::TensorMap map_in, const __grid_constant__ minidl_wgmma::TensorMap \
-                 map_w, const minidl_wgmma::ConvShape g, float alpha, float beta, void* out, const void* bias)     \
+                 map_w, const __grid_constant__ minidl_wgmma::TensorMap map_out, int use_map_out,                  \
+             const minidl_wgmma::ConvShape g, float alpha, float beta, void* out, const void* bias)                \
     {                                                                                                              \
         using namespace minidl_wgmma;                                                                              \
         ConvRowsProblem<KIND, BN> p;                                                                               \
         p.map_in = &map_in;                                                                                        \
         p.map_w = &map_w;                                                                                          \
+        p.map_out = use_map_out ? &map_out : nullptr;                                                              \
         p.g = g;                                                                                                   \
         p.tiles_n = (g.N + g.BNI - 1) / g.BNI;                                                                     \
         p.tiles_p = (g.P + g.BP - 1) / g.BP;                                                                       \
         p.tiles_q = (g.Q + g.BQ - 1) / g.BQ;                                                                       \
         p.tiles_k = (g.K + BN - 1) / BN;                                                                           \
         set_epilogue(p, alpha, beta, out, bias, g);                                                                \
-        wgmma_run<KIND, BN, false, true, KIND>(p);                                                                 \
+        wgmma_run<KIND, BN, false, true, KIND, STAGED && KIND != KIND_TF32>(p);                                    \
     }
 MINIDL_CONV_ROWS_KERNEL(convolution_forward_wgmma)
 MINIDL_CONV_ROWS_KERNEL(convolution_backward_data_wgmma)
@@ -210,24 +234,29 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.g = g;
     p.tiles_m = (g.K + BM - 1) / BM;
     p.c_blocks = (g.C + BN - 1) / BN;
+    p.flat = g.C % SLAB == 0;
+    p.tiles_n = p.flat ? (g.R * g.S * g.C + BN - 1) / BN : g.R * g.S * p.c_blocks;
     p.pix_q = (g.Q + g.BQ - 1) / g.BQ;
     p.pix_p = (g.P + g.BP - 1) / g.BP;
     p.k_total = p.pix_q * p.pix_p * ((g.N + g.BNI - 1) / g.BNI);
     p.per_split = (p.k_total + g.splits - 1) / g.splits;
     set_epilogue(p, SPLIT ? 1.0f : alpha, SPLIT ? 0.0f : beta, out, nullptr, g);
+    p.map_out = nullptr;
     if (SPLIT) p.vec_c = 1;
-    wgmma_run<KIND, BN, true, false, OUT_KIND>(p);
+    wgmma_run<KIND, BN, true, false, OUT_KIND, false>(p);
 }
 
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): every kernel, both 16-bit kinds and TF32,
-// the tile widths.
-template __global__ void convolution_forward_wgmma<0, 128>(const __grid_constant__ minidl_wgmma::TensorMap,
-    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*, const void*);
-template __global__ void convolution_forward_wgmma<2, 256>(const __grid_constant__ minidl_wgmma::TensorMap,
-    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*, const void*);
-template __global__ void convolution_backward_data_wgmma<1, 64>(const __grid_constant__ minidl_wgmma::TensorMap,
-    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*, const void*);
+// the tile widths, both epilogues.
+#define MINIDL_CONV_ROWS_INSTANCE(name, KIND, BN, ST)                                                             \
+    template __global__ void name<KIND, BN, ST>(const __grid_constant__ minidl_wgmma::TensorMap,                 \
+                                                const __grid_constant__ minidl_wgmma::TensorMap,                 \
+                                                const __grid_constant__ minidl_wgmma::TensorMap, int,            \
+                                                const minidl_wgmma::ConvShape, float, float, void*, const void*);
+MINIDL_CONV_ROWS_INSTANCE(convolution_forward_wgmma, 0, 128, false)
+MINIDL_CONV_ROWS_INSTANCE(convolution_forward_wgmma, 2, 256, true)
+MINIDL_CONV_ROWS_INSTANCE(convolution_backward_data_wgmma, 1, 64, true)
 template __global__ void convolution_backward_filter_wgmma<2, 128, 1>(const __grid_constant__ minidl_wgmma::TensorMap,
     const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*);
 template __global__ void convolution_backward_filter_wgmma<1, 64, 0>(const __grid_constant__ minidl_wgmma::TensorMap,

@@ -37,6 +37,7 @@ struct GemmProblem {
     };
     const TensorMap* map_a;
     const TensorMap* map_b;
+    const TensorMap* map_out;  // C as (N, M, batch) for the staged epilogue's TMA store; nullptr: register stores
     int M, N, K, batch, a_batched, b_batched, tiles_m, tiles_n;
     // epilogue
     float alpha, beta;
@@ -81,22 +82,27 @@ struct GemmProblem {
         const int m = tl.m0 + mm;
         return m < M ? C + tl.b * stride_c + m * ldc_row + tl.n0 * ldc_col : nullptr;
     }
+    __device__ void store(const Tile& tl, unsigned smem) const { tma_store(map_out, smem, tl.n0, tl.m0, tl.b); }
 };
 
 }  // namespace minidl_wgmma
 
 // A_BATCHED/B_BATCHED (runtime): 1 when the operand has a matrix per batch entry, 0 when one matrix is
-// broadcast over the batch (its tensor map has a batch extent of 1).
-template <int KIND, int BN, bool TRANS_A, bool TRANS_B>
+// broadcast over the batch (its tensor map has a batch extent of 1). STAGED: the epilogue stages the 16-bit
+// tile in shared memory and stores it with TMA through map_c (used when use_map_c and beta == 0), at the
+// price of one pipeline stage for BN = 256 (wgmma_pipeline.cuh, section 6).
+template <int KIND, int BN, bool TRANS_A, bool TRANS_B, bool STAGED>
 __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     gemm_wgmma(const __grid_constant__ minidl_wgmma::TensorMap map_a, const __grid_constant__ minidl_wgmma::TensorMap map_b,
-               int M, int N, int K, int batch, int a_batched, int b_batched, float alpha, float beta, void* C,
-               long long ldc_row, long long ldc_col, long long stride_c, int vec_c)
+               const __grid_constant__ minidl_wgmma::TensorMap map_c, int use_map_c, int M, int N, int K, int batch,
+               int a_batched, int b_batched, float alpha, float beta, void* C, long long ldc_row, long long ldc_col,
+               long long stride_c, int vec_c)
 {
     using namespace minidl_wgmma;
     GemmProblem<KIND, BN, TRANS_A, TRANS_B> p;
     p.map_a = &map_a;
     p.map_b = &map_b;
+    p.map_out = use_map_c ? &map_c : nullptr;
     p.M = M;
     p.N = N;
     p.K = K;
@@ -114,7 +120,7 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.vec_c = vec_c;
     p.relu = 0;
     p.bias = nullptr;
-    wgmma_run<KIND, BN, TRANS_A, TRANS_B, KIND>(p);
+    wgmma_run<KIND, BN, TRANS_A, TRANS_B, KIND, STAGED && KIND != KIND_TF32>(p);
 }
 
 // TF32 wgmma reads K-major operands only: an operand stored the other way is first copied transposed by
@@ -143,14 +149,15 @@ extern "C" __global__ void gemm_wgmma_transpose(const float* __restrict__ in, fl
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): instantiations that between them take
 // every code path (TF32, both 16-bit kinds, every transpose, the three tile widths).
-#define MINIDL_WGMMA_INSTANCE(KIND, BN, TA, TB)                                                                  \
-    template __global__ void gemm_wgmma<KIND, BN, TA, TB>(const __grid_constant__ minidl_wgmma::TensorMap,      \
-                                                          const __grid_constant__ minidl_wgmma::TensorMap, int, int, \
-                                                          int, int, int, int, float, float, void*, long long,      \
-                                                          long long, long long, int);
-MINIDL_WGMMA_INSTANCE(0, 256, false, true)
-MINIDL_WGMMA_INSTANCE(0, 64, false, true)
-MINIDL_WGMMA_INSTANCE(1, 128, true, false)
-MINIDL_WGMMA_INSTANCE(2, 256, false, false)
-MINIDL_WGMMA_INSTANCE(2, 64, true, true)
+#define MINIDL_WGMMA_INSTANCE(KIND, BN, TA, TB, ST)                                                              \
+    template __global__ void gemm_wgmma<KIND, BN, TA, TB, ST>(                                                    \
+        const __grid_constant__ minidl_wgmma::TensorMap, const __grid_constant__ minidl_wgmma::TensorMap,         \
+        const __grid_constant__ minidl_wgmma::TensorMap, int, int, int, int, int, int, int, float, float, void*, \
+        long long, long long, long long, int);
+MINIDL_WGMMA_INSTANCE(0, 256, false, true, false)
+MINIDL_WGMMA_INSTANCE(0, 64, false, true, false)
+MINIDL_WGMMA_INSTANCE(1, 128, true, false, true)
+MINIDL_WGMMA_INSTANCE(2, 256, false, false, true)
+MINIDL_WGMMA_INSTANCE(2, 256, false, false, false)
+MINIDL_WGMMA_INSTANCE(2, 64, true, true, true)
 #endif

@@ -95,6 +95,7 @@ constexpr int ROW_BYTES = 128;   // bytes of k per stage row = the swizzle span
 constexpr int SLAB = 64;         // columns of an M/N-major slab (64 halves = 128 bytes)
 constexpr int GROUP_M = 8;       // tile rows per group in the tile order (L2 reuse)
 constexpr int SMEM_BUDGET = 196608;  // bytes of stages: 192 KiB of the 227 KiB a block may have
+constexpr int SMEM_BUDGET_STAGED = 229376;  // stages + the staged output tile (section 6): 224 KiB
 
 // A CUtensorMap (the driver's 128-byte, 64-byte aligned TMA descriptor), passed by value as a
 // __grid_constant__ kernel parameter: TMA reads it from the parameter space (problems keep its address).
@@ -102,7 +103,7 @@ struct __align__(64) TensorMap {
     unsigned long long v[16];
 };
 
-template <int KIND, int BN>
+template <int KIND, int BN, bool STAGED = false>
 struct Config {
     static constexpr int ES = KIND == KIND_TF32 ? 4 : 2;        // bytes per element
     static constexpr int BK = ROW_BYTES / ES;                   // k per stage: 32 floats or 64 halves
@@ -110,7 +111,9 @@ struct Config {
     static constexpr int A_BYTES = BM * ROW_BYTES;              // 16 KiB
     static constexpr int B_BYTES = BN * ROW_BYTES;              // 8, 16 or 32 KiB
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    static constexpr int STAGES = SMEM_BUDGET / STAGE_BYTES > 8 ? 8 : SMEM_BUDGET / STAGE_BYTES;
+    static constexpr int C_BYTES = STAGED ? BM * BN * 2 : 0;    // the staged 16-bit output tile
+    static constexpr int BUDGET = STAGED ? SMEM_BUDGET_STAGED - C_BYTES : SMEM_BUDGET;
+    static constexpr int STAGES = BUDGET / STAGE_BYTES > 8 ? 8 : BUDGET / STAGE_BYTES;
     static constexpr int SLAB_BYTES = BK * ROW_BYTES;           // one M/N-major slab: BK rows of 128 bytes
     static constexpr int ACC = BN / 2;                          // fp32 accumulators per consumer thread
     static_assert(BN == 64 || BN == 128 || BN == 256, "tile widths with a wgmma shape");
@@ -170,6 +173,33 @@ __device__ __forceinline__ void tma_load(unsigned dst, const TensorMap* map, uns
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
         : "memory");
 }
+
+// TMA store: the box at `src` in shared memory to coordinates (c0.., innermost first) of `map`; elements
+// outside the tensor are not written. One bulk group per call; the issuing thread waits on it later.
+__device__ __forceinline__ void tma_store(const TensorMap* map, unsigned src, int c0, int c1, int c2)
+{
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+                 "cp.async.bulk.commit_group;\n" ::"l"(reinterpret_cast<unsigned long long>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+__device__ __forceinline__ void tma_store(const TensorMap* map, unsigned src, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+                 "cp.async.bulk.commit_group;\n" ::"l"(reinterpret_cast<unsigned long long>(map)),
+                 "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+// Until the copy engine has read the shared memory of every store this thread issued (READ) or until
+// the stores are complete.
+template <bool READ>
+__device__ __forceinline__ void tma_store_wait()
+{
+    if (READ) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    else asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+// The 256 consumer threads only (named barrier 1; barrier 0 is __syncthreads, which the producer has left).
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
 // ---- wgmma ------------------------------------------------------------------------------------------
 __device__ __forceinline__ unsigned long long smem_desc(unsigned addr, unsigned lbo, unsigned sbo)
@@ -234,9 +264,12 @@ __device__ __forceinline__ unsigned pick4(const unsigned (&v)[4], int i)
 
 // Row h (0: g, 1: g + 8) of this thread's part of the tile, at `row` (nullptr: the row does not exist;
 // the thread still takes part in the shuffles), `cols` valid columns.
-template <int KIND, int BN>
+// TO_SMEM: write the 16-byte chunks into the staged output tile instead (row `smem_row`, a shared address;
+// every column, the TMA store clips what lies outside the tensor).
+template <int KIND, int BN, bool TO_SMEM = false>
 __device__ __forceinline__ void store_row_16byte(const float (&acc)[BN / 2], int h, unsigned short* row, int cols,
-                                                 int t, float alpha, const unsigned short* bias, bool relu)
+                                                 int t, float alpha, const unsigned short* bias, bool relu,
+                                                 unsigned smem_row = 0)
 {
 #pragma unroll
         for (int i = 0; i < BN / 32; ++i) {
@@ -271,6 +304,12 @@ __device__ __forceinline__ void store_row_16byte(const float (&acc)[BN / 2], int
                     if (u == p) w[u] = got;
             }
             const int n = 8 * (4 * i + t);
+            if (TO_SMEM) {
+                asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_row + 2 * n), "r"(w[0]),
+                             "r"(w[1]), "r"(w[2]), "r"(w[3])
+                             : "memory");
+                continue;
+            }
             if (row == nullptr || n >= cols) continue;
             unsigned short* dst = row + n;
             if (n + 7 < cols) {
@@ -297,15 +336,34 @@ __device__ __forceinline__ void grouped_tile(int t, int tiles_m, int tiles_n, in
     tn = (r % per_group) / group_rows;
 }
 
-// The epilogue of one consumer warpgroup (section 6).
-template <int OUT_KIND, int BN, class Problem, class Tile>
+// The epilogue of one consumer warpgroup (section 6). STAGED (16-bit output, a problem with an output
+// tensor map, beta = 0): the tile goes into shared memory at `c_smem` (row-major, 128 x BN), then one thread
+// hands it to the copy engine and every consumer goes on with the next tile while it is written.
+template <int OUT_KIND, int BN, bool STAGED, class Problem, class Tile>
 __device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const float (&acc)[BN / 2], int c,
-                                         int warp, int lane)
+                                         int warp, int lane, unsigned c_smem)
 {
     using OutT = typename minidl_tc::Storage<OUT_KIND>::T;
     const int g = lane >> 2, t = lane & 3;
     const int cols = tl.cols;
     const OutT* bias = p.bias != nullptr ? static_cast<const OutT*>(p.bias) + tl.n0 : nullptr;
+    if constexpr (STAGED && OUT_KIND != KIND_TF32) {
+        if (p.map_out != nullptr && p.beta == 0.0f) {
+            const bool issuer = threadIdx.x == 128;    // consumer warpgroup 0, thread 0
+            if (issuer) tma_store_wait<true>();         // the previous tile's store has read the buffer ...
+            consumers_sync();                           // ... before anyone writes into it again
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int mm = c * 64 + warp * 16 + g + h * 8;
+                store_row_16byte<OUT_KIND, BN, true>(acc, h, nullptr, cols, t, p.alpha, bias, p.relu,
+                                                     c_smem + mm * BN * 2);
+            }
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to the copy engine
+            consumers_sync();
+            if (issuer) p.store(tl, c_smem);
+            return;
+        }
+    }
     if constexpr (OUT_KIND != KIND_TF32) {
         if (p.vec_c == 2 && p.beta == 0.0f) {
 #pragma unroll
@@ -345,15 +403,16 @@ __device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const
 }
 
 // The persistent producer / consumer body (sections 4-5). Every thread of the block calls it.
-template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int OUT_KIND, class Problem>
+template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int OUT_KIND, bool STAGED, class Problem>
 __device__ __forceinline__ void wgmma_run(const Problem& p)
 {
-    using Cfg = Config<KIND, BN>;
+    using Cfg = Config<KIND, BN, STAGED>;
     constexpr int STAGES = Cfg::STAGES, BK = Cfg::BK, KSTEP = Cfg::KSTEP, ES = Cfg::ES;
 
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (minidl_tc::smem_addr(smem_raw) + 1023u) & ~1023u;  // swizzle atoms: 1024-aligned
-    const unsigned full_bar = base + STAGES * Cfg::STAGE_BYTES;               // STAGES barriers of 8 bytes
+    const unsigned c_smem = base + STAGES * Cfg::STAGE_BYTES;                 // the staged output tile
+    const unsigned full_bar = c_smem + Cfg::C_BYTES;                          // STAGES barriers of 8 bytes
     const unsigned empty_bar = full_bar + STAGES * 8;
     const int tiles = p.tiles();
     const int warpgroup = threadIdx.x / 128;
@@ -433,8 +492,9 @@ __device__ __forceinline__ void wgmma_run(const Problem& p)
         wgmma_wait<0>();
         fence_acc(acc);
         if (tl.kt1 > tl.kt0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
-        epilogue<OUT_KIND, BN>(p, tl, acc, c, warp, lane);
+        epilogue<OUT_KIND, BN, STAGED>(p, tl, acc, c, warp, lane, c_smem);
     }
+    if (STAGED && threadIdx.x == 128) tma_store_wait<false>();  // the last stores, before the block's memory goes
 }
 
 }  // namespace minidl_wgmma

@@ -96,11 +96,26 @@ def test_wgmma_alpha_beta_and_bias(kind, direction):
     assert rel_err(cupy.asnumpy(got.astype(cupy.float32)), want) <= tol
 
 
-def test_wgmma_convolution_declines_with_a_reason():
-    """C = 3 (rows of 6 bytes, not a TMA row): "wgmma" raises naming why; "auto" runs mma.sync."""
+@pytest.mark.parametrize("direction", ["forward", "backward_filter"])
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_wgmma_first_layer_channels_padded(direction, layout):
+    """C = 3 (a first layer): TMA cannot read 6-byte rows, so the launcher zero-pads the channels to 8 and
+    the wgmma kernels run; the padded channels never reach the result (alpha / beta blend dw's own)."""
     import cupy
 
-    desc, x, w, dy = _setup(("c3", 2, 3, (8, 8), 16, (3, 3), 1, 1, 1), "NHWC")
+    desc, x, w, dy = _setup(("c3", 4, 3, (17, 15), 32, (3, 3), 1, 1, 1), layout, seed=21)
+    (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, "bfloat16") for a in (x, w, dy))
+    want = _run(direction, "direct", desc, x64, w64, dy64, layout)
+    prior, prior64 = _to_gpu(np.random.default_rng(22).standard_normal(want.shape), "bfloat16")
+    got = _run(direction, "implicit_gemm_tc", desc, gx, gw, gdy, layout, alpha=2.0, beta=0.5, out=prior)
+    assert rel_err(cupy.asnumpy(got.astype(cupy.float32)), 2.0 * want + 0.5 * prior64) <= 1e-2
+
+
+def test_wgmma_convolution_declines_with_a_reason():
+    """K = 3 output channels (output rows of 6 bytes): "wgmma" raises naming why; "auto" runs mma.sync."""
+    import cupy
+
+    desc, x, w, dy = _setup(("k3", 2, 16, (8, 8), 3, (3, 3), 1, 1, 1), "NHWC")
     (gx, x64), (gw, w64), _ = (_to_gpu(a, "float16") for a in (x, w, dy))
     with pytest.raises(RuntimeError, match="multiples of 8"):
         convolution_forward(gx, gw, desc, layout="NHWC", algo="implicit_gemm_tc")
@@ -108,3 +123,19 @@ def test_wgmma_convolution_declines_with_a_reason():
     got = convolution_forward(gx, gw, desc, layout="NHWC", algo="implicit_gemm_tc")
     want = convolution_forward(x64, w64, desc, layout="NHWC", algo="direct")
     assert rel_err(cupy.asnumpy(got.astype(cupy.float32)), want) <= 2e-3
+
+
+@pytest.mark.parametrize("epilogue", ["staged", "16byte", "pairs"])
+def test_wgmma_convolution_epilogues(epilogue, monkeypatch):
+    """Each way the 16-bit output tile can leave (TMA store of the staged tile, 16-byte or pair stores)."""
+    import cupy
+
+    from minidl.primitives.cuda import gemm_wgmma
+
+    monkeypatch.setattr(gemm_wgmma, "EPILOGUE", epilogue)
+    desc, x, w, dy = _setup(PROBLEMS[1], "NHWC", seed=23)
+    (gx, x64), (gw, w64), _ = (_to_gpu(a, "bfloat16") for a in (x, w, dy))
+    out = cupy.full(dy.shape, np.nan, dtype=_np_dtype("bfloat16"))
+    convolution_forward(gx, gw, desc, layout="NHWC", algo="implicit_gemm_tc", out=out)
+    want = convolution_forward(x64, w64, desc, layout="NHWC", algo="direct")
+    assert rel_err(cupy.asnumpy(out.astype(cupy.float32)), want) <= 1e-2

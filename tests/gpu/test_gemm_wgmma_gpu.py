@@ -141,3 +141,21 @@ def test_wgmma_in_a_cuda_graph():
             stream.synchronize()
         want = _ref(new_a, cupy.asnumpy(b), False, trans_b)
         assert rel_err(cupy.asnumpy(out).astype(np.float64), want) <= KINDS["f16" if dtype == np.float16 else "tf32"][1]
+
+
+@pytest.mark.parametrize("epilogue", ["staged", "16byte", "pairs"])
+@pytest.mark.parametrize("kind", ["f16", "bf16"])
+def test_wgmma_epilogues(epilogue, kind, monkeypatch):
+    """Each way the 16-bit tile can leave: staged in shared memory and written by a TMA store (the default;
+    rows and columns past the edges clipped by the copy engine), 16-byte stores, pairs; batched too."""
+    from minidl.primitives.cuda import gemm_wgmma
+
+    monkeypatch.setattr(gemm_wgmma, "EPILOGUE", epilogue)
+    dtype, tol = KINDS[kind]
+    rng = np.random.default_rng(16)
+    for M, N, K, batch in ((136, 296, 72, 0), (1000, 704, 520, 0), (200, 136, 72, 3)):
+        a = _stored(rng, M, K, False, dtype, batch=batch)
+        b = _stored(rng, K, N, False, dtype, batch=batch)
+        out = _nan_like((batch, M, N) if batch else (M, N), dtype)
+        gemm(_gpu(a), _gpu(b), out=out, math="tf32")
+        assert rel_err(_host(out).astype(np.float64), _ref(a, b, False, False)) <= tol, (M, N, K, batch)

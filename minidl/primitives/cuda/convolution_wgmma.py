@@ -20,7 +20,9 @@ from .. import _common
 from ._compile import get_kernel
 from ._launch import grid_stride_blocks, sm_count
 from . import tma
-from .gemm_wgmma import BM, KINDS, ROW_BYTES, SLAB, THREADS, TILE_WIDTHS, device_has_wgmma, smem_bytes, tma_data_type
+from . import gemm_wgmma
+from .gemm_wgmma import BM, KINDS, NO_MAP, ROW_BYTES, SLAB, THREADS, TILE_WIDTHS, device_has_wgmma, smem_bytes, \
+    tma_data_type
 
 # The fields of `struct ConvShape` in kernels/convolution_wgmma.cu, in order (all int32; a CPU test
 # checks that the two lists agree).
@@ -52,7 +54,7 @@ def reason(direction: str, g: dict, dtype: str, arrays) -> str | None:
     if not device_has_wgmma(cupy.cuda.runtime.getDevice()):
         return "this GPU has no wgmma (compute capability 9.0 only)"
     vec = 16 // np.dtype(dtype).itemsize
-    if g["C"] % vec or g["K"] % vec:
+    if g["K"] % vec or (g["C"] % vec and direction == "backward_data"):
         return f"C = {g['C']} and K = {g['K']} must be multiples of {vec} (TMA reads rows of 16-byte multiples)"
     if any(a.data.ptr % 16 for a in arrays if a is not None):
         return "an array does not start on a 16-byte boundary"
@@ -77,13 +79,23 @@ def _shape(**fields) -> np.ndarray:
     return out
 
 
-def _kernel(name: str, bn: int):
+def _kernel(name: str, bn: int, staged: bool = False):
     kernel = get_kernel("convolution_wgmma", name, name_expressions=(name,))
     key = (cupy.cuda.Device().id, name)
     if key not in _configured:
-        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn)
+        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged)
         _configured.add(key)
     return kernel
+
+
+def _channels_padded(a, vec):
+    """An NHWC array (or a (K, R, S, C) filter) with its channels zero-padded to a multiple of `vec`: what TMA
+    reads when C is not (a first layer's C = 3). One pass over a small tensor."""
+    C = a.shape[-1]
+    out = cupy.zeros(a.shape[:-1] + (-(-C // vec) * vec,), dtype=a.dtype)
+    out.view(cupy.uint16 if a.itemsize == 2 else cupy.uint32)[..., :C] = a.view(
+        cupy.uint16 if a.itemsize == 2 else cupy.uint32)
+    return out
 
 
 def _tile_width(tiles_m: int, n: int) -> int:
@@ -130,11 +142,20 @@ def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, tap
                    sw=steps[1], tap_h=tap_steps[0], tap_w=tap_steps[1], BNI=bni, BP=bp, BQ=bq,
                    c_steps=math.ceil(C / bk), splits=1, vec_c=_vec_c(out, w_rows), relu=int(relu))
     kind = KINDS[dtype]
-    kernel = _kernel(f"{name}<{kind}, {bn}>", bn)
+    # the 16-bit output tile leaves through shared memory and a TMA store of the box (BN channels, BQ, BP, BNI)
+    staged = (gemm_wgmma.EPILOGUE == "staged" and out.itemsize == 2 and beta == 0 and w_rows % 8 == 0
+              and out.data.ptr % 16 == 0)
+    map_out = NO_MAP
+    if staged:
+        size = out.itemsize
+        map_out = tma.encode_tiled(dtype, out.data.ptr, (w_rows, Q, P, N),
+                                   (w_rows * size, Q * w_rows * size, P * Q * w_rows * size), (bn, bq, bp, bni),
+                                   swizzle=tma.SWIZZLE_NONE)
+    kernel = _kernel(f"{name}<{kind}, {bn}, {str(staged).lower()}>", bn, staged)
     tiles = tiles_m * math.ceil(w_rows / bn)
     kernel((min(tiles, sm_count()),), (THREADS,),
-           (map_in, map_w, shape, np.float32(alpha), np.float32(beta), out,
-            np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn))
+           (map_in, map_w, map_out, np.int32(staged), shape, np.float32(alpha), np.float32(beta), out,
+            np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn, staged))
 
 
 def convolution_forward(x, w, bias, y, g, dtype, alpha, beta) -> bool:
@@ -142,7 +163,12 @@ def convolution_forward(x, w, bias, y, g, dtype, alpha, beta) -> bool:
     why = reason("forward", g, dtype, (x, w, y, bias))
     if why is not None:
         return _declined("convolution_forward", why)
-    _rows_launch("convolution_forward_wgmma", dtype, x, (g["N"], g["H"], g["W"], g["C"]), w, g["K"], y,
+    vec = 16 // x.itemsize
+    C = g["C"]
+    if C % vec:  # e.g. a first layer's 3 channels: zero channels cost tensor-core work only
+        x, w = _channels_padded(x, vec), _channels_padded(w, vec)
+        C = x.shape[-1]
+    _rows_launch("convolution_forward_wgmma", dtype, x, (g["N"], g["H"], g["W"], C), w, g["K"], y,
                  (g["N"], g["P"], g["Q"]), (g["R"], g["S"]), (-g["ph"], -g["pw"]), (g["sh"], g["sw"]),
                  (g["dh"], g["dw"]), bias, alpha, beta)
     return True
@@ -166,26 +192,50 @@ def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, red
     if why is not None:
         return _declined("convolution_backward_filter", why)
     N, H, W, C, K, R, S, P, Q = (g[k] for k in ("N", "H", "W", "C", "K", "R", "S", "P", "Q"))
+    vec = 16 // x.itemsize
+    dw_padded = None
+    if C % vec:  # channels padded with zeros for TMA; the padded gradient's first C channels are dw's
+        x = _channels_padded(x, vec)
+        C = x.shape[-1]
+        dw_padded = cupy.empty((K, R, S, C), dtype=dw.dtype)
+    target = dw if dw_padded is None else dw_padded
     bni, bp, bq = pixel_rectangle(N, P, Q, 64)
     k_total = math.ceil(N / bni) * math.ceil(P / bp) * math.ceil(Q / bq)
-    bn = next((w for w in sorted(TILE_WIDTHS) if C <= w), max(TILE_WIDTHS))
-    tiles = math.ceil(K / BM) * R * S * math.ceil(C / bn)
+    flat = C % SLAB == 0          # column tiles span taps (kernels/convolution_wgmma.cu, ConvWgradProblem)
+    if flat:
+        bn = next((w for w in sorted(TILE_WIDTHS) if R * S * C <= w), max(TILE_WIDTHS))
+        tiles = math.ceil(K / BM) * math.ceil(R * S * C / bn)
+    else:
+        bn = next((w for w in sorted(TILE_WIDTHS) if C <= w), max(TILE_WIDTHS))
+        tiles = math.ceil(K / BM) * R * S * math.ceil(C / bn)
     splits = max(1, min(math.ceil(2 * sm_count() / tiles), k_total // 8))
     per_split = math.ceil(k_total / splits)
     splits = math.ceil(k_total / per_split)
     map_dy = _nhwc_map(dtype, dy, N, P, Q, K, (SLAB, bq, bp, bni))
     map_x = _nhwc_map(dtype, x, N, H, W, C, (SLAB, bq * g["sw"], bp * g["sh"], bni), (1, g["sw"], g["sh"], 1))
-    out = dw if splits == 1 else workspace(4 * splits * dw.size)
+    if dw_padded is not None:
+        alpha_k, beta_k = 1.0, 0.0   # the blend with dw happens below, on its C channels
+    else:
+        alpha_k, beta_k = alpha, beta
+    out = target if splits == 1 else workspace(4 * splits * target.size)
     shape = _shape(N=N, H=H, W=W, C=C, K=K, R=R, S=S, P=P, Q=Q, off_h=-g["ph"], off_w=-g["pw"], sh=g["sh"],
                    sw=g["sw"], tap_h=g["dh"], tap_w=g["dw"], BNI=bni, BP=bp, BQ=bq, splits=splits,
-                   vec_c=_vec_c(dw, C) if splits == 1 else 1)
+                   vec_c=_vec_c(target, C) if splits == 1 else 1)
     name = "convolution_backward_filter_wgmma"
     kernel = _kernel(f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}>", bn)
     kernel((min(tiles * splits, sm_count()),), (THREADS,),
-           (map_dy, map_x, shape, np.float32(alpha), np.float32(beta), out), shared_mem=smem_bytes(bn))
+           (map_dy, map_x, shape, np.float32(alpha_k), np.float32(beta_k), out), shared_mem=smem_bytes(bn))
     if splits > 1:
-        reduce_kernel()((grid_stride_blocks(dw.size),), (256,),
-                        (out, np.int32(splits), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
+        reduce_kernel()((grid_stride_blocks(target.size),), (256,),
+                        (out, np.int32(splits), np.int64(target.size), np.float32(alpha_k), np.float32(beta_k),
+                         target))
+    if dw_padded is not None:
+        grad = dw_padded[..., :g["C"]].astype(cupy.float32)
+        if beta != 0:
+            grad = alpha * grad + beta * dw.astype(cupy.float32)
+        elif alpha != 1:
+            grad *= alpha
+        dw[...] = grad.astype(dw.dtype)
     return True
 
 

@@ -31,20 +31,27 @@ BM = 128                # tile rows (two consumer warpgroups of 64)
 ROW_BYTES = 128         # bytes of k per stage row (the 128-byte swizzle span)
 SLAB = 64               # columns of an M/N-major TMA box
 SMEM_BUDGET = 196608    # SMEM_BUDGET of the kernel: bytes of pipeline stages
+SMEM_BUDGET_STAGED = 229376  # SMEM_BUDGET_STAGED: stages + the staged 16-bit output tile
 THREADS = 384           # one producer and two consumer warpgroups
 TILE_WIDTHS = (256, 128, 64)
-EPILOGUE_16BYTE = True  # the 16-bit epilogue's 16-byte stores (False: pair stores; kept to measure the difference)
+# The 16-bit epilogue (wgmma_pipeline.cuh, section 6): "staged" = the tile goes through shared memory and
+# a TMA store that overlaps the next tile (one fewer pipeline stage at BN = 256), "16byte" = 16-byte stores
+# from registers, "pairs" = 4-byte stores; float32 output always leaves from registers. Measured in
+# benchmarks/results/gpu_gemm_tc.md.
+EPILOGUE = "staged"
 _kernels: dict = {}
 
 
-def stages(bn: int) -> int:
-    """Pipeline depth of gemm_wgmma<.., BN, ..> (Config::STAGES)."""
-    return min(8, SMEM_BUDGET // ((BM + bn) * ROW_BYTES))
+def stages(bn: int, staged: bool = False) -> int:
+    """Pipeline depth of a wgmma kernel with BN = bn (Config::STAGES)."""
+    budget = SMEM_BUDGET_STAGED - BM * bn * 2 if staged else SMEM_BUDGET
+    return min(8, budget // ((BM + bn) * ROW_BYTES))
 
 
-def smem_bytes(bn: int) -> int:
-    """Dynamic shared memory of one block: the stages, two 8-byte mbarriers per stage, 1024 for alignment."""
-    return stages(bn) * ((BM + bn) * ROW_BYTES + 16) + 1024
+def smem_bytes(bn: int, staged: bool = False) -> int:
+    """Dynamic shared memory of one block: the stages, the staged output tile, two 8-byte mbarriers per
+    stage, 1024 for alignment."""
+    return stages(bn, staged) * ((BM + bn) * ROW_BYTES + 16) + (BM * bn * 2 if staged else 0) + 1024
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,15 +69,19 @@ def tile_width(M: int, N: int, batch: int) -> int:
     return bn
 
 
-def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool):
-    key = (cupy.cuda.Device().id, kind, bn, trans_a, trans_b)
+def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool, staged: bool):
+    key = (cupy.cuda.Device().id, kind, bn, trans_a, trans_b, staged)
     kernel = _kernels.get(key)
     if kernel is None:
-        name = f"gemm_wgmma<{kind}, {bn}, {str(trans_a).lower()}, {str(trans_b).lower()}>"
+        flag = lambda b: str(b).lower()  # noqa: E731
+        name = f"gemm_wgmma<{kind}, {bn}, {flag(trans_a)}, {flag(trans_b)}, {flag(staged)}>"
         kernel = get_kernel("gemm_wgmma", name, name_expressions=(name,))
-        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn)
+        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged)
         _kernels[key] = kernel
     return kernel
+
+
+NO_MAP = np.zeros(1, dtype=tma.MAP_DTYPE)   # the output-map argument when the epilogue does not use one
 
 
 def unsupported_reason(dtype, trans_a, trans_b, batch) -> str | None:
@@ -176,20 +187,29 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     b_batch = batch if batch > 1 and stride_b != 0 else 1
     map_a = _operand_map(map_type, a_ptr, not trans_a, M, K, lda, stride_a, a_batch, BM, bk)
     map_b = _operand_map(map_type, b_ptr, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
-    # C's stores: 2 = 16-byte stores of 8 adjacent 16-bit elements (rows 16-byte aligned), 1 = pairs, 0 = one by one
+    # C's stores: staged through shared memory and a TMA store; else 2 = 16-byte stores of 8 adjacent 16-bit
+    # elements (rows 16-byte aligned), 1 = pairs, 0 = one by one
     row_major = ldc_col == 1
-    if EPILOGUE_16BYTE and row_major and dtype.itemsize == 2 and ldc_row % 8 == 0 and c_ptr % 16 == 0 and (batch == 1 or stride_c % 8 == 0):
+    rows16 = row_major and c_ptr % 16 == 0 and (ldc_row * dtype.itemsize) % 16 == 0 and \
+        (batch == 1 or (stride_c * dtype.itemsize) % 16 == 0)
+    staged = EPILOGUE == "staged" and dtype.itemsize == 2 and rows16 and beta == 0
+    if EPILOGUE != "pairs" and dtype.itemsize == 2 and rows16:
         vec_c = np.int32(2)
     else:
         vec_c = np.int32(row_major and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
                          and (batch == 1 or stride_c % 2 == 0))
+    map_c = NO_MAP
+    if staged:
+        c_stride = stride_c * dtype.itemsize if batch > 1 else max(16, ldc_row * M * dtype.itemsize)
+        map_c = tma.encode_tiled(dtype.name, c_ptr, (N, M, batch), (ldc_row * dtype.itemsize, c_stride), (bn, BM, 1),
+                                 swizzle=tma.SWIZZLE_NONE)
     tiles = math.ceil(M / BM) * math.ceil(N / bn) * batch
-    kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b))
+    kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged)
     i32, i64 = np.int32, np.int64
     kernel((min(tiles, sm_count()),), (THREADS,),
-           (map_a, map_b, i32(M), i32(N), i32(K), i32(batch), i32(a_batch > 1), i32(b_batch > 1),
+           (map_a, map_b, map_c, i32(staged), i32(M), i32(N), i32(K), i32(batch), i32(a_batch > 1), i32(b_batch > 1),
             np.float32(alpha), np.float32(beta), np.uint64(c_ptr), i64(ldc_row), i64(ldc_col), i64(stride_c),
-            vec_c), shared_mem=smem_bytes(bn))
+            vec_c), shared_mem=smem_bytes(bn, staged))
     return True
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 # CUtensorMapDataType (cuda.h)
 DATA_TYPES = {"float16": 6, "float32": 7, "bfloat16": 9, "tfloat32": 11}
+SWIZZLE_NONE = 0           # CU_TENSOR_MAP_SWIZZLE_NONE: the box lies in shared memory as a plain array
 SWIZZLE_128B = 3            # CU_TENSOR_MAP_SWIZZLE_128B
 L2_PROMOTION_256B = 3       # CU_TENSOR_MAP_L2_PROMOTION_L2_256B
 OOB_FILL_ZERO = 0           # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: elements outside the tensor read as zero
