@@ -53,10 +53,10 @@ struct ConvShape {
 };
 
 // fprop and stride-1 dgrad: rows = output pixels, reduction = (tap, input channel).
-template <int KIND, int BN>
+template <int KIND, int BN, int MI>
 struct ConvRowsProblem {
     using T = typename minidl_tc::Storage<KIND>::T;
-    using Cfg = Config<KIND, BN>;
+    using Cfg = Config<KIND, BN, false, MI>;
     struct Tile {
         int img0, p0, q0, n0, kt0, kt1, cols;  // n0: the first output channel (the epilogue's first column)
     };
@@ -108,10 +108,10 @@ struct ConvRowsProblem {
 // multiple of 64 a column tile spans taps (slab j = columns n0 + 64j .. of the flat (r, s, c) space: one
 // tile of 256 columns covers 4 taps of 64 channels), so dy's boxes are re-read for R*S*C/BN column tiles
 // instead of R*S * ceil(C/BN); otherwise a tile stays inside one tap.
-template <int KIND, int BN, int OUT_KIND>
+template <int KIND, int BN, int OUT_KIND, int MI>
 struct ConvWgradProblem {
     using OutT = typename minidl_tc::Storage<OUT_KIND>::T;
-    using Cfg = Config<KIND, BN>;
+    using Cfg = Config<KIND, BN, false, MI>;
     struct Tile {
         int split, m0, rs, c0, n0, kt0, kt1, cols;
     };
@@ -132,7 +132,7 @@ struct ConvWgradProblem {
         Tile tl;
         int tm, tn;
         grouped_tile(t, tiles_m, tiles_n, tl.split, tm, tn);
-        tl.m0 = tm * BM;
+        tl.m0 = tm * Cfg::TILE_M;
         if (flat) {
             tl.n0 = tn * BN;
             tl.rs = tl.c0 = 0;
@@ -152,7 +152,7 @@ struct ConvWgradProblem {
         const int qi = kt % pix_q, pi = kt / pix_q % pix_p, ni = kt / (pix_q * pix_p);
         const int q0 = qi * g.BQ, p0 = pi * g.BP, n0 = ni * g.BNI;
 #pragma unroll
-        for (int j = 0; j < BM / SLAB; ++j)
+        for (int j = 0; j < Cfg::TILE_M / SLAB; ++j)
             tma_load(a_dst + j * Cfg::SLAB_BYTES, map_dy, bar, tl.m0 + j * SLAB, q0, p0, n0);
 #pragma unroll
         for (int j = 0; j < BN / SLAB; ++j) {
@@ -196,14 +196,14 @@ __device__ __forceinline__ void set_epilogue(Problem& p, float alpha, float beta
 // rearranged filter (ConvShape's dgrad fields), under its own name for the profiler and the tables.
 // STAGED: the 16-bit output tile leaves through shared memory and a TMA store (map_out, when use_map_out).
 #define MINIDL_CONV_ROWS_KERNEL(name)                                                                              \
-    template <int KIND, int BN, bool STAGED>                                                                       \
+    template <int KIND, int BN, bool STAGED, int MI>                                                               \
     __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)                                                    \
         name(const __grid_constant__ minidl_wgmma::TensorMap map_in, const __grid_constant__ minidl_wgmma::TensorMap \
                  map_w, const __grid_constant__ minidl_wgmma::TensorMap map_out, int use_map_out,                  \
              const minidl_wgmma::ConvShape g, float alpha, float beta, void* out, const void* bias)                \
     {                                                                                                              \
         using namespace minidl_wgmma;                                                                              \
-        ConvRowsProblem<KIND, BN> p;                                                                               \
+        ConvRowsProblem<KIND, BN, MI> p;                                                                           \
         p.map_in = &map_in;                                                                                        \
         p.map_w = &map_w;                                                                                          \
         p.map_out = use_map_out ? &map_out : nullptr;                                                              \
@@ -213,13 +213,13 @@ __device__ __forceinline__ void set_epilogue(Problem& p, float alpha, float beta
         p.tiles_q = (g.Q + g.BQ - 1) / g.BQ;                                                                       \
         p.tiles_k = (g.K + BN - 1) / BN;                                                                           \
         set_epilogue(p, alpha, beta, out, bias, g);                                                                \
-        wgmma_run<KIND, BN, false, true, KIND, STAGED && KIND != KIND_TF32>(p);                                    \
+        wgmma_run<KIND, BN, false, true, KIND, STAGED && KIND != KIND_TF32, MI>(p);                                \
     }
 MINIDL_CONV_ROWS_KERNEL(convolution_forward_wgmma)
 MINIDL_CONV_ROWS_KERNEL(convolution_backward_data_wgmma)
 
 // wgrad: dy (N, P, Q, K), x (N, H, W, C) -> dw (K, R, S, C) (SPLIT = 0), or fp32 partial sums (SPLIT = 1).
-template <int KIND, int BN, int SPLIT>
+template <int KIND, int BN, int SPLIT, int MI>
 __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     convolution_backward_filter_wgmma(const __grid_constant__ minidl_wgmma::TensorMap map_dy,
                                       const __grid_constant__ minidl_wgmma::TensorMap map_x,
@@ -228,11 +228,11 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     using namespace minidl_wgmma;
     static_assert(KIND != KIND_TF32, "TF32 wgmma cannot read wgrad's M/N-major operands");
     constexpr int OUT_KIND = SPLIT ? KIND_TF32 : KIND;  // split: fp32 partial sums
-    ConvWgradProblem<KIND, BN, OUT_KIND> p;
+    ConvWgradProblem<KIND, BN, OUT_KIND, MI> p;
     p.map_dy = &map_dy;
     p.map_x = &map_x;
     p.g = g;
-    p.tiles_m = (g.K + BM - 1) / BM;
+    p.tiles_m = (g.K + BM * MI - 1) / (BM * MI);
     p.c_blocks = (g.C + BN - 1) / BN;
     p.flat = g.C % SLAB == 0;
     p.tiles_n = p.flat ? (g.R * g.S * g.C + BN - 1) / BN : g.R * g.S * p.c_blocks;
@@ -243,22 +243,22 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     set_epilogue(p, SPLIT ? 1.0f : alpha, SPLIT ? 0.0f : beta, out, nullptr, g);
     p.map_out = nullptr;
     if (SPLIT) p.vec_c = 1;
-    wgmma_run<KIND, BN, true, false, OUT_KIND, false>(p);
+    wgmma_run<KIND, BN, true, false, OUT_KIND, false, MI>(p);
 }
 
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): every kernel, both 16-bit kinds and TF32,
 // the tile widths, both epilogues.
-#define MINIDL_CONV_ROWS_INSTANCE(name, KIND, BN, ST)                                                             \
-    template __global__ void name<KIND, BN, ST>(const __grid_constant__ minidl_wgmma::TensorMap,                 \
-                                                const __grid_constant__ minidl_wgmma::TensorMap,                 \
-                                                const __grid_constant__ minidl_wgmma::TensorMap, int,            \
-                                                const minidl_wgmma::ConvShape, float, float, void*, const void*);
-MINIDL_CONV_ROWS_INSTANCE(convolution_forward_wgmma, 0, 128, false)
-MINIDL_CONV_ROWS_INSTANCE(convolution_forward_wgmma, 2, 256, true)
-MINIDL_CONV_ROWS_INSTANCE(convolution_backward_data_wgmma, 1, 64, true)
-template __global__ void convolution_backward_filter_wgmma<2, 128, 1>(const __grid_constant__ minidl_wgmma::TensorMap,
+#define MINIDL_CONV_ROWS_INSTANCE(name, KIND, BN, ST, MI)                                                         \
+    template __global__ void name<KIND, BN, ST, MI>(const __grid_constant__ minidl_wgmma::TensorMap,             \
+                                                    const __grid_constant__ minidl_wgmma::TensorMap,             \
+                                                    const __grid_constant__ minidl_wgmma::TensorMap, int,        \
+                                                    const minidl_wgmma::ConvShape, float, float, void*, const void*);
+MINIDL_CONV_ROWS_INSTANCE(convolution_forward_wgmma, 0, 128, false, 2)
+MINIDL_CONV_ROWS_INSTANCE(convolution_forward_wgmma, 2, 256, true, 1)
+MINIDL_CONV_ROWS_INSTANCE(convolution_backward_data_wgmma, 1, 64, true, 2)
+template __global__ void convolution_backward_filter_wgmma<2, 128, 1, 2>(const __grid_constant__ minidl_wgmma::TensorMap,
     const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*);
-template __global__ void convolution_backward_filter_wgmma<1, 64, 0>(const __grid_constant__ minidl_wgmma::TensorMap,
+template __global__ void convolution_backward_filter_wgmma<1, 64, 0, 1>(const __grid_constant__ minidl_wgmma::TensorMap,
     const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*);
 #endif

@@ -10,7 +10,8 @@
 //   KIND 0 (TF32)  float32 data, TF32 math, float32 result (wgmma ...k8.f32.tf32.tf32)
 //   KIND 1 (F16)   float16 data, fp32 accumulation, float16 result (k16)
 //   KIND 2 (BF16)  bfloat16 data, fp32 accumulation, bfloat16 result (k16)
-//   BN             64, 128 or 256: the tile is 128 x BN (BM = 128: one 64-row half per consumer warpgroup)
+//   BN             64, 128 or 256, MI 1 or 2: the tile is (128 * MI) x BN (each consumer warpgroup 64 * MI rows;
+//                  MI * BN <= 256)
 //   TRANS_A/B      op(A) = A^T / op(B) = B^T, as in gemm_tc.cu. For 16-bit data every case runs here (the
 //                  wgmma transpose bits); TF32 wgmma takes K-major operands only, i.e. A stored (M, K) and
 //                  B stored (N, K) (TRANS_A = false, TRANS_B = true): the launcher transposes the others.
@@ -28,10 +29,10 @@
 
 namespace minidl_wgmma {
 
-template <int KIND, int BN, bool TRANS_A, bool TRANS_B>
+template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int MI>
 struct GemmProblem {
     using T = typename minidl_tc::Storage<KIND>::T;
-    using Cfg = Config<KIND, BN>;
+    using Cfg = Config<KIND, BN, false, MI>;
     struct Tile {
         int b, m0, n0, kt0, kt1, cols;
     };
@@ -52,7 +53,7 @@ struct GemmProblem {
         Tile tl;
         int tm, tn;
         grouped_tile(t, tiles_m, tiles_n, tl.b, tm, tn);
-        tl.m0 = tm * BM;
+        tl.m0 = tm * Cfg::TILE_M;
         tl.n0 = tn * BN;
         tl.kt0 = 0;
         tl.kt1 = (K + Cfg::BK - 1) / Cfg::BK;
@@ -63,10 +64,10 @@ struct GemmProblem {
     {
         const int k0 = kt * Cfg::BK, ba = tl.b * a_batched, bb = tl.b * b_batched;
         if (!TRANS_A) {
-            tma_load(a_dst, map_a, bar, k0, tl.m0, ba);                  // box (BK, 128): k innermost
+            tma_load(a_dst, map_a, bar, k0, tl.m0, ba);                  // box (BK, TILE_M): k innermost
         } else {
 #pragma unroll
-            for (int j = 0; j < BM / SLAB; ++j)                           // boxes (64 of m, BK of k)
+            for (int j = 0; j < Cfg::TILE_M / SLAB; ++j)                  // boxes (64 of m, BK of k)
                 tma_load(a_dst + j * Cfg::SLAB_BYTES, map_a, bar, tl.m0 + j * SLAB, k0, ba);
         }
         if (TRANS_B) {
@@ -91,7 +92,7 @@ struct GemmProblem {
 // broadcast over the batch (its tensor map has a batch extent of 1). STAGED: the epilogue stages the 16-bit
 // tile in shared memory and stores it with TMA through map_c (used when use_map_c and beta == 0), at the
 // price of one pipeline stage for BN = 256 (wgmma_pipeline.cuh, section 6).
-template <int KIND, int BN, bool TRANS_A, bool TRANS_B, bool STAGED>
+template <int KIND, int BN, bool TRANS_A, bool TRANS_B, bool STAGED, int MI>
 __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     gemm_wgmma(const __grid_constant__ minidl_wgmma::TensorMap map_a, const __grid_constant__ minidl_wgmma::TensorMap map_b,
                const __grid_constant__ minidl_wgmma::TensorMap map_c, int use_map_c, int M, int N, int K, int batch,
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
                long long stride_c, int vec_c)
 {
     using namespace minidl_wgmma;
-    GemmProblem<KIND, BN, TRANS_A, TRANS_B> p;
+    GemmProblem<KIND, BN, TRANS_A, TRANS_B, MI> p;
     p.map_a = &map_a;
     p.map_b = &map_b;
     p.map_out = use_map_c ? &map_c : nullptr;
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.batch = batch;
     p.a_batched = a_batched;
     p.b_batched = b_batched;
-    p.tiles_m = (M + BM - 1) / BM;
+    p.tiles_m = (M + BM * MI - 1) / (BM * MI);
     p.tiles_n = (N + BN - 1) / BN;
     p.alpha = alpha;
     p.beta = beta;
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.vec_c = vec_c;
     p.relu = 0;
     p.bias = nullptr;
-    wgmma_run<KIND, BN, TRANS_A, TRANS_B, KIND, STAGED && KIND != KIND_TF32>(p);
+    wgmma_run<KIND, BN, TRANS_A, TRANS_B, KIND, STAGED && KIND != KIND_TF32, MI>(p);
 }
 
 // TF32 wgmma reads K-major operands only: an operand stored the other way is first copied transposed by
@@ -149,15 +150,15 @@ extern "C" __global__ void gemm_wgmma_transpose(const float* __restrict__ in, fl
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): instantiations that between them take
 // every code path (TF32, both 16-bit kinds, every transpose, the three tile widths).
-#define MINIDL_WGMMA_INSTANCE(KIND, BN, TA, TB, ST)                                                              \
-    template __global__ void gemm_wgmma<KIND, BN, TA, TB, ST>(                                                    \
+#define MINIDL_WGMMA_INSTANCE(KIND, BN, TA, TB, ST, MI)                                                          \
+    template __global__ void gemm_wgmma<KIND, BN, TA, TB, ST, MI>(                                                \
         const __grid_constant__ minidl_wgmma::TensorMap, const __grid_constant__ minidl_wgmma::TensorMap,         \
         const __grid_constant__ minidl_wgmma::TensorMap, int, int, int, int, int, int, int, float, float, void*, \
         long long, long long, long long, int);
-MINIDL_WGMMA_INSTANCE(0, 256, false, true, false)
-MINIDL_WGMMA_INSTANCE(0, 64, false, true, false)
-MINIDL_WGMMA_INSTANCE(1, 128, true, false, true)
-MINIDL_WGMMA_INSTANCE(2, 256, false, false, true)
-MINIDL_WGMMA_INSTANCE(2, 256, false, false, false)
-MINIDL_WGMMA_INSTANCE(2, 64, true, true, true)
+MINIDL_WGMMA_INSTANCE(0, 256, false, true, false, 1)
+MINIDL_WGMMA_INSTANCE(0, 64, false, true, false, 2)
+MINIDL_WGMMA_INSTANCE(1, 128, true, false, true, 2)
+MINIDL_WGMMA_INSTANCE(2, 256, false, false, true, 1)
+MINIDL_WGMMA_INSTANCE(2, 256, false, false, false, 1)
+MINIDL_WGMMA_INSTANCE(2, 64, true, true, true, 1)
 #endif

@@ -88,7 +88,7 @@ using minidl_tc::KIND_BF16;
 using minidl_tc::KIND_F16;
 using minidl_tc::KIND_TF32;
 
-constexpr int BM = 128;          // tile rows: two consumer warpgroups of 64
+constexpr int BM = 128;          // tile rows per m64 sub-tile pair: two consumer warpgroups of 64 (x MI)
 constexpr int CONSUMERS = 2;     // consumer warpgroups
 constexpr int THREADS = 128 * (1 + CONSUMERS);
 constexpr int ROW_BYTES = 128;   // bytes of k per stage row = the swizzle span
@@ -103,20 +103,24 @@ struct __align__(64) TensorMap {
     unsigned long long v[16];
 };
 
-template <int KIND, int BN, bool STAGED = false>
+// MI: m64 sub-tiles per consumer warpgroup (1 or 2): the tile is (128 * MI) x BN. A 256 x 128 tile moves as
+// few bytes per MMA as 128 x 256 does, for problems whose N is 128 or less.
+template <int KIND, int BN, bool STAGED = false, int MI = 1>
 struct Config {
     static constexpr int ES = KIND == KIND_TF32 ? 4 : 2;        // bytes per element
     static constexpr int BK = ROW_BYTES / ES;                   // k per stage: 32 floats or 64 halves
     static constexpr int KSTEP = KIND == KIND_TF32 ? 8 : 16;    // k per wgmma
-    static constexpr int A_BYTES = BM * ROW_BYTES;              // 16 KiB
+    static constexpr int TILE_M = BM * MI;                      // tile rows: 128 or 256
+    static constexpr int A_BYTES = TILE_M * ROW_BYTES;          // 16 or 32 KiB
     static constexpr int B_BYTES = BN * ROW_BYTES;              // 8, 16 or 32 KiB
     static constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
-    static constexpr int C_BYTES = STAGED ? BM * BN * 2 : 0;    // the staged 16-bit output tile
+    static constexpr int C_BYTES = STAGED ? TILE_M * BN * 2 : 0;  // the staged 16-bit output tile
     static constexpr int BUDGET = STAGED ? SMEM_BUDGET_STAGED - C_BYTES : SMEM_BUDGET;
     static constexpr int STAGES = BUDGET / STAGE_BYTES > 8 ? 8 : BUDGET / STAGE_BYTES;
     static constexpr int SLAB_BYTES = BK * ROW_BYTES;           // one M/N-major slab: BK rows of 128 bytes
-    static constexpr int ACC = BN / 2;                          // fp32 accumulators per consumer thread
+    static constexpr int ACC = BN / 2;                          // fp32 accumulators per thread per sub-tile
     static_assert(BN == 64 || BN == 128 || BN == 256, "tile widths with a wgmma shape");
+    static_assert((MI == 1 || MI == 2) && MI * BN <= 256, "at most 128 accumulators per thread");
 };
 
 // ---- mbarrier ---------------------------------------------------------------------------------------
@@ -336,11 +340,12 @@ __device__ __forceinline__ void grouped_tile(int t, int tiles_m, int tiles_n, in
     tn = (r % per_group) / group_rows;
 }
 
-// The epilogue of one consumer warpgroup (section 6). STAGED (16-bit output, a problem with an output
-// tensor map, beta = 0): the tile goes into shared memory at `c_smem` (row-major, 128 x BN), then one thread
-// hands it to the copy engine and every consumer goes on with the next tile while it is written.
-template <int OUT_KIND, int BN, bool STAGED, class Problem, class Tile>
-__device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const float (&acc)[BN / 2], int c,
+// The epilogue of one consumer warpgroup (section 6) for its MI sub-tiles of 64 rows (rows (c * MI + i) * 64 ..).
+// STAGED (16-bit output, a problem with an output tensor map, beta = 0): the tile goes into shared memory at
+// `c_smem` (row-major, TILE_M x BN), then one thread hands it to the copy engine and every consumer goes on
+// with the next tile while it is written.
+template <int OUT_KIND, int BN, bool STAGED, int MI, class Problem, class Tile>
+__device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const float (&acc)[MI][BN / 2], int c,
                                          int warp, int lane, unsigned c_smem)
 {
     using OutT = typename minidl_tc::Storage<OUT_KIND>::T;
@@ -353,11 +358,13 @@ __device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const
             if (issuer) tma_store_wait<true>();         // the previous tile's store has read the buffer ...
             consumers_sync();                           // ... before anyone writes into it again
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int mm = c * 64 + warp * 16 + g + h * 8;
-                store_row_16byte<OUT_KIND, BN, true>(acc, h, nullptr, cols, t, p.alpha, bias, p.relu,
-                                                     c_smem + mm * BN * 2);
-            }
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int mm = (c * MI + i) * 64 + warp * 16 + g + h * 8;
+                    store_row_16byte<OUT_KIND, BN, true>(acc[i], h, nullptr, cols, t, p.alpha, bias, p.relu,
+                                                         c_smem + mm * BN * 2);
+                }
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to the copy engine
             consumers_sync();
             if (issuer) p.store(tl, c_smem);
@@ -367,46 +374,52 @@ __device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const
     if constexpr (OUT_KIND != KIND_TF32) {
         if (p.vec_c == 2 && p.beta == 0.0f) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-                store_row_16byte<OUT_KIND, BN>(acc, h, static_cast<OutT*>(p.row(tl, c * 64 + warp * 16 + g + h * 8)),
-                                               cols, t, p.alpha, bias, p.relu);
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    store_row_16byte<OUT_KIND, BN>(
+                        acc[i], h, static_cast<OutT*>(p.row(tl, (c * MI + i) * 64 + warp * 16 + g + h * 8)), cols, t,
+                        p.alpha, bias, p.relu);
             return;
         }
     }
     const float alpha = p.alpha, beta = p.beta;
     const long long ldc_col = p.ldc_col;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        OutT* row = static_cast<OutT*>(p.row(tl, c * 64 + warp * 16 + g + h * 8));
-        if (row == nullptr) continue;
+    for (int i = 0; i < MI; ++i) {
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-            const int n = j * 8 + 2 * t;
-            if (n >= cols) continue;
-            float v[2] = {acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]};
-            OutT* dst = row + n * ldc_col;
+        for (int h = 0; h < 2; ++h) {
+            OutT* row = static_cast<OutT*>(p.row(tl, (c * MI + i) * 64 + warp * 16 + g + h * 8));
+            if (row == nullptr) continue;
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                if (bias != nullptr && n + e < cols) v[e] += minidl_tc::load_c<OUT_KIND>(bias + n + e);
-                v[e] *= alpha;
-                if (beta != 0.0f && n + e < cols) v[e] += beta * minidl_tc::load_c<OUT_KIND>(dst + e * ldc_col);
-                if (p.relu) v[e] = fmaxf(v[e], 0.0f);
-            }
-            if (p.vec_c && n + 1 < cols) {
-                minidl_tc::store_c_pair<OUT_KIND>(dst, v[0], v[1]);
-            } else {
-                minidl_tc::store_c<OUT_KIND>(dst, v[0]);
-                if (n + 1 < cols) minidl_tc::store_c<OUT_KIND>(dst + ldc_col, v[1]);
+            for (int j = 0; j < BN / 8; ++j) {
+                const int n = j * 8 + 2 * t;
+                if (n >= cols) continue;
+                float v[2] = {acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1]};
+                OutT* dst = row + n * ldc_col;
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    if (bias != nullptr && n + e < cols) v[e] += minidl_tc::load_c<OUT_KIND>(bias + n + e);
+                    v[e] *= alpha;
+                    if (beta != 0.0f && n + e < cols) v[e] += beta * minidl_tc::load_c<OUT_KIND>(dst + e * ldc_col);
+                    if (p.relu) v[e] = fmaxf(v[e], 0.0f);
+                }
+                if (p.vec_c && n + 1 < cols) {
+                    minidl_tc::store_c_pair<OUT_KIND>(dst, v[0], v[1]);
+                } else {
+                    minidl_tc::store_c<OUT_KIND>(dst, v[0]);
+                    if (n + 1 < cols) minidl_tc::store_c<OUT_KIND>(dst + ldc_col, v[1]);
+                }
             }
         }
     }
 }
 
 // The persistent producer / consumer body (sections 4-5). Every thread of the block calls it.
-template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int OUT_KIND, bool STAGED, class Problem>
+template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int OUT_KIND, bool STAGED, int MI, class Problem>
 __device__ __forceinline__ void wgmma_run(const Problem& p)
 {
-    using Cfg = Config<KIND, BN, STAGED>;
+    using Cfg = Config<KIND, BN, STAGED, MI>;
     constexpr int STAGES = Cfg::STAGES, BK = Cfg::BK, KSTEP = Cfg::KSTEP, ES = Cfg::ES;
 
     extern __shared__ unsigned char smem_raw[];
@@ -450,37 +463,46 @@ __device__ __forceinline__ void wgmma_run(const Problem& p)
         return;
     }
 
-    // ---- consumers: warpgroup c computes rows 64c .. 64c + 63 of each tile
+    // ---- consumers: warpgroup c computes rows (c * MI + i) * 64 .. + 63 of each tile, i < MI
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int c = warpgroup - 1;
     const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
     int s = 0;
     unsigned phase = 0;
-    float acc[Cfg::ACC];
+    float acc[MI][Cfg::ACC];
 
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         const auto tl = p.tile(t);
 #pragma unroll
-        for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.0f;
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < Cfg::ACC; ++j) acc[i][j] = 0.0f;
 
         int prev = 0;
         for (int kt = tl.kt0; kt < tl.kt1; ++kt) {
             mbar_wait(full_bar + 8 * s, phase);
             const unsigned a_stage = base + s * Cfg::STAGE_BYTES, b_stage = a_stage + Cfg::A_BYTES;
-            fence_acc(acc);
+#pragma unroll
+            for (int i = 0; i < MI; ++i) fence_acc(acc[i]);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / KSTEP; ++kk) {
-                const unsigned long long da =
-                    TRANS_A ? smem_desc(a_stage + c * Cfg::SLAB_BYTES + kk * KSTEP * ROW_BYTES, Cfg::SLAB_BYTES, 1024)
-                            : smem_desc(a_stage + c * 64 * ROW_BYTES + kk * KSTEP * ES, 16, 1024);
                 const unsigned long long db =
                     TRANS_B ? smem_desc(b_stage + kk * KSTEP * ES, 16, 1024)
                             : smem_desc(b_stage + kk * KSTEP * ROW_BYTES, Cfg::SLAB_BYTES, 1024);
-                wgmma_step<KIND, BN, TRANS_A, TRANS_B>(acc, da, db);
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    const int sub = c * MI + i;  // which 64-row slab of A
+                    const unsigned long long da =
+                        TRANS_A ? smem_desc(a_stage + sub * Cfg::SLAB_BYTES + kk * KSTEP * ROW_BYTES, Cfg::SLAB_BYTES,
+                                            1024)
+                                : smem_desc(a_stage + sub * 64 * ROW_BYTES + kk * KSTEP * ES, 16, 1024);
+                    wgmma_step<KIND, BN, TRANS_A, TRANS_B>(acc[i], da, db);
+                }
             }
             wgmma_commit();
-            fence_acc(acc);
+#pragma unroll
+            for (int i = 0; i < MI; ++i) fence_acc(acc[i]);
             wgmma_wait<1>();                                   // step kt-1's wgmmas are done ...
             if (kt > tl.kt0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);  // ... so its stage is free
             prev = s;
@@ -490,9 +512,10 @@ __device__ __forceinline__ void wgmma_run(const Problem& p)
             }
         }
         wgmma_wait<0>();
-        fence_acc(acc);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) fence_acc(acc[i]);
         if (tl.kt1 > tl.kt0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
-        epilogue<OUT_KIND, BN, STAGED>(p, tl, acc, c, warp, lane, c_smem);
+        epilogue<OUT_KIND, BN, STAGED, MI>(p, tl, acc, c, warp, lane, c_smem);
     }
     if (STAGED && threadIdx.x == 128) tma_store_wait<false>();  // the last stores, before the block's memory goes
 }

@@ -139,3 +139,23 @@ def test_wgmma_convolution_epilogues(epilogue, monkeypatch):
     convolution_forward(gx, gw, desc, layout="NHWC", algo="implicit_gemm_tc", out=out)
     want = convolution_forward(x64, w64, desc, layout="NHWC", algo="direct")
     assert rel_err(cupy.asnumpy(out.astype(cupy.float32)), want) <= 1e-2
+
+
+@pytest.mark.parametrize("mi, bn", [(1, 256), (2, 128), (1, 128), (2, 64), (1, 64)])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_wgmma_convolution_tile_shapes(mi, bn, direction, monkeypatch):
+    """Every tile shape (128 * mi) x bn the launchers may pick, on problems with partial tiles."""
+    import cupy
+
+    from minidl.primitives.cuda import gemm_wgmma
+
+    monkeypatch.setattr(gemm_wgmma, "TILE_SHAPES", ((mi, bn),))
+    monkeypatch.setattr(gemm_wgmma, "TILE_WIDTHS", (bn,))
+    monkeypatch.setattr("minidl.primitives.cuda.convolution_wgmma.TILE_WIDTHS", (bn,))
+    for problem in (PROBLEMS[0], PROBLEMS[2], PROBLEMS[1]):
+        desc, x, w, dy = _setup(problem, "NHWC", seed=mi * 1000 + bn)
+        (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, "bfloat16") for a in (x, w, dy))
+        want = _run(direction, "direct", desc, x64, w64, dy64, "NHWC")
+        out = cupy.full(_result_shape(direction, x, w, dy), np.nan, dtype=_np_dtype("bfloat16"))
+        _run(direction, "implicit_gemm_tc", desc, gx, gw, gdy, "NHWC", out=out)
+        assert rel_err(cupy.asnumpy(out.astype(cupy.float32)), want) <= 1e-2, problem[0]

@@ -31,22 +31,26 @@ def _wgmma_only():
 
 
 @pytest.fixture
-def tile_width(monkeypatch):
+def tile_shape(monkeypatch):
     from minidl.primitives.cuda import gemm_wgmma
 
-    def force(bn):
+    def force(mi, bn):
+        monkeypatch.setattr(gemm_wgmma, "TILE_SHAPES", ((mi, bn),))
         monkeypatch.setattr(gemm_wgmma, "TILE_WIDTHS", (bn,))
     return force
 
 
+SHAPES_MI_BN = [(1, 256), (2, 128), (1, 128), (2, 64), (1, 64)]
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("trans_a, trans_b", [(False, False), (False, True), (True, False), (True, True)])
-@pytest.mark.parametrize("bn", [64, 128, 256])
-def test_wgmma_matches_float64(kind, trans_a, trans_b, bn, tile_width):
-    tile_width(bn)
+@pytest.mark.parametrize("mi, bn", SHAPES_MI_BN)
+def test_wgmma_matches_float64(kind, trans_a, trans_b, mi, bn, tile_shape):
+    tile_shape(mi, bn)
     dtype, tol = KINDS[kind]
     for M, N, K in SIZES:
-        rng = np.random.default_rng(M + 7 * N + 13 * K + bn)
+        rng = np.random.default_rng(M + 7 * N + 13 * K + bn + mi)
         a, b = _stored(rng, M, K, trans_a, dtype), _stored(rng, K, N, trans_b, dtype)
         out = _nan_like((M, N), dtype)
         gemm(_gpu(a), _gpu(b), trans_a=trans_a, trans_b=trans_b, out=out, math="tf32")
@@ -145,12 +149,14 @@ def test_wgmma_in_a_cuda_graph():
 
 @pytest.mark.parametrize("epilogue", ["staged", "16byte", "pairs"])
 @pytest.mark.parametrize("kind", ["f16", "bf16"])
-def test_wgmma_epilogues(epilogue, kind, monkeypatch):
+@pytest.mark.parametrize("mi, bn", [(1, 256), (2, 128), (2, 64)])
+def test_wgmma_epilogues(epilogue, kind, mi, bn, monkeypatch, tile_shape):
     """Each way the 16-bit tile can leave: staged in shared memory and written by a TMA store (the default;
     rows and columns past the edges clipped by the copy engine), 16-byte stores, pairs; batched too."""
     from minidl.primitives.cuda import gemm_wgmma
 
     monkeypatch.setattr(gemm_wgmma, "EPILOGUE", epilogue)
+    tile_shape(mi, bn)
     dtype, tol = KINDS[kind]
     rng = np.random.default_rng(16)
     for M, N, K, batch in ((136, 296, 72, 0), (1000, 704, 520, 0), (200, 136, 72, 3)):

@@ -22,7 +22,7 @@ from ._launch import grid_stride_blocks, sm_count
 from . import tma
 from . import gemm_wgmma
 from .gemm_wgmma import BM, KINDS, NO_MAP, ROW_BYTES, SLAB, THREADS, TILE_WIDTHS, device_has_wgmma, smem_bytes, \
-    tma_data_type
+    tile_shape, tma_data_type
 
 # The fields of `struct ConvShape` in kernels/convolution_wgmma.cu, in order (all int32; a CPU test
 # checks that the two lists agree).
@@ -56,6 +56,10 @@ def reason(direction: str, g: dict, dtype: str, arrays) -> str | None:
     vec = 16 // np.dtype(dtype).itemsize
     if g["K"] % vec or (g["C"] % vec and direction == "backward_data"):
         return f"C = {g['C']} and K = {g['K']} must be multiples of {vec} (TMA reads rows of 16-byte multiples)"
+    if direction == "forward" and g["C"] < 32:
+        # each k step reads 128 bytes of channels per pixel: with C = 3 padded to 8, 7/8 of the MMAs multiply
+        # zeros and the mma.sync kernel (32-byte k steps) is measured 3x faster (gpu_conv_tc.md)
+        return f"C = {g['C']} < 32: the 128-byte k step would multiply mostly zeros"
     if any(a.data.ptr % 16 for a in arrays if a is not None):
         return "an array does not start on a 16-byte boundary"
     if max(g["sh"], g["sw"]) > 8:
@@ -79,11 +83,11 @@ def _shape(**fields) -> np.ndarray:
     return out
 
 
-def _kernel(name: str, bn: int, staged: bool = False):
+def _kernel(name: str, bn: int, staged: bool = False, mi: int = 1):
     kernel = get_kernel("convolution_wgmma", name, name_expressions=(name,))
     key = (cupy.cuda.Device().id, name)
     if key not in _configured:
-        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged)
+        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged, mi)
         _configured.add(key)
     return kernel
 
@@ -96,13 +100,6 @@ def _channels_padded(a, vec):
     out.view(cupy.uint16 if a.itemsize == 2 else cupy.uint32)[..., :C] = a.view(
         cupy.uint16 if a.itemsize == 2 else cupy.uint32)
     return out
-
-
-def _tile_width(tiles_m: int, n: int) -> int:
-    bn = next((w for w in sorted(TILE_WIDTHS) if n <= w), max(TILE_WIDTHS))
-    while bn > min(TILE_WIDTHS) and tiles_m * math.ceil(n / bn) < sm_count():
-        bn //= 2
-    return bn
 
 
 def _nhwc_map(dtype, a, N, H, W, C, box, element_strides=None):
@@ -132,9 +129,9 @@ def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, tap
     N, H, W, C = in_dims
     _, P, Q = out_dims
     R, S = taps
-    bni, bp, bq = pixel_rectangle(N, P, Q, BM)
+    mi, bn = tile_shape(N * P * Q, w_rows)
+    bni, bp, bq = pixel_rectangle(N, P, Q, BM * mi)
     tiles_m = math.ceil(N / bni) * math.ceil(P / bp) * math.ceil(Q / bq)
-    bn = _tile_width(tiles_m, w_rows)
     bk = ROW_BYTES // in_arr.itemsize
     map_in = _nhwc_map(dtype, in_arr, N, H, W, C, (bk, bq * steps[1], bp * steps[0], bni), (1, steps[1], steps[0], 1))
     map_w = _filter_map(dtype, w_arr, w_rows, R * S, C, bn)
@@ -151,11 +148,11 @@ def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, tap
         map_out = tma.encode_tiled(dtype, out.data.ptr, (w_rows, Q, P, N),
                                    (w_rows * size, Q * w_rows * size, P * Q * w_rows * size), (bn, bq, bp, bni),
                                    swizzle=tma.SWIZZLE_NONE)
-    kernel = _kernel(f"{name}<{kind}, {bn}, {str(staged).lower()}>", bn, staged)
+    kernel = _kernel(f"{name}<{kind}, {bn}, {str(staged).lower()}, {mi}>", bn, staged, mi)
     tiles = tiles_m * math.ceil(w_rows / bn)
     kernel((min(tiles, sm_count()),), (THREADS,),
            (map_in, map_w, map_out, np.int32(staged), shape, np.float32(alpha), np.float32(beta), out,
-            np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn, staged))
+            np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn, staged, mi))
 
 
 def convolution_forward(x, w, bias, y, g, dtype, alpha, beta) -> bool:
@@ -165,7 +162,7 @@ def convolution_forward(x, w, bias, y, g, dtype, alpha, beta) -> bool:
         return _declined("convolution_forward", why)
     vec = 16 // x.itemsize
     C = g["C"]
-    if C % vec:  # e.g. a first layer's 3 channels: zero channels cost tensor-core work only
+    if C % vec:  # channels zero-padded for TMA: the zeros cost tensor-core work only
         x, w = _channels_padded(x, vec), _channels_padded(w, vec)
         C = x.shape[-1]
     _rows_launch("convolution_forward_wgmma", dtype, x, (g["N"], g["H"], g["W"], C), w, g["K"], y,
@@ -202,13 +199,12 @@ def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, red
     bni, bp, bq = pixel_rectangle(N, P, Q, 64)
     k_total = math.ceil(N / bni) * math.ceil(P / bp) * math.ceil(Q / bq)
     flat = C % SLAB == 0          # column tiles span taps (kernels/convolution_wgmma.cu, ConvWgradProblem)
-    if flat:
-        bn = next((w for w in sorted(TILE_WIDTHS) if R * S * C <= w), max(TILE_WIDTHS))
-        tiles = math.ceil(K / BM) * math.ceil(R * S * C / bn)
-    else:
-        bn = next((w for w in sorted(TILE_WIDTHS) if C <= w), max(TILE_WIDTHS))
-        tiles = math.ceil(K / BM) * R * S * math.ceil(C / bn)
-    splits = max(1, min(math.ceil(2 * sm_count() / tiles), k_total // 8))
+    width = R * S * C if flat else C
+    bn = next((w for w in sorted(TILE_WIDTHS) if width <= w), max(TILE_WIDTHS))
+    mi = 2 if K >= 2 * BM and bn <= 128 else 1      # 256 x 128 moves as few bytes per MMA as 128 x 256
+    tiles = math.ceil(K / (BM * mi)) * (math.ceil(width / bn) if flat else R * S * math.ceil(C / bn))
+    # about one wave of tiles: each split adds an fp32 copy of dw to write and to add up
+    splits = max(1, min(math.ceil(sm_count() / tiles), k_total // 16))
     per_split = math.ceil(k_total / splits)
     splits = math.ceil(k_total / per_split)
     map_dy = _nhwc_map(dtype, dy, N, P, Q, K, (SLAB, bq, bp, bni))
@@ -222,9 +218,9 @@ def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, red
                    sw=g["sw"], tap_h=g["dh"], tap_w=g["dw"], BNI=bni, BP=bp, BQ=bq, splits=splits,
                    vec_c=_vec_c(target, C) if splits == 1 else 1)
     name = "convolution_backward_filter_wgmma"
-    kernel = _kernel(f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}>", bn)
+    kernel = _kernel(f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}, {mi}>", bn, False, mi)
     kernel((min(tiles * splits, sm_count()),), (THREADS,),
-           (map_dy, map_x, shape, np.float32(alpha_k), np.float32(beta_k), out), shared_mem=smem_bytes(bn))
+           (map_dy, map_x, shape, np.float32(alpha_k), np.float32(beta_k), out), shared_mem=smem_bytes(bn, False, mi))
     if splits > 1:
         reduce_kernel()((grid_stride_blocks(target.size),), (256,),
                         (out, np.int32(splits), np.int64(target.size), np.float32(alpha_k), np.float32(beta_k),

@@ -5,8 +5,8 @@ take the problem (another GPU: see `unsupported_reason`), and gemm_tc then runs 
 (kernels/gemm_tc.cu). minidl.primitives.set_tensor_core_gemm("mma_sync") forces the
 latter, "wgmma" makes a refusal an error (tests and benchmarks use both).
 
-What the launcher does per call: picks the tile width (BN 256, 128 or 64: the widest that still gives
-every SM a tile), builds the two TMA tensor maps (tma.py; cached), and launches one persistent block per
+What the launcher does per call: picks the tile shape (tile_shape: 128 x 256, 256 x 128, ... the largest
+that still gives every SM a tile), builds the two TMA tensor maps (tma.py; cached), and launches one persistent block per
 SM (at most one per tile). TF32 wgmma reads K-major operands only (A stored (M, K), B stored (N, K)); an
 operand stored the other way is first copied transposed (one pass over it, counted in the benchmarks).
 TMA reads rows that start on 16-byte boundaries only; an operand whose start, leading dimension or batch
@@ -42,16 +42,32 @@ EPILOGUE = "staged"
 _kernels: dict = {}
 
 
-def stages(bn: int, staged: bool = False) -> int:
-    """Pipeline depth of a wgmma kernel with BN = bn (Config::STAGES)."""
-    budget = SMEM_BUDGET_STAGED - BM * bn * 2 if staged else SMEM_BUDGET
-    return min(8, budget // ((BM + bn) * ROW_BYTES))
+def stages(bn: int, staged: bool = False, mi: int = 1) -> int:
+    """Pipeline depth of a wgmma kernel with a (128 * mi) x bn tile (Config::STAGES)."""
+    budget = SMEM_BUDGET_STAGED - BM * mi * bn * 2 if staged else SMEM_BUDGET
+    return min(8, budget // ((BM * mi + bn) * ROW_BYTES))
 
 
-def smem_bytes(bn: int, staged: bool = False) -> int:
+def smem_bytes(bn: int, staged: bool = False, mi: int = 1) -> int:
     """Dynamic shared memory of one block: the stages, the staged output tile, two 8-byte mbarriers per
     stage, 1024 for alignment."""
-    return stages(bn, staged) * ((BM + bn) * ROW_BYTES + 16) + (BM * bn * 2 if staged else 0) + 1024
+    return stages(bn, staged, mi) * ((BM * mi + bn) * ROW_BYTES + 16) + (BM * mi * bn * 2 if staged else 0) + 1024
+
+
+# Tile shapes (m64 sub-tiles per consumer warpgroup, BN), best first: 128 x 256 and 256 x 128 move the fewest
+# bytes per MMA; the narrower ones serve narrow or small problems.
+TILE_SHAPES = ((1, 256), (2, 128), (1, 128), (2, 64), (1, 64))
+
+
+def tile_shape(M: int, N: int, batch: int = 1) -> tuple[int, int]:
+    """(mi, bn): the first of TILE_SHAPES no wider than N needs that still gives every SM a tile; else the
+    smallest tile (a GPU with idle SMs loses more than small tiles cost)."""
+    cover = next((w for w in sorted(TILE_WIDTHS) if N <= w), max(TILE_WIDTHS))
+    shapes = [(mi, bn) for mi, bn in TILE_SHAPES if bn <= cover and bn in TILE_WIDTHS]
+    for mi, bn in shapes:
+        if math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch >= sm_count():
+            return mi, bn
+    return shapes[-1]
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,23 +76,14 @@ def device_has_wgmma(device_id: int) -> bool:
     return cupy.cuda.Device(device_id).compute_capability == "90"
 
 
-def tile_width(M: int, N: int, batch: int) -> int:
-    """The tile's BN: the narrowest width that covers N (up to 256), halved while there are fewer tiles
-    than SMs (a GPU with idle SMs loses more than narrower tiles cost)."""
-    bn = next((w for w in sorted(TILE_WIDTHS) if N <= w), max(TILE_WIDTHS))
-    while bn > min(TILE_WIDTHS) and math.ceil(M / BM) * math.ceil(N / bn) * batch < sm_count():
-        bn //= 2
-    return bn
-
-
-def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool, staged: bool):
-    key = (cupy.cuda.Device().id, kind, bn, trans_a, trans_b, staged)
+def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool, staged: bool, mi: int):
+    key = (cupy.cuda.Device().id, kind, bn, trans_a, trans_b, staged, mi)
     kernel = _kernels.get(key)
     if kernel is None:
         flag = lambda b: str(b).lower()  # noqa: E731
-        name = f"gemm_wgmma<{kind}, {bn}, {flag(trans_a)}, {flag(trans_b)}, {flag(staged)}>"
+        name = f"gemm_wgmma<{kind}, {bn}, {flag(trans_a)}, {flag(trans_b)}, {flag(staged)}, {mi}>"
         kernel = get_kernel("gemm_wgmma", name, name_expressions=(name,))
-        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged)
+        kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged, mi)
         _kernels[key] = kernel
     return kernel
 
@@ -180,12 +187,12 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     if not tma_readable(b_ptr, ldb, stride_b, batch, size):
         b, b_ptr, ldb, stride_b = _padded_copy(b_ptr, *((N, K) if trans_b else (K, N)), ldb, stride_b, batch, size)
         keep.append(b)
-    bn = tile_width(M, N, batch)
+    mi, bn = tile_shape(M, N, batch)
     bk = ROW_BYTES // dtype.itemsize
     map_type = tma_data_type(dtype)
     a_batch = batch if batch > 1 and stride_a != 0 else 1
     b_batch = batch if batch > 1 and stride_b != 0 else 1
-    map_a = _operand_map(map_type, a_ptr, not trans_a, M, K, lda, stride_a, a_batch, BM, bk)
+    map_a = _operand_map(map_type, a_ptr, not trans_a, M, K, lda, stride_a, a_batch, BM * mi, bk)
     map_b = _operand_map(map_type, b_ptr, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
     # C's stores: staged through shared memory and a TMA store; else 2 = 16-byte stores of 8 adjacent 16-bit
     # elements (rows 16-byte aligned), 1 = pairs, 0 = one by one
@@ -201,15 +208,15 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     map_c = NO_MAP
     if staged:
         c_stride = stride_c * dtype.itemsize if batch > 1 else max(16, ldc_row * M * dtype.itemsize)
-        map_c = tma.encode_tiled(dtype.name, c_ptr, (N, M, batch), (ldc_row * dtype.itemsize, c_stride), (bn, BM, 1),
+        map_c = tma.encode_tiled(dtype.name, c_ptr, (N, M, batch), (ldc_row * dtype.itemsize, c_stride), (bn, BM * mi, 1),
                                  swizzle=tma.SWIZZLE_NONE)
-    tiles = math.ceil(M / BM) * math.ceil(N / bn) * batch
-    kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged)
+    tiles = math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch
+    kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi)
     i32, i64 = np.int32, np.int64
     kernel((min(tiles, sm_count()),), (THREADS,),
            (map_a, map_b, map_c, i32(staged), i32(M), i32(N), i32(K), i32(batch), i32(a_batch > 1), i32(b_batch > 1),
             np.float32(alpha), np.float32(beta), np.uint64(c_ptr), i64(ldc_row), i64(ldc_col), i64(stride_c),
-            vec_c), shared_mem=smem_bytes(bn, staged))
+            vec_c), shared_mem=smem_bytes(bn, staged, mi))
     return True
 
 
