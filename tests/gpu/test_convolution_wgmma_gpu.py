@@ -22,13 +22,14 @@ pytestmark = pytest.mark.gpu
 # (name, N, C, spatial in, K, kernel, padding, stride, dilation)
 PROBLEMS = [
     ("3x3_c64_k128", 2, 64, (12, 10), 128, (3, 3), 1, 1, 1),
-    ("small_maps_pack_images", 9, 16, (4, 4), 40, (3, 3), 1, 1, 1),   # 4x4 outputs: 8 images a tile
+    ("small_maps_pack_images", 9, 32, (4, 4), 40, (3, 3), 1, 1, 1),   # 4x4 outputs: 8 images a tile
     ("c72_k264_3_tiles", 2, 72, (9, 7), 264, (3, 3), 1, 1, 1),        # partial k step, 3 BN=128 tiles
-    ("5x3_dil2_pad", 3, 8, (11, 13), 24, (5, 3), (4, 2), 1, 2),
+    ("5x3_dil2_pad", 3, 40, (11, 13), 24, (5, 3), (4, 2), 1, 2),
     ("1x1", 4, 32, (7, 9), 16, (1, 1), 0, 1, 1),
-    ("1d", 3, 16, (37,), 32, (3,), 2, 1, 1),
+    ("1d", 3, 32, (37,), 32, (3,), 2, 1, 1),
     ("stride2", 2, 32, (15, 16), 48, (3, 3), 1, 2, 1),                # fprop / wgrad only on wgmma
-    ("wide_rows", 1, 16, (3, 130), 16, (3, 3), 1, 1, 1),               # BQ = 128
+    ("wide_rows", 1, 32, (3, 130), 16, (3, 3), 1, 1, 1),               # BQ = 128
+    ("c16_fwd_declines", 2, 16, (8, 8), 24, (3, 3), 1, 1, 1),          # forward on mma.sync (C < 32)
     ("wgrad_split", 16, 64, (16, 16), 64, (3, 3), 1, 1, 1),
 ]
 DIRECTIONS = ("forward", "backward_data", "backward_filter")
@@ -45,8 +46,10 @@ def _wgmma_only():
 
 
 def _wgmma_takes(direction, kind, problem):
-    stride = problem[7]
+    stride, channels = problem[7], problem[2]
     if direction == "backward_data" and stride != 1:
+        return False
+    if direction == "forward" and channels < 32:   # mostly zeros in a 128-byte k step: mma.sync runs it
         return False
     return not (direction == "backward_filter" and kind == "tf32")
 
@@ -96,19 +99,21 @@ def test_wgmma_alpha_beta_and_bias(kind, direction):
     assert rel_err(cupy.asnumpy(got.astype(cupy.float32)), want) <= tol
 
 
-@pytest.mark.parametrize("direction", ["forward", "backward_filter"])
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_wgmma_first_layer_channels_padded(direction, layout):
-    """C = 3 (a first layer): TMA cannot read 6-byte rows, so the launcher zero-pads the channels to 8 and
-    the wgmma kernels run; the padded channels never reach the result (alpha / beta blend dw's own)."""
+def test_wgmma_first_layer_channels_padded(layout):
+    """C = 3 (a first layer): TMA cannot read 6-byte rows, so for the filter gradient the launcher zero-pads
+    the channels to 8 and the wgmma kernel runs; the padded channels never reach the result (alpha / beta
+    blend dw's own). The forward declines C < 32 (mostly zeros per k step) and runs on mma.sync."""
     import cupy
 
     desc, x, w, dy = _setup(("c3", 4, 3, (17, 15), 32, (3, 3), 1, 1, 1), layout, seed=21)
     (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, "bfloat16") for a in (x, w, dy))
-    want = _run(direction, "direct", desc, x64, w64, dy64, layout)
+    want = _run("backward_filter", "direct", desc, x64, w64, dy64, layout)
     prior, prior64 = _to_gpu(np.random.default_rng(22).standard_normal(want.shape), "bfloat16")
-    got = _run(direction, "implicit_gemm_tc", desc, gx, gw, gdy, layout, alpha=2.0, beta=0.5, out=prior)
+    got = _run("backward_filter", "implicit_gemm_tc", desc, gx, gw, gdy, layout, alpha=2.0, beta=0.5, out=prior)
     assert rel_err(cupy.asnumpy(got.astype(cupy.float32)), 2.0 * want + 0.5 * prior64) <= 1e-2
+    with pytest.raises(RuntimeError, match="< 32"):
+        _run("forward", "implicit_gemm_tc", desc, gx, gw, gdy, layout)
 
 
 def test_wgmma_convolution_declines_with_a_reason():
@@ -133,7 +138,7 @@ def test_wgmma_convolution_epilogues(epilogue, monkeypatch):
     from minidl.primitives.cuda import gemm_wgmma
 
     monkeypatch.setattr(gemm_wgmma, "EPILOGUE", epilogue)
-    desc, x, w, dy = _setup(PROBLEMS[1], "NHWC", seed=23)
+    desc, x, w, dy = _setup(PROBLEMS[4], "NHWC", seed=23)
     (gx, x64), (gw, w64), _ = (_to_gpu(a, "bfloat16") for a in (x, w, dy))
     out = cupy.full(dy.shape, np.nan, dtype=_np_dtype("bfloat16"))
     convolution_forward(gx, gw, desc, layout="NHWC", algo="implicit_gemm_tc", out=out)
@@ -152,7 +157,7 @@ def test_wgmma_convolution_tile_shapes(mi, bn, direction, monkeypatch):
     monkeypatch.setattr(gemm_wgmma, "TILE_SHAPES", ((mi, bn),))
     monkeypatch.setattr(gemm_wgmma, "TILE_WIDTHS", (bn,))
     monkeypatch.setattr("minidl.primitives.cuda.convolution_wgmma.TILE_WIDTHS", (bn,))
-    for problem in (PROBLEMS[0], PROBLEMS[2], PROBLEMS[1]):
+    for problem in (PROBLEMS[0], PROBLEMS[2], PROBLEMS[4]):
         desc, x, w, dy = _setup(problem, "NHWC", seed=mi * 1000 + bn)
         (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, "bfloat16") for a in (x, w, dy))
         want = _run(direction, "direct", desc, x64, w64, dy64, "NHWC")
