@@ -5,7 +5,10 @@ Models (defined here once, built from minidl.nn and from torch.nn by the same co
 weights, same batches): the MNIST CNN (2 x conv-BN-ReLU-pool, dropout, 2 linear; batch 128, SGD
 momentum), the small CIFAR CNN (3 x conv3x3-BN-ReLU-maxpool 64/128/256 + linear; batch 128, SGD
 momentum), ResNet-9 width 64 (batch 512, SGD momentum) and a 2 x 512 LSTM language model (vocab 10k,
-T 35, B 32, Adam). fp32: TF32 off in torch and in minidl (backends.cudnn.allow_tf32 = False).
+T 35, B 32, Adam). --math fp32 (default): TF32 off in torch and in minidl; tf32: TF32 on for
+convolutions and matmuls on both sides; bf16: torch.autocast / minidl.autocast("cuda", bfloat16) around
+the forward pass and loss on both sides (no loss scaling: bfloat16 needs none). --channels-last: the CNNs
+and their batches in channels_last memory on both sides (Module.to(memory_format=...)).
 
 Timing: per step, CUDA events around the step (the step time: GPU time including the gaps while the
 GPU waits for the host) and perf_counter around the Python call (host time: how long the host takes
@@ -178,19 +181,44 @@ def run_model(name, args, torch, cupy):
             return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         return torch.optim.Adam(model.parameters(), lr=1e-3, capturable=capturable)
 
+    cl = args.channels_last and host_batches[0][0].ndim == 4
+    if cl:
+        tmodel = tmodel.to(memory_format=torch.channels_last)
+        base_make = make_minidl
+
+        def make_minidl():
+            return base_make().to(memory_format=minidl.channels_last)
+
     mb = [(minidl.tensor(x, device="cuda"), minidl.tensor(y, device="cuda")) for x, y in host_batches]
     tb = [(torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()) for x, y in host_batches]
+    if cl:
+        mb = [(x.to(memory_format=minidl.channels_last), y) for x, y in mb]
+        tb = [(x.to(memory_format=torch.channels_last), y) for x, y in tb]
     Fm, Ft = minidl.nn.functional, torch.nn.functional
+    bf16 = args.math == "bf16"
+
+    def ours_loss(model, x, y):
+        if bf16:
+            with minidl.autocast("cuda", dtype=minidl.bfloat16):
+                return Fm.cross_entropy(model(x), y)
+        return Fm.cross_entropy(model(x), y)
+
+    def torch_loss(model, x, y, graphs=False):
+        if bf16:
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graphs):
+                return Ft.cross_entropy(model(x), y)
+        return Ft.cross_entropy(model(x), y)
 
     # the same program? initial loss with dropout off (its masks differ between the frameworks)
     model = make_minidl()
     _dropout_eval(model, False)
     _dropout_eval(tmodel, False)
-    l_ours = float(Fm.cross_entropy(model(mb[0][0]), mb[0][1]).item())
-    l_torch = float(Ft.cross_entropy(tmodel(tb[0][0]), tb[0][1]).item())
+    l_ours = float(ours_loss(model, *mb[0]).item())
+    l_torch = float(torch_loss(tmodel, *tb[0]).item())
     _dropout_eval(model, True)
     _dropout_eval(tmodel, True)
-    if abs(l_ours - l_torch) > 1e-3 * max(1.0, abs(l_torch)):
+    tol = {"fp32": 1e-3, "tf32": 1e-2, "bf16": 5e-2}[args.math]  # reduced precision: same program, looser match
+    if abs(l_ours - l_torch) > tol * max(1.0, abs(l_torch)):
         raise SystemExit(f"{name}: losses differ: minidl {l_ours} vs torch {l_torch}: not benchmarking a wrong program")
 
     rows = {}
@@ -198,7 +226,7 @@ def run_model(name, args, torch, cupy):
     def minidl_step_fn(model, opt):
         def step(x, y):
             opt.zero_grad()
-            loss = Fm.cross_entropy(model(x), y)
+            loss = ours_loss(model, x, y)
             loss.backward()
             opt.step()
             return loss
@@ -217,10 +245,10 @@ def run_model(name, args, torch, cupy):
         cupy.cuda.Device().synchronize()
         rows["minidl graphed"] = f"not capturable: {type(e).__name__}: {str(e).split(':')[0]}"
 
-    def torch_step_fn(model, opt):
+    def torch_step_fn(model, opt, graphs=False):
         def step(x, y):
             opt.zero_grad(set_to_none=True)
-            loss = Ft.cross_entropy(model(x), y)
+            loss = torch_loss(model, x, y, graphs)
             loss.backward()
             opt.step()
             return loss
@@ -234,8 +262,10 @@ def run_model(name, args, torch, cupy):
     torch.manual_seed(0)
     gmodel = build(torch.nn).cuda()
     gmodel.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    if cl:
+        gmodel = gmodel.to(memory_format=torch.channels_last)
     gopt = torch_opt(gmodel, capturable=True)
-    gstep = torch_step_fn(gmodel, gopt)
+    gstep = torch_step_fn(gmodel, gopt, graphs=True)
     sx, sy = tb[0][0].clone(), tb[0][1].clone()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -246,7 +276,7 @@ def run_model(name, args, torch, cupy):
     g = torch.cuda.CUDAGraph()
     gopt.zero_grad(set_to_none=True)
     with torch.cuda.graph(g):
-        sloss = Ft.cross_entropy(gmodel(sx), sy)
+        sloss = torch_loss(gmodel, sx, sy, graphs=True)
         sloss.backward()
         gopt.step()
 
@@ -301,16 +331,19 @@ def main():
     ap.add_argument("--no-policy-study", action="store_true")
     ap.add_argument("--out", default=None)
     ap.add_argument("--commit", default=None, help="commit to record (default: $MINIDL_COMMIT, else git)")
+    ap.add_argument("--math", choices=("fp32", "tf32", "bf16"), default="fp32")
+    ap.add_argument("--channels-last", action="store_true", help="CNNs and batches in channels_last on both sides")
     args = ap.parse_args()
 
     import cupy
     import torch
 
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+    tf32 = args.math == "tf32"
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
-    if hasattr(minidl.backends.cudnn, "allow_tf32"):
-        minidl.backends.cudnn.allow_tf32 = False
+    minidl.backends.cudnn.allow_tf32 = tf32
+    minidl.backends.cuda.matmul.allow_tf32 = tf32
     minidl.cuda.precompile()
 
     names = list(MODELS) if args.models == "all" else [list(MODELS)[int(i)] for i in args.models.split(",")]
@@ -345,10 +378,15 @@ def main():
         "",
         f"- date: {date}", f"- commit: {git_commit(args.commit)}",
         f"- device: {name}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, CuPy {cupy.__version__}",
-        "- fp32 everywhere (TF32 off in torch and in minidl); torch cudnn.benchmark on; minidl heuristic algorithm policy",
+        {"fp32": "- fp32 everywhere (TF32 off in torch and in minidl)",
+         "tf32": "- TF32 on for convolutions and matmuls in torch and in minidl",
+         "bf16": "- bfloat16 autocast around forward and loss on both sides"}[args.math]
+        + ("; channels_last CNNs and batches on both sides" if args.channels_last else "")
+        + "; torch cudnn.benchmark on; minidl heuristic algorithm policy",
         f"- step time: CUDA events around one step, the host waiting for the GPU after each; host time: perf_counter "
         f"around the Python call; median and p10-p90 of {args.steps} steps after {args.warmup} warm-up steps",
-        "- command: `python3 benchmarks/bench_gpu_train_step.py --out benchmarks/results/gpu_train_step.md`",
+        f"- command: `python3 benchmarks/bench_gpu_train_step.py --math {args.math}"
+        + (" --channels-last" if args.channels_last else "") + "`",
         "- GPU ops / step (eager rows): kernels, memsets and copies of one step as torch.profiler's CUPTI tracing "
         "counts them (it sees CuPy's and our kernels too), mean of 3 steps; a graphed step runs the same "
         "kernels from one graph launch",

@@ -106,7 +106,13 @@ def array_module(device) -> object:
 
 
 def move_array(array, device):
-    """Copy an array to a device (no copy if it is already there)."""
+    """Copy an array to a device (no copy if it is already there), keeping a channels_last array's memory
+    format (minidl._layout): the NHWC buffer is what moves."""
+    if array.ndim in (4, 5) and not array.flags.c_contiguous:
+        from . import _layout
+
+        if _layout.is_channels_last(array):
+            return _layout.from_nhwc(move_array(_layout.nhwc(array), device))
     device = Device(device)
     if device.type == "cpu":
         if is_cuda_array(array):

@@ -192,11 +192,6 @@ SKIPS = [
      and d["kwargs"].get("momentum", 0.1) < 0,
      "the batch-norm primitive refuses a momentum outside [0, 1] (ValueError): the running average would "
      "extrapolate; PyTorch computes it anyway"),
-] + [
-    (op, "memory_format=channels_last", lambda d: "channels_last" in str(d["kwargs"].get("memory_format", "")),
-     "minidl arrays are always C-contiguous: channels_last is refused with NotImplementedError (the "
-     "primitives take layout='NHWC' instead); preserve_format and contiguous_format are accepted")
-    for op in ("float", "double", "long", "int", "bool", "half", "bfloat16", "to", "clone", "contiguous")
 ]
 
 # ------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ re-exports these and adds the other activations (relu6, leaky_relu, elu, gelu, a
 """
 from __future__ import annotations
 
+from .. import _layout
 from .. import primitives as P
 from ..amp.autocast_mode import cast_inputs as _autocast
 from ._checks import _check_float_tensor
@@ -21,11 +22,15 @@ class Activation(Function):
 
     def forward(self, x, desc=None):
         self.desc = desc
-        self.x = x
-        self.y = P.activation_forward(x, desc)
-        return self.y
+        # channels_last memory (minidl._layout): the primitive runs on the NHWC view, the result stays NHWC
+        self.cl = x.ndim in (4, 5) and not x.flags.c_contiguous and _layout.strictly_channels_last(x)
+        self.x = _layout.nhwc(x) if self.cl else x
+        self.y = P.activation_forward(self.x, desc)
+        return _layout.from_nhwc(self.y) if self.cl else self.y
 
     def backward(self, dy):
+        if self.cl:
+            return _layout.from_nhwc(P.activation_backward(self.x, self.y, _layout.nhwc(dy), self.desc))
         return P.activation_backward(self.x, self.y, dy, self.desc)
 
 

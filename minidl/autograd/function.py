@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 
+from .. import _layout
 from .._dtypes import is_floating
 
 # ------------------------------------------------------------------------------------------------
@@ -385,10 +386,15 @@ def _accumulate_leaf(tensor, g):
         if result is not None:
             g = result._data
     if tensor.grad is None:
-        # A fresh array: never alias a gradient that another tensor (or the caller) still holds.
-        tensor.grad = Tensor._make(g.copy())
+        # A fresh array: never alias a gradient that another tensor (or the caller) still holds. It takes
+        # the parameter's memory format (as PyTorch's AccumulateGrad), so a channels_last filter's
+        # gradient is channels_last too and an optimizer updates the two alike.
+        if tensor.ndim in (4, 5) and not tensor._data.flags.c_contiguous and _layout.strictly_channels_last(tensor._data):
+            tensor.grad = Tensor._make(_layout.copy_as(g, True))
+        else:
+            tensor.grad = Tensor._make(g.copy())
     else:
-        tensor.grad._data = tensor.grad._data + g
+        tensor.grad._data = _layout.pointwise(lambda a, b: a + b, tensor.grad._data, g)
 
 
 def _array_module(a):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._device import get_array_module
-from .. import _dtypes
+from .. import _dtypes, _layout
 from .._dtypes import float32, is_floating, is_half
 from ._dims import reduction_axes
 from .function import Function, unbroadcast
@@ -25,7 +25,7 @@ class Add(Function):
 
     def forward(self, a, b):
         self.shapes = (a.shape, b.shape)
-        return a + b
+        return _layout.pointwise(lambda x, y: x + y, a, b)
 
     def backward(self, g):
         return unbroadcast(g, self.shapes[0]), unbroadcast(g, self.shapes[1])
@@ -36,7 +36,7 @@ class Sub(Function):
 
     def forward(self, a, b):
         self.shapes = (a.shape, b.shape)
-        return a - b
+        return _layout.pointwise(lambda x, y: x - y, a, b)
 
     def backward(self, g):
         return unbroadcast(g, self.shapes[0]), unbroadcast(-g, self.shapes[1])
@@ -45,7 +45,7 @@ class Sub(Function):
 class Mul(Function):
     def forward(self, a, b):
         self.a, self.b = a, b
-        return a * b
+        return _layout.pointwise(lambda x, y: x * y, a, b)
 
     def backward(self, g):
         ga = unbroadcast(g * self.b, self.a.shape) if self.needs_input_grad[0] else None
@@ -468,6 +468,21 @@ class Contiguous(Function):
     def forward(self, a):
         # ascontiguousarray makes a 0-d array 1-d: keep the shape
         return get_array_module(a).ascontiguousarray(a).reshape(a.shape)
+
+    def backward(self, g):
+        return g
+
+
+class Relayout(Function):
+    """The same values in another memory format (minidl._layout): channels_last (NHWC memory) or row-major.
+    A copy; the gradient passes through unchanged (its layout is the consumer's business)."""
+
+    saves_inputs = False
+
+    def forward(self, a, channels_last=False, copy=False):
+        if copy:
+            return _layout.copy_as(a, channels_last)
+        return _layout.to_channels_last(a) if channels_last else _layout.to_contiguous(a)
 
     def backward(self, g):
         return g

@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 
-from .. import _device, _dtypes
+from .. import _device, _dtypes, _layout
 from ..amp import autocast_mode as _autocast
 from .._device import Device, get_array_module, is_cuda_array
 from . import ops
@@ -38,9 +38,10 @@ _default_dtype = float32
 
 
 class memory_format:
-    """PyTorch's memory-format tags. minidl's arrays are always C-contiguous (row-major), so
-    preserve_format and contiguous_format change nothing; channels_last (in torch an NHWC-strided view of
-    an NCHW tensor) is refused with a message: minidl's primitives take layout='NHWC' instead."""
+    """PyTorch's memory-format tags (minidl._layout says what they mean). contiguous_format: row-major;
+    channels_last (4-D) / channels_last_3d (5-D): NHWC (NDHWC) memory behind the (N, C, H, W) shape, which
+    the convolution, batch norm and pooling layers run without transposes; preserve_format: as the
+    source. Tensor.to / contiguous / clone / is_contiguous and Module.to take them, as in PyTorch."""
 
     def __init__(self, name):
         self.name = name
@@ -55,15 +56,32 @@ channels_last = memory_format("channels_last")
 channels_last_3d = memory_format("channels_last_3d")
 
 
-def _check_memory_format(op: str, fmt) -> None:
-    if fmt is None or fmt is preserve_format or fmt is contiguous_format:
-        return
-    if fmt is channels_last or fmt is channels_last_3d:
-        raise NotImplementedError(
-            f"{op}: memory_format={fmt!r}: minidl tensors are always C-contiguous (NCHW stays NCHW in memory). "
-            "For channels-last data use the primitives' layout='NHWC' (minidl.primitives), or permute the tensor")
-    raise TypeError(f"{op}: memory_format must be minidl.preserve_format, contiguous_format or channels_last, "
-                    f"got {fmt!r}")
+def _check_memory_format(op: str, fmt, ndim=None):
+    """The format asked for (None = preserve_format); TypeError for anything else, ValueError for a
+    channels-last format of the wrong rank (4-D for channels_last, 5-D for channels_last_3d)."""
+    if fmt is None:
+        return preserve_format
+    if not isinstance(fmt, memory_format):
+        raise TypeError(f"{op}: memory_format must be minidl.preserve_format, contiguous_format, channels_last or "
+                        f"channels_last_3d, got {fmt!r}")
+    want = {channels_last: 4, channels_last_3d: 5}.get(fmt)
+    if want is not None and ndim is not None and ndim != want:
+        raise RuntimeError(f"{op}: {fmt!r} needs a {want}-D tensor, got {ndim}-D (as in PyTorch: channels_last "
+                           "is for (N, C, H, W), channels_last_3d for (N, C, D, H, W))")
+    return fmt
+
+
+def _relayout(t, fmt, op):
+    """t in memory format `fmt` (itself when it already is)."""
+    fmt = _check_memory_format(op, fmt, t.ndim)
+    if fmt is preserve_format:
+        return t
+    if fmt is contiguous_format:
+        return t.contiguous()
+    if _layout.is_channels_last(t._data):
+        return t
+    return ops.Relayout.apply(t, channels_last=True)
+
 
 def _float_formatter(values):
     """PyTorch's way of printing floating tensors (torch/_tensor_str.py's _Formatter, precision 4): whole
@@ -335,8 +353,13 @@ class Tensor:
         return self
 
     def clone(self, memory_format=None):
-        _check_memory_format("clone", memory_format)
-        return ops.Contiguous.apply(self) if self.requires_grad else Tensor._make(self._data.copy())
+        """A copy; preserve_format (the default) keeps a channels_last tensor channels_last, as PyTorch."""
+        fmt = _check_memory_format("clone", memory_format, self.ndim)
+        keep_cl = fmt is channels_last or fmt is channels_last_3d or (
+            fmt is preserve_format and _layout.strictly_channels_last(self._data))
+        if self.requires_grad:
+            return ops.Relayout.apply(self, channels_last=keep_cl, copy=True)
+        return Tensor._make(_layout.copy_as(self._data, keep_cl))
 
     # --------------------------------------------------------------------------------------------
     # Conversion and devices
@@ -369,7 +392,7 @@ class Tensor:
         non_blocking and copy (positional or keyword) and memory_format, as in PyTorch. copy=True
         returns a new tensor even when nothing changes."""
         kwargs = dict(kwargs)
-        _check_memory_format("to()", kwargs.pop("memory_format", None))
+        fmt = _check_memory_format("to()", kwargs.pop("memory_format", None), self.ndim)
         flags = [a for a in args if isinstance(a, bool)]          # (non_blocking, copy) after the others
         args = [a for a in args if not isinstance(a, bool)]
         copy = bool(kwargs.pop("copy", flags[1] if len(flags) > 1 else False))
@@ -379,6 +402,7 @@ class Tensor:
             out = out.type(dtype)
         if device is not None and Device(device) != out.device:
             out = _ToDevice.apply(out, device=Device(device))
+        out = _relayout(out, fmt, "to()")
         if copy and out is self:
             out = self.clone()
         return out
@@ -408,20 +432,16 @@ class Tensor:
         return Tensor._make(self._data.astype(dtype))
 
     def float(self, memory_format=None):
-        _check_memory_format("float()", memory_format)
-        return self.type(float32)
+        return _relayout(self.type(float32), memory_format, "float()")
 
     def double(self, memory_format=None):
-        _check_memory_format("double()", memory_format)
-        return self.type(float64)
+        return _relayout(self.type(float64), memory_format, "double()")
 
     def half(self, memory_format=None):
-        _check_memory_format("half()", memory_format)
-        return self.type(float16)
+        return _relayout(self.type(float16), memory_format, "half()")
 
     def bfloat16(self, memory_format=None):
-        _check_memory_format("bfloat16()", memory_format)
-        return self.type(bfloat16)
+        return _relayout(self.type(bfloat16), memory_format, "bfloat16()")
 
     def long(self, memory_format=None):
         _check_memory_format("long()", memory_format)
@@ -877,9 +897,21 @@ class Tensor:
             )
         return ops.Reshape.apply(self, shape=target)
 
-    def is_contiguous(self):
-        """True when the elements lie in row-major order with no gaps (C order), as PyTorch."""
+    def is_contiguous(self, memory_format=None):
+        """True when the elements lie in row-major order with no gaps (C order), or, with memory_format=
+        channels_last / channels_last_3d, in NHWC / NDHWC order (minidl._layout), as PyTorch."""
+        fmt = _check_memory_format("is_contiguous", memory_format)
+        if fmt is channels_last or fmt is channels_last_3d:
+            want = 4 if fmt is channels_last else 5
+            return self.ndim == want and _layout.is_channels_last(self._data)
+        if fmt is preserve_format and memory_format is not None:
+            raise RuntimeError("is_contiguous: preserve_format is not a memory format (as in PyTorch)")
         return builtins.bool(self._data.flags.c_contiguous)
+
+    def stride(self, dim=None):
+        """The steps, in elements, from one index to the next along each dimension (PyTorch's stride())."""
+        strides = _layout.element_strides(self._data)
+        return strides if dim is None else strides[normalize_dim(dim, self.ndim, "stride")]
 
     def view_as(self, other):
         return self.reshape(other.shape)
@@ -956,8 +988,15 @@ class Tensor:
         return self.expand(other.shape)
 
     def contiguous(self, memory_format=None):
-        """self when already C-contiguous, else a C-ordered copy (with its gradient)."""
-        _check_memory_format("contiguous", memory_format)
+        """self when already contiguous in `memory_format` (default: row-major), else a copy in that memory
+        format (with its gradient); channels_last: NHWC memory (minidl._layout)."""
+        fmt = _check_memory_format("contiguous", contiguous_format if memory_format is None else memory_format,
+                                   self.ndim)
+        if fmt is channels_last or fmt is channels_last_3d:
+            return _relayout(self, fmt, "contiguous")
+        if fmt is preserve_format:
+            raise RuntimeError("contiguous: preserve_format is not a memory format a tensor can be made "
+                               "contiguous in (as in PyTorch)")
         return self if self.is_contiguous() else ops.Contiguous.apply(self)
 
     def split(self, split_size, dim=0):

@@ -18,7 +18,7 @@ from collections import OrderedDict, namedtuple
 import numpy as np
 
 from .._dtypes import bfloat16, is_floating
-from .. import _device
+from .. import _device, _layout
 from .._device import Device, is_cuda_array, parse_to_args
 from ..autograd.function import no_grad
 from ..autograd.tensor import Tensor
@@ -301,10 +301,17 @@ class Module:
     # Devices and dtypes: arrays are replaced inside the same Parameter / buffer objects
     # --------------------------------------------------------------------------------------------
     def to(self, *args, **kwargs):
-        """`to(device)`, `to(dtype)` or `to(device, dtype)`; in place, returns self.
+        """`to(device)`, `to(dtype)` or `to(device, dtype)`, and memory_format=; in place, returns self.
 
         dtype changes only floating-point parameters and buffers (an int64 step counter stays int64).
+        memory_format=minidl.channels_last puts every 4-D parameter and buffer (convolution filters) in NHWC
+        memory and makes the convolution layers run channels-last (their outputs are channels_last), as
+        PyTorch's model.to(memory_format=torch.channels_last); channels_last_3d likewise for 5-D.
         """
+        kwargs = dict(kwargs)
+        fmt = kwargs.pop("memory_format", None)
+        if fmt is not None:
+            self._apply_memory_format(fmt)
         device, dtype = parse_to_args("Module.to()", args, kwargs, Tensor)
         if dtype is not None:
             dtype = np.dtype(dtype)
@@ -323,6 +330,25 @@ class Module:
             return array
 
         return self._apply_to_arrays(convert)
+
+    def _apply_memory_format(self, fmt):
+        from ..autograd.tensor import channels_last, channels_last_3d, contiguous_format, memory_format, \
+            preserve_format
+
+        if not isinstance(fmt, memory_format):
+            raise TypeError(f"Module.to(): memory_format must be a minidl memory format, got {fmt!r}")
+        if fmt is preserve_format:
+            return
+        rank = {channels_last: 4, channels_last_3d: 5}.get(fmt)
+        with no_grad():
+            for t in list(self.parameters()) + list(self.buffers()):
+                if rank is not None and t.ndim == rank:
+                    t._data = _layout.to_channels_last(t._data)
+                elif fmt is contiguous_format:
+                    t._data = _layout.to_contiguous(t._data)
+        for m in self.modules():
+            if hasattr(m, "channels_last"):
+                m.channels_last = rank is not None
 
     def _apply_to_arrays(self, convert):
         with no_grad():

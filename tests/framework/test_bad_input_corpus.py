@@ -104,7 +104,7 @@ C("setitem float index", lambda: x2().__setitem__(1.5, 0.0))
 C("type unknown", lambda: x2().type("torch.WeirdTensor"))
 C("to bad dtype", lambda: x2().to("float99"))
 C("to cuda:-1", lambda: x2().to("cuda:-1"))
-C("to memory_format channels_last", lambda: x4().to(memory_format=minidl.channels_last))
+C("to memory_format channels_last", lambda: x2().to(memory_format=minidl.channels_last))
 C("backward non-scalar", lambda: x2().requires_grad_().mul(2).backward())
 C("backward no grad", lambda: x2().sum().backward())
 C("backward twice", lambda: (lambda t: ((t * t).sum().backward(), (t * t).sum().backward()))(x2().requires_grad_()) )
@@ -338,7 +338,7 @@ EXPECT = {
     'type unknown': ("TypeError", "type: unknown dtype 'torch.WeirdTensor' (use a m"),
     'to bad dtype': ("ValueError", "unknown device 'float99': use 'cpu', 'cuda' or '"),
     'to cuda:-1': ("ValueError", "unknown device 'cuda:-1': the index after 'cuda:"),
-    'to memory_format channels_last': ("NotImplementedError", 'to(): memory_format=minidl.channels_last: minidl'),
+    'to memory_format channels_last': ("RuntimeError", 'to(): minidl.channels_last needs a 4-D tensor, got'),
     'backward non-scalar': ("RuntimeError", 'backward: grad can be implicitly created only fo'),
     'backward no grad': ("RuntimeError", 'backward: this tensor does not require grad and'),
     'requires_grad on int': ("RuntimeError", 'only floating-point tensors can require gradient'),

@@ -1,7 +1,7 @@
 """conv1d/2d/3d and conv2d_relu over the convolution primitive, through the layer's ConvolutionPlan."""
 from __future__ import annotations
 
-from ... import backends
+from ... import _layout, backends
 from ... import primitives as P
 from ..._device import get_array_module
 from ...autograd.function import Function
@@ -20,34 +20,40 @@ def _channels_first(a):
 
 
 class Convolution(Function):
-    """y = conv(x, w) + b over the convolution primitive; x, w, y in PyTorch's channels-first layout.
+    """y = conv(x, w) + b over the convolution primitive; x, w, y have PyTorch's channels-first shapes.
 
     `plan` is the P.ConvolutionPlan of these shapes (described and resolved once: the layer keeps one
     per input shape); forward and backward run its directions. plan.layout "NHWC" runs the
-    channels-last kernels: the arrays are transposed to (N, *spatial, C) and the filter to
-    (K, *kernel, C/groups) on the way in and back on the way out. The values are the same; only the
-    memory order the kernels read differs (and the transposes cost a copy each).
+    channels-last kernels on the (N, *spatial, C) arrays and (K, *kernel, C/groups) filters. A tensor in
+    channels_last memory (minidl._layout) already is that array: no copy, and the result comes back
+    channels_last too (out_cl). A channels-first tensor is transposed on the way in and the result back
+    on the way out: the same values, two copies more.
     """
 
-    def forward(self, x, w, b=None, plan=None):
-        self.plan, self.has_bias = plan, b is not None
+    def forward(self, x, w, b=None, plan=None, out_cl=False):
+        self.plan, self.has_bias, self.out_cl = plan, b is not None, out_cl
+        self.w_cl = _layout.strictly_channels_last(w)
         if plan.layout == "NHWC":
-            x, w = _channels_last(x), _channels_last(w)
+            x, w = _layout.nhwc(x), _layout.nhwc(w)
         self.x, self.w = x, w
         y = plan.forward(x, w, b)
-        return _channels_first(y) if plan.layout == "NHWC" else y
+        if plan.layout == "NHWC":
+            return _layout.from_nhwc(y) if out_cl else _channels_first(y)
+        return y
 
     def backward(self, dy):
         plan, nhwc = self.plan, self.plan.layout == "NHWC"
         if nhwc:
-            dy = _channels_last(dy)
+            dy = _layout.nhwc(dy)
         dx = dw = db = None
         if self.needs_input_grad[0]:
             dx = plan.backward_data(self.w, dy)
-            dx = _channels_first(dx) if nhwc else dx
+            if nhwc:
+                dx = _layout.from_nhwc(dx) if self.out_cl else _channels_first(dx)
         if self.needs_input_grad[1]:
             dw = plan.backward_filter(self.x, dy)
-            dw = _channels_first(dw) if nhwc else dw
+            if nhwc:  # in the filter's own memory format, so an optimizer updates both alike
+                dw = _layout.from_nhwc(dw) if self.w_cl else _channels_first(dw)
         if self.has_bias and self.needs_input_grad[2]:
             db = plan.backward_bias(dy)
         return (dx, dw, db) if self.has_bias else (dx, dw)
@@ -58,7 +64,7 @@ def _kernel_layout_shape(shape, layout):
     return tuple(shape) if layout == "NCHW" else (shape[0], *shape[2:], shape[1])
 
 
-def _convolution(x, weight, bias, desc, algo, layout, plans=None, relu=False):
+def _convolution(x, weight, bias, desc, algo, layout, plans=None, relu=False, out_cl=False):
     """Run Convolution with the plan of these shapes: from `plans` (a layer's dict, filled on first
     use of a shape) or made for this call. The policy is read here, once, and is part of the key; so
     is the math: float32 on the GPU may use TF32 tensor cores when minidl.backends.cudnn.allow_tf32
@@ -76,7 +82,9 @@ def _convolution(x, weight, bias, desc, algo, layout, plans=None, relu=False):
         if plans is not None:
             plans[key] = plan
     args = (x, weight) if bias is None else (x, weight, bias)
-    return (ConvolutionReLU if relu else Convolution).apply(*args, plan=plan)
+    if relu:
+        return ConvolutionReLU.apply(*args, plan=plan)
+    return Convolution.apply(*args, plan=plan, out_cl=out_cl)
 
 
 class ConvolutionReLU(Convolution):
@@ -109,9 +117,11 @@ def _same_padding(op, kernel, stride, dilation):
 
 
 def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout, *, desc=None, plans=None,
-          relu=False):
+          relu=False, channels_last=False):
     """F.conv1d/2d/3d. A layer passes its own descriptor (`desc`, made once) and plan dict (`plans`);
-    relu=True: relu(conv) with the ReLU in the convolution's epilogue (conv2d_relu)."""
+    relu=True: relu(conv) with the ReLU in the convolution's epilogue (conv2d_relu). channels_last (a layer
+    after Module.to(memory_format=channels_last)), or an input or filter in channels_last memory: the
+    channels-last kernels, and a channels_last result, as PyTorch's memory-format propagation."""
     input, weight, bias = _autocast(op, input, weight, bias)
     x, unbatched = _batched(op, input, dims)
     _check_float_tensor(op, "weight", weight)
@@ -120,8 +130,12 @@ def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo
     if bias is not None:
         _check_float_tensor(op, "bias", bias)
     _check_same_device(op, input=input, weight=weight, bias=bias)
+    out_cl = x.ndim in (4, 5) and (channels_last or _layout.strictly_channels_last(x._data)
+                                   or _layout.strictly_channels_last(weight._data))
+    if out_cl:
+        layout = "NHWC"
     if desc is not None:
-        y = _conv_run(x, weight, bias, desc, algo, layout, plans, relu)
+        y = _conv_run(x, weight, bias, desc, algo, layout, plans, relu, out_cl)
         return y.squeeze(0) if unbatched else y
     stride = P._common.as_tuple(op, "stride", stride, dims, minimum=1)
     dilation = P._common.as_tuple(op, "dilation", dilation, dims, minimum=1)
@@ -144,14 +158,14 @@ def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo
     desc = P.ConvolutionDescriptor(padding=P._common.as_tuple(op, "padding", padding, dims, minimum=0), stride=stride,
                                    dilation=dilation, groups=groups, spatial_dims=dims)
     # algo="auto" follows minidl.backends.cudnn (benchmark / deterministic), read once per call
-    y = _conv_run(x, weight, bias, desc, algo, layout, plans, relu)
+    y = _conv_run(x, weight, bias, desc, algo, layout, plans, relu, out_cl)
     return y.squeeze(0) if unbatched else y
 
 
-def _conv_run(x, weight, bias, desc, algo, layout, plans, relu):
+def _conv_run(x, weight, bias, desc, algo, layout, plans, relu, out_cl=False):
     if relu and P._common.normalize_layout("conv", layout) != "NCHW":  # the fused Function is channels-first
-        return activations.relu(_convolution(x, weight, bias, desc, algo, layout, plans))
-    return _convolution(x, weight, bias, desc, algo, layout, plans, relu=relu)
+        return activations.relu(_convolution(x, weight, bias, desc, algo, layout, plans, out_cl=out_cl))
+    return _convolution(x, weight, bias, desc, algo, layout, plans, relu=relu, out_cl=out_cl)
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ... import random
+from ... import _layout
 from ... import primitives as P
 from ...autograd.function import Function
 from ._checks import _check_float_tensor
@@ -16,9 +17,16 @@ class Dropout(Function):
 
     def forward(self, x, p=0.5, seed=0):
         self.p, self.seed = p, seed
+        # channels_last memory: drop over the NHWC view (the mask is a function of the memory position, so
+        # the backward regenerates it on the NHWC view of dy)
+        self.cl = x.ndim in (4, 5) and not x.flags.c_contiguous and _layout.strictly_channels_last(x)
+        if self.cl:
+            return _layout.from_nhwc(P.dropout_forward(_layout.nhwc(x), p, seed))
         return P.dropout_forward(x, p, seed)
 
     def backward(self, dy):
+        if self.cl:
+            return _layout.from_nhwc(P.dropout_backward(_layout.nhwc(dy), self.p, self.seed))
         return P.dropout_backward(dy, self.p, self.seed)
 
 

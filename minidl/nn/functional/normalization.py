@@ -1,11 +1,27 @@
 """Batch norm (and batch norm + ReLU fused) and local response normalization."""
 from __future__ import annotations
 
-from ... import _dtypes
+from ... import _dtypes, _layout
 from ... import primitives as P
 from ..._device import get_array_module
 from ...autograd.function import Function
 from ._checks import _check_float_tensor, _check_same_device
+
+
+def _layout_of(x):
+    """("NHWC", its NHWC view) for an input in channels_last memory (minidl._layout), else ("NCHW", x): the
+    batch-norm primitives take either layout, so a channels_last network needs no transpose here."""
+    if x.ndim in (4, 5) and not x.flags.c_contiguous and _layout.strictly_channels_last(x):
+        return "NHWC", _layout.nhwc(x)
+    return "NCHW", x
+
+
+def _in(layout, a):
+    return _layout.nhwc(a) if layout == "NHWC" else a
+
+
+def _back(layout, a):
+    return _layout.from_nhwc(a) if layout == "NHWC" else a
 
 
 class BatchNormTraining(Function):
@@ -13,14 +29,16 @@ class BatchNormTraining(Function):
     updated in place by the primitive. Backward from the saved mean and 1/std."""
 
     def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5):
+        self.layout, x = _layout_of(x)
         self.x, self.gamma = x, gamma
         y, self.mean, self.invstd = P.batch_norm_forward_training(
-            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps)
-        return y
+            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps, layout=self.layout)
+        return _back(self.layout, y)
 
     def backward(self, dy):
-        dx, dgamma, dbeta = P.batch_norm_backward(self.x, dy, self.gamma, self.mean, self.invstd)
-        return dx, dgamma, dbeta
+        dx, dgamma, dbeta = P.batch_norm_backward(self.x, _in(self.layout, dy), self.gamma, self.mean, self.invstd,
+                                                  layout=self.layout)
+        return _back(self.layout, dx), dgamma, dbeta
 
 
 class BatchNormInference(Function):
@@ -29,7 +47,9 @@ class BatchNormInference(Function):
 
     def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, eps=1e-5):
         self._keep_affine(x, gamma, running_mean, running_var, eps)
-        return P.batch_norm_forward_inference(x, gamma, beta, running_mean, running_var, eps=eps)
+        layout, xv = _layout_of(x)
+        return _back(layout, P.batch_norm_forward_inference(xv, gamma, beta, running_mean, running_var, eps=eps,
+                                                            layout=layout))
 
     def _keep_affine(self, x, gamma, running_mean, running_var, eps):
         """What backward needs: 1/std and x_hat per channel, gamma, the axes to sum over."""
@@ -53,13 +73,16 @@ class BatchNormReLUTraining(Function):
     recomputes the BN output from x to mask dy, so nothing but the statistics is saved."""
 
     def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5):
+        self.layout, x = _layout_of(x)
         self.x, self.gamma, self.beta = x, gamma, beta
         y, self.mean, self.invstd = P.batch_norm_relu_forward_training(
-            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps)
-        return y
+            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps, layout=self.layout)
+        return _back(self.layout, y)
 
     def backward(self, dy):
-        return P.batch_norm_relu_backward(self.x, dy, self.gamma, self.beta, self.mean, self.invstd)
+        dx, dgamma, dbeta = P.batch_norm_relu_backward(self.x, _in(self.layout, dy), self.gamma, self.beta, self.mean,
+                                                       self.invstd, layout=self.layout)
+        return _back(self.layout, dx), dgamma, dbeta
 
 
 class BatchNormReLUInference(BatchNormInference):

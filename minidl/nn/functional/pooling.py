@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import _layout
 from ... import primitives as P
 from ..._device import get_array_module
 from ...autograd.function import Function
@@ -19,12 +20,22 @@ class Pooling(Function):
     def forward(self, x, desc=None, return_indices=False):
         self.x, self.desc = x, desc
         if return_indices:
+            self.layout = "NCHW"  # torch's indices count positions in the channels-first order
             self.y, indices = P.max_pooling_forward_with_indices(x, desc)
             return self.y, indices
+        # channels_last memory (minidl._layout): pool the NHWC view, the result stays channels_last
+        cl = x.ndim in (4, 5) and not x.flags.c_contiguous and _layout.strictly_channels_last(x)
+        self.layout = "NHWC" if cl else "NCHW"
+        if cl:
+            self.x = _layout.nhwc(x)
+            self.y = P.pooling_forward(self.x, desc, layout="NHWC")
+            return _layout.from_nhwc(self.y)
         self.y = P.pooling_forward(x, desc)
         return self.y
 
     def backward(self, dy, d_indices=None):
+        if self.layout == "NHWC":
+            return _layout.from_nhwc(P.pooling_backward(self.x, self.y, _layout.nhwc(dy), self.desc, layout="NHWC"))
         return P.pooling_backward(self.x, self.y, dy, self.desc)
 
 

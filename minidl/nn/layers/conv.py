@@ -69,6 +69,7 @@ class _ConvNd(Module):
         self._desc = None if isinstance(self.padding, str) else P.ConvolutionDescriptor(
             padding=self.padding, stride=self.stride, dilation=self.dilation, groups=groups, spatial_dims=n)
         self._conv_plans: dict = {}
+        self.channels_last = False  # set by Module.to(memory_format=channels_last): NHWC kernels and results
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -82,7 +83,8 @@ class _ConvNd(Module):
     def forward(self, input):
         op = ("conv1d", "conv2d", "conv3d")[self._dims - 1]
         return _conv(op, self._dims, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
-                       self.groups, self.algo, self.layout, desc=self._desc, plans=self._conv_plans)
+                       self.groups, self.algo, self.layout, desc=self._desc, plans=self._conv_plans,
+                       channels_last=self.channels_last)
 
     def extra_repr(self):
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
