@@ -77,9 +77,22 @@ def element_strides(a) -> tuple:
 
 
 def pointwise(f, a, b):
-    """f(a, b) for an elementwise f. On CuPy, two arrays of one shape that share channels_last memory keep
-    it (CuPy's elementwise results are row-major; NumPy's already follow their inputs' order)."""
-    if (type(a) is not np.ndarray and getattr(a, "ndim", 0) in (4, 5) and getattr(b, "shape", None) == a.shape
-            and not a.flags.c_contiguous and strictly_channels_last(a) and strictly_channels_last(b)):
-        return from_nhwc(f(nhwc(a), nhwc(b)))
+    """f(a, b) for an elementwise f. On CuPy, a channels_last array combined with another of its shape and
+    memory format, or with a scalar (a 0-d array or a number), keeps the format (CuPy's elementwise results
+    are row-major; NumPy's already follow their inputs' order)."""
+    if type(a) is np.ndarray or type(b) is np.ndarray:
+        return f(a, b)
+    a_cl, b_cl = _cl4(a), _cl4(b)
+    if a_cl and (b_cl and b.shape == a.shape or _scalar(b)):
+        return from_nhwc(f(nhwc(a), b if not b_cl else nhwc(b)))
+    if b_cl and _scalar(a):
+        return from_nhwc(f(a, nhwc(b)))
     return f(a, b)
+
+
+def _cl4(a) -> bool:
+    return getattr(a, "ndim", 0) in (4, 5) and not a.flags.c_contiguous and strictly_channels_last(a)
+
+
+def _scalar(a) -> bool:
+    return getattr(a, "ndim", 0) == 0

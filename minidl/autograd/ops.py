@@ -56,7 +56,7 @@ class Mul(Function):
 class Div(Function):
     def forward(self, a, b):
         self.a, self.b = a, b
-        return a / b
+        return _layout.pointwise(lambda x, y: x / y, a, b)
 
     def backward(self, g):
         ga = unbroadcast(g / self.b, self.a.shape) if self.needs_input_grad[0] else None
