@@ -13,8 +13,8 @@ import importlib
 from ._device import Device
 from ._device import Device as device
 from .autograd.creation import (  # noqa: F401
-    arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like, linspace, ones, ones_like,
-    rand, rand_like, randint, randint_like, randn, randn_like, randperm, tensor, zeros, zeros_like,
+    arange, as_tensor, bernoulli, empty, empty_like, eye, from_numpy, full, full_like, linspace, multinomial, normal,
+    ones, ones_like, rand, rand_like, randint, randint_like, randn, randn_like, randperm, tensor, zeros, zeros_like,
 )
 from .autograd.function import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
 from .autograd.function import no_grad as inference_mode  # noqa: F401  (PyTorch's inference_mode: no graph)
@@ -28,7 +28,7 @@ from .autograd.legacy import (  # noqa: F401
 )
 from .autograd import return_types  # noqa: F401
 from .autograd.return_types import Size  # noqa: F401
-from .random import initial_seed, manual_seed  # noqa: F401
+from .random import Generator, initial_seed, manual_seed  # noqa: F401
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
 from ._dtypes import finfo  # noqa: F401
 from . import cuda  # noqa: F401
@@ -64,6 +64,7 @@ for _name in (
     "scatter_add", "sort", "argsort", "topk", "kthvalue", "median", "cumsum", "norm", "unbind", "flip", "tril",
     "triu", "all", "any", "sin", "cos", "log1p", "square", "pow", "add", "sub", "mul", "div", "neg", "eq", "ne",
     "lt", "le", "gt", "ge", "clone", "t", "detach", "mode", "round", "floor", "ceil", "trunc", "amax", "amin",
+    "roll",
 ):
     globals()[_name] = _method(_name)
 del _name

@@ -115,3 +115,53 @@ def set_philox_states(states: dict) -> None:
         state = philox_state(device)
         state[0] = np.uint64(int(seed))
         state[1] = np.uint64(int(offset))
+
+
+class Generator:
+    """torch.Generator: an independent, seedable random stream. `minidl.Generator().manual_seed(0)` can be
+    passed as `generator=` to rand/randn/randint/randperm/normal/multinomial/bernoulli, to the samplers and to
+    DataLoader (which continue its stream from epoch to epoch). CPU generators only (NumPy's PCG64)."""
+
+    def __init__(self, device="cpu"):
+        self.device = _device.Device(device)
+        if self.device.type != "cpu":
+            raise NotImplementedError("minidl.Generator: only CPU generators exist; draw on the CPU and move the "
+                                      "result, or use the global CUDA stream (minidl.manual_seed)")
+        self._seed = int(np.random.SeedSequence().entropy % (2**63))
+        self.rng = np.random.default_rng(self._seed)
+
+    def manual_seed(self, seed):
+        self._seed = int(seed)
+        self.rng = np.random.default_rng(self._seed)
+        return self
+
+    def seed(self):
+        return self.manual_seed(int(np.random.SeedSequence().entropy % (2**63)))._seed
+
+    def initial_seed(self):
+        return self._seed
+
+    def get_state(self):
+        from .autograd.tensor import Tensor
+
+        state = self.rng.bit_generator.state
+        return Tensor._make(np.frombuffer(repr(state).encode(), dtype=np.uint8).copy())
+
+    def set_state(self, state):
+        import ast
+
+        self.rng.bit_generator.state = ast.literal_eval(bytes(np.asarray(getattr(state, "_data", state))).decode())
+        return self
+
+
+def rng_of(generator, device):
+    """The NumPy/CuPy generator to draw from: `generator` (a minidl.Generator, CPU only) or the global one of
+    `device`."""
+    if generator is None:
+        return _rng_for(device)
+    if not isinstance(generator, Generator):
+        raise TypeError(f"generator must be a minidl.Generator, got {type(generator).__name__}")
+    if _device.Device(device).type != "cpu":
+        raise RuntimeError("a CPU minidl.Generator cannot draw CUDA numbers (as in torch: Expected a 'cuda' "
+                           "device type for generator)")
+    return generator.rng

@@ -133,17 +133,36 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     )
 
 
-def rand(*size, dtype=None, device=None, requires_grad=False):
-    """Uniform on [0, 1), from minidl's seeded generator (see manual_seed)."""
-    return _finish(random.uniform_array(_shape(size, "rand"), 0.0, 1.0, _dt(dtype), device or "cpu"), requires_grad)
+def _float_dtype(op, dtype):
+    dt = _dt(dtype)
+    if dt.kind not in "fV" and dt.name != "bfloat16":
+        raise TypeError(f"{op}: dtype {dt} is not a floating-point type (as in torch: "
+                        f"\"check_uniform_bounds\" not implemented for '{dt}'); use randint for integers")
+    return dt
 
 
-def randn(*size, dtype=None, device=None, requires_grad=False):
-    """Standard normal, from minidl's seeded generator."""
-    return _finish(random.normal_array(_shape(size, "randn"), 0.0, 1.0, _dt(dtype), device or "cpu"), requires_grad)
+def _draw(generator, device, fn):
+    """fn(rng): a draw from `generator` (a minidl.Generator) or the global generator of `device`."""
+    device = device or "cpu"
+    rng = random.rng_of(generator, device)
+    return fn(rng) if _device.Device(device).type == "cpu" else _with_device(lambda: fn(rng), device)
 
 
-def randint(low, high=None, size=(), dtype=None, device=None):
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    """Uniform on [0, 1), from minidl's seeded generator (see manual_seed) or `generator`."""
+    dt, shape = _float_dtype("rand", dtype), _shape(size, "rand")
+    return _finish(_draw(generator, device, lambda rng: rng.random(shape, dtype=np.float64).astype(dt)), requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+    """Standard normal, from minidl's seeded generator or `generator`."""
+    dt, shape = _float_dtype("randn", dtype), _shape(size, "randn")
+    if generator is None:
+        return _finish(random.normal_array(shape, 0.0, 1.0, dt, device or "cpu"), requires_grad)
+    return _finish(_draw(generator, device, lambda rng: rng.standard_normal(shape).astype(dt)), requires_grad)
+
+
+def randint(low, high=None, size=(), generator=None, dtype=None, device=None):
     """Integers in [low, high): randint(high, size) or randint(low, high, size), as torch.randint."""
     if isinstance(high, (tuple, list)) or (high is not None and type(high).__name__ == "Size"):
         low, high, size = 0, low, high       # randint(high, size)
@@ -151,11 +170,81 @@ def randint(low, high=None, size=(), dtype=None, device=None):
         low, high = 0, low
     if not low < high:
         raise ValueError(f"randint: the range [low, high) = [{low}, {high}) is empty (low must be < high)")
-    return _finish(random.integers_array(low, high, _shape((size,), "randint"), np.dtype(dtype or np.int64), device or "cpu"), False)
+    shape, dt = _shape((size,), "randint"), np.dtype(dtype or np.int64)
+    if generator is None:
+        return _finish(random.integers_array(low, high, shape, dt, device or "cpu"), False)
+    return _finish(_draw(generator, device, lambda rng: rng.integers(low, high, size=shape).astype(dt)), False)
 
 
-def randperm(n, device=None):
-    return Tensor._make(random.permutation_array(n, device or "cpu").astype(np.int64))
+def randperm(n, generator=None, dtype=None, device=None):
+    """A random permutation of 0 .. n-1 (int64)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"randperm: n must be a non-negative integer, got {n!r}")
+    if generator is None:
+        perm = random.permutation_array(int(n), device or "cpu")
+    else:
+        perm = _draw(generator, device, lambda rng: rng.permutation(int(n)))
+    return Tensor._make(perm.astype(np.dtype(dtype or np.int64)))
+
+
+def normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False, out=None):
+    """torch.normal: normal(mean_tensor, std_tensor) (their broadcast shape), normal(mean_tensor, std=1.0),
+    normal(mean=0.0, std_tensor), or normal(mean, std, size) with numbers. Not differentiable (as torch)."""
+    m = mean._data if isinstance(mean, Tensor) else mean
+    sd = std._data if isinstance(std, Tensor) else std
+    like = mean if isinstance(mean, Tensor) else std if isinstance(std, Tensor) else None
+    if like is None:
+        if size is None:
+            raise TypeError("normal: with a number mean and std, give the size, as torch.normal(0.0, 1.0, size=(2, 3))")
+        shape, dt, dev = _shape((size,), "normal"), _float_dtype("normal", dtype), device
+    else:
+        shape = np.broadcast_shapes(np.shape(m), np.shape(sd))
+        dt, dev = like.dtype, like.device
+    if np.any(np.asarray(_device.move_array(sd, "cpu") if hasattr(sd, "shape") else sd) < 0):
+        raise RuntimeError(f"normal: std must be >= 0, got {std}")
+    z = _draw(generator, None if dev is None else str(dev), lambda rng: rng.standard_normal(shape))
+    xp = _device.get_array_module(z)
+    result = Tensor._make((z * xp.asarray(sd) + xp.asarray(m)).astype(dt))
+    if requires_grad:
+        result.requires_grad_(True)
+    if out is not None:
+        out.copy_(result)
+        return out
+    return result
+
+
+def bernoulli(input, p=None, *, generator=None):
+    """1 with probability input (or p), else 0, elementwise; input's shape and dtype (torch.bernoulli)."""
+    probs = input._data if p is None else p
+    if np.any(np.asarray(_device.move_array(probs, "cpu") if hasattr(probs, "shape") else probs) < 0) or \
+            np.any(np.asarray(_device.move_array(probs, "cpu") if hasattr(probs, "shape") else probs) > 1):
+        raise RuntimeError("bernoulli: the probabilities must be in [0, 1]")
+    u = _draw(generator, str(input.device), lambda rng: rng.random(input.shape))
+    return Tensor._make((u < probs).astype(input.dtype))
+
+
+def multinomial(input, num_samples, replacement=False, *, generator=None):
+    """Indices drawn from the categorical distribution(s) in the rows of `input` (non-negative weights,
+    not necessarily normalised), as torch.multinomial: (num_samples,) for a 1-D input, (rows, num_samples)
+    for 2-D; without replacement each row gives distinct indices."""
+    if input.ndim not in (1, 2):
+        raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {input.ndim}")
+    w = np.asarray(_device.move_array(input._data, "cpu"), dtype=np.float64)
+    rows = w.reshape(-1, w.shape[-1])
+    if not np.all(np.isfinite(rows)) or (rows < 0).any():
+        raise RuntimeError("multinomial: probability tensor contains either inf, nan or element < 0")
+    if (rows.sum(axis=1) <= 0).any():
+        raise RuntimeError("multinomial: invalid multinomial distribution (sum of probabilities <= 0)")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples <= 0:
+        raise RuntimeError(f"multinomial: num_samples must be a positive integer, got {num_samples!r}")
+    if not replacement and num_samples > (rows > 0).sum(axis=1).min():
+        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    rng = generator.rng if generator is not None else random.cpu_generator()
+    out = np.empty((rows.shape[0], int(num_samples)), dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i] = rng.choice(row.size, size=int(num_samples), replace=bool(replacement), p=row / row.sum())
+    out = out.reshape(w.shape[:-1] + (int(num_samples),))
+    return Tensor._make(_device.move_array(out, input.device))
 
 
 def _like(t, dtype, device):

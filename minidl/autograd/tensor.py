@@ -194,6 +194,8 @@ class Tensor:
     @classmethod
     def _make(cls, array, requires_grad=False):
         """Wrap an array without copying or converting (internal fast path)."""
+        if isinstance(array, np.generic):  # NumPy's full reductions return scalars: hold a 0-d array, which
+            array = np.asarray(array)      # in-place ops (x -= 1 on a loss) can write into
         t = cls.__new__(cls)
         t._data, t._grad, t._ctx, t._out_index = array, None, None, 0
         t._retains_grad, t._hooks, t.requires_grad = False, [], requires_grad
@@ -938,6 +940,34 @@ class Tensor:
     def unsqueeze(self, dim):
         dim = normalize_dim(dim, self.ndim + 1, "unsqueeze")
         return self.reshape(self.shape[:dim] + (1,) + self.shape[dim:])
+
+    # In-place shape changes (torch's unsqueeze_, squeeze_, t_, transpose_): this tensor takes the new
+    # shape (and, when it is recorded, becomes the op's output, as the value-changing in-place ops do).
+    def _inplace_shape(self, op, change):
+        self._check_inplace(op)
+        current = Tensor._make(self._data, requires_grad=self.requires_grad)
+        if self._records_with():  # the op's input is the value before the change, as a tensor of its own
+            current._ctx, current._out_index, current._vbox = self._ctx, self._out_index, [self._version]
+        new = change(current)
+        self._data = new._data
+        self._version += 1
+        if new._ctx is not None:
+            self._ctx, self._out_index, self.requires_grad = new._ctx, new._out_index, True
+            new._ctx._output_refs = tuple(weakref.ref(self) if i == new._out_index else r
+                                          for i, r in enumerate(new._ctx._output_refs))
+        return self
+
+    def unsqueeze_(self, dim):
+        return self._inplace_shape("unsqueeze_", lambda t: t.unsqueeze(dim))
+
+    def squeeze_(self, dim=None):
+        return self._inplace_shape("squeeze_", lambda t: t.squeeze(dim))
+
+    def t_(self):
+        return self._inplace_shape("t_", lambda t: t.t())
+
+    def transpose_(self, dim0, dim1):
+        return self._inplace_shape("transpose_", lambda t: t.transpose(dim0, dim1))
 
     def permute(self, *dims):
         dims = _shape_arg(dims)
@@ -1787,8 +1817,9 @@ def _check_devices(op, tensors):
         raise RuntimeError(f"{op}: expected all tensors on one device, got {sorted(map(str, devices))}")
 
 
-def matmul(a, b, out=None):
+def matmul(input, other, *, out=None):
     """Matrix product with PyTorch's rules: 1-D, 2-D and batched (broadcast leading dims)."""
+    a, b = input, other
     if out is not None:
         from .. import _write_out
 

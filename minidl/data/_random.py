@@ -29,7 +29,9 @@ def make_rng(generator=None, owner: str = "minidl.data") -> np.random.Generator:
         return np.random.default_rng(_seed_from_global_state())
     if isinstance(generator, np.random.Generator):
         return generator
+    if type(generator).__name__ == "Generator" and hasattr(generator, "rng"):   # minidl.Generator (torch's)
+        return generator.rng
     if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
         return np.random.default_rng(int(generator))
-    raise TypeError(f"{owner}: generator must be an int seed, a numpy.random.Generator or None, "
+    raise TypeError(f"{owner}: generator must be a minidl.Generator, an int seed, a numpy.random.Generator or None, "
                     f"got {type(generator).__name__}")

@@ -56,8 +56,11 @@ class RandomSampler(_Random):
 
     def __iter__(self):
         n, rng = len(self.data_source), self._rng()
-        if self.replacement:
-            return iter(rng.integers(0, n, size=self.num_samples).tolist())
+        if self.replacement:  # drawn lazily, in chunks: num_samples may be huge (an "infinite" sampler)
+            def draws(total=self.num_samples, chunk=32768):
+                for first in range(0, total, chunk):
+                    yield from rng.integers(0, n, size=min(chunk, total - first)).tolist()
+            return draws()
         reps = -(-self.num_samples // n)
         return iter(np.concatenate([rng.permutation(n) for _ in range(reps)])[: self.num_samples].tolist())
 

@@ -2,12 +2,16 @@
 from .. import backends  # noqa: F401  (so that `minidl.backends.cudnn` is reachable after `import minidl.nn`)
 from . import functional, init, utils  # noqa: F401
 from .module import Module, ModuleDict, ModuleList, Parameter, Sequential, _IncompatibleKeys  # noqa: F401
-from .layers.activation import ELU, GELU, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, Softmax, Tanh  # noqa: F401
-from .layers.conv import Conv1d, Conv2d, Conv3d  # noqa: F401
+from .layers.activation import (  # noqa: F401
+    ELU, GELU, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, Softmax, Softplus, Tanh,
+)
+from .layers.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d  # noqa: F401
 from .layers.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d  # noqa: F401
 from .layers.embedding import Embedding  # noqa: F401
 from .layers.linear import Flatten, Identity, Linear, Unflatten  # noqa: F401
-from .layers.loss import BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss  # noqa: F401
+from .layers.loss import (  # noqa: F401
+    BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss,
+)
 from .layers.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, LocalResponseNorm  # noqa: F401
 from .layers.pooling import (  # noqa: F401
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d,

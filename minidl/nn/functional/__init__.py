@@ -44,13 +44,13 @@ with an nn layer (Linear, Embedding, Dropout, Softmax, NLLLoss, LocalResponseNor
 """
 from __future__ import annotations
 
-from .activations import (add_relu, elu, gelu, leaky_relu, log_softmax, relu, relu6, sigmoid, softmax,
+from .activations import (add_relu, elu, gelu, leaky_relu, log_softmax, relu, relu6, sigmoid, softmax, softplus,
                           tanh)
-from .convolution import conv1d, conv2d, conv2d_relu, conv3d
+from .convolution import conv1d, conv2d, conv2d_relu, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 from .dense import linear
 from .dropouts import dropout, dropout1d, dropout2d, dropout3d
-from .losses import (binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss, nll_loss,
-                     smooth_l1_loss)
+from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
+                     nll_loss, smooth_l1_loss)
 from .normalization import batch_norm, batch_norm_relu, local_response_norm
 from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, avg_pool1d, avg_pool2d,
                       avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
@@ -61,9 +61,11 @@ from . import recurrent  # noqa: F401  (the RNN Functions; nn/layers/rnn.py uses
 __all__ = [
     "linear",
     "relu", "relu6", "leaky_relu", "elu", "sigmoid", "tanh", "gelu", "add_relu", "softmax", "log_softmax",
+    "softplus",
     "cross_entropy", "nll_loss", "mse_loss", "smooth_l1_loss", "l1_loss", "binary_cross_entropy_with_logits",
+    "binary_cross_entropy",
     "embedding", "one_hot", "pad",
-    "conv1d", "conv2d", "conv2d_relu", "conv3d",
+    "conv1d", "conv2d", "conv2d_relu", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d",
     "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
     "batch_norm", "batch_norm_relu", "local_response_norm",

@@ -5,6 +5,7 @@ minidl/autograd/activations.py (Tensor.relu() and friends use them too); the res
 from __future__ import annotations
 
 from ... import primitives as P
+from ..._device import get_array_module
 from ...autograd.function import Function
 from ...autograd.activations import (  # noqa: F401 (re-exported by the package)
     Activation, Softmax, _activation, log_softmax, relu, sigmoid, softmax, tanh)
@@ -53,3 +54,29 @@ def gelu(input, approximate="none"):
     return _activation("gelu", input, "gelu" if approximate == "none" else "gelu_tanh")
 
 
+
+
+class Softplus(Function):
+    """y = log(1 + exp(beta x)) / beta, and y = x where beta x > threshold (torch's linear tail);
+    dy/dx = sigmoid(beta x) (1 in the tail). Computed as max(z, 0) + log1p(exp(-|z|)), which never
+    exponentiates a large positive number."""
+
+    def forward(self, x, beta=1.0, threshold=20.0):
+        xp = get_array_module(x)
+        z = x * x.dtype.type(beta)
+        self.z, self.beta, self.tail = z, beta, z > threshold
+        y = (xp.maximum(z, 0) + xp.log1p(xp.exp(-xp.abs(z)))) / x.dtype.type(beta)
+        return xp.where(self.tail, x, y).astype(x.dtype)
+
+    def backward(self, dy):
+        xp = get_array_module(dy)
+        sig = 1 / (1 + xp.exp(-self.z))
+        return xp.where(self.tail, dy, dy * sig).astype(dy.dtype)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    """torch.nn.functional.softplus: a smooth ReLU, log(1 + exp(beta x)) / beta."""
+    _check_float_tensor("softplus", "input", input)
+    if beta == 0:
+        raise ValueError("softplus: beta must not be 0")
+    return Softplus.apply(input, beta=float(beta), threshold=float(threshold))

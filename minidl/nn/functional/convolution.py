@@ -187,3 +187,91 @@ def conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, group
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
     """input (N, C, D, H, W), weight (K, C/groups, kd, kh, kw) -> (N, K, D_out, H_out, W_out)."""
     return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups, algo, layout)
+
+
+# ------------------------------------------------------------------------------------------------
+# Transposed convolution (PyTorch's conv_transpose1d/2d/3d, nn.ConvTranspose*d)
+# ------------------------------------------------------------------------------------------------
+
+
+class ConvolutionTranspose(Function):
+    """y = conv_transpose(x, w) + b: the gradient-of-input of the convolution whose filter is w, run
+    forward. `plan` describes that convolution: its input is y's shape (N, C_out, *out), its filter w
+    (C_in, C_out/groups, *k), its output x's shape. So the forward is plan.backward_data(w, x), and the
+    backward swaps the roles: dx = plan.forward(dy, w) (a convolution of dy), dw = plan.backward_filter(dy, x)."""
+
+    def forward(self, x, w, b=None, plan=None):
+        self.plan, self.has_bias = plan, b is not None
+        self.x, self.w = x, w
+        y = plan.backward_data(w, x)
+        if b is not None:
+            y = y + b.reshape((1, -1) + (1,) * (y.ndim - 2))
+        return y
+
+    def backward(self, dy):
+        dx = dw = db = None
+        if self.needs_input_grad[0]:
+            dx = self.plan.forward(dy, self.w)
+        if self.needs_input_grad[1]:
+            dw = self.plan.backward_filter(dy, self.x)
+        if self.has_bias and self.needs_input_grad[2]:
+            db = dy.sum(axis=(0,) + tuple(range(2, dy.ndim)))
+        return (dx, dw, db) if self.has_bias else (dx, dw)
+
+
+def _conv_transpose(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation, plans=None):
+    input, weight, bias = _autocast(op, input, weight, bias)
+    x, unbatched = _batched(op, input, dims)
+    _check_float_tensor(op, "weight", weight)
+    if weight.ndim != dims + 2:
+        raise ValueError(f"{op}: weight must be {dims + 2}-D (in_channels, out_channels/groups, *kernel), got "
+                         f"{weight.shape}")
+    if bias is not None:
+        _check_float_tensor(op, "bias", bias)
+    _check_same_device(op, input=input, weight=weight, bias=bias)
+    if x.shape[1] != weight.shape[0]:
+        raise ValueError(f"{op}: input has {x.shape[1]} channels but the weight {weight.shape} expects "
+                         f"{weight.shape[0]} (weight is (in_channels, out_channels/groups, *kernel))")
+    stride = P._common.as_tuple(op, "stride", stride, dims, minimum=1)
+    padding = P._common.as_tuple(op, "padding", padding, dims, minimum=0)
+    output_padding = P._common.as_tuple(op, "output_padding", output_padding, dims, minimum=0)
+    dilation = P._common.as_tuple(op, "dilation", dilation, dims, minimum=1)
+    for op_, s, d in zip(output_padding, stride, dilation):
+        if op_ >= max(s, d):
+            raise ValueError(f"{op}: output_padding {output_padding} must be smaller than the stride {stride} or "
+                             f"the dilation {dilation}")
+    k = weight.shape[2:]
+    out = tuple((i - 1) * s - 2 * p + d * (kk - 1) + o + 1
+                for i, s, p, d, kk, o in zip(x.shape[2:], stride, padding, dilation, k, output_padding))
+    if any(o < 1 for o in out):
+        raise ValueError(f"{op}: the output would have size {out} for input {x.shape}; check stride/padding")
+    y_shape = (x.shape[0], weight.shape[1] * groups) + out
+    desc = P.ConvolutionDescriptor(padding=padding, stride=stride, dilation=dilation, groups=groups, spatial_dims=dims)
+    math = backends.math_for_conv(x.dtype) if x.is_cuda else "fp32"
+    key = (y_shape, weight.shape, x.dtype, x.device, desc, math)
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:
+        plan = P.ConvolutionPlan(y_shape, weight.shape, desc, device="cuda" if x.is_cuda else "cpu", dtype=x.dtype,
+                                 math=math, policy=backends._conv_policy_for("auto") or P.get_convolution_policy())
+        if plans is not None:
+            plans[key] = plan
+    args = (x, weight) if bias is None else (x, weight, bias)
+    y = ConvolutionTranspose.apply(*args, plan=plan)
+    return y.squeeze(0) if unbatched else y
+
+
+def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """input (N, C_in, L), weight (C_in, C_out/groups, k) -> (N, C_out, L_out)."""
+    return _conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """input (N, C_in, H, W), weight (C_in, C_out/groups, kh, kw) -> (N, C_out, H_out, W_out)."""
+    return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)
+
+
+def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
+                           dilation)

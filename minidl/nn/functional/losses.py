@@ -361,3 +361,48 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
         input, target, None if weight is None else weight._data, None if pos_weight is None else pos_weight._data
     )
     return _reduce(loss, reduction)
+
+
+class BinaryCrossEntropy(Function):
+    """-w [y log p + (1 - y) log(1 - p)] on probabilities p, each log clamped to >= -100 (as torch, so that
+    p = 0 or 1 gives a finite loss); dL/dp = w (p - y) / max(p (1 - p), 1e-12), dL/dy = w (log(1 - p) - log p)."""
+
+    def forward(self, p, y, weight=None):
+        xp = get_array_module(p)
+        self.p, self.y, self.weight = p, y, weight
+        with np.errstate(divide="ignore"):   # log(0) = -inf, clamped to -100 just below
+            self.log_p = xp.maximum(xp.log(p), -100)
+            self.log_1mp = xp.maximum(xp.log1p(-p), -100)
+        loss = -(y * self.log_p + (1 - y) * self.log_1mp)
+        return (loss if weight is None else loss * weight).astype(p.dtype)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        if self.weight is not None:
+            g = g * self.weight
+        dp = dy = None
+        if self.needs_input_grad[0]:
+            dp = (g * (self.p - self.y) / xp.maximum(self.p * (1 - self.p), 1e-12)).astype(self.p.dtype)
+        if self.needs_input_grad[1]:
+            dy = (g * (self.log_1mp - self.log_p)).astype(self.p.dtype)
+        return dp, dy, None
+
+
+def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    """Binary cross-entropy on probabilities input in [0, 1] (after a sigmoid); prefer
+    binary_cross_entropy_with_logits on the logits, which is exact where the sigmoid saturates."""
+    op = "binary_cross_entropy"
+    _check_same_shape(op, input, target)
+    _check_reduction(op, reduction)
+    xp = get_array_module(input._data)
+    if bool(xp.any((input._data < 0) | (input._data > 1))):
+        raise RuntimeError(f"{op}: all elements of input should be between 0 and 1")
+    if weight is not None:
+        _check_float_tensor(op, "weight", weight)
+        try:
+            if np.broadcast_shapes(weight.shape, input.shape) != input.shape:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"{op}: weight of shape {weight.shape} does not broadcast to input {input.shape}") from None
+    loss = BinaryCrossEntropy.apply(input, target, None if weight is None else weight._data)
+    return _reduce(loss, reduction)

@@ -119,3 +119,93 @@ class Conv3d(_ConvNd):
     """(N, C_in, D, H, W) -> (N, C_out, D_out, H_out, W_out)."""
 
     _dims = 3
+
+
+class _ConvTransposeNd(Module):
+    """nn.ConvTranspose1d/2d/3d: weight (in_channels, out_channels/groups, *kernel_size), as PyTorch's, so its
+    state dicts load; forward(input, output_size=None) picks output_padding from output_size as torch does."""
+
+    _dims = 2
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1,
+                 bias=True, dilation=1, padding_mode="zeros", device=None, dtype=None):
+        super().__init__()
+        n = self._dims
+        name = f"ConvTranspose{n}d"
+        if padding_mode != "zeros":
+            raise ValueError(f"{name}: only padding_mode='zeros' is supported (as in PyTorch)")
+        for what, v in (("in_channels", in_channels), ("out_channels", out_channels), ("groups", groups)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"{name}: {what} must be a positive integer, got {v!r}")
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"{name}: in_channels ({in_channels}) and out_channels ({out_channels}) must be "
+                             f"divisible by groups ({groups})")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = as_tuple(name, "kernel_size", kernel_size, n, minimum=1)
+        self.stride = as_tuple(name, "stride", stride, n, minimum=1)
+        self.padding = as_tuple(name, "padding", padding, n, minimum=0)
+        self.output_padding = as_tuple(name, "output_padding", output_padding, n, minimum=0)
+        self.dilation = as_tuple(name, "dilation", dilation, n, minimum=1)
+        factory = dict(dtype=dtype, device=None if device is None else Device(device))
+        self.weight = Parameter(empty(in_channels, out_channels // groups, *self.kernel_size, **factory))
+        if bias:
+            self.bias = Parameter(empty(out_channels, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self._conv_plans: dict = {}
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def _output_padding(self, input, output_size):
+        if output_size is None:
+            return self.output_padding
+        n = self._dims
+        size = tuple(output_size)[-n:]
+        pads = []
+        for d in range(n):
+            base = ((input.shape[-n + d] - 1) * self.stride[d] - 2 * self.padding[d]
+                    + self.dilation[d] * (self.kernel_size[d] - 1) + 1)
+            extra = size[d] - base
+            if not 0 <= extra < max(self.stride[d], self.dilation[d]):
+                raise ValueError(f"ConvTranspose{n}d: output_size {tuple(output_size)} is not reachable from input "
+                                 f"{tuple(input.shape)} (sizes between {base} and {base + self.stride[d] - 1})")
+            pads.append(extra)
+        return tuple(pads)
+
+    def forward(self, input, output_size=None):
+        from ..functional.convolution import _conv_transpose
+
+        op = f"conv_transpose{self._dims}d"
+        return _conv_transpose(op, self._dims, input, self.weight, self.bias, self.stride, self.padding,
+                               self._output_padding(input, output_size), self.groups, self.dilation,
+                               plans=self._conv_plans)
+
+    def extra_repr(self):
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
+        if self.padding != (0,) * self._dims:
+            s += f", padding={self.padding}"
+        if self.output_padding != (0,) * self._dims:
+            s += f", output_padding={self.output_padding}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
+
+class ConvTranspose1d(_ConvTransposeNd):
+    _dims = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
+    _dims = 2
+
+
+class ConvTranspose3d(_ConvTransposeNd):
+    _dims = 3

@@ -1,0 +1,175 @@
+"""The long tail of PyTorch that real programs use (issue 28), each against torch where torch can compute
+the reference: transposed convolutions, BCELoss, softplus, in-place ops on 0-d tensors, in-place shape ops,
+matmul's keywords, Generator objects, multinomial / normal / bernoulli (by the rules every draw obeys), a
+lazy RandomSampler, and the errors torch raises for bad random-number arguments."""
+import numpy as np
+import pytest
+import torch
+
+import minidl
+import minidl.nn as nn
+import minidl.nn.functional as F
+from tests.conftest import rel_err
+
+
+def _pair(shape, seed=0, requires_grad=False):
+    x = np.random.default_rng(seed).standard_normal(shape)
+    return (minidl.tensor(x, requires_grad=requires_grad), torch.tensor(x, requires_grad=requires_grad))
+
+
+@pytest.mark.parametrize("dims, kw", [
+    (1, dict(stride=2, padding=1, output_padding=1)),
+    (2, dict(stride=2, padding=1)),
+    (2, dict(stride=(2, 1), padding=(0, 1), output_padding=(1, 0), groups=2)),
+    (2, dict(stride=1, padding=2, dilation=2)),
+    (3, dict(stride=2, padding=0)),
+])
+def test_conv_transpose_matches_torch(dims, kw):
+    groups = kw.get("groups", 1)
+    mine = getattr(nn, f"ConvTranspose{dims}d")(4, 6, 3, **kw).double()
+    theirs = getattr(torch.nn, f"ConvTranspose{dims}d")(4, 6, 3, **kw).double()
+    theirs.load_state_dict({k: torch.tensor(v.detach().numpy()) for k, v in mine.state_dict().items()})
+    assert mine.weight.shape == (4, 6 // groups) + (3,) * dims
+    x, tx = _pair((2, 4) + (5,) * dims, seed=dims, requires_grad=True)
+    y, ty = mine(x), theirs(tx)
+    assert y.shape == tuple(ty.shape)
+    assert rel_err(y.detach().numpy(), ty.detach().numpy()) <= 1e-12
+    g = np.random.default_rng(9).standard_normal(y.shape)
+    y.backward(minidl.tensor(g))
+    ty.backward(torch.tensor(g))
+    assert rel_err(x.grad.numpy(), tx.grad.numpy()) <= 1e-12
+    assert rel_err(mine.weight.grad.numpy(), theirs.weight.grad.numpy()) <= 1e-12
+    assert rel_err(mine.bias.grad.numpy(), theirs.bias.grad.numpy()) <= 1e-12
+
+
+def test_conv_transpose_output_size_and_errors():
+    layer = nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1)
+    x = minidl.randn(1, 3, 4, 4)
+    assert layer(x).shape == (1, 2, 7, 7)
+    assert layer(x, output_size=(8, 8)).shape == (1, 2, 8, 8)
+    with pytest.raises(ValueError, match="not reachable"):
+        layer(x, output_size=(10, 10))
+    with pytest.raises(ValueError, match="channels"):
+        layer(minidl.randn(1, 4, 4, 4))
+    with pytest.raises(ValueError, match="output_padding"):
+        F.conv_transpose2d(x, layer.weight, stride=1, output_padding=1)
+
+
+def test_bce_loss_matches_torch():
+    p = 1 / (1 + np.exp(-np.random.default_rng(1).standard_normal((5, 3))))
+    p[0, 0], p[1, 1] = 0.0, 1.0   # saturated: torch clamps each log at -100
+    y = np.random.default_rng(2).integers(0, 2, (5, 3)).astype(np.float64)
+    w = np.random.default_rng(3).random((3,))
+    for reduction in ("mean", "sum", "none"):
+        x, tx = minidl.tensor(p, requires_grad=True), torch.tensor(p, requires_grad=True)
+        out = nn.BCELoss(weight=minidl.tensor(w), reduction=reduction)(x, minidl.tensor(y))
+        tout = torch.nn.BCELoss(weight=torch.tensor(w), reduction=reduction)(tx, torch.tensor(y))
+        assert np.allclose(out.detach().numpy(), tout.detach().numpy())
+        out.sum().backward()
+        tout.sum().backward()
+        assert np.allclose(x.grad.numpy(), tx.grad.numpy(), atol=1e-6)
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        F.binary_cross_entropy(minidl.tensor([1.5]), minidl.tensor([1.0]))
+
+
+def test_softplus_matches_torch():
+    x, tx = _pair((4, 7), seed=4, requires_grad=True)
+    for beta, threshold in ((1.0, 20.0), (2.0, 3.0), (0.5, 20.0)):
+        x.grad, tx.grad = None, None
+        y, ty = nn.Softplus(beta, threshold)(x * 8), torch.nn.Softplus(beta, threshold)(tx * 8)
+        assert rel_err(y.detach().numpy(), ty.detach().numpy()) <= 1e-12
+        y.sum().backward()
+        ty.sum().backward()
+        assert rel_err(x.grad.numpy(), tx.grad.numpy()) <= 1e-12
+
+
+def test_in_place_ops_on_zero_d_tensors():
+    for make in (lambda lib: lib.randn(()), lambda lib: lib.randn(3).sum(), lambda lib: lib.tensor(2.0)):
+        a, t = make(minidl), make(torch)
+        a -= 1
+        a *= 3
+        a += a
+        t -= 1
+        t *= 3
+        t += t
+        assert a.shape == () and a.dtype == minidl.float32
+    x = minidl.tensor(3.0)
+    x.add_(2, minidl.tensor(4.0))      # torch's old add_(value, other): x += value * other
+    assert float(x) == 11.0
+
+
+def test_in_place_shape_ops_and_their_gradient():
+    x, tx = _pair((2, 3), requires_grad=True)
+    y, ty = x * 2, tx * 2
+    y.unsqueeze_(1)
+    ty.unsqueeze_(1)
+    y.squeeze_()
+    ty.squeeze_()
+    y.t_()
+    ty.t_()
+    assert y.shape == tuple(ty.shape)
+    (y * y).sum().backward()
+    (ty * ty).sum().backward()
+    assert np.allclose(x.grad.numpy(), tx.grad.numpy())
+    z = minidl.randn(2, 3, 4)
+    z.transpose_(0, 2)
+    assert z.shape == (4, 3, 2)
+    with pytest.raises(RuntimeError, match="leaf"):
+        minidl.randn(3, requires_grad=True).unsqueeze_(0)
+
+
+def test_matmul_keywords_and_roll_function():
+    a, b = minidl.randn(2, 3), minidl.randn(3, 4)
+    assert np.allclose(minidl.matmul(input=a, other=b).numpy(), a.numpy() @ b.numpy())
+    assert minidl.roll(minidl.arange(6), 2).tolist() == torch.roll(torch.arange(6), 2).tolist()
+
+
+def test_generator_objects():
+    g1, g2 = minidl.Generator().manual_seed(5), minidl.Generator().manual_seed(5)
+    assert minidl.randperm(10, generator=g1).tolist() == minidl.randperm(10, generator=g2).tolist()
+    assert np.array_equal(minidl.rand(3, generator=g1).numpy(), minidl.rand(3, generator=g2).numpy())
+    assert g1.initial_seed() == 5
+    state = g1.get_state()
+    first = minidl.randn(4, generator=g1).numpy()
+    g1.set_state(state)
+    assert np.array_equal(minidl.randn(4, generator=g1).numpy(), first)
+    loader = minidl.data.DataLoader(list(range(10)), batch_size=10, shuffle=True,
+                                    generator=minidl.Generator().manual_seed(7))
+    again = minidl.data.DataLoader(list(range(10)), batch_size=10, shuffle=True,
+                                   generator=minidl.Generator().manual_seed(7))
+    assert next(iter(loader)).tolist() == next(iter(again)).tolist()
+
+
+def test_multinomial_normal_bernoulli_by_their_rules():
+    minidl.manual_seed(0)
+    w = minidl.tensor([0.0, 1.0, 3.0, 0.0])
+    draws = minidl.multinomial(w, 4000, replacement=True)
+    assert draws.dtype == minidl.int64 and draws.shape == (4000,)
+    counts = np.bincount(draws.numpy(), minlength=4)
+    assert counts[0] == counts[3] == 0 and 0.2 < counts[1] / 4000 < 0.3
+    rows = minidl.multinomial(minidl.ones(3, 5), 5)                    # without replacement: a permutation
+    assert all(sorted(r) == list(range(5)) for r in rows.tolist())
+    with pytest.raises(RuntimeError, match="without replacement"):
+        minidl.multinomial(w, 3)
+    with pytest.raises(RuntimeError, match="< 0"):
+        minidl.multinomial(minidl.tensor([0.5, -0.1]), 1)
+    z = minidl.normal(minidl.full((20000,), 3.0), minidl.full((20000,), 2.0)).numpy()
+    assert abs(z.mean() - 3.0) < 0.1 and abs(z.std() - 2.0) < 0.1
+    assert minidl.normal(0.0, 1.0, size=(2, 3)).shape == (2, 3)
+    assert minidl.normal(minidl.zeros(2, 1), 1.0).shape == (2, 1)
+    b = minidl.bernoulli(minidl.full((10000,), 0.25)).numpy()
+    assert set(np.unique(b)) <= {0.0, 1.0} and 0.22 < b.mean() < 0.28
+
+
+def test_random_argument_errors_as_torch():
+    with pytest.raises(TypeError, match="floating-point"):
+        minidl.rand(2, dtype=minidl.int64)
+    with pytest.raises(ValueError, match="non-negative"):
+        minidl.randperm(-1)
+
+
+def test_random_sampler_with_replacement_is_lazy():
+    sampler = minidl.data.RandomSampler(list(range(5)), replacement=True, num_samples=int(1e10))
+    it = iter(sampler)
+    first = [next(it) for _ in range(100)]
+    assert len(sampler) == int(1e10) and all(0 <= i < 5 for i in first)
