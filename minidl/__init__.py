@@ -64,7 +64,7 @@ for _name in (
     "scatter_add", "sort", "argsort", "topk", "kthvalue", "median", "cumsum", "norm", "unbind", "flip", "tril",
     "triu", "all", "any", "sin", "cos", "log1p", "square", "pow", "add", "sub", "mul", "div", "neg", "eq", "ne",
     "lt", "le", "gt", "ge", "clone", "t", "detach", "mode", "round", "floor", "ceil", "trunc", "amax", "amin",
-    "roll",
+    "roll", "logsumexp",
 ):
     globals()[_name] = _method(_name)
 del _name
@@ -86,8 +86,43 @@ def numel(t):
     return t.numel()
 
 
+_compile_noted = False
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None,
+            disable=False):
+    """torch.compile: minidl has no compiler, so the model (or function) comes back as it is and runs
+    eagerly; the first call says so once. What torch.compile(mode="reduce-overhead") buys on a GPU (CUDA
+    graphs) is minidl.cuda.graphed_step / CUDAGraphStep for a whole training step."""
+    global _compile_noted
+    if not _compile_noted:
+        import sys
+
+        print("minidl.compile: no compiler in minidl; the model runs eagerly (for CUDA graphs of a whole step see "
+              "minidl.cuda.graphed_step)", file=sys.stderr)
+        _compile_noted = True
+    if model is None:
+        return lambda m: m
+    return model
+
+
+def set_default_device(device):
+    """Where factories (zeros, randn, tensor, the layers' parameters, ...) put a tensor when no device is
+    given (torch.set_default_device); None restores the CPU."""
+    from .autograd import creation
+
+    creation.set_default_device(device)
+
+
+def get_default_device():
+    from .autograd import creation
+
+    return creation.default_device()
+
+
 # Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.
-_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends", "amp", "profiler")
+_SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends", "amp", "profiler",
+               "multiprocessing", "distributions")
 
 
 def __getattr__(name):

@@ -56,6 +56,13 @@ TORCH_MODULES = {
     "torchvision.datasets": "minidl.vision.datasets",
     "torchvision.transforms": "minidl.vision.transforms",
     "torchvision.utils": "minidl.vision.utils",
+    "torch.amp": "minidl.amp",
+    "torch.cuda.amp": "minidl.amp.cuda_amp",
+    "torch.nn.parallel": "minidl.nn.parallel",
+    "torch.multiprocessing": "minidl.multiprocessing",
+    "torch.utils.data.distributed": "minidl.data",
+    "torch.distributions": "minidl.distributions",
+    "torch.utils.hooks": "minidl.nn.module",
 }
 
 # PyTorch names outside minidl's scope, with the reason the message gives.
@@ -69,7 +76,6 @@ OUT_OF_SCOPE = {
     "scaled_dot_product_attention": "attention and Transformer layers are outside minidl's scope",
     "onnx": "ONNX export is outside minidl's scope (save weights with minidl.save / state_dict instead)",
     "jit": "TorchScript (torch.jit) is outside minidl's scope",
-    "compile": "torch.compile is outside minidl's scope (minidl runs eagerly over its primitive library)",
     "distributed": "distributed training is outside minidl's scope (one GPU)",
     "fx": "torch.fx graph capture is outside minidl's scope",
     "quantization": "quantization is outside minidl's scope",
@@ -141,9 +147,15 @@ class _Accelerator:
         return cuda.device_count()
 
 
+# torch.__version__ for programs that compare it: the PyTorch API level minidl follows, marked as minidl's
+# (packaging.version reads it as 2.13.0 with a local label).
+TORCH_VERSION = "2.13.0+minidl"
+
 EXTRAS = {
     "torch.backends": {"mps": _NotAvailable("torch.backends.mps")},
-    "torch": {"accelerator": _Accelerator(), "xpu": _NotAvailable("torch.xpu"), "mps": _NotAvailable("torch.mps")},
+    "torch": {"accelerator": _Accelerator(), "xpu": _NotAvailable("torch.xpu"), "mps": _NotAvailable("torch.mps"),
+              "__version__": TORCH_VERSION},
+    "torchvision": {"__version__": "0.28.0+minidl"},
 }
 
 
@@ -271,13 +283,20 @@ def uninstall():
 
 
 def _program_line(exc, program):
-    """'program.py:LINE: source' of the deepest frame of the traceback inside the program."""
-    target = os.path.abspath(program)
+    """'file.py:LINE: source' of the deepest frame of the traceback in the program's own code: its main
+    file or any module of its (not minidl's, not the standard library's), where the name is used."""
+    minidl_dir = os.path.dirname(os.path.abspath(__file__))
+    stdlib = os.path.dirname(os.__file__)
     found = None
     for frame in traceback.extract_tb(exc.__traceback__):
-        if os.path.abspath(frame.filename) == target:
-            found = frame
-    return f"{program}:{found.lineno}: {found.line}" if found is not None else program
+        path = os.path.abspath(frame.filename)
+        if path.startswith(minidl_dir + os.sep) or path.startswith(stdlib + os.sep) or frame.filename.startswith("<"):
+            continue
+        found = frame
+    if found is None:
+        return program
+    shown = os.path.relpath(found.filename) if os.path.abspath(found.filename) != os.path.abspath(program) else program
+    return f"{shown}:{found.lineno}: {found.line}"
 
 
 USAGE = """usage: python -m minidl.run program.py [args ...]
@@ -303,6 +322,15 @@ def main(argv=None):
         runpy.run_path(program, run_name="__main__")
     except (MissingTorchName, MissingTorchModule) as e:
         print(f"{_program_line(e, program)}\n{e}", file=sys.stderr)
+        return 1
+    except ImportError as e:  # `from torch.x import Name`: Python turns our AttributeError into this one
+        import re
+
+        match = re.match(r"cannot import name '(\w+)' from '((?:torch|torchvision)[\w.]*)'", str(e))
+        if match is None:
+            raise
+        print(f"{_program_line(e, program)}\n{_missing_message(f'{match.group(2)}.{match.group(1)}')}",
+              file=sys.stderr)
         return 1
     return 0
 

@@ -32,6 +32,8 @@ def _finish(array, requires_grad):
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A new tensor holding a copy of `data` (a list, number, NumPy/CuPy array or tensor)."""
     src = data._data if isinstance(data, Tensor) else data
+    if device is None and _default_device is not None and not _device.is_cuda_array(src):
+        device = _default_device
     t = Tensor._make(_to_array(src, dtype, device))
     if t._data is src:
         t._data = t._data.copy()
@@ -54,7 +56,20 @@ def as_tensor(data, dtype=None, device=None):
     return Tensor._make(_to_array(data._data if isinstance(data, Tensor) else data, dtype, device))
 
 
+_default_device = None   # minidl.set_default_device: where factories put tensors without a device=
+
+
+def set_default_device(device):
+    global _default_device
+    _default_device = None if device is None else _device.Device(device)
+
+
+def default_device():
+    return _default_device or _device.Device("cpu")
+
+
 def _xp(device):
+    device = device if device is not None else _default_device
     return _device.array_module("cpu" if device is None else device)
 
 
@@ -63,6 +78,7 @@ def _dt(dtype):
 
 
 def _with_device(fn, device):
+    device = device if device is not None else _default_device
     if device is None or _device.Device(device).type == "cpu":
         return fn()
     cupy = _device.require_cuda()
@@ -143,7 +159,7 @@ def _float_dtype(op, dtype):
 
 def _draw(generator, device, fn):
     """fn(rng): a draw from `generator` (a minidl.Generator) or the global generator of `device`."""
-    device = device or "cpu"
+    device = device or _default_device or "cpu"
     rng = random.rng_of(generator, device)
     return fn(rng) if _device.Device(device).type == "cpu" else _with_device(lambda: fn(rng), device)
 
@@ -158,7 +174,7 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Standard normal, from minidl's seeded generator or `generator`."""
     dt, shape = _float_dtype("randn", dtype), _shape(size, "randn")
     if generator is None:
-        return _finish(random.normal_array(shape, 0.0, 1.0, dt, device or "cpu"), requires_grad)
+        return _finish(random.normal_array(shape, 0.0, 1.0, dt, device or _default_device or "cpu"), requires_grad)
     return _finish(_draw(generator, device, lambda rng: rng.standard_normal(shape).astype(dt)), requires_grad)
 
 
@@ -172,7 +188,7 @@ def randint(low, high=None, size=(), generator=None, dtype=None, device=None):
         raise ValueError(f"randint: the range [low, high) = [{low}, {high}) is empty (low must be < high)")
     shape, dt = _shape((size,), "randint"), np.dtype(dtype or np.int64)
     if generator is None:
-        return _finish(random.integers_array(low, high, shape, dt, device or "cpu"), False)
+        return _finish(random.integers_array(low, high, shape, dt, device or _default_device or "cpu"), False)
     return _finish(_draw(generator, device, lambda rng: rng.integers(low, high, size=shape).astype(dt)), False)
 
 
@@ -181,7 +197,7 @@ def randperm(n, generator=None, dtype=None, device=None):
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"randperm: n must be a non-negative integer, got {n!r}")
     if generator is None:
-        perm = random.permutation_array(int(n), device or "cpu")
+        perm = random.permutation_array(int(n), device or _default_device or "cpu")
     else:
         perm = _draw(generator, device, lambda rng: rng.permutation(int(n)))
     return Tensor._make(perm.astype(np.dtype(dtype or np.int64)))

@@ -330,10 +330,14 @@ def run_backward(tensor, grad_array, retain_graph: bool = False):
                 g if g is not None else xp.zeros(shape, dtype=dtype)
                 for g, (shape, dtype) in zip(grads_out, fn._output_meta)
             ]
-            for ref, g in zip(fn._output_refs, grads_out):  # tensors that asked for retain_grad()
+            for k, ref in enumerate(fn._output_refs):  # the outputs' hooks, then retain_grad()
                 t = ref()
-                if t is not None and t._retains_grad:
-                    _accumulate_leaf(t, g)
+                if t is None:
+                    continue
+                if t._hooks:
+                    grads_out[k] = _run_hooks(t, grads_out[k])
+                if t._retains_grad:
+                    _accumulate_leaf(t, grads_out[k], run_hooks=False)
             grads_in = fn.backward(*grads_out)
             if not isinstance(grads_in, tuple):
                 grads_in = (grads_in,)
@@ -378,13 +382,22 @@ def _check_versions(fn):
             )
 
 
-def _accumulate_leaf(tensor, g):
+def _run_hooks(tensor, g):
+    """g through the tensor's hooks: each may return a replacement gradient."""
     from .tensor import Tensor
 
-    for hook in tensor._hooks:
+    for hook in list(tensor._hooks):
         result = hook(Tensor._make(g))
         if result is not None:
-            g = result._data
+            g = result._data if isinstance(result, Tensor) else result
+    return g
+
+
+def _accumulate_leaf(tensor, g, run_hooks=True):
+    from .tensor import Tensor
+
+    if run_hooks and tensor._hooks:
+        g = _run_hooks(tensor, g)
     if tensor.grad is None:
         # A fresh array: never alias a gradient that another tensor (or the caller) still holds. It takes
         # the parameter's memory format (as PyTorch's AccumulateGrad), so a channels_last filter's

@@ -37,6 +37,17 @@ bool_ = np.dtype(np.bool_)
 _default_dtype = float32
 
 
+class _HookHandle:
+    """What Tensor.register_hook returns: remove() takes the hook out again."""
+
+    def __init__(self, hooks: list, hook):
+        self._hooks, self._hook = hooks, hook
+
+    def remove(self):
+        if self._hook in self._hooks:
+            self._hooks.remove(self._hook)
+
+
 class memory_format:
     """PyTorch's memory-format tags (minidl._layout says what they mean). contiguous_format: row-major;
     channels_last (4-D) / channels_last_3d (5-D): NHWC (NDHWC) memory behind the (N, C, H, W) shape, which
@@ -318,9 +329,15 @@ class Tensor:
         self._retains_grad = True
 
     def register_hook(self, hook):
-        """hook(grad) -> None or a replacement gradient, called when this leaf's gradient arrives."""
+        """hook(grad) -> None or a replacement gradient, called when this tensor's gradient has been computed
+        (a leaf's before it is accumulated into .grad; a non-leaf's before it flows on to the op that made
+        it). Returns a handle whose remove() unregisters the hook, as PyTorch."""
+        if not self.requires_grad:
+            raise RuntimeError("register_hook: cannot register a hook on a tensor that doesn't require gradient")
+        if not callable(hook):
+            raise TypeError(f"register_hook: hook must be callable, got {hook!r}")
         self._hooks.append(hook)
-        return hook
+        return _HookHandle(self._hooks, hook)
 
     def backward(self, gradient=None, retain_graph=False):
         """Accumulate d(self)/d(leaf) into every leaf's .grad. `gradient` is needed unless self is a scalar."""
@@ -871,6 +888,14 @@ class Tensor:
 
     def amin(self, dim=(), keepdim=False):
         return _amax_amin(self, dim, keepdim, "amin")
+
+    def logsumexp(self, dim, keepdim=False):
+        """log(sum(exp(x))) over dim, computed as m + log(sum(exp(x - m))) with m the max (no overflow);
+        its gradient is softmax(x) along dim (torch.logsumexp)."""
+        m = self.amax(dim, keepdim=True).detach()
+        finite = m.masked_fill(~m.isfinite(), 0.0)   # an all -inf slice: log(0) = -inf, as torch
+        out = (self - finite).exp().sum(dim, keepdim=True).log() + finite
+        return out if keepdim else out.squeeze(dim)
 
     # --------------------------------------------------------------------------------------------
     # Shapes

@@ -10,7 +10,7 @@ from .dataloader import DataLoader, default_collate
 from ._workers import get_worker_info
 from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
                       WeightedRandomSampler)
-from .dataset import ArrayDataset, Dataset, Subset, TensorDataset, random_split
+from .dataset import ArrayDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
 from .datasets import (CIFAR10, MNIST, BPTTIterator, CharCorpus, DatasetNotFoundError, UnsafePickleError,
                        WordCorpus, batchify, data_root)
 

@@ -19,7 +19,7 @@ import numpy as np
 from .. import _device
 from ..primitives import get_array_module
 from ._random import make_rng
-from .dataset import Dataset
+from .dataset import Dataset, IterableDataset
 
 
 def _as_tensor(array):
@@ -156,10 +156,20 @@ class DataLoader:
             raise ValueError(f"DataLoader: timeout option should be a number >= 0, got {timeout!r}")
         if num_workers == 0 and (prefetch_factor is not None or persistent_workers):
             raise ValueError("DataLoader: prefetch_factor and persistent_workers need num_workers > 0 (as torch)")
-        try:
-            n = len(dataset) if sampler is None else len(sampler)
-        except TypeError:
-            raise TypeError(f"DataLoader: the dataset must have a length, got {type(dataset).__name__}") from None
+        self._iterable = isinstance(dataset, IterableDataset)
+        if self._iterable:
+            if shuffle or sampler is not None or batch_sampler is not None:
+                raise ValueError("DataLoader with IterableDataset: expected unspecified shuffle, sampler and "
+                                 "batch_sampler options (the stream gives the order), as torch")
+            try:
+                n = len(dataset)
+            except (TypeError, NotImplementedError):
+                n = None
+        else:
+            try:
+                n = len(dataset) if sampler is None else len(sampler)
+            except TypeError:
+                raise TypeError(f"DataLoader: the dataset must have a length, got {type(dataset).__name__}") from None
         self.dataset = dataset
         self.batch_size = None if batch_sampler is not None else int(batch_size)
         self.shuffle = bool(shuffle)
@@ -178,8 +188,8 @@ class DataLoader:
         self._rng = None if generator is None else make_rng(generator, "DataLoader")
 
         self._arrays, self._index_map = None, None
-        whole = (dataset._whole_arrays() if (collate_fn is None and batch_sampler is None and isinstance(dataset, Dataset))
-                 else None)
+        whole = (dataset._whole_arrays() if (collate_fn is None and batch_sampler is None and isinstance(dataset, Dataset)
+                                              and not self._iterable) else None)
         if whole is not None:
             arrays, index_map = whole
             if self.device is not None:
@@ -190,6 +200,9 @@ class DataLoader:
             self._arrays, self._index_map = arrays, index_map
 
     def __len__(self):
+        if self._iterable and self._num_samples is None:
+            raise TypeError(f"DataLoader: {type(self.dataset).__name__} has no __len__, so neither has its loader "
+                            "(an IterableDataset's length is optional)")
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
         if self.drop_last:
@@ -199,13 +212,34 @@ class DataLoader:
     def _epoch_order(self):
         """The sample order of one epoch: the sampler's, a permutation (shuffle), or None meaning 0..N-1."""
         if self.sampler is not None:
-            return np.fromiter((int(i) for i in self.sampler), dtype=np.int64, count=self._num_samples)
+            order = []
+            for i in self.sampler:   # every index it yields, even past its __len__ (as torch); integers only
+                if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) and not (
+                        hasattr(i, "ndim") and i.ndim == 0 and i.dtype.kind in "iu"):
+                    raise TypeError(f"DataLoader: the sampler yielded {i!r}; indices must be integers")
+                order.append(int(i))
+            return np.asarray(order, dtype=np.int64)
         if not self.shuffle:
             return None
         rng = self._rng if self._rng is not None else make_rng(None)
         return rng.permutation(self._num_samples)
 
+    def _iter_stream(self):
+        """An IterableDataset: batches of what its iterator yields, in order."""
+        import itertools
+
+        collate = self.collate_fn or _collate_arrays
+        it = iter(self.dataset)
+        while True:
+            samples = list(itertools.islice(it, self.batch_size))
+            if not samples or (self.drop_last and len(samples) < self.batch_size):
+                return
+            yield self._finish(collate(samples))
+
     def __iter__(self):
+        if self._iterable:
+            yield from self._iter_stream()
+            return
         if self.batch_sampler is not None:
             batches = [list(b) for b in self.batch_sampler]
         else:
@@ -214,16 +248,18 @@ class DataLoader:
                 yield from self._iter_fast(order)
                 return
             batches = [range(start, stop) if order is None else order[start:stop].tolist()
-                       for start, stop in self._batch_bounds()]
+                       for start, stop in self._batch_bounds(None if order is None else len(order))]
         if self.num_workers == 0:
             yield from self._iter_samples(batches)
         else:
             yield from self._iter_workers(batches)
 
-    def _batch_bounds(self):
-        for b in range(len(self)):
+    def _batch_bounds(self, total=None):
+        total = self._num_samples if total is None else total
+        count = total // self.batch_size if self.drop_last else math.ceil(total / self.batch_size)
+        for b in range(count):
             start = b * self.batch_size
-            yield start, min(start + self.batch_size, self._num_samples)
+            yield start, min(start + self.batch_size, total)
 
     def _iter_fast(self, order):
         on_device = self._arrays[0]
@@ -231,7 +267,7 @@ class DataLoader:
         if order is not None and _device.is_cuda_array(on_device):
             # One small transfer of the permutation per epoch, not one per batch.
             order = _device.move_array(order, _device.device_of(on_device))
-        for start, stop in self._batch_bounds():
+        for start, stop in self._batch_bounds(None if order is None else len(order)):
             if order is None and self._index_map is None:
                 batch = tuple(a[start:stop] for a in self._arrays)  # views: no copy at all
             else:

@@ -42,6 +42,18 @@ class Dataset:
         return None
 
 
+class IterableDataset(Dataset):
+    """A stream of samples (torch.utils.data.IterableDataset): define __iter__; DataLoader batches what it
+    yields, in order (no sampler, no shuffle). __len__ is optional. With num_workers > 0 minidl still reads
+    the stream in the main process (one copy of it, as torch's single-process loading)."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must define __iter__")
+
+    def __getitem__(self, index):
+        raise TypeError(f"{type(self).__name__} is an IterableDataset: iterate over it instead of indexing")
+
+
 class ArrayDataset(Dataset):
     """Samples are rows of arrays of equal length: item i is `(a0[i], a1[i], ...)`.
 

@@ -23,3 +23,5 @@ from .layers.padding import (  # noqa: F401
     ZeroPad3d,
 )
 from .layers.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401
+from .parallel import DataParallel  # noqa: F401,E402
+from .module import RemovableHandle  # noqa: F401,E402

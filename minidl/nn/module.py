@@ -41,6 +41,27 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+class RemovableHandle:
+    """What register_*_hook returns (torch.utils.hooks.RemovableHandle): remove() unregisters the hook; also a
+    context manager that removes it on exit."""
+
+    _next_id = 0
+
+    def __init__(self, hooks: dict, kind: str):
+        self.hooks_dict_ref, self.kind = hooks, kind
+        RemovableHandle._next_id += 1
+        self.id = RemovableHandle._next_id
+
+    def remove(self):
+        self.hooks_dict_ref.get(self.kind, {}).pop(self.id, None)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
     """What load_state_dict(strict=False) returns: keys it could not fill, keys it did not use."""
 
@@ -86,7 +107,106 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} has no forward(); subclasses must define it")
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        hooks = self.__dict__.get("_hooks")
+        if not hooks:   # the common case: one dict lookup, then forward
+            return self.forward(*args, **kwargs)
+        return self._call_with_hooks(hooks, args, kwargs)
+
+    # --------------------------------------------------------------------------------------------
+    # Hooks (PyTorch's register_forward_pre_hook / register_forward_hook / register_full_backward_hook)
+    # --------------------------------------------------------------------------------------------
+    def _add_hook(self, kind, hook, **options):
+        hooks = self.__dict__.setdefault("_hooks", {})
+        if not callable(hook):
+            raise TypeError(f"{type(self).__name__}.register_{kind}_hook: hook must be callable, got {hook!r}")
+        handle = RemovableHandle(hooks, kind)
+        hooks.setdefault(kind, OrderedDict())[handle.id] = (hook, options)
+        return handle
+
+    def register_forward_pre_hook(self, hook, *, prepend=False, with_kwargs=False):
+        """hook(module, args) -> None or new args (with_kwargs: hook(module, args, kwargs) -> None or
+        (args, kwargs)), called before forward. Returns a handle whose remove() unregisters it."""
+        return self._add_hook("forward_pre", hook, with_kwargs=with_kwargs)
+
+    def register_forward_hook(self, hook, *, prepend=False, with_kwargs=False, always_call=False):
+        """hook(module, args, output) -> None or a new output (with_kwargs: hook(module, args, kwargs, output)),
+        called after forward."""
+        return self._add_hook("forward", hook, with_kwargs=with_kwargs)
+
+    def register_full_backward_hook(self, hook, prepend=False):
+        """hook(module, grad_input, grad_output) -> None or a new grad_input: called when the gradients of
+        the module's tensor inputs have been computed (grad_input: one entry per positional tensor input,
+        None for those that need no gradient), as PyTorch's full backward hooks."""
+        return self._add_hook("backward", hook)
+
+    def register_backward_hook(self, hook):
+        return self.register_full_backward_hook(hook)
+
+    def _call_with_hooks(self, hooks, args, kwargs):
+        for hook, options in list(hooks.get("forward_pre", {}).values()):
+            if options["with_kwargs"]:
+                result = hook(self, args, kwargs)
+                if result is not None:
+                    args, kwargs = result
+            else:
+                result = hook(self, args)
+                if result is not None:
+                    args = result if isinstance(result, tuple) else (result,)
+        if hooks.get("backward"):
+            args = self._attach_backward_hooks(hooks["backward"], args)
+        output = self.forward(*args, **kwargs)
+        for hook, options in list(hooks.get("forward", {}).values()):
+            result = hook(self, args, kwargs, output) if options["with_kwargs"] else hook(self, args, output)
+            if result is not None:
+                output = result
+        if hooks.get("backward"):
+            self._watch_output(output)
+        return output
+
+    def _attach_backward_hooks(self, backward_hooks, args):
+        """Route each tensor input needing a gradient through an identity whose gradient calls the
+        module's backward hooks once all of them have arrived (PyTorch's BackwardHook, simplified)."""
+        from ..autograd.tensor import Tensor
+
+        positions = [i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
+        state = {"grads": {}, "grad_output": None, "expected": len(positions)}
+        self.__dict__["_backward_state"] = state
+        args = list(args)
+        for i in positions:
+            args[i] = args[i] * 1   # an identity op of its own: its gradient is this input's
+
+            def on_grad(g, i=i):
+                state["grads"][i] = g
+                if len(state["grads"]) < state["expected"]:
+                    return None
+                grad_input = tuple(state["grads"].get(j) for j in range(len(args)))
+                for hook, _ in list(backward_hooks.values()):
+                    result = hook(self, grad_input, state["grad_output"])
+                    if result is not None:
+                        grad_input = tuple(result)
+                return grad_input[i]
+
+            args[i].register_hook(on_grad)
+        return tuple(args)
+
+    def _watch_output(self, output):
+        from ..autograd.tensor import Tensor
+
+        state = self.__dict__.get("_backward_state")
+        outs = output if isinstance(output, (tuple, list)) else (output,)
+        tensors = [o for o in outs if isinstance(o, Tensor) and o.requires_grad]
+        grads = {}
+
+        for k, t in enumerate(tensors):
+            def on_out(g, k=k):
+                grads[k] = g
+                state["grad_output"] = tuple(grads.get(j) for j in range(len(tensors)))
+                if state["expected"] == 0 and len(grads) == len(tensors):   # no input needs a gradient
+                    for hook, _ in list(self.__dict__["_hooks"]["backward"].values()):
+                        hook(self, (None,), state["grad_output"])
+                return None
+
+            t.register_hook(on_out)
 
     # --------------------------------------------------------------------------------------------
     # Registration: attribute assignment routes Parameters, Modules and buffers to their registries

@@ -173,3 +173,160 @@ def test_random_sampler_with_replacement_is_lazy():
     it = iter(sampler)
     first = [next(it) for _ in range(100)]
     assert len(sampler) == int(1e10) and all(0 <= i < 5 for i in first)
+
+
+def test_distributions_match_torch():
+    from minidl import distributions as D
+    import torch.distributions as TD
+
+    logits = np.random.default_rng(0).standard_normal((3, 5))
+    c, tc = D.Categorical(logits=minidl.tensor(logits)), TD.Categorical(logits=torch.tensor(logits))
+    v = np.array([0, 4, 2])
+    assert np.allclose(c.log_prob(minidl.tensor(v)).numpy(), tc.log_prob(torch.tensor(v)).numpy())
+    assert np.allclose(c.entropy().numpy(), tc.entropy().numpy())
+    assert c.sample((7,)).shape == tuple(tc.sample((7,)).shape)
+    p = np.array([0.2, 0.7, 0.5])
+    b, tb = D.Bernoulli(probs=minidl.tensor(p)), TD.Bernoulli(probs=torch.tensor(p))
+    assert np.allclose(b.log_prob(minidl.tensor([1.0, 0.0, 1.0])).numpy(),
+                       tb.log_prob(torch.tensor([1.0, 0.0, 1.0])).numpy(), atol=1e-6)
+    assert np.allclose(b.entropy().numpy(), tb.entropy().numpy(), atol=1e-6)
+    n = D.Normal(minidl.tensor([0.0, 1.0]), minidl.tensor([1.0, 2.0]))
+    tn = TD.Normal(torch.tensor([0.0, 1.0]), torch.tensor([1.0, 2.0]))
+    for fn in ("log_prob", "cdf"):
+        assert np.allclose(getattr(n, fn)(minidl.tensor([0.5, -1.0])).numpy(),
+                           getattr(tn, fn)(torch.tensor([0.5, -1.0])).numpy(), atol=1e-6), fn
+    assert np.allclose(n.entropy().numpy(), tn.entropy().numpy())
+    u, tu = D.Uniform(minidl.tensor(0.0), minidl.tensor(2.0)), TD.Uniform(torch.tensor(0.0), torch.tensor(2.0))
+    assert np.allclose(u.log_prob(minidl.tensor([0.5])).numpy(), tu.log_prob(torch.tensor([0.5])).numpy())
+    oh, toh = D.OneHotCategorical(logits=minidl.tensor(logits)), TD.OneHotCategorical(logits=torch.tensor(logits))
+    s = oh.sample()
+    assert s.shape == (3, 5) and np.allclose(s.numpy().sum(-1), 1)
+    assert np.allclose(oh.log_prob(s).numpy(), toh.log_prob(torch.tensor(s.numpy())).numpy())
+    q, tq = D.Normal(minidl.tensor([1.0, 1.0]), minidl.tensor([1.0, 1.0])), TD.Normal(torch.ones(2), torch.ones(2))
+    assert np.allclose(D.kl_divergence(n, q).numpy(), TD.kl_divergence(tn, tq).numpy())
+
+
+def test_distribution_gradients_flow():
+    """REINFORCE's -log_prob * reward and a reparameterised Normal sample both reach the parameters."""
+    from minidl import distributions as D
+
+    logits = minidl.randn(4, 3, requires_grad=True)
+    dist = D.Categorical(logits=logits)
+    (-(dist.log_prob(dist.sample()) * 2.0).sum()).backward()
+    assert logits.grad is not None and np.abs(logits.grad.numpy()).sum() > 0
+    loc, scale = minidl.zeros(5, requires_grad=True), minidl.ones(5, requires_grad=True)
+    D.Normal(loc, scale).rsample().sum().backward()
+    assert np.allclose(loc.grad.numpy(), 1.0) and scale.grad is not None
+
+
+def test_logsumexp_matches_torch():
+    x = np.random.default_rng(0).standard_normal((3, 4)) * 30
+    a, t = minidl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    ya, yt = a.logsumexp(1), t.logsumexp(1)
+    assert np.allclose(ya.detach().numpy(), yt.detach().numpy())
+    ya.sum().backward()
+    yt.sum().backward()
+    assert np.allclose(a.grad.numpy(), t.grad.numpy())
+
+
+def test_module_hooks_match_torch():
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).double()
+    tm = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2)).double()
+    tm.load_state_dict({k: torch.tensor(v.numpy()) for k, v in m.state_dict().items()})
+    seen, tseen, back, tback = [], [], [], []
+    handle = m[1].register_forward_hook(lambda mod, args, out: seen.append(out.detach().numpy().copy()))
+    tm[1].register_forward_hook(lambda mod, args, out: tseen.append(out.detach().numpy().copy()))
+    m[2].register_full_backward_hook(lambda mod, gi, go: back.append((gi[0].numpy().copy(), go[0].numpy().copy())))
+    tm[2].register_full_backward_hook(lambda mod, gi, go: tback.append((gi[0].numpy().copy(), go[0].numpy().copy())))
+    x = np.random.default_rng(1).standard_normal((5, 3))
+    (m(minidl.tensor(x)) ** 2).sum().backward()
+    (tm(torch.tensor(x)) ** 2).sum().backward()
+    assert np.allclose(seen[0], tseen[0])
+    assert np.allclose(back[0][0], tback[0][0]) and np.allclose(back[0][1], tback[0][1])
+    handle.remove()
+    m(minidl.tensor(x))
+    assert len(seen) == 1
+    m[0].register_forward_pre_hook(lambda mod, args: (args[0] * 0,))
+    assert np.allclose(m[0](minidl.tensor(x)).detach().numpy(), m[0].bias.detach().numpy())
+
+
+def test_tensor_hooks_fire_on_non_leaves_and_refuse_constants():
+    x = minidl.randn(3, requires_grad=True)
+    y = x * 2
+    got = []
+    handle = y.register_hook(lambda g: got.append(g.numpy().copy()) or g * 10)
+    (y * y).sum().backward()
+    assert np.allclose(got[0], 2 * y.detach().numpy())
+    assert np.allclose(x.grad.numpy(), 10 * 2 * 2 * y.detach().numpy())
+    handle.remove()
+    with pytest.raises(RuntimeError, match="doesn't require gradient"):
+        minidl.randn(3).register_hook(lambda g: g)
+
+
+def test_iterable_dataset_and_sampler_checks():
+    from minidl.data import DataLoader, IterableDataset, Sampler
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    assert [b.tolist() for b in DataLoader(Stream(), batch_size=4)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert len(list(DataLoader(Stream(), batch_size=4, drop_last=True))) == 2
+    with pytest.raises(ValueError, match="shuffle"):
+        DataLoader(Stream(), shuffle=True)
+
+    class Longer(Sampler):
+        def __init__(self):
+            pass
+
+        def __iter__(self):
+            return iter([0, 1, 2, 3, 4, 5])
+
+        def __len__(self):
+            return 3
+
+    assert [b.tolist() for b in DataLoader(list(range(10)), batch_size=2, sampler=Longer())] == [[0, 1], [2, 3], [4, 5]]
+
+    class Floats(Longer):
+        def __iter__(self):
+            return iter([0.5])
+
+    with pytest.raises(TypeError, match="integers"):
+        list(DataLoader(list(range(3)), sampler=Floats()))
+
+
+def test_runner_long_tail(tmp_path):
+    """torch.__version__, torch.compile, torch.cuda.amp, torch.nn.parallel.DataParallel, torch.distributions,
+    torch.multiprocessing and set_default_device, through `python -m minidl.run`."""
+    import subprocess
+    import sys
+
+    prog = tmp_path / "prog.py"
+    prog.write_text(
+        "import torch, torch.nn as nn\n"
+        "from torch.cuda.amp import GradScaler, autocast\n"
+        "import torch.multiprocessing as mp\n"
+        "from torch.distributions import Categorical\n"
+        "assert torch.__version__.startswith('2.')\n"
+        "model = torch.compile(nn.DataParallel(nn.Linear(3, 2)))\n"
+        "torch.set_default_device('cpu')\n"
+        "x = torch.randn(4, 3)\n"
+        "print('state', sorted(model.state_dict()))\n"
+        "print('sample', Categorical(logits=model(x)).sample().shape)\n"
+        "print('ok', mp.get_start_method())\n")
+    result = subprocess.run([sys.executable, "-m", "minidl.run", str(prog)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "state ['module.bias', 'module.weight']" in result.stdout and "ok fork" in result.stdout
+
+
+def test_runner_names_the_line_where_a_missing_name_is_used(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "helper.py").write_text("import torch\n\ndef make():\n    return torch.not_a_real_name(3)\n")
+    prog = tmp_path / "main.py"
+    prog.write_text("import helper\nhelper.make()\n")
+    result = subprocess.run([sys.executable, "-m", "minidl.run", str(prog)], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "helper.py:4" in result.stderr and "torch.not_a_real_name" in result.stderr

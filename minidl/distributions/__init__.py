@@ -1,0 +1,273 @@
+"""minidl.distributions: torch.distributions' common distributions, written with Tensor operations, so
+log_prob, entropy and rsample are differentiable (a policy gradient, a VAE's reparameterised sample):
+
+    Categorical(probs= | logits=)      sample, log_prob, entropy, probs, logits
+    OneHotCategorical(probs= | logits=) sample (one-hot), log_prob, entropy
+    Bernoulli(probs= | logits=)        sample, log_prob, entropy, mean, variance
+    Normal(loc, scale)                 sample, rsample, log_prob, entropy, mean, stddev, variance, cdf
+    Uniform(low, high)                 sample, rsample, log_prob, entropy, mean, variance
+
+Samples are drawn from minidl's seeded generator (minidl.manual_seed) and never carry a gradient, except
+rsample's, which is loc + scale * eps (Normal) or low + (high - low) * u (Uniform).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..autograd.tensor import Tensor
+from .. import _device
+from ..autograd import creation
+
+__all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Normal", "Uniform", "kl_divergence"]
+
+
+def _as_tensor(value, like=None):
+    if isinstance(value, Tensor):
+        return value
+    dtype = like.dtype if like is not None else None
+    device = like.device if like is not None else None
+    return creation.tensor(value, dtype=dtype if dtype is not None else np.float32, device=device)
+
+
+def _shape(sample_shape):
+    if isinstance(sample_shape, int):
+        return (sample_shape,)
+    return tuple(sample_shape)
+
+
+class Distribution:
+    """The common interface: batch_shape (independent distributions), event_shape (one draw's shape)."""
+
+    has_rsample = False
+
+    def __init__(self, batch_shape=(), event_shape=()):
+        self.batch_shape, self.event_shape = tuple(batch_shape), tuple(event_shape)
+
+    def sample(self, sample_shape=()):
+        raise NotImplementedError
+
+    def rsample(self, sample_shape=()):
+        raise NotImplementedError(f"{type(self).__name__} has no reparameterised sample (rsample)")
+
+    def log_prob(self, value):
+        raise NotImplementedError
+
+    def entropy(self):
+        raise NotImplementedError
+
+    def _extended(self, sample_shape):
+        return _shape(sample_shape) + self.batch_shape + self.event_shape
+
+    def __repr__(self):
+        return f"{type(self).__name__}(batch_shape={self.batch_shape}, event_shape={self.event_shape})"
+
+
+class Categorical(Distribution):
+    """Categories 0..K-1 with probabilities `probs` (normalised along the last dim) or `logits`."""
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        if (probs is None) == (logits is None):
+            raise ValueError("Categorical: give exactly one of probs or logits")
+        if probs is not None:
+            probs = _as_tensor(probs)
+            if probs.ndim < 1:
+                raise ValueError("Categorical: probs must have at least one dimension")
+            self.probs = probs / probs.sum(-1, keepdim=True)
+            self.logits = self.probs.clamp(min=1e-38).log()
+        else:
+            logits = _as_tensor(logits)
+            if logits.ndim < 1:
+                raise ValueError("Categorical: logits must have at least one dimension")
+            self.logits = logits - logits.logsumexp(-1, keepdim=True)
+            self.probs = self.logits.exp()
+        self._num_events = self.probs.shape[-1]
+        super().__init__(self.probs.shape[:-1])
+
+    def sample(self, sample_shape=()):
+        n = int(np.prod(_shape(sample_shape))) if _shape(sample_shape) else 1
+        flat = self.probs.detach().reshape(-1, self._num_events)
+        draws = creation.multinomial(flat, n, replacement=True)          # (batch, n)
+        out = draws.T.reshape(_shape(sample_shape) + self.batch_shape)
+        return out
+
+    def log_prob(self, value):
+        value = _as_tensor(value).long()
+        return self.logits.gather(-1, value.unsqueeze(-1)).squeeze(-1) if value.shape == self.batch_shape else \
+            self.logits.expand(value.shape + (self._num_events,)).gather(-1, value.unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self):
+        return -(self.probs * self.logits).sum(-1)
+
+    @property
+    def mean(self):
+        raise NotImplementedError("Categorical has no mean (as torch: its support is a set of labels)")
+
+
+class OneHotCategorical(Distribution):
+    """Categorical, each draw a one-hot vector of length K."""
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        self._categorical = Categorical(probs=probs, logits=logits)
+        self.probs, self.logits = self._categorical.probs, self._categorical.logits
+        super().__init__(self._categorical.batch_shape, (self._categorical._num_events,))
+
+    def sample(self, sample_shape=()):
+        idx = self._categorical.sample(sample_shape)
+        eye = creation.eye(self.event_shape[0], dtype=self.probs.dtype, device=self.probs.device)
+        return eye[idx]
+
+    def log_prob(self, value):
+        value = _as_tensor(value, self.probs)
+        return (value * self.logits).sum(-1)
+
+    def entropy(self):
+        return self._categorical.entropy()
+
+    @property
+    def mean(self):
+        return self.probs
+
+
+class Bernoulli(Distribution):
+    """1 with probability `probs` (or sigmoid(`logits`)), else 0."""
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        if (probs is None) == (logits is None):
+            raise ValueError("Bernoulli: give exactly one of probs or logits")
+        if probs is not None:
+            self.probs = _as_tensor(probs)
+            self.logits = (self.probs.clamp(1e-7, 1 - 1e-7) / (1 - self.probs.clamp(1e-7, 1 - 1e-7))).log()
+        else:
+            self.logits = _as_tensor(logits)
+            self.probs = self.logits.sigmoid()
+        super().__init__(self.probs.shape)
+
+    def sample(self, sample_shape=()):
+        p = self.probs.detach().expand(self._extended(sample_shape))
+        return creation.bernoulli(p)
+
+    def log_prob(self, value):
+        value = _as_tensor(value, self.logits)
+        # -BCE with logits: value * logits - softplus(logits), computed stably
+        x = self.logits
+        return value * x - (x.clamp(min=0) + (-(x.abs())).exp().log1p())
+
+    def entropy(self):
+        x = self.logits
+        softplus = x.clamp(min=0) + (-(x.abs())).exp().log1p()
+        return softplus - self.probs * x
+
+    @property
+    def mean(self):
+        return self.probs
+
+    @property
+    def variance(self):
+        return self.probs * (1 - self.probs)
+
+
+class Normal(Distribution):
+    """The normal distribution N(loc, scale^2), loc and scale broadcast together."""
+
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args=None):
+        self.loc = _as_tensor(loc, scale if isinstance(scale, Tensor) else None)
+        self.scale = _as_tensor(scale, self.loc)
+        shape = tuple(np.broadcast_shapes(self.loc.shape, self.scale.shape))
+        self.loc, self.scale = self.loc.expand(shape), self.scale.expand(shape)
+        super().__init__(shape)
+
+    def rsample(self, sample_shape=()):
+        shape = self._extended(sample_shape)
+        eps = creation.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + self.scale * eps
+
+    def sample(self, sample_shape=()):
+        return self.rsample(sample_shape).detach()
+
+    def log_prob(self, value):
+        value = _as_tensor(value, self.loc)
+        var = self.scale * self.scale
+        return -((value - self.loc) ** 2) / (2 * var) - self.scale.log() - math.log(math.sqrt(2 * math.pi))
+
+    def entropy(self):
+        return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log()
+
+    def cdf(self, value):
+        value = _as_tensor(value, self.loc)
+        z = ((value - self.loc) / (self.scale * math.sqrt(2))).detach()
+        xp = _device.get_array_module(z._data)
+        erf = _erf(xp, z._data)
+        return Tensor._make((0.5 * (1 + erf)).astype(z.dtype))
+
+    @property
+    def mean(self):
+        return self.loc
+
+    @property
+    def stddev(self):
+        return self.scale
+
+    @property
+    def variance(self):
+        return self.scale * self.scale
+
+
+def _erf(xp, x):
+    """erf by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7): NumPy has no erf of its own."""
+    sign = xp.sign(x)
+    a = xp.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t \
+        * xp.exp(-a * a)
+    return sign * y
+
+
+class Uniform(Distribution):
+    """Uniform on [low, high)."""
+
+    has_rsample = True
+
+    def __init__(self, low, high, validate_args=None):
+        self.low = _as_tensor(low, high if isinstance(high, Tensor) else None)
+        self.high = _as_tensor(high, self.low)
+        shape = tuple(np.broadcast_shapes(self.low.shape, self.high.shape))
+        self.low, self.high = self.low.expand(shape), self.high.expand(shape)
+        super().__init__(shape)
+
+    def rsample(self, sample_shape=()):
+        u = creation.rand(self._extended(sample_shape), dtype=self.low.dtype, device=self.low.device)
+        return self.low + (self.high - self.low) * u
+
+    def sample(self, sample_shape=()):
+        return self.rsample(sample_shape).detach()
+
+    def log_prob(self, value):
+        value = _as_tensor(value, self.low)
+        inside = ((value >= self.low) & (value < self.high)).float()
+        return inside.log() - (self.high - self.low).log()
+
+    def entropy(self):
+        return (self.high - self.low).log()
+
+    @property
+    def mean(self):
+        return (self.low + self.high) / 2
+
+    @property
+    def variance(self):
+        return (self.high - self.low) ** 2 / 12
+
+
+def kl_divergence(p, q):
+    """KL(p || q) for two Normals or two Categoricals (the pairs torch registers that programs use most)."""
+    if isinstance(p, Normal) and isinstance(q, Normal):
+        var_ratio = (p.scale / q.scale) ** 2
+        t1 = ((p.loc - q.loc) / q.scale) ** 2
+        return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+    if isinstance(p, Categorical) and isinstance(q, Categorical):
+        return (p.probs * (p.logits - q.logits)).sum(-1)
+    raise NotImplementedError(f"kl_divergence: no formula for {type(p).__name__} and {type(q).__name__} in minidl")
