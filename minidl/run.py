@@ -56,6 +56,7 @@ TORCH_MODULES = {
     "torchvision.datasets": "minidl.vision.datasets",
     "torchvision.transforms": "minidl.vision.transforms",
     "torchvision.utils": "minidl.vision.utils",
+    "torchvision.models": "minidl.vision.models",
     "torch.amp": "minidl.amp",
     "torch.cuda.amp": "minidl.amp.cuda_amp",
     "torch.nn.parallel": "minidl.nn.parallel",

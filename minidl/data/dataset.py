@@ -160,6 +160,19 @@ def random_split(dataset, lengths, generator=None) -> list[Subset]:
     return subsets
 
 
+def _as_pil(image):
+    """What torchvision hands a dataset's transform: a PIL image (mode "L" for (H, W), "RGB" for (H, W, 3))
+    when Pillow is installed, so transforms written for torchvision (img.resize, ImageOps, ...) run; the
+    array itself without Pillow (minidl's transforms take either)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return image
+    if isinstance(image, np.ndarray) and image.dtype == np.uint8 and (image.ndim == 2 or image.shape[-1] == 3):
+        return Image.fromarray(image)
+    return image
+
+
 class ImageArrayDataset(Dataset):
     """A labelled image set held as two arrays, `data` (N, ...) uint8 and `targets` (N,) int64, with
     optional per-item `transform` / `target_transform` (the shared part of MNIST and CIFAR10).
@@ -181,7 +194,7 @@ class ImageArrayDataset(Dataset):
         images, labels = self._images_labels()
         image, target = images[index], int(labels[index])
         if self.transform is not None:
-            image = self.transform(image)
+            image = self.transform(_as_pil(image))
         if self.target_transform is not None:
             target = self.target_transform(target)
         return image, target

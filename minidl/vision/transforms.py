@@ -147,6 +147,23 @@ def _padding4(padding):
     raise ValueError(f"padding must be an int or a sequence of 2 or 4 ints, got {padding!r}")
 
 
+class Pad:
+    """Pad(padding, fill=0, padding_mode="constant"): pad an image (H, W[, C] array / PIL image, or a
+    (..., H, W) tensor) on each side; padding an int, (left/right, top/bottom) or (left, top, right,
+    bottom); padding_mode "constant", "edge", "reflect" or "symmetric", as torchvision."""
+
+    def __init__(self, padding, fill=0, padding_mode="constant"):
+        if padding_mode not in ("constant", "edge", "reflect", "symmetric"):
+            raise ValueError(f"Pad: padding_mode must be constant, edge, reflect or symmetric, got {padding_mode!r}")
+        self.padding, self.fill, self.padding_mode = _padding4(padding), fill, padding_mode
+
+    def __call__(self, img):
+        return _pad(img, self.padding, self.fill, self.padding_mode)
+
+    def __repr__(self):
+        return f"Pad(padding={self.padding}, fill={self.fill}, padding_mode={self.padding_mode})"
+
+
 class RandomCrop:
     """Pad (optionally), then cut a random (h, w) window (torchvision.transforms.RandomCrop)."""
 
@@ -283,6 +300,6 @@ class Lambda:
 def __getattr__(name):
     raise AttributeError(
         f"minidl.vision.transforms has no {name!r} (torchvision.transforms.{name}); it has Compose, ToTensor, "
-        "PILToTensor, Normalize, RandomCrop, CenterCrop, RandomHorizontalFlip, Resize, Lambda. docs/TORCH_COMPAT.md "
+        "PILToTensor, Normalize, Pad, RandomCrop, CenterCrop, RandomHorizontalFlip, Resize, Lambda. docs/TORCH_COMPAT.md "
         "lists what exists; minidl.data.transforms has the batched GPU transforms."
     )

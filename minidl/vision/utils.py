@@ -1,4 +1,5 @@
-"""torchvision.utils' make_grid: a batch of images tiled into one image, to look at a batch."""
+"""torchvision.utils' make_grid (a batch of images tiled into one image, to look at a batch) and save_image
+(that grid written to a PNG or JPEG file, through Pillow)."""
 from __future__ import annotations
 
 import math
@@ -40,3 +41,16 @@ def make_grid(tensor, nrow=8, padding=2, normalize=False, value_range=None, scal
         y0, x0 = (k // xmaps) * height + padding, (k % xmaps) * width + padding
         grid[:, y0:y0 + h, x0:x0 + w] = x[k]
     return Tensor._make(grid)
+
+
+def save_image(tensor, fp, format=None, **grid_kwargs):
+    """Write a batch of images (or one image) to `fp` (a path or a file object) as one picture: make_grid's
+    tiling with its keyword arguments, values in [0, 1] mapped to 0..255 (rounded, clipped), as
+    torchvision.utils.save_image. Needs Pillow (pip install pillow)."""
+    try:
+        from PIL import Image
+    except ImportError as exc:
+        raise ImportError("save_image: writing image files needs Pillow (pip install pillow)") from exc
+    grid = make_grid(tensor, **grid_kwargs)._host_array().astype(np.float32)
+    pixels = np.clip(grid * 255 + 0.5, 0, 255).astype(np.uint8).transpose(1, 2, 0)
+    Image.fromarray(pixels).save(fp, format=format)

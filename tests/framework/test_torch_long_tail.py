@@ -330,3 +330,88 @@ def test_runner_names_the_line_where_a_missing_name_is_used(tmp_path):
                             timeout=120, cwd=tmp_path)
     assert result.returncode == 1
     assert "helper.py:4" in result.stderr and "torch.not_a_real_name" in result.stderr
+
+
+# Parameter counts of torchvision's models (torchvision's documentation), the check that the architectures
+# and their state-dict names are torchvision's.
+TORCHVISION_PARAMS = {"resnet18": 11689512, "resnet34": 21797672, "resnet50": 25557032, "mobilenet_v2": 3504872,
+                      "alexnet": 61100840, "vgg11": 132863336}
+
+
+@pytest.mark.parametrize("name", list(TORCHVISION_PARAMS))
+def test_torchvision_models_have_torchvisions_parameters(name):
+    from minidl.vision import models
+
+    model = getattr(models, name)()
+    assert sum(p.numel() for p in model.parameters()) == TORCHVISION_PARAMS[name]
+    keys = list(model.state_dict())
+    first = {"resnet18": "conv1.weight", "resnet34": "conv1.weight", "resnet50": "conv1.weight",
+             "mobilenet_v2": "features.0.0.weight", "alexnet": "features.0.weight", "vgg11": "features.0.weight"}
+    assert keys[0] == first[name]
+    with pytest.raises(ValueError, match="no pretrained weights"):
+        getattr(models, name)(weights="DEFAULT")
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
+def test_torchvision_models_train_a_step(name):
+    from minidl.vision import models
+
+    minidl.manual_seed(0)
+    model = getattr(models, name)(num_classes=5).eval()   # running statistics: a smooth loss on 4 samples
+    opt = minidl.optim.SGD(model.parameters(), lr=0.01)
+    x, y = minidl.randn(4, 3, 32, 32), minidl.tensor([0, 1, 2, 3])
+    losses = []
+    for _ in range(4):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+
+
+def test_resnet50_forward_and_backward():
+    from minidl.vision import models
+
+    model = models.resnet50(num_classes=3)
+    F.cross_entropy(model(minidl.randn(2, 3, 32, 32)), minidl.tensor([0, 2])).backward()
+    assert all(p.grad is not None and p.grad.shape == p.shape for p in model.parameters())
+
+
+def test_save_image_and_pad(tmp_path):
+    from PIL import Image
+
+    from minidl.vision import transforms as T
+    from minidl.vision.utils import save_image
+
+    batch = minidl.rand(6, 3, 8, 8)
+    save_image(batch, tmp_path / "grid.png", nrow=3, padding=1)
+    img = Image.open(tmp_path / "grid.png")
+    assert img.size == (3 * 9 + 1, 2 * 9 + 1)
+    arr = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    for mode in ("constant", "edge", "reflect", "symmetric"):
+        ours = T.Pad((1, 2), fill=7, padding_mode=mode)(arr)
+        want = np.pad(arr, ((2, 2), (1, 1)), mode=mode, **({"constant_values": 7} if mode == "constant" else {}))
+        assert np.array_equal(ours, want), mode
+
+
+def test_mnist_legacy_names_and_pil_images(tmp_path):
+    import gzip
+    import struct
+
+    from PIL import Image
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    images = np.random.default_rng(0).integers(0, 255, (3, 28, 28), dtype=np.uint8)
+    for prefix in ("train", "t10k"):
+        with gzip.open(raw / f"{prefix}-images-idx3-ubyte.gz", "wb") as f:
+            f.write(struct.pack(">IIII", 2051, 3, 28, 28) + images.tobytes())
+        with gzip.open(raw / f"{prefix}-labels-idx1-ubyte.gz", "wb") as f:
+            f.write(struct.pack(">II", 2049, 3) + bytes([1, 2, 3]))
+    seen = []
+    ds = minidl.vision.datasets.MNIST(str(tmp_path), train=True, transform=lambda img: seen.append(img) or 0)
+    ds[0]
+    assert isinstance(seen[0], Image.Image) and seen[0].mode == "L"
+    with pytest.warns(UserWarning, match="renamed"):
+        assert ds.train_data.shape == (3, 28, 28) and ds.train_labels.tolist() == [1, 2, 3]

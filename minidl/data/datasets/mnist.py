@@ -154,6 +154,19 @@ class MNIST(ImageArrayDataset):
     def targets(self, value):
         self._labels = getattr(value, "_data", value)
 
+    # torchvision's legacy names (older programs use them; torchvision warns, and so do we)
+    def _legacy(self, split, what):
+        import warnings
+
+        warnings.warn(f"{split}_{what} has been renamed {'data' if what == 'data' else 'targets'}", UserWarning,
+                      stacklevel=3)
+        return self.data if what == "data" else self.targets
+
+    train_data = property(lambda self: self._legacy("train", "data"))
+    test_data = property(lambda self: self._legacy("test", "data"))
+    train_labels = property(lambda self: self._legacy("train", "labels"))
+    test_labels = property(lambda self: self._legacy("test", "labels"))
+
     def as_arrays(self, normalize=True):
         """(x float32 (N, 1, 28, 28), y int64 (N,)): pixels / 255, then (x - 0.1307) / 0.3081 if normalize."""
         x = self._images.astype(np.float32)[:, None, :, :] / np.float32(255.0)
