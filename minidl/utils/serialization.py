@@ -22,6 +22,7 @@ wrong, and sizes are checked against the entry's real size before anything is al
 """
 from __future__ import annotations
 
+import io
 import json
 import numbers
 import os
@@ -201,16 +202,29 @@ def _current_umask() -> int:
     return mask
 
 
-def save(obj, f) -> None:
+def save(obj, f, format: str = "minidl", **torch_kwargs) -> None:
     """Write obj (a state dict or a nesting of tensors, arrays and plain values) to the path f.
 
     f may also be a writable binary file object (then the write is not atomic: the caller owns it).
+    format="torch": PyTorch's zip format (minidl/utils/torch_format.py), which torch.load reads, with
+    weights_only=True too; the default is minidl's own (no pickle at all). minidl.load reads both.
+    Keyword arguments of torch.save (pickle_protocol, _use_new_zipfile_serialization) are accepted.
     """
-    arrays: list = []
-    structure = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "object": _encode(obj, arrays, "obj")}
-    # Everything is encoded before the file is touched: an unsupported object changes nothing on disk.
+    if format not in ("minidl", "torch"):
+        raise ValueError(f"save: format must be 'minidl' or 'torch', got {format!r}")
+    if format == "torch":
+        from . import torch_format
+
+        buffer = io.BytesIO()
+        torch_format.write(obj, buffer)   # everything encoded before the target file is touched
+        write = lambda fh: fh.write(buffer.getvalue())  # noqa: E731
+    else:
+        arrays: list = []
+        structure = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "object": _encode(obj, arrays, "obj")}
+        # Everything is encoded before the file is touched: an unsupported object changes nothing on disk.
+        write = lambda fh: _write_zip(fh, structure, arrays)  # noqa: E731
     if hasattr(f, "write"):
-        _write_zip(f, structure, arrays)
+        write(f)
         return
     path = os.fspath(f)
     directory = os.path.dirname(os.path.abspath(path))
@@ -229,7 +243,7 @@ def save(obj, f) -> None:
         if hasattr(os, "fchmod"):  # POSIX
             os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "wb") as tmp:
-            _write_zip(tmp, structure, arrays)
+            write(tmp)
             tmp.flush()
             os.fsync(tmp.fileno())  # the bytes are on disk before the rename makes them the checkpoint
         os.replace(tmp_path, path)
@@ -371,20 +385,21 @@ def _load_from(fh, name, place):
     if not zipfile.is_zipfile(fh):
         if head[:1] == b"\x80" or head in (b"(d", b"(l", b"}q"):
             raise CheckpointError(
-                f"load: {name} is a pickle file (from torch.save or pickle.dump?); minidl.load never unpickles, "
-                "because unpickling can run arbitrary code. Convert it to arrays and save it with minidl.save."
+                f"load: {name} is a plain pickle file (pickle.dump, or torch.save before PyTorch 1.6); minidl.load "
+                "reads torch's zip checkpoints with a restricted unpickler, not raw pickles. Re-save it with a "
+                "current torch.save, or convert it to arrays and save it with minidl.save."
             )
         raise CheckpointError(f"load: {name} is not a minidl checkpoint (not a zip file)")
     fh.seek(start)
     with zipfile.ZipFile(fh) as zf:
         names = set(zf.namelist())
         if STRUCTURE_ENTRY not in names:
-            if "data.pkl" in names or any(n.endswith("/data.pkl") for n in names):
-                raise CheckpointError(
-                    f"load: {name} is a torch.save checkpoint, which is a pickle inside a zip; minidl.load never "
-                    "unpickles, because unpickling can run arbitrary code."
-                )
-            raise CheckpointError(f"load: {name} has no {STRUCTURE_ENTRY}, so it is not a minidl checkpoint")
+            from . import torch_format
+
+            if torch_format.is_torch_zip(zf):   # torch.save's format, read by a restricted unpickler
+                return _placed(torch_format.read(zf, name, MAX_STRUCTURE_BYTES), place)
+            raise CheckpointError(f"load: {name} has no {STRUCTURE_ENTRY}, so it is neither a minidl nor a torch "
+                                  "checkpoint")
         _check_entry_size(zf.getinfo(STRUCTURE_ENTRY), MAX_STRUCTURE_BYTES, name)
         try:
             structure = json.loads(zf.read(STRUCTURE_ENTRY).decode("utf-8"))
@@ -425,6 +440,20 @@ def _load_from(fh, name, place):
                     raise CheckpointError(f"load: entry {entry} of {name} is not a valid .npy array ({e})") from None
 
         return _decode(structure["object"], read_array, place, "obj")
+
+
+def _placed(obj, place):
+    """A torch checkpoint's tensors (read on the CPU) moved where map_location puts a CPU-saved tensor."""
+    target = place("cpu")
+    if target.type == "cpu":
+        return obj
+    if isinstance(obj, Tensor):
+        return obj.to(target)
+    if isinstance(obj, dict):
+        return type(obj)((k, _placed(v, place)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_placed(v, place) for v in obj)
+    return obj
 
 
 def _check_entry_size(info: zipfile.ZipInfo, limit, name: str) -> None:
