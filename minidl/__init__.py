@@ -64,7 +64,7 @@ for _name in (
     "scatter_add", "sort", "argsort", "topk", "kthvalue", "median", "cumsum", "norm", "unbind", "flip", "tril",
     "triu", "all", "any", "sin", "cos", "log1p", "square", "pow", "add", "sub", "mul", "div", "neg", "eq", "ne",
     "lt", "le", "gt", "ge", "clone", "t", "detach", "mode", "round", "floor", "ceil", "trunc", "amax", "amin",
-    "roll", "logsumexp",
+    "roll", "logsumexp", "remainder",
 ):
     globals()[_name] = _method(_name)
 del _name

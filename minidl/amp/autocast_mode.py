@@ -100,6 +100,9 @@ class autocast:
         _check_device_type("autocast", device_type)
         self.device_type = device_type
         self.fast_dtype = DEFAULT_DTYPES[device_type] if dtype is None else np.dtype(dtype)
+        for name, flag in (("enabled", enabled), ("cache_enabled", cache_enabled)):
+            if not isinstance(flag, (bool, np.bool_)):   # bool('no') is True: refuse, as torch
+                raise TypeError(f"autocast: {name} must be a bool, got {type(flag).__name__} {flag!r}")
         self._enabled = bool(enabled)
         self._cache_enabled = bool(cache_enabled)
         if self._enabled and not is_half(self.fast_dtype):

@@ -108,10 +108,10 @@ class GradScaler:
         grads = self._grads(optimizer)
         xp = _device.get_array_module(self._scale)
         found_inf = xp.zeros((), dtype=float32)
+        if not allow_fp16 and any(g.dtype == float16 for g in grads):   # before any is touched: none half-unscaled
+            raise ValueError("GradScaler: attempting to unscale float16 gradients: keep the parameters "
+                             "in float32 and run the forward pass under minidl.autocast instead")
         for g in grads:
-            if not allow_fp16 and g.dtype == float16:
-                raise ValueError("GradScaler: attempting to unscale float16 gradients: keep the parameters "
-                                 "in float32 and run the forward pass under minidl.autocast instead")
             arr = g._data
             found_inf = xp.maximum(found_inf, (~xp.isfinite(arr)).any().astype(float32))
             if inv_scale is not None:
@@ -261,11 +261,14 @@ class GradScaler:
         missing = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"} - set(state_dict)
         if missing:
             raise KeyError(f"GradScaler.load_state_dict: missing entries {sorted(missing)}")
-        self._init_scale = float(state_dict["scale"])
-        self._growth_factor = float(state_dict["growth_factor"])
-        self._backoff_factor = float(state_dict["backoff_factor"])
-        self._growth_interval = int(state_dict["growth_interval"])
-        self._init_growth_tracker = int(state_dict["_growth_tracker"])
+        try:   # every value read before any is kept: a bad entry leaves the scaler as it was
+            values = (float(state_dict["scale"]), float(state_dict["growth_factor"]),
+                      float(state_dict["backoff_factor"]), int(state_dict["growth_interval"]),
+                      int(state_dict["_growth_tracker"]))
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"GradScaler.load_state_dict: an entry is not a number ({e})") from None
+        (self._init_scale, self._growth_factor, self._backoff_factor, self._growth_interval,
+         self._init_growth_tracker) = values
         if self._scale is not None:  # in place, on their device
             self._scale[...] = self._init_scale
             self._growth_tracker[...] = self._init_growth_tracker

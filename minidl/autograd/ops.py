@@ -473,6 +473,20 @@ class Contiguous(Function):
         return g
 
 
+class Remainder(Function):
+    """a - b * floor(a / b) (Python's %, torch.remainder: the sign of b); da = 1, db = -floor(a / b)."""
+
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return a % b
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        ga = unbroadcast(g, self.a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(-g * xp.floor(self.a / self.b), self.b.shape) if self.needs_input_grad[1] else None
+        return ga, gb
+
+
 class Relayout(Function):
     """The same values in another memory format (minidl._layout): channels_last (NHWC memory) or row-major.
     A copy; the gradient passes through unchanged (its layout is the consumer's business)."""

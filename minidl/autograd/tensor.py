@@ -633,7 +633,13 @@ class Tensor:
 
     def __mod__(self, o):
         o = self._operand(o, "remainder")
+        if _dtypes.is_floating(self.dtype) and (self.requires_grad or o.requires_grad) and is_grad_enabled():
+            return ops.Remainder.apply(self, o)
         return Tensor._make(self._data % o._data)
+
+    def remainder(self, other):
+        """Python's modulo, the sign of the divisor (torch.remainder), with its gradient."""
+        return self % other
 
     # comparisons: no gradient, boolean results
     def _compare(self, o, f, op="compare"):

@@ -62,6 +62,8 @@ def _collate_arrays(batch):
     if isinstance(elem, (bool, np.bool_)):
         return np.array(batch, dtype=np.bool_)
     if isinstance(elem, (int, np.integer)):
+        if any(isinstance(b, (float, np.floating)) for b in batch):   # ints and floats mixed: floats, as torch
+            return np.array(batch, dtype=np.float64)
         return np.array(batch, dtype=np.int64)
     if isinstance(elem, float):
         return np.array(batch, dtype=np.float64)

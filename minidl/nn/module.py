@@ -278,12 +278,20 @@ class Module:
         if name in self.__dict__ and not any(name in self.__dict__[r] for r in ("_parameters", "_buffers", "_modules")):
             raise KeyError(f"attribute {name!r} already exists on {type(self).__name__}")
 
+    def _check_free(self, op, name, own):
+        """The register_* methods never overwrite something else of that name (a parameter, a buffer, a
+        submodule or a plain attribute): KeyError, as torch. Plain assignment (self.x = ...) replaces instead."""
+        taken = any(name in self.__dict__.get(reg, {}) for reg in ("_parameters", "_buffers", "_modules") if reg != own)
+        plain = (name in self.__dict__ or hasattr(type(self), name)) and name not in self.__dict__.get(own, {})
+        if taken or plain:   # a method of that name too (torch: hasattr(self, name))
+            raise KeyError(f"{op}: attribute '{name}' already exists")
+
     def register_parameter(self, name: str, param):
         self._check_initialized()
         self._check_name("parameter", name)
         if param is not None and not isinstance(param, Parameter):
             raise TypeError(f"register_parameter: {name!r} must be a Parameter or None, got {type(param).__name__}")
-        self._remove_from(name, ("_buffers", "_modules"))
+        self._check_free("register_parameter", name, "_parameters")
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor, persistent: bool = True):
@@ -292,7 +300,7 @@ class Module:
         self._check_name("buffer", name)
         if tensor is not None and not isinstance(tensor, Tensor):
             raise TypeError(f"register_buffer: {name!r} must be a Tensor or None, got {type(tensor).__name__}")
-        self._remove_from(name, ("_parameters", "_modules"))
+        self._check_free("register_buffer", name, "_buffers")
         self._buffers[name] = tensor
         if not persistent:
             self._non_persistent_buffers.add(name)
@@ -302,7 +310,7 @@ class Module:
         self._check_name("module", name)
         if module is not None and not isinstance(module, Module):
             raise TypeError(f"add_module: {name!r} must be a Module or None, got {type(module).__name__}")
-        self._remove_from(name, ("_parameters", "_buffers"))
+        self._check_free("add_module", name, "_modules")
         self._modules[name] = module
 
     register_module = add_module

@@ -92,6 +92,9 @@ class Optimizer:
         if not isinstance(param_group, dict):
             raise TypeError(f"{name}.add_param_group: expected a dict, got {type(param_group).__name__}")
         group = dict(param_group)
+        if "params" not in group:
+            raise KeyError(f"{name}.add_param_group: the group has no 'params' (a group is "
+                           "{'params': [tensors...], **options})")
         params = group.get("params")
         if isinstance(params, Tensor):
             params = [params]

@@ -415,3 +415,90 @@ def test_mnist_legacy_names_and_pil_images(tmp_path):
     assert isinstance(seen[0], Image.Image) and seen[0].mode == "L"
     with pytest.warns(UserWarning, match="renamed"):
         assert ds.train_data.shape == (3, 28, 28) and ds.train_labels.tolist() == [1, 2, 3]
+
+
+# ---- silent wrong answers found by running torch programs: each now matches torch or refuses as torch ----
+def test_default_collate_mixed_int_float_is_float():
+    from minidl.data import default_collate
+    batch = default_collate([1, 2.5, 3])
+    assert batch.dtype == np.float64 and batch.numpy().tolist() == [1.0, 2.5, 3.0]
+    assert default_collate([1, 2, 3]).dtype == np.int64
+
+
+def test_remainder_matches_torch_with_gradient():
+    x, tx = _pair((4, 5), seed=3, requires_grad=True)
+    d, td = _pair((5,), seed=4, requires_grad=True)
+    d_shift, td_shift = d.detach() * 0 + 0.7, td.detach() * 0 + 0.7
+    y = minidl.remainder(x * 3, d + d_shift)
+    ty = torch.remainder(tx * 3, td + td_shift)
+    assert rel_err(y.detach().numpy(), ty.detach().numpy()) <= 1e-12
+    g = np.random.default_rng(5).standard_normal(y.shape)
+    y.backward(minidl.tensor(g))
+    ty.backward(torch.tensor(g))
+    assert rel_err(x.grad.numpy(), tx.grad.numpy()) <= 1e-12
+    assert rel_err(d.grad.numpy(), td.grad.numpy()) <= 1e-12
+    assert ((minidl.tensor([-3.0, 3.0]) % 2).numpy() == torch.remainder(torch.tensor([-3.0, 3.0]), 2).numpy()).all()
+
+
+@pytest.mark.parametrize("method, value", [
+    ("register_buffer", lambda: minidl.zeros(2)),
+    ("register_parameter", lambda: nn.Parameter(minidl.zeros(2))),
+    ("add_module", lambda: nn.ReLU()),
+])
+def test_register_refuses_taken_names_as_torch(method, value):
+    for taken in ("weight", "forward", "plain"):
+        if method == "register_parameter" and taken == "weight":
+            continue   # a parameter over a parameter: replaced (below)
+        mine, theirs = nn.Linear(2, 2), torch.nn.Linear(2, 2)
+        mine.plain, theirs.plain = 3, 3
+        with pytest.raises(KeyError) as theirs_err:
+            getattr(theirs, method)(taken, {"register_buffer": torch.zeros(2),
+                                            "register_parameter": torch.nn.Parameter(torch.zeros(2)),
+                                            "add_module": torch.nn.ReLU()}[method])
+        with pytest.raises(KeyError, match="already exists"):
+            getattr(mine, method)(taken, value())
+        assert "already exists" in str(theirs_err.value)
+    m = nn.Linear(2, 2)
+    getattr(m, method)("fresh", value())
+    getattr(m, method)("fresh", value())   # the same kind again: replaced, as torch
+
+
+def test_autocast_flags_must_be_bool():
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        minidl.autocast("cpu", enabled="no")
+    with pytest.raises(TypeError, match="cache_enabled"):
+        minidl.autocast("cpu", cache_enabled=1)
+
+
+def test_add_param_group_without_params():
+    opt = minidl.optim.SGD([nn.Parameter(minidl.zeros(2))], lr=0.1)
+    with pytest.raises(KeyError, match="no 'params'"):
+        opt.add_param_group({"lr": 0.01})
+    assert len(opt.param_groups) == 1
+
+
+def test_cross_entropy_probabilities_refuse_ignore_index():
+    logits, target = minidl.randn(3, 4), F.softmax(minidl.randn(3, 4), dim=1)
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.cross_entropy(torch.randn(3, 4), torch.softmax(torch.randn(3, 4), 1), ignore_index=1)
+    with pytest.raises(RuntimeError, match="ignore_index"):
+        F.cross_entropy(logits, target, ignore_index=1)
+
+
+def test_grad_scaler_refuses_fp16_before_touching_any_gradient():
+    a, b = nn.Parameter(minidl.ones(2)), nn.Parameter(minidl.ones(2, dtype=np.float16))
+    a.grad, b.grad = minidl.full((2,), 8.0), minidl.full((2,), 8.0, dtype=np.float16)
+    opt = minidl.optim.SGD([a, b], lr=0.1)
+    scaler = minidl.amp.GradScaler("cpu", init_scale=4.0)
+    scaler.scale(minidl.ones(()))
+    with pytest.raises(ValueError, match="float16"):
+        scaler.unscale_(opt)
+    assert a.grad.numpy().tolist() == [8.0, 8.0]   # not half-unscaled
+
+
+def test_grad_scaler_load_state_dict_is_all_or_nothing():
+    scaler = minidl.amp.GradScaler("cpu", init_scale=4.0)
+    state = dict(scaler.state_dict(), growth_interval="often")
+    with pytest.raises(TypeError, match="not a number"):
+        scaler.load_state_dict(dict(state, scale=1024.0))
+    assert scaler.get_scale() == 4.0 and scaler.state_dict()["growth_interval"] == 2000

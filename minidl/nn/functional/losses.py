@@ -192,6 +192,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                 f"(for class indices pass an integer tensor of shape {(input.shape[0],) + input.shape[2:]})"
             )
         _check_same_dtype(op, input=input, target=target)
+        if ignore_index != -100:
+            raise RuntimeError(f"{op}: ignore_index is not supported for floating point (probability) targets; "
+                               "zero those rows' weights instead (as torch raises)")
         xp = get_array_module(input._data)
         p = _to_rows(target._data)
         if label_smoothing:
