@@ -1,6 +1,6 @@
 """Benchmark: minidl's GPU convolutions against cuDNN, in one process.
 
-For the 8 convolution shapes of shared/guides/device.md (float32, NCHW):
+For the 8 convolution shapes of docs/GPU.md (float32, NCHW):
   * the forward time of each of our algorithms that applies;
   * forward + backward (data + filter) with the fastest of our algorithms for each direction;
   * cuDNN through torch (benchmark mode, TF32 off) on the same inputs: forward, and forward +

@@ -1,6 +1,6 @@
 """Benchmark: minidl's tensor-core convolution (implicit_gemm_tc) and FFT convolution against cuDNN.
 
-For the 8 convolution shapes of shared/guides/device.md, forward + backward (data + filter), GPU time:
+For the 8 convolution shapes of docs/GPU.md, forward + backward (data + filter), GPU time:
   * TF32: ours (implicit_gemm_tc, math="tf32") in NCHW (transposes to NHWC inside) and NHWC, and the
     best of ours under math="tf32" (tensor cores or the fp32 algorithms the heuristic picks), against
     cuDNN with TF32 on (torch.backends.cudnn.allow_tf32 = True), NCHW and channels_last;

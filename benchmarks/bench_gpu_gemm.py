@@ -2,7 +2,7 @@
 
 Three tables, float32, TF32 off everywhere (CUPY_TF32=0, torch.backends.cuda.matmul.allow_tf32 = False):
   1. SGEMM at 4096^3 for each transpose case (NN, NT, TN, TT): ours vs cuBLAS (cupy.matmul).
-  2. SGEMM at the GEMM shapes of the convolution layers of shared/guides/device.md: the forward
+  2. SGEMM at the GEMM shapes of the convolution layers of docs/GPU.md: the forward
      im2col product, M = output channels, N = batch * output pixels, K = C * R * S (cuBLAS gets the
      same operands).
   3. Linear layers, forward + backward (y = x W^T + b, then dx, dW, db), at the shapes the examples

@@ -1,7 +1,7 @@
 """Benchmark minidl's memory-bound GPU primitives against torch/cuDNN in the same process.
 
 For pooling, batch norm (training forward), softmax, ReLU and LRN, at the sizes of
-docs/../shared/guides/device.md and at one size of 256 MB or more each, this measures
+docs/GPU.md and at one size of 256 MB or more each, this measures
   * our kernel and torch's (cuDNN where torch uses it) on the same inputs, TF32 off,
   * the achieved bandwidth: the compulsory bytes (read the input once, write the output once)
     over the time, and that as a fraction of a device-to-device copy measured in this same run.

@@ -30,6 +30,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for _common, when imported from elsewhere
 
+import _common  # noqa: E402,F401  (first: it picks NumPy's BLAS thread count before NumPy loads)
+
 import numpy as np  # noqa: E402
 
 import minidl  # noqa: E402
@@ -38,6 +40,7 @@ import minidl.nn.functional as F  # noqa: E402
 from minidl.data import BPTTIterator, CharCorpus, batchify  # noqa: E402
 
 from _common import (  # noqa: E402
+    announce_resume, check_checkpoint_path,
     MixedPrecision, RunningLoss, Timer, base_parser, check_limit, check_schedule_length, detach_hidden, epoch_range,
     evaluate_lm, load_checkpoint, load_data, parameter_count, pick_device, progress, save_checkpoint,
     steps_per_epoch,
@@ -104,6 +107,7 @@ def main(argv=None):
     """Train; returns {"history": [per-epoch dicts], "model", "optimizer", "scheduler", "samples"}."""
     args = parse_args(argv)
     device = pick_device(args.device)
+    check_checkpoint_path(args.checkpoint, args.resume)
     minidl.manual_seed(args.seed)
 
     corpus = load_data(CharCorpus, args.data, download=True)
@@ -122,6 +126,7 @@ def main(argv=None):
         state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler,
                                 scaler=amp.scaler, device=device)
         check_schedule_length(state, args.epochs, hint=" (the cosine schedule spans --epochs)")
+        announce_resume(args.checkpoint, state)
         start_epoch = state["epoch"]
 
     print(f"minidl {minidl.__version__}: char-{args.cell.upper()} on {device}, {parameter_count(model)} parameters, "

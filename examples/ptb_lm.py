@@ -28,12 +28,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for _common, when imported from elsewhere
 
+import _common  # noqa: E402,F401  (first: it picks NumPy's BLAS thread count before NumPy loads)
+
 import minidl  # noqa: E402
 import minidl.nn as nn  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
 from minidl.data import BPTTIterator, WordCorpus, batchify  # noqa: E402
 
 from _common import (  # noqa: E402
+    announce_resume, check_checkpoint_path,
     MixedPrecision, Depends, RunningLoss, Timer, base_parser, check_limit, detach_hidden, epoch_range, evaluate_lm,
     load_checkpoint, load_data, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
 )
@@ -92,6 +95,7 @@ def main(argv=None):
     """Train; returns {"history": [per-epoch dicts], "model", "optimizer", "test_perplexity"}."""
     args = parse_args(argv)
     device = pick_device(args.device)
+    check_checkpoint_path(args.checkpoint, args.resume)
     minidl.manual_seed(args.seed)
 
     corpus = load_data(WordCorpus, args.data, download=True)
@@ -110,6 +114,7 @@ def main(argv=None):
     if args.resume:
         state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scaler=amp.scaler, device=device)
         start_epoch, best_val = state["epoch"], state["extra"]["best_val_loss"]
+        announce_resume(args.checkpoint, state)
 
     print(f"minidl {minidl.__version__}: PTB word LSTM on {device}, {parameter_count(model)} parameters, "
           f"vocabulary {corpus.vocab_size}, {len(corpus.train)} training words")

@@ -67,6 +67,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # for _common, when imported from elsewhere
 
+import _common  # noqa: E402,F401  (first: it picks NumPy's BLAS thread count before NumPy loads)
+
 import minidl  # noqa: E402
 import minidl.nn as nn  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
@@ -76,6 +78,7 @@ from minidl.data.transforms import Cutout, RandomCrop, RandomHorizontalFlip  # n
 from minidl.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn  # noqa: E402
 
 from _common import (  # noqa: E402
+    announce_resume, check_checkpoint_path,
     MixedPrecision, Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length,
     epoch_range, epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, maybe_fuse, parameter_count,
     pick_device, progress, save_checkpoint, steps_per_epoch,
@@ -188,11 +191,15 @@ def evaluate(model, dataset, batch_size=1000, tta="flip", limit=None, progress_b
     return float(correct.item()) / seen, float(loss_sum.item()) / seen
 
 
-def final_table(models, dataset, modes=("flip", "flip-translate"), limit=None, progress_bar=False):
+def final_table(models, dataset, modes=("flip", "flip-translate"), limit=None, progress_bar=False, known=None):
     """{(name, tta): accuracy} for every model and test-time augmentation, printed as a table: what
-    weight averaging and test-time augmentation each add (over the first `limit` test batches when given)."""
-    results = {(name, tta): evaluate(model, dataset, tta=tta, limit=limit, progress_bar=progress_bar)[0]
-               for name, model in models.items() for tta in modes}
+    weight averaging and test-time augmentation each add (over the first `limit` test batches when given).
+    `known`: results already measured (the last epoch's evaluation of the final weights), not repeated."""
+    results = dict(known or {})
+    for name, model in models.items():
+        for tta in modes:
+            if (name, tta) not in results:
+                results[name, tta] = evaluate(model, dataset, tta=tta, limit=limit, progress_bar=progress_bar)[0]
     title = "final test accuracy"
     width = max(len(title), *(len(name) for name in models)) + 2
     print(f"{title:<{width}}" + "".join(f"{tta:>16}" for tta in modes))
@@ -272,6 +279,7 @@ def main(argv=None):
     """Train; returns {"history": [per-epoch dicts], "model", "optimizer", "scheduler"}."""
     args = parse_args(argv)
     device = pick_device(args.device)
+    check_checkpoint_path(args.checkpoint, args.resume)
     minidl.manual_seed(args.seed)
 
     train_set, test_set = load_data(load_cifar10, args.data, device)
@@ -293,6 +301,7 @@ def main(argv=None):
         state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scheduler=scheduler,
                                 scaler=amp.scaler, device=device)
         check_schedule_length(state, args.epochs, steps)
+        announce_resume(args.checkpoint, state)
         saved = state["extra"].get("ema", {})
         if sorted(saved) != sorted(emas):
             sys.exit(f"--resume: the checkpoint has the averages {sorted(saved) or 'none'} but --ema asks for "
@@ -344,8 +353,10 @@ def main(argv=None):
                         ema={name: ema.state_dict() for name, ema in emas.items()})
     total = sum(r["train_seconds"] for r in history)
     print(f"training time {total:.1f} s; checkpoint: {args.checkpoint}")
+    # The last epoch has just evaluated the final weights with --tta: that cell of the table is known.
+    known = {("weights", args.tta): history[-1]["test_accuracy"]} if history else {}
     final = (final_table({"weights": model, **emas}, test_set, limit=args.limit_batches,
-                         progress_bar=not args.no_progress) if history else None)
+                         progress_bar=not args.no_progress, known=known) if history else None)
     return {"history": history, "model": model, "optimizer": optimizer, "scheduler": scheduler, "emas": emas,
             "final": final}
 

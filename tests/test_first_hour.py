@@ -105,6 +105,56 @@ def test_short_cpu_run_then_resume(name, tmp_path, monkeypatch):
             assert expected in message, message
 
 
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_unwritable_checkpoint_is_one_line_before_any_training(name, tmp_path):
+    """A checkpoint that cannot be written is said before training, in one line naming the path (not
+    after an epoch, as a PermissionError about a temporary file). A file where the folder should be
+    fails for root too (a read-only folder would not)."""
+    write, options = TINY[name]
+    data = tmp_path / "data"
+    data.mkdir()
+    write(data)
+    (tmp_path / "taken").write_text("a file, not a folder")
+    ckpt = tmp_path / "taken" / "run.mdl"
+    rc, out, err = run_example(name, ["--device", "cpu", "--limit-batches", "1", "--epochs", "1",
+                                      "--checkpoint", str(ckpt), *options], data, tmp_path)
+    last = assert_user_error(rc, out, err, f"{name} unwritable checkpoint")
+    assert last.startswith("error: cannot write the checkpoint") and str(ckpt) in last, last
+    assert "epoch 1" not in out + err
+
+
+def test_checkpoint_of_an_earlier_run_is_announced_and_abbreviations_refused(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        import _common
+    finally:
+        sys.path.pop(0)
+    ckpt = tmp_path / "run.mdl"
+    _common.check_checkpoint_path(str(ckpt), resume=False)
+    assert capsys.readouterr().out == ""
+    ckpt.write_bytes(b"earlier")
+    _common.check_checkpoint_path(str(ckpt), resume=False)
+    assert "holds an earlier run's checkpoint" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        _common.check_checkpoint_path(str(tmp_path), resume=False)   # a folder
+    with pytest.raises(SystemExit):    # argparse's prefix matching would read --epoch as --epochs
+        load_example("train_mnist").parse_args(["--epoch", "3"])
+    assert "unrecognized arguments: --epoch" in capsys.readouterr().err
+
+
+def test_mnist_defaults_depend_on_the_device(capsys):
+    module = load_example("train_mnist")
+    for device, expected in (("cpu", module.CPU_EPOCHS["cnn"]), ("cuda", module.EPOCHS["cnn"])):
+        args = module.parse_args([])
+        module.default_epochs(args, device)
+        assert args.epochs == expected
+    assert module.CPU_EPOCHS["cnn"] < module.EPOCHS["cnn"]
+    assert "CPU run: 2 CNN epochs" in capsys.readouterr().out
+    args = module.parse_args(["--epochs", "5"])
+    module.default_epochs(args, "cpu")
+    assert args.epochs == 5
+
+
 def test_offline_first_run_is_one_line_naming_every_file(tmp_path):
     """No data, no network: the message names the four MNIST files (plain or .gz), where they go and
     --data; nothing is left behind in the empty data root."""
@@ -136,12 +186,14 @@ def test_help_shows_every_default(name, capsys):
 
 
 # README row (the first cell's command) -> the committed log of that run, and its options.
+# The device matters where an example picks its defaults by device (train_mnist.py: fewer epochs on a CPU).
 README_RUNS = {
-    "`train_mnist.py` (CNN": ("mnist_cnn_gpu.log", "train_mnist", []),
-    "`train_mnist.py --model mlp": ("mnist_mlp_cpu_2core.log", "train_mnist", ["--model", "mlp"]),
-    "`char_rnn.py`": ("char_rnn_lstm_gpu.log", "char_rnn", []),
-    "`ptb_lm.py`": ("ptb_lm_gpu.log", "ptb_lm", []),
-    "`train_cifar10.py` (defaults": (None, "train_cifar10", []),
+    "`train_mnist.py` (CNN": ("mnist_cnn_gpu.log", "train_mnist", [], "cuda"),
+    "`train_mnist.py` on a CPU": ("mnist_cnn_cpu_2core.log", "train_mnist", [], "cpu"),
+    "`train_mnist.py --model mlp": ("mnist_mlp_cpu_2core.log", "train_mnist", ["--model", "mlp"], "cpu"),
+    "`char_rnn.py`": ("char_rnn_lstm_gpu.log", "char_rnn", [], "cuda"),
+    "`ptb_lm.py`": ("ptb_lm_gpu.log", "ptb_lm", [], "cuda"),
+    "`train_cifar10.py` (defaults": (None, "train_cifar10", [], "cuda"),
 }
 
 
@@ -158,11 +210,15 @@ def test_every_readme_training_row_is_checked():
 
 @pytest.mark.parametrize("key", list(README_RUNS))
 def test_readme_figures_are_what_the_defaults_give(key):
-    log_name, example, options = README_RUNS[key]
+    log_name, example, options, device = README_RUNS[key]
     row = next(row for row in readme_rows() if row[2:].startswith(key))
     command, result = row.split("|")[1], row.split("|")[2]
     epochs = int(re.search(r"(\d+) epochs", command).group(1))
-    default = load_example(example).parse_args(options).epochs
+    module = load_example(example)
+    args = module.parse_args(options)
+    if hasattr(module, "default_epochs"):
+        module.default_epochs(args, device)
+    default = args.epochs
     assert epochs == default, f"README says {epochs} epochs for {key}, the default is {default}"
     if log_name is None:  # several seeds: its own table (benchmarks/results/cifar10_seeds_*.md)
         return

@@ -68,8 +68,13 @@ class Softmax(Function):
 def _softmax_dim(op, input, dim):
     _check_float_tensor(op, "input", input)
     if dim is None:
-        # PyTorch's legacy rule for an omitted dim: 0 for 0-, 1- and 3-D inputs, else 1.
+        # PyTorch's legacy rule for an omitted dim: 0 for 0-, 1- and 3-D inputs, else 1. A guess, so
+        # warned about as torch does: on a (batch, classes) input it is right, on a 3-D one it is dim 0.
         dim = 0 if input.ndim in (0, 1, 3) else 1
+        import warnings
+
+        warnings.warn(f"Implicit dimension choice for {op} has been deprecated. Change the call to include "
+                      f"dim=X as an argument (for this {input.ndim}-D input it chose dim={dim}).", stacklevel=3)
     return normalize_dim(dim, input.ndim, op)
 
 

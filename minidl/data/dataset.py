@@ -173,6 +173,19 @@ def _as_pil(image):
     return image
 
 
+def _check_per_sample(dataset: str, transform) -> None:
+    """A dataset's transform= sees one image at a time (torchvision's contract). minidl.data.transforms are
+    batch transforms (N, C, H, W): passed here they would fail on the first image with a shape error that
+    says nothing of the mix-up, so the mix-up is named."""
+    if type(transform).__module__ == "minidl.data.transforms":
+        name = type(transform).__name__
+        raise TypeError(
+            f"{dataset}(transform=minidl.data.transforms.{name}(...)): that is a batch transform, for whole "
+            f"(N, C, H, W) batches (apply it to a batch in the training loop). A dataset's transform= gets one "
+            f"image at a time: use minidl.vision.transforms (torchvision's per-image names: ToTensor, "
+            f"Normalize, RandomCrop, ...) there")
+
+
 class ImageArrayDataset(Dataset):
     """A labelled image set held as two arrays, `data` (N, ...) uint8 and `targets` (N,) int64, with
     optional per-item `transform` / `target_transform` (the shared part of MNIST and CIFAR10).
@@ -194,6 +207,7 @@ class ImageArrayDataset(Dataset):
         images, labels = self._images_labels()
         image, target = images[index], int(labels[index])
         if self.transform is not None:
+            _check_per_sample(type(self).__name__, self.transform)
             image = self.transform(_as_pil(image))
         if self.target_transform is not None:
             target = self.target_transform(target)

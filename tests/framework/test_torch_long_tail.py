@@ -502,3 +502,29 @@ def test_grad_scaler_load_state_dict_is_all_or_nothing():
     with pytest.raises(TypeError, match="not a number"):
         scaler.load_state_dict(dict(state, scale=1024.0))
     assert scaler.get_scale() == 4.0 and scaler.state_dict()["growth_interval"] == 2000
+
+
+def test_softmax_without_dim_warns_as_torch():
+    with pytest.warns(UserWarning, match="Implicit dimension choice for softmax"):
+        y = F.softmax(minidl.randn(2, 3))
+    assert np.allclose(y.numpy().sum(axis=1), 1.0)
+    with pytest.warns(UserWarning, match="log_softmax"):
+        F.log_softmax(minidl.randn(4))
+
+
+def test_batch_transform_given_to_a_dataset_names_the_mix_up(tmp_path):
+    from minidl.data import transforms as batch_transforms
+    from minidl.data.dataset import ImageArrayDataset
+
+    class Images(ImageArrayDataset):
+        def __init__(self, transform):
+            self.data = np.zeros((2, 8, 8, 3), np.uint8)
+            self.targets = np.zeros(2, np.int64)
+            self.transform = transform
+
+    with pytest.raises(TypeError, match="minidl.vision.transforms"):
+        Images(batch_transforms.RandomHorizontalFlip())[0]
+    from minidl.vision import transforms as per_image
+
+    image, _ = Images(per_image.ToTensor())[0]
+    assert tuple(image.shape) == (3, 8, 8)

@@ -4,7 +4,7 @@ against the float64 NumPy reference.
 Every direction x layout x element kind on awkward problems: odd channel counts (the scalar gather
 path), channels not a multiple of 8, odd spatial sizes, stride 2, dilation, padding, 1-D, 1x1, several
 N tiles, split-K filter gradients, the dw^T variant (K <= 64). Outputs are poisoned with NaN (beta = 0
-must not read them; every element must be written). Tolerances (shared/guides/testing.md): TF32 <=
+must not read them; every element must be written). Tolerances (docs/DESIGN.md, "Testing"): TF32 <=
 5e-3 relative; fp16 2e-3 and bf16 1e-2 (about 4x the unit roundoff of the output's dtype, 2^-11 and
 2^-8, since the result is rounded once); the reference runs in float64 on the half-rounded inputs.
 """

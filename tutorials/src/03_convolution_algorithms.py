@@ -206,7 +206,7 @@ display(tu.Table(["algorithm", "time ms", "workspace MiB", "rel. error vs float6
 # The best algorithm depends on the shape: Winograd only applies to 3x3 stride 1; a 1x1 filter makes
 # im2col a plain copy; a single input channel leaves the GEMM's reduction almost empty; large images
 # with few channels make the column matrix huge. Small mode uses small shapes on the CPU; full mode on
-# a GPU uses the layers of real CNNs (the shapes of `shared/guides/device.md`, where cuDNN's times on
+# a GPU uses the layers of real CNNs (the shapes of `docs/GPU.md`, where cuDNN's times on
 # the same GPU are listed as the yardstick).
 
 # %%

@@ -26,9 +26,13 @@
 # **Running it on a CPU.** Small mode (the default) takes ~20 s on a 2-core CPU: a width-8
 # network trained for 16 steps with each normalisation on 512 images (or on synthetic images when
 # CIFAR-10 is not on disk; every figure then says SYNTHETIC). Full mode trains two width-64 networks
-# for 12 epochs each on all 50,000 images: ~2 minutes on an H200 (the saved outputs), but an epoch
-# takes ~13 minutes on the CPU path even on 16 cores (the table in 5.8), so full mode without a GPU
-# would run for many hours: don't, stay in small mode there.
+# for 12 epochs each on all 50,000 images: ~2 minutes on an H200, but an epoch takes ~13 minutes on
+# the CPU path even on 16 cores (the table in 5.8), so full mode without a GPU would run for many
+# hours: don't, stay in small mode there.
+#
+# **The saved outputs** below come from a small-mode run on a 2-core CPU (2026-11-25), made after the
+# fix to the channel statistics in 5.2; the earlier full-mode GPU outputs had been computed with the
+# wrong statistics. Run it with `MINIDL_TUTORIAL_MODE=full` on a GPU to see the 12-epoch results.
 
 # %%
 import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
@@ -96,13 +100,30 @@ plt.show()
 # %% [markdown]
 # Each colour channel is standardised with the training set's mean and standard deviation, and the
 # images are transposed to (N, 3, 32, 32), the channels-first layout the convolutions take.
+#
+# **A lesson in accumulation.** Each channel's mean is a sum of 50,000 x 32 x 32 = 51 million values.
+# Summed one by one in float32 that sum goes wrong: float32 has a 24-bit significand, so once the
+# running total passes 2^24 = 16.8 million, adding a value below 1 changes it by a rounded step or not
+# at all, and the total stops growing. An earlier version of this cell summed the transposed float32
+# array that way (NumPy sums pairwise only along a contiguous axis) and printed means of 0.3277 for all
+# three channels: 2^24 / 51.2 million, the stalled sum divided by the count. The fix is the one minidl's
+# reductions use: accumulate in float64 (`dtype=np.float64`), or pairwise. The check below compares
+# the float64 means with a float32 running sum, so you can see the stall.
 
 # %%
 def to_float(raw, mean=None, std=None):
     x = raw.data.transpose(0, 3, 1, 2).astype(np.float32) / np.float32(255.0)
-    mean = x.mean(axis=(0, 2, 3), keepdims=True) if mean is None else mean
-    std = x.std(axis=(0, 2, 3), keepdims=True) if std is None else std
+    # statistics accumulated in float64, kept as float32 for the data
+    mean = x.mean(axis=(0, 2, 3), keepdims=True, dtype=np.float64).astype(np.float32) if mean is None else mean
+    std = x.std(axis=(0, 2, 3), keepdims=True, dtype=np.float64).astype(np.float32) if std is None else std
     return np.ascontiguousarray((x - mean) / std), mean, std
+
+# the red channel's values (repeated up to the full training set's 51.2 million in small mode)
+red = np.resize(train_raw.data[..., 0].reshape(-1), 50_000 * 32 * 32).astype(np.float32) / np.float32(255.0)
+stalled = np.cumsum(red, dtype=np.float32)[-1] / red.size      # a float32 running sum, one value at a time
+print(f"red channel, {red.size:,} values: float64 mean {red.mean(dtype=np.float64):.4f}, "
+      f"float32 running-sum mean {stalled:.4f} (= 2^24 / {red.size:,} = {2**24 / red.size:.4f})")
+del red
 
 x_train, MEAN, STD = to_float(train_raw)
 x_test, _, _ = to_float(test_raw, MEAN, STD)
@@ -358,7 +379,7 @@ if MODE == "full":   # the full run is long enough for both: a dead LRN model is
 # What to read in these curves. Batch norm takes a learning rate five times higher and its loss
 # falls from the first steps; LRN, with nothing to hold each layer's scale, must move slowly, and
 # spends its first steps near the loss of a uniform guess before it starts to learn. How far it gets
-# depends on how long it trains: in full mode (the saved outputs: 12 epochs on the GPU) both models
+# depends on how long it trains: in full mode (12 epochs on the GPU) both models
 # learn, and the lines printed above say how far each got; in small mode, 16 steps on a CPU, the LRN model
 # has usually not yet left its first guess while batch norm already has. Both are the same lesson:
 # batch norm trains faster, which is why it replaced LRN. (LRN's own place in AlexNet was as a mild

@@ -335,6 +335,6 @@ plt.show()
 
 # %% [markdown]
 # The committed measurements of every tensor-core kernel against cuBLAS / cuDNN (GEMM 4096^3, the
-# convolution layers of `../shared/guides/device.md` forward + backward, the training steps with
+# convolution layers of `docs/GPU.md` forward + backward, the training steps with
 # autocast) are in `benchmarks/results/gpu_gemm_tc.md` and `gpu_conv_tc.md`, each with its date,
 # commit and device, and the command that reproduces it.

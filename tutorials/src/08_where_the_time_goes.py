@@ -9,7 +9,7 @@
 # one or more kernels on a CUDA stream; the **GPU** runs the queue. As long as the host stays ahead,
 # the GPU never waits and the step takes as long as its kernels. When the kernels are small, the
 # host falls behind: each launch from Python costs several microseconds (about 8.6 µs for a CuPy
-# launch on the H200, measured in `shared/guides/device.md`), and a step of a small CNN queues a few
+# launch on the H200, measured in `docs/GPU.md`), and a step of a small CNN queues a few
 # hundred of them, so the GPU sits idle between kernels. Such a step is **launch-bound**: its time
 # is the host's time, whatever the GPU's speed.
 #
