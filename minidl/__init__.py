@@ -130,4 +130,6 @@ def __getattr__(name):
         return importlib.import_module(f"minidl.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("minidl.utils.serialization"), name)
+    if name == "from_dlpack":
+        return importlib.import_module("minidl.utils.dlpack").from_dlpack
     raise AttributeError(f"module 'minidl' has no attribute {name!r}")

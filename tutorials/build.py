@@ -22,7 +22,8 @@ the device, the mode or the data. When such a cell (or the code it lists) change
 --refresh-listings runs the new notebook once in small mode on this machine, takes the listing cells'
 outputs from that run and keeps every other cell's saved outputs (which must be unchanged). So a
 renamed function does not cost a GPU rerun of the whole notebook, and no output is kept that the
-code would no longer print. Every listing cell is refreshed, changed or not.
+code would no longer print. Every listing cell is refreshed, changed or not, and a listing cell may be
+added or removed this way (the other code cells still must match the saved ones, in order).
 The notebook JSON is written directly (the format is small and stable);
 nbformat validates it when it is installed.
 """
@@ -154,6 +155,11 @@ def carry_outputs(old: dict, new: dict, name: str, listings_changeable: bool = F
     `listings_changeable`, listing cells may differ too: the caller refreshes their outputs)."""
     old_code = [c for c in old["cells"] if c["cell_type"] == "code"]
     new_code = [c for c in new["cells"] if c["cell_type"] == "code"]
+    if listings_changeable:
+        # Listing cells may also be added or removed: their outputs come from the refresh run. The other
+        # code cells must still be exactly the saved ones, in order.
+        old_code = [c for c in old_code if not is_listing(c)]
+        new_code = [c for c in new_code if not is_listing(c)]
     if len(old_code) != len(new_code):
         raise CodeChanged(f"{name}: {len(new_code)} code cells, the saved notebook has {len(old_code)}; run it again")
     for i, (a, b) in enumerate(zip(old_code, new_code)):

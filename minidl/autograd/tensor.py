@@ -474,6 +474,22 @@ class Tensor:
         _check_memory_format("bool()", memory_format)
         return self.type(bool_)
 
+    # DLPack (minidl/utils/dlpack.py): the array inside already speaks it; minidl adds its checks
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        from ..utils.dlpack import check_exportable
+
+        check_exportable(self)
+        kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device), ("copy", copy))
+                  if v is not None}
+        if self.is_cuda:
+            return self._data.__dlpack__(stream=stream, **kwargs)
+        if stream is not None:
+            raise BufferError(f"__dlpack__: stream must be None for a CPU tensor, got {stream!r}")
+        return self._data.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
     def __array__(self, dtype=None, copy=None):
         arr = self._host_array("Tensor.__array__() (numpy.asarray of a tensor)")
         return arr.astype(dtype) if dtype is not None else arr

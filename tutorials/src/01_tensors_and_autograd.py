@@ -230,6 +230,17 @@ print("scalar tape gave:", vals["w1"].grad, vals["w2"].grad, vals["b"].grad)
 assert np.allclose(w.grad.numpy(), [vals["w1"].grad, vals["w2"].grad]) and np.isclose(b.grad.item(), vals["b"].grad)
 
 # %% [markdown]
+# The same graph, drawn by `minidl.utils.draw_graph` (micrograd's `draw_dot`, torchviz's `make_dot`):
+# grey boxes are the Functions, blue ones the leaves that want a gradient (named, since we pass them
+# in `params`), and each arrow carries the tensor that flows along it, with its shape and dtype.
+# `show_saved=True` adds what each Function keeps for backward: that memory is held from the
+# forward pass until backward frees it. (`show_kernels=True` adds the primitive each Function calls and
+# where its NumPy reference or CUDA kernel lives: try it on a CNN's loss.)
+
+# %% tags=["listing"]
+minidl.utils.draw_graph(y_t, params={"w": w, "b": b}, show_saved=True)
+
+# %% [markdown]
 # `backward()` itself lives in `minidl/autograd/function.py`. The topological sort is the same
 # depth-first search as in `Value.backward`, written with an explicit stack, because the graph of a
 # recurrent network unrolled over hundreds of steps is deeper than Python's recursion limit:
