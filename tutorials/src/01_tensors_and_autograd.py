@@ -25,7 +25,8 @@
 # **Running it on a CPU.** Small mode (the default) takes a few seconds on a 2-core laptop CPU.
 # Full mode (`MINIDL_TUTORIAL_MODE=full`: 3,000 training steps instead of 300) takes ~15 s there
 # too; without a GPU its GPU cells print why they are skipped. The saved outputs come from a full run
-# on an H200 (15 s).
+# on a 2-core CPU (2026-11-25), so the GPU cell says it was skipped; on a GPU machine a second copy of
+# the network trains there too.
 
 # %%
 import tutorial_utils as tu   # next to the notebooks: the mode, device label, tables, figure stamps
@@ -237,7 +238,7 @@ assert np.allclose(w.grad.numpy(), [vals["w1"].grad, vals["w2"].grad]) and np.is
 # forward pass until backward frees it. (`show_kernels=True` adds the primitive each Function calls and
 # where its NumPy reference or CUDA kernel lives: try it on a CNN's loss.)
 
-# %% tags=["listing"]
+# %%
 minidl.utils.draw_graph(y_t, params={"w": w, "b": b}, show_saved=True)
 
 # %% [markdown]
