@@ -68,13 +68,6 @@ TORCH_MODULES = {
 
 # PyTorch names outside minidl's scope, with the reason the message gives.
 OUT_OF_SCOPE = {
-    "Transformer": "attention and Transformer layers are outside minidl's scope (CNNs and RNNs over its own primitives)",
-    "TransformerEncoder": "attention and Transformer layers are outside minidl's scope",
-    "TransformerDecoder": "attention and Transformer layers are outside minidl's scope",
-    "TransformerEncoderLayer": "attention and Transformer layers are outside minidl's scope",
-    "TransformerDecoderLayer": "attention and Transformer layers are outside minidl's scope",
-    "MultiheadAttention": "attention and Transformer layers are outside minidl's scope",
-    "scaled_dot_product_attention": "attention and Transformer layers are outside minidl's scope",
     "onnx": "ONNX export is outside minidl's scope (save weights with minidl.save / state_dict instead)",
     "jit": "TorchScript (torch.jit) is outside minidl's scope",
     "distributed": "distributed training is outside minidl's scope (one GPU)",

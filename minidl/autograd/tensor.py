@@ -1682,13 +1682,15 @@ class Tensor:
         if self.ndim < 2:
             raise RuntimeError(f"tril: input tensor must have at least 2 dimensions, got shape {tuple(self.shape)}")
         xp = get_array_module(self._data)
-        return where(Tensor._make(xp.tril(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, 0)
+        zero = Tensor._make(xp.zeros((), dtype=self.dtype))   # of self's dtype: a bool mask stays bool
+        return where(Tensor._make(xp.tril(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, zero)
 
     def triu(self, diagonal=0):
         if self.ndim < 2:
             raise RuntimeError(f"triu: input tensor must have at least 2 dimensions, got shape {tuple(self.shape)}")
         xp = get_array_module(self._data)
-        return where(Tensor._make(xp.triu(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, 0)
+        zero = Tensor._make(xp.zeros((), dtype=self.dtype))   # of self's dtype: a bool mask stays bool
+        return where(Tensor._make(xp.triu(xp.ones(self.shape[-2:], dtype=bool), diagonal)), self, zero)
 
     def any(self, dim=None, keepdim=False):
         """True where some element along dim (an int, a tuple, or None/() for all) is nonzero."""

@@ -12,7 +12,9 @@ from .layers.linear import Flatten, Identity, Linear, Unflatten  # noqa: F401
 from .layers.loss import (  # noqa: F401
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss,
 )
-from .layers.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d, LocalResponseNorm  # noqa: F401
+from .layers.normalization import (  # noqa: F401
+    BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm, LocalResponseNorm, RMSNorm,
+)
 from .layers.pooling import (  # noqa: F401
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AvgPool1d, AvgPool2d, AvgPool3d, MaxPool1d, MaxPool2d,
     MaxPool3d, MaxUnpool1d, MaxUnpool2d, MaxUnpool3d,
@@ -23,5 +25,9 @@ from .layers.padding import (  # noqa: F401
     ZeroPad3d,
 )
 from .layers.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401
+from .layers.transformer import (  # noqa: F401
+    MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from .parallel import DataParallel  # noqa: F401,E402
 from .module import RemovableHandle  # noqa: F401,E402

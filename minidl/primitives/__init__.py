@@ -9,6 +9,7 @@ from .pooling import *  # noqa: F401,F403
 from .activation import *  # noqa: F401,F403
 from .softmax import *  # noqa: F401,F403
 from .batch_norm import *  # noqa: F401,F403
+from .layer_norm import *  # noqa: F401,F403
 from .lrn import *  # noqa: F401,F403
 from .dropout import *  # noqa: F401,F403
 from .rnn import *  # noqa: F401,F403

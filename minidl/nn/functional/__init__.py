@@ -33,7 +33,7 @@ after one of its functions, so `F.linear` is always the function):
     vision.py         pad
     convolution.py    conv1d, conv2d, conv3d, conv2d_relu
     pooling.py        max/avg/adaptive_avg pooling, max_unpool
-    normalization.py  batch_norm, batch_norm_relu, local_response_norm
+    normalization.py  batch_norm, batch_norm_relu, local_response_norm, layer_norm, rms_norm
     dropouts.py       dropout
     recurrent.py      the RNN/LSTM/GRU Functions (the layers are in nn/layers/rnn.py)
 
@@ -47,11 +47,12 @@ from __future__ import annotations
 from .activations import (add_relu, elu, gelu, leaky_relu, log_softmax, relu, relu6, sigmoid, softmax, softplus,
                           tanh)
 from .convolution import conv1d, conv2d, conv2d_relu, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
+from .attention import multi_head_attention_forward, scaled_dot_product_attention
 from .dense import linear
 from .dropouts import dropout, dropout1d, dropout2d, dropout3d
 from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
                      nll_loss, smooth_l1_loss)
-from .normalization import batch_norm, batch_norm_relu, local_response_norm
+from .normalization import batch_norm, batch_norm_relu, layer_norm, local_response_norm, rms_norm
 from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d, avg_pool1d, avg_pool2d,
                       avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
 from .sparse import embedding, one_hot
@@ -68,7 +69,8 @@ __all__ = [
     "conv1d", "conv2d", "conv2d_relu", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d",
     "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-    "batch_norm", "batch_norm_relu", "local_response_norm",
+    "batch_norm", "batch_norm_relu", "local_response_norm", "layer_norm", "rms_norm",
+    "scaled_dot_product_attention", "multi_head_attention_forward",
     "dropout",
     "dropout1d",
     "dropout2d",

@@ -1,9 +1,10 @@
-"""Batch norm (and batch norm + ReLU fused) and local response normalization."""
+"""Batch norm (and batch norm + ReLU fused), local response normalization, layer norm and RMS norm."""
 from __future__ import annotations
 
 from ... import _dtypes, _layout
 from ... import primitives as P
 from ..._device import get_array_module
+from ...amp.autocast_mode import cast_inputs as _autocast
 from ...autograd.function import Function
 from ._checks import _check_float_tensor, _check_same_device
 
@@ -167,3 +168,73 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
     if input.ndim < 3:
         raise ValueError(f"{op}: input must have at least 3 dims (N, C, spatial...), got shape {input.shape}")
     return LocalResponseNorm.apply(input, desc=P.LRNDescriptor(size, alpha, beta, k))
+
+
+# ------------------------------------------------------------------------------------------------
+# Layer norm and RMS norm (minidl/primitives/layer_norm.py)
+# ------------------------------------------------------------------------------------------------
+
+
+class LayerNorm(Function):
+    """Normalise every row of the last `normalized_ndim` dimensions; backward from the saved per-row
+    (mean, rstd). rms=True: RMS norm (no centring, no bias)."""
+
+    def forward(self, x, weight=None, bias=None, normalized_ndim=1, eps=1e-5, rms=False):
+        self.x, self.weight, self.has_bias = x, weight, bias is not None
+        self.normalized_ndim, self.rms = normalized_ndim, rms
+        y, self.mean, self.rstd = P.layer_norm_forward(x, weight, bias, normalized_ndim=normalized_ndim, eps=eps,
+                                                       rms=rms)
+        return y
+
+    def backward(self, dy):
+        dx, dweight, dbias = P.layer_norm_backward(self.x, dy, self.weight, self.mean, self.rstd,
+                                                   normalized_ndim=self.normalized_ndim, rms=self.rms,
+                                                   has_bias=self.has_bias)
+        if self.weight is None:
+            return (dx,)
+        return (dx, dweight, dbias) if self.has_bias else (dx, dweight)
+
+
+def _normalized_shape(op, input, normalized_shape):
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or any(not isinstance(s, int) for s in shape):
+        raise TypeError(f"{op}: normalized_shape must be an int or a tuple of ints, got {normalized_shape!r}")
+    if tuple(input.shape[input.ndim - len(shape):]) != shape or len(shape) > input.ndim:
+        raise RuntimeError(
+            f"{op}: Given normalized_shape={list(shape)}, expected input with shape [*, {', '.join(map(str, shape))}], "
+            f"but got input of size {list(input.shape)} (the normalized dimensions are the input's last ones)")
+    return shape
+
+
+def _norm(op, input, normalized_shape, weight, bias, eps, rms):
+    (input,) = _autocast(op, input)   # float32 under autocast, as torch
+    _check_float_tensor(op, "input", input)
+    shape = _normalized_shape(op, input, normalized_shape)
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            _check_float_tensor(op, name, t)
+            if tuple(t.shape) != shape:
+                raise RuntimeError(f"{op}: {name} has shape {tuple(t.shape)}, expected the normalized shape {shape}")
+    _check_same_device(op, input=input, weight=weight, bias=bias)
+    if eps is None:   # rms_norm's default, as torch: the input dtype's machine epsilon
+        eps = float(_dtypes.finfo(input.dtype).eps)
+    if weight is not None and weight.dtype != input.dtype:
+        weight = weight.type(input.dtype)
+    if bias is not None and bias.dtype != input.dtype:
+        bias = bias.type(input.dtype)
+    args = (input,) if weight is None else (input, weight) if bias is None else (input, weight, bias)
+    kwargs = dict(normalized_ndim=len(shape), eps=float(eps), rms=rms)
+    if weight is None and bias is not None:
+        raise ValueError(f"{op}: a bias without a weight is not supported (pass weight=ones)")
+    return LayerNorm.apply(*args, **kwargs)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """Normalise over the last len(normalized_shape) dimensions (torch.nn.functional.layer_norm)."""
+    return _norm("layer_norm", input, normalized_shape, weight, bias, eps, rms=False)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """x / sqrt(mean(x^2) + eps) * weight over the last dimensions (torch.nn.functional.rms_norm);
+    eps=None is the input dtype's machine epsilon, as torch."""
+    return _norm("rms_norm", input, normalized_shape, weight, None, eps, rms=True)

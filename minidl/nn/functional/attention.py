@@ -1,0 +1,219 @@
+"""Attention: scaled_dot_product_attention and multi_head_attention_forward (torch.nn.functional's).
+
+    attention(Q, K, V) = softmax(Q K^T * scale + mask) V,      scale = 1 / sqrt(head dim) by default
+
+Q is (..., L, E): L queries; K (..., S, E) and V (..., S, Ev): S keys and their values. Each query's
+output is the average of the values, weighted by how well the query matches each key. A mask removes
+pairs: a causal mask lets query i see keys j <= i only (a language model must not read ahead).
+
+What this file computes is the *reference* algorithm, written with minidl's own ops (our GEMM and
+softmax primitives, so it runs on the CPU and the GPU and has its gradient from the tape): it forms
+the (L, S) score matrix S = QK^T and the probabilities P = softmax(S) in memory, which is O(L * S)
+memory per head and is why long sequences are memory-bound this way. A fused FlashAttention-style
+kernel (tiles of Q resident, K/V streamed, online softmax, S never written to memory) is the fast
+path still to come (issue 25): until then this is the path on both devices.
+
+Masks, as torch:
+- `scaled_dot_product_attention(attn_mask=)`: a bool mask is True where a query MAY attend; a float
+  mask is added to the scores. A query row with no key allowed gives zeros (torch's "safe softmax").
+- `nn.MultiheadAttention(attn_mask=, key_padding_mask=)`: a bool mask is True where attending is NOT
+  allowed (the opposite convention: torch's, kept for compatibility); key_padding_mask (N, S) True
+  marks padding keys. A fully masked row gives NaN there, as torch's.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...autograd.tensor import Tensor
+from .activations import softmax
+from .dense import linear
+from .dropouts import dropout
+
+
+def _is_bool(t) -> bool:
+    return isinstance(t, Tensor) and t.dtype == np.bool_
+
+
+def _causal_mask(L, S, device):
+    from ...autograd.creation import ones
+
+    return ones((L, S), dtype=np.bool_, device=device).tril()
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """softmax(query @ key^T * scale + mask) @ value (torch.nn.functional.scaled_dot_product_attention).
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev). attn_mask: bool (True = may
+    attend) or float (added), broadcastable to (..., L, S); is_causal: the lower-triangular mask (not
+    together with attn_mask); dropout_p: dropout on the attention probabilities (applied whenever > 0,
+    as torch's function; modules pass 0 in eval mode); enable_gqa: key/value may have fewer heads
+    (dim -3) than query, each shared by a group of query heads."""
+    op = "scaled_dot_product_attention"
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, Tensor) or t.ndim < 2:
+            raise ValueError(f"{op}: {name} must be a tensor of shape (..., seq, dim), got "
+                             f"{getattr(t, 'shape', type(t).__name__)}")
+    L, E = query.shape[-2], query.shape[-1]
+    S = key.shape[-2]
+    if key.shape[-1] != E:
+        raise RuntimeError(f"{op}: query's last dimension {E} and key's {key.shape[-1]} must match "
+                           f"(query {tuple(query.shape)}, key {tuple(key.shape)})")
+    if value.shape[-2] != S:
+        raise RuntimeError(f"{op}: key has {S} positions and value {value.shape[-2]}; they must match "
+                           f"(key {tuple(key.shape)}, value {tuple(value.shape)})")
+    if is_causal and attn_mask is not None:
+        raise RuntimeError(f"{op}: pass either attn_mask or is_causal=True, not both (is_causal builds the mask)")
+    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+        hq, hk = query.shape[-3], key.shape[-3]
+        if hq % hk or value.shape[-3] != hk:
+            raise RuntimeError(f"{op}: enable_gqa needs query's heads ({hq}) to be a multiple of key's and value's "
+                               f"({hk}, {value.shape[-3]})")
+        key, value = _repeat_heads(key, hq // hk), _repeat_heads(value, hq // hk)
+    scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    scores = (query * scale) @ key.transpose(-2, -1)       # (..., L, S)
+    if is_causal:
+        attn_mask = _causal_mask(L, S, query.device)
+    if attn_mask is not None:
+        if _is_bool(attn_mask):
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask.type(scores.dtype)
+    dead = None
+    if attn_mask is not None:   # a row with every key masked gives zeros, not NaN (torch's "safe softmax"):
+        dead = (scores == float("-inf")).all(dim=-1, keepdim=True)   # such rows get finite scores first,
+        scores = scores.masked_fill(dead, 0.0)                       # so no -inf - (-inf) is ever computed
+    probs = softmax(scores, dim=-1)
+    if dead is not None:   # no host read of `dead`: the step stays capturable in a CUDA graph
+        probs = probs.masked_fill(dead, 0.0)
+    if dropout_p > 0.0:
+        probs = dropout(probs, dropout_p, training=True)
+    return probs @ value
+
+
+def _repeat_heads(t, times):
+    """(..., H, S, E) -> (..., H * times, S, E), each head repeated `times` times in place (repeat_interleave)."""
+    shape = tuple(t.shape)
+    expanded = t.unsqueeze(-3).expand(*shape[:-2], times, *shape[-2:])
+    return expanded.reshape(*shape[:-3], shape[-3] * times, *shape[-2:])
+
+
+def _float_mask(op, mask, name, dtype):
+    """torch's _canonical_mask: a bool mask (True = not allowed) becomes 0 / -inf in the scores' dtype."""
+    if mask is None:
+        return None
+    if _is_bool(mask):
+        from ...autograd.creation import zeros
+
+        return zeros(tuple(mask.shape), dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
+    if not np.issubdtype(mask.dtype, np.floating):
+        raise TypeError(f"{op}: only bool and floating types of {name} are supported, got {mask.dtype}")
+    return mask.type(dtype)
+
+
+def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, in_proj_bias, bias_k, bias_v,
+                                 add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True,
+                                 key_padding_mask=None, need_weights=True, attn_mask=None,
+                                 use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+                                 v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True,
+                                 is_causal=False):
+    """torch.nn.functional.multi_head_attention_forward, for (L, N, E) inputs (MultiheadAttention makes
+    batch_first and unbatched inputs into that). Returns (output (L, N, E), weights or None)."""
+    op = "multi_head_attention_forward"
+    if static_k is not None or static_v is not None:
+        raise NotImplementedError(f"{op}: static_k / static_v are not supported in minidl")
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the Transformer module "
+                           "method `generate_square_subsequent_mask` to create this mask.")
+    L, N, E = query.shape
+    S = key.shape[0]
+    if E % num_heads:
+        raise ValueError(f"{op}: embed_dim {E} must be divisible by num_heads {num_heads}")
+    hd = E // num_heads
+    if key.shape[:2] != value.shape[:2]:
+        raise RuntimeError(f"{op}: key {tuple(key.shape)} and value {tuple(value.shape)} must have the same "
+                           "sequence length and batch size")
+    if not use_separate_proj_weight:
+        wq, wk, wv = in_proj_weight.chunk(3, dim=0)
+    else:
+        wq, wk, wv = q_proj_weight, k_proj_weight, v_proj_weight
+    bq = bk = bv = None
+    if in_proj_bias is not None:
+        bq, bk, bv = in_proj_bias.chunk(3, dim=0)
+    q, k, v = linear(query, wq, bq), linear(key, wk, bk), linear(value, wv, bv)
+
+    attn_mask = _float_mask(op, attn_mask, "attn_mask", q.dtype)
+    key_padding_mask = _float_mask(op, key_padding_mask, "key_padding_mask", q.dtype)
+    if attn_mask is not None:
+        if attn_mask.ndim == 2:
+            if tuple(attn_mask.shape) != (L, S):
+                raise RuntimeError(f"{op}: the shape of the 2D attn_mask is {tuple(attn_mask.shape)}, but should be "
+                                   f"{(L, S)}.")
+            attn_mask = attn_mask.unsqueeze(0)
+        elif attn_mask.ndim == 3:
+            if tuple(attn_mask.shape) != (N * num_heads, L, S):
+                raise RuntimeError(f"{op}: the shape of the 3D attn_mask is {tuple(attn_mask.shape)}, but should be "
+                                   f"{(N * num_heads, L, S)}.")
+        else:
+            raise RuntimeError(f"{op}: attn_mask's dimension {attn_mask.ndim} is not supported (2 or 3)")
+    if bias_k is not None and bias_v is not None:   # one more key and value, learned
+        from ...autograd.tensor import cat
+
+        k = cat([k, bias_k.expand(1, N, E)])
+        v = cat([v, bias_v.expand(1, N, E)])
+        if attn_mask is not None:
+            attn_mask = _pad_last(attn_mask)
+        if key_padding_mask is not None:
+            key_padding_mask = _pad_last(key_padding_mask)
+
+    # (L, N, E) -> (N * H, L, hd): heads become batch entries
+    q = q.reshape(L, N * num_heads, hd).transpose(0, 1)
+    k = k.reshape(k.shape[0], N * num_heads, hd).transpose(0, 1)
+    v = v.reshape(v.shape[0], N * num_heads, hd).transpose(0, 1)
+    if add_zero_attn:
+        from ...autograd.creation import zeros
+        from ...autograd.tensor import cat
+
+        k = cat([k, zeros((N * num_heads, 1, hd), dtype=k.dtype, device=k.device)], dim=1)
+        v = cat([v, zeros((N * num_heads, 1, hd), dtype=v.dtype, device=v.device)], dim=1)
+        if attn_mask is not None:
+            attn_mask = _pad_last(attn_mask)
+        if key_padding_mask is not None:
+            key_padding_mask = _pad_last(key_padding_mask)
+    S = k.shape[1]
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (N, S):
+            raise RuntimeError(f"{op}: expecting key_padding_mask shape of {(N, S)}, but got "
+                               f"{tuple(key_padding_mask.shape)}")
+        kpm = key_padding_mask.reshape(N, 1, 1, S).expand(N, num_heads, 1, S).reshape(N * num_heads, 1, S)
+        attn_mask = kpm if attn_mask is None else attn_mask + kpm
+    p = dropout_p if training else 0.0
+    if need_weights:
+        scores = (q * (1.0 / math.sqrt(hd))) @ k.transpose(-2, -1)
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        weights = softmax(scores, dim=-1)
+        if p > 0.0:
+            weights = dropout(weights, p, training=True)
+        out = weights @ v
+    else:
+        if attn_mask is not None and attn_mask.shape[0] == 1 and attn_mask.ndim == 3:
+            attn_mask = attn_mask.squeeze(0)
+        out = scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+        weights = None
+    out = out.transpose(0, 1).reshape(L * N, E)
+    out = linear(out, out_proj_weight, out_proj_bias).reshape(L, N, E)
+    if weights is None:
+        return out, None
+    weights = weights.reshape(N, num_heads, L, S)
+    return out, (weights.mean(dim=1) if average_attn_weights else weights)
+
+
+def _pad_last(mask):
+    """One more key position, allowed (0): torch's F.pad(mask, (0, 1))."""
+    from ...autograd.creation import zeros
+    from ...autograd.tensor import cat
+
+    return cat([mask, zeros(tuple(mask.shape[:-1]) + (1,), dtype=mask.dtype, device=mask.device)], dim=-1)

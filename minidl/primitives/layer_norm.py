@@ -1,0 +1,82 @@
+"""Layer norm and RMS norm over the last dimensions, forward and backward (cuDNN's cudnnNormalization*
+with CUDNN_LAYER_NORM; the normalisation of every Transformer).
+
+x is viewed as (M, N): M rows (every leading index) of N = prod(normalized_shape) values each; every
+row is normalised on its own, so unlike batch norm nothing depends on the rest of the batch, and
+training and evaluation compute the same thing.
+
+    layer norm:  mean = sum_j x_j / N,   var = sum_j (x_j - mean)^2 / N,   rstd = 1 / sqrt(var + eps)
+                 xhat = (x - mean) * rstd,     y = xhat * weight + bias
+    RMS norm:    rstd = 1 / sqrt(sum_j x_j^2 / N + eps),   xhat = x * rstd,   y = xhat * weight
+                 (no centring, no bias: Zhang & Sennrich 2019, used by LLaMA-style models)
+
+Backward, with g = dy * weight (dy without a weight) and <.> the mean over the row:
+    layer norm:  dx = rstd * (g - <g> - xhat * <g * xhat>)
+    RMS norm:    dx = rstd * (g - xhat * <g * xhat>)
+    dweight = sum over rows of dy * xhat,    dbias = sum over rows of dy
+The forward pass returns (y, mean, rstd), one statistic per row (mean is None for RMS norm), so
+backward recomputes xhat from x without a second reduction of the variance. Statistics are float32
+for half inputs (computes_half_in_float32), as cuDNN's and torch's are.
+"""
+from __future__ import annotations
+
+import math
+
+from ._common import backend, check_arrays, check_float, check_same_device, computes_half_in_float32, shape_str
+
+__all__ = ["layer_norm_forward", "layer_norm_backward"]
+
+
+def _rows(op: str, x, normalized_ndim) -> tuple[int, int]:
+    if not isinstance(normalized_ndim, int) or not 1 <= normalized_ndim <= x.ndim:
+        raise ValueError(f"{op}: normalized_ndim must be between 1 and x.ndim = {x.ndim}, got {normalized_ndim!r} "
+                         f"(x {shape_str(x.shape)})")
+    n = math.prod(x.shape[x.ndim - normalized_ndim:])
+    return math.prod(x.shape[:x.ndim - normalized_ndim]), n
+
+
+def _check_affine(op: str, x, normalized_ndim, **params) -> None:
+    shape = tuple(x.shape[x.ndim - normalized_ndim:])
+    for name, p in params.items():
+        if p is not None and tuple(p.shape) != shape:
+            raise ValueError(f"{op}: {name} has shape {shape_str(p.shape)}, expected the normalized shape "
+                             f"{shape_str(shape)} of x {shape_str(x.shape)}")
+
+
+@computes_half_in_float32(out_dtypes=("x", None, None), mixed_dtypes=True)
+def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5, rms=False):
+    """Normalise x over its last `normalized_ndim` dimensions. Returns (y, mean, rstd): mean and rstd
+    have one value per row (shape x.shape[:-normalized_ndim]); mean is None when rms=True."""
+    op = "layer_norm_forward"
+    check_arrays(op, x=x, weight=weight, bias=bias)
+    check_same_device(op, x=x, weight=weight, bias=bias)
+    check_float(op, x=x, weight=weight, bias=bias)
+    _rows(op, x, normalized_ndim)
+    _check_affine(op, x, normalized_ndim, weight=weight, bias=bias)
+    if rms and bias is not None:
+        raise ValueError(f"{op}: RMS norm has no bias")
+    if not eps >= 0:
+        raise ValueError(f"{op}: eps must be >= 0, got {eps!r}")
+    return backend("layer_norm", x).layer_norm_forward(x, weight, bias, normalized_ndim=normalized_ndim, eps=eps,
+                                                       rms=rms)
+
+
+@computes_half_in_float32(out_dtypes=("x", "weight", "weight"), mixed_dtypes=True)
+def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=False, has_bias=True):
+    """(dx, dweight, dbias) from x, dy and the forward's saved (mean, rstd); dweight is None without a
+    weight, dbias None without a weight or with has_bias=False (and always for RMS norm)."""
+    op = "layer_norm_backward"
+    check_arrays(op, x=x, dy=dy, weight=weight, mean=mean, rstd=rstd)
+    check_same_device(op, x=x, dy=dy, weight=weight, mean=mean, rstd=rstd)
+    check_float(op, x=x, dy=dy, weight=weight)
+    if tuple(dy.shape) != tuple(x.shape):
+        raise ValueError(f"{op}: dy {shape_str(dy.shape)} and x {shape_str(x.shape)} must have the same shape")
+    m, _ = _rows(op, x, normalized_ndim)
+    _check_affine(op, x, normalized_ndim, weight=weight)
+    for name, s in (("mean", mean), ("rstd", rstd)):
+        if s is not None and s.size != m:
+            raise ValueError(f"{op}: {name} has {s.size} values, expected one per row ({m}) of x {shape_str(x.shape)}")
+    if (mean is None) != bool(rms):
+        raise ValueError(f"{op}: mean must be given for layer norm and None for RMS norm (rms={rms})")
+    return backend("layer_norm", x).layer_norm_backward(x, dy, weight, mean, rstd, normalized_ndim=normalized_ndim,
+                                                        rms=rms, has_bias=has_bias)
