@@ -269,3 +269,20 @@ def test_install_and_uninstall_in_process():
     import torch
 
     assert torch is real_torch
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "masked_softmax"])
+def test_gpt_char_tracks_torch(tmp_path, attention):
+    """A nanoGPT-style character model: minidl's training loss falls as torch's does on the same text
+    (the seeds draw differently, so the curves agree in trend and level, not digit for digit)."""
+    import re
+
+    text = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n" * 40)
+    (tmp_path / "input.txt").write_text(text)
+    args = ["--data", "input.txt", "--steps", 60, "--block-size", 16, "--n-embd", 16]
+    if attention == "masked_softmax":
+        args.append("--slow-attention")
+    out = ok(run(PROGRAMS / "gpt_char.py", *args, cwd=tmp_path))
+    losses = [float(m) for m in re.findall(r"train loss ([\d.]+)", out)]
+    assert losses[0] > 2.5 and losses[-1] < 0.6 * losses[0], out
+    assert "sample: " in out
