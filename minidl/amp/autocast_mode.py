@@ -36,7 +36,7 @@ POLICIES = {
         **{op: FP32 for op in (
             "softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
             "binary_cross_entropy_with_logits", "sum", "exp", "log", "log1p", "pow", "rsqrt", "rtruediv",
-            "layer_norm", "rms_norm",
+            "layer_norm",
         )},
     },
     "cpu": {

@@ -130,18 +130,21 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs, **params):
-        from .tensor import Tensor
-
-        if _is_ctx_style(cls):  # a Function written in PyTorch's style (static forward(ctx, ...))
+        Tensor = _tensor_class()
+        ctx_style = _CTX_STYLE.get(cls)
+        if ctx_style is None:
+            ctx_style = _CTX_STYLE[cls] = _is_ctx_style(cls)
+        if ctx_style:  # a Function written in PyTorch's style (static forward(ctx, ...))
             return _CtxFunction.apply(*inputs, user_cls=cls)
         fn = cls()
-        arrays = tuple(t._data if isinstance(t, Tensor) else t for t in inputs)
-        fn.needs_input_grad = tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs)
+        is_tensor = [isinstance(t, Tensor) for t in inputs]
+        arrays = tuple(t._data if it else t for t, it in zip(inputs, is_tensor))
+        fn.needs_input_grad = needs = tuple(it and t.requires_grad for t, it in zip(inputs, is_tensor))
         outputs = fn.forward(*arrays, **params)
         single = not isinstance(outputs, tuple)
         if single:
             outputs = (outputs,)
-        record = is_grad_enabled() and any(fn.needs_input_grad)
+        record = True in needs and is_grad_enabled()
         results = []
         for i, out in enumerate(outputs):
             # Only floating-point outputs carry gradients (indices, masks and comparisons do not).
@@ -150,12 +153,12 @@ class Function:
             if differentiable:
                 t._ctx, t._out_index = fn, i
             results.append(t)
-        if cls.may_return_view and isinstance(inputs[0], Tensor) and _same_memory(outputs[0], arrays[0]):
+        if cls.may_return_view and is_tensor[0] and _same_memory(outputs[0], arrays[0]):
             base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
             results[0]._vbox, results[0]._base = inputs[0]._vbox, base
         if record:
-            fn.inputs = tuple(t if isinstance(t, Tensor) else None for t in inputs)
-            fn._input_versions = tuple(t._version if isinstance(t, Tensor) else 0 for t in inputs)
+            fn.inputs = tuple(t if it else None for t, it in zip(inputs, is_tensor))
+            fn._input_versions = tuple(t._version if it else 0 for t, it in zip(inputs, is_tensor))
             fn._output_meta = tuple((o.shape, o.dtype) for o in outputs)
             fn._output_refs = tuple(weakref.ref(t) for t in results)
             fn._output_versions = [t._version for t in results]
@@ -177,6 +180,19 @@ class Function:
 # ------------------------------------------------------------------------------------------------
 # PyTorch's custom-Function style: @staticmethod forward(ctx, *tensors) / backward(ctx, *grads)
 # ------------------------------------------------------------------------------------------------
+
+
+_CTX_STYLE: dict = {}   # Function class -> whether it is written in PyTorch's ctx style (checked once per class)
+_TENSOR = []
+
+
+def _tensor_class():
+    """minidl.Tensor, imported on first use (tensor.py imports this module)."""
+    if not _TENSOR:
+        from .tensor import Tensor
+
+        _TENSOR.append(Tensor)
+    return _TENSOR[0]
 
 
 def _is_ctx_style(cls) -> bool:
@@ -411,6 +427,8 @@ def _accumulate_leaf(tensor, g, run_hooks=True):
 
 
 def _array_module(a):
+    if type(a) is np.ndarray:
+        return np
     from .._device import get_array_module
 
     return get_array_module(a)

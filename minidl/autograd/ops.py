@@ -628,9 +628,8 @@ def _matmul(a, b, trans_a=False, trans_b=False):
     minidl.backends.cuda.matmul.allow_tf32 is set (TF32) and always for the half types; cuBLAS
     with minidl.backends.cuda.use_cublas. Other broadcasts, float64, and the CPU use xp.matmul."""
     xp = get_array_module(a)
-    fits = (a.ndim in (2, 3) and b.ndim in (2, 3) and a.dtype == b.dtype and a.dtype.name in _GEMM_DTYPES
-            and not (a.ndim == 3 and b.ndim == 3 and a.shape[0] != b.shape[0]))
-    if xp is not np and fits:
+    if xp is not np and (a.ndim in (2, 3) and b.ndim in (2, 3) and a.dtype == b.dtype and a.dtype.name in _GEMM_DTYPES
+                         and not (a.ndim == 3 and b.ndim == 3 and a.shape[0] != b.shape[0])):
         from .. import backends, primitives
 
         return primitives.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=backends.cuda.use_cublas,

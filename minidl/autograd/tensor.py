@@ -163,6 +163,8 @@ def _to_array(data, dtype=None, device=None):
     return arr
 
 
+_FULL_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))   # _binary's scalar fast path
+
 class Tensor:
     """An array with autograd. Create with `minidl.tensor(...)`, `minidl.zeros(...)`, etc."""
 
@@ -579,6 +581,22 @@ class Tensor:
         raise TypeError(f"{op}: unsupported operand of type {type(other).__name__} (expected a Tensor or a number)")
 
     def _binary(self, other, fn, op, reverse=False, **kwargs):
+        # The common case first (issue 23: the host cost of one op): two tensors of one dtype on one device
+        # need no promotion, no scalar wrapping and no casts; shapes are checked only when they differ.
+        if type(other) is Tensor or isinstance(other, Tensor):
+            sd, od = self._data, other._data
+            if sd.dtype == od.dtype and type(sd) is type(od) and (op != "div" or sd.dtype.kind in "fcV"):
+                a, b = (other, self) if reverse else (self, other)
+                if sd.shape != od.shape:
+                    try:
+                        np.broadcast_shapes(a.shape, b.shape)
+                    except ValueError:
+                        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+                return fn.apply(a, b, **kwargs)
+        elif (type(other) is float or type(other) is int) and self._data.dtype in _FULL_FLOATS:
+            # a float32/float64 tensor and a Python number: the tensor's dtype, as torch's promotion gives
+            o = self._operand(other, op, self._data.dtype)
+            return fn.apply(*((o, self) if reverse else (self, o)), **kwargs)
         if _dtypes.is_half(self.dtype) and isinstance(other, numbers.Number) and not _fits(other, self.dtype):
             # PyTorch keeps a Python scalar at float32 precision against a half tensor ("opmath": x * 0.1,
             # x * 1e5 in float16 compute in float32 and round once) instead of rounding the scalar to half
@@ -1786,6 +1804,8 @@ class _ToDevice(Function):
 def _promote(a, b, op):
     """Both tensors cast to the dtype of minidl.autograd._promotion.result_type (torch's rules);
     true division of integers gives the default float dtype, as torch.div does."""
+    if a._data.dtype == b._data.dtype and (op != "div" or a._data.dtype.kind in "fcV"):
+        return a, b
     dtype = result_type(a, b, default_float=_default_dtype)
     if op == "div" and not _dtypes.is_floating(dtype):
         dtype = _default_dtype
@@ -1875,10 +1895,10 @@ def matmul(input, other, *, out=None):
         return _write_out(out, matmul(a, b), "matmul")
     if not isinstance(a, Tensor):
         a = Tensor(a)
-    b = a._operand(b, "matmul")
-    _check_devices("matmul", (a, b))
+    b = a._operand(b, "matmul")   # also checks the devices
     a, b = _autocast.cast_inputs("matmul", a, b)
-    a, b = _promote(a, b, "matmul")
+    if a._data.dtype != b._data.dtype:
+        a, b = _promote(a, b, "matmul")
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     ka = a.shape[-1]

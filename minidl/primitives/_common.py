@@ -29,7 +29,10 @@ tf32_tma_type = os.environ.get("MINIDL_TF32_TMA_TYPE", "tfloat32")
 
 def is_cuda_array(a) -> bool:
     """True for a CuPy array. Checked by type name so that CuPy is never imported on the CPU path."""
-    return type(a).__module__.startswith("cupy")
+    t = type(a)
+    if t is np.ndarray:   # the CPU path's every call: no string work
+        return False
+    return t.__module__.startswith("cupy")
 
 
 def get_array_module(*arrays):
@@ -64,7 +67,8 @@ _BACKENDS: dict = {}
 def check_arrays(op: str, **arrays) -> None:
     """Every argument must be a NumPy or CuPy array (not a list, a Tensor, a number): TypeError naming it."""
     for name, a in arrays.items():
-        if a is not None and not (isinstance(a, (np.ndarray, np.generic)) or is_cuda_array(a)):
+        if a is not None and type(a) is not np.ndarray and not (isinstance(a, (np.ndarray, np.generic))
+                                                                or is_cuda_array(a)):
             hint = " (pass tensor._data, or use minidl.nn.functional)" if type(a).__name__ in ("Tensor", "Parameter") else ""
             raise TypeError(f"{op}: {name} must be a numpy.ndarray or cupy.ndarray, got {type(a).__name__}{hint}")
 
@@ -72,6 +76,8 @@ def check_arrays(op: str, **arrays) -> None:
 def check_same_device(op: str, **arrays) -> None:
     """Raise if some arrays are CuPy arrays and others are NumPy arrays."""
     check_arrays(op, **arrays)
+    if all(a is None or type(a) is np.ndarray for a in arrays.values()):   # all on the CPU: nothing to compare
+        return
     kinds = {name: ("cuda" if is_cuda_array(a) else "cpu") for name, a in arrays.items() if a is not None}
     if len(set(kinds.values())) > 1:
         desc = ", ".join(f"{k} on {v}" for k, v in kinds.items())
@@ -122,6 +128,10 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            # The usual call has no half array at all: pass it through before binding the signature (a
+            # bind costs more than a small primitive's arithmetic).
+            if not any(_has_half(v) for v in args) and not any(_has_half(v) for v in kwargs.values()):
+                return fn(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             originals = dict(bound.arguments)
             half = []
@@ -151,6 +161,14 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
         return wrapper
 
     return decorate
+
+
+def _has_half(value) -> bool:
+    """Whether value (an array, or a list/tuple of them, e.g. RNN weights) holds a float16/bfloat16 array."""
+    if isinstance(value, (list, tuple)):
+        return any(_has_half(v) for v in value)
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and hasattr(value, "astype") and dtype in HALF_DTYPES
 
 
 def _float_dtypes(values) -> set:

@@ -43,13 +43,14 @@ def get_tensor_core_gemm() -> str:
 
 GEMM_MATH_MODES = ("fp32", "tf32")
 _GEMM_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_GEMM_DTYPE_SET = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))   # + bfloat16, by name
 
 
 def _check_dtypes(op: str, **arrays) -> np.dtype:
     """All arrays of one dtype among float16, bfloat16, float32, float64; return it."""
     dtypes = {name: np.dtype(a.dtype) for name, a in arrays.items() if a is not None}
     for name, dt in dtypes.items():
-        if dt.name not in _GEMM_DTYPES:
+        if dt not in _GEMM_DTYPE_SET and dt.name not in _GEMM_DTYPES:
             raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {dt}")
     if len(set(dtypes.values())) > 1:
         desc = ", ".join(f"{k}={v}" for k, v in dtypes.items())

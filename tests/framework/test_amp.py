@@ -324,7 +324,8 @@ def test_autocast_cpu_matches_torch():
 # ops minidl has. Checked here as a table, and by running the ops with the cuda table on CPU tensors.
 TORCH_CUDA_LOWER = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "rnn", "rnn_cell"}
 TORCH_CUDA_FP32 = {"softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
-                   "binary_cross_entropy_with_logits", "sum", "exp", "log", "log1p", "pow", "rsqrt", "rtruediv"}
+                   "binary_cross_entropy_with_logits", "sum", "exp", "log", "log1p", "pow", "rsqrt", "rtruediv",
+                   "layer_norm"}
 
 
 def test_cuda_autocast_table_is_torchs():
@@ -357,6 +358,10 @@ def test_cuda_table_decisions_when_run(monkeypatch):
 
 
 def test_autocast_gradients_reach_float32_parameters_and_match_torch():
+    # One fixed draw: bf16's error on these small, cancelling gradients depends on the draw (over 100 seeds
+    # of torch's init, both torch's bf16 autocast and ours are up to ~20-30% off the float32 gradients on
+    # some parameter), so an unseeded init made this comparison flaky.
+    torch.manual_seed(0)
     rng = np.random.default_rng(5)
     m = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
     tm = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))

@@ -35,7 +35,12 @@ def round_to_tf32(x):
     return np.where(finite, rounded, bits).view(np.float32)
 
 
+_FULL = frozenset(np.dtype(d) for d in ("float32", "float64"))
+
+
 def _is_half(dtype) -> bool:
+    if dtype in _FULL:   # the usual case, without building the dtype's name
+        return False
     return np.dtype(dtype).name in ("float16", "bfloat16")
 
 
