@@ -28,7 +28,7 @@ from .autograd.legacy import (  # noqa: F401
 )
 from .autograd import return_types  # noqa: F401
 from .autograd.return_types import Size  # noqa: F401
-from .random import Generator, initial_seed, manual_seed  # noqa: F401
+from .random import Generator, initial_seed, manual_seed, seed  # noqa: F401
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
 from ._dtypes import finfo  # noqa: F401
 from . import cuda  # noqa: F401
@@ -64,7 +64,7 @@ for _name in (
     "scatter_add", "sort", "argsort", "topk", "kthvalue", "median", "cumsum", "norm", "unbind", "flip", "tril",
     "triu", "all", "any", "sin", "cos", "log1p", "square", "pow", "add", "sub", "mul", "div", "neg", "eq", "ne",
     "lt", "le", "gt", "ge", "clone", "t", "detach", "mode", "round", "floor", "ceil", "trunc", "amax", "amin",
-    "roll", "logsumexp", "remainder",
+    "roll", "logsumexp", "remainder", "lerp",
 ):
     globals()[_name] = _method(_name)
 del _name

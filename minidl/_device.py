@@ -52,6 +52,10 @@ class Device:
         if isinstance(spec, Device):
             self.type, self.index = spec.type, spec.index
             return
+        if isinstance(spec, int) and not isinstance(spec, bool):   # torch.device(0) is cuda:0
+            if spec < 0:
+                raise ValueError(f"unknown device {spec!r}: a device index must be >= 0")
+            spec = f"cuda:{spec}"
         text = str(spec).strip().lower()
         kind, _, idx = text.partition(":")
         if kind not in ("cpu", "cuda"):

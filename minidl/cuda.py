@@ -61,3 +61,35 @@ def manual_seed(seed: int) -> None:
 
 
 manual_seed_all = manual_seed
+
+
+class Event:
+    """A CUDA event (torch.cuda.Event): record() it on the current stream, then elapsed_time(other) gives
+    the milliseconds between two recorded events as the GPU measured them (not the host's clock).
+    enable_timing=True is needed for elapsed_time, as in torch."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        cupy = _device.require_cuda("cuda.Event")
+        if interprocess:
+            raise NotImplementedError("cuda.Event: interprocess events are not supported in minidl")
+        self.enable_timing = enable_timing
+        self._event = cupy.cuda.Event(block=blocking, disable_timing=not enable_timing)
+
+    def record(self, stream=None):
+        self._event.record(stream)
+
+    def synchronize(self):
+        self._event.synchronize()
+
+    def query(self) -> bool:
+        return self._event.done
+
+    def wait(self, stream=None):
+        cupy = _device.require_cuda("cuda.Event.wait")
+        (stream or cupy.cuda.get_current_stream()).wait_event(self._event)
+
+    def elapsed_time(self, end_event) -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("cuda.Event.elapsed_time: both events must be created with enable_timing=True")
+        cupy = _device.require_cuda("cuda.Event.elapsed_time")
+        return float(cupy.cuda.get_elapsed_time(self._event, end_event._event))

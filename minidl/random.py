@@ -52,6 +52,16 @@ def initial_seed() -> int:
     return _seed
 
 
+def seed() -> int:
+    """Seed every generator with a fresh random seed and return it (torch.seed()).
+
+    minidl starts from seed 0 where torch draws a random seed per process: a student's run gives the
+    same numbers every time unless asked otherwise (docs/TORCH_COMPAT.md, intentional differences)."""
+    fresh = int(np.random.SeedSequence().entropy % (2**63 - 1))
+    manual_seed(fresh)
+    return fresh
+
+
 def cpu_generator() -> np.random.Generator:
     return _cpu_rng
 

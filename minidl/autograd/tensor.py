@@ -1336,6 +1336,13 @@ class Tensor:
     def addcdiv_(self, tensor1, tensor2, value=1):
         return self.add_(tensor1 / tensor2 * value)
 
+    def lerp(self, end, weight):
+        """self + weight * (end - self) (torch.lerp): weight a number or a tensor, with its gradient."""
+        return self + (end - self) * weight
+
+    def lerp_(self, end, weight):
+        return self._inplace("lerp_", lambda t: t.lerp(end, weight))
+
     def masked_fill_(self, mask, value):
         return self._inplace("masked_fill_", lambda t: t.masked_fill(mask, value), value)
 

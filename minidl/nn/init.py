@@ -111,6 +111,25 @@ def eye_(tensor):
     return _write(tensor, xp.eye(*tensor.shape, dtype=tensor.dtype))
 
 
+def dirac_(tensor, groups: int = 1):
+    """A convolution weight (out, in/groups, *kernel) that passes its input through: 1 at the kernel's
+    centre where out channel == in channel (within each of `groups` groups), 0 elsewhere (torch's dirac_)."""
+    if tensor.ndim not in (3, 4, 5):
+        raise ValueError(f"dirac_: only tensors with 3, 4, or 5 dimensions are supported, got shape {tensor.shape}")
+    out_ch = tensor.shape[0]
+    if out_ch % groups:
+        raise ValueError(f"dirac_: dim 0 ({out_ch}) must be divisible by groups ({groups})")
+    per_group = out_ch // groups
+    n = min(per_group, tensor.shape[1])
+    array = np.zeros(tensor.shape, dtype=np.float64)
+    centre = tuple(k // 2 for k in tensor.shape[2:])
+    for g in range(groups):
+        for d in range(n):
+            array[(g * per_group + d, d) + centre] = 1.0
+    xp = get_array_module(tensor._data)
+    return _write(tensor, xp.asarray(array.astype(tensor.dtype)))
+
+
 def xavier_uniform_(tensor, gain: float = 1.0):
     """Glorot: U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)

@@ -528,3 +528,53 @@ def test_batch_transform_given_to_a_dataset_names_the_mix_up(tmp_path):
 
     image, _ = Images(per_image.ToTensor())[0]
     assert tuple(image.shape) == (3, 8, 8)
+
+
+# ---- what airbench94 uses next (issue 28) ---------------------------------------------------------
+def test_airbench_names():
+    assert str(minidl.device(0)) == "cuda:0"   # torch.device(0): the accelerator (CUDA on a GPU machine)
+    with pytest.raises(ValueError, match=">= 0"):
+        minidl.device(-1)
+    for shape, groups in (((6, 3, 3, 3), 1), ((6, 2, 3), 2), ((4, 4, 1, 3, 3), 1)):
+        w, tw = minidl.empty(*shape), torch.empty(*shape)
+        nn.init.dirac_(w, groups=groups)
+        torch.nn.init.dirac_(tw, groups=groups)
+        assert np.array_equal(w.numpy(), tw.numpy())
+    a, ta = _pair((3, 4), seed=1, requires_grad=True)
+    b, tb = _pair((3, 4), seed=2)
+    y, ty = minidl.lerp(a, b, 0.3), torch.lerp(ta, tb, 0.3)
+    assert rel_err(y.detach().numpy(), ty.detach().numpy()) <= 1e-15
+    y.sum().backward()
+    ty.sum().backward()
+    assert rel_err(a.grad.numpy(), ta.grad.numpy()) <= 1e-15
+    x, tx = minidl.zeros(3), torch.zeros(3)
+    x.lerp_(minidl.ones(3), 0.25)
+    tx.lerp_(torch.ones(3), 0.25)
+    assert x.numpy().tolist() == tx.numpy().tolist()
+
+
+def test_seed_draws_a_fresh_seed():
+    first = minidl.seed()
+    assert minidl.initial_seed() == first
+    assert minidl.seed() != first          # 63 random bits: equal by chance with probability 2^-63
+    minidl.manual_seed(0)
+    assert minidl.initial_seed() == 0
+
+
+def test_cuda_event_says_why_without_a_gpu():
+    if minidl.cuda.is_available():
+        pytest.skip("a GPU is present: tests/gpu covers the event")
+    with pytest.raises(RuntimeError, match="cuda.Event"):
+        minidl.cuda.Event(enable_timing=True)
+
+
+def test_half_network_with_float_batch_norms():
+    """airbench's net.half() then batch norms back to float: half activations, float32 statistics."""
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding="same", bias=False), nn.BatchNorm2d(4), nn.ReLU()).half()
+    for m in net.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.float()
+    y = net(minidl.randn(2, 3, 6, 6).half())
+    assert y.dtype == minidl.float16
+    y.float().sum().backward()
+    assert net[1].weight.grad.dtype == minidl.float32 and net[0].weight.grad.dtype == minidl.float16
