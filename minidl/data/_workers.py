@@ -110,6 +110,8 @@ class WorkerPool:
                 try:
                     got_epoch, number, batch, error = self.results.get(timeout=self.timeout or 5.0)
                 except queue.Empty:
+                    if not self.procs:   # shut down (after an error): nobody will ever answer
+                        raise RuntimeError("DataLoader: the worker processes were shut down") from None
                     dead = [i for i, p in enumerate(self.procs) if not p.is_alive()]
                     if dead or self.timeout:
                         self.shutdown()

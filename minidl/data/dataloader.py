@@ -306,6 +306,8 @@ class DataLoader:
         from ._workers import WorkerPool
 
         pool = self._pool
+        if pool is not None and not pool.procs:   # a persistent pool shut down by a worker's error: start
+            pool = self._pool = None              # fresh workers (the old ones are gone; waiting would hang)
         if pool is None:
             base_seed = self._worker_base_seed()
             pool = WorkerPool(self.dataset, self.collate_fn or _collate_arrays, self.num_workers, base_seed,

@@ -16,14 +16,25 @@ from ..primitives import get_array_module
 from ._random import make_rng
 
 
-def _unwrap(batch):
-    """(array, rewrap): a minidl Tensor is unwrapped, and rewrap turns the result back into one."""
+def _unwrap(batch, name=None):
+    """(array, rewrap): a minidl Tensor is unwrapped, and rewrap turns the result back into one.
+
+    With `name`, a tensor that requires grad is refused: this transform works on the array and would
+    cut the graph silently (Normalize and RandomHorizontalFlip keep it, through tensor ops)."""
     data = getattr(batch, "_data", None)
     if data is None:
         return batch, (lambda a: a)
+    if name is not None and getattr(batch, "requires_grad", False):
+        raise RuntimeError(f"{name}: the batch requires grad, and this augmentation does not record the "
+                           "autograd graph (it would silently cut it); apply it to the data before it requires "
+                           "grad, or detach() it")
     from ..autograd.tensor import Tensor
 
     return data, Tensor
+
+
+def _needs_graph(batch) -> bool:
+    return getattr(batch, "requires_grad", False) and hasattr(batch, "_data")
 
 
 def _check_nchw(name: str, x):
@@ -102,6 +113,8 @@ class Normalize:
         xp = get_array_module(x)
         mean = xp.asarray(self.mean.astype(x.dtype)).reshape(1, -1, 1, 1)
         inv_std = xp.asarray((1.0 / self.std).astype(x.dtype)).reshape(1, -1, 1, 1)
+        if _needs_graph(batch):   # a tensor that requires grad: tensor ops, so its graph goes on
+            return (batch - rewrap(mean)) * rewrap(inv_std)
         return rewrap((x - mean) * inv_std)
 
     def __repr__(self):
@@ -130,7 +143,7 @@ class RandomCrop:
         self._rng = None if generator is None else make_rng(generator, "RandomCrop")
 
     def __call__(self, batch):
-        x, rewrap = _unwrap(batch)
+        x, rewrap = _unwrap(batch, "RandomCrop")
         _check_nchw("RandomCrop", x)
         n, c, h, w = x.shape
         ph, pw = self.padding
@@ -176,6 +189,10 @@ class RandomHorizontalFlip:
         xp = get_array_module(x)
         rng = self._rng if self._rng is not None else make_rng(None)
         flip = _to_device_like(rng.random(x.shape[0]) < self.p, x)
+        if _needs_graph(batch):
+            from ..autograd.tensor import where
+
+            return where(rewrap(flip[:, None, None, None]), batch.flip(-1), batch)
         return rewrap(xp.where(flip[:, None, None, None], x[..., ::-1], x))
 
     def __repr__(self):
@@ -207,7 +224,7 @@ class Cutout:
         self._rng = None if generator is None else make_rng(generator, "Cutout")
 
     def __call__(self, batch):
-        x, rewrap = _unwrap(batch)
+        x, rewrap = _unwrap(batch, "Cutout")
         _check_nchw("Cutout", x)
         n, _, h, w = x.shape
         size_h, size_w = self.size

@@ -228,3 +228,51 @@ def test_samplers():
     assert sorted(sum((b[2].tolist() for b in loader), [])) == [1, 5, 7] and len(loader) == 2
     with pytest.raises(ValueError, match="mutually exclusive"):
         DataLoader(ds, sampler=SequentialSampler(ds), shuffle=True)
+
+
+class _FailsOnce(Dataset):
+    """Item 5 raises while `fail` is set (a file the worker cannot read, say)."""
+
+    def __init__(self):
+        self.fail = True
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        if i == 5 and self.fail:
+            raise ValueError("bad item 5")
+        return np.float32(i)
+
+
+def test_persistent_workers_after_a_worker_error_start_fresh_not_hang():
+    """The epoch after a worker's error used to wait forever on workers that had been shut down."""
+    ds = _FailsOnce()
+    loader = DataLoader(ds, batch_size=2, num_workers=2, persistent_workers=True, timeout=0)
+    with pytest.raises(RuntimeError, match="bad item 5"):
+        list(loader)
+    ds.fail = False   # fork: the fresh workers see the fixed dataset
+    got = [b.tolist() for b in loader]
+    assert got == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]
+
+
+def test_batch_transforms_keep_or_refuse_the_graph():
+    """Normalize and RandomHorizontalFlip on a batch that requires grad keep the graph (as tensor ops);
+    the augmentations that work on the array refuse instead of cutting it silently."""
+    from minidl.data import transforms as BT
+
+    x = minidl.randn(2, 3, 4, 4, requires_grad=True)
+    y = BT.Normalize([0.5, 0.4, 0.3], [0.2, 0.25, 0.5])(x)
+    assert y.requires_grad
+    y.sum().backward()
+    expected = np.broadcast_to((1 / np.array([0.2, 0.25, 0.5]))[None, :, None, None], (2, 3, 4, 4))
+    assert np.allclose(x.grad.numpy(), expected)
+    x.grad = None
+    flipped = BT.RandomHorizontalFlip(p=1.0)(x)
+    assert np.array_equal(flipped.detach().numpy(), x.detach().numpy()[..., ::-1])
+    (flipped * minidl.arange(4.0)).sum().backward()
+    assert np.array_equal(x.grad.numpy()[0, 0, 0], [3.0, 2.0, 1.0, 0.0])
+    for transform in (BT.RandomCrop(4, padding=1), BT.Cutout(2)):
+        with pytest.raises(RuntimeError, match="requires grad"):
+            transform(x)
+    assert np.allclose(BT.Normalize([0.5], [0.5])(x.detach()).numpy(), (x.detach().numpy() - 0.5) / 0.5)
