@@ -335,3 +335,40 @@ def pooling_output_shape(x_shape, desc, layout: str = "NCHW") -> tuple:
         for L, k, s, p, d in zip(spatial, desc.kernel_size, desc.stride, desc.padding, desc.dilation)
     )
     return (n, c) + out_spatial if layout == "NCHW" else (n,) + out_spatial + (c,)
+
+
+# ----------------------------------------------------------------------------------------------
+# Saying what a slow first call is doing (NVRTC compiles)
+# ----------------------------------------------------------------------------------------------
+
+COMPILE_NOTICE_AFTER_S = 1.0   # a compile served from CuPy's disk cache takes milliseconds: no notice
+
+
+def run_with_compile_notice(what: str, compile_fn, *, after_s=None, stream=None):
+    """compile_fn(), and if it is still running after `after_s` seconds (a real NVRTC compile, not a
+    cache hit), say on stderr what is being compiled, once, and how long it took: the first use of a
+    kernel family (or of a new dtype of it) otherwise looks like a hang (issue 26: a first --amp epoch
+    took 42 s in silence). Returns compile_fn's result."""
+    import sys
+    import threading
+    import time
+
+    stream = stream if stream is not None else sys.stderr
+    delay = COMPILE_NOTICE_AFTER_S if after_s is None else after_s
+    said = []
+
+    def notice():
+        said.append(True)
+        print(f"minidl: compiling {what} for this GPU (NVRTC, once; cached in ~/.cupy/kernel_cache for later "
+              "runs) ...", file=stream, flush=True)
+
+    timer = threading.Timer(delay, notice)
+    timer.daemon = True
+    start = time.perf_counter()
+    timer.start()
+    try:
+        return compile_fn()
+    finally:
+        timer.cancel()
+        if said:
+            print(f"minidl: compiled {what} in {time.perf_counter() - start:.1f} s", file=stream, flush=True)

@@ -223,3 +223,22 @@ def test_conv_shape_fields_agree():
     launcher_fields = next(ast.literal_eval(node.value) for node in ast.walk(tree)
                            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SHAPE_FIELDS")
     assert list(launcher_fields) == kernel_fields
+
+
+def test_a_slow_compile_is_announced_and_a_fast_one_is_not():
+    """run_with_compile_notice (minidl/primitives/cuda/_compile.py uses it around NVRTC): a compile that
+    takes longer than the threshold is said before it ends and timed after; a cache hit says nothing."""
+    import io
+    import time
+
+    from minidl.primitives import _common
+
+    out = io.StringIO()
+    assert _common.run_with_compile_notice("kernels/demo.cu (-DT=half)", lambda: time.sleep(0.3) or 7,
+                                           after_s=0.05, stream=out) == 7
+    text = out.getvalue()
+    assert "compiling kernels/demo.cu (-DT=half)" in text and "compiled kernels/demo.cu (-DT=half) in 0." in text
+    quiet = io.StringIO()
+    _common.run_with_compile_notice("kernels/demo.cu", lambda: None, after_s=0.5, stream=quiet)
+    time.sleep(0.6)
+    assert quiet.getvalue() == ""

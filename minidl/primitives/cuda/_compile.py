@@ -97,7 +97,9 @@ def get_module(family: str, options: tuple = (), name_expressions: tuple = ()) -
                 options=BASE_OPTIONS + (f"-I{source_dir}",) + family_options(path) + tuple(options),
                 name_expressions=tuple(name_expressions) or None,
             )
-            module.compile()
+            variant = " ".join(o for o in options if o.startswith("-D"))
+            what = f"kernels/{family}.cu" + (f" ({variant})" if variant else "")
+            _common.run_with_compile_notice(what, module.compile)
             _modules[key] = module
     return module
 
