@@ -308,6 +308,28 @@ def test_char_rnn(tmp_path, cell, capsys):
     assert "--- sample" in capsys.readouterr().out
 
 
+def test_char_gpt(tmp_path, capsys):
+    """The GPT example: resumes exactly (random windows by (seed, epoch), dropout's Philox state, AdamW's
+    moments, the warm-up + cosine lr by step), its loss falls, samples use the corpus's characters, and the
+    tied embedding/head weight stays one tensor."""
+    text = tmp_path / "tiny.txt"
+    write_text(text)
+    gpt = load_example("char_gpt")
+    args = ["--device", "cpu", "--data", str(text), "--n-layer", "2", "--n-head", "2", "--n-embd", "16",
+            "--block-size", "16", "--batch-size", "8", "--steps-per-epoch", "12", "--warmup", "4", "--no-progress",
+            "--lr", "1e-2", "--sample-length", "20", "--dropout", "0.1"]
+    full = run_resume_check(gpt, args, tmp_path)
+    assert_loss_falls(full["history"])
+    assert all(np.isfinite(r["val_loss"]) for r in full["history"])
+    assert full["model"].head.weight is full["model"].tok.weight
+    vocab = set(text.read_text())
+    for sample in full["samples"]:
+        assert len(sample) == 21 and set(sample) <= vocab
+    assert "--- sample" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        gpt.parse_args(["--n-embd", "10", "--n-head", "3"])
+
+
 def test_ptb_lm(tmp_path):
     write_word_corpus(tmp_path)
     ptb = load_example("ptb_lm")

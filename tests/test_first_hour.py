@@ -29,7 +29,7 @@ from tests.test_examples import load_example, write_cifar_binary, write_mnist, w
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 RUNS = ROOT / "benchmarks" / "results" / "runs"
-EXAMPLES = ["train_mnist", "train_cifar10", "char_rnn", "ptb_lm"]
+EXAMPLES = ["train_mnist", "train_cifar10", "char_rnn", "ptb_lm", "char_gpt"]
 
 
 def run_example(name, args, data, tmp_path, env_extra=None):
@@ -71,6 +71,9 @@ TINY = {
     "char_rnn": (lambda root: write_text(root / "input.txt"), ["--hidden-size", "16", "--embed-size", "8",
                                                                "--bptt", "16", "--sample-length", "5"]),
     "ptb_lm": (write_word_corpus, ["--hidden-size", "16", "--embed-size", "16", "--bptt", "8"]),
+    "char_gpt": (lambda root: write_text(root / "input.txt"), ["--n-layer", "1", "--n-head", "2", "--n-embd", "8",
+                                                               "--block-size", "8", "--steps-per-epoch", "3",
+                                                               "--sample-length", "5"]),
 }
 
 
