@@ -56,8 +56,10 @@ untuned choice). Compare the two runs to see why BN replaced LRN.
 Data: CIFAR10(root) reads the official binary or python release, or an image folder / the JPEG
 archives (--data, else $MINIDL_DATA, else ~/.cache/minidl). Image files need Pillow (pip install -e
 ".[vision]"); they are decoded once, with a progress bar, into a .npz cache whose path is printed.
-On a CPU, try `--device cpu --width 16 --limit-batches 10 --epochs 1`: a full epoch there takes ~19
-minutes at width 64 on 16 cores (benchmarks/results/examples.md), about twice that at width 96.
+On a CPU, try `--device cpu --width 16 --limit-batches 10 --epochs 1 --tta none` (10 training batches
+and 10 test batches of 1000, one view each; without --tta none every test image is evaluated 2x per
+epoch and 6x more in the final table): a full epoch there takes ~19 minutes at width 64 on 16 cores
+(benchmarks/results/examples.md), about twice that at width 96.
 """
 from __future__ import annotations
 
@@ -355,7 +357,8 @@ def main(argv=None):
     print(f"training time {total:.1f} s; checkpoint: {args.checkpoint}")
     # The last epoch has just evaluated the final weights with --tta: that cell of the table is known.
     known = {("weights", args.tta): history[-1]["test_accuracy"]} if history else {}
-    final = (final_table({"weights": model, **emas}, test_set, limit=args.limit_batches,
+    modes = ("none",) if args.tta == "none" else ("flip", "flip-translate")   # --tta none: no test-time views
+    final = (final_table({"weights": model, **emas}, test_set, modes=modes, limit=args.limit_batches,
                          progress_bar=not args.no_progress, known=known) if history else None)
     return {"history": history, "model": model, "optimizer": optimizer, "scheduler": scheduler, "emas": emas,
             "final": final}
