@@ -1,8 +1,11 @@
 """NumPy reference of the pointwise activations (see minidl/primitives/activation.py for the modes).
 
 Arguments arrive already checked by the public functions. Everything is computed in the input's
-dtype except GELU's erf, which Python's math.erf evaluates in float64 (NumPy has no erf, and
-minidl does not depend on SciPy).
+dtype except GELU's normal CDF, computed in float64: NumPy has no erf, and minidl does not depend on
+SciPy. For float64 inputs it is Python's math.erf element by element (exact to float64 rounding, and
+slow: ~125 ms per million values); for float32 and half inputs a vectorised erfc (Numerical Recipes'
+Chebyshev fit, relative error < 1.2e-7 everywhere, far below float32's rounding of the result) that
+runs ~10x faster, so a Transformer's GELU does not dominate a CPU training step.
 """
 from __future__ import annotations
 
@@ -32,9 +35,30 @@ def _sigmoid(x):
     return np.where(x >= 0, 1 / (1 + z), z / (1 + z))
 
 
-def _normal_cdf(x):
-    """Phi(x) = (1 + erf(x / sqrt 2)) / 2, in float64."""
-    return 0.5 * (1.0 + erf(np.asarray(x, dtype=np.float64) / _SQRT_2))
+# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z >= 0 (Numerical Recipes' erfcc): relative error
+# < 1.2e-7 over all z (checked against math.erfc in tests/primitives/test_activation.py).
+_ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398,
+                1.48851587, -0.82215223, 0.17087277)
+
+
+def erfc_fast(z):
+    """erfc(|z|) of a float64 array, to a relative error below 1.2e-7."""
+    z = np.abs(z)
+    t = 1.0 / (1.0 + 0.5 * z)
+    p = _ERFC_COEFFS[-1]
+    for c in _ERFC_COEFFS[-2::-1]:
+        p = c + t * p
+    return t * np.exp(p - z * z)
+
+
+def _normal_cdf(x, exact=True):
+    """Phi(x) = (1 + erf(x / sqrt 2)) / 2, in float64: exactly (math.erf) or, with exact=False, through
+    erfc_fast, to a relative error below 1.2e-7 on both tails (Phi(x) = erfc(-x / sqrt 2) / 2 for x < 0)."""
+    x = np.asarray(x, dtype=np.float64)
+    if exact:
+        return 0.5 * (1.0 + erf(x / _SQRT_2))
+    half_tail = 0.5 * erfc_fast(x / _SQRT_2)
+    return np.where(x < 0, half_tail, 1.0 - half_tail)
 
 
 def _forward(x, mode: str, coef: float):
@@ -53,7 +77,7 @@ def _forward(x, mode: str, coef: float):
     if mode == "tanh":
         return np.tanh(x)
     if mode == "gelu":
-        return (x * _normal_cdf(x)).astype(x.dtype)
+        return (x * _normal_cdf(x, exact=x.dtype == np.float64)).astype(x.dtype)
     if mode == "gelu_tanh":
         inner = t(_GELU_TANH_C) * (x + t(_GELU_TANH_A) * x * x * x)
         return t(0.5) * x * (t(1) + np.tanh(inner))
@@ -88,7 +112,11 @@ def _backward(x, y, dy, mode: str, coef: float):
     if mode == "gelu":
         # f'(x) = Phi(x) + x * phi(x): needs x (y alone does not determine Phi(x)).
         x64 = x.astype(np.float64)
-        slope = _normal_cdf(x64) + x64 * _INV_SQRT_2PI * np.exp(-0.5 * x64 * x64)
+        if x.dtype == np.float64:
+            cdf = _normal_cdf(x64)
+        else:   # below float64, Phi(x) = y / x from the saved output: no second erfc pass (Phi(0) = 1/2)
+            cdf = np.divide(y.astype(np.float64), x64, out=np.full(x64.shape, 0.5), where=x64 != 0)
+        slope = cdf + x64 * _INV_SQRT_2PI * np.exp(-0.5 * x64 * x64)
         return (dy * slope).astype(x.dtype)
     if mode == "gelu_tanh":
         inner = t(_GELU_TANH_C) * (x + t(_GELU_TANH_A) * x * x * x)
