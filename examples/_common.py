@@ -166,6 +166,27 @@ def check_limit(parser, args) -> None:
         parser.error(f"--limit-batches must be >= 1, got {args.limit_batches}")
     if args.epochs is not None and args.epochs < 1:
         parser.error(f"--epochs must be >= 1, got {args.epochs}")
+    # The numeric options the examples share: a bad value is one line now, not a traceback (or a silent
+    # nonsense run: --dropout 1.5, --lr -1) minutes later.
+    def flag(name):
+        return "--" + name.replace("_", "-")
+
+    for name in ("hidden_size", "embed_size", "num_layers", "bptt", "width", "eval_batch_size", "ema_every",
+                 "sample_length", "block_size", "n_layer", "n_head", "n_embd", "steps_per_epoch"):
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            parser.error(f"{flag(name)} must be >= 1, got {value}")
+    for name in ("cutout", "warmup", "sample_every"):
+        value = getattr(args, name, None)
+        if value is not None and value < 0:
+            parser.error(f"{flag(name)} must be >= 0, got {value}")
+    for name in ("lr", "clip", "temperature"):
+        value = getattr(args, name, None)
+        if value is not None and not value > 0:   # also refuses NaN
+            parser.error(f"{flag(name)} must be > 0, got {value}")
+    dropout = getattr(args, "dropout", None)
+    if dropout is not None and not 0.0 <= dropout < 1.0:
+        parser.error(f"--dropout must be in [0, 1), got {dropout}")
 
 
 def load_data(load, *args, **kwargs):

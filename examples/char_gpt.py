@@ -183,12 +183,7 @@ def parse_args(argv=None):
     p.add_argument("--top-k", type=int, default=None, help="sample only from the k likeliest characters")
     p.add_argument("--prime", default=None, help="text the samples start from (default: a newline)")
     args = p.parse_args(argv)
-    check_limit(p, args)
-    for name in ("block_size", "n_layer", "n_head", "n_embd", "steps_per_epoch", "sample_length"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not 0.0 <= args.dropout < 1.0:
-        p.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    check_limit(p, args)   # every size >= 1, --dropout in [0, 1), --lr/--clip/--temperature > 0
     if args.n_embd % args.n_head:
         p.error(f"--n-embd ({args.n_embd}) must be divisible by --n-head ({args.n_head})")
     return args

@@ -246,3 +246,17 @@ def test_readme_install_lines_name_real_extras_and_scripts():
     assert "jupyterlab" in extras["notebooks"] and "pillow" in extras["vision"]
     for script in re.findall(r"(?:python|bash) ((?:examples|scripts)/[\w/]+\.(?:py|sh))", README):
         assert (ROOT / script).is_file(), script
+
+
+@pytest.mark.parametrize("name, bad", [
+    ("char_rnn", ["--dropout", "1.5"]), ("char_rnn", ["--lr", "-1"]), ("char_rnn", ["--bptt", "0"]),
+    ("ptb_lm", ["--hidden-size", "0"]), ("train_cifar10", ["--width", "0"]), ("char_gpt", ["--temperature", "0"]),
+    ("char_gpt", ["--n-embd", "10", "--n-head", "3"]), ("train_mnist", ["--lr", "nan"]),
+])
+def test_bad_numeric_options_are_one_line(name, bad, capsys):
+    """A bad size, rate or probability stops at parse time with argparse's one-line error (exit 2)."""
+    with pytest.raises(SystemExit) as info:
+        load_example(name).parse_args(bad)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert bad[0] in err and "error:" in err, err
