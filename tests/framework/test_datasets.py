@@ -539,6 +539,8 @@ def test_batchify_and_bptt_errors():
         batchify(np.zeros(10), 2)
     with pytest.raises(ValueError, match=r"BPTTIterator: data must be \(steps, batch\) from batchify, got shape \(10,\)"):
         BPTTIterator(np.arange(10), 3)
+    with pytest.raises(ValueError, match=r"batchify: expects a 1-D stream .* got shape \(25, 2\); this looks already"):
+        batchify(batchify(np.arange(50), 2), 4)   # flattening it would interleave the two streams
 
 
 @pytest.mark.gpu

@@ -161,7 +161,11 @@ def batchify(ids, batch_size: int) -> np.ndarray:
 
     The tail that does not fill a whole row is dropped (as in PyTorch's word_language_model example).
     """
-    ids = _ids_array(ids, "batchify").reshape(-1)
+    ids = _ids_array(ids, "batchify")
+    if ids.ndim != 1:   # reshape(-1) of a (steps, batch) array would interleave the streams: refuse
+        raise ValueError(f"batchify: expects a 1-D stream of token ids, got shape {tuple(ids.shape)}; this "
+                         "looks already batchified (batchify returns (steps, batch_size)): pass the original "
+                         "stream, or use the batched array as it is")
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batchify: batch_size must be a positive int, got {batch_size!r}")
     steps = ids.size // batch_size
