@@ -21,6 +21,21 @@ from collections import Counter
 from .optimizer import Optimizer
 
 
+def _number(cls: str, name: str, value) -> float:
+    """A real number (not a bool, not a string): TypeError naming the scheduler and the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{cls}: {name} must be a number, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _positive_int(cls: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value:
+        raise TypeError(f"{cls}: {name} must be an integer, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise ValueError(f"{cls}: {name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 class LRScheduler:
     """Base class: subclasses implement `get_lr()` -> the new lr of each group at `self.last_epoch`."""
 
@@ -117,6 +132,10 @@ class LambdaLR(LRScheduler):
     """lr = initial_lr * lr_lambda(epoch); one function, or one per group."""
 
     def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
+        for fn in (lr_lambda if isinstance(lr_lambda, (list, tuple)) else [lr_lambda]):
+            if not callable(fn):
+                raise TypeError(f"LambdaLR: lr_lambda must be a function of the epoch (or a list of them, one per "
+                                f"group), got {type(fn).__name__} {fn!r}")
         if isinstance(lr_lambda, (list, tuple)):
             if len(lr_lambda) != len(optimizer.param_groups):
                 raise ValueError(
@@ -151,10 +170,8 @@ class StepLR(LRScheduler):
     """Multiply the lr by gamma every step_size epochs."""
 
     def __init__(self, optimizer, step_size: int, gamma: float = 0.1, last_epoch: int = -1):
-        if int(step_size) != step_size or step_size <= 0:
-            raise ValueError(f"StepLR: step_size must be a positive integer, got {step_size}")
-        self.step_size = int(step_size)
-        self.gamma = gamma
+        self.step_size = _positive_int("StepLR", "step_size", step_size)
+        self.gamma = _number("StepLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -167,8 +184,11 @@ class MultiStepLR(LRScheduler):
     """Multiply the lr by gamma at each milestone epoch (by gamma^k if a milestone is listed k times)."""
 
     def __init__(self, optimizer, milestones, gamma: float = 0.1, last_epoch: int = -1):
-        self.milestones = Counter(int(m) for m in milestones)
-        self.gamma = gamma
+        if isinstance(milestones, (str, bytes)) or not hasattr(milestones, "__iter__"):
+            raise TypeError(f"MultiStepLR: milestones must be a list of epochs, got {type(milestones).__name__} "
+                            f"{milestones!r}")
+        self.milestones = Counter(_positive_int("MultiStepLR", "a milestone", m) for m in milestones)
+        self.gamma = _number("MultiStepLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -191,7 +211,7 @@ class ExponentialLR(LRScheduler):
     """Multiply the lr by gamma every epoch."""
 
     def __init__(self, optimizer, gamma: float, last_epoch: int = -1):
-        self.gamma = gamma
+        self.gamma = _number("ExponentialLR", "gamma", gamma)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -208,10 +228,12 @@ class CosineAnnealingLR(LRScheduler):
     """
 
     def __init__(self, optimizer, T_max: int, eta_min: float = 0.0, last_epoch: int = -1):
+        if isinstance(T_max, bool) or not isinstance(T_max, numbers.Real):
+            raise TypeError(f"CosineAnnealingLR: T_max must be a number of epochs, got {type(T_max).__name__} {T_max!r}")
         if T_max <= 0:
             raise ValueError(f"CosineAnnealingLR: T_max must be positive, got {T_max}")
         self.T_max = T_max
-        self.eta_min = eta_min
+        self.eta_min = _number("CosineAnnealingLR", "eta_min", eta_min)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -351,3 +373,90 @@ def _per_group(name, value, groups):
             raise ValueError(f"OneCycleLR: expected {len(groups)} values for {name} (one per group), got {len(value)}")
         return list(value)
     return [value] * len(groups)
+
+
+class ReduceLROnPlateau:
+    """Divide the lr by 1/factor when a metric has stopped improving for `patience` epochs
+    (torch.optim.lr_scheduler.ReduceLROnPlateau). Step it with the metric: `sched.step(val_loss)`.
+
+    mode "min" (a loss) or "max" (an accuracy); an epoch improves on the best when the metric beats it by
+    more than `threshold` (relative: best * (1 -/+ threshold); absolute: best -/+ threshold). After a
+    reduction, `cooldown` epochs pass before bad epochs count again. No group goes below its min_lr, and a
+    change smaller than eps is skipped.
+    """
+
+    def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4, threshold_mode="rel",
+                 cooldown=0, min_lr=0, eps=1e-8):
+        name = "ReduceLROnPlateau"
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{name}: {type(optimizer).__name__} is not an Optimizer")
+        if mode not in ("min", "max"):
+            raise ValueError(f"{name}: mode {mode!r} is unknown; use 'min' or 'max'")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"{name}: threshold_mode {threshold_mode!r} is unknown; use 'rel' or 'abs'")
+        if _number(name, "factor", factor) >= 1.0:
+            raise ValueError(f"{name}: factor should be < 1.0, got {factor}")
+        for arg, value in (("patience", patience), ("cooldown", cooldown)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ValueError(f"{name}: {arg} must be an integer >= 0, got {value!r}")
+        groups = optimizer.param_groups
+        if isinstance(min_lr, (list, tuple)):
+            if len(min_lr) != len(groups):
+                raise ValueError(f"{name}: expected {len(groups)} min_lrs (one per group), got {len(min_lr)}")
+            self.min_lrs = [float(_number(name, "min_lr", v)) for v in min_lr]
+        else:
+            self.min_lrs = [float(_number(name, "min_lr", min_lr))] * len(groups)
+        self.optimizer = optimizer
+        self.mode, self.factor, self.patience = mode, float(factor), int(patience)
+        self.threshold, self.threshold_mode = float(_number(name, "threshold", threshold)), threshold_mode
+        self.cooldown, self.eps = int(cooldown), float(_number(name, "eps", eps))
+        self.best = math.inf if mode == "min" else -math.inf
+        self.num_bad_epochs = self.cooldown_counter = 0
+        self.last_epoch = 0
+        self._last_lr = [group["lr"] for group in groups]
+
+    def is_better(self, a, best) -> bool:
+        if self.mode == "min":
+            return a < (best * (1.0 - self.threshold) if self.threshold_mode == "rel" else best - self.threshold)
+        return a > (best * (1.0 + self.threshold) if self.threshold_mode == "rel" else best + self.threshold)
+
+    def step(self, metrics) -> None:
+        value = getattr(metrics, "item", lambda: metrics)()   # a 0-d tensor, or a number
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"ReduceLROnPlateau.step: expected the metric (a number or a one-element tensor), "
+                            f"got {type(metrics).__name__}")
+        current = float(value)
+        self.last_epoch += 1
+        if self.is_better(current, self.best):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0
+        if self.num_bad_epochs > self.patience:
+            for group, floor in zip(self.optimizer.param_groups, self.min_lrs):
+                old = float(group["lr"])
+                new = max(old * self.factor, floor)
+                if old - new > self.eps:
+                    group["lr"] = new
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)
+
+    @property
+    def in_cooldown(self) -> bool:
+        return self.cooldown_counter > 0
+
+    def state_dict(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if key != "optimizer"}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"ReduceLROnPlateau.load_state_dict: expected a dict, got {type(state_dict).__name__}")
+        unknown = sorted(str(k) for k in state_dict if k not in self.state_dict())
+        if unknown:
+            raise ValueError(f"ReduceLROnPlateau.load_state_dict: unexpected keys {unknown}")
+        self.__dict__.update(state_dict)

@@ -578,3 +578,44 @@ def test_half_network_with_float_batch_norms():
     assert y.dtype == minidl.float16
     y.float().sum().backward()
     assert net[1].weight.grad.dtype == minidl.float32 and net[0].weight.grad.dtype == minidl.float16
+
+
+def test_reduce_lr_on_plateau_matches_torch():
+    metrics = [1.0, 0.9, 0.91, 0.92, 0.93, 0.89, 0.95, 0.96, 0.97, 0.98, 0.99, 1.0, 0.5, 0.6, 0.7, 0.8, 0.9]
+    for kw in (dict(patience=2), dict(patience=1, cooldown=2, factor=0.5),
+               dict(mode="max", patience=1, threshold_mode="abs", threshold=0.05), dict(patience=0, min_lr=0.004)):
+        p, tp = nn.Parameter(minidl.zeros(2)), torch.nn.Parameter(torch.zeros(2))
+        opt, topt = minidl.optim.SGD([p], lr=0.1), torch.optim.SGD([tp], lr=0.1)
+        sched = minidl.optim.lr_scheduler.ReduceLROnPlateau(opt, **kw)
+        tsched = torch.optim.lr_scheduler.ReduceLROnPlateau(topt, **kw)
+        for m in metrics:
+            sched.step(minidl.tensor(m))
+            tsched.step(m)
+            assert opt.param_groups[0]["lr"] == pytest.approx(topt.param_groups[0]["lr"], rel=1e-12), kw
+        assert sched.get_last_lr() == pytest.approx(tsched.get_last_lr())
+    state = sched.state_dict()
+    again = minidl.optim.lr_scheduler.ReduceLROnPlateau(minidl.optim.SGD([p], lr=0.1), patience=0, min_lr=0.004)
+    again.load_state_dict(state)
+    assert again.best == sched.best and again.last_epoch == sched.last_epoch
+    with pytest.raises(ValueError, match="factor should be < 1.0"):
+        minidl.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=1.5)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda o: minidl.optim.lr_scheduler.StepLR(o, step_size="2"), "StepLR: step_size must be an integer, got str"),
+    (lambda o: minidl.optim.lr_scheduler.StepLR(o, 2, gamma="a"), "StepLR: gamma must be a number, got str"),
+    (lambda o: minidl.optim.lr_scheduler.CosineAnnealingLR(o, T_max="3"), "CosineAnnealingLR: T_max must be a number"),
+    (lambda o: minidl.optim.lr_scheduler.MultiStepLR(o, milestones=3), "MultiStepLR: milestones must be a list"),
+    (lambda o: minidl.optim.lr_scheduler.LambdaLR(o, lr_lambda=3), "LambdaLR: lr_lambda must be a function"),
+    (lambda o: minidl.optim.lr_scheduler.ExponentialLR(o, gamma=None), "ExponentialLR: gamma must be a number"),
+])
+def test_scheduler_options_of_the_wrong_type_are_named(make, message):
+    opt = minidl.optim.SGD([nn.Parameter(minidl.zeros(2))], lr=0.1)
+    with pytest.raises(TypeError, match=message):
+        make(opt)
+    assert opt.param_groups[0]["lr"] == 0.1
+
+
+def test_adam_betas_must_be_a_pair():
+    with pytest.raises(ValueError, match=r"betas must be a pair \(beta1, beta2\), got 0.9"):
+        minidl.optim.Adam([nn.Parameter(minidl.zeros(2))], betas=0.9)
