@@ -130,35 +130,50 @@ class Function:
 
     @classmethod
     def apply(cls, *inputs, **params):
-        Tensor = _tensor_class()
+        """Run forward on the inputs' arrays and wrap the outputs; record the op on the tape when an input
+        requires grad and grad mode is on. (Written for few Python calls: it runs for every op.)"""
+        Tensor = _TENSOR[0] if _TENSOR else _tensor_class()
         ctx_style = _CTX_STYLE.get(cls)
         if ctx_style is None:
             ctx_style = _CTX_STYLE[cls] = _is_ctx_style(cls)
         if ctx_style:  # a Function written in PyTorch's style (static forward(ctx, ...))
             return _CtxFunction.apply(*inputs, user_cls=cls)
         fn = cls()
-        is_tensor = [isinstance(t, Tensor) for t in inputs]
-        arrays = tuple(t._data if it else t for t, it in zip(inputs, is_tensor))
-        fn.needs_input_grad = needs = tuple(it and t.requires_grad for t, it in zip(inputs, is_tensor))
+        arrays, needs, any_grad = [], [], False
+        for t in inputs:
+            if isinstance(t, Tensor):
+                arrays.append(t._data)
+                rg = t.requires_grad
+                needs.append(rg)
+                any_grad = any_grad or rg
+            else:
+                arrays.append(t)
+                needs.append(False)
+        fn.needs_input_grad = needs = tuple(needs)
         outputs = fn.forward(*arrays, **params)
         single = not isinstance(outputs, tuple)
+        record = any_grad and is_grad_enabled()
         if single:
-            outputs = (outputs,)
-        record = True in needs and is_grad_enabled()
-        results = []
-        for i, out in enumerate(outputs):
-            # Only floating-point outputs carry gradients (indices, masks and comparisons do not).
-            differentiable = record and is_floating(out.dtype)
-            t = Tensor._make(out, requires_grad=differentiable)
+            differentiable = record and is_floating(outputs.dtype)
+            result = Tensor._make(outputs, requires_grad=differentiable)
             if differentiable:
-                t._ctx, t._out_index = fn, i
-            results.append(t)
-        if cls.may_return_view and is_tensor[0] and _same_memory(outputs[0], arrays[0]):
+                result._ctx = fn   # _out_index stays 0
+            results, outputs = (result,), (outputs,)
+        else:
+            results = []
+            for i, out in enumerate(outputs):
+                # Only floating-point outputs carry gradients (indices, masks and comparisons do not).
+                differentiable = record and is_floating(out.dtype)
+                t = Tensor._make(out, requires_grad=differentiable)
+                if differentiable:
+                    t._ctx, t._out_index = fn, i
+                results.append(t)
+        if cls.may_return_view and isinstance(inputs[0], Tensor) and _same_memory(outputs[0], arrays[0]):
             base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
             results[0]._vbox, results[0]._base = inputs[0]._vbox, base
         if record:
-            fn.inputs = tuple(t if it else None for t, it in zip(inputs, is_tensor))
-            fn._input_versions = tuple(t._version if it else 0 for t, it in zip(inputs, is_tensor))
+            fn.inputs = tuple(t if isinstance(t, Tensor) else None for t in inputs)
+            fn._input_versions = tuple(t._version if isinstance(t, Tensor) else 0 for t in inputs)
             fn._output_meta = tuple((o.shape, o.dtype) for o in outputs)
             fn._output_refs = tuple(weakref.ref(t) for t in results)
             fn._output_versions = [t._version for t in results]
@@ -340,12 +355,12 @@ def run_backward(tensor, grad_array, retain_graph: bool = False):
                     "backward() if you need to call it twice."
                 )
             _check_versions(fn)
-            # Outputs nobody used get a zero gradient, so every backward sees a full set.
-            xp = _array_module(next(g for g in grads_out if g is not None))
-            grads_out = [
-                g if g is not None else xp.zeros(shape, dtype=dtype)
-                for g, (shape, dtype) in zip(grads_out, fn._output_meta)
-            ]
+            if any(g is None for g in grads_out):   # outputs nobody used get a zero gradient: a full set
+                xp = _array_module(next(g for g in grads_out if g is not None))
+                grads_out = [
+                    g if g is not None else xp.zeros(shape, dtype=dtype)
+                    for g, (shape, dtype) in zip(grads_out, fn._output_meta)
+                ]
             for k, ref in enumerate(fn._output_refs):  # the outputs' hooks, then retain_grad()
                 t = ref()
                 if t is None:
@@ -364,7 +379,7 @@ def run_backward(tensor, grad_array, retain_graph: bool = False):
             for inp, g in zip(fn.inputs, grads_in):
                 if inp is None or g is None or not inp.requires_grad:
                     continue
-                if tuple(g.shape) != tuple(inp.shape):
+                if g.shape != inp._data.shape and tuple(g.shape) != tuple(inp.shape):
                     raise RuntimeError(
                         f"{fn.name}.backward returned a gradient of shape {tuple(g.shape)} for an input "
                         f"of shape {tuple(inp.shape)}"
@@ -383,6 +398,14 @@ def run_backward(tensor, grad_array, retain_graph: bool = False):
 
 def _check_versions(fn):
     """Raise (as PyTorch) when an array that fn's backward reads was changed in place after forward."""
+    if fn.saves_inputs and not fn.saves_output:   # the usual case, checked without building a list
+        for t, v in zip(fn.inputs, fn._input_versions):
+            if t is not None and t._version != v:
+                break
+        else:
+            return
+    elif not fn.saves_inputs and not fn.saves_output:
+        return
     suspects = []
     if fn.saves_inputs:
         suspects += [(t, v, "an input") for t, v in zip(fn.inputs, fn._input_versions) if t is not None]
@@ -410,8 +433,7 @@ def _run_hooks(tensor, g):
 
 
 def _accumulate_leaf(tensor, g, run_hooks=True):
-    from .tensor import Tensor
-
+    Tensor = _TENSOR[0] if _TENSOR else _tensor_class()
     if run_hooks and tensor._hooks:
         g = _run_hooks(tensor, g)
     if tensor.grad is None:

@@ -339,6 +339,12 @@ class Tensor:
         if not callable(hook):
             raise TypeError(f"register_hook: hook must be callable, got {hook!r}")
         self._hooks.append(hook)
+        if self._ctx is not None:
+            # The tape reaches a non-leaf's hooks through its creator's weak references to its outputs; a
+            # tensor nothing else keeps alive (an intermediate whose consumer's backward has already freed
+            # its inputs) would take its hooks with it, and whether it did would depend on when the garbage
+            # collector ran. As torch keeps tensor hooks on the grad_fn, the creator keeps the tensor.
+            self._ctx.__dict__.setdefault("_hooked_outputs", []).append(self)
         return _HookHandle(self._hooks, hook)
 
     def backward(self, gradient=None, retain_graph=False):
@@ -1904,8 +1910,11 @@ def matmul(input, other, *, out=None):
         a = Tensor(a)
     b = a._operand(b, "matmul")   # also checks the devices
     a, b = _autocast.cast_inputs("matmul", a, b)
-    if a._data.dtype != b._data.dtype:
+    ad, bd = a._data, b._data
+    if ad.dtype != bd.dtype:
         a, b = _promote(a, b, "matmul")
+    if type(ad) is np.ndarray and ad.ndim == 2 and bd.ndim == 2 and ad.shape[1] == bd.shape[0]:
+        return ops.MatMul.apply(a, b)   # the common CPU case: two matrices that fit, nothing more to check
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: both operands need at least 1 dim, got shapes {a.shape} and {b.shape}")
     ka = a.shape[-1]

@@ -619,3 +619,36 @@ def test_scheduler_options_of_the_wrong_type_are_named(make, message):
 def test_adam_betas_must_be_a_pair():
     with pytest.raises(ValueError, match=r"betas must be a pair \(beta1, beta2\), got 0.9"):
         minidl.optim.Adam([nn.Parameter(minidl.zeros(2))], betas=0.9)
+
+
+def test_a_hook_on_an_intermediate_fires_even_after_a_garbage_collection(monkeypatch):
+    """The tensor a hook sits on may be kept alive only by a reference cycle (the hook's closure): its
+    consumer's backward frees its inputs, and a collection at that moment used to drop the hook (a module's
+    full backward hook then never fired, depending on when the collector ran). Here a collection follows
+    every release."""
+    import gc
+
+    from minidl.autograd.function import Function
+
+    release = Function._release
+
+    def release_then_collect(self):
+        release(self)
+        gc.collect()
+
+    monkeypatch.setattr(Function, "_release", release_then_collect)
+    x = minidl.randn(3, requires_grad=True)
+    fired = []
+
+    def make():
+        holder = [x * 2]                       # the hook's closure references the tensor: a cycle
+        holder[0].register_hook(lambda g: fired.append(len(holder)) or None)
+        return holder[0] * 3                  # the only other reference: this op's inputs
+
+    make().sum().backward()
+    assert fired == [1] and np.allclose(x.grad.numpy(), 6.0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    seen = []
+    m[2].register_full_backward_hook(lambda mod, gi, go: seen.append(gi[0].shape))
+    m(minidl.randn(5, 3)).sum().backward()
+    assert seen == [(5, 4)]
