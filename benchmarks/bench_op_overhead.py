@@ -2,7 +2,8 @@
 what is left is the framework (Python calls, type promotion, the tape). Issue 23's yardstick.
 
 Each case runs the same work in both frameworks (same shapes, dtypes, grad settings) many times and
-reports the median microseconds per call over --repeats rounds, and the ratio minidl / torch. The
+reports the median microseconds per call over --repeats rounds (minidl's and torch's rounds interleaved),
+and the ratio minidl / torch. The
 training-step cases (a tiny MLP and a tiny CNN: forward, loss, backward, SGD step) show what the
 per-op cost adds up to in a loop a student writes. Timings are of this machine: rerun both in the
 same process to compare.
@@ -30,16 +31,20 @@ import minidl.nn.functional as MF  # noqa: E402
 from benchmarks._report import git_commit  # noqa: E402
 
 
-def _time(fn, number, repeats):
-    for _ in range(max(3, number // 10)):
-        fn()
-    rounds = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(number):
+def _time_pair(mine, theirs, number, repeats):
+    """Median microseconds per call of each, the rounds of the two interleaved (mine, theirs, mine, ...)
+    so that a noisy stretch of the machine falls on both alike."""
+    for fn in (mine, theirs):
+        for _ in range(max(3, number // 10)):
             fn()
-        rounds.append((time.perf_counter() - t0) / number * 1e6)
-    return statistics.median(rounds)
+    rounds = ([], [])
+    for _ in range(repeats):
+        for k, fn in enumerate((mine, theirs)):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            rounds[k].append((time.perf_counter() - t0) / number * 1e6)
+    return statistics.median(rounds[0]), statistics.median(rounds[1])
 
 
 def cases(torch):
@@ -97,7 +102,7 @@ def cases(torch):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the iteration counts (0.1 for a quick look)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -107,7 +112,7 @@ def main():
     rows = []
     for name, mine, theirs, number in cases(torch):
         n = max(10, int(number * args.scale))
-        t_mine, t_theirs = _time(mine, n, args.repeats), _time(theirs, n, args.repeats)
+        t_mine, t_theirs = _time_pair(mine, theirs, n, args.repeats)
         rows.append((name, t_mine, t_theirs))
         print(f"{name:40s} minidl {t_mine:9.2f} us   torch {t_theirs:8.2f} us   ratio {t_mine / t_theirs:6.2f}")
     if args.out:
@@ -117,7 +122,7 @@ def main():
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_commit()}, "
             f"{platform.processor() or platform.machine()} ({platform.python_implementation()} "
             f"{platform.python_version()}), NumPy {np.__version__}, torch {torch.__version__} (1 thread). "
-            f"`python benchmarks/bench_op_overhead.py --out {args.out}`; median of {args.repeats} rounds.",
+            f"`python benchmarks/bench_op_overhead.py --out {args.out}`; median of {args.repeats} interleaved rounds.",
             "",
             "| case | minidl (µs) | torch (µs) | minidl / torch |",
             "| --- | ---: | ---: | ---: |",
