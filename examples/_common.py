@@ -157,6 +157,25 @@ def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = Tru
     return step
 
 
+def add_sampling_options(p, temperature=0.8):
+    """--sample-length, --temperature and --prime: the text-generating examples' sampling options."""
+    p.add_argument("--sample-length", type=int, default=300, help="default 300")
+    p.add_argument("--temperature", type=float, default=temperature, help=f"default {temperature}")
+    p.add_argument("--prime", default=None, help="text the samples start from (default: a newline)")
+    return p
+
+
+def resolve_prime(prime, corpus) -> str:
+    """The text samples start from: --prime, or a newline (the corpus's first character if it has none);
+    characters outside the corpus's vocabulary are one line and exit status 1."""
+    if prime is None:
+        prime = "\n" if "\n" in corpus.stoi else corpus.text[0]
+    unknown = sorted(set(prime) - set(corpus.stoi))
+    if unknown:
+        sys.exit(f"--prime: characters {unknown!r} are not in the corpus's vocabulary")
+    return prime
+
+
 def check_limit(parser, args) -> None:
     """--limit-batches, --epochs and --batch-size must be positive: 0 would train nothing and divide
     by zero later (argparse's error: a usage line, one message, exit status 2)."""

@@ -46,6 +46,7 @@ import minidl.nn.functional as F  # noqa: E402
 from minidl.data import CharCorpus  # noqa: E402
 
 from _common import (  # noqa: E402
+    add_sampling_options, resolve_prime,
     MixedPrecision, RunningLoss, Timer, announce_resume, base_parser, check_checkpoint_path, check_limit,
     check_schedule_length, epoch_range, epoch_rng, load_checkpoint, load_data, parameter_count, pick_device,
     progress, save_checkpoint,
@@ -147,6 +148,7 @@ def sample(model, corpus, device, *, prime="\n", length=300, temperature=0.8, to
     rng = rng if rng is not None else np.random.default_rng(0)
     model.eval()
     ids = list(corpus.encode(prime))
+    start = len(ids)
     with minidl.no_grad():
         for _ in range(length):
             window = minidl.tensor(np.array(ids[-model.block_size:])[None, :], device=device)
@@ -156,7 +158,7 @@ def sample(model, corpus, device, *, prime="\n", length=300, temperature=0.8, to
             p = np.exp(logits - logits.max())
             ids.append(int(rng.choice(len(p), p=p / p.sum())))
     model.train()
-    return prime + corpus.decode(ids[len(corpus.encode(prime)):])
+    return prime + corpus.decode(ids[start:])
 
 
 def lr_at(step, total, warmup, lr):
@@ -178,10 +180,8 @@ def parse_args(argv=None):
     p.add_argument("--steps-per-epoch", type=int, default=500, help="random-window batches per epoch (default 500)")
     p.add_argument("--warmup", type=int, default=100, help="warm-up steps (default 100)")
     p.add_argument("--clip", type=float, default=1.0, help="max gradient norm (default 1)")
-    p.add_argument("--sample-length", type=int, default=300, help="default 300")
-    p.add_argument("--temperature", type=float, default=0.8, help="default 0.8")
     p.add_argument("--top-k", type=int, default=None, help="sample only from the k likeliest characters")
-    p.add_argument("--prime", default=None, help="text the samples start from (default: a newline)")
+    add_sampling_options(p)
     args = p.parse_args(argv)
     check_limit(p, args)   # every size >= 1, --dropout in [0, 1), --lr/--clip/--temperature > 0
     if args.n_embd % args.n_head:
@@ -219,10 +219,7 @@ def main(argv=None):
     print(f"minidl {minidl.__version__}: char-GPT on {device}, {parameter_count(model)} parameters "
           f"({args.n_layer} layers, {args.n_head} heads, d={args.n_embd}, context {args.block_size}), "
           f"vocabulary {corpus.vocab_size}, {len(train)} training characters")
-    prime = args.prime if args.prime is not None else ("\n" if "\n" in corpus.stoi else corpus.text[0])
-    unknown = sorted(set(prime) - set(corpus.stoi))
-    if unknown:
-        sys.exit(f"--prime: characters {unknown!r} are not in the corpus's vocabulary")
+    prime = resolve_prime(args.prime, corpus)
     sample_rng = np.random.default_rng(args.seed)
     steps = args.steps_per_epoch if args.limit_batches is None else min(args.steps_per_epoch, args.limit_batches)
     history, samples = [], []

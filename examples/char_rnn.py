@@ -40,6 +40,7 @@ import minidl.nn.functional as F  # noqa: E402
 from minidl.data import BPTTIterator, CharCorpus, batchify  # noqa: E402
 
 from _common import (  # noqa: E402
+    add_sampling_options, resolve_prime,
     announce_resume, check_checkpoint_path,
     MixedPrecision, RunningLoss, Timer, base_parser, check_limit, check_schedule_length, detach_hidden, epoch_range,
     evaluate_lm, load_checkpoint, load_data, parameter_count, pick_device, progress, save_checkpoint,
@@ -95,9 +96,7 @@ def parse_args(argv=None):
     p.add_argument("--clip", type=float, default=5.0, help="max gradient norm (default 5)")
     p.add_argument("--sample-every", type=int, default=0,
                    help="print a sample every N steps (default 0: per epoch only)")
-    p.add_argument("--sample-length", type=int, default=300, help="default 300")
-    p.add_argument("--temperature", type=float, default=0.8, help="default 0.8")
-    p.add_argument("--prime", default=None, help="text the samples start from (default: a newline)")
+    add_sampling_options(p)
     args = p.parse_args(argv)
     check_limit(p, args)
     return args
@@ -131,11 +130,7 @@ def main(argv=None):
 
     print(f"minidl {minidl.__version__}: char-{args.cell.upper()} on {device}, {parameter_count(model)} parameters, "
           f"vocabulary {corpus.vocab_size}, {len(corpus.train_data)} training characters")
-    if args.prime is None:
-        args.prime = "\n" if "\n" in corpus.stoi else corpus.text[0]
-    unknown = sorted(set(args.prime) - set(corpus.stoi))
-    if unknown:
-        sys.exit(f"--prime: characters {unknown!r} are not in the corpus's vocabulary")
+    args.prime = resolve_prime(args.prime, corpus)
     sample_rng = np.random.default_rng(args.seed)  # its own generator: sampling never shifts training's
     history, samples, step = [], [], 0
     for epoch in epoch_range(start_epoch, args):

@@ -6,16 +6,7 @@
 #   MINIDL_COMMIT=$(git rev-parse --short HEAD) OUT=/tmp/out bash scripts/gpu_session_check.sh
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-# Test-only wheels staged by scripts/stage_device_wheels.sh (carry ".whl"): expecttest for the OpInfo run.
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=$PWD:/tmp/site
-fi
-# CuPy's compiled kernels from an earlier call (carry ".cupy_cache"; the call can bring them back with
-# `tar czf $OUT/cupy_cache.tgz -C ~/.cupy kernel_cache`): no NVRTC compile on a fresh machine.
-if [ -f .cupy_cache/cupy_cache.tgz ]; then mkdir -p ~/.cupy && tar xzf .cupy_cache/cupy_cache.tgz -C ~/.cupy; fi
-OUT=${OUT:-/tmp/minidl_gpu_out}; mkdir -p "$OUT"
+. scripts/_device_setup.sh   # PYTHONPATH, carried wheels and kernel cache, $OUT
 T_TESTS=${T_TESTS:-270}; T_STEP=${T_STEP:-110}; T_CONV=${T_CONV:-60}; T_FIRST=${T_FIRST:-120}
 # FIRST: the GPU tests of what changed since the last GPU run, run (and logged) before the whole suite,
 # so that their result comes back even if the suite runs out of time.

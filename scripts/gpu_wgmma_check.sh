@@ -6,13 +6,7 @@
 #   OUT=/tmp/out T_PROBE=270 T_GEMM=90 T_SUITE=150 bash scripts/gpu_wgmma_check.sh
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=$PWD:/tmp/site
-fi
-if [ -f .cupy_cache/cupy_cache.tgz ]; then mkdir -p ~/.cupy && tar xzf .cupy_cache/cupy_cache.tgz -C ~/.cupy; fi
-OUT=${OUT:-/tmp/minidl_gpu_out}; mkdir -p "$OUT"
+. scripts/_device_setup.sh   # PYTHONPATH, carried wheels and kernel cache, $OUT
 T_PROBE=${T_PROBE:-270}; T_GEMM=${T_GEMM:-90}; T_SUITE=${T_SUITE:-150}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/device.txt"
 date -u +%FT%TZ | tee -a "$OUT/device.txt"

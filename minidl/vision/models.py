@@ -37,6 +37,22 @@ def _no_pretrained(name, weights, kwargs):
 # ------------------------------------------------------------------------------------------------
 
 
+
+def _init_conv_bn_linear(model):
+    """torchvision's initialisation of VGG and MobileNetV2: convolutions Kaiming-normal (fan_out, ReLU's
+    gain), batch norms 1 and 0, linear layers N(0, 0.01) and 0; biases 0."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            if m.bias is not None:
+                init.zeros_(m.bias)
+        elif isinstance(m, nn.BatchNorm2d):
+            init.ones_(m.weight)
+            init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            init.normal_(m.weight, 0, 0.01)
+            init.zeros_(m.bias)
+
 class BasicBlock(nn.Module):
     expansion = 1
 
@@ -154,17 +170,7 @@ class VGG(nn.Module):
             nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(p=dropout),
             nn.Linear(4096, num_classes))
         if init_weights:
-            for m in self.modules():
-                if isinstance(m, nn.Conv2d):
-                    init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-                    if m.bias is not None:
-                        init.zeros_(m.bias)
-                elif isinstance(m, nn.BatchNorm2d):
-                    init.ones_(m.weight)
-                    init.zeros_(m.bias)
-                elif isinstance(m, nn.Linear):
-                    init.normal_(m.weight, 0, 0.01)
-                    init.zeros_(m.bias)
+            _init_conv_bn_linear(self)
 
     def forward(self, x):
         return self.classifier(self.avgpool(self.features(x)).flatten(1))
@@ -279,17 +285,7 @@ class MobileNetV2(nn.Module):
         features.append(Conv2dNormActivation(input_channel, self.last_channel, kernel_size=1))
         self.features = nn.Sequential(*features)
         self.classifier = nn.Sequential(nn.Dropout(p=dropout), nn.Linear(self.last_channel, num_classes))
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                init.kaiming_normal_(m.weight, mode="fan_out")
-                if m.bias is not None:
-                    init.zeros_(m.bias)
-            elif isinstance(m, nn.BatchNorm2d):
-                init.ones_(m.weight)
-                init.zeros_(m.bias)
-            elif isinstance(m, nn.Linear):
-                init.normal_(m.weight, 0, 0.01)
-                init.zeros_(m.bias)
+        _init_conv_bn_linear(self)   # kaiming's default nonlinearity (leaky_relu, a=0) has ReLU's gain
 
     def forward(self, x):
         x = nn.functional.adaptive_avg_pool2d(self.features(x), (1, 1))

@@ -30,6 +30,7 @@ from ...autograd.tensor import Tensor
 from .activations import softmax
 from .dense import linear
 from .dropouts import dropout
+from .vision import pad
 
 
 def _is_bool(t) -> bool:
@@ -164,9 +165,9 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
         k = cat([k, bias_k.expand(1, N, E)])
         v = cat([v, bias_v.expand(1, N, E)])
         if attn_mask is not None:
-            attn_mask = _pad_last(attn_mask)
+            attn_mask = pad(attn_mask, (0, 1))   # one more key position, allowed (torch: the same pad)
         if key_padding_mask is not None:
-            key_padding_mask = _pad_last(key_padding_mask)
+            key_padding_mask = pad(key_padding_mask, (0, 1))
 
     # (L, N, E) -> (N * H, L, hd): heads become batch entries
     q = q.reshape(L, N * num_heads, hd).transpose(0, 1)
@@ -179,9 +180,9 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
         k = cat([k, zeros((N * num_heads, 1, hd), dtype=k.dtype, device=k.device)], dim=1)
         v = cat([v, zeros((N * num_heads, 1, hd), dtype=v.dtype, device=v.device)], dim=1)
         if attn_mask is not None:
-            attn_mask = _pad_last(attn_mask)
+            attn_mask = pad(attn_mask, (0, 1))   # one more key position, allowed (torch: the same pad)
         if key_padding_mask is not None:
-            key_padding_mask = _pad_last(key_padding_mask)
+            key_padding_mask = pad(key_padding_mask, (0, 1))
     S = k.shape[1]
     if key_padding_mask is not None:
         if tuple(key_padding_mask.shape) != (N, S):
@@ -210,10 +211,3 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
     weights = weights.reshape(N, num_heads, L, S)
     return out, (weights.mean(dim=1) if average_attn_weights else weights)
 
-
-def _pad_last(mask):
-    """One more key position, allowed (0): torch's F.pad(mask, (0, 1))."""
-    from ...autograd.creation import zeros
-    from ...autograd.tensor import cat
-
-    return cat([mask, zeros(tuple(mask.shape[:-1]) + (1,), dtype=mask.dtype, device=mask.device)], dim=-1)

@@ -155,12 +155,7 @@ class _ConvTransposeNd(Module):
         self._conv_plans: dict = {}
         self.reset_parameters()
 
-    def reset_parameters(self):
-        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            fan_in, _ = init._calculate_fan_in_and_fan_out(self.weight)
-            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-            init.uniform_(self.bias, -bound, bound)
+    reset_parameters = _ConvNd.reset_parameters   # torch's default init, read from the stored weight's fans
 
     def _output_padding(self, input, output_size):
         if output_size is None:

@@ -106,65 +106,57 @@ class LocalResponseNorm(Module):
         return f"{self.size}, alpha={self.alpha}, beta={self.beta}, k={self.k}"
 
 
-def _shape_tuple(normalized_shape):
-    return (int(normalized_shape),) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
+class _LastDimsNorm(Module):
+    """What LayerNorm and RMSNorm share: `normalized_shape` (the last dims), eps, and an elementwise weight
+    (ones) with, for LayerNorm, a bias (zeros); `bias=None` means the class has no bias at all (RMSNorm)."""
 
-
-class LayerNorm(Module):
-    """Normalise over the last dimensions `normalized_shape` (torch.nn.LayerNorm): weight (ones) and
-    bias (zeros) of that shape when elementwise_affine; bias=False keeps the weight only."""
-
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
+    def __init__(self, normalized_shape, eps, elementwise_affine, bias, device, dtype):
         super().__init__()
-        self.normalized_shape = _shape_tuple(normalized_shape)
+        self.normalized_shape = ((int(normalized_shape),) if isinstance(normalized_shape, int)
+                                 else tuple(int(s) for s in normalized_shape))
         self.eps, self.elementwise_affine = eps, elementwise_affine
         factory = dict(dtype=dtype, device=None if device is None else Device(device))
         if elementwise_affine:
             self.weight = Parameter(ones(self.normalized_shape, **factory))
-            if bias:
+        else:
+            self.register_parameter("weight", None)
+        if bias is not None:
+            if elementwise_affine and bias:
                 self.bias = Parameter(zeros(self.normalized_shape, **factory))
             else:
                 self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
 
     def reset_parameters(self):
         with no_grad():
             if self.weight is not None:
                 self.weight.fill_(1.0)
-            if self.bias is not None:
+            if getattr(self, "bias", None) is not None:
                 self.bias.zero_()
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class LayerNorm(_LastDimsNorm):
+    """Normalise over the last dimensions `normalized_shape` (torch.nn.LayerNorm): weight (ones) and
+    bias (zeros) of that shape when elementwise_affine; bias=False keeps the weight only."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None):
+        super().__init__(normalized_shape, eps, elementwise_affine, bool(bias), device, dtype)
 
     def forward(self, input):
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self):
-        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-                f"bias={getattr(self, 'bias', None) is not None}")
+        return super().extra_repr() + f", bias={self.bias is not None}"
 
 
-class RMSNorm(Module):
+class RMSNorm(_LastDimsNorm):
     """x / sqrt(mean(x^2) + eps) * weight over the last dimensions (torch.nn.RMSNorm); eps=None is the
     input dtype's machine epsilon."""
 
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None):
-        super().__init__()
-        self.normalized_shape = _shape_tuple(normalized_shape)
-        self.eps, self.elementwise_affine = eps, elementwise_affine
-        factory = dict(dtype=dtype, device=None if device is None else Device(device))
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, **factory))
-        else:
-            self.register_parameter("weight", None)
-
-    def reset_parameters(self):
-        if self.weight is not None:
-            with no_grad():
-                self.weight.fill_(1.0)
+        super().__init__(normalized_shape, eps, elementwise_affine, None, device, dtype)
 
     def forward(self, x):
         return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
-
-    def extra_repr(self):
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._common import blend
+from .._common import FLOAT_DTYPES, blend
 
 # The 13 low mantissa bits that TF32 drops (23 - 10), and half of their weight (the rounding carry).
 _TF32_DROPPED = np.uint32(0x1FFF)
@@ -35,11 +35,8 @@ def round_to_tf32(x):
     return np.where(finite, rounded, bits).view(np.float32)
 
 
-_FULL = frozenset(np.dtype(d) for d in ("float32", "float64"))
-
-
 def _is_half(dtype) -> bool:
-    if dtype in _FULL:   # the usual case, without building the dtype's name
+    if dtype in FLOAT_DTYPES:   # the usual case (float32/float64), without building the dtype's name
         return False
     return np.dtype(dtype).name in ("float16", "bfloat16")
 

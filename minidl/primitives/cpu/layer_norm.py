@@ -5,21 +5,16 @@ Written with `xp = get_array_module(x)`, so the same lines run on CuPy arrays: t
 """
 from __future__ import annotations
 
+import math
+
 from .._common import get_array_module
-
-
-def _prod(shape):
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
 
 
 def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5, rms=False):
     xp = get_array_module(x)
     lead = x.shape[:x.ndim - normalized_ndim]
-    n = _prod(x.shape[x.ndim - normalized_ndim:])
-    rows = x.reshape(_prod(lead), n)
+    n = math.prod(x.shape[x.ndim - normalized_ndim:])
+    rows = x.reshape(math.prod(lead), n)
     if rms:
         mean = None
         rstd = 1.0 / xp.sqrt(xp.mean(rows * rows, axis=1) + x.dtype.type(eps))
@@ -40,7 +35,7 @@ def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5
 
 def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=False, has_bias=True):
     xp = get_array_module(x)
-    n = _prod(x.shape[x.ndim - normalized_ndim:])
+    n = math.prod(x.shape[x.ndim - normalized_ndim:])
     rows, g_rows = x.reshape(-1, n), dy.reshape(-1, n)
     r = rstd.reshape(-1, 1)
     xhat = (rows if rms else rows - mean.reshape(-1, 1)) * r
