@@ -68,7 +68,8 @@ class Device:
             if idx and not idx.isdigit():
                 raise ValueError(f"unknown device {spec!r}: the index after 'cuda:' must be a number >= 0")
             self.type = "cuda"
-            self.index = int(idx) if idx else 0
+            # "cuda" alone is the current GPU (cuda.set_device), as in torch; GPU 0 until one is set
+            self.index = int(idx) if idx else (_cupy.cuda.runtime.getDevice() if _cupy is not None else 0)
 
     def __str__(self):
         return "cpu" if self.type == "cpu" else f"cuda:{self.index}"

@@ -22,6 +22,21 @@ def device_count() -> int:
     return _device.require_cuda("cuda.device_count").cuda.runtime.getDeviceCount() if is_available() else 0
 
 
+def set_device(device) -> None:
+    """Make `device` ("cuda:1", 1 or a Device) the current GPU: "cuda" and new arrays mean that one from now
+    on, in this thread (torch.cuda.set_device). One process per GPU calls this with its LOCAL_RANK."""
+    cupy = _device.require_cuda("cuda.set_device")
+    index = device if isinstance(device, int) else _device.Device(device).index
+    if not 0 <= index < cupy.cuda.runtime.getDeviceCount():
+        raise ValueError(f"cuda.set_device: there is no GPU {index}; this machine has {device_count()}")
+    cupy.cuda.Device(index).use()
+
+
+def current_device() -> int:
+    """The index of the current GPU (torch.cuda.current_device)."""
+    return _device.require_cuda("cuda.current_device").cuda.Device().id
+
+
 def synchronize() -> None:
     """Wait for every kernel queued on the current device to finish."""
     _device.require_cuda("cuda.synchronize").cuda.Device().synchronize()

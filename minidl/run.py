@@ -61,7 +61,11 @@ TORCH_MODULES = {
     "torch.cuda.amp": "minidl.amp.cuda_amp",
     "torch.nn.parallel": "minidl.nn.parallel",
     "torch.multiprocessing": "minidl.multiprocessing",
-    "torch.utils.data.distributed": "minidl.data",
+    "torch.utils.data.distributed": "minidl.data.distributed",
+    "torch.distributed": "minidl.distributed",
+    "torch.distributed.nn": "minidl.distributed.nn",
+    "torch.distributed.nn.functional": "minidl.distributed.nn.functional",
+    "torch.nn.parallel.distributed": "minidl.nn.parallel.distributed",
     "torch.distributions": "minidl.distributions",
     "torch.utils.hooks": "minidl.nn.module",
 }
@@ -70,7 +74,6 @@ TORCH_MODULES = {
 OUT_OF_SCOPE = {
     "onnx": "ONNX export is outside minidl's scope (save weights with minidl.save / state_dict instead)",
     "jit": "TorchScript (torch.jit) is outside minidl's scope",
-    "distributed": "distributed training is outside minidl's scope (one GPU)",
     "fx": "torch.fx graph capture is outside minidl's scope",
     "quantization": "quantization is outside minidl's scope",
     "ao": "torch.ao (quantization, pruning) is outside minidl's scope",

@@ -336,8 +336,27 @@ def _topological_order(root_fn):
     return order[::-1]  # root first
 
 
+_CALLBACKS: list = []   # run when the current backward pass ends (queue_callback)
+
+
+def queue_callback(callback):
+    """Call `callback()` once the backward pass now running has gone through the whole graph (torch's
+    Variable._execution_engine.queue_callback). DistributedDataParallel uses it to wait for its last
+    gradient buckets."""
+    _CALLBACKS.append(callback)
+
+
 def run_backward(tensor, grad_array, retain_graph: bool = False):
     """Back-propagate `grad_array` (d loss / d tensor) through the graph that produced `tensor`."""
+    try:
+        _run_backward(tensor, grad_array, retain_graph)
+        while _CALLBACKS:
+            _CALLBACKS.pop(0)()
+    finally:
+        _CALLBACKS.clear()
+
+
+def _run_backward(tensor, grad_array, retain_graph):
     if tensor._ctx is None:  # a leaf: its gradient is the seed itself
         _accumulate_leaf(tensor, grad_array)
         return
@@ -446,6 +465,10 @@ def _accumulate_leaf(tensor, g, run_hooks=True):
             tensor.grad = Tensor._make(g.copy())
     else:
         tensor.grad._data = _layout.pointwise(lambda a, b: a + b, tensor.grad._data, g)
+    hooks = tensor.__dict__.get("_post_accumulate_hooks")
+    if hooks:
+        for hook in list(hooks):
+            hook(tensor)
 
 
 def _array_module(a):

@@ -347,6 +347,21 @@ class Tensor:
             self._ctx.__dict__.setdefault("_hooked_outputs", []).append(self)
         return _HookHandle(self._hooks, hook)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """hook(tensor) -> None, called after backward has added a gradient into this leaf's .grad (torch's
+        name). DistributedDataParallel uses it to learn when a parameter's gradient is ready. Returns a handle
+        whose remove() unregisters the hook."""
+        if not self.requires_grad:
+            raise RuntimeError("register_post_accumulate_grad_hook: cannot register a hook on a tensor that doesn't require gradient")
+        if self._ctx is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook: only leaf tensors (parameters) accumulate gradients; "
+                               "use register_hook on a non-leaf tensor")
+        if not callable(hook):
+            raise TypeError(f"register_post_accumulate_grad_hook: hook must be callable, got {hook!r}")
+        hooks = self.__dict__.setdefault("_post_accumulate_hooks", [])
+        hooks.append(hook)
+        return _HookHandle(hooks, hook)
+
     def backward(self, gradient=None, retain_graph=False):
         """Accumulate d(self)/d(leaf) into every leaf's .grad. `gradient` is needed unless self is a scalar."""
         if not self.requires_grad:

@@ -7,7 +7,8 @@ primitive) for evaluation. momentum=None makes the average cumulative (factor 1/
 from __future__ import annotations
 
 from ..._device import Device
-from ...autograd.creation import ones, tensor, zeros
+from ..._dtypes import float32, float64
+from ...autograd.creation import full, ones, tensor, zeros
 from ...autograd.function import no_grad
 from .. import functional as F
 from ..module import Module, Parameter
@@ -92,6 +93,83 @@ class BatchNorm3d(_BatchNorm):
     """(N, C, D, H, W)."""
 
     _valid_ranks = (5,)
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Batch norm whose statistics are those of the whole global batch, across the processes of a
+    data-parallel job (torch.nn.SyncBatchNorm). Each rank sums x and x*x per channel over its share, one
+    differentiable all-reduce adds the sums (and counts) of every rank, and every rank normalises with the
+    global mean and variance, so N ranks with batch B each compute what one process computes with batch N*B.
+    Outside training, or without a process group of more than one rank, it is BatchNorm. Build it with
+    SyncBatchNorm.convert_sync_batchnorm(model). minidl's runs on the CPU (MPI) too, not only on GPUs."""
+
+    _valid_ranks = (2, 3, 4, 5)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
+                 process_group=None, device=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+        if process_group is not None:
+            raise NotImplementedError("SyncBatchNorm: minidl has one process group, the world; pass process_group=None")
+
+    def forward(self, input):
+        from ... import distributed as dist
+
+        if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
+            return super().forward(input)
+        if input.ndim not in self._valid_ranks or input.shape[1] != self.num_features:
+            return super().forward(input)        # the parent raises the usual errors
+        from ...autograd.tensor import cat
+        from ...distributed.nn.functional import all_reduce
+
+        c = self.num_features
+        dims = (0,) + tuple(range(2, input.ndim))
+        x = input.float() if input.dtype != self._stat_dtype(input) else input
+        count = full((1,), float(input.numel() // c), dtype=x.dtype, device=x.device)
+        total = all_reduce(cat([x.sum(dims), (x * x).sum(dims), count]))
+        n = total[2 * c]
+        mean = total[:c] / n
+        var = (total[c:2 * c] / n - mean * mean).clamp(min=0.0)     # biased: what normalises
+        shape = (1, c) + (1,) * (input.ndim - 2)
+        y = (x - mean.reshape(shape)) * (var + self.eps).rsqrt().reshape(shape)
+        if self.weight is not None:
+            y = y * self.weight.reshape(shape)
+        if self.bias is not None:
+            y = y + self.bias.reshape(shape)
+        y = y.to(input.dtype)
+        if self._fused_relu:
+            y = F.relu(y)
+        if self.track_running_stats:
+            with no_grad():
+                self.num_batches_tracked._data += 1
+                factor = (1.0 / float(self.num_batches_tracked.item()) if self.momentum is None else self.momentum)
+                count_all = float(n.item())
+                unbiased = var.detach() * (count_all / max(count_all - 1.0, 1.0))
+                self.running_mean.mul_(1 - factor).add_(mean.detach().to(self.running_mean.dtype) * factor)
+                self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype) * factor)
+        return y
+
+    @staticmethod
+    def _stat_dtype(input):
+        return input.dtype if input.dtype in (float32, float64) else float32
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_group=None):
+        """The same model with every BatchNorm*d replaced by a SyncBatchNorm that shares its parameters and
+        buffers (as torch's)."""
+        out = module
+        if isinstance(module, _BatchNorm) and not isinstance(module, SyncBatchNorm):
+            out = cls(module.num_features, module.eps, module.momentum, module.affine, module.track_running_stats,
+                      process_group)
+            for name in ("weight", "bias"):
+                if name in module._parameters:
+                    out._parameters[name] = module._parameters[name]
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                out._buffers[name] = module._buffers.get(name)
+            out._fused_relu = module._fused_relu
+            out.training = module.training
+        for name, child in module.named_children():
+            out.add_module(name, cls.convert_sync_batchnorm(child, process_group))
+        return out
 
 
 class LocalResponseNorm(Module):

@@ -1,6 +1,6 @@
 """torch.nn.parallel's names. DataParallel on one device is the module itself (PyTorch's DataParallel with
-one GPU runs the module unchanged); DistributedDataParallel is the data-parallel issue's (not yet here: it
-says so when made)."""
+one GPU runs the module unchanged); DistributedDataParallel (one process per device, over
+minidl.distributed) is in distributed.py."""
 from __future__ import annotations
 
 from ..module import Module
@@ -23,8 +23,4 @@ class DataParallel(Module):
         return self.module(*args, **kwargs)
 
 
-class DistributedDataParallel(Module):
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError(
-            "DistributedDataParallel: minidl.distributed is not built yet (issue 27: data-parallel training over "
-            "NCCL); run on one GPU, or wrap the model in nn.DataParallel, which runs it on one device")
+from .distributed import DistributedDataParallel  # noqa: E402,F401
