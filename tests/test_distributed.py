@@ -1,0 +1,224 @@
+"""minidl.distributed on the CPU: several processes over MPI, started by the launcher as a user would.
+
+Each multi-process test runs a program from tests/distributed/ through
+`python -m minidl.distributed.run --nproc-per-node N ...`; the program checks its own results (exit code 0)
+or writes weights that are compared here with one process trained on the whole batches.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import minidl
+import minidl.distributed as dist
+from minidl.data import DistributedSampler
+
+HERE = os.path.join(os.path.dirname(__file__), "distributed")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    import mpi4py  # noqa: F401
+    HAVE_MPI = True
+except ImportError:
+    HAVE_MPI = False
+# CI installs the dev extra, which has mpi4py and mpich: there a missing MPI is a failure, not a skip
+needs_mpi = pytest.mark.skipif(not HAVE_MPI and not os.environ.get("CI"),
+                               reason="mpi4py is not installed (pip install 'minidl[distributed]')")
+
+
+def launch(*args, nproc=2, timeout=120, start=None):
+    cmd = [sys.executable, "-m", "minidl.distributed.run", "--nproc-per-node", str(nproc)]
+    if start:
+        cmd += ["--start", start]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout, cwd=HERE, env=env)
+    return proc, time.monotonic() - t0
+
+
+@needs_mpi
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_every_collective_matches_numpy(nproc):
+    proc, _ = launch("collectives.py", nproc=nproc)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"all checks passed on {nproc} ranks" in proc.stdout
+
+
+@needs_mpi
+@pytest.mark.parametrize("mode", ["plain", "syncbn", "no_sync", "unused"])
+def test_ddp_matches_one_process_on_the_whole_batches(mode, tmp_path):
+    proc, _ = launch("ddp_train.py", "--mode", mode, "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ref = subprocess.run([sys.executable, "ddp_train.py", "--mode", mode, "--reference", "--out", str(tmp_path)],
+                         capture_output=True, text=True, cwd=HERE, timeout=120)
+    assert ref.returncode == 0, ref.stderr
+    want = np.load(tmp_path / "reference.npz")
+    ranks = [np.load(tmp_path / f"rank{r}.npz") for r in range(2)]
+    assert sorted(ranks[0].keys()) == sorted(want.keys())
+    if mode == "syncbn":   # the global batch's statistics reach the running buffers too
+        assert "b_bn.running_mean" in want and "b_bn.running_var" in want
+    for k in want:
+        np.testing.assert_array_equal(ranks[0][k], ranks[1][k], err_msg=f"{k}: the ranks' weights differ")
+        np.testing.assert_allclose(ranks[0][k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+@needs_mpi
+def test_ddp_without_find_unused_parameters_names_the_unused_one(tmp_path):
+    proc, _ = launch("ddp_train.py", "--mode", "unused_error", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("raised as expected") == 2
+
+
+@needs_mpi
+def test_launcher_stops_the_others_when_a_rank_dies():
+    proc, seconds = launch("failures.py", "--case", "die")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert seconds < 25, f"the launcher took {seconds:.0f} s: rank 0 was not stopped"
+    assert "exit code 3" in proc.stderr
+
+
+def test_launcher_spawn_stops_the_others_when_a_rank_dies():
+    proc, seconds = launch("failures.py", "--case", "sleep", start="spawn")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert seconds < 25
+    assert "rank 1 (local rank 1) exited with code 4; stopped the other 1 process(es)" in proc.stderr
+
+
+@needs_mpi
+def test_a_collective_that_waits_past_the_timeout_raises_naming_rank_and_op():
+    proc, seconds = launch("failures.py", "--case", "timeout")
+    assert proc.returncode != 0
+    assert "rank 0: all_reduce (sum of 4 float32 element(s)) over mpi did not finish within 2 s" in proc.stderr, proc.stderr
+    assert seconds < 25
+
+
+@needs_mpi
+def test_mpi_backend_in_processes_not_started_by_mpiexec_says_how_to_start_them():
+    proc, _ = launch("collectives.py", start="spawn")
+    assert proc.returncode != 0
+    assert "the processes were not started by mpiexec" in proc.stderr
+
+
+def test_launcher_environment_follows_torchrun(tmp_path):
+    script = tmp_path / "env.py"
+    script.write_text("import os\nkeys = ['RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', "
+                      "'MASTER_PORT', 'OMP_NUM_THREADS', 'NCCL_NVLS_ENABLE']\n"
+                      "print(' '.join(f'{k}={os.environ.get(k)}' for k in keys))\n")
+    proc, _ = launch(str(script), "--flag", start="spawn")
+    assert proc.returncode == 0, proc.stderr
+    lines = sorted(proc.stdout.strip().splitlines())
+    assert len(lines) == 2
+    for r, line in enumerate(lines):
+        assert f"RANK={r} LOCAL_RANK={r} WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1" in line
+        assert "OMP_NUM_THREADS=1" in line and "NCCL_NVLS_ENABLE=0" in line
+
+
+def test_launcher_refuses_several_machines():
+    proc = subprocess.run([sys.executable, "-m", "minidl.distributed.run", "--nnodes", "2", "x.py"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "runs on one machine" in proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------- in-process
+
+
+def test_calls_before_init_process_group_say_what_to_do():
+    assert not dist.is_initialized()
+    with pytest.raises(ValueError, match="init_process_group"):
+        dist.get_rank()
+    with pytest.raises(ValueError, match="init_process_group"):
+        dist.all_reduce(minidl.ones(2))
+    with pytest.raises(ValueError, match="init_process_group"):
+        minidl.nn.parallel.DistributedDataParallel(minidl.nn.Linear(2, 2))
+    with pytest.raises(RuntimeError, match="num_replicas and rank"):
+        DistributedSampler(range(10))
+
+
+def test_init_process_group_without_the_launchers_environment_names_the_variable():
+    code = ("import os\nfor k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT'): os.environ.pop(k, None)\n"
+            "import minidl.distributed as d\n"
+            "try:\n    d.init_process_group('nccl')\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert "RANK" in out or "NCCL needs a GPU" in out, out
+    with pytest.raises(ValueError, match="unknown backend 'tcp'"):
+        dist.init_process_group("tcp")
+    with pytest.raises(TypeError, match="timedelta"):
+        dist.init_process_group("nccl", timeout=30)
+    assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 10, 11, 23])
+@pytest.mark.parametrize("replicas", [1, 2, 3, 4])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_distributed_sampler_partitions_as_torch(n, replicas, drop_last):
+    torch_data = pytest.importorskip("torch.utils.data")
+    if n == 0 and not drop_last:
+        pass
+    for rank in range(replicas):
+        ours = DistributedSampler(range(n), replicas, rank, shuffle=False, drop_last=drop_last)
+        theirs = torch_data.DistributedSampler(range(n), replicas, rank, shuffle=False, drop_last=drop_last)
+        if n == 0 and not drop_last:
+            assert len(ours) == len(theirs) == 0
+            continue
+        assert list(ours) == list(theirs) and len(ours) == len(theirs)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_distributed_sampler_shuffles_the_same_way_on_every_rank(drop_last):
+    n, replicas = 23, 3
+    shares = [list(DistributedSampler(range(n), replicas, r, seed=5, drop_last=drop_last)) for r in range(replicas)]
+    flat = sorted(i for s in shares for i in s)
+    if drop_last:   # disjoint, n rounded down to a multiple of the world
+        assert len(flat) == len(set(flat)) == (n // replicas) * replicas
+    else:           # every index, and the first few again to make the shares equal
+        assert set(flat) == set(range(n)) and len(flat) == 24
+    sampler = DistributedSampler(range(n), replicas, 0, seed=5)
+    first = list(sampler)
+    assert list(sampler) == first, "an epoch without set_epoch repeats the order"
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+    with pytest.raises(ValueError, match=r"Invalid rank 3, rank should be in the interval \[0, 2\]"):
+        DistributedSampler(range(n), 3, 3)
+
+
+def test_sync_batch_norm_is_batch_norm_outside_a_group():
+    minidl.manual_seed(0)
+    model = minidl.nn.Sequential(minidl.nn.Conv2d(3, 4, 3), minidl.nn.BatchNorm2d(4), minidl.nn.ReLU())
+    conv = minidl.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert isinstance(conv[1], minidl.nn.SyncBatchNorm)
+    assert conv[1].weight is model[1].weight and conv[1].running_mean is model[1].running_mean
+    assert list(conv.state_dict()) == list(model.state_dict())
+    torch = pytest.importorskip("torch")
+    t = torch.nn.SyncBatchNorm.convert_sync_batchnorm(
+        torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()))
+    assert list(conv.state_dict()) == list(t.state_dict())
+    x = minidl.randn(4, 3, 6, 6)
+    ref = minidl.nn.BatchNorm2d(4)
+    ref.load_state_dict(conv[1].state_dict())
+    np.testing.assert_allclose(conv(x).detach().numpy(), minidl.nn.functional.relu(ref(model[0](x))).detach().numpy(),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_post_accumulate_grad_hook_and_queue_callback():
+    from minidl.autograd.function import queue_callback
+
+    w = minidl.ones(3, requires_grad=True)
+    seen = []
+    handle = w.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.numpy().copy()))
+    queue_order = []
+    y = (w * 2).sum() + (w * 3).sum()
+    w2 = w * 1
+    w2.register_hook(lambda g: queue_callback(lambda: queue_order.append("end")) or None)
+    (y + w2.sum()).backward()
+    assert len(seen) == 3, "one call per gradient contribution"
+    np.testing.assert_array_equal(seen[-1], np.full(3, 6.0))
+    assert queue_order == ["end"]
+    handle.remove()
+    (w * 1).sum().backward()
+    assert len(seen) == 3
+    x = minidl.ones(2, requires_grad=True) * 2
+    with pytest.raises(RuntimeError, match="leaf"):
+        x.register_post_accumulate_grad_hook(print)
