@@ -354,7 +354,10 @@ class RunningLoss:
 
 
 def save_checkpoint(path: str, *, model, optimizer, epoch: int, scheduler=None, scaler=None, **extra) -> None:
-    """Write everything a resumed run needs (atomically: a crash never leaves half a file)."""
+    """Write everything a resumed run needs (atomically: a crash never leaves half a file). In a data-parallel
+    run only rank 0 writes (every rank holds the same weights)."""
+    if os.environ.get("RANK", "0") != "0":
+        return
     folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -479,3 +482,74 @@ def evaluate_lm(model, data, bptt, *, limit: int | None = None, desc: str = "eva
             count += y.numel()
     model.train()
     return float(total.item()) / count
+
+
+# ------------------------------------------------------------------------------------------------
+# Data-parallel training: python -m minidl.distributed.run --nproc-per-node N examples/<example>.py ...
+# ------------------------------------------------------------------------------------------------
+
+DATA_PARALLEL_EPILOG = (
+    "Data-parallel: python -m minidl.distributed.run --nproc-per-node N examples/{name} [options] trains on N GPUs "
+    "(one process each, NCCL) or, with --device cpu, N CPU processes (MPI). --batch-size stays the global batch: "
+    "each process takes 1/N of every batch, so the result matches one GPU at the same batch size.")
+
+
+class DataParallel:
+    """The examples' data-parallel mode. Under the launcher (RANK and WORLD_SIZE set, WORLD_SIZE > 1) it joins
+    the process group (NCCL on GPUs, each process on GPU LOCAL_RANK; MPI on CPUs), wraps the model in
+    DistributedDataParallel and splits each batch; ranks other than 0 are quiet (no prints, no progress bars,
+    no checkpoints). Run plainly it does nothing, and the example is exactly the one-process program."""
+
+    def __init__(self, device: str, args):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.enabled = "RANK" in os.environ and self.world > 1
+        if not self.enabled:
+            return
+        import minidl.distributed as dist
+
+        if device == "cuda":
+            minidl.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            dist.init_process_group("nccl")
+        else:
+            dist.init_process_group("mpi")
+        if self.rank != 0:
+            args.no_progress = True
+            sys.stdout = open(os.devnull, "w")
+
+    def local_batch(self, batch_size: int) -> int:
+        """This process's share of a global batch of batch_size."""
+        if not self.enabled:
+            return batch_size
+        if batch_size % self.world:
+            sys.exit(f"--batch-size {batch_size} must be a multiple of the {self.world} processes (each takes an "
+                     "equal share)")
+        return batch_size // self.world
+
+    def wrap(self, model, sync_bn: bool = False):
+        """The model to train: DistributedDataParallel(model) when data-parallel (batch norm converted to
+        SyncBatchNorm with sync_bn), else the model itself."""
+        if not self.enabled:
+            return model
+        if sync_bn:
+            model = minidl.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        return minidl.nn.parallel.DistributedDataParallel(model)
+
+    def agree(self, value: float) -> float:
+        """Rank 0's value of a host number (a validation loss that drives the lr), so that every rank decides
+        the same."""
+        if not self.enabled:
+            return value
+        import minidl.distributed as dist
+
+        device = f"cuda:{minidl.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+        t = minidl.tensor([float(value)], dtype=minidl.float64, device=device)
+        dist.broadcast(t, 0)
+        return float(t.item())
+
+    def close(self):
+        if self.enabled:
+            import minidl.distributed as dist
+
+            dist.barrier()
+            dist.destroy_process_group()

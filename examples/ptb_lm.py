@@ -39,6 +39,7 @@ from _common import (  # noqa: E402
     announce_resume, check_checkpoint_path,
     MixedPrecision, Depends, RunningLoss, Timer, base_parser, check_limit, detach_hidden, epoch_range, evaluate_lm,
     load_checkpoint, load_data, parameter_count, pick_device, progress, save_checkpoint, steps_per_epoch,
+    DataParallel, DATA_PARALLEL_EPILOG,
 )
 
 
@@ -84,6 +85,8 @@ def parse_args(argv=None):
     p.add_argument("--bptt", type=int, default=35, help="words per training window (default 35)")
     p.add_argument("--clip", type=float, default=0.25, help="max gradient norm (default 0.25)")
     p.add_argument("--eval-batch-size", type=int, default=10, help="default 10")
+    p.epilog = DATA_PARALLEL_EPILOG.format(name="ptb_lm.py") + (
+        " Here the global batch is --batch-size parallel streams of text: each process carries its share of them.")
     args = p.parse_args(argv)
     check_limit(p, args)
     if args.lr is None:
@@ -95,11 +98,16 @@ def main(argv=None):
     """Train; returns {"history": [per-epoch dicts], "model", "optimizer", "test_perplexity"}."""
     args = parse_args(argv)
     device = pick_device(args.device)
+    dp = DataParallel(device, args)     # under minidl.distributed.run: one process per GPU, else nothing
     check_checkpoint_path(args.checkpoint, args.resume)
     minidl.manual_seed(args.seed)
 
     corpus = load_data(WordCorpus, args.data, download=True)
-    train_windows = BPTTIterator(batchify(corpus.train, args.batch_size), args.bptt, device=device)
+    streams = batchify(corpus.train, args.batch_size)             # (time, batch_size streams)
+    if dp.enabled:                      # this process's share of the streams (the global batch is unchanged)
+        dp.local_batch(args.batch_size)
+        streams = streams[:, dp.rank::dp.world].copy()
+    train_windows = BPTTIterator(streams, args.bptt, device=device)
     val_data = minidl.tensor(batchify(corpus.valid, args.eval_batch_size), device=device)
     test_data = minidl.tensor(batchify(corpus.test, args.eval_batch_size), device=device)
 
@@ -110,6 +118,7 @@ def main(argv=None):
     else:
         optimizer = minidl.optim.Adam(model.parameters(), lr=args.lr)
     amp = MixedPrecision(args, device)
+    trained = dp.wrap(model)            # DistributedDataParallel(model) when data-parallel
     start_epoch, best_val = 0, math.inf
     if args.resume:
         state = load_checkpoint(args.checkpoint, model=model, optimizer=optimizer, scaler=amp.scaler, device=device)
@@ -127,13 +136,14 @@ def main(argv=None):
         with Timer(device) as timer:
             for x, y in bar:
                 with amp.autocast():
-                    logits, hidden = model(x, hidden)
+                    logits, hidden = trained(x, hidden)
                     loss = F.cross_entropy(logits, y.reshape(-1))
                 hidden = detach_hidden(hidden)  # truncated BPTT: keep values, cut history
                 optimizer.zero_grad()
                 amp.backward_and_step(loss, optimizer, model.parameters(), args.clip)
                 running.add(loss)
         val_loss = evaluate_lm(model, val_data, args.bptt, limit=args.limit_batches, disable=args.no_progress)
+        val_loss = dp.agree(val_loss)   # rank 0's, so that every rank anneals the lr alike
         lr = optimizer.param_groups[0]["lr"]
         if val_loss < best_val:
             best_val = val_loss
@@ -154,6 +164,7 @@ def main(argv=None):
     test_loss = evaluate_lm(model, test_data, args.bptt, limit=args.limit_batches, desc="test",
                             disable=args.no_progress)
     print(f"test perplexity {perplexity(test_loss):.1f} (test loss {test_loss:.4f}); checkpoint: {args.checkpoint}")
+    dp.close()
     return {"history": history, "model": model, "optimizer": optimizer, "test_perplexity": perplexity(test_loss)}
 
 

@@ -74,7 +74,7 @@ import _common  # noqa: E402,F401  (first: it picks NumPy's BLAS thread count be
 import minidl  # noqa: E402
 import minidl.nn as nn  # noqa: E402
 import minidl.nn.functional as F  # noqa: E402
-from minidl.data import DataLoader, TensorDataset  # noqa: E402
+from minidl.data import DataLoader, DistributedSampler, TensorDataset  # noqa: E402
 from minidl.data.datasets import CIFAR10  # noqa: E402
 from minidl.data.transforms import Cutout, RandomCrop, RandomHorizontalFlip  # noqa: E402
 from minidl.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn  # noqa: E402
@@ -83,7 +83,7 @@ from _common import (  # noqa: E402
     announce_resume, check_checkpoint_path,
     MixedPrecision, Depends, RunningLoss, Timer, add_graph_option, base_parser, check_limit, check_schedule_length,
     epoch_range, epoch_rng, eval_batches, load_checkpoint, load_data, make_train_step, maybe_fuse, parameter_count,
-    pick_device, progress, save_checkpoint, steps_per_epoch,
+    pick_device, progress, save_checkpoint, steps_per_epoch, DataParallel, DATA_PARALLEL_EPILOG,
 )
 
 
@@ -262,7 +262,11 @@ def parse_args(argv=None):
                    help="also keep exponential moving averages of the weights (and batch-norm statistics) with "
                         "these decays, updated every --ema-every steps, and report them at the end")
     p.add_argument("--ema-every", type=int, default=5, metavar="N", help="steps between EMA updates (default 5)")
+    p.add_argument("--sync-bn", action="store_true",
+                   help="data-parallel only: batch norm over the global batch (SyncBatchNorm) instead of each "
+                        "process's share")
     add_graph_option(p)
+    p.epilog = DATA_PARALLEL_EPILOG.format(name="train_cifar10.py")
     args = p.parse_args(argv)
     check_limit(p, args)
     if args.ema_every < 1:
@@ -281,12 +285,14 @@ def main(argv=None):
     """Train; returns {"history": [per-epoch dicts], "model", "optimizer", "scheduler"}."""
     args = parse_args(argv)
     device = pick_device(args.device)
+    dp = DataParallel(device, args)     # under minidl.distributed.run: one process per GPU, else nothing
     check_checkpoint_path(args.checkpoint, args.resume)
     minidl.manual_seed(args.seed)
 
     train_set, test_set = load_data(load_cifar10, args.data, device)
     model = build_model(args.width, args.norm).to(device)
     maybe_fuse(model, device, args)
+    trained = dp.wrap(model, args.sync_bn)   # DistributedDataParallel(model) when data-parallel
     optimizer = minidl.optim.SGD(parameter_groups(model, args.weight_decay, args.no_decay_bn), lr=args.lr,
                                  momentum=0.9, nesterov=True, weight_decay=args.weight_decay)
     batches = len(train_set) // args.batch_size  # drop_last: every batch is full (batch norm likes that)
@@ -312,20 +318,28 @@ def main(argv=None):
             ema.load_state_dict(saved[name])
         start_epoch = state["epoch"]
 
+    local_batch = dp.local_batch(args.batch_size)
     print(f"minidl {minidl.__version__}: CIFAR-10 ResNet-9 (width {args.width}, {args.norm}) on {device}, "
-          f"{parameter_count(model)} parameters, {len(train_set)} training images, {steps} steps/epoch")
+          f"{parameter_count(model)} parameters, {len(train_set)} training images, {steps} steps/epoch"
+          + (f", data-parallel over {dp.world} processes ({local_batch} images each per step)" if dp.enabled else ""))
     # On the GPU the step is captured in a CUDA graph after 3 eager steps (--no-graph: always eager).
-    train_step = make_train_step(model, optimizer,
+    train_step = make_train_step(trained, optimizer,
                                  lambda logits, y: F.cross_entropy(logits, y, label_smoothing=args.label_smoothing),
                                  device=device, graph=not args.no_graph, amp=amp)
     history = []
     for epoch in epoch_range(start_epoch, args):
-        loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, drop_last=True,
-                            generator=epoch_rng(args.seed, epoch))
-        crop = RandomCrop(32, padding=4, padding_mode="reflect", generator=epoch_rng(args.seed, epoch, 1))
-        flip = RandomHorizontalFlip(generator=epoch_rng(args.seed, epoch, 2))
+        if dp.enabled:   # each process its share of the epoch's permutation (the same one on every rank)
+            sampler = DistributedSampler(train_set, seed=args.seed, drop_last=True)
+            sampler.set_epoch(epoch)
+            loader = DataLoader(train_set, batch_size=local_batch, sampler=sampler, drop_last=True)
+        else:
+            loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, drop_last=True,
+                                generator=epoch_rng(args.seed, epoch))
+        aug = 100 * dp.rank   # each process its own augmentation streams (rank 0's are the one-process ones)
+        crop = RandomCrop(32, padding=4, padding_mode="reflect", generator=epoch_rng(args.seed, epoch, aug + 1))
+        flip = RandomHorizontalFlip(generator=epoch_rng(args.seed, epoch, aug + 2))
         # Its own stream, so --cutout does not change the crops and flips a seed gives.
-        cutout = Cutout(args.cutout, generator=epoch_rng(args.seed, epoch, 3)) if args.cutout else None
+        cutout = Cutout(args.cutout, generator=epoch_rng(args.seed, epoch, aug + 3)) if args.cutout else None
         bar = progress(loader, total=steps, desc=f"epoch {epoch + 1}", disable=args.no_progress)
         running = RunningLoss(bar)
         with Timer(device) as timer:
@@ -360,6 +374,7 @@ def main(argv=None):
     modes = ("none",) if args.tta == "none" else ("flip", "flip-translate")   # --tta none: no test-time views
     final = (final_table({"weights": model, **emas}, test_set, modes=modes, limit=args.limit_batches,
                          progress_bar=not args.no_progress, known=known) if history else None)
+    dp.close()
     return {"history": history, "model": model, "optimizer": optimizer, "scheduler": scheduler, "emas": emas,
             "final": final}
 

@@ -222,3 +222,49 @@ def test_post_accumulate_grad_hook_and_queue_callback():
     x = minidl.ones(2, requires_grad=True) * 2
     with pytest.raises(RuntimeError, match="leaf"):
         x.register_post_accumulate_grad_hook(print)
+
+
+# ------------------------------------------------------------------------------------------------ examples
+def _example(name, *args, nproc=2, cwd=ROOT):
+    cmd = [sys.executable, "-m", "minidl.distributed.run", "--nproc-per-node", str(nproc),
+           os.path.join(ROOT, "examples", name), *args]
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+@needs_mpi
+def test_ptb_lm_data_parallel_matches_one_process_at_the_same_global_batch(tmp_path):
+    from tests.test_examples import write_word_corpus
+
+    write_word_corpus(tmp_path)
+    args = ["--device", "cpu", "--data", str(tmp_path), "--hidden-size", "16", "--embed-size", "16",
+            "--batch-size", "4", "--bptt", "8", "--limit-batches", "6", "--epochs", "2", "--no-progress",
+            "--optimizer", "adam", "--lr", "2e-2", "--dropout", "0"]
+    proc = _example("ptb_lm.py", *args, "--checkpoint", str(tmp_path / "dp.mdl"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("test perplexity") == 1, "only rank 0 reports"
+    one = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "ptb_lm.py"), *args, "--checkpoint",
+                          str(tmp_path / "one.mdl")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert one.returncode == 0, one.stderr
+    dp, single = minidl.load(str(tmp_path / "dp.mdl")), minidl.load(str(tmp_path / "one.mdl"))
+    for k, v in single["model"].items():
+        np.testing.assert_allclose(np.asarray(dp["model"][k].numpy()), np.asarray(v.numpy()), rtol=2e-4, atol=2e-5,
+                                   err_msg=f"{k}: 2 processes x 2 streams differ from 1 process x 4 streams")
+
+
+@needs_mpi
+def test_train_cifar10_data_parallel_runs_and_checks_the_batch(tmp_path):
+    from tests.test_examples import write_cifar_binary
+
+    write_cifar_binary(tmp_path / "data")
+    args = ["--device", "cpu", "--data", str(tmp_path / "data"), "--width", "8", "--limit-batches", "3",
+            "--epochs", "1", "--no-progress", "--tta", "none", "--checkpoint", str(tmp_path / "c.mdl")]
+    proc = _example("train_cifar10.py", *args, "--batch-size", "16", "--sync-bn")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "data-parallel over 2 processes (8 images each per step)" in proc.stdout
+    assert os.path.exists(tmp_path / "c.mdl") and proc.stdout.count("epoch 1:") == 1
+    bad = _example("train_cifar10.py", *args, "--batch-size", "15")
+    assert bad.returncode != 0 and "must be a multiple of the 2 processes" in bad.stderr
+    helped = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_cifar10.py"), "--help"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert "python -m minidl.distributed.run --nproc-per-node N" in helped.stdout

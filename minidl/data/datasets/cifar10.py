@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+import os
 import sys
 import tarfile
 import warnings
@@ -282,7 +283,7 @@ def read_image_source(source: Path, split: str):
     for cache in candidates:
         try:
             cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_name(cache.name + ".tmp.npz")
+            tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp.npz")   # per process: ranks may race
             np.savez(tmp, images=images, labels=labels, fingerprint=np.array(fingerprint),
                      version=np.array(_CACHE_VERSION))
             tmp.replace(cache)
