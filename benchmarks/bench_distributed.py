@@ -5,7 +5,10 @@ machine, same process layout (one process per GPU, started by minidl's launcher 
    definition; it is what each link carries), the median of --iters all-reduces after warm-up, CUDA events;
 2. weak scaling of a DDP training step, fixed batch per GPU: ResNet-9 w64 (batch 512 per GPU, SGD momentum)
    and the 2x512 LSTM LM (T35, B32 per GPU, Adam), bf16 autocast, eager, on 1 GPU and on N GPUs; images
-   or tokens per second summed over the GPUs, and the scaling efficiency rate(N) / (N * rate(1)).
+   or tokens per second summed over the GPUs, and the scaling efficiency rate(N) / (N * rate(1)). Step time
+   from CUDA events (the slowest rank's median), host time (perf_counter around the Python call) beside it.
+   --minidl-variants adds minidl rows: graphed (the whole step, NCCL included, in a CUDA graph) and
+   no-buffer-sync (broadcast_buffers=False, the batch-norm buffers not broadcast each forward).
 
     python3 benchmarks/bench_distributed.py --out benchmarks/results/gpu_distributed.md
 
@@ -123,7 +126,7 @@ def worker_train(args):
         dist.init_process_group("nccl")
         minidl.manual_seed(0)
         model = build(minidl.nn).to("cuda")
-        ddp = minidl.nn.parallel.DistributedDataParallel(model)
+        ddp = minidl.nn.parallel.DistributedDataParallel(model, broadcast_buffers=args.variant != "no-buffer-sync")
         opt = (minidl.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9) if opt_name == "sgd"
                else minidl.optim.Adam(ddp.parameters(), lr=1e-3))
         dev_batches = [(minidl.tensor(x, device="cuda"), minidl.tensor(y, device="cuda")) for x, y in batches]
@@ -135,17 +138,22 @@ def worker_train(args):
                 loss = F.cross_entropy(ddp(x), y)
             loss.backward()
             opt.step()
+            return loss
+        if args.variant == "graphed":    # the whole step, NCCL calls included, in one CUDA graph
+            step = minidl.cuda.CUDAGraphStep(step, optimizers=opt)
         sync = minidl.cuda.synchronize
         event = cupy.cuda.Event
         elapsed = cupy.cuda.get_elapsed_time
     for i in range(args.warmup):
         step(*dev_batches[i % 4])
     sync()
-    times = []
+    times, host = [], []
     for i in range(args.steps):
         s, e = event(), event()
         s.record()
+        t0 = time.perf_counter()
         step(*dev_batches[i % 4])
+        host.append((time.perf_counter() - t0) * 1e3)
         e.record()
         e.synchronize()
         times.append(elapsed(s, e))
@@ -154,15 +162,17 @@ def worker_train(args):
     med = statistics.median(times)
     path = os.path.join(args.tmp, f"{args.impl}_{args.model}_{world}_{rank}.json")
     with open(path, "w") as f:
-        _json.dump({"median_ms": med}, f)
+        _json.dump({"median_ms": med, "host_ms": statistics.median(host)}, f)
     dist.barrier()
     if rank == 0:
-        meds = []
+        meds, hosts = [], []
         for r in range(world):
             with open(os.path.join(args.tmp, f"{args.impl}_{args.model}_{world}_{r}.json")) as f:
-                meds.append(_json.load(f)["median_ms"])
+                d = _json.load(f)
+                meds.append(d["median_ms"])
+                hosts.append(d["host_ms"])
         print("RESULT " + json.dumps({"task": "train", "impl": args.impl, "model": args.model, "world": world,
-                                      "step_ms": max(meds), "per_gpu": per_gpu}))
+                                      "step_ms": max(meds), "host_ms": max(hosts), "per_gpu": per_gpu}))
     dist.destroy_process_group()
 
 
@@ -183,6 +193,11 @@ def main():
     p.add_argument("--impl", default="minidl", help=argparse.SUPPRESS)
     p.add_argument("--model", default="resnet9", help=argparse.SUPPRESS)
     p.add_argument("--tmp", default="/tmp", help=argparse.SUPPRESS)
+    p.add_argument("--variant", default="eager", help=argparse.SUPPRESS)
+    p.add_argument("--models", default="resnet9,lstm", help="which DDP models to time (resnet9, lstm)")
+    p.add_argument("--minidl-variants", default="eager",
+                   help="minidl rows besides torch's: eager, graphed (the step in a CUDA graph), no-buffer-sync "
+                        "(broadcast_buffers=False); comma-separated")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
@@ -215,15 +230,22 @@ def main():
         lines.append("")
     if "train" in args.only:
         lines += ["## DDP training step, bf16 autocast, eager, fixed batch per GPU (weak scaling)", "",
-                  "| model | framework | 1 GPU step ms | N GPU step ms | rate at 1 GPU | rate at N GPUs | efficiency |",
+                  "| model | framework | 1 GPU step ms (host ms) | N GPU step ms (host ms) | rate at 1 GPU | "
+                  "rate at N GPUs | efficiency |",
                   "|---|---|---:|---:|---:|---:|---:|"]
-        for model, unit in (("resnet9", "img/s"), ("lstm", "tok/s")):
-            for impl in ("minidl", "torch"):
-                one = launch(1, ["--task", "train", "--impl", impl, "--model", model] + common)
-                many = launch(n, ["--task", "train", "--impl", impl, "--model", model] + common) if n > 1 else one
+        units = {"resnet9": "img/s", "lstm": "tok/s"}
+        for model in args.models.split(","):
+            unit = units[model]
+            runs = [("minidl", v) for v in args.minidl_variants.split(",")] + [("torch", "eager")]
+            for impl, variant in runs:
+                cmd = ["--task", "train", "--impl", impl, "--model", model, "--variant", variant] + common
+                one = launch(1, cmd)
+                many = launch(n, cmd) if n > 1 else one
                 r1 = one["per_gpu"] / (one["step_ms"] * 1e-3)
                 rn = n * many["per_gpu"] / (many["step_ms"] * 1e-3)
-                lines.append(f"| {model} | {impl} | {one['step_ms']:.2f} | {many['step_ms']:.2f} | {r1:,.0f} {unit} | "
+                label = impl if variant == "eager" else f"{impl} {variant}"
+                lines.append(f"| {model} | {label} | {one['step_ms']:.2f} ({one['host_ms']:.1f}) | "
+                             f"{many['step_ms']:.2f} ({many['host_ms']:.1f}) | {r1:,.0f} {unit} | "
                              f"{rn:,.0f} {unit} | {rn / (n * r1):.2f} |")
                 print(lines[-1], flush=True)
         lines.append(f"\nN = {n}. Efficiency = rate(N) / (N x rate(1)); the target is >= 0.9 and at least torch's.")

@@ -85,7 +85,7 @@ class DistributedDataParallel(Module):
                                  "device_ids=[local_rank] after model.to(f'cuda:{local_rank}'), or None")
         self.dim, self.broadcast_buffers = dim, broadcast_buffers
         self.find_unused_parameters, self.static_graph = find_unused_parameters, static_graph
-        self.gradient_as_bucket_view = gradient_as_bucket_view   # accepted; gradients are copied back either way
+        self.gradient_as_bucket_view = gradient_as_bucket_view   # accepted: minidl's gradients are always bucket views
         self.require_backward_grad_sync = True
         self.require_forward_param_sync = True
         self._params = params
@@ -104,6 +104,7 @@ class DistributedDataParallel(Module):
         self._verify_same_model(op, params)
         with no_grad():
             self._broadcast_coalesced(params + [b for b in module.buffers() if b is not None])
+        self._buffer_groups = None     # the buffers as views of one array per dtype (_sync_buffers)
         self._hook_handles = [p.register_post_accumulate_grad_hook(self._make_hook(i)) for i, p in enumerate(params)]
 
     # ---------------------------------------------------------------------------------------------- set-up
@@ -159,11 +160,40 @@ class DistributedDataParallel(Module):
                 t._data[...] = flat[offset:offset + n].reshape(t.shape)
                 offset += n
 
+    def _sync_buffers(self):
+        """Broadcast the buffers (batch norm's running statistics) from rank 0, as torch does before each
+        forward. The buffers live as views of one flat array per dtype, so that this is one broadcast per
+        dtype and no copy; a buffer whose array was replaced since is copied into its view again first."""
+        buffers = [b for b in self.module.buffers() if b is not None]
+        if self._buffer_groups is None or [id(b) for b in buffers] != self._buffer_ids:
+            xp = _device.array_module(self.device)
+            groups = {}
+            for b in buffers:
+                groups.setdefault(b._data.dtype, []).append(b)
+            self._buffer_groups = []
+            for dtype, group in groups.items():
+                flat = xp.empty(sum(b.numel() for b in group), dtype=dtype)
+                views, offset = [], 0
+                for b in group:
+                    view = flat[offset:offset + b.numel()].reshape(b._data.shape)
+                    view[...] = b._data
+                    b._data = view
+                    views.append(view)
+                    offset += b.numel()
+                self._buffer_groups.append((flat, group, views))
+            self._buffer_ids = [id(b) for b in buffers]
+        for flat, group, views in self._buffer_groups:
+            for b, view in zip(group, views):
+                if b._data is not view:        # replaced (load_state_dict, .to(), ...): back into the flat array
+                    view[...] = b._data
+                    b._data = view
+            dist._backend_for("broadcast", group[0]).broadcast(flat, 0).wait()
+
     # --------------------------------------------------------------------------------------------- forward
     def forward(self, *inputs, **kwargs):
         if self.broadcast_buffers and self._world > 1:
             with no_grad():
-                self._broadcast_coalesced([b for b in self.module.buffers() if b is not None])
+                self._sync_buffers()
         output = self.module(*inputs, **kwargs)
         if is_grad_enabled() and self.require_backward_grad_sync:
             self._prepare_for_backward(output)
@@ -290,11 +320,15 @@ class DistributedDataParallel(Module):
                 if used is not None and not used[i]:
                     continue          # unused on every rank: its .grad stays as it was (None), as torch
                 g = flat[bucket.offsets[k]:bucket.offsets[k + 1]].reshape(p.shape)
+                if p.ndim in (4, 5) and _layout.strictly_channels_last(p._data):
+                    g = _layout.copy_as(g, True)     # a channels_last filter keeps a channels_last gradient
+                # The averaged gradient is a view of the bucket's array (torch's gradient_as_bucket_view): no
+                # copy. The array is this step's own; the next backward flattens into a new one.
                 if p.grad is None:
-                    channels_last = p.ndim in (4, 5) and _layout.strictly_channels_last(p._data)
-                    p.grad = Tensor._make(_layout.copy_as(g, True) if channels_last else g.copy())
+                    p.grad = Tensor._make(g)
                 else:
-                    p.grad._data[...] = g
+                    p.grad._data = g
+                    p.grad._version += 1
 
     # ------------------------------------------------------------------------------------------------ misc
     @contextlib.contextmanager
