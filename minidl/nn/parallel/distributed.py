@@ -274,7 +274,14 @@ class DistributedDataParallel(Module):
         for p in bucket.params:
             g = p.grad
             parts.append(xp.zeros(p.numel(), dtype=bucket.dtype) if g is None else g._data.reshape(-1))
-        flat = xp.concatenate(parts) if len(parts) > 1 else xp.array(parts[0], copy=True)
+        if _device.is_capturing():
+            # CuPy's concatenate of many arrays sends their addresses from the host, which a capture
+            # forbids: one device copy per gradient instead (replays cost the same either way)
+            flat = xp.empty(bucket.offsets[-1], dtype=bucket.dtype)
+            for k, part in enumerate(parts):
+                flat[bucket.offsets[k]:bucket.offsets[k + 1]] = part
+        else:
+            flat = xp.concatenate(parts) if len(parts) > 1 else xp.array(parts[0], copy=True)
         flat /= self._world
         backend = dist._backend_for("DistributedDataParallel", bucket.params[0])
         if self.device.type == "cuda":
