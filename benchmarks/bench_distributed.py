@@ -83,6 +83,8 @@ def worker_allreduce(args):
 
 
 def worker_train(args):
+    import faulthandler
+    faulthandler.dump_traceback_later(args.hang_after, exit=True)   # a hang prints every thread's stack, then ends
     from benchmarks.bench_gpu_train_step import lstm_lm, resnet9
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"])
     rng = np.random.default_rng(rank)
@@ -194,6 +196,7 @@ def main():
     p.add_argument("--model", default="resnet9", help=argparse.SUPPRESS)
     p.add_argument("--tmp", default="/tmp", help=argparse.SUPPRESS)
     p.add_argument("--variant", default="eager", help=argparse.SUPPRESS)
+    p.add_argument("--hang-after", type=float, default=240, help="seconds after which a worker prints its stacks and ends")
     p.add_argument("--models", default="resnet9,lstm", help="which DDP models to time (resnet9, lstm)")
     p.add_argument("--minidl-variants", default="eager",
                    help="minidl rows besides torch's: eager, graphed (the step in a CUDA graph), no-buffer-sync "
@@ -213,7 +216,8 @@ def main():
     from benchmarks._report import git_commit, write_report
     n = cupy.cuda.runtime.getDeviceCount()
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
-    common = ["--iters", str(args.iters), "--warmup", str(args.warmup), "--steps", str(args.steps), "--tmp", "/tmp"]
+    common = ["--iters", str(args.iters), "--warmup", str(args.warmup), "--steps", str(args.steps), "--tmp", "/tmp",
+              "--hang-after", str(args.hang_after)]
     lines = [f"# Data-parallel on {n} x {name}: minidl.distributed vs torch.distributed (both NCCL)", "",
              f"{datetime.date.today()}, commit {git_commit()}, `python3 benchmarks/bench_distributed.py`. "
              "One process per GPU for both frameworks, started by minidl's launcher.", ""]
@@ -239,8 +243,13 @@ def main():
             runs = [("minidl", v) for v in args.minidl_variants.split(",")] + [("torch", "eager")]
             for impl, variant in runs:
                 cmd = ["--task", "train", "--impl", impl, "--model", model, "--variant", variant] + common
-                one = launch(1, cmd)
-                many = launch(n, cmd) if n > 1 else one
+                try:
+                    one = launch(1, cmd)
+                    many = launch(n, cmd) if n > 1 else one
+                except RuntimeError as exc:          # say which run failed, keep the others
+                    print(exc, file=sys.stderr, flush=True)
+                    lines.append(f"| {model} | {impl} {variant} | failed: see the log | | | | |")
+                    continue
                 r1 = one["per_gpu"] / (one["step_ms"] * 1e-3)
                 rn = n * many["per_gpu"] / (many["step_ms"] * 1e-3)
                 label = impl if variant == "eager" else f"{impl} {variant}"

@@ -215,6 +215,7 @@ class NCCLBackend:
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, daemon=True, name="minidl-nccl-watchdog")
         self._watchdog.start()
+        _abort_on_uncaught_exception(self)
 
     # Each collective runs on `stream` (the current one unless DDP passes its side stream), and records an
     # event there that Work.wait and the watchdog use.
@@ -288,3 +289,22 @@ class NCCLBackend:
         self._stop.set()
         self.cupy.cuda.get_current_stream().synchronize()
         self.comm.destroy()
+
+
+def _abort_on_uncaught_exception(backend):
+    """A rank that dies of an exception must not hang at exit: destroying an NCCL communicator waits for the
+    other ranks, which wait for this one. So an uncaught exception prints its traceback, aborts the
+    communicator and ends the process at once (exit code 1); the launcher then stops the others."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        previous(kind, value, tb)
+        sys.stderr.write(f"minidl.distributed: rank {backend.rank} stopped by {kind.__name__}; aborting its NCCL "
+                         "communicator so that the other ranks are stopped rather than left waiting\n")
+        sys.stderr.flush()
+        try:
+            backend.comm.abort()
+        finally:
+            os._exit(1)
+
+    sys.excepthook = hook
