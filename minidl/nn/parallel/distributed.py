@@ -16,6 +16,7 @@ What one training step does, on every rank (torch's design, in small):
 from __future__ import annotations
 
 import contextlib
+import time
 
 import numpy as np
 
@@ -94,6 +95,9 @@ class DistributedDataParallel(Module):
         self._world = dist.get_world_size()
         self._state = None
         self._static_uses = None
+        # Set to a list to record what one backward pass does, for a timeline (tutorial 10): tuples
+        # (perf_counter seconds, "ready", parameter index), (t, "launch", bucket), (t0, "wait", bucket, t1).
+        self.timeline = None
         self._side_stream = None
         self.bucket_bytes_cap = int((25 if bucket_cap_mb is None else bucket_cap_mb) * 1024 * 1024)
         self._buckets = self._make_buckets(params, self.bucket_bytes_cap)
@@ -262,6 +266,8 @@ class DistributedDataParallel(Module):
     def _mark_ready(self, i):
         st = self._state
         st.done[i] = True
+        if self.timeline is not None:
+            self.timeline.append((time.perf_counter(), "ready", i))
         b = self._bucket_of[i]
         st.ready[b] += 1
         while st.next_bucket < len(self._buckets) and st.ready[st.next_bucket] == len(self._buckets[st.next_bucket].params):
@@ -298,6 +304,8 @@ class DistributedDataParallel(Module):
         else:
             work = backend.all_reduce(flat, "sum")
         self._state.launched[bucket.index] = (flat, work)
+        if self.timeline is not None:
+            self.timeline.append((time.perf_counter(), "launch", bucket.index))
 
     def _finish_backward(self):
         st, self._state = self._state, None
@@ -322,7 +330,10 @@ class DistributedDataParallel(Module):
             used = _device.move_array(flags._data, "cpu").astype(bool)
         for bucket in self._buckets:
             flat, work = st.launched[bucket.index]
+            t0 = time.perf_counter()
             work.wait()
+            if self.timeline is not None:
+                self.timeline.append((t0, "wait", bucket.index, time.perf_counter()))
             for k, (p, i) in enumerate(zip(bucket.params, bucket.indices)):
                 if used is not None and not used[i]:
                     continue          # unused on every rank: its .grad stays as it was (None), as torch
