@@ -21,6 +21,7 @@ from .autograd.function import no_grad as inference_mode  # noqa: F401  (PyTorch
 from .autograd.tensor import (  # noqa: F401
     Tensor, bfloat16, bool_, cat, channels_last, channels_last_3d, chunk, concat, contiguous_format, float16,
     float32, float64, get_default_dtype, int8, int16, int32, int64, matmul, maximum, memory_format, minimum,
+    allclose, equal, isclose,
     preserve_format, set_default_dtype, split, stack, uint8, where,
 )
 from .autograd.legacy import (  # noqa: F401

@@ -268,3 +268,12 @@ def test_train_cifar10_data_parallel_runs_and_checks_the_batch(tmp_path):
     helped = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "train_cifar10.py"), "--help"],
                             capture_output=True, text=True, cwd=ROOT)
     assert "python -m minidl.distributed.run --nproc-per-node N" in helped.stdout
+
+
+@needs_mpi
+def test_a_torch_ddp_program_runs_unmodified():
+    """tests/distributed/torch_ddp_program.py is written for torch (gloo, DistributedSampler, DDP); it runs
+    on minidl through the launcher and minidl.run, and checks that the replicas agree and the loss falls."""
+    proc, _ = launch("-m", "minidl.run", "torch_ddp_program.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "torch DDP program: 2 replicas agree" in proc.stdout

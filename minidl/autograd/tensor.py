@@ -2069,3 +2069,35 @@ def maximum(a, b):
 
 def minimum(a, b):
     return a.minimum(b)
+
+
+def _compare_pair(op, a, b):
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"{op}: expected two tensors, got {type(a).__name__} and {type(b).__name__}")
+    if a.device != b.device:
+        raise RuntimeError(f"{op}: expected both tensors on the same device, got {a.device} and {b.device}")
+    return a._data, b._data, _device.get_array_module(a._data)
+
+
+def equal(a, b) -> bool:
+    """True when a and b have the same shape and the same values (torch.equal; dtypes may differ)."""
+    x, y, xp = _compare_pair("equal", a, b)
+    return tuple(x.shape) == tuple(y.shape) and bool(xp.array_equal(x, y))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol * |b|, elementwise, as a bool tensor (torch.isclose; broadcasts)."""
+    x, y, xp = _compare_pair("isclose", a, b)
+    if rtol < 0 or atol < 0:
+        raise RuntimeError(f"isclose: rtol and atol must be >= 0, got rtol={rtol}, atol={atol}")
+    return Tensor._make(xp.isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    """True when every element of a is close to b's: |a - b| <= atol + rtol * |b| (torch.allclose)."""
+    return bool(isclose(a, b, rtol, atol, equal_nan)._data.all())
+
+
+Tensor.equal = lambda self, other: equal(self, other)
+Tensor.isclose = lambda self, other, rtol=1e-05, atol=1e-08, equal_nan=False: isclose(self, other, rtol, atol, equal_nan)
+Tensor.allclose = lambda self, other, rtol=1e-05, atol=1e-08, equal_nan=False: allclose(self, other, rtol, atol, equal_nan)

@@ -652,3 +652,19 @@ def test_a_hook_on_an_intermediate_fires_even_after_a_garbage_collection(monkeyp
     m[2].register_full_backward_hook(lambda mod, gi, go: seen.append(gi[0].shape))
     m(minidl.randn(5, 3)).sum().backward()
     assert seen == [(5, 4)]
+
+
+def test_equal_isclose_allclose_match_torch():
+    import torch
+
+    cases = [([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]), ([1.0, 2.0, 3.0], [1.0, 2.0, 3.001]), ([1.0, float("nan")], [1.0, float("nan")]),
+             ([[1.0, 2.0]], [1.0, 2.0]), ([1e-9, 1.0], [0.0, 1.0 + 1e-6])]
+    for a, b in cases:
+        ma, mb, ta, tb = minidl.tensor(a), minidl.tensor(b), torch.tensor(a), torch.tensor(b)
+        assert minidl.equal(ma, mb) == torch.equal(ta, tb), (a, b)
+        for kw in ({}, {"rtol": 1e-2}, {"atol": 1e-2, "equal_nan": True}):
+            assert np.array_equal(minidl.isclose(ma, mb, **kw).numpy(), torch.isclose(ta, tb, **kw).numpy()), (a, b, kw)
+            assert ma.allclose(mb, **kw) == torch.allclose(ta, tb, **kw), (a, b, kw)
+    assert minidl.equal(minidl.tensor([1.0, 2.0]), minidl.tensor([1, 2])) == torch.equal(torch.tensor([1.0, 2.0]), torch.tensor([1, 2]))
+    with pytest.raises(TypeError, match="equal: expected two tensors"):
+        minidl.equal(minidl.ones(2), [1.0, 1.0])
