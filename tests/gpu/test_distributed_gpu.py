@@ -78,3 +78,11 @@ def test_nccl_collective_past_the_timeout_stops_the_rank_naming_the_op():
     assert proc.returncode != 0
     assert "rank 0: all_reduce (sum of 4 float32 element(s)) over nccl did not finish within 2 s" in proc.stderr, proc.stderr
     assert seconds < 60
+
+
+def test_a_ddp_step_never_makes_the_host_wait_for_the_gpu():
+    """A host sync in a DDP step would put the ranks' hosts in lockstep with the all-reduce (see
+    tests/distributed/ddp_never_waits.py): the LSTM LM and a CNN, fp32 and bf16 autocast, with and without DDP."""
+    proc, _ = launch("ddp_never_waits.py", "--device", "cuda", nproc=1)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("never waited") == 8, proc.stdout
