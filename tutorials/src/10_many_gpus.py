@@ -427,7 +427,9 @@ else:
 # What the table says: with the step in a CUDA graph, minidl scales as well as PyTorch (0.94-0.99),
 # because its all-reduces cost what PyTorch's do — both call NCCL, and the bus bandwidth matches. The
 # eager rows are another story: an eager minidl step is *host-bound* (the host time in brackets is
-# about the step time), and with two processes the slower one sets the pace at every all-reduce.
+# about the step time), and with two processes the slower one sets the pace at every all-reduce. A
+# host-bound step also varies by about ±20% from one process launch to the next (the same one-GPU
+# LSTM step measured 18 to 25 ms), so read the eager efficiencies as rough figures.
 # That is the same lesson as tutorial 8's: remove the host from the step (fewer launches, CUDA graphs)
 # and the GPUs, one or many, do the work.
 #
