@@ -66,8 +66,19 @@ for _name in (
     "triu", "all", "any", "sin", "cos", "log1p", "square", "pow", "add", "sub", "mul", "div", "neg", "eq", "ne",
     "lt", "le", "gt", "ge", "clone", "t", "detach", "mode", "round", "floor", "ceil", "trunc", "amax", "amin",
     "roll", "logsumexp", "remainder", "lerp",
+    # the long tail of elementwise math (autograd/mathops.py)
+    "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "arcsin", "arccos", "arctan",
+    "arcsinh", "arccosh", "arctanh", "exp2", "expm1", "log2", "log10", "reciprocal", "sinc", "deg2rad", "rad2deg",
+    "frac", "logit", "atan2", "arctan2", "hypot", "logaddexp", "logaddexp2", "xlogy", "fmod", "copysign",
 ):
     globals()[_name] = _method(_name)
+del _name
+
+from .autograd import composites as _composites  # noqa: E402
+
+for _name in _composites.FUNCTIONS:   # prod, einsum, diag, hstack, ... (autograd/composites.py)
+    if _name not in globals():
+        globals()[_name] = getattr(_composites, _name)
 del _name
 
 

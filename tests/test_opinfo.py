@@ -155,6 +155,32 @@ OPS = {
     "randint": minidl.randint, "randint_like": minidl.randint_like,
     "nn.functional.dropout": _func("dropout"), "nn.functional.dropout2d": _func("dropout2d"),
     "nn.functional.dropout3d": _func("dropout3d"), "roll": _method("roll"),
+    # the long tail of elementwise math (minidl/autograd/mathops.py)
+    **{name: _method(name) for name in (
+        "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "exp2", "expm1", "log2", "log10",
+        "reciprocal", "sinc", "deg2rad", "rad2deg", "frac", "logit", "atan2", "hypot", "logaddexp", "logaddexp2",
+        "xlogy", "fmod", "copysign")},
+    # compositions and aliases (minidl/autograd/composites.py), as minidl.<name> functions
+    **{name: _named(f"minidl.{name}", getattr(minidl, name)) for name in (
+        "prod", "nansum", "nanmean", "count_nonzero", "diag", "diagonal", "trace", "outer", "tensordot",
+        "kron", "addmm", "addmv", "baddbmm", "addbmm", "addcmul", "addcdiv", "atleast_1d", "atleast_2d", "atleast_3d",
+        "hstack", "vstack", "dstack", "column_stack", "broadcast_to", "broadcast_tensors", "tile", "movedim",
+        "take_along_dim", "repeat_interleave", "diff", "logical_and", "logical_or",
+        "logical_xor", "logical_not", "isinf", "isposinf", "isneginf", "signbit", "isin", "clamp_min", "clamp_max",
+        "nan_to_num", "var_mean", "std_mean", "true_divide", "cross")},
+    **{name: _named(f"minidl.{name}", getattr(minidl, name)) for name in (
+        "argwhere", "unflatten", "fliplr", "flipud", "rot90", "msort", "aminmax", "tensor_split", "hsplit", "vsplit",
+        "dsplit", "unique", "bincount", "searchsorted", "bucketize", "cumprod", "cummax", "cummin", "logcumsumexp",
+        "ravel", "inner", "vdot", "floor_divide", "fmax", "fmin", "select", "take", "heaviside",
+        "bitwise_and", "bitwise_or", "bitwise_not")},
+    "reshape_as": _method("reshape_as"),
+    "addmm.decomposed": _named("minidl.addmm", minidl.addmm),
+    # torch's einsum OpInfo passes the operands first, then the equation (its op is a lambda that swaps them)
+    "einsum": _named("minidl.einsum", lambda tensors, equation: minidl.einsum(equation, tensors)),
+    "std_mean.unbiased": _named("minidl.std_mean", minidl.std_mean),
+    "var_mean.unbiased": _named("minidl.var_mean", minidl.var_mean),
+    "meshgrid.list_of_tensors": _named("minidl.meshgrid", minidl.meshgrid),
+    "meshgrid.variadic_tensors": _named("minidl.meshgrid", minidl.meshgrid),
 }
 
 # Ops whose values are random or uninitialised: their outputs are compared by shape and dtype, and the
@@ -192,6 +218,9 @@ SKIPS = [
      and d["kwargs"].get("momentum", 0.1) < 0,
      "the batch-norm primitive refuses a momentum outside [0, 1] (ValueError): the running average would "
      "extrapolate; PyTorch computes it anyway"),
+    ("addbmm", "bfloat16", lambda d: ":bfloat16" in d["input"],
+     "torch's CPU bfloat16 addbmm rounds its partial sums to bfloat16 (up to ~10% away from the exact sum on these "
+     "samples); minidl sums the batch in float32 and rounds once, as its float16 path and torch's float16 do"),
 ]
 
 # ------------------------------------------------------------------------------------------------

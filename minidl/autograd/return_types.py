@@ -49,3 +49,7 @@ mode = _values_indices("mode")
 median = _values_indices("median")
 cummax = _values_indices("cummax")
 cummin = _values_indices("cummin")
+
+aminmax = namedtuple("aminmax", ["min", "max"])
+aminmax.__module__ = __name__
+aminmax.__doc__ = "What aminmax() returns: the tensors `min` and `max` (a named tuple, as torch.return_types.aminmax)."

@@ -2101,3 +2101,22 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 Tensor.equal = lambda self, other: equal(self, other)
 Tensor.isclose = lambda self, other, rtol=1e-05, atol=1e-08, equal_nan=False: isclose(self, other, rtol, atol, equal_nan)
 Tensor.allclose = lambda self, other, rtol=1e-05, atol=1e-08, equal_nan=False: allclose(self, other, rtol, atol, equal_nan)
+
+
+# The long tail of elementwise math (minidl/autograd/mathops.py): methods and, in minidl/__init__.py, functions.
+from . import mathops as _mathops  # noqa: E402
+
+for _op in _mathops.UNARY:
+    setattr(Tensor, _op, _mathops.unary(_op))
+for _op in _mathops.BINARY:
+    setattr(Tensor, _op, _mathops.binary(_op))
+for _alias, _op in _mathops.ALIASES.items():
+    setattr(Tensor, _alias, getattr(Tensor, _op))
+del _op, _alias
+
+from . import composites as _composites  # noqa: E402
+
+for _name in _composites.METHODS:
+    if not hasattr(Tensor, _name):
+        setattr(Tensor, _name, getattr(_composites, _name))
+del _name

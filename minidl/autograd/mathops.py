@@ -1,0 +1,198 @@
+"""The long tail of PyTorch's elementwise math, table-driven: each op is a row (its forward and its
+derivative, side by side), and two Functions run every row, one for unary and one for binary ops.
+
+    tan, sinh, cosh, asin, acos, atan, asinh, acosh, atanh, exp2, expm1, log2, log10, reciprocal, sinc,
+    deg2rad, rad2deg, frac, logit                                  (unary, differentiable)
+    atan2, hypot, logaddexp, logaddexp2, xlogy, fmod, copysign     (binary, differentiable)
+
+Integer and bool inputs compute in the default float dtype, as torch's float ops do. float16 and
+bfloat16 compute in float32 and round once at the end (what torch's CPU and CUDA kernels do). Outside
+their domain they give NaN or inf as torch does, without NumPy's warnings. The rows use `xp` (NumPy or
+CuPy), so each op is written once for both devices. Every op here is checked against torch by
+PyTorch's own OpInfo samples (tests/test_opinfo.py), gradients included.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _dtypes
+from .._device import get_array_module
+from .._dtypes import float32
+from .function import Function, unbroadcast
+
+LN2, LN10 = math.log(2.0), math.log(10.0)
+
+
+def _quiet(xp):
+    """NumPy's floating-point warnings off (torch gives NaN/inf silently); CuPy never warns."""
+    return np.errstate(all="ignore") if xp is np else _NoWarnings()
+
+
+class _NoWarnings:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _sinc(xp, a):
+    return xp.sinc(a)
+
+
+def _dsinc(xp, a, out, g):
+    pa = np.pi * a
+    with _quiet(xp):
+        d = (xp.cos(pa) * pa - xp.sin(pa)) / (pa * a)
+    return g * xp.where(a == 0, 0.0, d).astype(a.dtype, copy=False)
+
+
+# name: (forward(xp, a), derivative(xp, a, out, g))
+UNARY = {
+    "tan": (lambda xp, a: xp.tan(a), lambda xp, a, o, g: g * (1 + o * o)),
+    "sinh": (lambda xp, a: xp.sinh(a), lambda xp, a, o, g: g * xp.cosh(a)),
+    "cosh": (lambda xp, a: xp.cosh(a), lambda xp, a, o, g: g * xp.sinh(a)),
+    "asin": (lambda xp, a: xp.arcsin(a), lambda xp, a, o, g: g / xp.sqrt(1 - a * a)),
+    "acos": (lambda xp, a: xp.arccos(a), lambda xp, a, o, g: -g / xp.sqrt(1 - a * a)),
+    "atan": (lambda xp, a: xp.arctan(a), lambda xp, a, o, g: g / (1 + a * a)),
+    "asinh": (lambda xp, a: xp.arcsinh(a), lambda xp, a, o, g: g / xp.sqrt(a * a + 1)),
+    "acosh": (lambda xp, a: xp.arccosh(a), lambda xp, a, o, g: g / xp.sqrt(a * a - 1)),
+    "atanh": (lambda xp, a: xp.arctanh(a), lambda xp, a, o, g: g / (1 - a * a)),
+    "exp2": (lambda xp, a: xp.exp2(a), lambda xp, a, o, g: g * o * LN2),
+    "expm1": (lambda xp, a: xp.expm1(a), lambda xp, a, o, g: g * (o + 1)),
+    "log2": (lambda xp, a: xp.log2(a), lambda xp, a, o, g: g / (a * LN2)),
+    "log10": (lambda xp, a: xp.log10(a), lambda xp, a, o, g: g / (a * LN10)),
+    "reciprocal": (lambda xp, a: 1 / a, lambda xp, a, o, g: -g * o * o),
+    "sinc": (_sinc, _dsinc),
+    "deg2rad": (lambda xp, a: a * (np.pi / 180), lambda xp, a, o, g: g * (np.pi / 180)),
+    "rad2deg": (lambda xp, a: a * (180 / np.pi), lambda xp, a, o, g: g * (180 / np.pi)),
+    "frac": (lambda xp, a: a - xp.trunc(a), lambda xp, a, o, g: g),
+    "logit": (lambda xp, a: xp.log(a / (1 - a)), lambda xp, a, o, g: g / (a * (1 - a))),
+}
+ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh", "arccosh": "acosh",
+           "arctanh": "atanh", "arctan2": "atan2"}
+
+
+class UnaryMath(Function):
+    """One row of UNARY: forward and derivative of an elementwise function of one float tensor."""
+
+    saves_output = True
+
+    def forward(self, a, which=None, eps=None):
+        xp = get_array_module(a)
+        self.op, self.eps = which, eps
+        work = a.astype(float32) if a.dtype in _dtypes.HALF_DTYPES else a
+        if eps is not None:                         # logit(x, eps): x clamped to [eps, 1 - eps] first
+            work = xp.clip(work, eps, 1 - eps)
+        with _quiet(xp):
+            out = UNARY[which][0](xp, work)
+        self.a, self.out = work, out
+        return out.astype(a.dtype, copy=False)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        gw = g.astype(self.a.dtype, copy=False)
+        with _quiet(xp):
+            grad = UNARY[self.op][1](xp, self.a, self.out, gw)
+        if self.eps is not None:                    # flat where the input was clamped
+            raw = self.inputs[0]._data
+            grad = xp.where((raw < self.eps) | (raw > 1 - self.eps), 0, grad)
+        return grad.astype(g.dtype, copy=False)
+
+    @property
+    def name(self):
+        return self.op.capitalize() if self.op else "UnaryMath"
+
+
+def _xlogy(xp, a, b):
+    with _quiet(xp):
+        return xp.where((a == 0) & ~xp.isnan(b), 0, a * xp.log(b))
+
+
+def _dxlogy(xp, a, b, o, g):
+    with _quiet(xp):
+        ga = xp.where((a == 0) & ~xp.isnan(b), 0, g * xp.log(b))
+        return ga, g * a / b
+
+
+# name: (forward(xp, a, b), gradients(xp, a, b, out, g) -> (ga, gb))
+BINARY = {
+    "atan2": (lambda xp, a, b: xp.arctan2(a, b),
+              lambda xp, a, b, o, g: (g * b / (a * a + b * b), -g * a / (a * a + b * b))),
+    "hypot": (lambda xp, a, b: xp.hypot(a, b), lambda xp, a, b, o, g: (g * a / o, g * b / o)),
+    "logaddexp": (lambda xp, a, b: xp.logaddexp(a, b),
+                  lambda xp, a, b, o, g: (g * xp.exp(a - o), g * xp.exp(b - o))),
+    "logaddexp2": (lambda xp, a, b: xp.logaddexp2(a, b),
+                   lambda xp, a, b, o, g: (g * xp.exp2(a - o), g * xp.exp2(b - o))),
+    "xlogy": (_xlogy, _dxlogy),
+    "fmod": (lambda xp, a, b: xp.fmod(a, b), lambda xp, a, b, o, g: (g, -g * xp.trunc(a / b))),
+    "copysign": (lambda xp, a, b: xp.copysign(a, b),
+                 lambda xp, a, b, o, g: (g * xp.where(a == 0, 0, o / xp.where(a == 0, 1, a)), xp.zeros_like(g))),
+}
+
+
+class BinaryMath(Function):
+    """One row of BINARY: forward and gradients of an elementwise function of two float tensors."""
+
+    def forward(self, a, b, which=None):
+        xp = get_array_module(a)
+        self.op, self.shapes = which, (a.shape, b.shape)
+        half = a.dtype in _dtypes.HALF_DTYPES
+        wa, wb = (a.astype(float32), b.astype(float32)) if half else (a, b)
+        with _quiet(xp):
+            out = BINARY[which][0](xp, wa, wb)
+        self.a, self.b, self.out = wa, wb, out
+        return out.astype(a.dtype, copy=False)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        gw = g.astype(self.a.dtype, copy=False)
+        with _quiet(xp):
+            ga, gb = BINARY[self.op][1](xp, self.a, self.b, self.out, gw)
+        ga = unbroadcast(xp.broadcast_to(ga, g.shape), self.shapes[0]).astype(g.dtype, copy=False)
+        gb = unbroadcast(xp.broadcast_to(gb, g.shape), self.shapes[1]).astype(g.dtype, copy=False)
+        return ga, gb
+
+    @property
+    def name(self):
+        return self.op.capitalize() if self.op else "BinaryMath"
+
+
+def _as_float(t):
+    from . import tensor
+
+    return t if _dtypes.is_floating(t.dtype) else t.type(tensor._default_dtype)
+
+
+def unary(op):
+    def method(self, *args, **kwargs):
+        if op == "logit":
+            eps = args[0] if args else kwargs.get("eps")
+            return UnaryMath.apply(_as_float(self), which=op, eps=None if eps is None else float(eps))
+        if args or kwargs:
+            raise TypeError(f"{op}() takes no arguments besides the tensor, got {args} {kwargs}")
+        return UnaryMath.apply(_as_float(self), which=op)
+
+    method.__name__ = op
+    method.__doc__ = f"torch.{op}, elementwise, with its gradient (minidl.autograd.mathops)."
+    return method
+
+
+def binary(op):
+    def method(self, other):
+        from .tensor import Tensor
+
+        if isinstance(other, Tensor) and other.device != self.device:
+            raise RuntimeError(f"{op}: expected both tensors on the same device, got {self.device} and {other.device}")
+        a = _as_float(self)
+        b = _as_float(other) if isinstance(other, Tensor) else other
+        if isinstance(b, Tensor) and a.dtype != b.dtype:       # the wider float, as torch's promotion
+            dt = _dtypes.promote_floats(a.dtype, b.dtype)
+            a, b = a.type(dt), b.type(dt)
+        return a._binary(b, BinaryMath, op, which=op)
+
+    method.__name__ = op
+    method.__doc__ = f"torch.{op}, elementwise with broadcasting, with its gradients (minidl.autograd.mathops)."
+    return method
