@@ -80,6 +80,20 @@ def test_launcher_stops_the_others_when_a_rank_dies():
     assert "exit code 3" in proc.stderr
 
 
+@needs_mpi
+def test_a_killed_rank_stops_the_launcher_and_leaves_no_process_behind(tmp_path):
+    """SIGKILL: the rank cannot clean up or call MPI_Abort; mpiexec must still end the run with a non-zero code,
+    and the rank waiting in its all_reduce must not outlive it. (On GPUs, spawned ranks and NCCL:
+    tests/gpu/test_distributed_gpu.py.)"""
+    marker = f"failures.py --case kill --tag {tmp_path.name}"
+    proc, seconds = launch("failures.py", "--case", "kill", "--tag", tmp_path.name)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert seconds < 25, f"the launcher took {seconds:.0f} s"
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes left behind: {left}"
+
+
 def test_launcher_spawn_stops_the_others_when_a_rank_dies():
     proc, seconds = launch("failures.py", "--case", "sleep", start="spawn")
     assert proc.returncode == 4, proc.stdout + proc.stderr

@@ -174,6 +174,17 @@ OPS = {
         "ravel", "inner", "vdot", "floor_divide", "fmax", "fmin", "select", "take", "heaviside",
         "bitwise_and", "bitwise_or", "bitwise_not")},
     "reshape_as": _method("reshape_as"),
+    # torch.nn.functional's long tail, composed of minidl's ops (minidl/nn/functional/composite.py)
+    **{f"nn.functional.{name}": _func(name) for name in (
+        "silu", "mish", "selu", "celu", "hardtanh", "hardsigmoid", "hardswish", "logsigmoid", "softsign", "tanhshrink",
+        "softshrink", "hardshrink", "threshold", "glu", "prelu", "softmin", "normalize", "group_norm",
+        "instance_norm", "cosine_similarity", "pairwise_distance", "kl_div", "huber_loss", "soft_margin_loss",
+        "margin_ranking_loss", "hinge_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss",
+        "cosine_embedding_loss", "triplet_margin_loss", "multilabel_soft_margin_loss", "pixel_shuffle",
+        "pixel_unshuffle", "upsample_nearest", "upsample_bilinear")},
+    "nn.functional.softmin.with_dtype": _func("softmin"),
+    **{f"nn.functional.interpolate.{mode}": _func("interpolate")
+       for mode in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear")},
     "addmm.decomposed": _named("minidl.addmm", minidl.addmm),
     # torch's einsum OpInfo passes the operands first, then the equation (its op is a lambda that swaps them)
     "einsum": _named("minidl.einsum", lambda tensors, equation: minidl.einsum(equation, tensors)),
@@ -218,6 +229,9 @@ SKIPS = [
      and d["kwargs"].get("momentum", 0.1) < 0,
      "the batch-norm primitive refuses a momentum outside [0, 1] (ValueError): the running average would "
      "extrapolate; PyTorch computes it anyway"),
+    ("nn.functional.hardsigmoid", "float64 gradient", lambda d: ":float64" in d["input"],
+     "torch's float64 hardsigmoid backward multiplies by 1/6 rounded to float32 (3e-8 relative, above the float64 "
+     "tolerance); minidl's gradient is the exact 1/6"),
     ("addbmm", "bfloat16", lambda d: ":bfloat16" in d["input"],
      "torch's CPU bfloat16 addbmm rounds its partial sums to bfloat16 (up to ~10% away from the exact sum on these "
      "samples); minidl sums the batch in float32 and rounds once, as its float16 path and torch's float16 do"),

@@ -150,7 +150,11 @@ class Exp(Function):
     saves_output = True
 
     def forward(self, a):
-        self.out = get_array_module(a).exp(a)
+        if type(a) is np.ndarray:
+            with np.errstate(over="ignore"):     # overflow gives inf silently, as torch
+                self.out = np.exp(a)
+        else:
+            self.out = get_array_module(a).exp(a)
         return self.out
 
     def backward(self, g):

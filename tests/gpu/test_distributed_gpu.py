@@ -86,3 +86,15 @@ def test_a_ddp_step_never_makes_the_host_wait_for_the_gpu():
     proc, _ = launch("ddp_never_waits.py", "--device", "cuda", nproc=1)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("never waited") == 8, proc.stdout
+
+
+def test_a_killed_rank_stops_the_launcher_and_leaves_no_process_behind(tmp_path):
+    if gpus() < 2:
+        pytest.skip("needs two GPUs")
+    marker = f"failures.py --case kill --device cuda --tag {tmp_path.name}"
+    proc, seconds = launch("failures.py", "--case", "kill", "--device", "cuda", "--tag", tmp_path.name, nproc=2)
+    assert proc.returncode != 0 and "exited with code" in proc.stderr, proc.stdout + proc.stderr
+    assert seconds < 60
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes left behind: {left}"

@@ -36,6 +36,8 @@ after one of its functions, so `F.linear` is always the function):
     normalization.py  batch_norm, batch_norm_relu, local_response_norm, layer_norm, rms_norm
     dropouts.py       dropout
     recurrent.py      the RNN/LSTM/GRU Functions (the layers are in nn/layers/rnn.py)
+    composite.py      the long tail composed of minidl's ops: silu, mish, hardswish, ..., normalize, group_norm,
+                      instance_norm, cosine_similarity, kl_div, huber_loss, ..., pixel_shuffle, interpolate
 
 This namespace holds the functions only. The autograd Functions behind them (Convolution, Pooling,
 CrossEntropy, ...) stay in their family's module (F.convolution.Convolution): several share a name
@@ -58,6 +60,14 @@ from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_poo
 from .sparse import embedding, one_hot
 from .vision import pad
 from . import recurrent  # noqa: F401  (the RNN Functions; nn/layers/rnn.py uses them)
+from . import composite  # noqa: E402
+from .composite import (  # noqa: F401  (the long tail, composed of the ops above: composite.py)
+    celu, cosine_embedding_loss, cosine_similarity, gaussian_nll_loss, glu, group_norm, hardshrink, hardsigmoid,
+    hardswish, hardtanh, hinge_embedding_loss, huber_loss, instance_norm, interpolate, kl_div, logsigmoid,
+    margin_ranking_loss, mish, multilabel_soft_margin_loss, normalize, pairwise_distance, pixel_shuffle,
+    pixel_unshuffle, poisson_nll_loss, prelu, selu, silu, soft_margin_loss, softmin, softshrink, softsign, tanhshrink,
+    threshold, triplet_margin_loss, upsample, upsample_bilinear, upsample_nearest,
+)
 
 __all__ = [
     "linear",
@@ -75,4 +85,5 @@ __all__ = [
     "dropout1d",
     "dropout2d",
     "dropout3d",
+    *composite.FUNCTIONS,
 ]

@@ -1,0 +1,433 @@
+"""torch.nn.functional's long tail, written as compositions of minidl's differentiable ops (so each one's
+backward is the chain of its parts' backwards; none has a kernel of its own yet):
+
+    activations    silu, mish, selu, celu, hardtanh, hardsigmoid, hardswish, logsigmoid, softsign, tanhshrink,
+                   softshrink, hardshrink, threshold, glu, prelu, softmin
+    normalization  normalize, group_norm, instance_norm
+    distances      cosine_similarity, pairwise_distance
+    losses         kl_div, huber_loss, soft_margin_loss, margin_ranking_loss, hinge_embedding_loss,
+                   poisson_nll_loss, gaussian_nll_loss, cosine_embedding_loss, triplet_margin_loss,
+                   multilabel_soft_margin_loss
+    vision         pixel_shuffle, pixel_unshuffle, interpolate (nearest, linear, bilinear), upsample*
+
+Each is checked against torch by PyTorch's OpInfo samples (tests/test_opinfo.py), values and gradients.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ... import _dtypes
+from ...autograd.tensor import Tensor, where
+from ._checks import _check_float_tensor, _reduce
+from .activations import elu, sigmoid, softmax, softplus, tanh
+
+# ------------------------------------------------------------------------------------------------ activations
+
+
+def silu(input, inplace=False):
+    return input * sigmoid(input)
+
+
+def mish(input, inplace=False):
+    return input * tanh(softplus(input))
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def selu(input, inplace=False):
+    return elu(input, _SELU_ALPHA) * _SELU_SCALE
+
+
+def celu(input, alpha=1.0, inplace=False):
+    if alpha == 0:
+        raise ValueError("ZeroDivisionError: alpha cannot be 0 for CELU")
+    return input.clamp(min=0) + ((input / alpha).exp() - 1).clamp(max=0) * alpha
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError("min_val cannot be greater than max_val")
+    return input.clamp(min_val, max_val)
+
+
+def hardsigmoid(input, inplace=False):
+    return (input + 3).clamp(0.0, 6.0) / 6       # torch's formula (relu6(x + 3) / 6), rounding included
+
+
+def hardswish(input, inplace=False):
+    return input * hardsigmoid(input)
+
+
+def logsigmoid(input):
+    return -softplus(-input)
+
+
+def softsign(input):
+    return input / (1 + input.abs())
+
+
+def tanhshrink(input):
+    return input - tanh(input)
+
+
+def softshrink(input, lambd=0.5):
+    if lambd < 0:
+        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {lambd}.")
+    zero = input.new_zeros(())
+    return where(input > lambd, input - lambd, where(input < -lambd, input + lambd, zero))
+
+
+def hardshrink(input, lambd=0.5):
+    return where(input.abs() > lambd, input, input.new_zeros(()))
+
+
+def threshold(input, threshold, value, inplace=False):
+    return where(input > threshold, input, input.new_full((), value))
+
+
+def glu(input, dim=-1):
+    n = input.shape[dim]
+    if n % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim} is size {n}")
+    a, b = input.narrow(dim, 0, n // 2), input.narrow(dim, n // 2, n // 2)
+    return a * sigmoid(b)
+
+
+def prelu(input, weight):
+    if weight.ndim > 1:
+        raise RuntimeError(f"prelu: weight must be 0-D or 1-D, got {weight.ndim}-D")
+    w = weight
+    if weight.numel() > 1:
+        if input.ndim < 2 or input.shape[1] != weight.numel():
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                               f"{weight.numel()} and channel size = {input.shape[1] if input.ndim > 1 else 1}.")
+        w = weight.reshape((1, -1) + (1,) * (input.ndim - 2))
+    elif weight.ndim == 1:
+        w = weight.reshape(())
+    return where(input >= 0, input, w * input)
+
+
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return softmax(-input, dim, dtype=dtype)
+
+
+# ------------------------------------------------------------------------------------------------ normalization
+def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
+    """input / max(||input||_p along dim, eps)."""
+    norm = input.norm(p, dim, keepdim=True)
+    return input / norm.clamp(min=eps).expand_as(input)
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    _check_float_tensor("group_norm", "input", input)
+    if input.ndim < 2:
+        raise RuntimeError(f"group_norm: expected at least 2 dimensions, got input of shape {tuple(input.shape)}")
+    n, c = input.shape[0], input.shape[1]
+    if c % num_groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {list(input.shape)} and num_groups={num_groups}")
+    if input.numel() == 0:
+        y = input * 1
+        shape = (1, c) + (1,) * (input.ndim - 2)
+        return y * (weight.reshape(shape) if weight is not None else 1) + (bias.reshape(shape) if bias is not None else 0)
+    x = input.reshape(n, num_groups, input.numel() // (n * num_groups))
+    xf = x.float() if x.dtype in _dtypes.HALF_DTYPES else x
+    mean = xf.mean(-1, keepdim=True)
+    var = ((xf - mean) ** 2).mean(-1, keepdim=True)
+    y = ((xf - mean) / (var + eps).sqrt()).type(input.dtype).reshape(tuple(input.shape))
+    shape = (1, c) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Each (sample, channel) normalised over its own spatial positions (torch.nn.functional.instance_norm)."""
+    _check_float_tensor("instance_norm", "input", input)
+    if input.ndim < 3:
+        raise ValueError(f"instance_norm: expected an input with at least 3 dimensions (N, C, ...), got {tuple(input.shape)}")
+    n, c = input.shape[0], input.shape[1]
+    dims = tuple(range(2, input.ndim))
+    shape = (1, c) + (1,) * (input.ndim - 2)
+    xf = input.float() if input.dtype in _dtypes.HALF_DTYPES else input
+    if use_input_stats:
+        mean = xf.mean(dims, keepdim=True)
+        var = ((xf - mean) ** 2).mean(dims, keepdim=True)
+        if running_mean is not None or running_var is not None:
+            from ...autograd.function import no_grad
+
+            count = xf.numel() // (n * c)
+            with no_grad():
+                if running_mean is not None:
+                    running_mean.mul_(1 - momentum).add_(mean.detach().reshape(n, c).mean(0).type(running_mean.dtype) * momentum)
+                if running_var is not None:
+                    unbiased = var.detach().reshape(n, c).mean(0) * (count / max(count - 1, 1))
+                    running_var.mul_(1 - momentum).add_(unbiased.type(running_var.dtype) * momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("instance_norm: use_input_stats=False needs running_mean and running_var")
+        mean, var = running_mean.reshape(shape), running_var.reshape(shape)
+    y = ((xf - mean) / (var + eps).sqrt()).type(input.dtype)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y
+
+
+# ------------------------------------------------------------------------------------------------ distances
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    """x1 . x2 / max(||x1|| ||x2||, eps) along dim (torch.nn.functional.cosine_similarity)."""
+    x1, x2 = _broadcast_pair(x1, x2)
+    if x1.dtype in _dtypes.HALF_DTYPES:          # the products overflow float16: in float32, rounded once
+        return cosine_similarity(x1.float(), x2.float(), dim, eps).type(x1.dtype)
+    dot = (x1 * x2).sum(dim)
+    n1 = (x1 * x1).sum(dim)
+    n2 = (x2 * x2).sum(dim)
+    return dot / (n1 * n2).clamp(min=eps * eps).sqrt()
+
+
+def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    d = x1 - x2 + eps
+    dim = -1 if d.ndim > 0 else 0
+    if d.ndim == 0:
+        return d.abs()
+    return d.norm(p, dim, keepdim=keepdim)
+
+
+def _broadcast_pair(a, b):
+    shape = tuple(np.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+    return (a if tuple(a.shape) == shape else a.expand(*shape)), (b if tuple(b.shape) == shape else b.expand(*shape))
+
+
+# ------------------------------------------------------------------------------------------------ losses
+def _check_reduction(op, reduction, allowed=("none", "mean", "sum")):
+    if reduction not in allowed:
+        raise ValueError(f"{op}: {reduction} is not a valid value for reduction")
+
+
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):
+    """sum target * (log target - input): input holds log-probabilities (and target too with log_target)."""
+    _check_reduction("kl_div", reduction, ("none", "mean", "sum", "batchmean"))
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        loss = target.xlogy(target) - target * input
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.ndim > 0 else 1)
+    return _reduce(loss, reduction)
+
+
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):
+    _check_reduction("huber_loss", reduction)
+    d = (input - target).abs()
+    loss = where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def soft_margin_loss(input, target, size_average=None, reduce=None, reduction="mean"):
+    _check_reduction("soft_margin_loss", reduction)
+    # torch's formula, log1p(exp(-y x)), overflow to inf included (a softplus would not overflow)
+    return _reduce((-target * input).exp().log1p(), reduction)
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+    _check_reduction("margin_ranking_loss", reduction)
+    return _reduce((-target * (input1 - input2) + margin).clamp(min=0), reduction)
+
+
+def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+    _check_reduction("hinge_embedding_loss", reduction)
+    if input.dtype in _dtypes.HALF_DTYPES:      # margin - input in float32, rounded once
+        return hinge_embedding_loss(input.float(), target.float(), margin, reduction=reduction).type(input.dtype)
+    zero = input.new_zeros(())
+    # torch's rule, which also covers targets other than 1 and -1: both terms where neither excludes them
+    own = where(target != -1, input, zero)
+    hinge = where(target != 1, (margin - input).clamp(min=0), zero)
+    return _reduce(own + hinge, reduction)
+
+
+def poisson_nll_loss(input, target, log_input=True, full=False, size_average=None, eps=1e-8, reduce=None,
+                     reduction="mean"):
+    _check_reduction("poisson_nll_loss", reduction)
+    loss = input.exp() - target * input if log_input else input - target * (input + eps).log()
+    if full:
+        stirling = target * target.log() - target + 0.5 * (2 * math.pi * target).log()
+        loss = loss + where(target > 1, stirling, target.new_zeros(()))
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"):
+    _check_reduction("gaussian_nll_loss", reduction)
+    if var.ndim == input.ndim - 1 or (var.shape != input.shape and var.ndim == input.ndim and var.shape[-1] == 1):
+        var = var.unsqueeze(-1) if var.ndim == input.ndim - 1 else var
+    if bool((var < 0).any()):
+        raise ValueError("var has negative entry/entries")
+    from ...autograd.function import no_grad
+
+    with no_grad():
+        floor = var.clamp(min=eps)
+    var = var + (floor - var).detach()            # clamped in value, the gradient of var itself (as torch)
+    loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)
+
+
+def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"):
+    _check_reduction("cosine_embedding_loss", reduction)
+    eps = 1e-12
+    dim = input1.ndim - 1
+    dot = (input1 * input2).sum(dim)
+    mag = ((input1 * input1).sum(dim) + eps) * ((input2 * input2).sum(dim) + eps)
+    cos = dot / mag.sqrt()
+    zero = cos.new_zeros(())
+    loss = where(target == 1, 1 - cos, where(target == -1, (cos - margin).clamp(min=0), zero))
+    return _reduce(loss, reduction)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
+                        reduce=None, reduction="mean"):
+    _check_reduction("triplet_margin_loss", reduction)
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = d_neg.minimum(pairwise_distance(positive, negative, p, eps))
+    return _reduce((margin + d_pos - d_neg).clamp(min=0), reduction)
+
+
+def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):
+    _check_reduction("multilabel_soft_margin_loss", reduction)
+    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    loss = loss.mean(-1) if input.ndim > 0 else loss
+    return _reduce(loss, reduction)
+
+
+# ------------------------------------------------------------------------------------------------ vision
+def pixel_shuffle(input, upscale_factor):
+    """(*, C r², H, W) -> (*, C, H r, W r)."""
+    r = int(upscale_factor)
+    *lead, c, h, w = input.shape
+    if c % (r * r):
+        raise RuntimeError(f"pixel_shuffle expects its input's 'channel' dimension to be divisible by the square of "
+                           f"upscale_factor, but input.size(-3)={c} is not divisible by {r * r}")
+    oc = c // (r * r)
+    x = input.reshape(tuple(lead) + (oc, r, r, h, w))
+    k = len(lead)
+    x = x.permute(*range(k), k, k + 3, k + 1, k + 4, k + 2)
+    return x.reshape(tuple(lead) + (oc, h * r, w * r))
+
+
+def pixel_unshuffle(input, downscale_factor):
+    """(*, C, H r, W r) -> (*, C r², H, W)."""
+    r = int(downscale_factor)
+    *lead, c, h, w = input.shape
+    if h % r or w % r:
+        raise RuntimeError(f"pixel_unshuffle expects height and width to be divisible by downscale_factor, got "
+                           f"{h}x{w} and {r}")
+    x = input.reshape(tuple(lead) + (c, h // r, r, w // r, r))
+    k = len(lead)
+    x = x.permute(*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    return x.reshape(tuple(lead) + (c * r * r, h // r, w // r))
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
+                antialias=False):
+    """Resize the spatial dims of (N, C, *spatial): mode 'nearest' (1-3 spatial dims), 'linear' (1), 'bilinear'
+    (2) or 'trilinear' (3), with align_corners as torch. Built from index_select and weighted sums, so the
+    gradient flows back to the input."""
+    spatial = input.ndim - 2
+    if spatial < 1:
+        raise ValueError(f"interpolate: expected an input of shape (N, C, *spatial), got {tuple(input.shape)}")
+    linear_modes = {"linear": 1, "bilinear": 2, "trilinear": 3}
+    if mode not in ("nearest", "nearest-exact") and mode not in linear_modes:
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported in minidl (nearest, nearest-exact, "
+                                  "linear, bilinear, trilinear)")
+    if mode in linear_modes and linear_modes[mode] != spatial:
+        raise ValueError(f"interpolate: mode {mode!r} expects {linear_modes[mode] + 2}-D input, got {input.ndim}-D")
+    if mode not in linear_modes and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
+                         "bicubic | trilinear")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported in minidl")
+    in_sizes = tuple(input.shape[2:])
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    if size is not None:
+        out_sizes = tuple(size) if not isinstance(size, numbers.Integral) else (size,) * spatial
+        scales = [None] * spatial
+    else:
+        sf = tuple(scale_factor) if isinstance(scale_factor, (list, tuple)) else (scale_factor,) * spatial
+        out_sizes = tuple(int(math.floor(s * f)) for s, f in zip(in_sizes, sf))
+        scales = [None if recompute_scale_factor else float(f) for f in sf]
+    if len(out_sizes) != spatial:
+        raise ValueError(f"interpolate: size has {len(out_sizes)} entries for {spatial} spatial dims")
+    half = input.dtype in _dtypes.HALF_DTYPES and mode in linear_modes
+    x = input.float() if half else input      # the weighted sums in float32, rounded once (as torch)
+    for k in range(spatial):
+        dim = 2 + k
+        n_in, n_out = in_sizes[k], out_sizes[k]
+        if mode in linear_modes:
+            x = _linear_axis(x, dim, n_in, n_out, bool(align_corners), scales[k])
+        else:
+            x = x.index_select(dim, _nearest_index(x, n_in, n_out, scales[k], exact=mode == "nearest-exact"))
+    return x.type(input.dtype) if half else x
+
+
+def _nearest_index(like, n_in, n_out, scale, exact):
+    s = (1.0 / scale) if scale else n_in / n_out
+    pos = np.arange(n_out, dtype=np.float64)
+    src = np.floor((pos + 0.5) * s) if exact else np.floor(pos * s)
+    src = np.minimum(src.astype(np.int64), n_in - 1)
+    return Tensor(src, device=like.device)
+
+
+def _linear_axis(x, dim, n_in, n_out, align_corners, scale):
+    pos = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        src = pos * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    else:
+        s = (1.0 / scale) if scale else n_in / n_out
+        src = np.maximum((pos + 0.5) * s - 0.5, 0.0)
+    lo = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    frac = (src - lo).astype(np.float64)
+    shape = [1] * x.ndim
+    shape[dim] = n_out
+    w = Tensor(frac.reshape(shape), dtype=x.dtype, device=x.device)
+    a = x.index_select(dim, Tensor(lo, device=x.device))
+    b = x.index_select(dim, Tensor(hi, device=x.device))
+    return a + (b - a) * w
+
+
+def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
+    return interpolate(input, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+FUNCTIONS = [
+    "silu", "mish", "selu", "celu", "hardtanh", "hardsigmoid", "hardswish", "logsigmoid", "softsign", "tanhshrink",
+    "softshrink", "hardshrink", "threshold", "glu", "prelu", "softmin", "normalize", "group_norm", "instance_norm",
+    "cosine_similarity", "pairwise_distance", "kl_div", "huber_loss", "soft_margin_loss", "margin_ranking_loss",
+    "hinge_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss", "cosine_embedding_loss", "triplet_margin_loss",
+    "multilabel_soft_margin_loss", "pixel_shuffle", "pixel_unshuffle", "interpolate", "upsample", "upsample_nearest",
+    "upsample_bilinear",
+]

@@ -1,0 +1,115 @@
+"""torch.nn's long tail (minidl/nn/layers/composite.py) against torch: the same reprs and state-dict keys,
+and the same outputs and input gradients with copied weights. The functions underneath are checked sample by
+sample by PyTorch's OpInfo (tests/test_opinfo.py); this file checks the layers around them."""
+import numpy as np
+import pytest
+import torch
+
+import minidl
+import minidl.nn as nn
+
+LAYERS = [
+    lambda m: m.GroupNorm(3, 6), lambda m: m.GroupNorm(2, 6, affine=False), lambda m: m.GroupNorm(3, 6, bias=False),
+    lambda m: m.InstanceNorm2d(6, affine=True), lambda m: m.InstanceNorm2d(6, track_running_stats=True),
+    lambda m: m.PReLU(6), lambda m: m.PReLU(), lambda m: m.SiLU(), lambda m: m.Mish(), lambda m: m.SELU(),
+    lambda m: m.CELU(0.7), lambda m: m.Hardtanh(-0.5, 0.7), lambda m: m.Hardsigmoid(), lambda m: m.Hardswish(),
+    lambda m: m.LogSigmoid(), lambda m: m.Softsign(), lambda m: m.Tanhshrink(), lambda m: m.Softshrink(0.3),
+    lambda m: m.Hardshrink(0.3), lambda m: m.Threshold(0.1, 2.0), lambda m: m.GLU(1), lambda m: m.Softmin(1),
+    lambda m: m.PixelShuffle(2), lambda m: m.PixelUnshuffle(1),
+    lambda m: m.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+    lambda m: m.Upsample(size=(7, 3), mode="nearest"), lambda m: m.UpsamplingBilinear2d(scale_factor=2),
+    lambda m: m.UpsamplingNearest2d(scale_factor=3),
+]
+
+
+@pytest.mark.parametrize("make", LAYERS, ids=lambda f: repr(f(torch.nn)).split("(")[0] + str(LAYERS.index(f)))
+def test_layer_matches_torch(make):
+    torch.manual_seed(0)
+    tm, mm = make(torch.nn), make(nn)
+    assert repr(mm) == repr(tm)
+    state = {k: v.detach().numpy() for k, v in tm.state_dict().items()}
+    assert list(mm.state_dict()) == list(state)
+    if state:
+        rng = np.random.default_rng(1)      # non-trivial weights (torch's initial ones are all 1 / 0.25)
+        state = {k: (v + rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else v)
+                 for k, v in state.items()}
+        tm.load_state_dict({k: torch.tensor(v) for k, v in state.items()})
+        mm.load_state_dict(state)
+    x = np.random.default_rng(0).standard_normal((2, 8, 5, 4)).astype(np.float32)
+    if isinstance(tm, (torch.nn.GroupNorm, torch.nn.InstanceNorm2d, torch.nn.PReLU)) and "6" in repr(tm):
+        x = x[:, :6]
+    tx, mx = torch.tensor(x, requires_grad=True), minidl.tensor(x, requires_grad=True)
+    ty, my = tm(tx), mm(mx)
+    c = np.random.default_rng(2).standard_normal(tuple(ty.shape)).astype(np.float32)
+    (ty * torch.tensor(c)).sum().backward()
+    (my * minidl.tensor(c)).sum().backward()
+    np.testing.assert_allclose(my.detach().numpy(), ty.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(mx.grad.numpy(), tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+    for (name, tp), (_, mp) in zip(tm.named_parameters(), mm.named_parameters()):
+        np.testing.assert_allclose(mp.grad.numpy(), tp.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
+    for (name, tb), (_, mb) in zip(tm.named_buffers(), mm.named_buffers()):
+        np.testing.assert_allclose(mb.numpy(), tb.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+LOSSES = [
+    ("KLDivLoss", dict(reduction="batchmean"), "logprob_prob"), ("KLDivLoss", dict(log_target=True), "logprob_logprob"),
+    ("HuberLoss", dict(delta=0.5), "pair"), ("SoftMarginLoss", {}, "sign"),
+    ("MarginRankingLoss", dict(margin=0.2), "rank"), ("HingeEmbeddingLoss", dict(margin=0.5), "sign"),
+    ("PoissonNLLLoss", {}, "pair"), ("CosineEmbeddingLoss", dict(margin=0.1), "rank"),
+    ("TripletMarginLoss", dict(margin=0.5), "triplet"), ("MultiLabelSoftMarginLoss", {}, "multilabel"),
+]
+
+
+@pytest.mark.parametrize("name, kwargs, kind", LOSSES, ids=[f"{n}-{k}" for n, _, k in LOSSES])
+def test_loss_matches_torch(name, kwargs, kind):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 5)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
+    sign = np.where(rng.standard_normal(4) > 0, 1.0, -1.0).astype(np.float32)
+    args = {
+        "pair": [x, y], "sign": [x, np.sign(y)], "rank": [x, y, sign],
+        "logprob_prob": [np.log(np.exp(x) / np.exp(x).sum(1, keepdims=True)), np.exp(y) / np.exp(y).sum(1, keepdims=True)],
+        "logprob_logprob": [x - np.log(np.exp(x).sum(1, keepdims=True)), y - np.log(np.exp(y).sum(1, keepdims=True))],
+        "triplet": [x, y, rng.standard_normal((4, 5)).astype(np.float32)], "multilabel": [x, (y > 0).astype(np.float32)],
+    }[kind]
+    if name == "MarginRankingLoss":
+        args = [x[:, 0], y[:, 0], sign]
+    tl, ml = getattr(torch.nn, name)(**kwargs), getattr(nn, name)(**kwargs)
+    targs = [torch.tensor(a, requires_grad=(i == 0)) for i, a in enumerate(args)]
+    margs = [minidl.tensor(a, requires_grad=(i == 0)) for i, a in enumerate(args)]
+    tv, mv = tl(*targs), ml(*margs)
+    tv.backward(), mv.backward()
+    np.testing.assert_allclose(float(mv.item()), float(tv.item()), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(margs[0].grad.numpy(), targs[0].grad.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_parameter_list_and_dict_register_their_parameters():
+    tpl = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.zeros(3))])
+    pl = nn.ParameterList([nn.Parameter(minidl.ones(2)), nn.Parameter(minidl.zeros(3))])
+    assert list(pl.state_dict()) == list(tpl.state_dict()) and len(pl) == 2 and pl[1].shape == (3,)
+    pl.append(nn.Parameter(minidl.ones(1)))
+    assert len(list(pl.parameters())) == 3
+    pd = nn.ParameterDict({"a": nn.Parameter(minidl.ones(2)), "b": nn.Parameter(minidl.ones(1))})
+    assert list(pd.state_dict()) == ["a", "b"] and "a" in pd and len(pd) == 2
+
+    class Holder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ws = nn.ParameterList([nn.Parameter(minidl.ones(2)) for _ in range(2)])
+
+    assert list(Holder().state_dict()) == ["ws.0", "ws.1"]
+    with pytest.raises(NotImplementedError, match="container"):
+        pl(minidl.ones(1))
+
+
+def test_interpolate_and_group_norm_refuse_bad_arguments():
+    x = minidl.ones(1, 4, 3, 3)
+    with pytest.raises(ValueError, match="only one of size or scale_factor"):
+        minidl.nn.functional.interpolate(x)
+    with pytest.raises(NotImplementedError, match="bicubic"):
+        minidl.nn.functional.interpolate(x, scale_factor=2, mode="bicubic")
+    with pytest.raises(ValueError, match="align_corners option can only be set"):
+        minidl.nn.functional.interpolate(x, scale_factor=2, mode="nearest", align_corners=True)
+    with pytest.raises(RuntimeError, match="divisible by num_groups"):
+        minidl.nn.functional.group_norm(x, 3)
+    with pytest.raises(ValueError, match="divisible by num_groups"):
+        nn.GroupNorm(3, 4)
