@@ -1,0 +1,161 @@
+"""Four more of PyTorch's adaptive optimizers, each PyTorch's algorithm line for line (g: the gradient,
+-g to maximize; t: the step count from 1; the state has torch's names, so state dicts carry over):
+
+Adagrad (Duchi et al. 2011)
+    g += weight_decay * p;  sum += g * g;  p -= lr / (1 + (t - 1) lr_decay) * g / (sqrt(sum) + eps)
+Adamax (Kingma & Ba 2015, the infinity-norm Adam)
+    g += weight_decay * p;  exp_avg = b1 exp_avg + (1 - b1) g;  exp_inf = max(b2 exp_inf, |g| + eps)
+    p -= lr / (1 - b1^t) * exp_avg / exp_inf
+NAdam (Dozat 2016: Adam with Nesterov momentum and a momentum schedule mu_t)
+    mu_t = b1 (1 - 0.5 * 0.96^(t psi));  mu_product *= mu_t;  Adam's moments;  denom = sqrt(v / (1 - b2^t)) + eps
+    p -= lr (1 - mu_t) / (1 - mu_product) * g / denom + lr mu_{t+1} / (1 - mu_product mu_{t+1}) * m / denom
+RAdam (Liu et al. 2020: Adam whose adaptive step is switched on once its variance is tractable)
+    rho_t = rho_inf - 2 t b2^t / (1 - b2^t);  if rho_t > 5: Adam's step times the rectification r_t,
+    else plain momentum SGD with bias-corrected m.
+
+They run on NumPy or CuPy arrays alike (one array op at a time; no multi-tensor kernel yet).
+"""
+from __future__ import annotations
+
+import math
+
+from .._device import get_array_module
+from .optimizer import Optimizer
+
+
+def _betas(name, betas):
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+        raise TypeError(f"{name}: betas must be a pair (beta1, beta2), got {betas!r}")
+    b1, b2 = betas
+    if not 0.0 <= b1 < 1.0 or not 0.0 <= b2 < 1.0:
+        raise ValueError(f"{name}: invalid betas {betas!r} (each must lie in [0, 1))")
+
+
+class _Adaptive(Optimizer):
+    def _check_hyperparameters(self, group):
+        name = type(self).__name__
+        for key in ("lr", "eps", "weight_decay"):
+            if key in group and float(group[key]) < 0:
+                raise ValueError(f"{name}: invalid {key} {group[key]} (must be >= 0)")
+        if "betas" in group:
+            _betas(name, group["betas"])
+
+    def _each(self, group):
+        """(p, g, xp, state) for every parameter with a gradient, weight decay added to g (L2, torch's default)."""
+        wd = float(group.get("weight_decay", 0.0))
+        decoupled = group.get("decoupled_weight_decay", False)
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            g = self._grad_of(p, group.get("maximize", False))
+            if wd != 0:
+                if decoupled:
+                    p._data *= 1 - float(group["lr"]) * wd
+                else:
+                    g = g + wd * p._data
+            yield p, g, get_array_module(p._data), self.state.setdefault(p, {})
+
+
+class Adagrad(_Adaptive):
+    def __init__(self, params, lr=1e-2, lr_decay=0.0, weight_decay=0.0, initial_accumulator_value=0.0, eps=1e-10,
+                 foreach=None, *, maximize=False, differentiable=False, fused=None):
+        if lr_decay < 0 or initial_accumulator_value < 0:
+            raise ValueError(f"Adagrad: invalid lr_decay {lr_decay} or initial_accumulator_value "
+                             f"{initial_accumulator_value} (must be >= 0)")
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
+                                      initial_accumulator_value=initial_accumulator_value, maximize=maximize))
+        for group in self.param_groups:     # torch creates the state at construction
+            for p in group["params"]:
+                state = self.state.setdefault(p, {})
+                state["step"] = 0
+                state["sum"] = self._zeros_like(p)
+                state["sum"]._data += float(group["initial_accumulator_value"])
+
+    def _update_group(self, group):
+        lr, lr_decay, eps = float(group["lr"]), float(group["lr_decay"]), float(group["eps"])
+        for p, g, xp, state in self._each(group):
+            if not state:
+                state["step"], state["sum"] = 0, self._zeros_like(p)
+            state["step"] += 1
+            clr = lr / (1 + (state["step"] - 1) * lr_decay)
+            s = state["sum"]._data
+            s += g * g
+            p._data -= clr * g / (xp.sqrt(s) + eps)
+
+
+class Adamax(_Adaptive):
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=None, *,
+                 maximize=False, differentiable=False, capturable=False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, maximize=maximize))
+
+    def _update_group(self, group):
+        lr, eps = float(group["lr"]), float(group["eps"])
+        b1, b2 = (float(b) for b in group["betas"])
+        for p, g, xp, state in self._each(group):
+            if not state:
+                state["step"], state["exp_avg"], state["exp_inf"] = 0, self._zeros_like(p), self._zeros_like(p)
+            state["step"] += 1
+            m, u = state["exp_avg"]._data, state["exp_inf"]._data
+            m *= b1
+            m += (1 - b1) * g
+            u[...] = xp.maximum(u * b2, xp.abs(g) + eps)
+            p._data -= lr / (1 - b1 ** state["step"]) * m / u
+
+
+class NAdam(_Adaptive):
+    def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
+                 decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False, differentiable=False):
+        if momentum_decay < 0:
+            raise ValueError(f"NAdam: invalid momentum_decay {momentum_decay} (must be >= 0)")
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      momentum_decay=momentum_decay, decoupled_weight_decay=decoupled_weight_decay,
+                                      maximize=maximize))
+
+    def _update_group(self, group):
+        lr, eps, psi = float(group["lr"]), float(group["eps"]), float(group["momentum_decay"])
+        b1, b2 = (float(b) for b in group["betas"])
+        for p, g, xp, state in self._each(group):
+            if not state:
+                state["step"], state["mu_product"] = 0, 1.0
+                state["exp_avg"], state["exp_avg_sq"] = self._zeros_like(p), self._zeros_like(p)
+            state["step"] += 1
+            t = state["step"]
+            mu = b1 * (1 - 0.5 * 0.96 ** (t * psi))
+            mu_next = b1 * (1 - 0.5 * 0.96 ** ((t + 1) * psi))
+            state["mu_product"] *= mu
+            mu_product = state["mu_product"]
+            m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+            m += (1 - b1) * (g - m)
+            v *= b2
+            v += (1 - b2) * g * g
+            denom = xp.sqrt(v / (1 - b2 ** t)) + eps
+            p._data -= lr * (1 - mu) / (1 - mu_product) * g / denom
+            p._data -= lr * mu_next / (1 - mu_product * mu_next) * m / denom
+
+
+class RAdam(_Adaptive):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, decoupled_weight_decay=False,
+                 *, foreach=None, maximize=False, capturable=False, differentiable=False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay, maximize=maximize))
+
+    def _update_group(self, group):
+        lr, eps = float(group["lr"]), float(group["eps"])
+        b1, b2 = (float(b) for b in group["betas"])
+        rho_inf = 2 / (1 - b2) - 1
+        for p, g, xp, state in self._each(group):
+            if not state:
+                state["step"], state["exp_avg"], state["exp_avg_sq"] = 0, self._zeros_like(p), self._zeros_like(p)
+            state["step"] += 1
+            t = state["step"]
+            m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+            m += (1 - b1) * (g - m)
+            v *= b2
+            v += (1 - b2) * g * g
+            bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+            rho_t = rho_inf - 2 * t * (b2 ** t) / bc2
+            if rho_t > 5.0:
+                rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+                p._data -= (m / bc1) * lr * (math.sqrt(bc2) / (xp.sqrt(v) + eps)) * rect
+            else:
+                p._data -= (m / bc1) * lr
