@@ -70,6 +70,7 @@ for _name in (
     "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "arcsin", "arccos", "arctan",
     "arcsinh", "arccosh", "arctanh", "exp2", "expm1", "log2", "log10", "reciprocal", "sinc", "deg2rad", "rad2deg",
     "frac", "logit", "atan2", "arctan2", "hypot", "logaddexp", "logaddexp2", "xlogy", "fmod", "copysign",
+    "erf", "erfc", "lgamma",
 ):
     globals()[_name] = _method(_name)
 del _name
@@ -80,6 +81,11 @@ for _name in _composites.FUNCTIONS:   # prod, einsum, diag, hstack, ... (autogra
     if _name not in globals():
         globals()[_name] = getattr(_composites, _name)
 del _name
+
+
+from . import linalg  # noqa: E402,F401  (torch.linalg's most used functions)
+
+det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet
 
 
 def _write_out(out, result, name):

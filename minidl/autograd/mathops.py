@@ -49,8 +49,53 @@ def _dsinc(xp, a, out, g):
     return g * xp.where(a == 0, 0.0, d).astype(a.dtype, copy=False)
 
 
+# Special functions. NumPy has none: on the CPU, erf/erfc/lgamma are Python's math functions applied element
+# by element (exact, and slow on big arrays: a reference, not a kernel), digamma a recurrence and asymptotic
+# series; on the GPU, CuPy's cupyx.scipy.special.
+def _special(name):
+    import math as _m
+
+    def run(xp, a):
+        if xp is np:
+            if name == "digamma":
+                return _digamma(a)
+            return np.vectorize(getattr(_m, name), otypes=[a.dtype])(a) if a.size else a.copy()
+        from cupyx.scipy import special
+        return getattr(special, "gammaln" if name == "lgamma" else name)(a)
+    return run
+
+
+def _digamma(a):
+    """psi(x) in float64: the reflection formula below 0.5, the recurrence psi(x) = psi(x + 1) - 1/x up to 6,
+    then the asymptotic series (error below 1e-15 there)."""
+    x = np.asarray(a, dtype=np.float64)
+    out = np.empty_like(x)
+    with np.errstate(all="ignore"):
+        poles = (x <= 0) & (x == np.floor(x))
+        refl = x < 0.5
+        y = np.where(refl, 1 - x, x)
+        shift = np.zeros_like(y)
+        while True:
+            small = y < 6
+            if not small.any():
+                break
+            shift -= np.where(small, 1 / y, 0)
+            y = np.where(small, y + 1, y)
+        inv2 = 1 / (y * y)
+        series = (np.log(y) - 0.5 / y - inv2 * (1 / 12 - inv2 * (1 / 120 - inv2 * (1 / 252 - inv2 * (1 / 240 - inv2 / 132)))))
+        out = series + shift
+        out = np.where(refl, out - np.pi / np.tan(np.pi * x), out)
+        out = np.where(poles, np.nan, out)
+    return out.astype(a.dtype, copy=False)
+
+
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+
 # name: (forward(xp, a), derivative(xp, a, out, g))
 UNARY = {
+    "erf": (_special("erf"), lambda xp, a, o, g: g * _TWO_OVER_SQRT_PI * xp.exp(-a * a)),
+    "erfc": (_special("erfc"), lambda xp, a, o, g: -g * _TWO_OVER_SQRT_PI * xp.exp(-a * a)),
+    "lgamma": (_special("lgamma"), lambda xp, a, o, g: g * _special("digamma")(xp, a)),
     "tan": (lambda xp, a: xp.tan(a), lambda xp, a, o, g: g * (1 + o * o)),
     "sinh": (lambda xp, a: xp.sinh(a), lambda xp, a, o, g: g * xp.cosh(a)),
     "cosh": (lambda xp, a: xp.cosh(a), lambda xp, a, o, g: g * xp.sinh(a)),

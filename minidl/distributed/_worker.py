@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import runpy
 import sys
+import time
 import traceback
 
 
 def _abort(code: int):
     sys.stdout.flush()
     sys.stderr.flush()
+    # mpiexec forwards each rank's output through its proxy; MPI_Abort ends the proxy too, and output still in
+    # flight is lost. A moment's pause lets the last lines (the error's message) reach the terminal.
+    time.sleep(0.3)
     from mpi4py import MPI
 
     MPI.COMM_WORLD.Abort(code)
@@ -42,7 +46,10 @@ def main():
             print(code, file=sys.stderr)
             code = 1
         _abort(code)
-    except BaseException:
+    except BaseException as exc:
+        # the one line that says what went wrong first, then the traceback
+        rank = __import__("os").environ.get("RANK", "?")
+        print(f"minidl.distributed: rank {rank} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         traceback.print_exc()
         _abort(1)
 
