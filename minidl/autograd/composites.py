@@ -567,8 +567,8 @@ def _predicate(fn):
 
 
 isinf = _predicate(lambda xp, a: xp.isinf(a) if a.dtype.kind in "fcV" else xp.zeros(a.shape, dtype=bool))
-isposinf = _predicate(lambda xp, a: xp.isposinf(a) if a.dtype.kind in "fcV" else xp.zeros(a.shape, dtype=bool))
-isneginf = _predicate(lambda xp, a: xp.isneginf(a) if a.dtype.kind in "fcV" else xp.zeros(a.shape, dtype=bool))
+isposinf = _predicate(lambda xp, a: (xp.isinf(a) & (a > 0)) if a.dtype.kind in "fcV" else xp.zeros(a.shape, dtype=bool))
+isneginf = _predicate(lambda xp, a: (xp.isinf(a) & (a < 0)) if a.dtype.kind in "fcV" else xp.zeros(a.shape, dtype=bool))
 signbit = _predicate(lambda xp, a: xp.signbit(a) if a.dtype.kind in "fcV" else a < 0)
 
 
@@ -577,7 +577,11 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     e = elements._data if isinstance(elements, Tensor) else np.asarray(elements)
     t = test_elements._data if isinstance(test_elements, Tensor) else np.asarray(test_elements)
     xp = get_array_module(e)
-    return Tensor._make(xp.isin(e, xp.asarray(t), invert=invert))
+    t = xp.asarray(t)
+    if hasattr(xp, "isin"):
+        return Tensor._make(xp.isin(e, t, invert=invert))
+    found = (e[..., None] == t.reshape(-1)).any(-1)      # without isin: compare with every test element
+    return Tensor._make(~found if invert else found)
 
 
 def clamp_min(t, min):
