@@ -83,7 +83,7 @@ for _name in _composites.FUNCTIONS:   # prod, einsum, diag, hstack, ... (autogra
 del _name
 
 
-from . import linalg  # noqa: E402,F401  (torch.linalg's most used functions)
+from . import linalg, special  # noqa: E402,F401  (torch.linalg's most used functions; torch.special's names)
 
 det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet
 

@@ -64,6 +64,7 @@ TORCH_MODULES = {
     "torch.utils.data.distributed": "minidl.data.distributed",
     "torch.distributed": "minidl.distributed",
     "torch.linalg": "minidl.linalg",
+    "torch.special": "minidl.special",
     "torch.distributed.nn": "minidl.distributed.nn",
     "torch.distributed.nn.functional": "minidl.distributed.nn.functional",
     "torch.nn.parallel.distributed": "minidl.nn.parallel.distributed",

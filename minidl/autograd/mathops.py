@@ -59,10 +59,20 @@ def _special(name):
         if xp is np:
             if name == "digamma":
                 return _digamma(a)
-            return np.vectorize(getattr(_m, name), otypes=[a.dtype])(a) if a.size else a.copy()
+            return np.vectorize(_safe(getattr(_m, name)), otypes=[a.dtype])(a) if a.size else a.copy()
         from cupyx.scipy import special
         return getattr(special, "gammaln" if name == "lgamma" else name)(a)
     return run
+
+
+def _safe(fn):
+    """math.lgamma raises at its poles (0, -1, -2, ...), where torch gives inf; NaN stays NaN."""
+    def f(v):
+        try:
+            return fn(v)
+        except (ValueError, OverflowError):
+            return float("inf")
+    return f
 
 
 def _digamma(a):

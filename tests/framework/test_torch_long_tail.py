@@ -668,3 +668,16 @@ def test_equal_isclose_allclose_match_torch():
     assert minidl.equal(minidl.tensor([1.0, 2.0]), minidl.tensor([1, 2])) == torch.equal(torch.tensor([1.0, 2.0]), torch.tensor([1, 2]))
     with pytest.raises(TypeError, match="equal: expected two tensors"):
         minidl.equal(minidl.ones(2), [1.0, 1.0])
+
+
+def test_special_functions_match_torch_including_poles_and_infinities():
+    x = np.array([-2.0, -1.5, -0.0, 0.0, 0.5, 1.0, 2.5, 30.0, np.nan, np.inf, -np.inf])
+    for name in ("erf", "erfc", "expit", "gammaln", "expm1", "log1p", "sinc"):
+        got = getattr(minidl.special, name)(minidl.tensor(x)).numpy()
+        want = getattr(torch.special, name)(torch.tensor(x)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, equal_nan=True, err_msg=name)
+    p = np.array([0.0, 0.25, 0.5, 1.0, 2.0])
+    np.testing.assert_allclose(minidl.special.entr(minidl.tensor(p)).numpy(), torch.special.entr(torch.tensor(p)).numpy())
+    t = minidl.tensor([0.3, 1.7], dtype=minidl.float64, requires_grad=True)
+    minidl.special.gammaln(t).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), torch.special.digamma(torch.tensor([0.3, 1.7], dtype=torch.float64)).numpy(), rtol=1e-10)
