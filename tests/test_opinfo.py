@@ -173,7 +173,7 @@ OPS = {
         "dsplit", "unique", "bincount", "searchsorted", "bucketize", "cumprod", "cummax", "cummin", "logcumsumexp",
         "ravel", "inner", "vdot", "floor_divide", "fmax", "fmin", "select", "take", "heaviside",
         "bitwise_and", "bitwise_or", "bitwise_not")},
-    "reshape_as": _method("reshape_as"),
+    "reshape_as": _method("reshape_as"), "unfold": _method("unfold"), "index_add": _method("index_add"),
     # minidl.linalg
     **{f"linalg.{n}": _named(f"minidl.linalg.{n}", getattr(minidl.linalg, n))
        for n in ("det", "inv", "slogdet", "solve", "vector_norm", "matrix_norm")},

@@ -1077,7 +1077,7 @@ FUNCTIONS = [
     "less", "less_equal", "not_equal", "is_tensor", "is_floating_point", "is_complex",
     "argwhere", "unflatten", "fliplr", "flipud", "rot90", "msort", "aminmax", "tensor_split", "hsplit", "vsplit",
     "dsplit", "unique", "bincount", "searchsorted", "bucketize", "cumprod", "cummax", "cummin", "logcumsumexp",
-    "absolute", "concatenate", "ravel", "inner", "vdot", "floor_divide", "fmax", "fmin", "select", "take", "sgn",
+    "index_add", "absolute", "concatenate", "ravel", "inner", "vdot", "floor_divide", "fmax", "fmin", "select", "take", "sgn",
     "is_nonzero", "heaviside", "bitwise_and", "bitwise_or", "bitwise_not",
 ]
 # the ones that are Tensor methods too (t.prod(), t.diagonal(), ...)
@@ -1088,8 +1088,70 @@ METHODS = [
     "logical_xor", "logical_not", "isinf", "isposinf", "isneginf", "signbit", "clamp_min", "clamp_max", "nan_to_num",
     "multiply", "divide", "true_divide", "subtract", "negative", "positive", "greater", "greater_equal", "less",
     "less_equal", "not_equal", "is_floating_point", "is_complex",
+    "unfold", "sum_to_size", "index_add", "pin_memory", "is_pinned", "data_ptr", "storage_offset",
     "reshape_as", "argwhere", "unflatten", "fliplr", "flipud", "rot90", "msort", "aminmax", "tensor_split", "hsplit",
     "vsplit", "dsplit", "unique", "bincount", "cumprod", "cummax", "cummin", "logcumsumexp",
     "absolute", "ravel", "inner", "vdot", "floor_divide", "fmax", "fmin", "select", "take", "sgn", "is_nonzero",
     "heaviside", "bitwise_and", "bitwise_or", "bitwise_not",
 ]
+
+
+# ------------------------------------------------------------------------------------------------ Tensor extras
+def unfold(t, dimension, size, step):
+    """Every window of `size` elements along `dimension`, `step` apart, as a new last dimension (Tensor.unfold)."""
+    Tensor = _tensor_class()
+    d = normalize_dim(dimension, max(t.ndim, 1), "unfold")
+    if t.ndim == 0:
+        return t.reshape(1)
+    n = t.shape[d]
+    if size > n:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    windows = (n - size) // step + 1
+    idx = (np.arange(windows)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+    picked = t.index_select(d, Tensor(idx, device=t.device))
+    shape = tuple(t.shape[:d]) + (windows, size) + tuple(t.shape[d + 1:])
+    return movedim(picked.reshape(shape), d + 1, -1)
+
+
+def sum_to_size(t, *size):
+    size = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else tuple(size)
+    lead = t.ndim - len(size)
+    out = t.sum(tuple(range(lead))) if lead > 0 else t
+    dims = tuple(i for i, s in enumerate(size) if s == 1 and out.shape[i] != 1)
+    return out.sum(dims, keepdim=True) if dims else out
+
+
+def index_add(t, dim, index, source, *, alpha=1):
+    """t with alpha * source's slices added at `index` along dim (repeated indices add up), with gradients."""
+    Tensor = _tensor_class()
+    dim = normalize_dim(dim, max(t.ndim, 1), "index_add")
+    if t.ndim == 0:                         # a scalar: source added once per index entry (each must be 0)
+        hits = (index.reshape(-1) == 0).type(t.dtype).sum()
+        return t + source.reshape(()) * hits * alpha
+    n = t.shape[dim]
+    onehot = (index.reshape(-1, 1) == Tensor(np.arange(n), device=t.device).reshape(1, -1)).type(t.dtype)   # (k, n)
+    src = movedim(source, dim, -1)
+    added = movedim(src @ onehot, -1, dim)
+    return t + (added * alpha if alpha != 1 else added)
+
+
+def pin_memory(t, device=None):
+    return t
+
+
+def is_pinned(t, device=None):
+    return False
+
+
+def data_ptr(t):
+    a = t._data
+    return int(a.data.ptr) if hasattr(a, "data") and hasattr(a.data, "ptr") else int(a.__array_interface__["data"][0])
+
+
+def storage_offset(t):
+    base = t._base._data if t._base is not None else None
+    if base is None:
+        return 0
+    return (data_ptr(t) - data_ptr(t._base)) // t._data.itemsize

@@ -2120,3 +2120,15 @@ for _name in _composites.METHODS:
     if not hasattr(Tensor, _name):
         setattr(Tensor, _name, getattr(_composites, _name))
 del _name
+
+
+def _index_add_(self, dim, index, source, *, alpha=1):
+    return self._inplace("index_add_", lambda t: _composites.index_add(t, dim, index, source, alpha=alpha))
+
+
+Tensor.index_add_ = _index_add_
+Tensor.log_ = lambda self: self._inplace("log_", lambda t: t.log())
+Tensor.nan_to_num_ = lambda self, nan=0.0, posinf=None, neginf=None: self._inplace(
+    "nan_to_num_", lambda t: _composites.nan_to_num(t, nan, posinf, neginf))
+Tensor.retains_grad = property(lambda self: self._retains_grad,
+                               doc="True after retain_grad() on a non-leaf tensor (torch's attribute)")

@@ -681,3 +681,24 @@ def test_special_functions_match_torch_including_poles_and_infinities():
     t = minidl.tensor([0.3, 1.7], dtype=minidl.float64, requires_grad=True)
     minidl.special.gammaln(t).sum().backward()
     np.testing.assert_allclose(t.grad.numpy(), torch.special.digamma(torch.tensor([0.3, 1.7], dtype=torch.float64)).numpy(), rtol=1e-10)
+
+
+def test_tensor_extras_match_torch():
+    x = np.arange(12.0).reshape(3, 4)
+    assert minidl.tensor(x).sum_to_size(1, 4).numpy().tolist() == torch.tensor(x).sum_to_size(1, 4).numpy().tolist()
+    t, tt = minidl.tensor(np.zeros((4, 2))), torch.tensor(np.zeros((4, 2)))
+    src = np.random.default_rng(0).standard_normal((3, 2))
+    idx = np.array([3, 0, 3])
+    t.index_add_(0, minidl.tensor(idx), minidl.tensor(src), alpha=0.5)
+    tt.index_add_(0, torch.tensor(idx), torch.tensor(src), alpha=0.5)
+    np.testing.assert_allclose(t.numpy(), tt.numpy())
+    assert minidl.ones(2).pin_memory().is_pinned() is False
+    a = minidl.ones(2, requires_grad=True) * 3
+    assert a.retains_grad is False
+    a.retain_grad()
+    assert a.retains_grad is True
+    v = minidl.arange(10.0)[3:]
+    assert v.storage_offset() == torch.arange(10.0)[3:].storage_offset()
+    y = minidl.tensor([float("nan"), float("inf"), 1.0])
+    y.nan_to_num_(nan=0.0, posinf=5.0)
+    assert y.numpy().tolist() == [0.0, 5.0, 1.0]
