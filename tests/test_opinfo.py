@@ -185,7 +185,8 @@ OPS = {
         "instance_norm", "cosine_similarity", "pairwise_distance", "kl_div", "huber_loss", "soft_margin_loss",
         "margin_ranking_loss", "hinge_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss",
         "cosine_embedding_loss", "triplet_margin_loss", "multilabel_soft_margin_loss", "pixel_shuffle",
-        "pixel_unshuffle", "upsample_nearest", "upsample_bilinear")},
+        "pixel_unshuffle", "upsample_nearest", "upsample_bilinear", "adaptive_max_pool1d", "adaptive_max_pool2d",
+        "adaptive_max_pool3d")},
     "nn.functional.softmin.with_dtype": _func("softmin"),
     **{f"nn.functional.interpolate.{mode}": _func("interpolate")
        for mode in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear")},

@@ -113,3 +113,18 @@ def test_interpolate_and_group_norm_refuse_bad_arguments():
         minidl.nn.functional.group_norm(x, 3)
     with pytest.raises(ValueError, match="divisible by num_groups"):
         nn.GroupNorm(3, 4)
+
+
+@pytest.mark.parametrize("dims, size", [(1, 3), (2, (3, 2)), (2, (None, 2)), (3, 2)])
+def test_adaptive_max_pool_values_and_indices_match_torch(dims, size):
+    x = np.random.default_rng(dims).standard_normal((2, 3) + (7, 5, 4)[:dims]).astype(np.float32)
+    name = f"AdaptiveMaxPool{dims}d"
+    m, t = getattr(nn, name)(size, return_indices=True), getattr(torch.nn, name)(size, return_indices=True)
+    mx, tx = minidl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (my, mi), (ty, ti) = m(mx), t(tx)
+    assert repr(m) == repr(t)
+    np.testing.assert_array_equal(my.detach().numpy(), ty.detach().numpy())
+    np.testing.assert_array_equal(mi.numpy(), ti.numpy())
+    (my * my).sum().backward()
+    (ty * ty).sum().backward()
+    np.testing.assert_allclose(mx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)

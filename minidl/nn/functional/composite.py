@@ -431,3 +431,62 @@ FUNCTIONS = [
     "multilabel_soft_margin_loss", "pixel_shuffle", "pixel_unshuffle", "interpolate", "upsample", "upsample_nearest",
     "upsample_bilinear",
 ]
+
+
+# ------------------------------------------------------------------------------------------------ adaptive max pooling
+def _adaptive_max_pool(op, input, output_size, return_indices, spatial):
+    """Each output cell the max of its window [floor(i L / out), ceil((i + 1) L / out)) per spatial dim (torch's
+    windows), written as one amax per cell: fine for the small outputs these layers have (1x1, 7x7)."""
+    from ...autograd.tensor import stack
+
+    _check_float_tensor(op, "input", input)
+    if input.ndim not in (spatial + 1, spatial + 2):
+        raise ValueError(f"{op}: expected a {spatial + 1}-D or {spatial + 2}-D input, got {tuple(input.shape)}")
+    batched = input.ndim == spatial + 2
+    x = input if batched else input.unsqueeze(0)
+    sizes = tuple(x.shape[2:])
+    out = (output_size,) * spatial if isinstance(output_size, numbers.Integral) else tuple(output_size)
+    out = tuple(s if o is None else int(o) for o, s in zip(out, sizes))
+    if any(s == 0 for s in sizes) or any(o <= 0 for o in out):
+        raise ValueError(f"{op}: input {tuple(input.shape)} and output_size {output_size} must be non-empty")
+    bounds = [[(i * n // o, -(-(i + 1) * n // o)) for i in range(o)] for n, o in zip(sizes, out)]
+    flat_cells, index_cells = [], []
+    for cell in np.ndindex(*out):
+        ranges = [bounds[k][c] for k, c in enumerate(cell)]
+        window = x
+        for k, (a, b) in enumerate(ranges):
+            window = window.narrow(2 + k, a, b - a)
+        w = window.reshape(x.shape[0], x.shape[1], -1)
+        flat_cells.append(w.amax(-1))
+        if return_indices:
+            local = w.detach().argmax(-1)                       # position inside the window -> in the input
+            shape = [b - a for a, b in ranges]
+            coords = np.unravel_index(np.arange(int(np.prod(shape))), shape)
+            flat = np.zeros(int(np.prod(shape)), dtype=np.int64)
+            stride = 1
+            for k in reversed(range(spatial)):
+                flat += (coords[k] + ranges[k][0]) * stride
+                stride *= sizes[k]
+            index_cells.append(Tensor(flat, device=x.device)[local])
+    y = stack(flat_cells, -1).reshape(tuple(x.shape[:2]) + out)
+    if not batched:
+        y = y.squeeze(0)
+    if not return_indices:
+        return y
+    idx = stack(index_cells, -1).reshape(tuple(x.shape[:2]) + out)
+    return y, (idx if batched else idx.squeeze(0))
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    return _adaptive_max_pool("adaptive_max_pool1d", input, output_size, return_indices, 1)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    return _adaptive_max_pool("adaptive_max_pool2d", input, output_size, return_indices, 2)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    return _adaptive_max_pool("adaptive_max_pool3d", input, output_size, return_indices, 3)
+
+
+FUNCTIONS += ["adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d"]
