@@ -188,6 +188,7 @@ OPS = {
         "pixel_unshuffle", "upsample_nearest", "upsample_bilinear", "adaptive_max_pool1d", "adaptive_max_pool2d",
         "adaptive_max_pool3d")},
     "nn.functional.softmin.with_dtype": _func("softmin"),
+    "nn.functional.embedding_bag": _named("F.embedding_bag", lambda weight, idx, **k: F.embedding_bag(idx, weight, **k)),
     **{f"nn.functional.interpolate.{mode}": _func("interpolate")
        for mode in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear")},
     "addmm.decomposed": _named("minidl.addmm", minidl.addmm),
@@ -240,6 +241,8 @@ SKIPS = [
     ("linalg.matrix_norm", "ord 'nuc', 2, -2",
      lambda d: (d["args"][0] if d["args"] else d["kwargs"].get("ord", "fro")) in ("nuc", 2, -2),
      "these norms need singular values (an SVD), which minidl.linalg does not have yet; NotImplementedError says so"),
+    ("nn.functional.embedding_bag", "sparse=True", _kw("sparse", True),
+     "sparse gradients are not implemented (minidl has no sparse tensors); NotImplementedError says so"),
     ("addbmm", "bfloat16", lambda d: ":bfloat16" in d["input"],
      "torch's CPU bfloat16 addbmm rounds its partial sums to bfloat16 (up to ~10% away from the exact sum on these "
      "samples); minidl sums the batch in float32 and rounds once, as its float16 path and torch's float16 do"),

@@ -31,7 +31,7 @@ from .layers.transformer import (  # noqa: F401
 )
 from .parallel import DataParallel  # noqa: F401,E402
 from .layers.composite import (  # noqa: F401,E402  (torch.nn's long tail: nn/layers/composite.py)
-    CELU, GLU, SELU, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, CosineEmbeddingLoss, CosineSimilarity, GaussianNLLLoss, GroupNorm, Hardshrink, Hardsigmoid,
+    CELU, GLU, SELU, EmbeddingBag, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, CosineEmbeddingLoss, CosineSimilarity, GaussianNLLLoss, GroupNorm, Hardshrink, Hardsigmoid,
     Hardswish, Hardtanh, HingeEmbeddingLoss, HuberLoss, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, KLDivLoss,
     LogSigmoid, MarginRankingLoss, Mish, MultiLabelSoftMarginLoss, PairwiseDistance, ParameterDict, ParameterList,
     PixelShuffle, PixelUnshuffle, PoissonNLLLoss, PReLU, SiLU, Softmin, SoftMarginLoss, Softshrink, Softsign,

@@ -128,3 +128,18 @@ def test_adaptive_max_pool_values_and_indices_match_torch(dims, size):
     (my * my).sum().backward()
     (ty * ty).sum().backward()
     np.testing.assert_allclose(mx.grad.numpy(), tx.grad.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_matches_torch(mode):
+    w = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    idx, off = np.array([1, 2, 4, 5, 4, 3, 2, 9]), np.array([0, 4, 4])      # the middle bag is empty
+    tb, mb = torch.nn.EmbeddingBag(10, 4, mode=mode), nn.EmbeddingBag(10, 4, mode=mode)
+    tb.weight.data = torch.tensor(w)
+    mb.load_state_dict({"weight": w})
+    assert repr(mb) == repr(tb)
+    ty, my = tb(torch.tensor(idx), torch.tensor(off)), mb(minidl.tensor(idx), minidl.tensor(off))
+    np.testing.assert_allclose(my.detach().numpy(), ty.detach().numpy(), rtol=1e-6, atol=1e-6)
+    (ty * ty).sum().backward()
+    (my * my).sum().backward()
+    np.testing.assert_allclose(mb.weight.grad.numpy(), tb.weight.grad.numpy(), rtol=1e-5, atol=1e-6)

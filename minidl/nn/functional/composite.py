@@ -490,3 +490,71 @@ def adaptive_max_pool3d(input, output_size, return_indices=False):
 
 
 FUNCTIONS += ["adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d"]
+
+
+# ------------------------------------------------------------------------------------------------ embedding_bag
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale_grad_by_freq=False, mode="mean",
+                  sparse=False, per_sample_weights=None, include_last_offset=False, padding_idx=None):
+    """The sum, mean or max of each bag of embeddings (torch.nn.functional.embedding_bag). A 2-D input is one bag
+    per row; a 1-D input is cut into bags at `offsets`. Entries equal to padding_idx are left out of their bag
+    (an empty bag gives zeros). Composed of F.embedding and a bag-by-entry matrix product, so it has gradients."""
+    from ...autograd.tensor import stack
+    from .sparse import embedding
+
+    op = "embedding_bag"
+    if mode not in ("sum", "mean", "max"):
+        raise ValueError(f"{op}: mode has to be one of sum, mean or max, got {mode!r}")
+    if sparse:
+        raise NotImplementedError(f"{op}: sparse gradients are not implemented in minidl (use sparse=False)")
+    if per_sample_weights is not None and mode != "sum":
+        raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                  f"supported for mode='sum' (got mode='{mode}'). Please open a feature request on "
+                                  "GitHub.")
+    if input.ndim == 2:
+        if offsets is not None:
+            raise ValueError("if input is 2D, then offsets has to be None, as input is treated is a mini-batch of "
+                             "fixed length sequences.")
+        n_bags, length = input.shape
+        starts = np.arange(n_bags) * length
+        flat = input.reshape(-1)
+        ends = starts + length
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    elif input.ndim == 1:
+        if offsets is None or offsets.ndim != 1:
+            raise ValueError("offsets has to be a 1D Tensor but got None" if offsets is None else
+                             f"offsets has to be a 1D Tensor, got {offsets.ndim}-D")
+        flat = input
+        offs = np.asarray(offsets.cpu().numpy() if hasattr(offsets, "cpu") else offsets, dtype=np.int64)
+        if include_last_offset:
+            starts, ends = offs[:-1], offs[1:]
+        else:
+            starts, ends = offs, np.append(offs[1:], flat.shape[0])
+        n_bags = len(starts)
+    else:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {input.ndim}")
+    n = flat.shape[0]
+    rows = embedding(flat, weight, max_norm=max_norm, norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq)
+    ids = np.asarray(flat.cpu().numpy(), dtype=np.int64)
+    keep = np.ones(n, dtype=bool) if padding_idx is None else ids != (padding_idx % weight.shape[0])
+    member = np.zeros((n_bags, n), dtype=np.float64)
+    for b, (a, e) in enumerate(zip(starts, ends)):
+        member[b, a:e] = keep[a:e]
+    if mode == "max":
+        d = weight.shape[1]
+        out = []
+        for b in range(n_bags):
+            sel = np.nonzero(member[b])[0]
+            out.append(rows.index_select(0, Tensor(sel, device=weight.device)).amax(0) if sel.size
+                       else weight.new_zeros((d,)))
+        return stack(out, 0) if out else weight.new_zeros((0, d))
+    m = Tensor(member, dtype=weight.dtype, device=weight.device)
+    if per_sample_weights is not None:
+        m = m * per_sample_weights.reshape(1, -1)
+    if mode == "mean":
+        counts = np.maximum(member.sum(1, keepdims=True), 1)
+        m = m / Tensor(counts, dtype=weight.dtype, device=weight.device)
+    return m @ rows
+
+
+FUNCTIONS += ["embedding_bag"]

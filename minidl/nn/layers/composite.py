@@ -390,6 +390,46 @@ class AdaptiveMaxPool3d(_AdaptiveMaxPool):
     _fn = staticmethod(F.adaptive_max_pool3d)
 
 
+class EmbeddingBag(Module):
+    """Sums, means or maxima of bags of embeddings (torch.nn.EmbeddingBag): the text-classification layer of
+    PyTorch's torchtext tutorial. weight starts N(0, 1), as torch's."""
+
+    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                 mode="mean", sparse=False, _weight=None, include_last_offset=False, padding_idx=None, device=None,
+                 dtype=None):
+        super().__init__()
+        from ...autograd.creation import randn
+
+        if sparse:
+            raise NotImplementedError("EmbeddingBag: sparse gradients are not implemented in minidl (use sparse=False)")
+        self.num_embeddings, self.embedding_dim, self.max_norm, self.norm_type = (num_embeddings, embedding_dim,
+                                                                                  max_norm, norm_type)
+        self.scale_grad_by_freq, self.mode, self.sparse = scale_grad_by_freq, mode, sparse
+        self.include_last_offset, self.padding_idx = include_last_offset, padding_idx
+        if _weight is not None:
+            self.weight = Parameter(_weight)
+        else:
+            self.weight = Parameter(randn(num_embeddings, embedding_dim, dtype=dtype,
+                                          device=None if device is None else Device(device)))
+            if padding_idx is not None:
+                self.weight.data[padding_idx] = 0
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,
+                               self.mode, self.sparse, per_sample_weights, self.include_last_offset, self.padding_idx)
+
+    def extra_repr(self):
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        if self.max_norm is not None:
+            s += f", max_norm={self.max_norm}"
+        if self.norm_type != 2:
+            s += f", norm_type={self.norm_type}"
+        s += f", mode='{self.mode}'"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s
+
+
 # ------------------------------------------------------------------------------------------------ containers
 class ParameterList(Module):
     """A list of Parameters that the module registers (named "0", "1", ... in the state dict, as torch)."""
@@ -483,5 +523,5 @@ LAYERS = [
     "SoftMarginLoss", "MarginRankingLoss", "HingeEmbeddingLoss", "PoissonNLLLoss", "GaussianNLLLoss",
     "CosineEmbeddingLoss", "TripletMarginLoss", "MultiLabelSoftMarginLoss", "PixelShuffle", "PixelUnshuffle",
     "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d", "ParameterList", "ParameterDict",
-    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "EmbeddingBag",
 ]
