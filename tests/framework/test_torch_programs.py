@@ -286,3 +286,12 @@ def test_gpt_char_tracks_torch(tmp_path, attention):
     losses = [float(m) for m in re.findall(r"train loss ([\d.]+)", out)]
     assert losses[0] > 2.5 and losses[-1] < 0.6 * losses[0], out
     assert "sample: " in out
+
+
+def test_text_classification_with_embedding_bag(tmp_path):
+    """PyTorch's torchtext text-classification tutorial (EmbeddingBag with offsets, collate_fn, StepLR,
+    clip_grad_norm_) on a small topic corpus: it learns the topics as torch does (0.998 test accuracy there)."""
+    out = ok(run(PROGRAMS / "text_classification.py", cwd=tmp_path))
+    test_acc = float(next(line for line in out.splitlines() if line.startswith("test accuracy")).split()[-1])
+    assert test_acc > 0.95, out
+    assert "This is a sports news" in out
