@@ -174,3 +174,40 @@ def orthogonal_(tensor, gain: float = 1.0):
         q = q.T
     xp = get_array_module(tensor._data)
     return _write(tensor, xp.asarray((gain * q).reshape(tensor.shape).astype(tensor.dtype)))
+
+
+def sparse_(tensor, sparsity, std=0.01, generator=None):
+    """A 2-D tensor from N(0, std), with a fraction `sparsity` of each column set to zero (torch's sparse_)."""
+    import math as _math
+
+    import numpy as _np
+
+    if tensor.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = tensor.shape
+    zeros = int(_math.ceil(sparsity * rows))
+    normal_(tensor, 0.0, std)                        # minidl's generator, as every init here
+    values = _np.array(tensor.detach().cpu().numpy())
+    order = _np.argsort(random.uniform_array((rows, cols), 0.0, 1.0, _np.float64, "cpu"), axis=0)
+    for c in range(cols):                            # a random `zeros` rows of each column
+        values[order[:zeros, c], c] = 0
+    return _write(tensor, values)
+
+
+def _deprecated(new):
+    """torch's old names without the trailing underscore (nn.init.xavier_uniform): they warn, then call the new one."""
+    def old(*args, **kwargs):
+        import warnings
+
+        warnings.warn(f"nn.init.{new.__name__[:-1]} is now deprecated in favor of nn.init.{new.__name__}.",
+                      FutureWarning, stacklevel=2)
+        return new(*args, **kwargs)
+    old.__name__ = new.__name__[:-1]
+    old.__doc__ = f"Deprecated (as in torch): use nn.init.{new.__name__}."
+    return old
+
+
+uniform, normal, constant, eye, dirac = (_deprecated(f) for f in (uniform_, normal_, constant_, eye_, dirac_))
+xavier_uniform, xavier_normal = _deprecated(xavier_uniform_), _deprecated(xavier_normal_)
+kaiming_uniform, kaiming_normal = _deprecated(kaiming_uniform_), _deprecated(kaiming_normal_)
+orthogonal, sparse = _deprecated(orthogonal_), _deprecated(sparse_)

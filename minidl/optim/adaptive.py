@@ -159,3 +159,62 @@ class RAdam(_Adaptive):
                 p._data -= (m / bc1) * lr * (math.sqrt(bc2) / (xp.sqrt(v) + eps)) * rect
             else:
                 p._data -= (m / bc1) * lr
+
+
+class Rprop(_Adaptive):
+    """Resilient backpropagation (Riedmiller & Braun 1993), torch's: each weight has its own step size, grown by
+    etaplus while the gradient keeps its sign, shrunk by etaminus when it flips (and that step is skipped);
+    only the gradient's sign moves the weight. For full batches."""
+
+    def __init__(self, params, lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *, capturable=False, foreach=None,
+                 maximize=False, differentiable=False):
+        if not 0.0 < etas[0] < 1.0 < etas[1]:
+            raise ValueError(f"Rprop: invalid eta values {etas} (need 0 < etaminus < 1 < etaplus)")
+        super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes), maximize=maximize))
+
+    def _update_group(self, group):
+        etaminus, etaplus = (float(e) for e in group["etas"])
+        lo, hi = (float(s) for s in group["step_sizes"])
+        for p, g, xp, state in self._each(group):
+            if not state:
+                state["step"] = 0
+                state["prev"] = self._zeros_like(p)
+                state["step_size"] = self._zeros_like(p)
+                state["step_size"]._data += float(group["lr"])
+            state["step"] += 1
+            prev, size = state["prev"]._data, state["step_size"]._data
+            sign = xp.sign(g * prev)
+            factor = xp.where(sign > 0, etaplus, xp.where(sign < 0, etaminus, 1.0)).astype(size.dtype)
+            size[...] = xp.clip(size * factor, lo, hi)
+            g = xp.where(sign < 0, 0, g)           # a flipped sign: no step now, and no flip counted next time
+            p._data -= xp.sign(g) * size
+            prev[...] = g
+
+
+class ASGD(_Adaptive):
+    """Averaged SGD (Polyak & Juditsky 1992), torch's: SGD with a decaying step eta, and `ax`, the running average
+    of the weights from step t0 on (torch keeps it in the state; the parameters themselves are not averaged)."""
+
+    def __init__(self, params, lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, foreach=None, maximize=False,
+                 differentiable=False, capturable=False):
+        super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def _update_group(self, group):
+        lr, lambd, alpha, t0 = (float(group[k]) for k in ("lr", "lambd", "alpha", "t0"))
+        for p, g, xp, state in self._each(group):
+            if not state:
+                state["step"], state["eta"], state["mu"] = 0, lr, 1.0
+                state["ax"] = self._zeros_like(p)
+            state["step"] += 1
+            eta, mu = state["eta"], state["mu"]
+            p._data *= 1 - lambd * eta
+            p._data -= eta * g
+            ax = state["ax"]._data
+            if mu != 1:
+                ax += (p._data - ax) * mu
+            else:
+                ax[...] = p._data
+            t = state["step"]
+            state["eta"] = lr / ((1 + lambd * lr * t) ** alpha)
+            state["mu"] = 1 / max(1, t - t0)

@@ -702,3 +702,16 @@ def test_tensor_extras_match_torch():
     y = minidl.tensor([float("nan"), float("inf"), 1.0])
     y.nan_to_num_(nan=0.0, posinf=5.0)
     assert y.numpy().tolist() == [0.0, 5.0, 1.0]
+
+
+def test_init_old_names_warn_and_sparse_init_is_seeded():
+    w = minidl.empty(6, 4)
+    with pytest.warns(FutureWarning, match="xavier_uniform is now deprecated in favor of nn.init.xavier_uniform_"):
+        nn.init.xavier_uniform(w)
+    minidl.manual_seed(3)
+    nn.init.sparse_(w, 0.5)
+    first = w.numpy().copy()
+    assert ((first == 0).sum(0) == 3).all()
+    minidl.manual_seed(3)
+    nn.init.sparse_(w, 0.5)
+    np.testing.assert_array_equal(w.numpy(), first)
