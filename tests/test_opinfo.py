@@ -186,7 +186,7 @@ OPS = {
         "margin_ranking_loss", "hinge_embedding_loss", "poisson_nll_loss", "gaussian_nll_loss",
         "cosine_embedding_loss", "triplet_margin_loss", "multilabel_soft_margin_loss", "pixel_shuffle",
         "pixel_unshuffle", "upsample_nearest", "upsample_bilinear", "adaptive_max_pool1d", "adaptive_max_pool2d",
-        "adaptive_max_pool3d")},
+        "adaptive_max_pool3d", "grid_sample")},
     "nn.functional.softmin.with_dtype": _func("softmin"),
     "nn.functional.embedding_bag": _named("F.embedding_bag", lambda weight, idx, **k: F.embedding_bag(idx, weight, **k)),
     **{f"nn.functional.interpolate.{mode}": _func("interpolate")
@@ -243,6 +243,10 @@ SKIPS = [
      "these norms need singular values (an SVD), which minidl.linalg does not have yet; NotImplementedError says so"),
     ("nn.functional.embedding_bag", "sparse=True", _kw("sparse", True),
      "sparse gradients are not implemented (minidl has no sparse tensors); NotImplementedError says so"),
+    ("nn.functional.grid_sample", "mode='bicubic' or padding_mode='reflection'",
+     lambda d: d["kwargs"].get("mode") == "bicubic" or d["kwargs"].get("padding_mode") == "reflection",
+     "minidl's grid_sample has bilinear and nearest sampling with zeros or border padding; NotImplementedError names "
+     "what is missing"),
     ("addbmm", "bfloat16", lambda d: ":bfloat16" in d["input"],
      "torch's CPU bfloat16 addbmm rounds its partial sums to bfloat16 (up to ~10% away from the exact sum on these "
      "samples); minidl sums the batch in float32 and rounds once, as its float16 path and torch's float16 do"),

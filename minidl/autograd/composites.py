@@ -78,7 +78,7 @@ def prod(t, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:
         t = t.type(dtype)
     elif t.dtype == np.bool_ or (t.dtype.kind in "iu" and t.dtype != np.int64):
-        t = t.type(np.int64)            # torch's integer products accumulate in int64
+        t = t.long()            # torch's integer products accumulate in int64
     if dim is None:
         return Prod.apply(t)
     if not isinstance(dim, numbers.Integral):
@@ -836,10 +836,8 @@ def bincount(t, weights=None, minlength=0):
     out = xp.bincount(t._data, weights=w, minlength=minlength)
     if weights is None:
         out = out.astype(np.int64)
-    elif weights.dtype != np.float32:
-        out = out.astype(weights.dtype if _dtypes.is_floating(weights.dtype) else np.float64)
-    else:
-        out = out.astype(np.float32) if False else out.astype(np.float64)
+    else:       # torch's rule: float32 and float64 weights keep their dtype, any other gives float64
+        out = out.astype(weights.dtype if weights.dtype in (np.float32, np.float64) else np.float64)
     return Tensor._make(out)
 
 
@@ -893,7 +891,7 @@ def cumprod(t, dim, *, dtype=None):
     if dtype is not None:
         t = t.type(dtype)
     elif t.dtype == np.bool_ or t.dtype.kind in "iu":
-        t = t.type(np.int64)
+        t = t.long()
     if t.ndim == 0:
         return t.clone()
     return CumProd.apply(t, axis=normalize_dim(dim, t.ndim, "cumprod"))

@@ -143,3 +143,22 @@ def test_embedding_bag_matches_torch(mode):
     (ty * ty).sum().backward()
     (my * my).sum().backward()
     np.testing.assert_allclose(mb.weight.grad.numpy(), tb.weight.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_affine_grid_and_grid_sample_match_torch_with_gradients(align_corners):
+    """The spatial-transformer tutorial's two functions: theta -> grid -> sampled image, gradients to theta too."""
+    theta = np.array([[[0.9, 0.1, 0.05], [-0.2, 1.1, 0.0]], [[1.2, 0.0, -0.1], [0.3, 0.8, 0.2]]], dtype=np.float64)
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 5))
+    tt, tx = torch.tensor(theta, requires_grad=True), torch.tensor(x, requires_grad=True)
+    mt, mx = minidl.tensor(theta, requires_grad=True), minidl.tensor(x, requires_grad=True)
+    ty = torch.nn.functional.grid_sample(tx, torch.nn.functional.affine_grid(tt, (2, 3, 4, 7), align_corners=align_corners),
+                                         align_corners=align_corners)
+    my = nn.functional.grid_sample(mx, nn.functional.affine_grid(mt, (2, 3, 4, 7), align_corners=align_corners),
+                                   align_corners=align_corners)
+    np.testing.assert_allclose(my.detach().numpy(), ty.detach().numpy(), rtol=1e-10, atol=1e-12)
+    c = np.random.default_rng(1).standard_normal(tuple(ty.shape))
+    (ty * torch.tensor(c)).sum().backward()
+    (my * minidl.tensor(c)).sum().backward()
+    np.testing.assert_allclose(mt.grad.numpy(), tt.grad.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(mx.grad.numpy(), tx.grad.numpy(), rtol=1e-8, atol=1e-10)

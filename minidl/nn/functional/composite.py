@@ -558,3 +558,76 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
 
 
 FUNCTIONS += ["embedding_bag"]
+
+
+# ------------------------------------------------------------------------------------------------ spatial transformers
+def affine_grid(theta, size, align_corners=None):
+    """The sampling grid (N, H, W, 2) of the 2-D affine maps theta (N, 2, 3), in [-1, 1] coordinates
+    (x first, as torch), for an output of size (N, C, H, W). Differentiable in theta."""
+    if align_corners is None:
+        align_corners = False
+    if len(size) != 4:
+        raise NotImplementedError(f"affine_grid: only 2-D grids (size (N, C, H, W)) are supported in minidl, got {size}")
+    n, _, h, w = size
+    if tuple(theta.shape) != (n, 2, 3):
+        raise ValueError(f"Expected a batch of 2D affine matrices of shape Nx2x3 for size {list(size)}. Got "
+                         f"{list(theta.shape)}.")
+
+    def axis(k):
+        if k == 1:
+            return np.zeros(1)
+        lin = np.linspace(-1.0, 1.0, k)
+        return lin if align_corners else lin * (k - 1) / k
+    xs, ys = np.meshgrid(axis(w), axis(h))
+    base = np.stack([xs, ys, np.ones_like(xs)], -1).reshape(1, h * w, 3)        # (1, H W, 3)
+    b = Tensor(base, dtype=theta.dtype, device=theta.device)
+    return (b @ theta.transpose(1, 2)).reshape(n, h, w, 2)
+
+
+def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
+    """Sample input (N, C, H, W) at the points of grid (N, Ho, Wo, 2) in [-1, 1] coordinates (x, y): bilinear or
+    nearest, zero or border padding (torch.nn.functional.grid_sample, 2-D). Built from gathers and weighted
+    sums: differentiable in the input and in the grid."""
+    if align_corners is None:
+        align_corners = False
+    if input.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2:
+        raise NotImplementedError(f"grid_sample: 2-D sampling only in minidl (input (N, C, H, W), grid (N, Ho, Wo, 2)); "
+                                  f"got input {tuple(input.shape)} and grid {tuple(grid.shape)}")
+    if mode not in ("bilinear", "nearest"):
+        raise NotImplementedError(f"grid_sample: mode {mode!r} is not supported in minidl (bilinear, nearest)")
+    if padding_mode not in ("zeros", "border"):
+        raise NotImplementedError(f"grid_sample: padding_mode {padding_mode!r} is not supported in minidl "
+                                  "(zeros, border)")
+    n, c, h, w = input.shape
+    ho, wo = grid.shape[1], grid.shape[2]
+    gx, gy = grid[..., 0], grid[..., 1]
+
+    def unnormalize(coord, size):
+        return (coord + 1) / 2 * (size - 1) if align_corners else ((coord + 1) * size - 1) / 2
+    x, y = unnormalize(gx, w), unnormalize(gy, h)
+    if padding_mode == "border":
+        x, y = x.clamp(0, w - 1), y.clamp(0, h - 1)
+    flat = input.reshape(n, c, h * w)
+
+    def corner(yi, xi):
+        """input at integer points (yi, xi) (N, Ho, Wo), zero outside: (N, C, Ho, Wo)."""
+        valid = ((xi >= 0) & (xi <= w - 1) & (yi >= 0) & (yi <= h - 1)).type(input.dtype)
+        index = (yi.clamp(0, h - 1) * w + xi.clamp(0, w - 1)).long().reshape(n, 1, ho * wo)
+        values = flat.gather(2, index.expand(n, c, ho * wo)).reshape(n, c, ho, wo)
+        return values * valid.unsqueeze(1)
+
+    if mode == "nearest":
+        xr = x.detach()
+        yr = y.detach()
+        # round half to even, as torch's nearbyint; the grid gets a zero gradient, as in torch
+        zero = ((x - x.detach()) + (y - y.detach())).unsqueeze(1) * 0
+        return corner(yr.round(), xr.round()) + zero
+    x0, y0 = x.detach().floor(), y.detach().floor()
+    x1, y1 = x0 + 1, y0 + 1
+    wx1, wy1 = (x - x0).unsqueeze(1), (y - y0).unsqueeze(1)
+    wx0, wy0 = 1 - wx1, 1 - wy1
+    return (corner(y0, x0) * wy0 * wx0 + corner(y0, x1) * wy0 * wx1 +
+            corner(y1, x0) * wy1 * wx0 + corner(y1, x1) * wy1 * wx1)
+
+
+FUNCTIONS += ["affine_grid", "grid_sample"]
