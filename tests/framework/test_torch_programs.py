@@ -325,3 +325,14 @@ def test_vae_example(tmp_path):
     losses = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("====> Epoch")]
     assert len(losses) == 5 and losses[-1] < 0.3 * losses[0], out
     assert "samples (64, 1, 28, 28)" in out
+
+
+def test_seq2seq_translation_with_attention(tmp_path):
+    """PyTorch's seq2seq-with-attention tutorial on sequence reversal: GRU encoder, Bahdanau attention with bmm,
+    teacher forcing, topk decoding. The loss falls as torch's does (0.30 at epoch 150 here, 0.26 with torch) and
+    greedy decoding reverses some sequences exactly (17/64 here, 20/64 with torch)."""
+    out = ok(run(PROGRAMS / "seq2seq_attention.py", cwd=tmp_path))
+    losses = [float(line.split()[-1]) for line in out.splitlines() if line.startswith("epoch")]
+    assert len(losses) == 3 and losses[-1] < 0.5 and losses[-1] < losses[0], out
+    assert int(out.split("reversed exactly: ")[1].split("/")[0]) >= 8, out
+    assert "attention (64, 8, 8)" in out
