@@ -238,14 +238,12 @@ def _diagonal_grad(xp, spec, subs, k, g, arrays):
     sizes = {c: a.shape[s.index(c)] for c in unique}
     # the operand as if it had only its distinct subscripts: its gradient is an einsum as usual
     stand_in = xp.zeros([sizes[c] for c in unique], dtype=a.dtype)
-    others = [subs[j] for j in range(len(subs)) if j != k]
     inner = Einsum()
     inner.arrays, inner.spec, inner.dtype = (tuple(arrays[:k]) + (stand_in,) + tuple(arrays[k + 1:]),
                                               ",".join(subs[:k] + [unique] + subs[k + 1:]) + "->" + spec.split("->")[1],
                                               a.dtype)
     inner.needs_input_grad = tuple(j == k for j in range(len(subs)))
     gu = inner.backward(g)[k]
-    del others
     out = xp.zeros(a.shape, dtype=gu.dtype)
     grids = xp.meshgrid(*[xp.arange(sizes[c]) for c in unique], indexing="ij")
     out[tuple(grids[unique.index(c)] for c in s)] = gu
@@ -595,8 +593,7 @@ def clamp_max(t, max):
 def nan_to_num(t, nan=0.0, posinf=None, neginf=None):
     if not _dtypes.is_floating(t.dtype):
         return t.clone()
-    fin = np.finfo(np.float32 if t.dtype in _dtypes.HALF_DTYPES else t.dtype) if t.dtype not in _dtypes.HALF_DTYPES \
-        else _dtypes.finfo(t.dtype)
+    fin = _dtypes.finfo(t.dtype)
     big = float(fin.max) if posinf is None else posinf
     small = float(fin.min) if neginf is None else neginf
     out = _where(t.isnan(), t.new_full((), nan), t)

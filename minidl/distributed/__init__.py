@@ -386,6 +386,3 @@ def barrier(group=None, async_op=False, device_ids=None):
         raise RuntimeError("barrier: the process group has no backend")
     return _run(backend.barrier(), None, async_op)
 
-
-def _local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))

@@ -13,6 +13,7 @@ import minidl
 import minidl.nn as nn
 import minidl.nn.functional as F
 from _setup import setup
+from benchmarks.bench_gpu_train_step import lstm_lm as _lstm_lm   # the benchmarks' LSTM LM (2x512, vocab 10k)
 from minidl.nn.parallel import DistributedDataParallel as DDP
 
 SPIN = r"""
@@ -35,20 +36,6 @@ def waits(step):
     waited = end.done
     cupy.cuda.get_current_stream().synchronize()
     return waited
-
-
-def lstm_lm(vocab=10000, hidden=512):
-    class LM(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed = nn.Embedding(vocab, hidden)
-            self.rnn = nn.LSTM(hidden, hidden, num_layers=2)
-            self.out = nn.Linear(hidden, vocab)
-
-        def forward(self, ids):
-            y, _ = self.rnn(self.embed(ids))
-            return self.out(y.reshape(-1, y.shape[-1]))
-    return LM()
 
 
 def cnn():
@@ -83,7 +70,7 @@ ids = rng.integers(0, 10000, (36, 32))
 text = (minidl.tensor(ids[:-1], device="cuda"), minidl.tensor(ids[1:].reshape(-1), device="cuda"))
 images = (minidl.randn(64, 3, 32, 32, device="cuda"), minidl.randint(0, 10, (64,), device="cuda"))
 bad = []
-for name, build, data, opt_kind in (("LSTM LM 2x512, Adam", lstm_lm, text, "adam"), ("CNN with BN, SGD", cnn, images, "sgd")):
+for name, build, data, opt_kind in (("LSTM LM 2x512, Adam", lambda: _lstm_lm(nn), text, "adam"), ("CNN with BN, SGD", cnn, images, "sgd")):
     for amp in (False, True):
         for ddp in (False, True):
             step = make_step(build, data, opt_kind, amp, ddp)

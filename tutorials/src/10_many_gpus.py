@@ -21,7 +21,7 @@
 # 5. read the scaling measured on two H100s: minidl against PyTorch.
 
 # %% [markdown]
-# **Running it on a CPU.** Small mode (the default) takes about 30 s on a 2-core CPU: the NumPy
+# **Running it on a CPU.** Small mode (the default) takes about 10 s on a 2-core CPU: the NumPy
 # simulations, then real programs in 2 and 3 CPU processes that talk through MPI (`pip install
 # "minidl[distributed]"`; without it those cells say why they are skipped). Full mode runs the same
 # programs one process per GPU over NCCL when the machine has two GPUs or more. The scaling section
@@ -424,8 +424,9 @@ else:
     print("benchmarks/results/gpu_distributed.md is not in this checkout: run benchmarks/bench_distributed.py")
 
 # %% [markdown]
-# What the table says: with the step in a CUDA graph, minidl scales as well as PyTorch (0.94-0.99),
-# because its all-reduces cost what PyTorch's do — both call NCCL, and the bus bandwidth matches. The
+# What the table says: with the step in a CUDA graph, minidl's ResNet-9 scales 0.99 (PyTorch's eager step
+# 0.97) and its LSTM 0.94 (PyTorch's 1.05: there minidl is behind). Its all-reduces cost what PyTorch's do —
+# both call NCCL, and the bus bandwidth of 10.4 matches. The
 # eager rows are another story: an eager minidl step is *host-bound* (the host time in brackets is
 # about the step time), and with two processes the slower one sets the pace at every all-reduce. A
 # host-bound step also varies by about ±20% from one process launch to the next (the same one-GPU

@@ -15,6 +15,7 @@ from ..._device import Device
 from ...autograd.creation import full, ones, zeros
 from .. import functional as F
 from ..module import Module, Parameter
+from .normalization import _NormBase
 
 
 def _simple(name, fn, params=(), doc=""):
@@ -142,34 +143,14 @@ class GroupNorm(Module):
                 f"bias={self.bias is not None}")
 
 
-class _InstanceNorm(Module):
+class _InstanceNorm(_NormBase):
+    """Parameters, buffers and repr from _NormBase (as batch norm's); here affine and track_running_stats are
+    off by default, as in torch."""
     _ranks = ()
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False, device=None,
                  dtype=None, *, bias=True):
-        super().__init__()
-        self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.affine, self.track_running_stats = affine, track_running_stats
-        factory = dict(dtype=dtype, device=None if device is None else Device(device))
-        if affine:
-            self.weight = Parameter(ones(num_features, **factory))
-            if bias:
-                self.bias = Parameter(zeros(num_features, **factory))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
-        if track_running_stats:
-            self.register_buffer("running_mean", zeros(num_features, **factory))
-            self.register_buffer("running_var", ones(num_features, **factory))
-            from ...autograd.creation import tensor
-
-            self.register_buffer("num_batches_tracked", tensor(0, device=factory["device"]))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
 
     def forward(self, input):
         name = type(self).__name__
@@ -182,10 +163,6 @@ class _InstanceNorm(Module):
         y = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_input_stats,
                             self.momentum if self.momentum is not None else 0.1, self.eps)
         return y if batched else y.squeeze(0)
-
-    def extra_repr(self):
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):

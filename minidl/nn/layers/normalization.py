@@ -14,9 +14,9 @@ from .. import functional as F
 from ..module import Module, Parameter
 
 
-class _BatchNorm(Module):
-    _valid_ranks = (4,)
-    _fused_relu = False  # True in nn.utils.fusion.BatchNormReLU*d: relu(BN(x)) in fused kernels
+class _NormBase(Module):
+    """What batch norm and instance norm share (torch's _NormBase): the affine weight and bias, the running
+    statistics, their reset and the repr."""
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
                  device=None, dtype=None, *, bias=True):
@@ -48,6 +48,19 @@ class _BatchNorm(Module):
                 self.running_var.fill_(1.0)
                 self.num_batches_tracked.zero_()
 
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class _BatchNorm(_NormBase):
+    _valid_ranks = (4,)
+    _fused_relu = False  # True in nn.utils.fusion.BatchNormReLU*d: relu(BN(x)) in fused kernels
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
+                 device=None, dtype=None, *, bias=True):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype, bias=bias)
+
     def forward(self, input):
         name = type(self).__name__
         if input.ndim not in self._valid_ranks:
@@ -71,10 +84,6 @@ class _BatchNorm(Module):
             with no_grad():
                 self.num_batches_tracked._data += 1
         return out
-
-    def extra_repr(self):
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):
