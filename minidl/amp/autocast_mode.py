@@ -29,7 +29,7 @@ from .._dtypes import bfloat16, float16, float32, float64, is_floating, is_half
 LOWER, FP32 = "lower_precision_fp", "fp32"
 
 # op name -> policy, per device type. Names are minidl's op names (the functional / Tensor method).
-_MATRIX_OPS = ("linear", "matmul", "conv1d", "conv2d", "conv3d", "rnn", "rnn_cell")
+_MATRIX_OPS = ("linear", "matmul", "conv1d", "conv2d", "conv3d", "rnn", "rnn_cell", "scaled_dot_product_attention")
 POLICIES = {
     "cuda": {
         **{op: LOWER for op in _MATRIX_OPS},

@@ -15,3 +15,4 @@ from .dropout import *  # noqa: F401,F403
 from .rnn import *  # noqa: F401,F403
 from .gemm import *  # noqa: F401,F403
 from .multi_tensor import *  # noqa: F401,F403
+from .attention import *  # noqa: F401,F403

@@ -100,6 +100,24 @@ def check_float(op: str, **arrays) -> np.dtype:
     return next(iter(dtypes.values()))
 
 
+def check_float_or_half(op: str, *, half_with_float32=False, **arrays) -> np.dtype:
+    """check_float, plus float16 / bfloat16: all arrays of one dtype (the first array's is returned).
+    half_with_float32: half data may also come with float32 arrays (parameters kept in float32)."""
+    given = {name: a for name, a in arrays.items() if a is not None}
+    dtypes = {name: np.dtype(a.dtype) for name, a in given.items()}
+    if not any(dt in HALF_DTYPES for dt in dtypes.values()):
+        return check_float(op, **arrays)
+    for name, dt in dtypes.items():
+        if dt not in HALF_DTYPES and dt not in FLOAT_DTYPES:
+            raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {dt}")
+    allowed = set(HALF_DTYPES) | {np.dtype(np.float32)} if half_with_float32 else set()
+    if len(set(dtypes.values())) > 1 and not (set(dtypes.values()) <= allowed
+                                              and len(set(dtypes.values()) & set(HALF_DTYPES)) == 1):
+        desc = ", ".join(f"{k}={v}" for k, v in dtypes.items())
+        raise TypeError(f"{op}: all arrays must have the same dtype, got {desc}")
+    return next(iter(dtypes.values()))
+
+
 # ----------------------------------------------------------------------------------------------
 # Half precision (float16, bfloat16) where a primitive has no half kernel
 # ----------------------------------------------------------------------------------------------

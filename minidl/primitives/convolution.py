@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ._common import (backend, as_tuple, check_float, check_same_device, get_array_module, is_cuda_array,
+from ._common import (backend, as_tuple, check_float, check_float_or_half, check_same_device, get_array_module, is_cuda_array,
                       normalize_layout, shape_str)
 
 __all__ = [
@@ -243,14 +243,7 @@ def _check_math(op, math) -> str:
 
 def _check_conv_float(op, **arrays):
     """check_float, plus float16 / bfloat16 (all arrays the same dtype): the dtype."""
-    given = {name: a for name, a in arrays.items() if a is not None}
-    names = {name: str(a.dtype) for name, a in given.items()}
-    if any(n in HALF_DTYPES for n in names.values()):
-        if len(set(names.values())) > 1:
-            desc = ", ".join(f"{k}={v}" for k, v in names.items())
-            raise TypeError(f"{op}: all arrays must have the same dtype, got {desc}")
-        return next(iter(given.values())).dtype
-    return check_float(op, **arrays)
+    return check_float_or_half(op, **arrays)
 
 
 def _check_array_shape(op, name, a, expected, why=""):

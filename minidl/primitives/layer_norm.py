@@ -16,13 +16,17 @@ Backward, with g = dy * weight (dy without a weight) and <.> the mean over the r
     dweight = sum over rows of dy * xhat,    dbias = sum over rows of dy
 The forward pass returns (y, mean, rstd), one statistic per row (mean is None for RMS norm), so
 backward recomputes xhat from x without a second reduction of the variance. Statistics are float32
-for half inputs (computes_half_in_float32), as cuDNN's and torch's are.
+for half inputs, as cuDNN's and torch's are: kernels/layer_norm.cu reads and writes half data and keeps
+every sum in fp32; the NumPy reference converts half arrays to float32 (computes_half_in_float32).
 """
 from __future__ import annotations
 
 import math
 
-from ._common import backend, check_arrays, check_float, check_same_device, computes_half_in_float32, shape_str
+from ._common import (
+    backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, is_cuda_array, shape_str,
+)
+from .._dtypes import bfloat16, float16, float32
 
 __all__ = ["layer_norm_forward", "layer_norm_backward"]
 
@@ -43,32 +47,54 @@ def _check_affine(op: str, x, normalized_ndim, **params) -> None:
                              f"{shape_str(shape)} of x {shape_str(x.shape)}")
 
 
+_KERNEL_DTYPES = (float32, float16, bfloat16)
+
+
+def _on_kernel(x, *params) -> bool:
+    """kernels/layer_norm.cu runs it: a CuPy array of float32/float16/bfloat16, parameters of the same
+    dtype. Anything else (float64 on the GPU, half data with float32 parameters) runs the reference's
+    array code, half computed in float32."""
+    return is_cuda_array(x) and x.dtype in _KERNEL_DTYPES and all(p is None or p.dtype == x.dtype for p in params)
+
+
 @computes_half_in_float32(out_dtypes=("x", None, None), mixed_dtypes=True)
+def _reference_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5, rms=False):
+    return backend("layer_norm", False).layer_norm_forward(x, weight, bias, normalized_ndim=normalized_ndim, eps=eps,
+                                                           rms=rms)
+
+
+@computes_half_in_float32(out_dtypes=("x", "weight", "weight"), mixed_dtypes=True)
+def _reference_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=False, has_bias=True):
+    return backend("layer_norm", False).layer_norm_backward(x, dy, weight, mean, rstd, normalized_ndim=normalized_ndim,
+                                                            rms=rms, has_bias=has_bias)
+
+
 def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5, rms=False):
     """Normalise x over its last `normalized_ndim` dimensions. Returns (y, mean, rstd): mean and rstd
     have one value per row (shape x.shape[:-normalized_ndim]); mean is None when rms=True."""
     op = "layer_norm_forward"
     check_arrays(op, x=x, weight=weight, bias=bias)
     check_same_device(op, x=x, weight=weight, bias=bias)
-    check_float(op, x=x, weight=weight, bias=bias)
+    check_float_or_half(op, half_with_float32=True, x=x, weight=weight, bias=bias)
     _rows(op, x, normalized_ndim)
     _check_affine(op, x, normalized_ndim, weight=weight, bias=bias)
     if rms and bias is not None:
         raise ValueError(f"{op}: RMS norm has no bias")
     if not eps >= 0:
         raise ValueError(f"{op}: eps must be >= 0, got {eps!r}")
-    return backend("layer_norm", x).layer_norm_forward(x, weight, bias, normalized_ndim=normalized_ndim, eps=eps,
-                                                       rms=rms)
+    if _on_kernel(x, weight, bias):
+        return backend("layer_norm", True).layer_norm_forward(x, weight, bias, normalized_ndim=normalized_ndim,
+                                                              eps=eps, rms=rms)
+    return _reference_forward(x, weight, bias, normalized_ndim=normalized_ndim, eps=eps, rms=rms)
 
 
-@computes_half_in_float32(out_dtypes=("x", "weight", "weight"), mixed_dtypes=True)
 def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=False, has_bias=True):
     """(dx, dweight, dbias) from x, dy and the forward's saved (mean, rstd); dweight is None without a
     weight, dbias None without a weight or with has_bias=False (and always for RMS norm)."""
     op = "layer_norm_backward"
     check_arrays(op, x=x, dy=dy, weight=weight, mean=mean, rstd=rstd)
     check_same_device(op, x=x, dy=dy, weight=weight, mean=mean, rstd=rstd)
-    check_float(op, x=x, dy=dy, weight=weight)
+    check_float_or_half(op, half_with_float32=True, x=x, dy=dy, weight=weight)
     if tuple(dy.shape) != tuple(x.shape):
         raise ValueError(f"{op}: dy {shape_str(dy.shape)} and x {shape_str(x.shape)} must have the same shape")
     m, _ = _rows(op, x, normalized_ndim)
@@ -78,5 +104,9 @@ def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=Fal
             raise ValueError(f"{op}: {name} has {s.size} values, expected one per row ({m}) of x {shape_str(x.shape)}")
     if (mean is None) != bool(rms):
         raise ValueError(f"{op}: mean must be given for layer norm and None for RMS norm (rms={rms})")
-    return backend("layer_norm", x).layer_norm_backward(x, dy, weight, mean, rstd, normalized_ndim=normalized_ndim,
-                                                        rms=rms, has_bias=has_bias)
+    if _on_kernel(x, dy, weight):
+        return backend("layer_norm", True).layer_norm_backward(x, dy, weight, mean, rstd,
+                                                               normalized_ndim=normalized_ndim, rms=rms,
+                                                               has_bias=has_bias)
+    return _reference_backward(x, dy, weight, mean, rstd, normalized_ndim=normalized_ndim, rms=rms,
+                               has_bias=has_bias)

@@ -6,12 +6,15 @@ Q is (..., L, E): L queries; K (..., S, E) and V (..., S, Ev): S keys and their 
 output is the average of the values, weighted by how well the query matches each key. A mask removes
 pairs: a causal mask lets query i see keys j <= i only (a language model must not read ahead).
 
-What this file computes is the *reference* algorithm, written with minidl's own ops (our GEMM and
-softmax primitives, so it runs on the CPU and the GPU and has its gradient from the tape): it forms
-the (L, S) score matrix S = QK^T and the probabilities P = softmax(S) in memory, which is O(L * S)
-memory per head and is why long sequences are memory-bound this way. A fused FlashAttention-style
-kernel (tiles of Q resident, K/V streamed, online softmax, S never written to memory) is the fast
-path still to come (issue 25): until then this is the path on both devices.
+scaled_dot_product_attention runs as ONE operation, the attention primitive (minidl/primitives/attention.py):
+on the GPU, for float16/bfloat16 (autocast gives those) and head dims 32-128, the fused FlashAttention-2
+kernel kernels/attention.cu (tiles of Q resident, K/V streamed through shared memory, online softmax: the
+(L, S) scores are never written to memory, and the backward pass recomputes them from the saved
+log-sum-exp); elsewhere the primitive's reference, which forms the (L, S) score matrix S = QK^T and
+P = softmax(S) in memory -- O(L * S) memory per head, which is why long sequences are memory-bound that
+way. Tutorial 09 compares the two. What the fused operation does not take (a mask that requires grad,
+query/key/value with different batch dimensions or dtypes) runs as `_composite`, the same algorithm in
+minidl's own ops with its gradient from the tape.
 
 Masks, as torch:
 - `scaled_dot_product_attention(attn_mask=)`: a bool mask is True where a query MAY attend; a float
@@ -26,6 +29,10 @@ import math
 
 import numpy as np
 
+from ... import primitives as P
+from ... import random
+from ...amp.autocast_mode import cast_inputs as _autocast
+from ...autograd.function import Function
 from ...autograd.tensor import Tensor
 from .activations import softmax
 from .dense import linear
@@ -43,6 +50,22 @@ def _causal_mask(L, S, device):
     return ones((L, S), dtype=np.bool_, device=device).tril()
 
 
+class ScaledDotProductAttention(Function):
+    """softmax(Q K^T * scale + mask) V over 4-D (batch, heads, sequence, head dim) arrays, forward and
+    backward from the attention primitive: the fused kernel on the GPU (float16/bfloat16), the reference
+    elsewhere. Saves Q, K, V, O and the per-query log-sum-exp; P is recomputed, never stored. `mask` is an
+    array (no gradient), `seed` the dropout generator state this call claimed."""
+
+    def forward(self, q, k, v, mask=None, causal=False, scale=None, dropout_p=0.0, seed=0):
+        self.q, self.k, self.v = q, k, v
+        self.args = dict(mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, seed=seed)
+        self.out, self.lse = P.attention_forward(q, k, v, **self.args)
+        return self.out
+
+    def backward(self, dout):
+        return P.attention_backward(self.q, self.k, self.v, self.out, dout, self.lse, **self.args)
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """softmax(query @ key^T * scale + mask) @ value (torch.nn.functional.scaled_dot_product_attention).
@@ -51,7 +74,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     attend) or float (added), broadcastable to (..., L, S); is_causal: the lower-triangular mask (not
     together with attn_mask); dropout_p: dropout on the attention probabilities (applied whenever > 0,
     as torch's function; modules pass 0 in eval mode); enable_gqa: key/value may have fewer heads
-    (dim -3) than query, each shared by a group of query heads."""
+    (dim -3) than query, each shared by a group of query heads.
+
+    Runs as one fused operation (the attention primitive: on the GPU, kernels/attention.cu for
+    float16/bfloat16 and head dims 32-128) whenever query, key and value share their batch dimensions and
+    dtype and the mask needs no gradient; otherwise as the composite of matmul, softmax and dropout
+    below (the algorithm the reference computes, with its gradient from the tape)."""
     op = "scaled_dot_product_attention"
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, Tensor) or t.ndim < 2:
@@ -67,13 +95,65 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                            f"(key {tuple(key.shape)}, value {tuple(value.shape)})")
     if is_causal and attn_mask is not None:
         raise RuntimeError(f"{op}: pass either attn_mask or is_causal=True, not both (is_causal builds the mask)")
-    if enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]:
+    gqa = enable_gqa and query.ndim >= 3 and key.shape[-3] != query.shape[-3]
+    if gqa:
         hq, hk = query.shape[-3], key.shape[-3]
         if hq % hk or value.shape[-3] != hk:
             raise RuntimeError(f"{op}: enable_gqa needs query's heads ({hq}) to be a multiple of key's and value's "
                                f"({hk}, {value.shape[-3]})")
-        key, value = _repeat_heads(key, hq // hk), _repeat_heads(value, hq // hk)
+    query, key, value = _autocast(op, query, key, value)
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
+    if _fusable(query, key, value, attn_mask):
+        return _fused(query, key, value, attn_mask, dropout_p, bool(is_causal), scale)
+    if gqa:
+        key, value = _repeat_heads(key, hq // hk), _repeat_heads(value, hq // hk)
+    return _composite(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+def _fusable(query, key, value, attn_mask) -> bool:
+    """The fused operation takes it: one dtype, the same batch dimensions (heads may differ, for GQA), and a
+    mask that is a constant (a mask that requires grad needs the composite's tape)."""
+    if not (query.ndim == key.ndim == value.ndim) or not (query.dtype == key.dtype == value.dtype):
+        return False
+    if query.ndim >= 3 and not (query.shape[:-3] == key.shape[:-3] == value.shape[:-3]):
+        return False
+    if attn_mask is not None and (not isinstance(attn_mask, Tensor) or attn_mask.requires_grad
+                                  or attn_mask.ndim > max(query.ndim, 4)):
+        return False
+    return True
+
+
+def _fused(query, key, value, attn_mask, dropout_p, is_causal, scale):
+    """(..., L, E) -> (B, H, L, E) views, the fused Function, and back."""
+    def four_d(t):
+        if t.ndim == 4:
+            return t
+        if t.ndim < 4:
+            return t.reshape(*((1,) * (4 - t.ndim)), *t.shape)
+        return t.reshape(-1, *t.shape[-3:])
+
+    lead = tuple(query.shape[:-2])
+    q4, k4, v4 = four_d(query), four_d(key), four_d(value)
+    mask = None
+    if attn_mask is not None:
+        m = attn_mask.detach()
+        if m.dtype != np.bool_ and m.dtype != query.dtype:
+            m = m.type(query.dtype)
+        if query.ndim > 4:   # broadcast to the whole batch first, so the leading dims fold into one
+            m = m.expand(*lead, query.shape[-2], key.shape[-2])
+        mask = four_d(m)._data
+    seed = 0
+    if dropout_p > 0.0:
+        B, H, L, _ = q4.shape
+        seed = P.philox_advance(random.philox_state(query.device), B * H * L * k4.shape[2])
+    out = ScaledDotProductAttention.apply(q4, k4, v4, mask=mask, causal=is_causal, scale=scale,
+                                          dropout_p=float(dropout_p), seed=seed)
+    return out.reshape(*lead, out.shape[-2], out.shape[-1])
+
+
+def _composite(query, key, value, attn_mask, dropout_p, is_causal, scale):
+    """The reference algorithm in minidl's own ops (the scores and probabilities formed in memory)."""
+    L, S = query.shape[-2], key.shape[-2]
     scores = (query * scale) @ key.transpose(-2, -1)       # (..., L, S)
     if is_causal:
         attn_mask = _causal_mask(L, S, query.device)

@@ -1,7 +1,7 @@
 """NumPy reference of layer norm and RMS norm (formulas in minidl/primitives/layer_norm.py).
 
-Written with `xp = get_array_module(x)`, so the same lines run on CuPy arrays: the CUDA path
-(minidl/primitives/cuda/layer_norm.py) uses them until kernels/layer_norm.cu exists.
+Written with `xp = get_array_module(x)`, so the same lines also run on CuPy arrays, for what
+kernels/layer_norm.cu does not take (float64 on the GPU, half data with float32 parameters).
 """
 from __future__ import annotations
 

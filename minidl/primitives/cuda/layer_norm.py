@@ -1,8 +1,89 @@
-"""Layer norm and RMS norm on the GPU: for now the NumPy reference's array code, run by CuPy's own
-elementwise and reduction kernels (a handful of launches per call), not a kernel of ours.
+"""CuPy launchers of kernels/layer_norm.cu: layer norm and RMS norm, forward and backward, in float32,
+float16 and bfloat16 (fp32 statistics). Arguments were validated by minidl/primitives/layer_norm.py.
 
-kernels/layer_norm.cu (one block per row, Welford's one-pass mean and variance in registers, the
-backward's two row reductions fused, dweight/dbias by per-block partial sums) is the next step of
-issue 25; until it has run on a GPU, this path computes the same values the reference does.
+Forward and dx run one warp per row (WARPS_PER_BLOCK rows per block, a grid-stride loop over the
+rows); dweight/dbias are column sums over the rows, split into `chunks` of rows whose partial sums a
+second launch adds up (deterministic, no atomics).
 """
-from ..cpu.layer_norm import layer_norm_backward, layer_norm_forward  # noqa: F401
+from __future__ import annotations
+
+import math
+
+import cupy
+import numpy as np
+
+from ._compile import get_kernel
+from ._launch import grid_stride_blocks, null_pointer, sm_count
+
+WARPS_PER_BLOCK = 4
+KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}   # KIND of kernels/layer_norm.cu
+PARAM_ROWS = (32, 8)   # block of layer_norm_backward_params: 32 columns x 8 row lanes
+
+
+def _kernel(name, dtype):
+    kind = KINDS.get(np.dtype(dtype).name)
+    if kind is None:
+        raise TypeError(f"{name}: the layer norm kernels take float32, float16 or bfloat16, got {dtype}")
+    expression = f"{name}<{kind}>"
+    return get_kernel("layer_norm", expression, name_expressions=(expression,))
+
+
+def _rows_n(x, normalized_ndim):
+    n = math.prod(x.shape[x.ndim - normalized_ndim:])
+    return (x.size // n if n else 0), n
+
+
+def _ptr(a):
+    return null_pointer() if a is None else cupy.ascontiguousarray(a)
+
+
+def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5, rms=False):
+    x = cupy.ascontiguousarray(x)
+    rows, n = _rows_n(x, normalized_ndim)
+    lead = x.shape[:x.ndim - normalized_ndim]
+    y = cupy.empty_like(x)
+    mean = None if rms else cupy.empty(lead, dtype=cupy.float32)
+    rstd = cupy.empty(lead, dtype=cupy.float32)
+    if rows and n:
+        blocks = grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16)
+        _kernel("layer_norm_forward", x.dtype)(
+            (blocks,), (32 * WARPS_PER_BLOCK,),
+            (x, _ptr(weight), _ptr(bias), y, null_pointer() if mean is None else mean, rstd, np.int64(rows),
+             np.int32(n), np.float32(eps), np.int32(bool(rms))))
+    return y, mean, rstd
+
+
+def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=False, has_bias=True):
+    x, dy = cupy.ascontiguousarray(x), cupy.ascontiguousarray(dy)
+    rows, n = _rows_n(x, normalized_ndim)
+    dx = cupy.empty_like(x)
+    mean_arg = null_pointer() if mean is None else cupy.ascontiguousarray(mean, dtype=cupy.float32)
+    rstd = cupy.ascontiguousarray(rstd, dtype=cupy.float32)
+    if rows and n:
+        blocks = grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16)
+        _kernel("layer_norm_backward_data", x.dtype)(
+            (blocks,), (32 * WARPS_PER_BLOCK,),
+            (x, dy, _ptr(weight), mean_arg, rstd, dx, np.int64(rows), np.int32(n)))
+    if weight is None:
+        return dx, None, None
+    shape = x.shape[x.ndim - normalized_ndim:]
+    dweight = cupy.empty(shape, dtype=weight.dtype)
+    dbias = cupy.empty(shape, dtype=weight.dtype) if has_bias and not rms else None
+    if not rows:
+        dweight.fill(0)
+        if dbias is not None:
+            dbias.fill(0)
+        return dx, dweight, dbias
+    col_blocks = (n + 31) // 32
+    # enough chunks of rows to give every SM a few blocks, each chunk at least 32 rows long
+    chunks = max(1, min((rows + 31) // 32, (4 * sm_count() + col_blocks - 1) // col_blocks))
+    rows_per_chunk = (rows + chunks - 1) // chunks
+    chunks = (rows + rows_per_chunk - 1) // rows_per_chunk
+    part_w = cupy.empty((chunks, n), dtype=cupy.float32)
+    part_b = cupy.empty((chunks, n), dtype=cupy.float32) if dbias is not None else None
+    _kernel("layer_norm_backward_params", x.dtype)(
+        (col_blocks, chunks), PARAM_ROWS,
+        (x, dy, mean_arg, rstd, part_w, _ptr(part_b), np.int64(rows), np.int32(n), np.int64(rows_per_chunk)))
+    _kernel("layer_norm_params_finish", x.dtype)(
+        ((n + 255) // 256,), (256,), (part_w, _ptr(part_b), dweight, _ptr(dbias), np.int32(chunks), np.int32(n)))
+    return dx, dweight, dbias

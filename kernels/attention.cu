@@ -1,0 +1,557 @@
+// attention.cu: fused scaled dot-product attention, FlashAttention-2 style (Dao 2023, arXiv 2307.08691),
+// forward and backward, on the tensor cores (mma.sync m16n8k16, fp16 or bf16 data, fp32 accumulation).
+//
+//     O = softmax(Q K^T * scale + mask) V          per (batch, head): Q (L x D), K and V (S x D)
+//
+// The NumPy reference (minidl/primitives/cpu/attention.py) forms the L x S score matrix and its softmax
+// in memory: O(L * S) bytes per head, written and read again, which makes the plain algorithm
+// memory-bound (at L = S = 4096 a head's fp32 scores are 64 MiB). Here the scores never leave the chip.
+//
+// 1. Forward (attention_forward). One block of WARPS warps owns BM = 16 * WARPS queries of one head and
+//    keeps them in registers (Q fragments) for the whole kernel. Keys and values stream through shared
+//    memory in blocks of BN = 64 (two buffers: cp.async fills block j+1 while the tensor cores work on
+//    block j). For each key block a warp computes its 16 x 64 scores S = Q K^T (mma, fp32), and then the
+//    ONLINE SOFTMAX, row by row:
+//        m_new = max(m, max_j s_j);   p_j = exp(s_j - m_new);   l = l * exp(m - m_new) + sum_j p_j
+//        O     = O * exp(m - m_new) + P V
+//    so that after the last block O / l is the softmax-weighted average of V, exactly, although no row
+//    was ever seen whole. exp is computed as exp2 of scores pre-multiplied by log2(e) (one FFMA less
+//    per element). The probabilities P (fp32 accumulators) become the A operand of the next mma
+//    directly in registers: the accumulator layout of two adjacent 16 x 8 tiles IS the A fragment of a
+//    16 x 16 tile (see gemm_tc.cu's picture), so P is rounded to fp16/bf16 and never stored.
+//    Besides O the kernel writes LSE = m + log(l) per query (natural log, fp32): all the backward pass
+//    needs to recompute P.
+// 2. Backward (attention_backward): with dO, the per-query Delta = rowsum(dO * O) (attention_delta),
+//        P = exp(S - LSE),  dV = P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  dQ = dS K,  dK = dS^T Q
+//    (times the scale for dQ and dK). One block owns 64 keys of one key/value head, keeps dK and dV in
+//    registers (each warp 16 keys) and loops over every query block of every query head that reads that
+//    key head (several with grouped-query attention). It computes S^T = K Q^T directly (keys as rows), so
+//    P^T and dS^T come out in the A-fragment layout that dV += P^T dO and dK += dS^T Q need. dQ needs dS
+//    with queries as rows: dS^T goes through shared memory (ldmatrix.trans reads it transposed) and each
+//    warp adds its 16 queries x D slice of dS K to an fp32 dQ buffer with atomicAdd (attention_dq_finish
+//    scales and rounds it).
+// 3. Masks and dropout. causal: key j is visible to query i iff j <= i (torch's is_causal: top-left
+//    aligned); key blocks wholly above the diagonal are skipped in both passes. mask: an fp32 array added
+//    to the scores (a bool mask arrives as 0 / -inf), read through four strides so that any broadcast
+//    (batch, head, query, key) costs no copy. A query with no visible key gets O = 0 and LSE = +inf
+//    (so that the backward's P = exp(S - LSE) is 0, not NaN). Dropout on P: keep(b, h, i, j) is
+//    Philox4x32-10 word (n & 3) of counter n >> 2, n = offset + ((b * H + h) * L + i) * S + j -- the same
+//    stream kernels/dropout.cu draws for a (B, H, L, S) array, so the NumPy reference reproduces the mask;
+//    l sums the undropped P (dropout comes after the softmax), O accumulates the dropped, rescaled P.
+//
+// Layouts: q, o (B, H, L, D); k, v (B, HK, S, D), all contiguous, H a multiple of HK (query head h reads
+// key head h / (H / HK)); lse, delta (B, H, L) fp32. D in {32, 64, 96, 128} (a template argument: the
+// fragments are register arrays). Grid: forward (ceil(L / BM), B * H), causal blocks largest-first;
+// backward (ceil(S / 64), B * HK). Dynamic shared memory: see attention_smem_bytes in
+// minidl/primitives/cuda/attention.py; rows are padded by 16 bytes, so ldmatrix reads no bank twice.
+#include "tc_common.cuh"
+#include "philox.cuh"
+
+namespace minidl_attention {
+
+using namespace minidl_tc;
+
+constexpr int BN = 64;    // keys per block step (forward) and per block (backward)
+constexpr int PAD = 8;    // elements of padding per shared row (16 bytes)
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+__device__ __forceinline__ float pos_inf() { return __int_as_float(0x7f800000); }   // NVRTC has no INFINITY
+
+template <int KIND>
+__device__ __forceinline__ unsigned pack2(float lo, float hi)
+{
+    unsigned r;
+    if (KIND == KIND_F16)
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    else
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Copy `rows` rows (of D 16-bit elements, row stride D in global memory) starting at global row `row0`
+// (of `extent`) into a shared tile [rows][D + PAD]; rows past the extent are zero-filled.
+template <int D, int THREADS>
+__device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned short* g, int row0, int extent,
+                                          int rows)
+{
+    constexpr int CPR = D / 8;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < rows * CPR; c += THREADS) {
+        const int r = c / CPR, col = (c % CPR) * 8;
+        const bool inside = row0 + r < extent;
+        const unsigned short* src = inside ? g + (long long)(row0 + r) * D + col : g;
+        cp_async16(smem_addr(tile + r * (D + PAD) + col), src, inside ? 16 : 0);
+    }
+}
+
+// The dropout decision of element n of the (B, H, L, S) probability array.
+__device__ __forceinline__ bool keep_element(unsigned long long n, uint2 key, unsigned threshold)
+{
+    const unsigned long long q = n >> 2;
+    const uint4 r = philox4x32_10(make_uint4((unsigned)q, (unsigned)(q >> 32), 0u, 0u), key);
+    const unsigned w = (n & 3) == 0 ? r.x : (n & 3) == 1 ? r.y : (n & 3) == 2 ? r.z : r.w;
+    return (w >> 8) >= threshold;
+}
+
+struct MaskArgs {
+    const float* mask;  // nullptr: no explicit mask
+    long long sb, sh, sl, ss;  // element strides of (batch, head, query, key); 0 where broadcast
+};
+
+struct DropArgs {
+    float p_scale;          // 1 / (1 - p); 0 when dropout is off
+    unsigned threshold;     // keep iff (word >> 8) >= threshold
+    uint2 key;
+    unsigned long long offset;
+};
+
+__device__ __forceinline__ DropArgs drop_args(float p_scale, unsigned threshold, unsigned long long seed,
+                                              unsigned long long offset, const unsigned long long* state)
+{
+    if (state != nullptr) {  // the device-resident (seed, offset) of a CUDA-graph-safe dropout call
+        seed = state[0];
+        offset += state[1];
+    }
+    DropArgs d;
+    d.p_scale = p_scale;
+    d.threshold = threshold;
+    d.key = make_uint2((unsigned)seed, (unsigned)(seed >> 32));
+    d.offset = offset;
+    return d;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Forward
+// ------------------------------------------------------------------------------------------------
+template <int KIND, int D, int WARPS>
+__device__ __forceinline__ void attention_forward_impl(
+    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
+    unsigned short* __restrict__ o, float* __restrict__ lse, int H, int HK, int L, int S, float scale, int causal,
+    MaskArgs m, DropArgs drop)
+{
+    constexpr int THREADS = 32 * WARPS, BM = 16 * WARPS, LD = D + PAD;
+    constexpr int KD = D / 16;   // k steps of Q K^T
+    constexpr int NT = BN / 8;   // 16 x 8 score tiles per warp per key block
+    constexpr int DT = D / 8;    // 16 x 8 output tiles per warp
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned short* sQ = reinterpret_cast<unsigned short*>(smem_raw);
+    unsigned short* sK = sQ + BM * LD;      // [2][BN][LD]
+    unsigned short* sV = sK + 2 * BN * LD;  // [2][BN][LD]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int m_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest blocks first
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int bhk = b * HK + h / (H / HK);
+    const int q0 = m_block * BM;
+    const unsigned short* qg = q + (long long)bh * L * D;
+    const unsigned short* kg = k + (long long)bhk * S * D;
+    const unsigned short* vg = v + (long long)bhk * S * D;
+
+    int n_blocks = (S + BN - 1) / BN;
+    if (causal) n_blocks = min(n_blocks, (min(q0 + BM, L) - 1) / BN + 1);   // keys j <= the last query
+
+    load_tile<D, THREADS>(sQ, qg, q0, L, BM);
+    if (n_blocks > 0) {
+        load_tile<D, THREADS>(sK, kg, 0, S, BN);
+        load_tile<D, THREADS>(sV, vg, 0, S, BN);
+    }
+    cp_async_commit();
+
+    const float sl2 = scale * LOG2E;  // scores in log2 units: exp(x) = exp2(x * log2 e)
+    float acc[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float row_max[2] = {-pos_inf(), -pos_inf()}, row_sum[2] = {0.f, 0.f};
+    unsigned qf[KD][4];
+    const int qi[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};   // this thread's two query rows
+
+    for (int j = 0; j < n_blocks; ++j) {
+        const int stage = j & 1;
+        if (j + 1 < n_blocks) {   // the next key/value block streams in behind this one's math
+            load_tile<D, THREADS>(sK + (stage ^ 1) * BN * LD, kg, (j + 1) * BN, S, BN);
+            load_tile<D, THREADS>(sV + (stage ^ 1) * BN * LD, vg, (j + 1) * BN, S, BN);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < KD; ++kk) {
+                const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, col = kk * 16 + (lane >> 4) * 8;
+                ldmatrix_x4(qf[kk], smem_addr(sQ + row * LD + col));
+            }
+        }
+        const unsigned short* Ks = sK + stage * BN * LD;
+        const unsigned short* Vs = sV + stage * BN * LD;
+
+        // S = Q K^T for this warp's 16 queries x 64 keys
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) {
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                unsigned r[4];
+                const int row = np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7), col = kk * 16 + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4(r, smem_addr(Ks + row * LD + col));
+                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                mma<KIND>(s[2 * np], qf[kk], b0);
+                mma<KIND>(s[2 * np + 1], qf[kk], b1);
+            }
+        }
+
+        // scale, mask, online softmax
+        const int k0 = j * BN;
+        float mx[2] = {-pos_inf(), -pos_inf()};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
+                float x = s[nt][e] * sl2;
+                if (m.mask != nullptr && kj < S && i < L)
+                    x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
+                if (kj >= S || (causal && kj > i)) x = -pos_inf();
+                s[nt][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        }
+        float use[2], alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(row_max[r], mx[r]);
+            use[r] = m_new == -pos_inf() ? 0.f : m_new;   // a row with nothing visible yet: exp2(-inf) = 0
+            alpha[r] = exp2f(row_max[r] - use[r]);
+            row_max[r] = m_new;
+            row_sum[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            acc[dt][0] *= alpha[0];
+            acc[dt][1] *= alpha[0];
+            acc[dt][2] *= alpha[1];
+            acc[dt][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float p = exp2f(s[nt][e] - use[e >> 1]);
+                row_sum[e >> 1] += p;
+                if (drop.p_scale != 0.f) {
+                    const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
+                    const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + kj;
+                    p = (i < L && kj < S && keep_element(n, drop.key, drop.threshold)) ? p * drop.p_scale : 0.f;
+                }
+                s[nt][e] = p;
+            }
+        }
+
+        // O += P V: P's accumulators are already the A fragments of 16 x 16 tiles
+#pragma unroll
+        for (int kb = 0; kb < BN / 16; ++kb) {
+            const unsigned a[4] = {pack2<KIND>(s[2 * kb][0], s[2 * kb][1]), pack2<KIND>(s[2 * kb][2], s[2 * kb][3]),
+                                   pack2<KIND>(s[2 * kb + 1][0], s[2 * kb + 1][1]),
+                                   pack2<KIND>(s[2 * kb + 1][2], s[2 * kb + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < DT / 2; ++dp) {
+                unsigned r[4];
+                const int row = kb * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dp * 16 + (lane >> 4) * 8;
+                ldmatrix_x4_trans(r, smem_addr(Vs + row * LD + col));
+                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                mma<KIND>(acc[2 * dp], a, b0);
+                mma<KIND>(acc[2 * dp + 1], a, b1);
+            }
+        }
+        __syncthreads();   // everyone is done with this stage before it is refilled
+    }
+
+    // O = acc / l, LSE = m + log(l)
+    using T = unsigned short;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int i = qi[r];
+        if (i < L) {
+            T* orow = o + ((long long)bh * L + i) * D;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+                store_c_pair<KIND>(orow + dt * 8 + 2 * t, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+            if (t == 0) lse[(long long)bh * L + i] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : pos_inf();
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Backward
+// ------------------------------------------------------------------------------------------------
+// Delta[i] = sum_d dO[i, d] * O[i, d] (fp32), one warp per query row.
+template <int KIND>
+__device__ __forceinline__ void attention_delta_impl(const unsigned short* o, const unsigned short* dout,
+                                                     float* delta, long long rows, int D)
+{
+    const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    float s = 0.f;
+    for (int d = lane; d < D; d += 32) s += load_c<KIND>(o + row * D + d) * load_c<KIND>(dout + row * D + d);
+#pragma unroll
+    for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
+    if (lane == 0) delta[row] = s;
+}
+
+template <int KIND, int D>
+__device__ __forceinline__ void attention_backward_impl(
+    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
+    const unsigned short* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+    float* __restrict__ dq_acc, unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, int H, int HK, int L,
+    int S, float scale, int causal, MaskArgs m, DropArgs drop)
+{
+    constexpr int THREADS = 128, BM = 64, LD = D + PAD, LDS = BM + PAD;
+    constexpr int KD = D / 16, NT = BM / 8, DT = D / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    unsigned short* sK = reinterpret_cast<unsigned short*>(smem_raw);   // [BN][LD]
+    unsigned short* sV = sK + BN * LD;                                  // [BN][LD]
+    unsigned short* sQ = sV + BN * LD;                                  // [BM][LD]
+    unsigned short* sdO = sQ + BM * LD;                                 // [BM][LD]
+    unsigned short* sdS = sdO + BM * LD;                                // [BN][LDS]: dS^T, keys as rows
+    float* sLse = reinterpret_cast<float*>(sdS + BN * LDS);            // [BM], in log2 units
+    float* sDelta = sLse + BM;                                          // [BM]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int n_block = blockIdx.x, bhk = blockIdx.y, b = bhk / HK, hk = bhk % HK, group = H / HK;
+    const int k0 = n_block * BN;
+    const unsigned short* kg = k + (long long)bhk * S * D;
+    const unsigned short* vg = v + (long long)bhk * S * D;
+    load_tile<D, THREADS>(sK, kg, k0, S, BN);
+    load_tile<D, THREADS>(sV, vg, k0, S, BN);
+    cp_async_commit();
+
+    const float sl2 = scale * LOG2E;
+    float dk_acc[DT][4], dv_acc[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.f;
+    const int kj[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};   // this thread's two key rows
+    const int m_first = causal ? k0 / BM : 0, m_blocks = (L + BM - 1) / BM;
+
+    for (int hq = 0; hq < group; ++hq) {
+        const int h = hk * group + hq, bh = b * H + h;
+        const unsigned short* qg = q + (long long)bh * L * D;
+        const unsigned short* dog = dout + (long long)bh * L * D;
+        for (int mb = m_first; mb < m_blocks; ++mb) {
+            const int q0 = mb * BM;
+            load_tile<D, THREADS>(sQ, qg, q0, L, BM);
+            load_tile<D, THREADS>(sdO, dog, q0, L, BM);
+            cp_async_commit();
+            for (int i = threadIdx.x; i < BM; i += THREADS) {
+                const bool inside = q0 + i < L;
+                sLse[i] = inside ? lse[(long long)bh * L + q0 + i] * LOG2E : pos_inf();
+                sDelta[i] = inside ? delta[(long long)bh * L + q0 + i] : 0.f;
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+
+            // S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x 64 queries
+            float s[NT][4], dp[NT][4];
+#pragma unroll
+            for (int i = 0; i < NT; ++i)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < KD; ++kk) {
+                unsigned ka[4], va[4];
+                const int arow = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, acol = kk * 16 + (lane >> 4) * 8;
+                ldmatrix_x4(ka, smem_addr(sK + arow * LD + acol));
+                ldmatrix_x4(va, smem_addr(sV + arow * LD + acol));
+#pragma unroll
+                for (int np = 0; np < NT / 2; ++np) {
+                    unsigned r[4], w[4];
+                    const int row = np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7), col = kk * 16 + ((lane >> 3) & 1) * 8;
+                    ldmatrix_x4(r, smem_addr(sQ + row * LD + col));
+                    ldmatrix_x4(w, smem_addr(sdO + row * LD + col));
+                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                    const unsigned c0[2] = {w[0], w[1]}, c1[2] = {w[2], w[3]};
+                    mma<KIND>(s[2 * np], ka, b0);
+                    mma<KIND>(s[2 * np + 1], ka, b1);
+                    mma<KIND>(dp[2 * np], va, c0);
+                    mma<KIND>(dp[2 * np + 1], va, c1);
+                }
+            }
+
+            // P^T (dropped into s for dV), dS^T (into dp)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int col = nt * 8 + 2 * t + (e & 1), i = q0 + col, j = kj[e >> 1];
+                    float x = s[nt][e] * sl2;
+                    if (m.mask != nullptr && j < S && i < L)
+                        x += m.mask[b * m.sb + h * m.sh + i * m.sl + j * m.ss] * LOG2E;
+                    if (j >= S || (causal && j > i)) x = -pos_inf();
+                    const float p = exp2f(x - sLse[col]);
+                    float pd = p, dpv = dp[nt][e];
+                    if (drop.p_scale != 0.f) {
+                        const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + j;
+                        const bool kept = i < L && j < S && keep_element(n, drop.key, drop.threshold);
+                        pd = kept ? p * drop.p_scale : 0.f;
+                        dpv = kept ? dpv * drop.p_scale : 0.f;
+                    }
+                    s[nt][e] = pd;
+                    dp[nt][e] = p * (dpv - sDelta[col]);
+                }
+            }
+
+            // dV += P^T dO and dK += dS^T Q (B operands n-contiguous: ldmatrix.trans); dS^T to shared
+#pragma unroll
+            for (int kb = 0; kb < BM / 16; ++kb) {
+                const unsigned pa[4] = {pack2<KIND>(s[2 * kb][0], s[2 * kb][1]), pack2<KIND>(s[2 * kb][2], s[2 * kb][3]),
+                                        pack2<KIND>(s[2 * kb + 1][0], s[2 * kb + 1][1]),
+                                        pack2<KIND>(s[2 * kb + 1][2], s[2 * kb + 1][3])};
+                const unsigned da[4] = {pack2<KIND>(dp[2 * kb][0], dp[2 * kb][1]),
+                                        pack2<KIND>(dp[2 * kb][2], dp[2 * kb][3]),
+                                        pack2<KIND>(dp[2 * kb + 1][0], dp[2 * kb + 1][1]),
+                                        pack2<KIND>(dp[2 * kb + 1][2], dp[2 * kb + 1][3])};
+                // dS^T rows (keys) g and g+8 of this warp, columns (queries) of tiles 2kb, 2kb+1
+                unsigned* srow0 = reinterpret_cast<unsigned*>(sdS + (warp * 16 + g) * LDS + kb * 16 + 2 * t);
+                unsigned* srow1 = reinterpret_cast<unsigned*>(sdS + (warp * 16 + g + 8) * LDS + kb * 16 + 2 * t);
+                srow0[0] = da[0];
+                srow1[0] = da[1];
+                srow0[4] = da[2];
+                srow1[4] = da[3];
+#pragma unroll
+                for (int dq2 = 0; dq2 < DT / 2; ++dq2) {
+                    unsigned r[4], w[4];
+                    const int row = kb * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dq2 * 16 + (lane >> 4) * 8;
+                    ldmatrix_x4_trans(r, smem_addr(sdO + row * LD + col));
+                    ldmatrix_x4_trans(w, smem_addr(sQ + row * LD + col));
+                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                    const unsigned c0[2] = {w[0], w[1]}, c1[2] = {w[2], w[3]};
+                    mma<KIND>(dv_acc[2 * dq2], pa, b0);
+                    mma<KIND>(dv_acc[2 * dq2 + 1], pa, b1);
+                    mma<KIND>(dk_acc[2 * dq2], da, c0);
+                    mma<KIND>(dk_acc[2 * dq2 + 1], da, c1);
+                }
+            }
+            __syncthreads();
+
+            // dQ (this warp's 16 queries x D) += dS K, summed into the fp32 buffer
+            float dqa[DT][4];
+#pragma unroll
+            for (int i = 0; i < DT; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                unsigned a[4];
+                // A = dS (queries x keys) read from dS^T [key][query] transposed
+                const int mat = lane >> 3;
+                const int krow = kk * 16 + (mat >> 1) * 8 + (lane & 7), qcol = warp * 16 + (mat & 1) * 8;
+                ldmatrix_x4_trans(a, smem_addr(sdS + krow * LDS + qcol));
+#pragma unroll
+                for (int dq2 = 0; dq2 < DT / 2; ++dq2) {
+                    unsigned r[4];
+                    const int row = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dq2 * 16 + (lane >> 4) * 8;
+                    ldmatrix_x4_trans(r, smem_addr(sK + row * LD + col));
+                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                    mma<KIND>(dqa[2 * dq2], a, b0);
+                    mma<KIND>(dqa[2 * dq2 + 1], a, b1);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int i = q0 + warp * 16 + g + 8 * r;
+                if (i < L) {
+                    float* row = dq_acc + ((long long)bh * L + i) * D;
+#pragma unroll
+                    for (int dt = 0; dt < DT; ++dt) {
+                        atomicAdd(row + dt * 8 + 2 * t, dqa[dt][2 * r]);
+                        atomicAdd(row + dt * 8 + 2 * t + 1, dqa[dt][2 * r + 1]);
+                    }
+                }
+            }
+            __syncthreads();   // sQ, sdO, sdS are refilled by the next query block
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int j = kj[r];
+        if (j < S) {
+            unsigned short* dkrow = dk + ((long long)bhk * S + j) * D;
+            unsigned short* dvrow = dv + ((long long)bhk * S + j) * D;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+                store_c_pair<KIND>(dkrow + dt * 8 + 2 * t, dk_acc[dt][2 * r] * scale, dk_acc[dt][2 * r + 1] * scale);
+                store_c_pair<KIND>(dvrow + dt * 8 + 2 * t, dv_acc[dt][2 * r], dv_acc[dt][2 * r + 1]);
+            }
+        }
+    }
+}
+
+}  // namespace minidl_attention
+
+// ------------------------------------------------------------------------------------------------
+// Entry points (instantiated by name: attention_forward<KIND, D, WARPS>, attention_backward<KIND, D>)
+// ------------------------------------------------------------------------------------------------
+template <int KIND, int D, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS) attention_forward(
+    const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* o, float* lse, int H,
+    int HK, int L, int S, float scale, int causal, const float* mask, long long msb, long long msh, long long msl,
+    long long mss, float p_scale, unsigned threshold, unsigned long long seed, unsigned long long offset,
+    const unsigned long long* rng_state)
+{
+    using namespace minidl_attention;
+    const MaskArgs m{mask, msb, msh, msl, mss};
+    attention_forward_impl<KIND, D, WARPS>(q, k, v, o, lse, H, HK, L, S, scale, causal, m,
+                                           drop_args(p_scale, threshold, seed, offset, rng_state));
+}
+
+template <int KIND>
+__global__ void attention_delta(const unsigned short* o, const unsigned short* dout, float* delta, long long rows,
+                                int D)
+{
+    minidl_attention::attention_delta_impl<KIND>(o, dout, delta, rows, D);
+}
+
+template <int KIND, int D>
+__global__ void __launch_bounds__(128) attention_backward(
+    const unsigned short* q, const unsigned short* k, const unsigned short* v, const unsigned short* dout,
+    const float* lse, const float* delta, float* dq_acc, unsigned short* dk, unsigned short* dv, int H, int HK, int L,
+    int S, float scale, int causal, const float* mask, long long msb, long long msh, long long msl, long long mss,
+    float p_scale, unsigned threshold, unsigned long long seed, unsigned long long offset,
+    const unsigned long long* rng_state)
+{
+    using namespace minidl_attention;
+    const MaskArgs m{mask, msb, msh, msl, mss};
+    attention_backward_impl<KIND, D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, H, HK, L, S, scale, causal, m,
+                                     drop_args(p_scale, threshold, seed, offset, rng_state));
+}
+
+// dQ = scale * dq_acc, rounded to the data type.
+template <int KIND>
+__global__ void attention_dq_finish(const float* dq_acc, unsigned short* dq, long long n, float scale)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        minidl_tc::store_c<KIND>(dq + i, dq_acc[i] * scale);
+}
+
+#if defined(MINIDL_INSTANTIATE_ALL) && !defined(__CUDACC_RTC__)
+// scripts/compile_kernels.sh defines MINIDL_INSTANTIATE_ALL: every instantiation the launcher can ask for is
+// compiled (and register use reported) by nvcc, so a template error fails CI without a GPU. NVRTC never
+// sees this; it instantiates by name (minidl/primitives/cuda/attention.py).
+#define MINIDL_ATTENTION_KINDS(D) \
+    (void*)&attention_forward<1, D, 4>, (void*)&attention_forward<2, D, 4>, (void*)&attention_backward<1, D>, \
+    (void*)&attention_backward<2, D>
+void* minidl_attention_instances[] = {MINIDL_ATTENTION_KINDS(32), MINIDL_ATTENTION_KINDS(64), MINIDL_ATTENTION_KINDS(96),
+                                      MINIDL_ATTENTION_KINDS(128), (void*)&attention_delta<1>,
+                                      (void*)&attention_delta<2>, (void*)&attention_dq_finish<1>,
+                                      (void*)&attention_dq_finish<2>};
+#endif

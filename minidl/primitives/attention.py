@@ -1,0 +1,148 @@
+"""Scaled dot-product attention, forward and backward (cuDNN's fused attention, FlashAttention's
+interface): for every (batch, head),
+
+    S = Q K^T * scale + mask        (L queries x S keys)
+    P = softmax(S) over the keys,   dropped out with probability p (kept ones scaled by 1 / (1 - p))
+    O = P V
+
+q (B, H, L, D); k and v (B, HK, S, D) and (B, HK, S, Dv), H a multiple of HK (grouped-query attention:
+query head h reads key/value head h // (H // HK)). mask: None, or an array broadcastable to (B, H, L, S):
+a float mask is added to the scores, a bool mask is True where a query may attend (False -> -inf).
+causal=True hides key j from query i when j > i (top-left aligned, torch's is_causal).
+
+The forward pass returns (O, LSE): LSE (B, H, L) (float32; float64 for float64 data) is log(sum_j exp(S_ij)) per query, the one
+statistic the backward pass needs to recompute P = exp(S - LSE) without storing P. A query that sees no
+key gets O = 0 and LSE = +inf (so that the recomputed P is 0). Dropout: element (b, h, i, j) of P is kept
+iff dropout's mask at flat index ((b * H + h) * L + i) * S + j (plus `offset`) keeps it -- the same Philox
+stream dropout_forward draws for a (B, H, L, S) array, so the kernel and the reference agree.
+
+Implementations: the NumPy reference (cpu/attention.py) forms S and P in memory. kernels/attention.cu is
+the fused FlashAttention-2 kernel (S and P never leave the chip) for float16/bfloat16 with D = Dv in
+{32, 64, 96, 128}; on the GPU anything else runs the reference's array code on CuPy (see
+`attention_kernel_reason`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._dtypes import bfloat16, float16
+from ._common import backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, is_cuda_array
+from ._common import shape_str
+
+__all__ = ["attention_forward", "attention_backward", "attention_kernel_reason", "ATTENTION_HEAD_DIMS"]
+
+ATTENTION_HEAD_DIMS = (32, 64, 96, 128)   # head dims kernels/attention.cu is instantiated for
+
+
+def _check(op, q, k, v, mask, causal, scale, dropout_p):
+    check_arrays(op, q=q, k=k, v=v)
+    check_same_device(op, q=q, k=k, v=v, mask=mask)
+    check_float_or_half(op, q=q, k=k, v=v)
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if a.ndim != 4:
+            raise ValueError(f"{op}: {name} must be 4-D (batch, heads, sequence, head dim), got {shape_str(a.shape)}")
+    B, H, L, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"{op}: q {shape_str(q.shape)}, k {shape_str(k.shape)} and v {shape_str(v.shape)} must "
+                         "have the same batch size")
+    HK, S = k.shape[1], k.shape[2]
+    if k.shape[3] != D:
+        raise ValueError(f"{op}: q's head dim {D} and k's {k.shape[3]} must match (q {shape_str(q.shape)}, "
+                         f"k {shape_str(k.shape)})")
+    if v.shape[1] != HK or v.shape[2] != S:
+        raise ValueError(f"{op}: k {shape_str(k.shape)} and v {shape_str(v.shape)} must have the same heads and "
+                         "sequence length")
+    if HK == 0 or H % HK:
+        raise ValueError(f"{op}: q's heads ({H}) must be a multiple of k's and v's ({HK})")
+    if mask is not None:
+        try:
+            np.broadcast_shapes(tuple(mask.shape), (B, H, L, S))
+        except ValueError:
+            raise ValueError(f"{op}: mask {shape_str(mask.shape)} does not broadcast to (batch, heads, L, S) = "
+                             f"{shape_str((B, H, L, S))}") from None
+        if mask.dtype != np.bool_:
+            check_float_or_half(op, mask=mask)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"{op}: causal must be a bool, got {causal!r}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"{op}: scale must be a finite number or None, got {scale!r}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{op}: dropout_p must be in [0, 1), got {dropout_p!r}")
+    return (B, H, L, D), (HK, S)
+
+
+def attention_kernel_reason(q, k, v) -> str | None:
+    """Why kernels/attention.cu cannot run this problem (None when it can): the reference's array code
+    runs it instead."""
+    if not is_cuda_array(q):
+        return "the arrays are on the CPU"
+    if q.dtype not in (float16, bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"the fused kernel takes float16/bfloat16 q, k, v (got {q.dtype}, {k.dtype}, {v.dtype})"
+    if q.shape[-1] not in ATTENTION_HEAD_DIMS or v.shape[-1] != q.shape[-1]:
+        return (f"the fused kernel takes head dims {ATTENTION_HEAD_DIMS} with equal q/k and v dims "
+                f"(got {q.shape[-1]} and {v.shape[-1]})")
+    return None
+
+
+@computes_half_in_float32(out_dtypes=("q", None))
+def _reference_forward(q, k, v, mask=None, *, causal=False, scale=None, dropout_p=0.0, seed=0, offset=0):
+    return backend("attention", False).attention_forward(q, k, v, mask, causal=causal, scale=scale,
+                                                         dropout_p=dropout_p, seed=seed, offset=offset)
+
+
+@computes_half_in_float32(out_dtypes=("q", "k", "v"))
+def _reference_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scale=None, dropout_p=0.0, seed=0,
+                        offset=0):
+    return backend("attention", False).attention_backward(q, k, v, out, dout, lse, mask, causal=causal, scale=scale,
+                                                          dropout_p=dropout_p, seed=seed, offset=offset)
+
+
+def _refuse_capture(op, q, k, v):
+    """The reference's products run on cupy.matmul (cuBLAS), which CuPy cannot call during stream capture."""
+    if is_cuda_array(q):
+        import cupy
+
+        if cupy.cuda.get_current_stream().is_capturing():
+            raise RuntimeError(
+                f"{op} cannot run inside a CUDA graph capture for these arrays: {attention_kernel_reason(q, k, v)}, "
+                "so the reference runs, and its matrix products run on cuBLAS, which CuPy cannot call during "
+                "stream capture. Capture attention in float16/bfloat16 (e.g. under minidl.autocast('cuda')), or "
+                "run this step eagerly")
+
+
+def attention_forward(q, k, v, mask=None, *, causal=False, scale=None, dropout_p=0.0, seed=0, offset=0):
+    """(O, LSE): O (B, H, L, Dv) in q's dtype, LSE (B, H, L) float32. scale=None is 1 / sqrt(D). seed: an
+    int or a (2,) uint64 generator state (seed, base offset) on q's device (dropout_p > 0 only)."""
+    op = "attention_forward"
+    _check(op, q, k, v, mask, causal, scale, dropout_p)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if attention_kernel_reason(q, k, v) is None:
+        return backend("attention", True).attention_forward(q, k, v, mask, causal=bool(causal), scale=scale,
+                                                            dropout_p=float(dropout_p), seed=seed, offset=int(offset))
+    _refuse_capture(op, q, k, v)
+    return _reference_forward(q, k, v, mask, causal=bool(causal), scale=scale, dropout_p=float(dropout_p), seed=seed,
+                              offset=int(offset))
+
+
+def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scale=None, dropout_p=0.0, seed=0,
+                       offset=0):
+    """(dQ, dK, dV) from the forward's inputs, its output O and LSE, and dO; the same mask, causal, scale
+    and dropout arguments as the forward call (the dropout mask is regenerated, not stored)."""
+    op = "attention_backward"
+    (B, H, L, _), (_, S) = _check(op, q, k, v, mask, causal, scale, dropout_p)
+    check_arrays(op, out=out, dout=dout, lse=lse)
+    check_same_device(op, q=q, out=out, dout=dout, lse=lse)
+    Dv = v.shape[-1]
+    for name, a, shape in (("out", out, (B, H, L, Dv)), ("dout", dout, (B, H, L, Dv)), ("lse", lse, (B, H, L))):
+        if tuple(a.shape) != shape:
+            raise ValueError(f"{op}: {name} has shape {shape_str(a.shape)}, expected {shape_str(shape)}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if attention_kernel_reason(q, k, v) is None and dout.dtype == q.dtype and out.dtype == q.dtype:
+        return backend("attention", True).attention_backward(q, k, v, out, dout, lse, mask, causal=bool(causal),
+                                                             scale=scale, dropout_p=float(dropout_p), seed=seed,
+                                                             offset=int(offset))
+    _refuse_capture(op, q, k, v)
+    return _reference_backward(q, k, v, out, dout, lse, mask, causal=bool(causal), scale=scale,
+                               dropout_p=float(dropout_p), seed=seed, offset=int(offset))
