@@ -120,14 +120,26 @@ __device__ __forceinline__ DropArgs drop_args(float p_scale, unsigned threshold,
     return d;
 }
 
+// exp2 on the special-function unit (MUFU.EX2, ~2 ulp): P is rounded to 16 bits right after, and
+// ex2.approx(-inf) = +0, which is what hidden pairs need.
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // ------------------------------------------------------------------------------------------------
 // Forward
 // ------------------------------------------------------------------------------------------------
-template <int KIND, int D, int WARPS>
+// CAUSAL, MASK, DROPOUT are template flags: the common case (no explicit mask, no dropout) carries no
+// per-element test, and causal blocks wholly below the diagonal skip the mask too; only a block that
+// crosses the diagonal or the end of the keys looks at each (query, key) pair.
+template <int KIND, int D, int WARPS, bool CAUSAL, bool MASK, bool DROPOUT>
 __device__ __forceinline__ void attention_forward_impl(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
-    unsigned short* __restrict__ o, float* __restrict__ lse, int H, int HK, int L, int S, float scale, int causal,
-    MaskArgs m, DropArgs drop)
+    unsigned short* __restrict__ o, float* __restrict__ lse, int H, int HK, int L, int S, float scale, MaskArgs m,
+    DropArgs drop)
 {
     constexpr int THREADS = 32 * WARPS, BM = 16 * WARPS, LD = D + PAD;
     constexpr int KD = D / 16;   // k steps of Q K^T
@@ -139,7 +151,7 @@ __device__ __forceinline__ void attention_forward_impl(
     unsigned short* sV = sK + 2 * BN * LD;  // [2][BN][LD]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int m_block = causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest blocks first
+    const int m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest blocks first
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int bhk = b * HK + h / (H / HK);
     const int q0 = m_block * BM;
@@ -148,7 +160,7 @@ __device__ __forceinline__ void attention_forward_impl(
     const unsigned short* vg = v + (long long)bhk * S * D;
 
     int n_blocks = (S + BN - 1) / BN;
-    if (causal) n_blocks = min(n_blocks, (min(q0 + BM, L) - 1) / BN + 1);   // keys j <= the last query
+    if (CAUSAL) n_blocks = min(n_blocks, (min(q0 + BM, L) - 1) / BN + 1);   // keys j <= the last query
 
     load_tile<D, THREADS>(sQ, qg, q0, L, BM);
     if (n_blocks > 0) {
@@ -205,16 +217,18 @@ __device__ __forceinline__ void attention_forward_impl(
 
         // scale, mask, online softmax
         const int k0 = j * BN;
+        const bool edge = k0 + BN > S || (CAUSAL && k0 + BN - 1 > q0 + warp * 16);   // a hidden pair possible
         float mx[2] = {-pos_inf(), -pos_inf()};
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
                 float x = s[nt][e] * sl2;
-                if (m.mask != nullptr && kj < S && i < L)
-                    x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
-                if (kj >= S || (causal && kj > i)) x = -pos_inf();
+                if (MASK || edge) {
+                    const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
+                    if (MASK && kj < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
+                    if (kj >= S || (CAUSAL && kj > i)) x = -pos_inf();
+                }
                 s[nt][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
@@ -226,7 +240,7 @@ __device__ __forceinline__ void attention_forward_impl(
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             const float m_new = fmaxf(row_max[r], mx[r]);
             use[r] = m_new == -pos_inf() ? 0.f : m_new;   // a row with nothing visible yet: exp2(-inf) = 0
-            alpha[r] = exp2f(row_max[r] - use[r]);
+            alpha[r] = fast_exp2(row_max[r] - use[r]);
             row_max[r] = m_new;
             row_sum[r] *= alpha[r];
         }
@@ -241,9 +255,9 @@ __device__ __forceinline__ void attention_forward_impl(
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                float p = exp2f(s[nt][e] - use[e >> 1]);
+                float p = fast_exp2(s[nt][e] - use[e >> 1]);
                 row_sum[e >> 1] += p;
-                if (drop.p_scale != 0.f) {
+                if (DROPOUT) {
                     const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
                     const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + kj;
                     p = (i < L && kj < S && keep_element(n, drop.key, drop.threshold)) ? p * drop.p_scale : 0.f;
@@ -272,7 +286,6 @@ __device__ __forceinline__ void attention_forward_impl(
     }
 
     // O = acc / l, LSE = m + log(l)
-    using T = unsigned short;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float l = row_sum[r];
@@ -281,7 +294,7 @@ __device__ __forceinline__ void attention_forward_impl(
         const float inv = l > 0.f ? 1.f / l : 0.f;
         const int i = qi[r];
         if (i < L) {
-            T* orow = o + ((long long)bh * L + i) * D;
+            unsigned short* orow = o + ((long long)bh * L + i) * D;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt)
                 store_c_pair<KIND>(orow + dt * 8 + 2 * t, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
@@ -308,32 +321,53 @@ __device__ __forceinline__ void attention_delta_impl(const unsigned short* o, co
     if (lane == 0) delta[row] = s;
 }
 
-template <int KIND, int D>
+// The query blocks of one backward block are a list of (query head, query block) pairs; their Q and dO
+// tiles (and LSE, Delta) are double-buffered: pair it + 1 is copied in while pair it is computed.
+template <int D>
+__device__ __forceinline__ void load_query_block(unsigned short* sQ, unsigned short* sdO, float* sLse, float* sDelta,
+                                                 const unsigned short* q, const unsigned short* dout,
+                                                 const float* lse, const float* delta, long long bh, int q0, int L)
+{
+    constexpr int BM = 64;
+    load_tile<D, 128>(sQ, q + bh * L * D, q0, L, BM);
+    load_tile<D, 128>(sdO, dout + bh * L * D, q0, L, BM);
+    cp_async_commit();
+    for (int i = threadIdx.x; i < BM; i += 128) {
+        const bool inside = q0 + i < L;
+        sLse[i] = inside ? lse[bh * L + q0 + i] * LOG2E : pos_inf();   // rows past L: P = 0
+        sDelta[i] = inside ? delta[bh * L + q0 + i] : 0.f;
+    }
+}
+
+template <int KIND, int D, bool CAUSAL, bool MASK, bool DROPOUT>
 __device__ __forceinline__ void attention_backward_impl(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
     const unsigned short* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dq_acc, unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, int H, int HK, int L,
-    int S, float scale, int causal, MaskArgs m, DropArgs drop)
+    int S, float scale, MaskArgs m, DropArgs drop)
 {
     constexpr int THREADS = 128, BM = 64, LD = D + PAD, LDS = BM + PAD;
     constexpr int KD = D / 16, NT = BM / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned short* sK = reinterpret_cast<unsigned short*>(smem_raw);   // [BN][LD]
     unsigned short* sV = sK + BN * LD;                                  // [BN][LD]
-    unsigned short* sQ = sV + BN * LD;                                  // [BM][LD]
-    unsigned short* sdO = sQ + BM * LD;                                 // [BM][LD]
-    unsigned short* sdS = sdO + BM * LD;                                // [BN][LDS]: dS^T, keys as rows
-    float* sLse = reinterpret_cast<float*>(sdS + BN * LDS);            // [BM], in log2 units
-    float* sDelta = sLse + BM;                                          // [BM]
+    unsigned short* sQ = sV + BN * LD;                                  // [2][BM][LD]
+    unsigned short* sdO = sQ + 2 * BM * LD;                             // [2][BM][LD]
+    unsigned short* sdS = sdO + 2 * BM * LD;                            // [BN][LDS]: dS^T, keys as rows
+    float* sLse = reinterpret_cast<float*>(sdS + BN * LDS);            // [2][BM], in log2 units
+    float* sDelta = sLse + 2 * BM;                                      // [2][BM]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int n_block = blockIdx.x, bhk = blockIdx.y, b = bhk / HK, hk = bhk % HK, group = H / HK;
     const int k0 = n_block * BN;
-    const unsigned short* kg = k + (long long)bhk * S * D;
-    const unsigned short* vg = v + (long long)bhk * S * D;
-    load_tile<D, THREADS>(sK, kg, k0, S, BN);
-    load_tile<D, THREADS>(sV, vg, k0, S, BN);
-    cp_async_commit();
+    load_tile<D, THREADS>(sK, k + (long long)bhk * S * D, k0, S, BN);
+    load_tile<D, THREADS>(sV, v + (long long)bhk * S * D, k0, S, BN);
+    const int m_first = CAUSAL ? k0 / BM : 0, m_blocks = (L + BM - 1) / BM;
+    const int per_head = m_blocks - m_first, n_iter = group * per_head;
+    if (n_iter > 0)   // the first query block travels with K and V
+        load_query_block<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, (long long)b * H + hk * group, m_first * BM, L);
+    else
+        cp_async_commit();
 
     const float sl2 = scale * LOG2E;
     float dk_acc[DT][4], dv_acc[DT][4];
@@ -342,143 +376,146 @@ __device__ __forceinline__ void attention_backward_impl(
 #pragma unroll
         for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.f;
     const int kj[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};   // this thread's two key rows
-    const int m_first = causal ? k0 / BM : 0, m_blocks = (L + BM - 1) / BM;
 
-    for (int hq = 0; hq < group; ++hq) {
-        const int h = hk * group + hq, bh = b * H + h;
-        const unsigned short* qg = q + (long long)bh * L * D;
-        const unsigned short* dog = dout + (long long)bh * L * D;
-        for (int mb = m_first; mb < m_blocks; ++mb) {
-            const int q0 = mb * BM;
-            load_tile<D, THREADS>(sQ, qg, q0, L, BM);
-            load_tile<D, THREADS>(sdO, dog, q0, L, BM);
-            cp_async_commit();
-            for (int i = threadIdx.x; i < BM; i += THREADS) {
-                const bool inside = q0 + i < L;
-                sLse[i] = inside ? lse[(long long)bh * L + q0 + i] * LOG2E : pos_inf();
-                sDelta[i] = inside ? delta[(long long)bh * L + q0 + i] : 0.f;
-            }
+    for (int it = 0; it < n_iter; ++it) {
+        const int stage = it & 1;
+        const int h = hk * group + it / per_head, q0 = (m_first + it % per_head) * BM;
+        const long long bh = (long long)b * H + h;
+        if (it + 1 < n_iter) {
+            const int h1 = hk * group + (it + 1) / per_head, q1 = (m_first + (it + 1) % per_head) * BM;
+            load_query_block<D>(sQ + (stage ^ 1) * BM * LD, sdO + (stage ^ 1) * BM * LD, sLse + (stage ^ 1) * BM,
+                                sDelta + (stage ^ 1) * BM, q, dout, lse, delta, (long long)b * H + h1, q1, L);
+            cp_async_wait<1>();
+        } else {
             cp_async_wait<0>();
-            __syncthreads();
-
-            // S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x 64 queries
-            float s[NT][4], dp[NT][4];
-#pragma unroll
-            for (int i = 0; i < NT; ++i)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < KD; ++kk) {
-                unsigned ka[4], va[4];
-                const int arow = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, acol = kk * 16 + (lane >> 4) * 8;
-                ldmatrix_x4(ka, smem_addr(sK + arow * LD + acol));
-                ldmatrix_x4(va, smem_addr(sV + arow * LD + acol));
-#pragma unroll
-                for (int np = 0; np < NT / 2; ++np) {
-                    unsigned r[4], w[4];
-                    const int row = np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7), col = kk * 16 + ((lane >> 3) & 1) * 8;
-                    ldmatrix_x4(r, smem_addr(sQ + row * LD + col));
-                    ldmatrix_x4(w, smem_addr(sdO + row * LD + col));
-                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-                    const unsigned c0[2] = {w[0], w[1]}, c1[2] = {w[2], w[3]};
-                    mma<KIND>(s[2 * np], ka, b0);
-                    mma<KIND>(s[2 * np + 1], ka, b1);
-                    mma<KIND>(dp[2 * np], va, c0);
-                    mma<KIND>(dp[2 * np + 1], va, c1);
-                }
-            }
-
-            // P^T (dropped into s for dV), dS^T (into dp)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int col = nt * 8 + 2 * t + (e & 1), i = q0 + col, j = kj[e >> 1];
-                    float x = s[nt][e] * sl2;
-                    if (m.mask != nullptr && j < S && i < L)
-                        x += m.mask[b * m.sb + h * m.sh + i * m.sl + j * m.ss] * LOG2E;
-                    if (j >= S || (causal && j > i)) x = -pos_inf();
-                    const float p = exp2f(x - sLse[col]);
-                    float pd = p, dpv = dp[nt][e];
-                    if (drop.p_scale != 0.f) {
-                        const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + j;
-                        const bool kept = i < L && j < S && keep_element(n, drop.key, drop.threshold);
-                        pd = kept ? p * drop.p_scale : 0.f;
-                        dpv = kept ? dpv * drop.p_scale : 0.f;
-                    }
-                    s[nt][e] = pd;
-                    dp[nt][e] = p * (dpv - sDelta[col]);
-                }
-            }
-
-            // dV += P^T dO and dK += dS^T Q (B operands n-contiguous: ldmatrix.trans); dS^T to shared
-#pragma unroll
-            for (int kb = 0; kb < BM / 16; ++kb) {
-                const unsigned pa[4] = {pack2<KIND>(s[2 * kb][0], s[2 * kb][1]), pack2<KIND>(s[2 * kb][2], s[2 * kb][3]),
-                                        pack2<KIND>(s[2 * kb + 1][0], s[2 * kb + 1][1]),
-                                        pack2<KIND>(s[2 * kb + 1][2], s[2 * kb + 1][3])};
-                const unsigned da[4] = {pack2<KIND>(dp[2 * kb][0], dp[2 * kb][1]),
-                                        pack2<KIND>(dp[2 * kb][2], dp[2 * kb][3]),
-                                        pack2<KIND>(dp[2 * kb + 1][0], dp[2 * kb + 1][1]),
-                                        pack2<KIND>(dp[2 * kb + 1][2], dp[2 * kb + 1][3])};
-                // dS^T rows (keys) g and g+8 of this warp, columns (queries) of tiles 2kb, 2kb+1
-                unsigned* srow0 = reinterpret_cast<unsigned*>(sdS + (warp * 16 + g) * LDS + kb * 16 + 2 * t);
-                unsigned* srow1 = reinterpret_cast<unsigned*>(sdS + (warp * 16 + g + 8) * LDS + kb * 16 + 2 * t);
-                srow0[0] = da[0];
-                srow1[0] = da[1];
-                srow0[4] = da[2];
-                srow1[4] = da[3];
-#pragma unroll
-                for (int dq2 = 0; dq2 < DT / 2; ++dq2) {
-                    unsigned r[4], w[4];
-                    const int row = kb * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dq2 * 16 + (lane >> 4) * 8;
-                    ldmatrix_x4_trans(r, smem_addr(sdO + row * LD + col));
-                    ldmatrix_x4_trans(w, smem_addr(sQ + row * LD + col));
-                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-                    const unsigned c0[2] = {w[0], w[1]}, c1[2] = {w[2], w[3]};
-                    mma<KIND>(dv_acc[2 * dq2], pa, b0);
-                    mma<KIND>(dv_acc[2 * dq2 + 1], pa, b1);
-                    mma<KIND>(dk_acc[2 * dq2], da, c0);
-                    mma<KIND>(dk_acc[2 * dq2 + 1], da, c1);
-                }
-            }
-            __syncthreads();
-
-            // dQ (this warp's 16 queries x D) += dS K, summed into the fp32 buffer
-            float dqa[DT][4];
-#pragma unroll
-            for (int i = 0; i < DT; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) {
-                unsigned a[4];
-                // A = dS (queries x keys) read from dS^T [key][query] transposed
-                const int mat = lane >> 3;
-                const int krow = kk * 16 + (mat >> 1) * 8 + (lane & 7), qcol = warp * 16 + (mat & 1) * 8;
-                ldmatrix_x4_trans(a, smem_addr(sdS + krow * LDS + qcol));
-#pragma unroll
-                for (int dq2 = 0; dq2 < DT / 2; ++dq2) {
-                    unsigned r[4];
-                    const int row = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dq2 * 16 + (lane >> 4) * 8;
-                    ldmatrix_x4_trans(r, smem_addr(sK + row * LD + col));
-                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-                    mma<KIND>(dqa[2 * dq2], a, b0);
-                    mma<KIND>(dqa[2 * dq2 + 1], a, b1);
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int i = q0 + warp * 16 + g + 8 * r;
-                if (i < L) {
-                    float* row = dq_acc + ((long long)bh * L + i) * D;
-#pragma unroll
-                    for (int dt = 0; dt < DT; ++dt) {
-                        atomicAdd(row + dt * 8 + 2 * t, dqa[dt][2 * r]);
-                        atomicAdd(row + dt * 8 + 2 * t + 1, dqa[dt][2 * r + 1]);
-                    }
-                }
-            }
-            __syncthreads();   // sQ, sdO, sdS are refilled by the next query block
         }
+        __syncthreads();
+        const unsigned short* Qs = sQ + stage * BM * LD;
+        const unsigned short* dOs = sdO + stage * BM * LD;
+        const float* Lse = sLse + stage * BM;
+        const float* Dl = sDelta + stage * BM;
+
+        // S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x 64 queries
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) {
+            unsigned ka[4], va[4];
+            const int arow = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, acol = kk * 16 + (lane >> 4) * 8;
+            ldmatrix_x4(ka, smem_addr(sK + arow * LD + acol));
+            ldmatrix_x4(va, smem_addr(sV + arow * LD + acol));
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                unsigned r[4], w[4];
+                const int row = np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7), col = kk * 16 + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4(r, smem_addr(Qs + row * LD + col));
+                ldmatrix_x4(w, smem_addr(dOs + row * LD + col));
+                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                const unsigned c0[2] = {w[0], w[1]}, c1[2] = {w[2], w[3]};
+                mma<KIND>(s[2 * np], ka, b0);
+                mma<KIND>(s[2 * np + 1], ka, b1);
+                mma<KIND>(dp[2 * np], va, c0);
+                mma<KIND>(dp[2 * np + 1], va, c1);
+            }
+        }
+
+        // P^T (dropped, into s: for dV), dS^T (into dp)
+        const bool edge = k0 + BN > S || (CAUSAL && q0 < k0 + warp * 16 + 15);   // a hidden pair possible
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t + (e & 1);
+                float x = s[nt][e] * sl2;
+                if (MASK || edge) {
+                    const int i = q0 + col, j = kj[e >> 1];
+                    if (MASK && j < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + j * m.ss] * LOG2E;
+                    if (j >= S || (CAUSAL && j > i)) x = -pos_inf();
+                }
+                const float p = fast_exp2(x - Lse[col]);
+                float pd = p, dpv = dp[nt][e];
+                if (DROPOUT) {
+                    const int i = q0 + col, j = kj[e >> 1];
+                    const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + j;
+                    const bool kept = i < L && j < S && keep_element(n, drop.key, drop.threshold);
+                    pd = kept ? p * drop.p_scale : 0.f;
+                    dpv = kept ? dpv * drop.p_scale : 0.f;
+                }
+                s[nt][e] = pd;
+                dp[nt][e] = p * (dpv - Dl[col]);
+            }
+        }
+
+        // dV += P^T dO and dK += dS^T Q (B operands n-contiguous: ldmatrix.trans); dS^T to shared
+#pragma unroll
+        for (int kb = 0; kb < BM / 16; ++kb) {
+            const unsigned pa[4] = {pack2<KIND>(s[2 * kb][0], s[2 * kb][1]), pack2<KIND>(s[2 * kb][2], s[2 * kb][3]),
+                                    pack2<KIND>(s[2 * kb + 1][0], s[2 * kb + 1][1]),
+                                    pack2<KIND>(s[2 * kb + 1][2], s[2 * kb + 1][3])};
+            const unsigned da[4] = {pack2<KIND>(dp[2 * kb][0], dp[2 * kb][1]),
+                                    pack2<KIND>(dp[2 * kb][2], dp[2 * kb][3]),
+                                    pack2<KIND>(dp[2 * kb + 1][0], dp[2 * kb + 1][1]),
+                                    pack2<KIND>(dp[2 * kb + 1][2], dp[2 * kb + 1][3])};
+            // dS^T rows (keys) g and g+8 of this warp, columns (queries) of tiles 2kb, 2kb+1
+            unsigned* srow0 = reinterpret_cast<unsigned*>(sdS + (warp * 16 + g) * LDS + kb * 16 + 2 * t);
+            unsigned* srow1 = reinterpret_cast<unsigned*>(sdS + (warp * 16 + g + 8) * LDS + kb * 16 + 2 * t);
+            srow0[0] = da[0];
+            srow1[0] = da[1];
+            srow0[4] = da[2];
+            srow1[4] = da[3];
+#pragma unroll
+            for (int dq2 = 0; dq2 < DT / 2; ++dq2) {
+                unsigned r[4], w[4];
+                const int row = kb * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dq2 * 16 + (lane >> 4) * 8;
+                ldmatrix_x4_trans(r, smem_addr(dOs + row * LD + col));
+                ldmatrix_x4_trans(w, smem_addr(Qs + row * LD + col));
+                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                const unsigned c0[2] = {w[0], w[1]}, c1[2] = {w[2], w[3]};
+                mma<KIND>(dv_acc[2 * dq2], pa, b0);
+                mma<KIND>(dv_acc[2 * dq2 + 1], pa, b1);
+                mma<KIND>(dk_acc[2 * dq2], da, c0);
+                mma<KIND>(dk_acc[2 * dq2 + 1], da, c1);
+            }
+        }
+        __syncthreads();
+
+        // dQ (this warp's 16 queries x D) += dS K, summed into the fp32 buffer
+        float dqa[DT][4];
+#pragma unroll
+        for (int i = 0; i < DT; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+            unsigned a[4];
+            // A = dS (queries x keys) read from dS^T [key][query] transposed
+            const int mat = lane >> 3;
+            const int krow = kk * 16 + (mat >> 1) * 8 + (lane & 7), qcol = warp * 16 + (mat & 1) * 8;
+            ldmatrix_x4_trans(a, smem_addr(sdS + krow * LDS + qcol));
+#pragma unroll
+            for (int dq2 = 0; dq2 < DT / 2; ++dq2) {
+                unsigned r[4];
+                const int row = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dq2 * 16 + (lane >> 4) * 8;
+                ldmatrix_x4_trans(r, smem_addr(sK + row * LD + col));
+                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                mma<KIND>(dqa[2 * dq2], a, b0);
+                mma<KIND>(dqa[2 * dq2 + 1], a, b1);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = q0 + warp * 16 + g + 8 * r;
+            if (i < L) {
+                float* row = dq_acc + (bh * L + i) * D;
+#pragma unroll
+                for (int dt = 0; dt < DT; ++dt) {
+                    atomicAdd(row + dt * 8 + 2 * t, dqa[dt][2 * r]);
+                    atomicAdd(row + dt * 8 + 2 * t + 1, dqa[dt][2 * r + 1]);
+                }
+            }
+        }
+        __syncthreads();   // this stage's Q, dO and dS^T are refilled next
     }
 
 #pragma unroll
@@ -499,19 +536,20 @@ __device__ __forceinline__ void attention_backward_impl(
 }  // namespace minidl_attention
 
 // ------------------------------------------------------------------------------------------------
-// Entry points (instantiated by name: attention_forward<KIND, D, WARPS>, attention_backward<KIND, D>)
+// Entry points (instantiated by name: attention_forward<KIND, D, WARPS, CAUSAL, MASK, DROPOUT>,
+// attention_backward<KIND, D, CAUSAL, MASK, DROPOUT>)
 // ------------------------------------------------------------------------------------------------
-template <int KIND, int D, int WARPS>
+template <int KIND, int D, int WARPS, bool CAUSAL, bool MASK, bool DROPOUT>
 __global__ void __launch_bounds__(32 * WARPS) attention_forward(
     const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* o, float* lse, int H,
-    int HK, int L, int S, float scale, int causal, const float* mask, long long msb, long long msh, long long msl,
-    long long mss, float p_scale, unsigned threshold, unsigned long long seed, unsigned long long offset,
+    int HK, int L, int S, float scale, const float* mask, long long msb, long long msh, long long msl, long long mss,
+    float p_scale, unsigned threshold, unsigned long long seed, unsigned long long offset,
     const unsigned long long* rng_state)
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
-    attention_forward_impl<KIND, D, WARPS>(q, k, v, o, lse, H, HK, L, S, scale, causal, m,
-                                           drop_args(p_scale, threshold, seed, offset, rng_state));
+    attention_forward_impl<KIND, D, WARPS, CAUSAL, MASK, DROPOUT>(
+        q, k, v, o, lse, H, HK, L, S, scale, m, drop_args(p_scale, threshold, seed, offset, rng_state));
 }
 
 template <int KIND>
@@ -521,18 +559,18 @@ __global__ void attention_delta(const unsigned short* o, const unsigned short* d
     minidl_attention::attention_delta_impl<KIND>(o, dout, delta, rows, D);
 }
 
-template <int KIND, int D>
+template <int KIND, int D, bool CAUSAL, bool MASK, bool DROPOUT>
 __global__ void __launch_bounds__(128) attention_backward(
     const unsigned short* q, const unsigned short* k, const unsigned short* v, const unsigned short* dout,
     const float* lse, const float* delta, float* dq_acc, unsigned short* dk, unsigned short* dv, int H, int HK, int L,
-    int S, float scale, int causal, const float* mask, long long msb, long long msh, long long msl, long long mss,
-    float p_scale, unsigned threshold, unsigned long long seed, unsigned long long offset,
-    const unsigned long long* rng_state)
+    int S, float scale, const float* mask, long long msb, long long msh, long long msl, long long mss, float p_scale,
+    unsigned threshold, unsigned long long seed, unsigned long long offset, const unsigned long long* rng_state)
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
-    attention_backward_impl<KIND, D>(q, k, v, dout, lse, delta, dq_acc, dk, dv, H, HK, L, S, scale, causal, m,
-                                     drop_args(p_scale, threshold, seed, offset, rng_state));
+    attention_backward_impl<KIND, D, CAUSAL, MASK, DROPOUT>(
+        q, k, v, dout, lse, delta, dq_acc, dk, dv, H, HK, L, S, scale, m,
+        drop_args(p_scale, threshold, seed, offset, rng_state));
 }
 
 // dQ = scale * dq_acc, rounded to the data type.
@@ -547,11 +585,17 @@ __global__ void attention_dq_finish(const float* dq_acc, unsigned short* dq, lon
 // scripts/compile_kernels.sh defines MINIDL_INSTANTIATE_ALL: every instantiation the launcher can ask for is
 // compiled (and register use reported) by nvcc, so a template error fails CI without a GPU. NVRTC never
 // sees this; it instantiates by name (minidl/primitives/cuda/attention.py).
-#define MINIDL_ATTENTION_KINDS(D) \
-    (void*)&attention_forward<1, D, 4>, (void*)&attention_forward<2, D, 4>, (void*)&attention_backward<1, D>, \
-    (void*)&attention_backward<2, D>
-void* minidl_attention_instances[] = {MINIDL_ATTENTION_KINDS(32), MINIDL_ATTENTION_KINDS(64), MINIDL_ATTENTION_KINDS(96),
-                                      MINIDL_ATTENTION_KINDS(128), (void*)&attention_delta<1>,
-                                      (void*)&attention_delta<2>, (void*)&attention_dq_finish<1>,
-                                      (void*)&attention_dq_finish<2>};
+// All head dims for the plain and causal kernels; every flag combination at D = 64.
+#define MINIDL_ATTENTION_D(K, D, C) (void*)&attention_forward<K, D, 8, C, false, false>, \
+    (void*)&attention_backward<K, D, C, false, false>
+#define MINIDL_ATTENTION_FLAGS(K, C, M, P) (void*)&attention_forward<K, 64, 8, C, M, P>, \
+    (void*)&attention_backward<K, 64, C, M, P>
+void* minidl_attention_instances[] = {
+    MINIDL_ATTENTION_D(1, 32, false), MINIDL_ATTENTION_D(1, 96, true), MINIDL_ATTENTION_D(1, 128, true),
+    MINIDL_ATTENTION_D(2, 32, true), MINIDL_ATTENTION_D(2, 96, false), MINIDL_ATTENTION_D(2, 128, false),
+    MINIDL_ATTENTION_FLAGS(2, false, false, false), MINIDL_ATTENTION_FLAGS(2, true, false, false),
+    MINIDL_ATTENTION_FLAGS(2, false, true, false), MINIDL_ATTENTION_FLAGS(2, true, true, true),
+    MINIDL_ATTENTION_FLAGS(1, false, false, true), MINIDL_ATTENTION_FLAGS(1, true, true, false),
+    (void*)&attention_delta<1>, (void*)&attention_delta<2>, (void*)&attention_dq_finish<1>,
+    (void*)&attention_dq_finish<2>};
 #endif

@@ -2,9 +2,10 @@
 head dims 32/64/96/128. Arguments were validated (and the kernel's conditions checked) by
 minidl/primitives/attention.py.
 
-Forward: attention_forward<KIND, D, WARPS>, one block per (64 queries, batch x head). Backward:
-attention_delta (Delta = rowsum(dO * O)), attention_backward<KIND, D> (one block per 64 keys of a
-key/value head; dQ summed in fp32 with atomics), attention_dq_finish (dQ = scale * the sum, rounded).
+Forward: attention_forward<KIND, D, WARPS, CAUSAL, MASK, DROPOUT>, one block per (128 queries, batch x
+head). Backward: attention_delta (Delta = rowsum(dO * O)), attention_backward<KIND, D, CAUSAL, MASK, DROPOUT>
+(one block per 64 keys of a key/value head; dQ summed in fp32 with atomics), attention_dq_finish
+(dQ = scale * the sum, rounded). The flags are compile-time, so the plain case carries no per-element test.
 Every launch reads the dropout generator state from the device when given one, so the whole pass can be
 captured in a CUDA graph.
 """
@@ -19,7 +20,7 @@ from ._compile import get_kernel
 from ._launch import grid_stride_blocks, null_pointer
 
 KINDS = {"float16": 1, "bfloat16": 2}   # KIND of kernels/tc_common.cuh
-FORWARD_WARPS = 4                        # 64 queries per forward block
+FORWARD_WARPS = 8                        # 128 queries per forward block (16 per warp)
 BLOCK_M = 16 * FORWARD_WARPS
 BLOCK_N = 64                             # keys per block (BN of kernels/attention.cu)
 BACKWARD_BLOCK_M = 64
@@ -33,9 +34,14 @@ def forward_smem_bytes(d: int, warps: int = FORWARD_WARPS) -> int:
 
 
 def backward_smem_bytes(d: int) -> int:
-    """K, V, Q, dO tiles, dS^T (64 x 72) and two fp32 vectors of 64 (LSE, Delta)."""
-    return (2 * BLOCK_N + 2 * BACKWARD_BLOCK_M) * (d + PAD) * 2 + BLOCK_N * (BACKWARD_BLOCK_M + PAD) * 2 \
-        + 2 * BACKWARD_BLOCK_M * 4
+    """K and V tiles, two stages of Q and dO tiles, dS^T (64 x 72) and two stages of two fp32 vectors of 64
+    (LSE, Delta)."""
+    return (2 * BLOCK_N + 4 * BACKWARD_BLOCK_M) * (d + PAD) * 2 + BLOCK_N * (BACKWARD_BLOCK_M + PAD) * 2 \
+        + 4 * BACKWARD_BLOCK_M * 4
+
+
+def _flags(causal, mask, dropout_p) -> str:
+    return f"{str(bool(causal)).lower()}, {str(mask is not None).lower()}, {str(dropout_p > 0).lower()}"
 
 
 def _kernel(expression: str, smem: int = 0):
@@ -87,10 +93,10 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
     kind = KINDS[q.dtype.name]
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
     smem = forward_smem_bytes(D)
-    kernel = _kernel(f"attention_forward<{kind}, {D}, {FORWARD_WARPS}>", smem)
+    kernel = _kernel(f"attention_forward<{kind}, {D}, {FORWARD_WARPS}, {_flags(causal, mask, dropout_p)}>", smem)
     kernel(((L + BLOCK_M - 1) // BLOCK_M, B * H), (32 * FORWARD_WARPS,),
            (q, k, v, out, lse, np.int32(H), np.int32(HK), np.int32(L), np.int32(S), np.float32(scale),
-            np.int32(bool(causal)), *mask_args, *_dropout_args(dropout_p, seed, offset)), shared_mem=smem)
+            *mask_args, *_dropout_args(dropout_p, seed, offset)), shared_mem=smem)
     return out, lse
 
 
@@ -112,10 +118,10 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     dq_acc = cupy.zeros((B, H, L, D), dtype=cupy.float32)
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
     smem = backward_smem_bytes(D)
-    _kernel(f"attention_backward<{kind}, {D}>", smem)(
+    _kernel(f"attention_backward<{kind}, {D}, {_flags(causal, mask, dropout_p)}>", smem)(
         ((S + BLOCK_N - 1) // BLOCK_N, B * HK), (128,),
         (q, k, v, dout, lse, delta, dq_acc, dk, dv, np.int32(H), np.int32(HK), np.int32(L), np.int32(S),
-         np.float32(scale), np.int32(bool(causal)), *mask_args, *_dropout_args(dropout_p, seed, offset)),
+         np.float32(scale), *mask_args, *_dropout_args(dropout_p, seed, offset)),
         shared_mem=smem)
     n = dq.size
     _kernel(f"attention_dq_finish<{kind}>")((grid_stride_blocks(n),), (256,),
