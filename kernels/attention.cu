@@ -39,6 +39,8 @@
 //    stream kernels/dropout.cu draws for a (B, H, L, S) array, so the NumPy reference reproduces the mask;
 //    l sums the undropped P (dropout comes after the softmax), O accumulates the dropped, rescaled P.
 //
+// Forward blocks are always 128 queries: 4 warps of 2 x 16 rows for D <= 64, 8 warps of 16 rows for
+// D = 96, 128 (two row tiles' accumulators would not fit in the registers there).
 // Layouts: q, o (B, H, L, D); k, v (B, HK, S, D), all contiguous, H a multiple of HK (query head h reads
 // key head h / (H / HK)); lse, delta (B, H, L) fp32. D in {32, 64, 96, 128} (a template argument: the
 // fragments are register arrays). Grid: forward (ceil(L / BM), B * H), causal blocks largest-first;
@@ -129,22 +131,34 @@ __device__ __forceinline__ float fast_exp2(float x)
     return y;
 }
 
+// Two adjacent fp32 sums into global memory in one reduction (sm_90's red.global.add.v2.f32): half the
+// atomic operations of two scalar atomicAdds. dQ's partial sums from every key block meet here.
+__device__ __forceinline__ void red_add2(float* p, float a, float b)
+{
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
 // ------------------------------------------------------------------------------------------------
 // Forward
 // ------------------------------------------------------------------------------------------------
 // CAUSAL, MASK, DROPOUT are template flags: the common case (no explicit mask, no dropout) carries no
 // per-element test, and causal blocks wholly below the diagonal skip the mask too; only a block that
 // crosses the diagonal or the end of the keys looks at each (query, key) pair.
-template <int KIND, int D, int WARPS, bool CAUSAL, bool MASK, bool DROPOUT>
+// MT: 16-row tiles of queries per warp. With MT = 2 every K or V fragment read from shared memory feeds
+// two mma instead of one: at one tile per warp, the ldmatrix traffic alone (256 bytes per mma) is more
+// than shared memory delivers per clock at the tensor cores' rate. Q fragments stay in registers when
+// they fit (QREG); otherwise they are re-read per key block (a third of K's reads).
+template <int KIND, int D, int WARPS, int MT, bool CAUSAL, bool MASK, bool DROPOUT>
 __device__ __forceinline__ void attention_forward_impl(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
     unsigned short* __restrict__ o, float* __restrict__ lse, int H, int HK, int L, int S, float scale, MaskArgs m,
     DropArgs drop)
 {
-    constexpr int THREADS = 32 * WARPS, BM = 16 * WARPS, LD = D + PAD;
+    constexpr int THREADS = 32 * WARPS, WM = 16 * MT, BM = WM * WARPS, LD = D + PAD;
     constexpr int KD = D / 16;   // k steps of Q K^T
-    constexpr int NT = BN / 8;   // 16 x 8 score tiles per warp per key block
-    constexpr int DT = D / 8;    // 16 x 8 output tiles per warp
+    constexpr int NT = BN / 8;   // 16 x 8 score tiles per m-tile per key block
+    constexpr int DT = D / 8;    // 16 x 8 output tiles per m-tile
+    constexpr bool QREG = MT == 1 || D <= 64;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned short* sQ = reinterpret_cast<unsigned short*>(smem_raw);
     unsigned short* sK = sQ + BM * LD;      // [2][BN][LD]
@@ -154,7 +168,7 @@ __device__ __forceinline__ void attention_forward_impl(
     const int m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;  // causal: longest blocks first
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int bhk = b * HK + h / (H / HK);
-    const int q0 = m_block * BM;
+    const int q0 = m_block * BM, w0 = q0 + warp * WM;   // the block's and this warp's first query
     const unsigned short* qg = q + (long long)bh * L * D;
     const unsigned short* kg = k + (long long)bhk * S * D;
     const unsigned short* vg = v + (long long)bhk * S * D;
@@ -170,12 +184,16 @@ __device__ __forceinline__ void attention_forward_impl(
     cp_async_commit();
 
     const float sl2 = scale * LOG2E;  // scores in log2 units: exp(x) = exp2(x * log2 e)
-    float acc[DT][4];
+    float acc[MT][DT][4];
+    float row_max[MT][2], row_sum[MT][2];
 #pragma unroll
-    for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    float row_max[2] = {-pos_inf(), -pos_inf()}, row_sum[2] = {0.f, 0.f};
-    unsigned qf[KD][4];
-    const int qi[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};   // this thread's two query rows
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int i = 0; i < DT; ++i) acc[mt][i][0] = acc[mt][i][1] = acc[mt][i][2] = acc[mt][i][3] = 0.f;
+        row_max[mt][0] = row_max[mt][1] = -pos_inf();
+        row_sum[mt][0] = row_sum[mt][1] = 0.f;
+    }
+    unsigned qf[QREG ? MT : 1][KD][4];
 
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = j & 1;
@@ -188,98 +206,128 @@ __device__ __forceinline__ void attention_forward_impl(
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (QREG && j == 0) {
 #pragma unroll
-            for (int kk = 0; kk < KD; ++kk) {
-                const int row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, col = kk * 16 + (lane >> 4) * 8;
-                ldmatrix_x4(qf[kk], smem_addr(sQ + row * LD + col));
-            }
+            for (int mt = 0; mt < (QREG ? MT : 1); ++mt)
+#pragma unroll
+                for (int kk = 0; kk < KD; ++kk) {
+                    const int row = warp * WM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    ldmatrix_x4(qf[mt][kk], smem_addr(sQ + row * LD + kk * 16 + (lane >> 4) * 8));
+                }
         }
         const unsigned short* Ks = sK + stage * BN * LD;
         const unsigned short* Vs = sV + stage * BN * LD;
 
-        // S = Q K^T for this warp's 16 queries x 64 keys
-        float s[NT][4];
+        // S = Q K^T for this warp's WM queries x 64 keys
+        float s[MT][NT][4];
 #pragma unroll
-        for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < NT; ++i) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < KD; ++kk) {
+            unsigned qa[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                if (QREG) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) qa[mt][e] = qf[QREG ? mt : 0][kk][e];
+                } else {
+                    const int row = warp * WM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    ldmatrix_x4(qa[mt], smem_addr(sQ + row * LD + kk * 16 + (lane >> 4) * 8));
+                }
+            }
 #pragma unroll
             for (int np = 0; np < NT / 2; ++np) {
                 unsigned r[4];
                 const int row = np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7), col = kk * 16 + ((lane >> 3) & 1) * 8;
                 ldmatrix_x4(r, smem_addr(Ks + row * LD + col));
                 const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-                mma<KIND>(s[2 * np], qf[kk], b0);
-                mma<KIND>(s[2 * np + 1], qf[kk], b1);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma<KIND>(s[mt][2 * np], qa[mt], b0);
+                    mma<KIND>(s[mt][2 * np + 1], qa[mt], b1);
+                }
             }
         }
 
         // scale, mask, online softmax
         const int k0 = j * BN;
-        const bool edge = k0 + BN > S || (CAUSAL && k0 + BN - 1 > q0 + warp * 16);   // a hidden pair possible
-        float mx[2] = {-pos_inf(), -pos_inf()};
+        const bool edge = k0 + BN > S || (CAUSAL && k0 + BN - 1 > w0);   // a hidden pair is possible
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
+        for (int mt = 0; mt < MT; ++mt) {
+            const int qi[2] = {w0 + mt * 16 + g, w0 + mt * 16 + g + 8};   // this thread's two query rows
+            float mx[2] = {-pos_inf(), -pos_inf()};
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = s[nt][e] * sl2;
-                if (MASK || edge) {
-                    const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
-                    if (MASK && kj < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
-                    if (kj >= S || (CAUSAL && kj > i)) x = -pos_inf();
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = s[mt][nt][e] * sl2;
+                    if (MASK || edge) {
+                        const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
+                        if (MASK && kj < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
+                        if (kj >= S || (CAUSAL && kj > i)) x = -pos_inf();
+                    }
+                    s[mt][nt][e] = x;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
                 }
-                s[nt][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
-        }
-        float use[2], alpha[2];
+            float use[2], alpha[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float m_new = fmaxf(row_max[r], mx[r]);
-            use[r] = m_new == -pos_inf() ? 0.f : m_new;   // a row with nothing visible yet: exp2(-inf) = 0
-            alpha[r] = fast_exp2(row_max[r] - use[r]);
-            row_max[r] = m_new;
-            row_sum[r] *= alpha[r];
-        }
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float m_new = fmaxf(row_max[mt][r], mx[r]);
+                use[r] = m_new == -pos_inf() ? 0.f : m_new;   // a row with nothing visible yet: exp2(-inf) = 0
+                alpha[r] = fast_exp2(row_max[mt][r] - use[r]);
+                row_max[mt][r] = m_new;
+                row_sum[mt][r] *= alpha[r];
+            }
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-            acc[dt][0] *= alpha[0];
-            acc[dt][1] *= alpha[0];
-            acc[dt][2] *= alpha[1];
-            acc[dt][3] *= alpha[1];
-        }
+            for (int dt = 0; dt < DT; ++dt) {
+                acc[mt][dt][0] *= alpha[0];
+                acc[mt][dt][1] *= alpha[0];
+                acc[mt][dt][2] *= alpha[1];
+                acc[mt][dt][3] *= alpha[1];
+            }
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
+            for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float p = fast_exp2(s[nt][e] - use[e >> 1]);
-                row_sum[e >> 1] += p;
-                if (DROPOUT) {
-                    const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
-                    const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + kj;
-                    p = (i < L && kj < S && keep_element(n, drop.key, drop.threshold)) ? p * drop.p_scale : 0.f;
+                for (int e = 0; e < 4; ++e) {
+                    float p = fast_exp2(s[mt][nt][e] - use[e >> 1]);
+                    row_sum[mt][e >> 1] += p;
+                    if (DROPOUT) {
+                        const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
+                        const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + kj;
+                        p = (i < L && kj < S && keep_element(n, drop.key, drop.threshold)) ? p * drop.p_scale : 0.f;
+                    }
+                    s[mt][nt][e] = p;
                 }
-                s[nt][e] = p;
             }
         }
 
         // O += P V: P's accumulators are already the A fragments of 16 x 16 tiles
 #pragma unroll
         for (int kb = 0; kb < BN / 16; ++kb) {
-            const unsigned a[4] = {pack2<KIND>(s[2 * kb][0], s[2 * kb][1]), pack2<KIND>(s[2 * kb][2], s[2 * kb][3]),
-                                   pack2<KIND>(s[2 * kb + 1][0], s[2 * kb + 1][1]),
-                                   pack2<KIND>(s[2 * kb + 1][2], s[2 * kb + 1][3])};
+            unsigned a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                a[mt][0] = pack2<KIND>(s[mt][2 * kb][0], s[mt][2 * kb][1]);
+                a[mt][1] = pack2<KIND>(s[mt][2 * kb][2], s[mt][2 * kb][3]);
+                a[mt][2] = pack2<KIND>(s[mt][2 * kb + 1][0], s[mt][2 * kb + 1][1]);
+                a[mt][3] = pack2<KIND>(s[mt][2 * kb + 1][2], s[mt][2 * kb + 1][3]);
+            }
 #pragma unroll
             for (int dp = 0; dp < DT / 2; ++dp) {
                 unsigned r[4];
                 const int row = kb * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dp * 16 + (lane >> 4) * 8;
                 ldmatrix_x4_trans(r, smem_addr(Vs + row * LD + col));
                 const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-                mma<KIND>(acc[2 * dp], a, b0);
-                mma<KIND>(acc[2 * dp + 1], a, b1);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma<KIND>(acc[mt][2 * dp], a[mt], b0);
+                    mma<KIND>(acc[mt][2 * dp + 1], a[mt], b1);
+                }
             }
         }
         __syncthreads();   // everyone is done with this stage before it is refilled
@@ -287,18 +335,21 @@ __device__ __forceinline__ void attention_forward_impl(
 
     // O = acc / l, LSE = m + log(l)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_sum[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int i = qi[r];
-        if (i < L) {
-            unsigned short* orow = o + ((long long)bh * L + i) * D;
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-            for (int dt = 0; dt < DT; ++dt)
-                store_c_pair<KIND>(orow + dt * 8 + 2 * t, acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
-            if (t == 0) lse[(long long)bh * L + i] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : pos_inf();
+        for (int r = 0; r < 2; ++r) {
+            float l = row_sum[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const int i = w0 + mt * 16 + g + 8 * r;
+            if (i < L) {
+                unsigned short* orow = o + ((long long)bh * L + i) * D;
+#pragma unroll
+                for (int dt = 0; dt < DT; ++dt)
+                    store_c_pair<KIND>(orow + dt * 8 + 2 * t, acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
+                if (t == 0) lse[(long long)bh * L + i] = l > 0.f ? (row_max[mt][r] + log2f(l)) * LN2 : pos_inf();
+            }
         }
     }
 }
@@ -509,10 +560,7 @@ __device__ __forceinline__ void attention_backward_impl(
             if (i < L) {
                 float* row = dq_acc + (bh * L + i) * D;
 #pragma unroll
-                for (int dt = 0; dt < DT; ++dt) {
-                    atomicAdd(row + dt * 8 + 2 * t, dqa[dt][2 * r]);
-                    atomicAdd(row + dt * 8 + 2 * t + 1, dqa[dt][2 * r + 1]);
-                }
+                for (int dt = 0; dt < DT; ++dt) red_add2(row + dt * 8 + 2 * t, dqa[dt][2 * r], dqa[dt][2 * r + 1]);
             }
         }
         __syncthreads();   // this stage's Q, dO and dS^T are refilled next
@@ -536,10 +584,10 @@ __device__ __forceinline__ void attention_backward_impl(
 }  // namespace minidl_attention
 
 // ------------------------------------------------------------------------------------------------
-// Entry points (instantiated by name: attention_forward<KIND, D, WARPS, CAUSAL, MASK, DROPOUT>,
+// Entry points (instantiated by name: attention_forward<KIND, D, WARPS, MT, CAUSAL, MASK, DROPOUT>,
 // attention_backward<KIND, D, CAUSAL, MASK, DROPOUT>)
 // ------------------------------------------------------------------------------------------------
-template <int KIND, int D, int WARPS, bool CAUSAL, bool MASK, bool DROPOUT>
+template <int KIND, int D, int WARPS, int MT, bool CAUSAL, bool MASK, bool DROPOUT>
 __global__ void __launch_bounds__(32 * WARPS) attention_forward(
     const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* o, float* lse, int H,
     int HK, int L, int S, float scale, const float* mask, long long msb, long long msh, long long msl, long long mss,
@@ -548,7 +596,7 @@ __global__ void __launch_bounds__(32 * WARPS) attention_forward(
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
-    attention_forward_impl<KIND, D, WARPS, CAUSAL, MASK, DROPOUT>(
+    attention_forward_impl<KIND, D, WARPS, MT, CAUSAL, MASK, DROPOUT>(
         q, k, v, o, lse, H, HK, L, S, scale, m, drop_args(p_scale, threshold, seed, offset, rng_state));
 }
 
@@ -586,9 +634,10 @@ __global__ void attention_dq_finish(const float* dq_acc, unsigned short* dq, lon
 // compiled (and register use reported) by nvcc, so a template error fails CI without a GPU. NVRTC never
 // sees this; it instantiates by name (minidl/primitives/cuda/attention.py).
 // All head dims for the plain and causal kernels; every flag combination at D = 64.
-#define MINIDL_ATTENTION_D(K, D, C) (void*)&attention_forward<K, D, 8, C, false, false>, \
+#define MINIDL_ATTENTION_D(K, D, C) (void*)&attention_forward<K, D, (D > 64 ? 8 : 4), (D > 64 ? 1 : 2), C, false, \
+    false>, \
     (void*)&attention_backward<K, D, C, false, false>
-#define MINIDL_ATTENTION_FLAGS(K, C, M, P) (void*)&attention_forward<K, 64, 8, C, M, P>, \
+#define MINIDL_ATTENTION_FLAGS(K, C, M, P) (void*)&attention_forward<K, 64, 4, 2, C, M, P>, \
     (void*)&attention_backward<K, 64, C, M, P>
 void* minidl_attention_instances[] = {
     MINIDL_ATTENTION_D(1, 32, false), MINIDL_ATTENTION_D(1, 96, true), MINIDL_ATTENTION_D(1, 128, true),

@@ -2,7 +2,7 @@
 head dims 32/64/96/128. Arguments were validated (and the kernel's conditions checked) by
 minidl/primitives/attention.py.
 
-Forward: attention_forward<KIND, D, WARPS, CAUSAL, MASK, DROPOUT>, one block per (128 queries, batch x
+Forward: attention_forward<KIND, D, WARPS, MT, CAUSAL, MASK, DROPOUT>, one block per (128 queries, batch x
 head). Backward: attention_delta (Delta = rowsum(dO * O)), attention_backward<KIND, D, CAUSAL, MASK, DROPOUT>
 (one block per 64 keys of a key/value head; dQ summed in fp32 with atomics), attention_dq_finish
 (dQ = scale * the sum, rounded). The flags are compile-time, so the plain case carries no per-element test.
@@ -20,17 +20,22 @@ from ._compile import get_kernel
 from ._launch import grid_stride_blocks, null_pointer
 
 KINDS = {"float16": 1, "bfloat16": 2}   # KIND of kernels/tc_common.cuh
-FORWARD_WARPS = 8                        # 128 queries per forward block (16 per warp)
-BLOCK_M = 16 * FORWARD_WARPS
+BLOCK_M = 128                            # queries per forward block
+
+
+def forward_config(d: int) -> tuple:
+    """(WARPS, MT) of attention_forward: 4 warps of two 16-row tiles where the registers hold them (D <= 64:
+    every K/V fragment read from shared memory feeds two mma), else 8 warps of one tile."""
+    return (4, 2) if d <= 64 else (8, 1)
 BLOCK_N = 64                             # keys per block (BN of kernels/attention.cu)
 BACKWARD_BLOCK_M = 64
 PAD = 8
 _kernels: dict = {}
 
 
-def forward_smem_bytes(d: int, warps: int = FORWARD_WARPS) -> int:
+def forward_smem_bytes(d: int) -> int:
     """Q tile + two stages of K and V tiles, rows padded by 8 elements (2 bytes each)."""
-    return (16 * warps + 4 * BLOCK_N) * (d + PAD) * 2
+    return (BLOCK_M + 4 * BLOCK_N) * (d + PAD) * 2
 
 
 def backward_smem_bytes(d: int) -> int:
@@ -93,8 +98,9 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
     kind = KINDS[q.dtype.name]
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
     smem = forward_smem_bytes(D)
-    kernel = _kernel(f"attention_forward<{kind}, {D}, {FORWARD_WARPS}, {_flags(causal, mask, dropout_p)}>", smem)
-    kernel(((L + BLOCK_M - 1) // BLOCK_M, B * H), (32 * FORWARD_WARPS,),
+    warps, mt = forward_config(D)
+    kernel = _kernel(f"attention_forward<{kind}, {D}, {warps}, {mt}, {_flags(causal, mask, dropout_p)}>", smem)
+    kernel(((L + BLOCK_M - 1) // BLOCK_M, B * H), (32 * warps,),
            (q, k, v, out, lse, np.int32(H), np.int32(HK), np.int32(L), np.int32(S), np.float32(scale),
             *mask_args, *_dropout_args(dropout_p, seed, offset)), shared_mem=smem)
     return out, lse
