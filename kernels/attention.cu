@@ -147,7 +147,8 @@ __device__ __forceinline__ void red_add2(float* p, float a, float b)
 // MT: 16-row tiles of queries per warp. With MT = 2 every K or V fragment read from shared memory feeds
 // two mma instead of one: at one tile per warp, the ldmatrix traffic alone (256 bytes per mma) is more
 // than shared memory delivers per clock at the tensor cores' rate. Q fragments stay in registers when
-// they fit (QREG); otherwise they are re-read per key block (a third of K's reads).
+// they fit (QREG: D = 32, or one tile); otherwise they are re-read per key block (half as many reads as
+// K's; at D = 64 keeping them costs 32 registers, and the causal kernel then spills).
 template <int KIND, int D, int WARPS, int MT, bool CAUSAL, bool MASK, bool DROPOUT>
 __device__ __forceinline__ void attention_forward_impl(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
@@ -158,7 +159,7 @@ __device__ __forceinline__ void attention_forward_impl(
     constexpr int KD = D / 16;   // k steps of Q K^T
     constexpr int NT = BN / 8;   // 16 x 8 score tiles per m-tile per key block
     constexpr int DT = D / 8;    // 16 x 8 output tiles per m-tile
-    constexpr bool QREG = MT == 1 || D <= 64;
+    constexpr bool QREG = MT == 1 || D <= 32;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     unsigned short* sQ = reinterpret_cast<unsigned short*>(smem_raw);
     unsigned short* sK = sQ + BM * LD;      // [2][BN][LD]
