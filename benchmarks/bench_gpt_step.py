@@ -1,0 +1,166 @@
+"""Benchmark: one eager training step of examples/char_gpt.py's model (6 layers, 6 heads, d=384, context
+256, batch 64, AdamW, gradient clipping, dropout 0.2) in minidl against the same model in PyTorch eager, on
+the same GPU in the same process, with the same weights; bfloat16 autocast (the example's --amp
+--amp-dtype bfloat16) and float32 (TF32 off on both sides).
+
+Time per step: wall clock over --steps steps, the GPU synchronised before and after (an eager step's
+time is its host time where Python is slower than the GPU). 3 interleaved rounds (minidl, torch, minidl,
+...), the fastest round kept. The ratio is minidl / torch: issue 25 asks for <= 1.3 with bfloat16.
+
+    python3 benchmarks/bench_gpt_step.py [--out benchmarks/results/gpu_gpt_step.md] [--steps 20]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from benchmarks._report import git_commit, write_report  # noqa: E402
+
+VOCAB, BLOCK, LAYERS, HEADS, EMBD, BATCH, DROPOUT = 65, 256, 6, 6, 384, 64, 0.2
+ROUNDS = 3
+
+
+def torch_twin(model):
+    """The same network in torch, with the same parameter names, loaded with minidl's weights."""
+    import torch
+    import torch.nn as tnn
+    import torch.nn.functional as TF
+
+    class Attn(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv, self.proj = tnn.Linear(EMBD, 3 * EMBD), tnn.Linear(EMBD, EMBD)
+            self.resid_drop = tnn.Dropout(DROPOUT)
+
+        def forward(self, x):
+            B, T, d = x.shape
+            q, k, v = (t.reshape(B, T, HEADS, d // HEADS).transpose(1, 2) for t in self.qkv(x).split(d, dim=2))
+            y = TF.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=DROPOUT if self.training else 0.0)
+            return self.resid_drop(self.proj(y.transpose(1, 2).reshape(B, T, d)))
+
+    class Block(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.attn, self.ln2 = tnn.LayerNorm(EMBD), Attn(), tnn.LayerNorm(EMBD)
+            self.mlp = tnn.Sequential(tnn.Linear(EMBD, 4 * EMBD), tnn.GELU(), tnn.Linear(4 * EMBD, EMBD),
+                                      tnn.Dropout(DROPOUT))
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+
+    class GPT(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = tnn.Embedding(VOCAB, EMBD), tnn.Embedding(BLOCK, EMBD)
+            self.drop = tnn.Dropout(DROPOUT)
+            self.blocks = tnn.ModuleList([Block() for _ in range(LAYERS)])
+            self.ln_f = tnn.LayerNorm(EMBD)
+            self.head = tnn.Linear(EMBD, VOCAB, bias=False)
+            self.head.weight = self.tok.weight
+
+        def forward(self, ids):
+            x = self.drop(self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln_f(x))
+
+    twin = GPT().cuda()
+    state = {name: torch.tensor(np.asarray(t.detach().cpu().numpy(), dtype=np.float32))
+             for name, t in model.state_dict().items()}
+    twin.load_state_dict(state)
+    return twin
+
+
+def make_steps(amp: bool):
+    import torch
+
+    import minidl
+    import minidl.nn.functional as F
+    from char_gpt import CharGPT
+
+    minidl.manual_seed(0)
+    model = CharGPT(VOCAB, BLOCK, LAYERS, HEADS, EMBD, DROPOUT).to("cuda")
+    twin = torch_twin(model)
+    opt = minidl.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    topt = torch.optim.AdamW(twin.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, VOCAB, (BATCH, BLOCK + 1))
+    x, y = minidl.tensor(ids[:, :-1], device="cuda"), minidl.tensor(ids[:, 1:], device="cuda")
+    tx, ty = torch.tensor(ids[:, :-1], device="cuda"), torch.tensor(ids[:, 1:], device="cuda")
+
+    def ours():
+        with minidl.autocast("cuda", dtype=minidl.bfloat16, enabled=amp):
+            loss = F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        minidl.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    def theirs():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+            loss = torch.nn.functional.cross_entropy(twin(tx).reshape(-1, VOCAB), ty.reshape(-1))
+        topt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0)
+        topt.step()
+        return loss
+
+    return ours, theirs
+
+
+def time_steps(step, sync, steps: int) -> float:
+    for _ in range(3):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    sync()
+    del loss
+    return (time.perf_counter() - t0) * 1e3 / steps
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out")
+    parser.add_argument("--commit")
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    import cupy
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    gpu = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+    lines = [f"# char_gpt training step against torch eager ({gpu})", "",
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_commit(args.commit)}, "
+             f"torch {torch.__version__}, CuPy {cupy.__version__}. {LAYERS} layers, {HEADS} heads, d={EMBD}, "
+             f"context {BLOCK}, batch {BATCH}, AdamW, clip 1.0, dropout {DROPOUT}; ms per eager step over "
+             f"{args.steps} steps, fastest of {ROUNDS} interleaved rounds. Produced by "
+             "`python3 benchmarks/bench_gpt_step.py`.", "",
+             "| math | minidl ms/step | torch eager ms/step | ratio |", "| --- | ---: | ---: | ---: |"]
+    for amp in (True, False):
+        ours, theirs = make_steps(amp)
+        best_ours, best_theirs = float("inf"), float("inf")
+        for _ in range(ROUNDS):
+            best_ours = min(best_ours, time_steps(ours, cupy.cuda.Device().synchronize, args.steps))
+            best_theirs = min(best_theirs, time_steps(theirs, torch.cuda.synchronize, args.steps))
+        lines.append(f"| {'bf16 autocast' if amp else 'fp32 (TF32 off)'} | {best_ours:.2f} | {best_theirs:.2f} | "
+                     f"**{best_ours / best_theirs:.2f}** |")
+        print(lines[-1], flush=True)
+    write_report("\n".join(lines), args.out)
+
+
+if __name__ == "__main__":
+    main()
