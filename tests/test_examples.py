@@ -325,7 +325,14 @@ def test_char_gpt(tmp_path, capsys):
     vocab = set(text.read_text())
     for sample in full["samples"]:
         assert len(sample) == 21 and set(sample) <= vocab
-    assert "--- sample" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--- sample" in out
+    # the weights of the best validation loss are kept beside the last ones (the text is small: it overfits)
+    losses = [r["val_loss"] for r in full["history"]]
+    best_epoch = int(np.argmin(losses)) + 1
+    saved = [minidl.load(str(f)) for f in tmp_path.rglob("*.best.mdl")]
+    assert saved and any(state["epoch"] == best_epoch and state["extra"]["val_loss"] == min(losses) for state in saved)
+    assert f"best validation loss {min(losses):.4f} nats/char at epoch {best_epoch}" in out
     with pytest.raises(SystemExit):
         gpt.parse_args(["--n-embd", "10", "--n-head", "3"])
 

@@ -22,10 +22,17 @@ LAYERS = [
 ]
 
 
-@pytest.mark.parametrize("make", LAYERS, ids=lambda f: repr(f(torch.nn)).split("(")[0] + str(LAYERS.index(f)))
+@pytest.mark.parametrize("make", LAYERS, ids=lambda f: f"layer{LAYERS.index(f)}")
 def test_layer_matches_torch(make):
+    """(The ids do not build the torch module: an older torch, e.g. the GPU machine's 2.11, lacks some
+    arguments -- GroupNorm's bias arrived in 2.13 -- and an error while making ids stops the whole
+    collection. Such a case skips here instead.)"""
     torch.manual_seed(0)
-    tm, mm = make(torch.nn), make(nn)
+    try:
+        tm = make(torch.nn)
+    except TypeError as e:
+        pytest.skip(f"this torch ({torch.__version__}) does not take these arguments: {e}")
+    mm = make(nn)
     assert repr(mm) == repr(tm)
     state = {k: v.detach().numpy() for k, v in tm.state_dict().items()}
     assert list(mm.state_dict()) == list(state)
