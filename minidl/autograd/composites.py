@@ -576,6 +576,9 @@ def isin(elements, test_elements, *, assume_unique=False, invert=False):
     t = test_elements._data if isinstance(test_elements, Tensor) else np.asarray(test_elements)
     xp = get_array_module(e)
     t = xp.asarray(t)
+    if xp is not np and _dtypes.bfloat16 in (e.dtype, t.dtype):   # CuPy cannot sort bfloat16: compare in float32
+        e, t = e.astype(_dtypes.float32) if e.dtype == _dtypes.bfloat16 else e, t.astype(_dtypes.float32) \
+            if t.dtype == _dtypes.bfloat16 else t
     if hasattr(xp, "isin"):
         return Tensor._make(xp.isin(e, t, invert=invert))
     found = (e[..., None] == t.reshape(-1)).any(-1)      # without isin: compare with every test element
@@ -813,8 +816,11 @@ def unique(t, sorted=True, return_inverse=False, return_counts=False, dim=None):
     if dim is not None:
         raise NotImplementedError("unique: dim= is not supported in minidl yet; unique over all elements only")
     xp = get_array_module(t._data)
-    values, inverse, counts = xp.unique(t._data.reshape(-1), return_inverse=True, return_counts=True)
-    out = [Tensor._make(values)]
+    data = t._data.reshape(-1)
+    if xp is not np and data.dtype == _dtypes.bfloat16:   # CuPy cannot sort bfloat16: float32 holds it exactly
+        data = data.astype(_dtypes.float32)
+    values, inverse, counts = xp.unique(data, return_inverse=True, return_counts=True)
+    out = [Tensor._make(values.astype(t.dtype, copy=False))]
     if return_inverse:
         out.append(Tensor._make(inverse.reshape(t.shape).astype(np.int64)))
     if return_counts:

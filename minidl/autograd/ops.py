@@ -221,6 +221,15 @@ class Clamp(Function):
             self.mask &= a >= min
         if max is not None:
             self.mask &= a <= max
+        if xp is not np and a.dtype == _dtypes.bfloat16:
+            # CuPy's clip takes no None bound for bfloat16 ("Unsupported type NoneType"): bound by bound,
+            # each a 0-d bfloat16 array
+            out = a
+            if min is not None:
+                out = xp.maximum(out, xp.asarray(min, dtype=a.dtype))
+            if max is not None:
+                out = xp.minimum(out, xp.asarray(max, dtype=a.dtype))
+            return out.copy() if out is a else out
         # astype: NumPy clips a bfloat16 array against Python floats in float32
         return xp.clip(a, min, max).astype(a.dtype, copy=False)
 
