@@ -191,19 +191,6 @@ def cast_inputs(op: str, *args):
     return tuple(out)
 
 
-def autocast_op(op: str):
-    """Decorator for a function whose positional tensor arguments follow op `op`'s policy."""
-
-    def decorate(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            return fn(*cast_inputs(op, *args), **kwargs)
-
-        return wrapper
-
-    return decorate
-
-
 @functools.lru_cache(maxsize=None)
 def _autocast_cast_class():
     # Defined on first use: minidl.autograd imports this module, so it cannot import autograd first.

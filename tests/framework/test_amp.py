@@ -322,10 +322,25 @@ def test_autocast_cpu_matches_torch():
 
 # torch.amp's CUDA lists (docs: "CUDA Ops that can autocast to float16" / "... to float32"), for the
 # ops minidl has. Checked here as a table, and by running the ops with the cuda table on CPU tensors.
-TORCH_CUDA_LOWER = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "rnn", "rnn_cell"}
+# scaled_dot_product_attention: in torch's lower_precision_fp lists for CUDA and CPU (autocast_mode.cpp); on the
+# CPU here torch 2.13 returns bfloat16 for it under autocast (test_sdpa_autocasts_as_torch below).
+TORCH_CUDA_LOWER = {"linear", "matmul", "conv1d", "conv2d", "conv3d", "rnn", "rnn_cell", "scaled_dot_product_attention"}
 TORCH_CUDA_FP32 = {"softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
                    "binary_cross_entropy_with_logits", "sum", "exp", "log", "log1p", "pow", "rsqrt", "rtruediv",
                    "layer_norm"}
+
+
+def test_sdpa_autocasts_as_torch():
+    """Under CPU autocast, scaled_dot_product_attention runs in bfloat16 in both frameworks."""
+    import torch
+
+    q = np.random.default_rng(0).standard_normal((1, 2, 4, 8)).astype(np.float32)
+    with torch.autocast("cpu"):
+        want = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(q),) * 3, is_causal=True)
+    with minidl.autocast("cpu"):
+        got = F.scaled_dot_product_attention(*(minidl.tensor(q),) * 3, is_causal=True)
+    assert str(got.dtype) == "bfloat16" and want.dtype == torch.bfloat16
+    assert np.allclose(got.float().numpy(), want.float().numpy(), atol=2e-2)
 
 
 def test_cuda_autocast_table_is_torchs():
