@@ -295,3 +295,44 @@ def test_a_small_gpt_trains():
         loss.backward()
         opt.step()
     assert first > 1.5 and loss.item() < 0.2, (first, loss.item())
+
+
+@pytest.mark.parametrize("q_shape, kv_shape, mask_shape", [
+    ((5, 8), (7, 8), (5, 7)),                    # 2-D: one head, no batch
+    ((3, 5, 8), (3, 7, 8), (7,)),                # 3-D, a mask that broadcasts over queries
+    ((2, 3, 5, 8), (2, 3, 7, 8), (3, 1, 7)),     # 4-D, a 3-D mask
+    ((2, 2, 3, 5, 8), (2, 2, 3, 7, 8), (2, 1, 1, 5, 7)),   # 5-D: the leading dims fold into one batch
+    ((2, 3, 5, 8), (1, 3, 7, 8), None),          # key/value batch broadcast: the composite path
+])
+def test_sdpa_any_leading_dims_and_masks_match_torch(q_shape, kv_shape, mask_shape):
+    """Every rank torch takes, masks of any broadcastable rank; one fused node on the tape where q, k and v
+    share their batch dims, the composite otherwise."""
+    (q, tq), (k, tk), (v, tv) = _sdpa_pair([q_shape, kv_shape, kv_shape])
+    kw, tkw = {}, {}
+    if mask_shape is not None:
+        m = np.random.default_rng(3).standard_normal(mask_shape)
+        kw, tkw = {"attn_mask": minidl.tensor(m)}, {"attn_mask": torch.tensor(m)}
+    y = F.scaled_dot_product_attention(q, k, v, **kw)
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, **tkw)
+    assert y.shape == tuple(ty.shape) and rel_err(y.detach().numpy(), ty.detach().numpy()) <= TOL
+    fused = type(y._ctx).__name__ == "ScaledDotProductAttention" or (
+        y._ctx is not None and type(y._ctx.inputs[0]._ctx).__name__ == "ScaledDotProductAttention")
+    assert fused == (q_shape[:-3] == kv_shape[:-3])
+    g = np.random.default_rng(9).standard_normal(y.shape)
+    y.backward(minidl.tensor(g))
+    ty.backward(torch.tensor(g))
+    for a, b in ((q, tq), (k, tk), (v, tv)):
+        assert rel_err(a.grad.numpy(), b.grad.numpy()) <= TOL
+
+
+def test_sdpa_mask_that_requires_grad_gets_its_gradient():
+    """A learned additive mask (a relative-position bias, say) needs the composite's tape: its gradient
+    matches torch's."""
+    (q, tq), (k, tk), (v, tv), (m, tm) = _sdpa_pair([(2, 3, 5, 8), (2, 3, 6, 8), (2, 3, 6, 8), (3, 5, 6)])
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    ty = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tm)
+    g = np.random.default_rng(4).standard_normal(y.shape)
+    y.backward(minidl.tensor(g))
+    ty.backward(torch.tensor(g))
+    assert rel_err(y.detach().numpy(), ty.detach().numpy()) <= TOL
+    assert rel_err(m.grad.numpy(), tm.grad.numpy()) <= TOL
