@@ -336,3 +336,17 @@ def test_seq2seq_translation_with_attention(tmp_path):
     assert len(losses) == 3 and losses[-1] < 0.5 and losses[-1] < losses[0], out
     assert int(out.split("reversed exactly: ")[1].split("/")[0]) >= 8, out
     assert "attention (64, 8, 8)" in out
+
+
+def test_transformer_translation_learns_as_torch_does(tmp_path):
+    """PyTorch's nn.Transformer translation recipe (sequence-first nn.Transformer, triu/masked_fill masks, key
+    padding masks for source, target and memory, ignore_index, greedy decoding with encode/decode) on a
+    synthetic reversal language. torch 2.13 on this CPU: loss 2.26 -> 0.93 in 200 steps, 14/20 exact
+    translations; minidl with the same arguments tracks it (0.94, 13/20; seeds draw differently)."""
+    import re
+
+    out = ok(run(PROGRAMS / "transformer_translation.py", cwd=tmp_path))
+    losses = [float(m) for m in re.findall(r"train loss ([\d.]+)", out)]
+    exact = int(re.search(r"exact translations: (\d+) / 20", out).group(1))
+    assert losses[0] > 2.0 and losses[-1] < 1.2, out
+    assert exact >= 8, out
