@@ -197,6 +197,8 @@ README_RUNS = {
     "`char_rnn.py`": ("char_rnn_lstm_gpu.log", "char_rnn", [], "cuda"),
     "`ptb_lm.py`": ("ptb_lm_gpu.log", "ptb_lm", [], "cuda"),
     "`train_cifar10.py` (defaults": (None, "train_cifar10", [], "cuda"),
+    "`char_gpt.py --amp --amp-dtype bfloat16`": ("char_gpt_h100_bf16_3fdef4a.log", "char_gpt",
+                                                 ["--amp", "--amp-dtype", "bfloat16"], "cuda"),
 }
 
 

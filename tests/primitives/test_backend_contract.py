@@ -57,6 +57,13 @@ HELPER_KERNELS = {
     "multi_tensor_l2norm_partial": "pass 1 of multi_tensor_l2norm",
     "multi_tensor_l2norm_finalize": "pass 2 of multi_tensor_l2norm (the norm and the clip coefficient)",
     "philox4x32_10_kernel": "the raw Philox stream (cpu/dropout.py: philox4x32), for the RNG tests",
+    "attention_delta": "pass 1 of attention_backward: Delta = rowsum(dO * O) per query (the reference forms it "
+                       "inside attention_backward)",
+    "attention_dq_finish": "scales and rounds attention_backward's fp32 dQ sums: data movement",
+    "layer_norm_backward_data": "dx of layer_norm_backward (the reference computes dx, dweight and dbias in one "
+                                "function; the kernel splits them)",
+    "layer_norm_backward_params": "pass 1 of layer_norm_backward's dweight/dbias (per-chunk column sums)",
+    "layer_norm_params_finish": "pass 2 of layer_norm_backward's dweight/dbias (the chunks added up)",
 }
 
 # variant suffix -> what the reference is called (applied in order; the first that matches wins)

@@ -276,8 +276,9 @@ print(tu.header_comment("gemm_tc"))
 # %% tags=["listing"]
 fp32_file, fp32_loop = tu.find_cuda_function("gemm_mainloop")
 display(tu.SideBySide(f"kernels/{fp32_file}: the fp32 main loop (CUDA cores, scalar FMAs)", fp32_loop,
-                      "kernels/gemm_tc.cu: the tensor-core instructions (one per 16x8 tile of C)",
-                      tu.cuda_function("gemm_tc", "to_tf32") + "\n\n" + tu.cuda_function("gemm_tc", "mma")))
+                      "kernels/tc_common.cuh (gemm_tc.cu's and attention.cu's): the tensor-core instructions "
+                      "(one per 16x8 tile of C)",
+                      tu.cuda_function("tc_common.cuh", "to_tf32") + "\n\n" + tu.cuda_function("tc_common.cuh", "mma")))
 
 # %% [markdown]
 # ## 7.4 The roofline with both roofs, and the speed table

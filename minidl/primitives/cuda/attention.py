@@ -49,7 +49,9 @@ def _flags(causal, mask, dropout_p) -> str:
     return f"{str(bool(causal)).lower()}, {str(mask is not None).lower()}, {str(dropout_p > 0).lower()}"
 
 
-def _kernel(expression: str, smem: int = 0):
+def _kernel(name: str, template_args: str, smem: int = 0):
+    """The instantiation name<template_args> of kernels/attention.cu (compiled on first use, alone)."""
+    expression = f"{name}<{template_args}>"
     key = (cupy.cuda.Device().id, expression)
     kernel = _kernels.get(key)
     if kernel is None:
@@ -99,7 +101,7 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
     smem = forward_smem_bytes(D)
     warps, mt = forward_config(D)
-    kernel = _kernel(f"attention_forward<{kind}, {D}, {warps}, {mt}, {_flags(causal, mask, dropout_p)}>", smem)
+    kernel = _kernel("attention_forward", f"{kind}, {D}, {warps}, {mt}, {_flags(causal, mask, dropout_p)}", smem)
     kernel(((L + BLOCK_M - 1) // BLOCK_M, B * H), (32 * warps,),
            (q, k, v, out, lse, np.int32(H), np.int32(HK), np.int32(L), np.int32(S), np.float32(scale),
             *mask_args, *_dropout_args(dropout_p, seed, offset)), shared_mem=smem)
@@ -120,16 +122,16 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     kind = KINDS[q.dtype.name]
     rows = B * H * L
     delta = cupy.empty((B, H, L), dtype=cupy.float32)
-    _kernel(f"attention_delta<{kind}>")(((rows + 3) // 4,), (128,), (out, dout, delta, np.int64(rows), np.int32(D)))
+    _kernel("attention_delta", f"{kind}")(((rows + 3) // 4,), (128,), (out, dout, delta, np.int64(rows), np.int32(D)))
     dq_acc = cupy.zeros((B, H, L, D), dtype=cupy.float32)
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
     smem = backward_smem_bytes(D)
-    _kernel(f"attention_backward<{kind}, {D}, {_flags(causal, mask, dropout_p)}>", smem)(
+    _kernel("attention_backward", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem)(
         ((S + BLOCK_N - 1) // BLOCK_N, B * HK), (128,),
         (q, k, v, dout, lse, delta, dq_acc, dk, dv, np.int32(H), np.int32(HK), np.int32(L), np.int32(S),
          np.float32(scale), *mask_args, *_dropout_args(dropout_p, seed, offset)),
         shared_mem=smem)
     n = dq.size
-    _kernel(f"attention_dq_finish<{kind}>")((grid_stride_blocks(n),), (256,),
+    _kernel("attention_dq_finish", f"{kind}")((grid_stride_blocks(n),), (256,),
                                             (dq_acc, dq, np.int64(n), np.float32(scale)))
     return dq, dk, dv
