@@ -34,6 +34,7 @@ from ._common import shape_str
 __all__ = ["attention_forward", "attention_backward", "attention_kernel_reason", "ATTENTION_HEAD_DIMS"]
 
 ATTENTION_HEAD_DIMS = (32, 64, 96, 128)   # head dims kernels/attention.cu is instantiated for
+MAX_GRID_Y = 65535                         # the kernels' grid y is batch x heads
 
 
 def _check(op, q, k, v, mask, causal, scale, dropout_p):
@@ -83,6 +84,9 @@ def attention_kernel_reason(q, k, v) -> str | None:
     if q.shape[-1] not in ATTENTION_HEAD_DIMS or v.shape[-1] != q.shape[-1]:
         return (f"the fused kernel takes head dims {ATTENTION_HEAD_DIMS} with equal q/k and v dims "
                 f"(got {q.shape[-1]} and {v.shape[-1]})")
+    if q.shape[0] * q.shape[1] > MAX_GRID_Y:
+        return (f"batch x heads = {q.shape[0] * q.shape[1]} is more than the {MAX_GRID_Y} blocks of a CUDA grid's "
+                "y dimension, where the kernel puts them")
     return None
 
 

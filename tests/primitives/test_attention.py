@@ -115,3 +115,23 @@ def test_bad_input_is_refused_with_the_shapes(bad, match):
     args.update(bad)
     with pytest.raises(ValueError, match="attention_forward: .*" + match):
         P.attention_forward(args["q"], args["k"], args["v"], args["mask"], dropout_p=args["dropout_p"])
+
+
+def test_kernel_reason_names_the_grid_limit():
+    """batch x heads beyond a grid's y dimension runs the reference instead, and says why (checked on
+    stand-in arrays: the reason is read from shapes and dtypes only)."""
+    class Fake:
+        def __init__(self, shape):
+            self.shape, self.dtype = shape, bfloat16
+
+    import minidl.primitives.attention as A
+
+    real = A.is_cuda_array
+    A.is_cuda_array = lambda a: True
+    try:
+        assert A.attention_kernel_reason(Fake((2, 8, 64, 64)), Fake((2, 8, 64, 64)), Fake((2, 8, 64, 64))) is None
+        big = Fake((1024, 64, 16, 64))
+        assert "65535 blocks" in A.attention_kernel_reason(big, big, big)
+        assert "head dims" in A.attention_kernel_reason(Fake((1, 1, 4, 48)), Fake((1, 1, 4, 48)), Fake((1, 1, 4, 48)))
+    finally:
+        A.is_cuda_array = real
