@@ -7,10 +7,11 @@
 // in memory: O(L * S) bytes per head, written and read again, which makes the plain algorithm
 // memory-bound (at L = S = 4096 a head's fp32 scores are 64 MiB). Here the scores never leave the chip.
 //
-// 1. Forward (attention_forward). One block of WARPS warps owns BM = 16 * WARPS queries of one head and
-//    keeps them in registers (Q fragments) for the whole kernel. Keys and values stream through shared
-//    memory in blocks of BN = 64 (two buffers: cp.async fills block j+1 while the tensor cores work on
-//    block j). For each key block a warp computes its 16 x 64 scores S = Q K^T (mma, fp32), and then the
+// 1. Forward (attention_forward). One block of WARPS warps owns BM = 16 * MT * WARPS = 128 queries of one
+//    head; each warp MT tiles of 16 (their Q stays on chip: registers or shared memory). Keys and values
+//    stream through shared memory in blocks of BN = 64 (two buffers: cp.async fills block j+1 while the
+//    tensor cores work on block j). For each key block a warp computes its 16 MT x 64 scores S = Q K^T
+//    (mma, fp32), and then the
 //    ONLINE SOFTMAX, row by row:
 //        m_new = max(m, max_j s_j);   p_j = exp(s_j - m_new);   l = l * exp(m - m_new) + sum_j p_j
 //        O     = O * exp(m - m_new) + P V
@@ -44,8 +45,8 @@
 // Layouts: q, o (B, H, L, D); k, v (B, HK, S, D), all contiguous, H a multiple of HK (query head h reads
 // key head h / (H / HK)); lse, delta (B, H, L) fp32. D in {32, 64, 96, 128} (a template argument: the
 // fragments are register arrays). Grid: forward (ceil(L / BM), B * H), causal blocks largest-first;
-// backward (ceil(S / 64), B * HK). Dynamic shared memory: see attention_smem_bytes in
-// minidl/primitives/cuda/attention.py; rows are padded by 16 bytes, so ldmatrix reads no bank twice.
+// backward (ceil(S / 64), B * HK). Dynamic shared memory: see forward_smem_bytes / backward_smem_bytes
+// in minidl/primitives/cuda/attention.py; rows are padded by 16 bytes, so ldmatrix reads no bank twice.
 #include "tc_common.cuh"
 #include "philox.cuh"
 
