@@ -175,8 +175,9 @@ def bench_layer_norm(dtype, warmup, repeats, rows=8 * 1024, n=768):
         y = torch.nn.functional.layer_norm(tx, (n,), tw, tb)
         return torch.autograd.grad(y, (tx, tw, tb), tdy)
 
-    rounds = [(_median_ms(ours, _CupyEvent, warmup, repeats),
-               _median_ms(theirs, lambda: torch.cuda.Event(enable_timing=True), warmup, repeats)) for _ in range(ROUNDS)]
+    torch_event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    rounds = [(_median_ms(ours, _CupyEvent, warmup, repeats), _median_ms(theirs, torch_event, warmup, repeats))
+              for _ in range(ROUNDS)]
     return min(r[0] for r in rounds), min(r[1] for r in rounds), rows, n
 
 
@@ -201,7 +202,8 @@ def main(argv=None):
     lines = [f"# Fused attention and layer norm against torch ({gpu})", "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_commit(args.commit)}, "
              f"torch {torch.__version__} (cuDNN {torch.backends.cudnn.version()}), CuPy {cupy.__version__}; "
-             f"median of {args.repeats} runs (fastest of {ROUNDS} interleaved rounds), ms. Produced by `python3 benchmarks/bench_attention.py`.", "",
+             f"median of {args.repeats} runs (fastest of {ROUNDS} interleaved rounds), ms. "
+             "Produced by `python3 benchmarks/bench_attention.py`.", "",
              "## Attention (fwd = forward; train = forward + backward, all input gradients)", "",
              "| dtype | causal | B x H x T x D | minidl fwd | minidl train | TFLOP/s train | torch flash fwd / train | "
              "cudnn fwd / train | efficient fwd / train | math fwd / train | default train | "

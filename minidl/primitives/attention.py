@@ -10,8 +10,9 @@ query head h reads key/value head h // (H // HK)). mask: None, or an array broad
 a float mask is added to the scores, a bool mask is True where a query may attend (False -> -inf).
 causal=True hides key j from query i when j > i (top-left aligned, torch's is_causal).
 
-The forward pass returns (O, LSE): LSE (B, H, L) (float32; float64 for float64 data) is log(sum_j exp(S_ij)) per query, the one
-statistic the backward pass needs to recompute P = exp(S - LSE) without storing P. A query that sees no
+The forward pass returns (O, LSE): LSE (B, H, L) (float32; float64 for float64 data) is
+log(sum_j exp(S_ij)) per query, the one statistic the backward pass needs to recompute P = exp(S - LSE)
+without storing P. A query that sees no
 key gets O = 0 and LSE = +inf (so that the recomputed P is 0). Dropout: element (b, h, i, j) of P is kept
 iff dropout's mask at flat index ((b * H + h) * L + i) * S + j (plus `offset`) keeps it -- the same Philox
 stream dropout_forward draws for a (B, H, L, S) array, so the kernel and the reference agree.
@@ -28,8 +29,9 @@ import math
 import numpy as np
 
 from .._dtypes import bfloat16, float16
-from ._common import backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, is_cuda_array
-from ._common import shape_str
+from ._common import (
+    backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, is_cuda_array, shape_str,
+)
 
 __all__ = ["attention_forward", "attention_backward", "attention_kernel_reason", "ATTENTION_HEAD_DIMS"]
 
@@ -104,16 +106,14 @@ def _reference_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, sca
 
 
 def _refuse_capture(op, q, k, v):
-    """The reference's products run on cupy.matmul (cuBLAS), which CuPy cannot call during stream capture."""
+    """On the GPU the reference's products are cupy.matmul (cuBLAS) calls, which a capture cannot hold."""
     if is_cuda_array(q):
-        import cupy
+        from .cuda._launch import check_no_cublas_capture
 
-        if cupy.cuda.get_current_stream().is_capturing():
-            raise RuntimeError(
-                f"{op} cannot run inside a CUDA graph capture for these arrays: {attention_kernel_reason(q, k, v)}, "
-                "so the reference runs, and its matrix products run on cuBLAS, which CuPy cannot call during "
-                "stream capture. Capture attention in float16/bfloat16 (e.g. under minidl.autocast('cuda')), or "
-                "run this step eagerly")
+        reason = attention_kernel_reason(q, k, v)
+        check_no_cublas_capture(op, f"The fused kernel is not used here: {reason}. Capture attention "
+                                    "in float16/bfloat16 (e.g. under minidl.autocast('cuda')), or run this step "
+                                    "eagerly.")
 
 
 def attention_forward(q, k, v, mask=None, *, causal=False, scale=None, dropout_p=0.0, seed=0, offset=0):

@@ -241,11 +241,6 @@ def _check_math(op, math) -> str:
     return math
 
 
-def _check_conv_float(op, **arrays):
-    """check_float, plus float16 / bfloat16 (all arrays the same dtype): the dtype."""
-    return check_float_or_half(op, **arrays)
-
-
 def _check_array_shape(op, name, a, expected, why=""):
     if a is not None and tuple(a.shape) != tuple(expected):
         raise ValueError(f"{op}: {name} has shape {shape_str(a.shape)}, expected "
@@ -368,7 +363,7 @@ def convolution_forward(x, w, desc, bias=None, *, algo="auto", layout="NCHW", al
     op = "convolution_forward"
     layout = normalize_layout(op, layout)
     check_same_device(op, x=x, w=w, bias=bias, out=out)
-    dtype = _check_conv_float(op, x=x, w=w, bias=bias, out=out)
+    dtype = check_float_or_half(op, x=x, w=w, bias=bias, out=out)
     problem = _make_problem(op, x.shape, w.shape, desc, layout, dtype, math)
     _check_array_shape(op, "bias", bias, (problem.K,),
                        f" (one value per output channel; weight {shape_str(w.shape)})")
@@ -424,7 +419,7 @@ def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW
     op = "convolution_backward_data"
     layout = normalize_layout(op, layout)
     check_same_device(op, w=w, dy=dy, out=out)
-    dtype = _check_conv_float(op, w=w, dy=dy, out=out)
+    dtype = check_float_or_half(op, w=w, dy=dy, out=out)
     problem = _make_problem(op, x_shape, w.shape, desc, layout, dtype, math)
     _check_array_shape(op, "dy", dy, problem.y_shape,
                        f" (the output shape of input {shape_str(problem.x_shape)} and weight "
@@ -441,7 +436,7 @@ def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NC
     op = "convolution_backward_filter"
     layout = normalize_layout(op, layout)
     check_same_device(op, x=x, dy=dy, out=out)
-    dtype = _check_conv_float(op, x=x, dy=dy, out=out)
+    dtype = check_float_or_half(op, x=x, dy=dy, out=out)
     problem = _make_problem(op, x.shape, w_shape, desc, layout, dtype, math)
     _check_array_shape(op, "dy", dy, problem.y_shape,
                        f" (the output shape of input {shape_str(x.shape)} and weight "
@@ -460,7 +455,7 @@ def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=Non
     op = "convolution_backward_bias"
     layout = normalize_layout(op, layout)
     check_same_device(op, dy=dy, out=out)
-    dtype = _check_conv_float(op, dy=dy, out=out)
+    dtype = check_float_or_half(op, dy=dy, out=out)
     if dy.ndim not in (3, 4, 5):
         raise ValueError(f"{op}: dy must be 3-D, 4-D or 5-D (N, K, *spatial) or (N, *spatial, K), "
                          f"got shape {shape_str(dy.shape)}")

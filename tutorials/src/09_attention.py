@@ -102,8 +102,9 @@ plt.show()
 #
 # Per head, the plain algorithm writes the L x S scores to memory, reads them back for the softmax,
 # writes the probabilities P, and reads P again for P V; the backward pass reads and writes matrices of
-# that size again. The arithmetic is 4 L S d FLOPs per head (two products), so per byte of S and P moved
-# it does about d / (bytes per element) FLOPs of useful work: for d = 64 in bfloat16, ~20 FLOPs per byte.
+# that size again. The arithmetic is 4d FLOPs per score (two products over d); counted below, the plain
+# forward moves 16 bytes per score (three fp32 passes over S, two bfloat16 passes over P), so for d = 64 it
+# does about 256 / 16 = 16 FLOPs per byte (the table's "plain FLOP/byte", a little less at small L).
 # An H100 does ~990 TFLOP/s of bf16 tensor-core math and moves ~3.35 TB/s: it needs ~300 FLOPs per byte
 # to keep its tensor cores busy. So the plain algorithm waits on memory, and its memory grows as L².
 #
@@ -304,8 +305,8 @@ else:
 # `x + mlp(layer_norm(x))`, and a final layer norm and linear layer to logits. Attention is
 # `F.scaled_dot_product_attention(q, k, v, is_causal=True)`, which runs the fused kernel on the GPU
 # (under bfloat16 autocast) and the reference on the CPU. `examples/char_gpt.py` is the full-size
-# version of this model. Its rival is tutorial 6's character LSTM, of about the same number of
-# parameters, trained on the same windows with the same optimizer.
+# version of this model. Its rival is tutorial 6's character LSTM, of a similar size (the next cell prints
+# both parameter counts), trained on the same windows with the same optimizer.
 
 # %%
 def synthetic_chars():

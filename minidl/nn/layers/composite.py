@@ -16,6 +16,7 @@ from ...autograd.creation import full, ones, zeros
 from .. import functional as F
 from ..module import Module, Parameter
 from .normalization import _NormBase
+from .pooling import _AdaptiveAvgPoolNd
 
 
 def _simple(name, fn, params=(), doc=""):
@@ -341,18 +342,15 @@ class UpsamplingBilinear2d(Upsample):
         super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
-class _AdaptiveMaxPool(Module):
-    _fn = None
+class _AdaptiveMaxPool(_AdaptiveAvgPoolNd):
+    """Adaptive pooling (pooling.py's base: output_size, its repr) that can also return the argmax indices."""
 
     def __init__(self, output_size, return_indices=False):
-        super().__init__()
-        self.output_size, self.return_indices = output_size, return_indices
+        super().__init__(output_size)
+        self.return_indices = return_indices
 
     def forward(self, input):
         return type(self)._fn(input, self.output_size, self.return_indices)
-
-    def extra_repr(self):
-        return f"output_size={self.output_size}"
 
 
 class AdaptiveMaxPool1d(_AdaptiveMaxPool):

@@ -80,11 +80,12 @@ def null_pointer():
     return np.uint64(0)
 
 
-def check_no_cublas_capture(op: str) -> None:
+def check_no_cublas_capture(op: str, remedy: str = "Run this step eagerly, or let it run on minidl's kernels "
+                                                    "(for Linear: backends.cuda.use_cublas = False, the default)"
+                            ) -> None:
     """CuPy cannot call cuBLAS while a stream is captured into a CUDA graph (its binding raises a bare
-    NotImplementedError): say which primitive needs cuBLAS, before any launch."""
+    NotImplementedError): say which primitive needs cuBLAS, and what to do instead, before any launch."""
     if cupy.cuda.get_current_stream().is_capturing():
         raise RuntimeError(
             f"{op} cannot run inside a CUDA graph capture: its matrix products run on cuBLAS, which CuPy "
-            "cannot call during stream capture. Run this step eagerly, or let it run on minidl's kernels "
-            "(for Linear: backends.cuda.use_cublas = False, the default)")
+            f"cannot call during stream capture. {remedy}")
