@@ -1,9 +1,9 @@
 """Benchmark: minidl's CUDA RNN primitive against torch/cuDNN on the same GPU, in the same process.
 
-Workloads (device.md's sizes): LSTM and GRU, 2 layers of 512, input 512, seq 64, batch 64; forward
-(training mode: the reserve is kept) and forward + backward (all gradients). Plus the bidirectional
-LSTM with and without the side stream, to measure what running the two directions concurrently buys.
-torch runs with TF32 off (cuDNN and cuBLAS), so both sides are plain float32.
+Workloads (issue 24's grid): LSTM and GRU, 2 layers of 512, input 512, T 35 and 64, batch 32 and 64, and the
+bidirectional LSTM at T64 B64; forward (training mode: the reserve is kept) and forward + backward (all
+gradients). Ours runs both algorithms (standard and persistent, RNNDescriptor.algo) in fp32 and with
+math="tf32"; cuDNN runs in fp32 with TF32 off, in TF32, and in bf16 (for reference).
 
 Timing: CUDA events around each call on its library's stream, after a warm-up that includes the NVRTC
 compile; the median of --repeats runs. The "host" column is the wall time of our call without waiting for
@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._report import git_commit, write_report  # noqa: E402
 
-T, B, INPUT, HIDDEN, LAYERS = 64, 64, 512, 512, 2
+T, B, INPUT, HIDDEN, LAYERS = 64, 64, 512, 512, 2  # T, B: the --profile run's shape
 
 
 
@@ -50,7 +51,16 @@ def _median_ms(fn, start_event, end_event, synchronize, warmup, repeats):
     return statistics.median(gpu), statistics.median(host)
 
 
-def bench_case(mode, bidirectional, side_stream, warmup, repeats):
+def _weights(desc, rng):
+    scale = 1 / np.sqrt(desc.hidden_size)
+    return [tuple((rng.uniform(-1, 1, s.shape) * scale).astype(np.float32) for s in entry)
+            for entry in desc.weight_shapes()]
+
+
+def bench_case(mode, steps, batch, bidirectional, warmup, repeats, algos=("standard", "persistent"),
+               maths=("fp32",), side_stream=True):
+    """Forward (training mode) and forward+backward times of ours (each algorithm and math) and cuDNN's
+    (the same math: fp32 with TF32 off, or TF32; and bf16 for cuDNN alone), one layer shape."""
     import cupy
     import torch
 
@@ -58,65 +68,74 @@ def bench_case(mode, bidirectional, side_stream, warmup, repeats):
     from minidl.primitives.cuda import rnn as cuda_rnn
 
     rng = np.random.default_rng(0)
-    desc = RNNDescriptor(mode, INPUT, HIDDEN, LAYERS, bidirectional)
-    D = desc.num_directions
-    scale = 1 / np.sqrt(HIDDEN)
-    weights_host = [tuple((rng.uniform(-1, 1, s.shape) * scale).astype(np.float32) for s in entry)
-                    for entry in desc.weight_shapes()]
-    x_host = rng.standard_normal((T, B, INPUT)).astype(np.float32)
-    dy_host = rng.standard_normal((T, B, D * HIDDEN)).astype(np.float32)
-
-    # ---- ours
-    cuda_rnn.USE_SIDE_STREAM = side_stream
+    base = RNNDescriptor(mode, INPUT, HIDDEN, LAYERS, bidirectional)
+    D = base.num_directions
+    weights_host = _weights(base, rng)
+    x_host = rng.standard_normal((steps, batch, INPUT)).astype(np.float32)
+    dy_host = rng.standard_normal((steps, batch, D * HIDDEN)).astype(np.float32)
     x, dy = cupy.asarray(x_host), cupy.asarray(dy_host)
     weights = [tuple(cupy.asarray(w) for w in entry) for entry in weights_host]
-
-    def ours_forward():
-        return rnn_forward(x, None, None, weights, desc)
-
-    def ours_train():
-        _, _, _, reserve = rnn_forward(x, None, None, weights, desc)
-        return rnn_backward(dy, None, None, reserve)
-
     cupy_events = dict(start_event=lambda: _CupyEvent(cupy), end_event=lambda: _CupyEvent(cupy),
                        synchronize=cupy.cuda.Device().synchronize)
-    ours_fwd, ours_fwd_host = _median_ms(ours_forward, warmup=warmup, repeats=repeats, **cupy_events)
-    ours_fb, ours_fb_host = _median_ms(ours_train, warmup=warmup, repeats=repeats, **cupy_events)
-    ours_y = ours_forward()[0].get()
+    row = dict(mode=mode, steps=steps, batch=batch, bidirectional=bidirectional, side_stream=side_stream)
+    cuda_rnn.USE_SIDE_STREAM = side_stream
+    for algo in algos:
+        desc = RNNDescriptor(mode, INPUT, HIDDEN, LAYERS, bidirectional, algo=algo)
+        for math in maths:
+            def forward(desc=desc, math=math):
+                return rnn_forward(x, None, None, weights, desc, math=math)
+
+            def train(desc=desc, math=math):
+                _, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=math)
+                return rnn_backward(dy, None, None, reserve)
+
+            row[f"ours_{algo}_{math}_fwd"], row[f"ours_{algo}_{math}_fwd_host"] = _median_ms(
+                forward, warmup=warmup, repeats=repeats, **cupy_events)
+            row[f"ours_{algo}_{math}_fb"], row[f"ours_{algo}_{math}_fb_host"] = _median_ms(
+                train, warmup=warmup, repeats=repeats, **cupy_events)
+            row[f"y_{algo}_{math}"] = forward()[0].get()
     cuda_rnn.USE_SIDE_STREAM = True
 
-    # ---- torch / cuDNN
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     cls = torch.nn.LSTM if mode == "lstm" else torch.nn.GRU
     m = cls(INPUT, HIDDEN, num_layers=LAYERS, bidirectional=bidirectional).cuda()
     with torch.no_grad():
-        for entry, specs in zip(weights_host, desc.weight_shapes()):
+        for entry, specs in zip(weights_host, base.weight_shapes()):
             for array, spec in zip(entry, specs):
                 getattr(m, spec.name).copy_(torch.from_numpy(array))
-    xt = torch.from_numpy(x_host).cuda().requires_grad_(True)
-    dyt = torch.from_numpy(dy_host).cuda()
-
-    def torch_forward():
-        return m(xt)
-
-    def torch_train():
-        out, _ = m(xt)
-        out.backward(dyt)
-
     torch_events = dict(start_event=lambda: _TorchEvent(torch), end_event=lambda: _TorchEvent(torch),
                         synchronize=torch.cuda.synchronize)
-    ref_fwd, _ = _median_ms(torch_forward, warmup=warmup, repeats=repeats, **torch_events)
-    ref_fb, _ = _median_ms(torch_train, warmup=warmup, repeats=repeats, **torch_events)
-    ref_y = torch_forward()[0].detach().cpu().numpy()
-    err = float(np.linalg.norm(ours_y - ref_y) / np.linalg.norm(ref_y))
+    for math in tuple(maths) + ("bf16",):
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = math == "tf32"
+        dtype = torch.bfloat16 if math == "bf16" else torch.float32
+        mm = m.to(dtype)
+        xt = torch.from_numpy(x_host).cuda().to(dtype).requires_grad_(True)
+        dyt = torch.from_numpy(dy_host).cuda().to(dtype)
 
-    name = f"{mode.upper()} {LAYERS}x{HIDDEN}{' bidir' if bidirectional else ''}"
-    if bidirectional:
-        name += ", side stream" if side_stream else ", one stream"
-    return dict(name=name, ours_fwd=ours_fwd, ours_fwd_host=ours_fwd_host, ref_fwd=ref_fwd, ours_fb=ours_fb,
-                ours_fb_host=ours_fb_host, ref_fb=ref_fb, err=err)
+        def torch_forward(mm=mm, xt=xt):
+            return mm(xt)
+
+        def torch_train(mm=mm, xt=xt, dyt=dyt):
+            out, _ = mm(xt)
+            out.backward(dyt)
+
+        row[f"cudnn_{math}_fwd"], _ = _median_ms(torch_forward, warmup=warmup, repeats=repeats, **torch_events)
+        row[f"cudnn_{math}_fb"], _ = _median_ms(torch_train, warmup=warmup, repeats=repeats, **torch_events)
+        if math == "fp32":
+            row["y_cudnn"] = torch_forward()[0].detach().float().cpu().numpy()
+    m.float()
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    for algo in algos:
+        y = row.pop(f"y_{algo}_fp32", None)
+        if y is not None:
+            row[f"err_{algo}"] = float(np.linalg.norm(y - row["y_cudnn"]) / np.linalg.norm(row["y_cudnn"]))
+    for key in [k for k in row if k.startswith("y_")]:
+        row.pop(key)
+    name = f"{mode.upper()} {LAYERS}x{HIDDEN}{' bidir' if bidirectional else ''} T{steps} B{batch}"
+    if bidirectional and not side_stream:
+        name += ", one stream"
+    row["name"] = name
+    return row
 
 
 class _CupyEvent:
@@ -196,34 +215,59 @@ def main():
 
     if args.profile:
         profile_host()
-    cases = [("lstm", False, True), ("gru", False, True), ("lstm", True, True), ("lstm", True, False)]
-    rows = [bench_case(mode, bidir, side, args.warmup, args.repeats) for mode, bidir, side in cases]
+    cases = [(mode, steps, batch, False) for mode in ("lstm", "gru") for steps in (35, 64) for batch in (32, 64)]
+    cases += [("lstm", 64, 64, True)]
+    rows = [bench_case(mode, steps, batch, bidir, args.warmup, args.repeats, maths=("fp32", "tf32"))
+            for mode, steps, batch, bidir in tqdm(cases, desc="RNN shapes")]
 
     props = cupy.cuda.runtime.getDeviceProperties(0)
     device = f"{props['name'].decode()} ({props['multiProcessorCount']} SMs), CuPy {cupy.__version__}"
     import torch
 
+    def ms(r, key):
+        return f"{r[key]:.3f}" if key in r else "-"
+
     lines = [
-        "# GPU RNN: minidl vs torch/cuDNN (float32, TF32 off)",
+        "# GPU RNN: minidl's two algorithms against torch/cuDNN",
         "",
         f"- date: {datetime.date.today().isoformat()}",
         f"- commit: {git_commit(args.commit)}",
         f"- device: {device}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}",
-        f"- sizes: seq {T}, batch {B}, input {INPUT}, hidden {HIDDEN}, {LAYERS} layers; median of {args.repeats} "
-        "(CUDA events, after warm-up)",
-        "- ours: one cuBLAS GEMM for the input projection of all steps, per step one cuBLAS recurrent GEMM + one "
-        "fused cell kernel; host = wall time to issue our call (Python launch cost)",
+        f"- {LAYERS} layers of {HIDDEN} (input {INPUT}); median of {args.repeats} (CUDA events, after warm-up); "
+        "forward in training mode (the reserve is kept); fwd+bwd = forward, then all gradients",
+        "- standard: one GEMM for the input projection of all steps, then per step one recurrent GEMM + one fused "
+        "cell kernel (kernels/rnn.cu); persistent: one launch per layer for all steps, W_hh in shared memory "
+        "(kernels/rnn_persistent.cu, fp32 SIMT in both math modes: tf32 changes only the projection GEMMs)",
+        "- cuDNN picks its own algorithm (cudnn.benchmark on); its bf16 column is for reference: minidl's RNN "
+        "computes bf16 in float32",
         "",
-        "| workload | ours fwd ms | cuDNN fwd ms | fwd ratio | ours fwd+bwd ms | cuDNN fwd+bwd ms | fwd+bwd ratio "
-        "| ours host fwd / fwd+bwd ms | rel. err. y |",
+        "## fp32 (TF32 off on both sides), ms",
+        "",
+        "| workload | standard fwd | persistent fwd | cuDNN fwd | persistent / cuDNN | standard fwd+bwd "
+        "| persistent fwd+bwd | cuDNN fwd+bwd | persistent / cuDNN | host: persistent fwd+bwd | rel. err. y |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        p_fwd, p_fb = r["ours_persistent_fp32_fwd"], r["ours_persistent_fp32_fb"]
+        lines.append(f"| {r['name']} | {ms(r, 'ours_standard_fp32_fwd')} | {p_fwd:.3f} | {r['cudnn_fp32_fwd']:.3f} "
+                     f"| {p_fwd / r['cudnn_fp32_fwd']:.2f}x | {ms(r, 'ours_standard_fp32_fb')} | {p_fb:.3f} "
+                     f"| {r['cudnn_fp32_fb']:.3f} | {p_fb / r['cudnn_fp32_fb']:.2f}x "
+                     f"| {r['ours_persistent_fp32_fb_host']:.3f} | {r.get('err_persistent', float('nan')):.1e} |")
+    lines += [
+        "",
+        "## TF32 (and cuDNN in bf16), ms",
+        "",
+        "| workload | persistent fwd | cuDNN TF32 fwd | ratio | persistent fwd+bwd | cuDNN TF32 fwd+bwd | ratio "
+        "| cuDNN bf16 fwd+bwd | ours TF32 / fp32 fwd+bwd |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['ours_fwd']:.3f} | {r['ref_fwd']:.3f} | {r['ours_fwd'] / r['ref_fwd']:.2f}x "
-                     f"| {r['ours_fb']:.3f} | {r['ref_fb']:.3f} | {r['ours_fb'] / r['ref_fb']:.2f}x "
-                     f"| {r['ours_fwd_host']:.3f} / {r['ours_fb_host']:.3f} | {r['err']:.1e} |")
+        p_fwd, p_fb = r["ours_persistent_tf32_fwd"], r["ours_persistent_tf32_fb"]
+        lines.append(f"| {r['name']} | {p_fwd:.3f} | {r['cudnn_tf32_fwd']:.3f} | {p_fwd / r['cudnn_tf32_fwd']:.2f}x "
+                     f"| {p_fb:.3f} | {r['cudnn_tf32_fb']:.3f} | {p_fb / r['cudnn_tf32_fb']:.2f}x "
+                     f"| {r['cudnn_bf16_fb']:.3f} | {p_fb / r['ours_persistent_fp32_fb']:.2f} |")
     lines.append("")
-    lines.append("ratio = ours / cuDNN (lower is better; < 1 means faster than cuDNN).")
+    lines.append("ratio = ours / cuDNN (lower is better; < 1 means faster than cuDNN). Issue 24's target: <= 0.8x.")
     text = "\n".join(lines) + "\n"
     write_report(text, args.out)
 

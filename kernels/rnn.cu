@@ -26,15 +26,7 @@
 //
 // Flat indices are long long: T * B * 4H can pass 2^31 for long sequences of big batches.
 
-__device__ __forceinline__ float sigmoidf(float a) { return 1.0f / (1.0f + expf(-a)); }
-
-// Is step t inside sequence b?
-__device__ __forceinline__ bool step_is_valid(const int* lengths, int b, int t)
-{
-    return lengths == nullptr || t < lengths[b];
-}
-
-__device__ __forceinline__ float bias_at(const float* bias, long long i) { return bias == nullptr ? 0.0f : bias[i]; }
+#include "rnn_cell.cuh"  // the per-element math, shared with the persistent algorithm
 
 // ---------------------------------------------------------------------------------------------
 // Vanilla RNN: h' = act(gates_x + b_ih + gates_h + b_hh), act = tanh (relu == 0) or relu (relu == 1).
@@ -55,8 +47,7 @@ extern "C" __global__ void rnn_cell_forward(const float* gates_x, const float* g
             y[b * y_ld + j] = 0.0f;
             continue;
         }
-        const float pre = gates_x[i] + bias_at(b_ih, j) + gates_h[i] + bias_at(b_hh, j);
-        const float h = relu ? (pre > 0.0f ? pre : 0.0f) : tanhf(pre);
+        const float h = rnn_cell_value(gates_x[i] + bias_at(b_ih, j) + gates_h[i] + bias_at(b_hh, j), relu);
         h_next[i] = h;
         y[b * y_ld + j] = h;
     }
@@ -76,8 +67,7 @@ extern "C" __global__ void rnn_cell_backward(float* dh, const float* dy, long lo
             continue;
         }
         const float d = dh[i] + (dy == nullptr ? 0.0f : dy[b * dy_ld + j]);
-        const float h = h_new[i];
-        dgates[i] = relu ? (h > 0.0f ? d : 0.0f) : d * (1.0f - h * h);
+        dgates[i] = rnn_cell_grad(d, h_new[i], relu);
         dh[i] = 0.0f;  // everything else reaches h_prev through W_hh (the GEMM that follows)
     }
 }
@@ -112,20 +102,13 @@ extern "C" __global__ void lstm_cell_forward(const float* gates_x, const float* 
             const long long col = k * H + j;
             pre[k] = gates_x[row + col] + bias_at(b_ih, col) + gates_h[row + col] + bias_at(b_hh, col);
         }
-        const float in_gate = sigmoidf(pre[0]);
-        const float forget_gate = sigmoidf(pre[1]);
-        const float cell_gate = tanhf(pre[2]);
-        const float out_gate = sigmoidf(pre[3]);
-        const float c = forget_gate * c_prev[i] + in_gate * cell_gate;
-        const float h = out_gate * tanhf(c);
+        float act[4], c, h;
+        lstm_cell_value(pre, c_prev[i], act, c, h);
         c_next[i] = c;
         h_next[i] = h;
         y[b * y_ld + j] = h;
         if (acts != nullptr) {
-            acts[row + 0 * H + j] = in_gate;
-            acts[row + 1 * H + j] = forget_gate;
-            acts[row + 2 * H + j] = cell_gate;
-            acts[row + 3 * H + j] = out_gate;
+            for (int k = 0; k < 4; ++k) acts[row + k * H + j] = act[k];
         }
     }
 }
@@ -146,18 +129,11 @@ extern "C" __global__ void lstm_cell_backward(float* dh, float* dc, const float*
             continue;
         }
         const float d = dh[i] + (dy == nullptr ? 0.0f : dy[b * dy_ld + j]);
-        const float in_gate = acts[row + 0 * H + j];
-        const float forget_gate = acts[row + 1 * H + j];
-        const float cell_gate = acts[row + 2 * H + j];
-        const float out_gate = acts[row + 3 * H + j];
-        const float tanh_c = tanhf(c_new[i]);
-        // c' reaches the loss directly (dc, from the next step) and through h' = o * tanh(c').
-        const float dc_total = dc[i] + d * out_gate * (1.0f - tanh_c * tanh_c);
-        dgates[row + 0 * H + j] = dc_total * cell_gate * in_gate * (1.0f - in_gate);
-        dgates[row + 1 * H + j] = dc_total * c_prev[i] * forget_gate * (1.0f - forget_gate);
-        dgates[row + 2 * H + j] = dc_total * in_gate * (1.0f - cell_gate * cell_gate);
-        dgates[row + 3 * H + j] = d * tanh_c * out_gate * (1.0f - out_gate);
-        dc[i] = dc_total * forget_gate;
+        float act[4], dgate[4], dc_prev;
+        for (int k = 0; k < 4; ++k) act[k] = acts[row + k * H + j];
+        lstm_cell_grad(d, dc[i], act, c_prev[i], c_new[i], dgate, dc_prev);
+        for (int k = 0; k < 4; ++k) dgates[row + k * H + j] = dgate[k];
+        dc[i] = dc_prev;
         dh[i] = 0.0f;  // h_prev is reached only through W_hh
     }
 }
@@ -186,19 +162,16 @@ extern "C" __global__ void gru_cell_forward(const float* gates_x, const float* g
             }
             continue;
         }
-        const float reset = sigmoidf(gates_x[row3 + j] + bias_at(b_ih, j) + gates_h[row3 + j] + bias_at(b_hh, j));
-        const float update = sigmoidf(gates_x[row3 + H + j] + bias_at(b_ih, H + j) + gates_h[row3 + H + j] +
-                                      bias_at(b_hh, H + j));
-        const float hn = gates_h[row3 + 2 * H + j] + bias_at(b_hh, 2 * H + j);
-        const float cand = tanhf(gates_x[row3 + 2 * H + j] + bias_at(b_ih, 2 * H + j) + reset * hn);
-        const float h = (1.0f - update) * cand + update * h_prev[i];
+        float keep[4];
+        const float h = gru_cell_value(
+            gates_x[row3 + j] + bias_at(b_ih, j), gates_x[row3 + H + j] + bias_at(b_ih, H + j),
+            gates_x[row3 + 2 * H + j] + bias_at(b_ih, 2 * H + j), gates_h[row3 + j] + bias_at(b_hh, j),
+            gates_h[row3 + H + j] + bias_at(b_hh, H + j), gates_h[row3 + 2 * H + j] + bias_at(b_hh, 2 * H + j),
+            h_prev[i], keep);
         h_next[i] = h;
         y[b * y_ld + j] = h;
         if (saved != nullptr) {
-            saved[row4 + 0 * H + j] = reset;
-            saved[row4 + 1 * H + j] = update;
-            saved[row4 + 2 * H + j] = cand;
-            saved[row4 + 3 * H + j] = hn;
+            for (int k = 0; k < 4; ++k) saved[row4 + k * H + j] = keep[k];
         }
     }
 }
@@ -223,19 +196,12 @@ extern "C" __global__ void gru_cell_backward(float* dh, const float* dy, long lo
             continue;
         }
         const float d = dh[i] + (dy == nullptr ? 0.0f : dy[b * dy_ld + j]);
-        const float reset = saved[row4 + 0 * H + j];
-        const float update = saved[row4 + 1 * H + j];
-        const float cand = saved[row4 + 2 * H + j];
-        const float hn = saved[row4 + 3 * H + j];
-        const float dn_pre = d * (1.0f - update) * (1.0f - cand * cand);
-        const float dz_pre = d * (h_prev[i] - cand) * update * (1.0f - update);
-        const float dr_pre = dn_pre * hn * reset * (1.0f - reset);
-        dgates_x[row3 + 0 * H + j] = dr_pre;
-        dgates_x[row3 + 1 * H + j] = dz_pre;
-        dgates_x[row3 + 2 * H + j] = dn_pre;
-        dgates_h[row3 + 0 * H + j] = dr_pre;
-        dgates_h[row3 + 1 * H + j] = dz_pre;
-        dgates_h[row3 + 2 * H + j] = dn_pre * reset;
-        dh[i] = d * update;  // h' = ... + z * h: this part skips W_hh
+        float keep[4], dgate_x[3], dgate_h[3];
+        for (int k = 0; k < 4; ++k) keep[k] = saved[row4 + k * H + j];
+        dh[i] = gru_cell_grad(d, keep, h_prev[i], dgate_x, dgate_h);  // d * z: the part that skips W_hh
+        for (int k = 0; k < 3; ++k) {
+            dgates_x[row3 + k * H + j] = dgate_x[k];
+            dgates_h[row3 + k * H + j] = dgate_h[k];
+        }
     }
 }

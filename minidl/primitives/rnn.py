@@ -43,6 +43,7 @@ from ._common import (
 )
 
 __all__ = [
+    "RNN_ALGOS",
     "RNN_MODES",
     "RNNDescriptor",
     "RNNReserve",
@@ -54,6 +55,8 @@ __all__ = [
 ]
 
 RNN_MODES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
+# cuDNN's cudnnRNNAlgo_t: STANDARD and PERSIST_STATIC; "auto" lets the backend pick (see RNNDescriptor).
+RNN_ALGOS = ("auto", "standard", "persistent")
 _GATE_COUNT = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 
 
@@ -66,7 +69,15 @@ class WeightSpec(NamedTuple):
 
 @dataclass(frozen=True)
 class RNNDescriptor:
-    """What an RNN is, without its weights (cuDNN's cudnnRNNDescriptor_t)."""
+    """What an RNN is, without its weights (cuDNN's cudnnRNNDescriptor_t).
+
+    algo, as cuDNN's RNN algorithm (the CPU reference computes the same math for every choice):
+      "standard"    per time step, one recurrent GEMM and one fused cell kernel (kernels/rnn.cu);
+      "persistent"  one launch per layer runs every step, the recurrent weights held in shared memory
+                    for the whole sequence (kernels/rnn_persistent.cu); a ValueError where it does not fit;
+      "auto"        persistent where it fits (hidden size, batch, this GPU's SMs and shared memory),
+                    standard elsewhere. The default.
+    """
 
     mode: str
     input_size: int
@@ -74,10 +85,13 @@ class RNNDescriptor:
     num_layers: int = 1
     bidirectional: bool = False
     bias: bool = True
+    algo: str = "auto"
 
     def __post_init__(self):
         if self.mode not in RNN_MODES:
             raise ValueError(f"RNNDescriptor: mode must be one of {RNN_MODES}, got {self.mode!r}")
+        if self.algo not in RNN_ALGOS:
+            raise ValueError(f"RNNDescriptor: algo must be one of {RNN_ALGOS}, got {self.algo!r}")
         for name in ("input_size", "hidden_size", "num_layers"):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:

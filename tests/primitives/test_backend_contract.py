@@ -23,7 +23,7 @@ CPU = REPO / "minidl" / "primitives" / "cpu"
 # kernel file -> its launcher modules and its reference module (when the names differ from the file's)
 LAUNCHERS = {"gemm_tc": ("gemm",), "convolution_tc": ("convolution_tc", "convolution_fft")}
 REFERENCE = {"gemm_tc": "gemm", "gemm_wgmma": "gemm", "convolution_tc": "convolution",
-             "convolution_wgmma": "convolution"}
+             "convolution_wgmma": "convolution", "rnn_persistent": "rnn"}
 
 # Kernels that compute a piece of a primitive, not a primitive: no reference of their own. Each says why.
 HELPER_KERNELS = {
@@ -79,6 +79,7 @@ VARIANTS = [
     (r"^gemm_wgmma$", "gemm"),                                               # Hopper's wgmma: kind, tile, transposes
     (r"^convolution_(forward|backward_data|backward_filter)_wgmma$",
      r"convolution_\1_implicit_gemm_tc"),                                    # implicit_gemm_tc on Hopper's wgmma
+    (r"^(rnn|lstm|gru)_persistent_(forward|backward)$", r"rnn_\2"),          # a layer's whole step loop, one launch
 ]
 
 

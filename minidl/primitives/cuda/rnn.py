@@ -48,6 +48,7 @@ import numpy as np
 
 from ._compile import get_kernel
 from ._launch import THREADS, grid_stride_blocks
+from . import rnn_persistent
 from .gemm import gemm_tc, sgemm
 
 try:  # CuPy >= 10 keeps its library bindings in cupy_backends
@@ -249,8 +250,11 @@ class _Geometry:
 class _ForwardDirection:
     """The step loop of one (layer, direction); gates_x already holds layer_input @ W_ih^T (no bias)."""
 
-    def __init__(self, geo, kernel, gates_x, w_hh, b_ih, b_hh, h0, c0, y, lengths, training, math="fp32"):
+    def __init__(self, geo, kernel, gates_x, w_hh, b_ih, b_hh, h0, c0, y, lengths, training, math="fp32",
+                 packed=True):
         self.math = math
+        # What the persistent algorithm (rnn_persistent.py) reads instead of the packed step launches.
+        self.gates_x, self.w_hh, self.b_ih, self.b_hh = gates_x, w_hh, b_ih, b_hh
         self.geo, self.T, self.w_hh_ptr = geo, geo.T, _ptr(w_hh)
         # The launches below hold raw pointers only: keep every array they point into alive until the
         # loop has run, or CuPy's memory pool hands the memory to the next allocation.
@@ -267,6 +271,8 @@ class _ForwardDirection:
         self._set_state(self.hs, first, h0)
         if self.cs is not None:
             self._set_state(self.cs, first, c0)
+        if not packed:  # the persistent algorithm runs every step in one launch
+            return
 
         # Pointers of every step, in the order the steps run (arrays over s; t = times[s]).
         t = geo.forward_times()
@@ -322,6 +328,26 @@ def _gemm_math(math: str) -> str:
     return "fp32_sgemm" if cupy.cuda.get_current_stream().is_capturing() else "fp32"
 
 
+def choose_algorithm(desc, steps: int, batch: int, op: str = "rnn_forward"):
+    """(algorithm, persistent plan or None, why not persistent or None) for one call of this descriptor.
+
+    desc.algo "auto": the persistent algorithm wherever it fits (rnn_persistent.plan) and the sequence has
+    more than one step (a single cell step loads the weights for one product: nothing to keep), else the
+    standard one; "standard": always the step loop; "persistent": the persistent kernels, or a ValueError that says
+    why they cannot run this shape. Forward and backward choose alike (the records are the same)."""
+    if desc.algo == "standard":
+        return "standard", None, "algo='standard' was asked for"
+    if desc.algo == "auto" and steps < 2:
+        return "standard", None, "one time step (the persistent kernels pay off over a sequence)"
+    the_plan, reason = rnn_persistent.plan(desc.mode, batch, desc.hidden_size, desc.num_directions)
+    if the_plan is not None:
+        return "persistent", the_plan, None
+    if desc.algo == "persistent":
+        raise ValueError(f"{op}: algo='persistent' cannot run this RNN on this GPU: {reason}. Use algo='auto' "
+                         "(persistent where it fits, the standard step loop elsewhere) or 'standard'.")
+    return "standard", None, reason
+
+
 def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     """x (T, B, in) float32 on the GPU; h0, c0 (L*D, B, H) or None; seq_lengths host int64 (B,) or None;
     math "fp32" (cuBLAS sgemm; our SGEMM under graph capture, _gemm_math) or "tf32" (our tensor-core GEMM).
@@ -339,7 +365,9 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     G = desc.gate_count
     is_lstm = desc.mode == "lstm"
     lengths = None if seq_lengths is None else cupy.asarray(seq_lengths, dtype=cupy.int32)
-    kernel = get_kernel("rnn", CELL_KERNELS[desc.mode][0])
+    algorithm, the_plan, _ = choose_algorithm(desc, T, B, op)
+    persistent = algorithm == "persistent"
+    kernel = None if persistent else get_kernel("rnn", CELL_KERNELS[desc.mode][0])
     _use_host_pointer_mode()
 
     hy = _empty((L * D, B, H))
@@ -359,8 +387,11 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
             geo = _Geometry(desc.mode, T, B, H, D, direction)
             directions.append(_ForwardDirection(
                 geo, kernel, gates_x, w_hh, b_ih, b_hh, None if h0 is None else h0[k],
-                None if c0 is None else c0[k], y, lengths, training, math))
-        _run_interleaved(directions)
+                None if c0 is None else c0[k], y, lengths, training, math, packed=not persistent))
+        if persistent:
+            rnn_persistent.forward(desc.mode, the_plan, directions, y, lengths, T, B, H)
+        else:
+            _run_interleaved(directions)
         for direction, run in enumerate(directions):
             k = layer * D + direction
             final = _final_index(run.geo)
@@ -383,8 +414,9 @@ class _BackwardDirection:
     """Back-propagation through time for one (layer, direction): fills dgates_x / dgates_h (T, B, G*H)
     and leaves the gradients of the initial state in dh (and dc), views of dh0[k] (and dc0[k])."""
 
-    def __init__(self, geo, kernel, dout, record, w_hh, lengths, dh, dc, math="fp32"):
+    def __init__(self, geo, kernel, dout, record, w_hh, lengths, dh, dc, math="fp32", packed=True):
         self.math = math
+        self.record, self.w_hh = record, w_hh  # what the persistent algorithm reads
         self.geo, self.T, self.w_hh_ptr, self.dh_ptr = geo, geo.T, _ptr(w_hh), _ptr(dh)
         self._keep_alive = (dout, record, w_hh, lengths, dh, dc)  # the launches hold raw pointers only
         T, B, H, G = geo.T, geo.B, geo.H, geo.G
@@ -392,6 +424,8 @@ class _BackwardDirection:
         self.dgates_x = _empty((T, B, G * H))
         # Only the GRU has different x and h gate gradients (r multiplies W_hn h + b_hn).
         self.dgates_h = _empty((T, B, G * H)) if geo.mode == "gru" else self.dgates_x
+        if not packed:  # the persistent algorithm runs every step in one launch
+            return
 
         t = geo.backward_times()
         gate_step = t * (B * G * H * FLOAT_BYTES)
@@ -444,7 +478,9 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     T, B, _ = layer_inputs[0].shape
     H, D, L, G = desc.hidden_size, desc.num_directions, desc.num_layers, desc.gate_count
     is_lstm = desc.mode == "lstm"
-    kernel = get_kernel("rnn", CELL_KERNELS[desc.mode][1])
+    algorithm, the_plan, _ = choose_algorithm(desc, T, B, op)
+    persistent = algorithm == "persistent"
+    kernel = None if persistent else get_kernel("rnn", CELL_KERNELS[desc.mode][1])
     _use_host_pointer_mode()
 
     dh0 = _empty((L * D, B, H))
@@ -462,8 +498,13 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
                 _set_gradient(dc0[k], None if dcy is None else dcy[k])
             geo = _Geometry(desc.mode, T, B, H, D, direction)
             directions.append(_BackwardDirection(geo, kernel, dout, records[k], weights[k][1], lengths,
-                                                 dh0[k], dc0[k] if is_lstm else None, math))
-        _run_interleaved(directions)
+                                                 dh0[k], dc0[k] if is_lstm else None, math, packed=not persistent))
+        if persistent:
+            rnn_persistent.backward(desc.mode, the_plan, directions, dout, lengths,
+                                    [dh0[layer * D + d] for d in range(D)],
+                                    [dc0[layer * D + d] if is_lstm else None for d in range(D)], T, B, H)
+        else:
+            _run_interleaved(directions)
 
         dinput = _empty((T, B, in_size))
         for direction, run in enumerate(directions):

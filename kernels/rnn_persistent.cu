@@ -1,0 +1,377 @@
+// rnn_persistent.cu: the persistent algorithm of the RNN primitive (vanilla RNN, LSTM, GRU). One launch
+// runs ALL time steps of one layer, both directions, forward or backward; the recurrent weights are
+// read from global memory once and stay in shared memory for the whole sequence.
+//
+// Why (Diamos et al., "Persistent RNNs", ICML 2016; cuDNN's CUDNN_RNN_ALGO_PERSIST_*): a step of an
+// RNN is a skinny GEMM (batch x 4H x H, e.g. 32 x 2048 x 512) and a pointwise cell. The standard
+// algorithm (kernels/rnn.cu) launches a GEMM and a cell kernel per step, and each GEMM reads all of
+// W_hh (4 MB at H = 512) from L2 again: the step costs launches and bandwidth, not arithmetic. Here
+// every CTA owns a slice of hidden units for the whole run and keeps the weights that slice needs on
+// chip; between steps the CTAs exchange only the new state h (B x H floats) through L2.
+//
+// Work split (CTA c of a direction owns hidden units j0 = c * U ... j0 + U - 1, U = `units`):
+//   forward   gates_h[b, g*H + j] = sum_k h[b, k] W_hh[g*H + j, k]  for its j and all G gates: the rows
+//             of W_hh it needs, G*U x H, sit in shared memory. All gates of a unit are in one CTA, so
+//             the cell (kernels/rnn_cell.cuh) runs right after the product, in the same CTA.
+//   backward  dh[b, j] = sum_k dgates_h[b, k] W_hh[k, j]  for its j: the COLUMNS of W_hh it needs,
+//             U x G*H, sit in shared memory; the cell's backward follows, again for its own units.
+//             The LSTM's dc and the part of dh that skips W_hh (GRU: z * dh) never leave the CTA.
+// So each step is: stage the state written by every CTA at the last step (L2 -> shared memory, in
+// chunks of PKC columns), a small product (a 4x4 register tile per thread, the K range split between
+// threads and summed in shared memory), the cell, and one grid-wide barrier.
+//
+// The barrier: all CTAs must be resident at once (the launcher keeps the grid at most one CTA per SM,
+// __launch_bounds__(PT, 1)). Each CTA adds 1 to a global counter (zeroed before the launch) and waits
+// until it reaches nblocks * (barrier number + 1): the counter only grows, so no reset is needed and no
+// CTA can run a barrier ahead. Writes before the barrier are published by __threadfence() (release)
+// before the add, and reads after it go to L2 (__ldcg), never the non-coherent L1. As in cooperative
+// groups' grid sync. A CTA that waits too long (a grid that was not co-resident: a launcher bug) traps,
+// which ends the process with a CUDA error instead of hanging it.
+//
+// Both directions of a bidirectional layer run in the same launch: CTAs 0 .. S-1 run direction 0 and
+// S .. 2S-1 direction 1 (at time T-1-s at its step s), through the same barrier.
+// Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
+// fp32 throughout: the same arithmetic as the standard algorithm in another summation order.
+#include "rnn_cell.cuh"
+
+constexpr int PT = 256;           // threads per CTA
+constexpr int PKC = 128;          // columns of the exchanged state staged per chunk
+constexpr int PKCP = PKC + 4;     // padded row of the staging buffer (float4-aligned)
+constexpr int MODE_RNN = 0, MODE_LSTM = 1, MODE_GRU = 2;
+
+// Per-direction arguments, picked by the CTA's direction.
+struct DirForward {
+    const float* gates_x;  // (T, B, G*H): layer_input @ W_ih^T, no bias
+    const float* w_hh;     // (G*H, H)
+    const float* b_ih;     // (G*H) or nullptr
+    const float* b_hh;
+    float* hs;             // (T+1, B, H): forward hs[t] -> hs[t+1], reverse hs[t+1] -> hs[t]
+    float* cs;             // (T+1, B, H), LSTM only
+    float* saved;          // (T, B, 4H): LSTM [i, f, g, o], GRU [r, z, n, h_n]; nullptr in inference
+    float* y;              // y + this direction's column offset; row (t, b) at y + (t * B + b) * y_ld
+};
+
+struct DirBackward {
+    const float* w_hh;     // (G*H, H)
+    const float* hs;       // the forward pass's states, as above
+    const float* cs;
+    const float* saved;
+    const float* dy;       // dy + column offset, or nullptr
+    float* dgates_x;       // (T, B, G*H) out
+    float* dgates_h;       // (T, B, G*H) out; the same array as dgates_x except for the GRU
+    float* dh;             // (B, H): in dhy (or zeros), out dh0
+    float* dc;             // (B, H), LSTM: in dcy, out dc0
+};
+
+__device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
+{
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// Barrier number `phase` (0, 1, 2, ...) of the whole grid.
+__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int phase)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1u);
+        const unsigned int target = gridDim.x * (phase + 1);
+        const long long start = clock64();
+        while (load_acquire(counter) < target) {
+            if (clock64() - start > (1LL << 36)) __trap();  // ~30 s: the grid was not co-resident
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// Stage A[0:B, k0:k0+PKC] (row stride lda, K columns in all, K % 4 == 0) into buf[b * PKCP + k];
+// columns past K become 0. A was written by other CTAs: read through L2.
+__device__ __forceinline__ void stage_chunk(float* buf, const float* A, long long lda, int B, int K, int k0)
+{
+    constexpr int V = PKC / 4;
+    for (int i = threadIdx.x; i < B * V; i += PT) {
+        const int b = i / V, v = i % V, k = k0 + 4 * v;
+        float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (k < K) value = __ldcg(reinterpret_cast<const float4*>(A + b * lda + k));
+        *reinterpret_cast<float4*>(buf + b * PKCP + 4 * v) = value;
+    }
+}
+
+// The product of one step: out[b][r] = sum_k A[b, k] * W[r][k] for b < B, r < RP, where A (B x K, row
+// stride lda) is in global memory and W (RP rows of KP floats) in shared memory. Thread tid owns a 4x4
+// tile (rows 4*bt.., W rows 4*rt..) and the chunk columns 4*v with v = split, split + ksplit, ...;
+// the ksplit partial tiles are then summed through `red` (ksplit x BP x RP). Leaves the sums in red's
+// first slice (red[b * RP + r]). hbuf has BP rows; rows B .. BP-1 are zero.
+__device__ void block_product(const float* A, long long lda, int B, int BP, int K, const float* W, int RP, int KP,
+                              float* hbuf, float* red)
+{
+    const int tiles_r = RP / 4, tiles = (BP / 4) * tiles_r;
+    const int ksplit = min(PT / tiles, PKC / 4);
+    const int tid = threadIdx.x;
+    const bool computes = tid < tiles * ksplit;
+    const int tile = tid % tiles, split = tid / tiles;
+    const int bt = tile / tiles_r, rt = tile % tiles_r;
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += PKC) {
+        __syncthreads();  // the previous chunk (or the previous user of hbuf) is done
+        stage_chunk(hbuf, A, lda, B, K, k0);
+        __syncthreads();
+        if (computes) {
+            const int v_end = min(PKC, K - k0) / 4;
+            for (int v = split; v < v_end; v += ksplit) {
+                float4 a[4], w[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    a[i] = *reinterpret_cast<const float4*>(hbuf + (4 * bt + i) * PKCP + 4 * v);
+                    w[i] = *reinterpret_cast<const float4*>(W + (4 * rt + i) * KP + k0 + 4 * v);
+                }
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        acc[i][r] += a[i].x * w[r].x + a[i].y * w[r].y + a[i].z * w[r].z + a[i].w * w[r].w;
+                    }
+                }
+            }
+        }
+    }
+    if (computes) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) red[(split * BP + 4 * bt + i) * RP + 4 * rt + r] = acc[i][r];
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < BP * RP; e += PT) {  // sum the partial tiles into slice 0
+        float sum = red[e];
+        for (int s = 1; s < ksplit; ++s) sum += red[s * BP * RP + e];
+        red[e] = sum;
+    }
+    __syncthreads();
+}
+
+__host__ __device__ constexpr int round_up4(int x) { return (x + 3) / 4 * 4; }
+
+template <int MODE>
+__host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : (MODE == MODE_GRU ? 3 : 1); }
+
+// ---------------------------------------------------------------------------------------------
+// Forward. Shared memory: W (RP x KP, KP = H + 4), hbuf (BP x PKCP), red (<= 4096 floats).
+// ---------------------------------------------------------------------------------------------
+template <int MODE>
+__device__ void persistent_forward(const DirForward& dir, int direction, int c, const int* lengths, int T, int B,
+                                   int H, int U, long long y_ld, int relu, unsigned int* barrier)
+{
+    constexpr int G = gate_count<MODE>();
+    extern __shared__ float4 smem4[];
+    float* smem = reinterpret_cast<float*>(smem4);
+    const int R = G * U, RP = round_up4(R), KP = H + 4, BP = round_up4(B);
+    float* W = smem;
+    float* hbuf = W + RP * KP;
+    float* red = hbuf + BP * PKCP;
+    const int j0 = c * U;
+
+    // Rows g*U + u of W = row g*H + j0 + u of W_hh (zero past H, and in the padding rows).
+    for (int i = threadIdx.x; i < RP * H; i += PT) {
+        const int r = i / H, k = i % H, g = r / U, u = r % U;
+        W[r * KP + k] = (r < R && j0 + u < H) ? dir.w_hh[(long long)(g * H + j0 + u) * H + k] : 0.0f;
+    }
+    for (int i = threadIdx.x; i < (BP - B) * PKCP; i += PT) hbuf[B * PKCP + i] = 0.0f;
+    // (block_product's first __syncthreads orders these writes before any read)
+
+    const long long state = (long long)B * H;
+    for (int s = 0; s < T; ++s) {
+        const int t = direction ? T - 1 - s : s;
+        const float* h_in = dir.hs + (direction ? t + 1 : t) * state;
+        float* h_out = dir.hs + (direction ? t : t + 1) * state;
+        block_product(h_in, H, B, BP, H, W, RP, KP, hbuf, red);
+        for (int e = threadIdx.x; e < B * U; e += PT) {
+            const int b = e / U, u = e % U, j = j0 + u;
+            if (j >= H) continue;
+            const long long i = b * (long long)H + j;
+            float* y = dir.y + ((long long)t * B + b) * y_ld + j;
+            const float* gx = dir.gates_x + ((long long)t * B + b) * G * H + j;
+            const bool valid = step_is_valid(lengths, b, t);
+            if (MODE == MODE_LSTM) {
+                const float* c_in = dir.cs + (direction ? t + 1 : t) * state;
+                float* c_out = dir.cs + (direction ? t : t + 1) * state;
+                float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * B + b) * 4 * H + j;
+                if (!valid) {
+                    h_out[i] = __ldcg(h_in + i);
+                    c_out[i] = __ldcg(c_in + i);
+                    *y = 0.0f;
+                    if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = 0.0f;
+                    continue;
+                }
+                float pre[4], act[4], c_new, h_new;
+#pragma unroll
+                for (int g = 0; g < 4; ++g) {
+                    pre[g] = gx[g * H] + bias_at(dir.b_ih, g * H + j) + red[b * RP + g * U + u] +
+                             bias_at(dir.b_hh, g * H + j);
+                }
+                lstm_cell_value(pre, __ldcg(c_in + i), act, c_new, h_new);
+                c_out[i] = c_new;
+                h_out[i] = h_new;
+                *y = h_new;
+                if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = act[g];
+            } else if (MODE == MODE_GRU) {
+                float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * B + b) * 4 * H + j;
+                const float h_prev = __ldcg(h_in + i);
+                if (!valid) {
+                    h_out[i] = h_prev;
+                    *y = 0.0f;
+                    if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = 0.0f;
+                    continue;
+                }
+                float saved[4];
+                const float h_new = gru_cell_value(
+                    gx[0] + bias_at(dir.b_ih, j), gx[H] + bias_at(dir.b_ih, H + j), gx[2 * H] + bias_at(dir.b_ih, 2 * H + j),
+                    red[b * RP + u] + bias_at(dir.b_hh, j), red[b * RP + U + u] + bias_at(dir.b_hh, H + j),
+                    red[b * RP + 2 * U + u] + bias_at(dir.b_hh, 2 * H + j), h_prev, saved);
+                h_out[i] = h_new;
+                *y = h_new;
+                if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = saved[g];
+            } else {
+                if (!valid) {
+                    h_out[i] = __ldcg(h_in + i);
+                    *y = 0.0f;
+                    continue;
+                }
+                const float h_new = rnn_cell_value(
+                    gx[0] + bias_at(dir.b_ih, j) + red[b * RP + u] + bias_at(dir.b_hh, j), relu);
+                h_out[i] = h_new;
+                *y = h_new;
+            }
+        }
+        if (s + 1 < T) grid_barrier(barrier, s);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward, steps in the reverse of the forward order. Shared memory: W (RP x KP, RP = round4(U),
+// KP = G*H + 4) with W[u][k] = W_hh[k, j0 + u], hbuf, red, then `direct` and `dcarry` (B x U each):
+// the part of dh that skips W_hh, and the LSTM's dc, owned by this CTA for the whole run.
+// ---------------------------------------------------------------------------------------------
+template <int MODE>
+__device__ void persistent_backward(const DirBackward& dir, int direction, int c, const int* lengths, int T, int B,
+                                    int H, int U, long long dy_ld, int relu, unsigned int* barrier)
+{
+    constexpr int G = gate_count<MODE>();
+    extern __shared__ float4 smem4[];
+    float* smem = reinterpret_cast<float*>(smem4);
+    const int GH = G * H, RP = round_up4(U), KP = GH + 4, BP = round_up4(B);
+    float* W = smem;
+    float* hbuf = W + RP * KP;
+    float* red = hbuf + BP * PKCP;
+    float* direct = red + 4096;
+    float* dcarry = direct + B * U;
+    const int j0 = c * U;
+
+    for (int i = threadIdx.x; i < RP * GH; i += PT) {
+        const int u = i / GH, k = i % GH;
+        W[u * KP + k] = (u < U && j0 + u < H) ? dir.w_hh[(long long)k * H + j0 + u] : 0.0f;
+    }
+    for (int i = threadIdx.x; i < (BP - B) * PKCP; i += PT) hbuf[B * PKCP + i] = 0.0f;
+    for (int e = threadIdx.x; e < B * U; e += PT) {
+        const int b = e / U, j = j0 + e % U;
+        direct[e] = j < H ? dir.dh[b * (long long)H + j] : 0.0f;
+        if (MODE == MODE_LSTM) dcarry[e] = j < H ? dir.dc[b * (long long)H + j] : 0.0f;
+    }
+    __syncthreads();
+
+    const long long state = (long long)B * H;
+    for (int s = 0; s <= T; ++s) {
+        // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh.
+        if (s > 0) {
+            const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
+            block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, hbuf, red);
+        }
+        if (s == T) {  // dh, dc now hold the gradients of the initial state
+            for (int e = threadIdx.x; e < B * U; e += PT) {
+                const int b = e / U, u = e % U, j = j0 + u;
+                if (j >= H) continue;
+                dir.dh[b * (long long)H + j] = direct[e] + (T > 0 ? red[b * RP + u] : 0.0f);
+                if (MODE == MODE_LSTM) dir.dc[b * (long long)H + j] = dcarry[e];
+            }
+            break;
+        }
+        const int t = direction ? s : T - 1 - s;
+        for (int e = threadIdx.x; e < B * U; e += PT) {
+            const int b = e / U, u = e % U, j = j0 + u;
+            if (j >= H) continue;
+            const long long i = b * (long long)H + j;
+            const float dh = direct[e] + (s > 0 ? red[b * RP + u] : 0.0f);
+            const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
+            if (!step_is_valid(lengths, b, t)) {  // dh (and dc) pass through to the step before
+                for (int g = 0; g < G; ++g) {
+                    dir.dgates_x[row + g * H] = 0.0f;
+                    dir.dgates_h[row + g * H] = 0.0f;
+                }
+                direct[e] = dh;
+                continue;
+            }
+            const float d = dh + (dir.dy == nullptr ? 0.0f : dir.dy[((long long)t * B + b) * dy_ld + j]);
+            const float* keep = dir.saved + ((long long)t * B + b) * 4 * H + j;
+            const float* h_in = dir.hs + (direction ? t + 1 : t) * state;
+            if (MODE == MODE_LSTM) {
+                const float* c_in = dir.cs + (direction ? t + 1 : t) * state;
+                const float* c_out = dir.cs + (direction ? t : t + 1) * state;
+                float act[4], dgate[4], dc_prev;
+                for (int g = 0; g < 4; ++g) act[g] = keep[g * H];
+                lstm_cell_grad(d, dcarry[e], act, c_in[i], c_out[i], dgate, dc_prev);
+                for (int g = 0; g < 4; ++g) dir.dgates_x[row + g * H] = dgate[g];
+                dcarry[e] = dc_prev;
+                direct[e] = 0.0f;
+            } else if (MODE == MODE_GRU) {
+                float saved[4], dgate_x[3], dgate_h[3];
+                for (int g = 0; g < 4; ++g) saved[g] = keep[g * H];
+                direct[e] = gru_cell_grad(d, saved, h_in[i], dgate_x, dgate_h);
+                for (int g = 0; g < 3; ++g) {
+                    dir.dgates_x[row + g * H] = dgate_x[g];
+                    dir.dgates_h[row + g * H] = dgate_h[g];
+                }
+            } else {
+                const float* h_out = dir.hs + (direction ? t : t + 1) * state;
+                dir.dgates_x[row] = rnn_cell_grad(d, h_out[i], relu);
+                direct[e] = 0.0f;
+            }
+        }
+        grid_barrier(barrier, s);
+    }
+}
+
+// The kernels: one per mode and pass, each for both directions (d1 unused when `directions` is 1).
+// Grid: directions * ceil(H / U) CTAs of PT threads; dynamic shared memory from the launcher
+// (minidl/primitives/cuda/rnn_persistent.py), which also zeroes `barrier`.
+#define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
+    extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
+        DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
+        unsigned int* barrier)                                                                              \
+    {                                                                                                       \
+        const int per_direction = (H + U - 1) / U;                                                          \
+        const int direction = blockIdx.x / per_direction;                                                   \
+        const int c = blockIdx.x % per_direction;                                                           \
+        if (direction) persistent_forward<MODE>(d1, 1, c, lengths, T, B, H, U, y_ld, relu, barrier);        \
+        else persistent_forward<MODE>(d0, 0, c, lengths, T, B, H, U, y_ld, relu, barrier);                  \
+    }
+#define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
+    extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
+        DirBackward d0, DirBackward d1, const int* lengths, int T, int B, int H, int U, long long dy_ld,      \
+        int relu, unsigned int* barrier)                                                                    \
+    {                                                                                                       \
+        const int per_direction = (H + U - 1) / U;                                                          \
+        const int direction = blockIdx.x / per_direction;                                                   \
+        const int c = blockIdx.x % per_direction;                                                           \
+        if (direction) persistent_backward<MODE>(d1, 1, c, lengths, T, B, H, U, dy_ld, relu, barrier);      \
+        else persistent_backward<MODE>(d0, 0, c, lengths, T, B, H, U, dy_ld, relu, barrier);                \
+    }
+PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
+PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)
+PERSISTENT_FORWARD(gru_persistent_forward, MODE_GRU)
+PERSISTENT_BACKWARD(rnn_persistent_backward, MODE_RNN)
+PERSISTENT_BACKWARD(lstm_persistent_backward, MODE_LSTM)
+PERSISTENT_BACKWARD(gru_persistent_backward, MODE_GRU)

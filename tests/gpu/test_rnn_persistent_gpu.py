@@ -1,0 +1,144 @@
+"""The persistent RNN algorithm (kernels/rnn_persistent.cu): one launch per layer for every time step.
+
+Against the NumPy reference in float64 and the standard algorithm on the same GPU, with the launcher's
+POISON switch on (every buffer the kernels should fill starts as NaN). The hidden units per CTA are
+forced to several values (cuda/rnn_persistent.UNITS) so that a CTA owns 1, an odd number, or a count
+that does not divide the hidden size; batches that are not multiples of 4; padded and bidirectional
+layers (both directions run in one launch, through one grid-wide barrier). Also: the same result run to
+run (bit for bit), inside a CUDA graph, and the error of algo='persistent' where it cannot run.
+"""
+import zlib
+
+import numpy as np
+import pytest
+
+from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
+from tests.conftest import rel_err
+from tests.gpu.test_rnn_gpu import _assert_close, _case, _run_gpu, _run_reference, _to_gpu, _to_host
+
+pytestmark = pytest.mark.gpu
+
+MODES = ["rnn_tanh", "rnn_relu", "lstm", "gru"]
+CONFIGS = [(1, False, True), (2, True, True), (2, False, False)]
+
+
+@pytest.fixture(autouse=True)
+def poisoned_buffers(monkeypatch):
+    from minidl.primitives.cuda import rnn as cuda_rnn
+
+    monkeypatch.setattr(cuda_rnn, "POISON", True)
+    return cuda_rnn
+
+
+@pytest.fixture
+def units(monkeypatch):
+    from minidl.primitives.cuda import rnn_persistent
+
+    def force(n):
+        monkeypatch.setattr(rnn_persistent, "UNITS", n)
+    return force
+
+
+def _desc(mode, I, H, L, bidirectional, bias, algo):
+    return RNNDescriptor(mode, I, H, L, bidirectional, bias, algo=algo)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("num_layers,bidirectional,bias", CONFIGS)
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("per_cta", [None, 1, 3, 8])
+def test_persistent_matches_reference_and_standard(mode, num_layers, bidirectional, bias, padded, per_cta, units):
+    units(per_cta)
+    rng = np.random.default_rng(zlib.crc32(repr((mode, num_layers, bidirectional, bias, padded, per_cta)).encode()))
+    T, B, I, H = 9, 6, 13, 36
+    lengths = np.array([5, 9, 1, 7, 9, 3]) if padded else None
+    desc = _desc(mode, I, H, num_layers, bidirectional, bias, "persistent")
+    case = _case(desc, T, B, rng)
+    got = _run_gpu(desc, *case, lengths=lengths)
+    _assert_close(got, _run_reference(desc, *case, lengths=lengths), desc)
+    standard = _run_gpu(_desc(mode, I, H, num_layers, bidirectional, bias, "standard"), *case, lengths=lengths)
+    _assert_close(got, standard, desc, tol=2e-5)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+@pytest.mark.parametrize("B", [1, 37, 64])
+def test_persistent_language_model_sizes(mode, B):
+    """The sizes the algorithm is for (hidden 512, 35 steps), a batch of 1, an odd one and 64."""
+    rng = np.random.default_rng(B)
+    desc = _desc(mode, 512, 512, 2, False, True, "persistent")
+    case = _case(desc, 35, B, rng)
+    got = _run_gpu(desc, *case)
+    _assert_close(got, _run_gpu(_desc(mode, 512, 512, 2, False, True, "standard"), *case), desc, tol=1e-4)
+
+
+def test_persistent_bidirectional_wide():
+    """Two directions of hidden 768: 12 units per CTA, 64 CTAs per direction, ~150 KB of weights each."""
+    rng = np.random.default_rng(3)
+    desc = _desc("lstm", 64, 768, 1, True, True, "persistent")
+    lengths = rng.integers(1, 12, size=16)
+    case = _case(desc, 11, 16, rng)
+    got = _run_gpu(desc, *case, lengths=lengths)
+    _assert_close(got, _run_reference(desc, *case, lengths=lengths), desc)
+
+
+def test_persistent_is_deterministic():
+    rng = np.random.default_rng(9)
+    desc = _desc("lstm", 40, 128, 2, True, True, "persistent")
+    case = _case(desc, 20, 24, rng)
+    first, second = _run_gpu(desc, *case), _run_gpu(desc, *case)
+    for key in ("y", "hy", "cy", "dx", "dh0", "dc0"):
+        np.testing.assert_array_equal(first[key], second[key], err_msg=key)
+    for a, b in zip(first["dweights"], second["dweights"]):
+        for u, v in zip(a, b):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_auto_uses_persistent_where_it_fits():
+    from minidl.primitives.cuda.rnn import choose_algorithm
+
+    assert choose_algorithm(RNNDescriptor("lstm", 512, 512, 2), 35, 32)[0] == "persistent"
+    algorithm, _, reason = choose_algorithm(RNNDescriptor("lstm", 8, 37), 35, 32)
+    assert algorithm == "standard" and "multiple of 4" in reason
+    assert choose_algorithm(RNNDescriptor("lstm", 8, 36), 1, 32)[0] == "standard"  # one step
+    assert choose_algorithm(RNNDescriptor("lstm", 8, 36, algo="standard"), 35, 32)[0] == "standard"
+    algorithm, _, reason = choose_algorithm(RNNDescriptor("lstm", 8, 4096), 35, 32)
+    assert algorithm == "standard" and "shared memory" in reason
+
+
+def test_persistent_that_cannot_run_says_why():
+    desc = RNNDescriptor("gru", 8, 37, algo="persistent")
+    x, h0, _, weights, *_ = _case(desc, 4, 3, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"rnn_forward: algo='persistent' cannot run .*hidden_size 37 is not a "
+                                         r"multiple of 4.*algo='auto'"):
+        rnn_forward(_to_gpu(x), _to_gpu(h0), None, _to_gpu(weights), desc)
+
+
+def test_persistent_inside_a_cuda_graph():
+    """Capture forward + backward once, replay on new data: the replay equals an eager run on that data."""
+    import cupy
+
+    import minidl
+
+    rng = np.random.default_rng(21)
+    desc = _desc("lstm", 24, 64, 2, True, True, "persistent")
+    x, h0, c0, weights, dy, dhy, dcy = (_to_gpu(a) for a in _case(desc, 10, 8, rng))
+
+    def run():
+        y, hy, cy, reserve = rnn_forward(x, h0, c0, weights, desc)
+        dx, dh0, dc0, dweights = rnn_backward(dy, dhy, dcy, reserve)
+        return y, hy, cy, dx, dh0, dc0, dweights
+
+    run()  # compile outside the capture
+    graph = minidl.cuda.CUDAGraph()
+    with minidl.cuda.graph(graph):
+        outs = run()
+    x[...] = cupy.asarray(rng.standard_normal(x.shape).astype(np.float32))
+    graph.replay()
+    replayed = _to_host(list(outs))
+    eager = _to_host(list(run()))
+    # (the input projections run on our SGEMM in a capture and on cuBLAS eagerly: fp32 rounding apart)
+    for got, want in zip(replayed[:6], eager[:6]):
+        assert rel_err(got, want) <= 1e-5
+    for got, want in zip(replayed[6], eager[6]):
+        for g, w in zip(got, want):
+            assert rel_err(g, w) <= 1e-5
