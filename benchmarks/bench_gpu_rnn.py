@@ -138,6 +138,55 @@ def bench_case(mode, steps, batch, bidirectional, warmup, repeats, algos=("stand
     return row
 
 
+def units_sweep(mode, steps, batch, warmup, repeats, choices=(4, 8, 16, (4, 8), (8, 4))):
+    """fwd and bwd ms of the persistent algorithm for each forced (forward units, backward units)."""
+    import cupy
+
+    from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
+    from minidl.primitives.cuda import rnn_persistent
+
+    rng = np.random.default_rng(0)
+    desc = RNNDescriptor(mode, INPUT, HIDDEN, LAYERS, algo="persistent")
+    weights = [tuple(cupy.asarray(w) for w in entry) for entry in _weights(desc, rng)]
+    x = cupy.asarray(rng.standard_normal((steps, batch, INPUT)).astype(np.float32))
+    dy = cupy.asarray(rng.standard_normal((steps, batch, HIDDEN)).astype(np.float32))
+    events = dict(start_event=lambda: _CupyEvent(cupy), end_event=lambda: _CupyEvent(cupy),
+                  synchronize=cupy.cuda.Device().synchronize)
+    rows = []
+    for units in choices:
+        rnn_persistent.UNITS = units
+        try:
+            fwd, _ = _median_ms(lambda: rnn_forward(x, None, None, weights, desc), warmup=warmup, repeats=repeats,
+                                **events)
+            _, _, _, reserve = rnn_forward(x, None, None, weights, desc)
+            bwd, _ = _median_ms(lambda: rnn_backward(dy, None, None, reserve), warmup=warmup, repeats=repeats,
+                                **events)
+            rows.append((units, fwd, bwd))
+        except ValueError as e:
+            rows.append((units, str(e), ""))
+        finally:
+            rnn_persistent.UNITS = None
+    return rows
+
+
+def fit_table(modes=("lstm", "gru"), hiddens=(256, 512, 768, 1024, 1536, 2048), batches=(32, 64, 128)):
+    """Markdown lines: where the persistent algorithm fits on this GPU (rnn_persistent.plan)."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    lines = ["| mode, directions | batch | " + " | ".join(f"H {h}" for h in hiddens) + " |",
+             "| --- | ---: | " + " | ".join("---" for _ in hiddens) + " |"]
+    for mode in modes:
+        for D in (1, 2):
+            for B in batches:
+                cells = []
+                for H in hiddens:
+                    p, _ = rnn_persistent.plan(mode, B, H, D)
+                    cells.append(f"U {p.forward.units}/{p.backward.units}, {max(p.forward.smem, p.backward.smem) // 1024} KB"
+                                 if p else "standard")
+                lines.append(f"| {mode.upper()}, {D} | {B} | " + " | ".join(cells) + " |")
+    return lines
+
+
 class _CupyEvent:
     def __init__(self, cupy):
         self.event = cupy.cuda.Event()
@@ -268,6 +317,17 @@ def main():
                      f"| {r['cudnn_bf16_fb']:.3f} | {p_fb / r['ours_persistent_fp32_fb']:.2f} |")
     lines.append("")
     lines.append("ratio = ours / cuDNN (lower is better; < 1 means faster than cuDNN). Issue 24's target: <= 0.8x.")
+    lines += ["", "## Hidden units per CTA (the persistent algorithm, fp32), ms", "",
+              "U units per CTA: 512 / U CTAs per layer (the default, the smallest U that fits the SMs, is 4 here).", "",
+              "| workload | U | fwd | bwd |", "| --- | ---: | ---: | ---: |"]
+    for mode, steps, batch in (("lstm", 35, 32), ("lstm", 35, 64)):
+        for units, fwd, bwd in units_sweep(mode, steps, batch, args.warmup, args.repeats):
+            cell = (f"{fwd:.3f} | {bwd:.3f}" if isinstance(fwd, float) else f"{fwd} |")
+            lines.append(f"| {mode.upper()} {LAYERS}x{HIDDEN} T{steps} B{batch} | {units} | {cell} |")
+    lines += ["", "## Where the persistent algorithm fits on this GPU", "",
+              "U forward/backward units per CTA and the larger shared memory of the two kernels; 'standard': "
+              "the weights or the batch do not fit, algo='auto' runs the standard algorithm.", ""]
+    lines += fit_table()
     text = "\n".join(lines) + "\n"
     write_report(text, args.out)
 

@@ -17,12 +17,17 @@
 //             U x G*H, sit in shared memory; the cell's backward follows, again for its own units.
 //             The LSTM's dc and the part of dh that skips W_hh (GRU: z * dh) never leave the CTA.
 // So each step is: stage the state written by every CTA at the last step (L2 -> shared memory, in
-// chunks of PKC columns), a small product (a 4x4 register tile per thread, the K range split between
-// threads and summed in shared memory), the cell, and one grid-wide barrier.
+// chunks of PKC columns through a ring of NBUF buffers filled by cp.async, so that the next chunks are in
+// flight while one is multiplied), a small product (a 4x4 register tile per thread, the K range split
+// between threads and summed in shared memory), the cell, and one grid-wide barrier. The cell's other
+// operands (this step's input projection; in backward the saved gates, states and dy) are fetched with
+// the first chunk, and the CTA's own slice of the state (h, and the LSTM's c) stays in shared memory
+// across steps, so the cell waits on no global load.
 //
 // The barrier: all CTAs must be resident at once (the launcher keeps the grid at most one CTA per SM,
-// __launch_bounds__(PT, 1)). Each CTA adds 1 to a global counter (zeroed before the launch) and waits
-// until it reaches nblocks * (barrier number + 1): the counter only grows, so no reset is needed and no
+// __launch_bounds__(PT, 1)). Each CTA adds 1 to its direction's global counter (zeroed before the
+// launch; the two directions never wait for each other) and waits until it reaches the direction's CTA
+// count * (barrier number + 1): the counter only grows, so no reset is needed and no
 // CTA can run a barrier ahead. Writes before the barrier are published by __threadfence() (release)
 // before the add, and reads after it go to L2 (__ldcg), never the non-coherent L1. As in cooperative
 // groups' grid sync. A CTA that waits too long (a grid that was not co-resident: a launcher bug) traps,
@@ -33,10 +38,19 @@
 // Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
 // fp32 throughout: the same arithmetic as the standard algorithm in another summation order.
 #include "rnn_cell.cuh"
+#include "tc_common.cuh"  // cp.async
+
+using minidl_tc::cp_async16;
+using minidl_tc::cp_async4;
+using minidl_tc::cp_async_commit;
+using minidl_tc::cp_async_wait;
+using minidl_tc::smem_addr;
 
 constexpr int PT = 256;           // threads per CTA
-constexpr int PKC = 128;          // columns of the exchanged state staged per chunk
-constexpr int PKCP = PKC + 4;     // padded row of the staging buffer (float4-aligned)
+constexpr int PKC = 128;          // columns of the exchanged state per staged chunk
+constexpr int PKCP = PKC + 4;     // padded row of a chunk buffer (float4-aligned)
+constexpr int NBUF = 3;           // chunk buffers: NBUF - 1 chunks in flight while one is multiplied
+constexpr int RED = 4096;         // floats of the partial-sum buffer
 constexpr int MODE_RNN = 0, MODE_LSTM = 1, MODE_GRU = 2;
 
 // Per-direction arguments, picked by the CTA's direction.
@@ -70,14 +84,14 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
     return v;
 }
 
-// Barrier number `phase` (0, 1, 2, ...) of the whole grid.
-__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int phase)
+// Barrier number `phase` (0, 1, 2, ...) of the `nblocks` CTAs that share `counter`.
+__device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int nblocks, unsigned int phase)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(counter, 1u);
-        const unsigned int target = gridDim.x * (phase + 1);
+        const unsigned int target = nblocks * (phase + 1);
         const long long start = clock64();
         while (load_acquire(counter) < target) {
             if (clock64() - start > (1LL << 36)) __trap();  // ~30 s: the grid was not co-resident
@@ -87,26 +101,27 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
     __syncthreads();
 }
 
-// Stage A[0:B, k0:k0+PKC] (row stride lda, K columns in all, K % 4 == 0) into buf[b * PKCP + k];
-// columns past K become 0. A was written by other CTAs: read through L2.
-__device__ __forceinline__ void stage_chunk(float* buf, const float* A, long long lda, int B, int K, int k0)
+// Start copying A[0:B, k0:k0+PKC] (row stride lda, K columns in all, K % 4 == 0) into buf[b * PKCP + k];
+// columns past K become 0. A was written by other CTAs: cp.async.cg reads it from L2, never from L1.
+__device__ __forceinline__ void issue_chunk(float* buf, const float* A, long long lda, int B, int K, int k0)
 {
     constexpr int V = PKC / 4;
     for (int i = threadIdx.x; i < B * V; i += PT) {
         const int b = i / V, v = i % V, k = k0 + 4 * v;
-        float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (k < K) value = __ldcg(reinterpret_cast<const float4*>(A + b * lda + k));
-        *reinterpret_cast<float4*>(buf + b * PKCP + 4 * v) = value;
+        const bool inside = k < K;
+        cp_async16(smem_addr(buf + b * PKCP + 4 * v), inside ? A + b * lda + k : A, inside ? 16 : 0);
     }
 }
 
-// The product of one step: out[b][r] = sum_k A[b, k] * W[r][k] for b < B, r < RP, where A (B x K, row
-// stride lda) is in global memory and W (RP rows of KP floats) in shared memory. Thread tid owns a 4x4
-// tile (rows 4*bt.., W rows 4*rt..) and the chunk columns 4*v with v = split, split + ksplit, ...;
-// the ksplit partial tiles are then summed through `red` (ksplit x BP x RP). Leaves the sums in red's
-// first slice (red[b * RP + r]). hbuf has BP rows; rows B .. BP-1 are zero.
+// The product of one step: red[b * RP + r] = sum_k A[b, k] * W[r][k] for b < BP, r < RP, where A (B x K,
+// row stride lda) is in global memory and W (RP rows of KP floats) in shared memory. Thread tid owns a
+// 4x4 tile (rows 4*bt.., W rows 4*rt..) and the chunk columns 4*v with v = split, split + ksplit, ...;
+// the ksplit partial tiles are then summed through `red` (ksplit x BP x RP <= RED floats). `ring` holds
+// NBUF chunk buffers of BP rows (rows B .. BP-1 zero). `fetch()` issues the cell's own cp.async copies;
+// they land with the first chunk.
+template <class Fetch>
 __device__ void block_product(const float* A, long long lda, int B, int BP, int K, const float* W, int RP, int KP,
-                              float* hbuf, float* red)
+                              float* ring, float* red, Fetch fetch)
 {
     const int tiles_r = RP / 4, tiles = (BP / 4) * tiles_r;
     const int ksplit = min(PT / tiles, PKC / 4);
@@ -114,13 +129,24 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
     const bool computes = tid < tiles * ksplit;
     const int tile = tid % tiles, split = tid / tiles;
     const int bt = tile / tiles_r, rt = tile % tiles_r;
+    const int chunks = (K + PKC - 1) / PKC, buffer = BP * PKCP;
     float acc[4][4] = {};
-    for (int k0 = 0; k0 < K; k0 += PKC) {
-        __syncthreads();  // the previous chunk (or the previous user of hbuf) is done
-        stage_chunk(hbuf, A, lda, B, K, k0);
-        __syncthreads();
+    __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
+#pragma unroll
+    for (int c = 0; c < NBUF - 1; ++c) {
+        if (c < chunks) issue_chunk(ring + c * buffer, A, lda, B, K, c * PKC);
+        if (c == 0) fetch();
+        cp_async_commit();
+    }
+    for (int c = 0; c < chunks; ++c) {
+        cp_async_wait<NBUF - 2>();  // chunk c (and everything before it) has landed, for this thread
+        __syncthreads();            // ... and for every thread; and chunk c - 1 is no longer read
+        const int next = c + NBUF - 1;
+        if (next < chunks) issue_chunk(ring + (next % NBUF) * buffer, A, lda, B, K, next * PKC);
+        cp_async_commit();
         if (computes) {
-            const int v_end = min(PKC, K - k0) / 4;
+            const float* hbuf = ring + (c % NBUF) * buffer;
+            const int k0 = c * PKC, v_end = min(PKC, K - k0) / 4;
             for (int v = split; v < v_end; v += ksplit) {
                 float4 a[4], w[4];
 #pragma unroll
@@ -138,6 +164,7 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
             }
         }
     }
+    cp_async_wait<0>();
     if (computes) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -160,150 +187,181 @@ template <int MODE>
 __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : (MODE == MODE_GRU ? 3 : 1); }
 
 // ---------------------------------------------------------------------------------------------
-// Forward. Shared memory: W (RP x KP, KP = H + 4), hbuf (BP x PKCP), red (<= 4096 floats).
+// Forward. Shared memory: W (RP x KP, KP = H + 4), the ring (NBUF x BP x PKCP), red (RED), then gx
+// (B x G*U: this step's input projection of the CTA's gates), h and c (B x U each: the CTA's slice of
+// the state, kept across steps).
 // ---------------------------------------------------------------------------------------------
 template <int MODE>
-__device__ void persistent_forward(const DirForward& dir, int direction, int c, const int* lengths, int T, int B,
-                                   int H, int U, long long y_ld, int relu, unsigned int* barrier)
+__device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
+                                   const int* lengths, int T, int B, int H, int U, long long y_ld, int relu,
+                                   unsigned int* barrier)
 {
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     const int R = G * U, RP = round_up4(R), KP = H + 4, BP = round_up4(B);
     float* W = smem;
-    float* hbuf = W + RP * KP;
-    float* red = hbuf + BP * PKCP;
+    float* ring = W + RP * KP;
+    float* red = ring + NBUF * BP * PKCP;
+    float* gx = red + RED;
+    float* h_own = gx + B * R;
+    float* c_own = h_own + B * U;
     const int j0 = c * U;
+    const long long state = (long long)B * H;
 
     // Rows g*U + u of W = row g*H + j0 + u of W_hh (zero past H, and in the padding rows).
     for (int i = threadIdx.x; i < RP * H; i += PT) {
         const int r = i / H, k = i % H, g = r / U, u = r % U;
         W[r * KP + k] = (r < R && j0 + u < H) ? dir.w_hh[(long long)(g * H + j0 + u) * H + k] : 0.0f;
     }
-    for (int i = threadIdx.x; i < (BP - B) * PKCP; i += PT) hbuf[B * PKCP + i] = 0.0f;
+    for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;  // rows B .. BP-1 stay zero
+    const int first = direction ? T : 0;  // where the initial state sits in hs / cs
+    for (int e = threadIdx.x; e < B * U; e += PT) {
+        const int b = e / U, j = j0 + e % U;
+        h_own[e] = j < H ? dir.hs[first * state + b * (long long)H + j] : 0.0f;
+        if (MODE == MODE_LSTM) c_own[e] = j < H ? dir.cs[first * state + b * (long long)H + j] : 0.0f;
+    }
     // (block_product's first __syncthreads orders these writes before any read)
 
-    const long long state = (long long)B * H;
     for (int s = 0; s < T; ++s) {
         const int t = direction ? T - 1 - s : s;
         const float* h_in = dir.hs + (direction ? t + 1 : t) * state;
-        float* h_out = dir.hs + (direction ? t : t + 1) * state;
-        block_product(h_in, H, B, BP, H, W, RP, KP, hbuf, red);
+        const long long out = (direction ? t : t + 1) * state;
+        const float* gx_t = dir.gates_x + (long long)t * B * G * H;
+        auto fetch = [&]() {  // this step's input projection of the CTA's gates
+            for (int i = threadIdx.x; i < B * R; i += PT) {
+                const int b = i / R, r = i % R, g = r / U, u = r % U;
+                if (j0 + u < H) cp_async4(smem_addr(gx + i), gx_t + (long long)b * G * H + g * H + j0 + u);
+            }
+        };
+        block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, fetch);
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
             const long long i = b * (long long)H + j;
             float* y = dir.y + ((long long)t * B + b) * y_ld + j;
-            const float* gx = dir.gates_x + ((long long)t * B + b) * G * H + j;
-            const bool valid = step_is_valid(lengths, b, t);
+            float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * B + b) * 4 * H + j;
+            const float* gxe = gx + b * R + u;     // gate g at gxe[g * U]
+            const float* ghe = red + b * RP + u;   // likewise
+            if (!step_is_valid(lengths, b, t)) {  // the state passes through; y and the record are 0
+                dir.hs[out + i] = h_own[e];
+                if (MODE == MODE_LSTM) dir.cs[out + i] = c_own[e];
+                *y = 0.0f;
+                if (MODE != MODE_RNN && keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = 0.0f;
+                continue;
+            }
+            float h_new;
             if (MODE == MODE_LSTM) {
-                const float* c_in = dir.cs + (direction ? t + 1 : t) * state;
-                float* c_out = dir.cs + (direction ? t : t + 1) * state;
-                float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * B + b) * 4 * H + j;
-                if (!valid) {
-                    h_out[i] = __ldcg(h_in + i);
-                    c_out[i] = __ldcg(c_in + i);
-                    *y = 0.0f;
-                    if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = 0.0f;
-                    continue;
-                }
-                float pre[4], act[4], c_new, h_new;
+                float pre[4], act[4], c_new;
 #pragma unroll
                 for (int g = 0; g < 4; ++g) {
-                    pre[g] = gx[g * H] + bias_at(dir.b_ih, g * H + j) + red[b * RP + g * U + u] +
-                             bias_at(dir.b_hh, g * H + j);
+                    pre[g] = gxe[g * U] + bias_at(dir.b_ih, g * H + j) + ghe[g * U] + bias_at(dir.b_hh, g * H + j);
                 }
-                lstm_cell_value(pre, __ldcg(c_in + i), act, c_new, h_new);
-                c_out[i] = c_new;
-                h_out[i] = h_new;
-                *y = h_new;
+                lstm_cell_value(pre, c_own[e], act, c_new, h_new);
+                c_own[e] = c_new;
+                dir.cs[out + i] = c_new;
                 if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = act[g];
             } else if (MODE == MODE_GRU) {
-                float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * B + b) * 4 * H + j;
-                const float h_prev = __ldcg(h_in + i);
-                if (!valid) {
-                    h_out[i] = h_prev;
-                    *y = 0.0f;
-                    if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = 0.0f;
-                    continue;
-                }
                 float saved[4];
-                const float h_new = gru_cell_value(
-                    gx[0] + bias_at(dir.b_ih, j), gx[H] + bias_at(dir.b_ih, H + j), gx[2 * H] + bias_at(dir.b_ih, 2 * H + j),
-                    red[b * RP + u] + bias_at(dir.b_hh, j), red[b * RP + U + u] + bias_at(dir.b_hh, H + j),
-                    red[b * RP + 2 * U + u] + bias_at(dir.b_hh, 2 * H + j), h_prev, saved);
-                h_out[i] = h_new;
-                *y = h_new;
+                h_new = gru_cell_value(
+                    gxe[0] + bias_at(dir.b_ih, j), gxe[U] + bias_at(dir.b_ih, H + j),
+                    gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), ghe[0] + bias_at(dir.b_hh, j),
+                    ghe[U] + bias_at(dir.b_hh, H + j), ghe[2 * U] + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
                 if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = saved[g];
             } else {
-                if (!valid) {
-                    h_out[i] = __ldcg(h_in + i);
-                    *y = 0.0f;
-                    continue;
-                }
-                const float h_new = rnn_cell_value(
-                    gx[0] + bias_at(dir.b_ih, j) + red[b * RP + u] + bias_at(dir.b_hh, j), relu);
-                h_out[i] = h_new;
-                *y = h_new;
+                h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + ghe[0] + bias_at(dir.b_hh, j), relu);
             }
+            h_own[e] = h_new;
+            dir.hs[out + i] = h_new;
+            *y = h_new;
         }
-        if (s + 1 < T) grid_barrier(barrier, s);
+        if (s + 1 < T) grid_barrier(barrier, per_direction, s);
     }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Backward, steps in the reverse of the forward order. Shared memory: W (RP x KP, RP = round4(U),
-// KP = G*H + 4) with W[u][k] = W_hh[k, j0 + u], hbuf, red, then `direct` and `dcarry` (B x U each):
-// the part of dh that skips W_hh, and the LSTM's dc, owned by this CTA for the whole run.
+// KP = G*H + 4) with W[u][k] = W_hh[k, j0 + u], the ring, red, then `direct` and `dcarry` (B x U each:
+// the part of dh that skips W_hh, and the LSTM's dc, owned by this CTA for the whole run) and `ops`
+// (B x 7U: this step's saved gates, states and dy for the CTA's units, fetched with the first chunk).
 // ---------------------------------------------------------------------------------------------
 template <int MODE>
-__device__ void persistent_backward(const DirBackward& dir, int direction, int c, const int* lengths, int T, int B,
-                                    int H, int U, long long dy_ld, int relu, unsigned int* barrier)
+__device__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
+                                    const int* lengths, int T, int B, int H, int U, long long dy_ld, int relu,
+                                    unsigned int* barrier)
 {
     constexpr int G = gate_count<MODE>();
+    // ops per element: [gate records (4, LSTM/GRU)], state(s), dy
+    constexpr int NREC = MODE == MODE_RNN ? 0 : 4;
+    constexpr int NSTATE = MODE == MODE_LSTM ? 2 : 1;  // LSTM c_in, c_out; GRU h_in; RNN h_out
+    constexpr int NOPS = NREC + NSTATE + 1;
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     const int GH = G * H, RP = round_up4(U), KP = GH + 4, BP = round_up4(B);
     float* W = smem;
-    float* hbuf = W + RP * KP;
-    float* red = hbuf + BP * PKCP;
-    float* direct = red + 4096;
+    float* ring = W + RP * KP;
+    float* red = ring + NBUF * BP * PKCP;
+    float* direct = red + RED;
     float* dcarry = direct + B * U;
+    float* ops = dcarry + B * U;
     const int j0 = c * U;
+    const long long state = (long long)B * H;
 
     for (int i = threadIdx.x; i < RP * GH; i += PT) {
         const int u = i / GH, k = i % GH;
         W[u * KP + k] = (u < U && j0 + u < H) ? dir.w_hh[(long long)k * H + j0 + u] : 0.0f;
     }
-    for (int i = threadIdx.x; i < (BP - B) * PKCP; i += PT) hbuf[B * PKCP + i] = 0.0f;
+    for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;
     for (int e = threadIdx.x; e < B * U; e += PT) {
         const int b = e / U, j = j0 + e % U;
         direct[e] = j < H ? dir.dh[b * (long long)H + j] : 0.0f;
         if (MODE == MODE_LSTM) dcarry[e] = j < H ? dir.dc[b * (long long)H + j] : 0.0f;
     }
-    __syncthreads();
 
-    const long long state = (long long)B * H;
     for (int s = 0; s <= T; ++s) {
+        const int t = direction ? s : T - 1 - s;  // (for s < T) the step whose cell runs now
+        auto fetch = [&]() {  // the cell's operands at step t, ops[e * NOPS + q]
+            if (s == T) return;
+            for (int i = threadIdx.x; i < B * U * NOPS; i += PT) {
+                const int e = i / NOPS, q = i % NOPS, b = e / U, j = j0 + e % U;
+                if (j >= H) continue;
+                const long long bj = b * (long long)H + j;
+                const float* src;
+                if (q < NREC) {
+                    src = dir.saved + ((long long)t * B + b) * 4 * H + q * H + j;
+                } else if (q < NREC + NSTATE) {
+                    const bool entering = MODE == MODE_RNN ? false : q == NREC;  // RNN reads the state it made
+                    const int index = entering ? (direction ? t + 1 : t) : (direction ? t : t + 1);
+                    src = (MODE == MODE_LSTM ? dir.cs : dir.hs) + index * state + bj;
+                } else {
+                    if (dir.dy == nullptr) { ops[i] = 0.0f; continue; }
+                    src = dir.dy + ((long long)t * B + b) * dy_ld + j;
+                }
+                cp_async4(smem_addr(ops + i), src);
+            }
+        };
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh.
         if (s > 0) {
             const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
-            block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, hbuf, red);
+            block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, ring, red, fetch);
+        } else {
+            fetch();
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
         }
         if (s == T) {  // dh, dc now hold the gradients of the initial state
             for (int e = threadIdx.x; e < B * U; e += PT) {
                 const int b = e / U, u = e % U, j = j0 + u;
                 if (j >= H) continue;
-                dir.dh[b * (long long)H + j] = direct[e] + (T > 0 ? red[b * RP + u] : 0.0f);
+                dir.dh[b * (long long)H + j] = direct[e] + red[b * RP + u];
                 if (MODE == MODE_LSTM) dir.dc[b * (long long)H + j] = dcarry[e];
             }
             break;
         }
-        const int t = direction ? s : T - 1 - s;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
-            const long long i = b * (long long)H + j;
             const float dh = direct[e] + (s > 0 ? red[b * RP + u] : 0.0f);
             const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
             if (!step_is_valid(lengths, b, t)) {  // dh (and dc) pass through to the step before
@@ -314,49 +372,44 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                 direct[e] = dh;
                 continue;
             }
-            const float d = dh + (dir.dy == nullptr ? 0.0f : dir.dy[((long long)t * B + b) * dy_ld + j]);
-            const float* keep = dir.saved + ((long long)t * B + b) * 4 * H + j;
-            const float* h_in = dir.hs + (direction ? t + 1 : t) * state;
+            const float* op = ops + e * NOPS;
+            const float d = dh + op[NOPS - 1];
             if (MODE == MODE_LSTM) {
-                const float* c_in = dir.cs + (direction ? t + 1 : t) * state;
-                const float* c_out = dir.cs + (direction ? t : t + 1) * state;
-                float act[4], dgate[4], dc_prev;
-                for (int g = 0; g < 4; ++g) act[g] = keep[g * H];
-                lstm_cell_grad(d, dcarry[e], act, c_in[i], c_out[i], dgate, dc_prev);
+                float dgate[4], dc_prev;
+                lstm_cell_grad(d, dcarry[e], op, op[4], op[5], dgate, dc_prev);
                 for (int g = 0; g < 4; ++g) dir.dgates_x[row + g * H] = dgate[g];
                 dcarry[e] = dc_prev;
                 direct[e] = 0.0f;
             } else if (MODE == MODE_GRU) {
-                float saved[4], dgate_x[3], dgate_h[3];
-                for (int g = 0; g < 4; ++g) saved[g] = keep[g * H];
-                direct[e] = gru_cell_grad(d, saved, h_in[i], dgate_x, dgate_h);
+                float dgate_x[3], dgate_h[3];
+                direct[e] = gru_cell_grad(d, op, op[4], dgate_x, dgate_h);
                 for (int g = 0; g < 3; ++g) {
                     dir.dgates_x[row + g * H] = dgate_x[g];
                     dir.dgates_h[row + g * H] = dgate_h[g];
                 }
             } else {
-                const float* h_out = dir.hs + (direction ? t : t + 1) * state;
-                dir.dgates_x[row] = rnn_cell_grad(d, h_out[i], relu);
+                dir.dgates_x[row] = rnn_cell_grad(d, op[0], relu);
                 direct[e] = 0.0f;
             }
         }
-        grid_barrier(barrier, s);
+        grid_barrier(barrier, per_direction, s);
     }
 }
 
-// The kernels: one per mode and pass, each for both directions (d1 unused when `directions` is 1).
+// The kernels: one per mode and pass, each for both directions (d1 unused when there is one).
 // Grid: directions * ceil(H / U) CTAs of PT threads; dynamic shared memory from the launcher
-// (minidl/primitives/cuda/rnn_persistent.py), which also zeroes `barrier`.
+// (minidl/primitives/cuda/rnn_persistent.py), which also zeroes `barrier` (one counter per direction).
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
         unsigned int* barrier)                                                                              \
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
-        const int direction = blockIdx.x / per_direction;                                                   \
-        const int c = blockIdx.x % per_direction;                                                           \
-        if (direction) persistent_forward<MODE>(d1, 1, c, lengths, T, B, H, U, y_ld, relu, barrier);        \
-        else persistent_forward<MODE>(d0, 0, c, lengths, T, B, H, U, y_ld, relu, barrier);                  \
+        const int direction = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                   \
+        if (direction)                                                                                      \
+            persistent_forward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, barrier + 1); \
+        else                                                                                                \
+            persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, barrier);    \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
@@ -364,10 +417,11 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         int relu, unsigned int* barrier)                                                                    \
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
-        const int direction = blockIdx.x / per_direction;                                                   \
-        const int c = blockIdx.x % per_direction;                                                           \
-        if (direction) persistent_backward<MODE>(d1, 1, c, lengths, T, B, H, U, dy_ld, relu, barrier);      \
-        else persistent_backward<MODE>(d0, 0, c, lengths, T, B, H, U, dy_ld, relu, barrier);                \
+        const int direction = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                   \
+        if (direction)                                                                                      \
+            persistent_backward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, barrier + 1);\
+        else                                                                                                \
+            persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, barrier);  \
     }
 PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
 PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)

@@ -9,12 +9,12 @@ followed by the backward pass of the other.
 
 `plan(mode, B, H, D)` says whether a problem fits, and how it is split: CTA c of a direction owns
 hidden units c*U ... c*U + U - 1, with U the smallest count that keeps the grid (D * ceil(H / U) CTAs) at
-one CTA per SM, because the kernel's grid-wide barrier needs every CTA resident at once. What must fit
-in one CTA's shared memory: forward, the G*U rows of W_hh for its units (G*U x H floats); backward, its
-U columns of W_hh (U x G*H floats); each plus a staging buffer for the exchanged state (B x 132 floats)
-and 16 KB for partial sums. On an H100 (132 SMs, 227 KB per CTA) an LSTM fits up to H = 1024 for one
-direction (U = 8: 128 KB of weights) and H = 768 for two; past that `plan` says why and the standard
-algorithm runs.
+one CTA per SM, because the kernel's grid-wide barrier needs every CTA resident at once (forward and
+backward choose their counts apart: `UNITS` forces them). What must fit in one CTA's shared memory: forward, the G*U rows of W_hh for its units (G*U x H floats); backward, its
+U columns of W_hh (U x G*H floats); each plus a ring of 3 staging buffers for the exchanged state
+(3 x B x 132 floats), 16 KB for partial sums and a few floats per unit and batch row. Past that, `plan` says why and the
+standard algorithm runs (RNNDescriptor algo="auto"). Where the limit falls on this GPU, by hidden size
+and batch, is the table benchmarks/bench_gpu_rnn.py prints from `plan`.
 """
 from __future__ import annotations
 
@@ -28,10 +28,13 @@ from ._compile import get_kernel
 from ._launch import sm_count
 
 PT = 256                # threads per CTA (kernels/rnn_persistent.cu: PT)
-PKCP = 128 + 4          # a staged row of the exchanged state (PKCP)
-RED_FLOATS = 4096       # the partial-sum buffer
+PKCP = 128 + 4          # a row of a staged chunk of the exchanged state (PKCP)
+NBUF = 3                # chunk buffers in the ring (NBUF)
+RED_FLOATS = 4096       # the partial-sum buffer (RED)
+BACKWARD_OPS = 7        # the cell operands fetched per unit in backward (at most: LSTM's NOPS)
 FLOAT_BYTES = 4
-# Tests and benchmarks set this to force the hidden units per CTA (None: plan picks the smallest that fits).
+# Tests and benchmarks set this to force the hidden units per CTA: an int for both passes, or a pair
+# (forward, backward). None: plan picks the smallest count that fits the SMs.
 UNITS = None
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
@@ -40,14 +43,18 @@ KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "gru": ("gru_persistent_forward", "gru_persistent_backward")}
 
 
-class Plan(NamedTuple):
-    """How a persistent launch splits one layer: `units` hidden units per CTA, `blocks` CTAs in all
-    (both directions), and the dynamic shared memory of the forward and backward kernels in bytes."""
+class Pass(NamedTuple):
+    """One persistent launch of a layer: `units` hidden units per CTA, `blocks` CTAs in all (both
+    directions), `smem` bytes of dynamic shared memory."""
 
     units: int
     blocks: int
-    forward_smem: int
-    backward_smem: int
+    smem: int
+
+
+class Plan(NamedTuple):
+    forward: Pass
+    backward: Pass
 
 
 def _round4(x: int) -> int:
@@ -59,37 +66,52 @@ def _smem_limit(device_id: int) -> int:
     return cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"]
 
 
-def smem_bytes(mode: str, B: int, H: int, units: int) -> tuple:
-    """(forward, backward) dynamic shared memory of a CTA owning `units` hidden units."""
+def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool) -> int:
+    """Dynamic shared memory of a CTA owning `units` hidden units (the layout in rnn_persistent.cu)."""
     G = GATES[mode]
-    BP = _round4(B)
-    forward = (_round4(G * units) * (H + 4) + BP * PKCP + RED_FLOATS) * FLOAT_BYTES
-    backward = (_round4(units) * (G * H + 4) + BP * PKCP + RED_FLOATS + 2 * B * units) * FLOAT_BYTES
-    return forward, backward
+    ring = NBUF * _round4(B) * PKCP + RED_FLOATS
+    if backward:
+        floats = _round4(units) * (G * H + 4) + ring + (2 + BACKWARD_OPS) * B * units
+    else:
+        floats = _round4(G * units) * (H + 4) + ring + (G + 2) * B * units
+    return floats * FLOAT_BYTES
 
 
-def plan(mode: str, B: int, H: int, D: int, units: int | None = None):
-    """(Plan, None) when the persistent kernels can run this layer shape, else (None, the reason).
-
-    units: force the hidden units per CTA (benchmarks); None picks the smallest that fits the SMs."""
-    if H % 4:
-        return None, f"hidden_size {H} is not a multiple of 4 (the kernel stages the state as float4)"
+def _pass(mode, B, H, D, units, backward):
     sms = sm_count()
-    units = units or UNITS or -(-H // (sms // D))
+    units = units or -(-H // (sms // D))
     per_direction = -(-H // units)
     if D * per_direction > sms:
         return None, (f"{D * per_direction} CTAs (units={units}) would not all be resident on {sms} SMs, "
                       "which the grid-wide barrier needs")
-    G = GATES[mode]
-    tiles_b = _round4(B) // 4
-    if tiles_b * (_round4(G * units) // 4) > PT:
+    rows = units if backward else GATES[mode] * units
+    if (_round4(B) // 4) * (_round4(rows) // 4) > PT:
         return None, f"batch {B} is too large for one CTA's register tiles ({PT} threads x 4x4 outputs)"
-    forward, backward = smem_bytes(mode, B, H, units)
+    smem = smem_bytes(mode, B, H, units, backward)
     limit = _smem_limit(cupy.cuda.runtime.getDevice())
-    if max(forward, backward) > limit:
-        return None, (f"the weights of {units} hidden units ({mode}, hidden_size {H}, batch {B}) need "
-                      f"{max(forward, backward) // 1024} KB of shared memory per CTA; this GPU has {limit // 1024} KB")
-    return Plan(units, D * per_direction, forward, backward), None
+    if smem > limit:
+        return None, (f"the {'columns' if backward else 'rows'} of W_hh for {units} hidden units ({mode}, "
+                      f"hidden_size {H}, batch {B}) need {smem // 1024} KB of shared memory per CTA; this GPU "
+                      f"has {limit // 1024} KB")
+    return Pass(units, D * per_direction, smem), None
+
+
+def plan(mode: str, B: int, H: int, D: int, units=None):
+    """(Plan, None) when the persistent kernels can run this layer shape, else (None, the reason).
+
+    units: force the hidden units per CTA, an int or a (forward, backward) pair (benchmarks); None picks
+    the smallest that fits the SMs."""
+    if H % 4:
+        return None, f"hidden_size {H} is not a multiple of 4 (the kernel stages the state as float4)"
+    units = units or UNITS
+    forward_units, backward_units = units if isinstance(units, tuple) else (units, units)
+    forward, reason = _pass(mode, B, H, D, forward_units, False)
+    if forward is None:
+        return None, reason
+    backward, reason = _pass(mode, B, H, D, backward_units, True)
+    if backward is None:
+        return None, reason
+    return Plan(forward, backward), None
 
 
 def _function(name: str, smem: int):
@@ -129,9 +151,10 @@ def forward(mode, the_plan, directions, y, lengths, T, B, H):
                         _ptr(run.cs), _ptr(run.gates), _ptr(y) + d * H * FLOAT_BYTES))
     if D == 1:
         structs.append((0,) * 8)
-    barrier = cupy.zeros(1, dtype=cupy.uint32)
-    args = structs + [_ptr(lengths), T, B, H, the_plan.units, D * H, int(mode == "rnn_relu"), _ptr(barrier)]
-    _launch(KERNELS[mode][0], the_plan.blocks, the_plan.forward_smem, args)
+    barrier = cupy.zeros(2, dtype=cupy.uint32)  # one counter per direction
+    launch = the_plan.forward
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), _ptr(barrier)]
+    _launch(KERNELS[mode][0], launch.blocks, launch.smem, args)
 
 
 def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H):
@@ -147,6 +170,7 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H):
                         _ptr(run.dgates_h), _ptr(dh[d]), _ptr(dc[d])))
     if D == 1:
         structs.append((0,) * 9)
-    barrier = cupy.zeros(1, dtype=cupy.uint32)
-    args = structs + [_ptr(lengths), T, B, H, the_plan.units, D * H, int(mode == "rnn_relu"), _ptr(barrier)]
-    _launch(KERNELS[mode][1], the_plan.blocks, the_plan.backward_smem, args)
+    barrier = cupy.zeros(2, dtype=cupy.uint32)
+    launch = the_plan.backward
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), _ptr(barrier)]
+    _launch(KERNELS[mode][1], launch.blocks, launch.smem, args)
