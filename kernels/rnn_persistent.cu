@@ -18,8 +18,8 @@
 //             The LSTM's dc and the part of dh that skips W_hh (GRU: z * dh) never leave the CTA.
 // So each step is: stage the state written by every CTA at the last step (L2 -> shared memory, in
 // chunks of PKC columns through a ring of NBUF buffers filled by cp.async, so that the next chunks are in
-// flight while one is multiplied), a small product (a 4x4 register tile per thread, the K range split
-// between threads and summed in shared memory), the cell, and one grid-wide barrier. The cell's other
+// flight while one is multiplied), a small product on the tensor cores (mma.sync TF32, three of them per
+// tile for fp32 accuracy; see block_product), the cell, and one grid-wide barrier. The cell's other
 // operands (this step's input projection; in backward the saved gates, states and dy) are fetched with
 // the first chunk, and the CTA's own slice of the state (h, and the LSTM's c) stays in shared memory
 // across steps, so the cell waits on no global load.
@@ -36,7 +36,8 @@
 // Both directions of a bidirectional layer run in the same launch: CTAs 0 .. S-1 run direction 0 and
 // S .. 2S-1 direction 1 (at time T-1-s at its step s), through the same barrier.
 // Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
-// fp32 throughout: the same arithmetic as the standard algorithm in another summation order.
+// Data and state are fp32 throughout; the recurrent product runs as 3xTF32 (fp32 accuracy) or, with
+// tf32 = 1 (math="tf32"), as plain TF32 like the standard algorithm's TF32 GEMMs.
 #include "rnn_cell.cuh"
 #include "tc_common.cuh"  // cp.async
 
@@ -88,6 +89,9 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
 __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int nblocks, unsigned int phase)
 {
     __syncthreads();
+#ifdef PERSIST_ABLATE_BARRIER  // ablation switches: benchmarks/profile_rnn_persistent.py (wrong results)
+    return;
+#endif
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(counter, 1u);
@@ -95,6 +99,9 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
         const long long start = clock64();
         while (load_acquire(counter) < target) {
             if (clock64() - start > (1LL << 36)) __trap();  // ~30 s: the grid was not co-resident
+#ifdef PERSIST_BACKOFF
+            __nanosleep(PERSIST_BACKOFF);
+#endif
         }
         __threadfence();
     }
@@ -106,6 +113,9 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
 __device__ __forceinline__ void issue_chunk(float* buf, const float* A, long long lda, int B, int K, int k0)
 {
     constexpr int V = PKC / 4;
+#ifdef PERSIST_ABLATE_STAGE
+    return;
+#endif
     for (int i = threadIdx.x; i < B * V; i += PT) {
         const int b = i / V, v = i % V, k = k0 + 4 * v;
         const bool inside = k < K;
@@ -113,22 +123,32 @@ __device__ __forceinline__ void issue_chunk(float* buf, const float* A, long lon
     }
 }
 
-// The product of one step: red[b * RP + r] = sum_k A[b, k] * W[r][k] for b < BP, r < RP, where A (B x K,
-// row stride lda) is in global memory and W (RP rows of KP floats) in shared memory. Thread tid owns a
-// 4x4 tile (rows 4*bt.., W rows 4*rt..) and the chunk columns 4*v with v = split, split + ksplit, ...;
-// the ksplit partial tiles are then summed through `red` (ksplit x BP x RP <= RED floats). `ring` holds
-// NBUF chunk buffers of BP rows (rows B .. BP-1 zero). `fetch()` issues the cell's own cp.async copies;
-// they land with the first chunk.
+// The product of one step on the tensor cores: red[b * RP + r] = sum_k A[b, k] * W[r][k] for b < BP,
+// r < RP, where A (B x K, row stride lda, K % 8 == 0) is in global memory and W (RP rows of KP floats) in
+// shared memory. mma.sync m16n8k8 TF32 (the fragment layouts are drawn in kernels/gemm_tc.cu): M = the
+// batch (BP = B rounded up to 16), N = the CTA's rows of W (RP, rounded up to 8), K = the state.
+//   tf32 = 1: operands rounded to TF32 (cvt.rna), one mma per tile: the math of cuDNN's TF32 mode.
+//   tf32 = 0: fp32 accuracy from three TF32 mmas (Henry et al.'s "3xTF32"): x = big + small with both
+//             parts TF32, and a*b ~ a_big*b_big + a_big*b_small + a_small*b_big (the dropped
+//             small*small term is ~2^-22 of the product).
+// The 8 warps split the MT x NT output tiles into TG groups and the k steps of each chunk into KS = 8/TG
+// slices (warp w: tiles tg, tg + TG, ... with tg = w % TG, k steps w / TG, + KS, ...); the KS partial
+// sums are added through `red` (KS x BP x RP <= RED floats). `ring` holds NBUF chunk buffers of BP rows
+// (rows B .. BP-1 zero). `fetch()` issues the cell's own cp.async copies; they land with the first chunk.
+__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small)
+{
+    big = minidl_tc::to_tf32(__float_as_uint(x));
+    small = minidl_tc::to_tf32(__float_as_uint(x - __uint_as_float(big)));
+}
+
 template <class Fetch>
 __device__ void block_product(const float* A, long long lda, int B, int BP, int K, const float* W, int RP, int KP,
-                              float* ring, float* red, Fetch fetch)
+                              float* ring, float* red, int tf32, Fetch fetch)
 {
-    const int tiles_r = RP / 4, tiles = (BP / 4) * tiles_r;
-    const int ksplit = min(PT / tiles, PKC / 4);
-    const int tid = threadIdx.x;
-    const bool computes = tid < tiles * ksplit;
-    const int tile = tid % tiles, split = tid / tiles;
-    const int bt = tile / tiles_r, rt = tile % tiles_r;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int MT = BP / 16, NT = RP / 8, tiles = MT * NT;
+    const int TG = tiles >= 8 ? 8 : (tiles >= 4 ? 4 : (tiles >= 2 ? 2 : 1)), KS = 8 / TG;
+    const int tg = warp % TG, kslice = warp / TG;
     const int chunks = (K + PKC - 1) / PKC, buffer = BP * PKCP;
     float acc[4][4] = {};
     __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
@@ -144,44 +164,58 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
         const int next = c + NBUF - 1;
         if (next < chunks) issue_chunk(ring + (next % NBUF) * buffer, A, lda, B, K, next * PKC);
         cp_async_commit();
-        if (computes) {
-            const float* hbuf = ring + (c % NBUF) * buffer;
-            const int k0 = c * PKC, v_end = min(PKC, K - k0) / 4;
-            for (int v = split; v < v_end; v += ksplit) {
-                float4 a[4], w[4];
+#ifndef PERSIST_ABLATE_PRODUCT
+        const float* hbuf = ring + (c % NBUF) * buffer;
+        const int k0 = c * PKC, steps = min(PKC, K - k0) / 8;
+        for (int ks = kslice; ks < steps; ks += KS) {
+            const int kk = ks * 8;
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    a[i] = *reinterpret_cast<const float4*>(hbuf + (4 * bt + i) * PKCP + 4 * v);
-                    w[i] = *reinterpret_cast<const float4*>(W + (4 * rt + i) * KP + k0 + 4 * v);
+            for (int q = 0; q < 4; ++q) {
+                const int tile = tg + q * TG;
+                if (tile >= tiles) break;
+                const int mt = tile / NT, nt = tile % NT;
+                const float* a_at = hbuf + (mt * 16 + g) * PKCP + kk + t;
+                const float* b_at = W + (nt * 8 + g) * KP + k0 + kk + t;
+                const float a[4] = {a_at[0], a_at[8 * PKCP], a_at[4], a_at[8 * PKCP + 4]};
+                const float b[2] = {b_at[0], b_at[4]};
+                unsigned a_big[4], a_small[4], b_big[2], b_small[2];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) split_tf32(a[e], a_big[e], a_small[e]);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) split_tf32(b[e], b_big[e], b_small[e]);
+                if (!tf32) {
+                    minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q], a_small, b_big);
+                    minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q], a_big, b_small);
                 }
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        acc[i][r] += a[i].x * w[r].x + a[i].y * w[r].y + a[i].z * w[r].z + a[i].w * w[r].w;
-                    }
-                }
+                minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q], a_big, b_big);
             }
         }
+#endif
     }
     cp_async_wait<0>();
-    if (computes) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) red[(split * BP + 4 * bt + i) * RP + 4 * rt + r] = acc[i][r];
+    for (int q = 0; q < 4; ++q) {
+        const int tile = tg + q * TG;
+        if (tile >= tiles) break;
+        const int mt = tile / NT, nt = tile % NT;
+        float* at = red + (kslice * BP + mt * 16 + g) * RP + nt * 8 + 2 * t;
+        at[0] = acc[q][0];
+        at[1] = acc[q][1];
+        at[8 * RP] = acc[q][2];
+        at[8 * RP + 1] = acc[q][3];
+    }
+    __syncthreads();
+    if (KS > 1) {
+        for (int e = threadIdx.x; e < BP * RP; e += PT) {  // sum the partial tiles into slice 0
+            float sum = red[e];
+            for (int s = 1; s < KS; ++s) sum += red[s * BP * RP + e];
+            red[e] = sum;
         }
+        __syncthreads();
     }
-    __syncthreads();
-    for (int e = tid; e < BP * RP; e += PT) {  // sum the partial tiles into slice 0
-        float sum = red[e];
-        for (int s = 1; s < ksplit; ++s) sum += red[s * BP * RP + e];
-        red[e] = sum;
-    }
-    __syncthreads();
 }
 
-__host__ __device__ constexpr int round_up4(int x) { return (x + 3) / 4 * 4; }
+__host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 template <int MODE>
 __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : (MODE == MODE_GRU ? 3 : 1); }
@@ -194,12 +228,12 @@ __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : 
 template <int MODE>
 __device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
                                    const int* lengths, int T, int B, int H, int U, long long y_ld, int relu,
-                                   unsigned int* barrier)
+                                   int tf32, unsigned int* barrier)
 {
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    const int R = G * U, RP = round_up4(R), KP = H + 4, BP = round_up4(B);
+    const int R = G * U, RP = round_up(R, 8), KP = H + 4, BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + RP * KP;
     float* red = ring + NBUF * BP * PKCP;
@@ -234,7 +268,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 if (j0 + u < H) cp_async4(smem_addr(gx + i), gx_t + (long long)b * G * H + g * H + j0 + u);
             }
         };
-        block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, fetch);
+        block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, tf32, fetch);
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
@@ -288,7 +322,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
 template <int MODE>
 __device__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
                                     const int* lengths, int T, int B, int H, int U, long long dy_ld, int relu,
-                                    unsigned int* barrier)
+                                    int tf32, unsigned int* barrier)
 {
     constexpr int G = gate_count<MODE>();
     // ops per element: [gate records (4, LSTM/GRU)], state(s), dy
@@ -297,7 +331,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     constexpr int NOPS = NREC + NSTATE + 1;
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    const int GH = G * H, RP = round_up4(U), KP = GH + 4, BP = round_up4(B);
+    const int GH = G * H, RP = round_up(U, 8), KP = GH + 4, BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + RP * KP;
     float* red = ring + NBUF * BP * PKCP;
@@ -343,7 +377,8 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh.
         if (s > 0) {
             const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
-            block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, ring, red, fetch);
+            block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, ring, red, tf32,
+                          fetch);
         } else {
             fetch();
             cp_async_commit();
@@ -402,26 +437,26 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
-        unsigned int* barrier)                                                                              \
+        int tf32, unsigned int* barrier)                                                                              \
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
         const int direction = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                   \
         if (direction)                                                                                      \
-            persistent_forward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, barrier + 1); \
+            persistent_forward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, tf32, barrier + 1); \
         else                                                                                                \
-            persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, barrier);    \
+            persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, tf32, barrier);    \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirBackward d0, DirBackward d1, const int* lengths, int T, int B, int H, int U, long long dy_ld,      \
-        int relu, unsigned int* barrier)                                                                    \
+        int relu, int tf32, unsigned int* barrier)                                                                    \
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
         const int direction = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                   \
         if (direction)                                                                                      \
-            persistent_backward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, barrier + 1);\
+            persistent_backward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, tf32, barrier + 1);\
         else                                                                                                \
-            persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, barrier);  \
+            persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, tf32, barrier);  \
     }
 PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
 PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)

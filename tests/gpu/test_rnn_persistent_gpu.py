@@ -50,7 +50,7 @@ def _desc(mode, I, H, L, bidirectional, bias, algo):
 def test_persistent_matches_reference_and_standard(mode, num_layers, bidirectional, bias, padded, per_cta, units):
     units(per_cta)
     rng = np.random.default_rng(zlib.crc32(repr((mode, num_layers, bidirectional, bias, padded, per_cta)).encode()))
-    T, B, I, H = 9, 6, 13, 36
+    T, B, I, H = 9, 6, 13, 40
     lengths = np.array([5, 9, 1, 7, 9, 3]) if padded else None
     desc = _desc(mode, I, H, num_layers, bidirectional, bias, "persistent")
     case = _case(desc, T, B, rng)
@@ -69,6 +69,32 @@ def test_persistent_language_model_sizes(mode, B):
     case = _case(desc, 35, B, rng)
     got = _run_gpu(desc, *case)
     _assert_close(got, _run_gpu(_desc(mode, 512, 512, 2, False, True, "standard"), *case), desc, tol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_relu"])
+def test_persistent_tf32_matches_standard_tf32(mode):
+    """math="tf32": the recurrent product rounds its operands to TF32 (one mma per tile) as the standard
+    algorithm's TF32 GEMMs do; both agree to TF32's error, and are within it of float64."""
+    rng = np.random.default_rng(17)
+    lengths = np.array([12, 3, 12, 7, 1, 9, 12, 5, 11, 2])
+    desc = _desc(mode, 24, 64, 2, True, True, "persistent")
+    x, h0, c0, weights, dy, dhy, dcy = _case(desc, 12, 10, rng)
+
+    def run(algo):
+        d = _desc(mode, 24, 64, 2, True, True, algo)
+        y, hy, cy, reserve = rnn_forward(_to_gpu(x), _to_gpu(h0), _to_gpu(c0), _to_gpu(weights), d,
+                                         seq_lengths=lengths, math="tf32")
+        dx, dh0, _, dweights = rnn_backward(_to_gpu(dy), _to_gpu(dhy), _to_gpu(dcy), reserve)
+        return _to_host([y, hy, dx, dh0]), _to_host(dweights)
+
+    (outs, dweights), (outs_s, dweights_s) = run("persistent"), run("standard")
+    want = _run_reference(desc, x, h0, c0, weights, dy, dhy, dcy, lengths=lengths)
+    for got, same, key in zip(outs, outs_s, ("y", "hy", "dx", "dh0")):
+        assert rel_err(got, same) <= 2e-3, key
+        assert rel_err(got, want[key]) <= 5e-3, key
+    for got, ref in zip(dweights, want["dweights"]):
+        for g, w in zip(got, ref):
+            assert rel_err(g, w) <= 5e-3
 
 
 def test_persistent_bidirectional_wide():
@@ -98,9 +124,9 @@ def test_auto_uses_persistent_where_it_fits():
 
     assert choose_algorithm(RNNDescriptor("lstm", 512, 512, 2), 35, 32)[0] == "persistent"
     algorithm, _, reason = choose_algorithm(RNNDescriptor("lstm", 8, 37), 35, 32)
-    assert algorithm == "standard" and "multiple of 4" in reason
-    assert choose_algorithm(RNNDescriptor("lstm", 8, 36), 1, 32)[0] == "standard"  # one step
-    assert choose_algorithm(RNNDescriptor("lstm", 8, 36, algo="standard"), 35, 32)[0] == "standard"
+    assert algorithm == "standard" and "multiple of 8" in reason
+    assert choose_algorithm(RNNDescriptor("lstm", 8, 40), 1, 32)[0] == "standard"  # one step
+    assert choose_algorithm(RNNDescriptor("lstm", 8, 40, algo="standard"), 35, 32)[0] == "standard"
     algorithm, _, reason = choose_algorithm(RNNDescriptor("lstm", 8, 4096), 35, 32)
     assert algorithm == "standard" and "shared memory" in reason
 
@@ -109,7 +135,7 @@ def test_persistent_that_cannot_run_says_why():
     desc = RNNDescriptor("gru", 8, 37, algo="persistent")
     x, h0, _, weights, *_ = _case(desc, 4, 3, np.random.default_rng(0))
     with pytest.raises(ValueError, match=r"rnn_forward: algo='persistent' cannot run .*hidden_size 37 is not a "
-                                         r"multiple of 4.*algo='auto'"):
+                                         r"multiple of 8.*algo='auto'"):
         rnn_forward(_to_gpu(x), _to_gpu(h0), None, _to_gpu(weights), desc)
 
 

@@ -389,7 +389,7 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
                 geo, kernel, gates_x, w_hh, b_ih, b_hh, None if h0 is None else h0[k],
                 None if c0 is None else c0[k], y, lengths, training, math, packed=not persistent))
         if persistent:
-            rnn_persistent.forward(desc.mode, the_plan, directions, y, lengths, T, B, H)
+            rnn_persistent.forward(desc.mode, the_plan, directions, y, lengths, T, B, H, math)
         else:
             _run_interleaved(directions)
         for direction, run in enumerate(directions):
@@ -502,7 +502,7 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
         if persistent:
             rnn_persistent.backward(desc.mode, the_plan, directions, dout, lengths,
                                     [dh0[layer * D + d] for d in range(D)],
-                                    [dc0[layer * D + d] if is_lstm else None for d in range(D)], T, B, H)
+                                    [dc0[layer * D + d] if is_lstm else None for d in range(D)], T, B, H, math)
         else:
             _run_interleaved(directions)
 

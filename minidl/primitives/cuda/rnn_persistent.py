@@ -12,7 +12,8 @@ hidden units c*U ... c*U + U - 1, with U the smallest count that keeps the grid 
 one CTA per SM, because the kernel's grid-wide barrier needs every CTA resident at once (forward and
 backward choose their counts apart: `UNITS` forces them). What must fit in one CTA's shared memory: forward, the G*U rows of W_hh for its units (G*U x H floats); backward, its
 U columns of W_hh (U x G*H floats); each plus a ring of 3 staging buffers for the exchanged state
-(3 x B x 132 floats), 16 KB for partial sums and a few floats per unit and batch row. Past that, `plan` says why and the
+(3 x B x 132 floats, B rounded up to 16), 16 KB for partial sums and a few floats per unit and batch
+row. The product runs on the tensor cores: 3xTF32 for math="fp32" (fp32 accuracy), TF32 for "tf32". Past that, `plan` says why and the
 standard algorithm runs (RNNDescriptor algo="auto"). Where the limit falls on this GPU, by hidden size
 and batch, is the table benchmarks/bench_gpu_rnn.py prints from `plan`.
 """
@@ -31,6 +32,7 @@ PT = 256                # threads per CTA (kernels/rnn_persistent.cu: PT)
 PKCP = 128 + 4          # a row of a staged chunk of the exchanged state (PKCP)
 NBUF = 3                # chunk buffers in the ring (NBUF)
 RED_FLOATS = 4096       # the partial-sum buffer (RED)
+MAX_TILES = 32          # 16 x 8 output tiles per CTA: 8 warps x 4 (block_product's acc[4][4])
 BACKWARD_OPS = 7        # the cell operands fetched per unit in backward (at most: LSTM's NOPS)
 FLOAT_BYTES = 4
 # Tests and benchmarks set this to force the hidden units per CTA: an int for both passes, or a pair
@@ -57,8 +59,8 @@ class Plan(NamedTuple):
     backward: Pass
 
 
-def _round4(x: int) -> int:
-    return (x + 3) // 4 * 4
+def _round(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,11 +71,11 @@ def _smem_limit(device_id: int) -> int:
 def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool) -> int:
     """Dynamic shared memory of a CTA owning `units` hidden units (the layout in rnn_persistent.cu)."""
     G = GATES[mode]
-    ring = NBUF * _round4(B) * PKCP + RED_FLOATS
+    ring = NBUF * _round(B, 16) * PKCP + RED_FLOATS
     if backward:
-        floats = _round4(units) * (G * H + 4) + ring + (2 + BACKWARD_OPS) * B * units
+        floats = _round(units, 8) * (G * H + 4) + ring + (2 + BACKWARD_OPS) * B * units
     else:
-        floats = _round4(G * units) * (H + 4) + ring + (G + 2) * B * units
+        floats = _round(G * units, 8) * (H + 4) + ring + (G + 2) * B * units
     return floats * FLOAT_BYTES
 
 
@@ -85,8 +87,9 @@ def _pass(mode, B, H, D, units, backward):
         return None, (f"{D * per_direction} CTAs (units={units}) would not all be resident on {sms} SMs, "
                       "which the grid-wide barrier needs")
     rows = units if backward else GATES[mode] * units
-    if (_round4(B) // 4) * (_round4(rows) // 4) > PT:
-        return None, f"batch {B} is too large for one CTA's register tiles ({PT} threads x 4x4 outputs)"
+    if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
+        return None, (f"batch {B} x {rows} rows of W_hh per CTA is more than the {MAX_TILES} mma tiles (16 x 8) "
+                      "its 8 warps hold")
     smem = smem_bytes(mode, B, H, units, backward)
     limit = _smem_limit(cupy.cuda.runtime.getDevice())
     if smem > limit:
@@ -101,8 +104,8 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
 
     units: force the hidden units per CTA, an int or a (forward, backward) pair (benchmarks); None picks
     the smallest that fits the SMs."""
-    if H % 4:
-        return None, f"hidden_size {H} is not a multiple of 4 (the kernel stages the state as float4)"
+    if H % 8:
+        return None, f"hidden_size {H} is not a multiple of 8 (the kernel's mma steps are 8 deep)"
     units = units or UNITS
     forward_units, backward_units = units if isinstance(units, tuple) else (units, units)
     forward, reason = _pass(mode, B, H, D, forward_units, False)
@@ -141,7 +144,7 @@ def _ptr(a) -> int:
     return 0 if a is None else a.data.ptr
 
 
-def forward(mode, the_plan, directions, y, lengths, T, B, H):
+def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
     """Run the step loops of one layer's directions (rnn.py's _ForwardDirection objects: gates_x filled,
     hs/cs holding the initial state) in one launch. y (T, B, D*H) gets every direction's columns."""
     D = len(directions)
@@ -153,11 +156,12 @@ def forward(mode, the_plan, directions, y, lengths, T, B, H):
         structs.append((0,) * 8)
     barrier = cupy.zeros(2, dtype=cupy.uint32)  # one counter per direction
     launch = the_plan.forward
-    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), _ptr(barrier)]
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), int(math == "tf32"),
+                      _ptr(barrier)]
     _launch(KERNELS[mode][0], launch.blocks, launch.smem, args)
 
 
-def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H):
+def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="fp32"):
     """BPTT of one layer's directions (rnn.py's _BackwardDirection objects, holding dgates_x/dgates_h and
     their records) in one launch. dh, dc: lists of the (B, H) arrays holding dhy/dcy on entry and
     receiving dh0/dc0 (dc None unless LSTM)."""
@@ -172,5 +176,6 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H):
         structs.append((0,) * 9)
     barrier = cupy.zeros(2, dtype=cupy.uint32)
     launch = the_plan.backward
-    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), _ptr(barrier)]
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), int(math == "tf32"),
+                      _ptr(barrier)]
     _launch(KERNELS[mode][1], launch.blocks, launch.smem, args)

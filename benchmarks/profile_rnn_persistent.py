@@ -1,0 +1,92 @@
+"""Where the time of a persistent RNN step goes: the kernels of kernels/rnn_persistent.cu timed alone
+(CUDA events around the launch) over several sequence lengths, whole and with one part switched off at
+compile time (PERSIST_ABLATE_BARRIER / _STAGE / _PRODUCT: the results are then wrong, only the time
+counts) or the barrier's spin loop backing off (PERSIST_BACKOFF=ns). The slope over T is the cost of one
+step. One layer, one direction, fp32.
+
+    python3 benchmarks/profile_rnn_persistent.py [--mode lstm] [--batch 32] [--hidden 512]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+VARIANTS = {"whole": (), "no barrier": ("-DPERSIST_ABLATE_BARRIER",), "no staging": ("-DPERSIST_ABLATE_STAGE",),
+            "no product": ("-DPERSIST_ABLATE_PRODUCT",),
+            "no barrier, staging, product": ("-DPERSIST_ABLATE_BARRIER", "-DPERSIST_ABLATE_STAGE",
+                                             "-DPERSIST_ABLATE_PRODUCT"),
+            "backoff 32 ns": ("-DPERSIST_BACKOFF=32",), "backoff 128 ns": ("-DPERSIST_BACKOFF=128",)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", default="lstm")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--units", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    import cupy
+
+    from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
+    from minidl.primitives.cuda import _compile, rnn_persistent
+
+    rnn_persistent.UNITS = args.units
+    options = ()
+    timings = {}
+    real_launch = rnn_persistent._launch
+
+    def timed_launch(name, blocks, smem, launch_args):
+        kernel = _compile.get_kernel("rnn_persistent", name, options)
+        if kernel.max_dynamic_shared_size_bytes < smem:
+            kernel.max_dynamic_shared_size_bytes = smem
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        words = [np.asarray(a, dtype=np.uint64).ravel() for a in launch_args]
+        buffer = np.concatenate(words)
+        starts = np.cumsum([0] + [len(w) for w in words[:-1]])
+        params = (buffer.ctypes.data + 8 * starts).astype(np.uint64)
+        cupy.cuda.driver.launchKernel(kernel.kernel.ptr, blocks, 1, 1, rnn_persistent.PT, 1, 1, smem,
+                                      cupy.cuda.get_current_stream().ptr, params.ctypes.data, 0)
+        end.record()
+        timings.setdefault("backward" if "backward" in name else "forward", []).append((start, end))
+
+    rnn_persistent._launch = timed_launch
+    rng = np.random.default_rng(0)
+    H, B = args.hidden, args.batch
+    desc = RNNDescriptor(args.mode, H, H, algo="persistent")
+    weights = [tuple(cupy.asarray((rng.uniform(-1, 1, s.shape) / np.sqrt(H)).astype(np.float32)) for s in e)
+               for e in desc.weight_shapes()]
+    print(f"{args.mode} hidden {H} batch {B}, one layer; plan {rnn_persistent.plan(args.mode, B, H, 1)[0]}")
+    print(f"{'variant':32s} {'pass':9s} " + " ".join(f"T={T:<6d}" for T in (4, 36, 68)) + "  us/step")
+    for variant, flags in VARIANTS.items():
+        options = flags
+        row = {}
+        for T in (4, 36, 68):
+            x = cupy.asarray(rng.standard_normal((T, B, H)).astype(np.float32))
+            dy = cupy.asarray(rng.standard_normal((T, B, H)).astype(np.float32))
+            for _ in range(3):
+                _, _, _, reserve = rnn_forward(x, None, None, weights, desc)
+                rnn_backward(dy, None, None, reserve)
+            cupy.cuda.Device().synchronize()
+            timings.clear()
+            for _ in range(args.repeats):
+                _, _, _, reserve = rnn_forward(x, None, None, weights, desc)
+                rnn_backward(dy, None, None, reserve)
+            cupy.cuda.Device().synchronize()
+            for name, events in timings.items():
+                row.setdefault(name, []).append(statistics.median(cupy.cuda.get_elapsed_time(s, e) for s, e in events))
+        for name, ms in row.items():
+            slope = (ms[2] - ms[0]) / 64 * 1e3
+            print(f"{variant:32s} {name:9s} " + " ".join(f"{m:8.3f}" for m in ms) + f"  {slope:6.2f}")
+    rnn_persistent._launch = real_launch
+
+
+if __name__ == "__main__":
+    main()
