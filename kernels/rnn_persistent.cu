@@ -133,12 +133,53 @@ __device__ __forceinline__ void issue_chunk(float* buf, const float* A, long lon
 //             small*small term is ~2^-22 of the product).
 // The 8 warps split the MT x NT output tiles into TG groups and the k steps of each chunk into KS = 8/TG
 // slices (warp w: tiles tg, tg + TG, ... with tg = w % TG, k steps w / TG, + KS, ...); the KS partial
-// sums are added through `red` (KS x BP x RP <= RED floats). `ring` holds NBUF chunk buffers of BP rows
+// sums are added through `red` (KS x BP x RP <= RED floats). A warp with fewer than 4 tiles keeps
+// several accumulators per tile (product_chunk). `ring` holds NBUF chunk buffers of BP rows
 // (rows B .. BP-1 zero). `fetch()` issues the cell's own cp.async copies; they land with the first chunk.
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small)
 {
     big = minidl_tc::to_tf32(__float_as_uint(x));
     small = minidl_tc::to_tf32(__float_as_uint(x - __uint_as_float(big)));
+}
+
+// One chunk of the product for one warp: its tiles tg, tg + TG, ... (at most 4 / NCOPY of them) over its
+// k steps kslice, kslice + KS, ... Each tile has NCOPY accumulators that take turns by k step
+// (acc[q * NCOPY + copy]): a chain of dependent mmas on one accumulator runs at the mma's latency, so
+// independent chains keep the tensor cores busy when a warp has one tile and a long K.
+template <int NCOPY>
+__device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* hbuf, const float* W, int KP, int k0,
+                                              int steps, int kslice, int KS, int tg, int TG, int tiles, int NT,
+                                              int g, int t, int tf32)
+{
+    constexpr int TPW = 4 / NCOPY;
+    for (int ks0 = kslice; ks0 < steps; ks0 += KS * NCOPY) {
+#pragma unroll
+        for (int copy = 0; copy < NCOPY; ++copy) {
+            const int ks = ks0 + copy * KS;
+            if (ks >= steps) break;
+            const int kk = ks * 8;
+#pragma unroll
+            for (int q = 0; q < TPW; ++q) {
+                const int tile = tg + q * TG;
+                if (tile >= tiles) break;
+                const int mt = tile / NT, nt = tile % NT;
+                const float* a_at = hbuf + (mt * 16 + g) * PKCP + kk + t;
+                const float* b_at = W + (nt * 8 + g) * KP + k0 + kk + t;
+                const float a[4] = {a_at[0], a_at[8 * PKCP], a_at[4], a_at[8 * PKCP + 4]};
+                const float b[2] = {b_at[0], b_at[4]};
+                unsigned a_big[4], a_small[4], b_big[2], b_small[2];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) split_tf32(a[e], a_big[e], a_small[e]);
+#pragma unroll
+                for (int e = 0; e < 2; ++e) split_tf32(b[e], b_big[e], b_small[e]);
+                if (!tf32) {
+                    minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q * NCOPY + copy], a_small, b_big);
+                    minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q * NCOPY + copy], a_big, b_small);
+                }
+                minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q * NCOPY + copy], a_big, b_big);
+            }
+        }
+    }
 }
 
 template <class Fetch>
@@ -149,6 +190,8 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
     const int MT = BP / 16, NT = RP / 8, tiles = MT * NT;
     const int TG = tiles >= 8 ? 8 : (tiles >= 4 ? 4 : (tiles >= 2 ? 2 : 1)), KS = 8 / TG;
     const int tg = warp % TG, kslice = warp / TG;
+    const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
+    const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
     const int chunks = (K + PKC - 1) / PKC, buffer = BP * PKCP;
     float acc[4][4] = {};
     __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
@@ -167,42 +210,35 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
 #ifndef PERSIST_ABLATE_PRODUCT
         const float* hbuf = ring + (c % NBUF) * buffer;
         const int k0 = c * PKC, steps = min(PKC, K - k0) / 8;
-        for (int ks = kslice; ks < steps; ks += KS) {
-            const int kk = ks * 8;
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int tile = tg + q * TG;
-                if (tile >= tiles) break;
-                const int mt = tile / NT, nt = tile % NT;
-                const float* a_at = hbuf + (mt * 16 + g) * PKCP + kk + t;
-                const float* b_at = W + (nt * 8 + g) * KP + k0 + kk + t;
-                const float a[4] = {a_at[0], a_at[8 * PKCP], a_at[4], a_at[8 * PKCP + 4]};
-                const float b[2] = {b_at[0], b_at[4]};
-                unsigned a_big[4], a_small[4], b_big[2], b_small[2];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) split_tf32(a[e], a_big[e], a_small[e]);
-#pragma unroll
-                for (int e = 0; e < 2; ++e) split_tf32(b[e], b_big[e], b_small[e]);
-                if (!tf32) {
-                    minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q], a_small, b_big);
-                    minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q], a_big, b_small);
-                }
-                minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q], a_big, b_big);
-            }
+        if (ncopy == 4) {
+            product_chunk<4>(acc, hbuf, W, KP, k0, steps, kslice, KS, tg, TG, tiles, NT, g, t, tf32);
+        } else if (ncopy == 2) {
+            product_chunk<2>(acc, hbuf, W, KP, k0, steps, kslice, KS, tg, TG, tiles, NT, g, t, tf32);
+        } else {
+            product_chunk<1>(acc, hbuf, W, KP, k0, steps, kslice, KS, tg, TG, tiles, NT, g, t, tf32);
         }
 #endif
     }
     cp_async_wait<0>();
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        const int tile = tg + q * TG;
-        if (tile >= tiles) break;
+    for (int slot = 0; slot < 4; ++slot) {  // each tile's accumulators summed, into this k slice of red
+        if (slot % ncopy != 0) continue;
+        const int tile = tg + (slot / ncopy) * TG;
+        if (tile >= tiles) continue;
+        float v[4] = {acc[slot][0], acc[slot][1], acc[slot][2], acc[slot][3]};
+#pragma unroll
+        for (int copy = 1; copy < 4; ++copy) {
+            if (copy < ncopy && slot + copy < 4) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) v[e] += acc[slot + copy][e];
+            }
+        }
         const int mt = tile / NT, nt = tile % NT;
         float* at = red + (kslice * BP + mt * 16 + g) * RP + nt * 8 + 2 * t;
-        at[0] = acc[q][0];
-        at[1] = acc[q][1];
-        at[8 * RP] = acc[q][2];
-        at[8 * RP + 1] = acc[q][3];
+        at[0] = v[0];
+        at[1] = v[1];
+        at[8 * RP] = v[2];
+        at[8 * RP + 1] = v[3];
     }
     __syncthreads();
     if (KS > 1) {
