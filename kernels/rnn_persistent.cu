@@ -49,7 +49,8 @@ using minidl_tc::smem_addr;
 
 constexpr int PT = 256;           // threads per CTA
 constexpr int PKC = 128;          // columns of the exchanged state per staged chunk
-constexpr int PKCP = PKC + 4;     // padded row of a chunk buffer (float4-aligned)
+constexpr int PKCP = PKC + 8;     // padded row of a chunk buffer: 8 mod 32 words, so the 64-bit fragment
+                                  // loads of a half-warp hit 32 different banks
 constexpr int NBUF = 3;           // chunk buffers: NBUF - 1 chunks in flight while one is multiplied
 constexpr int RED = 4096;         // floats of the partial-sum buffer
 constexpr int MODE_RNN = 0, MODE_LSTM = 1, MODE_GRU = 2;
@@ -136,10 +137,15 @@ __device__ __forceinline__ void issue_chunk(float* buf, const float* A, long lon
 // sums are added through `red` (KS x BP x RP <= RED floats). A warp with fewer than 4 tiles keeps
 // several accumulators per tile (product_chunk). `ring` holds NBUF chunk buffers of BP rows
 // (rows B .. BP-1 zero). `fetch()` issues the cell's own cp.async copies; they land with the first chunk.
+// x rounded to TF32 (10 mantissa bits; to nearest, ties away from zero: cvt.rna's rounding for finite x)
+// with integer operations: cvt runs at 1/8 of the ALU rate, and this is the inner loop.
+__device__ __forceinline__ unsigned round_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+
+// x = big + small, both TF32 (small's low bits, ~2^-21 of x, are dropped by the mma's own truncation).
 __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small)
 {
-    big = minidl_tc::to_tf32(__float_as_uint(x));
-    small = minidl_tc::to_tf32(__float_as_uint(x - __uint_as_float(big)));
+    big = round_tf32(x);
+    small = __float_as_uint(x - __uint_as_float(big));
 }
 
 // One chunk of the product for one warp: its tiles tg, tg + TG, ... (at most 4 / NCOPY of them) over its
@@ -163,16 +169,19 @@ __device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* h
                 const int tile = tg + q * TG;
                 if (tile >= tiles) break;
                 const int mt = tile / NT, nt = tile % NT;
-                const float* a_at = hbuf + (mt * 16 + g) * PKCP + kk + t;
-                const float* b_at = W + (nt * 8 + g) * KP + k0 + kk + t;
-                const float a[4] = {a_at[0], a_at[8 * PKCP], a_at[4], a_at[8 * PKCP + 4]};
-                const float b[2] = {b_at[0], b_at[4]};
+                // The mma's k = t and k = t + 4 are columns 2t and 2t + 1 of each 8-column step, for A and
+                // W alike (a sum over k does not care which column is which): one 64-bit load per pair.
+                const float2 a_lo = *reinterpret_cast<const float2*>(hbuf + (mt * 16 + g) * PKCP + kk + 2 * t);
+                const float2 a_hi = *reinterpret_cast<const float2*>(hbuf + (mt * 16 + g + 8) * PKCP + kk + 2 * t);
+                const float2 w = *reinterpret_cast<const float2*>(W + (nt * 8 + g) * KP + k0 + kk + 2 * t);
+                const float a[4] = {a_lo.x, a_hi.x, a_lo.y, a_hi.y};
+                const float b[2] = {w.x, w.y};
                 unsigned a_big[4], a_small[4], b_big[2], b_small[2];
 #pragma unroll
                 for (int e = 0; e < 4; ++e) split_tf32(a[e], a_big[e], a_small[e]);
 #pragma unroll
                 for (int e = 0; e < 2; ++e) split_tf32(b[e], b_big[e], b_small[e]);
-                if (!tf32) {
+                if (!tf32) {  // (in TF32 mode the small parts are computed and not used)
                     minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q * NCOPY + copy], a_small, b_big);
                     minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q * NCOPY + copy], a_big, b_small);
                 }
@@ -257,7 +266,7 @@ template <int MODE>
 __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : (MODE == MODE_GRU ? 3 : 1); }
 
 // ---------------------------------------------------------------------------------------------
-// Forward. Shared memory: W (RP x KP, KP = H + 4), the ring (NBUF x BP x PKCP), red (RED), then gx
+// Forward. Shared memory: W (RP x KP, KP = H + 8), the ring (NBUF x BP x PKCP), red (RED), then gx
 // (B x G*U: this step's input projection of the CTA's gates), h and c (B x U each: the CTA's slice of
 // the state, kept across steps).
 // ---------------------------------------------------------------------------------------------
@@ -269,7 +278,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    const int R = G * U, RP = round_up(R, 8), KP = H + 4, BP = round_up(B, 16);
+    const int R = G * U, RP = round_up(R, 8), KP = H + 8, BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + RP * KP;
     float* red = ring + NBUF * BP * PKCP;
@@ -351,7 +360,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
 
 // ---------------------------------------------------------------------------------------------
 // Backward, steps in the reverse of the forward order. Shared memory: W (RP x KP, RP = round4(U),
-// KP = G*H + 4) with W[u][k] = W_hh[k, j0 + u], the ring, red, then `direct` and `dcarry` (B x U each:
+// KP = G*H + 8) with W[u][k] = W_hh[k, j0 + u], the ring, red, then `direct` and `dcarry` (B x U each:
 // the part of dh that skips W_hh, and the LSTM's dc, owned by this CTA for the whole run) and `ops`
 // (B x 7U: this step's saved gates, states and dy for the CTA's units, fetched with the first chunk).
 // ---------------------------------------------------------------------------------------------
@@ -367,7 +376,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     constexpr int NOPS = NREC + NSTATE + 1;
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    const int GH = G * H, RP = round_up(U, 8), KP = GH + 4, BP = round_up(B, 16);
+    const int GH = G * H, RP = round_up(U, 8), KP = GH + 8, BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + RP * KP;
     float* red = ring + NBUF * BP * PKCP;

@@ -12,7 +12,7 @@ hidden units c*U ... c*U + U - 1, with U the smallest count that keeps the grid 
 one CTA per SM, because the kernel's grid-wide barrier needs every CTA resident at once (forward and
 backward choose their counts apart: `UNITS` forces them). What must fit in one CTA's shared memory: forward, the G*U rows of W_hh for its units (G*U x H floats); backward, its
 U columns of W_hh (U x G*H floats); each plus a ring of 3 staging buffers for the exchanged state
-(3 x B x 132 floats, B rounded up to 16), 16 KB for partial sums and a few floats per unit and batch
+(3 x B x 136 floats, B rounded up to 16), 16 KB for partial sums and a few floats per unit and batch
 row. The product runs on the tensor cores: 3xTF32 for math="fp32" (fp32 accuracy), TF32 for "tf32". Past that, `plan` says why and the
 standard algorithm runs (RNNDescriptor algo="auto"). Where the limit falls on this GPU, by hidden size
 and batch, is the table benchmarks/bench_gpu_rnn.py prints from `plan`.
@@ -29,7 +29,7 @@ from ._compile import get_kernel
 from ._launch import sm_count
 
 PT = 256                # threads per CTA (kernels/rnn_persistent.cu: PT)
-PKCP = 128 + 4          # a row of a staged chunk of the exchanged state (PKCP)
+PKCP = 128 + 8          # a row of a staged chunk of the exchanged state (PKCP)
 NBUF = 3                # chunk buffers in the ring (NBUF)
 RED_FLOATS = 4096       # the partial-sum buffer (RED)
 MAX_TILES = 32          # 16 x 8 output tiles per CTA: 8 warps x 4 (block_product's acc[4][4])
@@ -73,9 +73,9 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool) -> int:
     G = GATES[mode]
     ring = NBUF * _round(B, 16) * PKCP + RED_FLOATS
     if backward:
-        floats = _round(units, 8) * (G * H + 4) + ring + (2 + BACKWARD_OPS) * B * units
+        floats = _round(units, 8) * (G * H + 8) + ring + (2 + BACKWARD_OPS) * B * units
     else:
-        floats = _round(G * units, 8) * (H + 4) + ring + (G + 2) * B * units
+        floats = _round(G * units, 8) * (H + 8) + ring + (G + 2) * B * units
     return floats * FLOAT_BYTES
 
 
