@@ -18,7 +18,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 VARIANTS = {"whole": (), "no barrier": ("-DPERSIST_ABLATE_BARRIER",), "no staging": ("-DPERSIST_ABLATE_STAGE",),
-            "no product": ("-DPERSIST_ABLATE_PRODUCT",),
+            "no product": ("-DPERSIST_ABLATE_PRODUCT",), "no mma (loads and splits kept)": ("-DPERSIST_ABLATE_MMA",),
             "no barrier, staging, product": ("-DPERSIST_ABLATE_BARRIER", "-DPERSIST_ABLATE_STAGE",
                                              "-DPERSIST_ABLATE_PRODUCT"),
             "backoff 32 ns": ("-DPERSIST_BACKOFF=32",), "backoff 128 ns": ("-DPERSIST_BACKOFF=128",)}
@@ -31,6 +31,7 @@ def main():
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--units", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--variants", default=None, help="comma-separated names of VARIANTS (default: all)")
     args = parser.parse_args()
     import cupy
 
@@ -65,7 +66,8 @@ def main():
                for e in desc.weight_shapes()]
     print(f"{args.mode} hidden {H} batch {B}, one layer; plan {rnn_persistent.plan(args.mode, B, H, 1)[0]}")
     print(f"{'variant':32s} {'pass':9s} " + " ".join(f"T={T:<6d}" for T in (4, 36, 68)) + "  us/step")
-    for variant, flags in VARIANTS.items():
+    chosen = VARIANTS if args.variants is None else {k: VARIANTS[k] for k in args.variants.split(",")}
+    for variant, flags in chosen.items():
         options = flags
         row = {}
         for T in (4, 36, 68):

@@ -181,6 +181,12 @@ __device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* h
                 for (int e = 0; e < 4; ++e) split_tf32(a[e], a_big[e], a_small[e]);
 #pragma unroll
                 for (int e = 0; e < 2; ++e) split_tf32(b[e], b_big[e], b_small[e]);
+#ifdef PERSIST_ABLATE_MMA
+                acc[q * NCOPY + copy][0] += __uint_as_float(a_big[0] ^ a_small[1] ^ b_big[0] ^ b_small[1]);
+                acc[q * NCOPY + copy][1] += __uint_as_float(a_big[2] ^ a_small[3] ^ b_big[1] ^ b_small[0]);
+                acc[q * NCOPY + copy][2] += __uint_as_float(a_big[1] ^ a_small[0] ^ a_big[3] ^ a_small[2]);
+                continue;
+#endif
                 if (!tf32) {  // (in TF32 mode the small parts are computed and not used)
                     minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q * NCOPY + copy], a_small, b_big);
                     minidl_tc::mma<minidl_tc::KIND_TF32>(acc[q * NCOPY + copy], a_big, b_small);
