@@ -30,6 +30,7 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--units", type=int, default=None)
+    parser.add_argument("--math", default="fp32", choices=("fp32", "tf32"))
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--variants", default=None, help="comma-separated names of VARIANTS (default: all)")
     args = parser.parse_args()
@@ -74,12 +75,12 @@ def main():
             x = cupy.asarray(rng.standard_normal((T, B, H)).astype(np.float32))
             dy = cupy.asarray(rng.standard_normal((T, B, H)).astype(np.float32))
             for _ in range(3):
-                _, _, _, reserve = rnn_forward(x, None, None, weights, desc)
+                _, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=args.math)
                 rnn_backward(dy, None, None, reserve)
             cupy.cuda.Device().synchronize()
             timings.clear()
             for _ in range(args.repeats):
-                _, _, _, reserve = rnn_forward(x, None, None, weights, desc)
+                _, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=args.math)
                 rnn_backward(dy, None, None, reserve)
             cupy.cuda.Device().synchronize()
             for name, events in timings.items():
