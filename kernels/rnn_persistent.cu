@@ -153,9 +153,9 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& sma
 // (acc[q * NCOPY + copy]): a chain of dependent mmas on one accumulator runs at the mma's latency, so
 // independent chains keep the tensor cores busy when a warp has one tile and a long K.
 template <int NCOPY>
-__device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* hbuf, const float* W, int KP, int k0,
-                                              int steps, int kslice, int KS, int tg, int TG, int tiles, int NT,
-                                              int g, int t, int tf32)
+__device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* hbuf, const float* W, int k0, int steps,
+                                              int kslice, int KS, const int (&a_off)[4], const int (&w_off)[4],
+                                              int my_tiles, int tf32)
 {
     constexpr int TPW = 4 / NCOPY;
     for (int ks0 = kslice; ks0 < steps; ks0 += KS * NCOPY) {
@@ -166,14 +166,12 @@ __device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* h
             const int kk = ks * 8;
 #pragma unroll
             for (int q = 0; q < TPW; ++q) {
-                const int tile = tg + q * TG;
-                if (tile >= tiles) break;
-                const int mt = tile / NT, nt = tile % NT;
+                if (q >= my_tiles) break;
                 // The mma's k = t and k = t + 4 are columns 2t and 2t + 1 of each 8-column step, for A and
                 // W alike (a sum over k does not care which column is which): one 64-bit load per pair.
-                const float2 a_lo = *reinterpret_cast<const float2*>(hbuf + (mt * 16 + g) * PKCP + kk + 2 * t);
-                const float2 a_hi = *reinterpret_cast<const float2*>(hbuf + (mt * 16 + g + 8) * PKCP + kk + 2 * t);
-                const float2 w = *reinterpret_cast<const float2*>(W + (nt * 8 + g) * KP + k0 + kk + 2 * t);
+                const float2 a_lo = *reinterpret_cast<const float2*>(hbuf + a_off[q] + kk);
+                const float2 a_hi = *reinterpret_cast<const float2*>(hbuf + a_off[q] + 8 * PKCP + kk);
+                const float2 w = *reinterpret_cast<const float2*>(W + w_off[q] + k0 + kk);
                 const float a[4] = {a_lo.x, a_hi.x, a_lo.y, a_hi.y};
                 const float b[2] = {w.x, w.y};
                 unsigned a_big[4], a_small[4], b_big[2], b_small[2];
@@ -208,6 +206,15 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
     const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
     const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
     const int chunks = (K + PKC - 1) / PKC, buffer = BP * PKCP;
+    // This lane's fragment offsets for each of its tiles, worked out once (integer division is slow).
+    int a_off[4], w_off[4], my_tiles = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int tile = tg + q * TG, mt = tile / NT, nt = tile % NT;
+        my_tiles += tile < tiles;
+        a_off[q] = (mt * 16 + g) * PKCP + 2 * t;
+        w_off[q] = (nt * 8 + g) * KP + 2 * t;
+    }
     float acc[4][4] = {};
     __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
 #pragma unroll
@@ -226,11 +233,11 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
         const float* hbuf = ring + (c % NBUF) * buffer;
         const int k0 = c * PKC, steps = min(PKC, K - k0) / 8;
         if (ncopy == 4) {
-            product_chunk<4>(acc, hbuf, W, KP, k0, steps, kslice, KS, tg, TG, tiles, NT, g, t, tf32);
+            product_chunk<4>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         } else if (ncopy == 2) {
-            product_chunk<2>(acc, hbuf, W, KP, k0, steps, kslice, KS, tg, TG, tiles, NT, g, t, tf32);
+            product_chunk<2>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         } else {
-            product_chunk<1>(acc, hbuf, W, KP, k0, steps, kslice, KS, tg, TG, tiles, NT, g, t, tf32);
+            product_chunk<1>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         }
 #endif
     }
