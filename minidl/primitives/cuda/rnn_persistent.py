@@ -81,7 +81,14 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool) -> int:
 
 def _pass(mode, B, H, D, units, backward):
     sms = sm_count()
-    units = units or -(-H // (sms // D))
+    if not units:
+        units = -(-H // (sms // D))  # the fewest units per CTA that keep one CTA per SM
+        if backward and units % 8:
+            # Backward's mma tiles are 8 rows of W_hh's columns: 8 units fill them, in half the CTAs (half the
+            # dgates each CTA reads per step) for the same tensor-core work per CTA. If that fits.
+            wider, _ = _pass(mode, B, H, D, -(-units // 8) * 8, True)
+            if wider is not None:
+                return wider, None
     per_direction = -(-H // units)
     if D * per_direction > sms:
         return None, (f"{D * per_direction} CTAs (units={units}) would not all be resident on {sms} SMs, "
