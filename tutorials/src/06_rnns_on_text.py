@@ -13,7 +13,9 @@
 # 2. a word-level LSTM on the Penn Treebank, measured by its **perplexity**;
 #
 # and then opens the LSTM cell: how its pointwise work is **fused into one CUDA kernel**, and how
-# many bytes of memory traffic that saves over a chain of separate elementwise operations.
+# many bytes of memory traffic that saves over a chain of separate elementwise operations; and the
+# whole step loop: how a **persistent kernel** keeps the recurrent weights on chip for the whole
+# sequence, with a barrier across the GPU between time steps.
 
 # %% [markdown]
 # **Running it on a CPU.** Small mode (the default) takes ~25 s on a 2-core CPU: one-layer models
@@ -489,6 +491,154 @@ tu.stamp(fig, DEVICE if gpu_times else tu.device_label(False), MODE)
 plt.show()
 
 # %% [markdown]
+# ## 6.6 Keeping the weights on chip: the persistent algorithm
+#
+# Section 6.5 fused the pointwise half of a step. The other half, `gates_h = h @ W_hh^T`, is a GEMM
+# that the **standard algorithm** launches once per time step (kernels/rnn.cu and one GEMM per step,
+# as cuDNN's `CUDNN_RNN_ALGO_STANDARD`). It is a skinny GEMM: B x 4H x H, with a batch of 32 or 64
+# rows. Every launch reads all of `W_hh` again, and does little arithmetic per byte it reads:
+
+# %%
+rows = []
+for B_ in (32, 64):
+    for H_ in (256, 512, 1024):
+        w_bytes = 4 * H_ * H_ * 4                 # W_hh, float32
+        flops = 2 * B_ * 4 * H_ * H_
+        h_bytes = B_ * H_ * 4                     # what actually changes from step to step
+        rows.append([B_, H_, w_bytes / 1e6, flops / 1e6, flops / (w_bytes + 2 * h_bytes), w_bytes / h_bytes])
+display(tu.Table(["batch", "hidden", "W_hh MB read per step", "MFLOP per step", "FLOP per byte", "W_hh bytes / h bytes"],
+                 rows, title="the recurrent GEMM of one LSTM step (float32)"))
+
+# %% [markdown]
+# At 16-32 FLOP per byte the GEMM is memory-bound on any GPU (an H100 needs ~20 FLOP per byte of HBM
+# traffic to keep its CUDA cores busy, ~300 for its tensor cores), and 4 MB at a few TB/s is a
+# microsecond or two, about what the launch itself costs. And the weights are the same at every
+# step: only `h` (B x H, 64 KB at B = 32) changes.
+#
+# The **persistent algorithm** (Diamos et al., *Persistent RNNs*, 2016; cuDNN's
+# `CUDNN_RNN_ALGO_PERSIST_STATIC`) launches ONE kernel for the whole sequence of a layer
+# (kernels/rnn_persistent.cu). Each of its CTAs (one per SM) owns a slice of U hidden units and keeps
+# the `4U` rows of `W_hh` that produce their gates in **shared memory** for all T steps. A step is then:
+#
+# 1. read the whole `h_{t-1}` (written by every CTA at the last step) from L2 into shared memory;
+# 2. multiply it by the CTA's rows of `W_hh` on the tensor cores (the gates of its own units);
+# 3. run the fused cell for its own units (all four gates of a unit are in the same CTA), and write
+#    its slice of `h_t`;
+# 4. wait at a **grid-wide barrier** until every CTA has written its slice: then `h_t` is complete.
+#
+# In NumPy, with the "CTAs" run one after another, the same decomposition gives the same numbers as
+# the reference:
+
+# %%
+def lstm_layer_persistent_numpy(gates_x, w_hh, b, h0, c0, units):
+    """One LSTM layer as the persistent kernel splits it: 'CTA' c owns hidden units c*units ... and the
+    4*units rows of W_hh for their gates; a step ends when every CTA has written its slice of h."""
+    T, B, G4 = gates_x.shape
+    H = G4 // 4
+    h, c = h0.copy(), c0.copy()
+    ys = []
+    for t in range(T):
+        h_new = np.empty_like(h)                  # the exchanged state, complete only after the barrier
+        for j0 in range(0, H, units):             # each CTA, independently
+            js = np.arange(j0, min(j0 + units, H))
+            rows = np.concatenate([g * H + js for g in range(4)])    # its rows of W_hh, "in shared memory"
+            pre = gates_x[t][:, rows] + b[rows] + h @ w_hh[rows].T   # every CTA reads ALL of h_{t-1}
+            i, f, g, o = np.split(pre, 4, axis=1)
+            sig = lambda a: 1 / (1 + np.exp(-a))
+            c[:, js] = sig(f) * c[:, js] + sig(i) * np.tanh(g)       # c never leaves its CTA
+            h_new[:, js] = sig(o) * np.tanh(c[:, js])
+        h = h_new                                 # <- the grid-wide barrier
+        ys.append(h)
+    return np.stack(ys), h, c
+
+rng = np.random.default_rng(1)
+T_, B_, H_ = 7, 5, 24
+desc = minidl.primitives.RNNDescriptor("lstm", H_, H_)
+(w_ih, w_hh, b_ih, b_hh), = [tuple(rng.uniform(-0.3, 0.3, s.shape) for s in e) for e in desc.weight_shapes()]
+x = rng.standard_normal((T_, B_, H_))
+y_ref, h_ref, c_ref, _ = cpu_rnn.rnn_forward(x, None, None, [(w_ih, w_hh, b_ih, b_hh)], desc, None, False)
+for units in (1, 5, 8):
+    y_p, h_p, c_p = lstm_layer_persistent_numpy(x @ w_ih.T, w_hh, b_ih + b_hh, np.zeros((B_, H_)), np.zeros((B_, H_)), units)
+    print(f"units per CTA {units}: {-(-H_ // units)} CTAs, y rel. error vs the reference {rel_err(y_p, y_ref):.1e}")
+
+# %% [markdown]
+# **The barrier.** CUDA gives a block `__syncthreads()`, but nothing waits for *other* blocks: the
+# kernel builds its own. Each CTA adds 1 to a counter in global memory and spins until the counter
+# reaches (number of CTAs) x (barrier number + 1). Two details make it correct: `__threadfence()`
+# before the add, so that the CTA's writes of `h_t` are visible to the others before they can see its
+# arrival, and reads of `h` that go to L2 (`cp.async.cg`, never the per-SM L1, which is not coherent
+# between SMs). And every CTA must be **resident at once**: a CTA waiting for one that was never
+# scheduled would wait forever. The launcher (minidl/primitives/cuda/rnn_persistent.py) keeps the grid
+# at one CTA per SM, and the kernel traps after ~30 s instead of hanging.
+
+# %% tags=["listing"]
+barrier_file, barrier_source = tu.find_cuda_function("grid_barrier", missing_ok=True)
+print(f"kernels/{barrier_file}:\n\n{barrier_source}")
+
+# %% [markdown]
+# What fits: the rows of `W_hh` for U units are 4U x H floats per CTA, and a CTA has ~227 KB of shared
+# memory. At H = 512 on 132 SMs, U = 4 (128 CTAs, 33 KB of weights each); at H = 1024, U = 8 (128 KB).
+# Past that, or for batches too large for one CTA's tiles, `algo="auto"` (the default of
+# `RNNDescriptor`) runs the standard algorithm; `algo="persistent"` says why it cannot. On the GPU
+# (full mode) we time both algorithms on the char model's layer shape over several sequence lengths:
+# the slope of each line is the cost of one time step, forward and backward.
+
+# %%
+persistent_rows = None
+if USE_GPU:
+    import cupy
+    from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
+    from minidl.primitives.cuda import rnn_persistent
+
+    B_, H_ = 64, 512
+    lengths_T = (8, 32, 64, 100)
+    weights_host = [tuple((rng.uniform(-1, 1, s.shape) / np.sqrt(H_)).astype(np.float32) for s in e)
+                    for e in RNNDescriptor("lstm", H_, H_).weight_shapes()]
+    weights_gpu = [tuple(cupy.asarray(w) for w in e) for e in weights_host]
+    plan, _ = rnn_persistent.plan("lstm", B_, H_, 1)
+    print(f"persistent plan on {DEVICE}: {plan}")
+    per_T = {}
+    for algo in ("standard", "persistent"):
+        d = RNNDescriptor("lstm", H_, H_, algo=algo)
+        for T_ in lengths_T:
+            x_gpu = cupy.asarray(rng.standard_normal((T_, B_, H_)).astype(np.float32))
+            dy_gpu = cupy.asarray(rng.standard_normal((T_, B_, H_)).astype(np.float32))
+
+            def train_step():
+                _, _, _, reserve = rnn_forward(x_gpu, None, None, weights_gpu, d)
+                rnn_backward(dy_gpu, None, None, reserve)
+
+            per_T[algo, T_] = tu.time_gpu_ms(train_step, repeats=20)
+    persistent_rows = [[T_, per_T["standard", T_], per_T["persistent", T_],
+                        per_T["standard", T_] / per_T["persistent", T_]] for T_ in lengths_T]
+    display(tu.Table(["steps T", "standard ms", "persistent ms", "speed-up"], persistent_rows,
+                     title=f"one LSTM layer, H={H_}, B={B_}, forward + backward, float32, {DEVICE}"))
+else:
+    print("GPU timing skipped:", WHY_NOT_GPU)
+
+# %%
+if persistent_rows:
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    Ts = np.array([r[0] for r in persistent_rows])
+    for column, name, color in ((1, "standard: 2 launches per step", "tab:blue"),
+                                (2, "persistent: 1 launch per layer", "tab:orange")):
+        times = np.array([r[column] for r in persistent_rows])
+        slope, intercept = np.polyfit(Ts, times, 1)
+        ax.plot(Ts, times, "o-", color=color, label=f"{name} ({1e3 * slope:.1f} us per step)")
+    ax.set_xlabel("time steps T"); ax.set_ylabel("ms, forward + backward")
+    ax.set_title(f"one LSTM layer (H={H_}, B={B_}): time against sequence length", fontsize=10)
+    ax.legend(fontsize=9)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    tu.stamp(fig, DEVICE, MODE)
+    plt.show()
+
+# %% [markdown]
+# The whole table against cuDNN, for LSTM and GRU at several shapes and in each math mode, is
+# benchmarks/results/gpu_rnn.md (`python3 benchmarks/bench_gpu_rnn.py`), and
+# benchmarks/profile_rnn_persistent.py splits a persistent step into its parts by switching each off
+# (the barrier, the staging of `h`, the product).
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. Sample from the trained char-LSTM at temperatures 0.2, 0.8 and 1.5. Describe what changes, and
@@ -504,3 +654,8 @@ plt.show()
 #    kernels/rnn.cu reads and writes.
 # 6. Do the same count for the GRU cell (`gru_cell_forward`). Why must the GRU keep `h_n = W_hn h + b_hn`
 #    separate from `x_n` instead of adding the two gate pre-activations first, as the LSTM does?
+# 7. `lstm_layer_persistent_numpy` reads all of `h` in every "CTA". Count the bytes all CTAs read per
+#    step for B = 64, H = 512 and 128 CTAs, and compare them with the bytes of `W_hh` the standard
+#    algorithm reads. Which algorithm moves more, and why is the persistent one faster anyway?
+# 8. Write the backward pass of `lstm_layer_persistent_numpy` the way kernels/rnn_persistent.cu splits
+#    it: which part of `W_hh` must a CTA keep to compute `dh` for its own units?
