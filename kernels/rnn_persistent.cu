@@ -113,14 +113,29 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
 // columns past K become 0. A was written by other CTAs: cp.async.cg reads it from L2, never from L1.
 __device__ __forceinline__ void issue_chunk(float* buf, const float* A, long long lda, int B, int K, int k0)
 {
-    constexpr int V = PKC / 4;
+    constexpr int V = PKC / 4, ROWS = PT / V;  // thread tid copies column group v = tid % V of rows tid / V + ROWS*n
 #ifdef PERSIST_ABLATE_STAGE
     return;
 #endif
-    for (int i = threadIdx.x; i < B * V; i += PT) {
-        const int b = i / V, v = i % V, k = k0 + 4 * v;
-        const bool inside = k < K;
-        cp_async16(smem_addr(buf + b * PKCP + 4 * v), inside ? A + b * lda + k : A, inside ? 16 : 0);
+    const int v = threadIdx.x % V, k = k0 + 4 * v;
+    const bool inside = k < K;
+    const float* src = inside ? A + (threadIdx.x / V) * lda + k : A;
+    unsigned dst = smem_addr(buf + (threadIdx.x / V) * PKCP + 4 * v);
+    for (int b = threadIdx.x / V; b < B; b += ROWS) {
+        cp_async16(dst, src, inside ? 16 : 0);
+        if (inside) src += ROWS * lda;
+        dst += ROWS * PKCP * 4;
+    }
+}
+
+// Copy n consecutive floats (a run of the CTA's units) from global memory into shared memory
+// asynchronously: 16 bytes at a time when `vec` (n % 4 == 0 and both ends 16-byte aligned), else 4.
+__device__ __forceinline__ void fetch_run(float* dst, const float* src, int n, bool vec)
+{
+    if (vec) {
+        for (int w = 0; w < n; w += 4) cp_async16(smem_addr(dst + w), src + w, 16);
+    } else {
+        for (int w = 0; w < n; ++w) cp_async4(smem_addr(dst + w), src + w);
     }
 }
 
@@ -299,6 +314,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     float* h_own = gx + B * R;
     float* c_own = h_own + B * U;
     const int j0 = c * U;
+    const int units = min(U, H - j0);    // the last CTA may own fewer
+    const bool vec = U % 4 == 0 && units == U;  // runs of units are 16-byte aligned (H % 8 == 0)
     const long long state = (long long)B * H;
 
     // Rows g*U + u of W = row g*H + j0 + u of W_hh (zero past H, and in the padding rows).
@@ -320,10 +337,10 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         const float* h_in = dir.hs + (direction ? t + 1 : t) * state;
         const long long out = (direction ? t : t + 1) * state;
         const float* gx_t = dir.gates_x + (long long)t * B * G * H;
-        auto fetch = [&]() {  // this step's input projection of the CTA's gates
-            for (int i = threadIdx.x; i < B * R; i += PT) {
-                const int b = i / R, r = i % R, g = r / U, u = r % U;
-                if (j0 + u < H) cp_async4(smem_addr(gx + i), gx_t + (long long)b * G * H + g * H + j0 + u);
+        auto fetch = [&]() {  // this step's input projection of the CTA's gates: gx[(b * G + g) * U + u]
+            for (int i = threadIdx.x; i < B * G; i += PT) {
+                const int b = i / G, g = i % G;
+                fetch_run(gx + i * U, gx_t + (long long)b * G * H + g * H + j0, units, vec);
             }
         };
         block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, tf32, fetch);
@@ -375,7 +392,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
 // Backward, steps in the reverse of the forward order. Shared memory: W (RP x KP, RP = round4(U),
 // KP = G*H + 8) with W[u][k] = W_hh[k, j0 + u], the ring, red, then `direct` and `dcarry` (B x U each:
 // the part of dh that skips W_hh, and the LSTM's dc, owned by this CTA for the whole run) and `ops`
-// (B x 7U: this step's saved gates, states and dy for the CTA's units, fetched with the first chunk).
+// (B x 7U: this step's saved gates, states and dy for the CTA's units, fetched with the first chunk;
+// operand q of unit u of row b at ops[(b * NOPS + q) * U + u], so that each run of units is one copy).
 // ---------------------------------------------------------------------------------------------
 template <int MODE>
 __device__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
@@ -397,6 +415,8 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     float* dcarry = direct + B * U;
     float* ops = dcarry + B * U;
     const int j0 = c * U;
+    const int units = min(U, H - j0);    // the last CTA may own fewer
+    const bool vec = U % 4 == 0 && units == U;  // runs of units are 16-byte aligned (H % 8 == 0)
     const long long state = (long long)B * H;
 
     for (int i = threadIdx.x; i < RP * GH; i += PT) {
@@ -412,24 +432,26 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 
     for (int s = 0; s <= T; ++s) {
         const int t = direction ? s : T - 1 - s;  // (for s < T) the step whose cell runs now
-        auto fetch = [&]() {  // the cell's operands at step t, ops[e * NOPS + q]
+        auto fetch = [&]() {  // the cell's operands at step t: operand q of unit u at ops[(b * NOPS + q) * U + u]
             if (s == T) return;
-            for (int i = threadIdx.x; i < B * U * NOPS; i += PT) {
-                const int e = i / NOPS, q = i % NOPS, b = e / U, j = j0 + e % U;
-                if (j >= H) continue;
-                const long long bj = b * (long long)H + j;
+            for (int i = threadIdx.x; i < B * NOPS; i += PT) {
+                const int b = i / NOPS, q = i % NOPS;
+                const long long bj = b * (long long)H + j0;
                 const float* src;
                 if (q < NREC) {
-                    src = dir.saved + ((long long)t * B + b) * 4 * H + q * H + j;
+                    src = dir.saved + ((long long)t * B + b) * 4 * H + q * H + j0;
                 } else if (q < NREC + NSTATE) {
                     const bool entering = MODE == MODE_RNN ? false : q == NREC;  // RNN reads the state it made
                     const int index = entering ? (direction ? t + 1 : t) : (direction ? t : t + 1);
                     src = (MODE == MODE_LSTM ? dir.cs : dir.hs) + index * state + bj;
                 } else {
-                    if (dir.dy == nullptr) { ops[i] = 0.0f; continue; }
-                    src = dir.dy + ((long long)t * B + b) * dy_ld + j;
+                    if (dir.dy == nullptr) {
+                        for (int u = 0; u < units; ++u) ops[i * U + u] = 0.0f;
+                        continue;
+                    }
+                    src = dir.dy + ((long long)t * B + b) * dy_ld + j0;
                 }
-                cp_async4(smem_addr(ops + i), src);
+                fetch_run(ops + i * U, src, units, vec);
             }
         };
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh.
@@ -465,7 +487,9 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                 direct[e] = dh;
                 continue;
             }
-            const float* op = ops + e * NOPS;
+            float op[NOPS];  // this unit's operands (see fetch)
+#pragma unroll
+            for (int q = 0; q < NOPS; ++q) op[q] = ops[(b * NOPS + q) * U + u];
             const float d = dh + op[NOPS - 1];
             if (MODE == MODE_LSTM) {
                 float dgate[4], dc_prev;
