@@ -573,7 +573,9 @@ for units in (1, 5, 8):
 
 # %% tags=["listing"]
 barrier_file, barrier_source = tu.find_cuda_function("grid_barrier", missing_ok=True)
-print(f"kernels/{barrier_file}:\n\n{barrier_source}")
+stage_file, stage_source = tu.find_cuda_function("issue_chunk", missing_ok=True)
+display(tu.SideBySide(f"kernels/{barrier_file}: grid_barrier (every CTA of the grid)", barrier_source,
+                      f"kernels/{stage_file}: issue_chunk (reading the new h from L2 after it)", stage_source))
 
 # %% [markdown]
 # What fits: the rows of `W_hh` for U units are 4U x H floats per CTA, and a CTA has ~227 KB of shared
