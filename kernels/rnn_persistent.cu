@@ -47,7 +47,8 @@ using minidl_tc::cp_async_commit;
 using minidl_tc::cp_async_wait;
 using minidl_tc::smem_addr;
 
-constexpr int PT = 256;           // threads per CTA
+constexpr int PT = 512;           // threads per CTA (16 warps: 4 per scheduler, to hide latencies)
+constexpr int NWARPS = PT / 32;
 constexpr int PKC = 128;          // columns of the exchanged state per staged chunk
 constexpr int PKCP = PKC + 8;     // padded row of a chunk buffer: 8 mod 32 words, so the 64-bit fragment
                                   // loads of a half-warp hit 32 different banks
@@ -147,7 +148,8 @@ __device__ __forceinline__ void fetch_run(float* dst, const float* src, int n, b
 //   tf32 = 0: fp32 accuracy from three TF32 mmas (Henry et al.'s "3xTF32"): x = big + small with both
 //             parts TF32, and a*b ~ a_big*b_big + a_big*b_small + a_small*b_big (the dropped
 //             small*small term is ~2^-22 of the product).
-// The 8 warps split the MT x NT output tiles into TG groups and the k steps of each chunk into KS = 8/TG
+// The NWARPS warps split the MT x NT output tiles into TG groups and the k steps of each chunk into
+// KS = NWARPS/TG
 // slices (warp w: tiles tg, tg + TG, ... with tg = w % TG, k steps w / TG, + KS, ...); the KS partial
 // sums are added through `red` (KS x BP x RP <= RED floats). A warp with fewer than 4 tiles keeps
 // several accumulators per tile (product_chunk). `ring` holds NBUF chunk buffers of BP rows
@@ -216,7 +218,9 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int MT = BP / 16, NT = RP / 8, tiles = MT * NT;
-    const int TG = tiles >= 8 ? 8 : (tiles >= 4 ? 4 : (tiles >= 2 ? 2 : 1)), KS = 8 / TG;
+    int TG = 1;  // the largest power of 2 <= min(NWARPS, tiles)
+    while (TG * 2 <= NWARPS && TG * 2 <= tiles) TG *= 2;
+    const int KS = NWARPS / TG;
     const int tg = warp % TG, kslice = warp / TG;
     const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
     const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);

@@ -28,11 +28,11 @@ import numpy as np
 from ._compile import get_kernel
 from ._launch import sm_count
 
-PT = 256                # threads per CTA (kernels/rnn_persistent.cu: PT)
+PT = 512                # threads per CTA (kernels/rnn_persistent.cu: PT)
 PKCP = 128 + 8          # a row of a staged chunk of the exchanged state (PKCP)
 NBUF = 3                # chunk buffers in the ring (NBUF)
 RED_FLOATS = 4096       # the partial-sum buffer (RED)
-MAX_TILES = 32          # 16 x 8 output tiles per CTA: 8 warps x 4 (block_product's acc[4][4])
+MAX_TILES = 32          # 16 x 8 output tiles per CTA (block_product's KS x BP x RP partial sums <= RED)
 BACKWARD_OPS = 7        # the cell operands fetched per unit in backward (at most: LSTM's NOPS)
 FLOAT_BYTES = 4
 # Tests and benchmarks set this to force the hidden units per CTA: an int for both passes, or a pair
@@ -92,7 +92,7 @@ def _pass(mode, B, H, D, units, backward):
     rows = units if backward else GATES[mode] * units
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, (f"batch {B} x {rows} rows of W_hh per CTA is more than the {MAX_TILES} mma tiles (16 x 8) "
-                      "its 8 warps hold")
+                      "one CTA holds")
     smem = smem_bytes(mode, B, H, units, backward)
     limit = _smem_limit(cupy.cuda.runtime.getDevice())
     if smem > limit:
