@@ -36,8 +36,8 @@
 // Both directions of a bidirectional layer run in the same launch: CTAs 0 .. S-1 run direction 0 and
 // S .. 2S-1 direction 1 (at time T-1-s at its step s), through the same barrier.
 // Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
-// Data and state are fp32 throughout; the recurrent product runs as 3xTF32 (fp32 accuracy) or, with
-// tf32 = 1 (math="tf32"), as plain TF32 like the standard algorithm's TF32 GEMMs.
+// Data and state are fp32 throughout; the recurrent product runs as 3xTF32 (math = 0, fp32 accuracy),
+// plain TF32 (math = 1, like the standard algorithm's TF32 GEMMs) or bfloat16 (math = 2).
 #include "rnn_cell.cuh"
 #include "tc_common.cuh"  // cp.async
 
@@ -144,8 +144,9 @@ __device__ __forceinline__ void fetch_run(float* dst, const float* src, int n, b
 // r < RP, where A (B x K, row stride lda, K % 8 == 0) is in global memory and W (RP rows of KP floats) in
 // shared memory. mma.sync m16n8k8 TF32 (the fragment layouts are drawn in kernels/gemm_tc.cu): M = the
 // batch (BP = B rounded up to 16), N = the CTA's rows of W (RP, rounded up to 8), K = the state.
-//   tf32 = 1: operands rounded to TF32 (cvt.rna), one mma per tile: the math of cuDNN's TF32 mode.
-//   tf32 = 0: fp32 accuracy from three TF32 mmas (Henry et al.'s "3xTF32"): x = big + small with both
+//   math = 1: operands rounded to TF32, one mma per tile: the math of cuDNN's TF32 mode.
+//   math = 2: operands rounded to bfloat16, one m16n8k16 mma per tile and 16 columns (autocast's bf16).
+//   math = 0: fp32 accuracy from three TF32 mmas (Henry et al.'s "3xTF32"): x = big + small with both
 //             parts TF32, and a*b ~ a_big*b_big + a_big*b_small + a_small*b_big (the dropped
 //             small*small term is ~2^-22 of the product).
 // The NWARPS warps split the MT x NT output tiles into TG groups and the k steps of each chunk into
@@ -212,9 +213,50 @@ __device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* h
     }
 }
 
+// Two floats packed as bfloat16x2 (round to nearest even), `lo` in the low half (the smaller k).
+__device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi)
+{
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// The same as product_chunk in bf16 (math = 2): mma m16n8k16, one per tile and 16-column step, operands
+// rounded to bfloat16, products summed in fp32. A lane's elements of a step are k = 2t, 2t+1 (a0/a1, b0)
+// and 2t+8, 2t+9 (a2/a3, b1); they are columns 4t .. 4t+3 of the step here (the same permutation for
+// A and W), so each is one 128-bit load.
+template <int NCOPY>
+__device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const float* hbuf, const float* W, int k0,
+                                                   int steps, int kslice, int KS, const int (&a_off)[4],
+                                                   const int (&w_off)[4], int my_tiles)
+{
+    constexpr int TPW = 4 / NCOPY;
+    for (int ks0 = kslice; ks0 < steps; ks0 += KS * NCOPY) {
+#pragma unroll
+        for (int copy = 0; copy < NCOPY; ++copy) {
+            const int ks = ks0 + copy * KS;
+            if (ks >= steps) break;
+            const int kk = ks * 16;
+#pragma unroll
+            for (int q = 0; q < TPW; ++q) {
+                if (q >= my_tiles) break;
+                // a_off / w_off point at column 2t of the tile's row (the TF32 layout): 4t is 2t further.
+                const int t2 = a_off[q] & 7;  // = 2t (rows are multiples of 8 floats apart)
+                const float4 lo = *reinterpret_cast<const float4*>(hbuf + a_off[q] + t2 + kk);
+                const float4 hi = *reinterpret_cast<const float4*>(hbuf + a_off[q] + t2 + 8 * PKCP + kk);
+                const float4 w = *reinterpret_cast<const float4*>(W + w_off[q] + t2 + k0 + kk);
+                const unsigned a[4] = {pack_bf16x2(lo.x, lo.y), pack_bf16x2(hi.x, hi.y), pack_bf16x2(lo.z, lo.w),
+                                       pack_bf16x2(hi.z, hi.w)};
+                const unsigned b[2] = {pack_bf16x2(w.x, w.y), pack_bf16x2(w.z, w.w)};
+                minidl_tc::mma<minidl_tc::KIND_BF16>(acc[q * NCOPY + copy], a, b);
+            }
+        }
+    }
+}
+
 template <class Fetch>
 __device__ void block_product(const float* A, long long lda, int B, int BP, int K, const float* W, int RP, int KP,
-                              float* ring, float* red, int tf32, Fetch fetch)
+                              float* ring, float* red, int math, Fetch fetch)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int MT = BP / 16, NT = RP / 8, tiles = MT * NT;
@@ -250,7 +292,20 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
         cp_async_commit();
 #ifndef PERSIST_ABLATE_PRODUCT
         const float* hbuf = ring + (c % NBUF) * buffer;
-        const int k0 = c * PKC, steps = min(PKC, K - k0) / 8;
+        const int k0 = c * PKC;
+        if (math == 2) {
+            const int steps = min(PKC, K - k0) / 16;
+            if (ncopy == 4) {
+                product_chunk_bf16<4>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
+            } else if (ncopy == 2) {
+                product_chunk_bf16<2>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
+            } else {
+                product_chunk_bf16<1>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
+            }
+            continue;
+        }
+        const int steps = min(PKC, K - k0) / 8;
+        const int tf32 = math;
         if (ncopy == 4) {
             product_chunk<4>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         } else if (ncopy == 2) {
@@ -305,7 +360,7 @@ __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : 
 template <int MODE>
 __device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
                                    const int* lengths, int T, int B, int H, int U, long long y_ld, int relu,
-                                   int tf32, unsigned int* barrier)
+                                   int math, unsigned int* barrier)
 {
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
@@ -347,7 +402,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 fetch_run(gx + i * U, gx_t + (long long)b * G * H + g * H + j0, units, vec);
             }
         };
-        block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, tf32, fetch);
+        block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, math, fetch);
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
@@ -402,7 +457,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
 template <int MODE>
 __device__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
                                     const int* lengths, int T, int B, int H, int U, long long dy_ld, int relu,
-                                    int tf32, unsigned int* barrier)
+                                    int math, unsigned int* barrier)
 {
     constexpr int G = gate_count<MODE>();
     // ops per element: [gate records (4, LSTM/GRU)], state(s), dy
@@ -461,7 +516,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh.
         if (s > 0) {
             const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
-            block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, ring, red, tf32,
+            block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, ring, red, math,
                           fetch);
         } else {
             fetch();
@@ -523,26 +578,26 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
-        int tf32, unsigned int* barrier)                                                                              \
+        int math, unsigned int* barrier)                                                                              \
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
         const int direction = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                   \
         if (direction)                                                                                      \
-            persistent_forward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, tf32, barrier + 1); \
+            persistent_forward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, barrier + 1); \
         else                                                                                                \
-            persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, tf32, barrier);    \
+            persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, barrier);    \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirBackward d0, DirBackward d1, const int* lengths, int T, int B, int H, int U, long long dy_ld,      \
-        int relu, int tf32, unsigned int* barrier)                                                                    \
+        int relu, int math, unsigned int* barrier)                                                                    \
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
         const int direction = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                   \
         if (direction)                                                                                      \
-            persistent_backward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, tf32, barrier + 1);\
+            persistent_backward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, barrier + 1);\
         else                                                                                                \
-            persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, tf32, barrier);  \
+            persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, barrier);  \
     }
 PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
 PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)

@@ -97,6 +97,30 @@ def test_persistent_tf32_matches_standard_tf32(mode):
             assert rel_err(g, w) <= 5e-3
 
 
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_persistent_bf16_matches_cpu_emulation(mode):
+    """math="bf16": the recurrent products on bfloat16 mma (m16n8k16), the projections in TF32; the NumPy
+    reference rounds the same operands the same way (cpu/rnn.py _mm). Hidden 48: three 16-deep mma steps."""
+    rng = np.random.default_rng(23)
+    lengths = np.array([10, 4, 10, 1, 7, 9])
+    desc = _desc(mode, 20, 48, 2, True, True, "persistent")
+    x, h0, c0, weights, dy, dhy, dcy = _case(desc, 10, 6, rng)
+    y, hy, _, reserve = rnn_forward(_to_gpu(x), _to_gpu(h0), _to_gpu(c0), _to_gpu(weights), desc,
+                                    seq_lengths=lengths, math="bf16")
+    dx, dh0, _, dweights = rnn_backward(_to_gpu(dy), _to_gpu(dhy), _to_gpu(dcy), reserve)
+    got = _to_host([y, hy, dx, dh0])
+    from minidl.primitives.cpu import rnn as cpu_rnn
+    y_e, hy_e, _, saved = cpu_rnn.rnn_forward(x, h0, c0, weights, desc, lengths, True, math="bf16")
+    dx_e, dh0_e, _, dw_e = cpu_rnn.rnn_backward(dy, dhy, dcy, desc, weights, lengths, saved, math="bf16")
+    want = _run_reference(desc, x, h0, c0, weights, dy, dhy, dcy, lengths=lengths)
+    for g, e, key in zip(got, (y_e, hy_e, dx_e, dh0_e), ("y", "hy", "dx", "dh0")):
+        assert rel_err(g, e) <= 5e-3, key
+        assert rel_err(g, want[key]) <= 3e-2, key
+    for grads, refs in zip(_to_host(dweights), want["dweights"]):
+        for g, w in zip(grads, refs):
+            assert rel_err(g, w) <= 3e-2
+
+
 def test_persistent_bidirectional_wide():
     """Two directions of hidden 640: 10 units per CTA (rows padded to 16), 64 CTAs per direction, ~160 KB
     of weights each."""

@@ -125,3 +125,40 @@ def test_rnn_primitive_tf32_math_on_cpu():
     with pytest.raises(ValueError, match="rnn_forward: unknown math 'tf16'"):
         rnn_forward(x, None, None, weights, desc, math="tf16")
 
+
+
+def test_round_to_bf16_keeps_8_bits_and_rounds_to_even():
+    from minidl.primitives.cpu.gemm import round_to_bf16
+
+    x = np.array([1.0, 1 + 2 ** -8, 1 + 3 * 2 ** -9, -(1 + 2 ** -7 + 2 ** -9), 3.1415927, np.inf, -np.inf],
+                 dtype=np.float32)
+    got = round_to_bf16(x)
+    # 1 + 2^-8 is a tie between 1 and 1 + 2^-7: to even (1); 1 + 3*2^-9 rounds up; the sign is kept
+    np.testing.assert_array_equal(got[:4], np.array([1.0, 1.0, 1 + 2 ** -7, -(1 + 2 ** -7)], np.float32))
+    assert abs(got[4] - 3.140625) == 0 and np.isinf(got[5]) and got[6] == -np.inf
+    assert (got.view(np.uint32)[:5] & 0xFFFF).max() == 0
+
+
+def test_rnn_bf16_math_rounds_only_the_recurrent_products():
+    """math="bf16": the recurrent products' operands are rounded to bfloat16 (8 bits), so the result moves
+    away from fp32 by ~1e-3 and stays within bf16's error of float64; the input projection is TF32's."""
+    from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
+
+    rng = np.random.default_rng(4)
+    desc = RNNDescriptor("lstm", 16, 32, num_layers=2)
+    weights = [tuple(rng.uniform(-0.3, 0.3, s.shape).astype(np.float32) for s in e) for e in desc.weight_shapes()]
+    x = rng.standard_normal((6, 3, 16)).astype(np.float32)
+    dy = rng.standard_normal((6, 3, 32)).astype(np.float32)
+    outs = {}
+    for math in ("fp32", "tf32", "bf16"):
+        y, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=math)
+        dx, _, _, _ = rnn_backward(dy, None, None, reserve)
+        outs[math] = (y, dx)
+    w64 = [tuple(w.astype(np.float64) for w in e) for e in weights]
+    y64, _, _, r64 = rnn_forward(x.astype(np.float64), None, None, w64, desc)
+    dx64, _, _, _ = rnn_backward(dy.astype(np.float64), None, None, r64)
+    for got, want in zip(outs["bf16"], (y64, dx64)):
+        assert 1e-4 < rel_err(got, want) <= 2e-2
+    assert rel_err(outs["bf16"][0], y64) > 3 * rel_err(outs["tf32"][0], y64)   # bf16 is coarser than tf32
+    with pytest.raises(ValueError, match="unknown math 'fp16'"):
+        rnn_forward(x, None, None, weights, desc, math="fp16")

@@ -23,12 +23,13 @@ def _group(flat, desc):
 def _rnn_math(x) -> str:
     """The GEMMs' math mode: TF32 on the GPU when minidl.backends.cudnn.allow_tf32 is set (torch uses
     the cuDNN flag for RNNs too); the CPU path stays exact fp32. Half data on the GPU (autocast's
-    bfloat16/float16) always gets TF32: the RNN kernels compute half data in float32, and TF32 products
-    are still more precise than the data (there is no bf16 RNN kernel yet)."""
+    bfloat16/float16) gets "bf16": the RNN kernels keep the data and states in float32 and round the
+    recurrent products' operands to bfloat16 (the persistent kernels; elsewhere TF32), as torch's
+    autocast runs cuDNN's RNN in bf16."""
     if not is_cuda_array(x):
         return "fp32"
     if x.dtype.itemsize == 2:
-        return "tf32"
+        return "bf16"
     return backends.math_for_conv(x.dtype)
 
 

@@ -35,6 +35,16 @@ def round_to_tf32(x):
     return np.where(finite, rounded, bits).view(np.float32)
 
 
+def round_to_bf16(x):
+    """float32 array rounded to bfloat16 precision (8 significant bits; stored as float32): round to
+    nearest, ties to even (cvt.rn.bf16.f32). Inf and NaN pass unchanged."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    finite = (bits & _EXPONENT) != _EXPONENT
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return np.where(finite, rounded, bits).view(np.float32)
+
+
 def _is_half(dtype) -> bool:
     if dtype in FLOAT_DTYPES:   # the usual case (float32/float64), without building the dtype's name
         return False

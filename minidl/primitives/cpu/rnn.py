@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .gemm import round_to_tf32
+from .gemm import round_to_bf16, round_to_tf32
 
 # ----------------------------------------------------------------------------------------------
 # Pointwise cells. gates_x = W_ih x + b_ih and gates_h = W_hh h + b_hh, each (B, G*H).
@@ -125,11 +125,14 @@ class _DirectionRecord:
     gates: np.ndarray            # LSTM acts, GRU [r, z, n, hn]; None for the vanilla RNN
 
 
-def _mm(a, b, math):
+def _mm(a, b, math, recurrent=False):
     """a @ b in the primitive's math mode: "tf32" rounds float32 operands to TF32 first (as the GPU's
-    tensor cores do, see minidl/primitives/cpu/gemm.py); "fp32" is the plain product."""
-    if math == "tf32" and a.dtype == np.float32:
-        a, b = round_to_tf32(a), round_to_tf32(b)
+    tensor cores do, see minidl/primitives/cpu/gemm.py); "bf16" rounds the recurrent products' operands
+    (recurrent=True: h @ W_hh^T, dgates @ W_hh) to bfloat16 and the other GEMMs' to TF32; "fp32" is the
+    plain product."""
+    if math in ("tf32", "bf16") and a.dtype == np.float32:
+        rounding = round_to_bf16 if math == "bf16" and recurrent else round_to_tf32
+        a, b = rounding(a), rounding(b)
     return a @ b
 
 
@@ -169,7 +172,7 @@ def _forward_direction(mode, gates_x_all, h, c, w_hh, b_hh, mask, reverse, math=
             c_prev[t] = c
         if n == 0:
             continue
-        gates_h = _mm(h[:n], w_hh.T, math)
+        gates_h = _mm(h[:n], w_hh.T, math, recurrent=True)
         if b_hh is not None:
             gates_h += b_hh
         if is_lstm:
@@ -224,14 +227,14 @@ def _backward_direction(mode, dout, dh, dc, record, w_hh, mask, reverse, math="f
         if mode == "lstm":
             dgates_x[t, :n], dc_run = lstm_cell_backward(dh[:n], dc[:n], record.gates[t, :n], record.c_prev[t, :n],
                                                          record.cell_c[t, :n])
-            dh_run = _mm(dgates_x[t, :n], w_hh, math)
+            dh_run = _mm(dgates_x[t, :n], w_hh, math, recurrent=True)
         elif mode == "gru":
             dgates_x[t, :n], dgates_h[t, :n], dh_direct = gru_cell_backward(dh[:n], record.gates[t, :n],
                                                                              record.h_prev[t, :n])
-            dh_run = _mm(dgates_h[t, :n], w_hh, math) + dh_direct
+            dh_run = _mm(dgates_h[t, :n], w_hh, math, recurrent=True) + dh_direct
         else:
             dgates_x[t, :n] = rnn_cell_backward(dh[:n], record.cell_h[t, :n], _nonlinearity(mode))
-            dh_run = _mm(dgates_x[t, :n], w_hh, math)
+            dh_run = _mm(dgates_x[t, :n], w_hh, math, recurrent=True)
         if mask is None:
             dh, dc = dh_run, (dc_run if mode == "lstm" else None)
         else:

@@ -322,9 +322,10 @@ def _gemm_math(math: str) -> str:
     captured into a CUDA graph, where CuPy cannot call cuBLAS: then "fp32_sgemm", our float32 SGEMM
     (the same float32 arithmetic in another summation order, so a replay equals an eager step to fp32
     rounding, not bit for bit). Eagerly cuBLAS stays: its host cost per call is lower than our
-    RawKernel launch, which a replayed graph does not pay."""
-    if math == "tf32":
-        return math
+    RawKernel launch, which a replayed graph does not pay. "bf16" (the persistent kernels' recurrent
+    product in bfloat16) runs every other GEMM, and the standard algorithm's, in TF32."""
+    if math in ("tf32", "bf16"):
+        return "tf32"
     return "fp32_sgemm" if cupy.cuda.get_current_stream().is_capturing() else "fp32"
 
 
@@ -355,6 +356,7 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     Returns (y, hy, cy, saved) with saved = (layer_inputs, records, lengths) for rnn_backward, or None.
     """
     op = "rnn_forward"
+    recurrent_math = math  # the persistent kernels' product ("bf16" stays bf16 there)
     math = _gemm_math(math)
     x = _as_float32(op, "x", x)
     h0 = _as_float32(op, "h0", h0)
@@ -389,7 +391,7 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
                 geo, kernel, gates_x, w_hh, b_ih, b_hh, None if h0 is None else h0[k],
                 None if c0 is None else c0[k], y, lengths, training, math, packed=not persistent))
         if persistent:
-            rnn_persistent.forward(desc.mode, the_plan, directions, y, lengths, T, B, H, math)
+            rnn_persistent.forward(desc.mode, the_plan, directions, y, lengths, T, B, H, recurrent_math)
         else:
             _run_interleaved(directions)
         for direction, run in enumerate(directions):
@@ -469,6 +471,7 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     """dy (T, B, D*H) or None; dhy, dcy (L*D, B, H) or None; math as in the forward pass.
     Returns (dx, dh0, dc0, dweights)."""
     op = "rnn_backward"
+    recurrent_math = math
     math = _gemm_math(math)
     dy = _as_float32(op, "dy", dy)
     dhy = _as_float32(op, "dhy", dhy)
@@ -502,7 +505,8 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
         if persistent:
             rnn_persistent.backward(desc.mode, the_plan, directions, dout, lengths,
                                     [dh0[layer * D + d] for d in range(D)],
-                                    [dc0[layer * D + d] if is_lstm else None for d in range(D)], T, B, H, math)
+                                    [dc0[layer * D + d] if is_lstm else None for d in range(D)], T, B, H,
+                                    recurrent_math)
         else:
             _run_interleaved(directions)
 

@@ -13,7 +13,8 @@ one CTA per SM, because the kernel's grid-wide barrier needs every CTA resident 
 backward choose their counts apart: `UNITS` forces them). What must fit in one CTA's shared memory: forward, the G*U rows of W_hh for its units (G*U x H floats); backward, its
 U columns of W_hh (U x G*H floats); each plus a ring of 3 staging buffers for the exchanged state
 (3 x B x 136 floats, B rounded up to 16), 16 KB for partial sums and a few floats per unit and batch
-row. The product runs on the tensor cores: 3xTF32 for math="fp32" (fp32 accuracy), TF32 for "tf32". Past that, `plan` says why and the
+row. The product runs on the tensor cores: 3xTF32 for math="fp32" (fp32 accuracy), TF32 for "tf32",
+bfloat16 for "bf16" (kernel_math). Past that, `plan` says why and the
 standard algorithm runs (RNNDescriptor algo="auto"). Where the limit falls on this GPU, by hidden size
 and batch, is the table benchmarks/bench_gpu_rnn.py prints from `plan`.
 """
@@ -120,6 +121,14 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
     return Plan(forward, backward), None
 
 
+def kernel_math(math: str, H: int) -> int:
+    """The kernel's `math` argument: 0 fp32 (3xTF32), 1 TF32, 2 bf16 (needs H % 16 == 0, its mma steps are
+    16 deep; otherwise bf16 runs as TF32, which is more precise)."""
+    if math == "bf16":
+        return 2 if H % 16 == 0 else 1
+    return 1 if math == "tf32" else 0
+
+
 def _function(name: str, smem: int):
     """The CUfunction pointer of a persistent kernel, allowed `smem` bytes of dynamic shared memory."""
     kernel = get_kernel("rnn_persistent", name)
@@ -159,7 +168,7 @@ def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
         structs.append((0,) * 8)
     barrier = cupy.zeros(2, dtype=cupy.uint32)  # one counter per direction
     launch = the_plan.forward
-    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), int(math == "tf32"),
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math, H),
                       _ptr(barrier)]
     _launch(KERNELS[mode][0], launch.blocks, launch.smem, args)
 
@@ -179,6 +188,6 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
         structs.append((0,) * 9)
     barrier = cupy.zeros(2, dtype=cupy.uint32)
     launch = the_plan.backward
-    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), int(math == "tf32"),
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math, H),
                       _ptr(barrier)]
     _launch(KERNELS[mode][1], launch.blocks, launch.smem, args)
