@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 # One definition of "which array module" for the whole library: the primitive library's (the lowest layer).
-from .primitives._common import get_array_module, is_cuda_array  # noqa: F401
+from .primitives import get_array_module, is_cuda_array  # noqa: F401
 
 _cupy = None
 _cupy_error: str | None = None

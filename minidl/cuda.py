@@ -64,9 +64,9 @@ def empty_cache() -> None:
 def precompile(families=None) -> list:
     """Compile every CUDA kernel family now, so that no later call (or timing) includes a compile."""
     _device.require_cuda("cuda.precompile")
-    from .primitives.cuda import _compile
+    from .primitives.cuda import precompile
 
-    return _compile.precompile(families)
+    return precompile(families)
 
 
 def manual_seed(seed: int) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from . import _dtypes
 from ._device import get_array_module
 from .autograd.function import Function
-from .autograd.mathops import _quiet
+from .autograd.mathops import quiet_float_errors
 from .autograd.return_types import namedtuple
 
 slogdet_result = namedtuple("slogdet", ["sign", "logabsdet"])
@@ -64,7 +64,7 @@ class Det(Function):
 
     def backward(self, g):
         xp = get_array_module(g)
-        with _quiet(xp):
+        with quiet_float_errors(xp):
             inv_t = _mT(xp.linalg.inv(self.a))
         return ((g * self.det)[..., None, None] * inv_t).astype(g.dtype, copy=False)
 

@@ -86,3 +86,70 @@ def test_functional_exports_functions_only():
     for module in ("dense", "activations", "losses", "sparse", "vision", "convolution", "pooling",
                    "normalization", "dropouts", "recurrent"):
         assert module not in F.__all__ and not callable(getattr(F, module))   # a family, never a function
+
+
+# ------------------------------------------------------------------------------------------------
+# Private names stay inside the package that owns them (issue 23)
+# ------------------------------------------------------------------------------------------------
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT.parent.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def private_owner(dotted: str):
+    """The package allowed to use `dotted` (a module, or a name in one), or None when nothing in it is
+    private. A `_private` module belongs to the package it sits in; a `_private` name defined in a module
+    belongs to that module's package (so its sibling modules and subpackages may use it). What a package
+    means others to use it exports under a public name (e.g. minidl.primitives.as_tuple)."""
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            if _is_module(".".join(parts[: i + 1])):
+                return ".".join(parts[:i])
+            holder = ".".join(parts[:i])                 # the module (or package) defining the name
+            return holder if (ROOT.parent.joinpath(*parts[:i]) / "__init__.py").exists() else holder.rsplit(".", 1)[0]
+    return None
+
+
+def private_imports_across_packages(path: Path):
+    """(line, what) for every `from X import name` in the file that reaches a private module or name
+    owned by a package the file is not inside."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            target = ".".join(base + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if not target.startswith("minidl"):
+            continue
+        for alias in node.names:
+            dotted = target if alias.name == "*" else f"{target}.{alias.name}"
+            owner = private_owner(dotted)
+            if owner is not None and package != owner and not package.startswith(owner + "."):
+                yield node.lineno, dotted
+
+
+def test_no_private_name_is_imported_across_a_package_line():
+    bad = [f"{path.relative_to(ROOT.parent)}:{line} imports {what}"
+           for path in sorted(ROOT.rglob("*.py")) for line, what in private_imports_across_packages(path)]
+    assert bad == [], "\n".join(bad)
+
+
+def test_the_private_rule_sees_modules_and_names(tmp_path):
+    assert private_owner("minidl.primitives._common.as_tuple") == "minidl.primitives"     # a private module
+    assert private_owner("minidl.nn.functional.convolution.conv_nd") is None            # public all the way
+    assert private_owner("minidl.nn.layers.normalization._BatchNorm") == "minidl.nn.layers"  # a private name
+    assert private_owner("minidl._device") == "minidl"                                  # a private top-level module
+    offender = ROOT / "nn" / "_private_rule_probe.py"
+    offender.write_text("from ..primitives._common import as_tuple\nfrom ..autograd._dims import normalize_dim\n")
+    try:
+        found = [what for _, what in private_imports_across_packages(offender)]
+    finally:
+        offender.unlink()
+    assert found == ["minidl.primitives._common.as_tuple", "minidl.autograd._dims.normalize_dim"]

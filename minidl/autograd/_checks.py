@@ -5,12 +5,12 @@ from .._dtypes import is_floating
 from .tensor import Tensor
 
 
-def _check_tensor(op, name, t):
+def check_tensor(op, name, t):
     if not isinstance(t, Tensor):
         raise TypeError(f"{op}: {name} must be a Tensor, got {type(t).__name__}")
 
 
-def _check_float_tensor(op, name, t):
-    _check_tensor(op, name, t)
+def check_float_tensor(op, name, t):
+    check_tensor(op, name, t)
     if not is_floating(t.dtype):
         raise TypeError(f"{op}: {name} must be a floating-point tensor, got dtype {t.dtype}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import _layout
 from .. import primitives as P
 from ..amp.autocast_mode import cast_inputs as _autocast
-from ._checks import _check_float_tensor
+from ._checks import check_float_tensor
 from ._dims import normalize_dim
 from .function import Function
 
@@ -34,21 +34,21 @@ class Activation(Function):
         return P.activation_backward(self.x, self.y, dy, self.desc)
 
 
-def _activation(op, input, mode, coef=None):
-    _check_float_tensor(op, "input", input)
+def apply_activation(op, input, mode, coef=None):
+    check_float_tensor(op, "input", input)
     return Activation.apply(input, desc=P.ActivationDescriptor(mode, coef))
 
 
 def relu(input, inplace=False):
-    return _activation("relu", input, "relu")
+    return apply_activation("relu", input, "relu")
 
 
 def sigmoid(input):
-    return _activation("sigmoid", input, "sigmoid")
+    return apply_activation("sigmoid", input, "sigmoid")
 
 
 def tanh(input):
-    return _activation("tanh", input, "tanh")
+    return apply_activation("tanh", input, "tanh")
 
 
 class Softmax(Function):
@@ -66,7 +66,7 @@ class Softmax(Function):
 
 
 def _softmax_dim(op, input, dim):
-    _check_float_tensor(op, "input", input)
+    check_float_tensor(op, "input", input)
     if dim is None:
         # PyTorch's legacy rule for an omitted dim: 0 for 0-, 1- and 3-D inputs, else 1. A guess, so
         # warned about as torch does: on a (batch, classes) input it is right, on a 3-D one it is dim 0.

@@ -25,7 +25,7 @@ from .function import Function, unbroadcast
 LN2, LN10 = math.log(2.0), math.log(10.0)
 
 
-def _quiet(xp):
+def quiet_float_errors(xp):
     """NumPy's floating-point warnings off (torch gives NaN/inf silently); CuPy never warns."""
     return np.errstate(all="ignore") if xp is np else _NoWarnings()
 
@@ -44,7 +44,7 @@ def _sinc(xp, a):
 
 def _dsinc(xp, a, out, g):
     pa = np.pi * a
-    with _quiet(xp):
+    with quiet_float_errors(xp):
         d = (xp.cos(pa) * pa - xp.sin(pa)) / (pa * a)
     return g * xp.where(a == 0, 0.0, d).astype(a.dtype, copy=False)
 
@@ -141,7 +141,7 @@ class UnaryMath(Function):
         work = a.astype(float32) if a.dtype in _dtypes.HALF_DTYPES else a
         if eps is not None:                         # logit(x, eps): x clamped to [eps, 1 - eps] first
             work = xp.clip(work, eps, 1 - eps)
-        with _quiet(xp):
+        with quiet_float_errors(xp):
             out = UNARY[which][0](xp, work)
         self.a, self.out = work, out
         return out.astype(a.dtype, copy=False)
@@ -149,7 +149,7 @@ class UnaryMath(Function):
     def backward(self, g):
         xp = get_array_module(g)
         gw = g.astype(self.a.dtype, copy=False)
-        with _quiet(xp):
+        with quiet_float_errors(xp):
             grad = UNARY[self.op][1](xp, self.a, self.out, gw)
         if self.eps is not None:                    # flat where the input was clamped
             raw = self.inputs[0]._data
@@ -162,12 +162,12 @@ class UnaryMath(Function):
 
 
 def _xlogy(xp, a, b):
-    with _quiet(xp):
+    with quiet_float_errors(xp):
         return xp.where((a == 0) & ~xp.isnan(b), 0, a * xp.log(b))
 
 
 def _dxlogy(xp, a, b, o, g):
-    with _quiet(xp):
+    with quiet_float_errors(xp):
         ga = xp.where((a == 0) & ~xp.isnan(b), 0, g * xp.log(b))
         return ga, g * a / b
 
@@ -196,7 +196,7 @@ class BinaryMath(Function):
         self.op, self.shapes = which, (a.shape, b.shape)
         half = a.dtype in _dtypes.HALF_DTYPES
         wa, wb = (a.astype(float32), b.astype(float32)) if half else (a, b)
-        with _quiet(xp):
+        with quiet_float_errors(xp):
             out = BINARY[which][0](xp, wa, wb)
         self.a, self.b, self.out = wa, wb, out
         return out.astype(a.dtype, copy=False)
@@ -204,7 +204,7 @@ class BinaryMath(Function):
     def backward(self, g):
         xp = get_array_module(g)
         gw = g.astype(self.a.dtype, copy=False)
-        with _quiet(xp):
+        with quiet_float_errors(xp):
             ga, gb = BINARY[self.op][1](xp, self.a, self.b, self.out, gw)
         ga = unbroadcast(xp.broadcast_to(ga, g.shape), self.shapes[0]).astype(g.dtype, copy=False)
         gb = unbroadcast(xp.broadcast_to(gb, g.shape), self.shapes[1]).astype(g.dtype, copy=False)

@@ -192,11 +192,11 @@ def update_bn(loader, model, device=None) -> None:
     a tensor or a tuple/list whose first element is the input. Needed after SWA without use_buffers:
     the running statistics of the last model do not fit the averaged weights.
     """
-    from ..nn.layers.normalization import _BatchNorm
+    from ..nn import BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm  # every batch norm there is
 
     momenta = {}
     for module in model.modules():
-        if isinstance(module, _BatchNorm) and module.track_running_stats:
+        if isinstance(module, (BatchNorm1d, BatchNorm2d, BatchNorm3d, SyncBatchNorm)) and module.track_running_stats:
             module.reset_running_stats()
             momenta[module] = module.momentum
     if not momenta:

@@ -3,7 +3,7 @@
 Each primitive takes plain arrays (NumPy on the CPU, CuPy on the GPU) and descriptors, never framework
 tensors, so it can be used and taught on its own. See docs/DESIGN.md for the conventions.
 """
-from ._common import get_array_module, is_cuda_array  # noqa: F401
+from ._common import as_tuple, get_array_module, is_cuda_array, normalize_layout  # noqa: F401
 from .convolution import *  # noqa: F401,F403
 from .pooling import *  # noqa: F401,F403
 from .activation import *  # noqa: F401,F403

@@ -108,7 +108,7 @@ def _reference_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, sca
 def _refuse_capture(op, q, k, v):
     """On the GPU the reference's products are cupy.matmul (cuBLAS) calls, which a capture cannot hold."""
     if is_cuda_array(q):
-        from .cuda._launch import check_no_cublas_capture
+        from .cuda import check_no_cublas_capture
 
         reason = attention_kernel_reason(q, k, v)
         check_no_cublas_capture(op, f"The fused kernel is not used here: {reason}. Capture attention "

@@ -8,7 +8,7 @@ from ... import primitives as P
 from ..._device import get_array_module
 from ...autograd.function import Function
 from ...autograd.activations import (  # noqa: F401 (re-exported by the package)
-    Activation, Softmax, _activation, log_softmax, relu, sigmoid, softmax, tanh)
+    Activation, Softmax, apply_activation, log_softmax, relu, sigmoid, softmax, tanh)
 from ._checks import _check_float_tensor, _check_same_device
 
 
@@ -37,21 +37,21 @@ def add_relu(input, other):
 
 
 def relu6(input, inplace=False):
-    return _activation("relu6", input, "clipped_relu", 6.0)
+    return apply_activation("relu6", input, "clipped_relu", 6.0)
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
-    return _activation("leaky_relu", input, "leaky_relu", negative_slope)
+    return apply_activation("leaky_relu", input, "leaky_relu", negative_slope)
 
 
 def elu(input, alpha=1.0, inplace=False):
-    return _activation("elu", input, "elu", alpha)
+    return apply_activation("elu", input, "elu", alpha)
 
 
 def gelu(input, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _activation("gelu", input, "gelu" if approximate == "none" else "gelu_tanh")
+    return apply_activation("gelu", input, "gelu" if approximate == "none" else "gelu_tanh")
 
 
 

@@ -116,7 +116,7 @@ def _same_padding(op, kernel, stride, dilation):
     return pads
 
 
-def _conv(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout, *, desc=None, plans=None,
+def conv_nd(op, dims, input, weight, bias, stride, padding, dilation, groups, algo, layout, *, desc=None, plans=None,
           relu=False, channels_last=False):
     """F.conv1d/2d/3d. A layer passes its own descriptor (`desc`, made once) and plan dict (`plans`);
     relu=True: relu(conv) with the ReLU in the convolution's epilogue (conv2d_relu). channels_last (a layer
@@ -170,23 +170,23 @@ def _conv_run(x, weight, bias, desc, algo, layout, plans, relu, out_cl=False):
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
     """input (N, C, L), weight (K, C/groups, k) -> (N, K, L_out). `algo` and `layout` are minidl extras."""
-    return _conv("conv1d", 1, input, weight, bias, stride, padding, dilation, groups, algo, layout)
+    return conv_nd("conv1d", 1, input, weight, bias, stride, padding, dilation, groups, algo, layout)
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
     """input (N, C, H, W), weight (K, C/groups, kh, kw) -> (N, K, H_out, W_out)."""
-    return _conv("conv2d", 2, input, weight, bias, stride, padding, dilation, groups, algo, layout)
+    return conv_nd("conv2d", 2, input, weight, bias, stride, padding, dilation, groups, algo, layout)
 
 
 def conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
     """relu(conv2d(...)) with the ReLU in the convolution's epilogue on the GPU (a minidl extra,
     convolution_bias_activation_forward). Same arguments and result as the unfused pair."""
-    return _conv("conv2d_relu", 2, input, weight, bias, stride, padding, dilation, groups, algo, layout, relu=True)
+    return conv_nd("conv2d_relu", 2, input, weight, bias, stride, padding, dilation, groups, algo, layout, relu=True)
 
 
 def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, algo="auto", layout="NCHW"):
     """input (N, C, D, H, W), weight (K, C/groups, kd, kh, kw) -> (N, K, D_out, H_out, W_out)."""
-    return _conv("conv3d", 3, input, weight, bias, stride, padding, dilation, groups, algo, layout)
+    return conv_nd("conv3d", 3, input, weight, bias, stride, padding, dilation, groups, algo, layout)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -219,7 +219,7 @@ class ConvolutionTranspose(Function):
         return (dx, dw, db) if self.has_bias else (dx, dw)
 
 
-def _conv_transpose(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation, plans=None):
+def conv_transpose_nd(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation, plans=None):
     input, weight, bias = _autocast(op, input, weight, bias)
     x, unbatched = _batched(op, input, dims)
     _check_float_tensor(op, "weight", weight)
@@ -262,16 +262,16 @@ def _conv_transpose(op, dims, input, weight, bias, stride, padding, output_paddi
 
 def conv_transpose1d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """input (N, C_in, L), weight (C_in, C_out/groups, k) -> (N, C_out, L_out)."""
-    return _conv_transpose("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
+    return conv_transpose_nd("conv_transpose1d", 1, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)
 
 
 def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """input (N, C_in, H, W), weight (C_in, C_out/groups, kh, kw) -> (N, C_out, H_out, W_out)."""
-    return _conv_transpose("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
+    return conv_transpose_nd("conv_transpose2d", 2, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)
 
 
 def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
-    return _conv_transpose("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
+    return conv_transpose_nd("conv_transpose3d", 3, input, weight, bias, stride, padding, output_padding, groups,
                            dilation)

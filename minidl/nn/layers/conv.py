@@ -20,8 +20,8 @@ import math
 from ..._device import Device
 from ...autograd.creation import empty
 from ... import primitives as P
-from ...primitives._common import as_tuple, normalize_layout
-from ..functional.convolution import _conv
+from ...primitives import as_tuple, normalize_layout
+from ..functional.convolution import conv_nd
 from .. import init
 from ..module import Module, Parameter
 
@@ -82,7 +82,7 @@ class _ConvNd(Module):
 
     def forward(self, input):
         op = ("conv1d", "conv2d", "conv3d")[self._dims - 1]
-        return _conv(op, self._dims, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+        return conv_nd(op, self._dims, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
                        self.groups, self.algo, self.layout, desc=self._desc, plans=self._conv_plans,
                        channels_last=self.channels_last)
 
@@ -174,10 +174,10 @@ class _ConvTransposeNd(Module):
         return tuple(pads)
 
     def forward(self, input, output_size=None):
-        from ..functional.convolution import _conv_transpose
+        from ..functional.convolution import conv_transpose_nd
 
         op = f"conv_transpose{self._dims}d"
-        return _conv_transpose(op, self._dims, input, self.weight, self.bias, self.stride, self.padding,
+        return conv_transpose_nd(op, self._dims, input, self.weight, self.bias, self.stride, self.padding,
                                self._output_padding(input, output_size), self.groups, self.dilation,
                                plans=self._conv_plans)
 

@@ -6,7 +6,7 @@ import math
 from .. import functional as F
 from .. import init
 from ..._device import Device
-from ...autograd._dims import normalize_dim
+from ...autograd import normalize_dim
 from ...autograd.creation import empty
 from ..module import Module, Parameter
 

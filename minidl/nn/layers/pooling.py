@@ -1,7 +1,7 @@
 """Pooling layers: MaxPool1d/2d/3d, AvgPool1d/2d/3d, AdaptiveAvgPool1d/2d/3d (over the pooling primitives)."""
 from __future__ import annotations
 
-from ...primitives._common import as_tuple
+from ...primitives import as_tuple
 from .. import functional as F
 from ..module import Module
 

@@ -19,7 +19,7 @@ training semantics exactly.
 """
 from __future__ import annotations
 
-from ..functional.convolution import _conv
+from ..functional.convolution import conv_nd
 from ..layers.activation import ReLU
 from ..layers.conv import Conv2d
 from ..layers.linear import Identity
@@ -51,7 +51,7 @@ class ConvReLU2d(Conv2d):
     """relu(Conv2d(x)) with the ReLU in the convolution's epilogue on the GPU."""
 
     def forward(self, input):
-        return _conv("conv2d_relu", 2, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+        return conv_nd("conv2d_relu", 2, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
                        self.groups, self.algo, self.layout, desc=self._desc, plans=self._conv_plans, relu=True)
 
 
