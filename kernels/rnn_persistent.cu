@@ -110,14 +110,29 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
     __syncthreads();
 }
 
-// Start copying A[0:B, k0:k0+PKC] (row stride lda, K columns in all, K % 4 == 0) into buf[b * PKCP + k];
-// columns past K become 0. A was written by other CTAs: cp.async.cg reads it from L2, never from L1.
-__device__ __forceinline__ void issue_chunk(float* buf, const float* A, long long lda, int B, int K, int k0)
+// The rare path of issue_chunk, out of line so that it costs the common one no registers.
+__device__ __noinline__ void stage_chunk_scalar(float* buf, const float* A, long long lda, int B, int K, int k0)
+{
+    for (int i = threadIdx.x; i < B * PKC; i += PT) {
+        const int b = i / PKC, kk = i % PKC, k = k0 + kk;
+        buf[b * PKCP + kk] = k < K ? __ldcg(A + b * lda + k) : 0.0f;
+    }
+}
+
+// Start copying A[0:B, k0:k0+PKC] (row stride lda, K columns in all) into buf[b * PKCP + k]; columns past K
+// become 0. A was written by other CTAs: cp.async.cg reads it from L2, never from L1. `vec`: rows are
+// 16-byte aligned and K % 4 == 0; otherwise (a hidden size that is not a multiple of 4) plain loads
+// through L2 (__ldcg), synchronous but rare.
+__device__ __forceinline__ void issue_chunk(float* buf, const float* A, long long lda, int B, int K, int k0, bool vec)
 {
     constexpr int V = PKC / 4, ROWS = PT / V;  // thread tid copies column group v = tid % V of rows tid / V + ROWS*n
 #ifdef PERSIST_ABLATE_STAGE
     return;
 #endif
+    if (!vec) {
+        stage_chunk_scalar(buf, A, lda, B, K, k0);
+        return;
+    }
     const int v = threadIdx.x % V, k = k0 + 4 * v;
     const bool inside = k < K;
     const float* src = inside ? A + (threadIdx.x / V) * lda + k : A;
@@ -141,7 +156,7 @@ __device__ __forceinline__ void fetch_run(float* dst, const float* src, int n, b
 }
 
 // The product of one step on the tensor cores: red[b * RP + r] = sum_k A[b, k] * W[r][k] for b < BP,
-// r < RP, where A (B x K, row stride lda, K % 8 == 0) is in global memory and W (RP rows of KP floats) in
+// r < RP, where A (B x K, row stride lda; columns past K read as zero) is in global memory and W (RP rows of KP floats) in
 // shared memory. mma.sync m16n8k8 TF32 (the fragment layouts are drawn in kernels/gemm_tc.cu): M = the
 // batch (BP = B rounded up to 16), N = the CTA's rows of W (RP, rounded up to 8), K = the state.
 //   math = 1: operands rounded to TF32, one mma per tile: the math of cuDNN's TF32 mode.
@@ -267,6 +282,7 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
     const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
     const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
     const int chunks = (K + PKC - 1) / PKC, buffer = BP * PKCP;
+    const bool vec = K % 4 == 0 && lda % 4 == 0 && (reinterpret_cast<unsigned long long>(A) & 15) == 0;
     // This lane's fragment offsets for each of its tiles, worked out once (integer division is slow).
     int a_off[4], w_off[4], my_tiles = 0;
 #pragma unroll
@@ -280,7 +296,7 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
     __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
 #pragma unroll
     for (int c = 0; c < NBUF - 1; ++c) {
-        if (c < chunks) issue_chunk(ring + c * buffer, A, lda, B, K, c * PKC);
+        if (c < chunks) issue_chunk(ring + c * buffer, A, lda, B, K, c * PKC, vec);
         if (c == 0) fetch();
         cp_async_commit();
     }
@@ -288,13 +304,13 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
         cp_async_wait<NBUF - 2>();  // chunk c (and everything before it) has landed, for this thread
         __syncthreads();            // ... and for every thread; and chunk c - 1 is no longer read
         const int next = c + NBUF - 1;
-        if (next < chunks) issue_chunk(ring + (next % NBUF) * buffer, A, lda, B, K, next * PKC);
+        if (next < chunks) issue_chunk(ring + (next % NBUF) * buffer, A, lda, B, K, next * PKC, vec);
         cp_async_commit();
 #ifndef PERSIST_ABLATE_PRODUCT
         const float* hbuf = ring + (c % NBUF) * buffer;
         const int k0 = c * PKC;
         if (math == 2) {
-            const int steps = min(PKC, K - k0) / 16;
+            const int steps = (min(PKC, K - k0) + 15) / 16;  // columns past K are zero in both operands
             if (ncopy == 4) {
                 product_chunk_bf16<4>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
             } else if (ncopy == 2) {
@@ -304,7 +320,7 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
             }
             continue;
         }
-        const int steps = min(PKC, K - k0) / 8;
+        const int steps = (min(PKC, K - k0) + 7) / 8;
         const int tf32 = math;
         if (ncopy == 4) {
             product_chunk<4>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
@@ -353,7 +369,7 @@ template <int MODE>
 __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : (MODE == MODE_GRU ? 3 : 1); }
 
 // ---------------------------------------------------------------------------------------------
-// Forward. Shared memory: W (RP x KP, KP = H + 8), the ring (NBUF x BP x PKCP), red (RED), then gx
+// Forward. Shared memory: W (RP x KP, KP = H rounded up to 8, + 8), the ring (NBUF x BP x PKCP), red (RED), then gx
 // (B x G*U: this step's input projection of the CTA's gates), h and c (B x U each: the CTA's slice of
 // the state, kept across steps).
 // ---------------------------------------------------------------------------------------------
@@ -365,7 +381,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    const int R = G * U, RP = round_up(R, 8), KP = H + 8, BP = round_up(B, 16);
+    const int R = G * U, RP = round_up(R, 8), KP = round_up(H, 8) + 8, BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + RP * KP;
     float* red = ring + NBUF * BP * PKCP;
@@ -374,13 +390,14 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     float* c_own = h_own + B * U;
     const int j0 = c * U;
     const int units = min(U, H - j0);    // the last CTA may own fewer
-    const bool vec = U % 4 == 0 && units == U;  // runs of units are 16-byte aligned (H % 8 == 0)
+    const bool vec = U % 4 == 0 && units == U && H % 4 == 0;  // runs of units are 16-byte aligned
     const long long state = (long long)B * H;
 
-    // Rows g*U + u of W = row g*H + j0 + u of W_hh (zero past H, and in the padding rows).
-    for (int i = threadIdx.x; i < RP * H; i += PT) {
-        const int r = i / H, k = i % H, g = r / U, u = r % U;
-        W[r * KP + k] = (r < R && j0 + u < H) ? dir.w_hh[(long long)(g * H + j0 + u) * H + k] : 0.0f;
+    // Rows g*U + u of W = row g*H + j0 + u of W_hh; zero past H, in the padding rows and columns (the mma
+    // steps run over K rounded up to 8 or 16 columns).
+    for (int i = threadIdx.x; i < RP * KP; i += PT) {
+        const int r = i / KP, k = i % KP, g = r / U, u = r % U;
+        W[i] = (r < R && j0 + u < H && k < H) ? dir.w_hh[(long long)(g * H + j0 + u) * H + k] : 0.0f;
     }
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;  // rows B .. BP-1 stay zero
     const int first = direction ? T : 0;  // where the initial state sits in hs / cs
@@ -449,7 +466,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
 
 // ---------------------------------------------------------------------------------------------
 // Backward, steps in the reverse of the forward order. Shared memory: W (RP x KP, RP = round4(U),
-// KP = G*H + 8) with W[u][k] = W_hh[k, j0 + u], the ring, red, then `direct` and `dcarry` (B x U each:
+// KP = G*H rounded up to 8, + 8) with W[u][k] = W_hh[k, j0 + u], the ring, red, then `direct` and `dcarry` (B x U each:
 // the part of dh that skips W_hh, and the LSTM's dc, owned by this CTA for the whole run) and `ops`
 // (B x 7U: this step's saved gates, states and dy for the CTA's units, fetched with the first chunk;
 // operand q of unit u of row b at ops[(b * NOPS + q) * U + u], so that each run of units is one copy).
@@ -466,7 +483,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     constexpr int NOPS = NREC + NSTATE + 1;
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    const int GH = G * H, RP = round_up(U, 8), KP = GH + 8, BP = round_up(B, 16);
+    const int GH = G * H, RP = round_up(U, 8), KP = round_up(GH, 8) + 8, BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + RP * KP;
     float* red = ring + NBUF * BP * PKCP;
@@ -475,12 +492,12 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     float* ops = dcarry + B * U;
     const int j0 = c * U;
     const int units = min(U, H - j0);    // the last CTA may own fewer
-    const bool vec = U % 4 == 0 && units == U;  // runs of units are 16-byte aligned (H % 8 == 0)
+    const bool vec = U % 4 == 0 && units == U && H % 4 == 0;  // runs of units are 16-byte aligned
     const long long state = (long long)B * H;
 
-    for (int i = threadIdx.x; i < RP * GH; i += PT) {
-        const int u = i / GH, k = i % GH;
-        W[u * KP + k] = (u < U && j0 + u < H) ? dir.w_hh[(long long)k * H + j0 + u] : 0.0f;
+    for (int i = threadIdx.x; i < RP * KP; i += PT) {
+        const int u = i / KP, k = i % KP;
+        W[i] = (u < U && j0 + u < H && k < GH) ? dir.w_hh[(long long)k * H + j0 + u] : 0.0f;
     }
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;
     for (int e = threadIdx.x; e < B * U; e += PT) {

@@ -1,4 +1,5 @@
-"""The CUDA RNN primitive (kernels/rnn.cu + cuBLAS) against the NumPy reference and torch.nn.RNN/LSTM/GRU on CUDA.
+"""The CUDA RNN primitive's standard algorithm (kernels/rnn.cu + cuBLAS) against the NumPy reference and
+torch.nn.RNN/LSTM/GRU on CUDA.
 
 Every test runs with the launcher's POISON switch on: each buffer the kernels and GEMMs are meant to fill
 (states, outputs, gate records, gradients) starts as NaN, so an element nothing writes reaches some
@@ -27,6 +28,15 @@ def poisoned_buffers(monkeypatch):
 
     monkeypatch.setattr(cuda_rnn, "POISON", True)
     return cuda_rnn
+
+
+@pytest.fixture(autouse=True)
+def standard_algorithm(monkeypatch):
+    """This file tests the standard algorithm (kernels/rnn.cu): algo="auto" must not pick the persistent
+    one (tests/gpu/test_rnn_persistent_gpu.py tests that)."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    monkeypatch.setattr(rnn_persistent, "plan", lambda *args, **kwargs: (None, "tests: the standard algorithm"))
 
 
 def _case(desc, T, B, rng, with_state=True):

@@ -148,8 +148,9 @@ def test_auto_uses_persistent_where_it_fits():
     from minidl.primitives.cuda.rnn import choose_algorithm
 
     assert choose_algorithm(RNNDescriptor("lstm", 512, 512, 2), 35, 32)[0] == "persistent"
-    algorithm, _, reason = choose_algorithm(RNNDescriptor("lstm", 8, 37), 35, 32)
-    assert algorithm == "standard" and "multiple of 8" in reason
+    assert choose_algorithm(RNNDescriptor("lstm", 8, 37), 35, 32)[0] == "persistent"   # any hidden size
+    algorithm, _, reason = choose_algorithm(RNNDescriptor("lstm", 8, 40), 35, 300)
+    assert algorithm == "standard" and "batch 300" in reason
     assert choose_algorithm(RNNDescriptor("lstm", 8, 40), 1, 32)[0] == "standard"  # one step
     assert choose_algorithm(RNNDescriptor("lstm", 8, 40, algo="standard"), 35, 32)[0] == "standard"
     algorithm, _, reason = choose_algorithm(RNNDescriptor("lstm", 8, 4096), 35, 32)
@@ -157,11 +158,34 @@ def test_auto_uses_persistent_where_it_fits():
 
 
 def test_persistent_that_cannot_run_says_why():
-    desc = RNNDescriptor("gru", 8, 37, algo="persistent")
-    x, h0, _, weights, *_ = _case(desc, 4, 3, np.random.default_rng(0))
-    with pytest.raises(ValueError, match=r"rnn_forward: algo='persistent' cannot run .*hidden_size 37 is not a "
-                                         r"multiple of 8.*algo='auto'"):
+    desc = RNNDescriptor("gru", 8, 40, algo="persistent")
+    x, h0, _, weights, *_ = _case(desc, 4, 300, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"rnn_forward: algo='persistent' cannot run .*batch 300 x .* rows of "
+                                         r"W_hh per CTA .*algo='auto'"):
         rnn_forward(_to_gpu(x), _to_gpu(h0), None, _to_gpu(weights), desc)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("H,math", [(37, "fp32"), (30, "fp32"), (650, "fp32"), (37, "bf16"), (30, "tf32")])
+def test_persistent_any_hidden_size(mode, H, math):
+    """Hidden sizes that are not multiples of 4 or 8 (odd, 2 mod 4, PyTorch's word-LM 650): the state is
+    staged with plain loads and the mma steps run over zero-padded columns."""
+    rng = np.random.default_rng(H)
+    lengths = np.array([6, 2, 6, 5, 1])
+    desc = _desc(mode, 11, H, 2, True, True, "persistent")
+    case = _case(desc, 6, 5, rng)
+    if math == "fp32":
+        got = _run_gpu(desc, *case, lengths=lengths)
+        _assert_close(got, _run_reference(desc, *case, lengths=lengths), desc)
+        return
+    from minidl.primitives.cpu import rnn as cpu_rnn
+    x, h0, c0, weights, dy, dhy, dcy = case
+    y, _, _, reserve = rnn_forward(_to_gpu(x), _to_gpu(h0), _to_gpu(c0), _to_gpu(weights), desc,
+                                   seq_lengths=lengths, math=math)
+    dx, _, _, _ = rnn_backward(_to_gpu(dy), _to_gpu(dhy), _to_gpu(dcy), reserve)
+    y_e, _, _, saved = cpu_rnn.rnn_forward(x, h0, c0, weights, desc, lengths, True, math=math)
+    dx_e, _, _, _ = cpu_rnn.rnn_backward(dy, dhy, dcy, desc, weights, lengths, saved, math=math)
+    assert rel_err(y.get(), y_e) <= 5e-3 and rel_err(dx.get(), dx_e) <= 5e-3
 
 
 def test_persistent_inside_a_cuda_graph():

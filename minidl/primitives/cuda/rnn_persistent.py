@@ -74,9 +74,9 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool) -> int:
     G = GATES[mode]
     ring = NBUF * _round(B, 16) * PKCP + RED_FLOATS
     if backward:
-        floats = _round(units, 8) * (G * H + 8) + ring + (2 + BACKWARD_OPS) * B * units
+        floats = _round(units, 8) * (_round(G * H, 8) + 8) + ring + (2 + BACKWARD_OPS) * B * units
     else:
-        floats = _round(G * units, 8) * (H + 8) + ring + (G + 2) * B * units
+        floats = _round(G * units, 8) * (_round(H, 8) + 8) + ring + (G + 2) * B * units
     return floats * FLOAT_BYTES
 
 
@@ -108,8 +108,6 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
 
     units: force the hidden units per CTA, an int or a (forward, backward) pair (benchmarks); None picks
     the smallest that fits the SMs."""
-    if H % 8:
-        return None, f"hidden_size {H} is not a multiple of 8 (the kernel's mma steps are 8 deep)"
     units = units or UNITS
     forward_units, backward_units = units if isinstance(units, tuple) else (units, units)
     forward, reason = _pass(mode, B, H, D, forward_units, False)
@@ -121,12 +119,9 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
     return Plan(forward, backward), None
 
 
-def kernel_math(math: str, H: int) -> int:
-    """The kernel's `math` argument: 0 fp32 (3xTF32), 1 TF32, 2 bf16 (needs H % 16 == 0, its mma steps are
-    16 deep; otherwise bf16 runs as TF32, which is more precise)."""
-    if math == "bf16":
-        return 2 if H % 16 == 0 else 1
-    return 1 if math == "tf32" else 0
+def kernel_math(math: str) -> int:
+    """The kernel's `math` argument: 0 fp32 (3xTF32), 1 TF32, 2 bf16."""
+    return {"fp32": 0, "fp32_sgemm": 0, "tf32": 1, "bf16": 2}[math]
 
 
 def _function(name: str, smem: int):
@@ -168,7 +163,7 @@ def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
         structs.append((0,) * 8)
     barrier = cupy.zeros(2, dtype=cupy.uint32)  # one counter per direction
     launch = the_plan.forward
-    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math, H),
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math),
                       _ptr(barrier)]
     _launch(KERNELS[mode][0], launch.blocks, launch.smem, args)
 
@@ -188,6 +183,6 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
         structs.append((0,) * 9)
     barrier = cupy.zeros(2, dtype=cupy.uint32)
     launch = the_plan.backward
-    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math, H),
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math),
                       _ptr(barrier)]
     _launch(KERNELS[mode][1], launch.blocks, launch.smem, args)
