@@ -160,8 +160,8 @@ def test_auto_uses_persistent_where_it_fits():
 def test_persistent_that_cannot_run_says_why():
     desc = RNNDescriptor("gru", 8, 40, algo="persistent")
     x, h0, _, weights, *_ = _case(desc, 4, 300, np.random.default_rng(0))
-    with pytest.raises(ValueError, match=r"rnn_forward: algo='persistent' cannot run .*batch 300 x .* rows of "
-                                         r"W_hh per CTA .*algo='auto'"):
+    with pytest.raises(ValueError, match=r"rnn_forward: algo='persistent' cannot run this RNN on this GPU: .*"
+                                         r"batch 300.*KB of shared memory per CTA.*algo='auto'"):
         rnn_forward(_to_gpu(x), _to_gpu(h0), None, _to_gpu(weights), desc)
 
 
