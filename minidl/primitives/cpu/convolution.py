@@ -46,6 +46,7 @@ out.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -296,6 +297,15 @@ def _tap_slices(problem, tap):
     return tuple(out_slices), tuple(in_slices)
 
 
+@functools.lru_cache(maxsize=1024)
+def _live_taps(problem):
+    """(tap, out_slices, in_slices) of every kernel tap that reads some of x (_tap_slices), in tap order.
+    Cached per problem: a training loop asks for the same few problems at every step, and for a small
+    layer working the slices out again costs more than the arithmetic."""
+    return tuple((tap,) + slices for tap in _kernel_taps(problem.kernel_size)
+                 if (slices := _tap_slices(problem, tap)) is not None)
+
+
 def convolution_forward_direct(x, w, problem):
     """x: (N, C, *in), w: (K, C/g, *kernel) -> y: (N, K, *out), one weighted window sum per tap."""
     N, G, K = problem.N, problem.groups, problem.K
@@ -303,11 +313,7 @@ def convolution_forward_direct(x, w, problem):
     y = np.zeros((N, G, Kg) + problem.out_size, dtype=x.dtype)
     xg = x.reshape((N, G, Cg) + problem.in_size)
     wg = w.reshape((G, Kg, Cg) + problem.kernel_size)
-    for tap in _kernel_taps(problem.kernel_size):
-        slices = _tap_slices(problem, tap)
-        if slices is None:
-            continue
-        out_sl, in_sl = slices
+    for tap, out_sl, in_sl in _live_taps(problem):
         window = xg[(slice(None),) * 3 + in_sl]                  # (N, G, Cg, *out part)
         # y[n, g, k, ...] += sum_c w[g, k, c, tap] * window[n, g, c, ...]
         y[(slice(None),) * 3 + out_sl] += np.einsum("gkc,ngc...->ngk...", wg[(...,) + tap], window)
@@ -321,11 +327,7 @@ def convolution_backward_data_direct(w, dy, problem):
     dx = np.zeros((N, G, Cg) + problem.in_size, dtype=dy.dtype)
     dyg = dy.reshape((N, G, Kg) + problem.out_size)
     wg = w.reshape((G, Kg, Cg) + problem.kernel_size)
-    for tap in _kernel_taps(problem.kernel_size):
-        slices = _tap_slices(problem, tap)
-        if slices is None:
-            continue
-        out_sl, in_sl = slices
+    for tap, out_sl, in_sl in _live_taps(problem):
         # Within one tap every output position reads a different input position, so `+=` on the
         # strided window never hits the same element twice.
         dx[(slice(None),) * 3 + in_sl] += np.einsum("gkc,ngk...->ngc...", wg[(...,) + tap],
@@ -340,11 +342,7 @@ def convolution_backward_filter_direct(x, dy, problem):
     dw = np.zeros((G, Kg, Cg) + problem.kernel_size, dtype=x.dtype)
     xg = x.reshape((N, G, Cg) + problem.in_size)
     dyg = dy.reshape((N, G, Kg) + problem.out_size)
-    for tap in _kernel_taps(problem.kernel_size):
-        slices = _tap_slices(problem, tap)
-        if slices is None:
-            continue                                             # a tap that only sees padding
-        out_sl, in_sl = slices
+    for tap, out_sl, in_sl in _live_taps(problem):
         # einsum cannot sum over "...", so flatten the output positions (a copy of the windows)
         dy_window = dyg[(slice(None),) * 3 + out_sl].reshape(N, G, Kg, -1)
         x_window = xg[(slice(None),) * 3 + in_sl].reshape(N, G, Cg, -1)
@@ -372,11 +370,7 @@ def convolution_im2col(x, problem):
     cols = np.zeros((problem.C,) + problem.kernel_size + (problem.N,) + problem.out_size, dtype=x.dtype)
     x_cn = x.swapaxes(0, 1)                                              # (C, N, *in), a view
     everything = (slice(None), slice(None))
-    for tap in _kernel_taps(problem.kernel_size):
-        slices = _tap_slices(problem, tap)
-        if slices is None:
-            continue                                                     # this tap reads only padding
-        out_sl, in_sl = slices
+    for tap, out_sl, in_sl in _live_taps(problem):
         cols[(slice(None),) + tap + (slice(None),) + out_sl] = x_cn[everything + in_sl]
     return cols
 
@@ -390,11 +384,7 @@ def convolution_col2im(dcols, problem):
     """
     dx = np.zeros((problem.N, problem.C) + problem.in_size, dtype=dcols.dtype)
     everything = (slice(None), slice(None))
-    for tap in _kernel_taps(problem.kernel_size):
-        slices = _tap_slices(problem, tap)
-        if slices is None:
-            continue
-        out_sl, in_sl = slices
+    for tap, out_sl, in_sl in _live_taps(problem):
         dx[everything + in_sl] += dcols[(slice(None),) + tap + (slice(None),) + out_sl].swapaxes(0, 1)
     return dx
 

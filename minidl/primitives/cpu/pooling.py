@@ -11,6 +11,7 @@ channels-first order, on a transposed view when the layout is channels-last.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -36,13 +37,15 @@ def _pad(xc, desc, padded, fill):
     return xp
 
 
+@functools.lru_cache(maxsize=1024)
 def _taps(desc, out_sizes):
     """(tap number, slices) for every tap of the window, in window (C) order; a dilated window's
-    taps are `dilation` apart."""
+    taps are `dilation` apart. Cached per (descriptor, output size): a training loop asks for the same
+    few at every step."""
     ranges = [range(0, d * (k - 1) + 1, d) for k, d in zip(desc.kernel_size, desc.dilation)]
-    for t, offsets in enumerate(itertools.product(*ranges)):
-        yield t, (Ellipsis,) + tuple(slice(o, o + (n - 1) * s + 1, s)
-                                     for o, n, s in zip(offsets, out_sizes, desc.stride))
+    return tuple((t, (Ellipsis,) + tuple(slice(o, o + (n - 1) * s + 1, s)
+                                         for o, n, s in zip(offsets, out_sizes, desc.stride)))
+                 for t, offsets in enumerate(itertools.product(*ranges)))
 
 
 def _avg_divisor(spatial, out_sizes, desc, dtype):
