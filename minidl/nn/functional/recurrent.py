@@ -6,6 +6,7 @@ from __future__ import annotations
 from ... import backends
 from ... import primitives as P
 from ..._device import is_cuda_array
+from ..._dtypes import is_half
 from ...amp.autocast_mode import cast_inputs as _autocast
 from ...autograd.function import Function, is_grad_enabled
 
@@ -28,7 +29,7 @@ def _rnn_math(x) -> str:
     autocast runs cuDNN's RNN in bf16."""
     if not is_cuda_array(x):
         return "fp32"
-    if x.dtype.itemsize == 2:
+    if is_half(x.dtype):
         return "bf16"
     return backends.math_for_conv(x.dtype)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._dtypes import bfloat16
 from .._common import FLOAT_DTYPES, blend
 
 # The 13 low mantissa bits that TF32 drops (23 - 10), and half of their weight (the rounding carry).
@@ -37,12 +38,9 @@ def round_to_tf32(x):
 
 def round_to_bf16(x):
     """float32 array rounded to bfloat16 precision (8 significant bits; stored as float32): round to
-    nearest, ties to even (cvt.rn.bf16.f32). Inf and NaN pass unchanged."""
-    x = np.asarray(x, dtype=np.float32)
-    bits = x.view(np.uint32)
-    finite = (bits & _EXPONENT) != _EXPONENT
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    return np.where(finite, rounded, bits).view(np.float32)
+    nearest, ties to even (cvt.rn.bf16.f32), by a round trip through the bfloat16 dtype. Inf and NaN
+    pass unchanged."""
+    return np.asarray(x, dtype=np.float32).astype(bfloat16).astype(np.float32)
 
 
 def _is_half(dtype) -> bool:

@@ -121,7 +121,7 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
 
 def kernel_math(math: str) -> int:
     """The kernel's `math` argument: 0 fp32 (3xTF32), 1 TF32, 2 bf16."""
-    return {"fp32": 0, "fp32_sgemm": 0, "tf32": 1, "bf16": 2}[math]
+    return {"fp32": 0, "tf32": 1, "bf16": 2}[math]
 
 
 def _function(name: str, smem: int):
