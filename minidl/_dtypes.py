@@ -15,6 +15,8 @@ float16 = np.dtype(np.float16)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
+int8, uint8, int16 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)
+int32, int64, bool_ = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.bool_)
 
 HALF_DTYPES = (float16, bfloat16)
 FLOATING_DTYPES = (float16, bfloat16, float32, float64)

@@ -19,7 +19,7 @@ import numpy as np
 from . import _dtypes
 from ._device import get_array_module
 from .autograd.function import Function
-from .autograd.mathops import quiet_float_errors
+from .ops.mathops import quiet_float_errors
 from .autograd.return_types import namedtuple
 
 slogdet_result = namedtuple("slogdet", ["sign", "logabsdet"])
@@ -172,6 +172,6 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
 
 def logdet(A):
     sign, logabs = slogdet(A)
-    from .autograd.tensor import where
+    from .ops import where
 
     return where(sign > 0, logabs, logabs.new_full((), float("nan")))   # a negative det has no real log

@@ -1,4 +1,4 @@
-"""minidl.special: torch.special's names for functions minidl has (most live in autograd/mathops.py), so that
+"""minidl.special: torch.special's names for functions minidl has (most live in ops/mathops.py), so that
 `torch.special.erf(x)` runs. Not here: the Bessel, zeta, polygamma and erfinv families."""
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def log_softmax(input, dim, *, dtype=None):
 
 def entr(input):
     """-x log x (0 at 0, -inf below 0), as torch.special.entr."""
-    from .autograd.tensor import where
+    from .ops import where
 
     return where(input < 0, input.new_full((), float("-inf")), -input.xlogy(input))
 

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parents[1] / "minidl"
 FORBIDDEN = {
     "minidl.primitives": ("minidl.autograd", "minidl.nn", "minidl.optim", "minidl.amp", "minidl.data",
                           "minidl.vision", "minidl.profiler", "minidl._graphs", "minidl.run"),
-    "minidl.autograd": ("minidl.nn", "minidl.optim", "minidl.data", "minidl.vision", "minidl.run"),
+    # the autograd core knows no operation: minidl/ops binds them onto Tensor (issue 23)
+    "minidl.autograd": ("minidl.ops", "minidl.nn", "minidl.optim", "minidl.data", "minidl.vision", "minidl.run"),
+    "minidl.ops": ("minidl.nn", "minidl.optim", "minidl.data", "minidl.vision", "minidl.run"),
 }
 
 
@@ -149,6 +151,6 @@ def test_the_private_rule_sees_modules_and_names(tmp_path):
     assert private_owner("minidl.nn.layers.normalization._BatchNorm") == "minidl.nn.layers"  # a private name
     assert private_owner("minidl._device") == "minidl"                                  # a private top-level module
     offender = tmp_path / "probe.py"   # read as if it were minidl/nn/probe.py
-    offender.write_text("from ..primitives._common import as_tuple\nfrom ..autograd._dims import normalize_dim\n")
+    offender.write_text("from ..primitives._common import as_tuple\nfrom ..ops._dims import normalize_dim\n")
     found = [what for _, what in private_imports_across_packages(offender, "minidl.nn.probe")]
-    assert found == ["minidl.primitives._common.as_tuple", "minidl.autograd._dims.normalize_dim"]
+    assert found == ["minidl.primitives._common.as_tuple", "minidl.ops._dims.normalize_dim"]

@@ -155,12 +155,12 @@ OPS = {
     "randint": minidl.randint, "randint_like": minidl.randint_like,
     "nn.functional.dropout": _func("dropout"), "nn.functional.dropout2d": _func("dropout2d"),
     "nn.functional.dropout3d": _func("dropout3d"), "roll": _method("roll"),
-    # the long tail of elementwise math (minidl/autograd/mathops.py)
+    # the long tail of elementwise math (minidl/ops/mathops.py)
     **{name: _method(name) for name in (
         "tan", "sinh", "cosh", "asin", "acos", "atan", "asinh", "acosh", "atanh", "exp2", "expm1", "log2", "log10",
         "reciprocal", "sinc", "deg2rad", "rad2deg", "frac", "logit", "atan2", "hypot", "logaddexp", "logaddexp2",
         "xlogy", "fmod", "copysign", "erf", "erfc", "lgamma")},
-    # compositions and aliases (minidl/autograd/composites.py), as minidl.<name> functions
+    # compositions and aliases (the minidl/ops families), as minidl.<name> functions
     **{name: _named(f"minidl.{name}", getattr(minidl, name)) for name in (
         "prod", "nansum", "nanmean", "count_nonzero", "diag", "diagonal", "trace", "outer", "tensordot",
         "kron", "addmm", "addmv", "baddbmm", "addbmm", "addcmul", "addcdiv", "atleast_1d", "atleast_2d", "atleast_3d",

@@ -193,10 +193,10 @@ def cast_inputs(op: str, *args):
 
 @functools.lru_cache(maxsize=None)
 def _autocast_cast_class():
-    # Defined on first use: minidl.autograd imports this module, so it cannot import autograd first.
-    from ..autograd import ops
+    # Defined on first use: minidl.ops imports this module, so it cannot import ops first.
+    from ..ops.conversion import Cast
 
-    class AutocastCast(ops.Cast):
+    class AutocastCast(Cast):
         """The cast autocast inserts. It saves nothing but a dtype, so (unlike other ops) its graph
         node is never freed: a cached weight cast may be reached by several backward passes within
         one autocast region (gradient accumulation), as in PyTorch."""

@@ -190,7 +190,7 @@ class RandomHorizontalFlip:
         rng = self._rng if self._rng is not None else make_rng(None)
         flip = _to_device_like(rng.random(x.shape[0]) < self.p, x)
         if _needs_graph(batch):
-            from ..autograd.tensor import where
+            from ..ops import where
 
             return where(rewrap(flip[:, None, None, None]), batch.flip(-1), batch)
         return rewrap(xp.where(flip[:, None, None, None], x[..., ::-1], x))

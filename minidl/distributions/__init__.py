@@ -18,7 +18,7 @@ import numpy as np
 
 from ..autograd.tensor import Tensor
 from .. import _device
-from ..autograd import creation
+from ..ops import creation
 
 __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Normal", "Uniform", "kl_divergence"]
 

@@ -460,7 +460,7 @@ class Module:
         return self._apply_to_arrays(convert)
 
     def _apply_memory_format(self, fmt):
-        from ..autograd.tensor import channels_last, channels_last_3d, contiguous_format, memory_format, \
+        from ..ops import channels_last, channels_last_3d, contiguous_format, memory_format, \
             preserve_format
 
         if not isinstance(fmt, memory_format):

@@ -31,7 +31,7 @@ import numpy as np
 
 from .._dtypes import is_floating
 from .._device import Device
-from ..autograd.creation import tensor
+from ..ops.creation import tensor
 from ..autograd.function import no_grad
 from ..nn.module import Module
 

@@ -26,8 +26,8 @@ import minidl.nn as nn
 import minidl.nn.functional as F
 import minidl.optim as optim
 import minidl.primitives as P
-from minidl.autograd._dims import normalize_dim
-from minidl.autograd._promotion import promote_types, result_type
+from minidl.ops._dims import normalize_dim
+from minidl.ops._promotion import promote_types, result_type
 from minidl.utils import CheckpointError
 
 # ------------------------------------------------------------------------------------------------

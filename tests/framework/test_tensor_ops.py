@@ -564,7 +564,7 @@ def test_to_cuda_without_cupy_says_cupy_is_missing(monkeypatch):
 def test_python_floor_divide_equals_numpys():
     """The floor division the GPU path uses for floats (CuPy's floor_divide is floor(a / b)) rounds as
     Python, NumPy and torch do, -0 and signs included: checked here on NumPy arrays, the same code."""
-    from minidl.autograd.ops import _python_floor_divide
+    from minidl.ops.elementwise import _python_floor_divide
 
     rng = np.random.default_rng(0)
     a = (rng.standard_normal(20000) * 10).astype(np.float32)

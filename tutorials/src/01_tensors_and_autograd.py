@@ -192,13 +192,14 @@ assert a_good.grad == 6.0 and a_bad.grad == 3.0
 # | `_parents` | `grad_fn.inputs` |
 #
 # One class per operation, forward and backward together, working on plain arrays so the same op
-# serves the CPU (NumPy) and the GPU (CuPy). Here is minidl's multiplication, from
-# `minidl/autograd/ops.py`:
+# serves the CPU (NumPy) and the GPU (CuPy). The operations live in `minidl/ops/`, one file per family
+# (elementwise, reductions, shape, indexing, linalg, ...); `minidl/autograd/` is only the tape. Here is
+# minidl's multiplication, from `minidl/ops/elementwise.py`:
 
-# %%
+# %% tags=["listing"]
 import inspect
-from minidl.autograd import ops
-print(inspect.getsource(ops.Mul))
+from minidl.ops import elementwise
+print(tu.python_source(elementwise.Mul))
 
 # %% [markdown]
 # `unbroadcast` is the array version of "sum over paths": if `b` was broadcast (say a bias of

@@ -26,7 +26,7 @@ after one of its functions, so `F.linear` is always the function):
     _checks.py        argument checks shared by every family, the losses' reduction, unbatched inputs
     dense.py          linear
     activations.py    relu6, leaky_relu, elu, gelu, add_relu; relu, sigmoid, tanh, softmax and
-                      log_softmax come from minidl/autograd/activations.py (Tensor methods use them)
+                      log_softmax come from minidl/ops/activation.py (Tensor methods use them)
     losses.py         cross_entropy, nll_loss, mse_loss, l1_loss, smooth_l1_loss,
                       binary_cross_entropy_with_logits
     sparse.py         embedding, one_hot

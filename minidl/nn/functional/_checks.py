@@ -2,7 +2,7 @@
 the reduction of the losses, and the unbatched-input rule of the spatial ops."""
 from __future__ import annotations
 
-from ...autograd import check_float_tensor as _check_float_tensor, check_tensor as _check_tensor  # noqa: F401 (re-exported)
+from ...ops import check_float_tensor as _check_float_tensor, check_tensor as _check_tensor  # noqa: F401 (re-exported)
 
 
 def _check_same_device(op, **tensors):

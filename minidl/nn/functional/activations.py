@@ -1,13 +1,13 @@
 """Activations and softmax over the primitive library (activation_*, softmax_*, add_relu_*).
 
 relu, sigmoid, tanh, softmax and log_softmax, with their Functions, live one layer down in
-minidl/autograd/activations.py (Tensor.relu() and friends use them too); the rest are here."""
+minidl/ops/activation.py (Tensor.relu() and friends use them too); the rest are here."""
 from __future__ import annotations
 
 from ... import primitives as P
 from ..._device import get_array_module
 from ...autograd.function import Function
-from ...autograd.activations import (  # noqa: F401 (re-exported by the package)
+from ...ops.activation import (  # noqa: F401 (re-exported by the package)
     Activation, Softmax, apply_activation, log_softmax, relu, sigmoid, softmax, tanh)
 from ._checks import _check_float_tensor, _check_same_device
 

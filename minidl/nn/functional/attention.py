@@ -45,7 +45,7 @@ def _is_bool(t) -> bool:
 
 
 def _causal_mask(L, S, device):
-    from ...autograd.creation import ones
+    from ...ops.creation import ones
 
     return ones((L, S), dtype=np.bool_, device=device).tril()
 
@@ -188,7 +188,7 @@ def _float_mask(op, mask, name, dtype):
     if mask is None:
         return None
     if _is_bool(mask):
-        from ...autograd.creation import zeros
+        from ...ops.creation import zeros
 
         return zeros(tuple(mask.shape), dtype=dtype, device=mask.device).masked_fill(mask, float("-inf"))
     if not np.issubdtype(mask.dtype, np.floating):
@@ -242,7 +242,7 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
         else:
             raise RuntimeError(f"{op}: attn_mask's dimension {attn_mask.ndim} is not supported (2 or 3)")
     if bias_k is not None and bias_v is not None:   # one more key and value, learned
-        from ...autograd.tensor import cat
+        from ...ops import cat
 
         k = cat([k, bias_k.expand(1, N, E)])
         v = cat([v, bias_v.expand(1, N, E)])
@@ -256,8 +256,8 @@ def multi_head_attention_forward(query, key, value, num_heads, in_proj_weight, i
     k = k.reshape(k.shape[0], N * num_heads, hd).transpose(0, 1)
     v = v.reshape(v.shape[0], N * num_heads, hd).transpose(0, 1)
     if add_zero_attn:
-        from ...autograd.creation import zeros
-        from ...autograd.tensor import cat
+        from ...ops.creation import zeros
+        from ...ops import cat
 
         k = cat([k, zeros((N * num_heads, 1, hd), dtype=k.dtype, device=k.device)], dim=1)
         v = cat([v, zeros((N * num_heads, 1, hd), dtype=v.dtype, device=v.device)], dim=1)

@@ -20,7 +20,8 @@ import numbers
 import numpy as np
 
 from ... import _dtypes
-from ...autograd.tensor import Tensor, where
+from ...autograd.tensor import Tensor
+from ...ops import where
 from ._checks import _check_float_tensor, _reduce
 from .activations import elu, sigmoid, softmax, softplus, tanh
 
@@ -437,7 +438,7 @@ FUNCTIONS = [
 def _adaptive_max_pool(op, input, output_size, return_indices, spatial):
     """Each output cell the max of its window [floor(i L / out), ceil((i + 1) L / out)) per spatial dim (torch's
     windows), written as one amax per cell: fine for the small outputs these layers have (1x1, 7x7)."""
-    from ...autograd.tensor import stack
+    from ...ops import stack
 
     _check_float_tensor(op, "input", input)
     if input.ndim not in (spatial + 1, spatial + 2):
@@ -498,7 +499,7 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     """The sum, mean or max of each bag of embeddings (torch.nn.functional.embedding_bag). A 2-D input is one bag
     per row; a 1-D input is cut into bags at `offsets`. Entries equal to padding_idx are left out of their bag
     (an empty bag gives zeros). Composed of F.embedding and a bag-by-entry matrix product, so it has gradients."""
-    from ...autograd.tensor import stack
+    from ...ops import stack
     from .sparse import embedding
 
     op = "embedding_bag"

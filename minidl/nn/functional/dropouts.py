@@ -57,7 +57,7 @@ def _feature_dropout(op, input, p, training, spatial):
                          f"input, got shape {tuple(input.shape)}")
     if not training or p == 0.0:
         return input
-    from ...autograd.creation import ones
+    from ...ops.creation import ones
     if spatial == 2 and input.ndim == 3:
         # torch reads a 3-D input to dropout2d as (N, C, L) and drops whole (n, c) rows (with a warning
         # that this will change); minidl does the same, so programs get torch's result.

@@ -12,7 +12,7 @@ from ... import _device, backends
 from ..._device import get_array_module, is_cuda_array
 from ...autograd.function import Function
 from ...amp.autocast_mode import cast_inputs as _autocast
-from ...autograd.tensor import where
+from ...ops import where
 from ._checks import (_check_float_tensor, _check_reduction, _check_same_device, _check_same_dtype, _check_tensor, _reduce)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from ..._device import Device
-from ...autograd.creation import full, ones, zeros
+from ...ops.creation import full, ones, zeros
 from .. import functional as F
 from ..module import Module, Parameter
 from .normalization import _NormBase
@@ -373,7 +373,7 @@ class EmbeddingBag(Module):
                  mode="mean", sparse=False, _weight=None, include_last_offset=False, padding_idx=None, device=None,
                  dtype=None):
         super().__init__()
-        from ...autograd.creation import randn
+        from ...ops.creation import randn
 
         if sparse:
             raise NotImplementedError("EmbeddingBag: sparse gradients are not implemented in minidl (use sparse=False)")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from ..._device import Device
-from ...autograd.creation import empty
+from ...ops.creation import empty
 from ... import primitives as P
 from ...primitives import as_tuple, normalize_layout
 from ..functional.convolution import conv_nd

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..._device import Device
-from ...autograd.creation import empty
+from ...ops.creation import empty
 from ...autograd.function import no_grad
 from .. import functional as F
 from .. import init

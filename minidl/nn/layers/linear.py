@@ -6,8 +6,8 @@ import math
 from .. import functional as F
 from .. import init
 from ..._device import Device
-from ...autograd import normalize_dim
-from ...autograd.creation import empty
+from ...ops import normalize_dim
+from ...ops.creation import empty
 from ..module import Module, Parameter
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..._device import Device
 from ..._dtypes import float32, float64
-from ...autograd.creation import full, ones, tensor, zeros
+from ...ops.creation import full, ones, tensor, zeros
 from ...autograd.function import no_grad
 from .. import functional as F
 from ..module import Module, Parameter
@@ -127,7 +127,7 @@ class SyncBatchNorm(_BatchNorm):
             return super().forward(input)
         if input.ndim not in self._valid_ranks or input.shape[1] != self.num_features:
             return super().forward(input)        # the parent raises the usual errors
-        from ...autograd.tensor import cat
+        from ...ops import cat
         from ...distributed.nn.functional import all_reduce
 
         c = self.num_features

@@ -18,8 +18,9 @@ import numpy as np
 
 from ... import primitives as P
 from ..._device import Device
-from ...autograd.creation import empty
-from ...autograd.tensor import Tensor, cat
+from ...ops.creation import empty
+from ...autograd.tensor import Tensor
+from ...ops import cat
 from .. import functional as F
 from ..functional.recurrent import RNNCellStep, RNNSequence
 from .. import init

@@ -18,7 +18,7 @@ import copy
 from .. import functional as F
 from .. import init
 from ..._device import Device
-from ...autograd.creation import empty, full
+from ...ops.creation import empty, full
 from ..functional.attention import multi_head_attention_forward
 from ..module import Module, ModuleList, Parameter
 from .dropout import Dropout

@@ -26,8 +26,9 @@ from collections import namedtuple
 
 import numpy as np
 
-from ...autograd.creation import full, tensor
-from ...autograd.tensor import Tensor, cat
+from ...ops.creation import full, tensor
+from ...autograd.tensor import Tensor
+from ...ops import cat
 
 
 class PackedSequence(namedtuple("PackedSequence", ["data", "batch_sizes", "sorted_indices", "unsorted_indices"])):

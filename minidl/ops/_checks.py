@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .._dtypes import is_floating
-from .tensor import Tensor
+from ..autograd.tensor import Tensor
 
 
 def check_tensor(op, name, t):

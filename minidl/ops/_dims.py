@@ -61,3 +61,17 @@ def reduction_axes(dim, ndim: int, op: str) -> tuple:
         return tuple(range(ndim))
     dims = normalize_dims(dim, ndim, op)
     return dims if ndim else ()
+
+
+def check_dim(self, dim, op):
+    """Raise IndexError (torch's message, prefixed with op) for a dim (or dims) of tensor `self` out of range."""
+    if dim is not None:
+        normalize_dims(dim, self.ndim, op)
+
+
+def dim_index(self, dim, op):
+    """A dim in range for this tensor, made non-negative (0-d tensors accept 0 and -1)."""
+    n = max(self.ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"{op}: dim {dim} is out of range for a tensor of shape {tuple(self.shape)}")
+    return dim % n

@@ -20,7 +20,11 @@ import numpy as np
 from .. import _dtypes
 from .._device import get_array_module
 from .._dtypes import float32
-from .function import Function, unbroadcast
+from ..autograd.function import Function, unbroadcast
+from ..autograd.tensor import Tensor, get_default_dtype
+from . import elementwise
+from .elementwise import where
+from .logical import _as_tensor_like, isneginf, isposinf
 
 LN2, LN10 = math.log(2.0), math.log(10.0)
 
@@ -216,9 +220,7 @@ class BinaryMath(Function):
 
 
 def _as_float(t):
-    from . import tensor
-
-    return t if _dtypes.is_floating(t.dtype) else t.type(tensor._default_dtype)
+    return t if _dtypes.is_floating(t.dtype) else t.type(get_default_dtype())
 
 
 def unary(op):
@@ -231,14 +233,12 @@ def unary(op):
         return UnaryMath.apply(_as_float(self), which=op)
 
     method.__name__ = op
-    method.__doc__ = f"torch.{op}, elementwise, with its gradient (minidl.autograd.mathops)."
+    method.__doc__ = f"torch.{op}, elementwise, with its gradient (minidl.ops.mathops)."
     return method
 
 
 def binary(op):
     def method(self, other):
-        from .tensor import Tensor
-
         if isinstance(other, Tensor) and other.device != self.device:
             raise RuntimeError(f"{op}: expected both tensors on the same device, got {self.device} and {other.device}")
         a = _as_float(self)
@@ -246,8 +246,139 @@ def binary(op):
         if isinstance(b, Tensor) and a.dtype != b.dtype:       # the wider float, as torch's promotion
             dt = _dtypes.promote_floats(a.dtype, b.dtype)
             a, b = a.type(dt), b.type(dt)
-        return a._binary(b, BinaryMath, op, which=op)
+        return elementwise.binary(a, b, BinaryMath, op, which=op)
 
     method.__name__ = op
-    method.__doc__ = f"torch.{op}, elementwise with broadcasting, with its gradients (minidl.autograd.mathops)."
+    method.__doc__ = f"torch.{op}, elementwise with broadcasting, with its gradients (minidl.ops.mathops)."
     return method
+
+
+# The rows as functions (Tensor methods and minidl.<name>, bound from minidl/ops/__init__.py's table)
+erf = unary("erf")
+erfc = unary("erfc")
+lgamma = unary("lgamma")
+tan = unary("tan")
+sinh = unary("sinh")
+cosh = unary("cosh")
+asin = unary("asin")
+acos = unary("acos")
+atan = unary("atan")
+asinh = unary("asinh")
+acosh = unary("acosh")
+atanh = unary("atanh")
+exp2 = unary("exp2")
+expm1 = unary("expm1")
+log2 = unary("log2")
+log10 = unary("log10")
+reciprocal = unary("reciprocal")
+sinc = unary("sinc")
+deg2rad = unary("deg2rad")
+rad2deg = unary("rad2deg")
+frac = unary("frac")
+logit = unary("logit")
+atan2 = binary("atan2")
+hypot = binary("hypot")
+logaddexp = binary("logaddexp")
+logaddexp2 = binary("logaddexp2")
+xlogy = binary("xlogy")
+fmod = binary("fmod")
+copysign = binary("copysign")
+arcsin, arccos, arctan, arcsinh, arccosh, arctanh, arctan2 = asin, acos, atan, asinh, acosh, atanh, atan2
+
+# ------------------------------------------------------------------------------------------------
+# torch's aliases and small compositions of the elementwise ops
+# ------------------------------------------------------------------------------------------------
+
+
+# torch's aliases of operations minidl has under another name
+def multiply(a, b):
+    return a * b
+
+
+def divide(a, b, *, rounding_mode=None):
+    return a.div(b, rounding_mode=rounding_mode) if rounding_mode is not None else a / b
+
+true_divide = divide
+
+
+def subtract(a, b, *, alpha=1):
+    return a - (b if alpha == 1 else b * alpha)
+
+
+def negative(t):
+    return -t
+
+
+def positive(t):
+    return t
+
+
+def absolute(t):
+    return t.abs()
+
+
+def sgn(t):
+    return t.sign()
+
+
+def greater(a, b):
+    return a > b
+
+
+def greater_equal(a, b):
+    return a >= b
+
+
+def less(a, b):
+    return a < b
+
+
+def less_equal(a, b):
+    return a <= b
+
+
+def not_equal(a, b):
+    return a != b
+
+
+def floor_divide(a, b):
+    a = a if isinstance(a, Tensor) else _as_tensor_like(b, a)
+    return a.div(b, rounding_mode="floor")
+
+
+def fmax(a, b):
+    """The larger of a and b, ignoring a NaN when the other is a number (torch.fmax)."""
+    return where(a.isnan(), b, where(b.isnan(), a, a.maximum(b)))
+
+
+def fmin(a, b):
+    return where(a.isnan(), b, where(b.isnan(), a, a.minimum(b)))
+
+
+def clamp_min(t, min):
+    return t.clamp(min=min)
+
+
+def clamp_max(t, max):
+    return t.clamp(max=max)
+
+
+def nan_to_num(t, nan=0.0, posinf=None, neginf=None):
+    if not _dtypes.is_floating(t.dtype):
+        return t.clone()
+    fin = _dtypes.finfo(t.dtype)
+    big = float(fin.max) if posinf is None else posinf
+    small = float(fin.min) if neginf is None else neginf
+    out = where(t.isnan(), t.new_full((), nan), t)
+    out = where(isposinf(t), t.new_full((), big), out)
+    return where(isneginf(t), t.new_full((), small), out)
+
+
+def addcmul(input, tensor1, tensor2, *, value=1):
+    return input + (tensor1 * tensor2 if value == 1 else tensor1 * tensor2 * value)
+
+
+def addcdiv(input, tensor1, tensor2, *, value=1):
+    if not _dtypes.is_floating(tensor1.dtype) and not _dtypes.is_floating(tensor2.dtype):
+        raise RuntimeError("addcdiv: integer division with addcdiv is no longer supported, use torch.div")
+    return input + (tensor1 / tensor2 if value == 1 else tensor1 / tensor2 * value)

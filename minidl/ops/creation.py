@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _device, random
-from .tensor import Tensor, _to_array, get_default_dtype
+from ..autograd.tensor import Tensor, get_default_dtype, to_array
+from .joining import _flat
 
 
 def _shape(size, op="size"):
@@ -34,7 +35,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     src = data._data if isinstance(data, Tensor) else data
     if device is None and _default_device is not None and not _device.is_cuda_array(src):
         device = _default_device
-    t = Tensor._make(_to_array(src, dtype, device))
+    t = Tensor._make(to_array(src, dtype, device))
     if t._data is src:
         t._data = t._data.copy()
     if requires_grad:
@@ -53,7 +54,7 @@ def as_tensor(data, dtype=None, device=None):
     """A tensor sharing `data`'s memory when it already is an array of that dtype and device, else a copy."""
     if isinstance(data, Tensor) and dtype is None and device is None:
         return data
-    return Tensor._make(_to_array(data._data if isinstance(data, Tensor) else data, dtype, device))
+    return Tensor._make(to_array(data._data if isinstance(data, Tensor) else data, dtype, device))
 
 
 _default_device = None   # minidl.set_default_device: where factories put tensors without a device=
@@ -293,3 +294,41 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
 
 def randint_like(t, low, high=None, dtype=None, device=None):
     return randint(low, high, t.shape, **_like(t, dtype, device))
+
+# ------------------------------------------------------------------------------------------------
+# Index grids
+# ------------------------------------------------------------------------------------------------
+
+
+def tril_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    return _tri_indices(np.tril_indices(row, offset, col), dtype, device)
+
+
+def triu_indices(row, col, offset=0, *, dtype=None, device=None, layout=None):
+    return _tri_indices(np.triu_indices(row, offset, col), dtype, device)
+
+
+def _tri_indices(pair, dtype, device):
+    return tensor(np.stack(pair).astype(np.int64), dtype=dtype or np.int64, device=device)
+
+
+def meshgrid(*tensors, indexing=None):
+    ts = _flat(tensors)
+    if indexing is None:
+        indexing = "ij"      # torch's default (with a warning when not given); xy swaps the first two
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    for t in ts:
+        if t.ndim > 1:
+            raise RuntimeError(f"torch.meshgrid: Expected 0D or 1D tensor in the tensor list but got: {tuple(t.shape)}")
+    ts = [t.reshape(-1) for t in ts]
+    swap = indexing == "xy" and len(ts) >= 2
+    order = [1, 0] + list(range(2, len(ts))) if swap else list(range(len(ts)))
+    shape = [ts[i].shape[0] for i in order]
+    out = []
+    for k, t in enumerate(ts):
+        pos = order.index(k)
+        view = [1] * len(ts)
+        view[pos] = t.shape[0]
+        out.append(t.reshape(view).expand(*shape))
+    return tuple(out)

@@ -1,8 +1,8 @@
 """Activations and softmax over the primitive library: relu, sigmoid, tanh, softmax, log_softmax.
 
 Their autograd Functions (forward and backward over activation_forward / activation_backward and
-softmax_forward / softmax_backward) live in the autograd layer, not in nn, because Tensor has them as
-methods (x.relu(), x.softmax(dim)) and a Tensor never reaches up into nn. minidl.nn.functional
+softmax_forward / softmax_backward) live in minidl.ops, not in nn, because Tensor has them as methods
+(x.relu(), x.softmax(dim)) and the ops never reach up into nn. minidl.nn.functional
 re-exports these and adds the other activations (relu6, leaky_relu, elu, gelu, add_relu).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from .. import primitives as P
 from ..amp.autocast_mode import cast_inputs as _autocast
 from ._checks import check_float_tensor
 from ._dims import normalize_dim
-from .function import Function
+from ..autograd.function import Function
 
 
 class Activation(Function):

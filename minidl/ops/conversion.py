@@ -1,0 +1,341 @@
+"""Conversions: devices (to, cpu, cuda), dtypes (type, float, half, ...), memory formats (contiguous,
+channels_last, clone), new tensors like one (new_zeros, ...), and what a tensor says about its storage."""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from .. import _device, _dtypes, _layout
+from .._device import Device, get_array_module
+from .._dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
+from ..autograd.function import Function
+from ..autograd.tensor import Tensor
+from ._args import shape_arg
+from ._dims import normalize_dim
+
+
+# ------------------------------------------------------------------------------------------------
+# Memory formats (PyTorch's tags)
+# ------------------------------------------------------------------------------------------------
+
+
+class memory_format:
+    """PyTorch's memory-format tags (minidl._layout says what they mean). contiguous_format: row-major;
+    channels_last (4-D) / channels_last_3d (5-D): NHWC (NDHWC) memory behind the (N, C, H, W) shape, which
+    the convolution, batch norm and pooling layers run without transposes; preserve_format: as the
+    source. Tensor.to / contiguous / clone / is_contiguous and Module.to take them, as in PyTorch."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"minidl.{self.name}"
+
+preserve_format = memory_format("preserve_format")
+
+contiguous_format = memory_format("contiguous_format")
+
+channels_last = memory_format("channels_last")
+
+channels_last_3d = memory_format("channels_last_3d")
+
+
+def _check_memory_format(op: str, fmt, ndim=None):
+    """The format asked for (None = preserve_format); TypeError for anything else, ValueError for a
+    channels-last format of the wrong rank (4-D for channels_last, 5-D for channels_last_3d)."""
+    if fmt is None:
+        return preserve_format
+    if not isinstance(fmt, memory_format):
+        raise TypeError(f"{op}: memory_format must be minidl.preserve_format, contiguous_format, channels_last or "
+                        f"channels_last_3d, got {fmt!r}")
+    want = {channels_last: 4, channels_last_3d: 5}.get(fmt)
+    if want is not None and ndim is not None and ndim != want:
+        raise RuntimeError(f"{op}: {fmt!r} needs a {want}-D tensor, got {ndim}-D (as in PyTorch: channels_last "
+                           "is for (N, C, H, W), channels_last_3d for (N, C, D, H, W))")
+    return fmt
+
+
+def _relayout(t, fmt, op):
+    """t in memory format `fmt` (itself when it already is)."""
+    fmt = _check_memory_format(op, fmt, t.ndim)
+    if fmt is preserve_format:
+        return t
+    if fmt is contiguous_format:
+        return t.contiguous()
+    if _layout.is_channels_last(t._data):
+        return t
+    return Relayout.apply(t, channels_last=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# Functions
+# ------------------------------------------------------------------------------------------------
+
+
+class Cast(Function):
+    """Change dtype; the gradient flows back in the input's dtype. A value beyond float16's range
+    becomes inf, silently, as in PyTorch (GradScaler looks for exactly that)."""
+
+    saves_inputs = False
+
+    def forward(self, a, dtype=None):
+        self.in_dtype = a.dtype
+        with np.errstate(over="ignore"):
+            return a.astype(dtype)
+
+    def backward(self, g):
+        with np.errstate(over="ignore"):
+            return g.astype(self.in_dtype)
+
+
+class Contiguous(Function):
+    saves_inputs = False
+
+    def forward(self, a):
+        # ascontiguousarray makes a 0-d array 1-d: keep the shape
+        return get_array_module(a).ascontiguousarray(a).reshape(a.shape)
+
+    def backward(self, g):
+        return g
+
+
+class Relayout(Function):
+    """The same values in another memory format (minidl._layout): channels_last (NHWC memory) or row-major.
+    A copy; the gradient passes through unchanged (its layout is the consumer's business)."""
+
+    saves_inputs = False
+
+    def forward(self, a, channels_last=False, copy=False):
+        if copy:
+            return _layout.copy_as(a, channels_last)
+        return _layout.to_channels_last(a) if channels_last else _layout.to_contiguous(a)
+
+    def backward(self, g):
+        return g
+
+
+class _ToDevice(Function):
+    """Copy to another device; the gradient is copied back."""
+
+    def forward(self, a, device=None):
+        self.src = _device.device_of(a)
+        return _device.move_array(a, device)
+
+    def backward(self, g):
+        return _device.move_array(g, self.src)
+
+
+# ------------------------------------------------------------------------------------------------
+# Devices, dtypes and layouts
+# ------------------------------------------------------------------------------------------------
+
+
+def to(self, *args, **kwargs):
+    """`to(device)`, `to(dtype)`, `to(device, dtype)` or `to(other_tensor)`, then optionally
+    non_blocking and copy (positional or keyword) and memory_format, as in PyTorch. copy=True
+    returns a new tensor even when nothing changes."""
+    kwargs = dict(kwargs)
+    fmt = _check_memory_format("to()", kwargs.pop("memory_format", None), self.ndim)
+    flags = [a for a in args if isinstance(a, bool)]          # (non_blocking, copy) after the others
+    args = [a for a in args if not isinstance(a, bool)]
+    copy = builtins.bool(kwargs.pop("copy", flags[1] if len(flags) > 1 else False))
+    device, dtype = _device.parse_to_args("to()", args, kwargs, Tensor)
+    out = self
+    if dtype is not None and np.dtype(dtype) != self.dtype:
+        out = out.type(dtype)
+    if device is not None and Device(device) != out.device:
+        out = _ToDevice.apply(out, device=Device(device))
+    out = _relayout(out, fmt, "to()")
+    if copy and out is self:
+        out = self.clone()
+    return out
+
+
+def cpu(self):
+    return self.to("cpu")
+
+
+def cuda(self, device=None):
+    return self.to("cuda" if device is None else f"cuda:{device}")
+
+LEGACY_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor", "int64": "LongTensor",
+                "int32": "IntTensor", "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
+                "bool": "BoolTensor"}   # Tensor.type()'s names, as torch's
+
+
+def type(self, dtype=None):
+    """type() -> 'torch.FloatTensor' etc. (PyTorch's names); type(dtype or FloatTensor or
+    'torch.FloatTensor') -> this tensor in that dtype."""
+    if dtype is None:
+        return ("torch.cuda." if self.is_cuda else "torch.") + LEGACY_NAMES.get(self.dtype.name, self.dtype.name)
+    if isinstance(dtype, str) and dtype.rpartition(".")[2] in LEGACY_NAMES.values():
+        dtype = next(k for k, v in LEGACY_NAMES.items() if v == dtype.rpartition(".")[2])
+    try:
+        dtype = np.dtype(getattr(dtype, "dtype", dtype))
+    except TypeError:
+        raise TypeError(f"type: unknown dtype {dtype!r} (use a minidl dtype such as minidl.float32, or a name "
+                        "such as 'torch.FloatTensor')") from None
+    if dtype == self.dtype:
+        return self
+    if self.requires_grad and _dtypes.is_floating(dtype):
+        return Cast.apply(self, dtype=dtype)
+    return Tensor._make(self._data.astype(dtype))
+
+
+def as_float(self, memory_format=None):
+    return _relayout(self.type(float32), memory_format, "float()")
+
+
+def as_double(self, memory_format=None):
+    return _relayout(self.type(float64), memory_format, "double()")
+
+
+def as_half(self, memory_format=None):
+    return _relayout(self.type(float16), memory_format, "half()")
+
+
+def as_bfloat16(self, memory_format=None):
+    return _relayout(self.type(bfloat16), memory_format, "bfloat16()")
+
+
+def as_long(self, memory_format=None):
+    _check_memory_format("long()", memory_format)
+    return self.type(int64)
+
+
+def as_int(self, memory_format=None):
+    _check_memory_format("int()", memory_format)
+    return self.type(int32)
+
+
+def as_bool(self, memory_format=None):
+    _check_memory_format("bool()", memory_format)
+    return self.type(bool_)
+
+
+def type_as(self, other):
+    return self.type(other.dtype).to(other.device)
+
+
+def clone(self, memory_format=None):
+    """A copy; preserve_format (the default) keeps a channels_last tensor channels_last, as PyTorch."""
+    fmt = _check_memory_format("clone", memory_format, self.ndim)
+    keep_cl = fmt is channels_last or fmt is channels_last_3d or (
+        fmt is preserve_format and _layout.strictly_channels_last(self._data))
+    if self.requires_grad:
+        return Relayout.apply(self, channels_last=keep_cl, copy=True)
+    return Tensor._make(_layout.copy_as(self._data, keep_cl))
+
+
+def contiguous(self, memory_format=None):
+    """self when already contiguous in `memory_format` (default: row-major), else a copy in that memory
+    format (with its gradient); channels_last: NHWC memory (minidl._layout)."""
+    fmt = _check_memory_format("contiguous", contiguous_format if memory_format is None else memory_format,
+                               self.ndim)
+    if fmt is channels_last or fmt is channels_last_3d:
+        return _relayout(self, fmt, "contiguous")
+    if fmt is preserve_format:
+        raise RuntimeError("contiguous: preserve_format is not a memory format a tensor can be made "
+                           "contiguous in (as in PyTorch)")
+    return self if self.is_contiguous() else Contiguous.apply(self)
+
+
+def is_contiguous(self, memory_format=None):
+    """True when the elements lie in row-major order with no gaps (C order), or, with memory_format=
+    channels_last / channels_last_3d, in NHWC / NDHWC order (minidl._layout), as PyTorch."""
+    fmt = _check_memory_format("is_contiguous", memory_format)
+    if fmt is channels_last or fmt is channels_last_3d:
+        want = 4 if fmt is channels_last else 5
+        return self.ndim == want and _layout.is_channels_last(self._data)
+    if fmt is preserve_format and memory_format is not None:
+        raise RuntimeError("is_contiguous: preserve_format is not a memory format (as in PyTorch)")
+    return builtins.bool(self._data.flags.c_contiguous)
+
+
+def stride(self, dim=None):
+    """The steps, in elements, from one index to the next along each dimension (PyTorch's stride())."""
+    strides = _layout.element_strides(self._data)
+    return strides if dim is None else strides[normalize_dim(dim, self.ndim, "stride")]
+
+
+# ------------------------------------------------------------------------------------------------
+# New tensors like this one
+# ------------------------------------------------------------------------------------------------
+
+
+def _new(self, array, dtype, device, requires_grad):
+    t = Tensor._make(array).to(device=device or self.device, dtype=dtype or self.dtype)
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+    return _new(self, np.zeros(shape_arg(size), dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+
+def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+    return _new(self, np.ones(shape_arg(size), dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+
+def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+    return self.new_zeros(*size, dtype=dtype, device=device, requires_grad=requires_grad)
+
+
+def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    if not isinstance(size, (tuple, list)):
+        raise TypeError(f"new_full: size must be a tuple of ints, got {builtins.type(size).__name__} {size!r}")
+    return _new(self, np.full(tuple(size), fill_value, dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+
+def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+    """A copy of data with this tensor's dtype and device unless given (torch.Tensor.new_tensor)."""
+    src = data._host_array() if isinstance(data, Tensor) else data
+    return _new(self, np.array(src, dtype=dtype or self.dtype), dtype, device, requires_grad)
+
+
+# ------------------------------------------------------------------------------------------------
+# Storage and type predicates
+# ------------------------------------------------------------------------------------------------
+
+
+def is_tensor(obj):
+    return isinstance(obj, Tensor)
+
+
+def is_floating_point(t):
+    return _dtypes.is_floating(t.dtype)
+
+
+def is_complex(t):
+    return False
+
+
+def is_nonzero(t):
+    if t.numel() != 1:
+        raise RuntimeError(f"Boolean value of Tensor with {'no values' if t.numel() == 0 else 'more than one value'} is ambiguous")
+    return builtins.bool(t.item() != 0)
+
+
+def pin_memory(t, device=None):
+    return t
+
+
+def is_pinned(t, device=None):
+    return False
+
+
+def data_ptr(t):
+    a = t._data
+    return builtins.int(a.data.ptr) if hasattr(a, "data") and hasattr(a.data, "ptr") else builtins.int(a.__array_interface__["data"][0])
+
+
+def storage_offset(t):
+    base = t._base._data if t._base is not None else None
+    if base is None:
+        return 0
+    return (data_ptr(t) - data_ptr(t._base)) // t._data.itemsize
+
+
+def detach(input):
+    """minidl.detach(t) is t.detach() (the tape's own method, autograd/tensor.py)."""
+    return input.detach()

@@ -1,0 +1,644 @@
+"""Elementwise ops: arithmetic (+ - * / ** % //), comparisons, and unary math (exp, log, sqrt, abs, clamp,
+round, sin, ...). Each op is a Function -- its forward and its backward side by side, on plain arrays, with
+`xp` = NumPy or CuPy, so it is written once for both devices -- followed by its function form.
+
+The function forms take the tensor as `self`: they are Tensor's methods, bound from the table in
+minidl/ops/__init__.py (and minidl.<name> where torch has that function). A binary op goes through
+`binary`: two tensors of one dtype on one device go straight to the Function; otherwise Python scalars
+are wrapped, dtypes promoted with torch's rules (_promotion.py) and the shapes checked.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import _device, _dtypes, _layout
+from .._device import get_array_module, is_cuda_array
+from .._dtypes import float32, is_floating
+from ..amp import autocast_mode as _autocast
+from ..autograd.function import Function, is_grad_enabled, unbroadcast
+from ..autograd.tensor import Tensor, get_default_dtype
+from ._args import FULL_FLOATS, bfloat16_on_gpu, fits, operand
+from ._promotion import result_type
+
+
+# ------------------------------------------------------------------------------------------------
+# Functions: binary, with broadcasting (gradients are summed back to each input's shape)
+# ------------------------------------------------------------------------------------------------
+
+
+class Add(Function):
+    saves_inputs = False
+
+    def forward(self, a, b):
+        self.shapes = (a.shape, b.shape)
+        return _layout.pointwise(lambda x, y: x + y, a, b)
+
+    def backward(self, g):
+        return unbroadcast(g, self.shapes[0]), unbroadcast(g, self.shapes[1])
+
+
+class Sub(Function):
+    saves_inputs = False
+
+    def forward(self, a, b):
+        self.shapes = (a.shape, b.shape)
+        return _layout.pointwise(lambda x, y: x - y, a, b)
+
+    def backward(self, g):
+        return unbroadcast(g, self.shapes[0]), unbroadcast(-g, self.shapes[1])
+
+
+class Mul(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return _layout.pointwise(lambda x, y: x * y, a, b)
+
+    def backward(self, g):
+        ga = unbroadcast(g * self.b, self.a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(g * self.a, self.b.shape) if self.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Div(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return _layout.pointwise(lambda x, y: x / y, a, b)
+
+    def backward(self, g):
+        ga = unbroadcast(g / self.b, self.a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(-g * self.a / (self.b * self.b), self.b.shape) if self.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Pow(Function):
+    """a ** b for tensors a and b (b may be a broadcast scalar array)."""
+
+    saves_output = True
+
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # NaN/inf as torch, no warning
+            self.out = a**b
+        return self.out
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        ga = gb = None
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            if self.needs_input_grad[0]:
+                ga = unbroadcast(g * self.b * self.a ** (self.b - 1), self.a.shape)
+            if self.needs_input_grad[1]:
+                # d(a^b)/db = a^b log a, defined as 0 where a^b == 0 (the limit for a -> 0+).
+                log_a = xp.log(xp.where(self.a > 0, self.a, 1))
+                gb = unbroadcast(g * self.out * log_a, self.b.shape)
+        return ga, gb
+
+
+class Maximum(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return get_array_module(a).maximum(a, b)
+
+    def backward(self, g):
+        # Ties split the gradient evenly, as PyTorch does.
+        a_wins = (self.a > self.b).astype(g.dtype) + 0.5 * (self.a == self.b).astype(g.dtype)
+        return unbroadcast(g * a_wins, self.a.shape), unbroadcast(g * (1 - a_wins), self.b.shape)
+
+
+class Minimum(Function):
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return get_array_module(a).minimum(a, b)
+
+    def backward(self, g):
+        a_wins = (self.a < self.b).astype(g.dtype) + 0.5 * (self.a == self.b).astype(g.dtype)
+        return unbroadcast(g * a_wins, self.a.shape), unbroadcast(g * (1 - a_wins), self.b.shape)
+
+
+class Where(Function):
+    saves_inputs = False
+
+    def forward(self, cond, a, b):
+        self.cond, self.shapes = cond, (a.shape, b.shape)
+        return _dtypes.where(get_array_module(a), cond, a, b)
+
+    def backward(self, g):
+        xp, zero = get_array_module(g), g.dtype.type(0)
+        ga = unbroadcast(_dtypes.where(xp, self.cond, g, zero), self.shapes[0])
+        gb = unbroadcast(_dtypes.where(xp, self.cond, zero, g), self.shapes[1])
+        return None, ga, gb
+
+
+class Remainder(Function):
+    """a - b * floor(a / b) (Python's %, torch.remainder: the sign of b); da = 1, db = -floor(a / b)."""
+
+    def forward(self, a, b):
+        self.a, self.b = a, b
+        return a % b
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        ga = unbroadcast(g, self.a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(-g * xp.floor(self.a / self.b), self.b.shape) if self.needs_input_grad[1] else None
+        return ga, gb
+
+
+class RoundedDiv(Function):
+    """a / b rounded toward zero (mode 'trunc') or down (mode 'floor': Python's and torch's floor
+    division), in a's dtype (integers stay integers). torch defines the gradient as zero."""
+
+    saves_inputs = False
+
+    def forward(self, a, b, mode="trunc"):
+        xp = get_array_module(a)
+        self.shapes = (a.shape, b.shape)
+        if bfloat16_on_gpu(a):
+            # As torch (and ml_dtypes on the CPU): the quotient rounded to bfloat16, then rounded down/to zero.
+            a, b = a.astype(float32), b.astype(float32)
+            if mode == "trunc":
+                return xp.trunc((a / b).astype(_dtypes.bfloat16).astype(float32)).astype(_dtypes.bfloat16)
+            return self.forward(a, b, mode).astype(_dtypes.bfloat16)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if mode == "floor" and xp is not np and is_floating(a.dtype):
+                return _python_floor_divide(xp, a, b)
+            if mode == "floor":
+                return xp.floor_divide(a, b)
+            if is_floating(a.dtype):
+                return xp.trunc(a / b)
+            q = xp.floor_divide(a, b)   # integers toward zero: floor, plus one where it rounded a negative down
+            return q + ((q < 0) & (q * b != a)).astype(q.dtype)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        return xp.zeros(self.shapes[0], dtype=g.dtype), xp.zeros(self.shapes[1], dtype=g.dtype)
+
+
+def _python_floor_divide(xp, a, b):
+    """Floor division with Python's (NumPy's, torch's) rounding for floats: from fmod, so -1e-30 // 3 is
+    -1 (CuPy's floor_divide is floor(a / b), which gives -0 there)."""
+    mod = xp.fmod(a, b)
+    div = (a - mod) / b
+    div = xp.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floored = xp.floor(div)
+    floored = xp.where(div - floored > 0.5, floored + 1, floored)
+    return xp.where(div == 0, xp.copysign(xp.zeros_like(div), a / b), floored).astype(a.dtype, copy=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# Functions: unary
+# ------------------------------------------------------------------------------------------------
+
+
+class Neg(Function):
+    saves_inputs = False
+
+    def forward(self, a):
+        return -a
+
+    def backward(self, g):
+        return -g
+
+
+class Sign(Function):
+    def forward(self, a):
+        return get_array_module(a).sign(a)
+
+    def backward(self, g):
+        return get_array_module(g).zeros_like(g)
+
+
+class Exp(Function):
+    saves_output = True
+
+    def forward(self, a):
+        if type(a) is np.ndarray:
+            with np.errstate(over="ignore"):     # overflow gives inf silently, as torch
+                self.out = np.exp(a)
+        else:
+            self.out = get_array_module(a).exp(a)
+        return self.out
+
+    def backward(self, g):
+        return g * self.out
+
+# log, log1p and sqrt outside their domain give -inf / NaN as in torch, without NumPy's RuntimeWarnings.
+_QUIET = dict(divide="ignore", invalid="ignore")
+
+
+class Log(Function):
+    def forward(self, a):
+        self.a = a
+        with np.errstate(**_QUIET):
+            return get_array_module(a).log(a)
+
+    def backward(self, g):
+        with np.errstate(**_QUIET):
+            return g / self.a
+
+
+class Log1p(Function):
+    """log(1 + a), accurate for small a (not log of a rounded 1 + a); the gradient is 1 / (1 + a)."""
+
+    def forward(self, a):
+        self.a = a
+        with np.errstate(**_QUIET):
+            return get_array_module(a).log1p(a)
+
+    def backward(self, g):
+        with np.errstate(**_QUIET):
+            return g / (1 + self.a)
+
+
+class Sqrt(Function):
+    saves_output = True
+
+    def forward(self, a):
+        with np.errstate(**_QUIET):
+            self.out = get_array_module(a).sqrt(a)
+        return self.out
+
+    def backward(self, g):
+        with np.errstate(**_QUIET):
+            return g / (2 * self.out)
+
+
+class Abs(Function):
+    def forward(self, a):
+        self.a = a
+        return get_array_module(a).abs(a)
+
+    def backward(self, g):
+        return g * get_array_module(g).sign(self.a)
+
+
+class Clamp(Function):
+    saves_inputs = False
+
+    def forward(self, a, min=None, max=None):
+        xp = get_array_module(a)
+        self.mask = xp.ones(a.shape, dtype=bool)
+        if min is not None:
+            self.mask &= a >= min
+        if max is not None:
+            self.mask &= a <= max
+        if xp is not np and a.dtype == _dtypes.bfloat16:
+            # CuPy's clip takes no None bound for bfloat16 ("Unsupported type NoneType"): bound by bound,
+            # each a 0-d bfloat16 array
+            out = a
+            if min is not None:
+                out = xp.maximum(out, xp.asarray(min, dtype=a.dtype))
+            if max is not None:
+                out = xp.minimum(out, xp.asarray(max, dtype=a.dtype))
+            return out.copy() if out is a else out
+        # astype: NumPy clips a bfloat16 array against Python floats in float32
+        return xp.clip(a, min, max).astype(a.dtype, copy=False)
+
+    def backward(self, g):
+        return g * self.mask
+
+
+class ClampTensor(Function):
+    """clamp with tensor bounds (lo, hi broadcast against a; either may be None). Gradients as torch:
+    a gets g where lo <= a <= hi; lo where a < lo (and lo < hi); hi where a > hi (or hi < lo)."""
+
+    def forward(self, a, lo=None, hi=None):
+        xp = get_array_module(a)
+        self.a, self.lo, self.hi = a, lo, hi
+        out = a
+        if lo is not None:
+            out = xp.maximum(out, lo)
+        if hi is not None:
+            out = xp.minimum(out, hi)
+        return xp.broadcast_to(out, np.broadcast_shapes(*(x.shape for x in (a, lo, hi) if x is not None))).copy()
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        a, lo, hi = self.a, self.lo, self.hi
+        zero = g.dtype.type(0)
+        keep_a = xp.ones(a.shape, dtype=bool)
+        if lo is not None:
+            keep_a = keep_a & (a >= lo)
+        if hi is not None:
+            keep_a = keep_a & (a <= hi)
+        ga = unbroadcast(xp.where(keep_a, g, zero), a.shape) if self.needs_input_grad[0] else None
+        glo = ghi = None
+        if lo is not None and self.needs_input_grad[1]:
+            to_lo = (a < lo) & (lo < hi) if hi is not None else a < lo
+            glo = unbroadcast(xp.where(to_lo, g, zero), lo.shape)
+        if hi is not None and self.needs_input_grad[2]:
+            to_hi = (a > hi) | (hi < lo) if lo is not None else a > hi
+            ghi = unbroadcast(xp.where(to_hi, g, zero), hi.shape)
+        return ga, glo, ghi
+
+
+class Sin(Function):
+    def forward(self, a):
+        self.a = a
+        return get_array_module(a).sin(a)
+
+    def backward(self, g):
+        return g * get_array_module(g).cos(self.a)
+
+
+class Cos(Function):
+    def forward(self, a):
+        self.a = a
+        return get_array_module(a).cos(a)
+
+    def backward(self, g):
+        return -g * get_array_module(g).sin(self.a)
+
+
+class Round(Function):
+    """floor / ceil / round (half to even, as torch) / trunc; the gradient is zero almost everywhere,
+    and PyTorch defines it as zero."""
+
+    saves_inputs = False
+
+    def forward(self, a, how="round"):
+        fn = getattr(get_array_module(a), {"round": "round", "floor": "floor", "ceil": "ceil", "trunc": "trunc"}[how])
+        if bfloat16_on_gpu(a):
+            return fn(a.astype(float32)).astype(a.dtype)
+        return fn(a)
+
+    def backward(self, g):
+        return get_array_module(g).zeros_like(g)
+
+
+# ------------------------------------------------------------------------------------------------
+# Dispatch of a binary op: the common case first, then promotion and Python scalars
+# ------------------------------------------------------------------------------------------------
+
+
+def binary(self, other, fn, op, reverse=False, **kwargs):
+    # The common case first (issue 23: the host cost of one op): two tensors of one dtype on one device
+    # need no promotion, no scalar wrapping and no casts; shapes are checked only when they differ.
+    if type(other) is Tensor or isinstance(other, Tensor):
+        sd, od = self._data, other._data
+        if sd.dtype == od.dtype and type(sd) is type(od) and (op != "div" or sd.dtype.kind in "fcV"):
+            a, b = (other, self) if reverse else (self, other)
+            if sd.shape != od.shape:
+                try:
+                    np.broadcast_shapes(a.shape, b.shape)
+                except ValueError:
+                    raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+            return fn.apply(a, b, **kwargs)
+    elif (type(other) is float or type(other) is int) and self._data.dtype in FULL_FLOATS:
+        # a float32/float64 tensor and a Python number: the tensor's dtype, as torch's promotion gives
+        o = operand(self, other, op, self._data.dtype)
+        return fn.apply(*((o, self) if reverse else (self, o)), **kwargs)
+    if _dtypes.is_half(self.dtype) and isinstance(other, numbers.Number) and not fits(other, self.dtype):
+        # PyTorch keeps a Python scalar at float32 precision against a half tensor ("opmath": x * 0.1,
+        # x * 1e5 in float16 compute in float32 and round once) instead of rounding the scalar to half
+        # first (0.1 -> 0.09998, 1e5 -> inf, so 0 * 1e5 = NaN). Scalars that are exactly half values
+        # (0.5, 2, 3) give the same result directly, without the two casts.
+        return binary(self.float(), other, fn, op, reverse, **kwargs).type(self.dtype)
+    if not isinstance(other, (Tensor, numbers.Number, np.bool_)):
+        other = operand(self, other, op)  # arrays and lists become tensors; anything else: TypeError
+    dtype = result_type(self, other, default_float=get_default_dtype())
+    if op == "div" and not _dtypes.is_floating(dtype):
+        dtype = get_default_dtype()  # true division of integers gives the default float, as torch.div
+    other = operand(self, other, op, dtype)
+    a, b = (other, self) if reverse else (self, other)
+    try:
+        np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+    return fn.apply(a.type(dtype), b.type(dtype), **kwargs)
+
+
+# comparisons: no gradient, boolean results
+# ------------------------------------------------------------------------------------------------
+# Arithmetic operators and their named forms
+# ------------------------------------------------------------------------------------------------
+
+
+def __add__(self, o):
+    return binary(self, o, Add, "add")
+
+
+def __radd__(self, o):
+    return binary(self, o, Add, "add", reverse=True)
+
+
+def __sub__(self, o):
+    return binary(self, o, Sub, "sub")
+
+
+def __rsub__(self, o):
+    return binary(self, o, Sub, "sub", reverse=True)
+
+
+def __mul__(self, o):
+    return binary(self, o, Mul, "mul")
+
+
+def __rmul__(self, o):
+    return binary(self, o, Mul, "mul", reverse=True)
+
+
+def __truediv__(self, o):
+    return binary(self, o, Div, "div")
+
+
+def __rtruediv__(self, o):
+    (t,) = _autocast.cast_inputs("rtruediv", self)
+    return binary(t, o, Div, "div", reverse=True)
+
+
+def __pow__(self, o):
+    t, o = _autocast.cast_inputs("pow", self, o)
+    return binary(t, o, Pow, "pow")
+
+
+def __rpow__(self, o):
+    t, o = _autocast.cast_inputs("pow", self, o)
+    return binary(t, o, Pow, "pow", reverse=True)
+
+
+def __neg__(self):
+    return Neg.apply(self)
+
+
+def __pos__(self):
+    return self
+
+
+def __floordiv__(self, o):
+    o = operand(self, o, "floor_divide")
+    return Tensor._make(self._data // o._data)
+
+
+def __mod__(self, o):
+    o = operand(self, o, "remainder")
+    if _dtypes.is_floating(self.dtype) and (self.requires_grad or o.requires_grad) and is_grad_enabled():
+        return Remainder.apply(self, o)
+    return Tensor._make(self._data % o._data)
+
+
+def remainder(self, other):
+    """Python's modulo, the sign of the divisor (torch.remainder), with its gradient."""
+    return self % other
+
+
+def add(self, o, alpha=1):
+    return self + (o * alpha if alpha != 1 else o)
+
+
+def sub(self, o, alpha=1):
+    return self - (o * alpha if alpha != 1 else o)
+
+
+def mul(self, o):
+    return self * o
+
+
+def div(self, o, rounding_mode=None):
+    """self / o; rounding_mode 'trunc' rounds toward zero, 'floor' down (integers then stay
+    integers), as torch.div. The rounded forms have a zero gradient (as in torch)."""
+    if rounding_mode is None:
+        return self / o
+    if rounding_mode not in ("trunc", "floor"):
+        raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+    return binary(self, o, RoundedDiv, "div_" + rounding_mode, mode=rounding_mode)
+
+
+def pow(self, o):
+    return self**o
+
+
+def neg(self):
+    return -self
+
+
+def square(self):
+    return self * self
+
+
+def lerp(self, end, weight):
+    """self + weight * (end - self) (torch.lerp): weight a number or a tensor, with its gradient."""
+    return self + (end - self) * weight
+
+
+# ------------------------------------------------------------------------------------------------
+# Unary math
+# ------------------------------------------------------------------------------------------------
+
+
+def exp(self):
+    return Exp.apply(*_autocast.cast_inputs("exp", self))
+
+
+def log(self):
+    return Log.apply(*_autocast.cast_inputs("log", self))
+
+
+def sqrt(self):
+    return Sqrt.apply(self)
+
+
+def rsqrt(self):
+    return 1.0 / Sqrt.apply(*_autocast.cast_inputs("rsqrt", self))
+
+
+def abs(self):
+    return Abs.apply(self)
+
+
+def sign(self):
+    """-1, 0 or 1; its gradient is zero everywhere (as torch, which still records it)."""
+    return Sign.apply(self)
+
+
+def clamp(self, min=None, max=None):
+    """Elementwise min(max(self, min), max); min and max may be numbers or tensors (broadcast).
+    Where min > max the result is max, as torch. The gradient flows where min <= self <= max."""
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        dtype = result_type(self, min, max, default_float=get_default_dtype())
+        lo = None if min is None else operand(self, min, "clamp", dtype).type(dtype)
+        hi = None if max is None else operand(self, max, "clamp", dtype).type(dtype)
+        shapes = [x.shape for x in (self, lo, hi) if x is not None]
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            raise ValueError(f"clamp: shapes {shapes} of input, min and max cannot be broadcast together") from None
+        return ClampTensor.apply(self.type(dtype), lo, hi)
+    return Clamp.apply(self, min=min, max=max)
+
+
+def maximum(self, o):
+    return binary(self, o, Maximum, "maximum")
+
+
+def minimum(self, o):
+    return binary(self, o, Minimum, "minimum")
+
+
+def round(self, decimals=0):
+    """Round half to even (torch.round); with decimals, to that many decimal places (negative:
+    to tens, hundreds, ...), computed as torch does: round(x * 10**d) / 10**d for d > 0,
+    round(x / 10**-d) * 10**-d for d < 0 (so 1234.5 rounds to exactly 1000 at d = -3)."""
+    if not _dtypes.is_floating(self.dtype):
+        return self
+    if decimals == 0:
+        return Round.apply(self, how="round")
+    if decimals > 0:
+        scale = 10.0 ** decimals
+        return Round.apply(self * scale, how="round") / scale
+    scale = 10.0 ** -decimals
+    return Round.apply(self / scale, how="round") * scale
+
+
+def floor(self):
+    return Round.apply(self, how="floor") if _dtypes.is_floating(self.dtype) else self
+
+
+def ceil(self):
+    return Round.apply(self, how="ceil") if _dtypes.is_floating(self.dtype) else self
+
+
+def trunc(self):
+    return Round.apply(self, how="trunc") if _dtypes.is_floating(self.dtype) else self
+
+
+def sin(self):
+    return Sin.apply(self)
+
+
+def cos(self):
+    return Cos.apply(self)
+
+
+def log1p(self):
+    x = self if _dtypes.is_floating(self.dtype) else self.type(get_default_dtype())
+    return Log1p.apply(*_autocast.cast_inputs("log1p", x))
+
+
+def tensor_where(self, condition, other):
+    """x.where(c, y) == minidl.where(c, x, y) (Tensor.where)."""
+    return where(condition, self, other)
+
+
+def where(condition, a, b):
+    """Elements of a where condition (a bool tensor) is true, else of b; a and b promote as torch."""
+    cond = condition._data if isinstance(condition, Tensor) else np.asarray(condition)
+    if cond.dtype != np.bool_:
+        raise TypeError(f"where: expected condition to be a bool tensor, got {cond.dtype}")
+    ref = a if isinstance(a, Tensor) else b
+    if not isinstance(ref, Tensor):
+        ref = Tensor(a)
+    dtype = result_type(a, b, default_float=get_default_dtype())
+    a, b = operand(ref, a, "where", dtype), operand(ref, b, "where", dtype)
+    try:
+        np.broadcast_shapes(tuple(cond.shape), a.shape, b.shape)
+    except ValueError:
+        raise ValueError(
+            f"where: condition {tuple(cond.shape)}, input {a.shape} and other {b.shape} cannot be broadcast together"
+        ) from None
+    if is_cuda_array(cond) != ref.is_cuda:
+        cond = _device.move_array(cond, ref.device)
+    return Where.apply(cond, a.type(dtype), b.type(dtype))

@@ -1,0 +1,210 @@
+"""Joining and splitting: cat/stack (Functions) and split, chunk, unbind, hstack, vstack, dstack,
+column_stack, tensor_split (views made by indexing)."""
+from __future__ import annotations
+
+import builtins
+import numbers
+
+import numpy as np
+
+from .._device import get_array_module
+from ..autograd.function import Function
+from ..autograd.tensor import Tensor, get_default_dtype
+from ._args import cast_all, check_tensor_list
+from ._dims import dim_index, normalize_dim
+from ._promotion import result_type
+
+
+class Cat(Function):
+    """Join along dim; inputs flagged in `skip` (torch's legacy empty (0,) tensors) take no part
+    but still get their (empty) gradient."""
+
+    saves_inputs = False
+
+    def forward(self, *arrays, dim=0, skip=()):
+        xp = get_array_module(*arrays)
+        self.dim = dim  # normalised by cat() (minidl.autograd._dims)
+        self.skip = tuple(skip) or (False,) * len(arrays)
+        kept = [a for a, s in zip(arrays, self.skip) if not s]
+        self.sizes = [a.shape[self.dim] for a in kept]
+        self.skipped_shapes = [a.shape for a in arrays]
+        return xp.concatenate(kept, axis=self.dim)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        bounds = np.cumsum(self.sizes)[:-1].tolist()
+        parts = iter(xp.split(g, bounds, axis=self.dim))
+        return tuple(xp.zeros(shape, dtype=g.dtype) if s else next(parts)
+                     for s, shape in zip(self.skip, self.skipped_shapes))
+
+
+class Stack(Function):
+    saves_inputs = False
+
+    def forward(self, *arrays, dim=0):
+        xp = get_array_module(*arrays)
+        self.dim = dim  # normalised by stack()
+        return xp.stack(arrays, axis=self.dim)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        return tuple(xp.take(g, i, axis=self.dim) for i in range(g.shape[self.dim]))
+
+
+def cat(tensors, dim=0):
+    """Join tensors along an existing dim; dtypes promote as torch.cat (int64 + float32 -> float32).
+    As in torch, 1-D tensors with no elements (the legacy empty tensor, shape (0,)) are skipped."""
+    tensors = check_tensor_list("cat", tensors)
+    for i, t in enumerate(tensors):
+        if t.ndim == 0:
+            raise ValueError(f"cat: zero-dimensional tensor (at position {i}) cannot be concatenated")
+    dtype = result_type(*tensors, default_float=get_default_dtype())
+    skipped = [t.ndim == 1 and t.shape[0] == 0 for t in tensors]
+    kept = [t for t, s in zip(tensors, skipped) if not s]
+    if not kept:
+        kept, skipped = tensors[:1], [False] + skipped[1:]
+    ref = kept[0]
+    d = normalize_dim(dim, ref.ndim, "cat")
+    for t in kept:
+        if t.ndim != ref.ndim or t.shape[:d] + t.shape[d + 1 :] != ref.shape[:d] + ref.shape[d + 1 :]:
+            raise ValueError(
+                f"cat: tensors must match in every dim except {dim}, got shapes {[tuple(x.shape) for x in tensors]}"
+            )
+    return Cat.apply(*[t.type(dtype) for t in tensors], dim=d, skip=tuple(skipped))
+
+concat = cat
+
+
+def stack(tensors, dim=0):
+    tensors = check_tensor_list("stack", tensors)
+    if len({t.shape for t in tensors}) != 1:
+        raise ValueError(f"stack: all tensors must have the same shape, got {[tuple(t.shape) for t in tensors]}")
+    d = normalize_dim(dim, tensors[0].ndim + 1, "stack")
+    return Stack.apply(*cast_all(tensors), dim=d)
+
+
+def split(tensor, split_size_or_sections, dim=0):
+    if tensor.ndim == 0:
+        raise ValueError("split: expects at least a 1-dimensional tensor, got a 0-d one")
+    dim = normalize_dim(dim, tensor.ndim, "split")
+    n = tensor.shape[dim]
+    if isinstance(split_size_or_sections, builtins.int) and not isinstance(split_size_or_sections, bool):
+        size = split_size_or_sections
+        if size < 0 or (size == 0 and n != 0):
+            raise ValueError(f"split: split_size must be positive, got {size} (dim {dim} has size {n})")
+        if size == 0:
+            return (tensor,)
+        sizes = [min(size, n - i) for i in range(0, n, size)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 0 for s in sizes):
+            raise ValueError(f"split: sections must be non-negative ints, got {sizes}")
+        if sum(sizes) != n:
+            raise ValueError(f"split: sections {sizes} do not add up to dim {dim} of size {n}")
+    out, start = [], 0
+    for s in sizes:
+        key = [slice(None)] * tensor.ndim
+        key[dim] = slice(start, start + s)
+        out.append(tensor[tuple(key)])
+        start += s
+    return tuple(out)
+
+
+def chunk(tensor, chunks, dim=0):
+    if isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral):
+        raise TypeError(f"chunk: chunks must be an int, got {type(chunks).__name__}")
+    if chunks <= 0:
+        raise ValueError(f"chunk: chunks must be greater than 0, got {chunks}")
+    if tensor.ndim == 0:
+        raise ValueError("chunk: expects at least a 1-dimensional tensor, got a 0-d one")
+    dim = normalize_dim(dim, tensor.ndim, "chunk")
+    n = tensor.shape[dim]
+    size = -(-n // chunks)
+    return split(tensor, size, dim)
+
+
+def unbind(self, dim=0):
+    d = dim_index(self, dim, "unbind")
+    return tuple(self[(slice(None),) * d + (i,)] for i in range(self.shape[d]))
+
+
+def concatenate(tensors, dim=0, *, axis=None):
+    return cat(tensors, dim if axis is None else axis)
+
+
+def _flat(tensors):
+    return list(tensors[0]) if _is_seq(tensors) else list(tensors)
+
+
+def _is_seq(tensors):
+    return len(tensors) == 1 and isinstance(tensors[0], (list, tuple))
+
+
+def hstack(tensors):
+    ts = atleast_1d(list(tensors))
+    return cat(list(ts), 0 if ts[0].ndim == 1 else 1)
+
+
+def vstack(tensors):
+    return cat(list(atleast_2d(list(tensors))), 0)
+
+
+def dstack(tensors):
+    return cat(list(atleast_3d(list(tensors))), 2)
+
+
+def column_stack(tensors):
+    cols = [t.reshape(-1, 1) if t.ndim <= 1 else t for t in tensors]
+    return cat(cols, 1)
+
+
+def tensor_split(t, indices_or_sections, dim=0):
+    dim = normalize_dim(dim, t.ndim, "tensor_split")
+    n = t.shape[dim]
+    if isinstance(indices_or_sections, Tensor):
+        indices_or_sections = indices_or_sections.tolist()
+    if isinstance(indices_or_sections, numbers.Integral):
+        k = int(indices_or_sections)
+        if k <= 0:
+            raise RuntimeError(f"tensor_split: number of sections must be larger than 0, got {k}")
+        base, extra = divmod(n, k)
+        bounds = np.cumsum([0] + [base + (1 if i < extra else 0) for i in range(k)]).tolist()
+    else:
+        cuts = [min(max(int(i) if i >= 0 else n + int(i), 0), n) for i in indices_or_sections]
+        bounds = [0] + cuts + [n]
+    return tuple(t.narrow(dim, a, max(b - a, 0)) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+def hsplit(t, sections):
+    return tensor_split(t, sections, 1 if t.ndim > 1 else 0)
+
+
+def vsplit(t, sections):
+    return tensor_split(t, sections, 0)
+
+
+def dsplit(t, sections):
+    return tensor_split(t, sections, 2)
+
+
+def atleast_1d(*tensors):
+    out = [t.reshape(1) if t.ndim == 0 else t for t in _flat(tensors)]
+    return out[0] if len(out) == 1 and not _is_seq(tensors) else tuple(out)
+
+
+def atleast_2d(*tensors):
+    out = [t.reshape(1, 1) if t.ndim == 0 else t.reshape(1, -1) if t.ndim == 1 else t for t in _flat(tensors)]
+    return out[0] if len(out) == 1 and not _is_seq(tensors) else tuple(out)
+
+
+def atleast_3d(*tensors):
+    def f(t):
+        if t.ndim == 0:
+            return t.reshape(1, 1, 1)
+        if t.ndim == 1:
+            return t.reshape(1, -1, 1)
+        if t.ndim == 2:
+            return t.unsqueeze(-1)
+        return t
+    out = [f(t) for t in _flat(tensors)]
+    return out[0] if len(out) == 1 and not _is_seq(tensors) else tuple(out)
