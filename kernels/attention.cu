@@ -361,8 +361,9 @@ __device__ __forceinline__ void attention_forward_impl(
 // ------------------------------------------------------------------------------------------------
 // Delta[i] = sum_d dO[i, d] * O[i, d] (fp32), one warp per query row.
 template <int KIND>
-__device__ __forceinline__ void attention_delta_impl(const unsigned short* o, const unsigned short* dout,
-                                                     float* delta, long long rows, int D)
+__device__ __forceinline__ void attention_delta_impl(const typename Storage<KIND>::T* o,
+                                                     const typename Storage<KIND>::T* dout, float* delta,
+                                                     long long rows, int D)
 {
     const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
@@ -583,6 +584,424 @@ __device__ __forceinline__ void attention_backward_impl(
     }
 }
 
+
+// ------------------------------------------------------------------------------------------------
+// float32 data: the same two passes on TF32 tensor cores (mma.sync m16n8k8)
+// ------------------------------------------------------------------------------------------------
+// PRECISE (fp32 math): every product is split as in 3xTF32 (x = big + small, both TF32; a*b ~ big*big +
+// big*small + small*big), which keeps fp32's accuracy at three times the mma count. Without it (TF32 math,
+// backends.cuda.matmul.allow_tf32) one mma per product on the operands rounded to TF32.
+// Fragments. Shared rows are D + 4 floats (a row starts 4 banks after the one above it), so that
+//  - ldmatrix (b16 pairs = one fp32) gives A fragments of Q, K, V rows and B fragments of K, Q, dO rows
+//    (an 8 x 4-float matrix per lane group: thread (g, t) gets row g, word t, as m16n8k8 wants);
+//  - a B operand that is n-contiguous (V in O = P V, dO and Q in dV/dK, K in dQ) is read as scalars.
+// P and dS come from the fp32 accumulators, whose pairs are (2t, 2t+1) where the A fragment wants
+// (t, t + 4): the k index of that mma is permuted (k = t <-> key 2t, k = t + 4 <-> key 2t + 1), and
+// the B operand is read in the same order, rows 2t and 2t + 1 -- banks 8t + g, all 32 different.
+constexpr int PADF = 4;
+
+struct FragA {
+    unsigned big[4], small[4];
+};
+struct FragB {
+    unsigned big[2], small[2];
+};
+
+template <bool PRECISE>
+__device__ __forceinline__ FragA frag_a(const unsigned (&x)[4])
+{
+    FragA f;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        f.big[e] = to_tf32(x[e]);
+        f.small[e] = PRECISE ? to_tf32(__float_as_uint(__uint_as_float(x[e]) - __uint_as_float(f.big[e]))) : 0u;
+    }
+    return f;
+}
+template <bool PRECISE>
+__device__ __forceinline__ FragB frag_b(unsigned x0, unsigned x1)
+{
+    FragB f;
+    f.big[0] = to_tf32(x0);
+    f.big[1] = to_tf32(x1);
+    f.small[0] = PRECISE ? to_tf32(__float_as_uint(__uint_as_float(x0) - __uint_as_float(f.big[0]))) : 0u;
+    f.small[1] = PRECISE ? to_tf32(__float_as_uint(__uint_as_float(x1) - __uint_as_float(f.big[1]))) : 0u;
+    return f;
+}
+template <bool PRECISE>
+__device__ __forceinline__ void mma_f32(float (&d)[4], const FragA& a, const FragB& b)
+{
+    if (PRECISE) {   // the small terms first: they are the ones the big product's rounding would swallow
+        mma<KIND_TF32>(d, a.small, b.big);
+        mma<KIND_TF32>(d, a.big, b.small);
+    }
+    mma<KIND_TF32>(d, a.big, b.big);
+}
+
+template <int D, int THREADS>
+__device__ __forceinline__ void load_tile_f32(float* tile, const float* g, int row0, int extent, int rows)
+{
+    constexpr int CPR = D / 4;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < rows * CPR; c += THREADS) {
+        const int r = c / CPR, col = (c % CPR) * 4;
+        const bool inside = row0 + r < extent;
+        const float* src = inside ? g + (long long)(row0 + r) * D + col : g;
+        cp_async16(smem_addr(tile + r * (D + PADF) + col), src, inside ? 16 : 0);
+    }
+}
+
+// Forward, fp32: 4 warps of one 16-query tile each (BM = 64 queries per block); Q re-read from shared
+// memory per key block (its fragments are split again there: 3xTF32 would double the registers).
+template <bool PRECISE, int D, bool CAUSAL, bool MASK, bool DROPOUT>
+__device__ __forceinline__ void attention_forward_tf32_impl(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ o,
+    float* __restrict__ lse, int H, int HK, int L, int S, float scale, MaskArgs m, DropArgs drop)
+{
+    constexpr int THREADS = 128, BM = 64, LD = D + PADF, KD = D / 8, NT = BN / 8, DT = D / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float* sQ = reinterpret_cast<float*>(smem_raw);  // [BM][LD]
+    float* sK = sQ + BM * LD;                         // [2][BN][LD]
+    float* sV = sK + 2 * BN * LD;                     // [2][BN][LD]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int m_block = CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int bhk = b * HK + h / (H / HK);
+    const int q0 = m_block * BM, w0 = q0 + warp * 16;
+    const float* qg = q + (long long)bh * L * D;
+    const float* kg = k + (long long)bhk * S * D;
+    const float* vg = v + (long long)bhk * S * D;
+
+    int n_blocks = (S + BN - 1) / BN;
+    if (CAUSAL) n_blocks = min(n_blocks, (min(q0 + BM, L) - 1) / BN + 1);
+
+    load_tile_f32<D, THREADS>(sQ, qg, q0, L, BM);
+    if (n_blocks > 0) {
+        load_tile_f32<D, THREADS>(sK, kg, 0, S, BN);
+        load_tile_f32<D, THREADS>(sV, vg, 0, S, BN);
+    }
+    cp_async_commit();
+
+    const float sl2 = scale * LOG2E;
+    float acc[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float row_max[2] = {-pos_inf(), -pos_inf()}, row_sum[2] = {0.f, 0.f};
+    const int qi[2] = {w0 + g, w0 + g + 8};
+
+    for (int j = 0; j < n_blocks; ++j) {
+        const int stage = j & 1;
+        if (j + 1 < n_blocks) {
+            load_tile_f32<D, THREADS>(sK + (stage ^ 1) * BN * LD, kg, (j + 1) * BN, S, BN);
+            load_tile_f32<D, THREADS>(sV + (stage ^ 1) * BN * LD, vg, (j + 1) * BN, S, BN);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const float* Ks = sK + stage * BN * LD;
+        const float* Vs = sV + stage * BN * LD;
+
+        // S = Q K^T: this warp's 16 queries x 64 keys
+        float s[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) {
+            unsigned x[4];
+            ldmatrix_x4(x, smem_addr(sQ + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + kk * 8 +
+                                     (lane >> 4) * 4));
+            const FragA qa = frag_a<PRECISE>(x);
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                unsigned r[4];
+                const int row = np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7), col = kk * 8 + ((lane >> 3) & 1) * 4;
+                ldmatrix_x4(r, smem_addr(Ks + row * LD + col));
+                mma_f32<PRECISE>(s[2 * np], qa, frag_b<PRECISE>(r[0], r[1]));
+                mma_f32<PRECISE>(s[2 * np + 1], qa, frag_b<PRECISE>(r[2], r[3]));
+            }
+        }
+
+        // scale, mask, online softmax (as the 16-bit kernel)
+        const int k0 = j * BN;
+        const bool edge = k0 + BN > S || (CAUSAL && k0 + BN - 1 > w0);
+        float mx[2] = {-pos_inf(), -pos_inf()};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = s[nt][e] * sl2;
+                if (MASK || edge) {
+                    const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
+                    if (MASK && kj < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
+                    if (kj >= S || (CAUSAL && kj > i)) x = -pos_inf();
+                }
+                s[nt][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        }
+        float use[2], alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(row_max[r], mx[r]);
+            use[r] = m_new == -pos_inf() ? 0.f : m_new;
+            alpha[r] = exp2f(row_max[r] - use[r]);
+            row_max[r] = m_new;
+            row_sum[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            acc[dt][0] *= alpha[0];
+            acc[dt][1] *= alpha[0];
+            acc[dt][2] *= alpha[1];
+            acc[dt][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float p = exp2f(s[nt][e] - use[e >> 1]);   // full-precision exp2: P stays fp32 here
+                row_sum[e >> 1] += p;
+                if (DROPOUT) {
+                    const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
+                    const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + kj;
+                    p = (i < L && kj < S && keep_element(n, drop.key, drop.threshold)) ? p * drop.p_scale : 0.f;
+                }
+                s[nt][e] = p;
+            }
+        }
+
+        // O += P V, one k step of 8 keys per score tile (k permuted: see the section's header)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const unsigned x[4] = {__float_as_uint(s[nt][0]), __float_as_uint(s[nt][2]), __float_as_uint(s[nt][1]),
+                                   __float_as_uint(s[nt][3])};
+            const FragA pa = frag_a<PRECISE>(x);
+            const float* vrow = Vs + (nt * 8 + 2 * t) * LD + g;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+                mma_f32<PRECISE>(acc[dt], pa, frag_b<PRECISE>(__float_as_uint(vrow[dt * 8]),
+                                                              __float_as_uint(vrow[LD + dt * 8])));
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int i = qi[r];
+        if (i < L) {
+            float* orow = o + ((long long)bh * L + i) * D;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+                *reinterpret_cast<float2*>(orow + dt * 8 + 2 * t) =
+                    make_float2(acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+            if (t == 0) lse[(long long)bh * L + i] = l > 0.f ? (row_max[r] + log2f(l)) * LN2 : pos_inf();
+        }
+    }
+}
+
+template <int D>
+__device__ __forceinline__ void load_query_block_f32(float* sQ, float* sdO, float* sLse, float* sDelta, const float* q,
+                                                     const float* dout, const float* lse, const float* delta,
+                                                     long long bh, int q0, int L)
+{
+    constexpr int BM = 64;
+    load_tile_f32<D, 128>(sQ, q + bh * L * D, q0, L, BM);
+    load_tile_f32<D, 128>(sdO, dout + bh * L * D, q0, L, BM);
+    cp_async_commit();
+    for (int i = threadIdx.x; i < BM; i += 128) {
+        const bool inside = q0 + i < L;
+        sLse[i] = inside ? lse[bh * L + q0 + i] * LOG2E : pos_inf();
+        sDelta[i] = inside ? delta[bh * L + q0 + i] : 0.f;
+    }
+}
+
+// Backward, fp32: the 16-bit kernel's loop (one block per 64 keys of a key/value head, dK and dV in
+// registers, dQ summed with atomics), with the fragments of the header above.
+template <bool PRECISE, int D, bool CAUSAL, bool MASK, bool DROPOUT>
+__device__ __forceinline__ void attention_backward_tf32_impl(
+    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+    const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+    float* __restrict__ dq_acc, float* __restrict__ dk, float* __restrict__ dv, int H, int HK, int L, int S,
+    float scale, MaskArgs m, DropArgs drop)
+{
+    constexpr int THREADS = 128, BM = 64, LD = D + PADF, LDS = BM + PADF;
+    constexpr int KD = D / 8, NT = BM / 8, DT = D / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    float* sK = reinterpret_cast<float*>(smem_raw);   // [BN][LD]
+    float* sV = sK + BN * LD;                          // [BN][LD]
+    float* sQ = sV + BN * LD;                          // [2][BM][LD]
+    float* sdO = sQ + 2 * BM * LD;                     // [2][BM][LD]
+    float* sdS = sdO + 2 * BM * LD;                    // [BN][LDS]: dS^T, keys as rows
+    float* sLse = sdS + BN * LDS;                      // [2][BM], log2 units
+    float* sDelta = sLse + 2 * BM;                     // [2][BM]
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int n_block = blockIdx.x, bhk = blockIdx.y, b = bhk / HK, hk = bhk % HK, group = H / HK;
+    const int k0 = n_block * BN;
+    load_tile_f32<D, THREADS>(sK, k + (long long)bhk * S * D, k0, S, BN);
+    load_tile_f32<D, THREADS>(sV, v + (long long)bhk * S * D, k0, S, BN);
+    const int m_first = CAUSAL ? k0 / BM : 0, m_blocks = (L + BM - 1) / BM;
+    const int per_head = m_blocks - m_first, n_iter = group * per_head;
+    if (n_iter > 0)
+        load_query_block_f32<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, (long long)b * H + hk * group,
+                                m_first * BM, L);
+    else
+        cp_async_commit();
+
+    const float sl2 = scale * LOG2E;
+    float dk_acc[DT][4], dv_acc[DT][4];
+#pragma unroll
+    for (int i = 0; i < DT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk_acc[i][e] = dv_acc[i][e] = 0.f;
+    const int kj[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+
+    for (int it = 0; it < n_iter; ++it) {
+        const int stage = it & 1;
+        const int h = hk * group + it / per_head, q0 = (m_first + it % per_head) * BM;
+        const long long bh = (long long)b * H + h;
+        if (it + 1 < n_iter) {
+            const int h1 = hk * group + (it + 1) / per_head, q1 = (m_first + (it + 1) % per_head) * BM;
+            load_query_block_f32<D>(sQ + (stage ^ 1) * BM * LD, sdO + (stage ^ 1) * BM * LD, sLse + (stage ^ 1) * BM,
+                                    sDelta + (stage ^ 1) * BM, q, dout, lse, delta, (long long)b * H + h1, q1, L);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const float* Qs = sQ + stage * BM * LD;
+        const float* dOs = sdO + stage * BM * LD;
+        const float* Lse = sLse + stage * BM;
+        const float* Dl = sDelta + stage * BM;
+
+        // S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x 64 queries
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int i = 0; i < NT; ++i)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KD; ++kk) {
+            unsigned x[4], y[4];
+            const int arow = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, acol = kk * 8 + (lane >> 4) * 4;
+            ldmatrix_x4(x, smem_addr(sK + arow * LD + acol));
+            ldmatrix_x4(y, smem_addr(sV + arow * LD + acol));
+            const FragA ka = frag_a<PRECISE>(x), va = frag_a<PRECISE>(y);
+#pragma unroll
+            for (int np = 0; np < NT / 2; ++np) {
+                unsigned r[4], w[4];
+                const int row = np * 16 + ((lane >> 4) & 1) * 8 + (lane & 7), col = kk * 8 + ((lane >> 3) & 1) * 4;
+                ldmatrix_x4(r, smem_addr(Qs + row * LD + col));
+                ldmatrix_x4(w, smem_addr(dOs + row * LD + col));
+                mma_f32<PRECISE>(s[2 * np], ka, frag_b<PRECISE>(r[0], r[1]));
+                mma_f32<PRECISE>(s[2 * np + 1], ka, frag_b<PRECISE>(r[2], r[3]));
+                mma_f32<PRECISE>(dp[2 * np], va, frag_b<PRECISE>(w[0], w[1]));
+                mma_f32<PRECISE>(dp[2 * np + 1], va, frag_b<PRECISE>(w[2], w[3]));
+            }
+        }
+
+        // P^T (dropped, into s: for dV), dS^T (into dp); dS^T to shared for dQ
+        const bool edge = k0 + BN > S || (CAUSAL && q0 < k0 + warp * 16 + 15);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = nt * 8 + 2 * t + (e & 1);
+                float x = s[nt][e] * sl2;
+                if (MASK || edge) {
+                    const int i = q0 + col, j = kj[e >> 1];
+                    if (MASK && j < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + j * m.ss] * LOG2E;
+                    if (j >= S || (CAUSAL && j > i)) x = -pos_inf();
+                }
+                const float p = exp2f(x - Lse[col]);
+                float pd = p, dpv = dp[nt][e];
+                if (DROPOUT) {
+                    const int i = q0 + col, j = kj[e >> 1];
+                    const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + j;
+                    const bool kept = i < L && j < S && keep_element(n, drop.key, drop.threshold);
+                    pd = kept ? p * drop.p_scale : 0.f;
+                    dpv = kept ? dpv * drop.p_scale : 0.f;
+                }
+                s[nt][e] = pd;
+                dp[nt][e] = p * (dpv - Dl[col]);
+            }
+            *reinterpret_cast<float2*>(sdS + (warp * 16 + g) * LDS + nt * 8 + 2 * t) = make_float2(dp[nt][0], dp[nt][1]);
+            *reinterpret_cast<float2*>(sdS + (warp * 16 + g + 8) * LDS + nt * 8 + 2 * t) =
+                make_float2(dp[nt][2], dp[nt][3]);
+        }
+
+        // dV += P^T dO and dK += dS^T Q: one k step of 8 queries per score tile
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const unsigned xp[4] = {__float_as_uint(s[nt][0]), __float_as_uint(s[nt][2]), __float_as_uint(s[nt][1]),
+                                    __float_as_uint(s[nt][3])};
+            const unsigned xd[4] = {__float_as_uint(dp[nt][0]), __float_as_uint(dp[nt][2]),
+                                    __float_as_uint(dp[nt][1]), __float_as_uint(dp[nt][3])};
+            const FragA pa = frag_a<PRECISE>(xp), da = frag_a<PRECISE>(xd);
+            const float* orow = dOs + (nt * 8 + 2 * t) * LD + g;
+            const float* qrow = Qs + (nt * 8 + 2 * t) * LD + g;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+                mma_f32<PRECISE>(dv_acc[dt], pa, frag_b<PRECISE>(__float_as_uint(orow[dt * 8]),
+                                                                 __float_as_uint(orow[LD + dt * 8])));
+                mma_f32<PRECISE>(dk_acc[dt], da, frag_b<PRECISE>(__float_as_uint(qrow[dt * 8]),
+                                                                 __float_as_uint(qrow[LD + dt * 8])));
+            }
+        }
+        __syncthreads();
+
+        // dQ (this warp's 16 queries x D) += dS K, summed into the fp32 buffer
+        float dqa[DT][4];
+#pragma unroll
+        for (int i = 0; i < DT; ++i) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < BN / 8; ++kk) {
+            const float* srow = sdS + (kk * 8 + 2 * t) * LDS + warp * 16 + g;
+            const unsigned x[4] = {__float_as_uint(srow[0]), __float_as_uint(srow[8]), __float_as_uint(srow[LDS]),
+                                   __float_as_uint(srow[LDS + 8])};
+            const FragA a = frag_a<PRECISE>(x);
+            const float* krow = sK + (kk * 8 + 2 * t) * LD + g;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+                mma_f32<PRECISE>(dqa[dt], a, frag_b<PRECISE>(__float_as_uint(krow[dt * 8]),
+                                                             __float_as_uint(krow[LD + dt * 8])));
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int i = q0 + warp * 16 + g + 8 * r;
+            if (i < L) {
+                float* row = dq_acc + (bh * L + i) * D;
+#pragma unroll
+                for (int dt = 0; dt < DT; ++dt) red_add2(row + dt * 8 + 2 * t, dqa[dt][2 * r], dqa[dt][2 * r + 1]);
+            }
+        }
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int j = kj[r];
+        if (j < S) {
+            float* dkrow = dk + ((long long)bhk * S + j) * D;
+            float* dvrow = dv + ((long long)bhk * S + j) * D;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt) {
+                *reinterpret_cast<float2*>(dkrow + dt * 8 + 2 * t) =
+                    make_float2(dk_acc[dt][2 * r] * scale, dk_acc[dt][2 * r + 1] * scale);
+                *reinterpret_cast<float2*>(dvrow + dt * 8 + 2 * t) = make_float2(dv_acc[dt][2 * r], dv_acc[dt][2 * r + 1]);
+            }
+        }
+    }
+}
+
 }  // namespace minidl_attention
 
 // ------------------------------------------------------------------------------------------------
@@ -603,8 +1022,8 @@ __global__ void __launch_bounds__(32 * WARPS) attention_forward(
 }
 
 template <int KIND>
-__global__ void attention_delta(const unsigned short* o, const unsigned short* dout, float* delta, long long rows,
-                                int D)
+__global__ void attention_delta(const typename minidl_tc::Storage<KIND>::T* o,
+                                const typename minidl_tc::Storage<KIND>::T* dout, float* delta, long long rows, int D)
 {
     minidl_attention::attention_delta_impl<KIND>(o, dout, delta, rows, D);
 }
@@ -625,10 +1044,39 @@ __global__ void __launch_bounds__(128) attention_backward(
 
 // dQ = scale * dq_acc, rounded to the data type.
 template <int KIND>
-__global__ void attention_dq_finish(const float* dq_acc, unsigned short* dq, long long n, float scale)
+__global__ void attention_dq_finish(const float* dq_acc, typename minidl_tc::Storage<KIND>::T* dq, long long n,
+                                    float scale)
 {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         minidl_tc::store_c<KIND>(dq + i, dq_acc[i] * scale);
+}
+
+// float32 data: attention_forward_tf32<PRECISE, D, CAUSAL, MASK, DROPOUT> / attention_backward_tf32<...>;
+// attention_delta<0> and attention_dq_finish<0> (KIND_TF32: float storage) finish the backward pass.
+template <bool PRECISE, int D, bool CAUSAL, bool MASK, bool DROPOUT>
+__global__ void __launch_bounds__(128) attention_forward_tf32(
+    const float* q, const float* k, const float* v, float* o, float* lse, int H, int HK, int L, int S, float scale,
+    const float* mask, long long msb, long long msh, long long msl, long long mss, float p_scale, unsigned threshold,
+    unsigned long long seed, unsigned long long offset, const unsigned long long* rng_state)
+{
+    using namespace minidl_attention;
+    const MaskArgs m{mask, msb, msh, msl, mss};
+    attention_forward_tf32_impl<PRECISE, D, CAUSAL, MASK, DROPOUT>(
+        q, k, v, o, lse, H, HK, L, S, scale, m, drop_args(p_scale, threshold, seed, offset, rng_state));
+}
+
+template <bool PRECISE, int D, bool CAUSAL, bool MASK, bool DROPOUT>
+__global__ void __launch_bounds__(128) attention_backward_tf32(
+    const float* q, const float* k, const float* v, const float* dout, const float* lse, const float* delta,
+    float* dq_acc, float* dk, float* dv, int H, int HK, int L, int S, float scale, const float* mask, long long msb,
+    long long msh, long long msl, long long mss, float p_scale, unsigned threshold, unsigned long long seed,
+    unsigned long long offset, const unsigned long long* rng_state)
+{
+    using namespace minidl_attention;
+    const MaskArgs m{mask, msb, msh, msl, mss};
+    attention_backward_tf32_impl<PRECISE, D, CAUSAL, MASK, DROPOUT>(
+        q, k, v, dout, lse, delta, dq_acc, dk, dv, H, HK, L, S, scale, m,
+        drop_args(p_scale, threshold, seed, offset, rng_state));
 }
 
 #if defined(MINIDL_INSTANTIATE_ALL) && !defined(__CUDACC_RTC__)
@@ -641,6 +1089,8 @@ __global__ void attention_dq_finish(const float* dq_acc, unsigned short* dq, lon
     (void*)&attention_backward<K, D, C, false, false>
 #define MINIDL_ATTENTION_FLAGS(K, C, M, P) (void*)&attention_forward<K, 64, 4, 2, C, M, P>, \
     (void*)&attention_backward<K, 64, C, M, P>
+#define MINIDL_ATTENTION_F32(P, D, C, M, R) (void*)&attention_forward_tf32<P, D, C, M, R>, \
+    (void*)&attention_backward_tf32<P, D, C, M, R>
 void* minidl_attention_instances[] = {
     MINIDL_ATTENTION_D(1, 32, false), MINIDL_ATTENTION_D(1, 96, true), MINIDL_ATTENTION_D(1, 128, true),
     MINIDL_ATTENTION_D(2, 32, true), MINIDL_ATTENTION_D(2, 96, false), MINIDL_ATTENTION_D(2, 128, false),
@@ -648,5 +1098,9 @@ void* minidl_attention_instances[] = {
     MINIDL_ATTENTION_FLAGS(2, false, true, false), MINIDL_ATTENTION_FLAGS(2, true, true, true),
     MINIDL_ATTENTION_FLAGS(1, false, false, true), MINIDL_ATTENTION_FLAGS(1, true, true, false),
     (void*)&attention_delta<1>, (void*)&attention_delta<2>, (void*)&attention_dq_finish<1>,
-    (void*)&attention_dq_finish<2>};
+    (void*)&attention_dq_finish<2>, (void*)&attention_delta<0>, (void*)&attention_dq_finish<0>,
+    MINIDL_ATTENTION_F32(true, 32, false, false, false), MINIDL_ATTENTION_F32(true, 64, true, false, false),
+    MINIDL_ATTENTION_F32(true, 96, false, false, false), MINIDL_ATTENTION_F32(true, 128, true, false, false),
+    MINIDL_ATTENTION_F32(false, 64, false, false, false), MINIDL_ATTENTION_F32(false, 128, true, false, false),
+    MINIDL_ATTENTION_F32(true, 64, true, true, true), MINIDL_ATTENTION_F32(false, 64, false, true, true)};
 #endif

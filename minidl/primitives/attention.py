@@ -18,24 +18,27 @@ iff dropout's mask at flat index ((b * H + h) * L + i) * S + j (plus `offset`) k
 stream dropout_forward draws for a (B, H, L, S) array, so the kernel and the reference agree.
 
 Implementations: the NumPy reference (cpu/attention.py) forms S and P in memory. kernels/attention.cu is
-the fused FlashAttention-2 kernel (S and P never leave the chip) for float16/bfloat16 with D = Dv in
-{32, 64, 96, 128}; on the GPU anything else runs the reference's array code on CuPy (see
-`attention_kernel_reason`).
+the fused FlashAttention-2 kernel (S and P never leave the chip) for float16/bfloat16 and float32 with D = Dv
+in {32, 64, 96, 128}; on the GPU anything else runs the reference's array code on CuPy (see
+`attention_kernel_reason`). math= (float32 data on the GPU): "fp32" multiplies on the TF32 tensor cores with
+3xTF32 splits (fp32's accuracy), "tf32" with one TF32 product (torch's allow_tf32); the reference computes
+exactly in both.
 """
 from __future__ import annotations
 
-import math
+from math import isfinite, sqrt
 
 import numpy as np
 
-from .._dtypes import bfloat16, float16
+from .._dtypes import bfloat16, float16, float32
 from ._common import (
     backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, is_cuda_array, shape_str,
 )
 
-__all__ = ["attention_forward", "attention_backward", "attention_kernel_reason", "ATTENTION_HEAD_DIMS"]
+__all__ = ["attention_forward", "attention_backward", "attention_kernel_reason", "ATTENTION_HEAD_DIMS", "ATTENTION_MATHS"]
 
 ATTENTION_HEAD_DIMS = (32, 64, 96, 128)   # head dims kernels/attention.cu is instantiated for
+ATTENTION_MATHS = ("fp32", "tf32")         # float32 data: 3xTF32 or TF32 products
 MAX_GRID_Y = 65535                         # the kernels' grid y is batch x heads
 
 
@@ -69,7 +72,7 @@ def _check(op, q, k, v, mask, causal, scale, dropout_p):
             check_float_or_half(op, mask=mask)
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"{op}: causal must be a bool, got {causal!r}")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+    if scale is not None and not (isinstance(scale, (int, float)) and isfinite(scale)):
         raise ValueError(f"{op}: scale must be a finite number or None, got {scale!r}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"{op}: dropout_p must be in [0, 1), got {dropout_p!r}")
@@ -81,8 +84,8 @@ def attention_kernel_reason(q, k, v) -> str | None:
     runs it instead."""
     if not is_cuda_array(q):
         return "the arrays are on the CPU"
-    if q.dtype not in (float16, bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
-        return f"the fused kernel takes float16/bfloat16 q, k, v (got {q.dtype}, {k.dtype}, {v.dtype})"
+    if q.dtype not in (float16, bfloat16, float32) or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"the fused kernel takes float16/bfloat16/float32 q, k, v of one dtype (got {q.dtype}, {k.dtype}, {v.dtype})"
     if q.shape[-1] not in ATTENTION_HEAD_DIMS or v.shape[-1] != q.shape[-1]:
         return (f"the fused kernel takes head dims {ATTENTION_HEAD_DIMS} with equal q/k and v dims "
                 f"(got {q.shape[-1]} and {v.shape[-1]})")
@@ -112,41 +115,49 @@ def _refuse_capture(op, q, k, v):
 
         reason = attention_kernel_reason(q, k, v)
         check_no_cublas_capture(op, f"The fused kernel is not used here: {reason}. Capture attention "
-                                    "in float16/bfloat16 (e.g. under minidl.autocast('cuda')), or run this step "
-                                    "eagerly.")
+                                    "with head dims 32-128 in float32/float16/bfloat16, or run this step eagerly.")
 
 
-def attention_forward(q, k, v, mask=None, *, causal=False, scale=None, dropout_p=0.0, seed=0, offset=0):
+def _check_math(op, math_mode):
+    if math_mode not in ATTENTION_MATHS:
+        raise ValueError(f"{op}: math must be one of {ATTENTION_MATHS}, got {math_mode!r}")
+
+
+def attention_forward(q, k, v, mask=None, *, causal=False, scale=None, dropout_p=0.0, seed=0, offset=0, math="fp32"):
     """(O, LSE): O (B, H, L, Dv) in q's dtype, LSE (B, H, L) float32. scale=None is 1 / sqrt(D). seed: an
-    int or a (2,) uint64 generator state (seed, base offset) on q's device (dropout_p > 0 only)."""
+    int or a (2,) uint64 generator state (seed, base offset) on q's device (dropout_p > 0 only). math: see the
+    module docstring (float32 data on the GPU only)."""
     op = "attention_forward"
     _check(op, q, k, v, mask, causal, scale, dropout_p)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    _check_math(op, math)
+    scale = 1.0 / sqrt(q.shape[-1]) if scale is None else float(scale)
     if attention_kernel_reason(q, k, v) is None:
         return backend("attention", True).attention_forward(q, k, v, mask, causal=bool(causal), scale=scale,
-                                                            dropout_p=float(dropout_p), seed=seed, offset=int(offset))
+                                                            dropout_p=float(dropout_p), seed=seed, offset=int(offset),
+                                                            math=math)
     _refuse_capture(op, q, k, v)
     return _reference_forward(q, k, v, mask, causal=bool(causal), scale=scale, dropout_p=float(dropout_p), seed=seed,
                               offset=int(offset))
 
 
 def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scale=None, dropout_p=0.0, seed=0,
-                       offset=0):
+                       offset=0, math="fp32"):
     """(dQ, dK, dV) from the forward's inputs, its output O and LSE, and dO; the same mask, causal, scale
     and dropout arguments as the forward call (the dropout mask is regenerated, not stored)."""
     op = "attention_backward"
     (B, H, L, _), (_, S) = _check(op, q, k, v, mask, causal, scale, dropout_p)
+    _check_math(op, math)
     check_arrays(op, out=out, dout=dout, lse=lse)
     check_same_device(op, q=q, out=out, dout=dout, lse=lse)
     Dv = v.shape[-1]
     for name, a, shape in (("out", out, (B, H, L, Dv)), ("dout", dout, (B, H, L, Dv)), ("lse", lse, (B, H, L))):
         if tuple(a.shape) != shape:
             raise ValueError(f"{op}: {name} has shape {shape_str(a.shape)}, expected {shape_str(shape)}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / sqrt(q.shape[-1]) if scale is None else float(scale)
     if attention_kernel_reason(q, k, v) is None and dout.dtype == q.dtype and out.dtype == q.dtype:
         return backend("attention", True).attention_backward(q, k, v, out, dout, lse, mask, causal=bool(causal),
                                                              scale=scale, dropout_p=float(dropout_p), seed=seed,
-                                                             offset=int(offset))
+                                                             offset=int(offset), math=math)
     _refuse_capture(op, q, k, v)
     return _reference_backward(q, k, v, out, dout, lse, mask, causal=bool(causal), scale=scale,
                                dropout_p=float(dropout_p), seed=seed, offset=int(offset))

@@ -1,10 +1,11 @@
 """kernels/attention.cu and kernels/layer_norm.cu against the float64 NumPy reference, on the same rounded
-inputs: outputs, LSE and every gradient, in float16 and bfloat16 (attention) and float32/float16/bfloat16
-(layer norm), over head dims, lengths that are not multiples of the 64-row tiles, causal masks (also with
+inputs: outputs, LSE and every gradient, in float16, bfloat16 and float32 (attention: float32 with fp32 math
+on 3xTF32 products, and with TF32 math) and float32/float16/bfloat16 (layer norm), over head dims, lengths that are not multiples of the 64-row tiles, causal masks (also with
 L != S), bool masks with a query that sees nothing, broadcast float masks, grouped-query attention and
 dropout (the kernel's Philox mask is the reference's, bit for bit, so the dropped outputs match too).
-Then the framework: a GPT block under bf16 autocast is captured in a CUDA graph and replays the eager
-losses; in float32 (the reference's cuBLAS products) the capture is refused, with the reason."""
+Then the framework: a GPT block under bf16 autocast, and one in float32, is captured in a CUDA graph and
+replays the eager losses; a head dim the kernel has no instance for runs the reference's cuBLAS products,
+and its capture is refused, with the reason."""
 import numpy as np
 import pytest
 
@@ -18,7 +19,9 @@ from tests.conftest import rel_err
 pytestmark = pytest.mark.gpu
 # Norm-wise relative error against float64 on the same (rounded) inputs. P and dS are rounded to the data
 # type before their products (as in FlashAttention): ~8 bits (bfloat16) or ~11 bits (float16) per element.
-TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 1e-5}
+# float32: 3xTF32 products keep fp32's accuracy; "tf32" (math="tf32") rounds every operand to 10 bits.
+TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 1e-5, "tf32": 4e-3}
+ATTENTION_DTYPES = ["float16", "bfloat16", "float32", "tf32"]   # tf32: float32 data, math="tf32"
 
 
 @pytest.fixture(autouse=True)
@@ -54,6 +57,8 @@ CASES = {
 def _run(dtype, D, L, S, HK=4, causal=False, mask=None, dropout_p=0.0, seed=0, B=2, H=4):
     import cupy
 
+    math = "tf32" if dtype == "tf32" else "fp32"
+    dtype = "float32" if dtype == "tf32" else dtype
     (q, k, v, do), (cq, ck, cv, cdo) = _arrays([(B, H, L, D), (B, HK, S, D), (B, HK, S, D), (B, H, L, D)], dtype, 1)
     m = cm = None
     if mask == "bool":
@@ -66,15 +71,15 @@ def _run(dtype, D, L, S, HK=4, causal=False, mask=None, dropout_p=0.0, seed=0, B
         m = m.astype(np.float64)
     kw = dict(causal=causal, dropout_p=dropout_p, seed=seed)
     assert P.attention_kernel_reason(cq, ck, cv) is None
-    o, lse = P.attention_forward(cq, ck, cv, cm, **kw)
-    dq, dk, dv = P.attention_backward(cq, ck, cv, o, cdo, lse, cm, **kw)
+    o, lse = P.attention_forward(cq, ck, cv, cm, math=math, **kw)
+    dq, dk, dv = P.attention_backward(cq, ck, cv, o, cdo, lse, cm, math=math, **kw)
     o64, lse64 = P.attention_forward(q, k, v, m, **kw)
     dq64, dk64, dv64 = P.attention_backward(q, k, v, o64, do, lse64, m, **kw)
     got = [a.get().astype(np.float64) for a in (o, dq, dk, dv)]
     return got, [o64, dq64, dk64, dv64], lse.get(), lse64
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ATTENTION_DTYPES)
 @pytest.mark.parametrize("D", [32, 64, 96, 128])
 @pytest.mark.parametrize("case", ["plain", "causal"])
 def test_attention_kernel_head_dims(dtype, D, case):
@@ -84,7 +89,7 @@ def test_attention_kernel_head_dims(dtype, D, case):
     assert np.allclose(lse, lse64, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ATTENTION_DTYPES)
 @pytest.mark.parametrize("case", ["causal_l_ne_s", "bool_mask_dead_row", "float_mask", "gqa"])
 def test_attention_kernel_masks_and_gqa(dtype, case):
     got, want, lse, lse64 = _run(dtype, 64, **CASES[case])
@@ -96,7 +101,7 @@ def test_attention_kernel_masks_and_gqa(dtype, case):
                            rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ATTENTION_DTYPES)
 def test_attention_kernel_dropout_draws_the_reference_mask(dtype):
     got, want, _, _ = _run(dtype, 64, L=100, S=120, causal=False, dropout_p=0.25, seed=1234)
     for name, a, b in zip(("O", "dQ", "dK", "dV"), got, want):
@@ -150,12 +155,12 @@ def test_layer_norm_kernel(dtype, kind, shape, ndim):
             assert a.dtype == cx.dtype and rel_err(a.get().astype(np.float64), a64) <= tol * 2
 
 
-def _gpt_block_step(dtype_autocast):
+def _gpt_block_step(dtype_autocast, d_model=128, heads=4):
     """A pre-norm Transformer block (d_model 128, 4 heads of 32: a head dim the kernel takes) with a causal
     mask and dropout, a linear head and Adam."""
     minidl.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.1, batch_first=True, norm_first=True).to("cuda")
-    head = nn.Linear(128, 11).to("cuda")
+    layer = nn.TransformerEncoderLayer(d_model, heads, 256, dropout=0.1, batch_first=True, norm_first=True).to("cuda")
+    head = nn.Linear(d_model, 11).to("cuda")
     opt = minidl.optim.Adam(list(layer.parameters()) + list(head.parameters()), lr=1e-3)
     mask = nn.Transformer.generate_square_subsequent_mask(32, device="cuda")
 
@@ -185,15 +190,29 @@ def test_gpt_block_under_bf16_autocast_is_captured_and_replays_the_eager_losses(
     assert np.allclose(replayed, eager, rtol=2e-2, atol=2e-2)
 
 
-def test_attention_in_float32_refuses_capture_with_the_reason():
-    """float32 attention runs the reference, whose batched products are cuBLAS calls: it trains eagerly,
-    and a captured step is refused with that reason instead of CuPy's bare NotImplementedError."""
+def test_gpt_block_in_float32_is_captured_and_replays_the_eager_losses():
+    """float32 attention runs on the fused kernel too (3xTF32 products), so a float32 step is captured."""
     x = minidl.randn(4, 32, 128, device="cuda")
     y = minidl.randint(0, 11, (4, 32), device="cuda")
+    step, _ = _gpt_block_step(None)
+    eager = [float(step(x, y).item()) for _ in range(12)]
     step, opt = _gpt_block_step(None)
+    graphed = minidl.cuda.graphed_step(step, optimizers=opt)
+    replayed = [float(graphed(x, y).item()) for _ in range(12)]
+    assert np.isfinite(eager).all() and eager[-1] < eager[0]
+    assert np.allclose(replayed, eager, rtol=1e-4, atol=1e-4)
+
+
+def test_attention_the_kernel_cannot_run_refuses_capture_with_the_reason():
+    """A head dim with no kernel instance (96 / 2 heads = 48) runs the reference, whose batched products are
+    cuBLAS calls: it trains eagerly, and a captured step is refused with that reason instead of CuPy's bare
+    NotImplementedError."""
+    x = minidl.randn(4, 32, 96, device="cuda")
+    y = minidl.randint(0, 11, (4, 32), device="cuda")
+    step, opt = _gpt_block_step(None, d_model=96, heads=2)
     losses = [float(step(x, y).item()) for _ in range(30)]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
     graphed = minidl.cuda.graphed_step(step, optimizers=opt)
-    with pytest.raises(RuntimeError, match="attention_forward cannot run inside a CUDA graph capture.*float16"):
+    with pytest.raises(RuntimeError, match="attention_forward cannot run inside a CUDA graph capture.*head dims"):
         for _ in range(5):
             graphed(x, y)

@@ -80,6 +80,7 @@ VARIANTS = [
     (r"^convolution_(forward|backward_data|backward_filter)_wgmma$",
      r"convolution_\1_implicit_gemm_tc"),                                    # implicit_gemm_tc on Hopper's wgmma
     (r"^(rnn|lstm|gru)_persistent_(forward|backward)$", r"rnn_\2"),          # a layer's whole step loop, one launch
+    (r"^(attention_(forward|backward))_tf32$", r"\1"),                       # float32 data on TF32 mma (3x or 1x)
 ]
 
 

@@ -29,6 +29,7 @@ import math
 
 import numpy as np
 
+from ... import backends
 from ... import primitives as P
 from ... import random
 from ...amp.autocast_mode import cast_inputs as _autocast
@@ -52,13 +53,13 @@ def _causal_mask(L, S, device):
 
 class ScaledDotProductAttention(Function):
     """softmax(Q K^T * scale + mask) V over 4-D (batch, heads, sequence, head dim) arrays, forward and
-    backward from the attention primitive: the fused kernel on the GPU (float16/bfloat16), the reference
-    elsewhere. Saves Q, K, V, O and the per-query log-sum-exp; P is recomputed, never stored. `mask` is an
+    backward from the attention primitive: the fused kernel on the GPU (float16/bfloat16/float32), the
+    reference elsewhere. Saves Q, K, V, O and the per-query log-sum-exp; P is recomputed, never stored. `mask` is an
     array (no gradient), `seed` the dropout generator state this call claimed."""
 
-    def forward(self, q, k, v, mask=None, causal=False, scale=None, dropout_p=0.0, seed=0):
+    def forward(self, q, k, v, mask=None, causal=False, scale=None, dropout_p=0.0, seed=0, math="fp32"):
         self.q, self.k, self.v = q, k, v
-        self.args = dict(mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, seed=seed)
+        self.args = dict(mask=mask, causal=causal, scale=scale, dropout_p=dropout_p, seed=seed, math=math)
         self.out, self.lse = P.attention_forward(q, k, v, **self.args)
         return self.out
 
@@ -146,8 +147,10 @@ def _fused(query, key, value, attn_mask, dropout_p, is_causal, scale):
     if dropout_p > 0.0:
         B, H, L, _ = q4.shape
         seed = P.philox_advance(random.philox_state(query.device), B * H * L * k4.shape[2])
+    # float32 on the GPU: fp32 accuracy (3xTF32 products) unless cuda.matmul.allow_tf32 asks for TF32
+    math_mode = backends.math_for_matmul(q4.dtype) if q4.is_cuda and q4.dtype == np.float32 else "fp32"
     out = ScaledDotProductAttention.apply(q4, k4, v4, mask=mask, causal=is_causal, scale=scale,
-                                          dropout_p=float(dropout_p), seed=seed)
+                                          dropout_p=float(dropout_p), seed=seed, math=math_mode)
     if query.ndim == 4:   # already (B, H, L, Ev): no reshape node on the tape
         return out
     return out.reshape(*lead, out.shape[-2], out.shape[-1])

@@ -1,9 +1,11 @@
-"""CuPy launchers of kernels/attention.cu: fused attention forward and backward, float16/bfloat16,
-head dims 32/64/96/128. Arguments were validated (and the kernel's conditions checked) by
+"""CuPy launchers of kernels/attention.cu: fused attention forward and backward, float16/bfloat16 (mma.sync
+m16n8k16) and float32 (TF32 mma.sync m16n8k8: 3xTF32 for fp32 math, one TF32 product for TF32 math), head dims
+32/64/96/128. Arguments were validated (and the kernel's conditions checked) by
 minidl/primitives/attention.py.
 
 Forward: attention_forward<KIND, D, WARPS, MT, CAUSAL, MASK, DROPOUT>, one block per (128 queries, batch x
-head). Backward: attention_delta (Delta = rowsum(dO * O)), attention_backward<KIND, D, CAUSAL, MASK, DROPOUT>
+head); float32: attention_forward_tf32<PRECISE, D, CAUSAL, MASK, DROPOUT>, one block per (64 queries, batch x head),
+and attention_backward_tf32 likewise. Backward: attention_delta (Delta = rowsum(dO * O)), attention_backward<KIND, D, CAUSAL, MASK, DROPOUT>
 (one block per 64 keys of a key/value head; dQ summed in fp32 with atomics), attention_dq_finish
 (dQ = scale * the sum, rounded). The flags are compile-time, so the plain case carries no per-element test.
 Every launch reads the dropout generator state from the device when given one, so the whole pass can be
@@ -19,8 +21,10 @@ import numpy as np
 from ._compile import get_kernel
 from ._launch import grid_stride_blocks, null_pointer
 
-KINDS = {"float16": 1, "bfloat16": 2}   # KIND of kernels/tc_common.cuh
-BLOCK_M = 128                            # queries per forward block
+KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}   # KIND of kernels/tc_common.cuh (0: float storage)
+BLOCK_M = 128                            # queries per forward block (16-bit data)
+BLOCK_M_F32 = 64                         # queries per forward block (float32 data)
+PAD_F32 = 4                              # floats of padding per shared row (float32 kernels)
 
 
 def forward_config(d: int) -> tuple:
@@ -36,6 +40,17 @@ _kernels: dict = {}
 def forward_smem_bytes(d: int) -> int:
     """Q tile + two stages of K and V tiles, rows padded by 8 elements (2 bytes each)."""
     return (BLOCK_M + 4 * BLOCK_N) * (d + PAD) * 2
+
+
+def forward_smem_bytes_f32(d: int) -> int:
+    """float32: a Q tile of 64 rows + two stages of K and V tiles, rows padded by 4 floats."""
+    return (BLOCK_M_F32 + 4 * BLOCK_N) * (d + PAD_F32) * 4
+
+
+def backward_smem_bytes_f32(d: int) -> int:
+    """float32: K and V tiles, two stages of Q and dO tiles, dS^T (64 x 68) and LSE / Delta (2 x 2 x 64)."""
+    return (2 * BLOCK_N + 4 * BACKWARD_BLOCK_M) * (d + PAD_F32) * 4 + BLOCK_N * (BACKWARD_BLOCK_M + PAD_F32) * 4 \
+        + 4 * BACKWARD_BLOCK_M * 4
 
 
 def backward_smem_bytes(d: int) -> int:
@@ -85,7 +100,12 @@ def _dropout_args(dropout_p, seed, offset):
     return scale, threshold, np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF), np.uint64(offset), null_pointer()
 
 
-def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=0.0, seed=0, offset=0):
+def _precise(math_mode) -> str:
+    """PRECISE of the float32 kernels: 'true' (3xTF32, fp32 accuracy) unless the math is 'tf32'."""
+    return "false" if math_mode == "tf32" else "true"
+
+
+def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=0.0, seed=0, offset=0, math="fp32"):
     q, k, v = (cupy.ascontiguousarray(a) for a in (q, k, v))
     B, H, L, D = q.shape
     HK, S = k.shape[1], k.shape[2]
@@ -99,17 +119,20 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
         return out, lse
     kind = KINDS[q.dtype.name]
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
-    smem = forward_smem_bytes(D)
-    warps, mt = forward_config(D)
-    kernel = _kernel("attention_forward", f"{kind}, {D}, {warps}, {mt}, {_flags(causal, mask, dropout_p)}", smem)
-    kernel(((L + BLOCK_M - 1) // BLOCK_M, B * H), (32 * warps,),
+    if kind == 0:
+        smem, warps, block_m = forward_smem_bytes_f32(D), 4, BLOCK_M_F32
+        kernel = _kernel("attention_forward_tf32", f"{_precise(math)}, {D}, {_flags(causal, mask, dropout_p)}", smem)
+    else:
+        smem, (warps, mt), block_m = forward_smem_bytes(D), forward_config(D), BLOCK_M
+        kernel = _kernel("attention_forward", f"{kind}, {D}, {warps}, {mt}, {_flags(causal, mask, dropout_p)}", smem)
+    kernel(((L + block_m - 1) // block_m, B * H), (32 * warps,),
            (q, k, v, out, lse, np.int32(H), np.int32(HK), np.int32(L), np.int32(S), np.float32(scale),
             *mask_args, *_dropout_args(dropout_p, seed, offset)), shared_mem=smem)
     return out, lse
 
 
 def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scale=1.0, dropout_p=0.0, seed=0,
-                       offset=0):
+                       offset=0, math="fp32"):
     q, k, v, out, dout = (cupy.ascontiguousarray(a) for a in (q, k, v, out, dout))
     lse = cupy.ascontiguousarray(lse, dtype=cupy.float32)
     B, H, L, D = q.shape
@@ -125,8 +148,13 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     _kernel("attention_delta", f"{kind}")(((rows + 3) // 4,), (128,), (out, dout, delta, np.int64(rows), np.int32(D)))
     dq_acc = cupy.zeros((B, H, L, D), dtype=cupy.float32)
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
-    smem = backward_smem_bytes(D)
-    _kernel("attention_backward", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem)(
+    if kind == 0:
+        smem = backward_smem_bytes_f32(D)
+        kernel = _kernel("attention_backward_tf32", f"{_precise(math)}, {D}, {_flags(causal, mask, dropout_p)}", smem)
+    else:
+        smem = backward_smem_bytes(D)
+        kernel = _kernel("attention_backward", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem)
+    kernel(
         ((S + BLOCK_N - 1) // BLOCK_N, B * HK), (128,),
         (q, k, v, dout, lse, delta, dq_acc, dk, dv, np.int32(H), np.int32(HK), np.int32(L), np.int32(S),
          np.float32(scale), *mask_args, *_dropout_args(dropout_p, seed, offset)),
