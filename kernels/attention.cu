@@ -824,7 +824,10 @@ __device__ __forceinline__ void load_query_block_f32(float* sQ, float* sdO, floa
 }
 
 // Backward, fp32: the 16-bit kernel's loop (one block per 64 keys of a key/value head, dK and dV in
-// registers, dQ summed with atomics), with the fragments of the header above.
+// registers, dQ summed with atomics), with the fragments of the header above. Its tiles are twice the
+// 16-bit ones, so Q and dO have one stage, not two (88 KB of shared memory at D = 64: two blocks per SM,
+// where double buffers would allow one): the next query block is copied in while dQ is computed, which
+// reads only dS^T and K.
 template <bool PRECISE, int D, bool CAUSAL, bool MASK, bool DROPOUT>
 __device__ __forceinline__ void attention_backward_tf32_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
@@ -837,11 +840,11 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float* sK = reinterpret_cast<float*>(smem_raw);   // [BN][LD]
     float* sV = sK + BN * LD;                          // [BN][LD]
-    float* sQ = sV + BN * LD;                          // [2][BM][LD]
-    float* sdO = sQ + 2 * BM * LD;                     // [2][BM][LD]
-    float* sdS = sdO + 2 * BM * LD;                    // [BN][LDS]: dS^T, keys as rows
-    float* sLse = sdS + BN * LDS;                      // [2][BM], log2 units
-    float* sDelta = sLse + 2 * BM;                     // [2][BM]
+    float* sQ = sV + BN * LD;                          // [BM][LD]
+    float* sdO = sQ + BM * LD;                         // [BM][LD]
+    float* sdS = sdO + BM * LD;                        // [BN][LDS]: dS^T, keys as rows
+    float* sLse = sdS + BN * LDS;                      // [BM], log2 units
+    float* sDelta = sLse + BM;                         // [BM]
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int n_block = blockIdx.x, bhk = blockIdx.y, b = bhk / HK, hk = bhk % HK, group = H / HK;
@@ -865,22 +868,14 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
     const int kj[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
 
     for (int it = 0; it < n_iter; ++it) {
-        const int stage = it & 1;
         const int h = hk * group + it / per_head, q0 = (m_first + it % per_head) * BM;
         const long long bh = (long long)b * H + h;
-        if (it + 1 < n_iter) {
-            const int h1 = hk * group + (it + 1) / per_head, q1 = (m_first + (it + 1) % per_head) * BM;
-            load_query_block_f32<D>(sQ + (stage ^ 1) * BM * LD, sdO + (stage ^ 1) * BM * LD, sLse + (stage ^ 1) * BM,
-                                    sDelta + (stage ^ 1) * BM, q, dout, lse, delta, (long long)b * H + h1, q1, L);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        cp_async_wait<0>();
         __syncthreads();
-        const float* Qs = sQ + stage * BM * LD;
-        const float* dOs = sdO + stage * BM * LD;
-        const float* Lse = sLse + stage * BM;
-        const float* Dl = sDelta + stage * BM;
+        const float* Qs = sQ;
+        const float* dOs = sdO;
+        const float* Lse = sLse;
+        const float* Dl = sDelta;
 
         // S^T = K Q^T and dP^T = V dO^T: this warp's 16 keys x 64 queries
         float s[NT][4], dp[NT][4];
@@ -956,7 +951,11 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
                                                                  __float_as_uint(qrow[LD + dt * 8])));
             }
         }
-        __syncthreads();
+        __syncthreads();   // Q, dO, LSE and Delta are free; dS^T is complete
+        if (it + 1 < n_iter) {   // the next query block streams in behind dQ
+            const int h1 = hk * group + (it + 1) / per_head, q1 = (m_first + (it + 1) % per_head) * BM;
+            load_query_block_f32<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, (long long)b * H + h1, q1, L);
+        }
 
         // dQ (this warp's 16 queries x D) += dS K, summed into the fp32 buffer
         float dqa[DT][4];

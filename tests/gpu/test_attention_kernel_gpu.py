@@ -22,6 +22,7 @@ pytestmark = pytest.mark.gpu
 # float32: 3xTF32 products keep fp32's accuracy; "tf32" (math="tf32") rounds every operand to 10 bits.
 TOL = {"float16": 4e-3, "bfloat16": 3e-2, "float32": 1e-5, "tf32": 4e-3}
 ATTENTION_DTYPES = ["float16", "bfloat16", "float32", "tf32"]   # tf32: float32 data, math="tf32"
+LSE_TOL = {"tf32": dict(rtol=2e-3, atol=2e-3)}   # scores from 10-bit operands: ~1e-3 of a score of ~5
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +87,7 @@ def test_attention_kernel_head_dims(dtype, D, case):
     got, want, lse, lse64 = _run(dtype, D, **CASES[case])
     for name, a, b in zip(("O", "dQ", "dK", "dV"), got, want):
         assert rel_err(a, b) <= TOL[dtype], name
-    assert np.allclose(lse, lse64, rtol=1e-5, atol=1e-4)
+    assert np.allclose(lse, lse64, **LSE_TOL.get(dtype, dict(rtol=1e-5, atol=1e-4)))
 
 
 @pytest.mark.parametrize("dtype", ATTENTION_DTYPES)
@@ -98,7 +99,7 @@ def test_attention_kernel_masks_and_gqa(dtype, case):
     if case == "bool_mask_dead_row":
         assert not got[0][:, :, 5].any() and np.isinf(lse[:, :, 5]).all()
         assert np.allclose(lse[:, :, np.arange(lse.shape[2]) != 5], lse64[:, :, np.arange(lse.shape[2]) != 5],
-                           rtol=1e-5, atol=1e-4)
+                           **LSE_TOL.get(dtype, dict(rtol=1e-5, atol=1e-4)))
 
 
 @pytest.mark.parametrize("dtype", ATTENTION_DTYPES)

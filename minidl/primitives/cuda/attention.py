@@ -48,9 +48,9 @@ def forward_smem_bytes_f32(d: int) -> int:
 
 
 def backward_smem_bytes_f32(d: int) -> int:
-    """float32: K and V tiles, two stages of Q and dO tiles, dS^T (64 x 68) and LSE / Delta (2 x 2 x 64)."""
-    return (2 * BLOCK_N + 4 * BACKWARD_BLOCK_M) * (d + PAD_F32) * 4 + BLOCK_N * (BACKWARD_BLOCK_M + PAD_F32) * 4 \
-        + 4 * BACKWARD_BLOCK_M * 4
+    """float32: K and V tiles, one stage of Q and dO tiles, dS^T (64 x 68) and LSE / Delta (2 x 64)."""
+    return (2 * BLOCK_N + 2 * BACKWARD_BLOCK_M) * (d + PAD_F32) * 4 + BLOCK_N * (BACKWARD_BLOCK_M + PAD_F32) * 4 \
+        + 2 * BACKWARD_BLOCK_M * 4
 
 
 def backward_smem_bytes(d: int) -> int:
