@@ -7,8 +7,9 @@ output is the average of the values, weighted by how well the query matches each
 pairs: a causal mask lets query i see keys j <= i only (a language model must not read ahead).
 
 scaled_dot_product_attention runs as ONE operation, the attention primitive (minidl/primitives/attention.py):
-on the GPU, for float16/bfloat16 (autocast gives those) and head dims 32-128, the fused FlashAttention-2
-kernel kernels/attention.cu (tiles of Q resident, K/V streamed through shared memory, online softmax: the
+on the GPU, for float16/bfloat16 (autocast gives those) or float32 (TF32 tensor cores: 3xTF32 products for
+fp32 accuracy, one TF32 product under backends.cuda.matmul.allow_tf32) and head dims 32-128, the fused
+FlashAttention-2 kernel kernels/attention.cu (tiles of Q resident, K/V streamed through shared memory, online softmax: the
 (L, S) scores are never written to memory, and the backward pass recomputes them from the saved
 log-sum-exp); elsewhere the primitive's reference, which forms the (L, S) score matrix S = QK^T and
 P = softmax(S) in memory -- O(L * S) memory per head, which is why long sequences are memory-bound that
@@ -78,7 +79,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     (dim -3) than query, each shared by a group of query heads.
 
     Runs as one fused operation (the attention primitive: on the GPU, kernels/attention.cu for
-    float16/bfloat16 and head dims 32-128) whenever query, key and value share their batch dimensions and
+    float16/bfloat16/float32 and head dims 32-128) whenever query, key and value share their batch dimensions and
     dtype and the mask needs no gradient; otherwise as the composite of matmul, softmax and dropout
     below (the algorithm the reference computes, with its gradient from the tape)."""
     op = "scaled_dot_product_attention"
