@@ -874,6 +874,62 @@ extern "C" __global__ void convolution_backward_bias(const float* __restrict__ d
     if (threadIdx.x == 0) db[k] = blend_value(partial[0], alpha, beta, db + k);
 }
 
+// Bias gradient, channels-last (dy (rows, K) row-major: NHWC, and nn.Linear's (tokens, out_features)):
+// column sums. The kernel above walks each channel's column with a stride of K; here a block of 32 x 8
+// threads covers 32 adjacent channels (one coalesced row segment per warp) and 8 rows at a time, over a
+// chunk of rows; the chunks' fp32 sums go to partial[chunk][K], and convolution_backward_bias_finish adds
+// them in order (deterministic) and writes db in the data's type. kind: 0 float32, 1 float16, 2 bfloat16.
+__device__ __forceinline__ float load_kind(const void* p, long long i, int kind)
+{
+    if (kind == 0) return static_cast<const float*>(p)[i];
+    const unsigned short bits = static_cast<const unsigned short*>(p)[i];
+    if (kind == 2) return __uint_as_float(((unsigned)bits) << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(bits));
+    return f;
+}
+
+extern "C" __global__ void __launch_bounds__(256) convolution_backward_bias_nhwc(
+    const void* __restrict__ dy, float* __restrict__ partial, long long rows, int K, long long rows_per_chunk, int kind)
+{
+    __shared__ float part[8][33];
+    const int k = blockIdx.x * 32 + threadIdx.x;
+    const long long r0 = blockIdx.y * rows_per_chunk;
+    const long long r1 = min(rows, r0 + rows_per_chunk);
+    float sum = 0.0f;
+    if (k < K)
+        for (long long r = r0 + threadIdx.y; r < r1; r += 8) sum += load_kind(dy, r * K + k, kind);
+    part[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && k < K) {
+        float total = 0.0f;
+#pragma unroll
+        for (int y = 0; y < 8; ++y) total += part[y][threadIdx.x];
+        partial[blockIdx.y * (long long)K + k] = total;
+    }
+}
+
+extern "C" __global__ void convolution_backward_bias_finish(const float* __restrict__ partial, int chunks, int K,
+                                                            void* db, float alpha, float beta, int kind)
+{
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= K) return;
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; ++c) sum += partial[(long long)c * K + k];
+    float v = alpha * sum;
+    if (beta != 0.0f) v += beta * load_kind(db, k, kind);
+    if (kind == 0) {
+        static_cast<float*>(db)[k] = v;
+    } else {
+        unsigned short h;
+        if (kind == 2)
+            asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+        else
+            asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+        static_cast<unsigned short*>(db)[k] = h;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // winograd F(2x2, 3x3), 2-D, groups = 1. Tiles: 4x4 input windows with stride 2, one per 2x2 output
 // block; tile index = (n * tiles_h + th) * tiles_w + tw. Transformed data are 16 matrices:

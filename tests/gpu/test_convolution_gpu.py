@@ -215,6 +215,30 @@ def test_gpu_backward_bias(layout, spatial):
     assert rel_err(cupy.asnumpy(out), want) <= TOL
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("rows,K", [(1, 5), (77, 37), (16384, 384), (3000, 1000)])
+def test_gpu_backward_bias_channels_last_column_sums(dtype, rows, K):
+    """The channels-last kernel (nn.Linear's bias gradient too): column sums of (rows, K) in fp32 chunks added
+    in order, in every data type, with alpha/beta into an out of that type; the same bits on every run."""
+    import cupy
+
+    from minidl._dtypes import bfloat16
+
+    dt = bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(rows + K)
+    host = rng.standard_normal((rows, 1, K)).astype(dt)
+    prior = rng.standard_normal(K).astype(dt)
+    want = 2.0 * host.astype(np.float64).sum(axis=(0, 1)) - prior.astype(np.float64)
+    dy = cupy.asarray(host)
+    out = cupy.asarray(prior)
+    convolution_backward_bias(dy, layout="NHWC", alpha=2.0, beta=-1.0, out=out)
+    tol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype]
+    assert out.dtype == dt and rel_err(cupy.asnumpy(out).astype(np.float64), want) <= tol
+    first = convolution_backward_bias(dy, layout="NHWC")
+    again = convolution_backward_bias(dy, layout="NHWC")
+    assert first.dtype == dt and (cupy.asnumpy(first).view(np.uint8) == cupy.asnumpy(again).view(np.uint8)).all()
+
+
 def test_gpu_matches_cudnn_through_torch():
     """One shape large enough for many tiles, against cuDNN (TF32 off) forward and both gradients."""
     import cupy

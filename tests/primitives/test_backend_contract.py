@@ -60,6 +60,8 @@ HELPER_KERNELS = {
     "attention_delta": "pass 1 of attention_backward: Delta = rowsum(dO * O) per query (the reference forms it "
                        "inside attention_backward)",
     "attention_dq_finish": "scales and rounds attention_backward's fp32 dQ sums: data movement",
+    "convolution_backward_bias_finish": "pass 2 of convolution_backward_bias_nhwc: adds its per-chunk column sums "
+                                        "in order and writes db in the data's dtype",
     "layer_norm_backward_data": "dx of layer_norm_backward (the reference computes dx, dweight and dbias in one "
                                 "function; the kernel splits them)",
     "layer_norm_backward_params": "pass 1 of layer_norm_backward's dweight/dbias (per-chunk column sums)",
@@ -81,6 +83,7 @@ VARIANTS = [
      r"convolution_\1_implicit_gemm_tc"),                                    # implicit_gemm_tc on Hopper's wgmma
     (r"^(rnn|lstm|gru)_persistent_(forward|backward)$", r"rnn_\2"),          # a layer's whole step loop, one launch
     (r"^(attention_(forward|backward))_tf32$", r"\1"),                       # float32 data on TF32 mma (3x or 1x)
+    (r"^convolution_backward_bias_nhwc$", "convolution_backward_bias"),     # channels-last: coalesced column sums
 ]
 
 

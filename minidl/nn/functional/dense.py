@@ -51,7 +51,10 @@ class Linear(Function):
         if self.needs_input_grad[1]:
             dw = _gemm(dy2, self.x.reshape(-1, self.x.shape[-1]), trans_a=True)
         if self.has_bias and self.needs_input_grad[2]:
-            db = dy2.sum(axis=0)
+            # the column sums of dy: on the GPU the bias gradient of a 1x1 convolution in channels-last
+            # layout (a coalesced kernel; CuPy's sum over axis 0 walks each column with a stride)
+            db = P.convolution_backward_bias(dy2.reshape(dy2.shape[0], 1, dy2.shape[1]), layout="NHWC") \
+                if is_cuda_array(dy2) else dy2.sum(axis=0)
         return (dx, dw, db) if self.has_bias else (dx, dw)
 
 

@@ -629,8 +629,38 @@ def convolution_backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha
 # ----------------------------------------------------------------------------------------------
 
 
+_BIAS_KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+
+def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
+    """Channels-last db: column sums of dy viewed as (rows, K), in fp32 chunks (convolution_backward_bias_nhwc)
+    added in order by convolution_backward_bias_finish, which writes db in dy's dtype (blended with out)."""
+    dy = cupy.ascontiguousarray(dy)
+    rows = dy.size // K if K else 0
+    db = out if out is not None and out.flags.c_contiguous and out.dtype == dy.dtype else cupy.empty((K,), dy.dtype)
+    if out is not None and db is not out and beta != 0:
+        db[...] = out
+    if K == 0:
+        return db if out is None or db is out else finish(db, out)
+    col_tiles = (K + 31) // 32
+    chunks = max(1, min((rows + 7) // 8, -(-2 * 264 // col_tiles)))   # about two waves of blocks
+    per_chunk = -(-rows // chunks)
+    per_chunk = -(-per_chunk // 8) * 8
+    chunks = max(1, -(-rows // per_chunk)) if rows else 1
+    partial = cupy.empty((chunks, K), dtype=cupy.float32)
+    kind = np.int32(_BIAS_KINDS[dy.dtype.name])
+    get_kernel("convolution", "convolution_backward_bias_nhwc")(
+        (col_tiles, chunks), (32, 8), (dy, partial, np.int64(rows), np.int32(K), np.int64(per_chunk), kind))
+    get_kernel("convolution", "convolution_backward_bias_finish")(
+        ((K + 255) // 256,), (256,), (partial, np.int32(chunks), np.int32(K), db, np.float32(alpha),
+                                      np.float32(beta), kind))
+    return db if out is None or db is out else finish(db, out)
+
+
 def convolution_backward_bias(dy, problem, alpha, beta, out):
     """db[k] = alpha * sum of dy over the batch and every output position + beta * out."""
+    if problem.layout == "NHWC" and str(dy.dtype) in _BIAS_KINDS:
+        return convolution_backward_bias_nhwc(dy, problem.K, alpha, beta, out)
     if str(dy.dtype) in ("float16", "bfloat16"):  # summed in fp32, rounded once to the data's dtype
         axes = (0,) + tuple(range(2, dy.ndim)) if problem.layout == "NCHW" else tuple(range(dy.ndim - 1))
         db = dy.astype(cupy.float32).sum(axis=axes) * np.float32(alpha)
