@@ -85,6 +85,70 @@ extern "C" __global__ void dropout_backward(const float* dy, float* dx, long lon
     dropout_apply(dy, dx, n, offset, seed, state, threshold, scale, vectorized);
 }
 
+// float16 / bfloat16 data (kind 1 / 2): the same mask and the same fp32 product, rounded once to the data's
+// type -- what computing in float32 and rounding would give, without the two conversion passes. Scalar
+// 16-bit accesses, 4 per Philox call (the groups as above, no float4 path).
+__device__ __forceinline__ float half_load(const unsigned short* p, long long i, int kind)
+{
+    const unsigned short bits = p[i];
+    if (kind == 2) return __uint_as_float(((unsigned)bits) << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(bits));
+    return f;
+}
+__device__ __forceinline__ void half_store(unsigned short* p, long long i, float v, int kind)
+{
+    unsigned short h;
+    if (kind == 2)
+        asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+    else
+        asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+    p[i] = h;
+}
+
+__device__ __forceinline__ void dropout_apply_half(const unsigned short* x, unsigned short* y, long long n,
+                                                   unsigned long long offset, unsigned long long seed,
+                                                   const unsigned long long* state, unsigned int threshold,
+                                                   float scale, int kind)
+{
+    if (state != nullptr) {
+        seed = state[0];
+        offset += state[1];
+    }
+    const unsigned long long first_group = offset >> 2;
+    const unsigned long long last_group = (offset + (unsigned long long)n - 1) >> 2;
+    const long long groups = (long long)(last_group - first_group + 1);
+    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride) {
+        const unsigned long long q = first_group + (unsigned long long)g;
+        const uint4 r = philox4x32_10(make_uint4((unsigned int)q, (unsigned int)(q >> 32), 0u, 0u), key);
+        const long long base = (long long)(q * 4 - offset);
+        const unsigned int words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const long long i = base + w;
+            if (i >= 0 && i < n) half_store(y, i, dropout_value(half_load(x, i, kind), words[w], threshold, scale), kind);
+        }
+    }
+}
+
+extern "C" __global__ void dropout_forward_half(const unsigned short* x, unsigned short* y, long long n,
+                                                unsigned long long offset, unsigned long long seed,
+                                                const unsigned long long* state, unsigned int threshold, float scale,
+                                                int kind)
+{
+    dropout_apply_half(x, y, n, offset, seed, state, threshold, scale, kind);
+}
+
+extern "C" __global__ void dropout_backward_half(const unsigned short* dy, unsigned short* dx, long long n,
+                                                 unsigned long long offset, unsigned long long seed,
+                                                 const unsigned long long* state, unsigned int threshold,
+                                                 float scale, int kind)
+{
+    dropout_apply_half(dy, dx, n, offset, seed, state, threshold, scale, kind);
+}
+
 // A device-resident Philox generator hands out counters: claimed = (seed, offset) of `generator`,
 // then generator's offset advances by `count` rounded up to a multiple of 4 (so every claimed offset
 // keeps the float4 path). One thread: it is two loads and three stores, launched once per dropout

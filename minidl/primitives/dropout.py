@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import backend, check_float, computes_half_in_float32, is_cuda_array, shape_str
+from .._dtypes import is_half
+from ._common import backend, check_float_or_half, computes_half_in_float32, is_cuda_array, shape_str
 
 __all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance"]
 
@@ -59,27 +60,39 @@ def _check_state(op, name, state):
 
 
 @computes_half_in_float32()
+def _in_float32(name, a, p, seed, offset):
+    """The NumPy reference on 16-bit data: computed in float32, rounded once (what the GPU's _half kernels
+    compute directly)."""
+    return getattr(backend("dropout", a), name)(a, p, seed, offset=offset)
+
+
+def _run(name, a, p, seed, offset):
+    if is_half(a.dtype) and not is_cuda_array(a):
+        return _in_float32(name, a, p, seed, offset)
+    return getattr(backend("dropout", a), name)(a, p, seed, offset=offset)
+
+
 def dropout_forward(x, p, seed, *, offset=0):
-    """y = x * keep / (1 - p), keep drawn from Philox(seed, offset + index). y has x's shape."""
+    """y = x * keep / (1 - p), keep drawn from Philox(seed, offset + index). y has x's shape and dtype
+    (float16/bfloat16: the float32 product rounded once)."""
     op = "dropout_forward"
     p = _check_args(op, p, seed, offset)
-    check_float(op, x=x)
+    check_float_or_half(op, x=x)
     if int(offset) + x.size > 2**64:
         raise ValueError(f"{op}: offset {offset} + x.size {x.size} runs past the 2**64 counter space")
     _check_state_device(op, x, seed)
-    return backend("dropout", x).dropout_forward(x, p, _seed_arg(seed), offset=int(offset))
+    return _run("dropout_forward", x, p, _seed_arg(seed), int(offset))
 
 
-@computes_half_in_float32()
 def dropout_backward(dy, p, seed, *, offset=0):
     """dx = dy * keep / (1 - p), with the forward's mask (same p, seed, offset and shape)."""
     op = "dropout_backward"
     p = _check_args(op, p, seed, offset)
-    check_float(op, dy=dy)
+    check_float_or_half(op, dy=dy)
     if int(offset) + dy.size > 2**64:
         raise ValueError(f"{op}: offset {offset} + dy.size {dy.size} runs past the 2**64 counter space")
     _check_state_device(op, dy, seed)
-    return backend("dropout", dy).dropout_backward(dy, p, _seed_arg(seed), offset=int(offset))
+    return _run("dropout_backward", dy, p, _seed_arg(seed), int(offset))
 
 
 def philox_advance(state, count):

@@ -89,3 +89,26 @@ def test_different_seeds_and_offsets_differ(cp):
     c = dropout_forward(x, 0.5, seed=1, offset=4096)
     assert float((a != b).mean()) > 0.3
     assert float((a != c).mean()) > 0.3
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("offset", [0, 3, 2**34 + 1])
+def test_half_kernels_equal_the_float32_reference_rounded_once(cp, dtype, offset):
+    """float16/bfloat16 run in place on the _half kernels (no float32 copies): the CPU reference computes in
+    float32 and rounds once; the bits must be the same, forward and backward, with the seed on the host or
+    in a device generator state."""
+    from minidl._dtypes import bfloat16
+    from minidl.primitives import dropout_backward, dropout_forward
+
+    dt = bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(5)
+    x_host = rng.standard_normal((3, 37, 11)).astype(dt)
+    seed = 987654321
+    y = dropout_forward(cp.asarray(x_host), 0.3, seed, offset=offset)
+    y_cpu = dropout_forward(x_host, 0.3, seed, offset=offset)
+    assert y.dtype == dt and (cp.asnumpy(y).view(np.uint16) == y_cpu.view(np.uint16)).all()
+    dx = dropout_backward(cp.asarray(x_host), 0.3, seed, offset=offset)
+    assert (cp.asnumpy(dx).view(np.uint16) == y_cpu.view(np.uint16)).all()   # the same masked scaling
+    state = cp.asarray(np.array([seed, offset], dtype=np.uint64))
+    y_dev = dropout_forward(cp.asarray(x_host), 0.3, state)
+    assert (cp.asnumpy(y_dev).view(np.uint16) == y_cpu.view(np.uint16)).all()

@@ -1,5 +1,6 @@
 """CuPy launchers of kernels/dropout.cu: dropout with a Philox4x32-10 mask regenerated from
-(seed, offset), identical to the NumPy reference's mask. Arguments were validated by
+(seed, offset), identical to the NumPy reference's mask; float32, and float16/bfloat16 in place (the
+_half kernels). Arguments were validated by
 minidl/primitives/dropout.py.
 """
 from __future__ import annotations
@@ -21,7 +22,35 @@ def _threshold_and_scale(p: float):
     return np.uint32(threshold), np.float32(scale)
 
 
+_HALF_KINDS = {"float16": 1, "bfloat16": 2}
+_HALF_KERNELS = {"dropout_forward": "dropout_forward_half", "dropout_backward": "dropout_backward_half"}
+
+
+def _launch_half(name, a, p, seed, offset):
+    """float16 / bfloat16: <name>_half, the same mask and fp32 product rounded once (no float32 copies)."""
+    a = cupy.ascontiguousarray(a)
+    result = cupy.empty(a.shape, dtype=a.dtype)
+    n = a.size
+    if n == 0:
+        return result
+    offset = int(offset)
+    threshold, scale = _threshold_and_scale(p)
+    if isinstance(seed, cupy.ndarray):
+        state, seed = seed, 0
+        groups = (n + 3) // 4 + 1
+    else:
+        state = null_pointer()
+        groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1
+    get_kernel("dropout", _HALF_KERNELS[name])(
+        (grid_stride_blocks(groups),), (THREADS,),
+        (a, result, np.int64(n), np.uint64(offset), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF), state, threshold,
+         scale, np.int32(_HALF_KINDS[a.dtype.name])))
+    return result
+
+
 def _launch(name, a, p, seed, offset):
+    if a.dtype.name in _HALF_KINDS:
+        return _launch_half(name, a, p, seed, offset)
     a = as_kernel_input(name, a)
     result = cupy.empty(a.shape, dtype=cupy.float32)
     n = a.size
