@@ -111,6 +111,28 @@ extern "C" __global__ void activation_forward(const float* x, float* out, long l
     }
 }
 
+// float16 / bfloat16 (kind 1 / 2): y = f(x) in fp32, rounded once; no alpha / beta (the launcher sends those
+// calls through float32 copies). Scalar 16-bit accesses in a grid-stride loop.
+extern "C" __global__ void activation_forward_half(const unsigned short* x, unsigned short* out, long long n,
+                                                   int mode, float coef, int kind)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        half_store(out, i, activation_value(mode, half_load(x, i, kind), coef), kind);
+}
+
+extern "C" __global__ void activation_backward_half(const unsigned short* x, const unsigned short* y,
+                                                    const unsigned short* dy, unsigned short* out, long long n,
+                                                    int has_y, int mode, float coef, int kind)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float a = half_load(x, i, kind);
+        const float b = has_y ? half_load(y, i, kind) : activation_value(mode, a, coef);
+        half_store(out, i, activation_gradient(mode, a, b, half_load(dy, i, kind), coef), kind);
+    }
+}
+
 // out[i] = alpha * dy[i] * f'(x[i]) + beta * out[i]. y may be unused (has_y == 0): then it is
 // recomputed from x where the gradient needs it.
 extern "C" __global__ void activation_backward(const float* x, const float* y, const float* dy, float* out,

@@ -85,27 +85,9 @@ extern "C" __global__ void dropout_backward(const float* dy, float* dx, long lon
     dropout_apply(dy, dx, n, offset, seed, state, threshold, scale, vectorized);
 }
 
-// float16 / bfloat16 data (kind 1 / 2): the same mask and the same fp32 product, rounded once to the data's
-// type -- what computing in float32 and rounding would give, without the two conversion passes. Scalar
-// 16-bit accesses, 4 per Philox call (the groups as above, no float4 path).
-__device__ __forceinline__ float half_load(const unsigned short* p, long long i, int kind)
-{
-    const unsigned short bits = p[i];
-    if (kind == 2) return __uint_as_float(((unsigned)bits) << 16);
-    float f;
-    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(bits));
-    return f;
-}
-__device__ __forceinline__ void half_store(unsigned short* p, long long i, float v, int kind)
-{
-    unsigned short h;
-    if (kind == 2)
-        asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
-    else
-        asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
-    p[i] = h;
-}
-
+// float16 / bfloat16 data (kind 1 / 2; half_load / half_store of elementwise_common.cuh): the same mask and
+// the same fp32 product, rounded once to the data's type -- what computing in float32 and rounding would
+// give, without the two conversion passes. Scalar 16-bit accesses, 4 per Philox call (no float4 path).
 __device__ __forceinline__ void dropout_apply_half(const unsigned short* x, unsigned short* y, long long n,
                                                    unsigned long long offset, unsigned long long seed,
                                                    const unsigned long long* state, unsigned int threshold,

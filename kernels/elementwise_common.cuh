@@ -54,3 +54,23 @@ __device__ __forceinline__ float block_sum(float v, float* scratch)
     __syncthreads();
     return v;
 }
+
+// 16-bit storage (kind 1 float16, 2 bfloat16): loaded as fp32, stored rounded to nearest even. The _half
+// kernels compute in fp32 and round once, which is what computing on float32 copies and rounding gives.
+__device__ __forceinline__ float half_load(const unsigned short* p, long long i, int kind)
+{
+    const unsigned short bits = p[i];
+    if (kind == 2) return __uint_as_float(((unsigned)bits) << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(bits));
+    return f;
+}
+__device__ __forceinline__ void half_store(unsigned short* p, long long i, float v, int kind)
+{
+    unsigned short h;
+    if (kind == 2)
+        asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+    else
+        asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+    p[i] = h;
+}

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .._dtypes import is_half
 from ._common import (
-    backend, check_blend_out, check_float, check_same_device, computes_half_in_float32, is_cuda_array,
-    shape_str,
+    backend, check_blend_out, check_float, check_float_or_half, check_same_device, computes_half_in_float32,
+    is_cuda_array, shape_str,
 )
 
 __all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES", "add_relu_forward",
@@ -74,18 +75,39 @@ def _check_descriptor(op: str, desc) -> None:
         raise TypeError(f"{op}: desc must be an ActivationDescriptor, got {type(desc).__name__}")
 
 
+def _half_on_gpu(a, alpha, beta, out) -> bool:
+    """16-bit data on the GPU with no blending: the kernels' _half forms run it in place; anything else with
+    16-bit data computes on float32 copies (computes_half_in_float32) and rounds once -- the same values."""
+    return is_half(a.dtype) and is_cuda_array(a) and alpha == 1.0 and beta == 0.0 and out is None
+
+
 @computes_half_in_float32()
-def activation_forward(x, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
-    """y = alpha * f(x) + beta * out, elementwise. x: any shape; y: the same shape."""
+def _forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
     op = "activation_forward"
-    _check_descriptor(op, desc)
-    check_same_device(op, x=x, out=out)
     dtype = check_float(op, x=x)
     check_blend_out(op, out, x.shape, dtype, beta)
     return backend("activation", x).activation_forward(x, desc, alpha=alpha, beta=beta, out=out)
 
 
+def activation_forward(x, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
+    """y = alpha * f(x) + beta * out, elementwise. x: any shape; y: the same shape."""
+    op = "activation_forward"
+    _check_descriptor(op, desc)
+    check_same_device(op, x=x, out=out)
+    if hasattr(x, "dtype") and _half_on_gpu(x, alpha, beta, out):
+        check_float_or_half(op, x=x)
+        return backend("activation", x).activation_forward(x, desc)
+    return _forward(x, desc, alpha=alpha, beta=beta, out=out)
+
+
 @computes_half_in_float32()
+def _backward(x, y, dy, desc, *, alpha=1.0, beta=0.0, out=None):
+    op = "activation_backward"
+    dtype = check_float(op, x=x, y=y, dy=dy)
+    check_blend_out(op, out, x.shape, dtype, beta)
+    return backend("activation", x).activation_backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)
+
+
 def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
     """dx = alpha * dy * f'(x) + beta * out. x, y (= f(x)), dy, dx: all the same shape."""
     op = "activation_backward"
@@ -93,14 +115,15 @@ def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta
     if x is None or y is None or dy is None:
         raise ValueError(f"{op}: x, y and dy are all required (each mode reads the cheaper of x and y)")
     check_same_device(op, x=x, y=y, dy=dy, out=out)
-    dtype = check_float(op, x=x, y=y, dy=dy)
     if not (tuple(x.shape) == tuple(y.shape) == tuple(dy.shape)):
         raise ValueError(
             f"{op}: x {shape_str(x.shape)}, y {shape_str(y.shape)} and dy {shape_str(dy.shape)} "
             "must have the same shape"
         )
-    check_blend_out(op, out, x.shape, dtype, beta)
-    return backend("activation", x).activation_backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)
+    if hasattr(dy, "dtype") and _half_on_gpu(dy, alpha, beta, out) and x.dtype == y.dtype == dy.dtype:
+        check_float_or_half(op, x=x, y=y, dy=dy)
+        return backend("activation", x).activation_backward(x, y, dy, desc)
+    return _backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)
 
 
 @computes_half_in_float32()

@@ -124,3 +124,25 @@ def test_float64_is_refused(cp):
 
     with pytest.raises(TypeError, match="float32"):
         activation_forward(cp.zeros(4, dtype=cp.float64), ActivationDescriptor("relu"))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("mode", MODES)
+def test_half_kernels_equal_the_float32_path_rounded_once(cp, dtype, mode):
+    """float16/bfloat16 run in place on activation_forward_half / _backward_half: fp32 math rounded once, so
+    the bits equal those of the float32 kernels on converted copies (the path alpha/beta calls still take)."""
+    from minidl._dtypes import bfloat16
+    from minidl.primitives import ActivationDescriptor, activation_backward, activation_forward
+
+    dt = bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(11)
+    x = cp.asarray((rng.standard_normal((5, 77)) * 2).astype(dt))
+    dy = cp.asarray(rng.standard_normal((5, 77)).astype(dt))
+    desc = ActivationDescriptor(mode, COEF.get(mode))
+    y = activation_forward(x, desc)
+    x32 = x.astype(cp.float32)
+    y_ref = activation_forward(x32, desc).astype(dt)
+    assert y.dtype == dt and (y.view(cp.uint16) == y_ref.view(cp.uint16)).all()
+    dx = activation_backward(x, y, dy, desc)
+    dx_ref = activation_backward(x32, y.astype(cp.float32), dy.astype(cp.float32), desc).astype(dt)
+    assert dx.dtype == dt and (dx.view(cp.uint16) == dx_ref.view(cp.uint16)).all()

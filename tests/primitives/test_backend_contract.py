@@ -85,6 +85,7 @@ VARIANTS = [
     (r"^(attention_(forward|backward))_tf32$", r"\1"),                       # float32 data on TF32 mma (3x or 1x)
     (r"^convolution_backward_bias_nhwc$", "convolution_backward_bias"),     # channels-last: coalesced column sums
     (r"^(dropout_(forward|backward))_half$", r"\1"),                         # float16 / bfloat16 data
+    (r"^(activation_(forward|backward))_half$", r"\1"),                      # float16 / bfloat16 data
 ]
 
 

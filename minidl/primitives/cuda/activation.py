@@ -34,10 +34,34 @@ def _mode_and_coef(desc):
     return MODES[mode], np.float32(coef)
 
 
+_HALF_KINDS = {"float16": 1, "bfloat16": 2}
+
+
 def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
-    """y = alpha * f(x) + beta * out, any shape; x float32 on the GPU."""
+    """y = alpha * f(x) + beta * out, any shape; x float32 on the GPU (float16/bfloat16: activation_forward_half,
+    alpha = 1, beta = 0, no out)."""
     mode, coef = _mode_and_coef(desc)
+    if x.dtype.name in _HALF_KINDS:
+        x = cupy.ascontiguousarray(x)
+        y = cupy.empty(x.shape, dtype=x.dtype)
+        if x.size:
+            get_kernel("activation", "activation_forward_half")(
+                (grid_stride_blocks(x.size),), (THREADS,),
+                (x, y, np.int64(x.size), np.int32(mode), coef, np.int32(_HALF_KINDS[x.dtype.name])))
+        return y
     return _forward(x, mode, coef, alpha, beta, out)
+
+
+def _backward_half(x, y, dy, mode, coef):
+    dy = cupy.ascontiguousarray(dy)
+    x = cupy.ascontiguousarray(x if x is not None else y)
+    dx = cupy.empty(dy.shape, dtype=dy.dtype)
+    if dy.size:
+        get_kernel("activation", "activation_backward_half")(
+            (grid_stride_blocks(dy.size),), (THREADS,),
+            (x, cupy.ascontiguousarray(y) if y is not None else x, dy, dx, np.int64(dy.size), np.int32(y is not None),
+             np.int32(mode), coef, np.int32(_HALF_KINDS[dy.dtype.name])))
+    return dx
 
 
 def relu_forward_in_place(y):
@@ -64,6 +88,13 @@ def activation_backward(x, y, dy, desc, *, alpha=1.0, beta=0.0, out=None):
     """dx = alpha * dy * f'(x) + beta * out. sigmoid/tanh read y (x may be None); the others read x
     (y may be None; elu then recomputes it)."""
     op = "activation_backward"
+    if dy.dtype.name in _HALF_KINDS:
+        mode, coef = _mode_and_coef(desc)
+        if desc.mode in GRADIENT_FROM_Y and y is not None:
+            return _backward_half(y if x is None else x, y, dy, mode, coef)
+        if x is None:
+            raise ValueError(f"{op}: mode {desc.mode!r} needs x")
+        return _backward_half(x, y, dy, mode, coef)
     dy = as_kernel_input(op, dy)
     if desc.mode in GRADIENT_FROM_Y and y is not None:
         y = as_kernel_input(op, y)
