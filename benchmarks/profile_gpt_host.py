@@ -1,8 +1,9 @@
-"""Where the host time of bench_gpt_step.py's minidl step goes: a few warm steps, then cProfile over N steps
-(each step synchronised, so the figures are Python's own), and the GPU's busy time per step from CUDA events.
-The minidl functions are listed by cumulative and by own time.
+"""Where the host time of an eager training step goes: bench_gpt_step.py's minidl step (default), or one
+model of bench_gpu_train_step.py (--model I --math fp32|tf32|bf16). A few warm steps, the wall time per step
+without the profiler, then cProfile over N steps; the functions by cumulative and by own time.
 
     python3 benchmarks/profile_gpt_host.py [--fp32] [--steps 10] [--top 40]
+    python3 benchmarks/profile_gpt_host.py --model 0 --math tf32      # the MNIST CNN with TF32 (issue 23)
 """
 from __future__ import annotations
 
@@ -25,12 +26,19 @@ def main():
     ap.add_argument("--fp32", action="store_true", help="no autocast (default: bf16 autocast)")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--model", type=int, default=None, help="index into bench_gpu_train_step.MODELS")
+    ap.add_argument("--math", choices=("fp32", "tf32", "bf16"), default="fp32")
     args = ap.parse_args()
     import cupy
 
-    from bench_gpt_step import make_steps
+    if args.model is None:
+        from bench_gpt_step import make_steps
 
-    ours, _ = make_steps(amp=not args.fp32)
+        ours, _ = make_steps(amp=not args.fp32)
+        label = "fp32" if args.fp32 else "bf16 autocast"
+    else:
+        ours = _train_step(args.model, args.math)
+        label = f"model {args.model}, {args.math}"
     for _ in range(5):
         ours()
     cupy.cuda.Device().synchronize()
@@ -45,12 +53,40 @@ def main():
         ours()
     cupy.cuda.Device().synchronize()
     profile.disable()
-    print(f"{'fp32' if args.fp32 else 'bf16 autocast'}: {wall * 1e3:.2f} ms per step (no profiler)")
+    print(f"{label}: {wall * 1e3:.2f} ms per step (no profiler)")
     for key in ("cumulative", "tottime"):
         text = io.StringIO()
         stats = pstats.Stats(profile, stream=text).sort_stats(key)
         stats.print_stats(args.top)
         print(text.getvalue().split("\n", 6)[-1][:12000])
+
+
+def _train_step(index, math):
+    import numpy as np
+
+    import minidl
+    from bench_gpu_train_step import MODELS
+
+    tf32 = math == "tf32"
+    minidl.backends.cudnn.allow_tf32 = tf32
+    minidl.backends.cuda.matmul.allow_tf32 = tf32
+    build, make_batch, opt_name = MODELS[list(MODELS)[index]]
+    model = build(minidl.nn).to("cuda")
+    x, y = make_batch(np.random.default_rng(0))
+    x, y = minidl.tensor(x, device="cuda"), minidl.tensor(y, device="cuda")
+    opt = minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9) if opt_name == "sgd" else \
+        minidl.optim.Adam(model.parameters(), lr=1e-3)
+    F = minidl.nn.functional
+
+    def step():
+        opt.zero_grad()
+        with minidl.autocast("cuda", dtype=minidl.bfloat16, enabled=math == "bf16"):
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
 
 
 if __name__ == "__main__":
