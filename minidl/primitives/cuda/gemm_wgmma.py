@@ -102,6 +102,9 @@ def unsupported_reason(dtype, trans_a, trans_b, batch) -> str | None:
     return None
 
 
+SMALL_TF32_COPY_WORK = 1 << 27   # M*N*K below which a TF32 GEMM that needs a K-major copy runs on mma.sync
+
+
 def tma_readable(ptr: int, ld: int, stride: int, batch: int, itemsize: int) -> bool:
     """TMA's rules for an operand: 16-byte aligned start, rows and batch entries 16 bytes apart."""
     return ptr % 16 == 0 and (ld * itemsize) % 16 == 0 and (batch == 1 or stride == 0 or (stride * itemsize) % 16 == 0)
@@ -171,6 +174,12 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
             raise RuntimeError(f"gemm: set_tensor_core_gemm('wgmma') asked for the wgmma kernel, but {reason}")
         return False
     kind = KINDS[dtype.name]
+    if (choice != "wgmma" and kind == KINDS["float32"] and (trans_a or not trans_b)
+            and M * N * K * batch < SMALL_TF32_COPY_WORK):
+        # TF32 wgmma reads both operands K-major, so this one would first be transposed (a launch, a copy,
+        # and its host work): on a problem this small the mma.sync kernel, which reads it as it is, is
+        # quicker end to end (issue 23: the MNIST CNN's TF32 step spent its extra host time here)
+        return False
     keep = []   # copies made here live until the launch is queued (the pool reuses them in stream order)
     if kind == KINDS["float32"] and trans_a:     # TF32 wgmma: both operands K-major
         a, a_ptr, lda, stride_a = _k_major_copy(a_ptr, M, K, lda, stride_a, batch, dtype)
