@@ -140,6 +140,97 @@ __device__ __forceinline__ void red_add2(float* p, float a, float b)
 }
 
 // ------------------------------------------------------------------------------------------------
+// What the 16-bit and the float32 kernels share: the scores' scale and mask, one online-softmax step
+// over a 16-row tile's scores, and the backward's P and dS of one element.
+// ------------------------------------------------------------------------------------------------
+// The score of query i and key kj in log2 units, masked: -inf where the pair is hidden. Only a block
+// that crosses the diagonal or the end of the keys (edge) or carries an explicit mask looks at (i, kj).
+template <bool CAUSAL, bool MASK>
+__device__ __forceinline__ float masked_score(float s, float sl2, bool edge, int i, int kj, int b, int h, int L, int S,
+                                              const MaskArgs& m)
+{
+    float x = s * sl2;
+    if (MASK || edge) {
+        if (MASK && kj < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
+        if (kj >= S || (CAUSAL && kj > i)) x = -pos_inf();
+    }
+    return x;
+}
+
+// One key block of the online softmax for a 16-row tile: s (the tile's NT score fragments, rows g and
+// g + 8 of this thread) are scaled and masked, the running max and sum of the two rows updated, the output
+// accumulators acc rescaled, and s replaced by P (dropped out where DROPOUT). EXACT: exp2f (fp32 P); else
+// ex2.approx (P is rounded to 16 bits right after).
+template <bool CAUSAL, bool MASK, bool DROPOUT, bool EXACT, int NT, int DT>
+__device__ __forceinline__ void online_softmax_step(float (&s)[NT][4], float (&acc)[DT][4], float (&row_max)[2],
+                                                    float (&row_sum)[2], const int (&qi)[2], int k0, bool edge,
+                                                    float sl2, int t, int b, int h, long long bh, int L, int S,
+                                                    const MaskArgs& m, const DropArgs& drop)
+{
+    float mx[2] = {-pos_inf(), -pos_inf()};
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float x = masked_score<CAUSAL, MASK>(s[nt][e], sl2, edge, qi[e >> 1], k0 + nt * 8 + 2 * t + (e & 1),
+                                                       b, h, L, S, m);
+            s[nt][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    }
+    float use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(row_max[r], mx[r]);
+        use[r] = m_new == -pos_inf() ? 0.f : m_new;   // a row with nothing visible yet: exp2(-inf) = 0
+        const float alpha = EXACT ? exp2f(row_max[r] - use[r]) : fast_exp2(row_max[r] - use[r]);
+        row_max[r] = m_new;
+        row_sum[r] *= alpha;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+            acc[dt][2 * r] *= alpha;
+            acc[dt][2 * r + 1] *= alpha;
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float p = EXACT ? exp2f(s[nt][e] - use[e >> 1]) : fast_exp2(s[nt][e] - use[e >> 1]);
+            row_sum[e >> 1] += p;
+            if (DROPOUT) {
+                const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
+                const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + kj;
+                p = (i < L && kj < S && keep_element(n, drop.key, drop.threshold)) ? p * drop.p_scale : 0.f;
+            }
+            s[nt][e] = p;
+        }
+    }
+}
+
+// The backward's element (key j, query i): from the score s and dP = dO V^T, P = exp2(x - LSE) (pd: P
+// dropped out, for dV) and dS = P * (dP' - Delta) (dP' dropped out too), in place of s and dp.
+template <bool CAUSAL, bool MASK, bool DROPOUT, bool EXACT>
+__device__ __forceinline__ void backward_element(float& s, float& dp, float sl2, bool edge, int i, int j, int b, int h,
+                                                 long long bh, int L, int S, float lse2, float delta,
+                                                 const MaskArgs& m, const DropArgs& drop)
+{
+    const float x = masked_score<CAUSAL, MASK>(s, sl2, edge, i, j, b, h, L, S, m);
+    const float p = EXACT ? exp2f(x - lse2) : fast_exp2(x - lse2);
+    float pd = p, dpv = dp;
+    if (DROPOUT) {
+        const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + j;
+        const bool kept = i < L && j < S && keep_element(n, drop.key, drop.threshold);
+        pd = kept ? p * drop.p_scale : 0.f;
+        dpv = kept ? dpv * drop.p_scale : 0.f;
+    }
+    s = pd;
+    dp = p * (dpv - delta);
+}
+
+// ------------------------------------------------------------------------------------------------
 // Forward
 // ------------------------------------------------------------------------------------------------
 // CAUSAL, MASK, DROPOUT are template flags: the common case (no explicit mask, no dropout) carries no
@@ -259,53 +350,8 @@ __device__ __forceinline__ void attention_forward_impl(
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             const int qi[2] = {w0 + mt * 16 + g, w0 + mt * 16 + g + 8};   // this thread's two query rows
-            float mx[2] = {-pos_inf(), -pos_inf()};
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float x = s[mt][nt][e] * sl2;
-                    if (MASK || edge) {
-                        const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
-                        if (MASK && kj < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
-                        if (kj >= S || (CAUSAL && kj > i)) x = -pos_inf();
-                    }
-                    s[mt][nt][e] = x;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], x);
-                }
-            }
-            float use[2], alpha[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                const float m_new = fmaxf(row_max[mt][r], mx[r]);
-                use[r] = m_new == -pos_inf() ? 0.f : m_new;   // a row with nothing visible yet: exp2(-inf) = 0
-                alpha[r] = fast_exp2(row_max[mt][r] - use[r]);
-                row_max[mt][r] = m_new;
-                row_sum[mt][r] *= alpha[r];
-            }
-#pragma unroll
-            for (int dt = 0; dt < DT; ++dt) {
-                acc[mt][dt][0] *= alpha[0];
-                acc[mt][dt][1] *= alpha[0];
-                acc[mt][dt][2] *= alpha[1];
-                acc[mt][dt][3] *= alpha[1];
-            }
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float p = fast_exp2(s[mt][nt][e] - use[e >> 1]);
-                    row_sum[mt][e >> 1] += p;
-                    if (DROPOUT) {
-                        const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
-                        const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + kj;
-                        p = (i < L && kj < S && keep_element(n, drop.key, drop.threshold)) ? p * drop.p_scale : 0.f;
-                    }
-                    s[mt][nt][e] = p;
-                }
-            }
+            online_softmax_step<CAUSAL, MASK, DROPOUT, false>(s[mt], acc[mt], row_max[mt], row_sum[mt], qi, k0, edge,
+                                                              sl2, t, b, h, bh, L, S, m, drop);
         }
 
         // O += P V: P's accumulators are already the A fragments of 16 x 16 tiles
@@ -483,23 +529,8 @@ __device__ __forceinline__ void attention_backward_impl(
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = nt * 8 + 2 * t + (e & 1);
-                float x = s[nt][e] * sl2;
-                if (MASK || edge) {
-                    const int i = q0 + col, j = kj[e >> 1];
-                    if (MASK && j < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + j * m.ss] * LOG2E;
-                    if (j >= S || (CAUSAL && j > i)) x = -pos_inf();
-                }
-                const float p = fast_exp2(x - Lse[col]);
-                float pd = p, dpv = dp[nt][e];
-                if (DROPOUT) {
-                    const int i = q0 + col, j = kj[e >> 1];
-                    const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + j;
-                    const bool kept = i < L && j < S && keep_element(n, drop.key, drop.threshold);
-                    pd = kept ? p * drop.p_scale : 0.f;
-                    dpv = kept ? dpv * drop.p_scale : 0.f;
-                }
-                s[nt][e] = pd;
-                dp[nt][e] = p * (dpv - Dl[col]);
+                backward_element<CAUSAL, MASK, DROPOUT, false>(s[nt][e], dp[nt][e], sl2, edge, q0 + col, kj[e >> 1], b,
+                                                               h, bh, L, S, Lse[col], Dl[col], m, drop);
             }
         }
 
@@ -723,56 +754,11 @@ __device__ __forceinline__ void attention_forward_tf32_impl(
             }
         }
 
-        // scale, mask, online softmax (as the 16-bit kernel)
+        // scale, mask, online softmax (fp32 exp2: P is not rounded to 16 bits here)
         const int k0 = j * BN;
         const bool edge = k0 + BN > S || (CAUSAL && k0 + BN - 1 > w0);
-        float mx[2] = {-pos_inf(), -pos_inf()};
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = s[nt][e] * sl2;
-                if (MASK || edge) {
-                    const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
-                    if (MASK && kj < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + kj * m.ss] * LOG2E;
-                    if (kj >= S || (CAUSAL && kj > i)) x = -pos_inf();
-                }
-                s[nt][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
-        }
-        float use[2], alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float m_new = fmaxf(row_max[r], mx[r]);
-            use[r] = m_new == -pos_inf() ? 0.f : m_new;
-            alpha[r] = exp2f(row_max[r] - use[r]);
-            row_max[r] = m_new;
-            row_sum[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-            acc[dt][0] *= alpha[0];
-            acc[dt][1] *= alpha[0];
-            acc[dt][2] *= alpha[1];
-            acc[dt][3] *= alpha[1];
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float p = exp2f(s[nt][e] - use[e >> 1]);   // full-precision exp2: P stays fp32 here
-                row_sum[e >> 1] += p;
-                if (DROPOUT) {
-                    const int i = qi[e >> 1], kj = k0 + nt * 8 + 2 * t + (e & 1);
-                    const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + kj;
-                    p = (i < L && kj < S && keep_element(n, drop.key, drop.threshold)) ? p * drop.p_scale : 0.f;
-                }
-                s[nt][e] = p;
-            }
-        }
+        online_softmax_step<CAUSAL, MASK, DROPOUT, true>(s, acc, row_max, row_sum, qi, k0, edge, sl2, t, b, h, bh, L, S,
+                                                         m, drop);
 
         // O += P V, one k step of 8 keys per score tile (k permuted: see the section's header)
 #pragma unroll
@@ -910,23 +896,8 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int col = nt * 8 + 2 * t + (e & 1);
-                float x = s[nt][e] * sl2;
-                if (MASK || edge) {
-                    const int i = q0 + col, j = kj[e >> 1];
-                    if (MASK && j < S && i < L) x += m.mask[b * m.sb + h * m.sh + i * m.sl + j * m.ss] * LOG2E;
-                    if (j >= S || (CAUSAL && j > i)) x = -pos_inf();
-                }
-                const float p = exp2f(x - Lse[col]);
-                float pd = p, dpv = dp[nt][e];
-                if (DROPOUT) {
-                    const int i = q0 + col, j = kj[e >> 1];
-                    const unsigned long long n = drop.offset + ((unsigned long long)bh * L + i) * S + j;
-                    const bool kept = i < L && j < S && keep_element(n, drop.key, drop.threshold);
-                    pd = kept ? p * drop.p_scale : 0.f;
-                    dpv = kept ? dpv * drop.p_scale : 0.f;
-                }
-                s[nt][e] = pd;
-                dp[nt][e] = p * (dpv - Dl[col]);
+                backward_element<CAUSAL, MASK, DROPOUT, true>(s[nt][e], dp[nt][e], sl2, edge, q0 + col, kj[e >> 1], b, h,
+                                                              bh, L, S, Lse[col], Dl[col], m, drop);
             }
             *reinterpret_cast<float2*>(sdS + (warp * 16 + g) * LDS + nt * 8 + 2 * t) = make_float2(dp[nt][0], dp[nt][1]);
             *reinterpret_cast<float2*>(sdS + (warp * 16 + g + 8) * LDS + nt * 8 + 2 * t) =

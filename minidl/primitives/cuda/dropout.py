@@ -26,33 +26,12 @@ _HALF_KINDS = {"float16": 1, "bfloat16": 2}
 _HALF_KERNELS = {"dropout_forward": "dropout_forward_half", "dropout_backward": "dropout_backward_half"}
 
 
-def _launch_half(name, a, p, seed, offset):
-    """float16 / bfloat16: <name>_half, the same mask and fp32 product rounded once (no float32 copies)."""
-    a = cupy.ascontiguousarray(a)
-    result = cupy.empty(a.shape, dtype=a.dtype)
-    n = a.size
-    if n == 0:
-        return result
-    offset = int(offset)
-    threshold, scale = _threshold_and_scale(p)
-    if isinstance(seed, cupy.ndarray):
-        state, seed = seed, 0
-        groups = (n + 3) // 4 + 1
-    else:
-        state = null_pointer()
-        groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1
-    get_kernel("dropout", _HALF_KERNELS[name])(
-        (grid_stride_blocks(groups),), (THREADS,),
-        (a, result, np.int64(n), np.uint64(offset), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF), state, threshold,
-         scale, np.int32(_HALF_KINDS[a.dtype.name])))
-    return result
-
-
 def _launch(name, a, p, seed, offset):
-    if a.dtype.name in _HALF_KINDS:
-        return _launch_half(name, a, p, seed, offset)
-    a = as_kernel_input(name, a)
-    result = cupy.empty(a.shape, dtype=cupy.float32)
+    """The kernel `name` over a (float32; float16/bfloat16: its _half form, which takes the kind where the
+    float32 kernel takes its float4 flag), into a new array of a's dtype."""
+    half = a.dtype.name in _HALF_KINDS
+    a = cupy.ascontiguousarray(a) if half else as_kernel_input(name, a)
+    result = cupy.empty(a.shape, dtype=a.dtype)
     n = a.size
     if n == 0:
         return result
@@ -63,16 +42,17 @@ def _launch(name, a, p, seed, offset):
         # the array holds then). Offsets from philox_advance are multiples of 4; the kernel turns the
         # float4 path off itself for any other.
         state, seed = seed, 0
-        vectorized = int(offset % 4 == 0 and is_aligned(a, result))
         groups = (n + 3) // 4 + 1          # an upper bound: the device offset may straddle a group
     else:
         state = null_pointer()
-        vectorized = int(offset % 4 == 0 and is_aligned(a, result))
         groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1
-    kernel = get_kernel("dropout", name)
+    if half:
+        kernel, last = get_kernel("dropout", _HALF_KERNELS[name]), np.int32(_HALF_KINDS[a.dtype.name])
+    else:
+        kernel, last = get_kernel("dropout", name), np.int32(offset % 4 == 0 and is_aligned(a, result))
     kernel((grid_stride_blocks(groups),), (THREADS,),
            (a, result, np.int64(n), np.uint64(offset), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF), state,
-            threshold, scale, np.int32(vectorized)))
+            threshold, scale, last))
     return result
 
 
