@@ -146,3 +146,5 @@ def test_half_kernels_equal_the_float32_path_rounded_once(cp, dtype, mode):
     dx = activation_backward(x, y, dy, desc)
     dx_ref = activation_backward(x32, y.astype(cp.float32), dy.astype(cp.float32), desc).astype(dt)
     assert dx.dtype == dt and (dx.view(cp.uint16) == dx_ref.view(cp.uint16)).all()
+    x0 = x[0, 0]   # a 0-d array keeps its shape (CuPy's ascontiguousarray would make it 1-D)
+    assert activation_forward(x0, desc).shape == () and activation_backward(x0, x0, x0, desc).shape == ()

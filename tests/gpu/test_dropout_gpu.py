@@ -112,3 +112,4 @@ def test_half_kernels_equal_the_float32_reference_rounded_once(cp, dtype, offset
     state = cp.asarray(np.array([seed, offset], dtype=np.uint64))
     y_dev = dropout_forward(cp.asarray(x_host), 0.3, state)
     assert (cp.asnumpy(y_dev).view(np.uint16) == y_cpu.view(np.uint16)).all()
+    assert dropout_forward(cp.asarray(x_host)[0, 0, 0], 0.3, seed).shape == ()   # 0-d stays 0-d

@@ -16,12 +16,17 @@ import numpy as np
 THREADS = 256  # threads per block of the elementwise / grid-stride kernels
 
 
+def contiguous(a):
+    """a as a C-contiguous CuPy array of its own shape (copied only if it is not one already)."""
+    out = cupy.ascontiguousarray(a)
+    return out if out.shape == a.shape else out.reshape(a.shape)   # ascontiguousarray makes a 0-d array 1-D
+
+
 def as_kernel_input(op: str, a):
     """A C-contiguous float32 CuPy array (copied only if it is not one already)."""
     if a.dtype != cupy.float32:
         raise TypeError(f"{op}: the CUDA kernels are float32, got {a.dtype}")
-    out = cupy.ascontiguousarray(a)
-    return out if out.shape == a.shape else out.reshape(a.shape)   # ascontiguousarray makes a 0-d array 1-D
+    return contiguous(a)
 
 
 def kernel_output(op: str, out, shape, beta: float, *inputs):

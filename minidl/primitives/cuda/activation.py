@@ -10,7 +10,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, is_aligned, kernel_output
+from ._launch import THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, is_aligned, kernel_output
 
 # Mode numbers of kernels/activation.cu (#define ACT_*).
 MODES = {"relu": 0, "leaky_relu": 1, "elu": 2, "clipped_relu": 3, "sigmoid": 4, "tanh": 5, "gelu": 6,
@@ -42,7 +42,7 @@ def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
     alpha = 1, beta = 0, no out)."""
     mode, coef = _mode_and_coef(desc)
     if x.dtype.name in _HALF_KINDS:
-        x = cupy.ascontiguousarray(x)
+        x = contiguous(x)
         y = cupy.empty(x.shape, dtype=x.dtype)
         if x.size:
             get_kernel("activation", "activation_forward_half")(
@@ -53,13 +53,13 @@ def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
 
 
 def _backward_half(x, y, dy, mode, coef):
-    dy = cupy.ascontiguousarray(dy)
-    x = cupy.ascontiguousarray(x if x is not None else y)
+    dy = contiguous(dy)
+    x = contiguous(x if x is not None else y)
     dx = cupy.empty(dy.shape, dtype=dy.dtype)
     if dy.size:
         get_kernel("activation", "activation_backward_half")(
             (grid_stride_blocks(dy.size),), (THREADS,),
-            (x, cupy.ascontiguousarray(y) if y is not None else x, dy, dx, np.int64(dy.size), np.int32(y is not None),
+            (x, contiguous(y) if y is not None else x, dy, dx, np.int64(dy.size), np.int32(y is not None),
              np.int32(mode), coef, np.int32(_HALF_KINDS[dy.dtype.name])))
     return dx
 

@@ -11,7 +11,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, grid_stride_blocks, is_aligned, null_pointer
+from ._launch import THREADS, as_kernel_input, contiguous, grid_stride_blocks, is_aligned, null_pointer
 
 
 def _threshold_and_scale(p: float):
@@ -30,7 +30,7 @@ def _launch(name, a, p, seed, offset):
     """The kernel `name` over a (float32; float16/bfloat16: its _half form, which takes the kind where the
     float32 kernel takes its float4 flag), into a new array of a's dtype."""
     half = a.dtype.name in _HALF_KINDS
-    a = cupy.ascontiguousarray(a) if half else as_kernel_input(name, a)
+    a = contiguous(a) if half else as_kernel_input(name, a)
     result = cupy.empty(a.shape, dtype=a.dtype)
     n = a.size
     if n == 0:
