@@ -20,7 +20,8 @@ from .. import init
 from ..._device import Device
 from ...ops.creation import empty, full
 from ..functional.attention import multi_head_attention_forward
-from ..module import Module, ModuleList, Parameter
+from ..module import Module, Parameter
+from .container import ModuleList
 from .dropout import Dropout
 from .linear import Linear
 from .normalization import LayerNorm

@@ -24,7 +24,8 @@ from ..layers.activation import ReLU
 from ..layers.conv import Conv2d
 from ..layers.linear import Identity
 from ..layers.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
-from ..module import Module, Sequential
+from ..layers.container import Sequential
+from ..module import Module
 
 __all__ = ["fuse_modules", "BatchNormReLU1d", "BatchNormReLU2d", "BatchNormReLU3d", "ConvReLU2d"]
 
