@@ -640,20 +640,17 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
     db = out if out is not None and out.flags.c_contiguous and out.dtype == dy.dtype else cupy.empty((K,), dy.dtype)
     if out is not None and db is not out and beta != 0:
         db[...] = out
-    if K == 0:
-        return db if out is None or db is out else finish(db, out)
-    col_tiles = (K + 31) // 32
-    chunks = max(1, min((rows + 7) // 8, -(-2 * 264 // col_tiles)))   # about two waves of blocks
-    per_chunk = -(-rows // chunks)
-    per_chunk = -(-per_chunk // 8) * 8
-    chunks = max(1, -(-rows // per_chunk)) if rows else 1
-    partial = cupy.empty((chunks, K), dtype=cupy.float32)
-    kind = np.int32(_BIAS_KINDS[dy.dtype.name])
-    get_kernel("convolution", "convolution_backward_bias_nhwc")(
-        (col_tiles, chunks), (32, 8), (dy, partial, np.int64(rows), np.int32(K), np.int64(per_chunk), kind))
-    get_kernel("convolution", "convolution_backward_bias_finish")(
-        ((K + 255) // 256,), (256,), (partial, np.int32(chunks), np.int32(K), db, np.float32(alpha),
-                                      np.float32(beta), kind))
+    if K:
+        col_tiles = (K + 31) // 32   # chunks of rows, whole 8-row steps, for about two waves of blocks
+        per_chunk = math.ceil(rows / max(1, min(math.ceil(rows / 8), math.ceil(528 / col_tiles))))
+        per_chunk = max(8, math.ceil(per_chunk / 8) * 8)
+        chunks, kind = max(1, math.ceil(rows / per_chunk)), np.int32(_BIAS_KINDS[dy.dtype.name])
+        partial = cupy.empty((chunks, K), dtype=cupy.float32)
+        get_kernel("convolution", "convolution_backward_bias_nhwc")(
+            (col_tiles, chunks), (32, 8), (dy, partial, np.int64(rows), np.int32(K), np.int64(per_chunk), kind))
+        get_kernel("convolution", "convolution_backward_bias_finish")(
+            ((K + 255) // 256,), (256,), (partial, np.int32(chunks), np.int32(K), db, np.float32(alpha),
+                                          np.float32(beta), kind))
     return db if out is None or db is out else finish(db, out)
 
 
