@@ -71,6 +71,13 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     docstring). On the GPU: float32 (either math), float16, bfloat16; float64 with use_cublas=True.
     """
     op = "gemm"
+    if (out is None and beta == 0 and type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
+            and a.dtype in _GEMM_DTYPE_SET and a.ndim == 2 and b.ndim == 2 and math in GEMM_MATH_MODES
+            and a.shape[0 if trans_a else 1] == b.shape[1 if trans_b else 0]):
+        # The common CPU call, already valid (issue 23: a Linear layer runs three per step): two matrices of
+        # one float dtype whose inner dimensions agree, no out to blend into; nothing more to check.
+        return backend("gemm", False).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+                                           use_cublas=use_cublas, math=math)
     if math not in GEMM_MATH_MODES:
         raise ValueError(f"{op}: unknown math {math!r}; use 'fp32' or 'tf32'")
     check_same_device(op, a=a, b=b, out=out)
