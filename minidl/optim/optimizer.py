@@ -295,7 +295,9 @@ class Optimizer:
     def _check_grad(self, p: Tensor):
         """p's gradient array, checked against p's dtype kind, shape and device (no array math: step()
         runs this over every parameter before the first update, so a bad gradient changes nothing)."""
-        g = p.grad._data
+        g, d = p.grad._data, p._data
+        if type(g) is type(d) and g.dtype == d.dtype and g.shape == d.shape:   # the usual case: nothing to say
+            return g
         if not is_floating(g.dtype):
             raise TypeError(f"{type(self).__name__}.step: gradient of dtype {g.dtype} for a parameter of dtype {p.dtype}")
         if tuple(g.shape) != p.shape:
