@@ -6,7 +6,8 @@
 
 The persistent RNN kernels (kernels/rnn_persistent.cu: cp.async rings, a grid-wide barrier) for every
 mode, one and two directions, padded batches, fp32 and TF32; the fused attention kernels
-(kernels/attention.cu: cp.async double buffering) causal and not, with a mask and dropout. Sizes are
+(kernels/attention.cu: cp.async double buffering; float32's backward: one Q/dO buffer refilled behind dQ)
+in float16, bfloat16 and float32, causal and not, with a mask and dropout. Sizes are
 tiny (the tools slow a kernel down by 100x or more) but cover the partial tiles. Racecheck sees shared
 memory only: a race on the global state h between CTAs shows up instead as wrong values in
 tests/gpu/test_rnn_persistent_gpu.py (which runs every size with NaN-poisoned buffers).
@@ -48,7 +49,7 @@ def attention_cases():
     from minidl.primitives import attention_backward, attention_forward
 
     rng = np.random.default_rng(1)
-    for dtype in (np.float16, bfloat16):
+    for dtype in (np.float16, bfloat16, np.float32):
         for causal, with_mask, dropout_p in ((False, False, 0.0), (True, False, 0.0), (False, True, 0.1)):
             B, H, L, S, D = 1, 2, 70, 45, 64
             q, k, v, do = (cupy.asarray(rng.standard_normal(shape).astype(np.float32).astype(dtype))
@@ -62,5 +63,6 @@ def attention_cases():
 
 
 if __name__ == "__main__":
-    rnn_cases()
+    if "--attention-only" not in sys.argv:
+        rnn_cases()
     attention_cases()
