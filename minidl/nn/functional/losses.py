@@ -64,12 +64,16 @@ def _check_weight(op, weight, C, input):
 
 def _to_rows(x):
     """(N, C, d1, ...) -> (N * d1 * ..., C): classes last, one row per prediction."""
+    if x.ndim == 2:   # (N, C) already is (a classifier's logits: no moveaxis, whose checks cost more than this loss)
+        return x
     C = x.shape[1]
     return get_array_module(x).moveaxis(x, 1, -1).reshape(-1, C)
 
 
 def _from_rows(rows, shape):
     """Inverse of _to_rows for an array of shape `shape` = (N, C, d1, ...)."""
+    if len(shape) == 2:
+        return rows.reshape(shape)
     xp = get_array_module(rows)
     moved = rows.reshape((shape[0],) + tuple(shape[2:]) + (shape[1],))
     return xp.ascontiguousarray(xp.moveaxis(moved, -1, 1))
