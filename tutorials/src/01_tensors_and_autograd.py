@@ -23,9 +23,10 @@
 
 # %% [markdown]
 # **Running it on a CPU.** Small mode (the default) takes a few seconds on a 2-core laptop CPU.
-# Full mode (`MINIDL_TUTORIAL_MODE=full`: 3,000 training steps instead of 300) takes ~15 s there
+# Full mode (`MINIDL_TUTORIAL_MODE=full`: 3,000 training steps instead of 300) takes ~10 s there
 # too; without a GPU its GPU cells print why they are skipped. The saved outputs come from a full run
-# on a 2-core CPU (2026-11-25), so the GPU cell says it was skipped; on a GPU machine a second copy of
+# on a 2-core CPU (2026-11-26; the notebook's metadata records the run), so the GPU cell says it was
+# skipped; on a GPU machine a second copy of
 # the network trains there too.
 
 # %%
@@ -193,7 +194,8 @@ assert a_good.grad == 6.0 and a_bad.grad == 3.0
 #
 # One class per operation, forward and backward together, working on plain arrays so the same op
 # serves the CPU (NumPy) and the GPU (CuPy). The operations live in `minidl/ops/`, one file per family
-# (elementwise, reductions, shape, indexing, linalg, ...); `minidl/autograd/` is only the tape. Here is
+# (elementwise, reductions, shape, indexing, linalg, ...); `minidl/autograd/` keeps only the tensor itself
+# and the tape. Here is
 # minidl's multiplication, from `minidl/ops/elementwise.py`:
 
 # %% tags=["listing"]
