@@ -638,14 +638,17 @@ struct FragB {
     unsigned big[2], small[2];
 };
 
+// The operands split (x = big + small, tc_common's split_tf32) for 3xTF32, or rounded to TF32 alone.
 template <bool PRECISE>
 __device__ __forceinline__ FragA frag_a(const unsigned (&x)[4])
 {
     FragA f;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-        f.big[e] = to_tf32(x[e]);
-        f.small[e] = PRECISE ? to_tf32(__float_as_uint(__uint_as_float(x[e]) - __uint_as_float(f.big[e]))) : 0u;
+        if (PRECISE)
+            split_tf32(__uint_as_float(x[e]), f.big[e], f.small[e]);
+        else
+            f.big[e] = round_tf32(__uint_as_float(x[e]));
     }
     return f;
 }
@@ -653,12 +656,17 @@ template <bool PRECISE>
 __device__ __forceinline__ FragB frag_b(unsigned x0, unsigned x1)
 {
     FragB f;
-    f.big[0] = to_tf32(x0);
-    f.big[1] = to_tf32(x1);
-    f.small[0] = PRECISE ? to_tf32(__float_as_uint(__uint_as_float(x0) - __uint_as_float(f.big[0]))) : 0u;
-    f.small[1] = PRECISE ? to_tf32(__float_as_uint(__uint_as_float(x1) - __uint_as_float(f.big[1]))) : 0u;
+    const unsigned x[2] = {x0, x1};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        if (PRECISE)
+            split_tf32(__uint_as_float(x[e]), f.big[e], f.small[e]);
+        else
+            f.big[e] = round_tf32(__uint_as_float(x[e]));
+    }
     return f;
 }
+
 template <bool PRECISE>
 __device__ __forceinline__ void mma_f32(float (&d)[4], const FragA& a, const FragB& b)
 {

@@ -40,6 +40,7 @@
 // Blending as in cuDNN: out = alpha * result + beta * out, in each kernel's epilogue; with beta == 0
 // out is never read. Flat tensor indices are 64-bit; one image's offsets are 32-bit.
 #include "common.cuh"
+#include "elementwise_common.cuh"  // half_load / half_store
 
 // convolution_bias_activation_forward (cuDNN's name): this file compiled with -DMINIDL_CONV_RELU_EPILOGUE
 // applies the ReLU to every forward output in the epilogue, after bias and blending, instead of a
@@ -851,11 +852,11 @@ extern "C" __global__ void convolution_bias_blend(float* y, const float* __restr
 }
 
 // ---------------------------------------------------------------------------------------------
-// Bias gradient: db[k] = sum over n and pixels of dy. One block per channel, a fixed-order tree
-// reduction in shared memory (deterministic).
+// Bias gradient, channels-first: db[k] = sum over n and pixels of dy. One block per channel, a fixed-order
+// tree reduction in shared memory (deterministic). Channels-last: convolution_backward_bias_nhwc below.
 // ---------------------------------------------------------------------------------------------
 extern "C" __global__ void convolution_backward_bias(const float* __restrict__ dy, float* db, int N, int K,
-                                                     int spatial, float alpha, float beta, int channels_last)
+                                                     int spatial, float alpha, float beta)
 {
     __shared__ float partial[256];
     const int k = blockIdx.x;
@@ -863,7 +864,7 @@ extern "C" __global__ void convolution_backward_bias(const float* __restrict__ d
     float sum = 0.0f;
     for (long long i = threadIdx.x; i < count; i += blockDim.x) {
         const long long n = i / spatial, s = i - n * spatial;
-        sum += channels_last ? dy[i * K + k] : dy[(n * K + k) * spatial + s];
+        sum += dy[(n * K + k) * spatial + s];
     }
     partial[threadIdx.x] = sum;
     __syncthreads();
@@ -879,14 +880,10 @@ extern "C" __global__ void convolution_backward_bias(const float* __restrict__ d
 // threads covers 32 adjacent channels (one coalesced row segment per warp) and 8 rows at a time, over a
 // chunk of rows; the chunks' fp32 sums go to partial[chunk][K], and convolution_backward_bias_finish adds
 // them in order (deterministic) and writes db in the data's type. kind: 0 float32, 1 float16, 2 bfloat16.
+// One element of 16-bit or float32 storage as fp32 (half_load of elementwise_common.cuh for kinds 1, 2).
 __device__ __forceinline__ float load_kind(const void* p, long long i, int kind)
 {
-    if (kind == 0) return static_cast<const float*>(p)[i];
-    const unsigned short bits = static_cast<const unsigned short*>(p)[i];
-    if (kind == 2) return __uint_as_float(((unsigned)bits) << 16);
-    float f;
-    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(bits));
-    return f;
+    return kind == 0 ? static_cast<const float*>(p)[i] : half_load(static_cast<const unsigned short*>(p), i, kind);
 }
 
 extern "C" __global__ void __launch_bounds__(256) convolution_backward_bias_nhwc(
@@ -918,16 +915,10 @@ extern "C" __global__ void convolution_backward_bias_finish(const float* __restr
     for (int c = 0; c < chunks; ++c) sum += partial[(long long)c * K + k];
     float v = alpha * sum;
     if (beta != 0.0f) v += beta * load_kind(db, k, kind);
-    if (kind == 0) {
+    if (kind == 0)
         static_cast<float*>(db)[k] = v;
-    } else {
-        unsigned short h;
-        if (kind == 2)
-            asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
-        else
-            asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
-        static_cast<unsigned short*>(db)[k] = h;
-    }
+    else
+        half_store(static_cast<unsigned short*>(db), k, v, kind);
 }
 
 // ---------------------------------------------------------------------------------------------

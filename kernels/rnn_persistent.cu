@@ -170,17 +170,6 @@ __device__ __forceinline__ void fetch_run(float* dst, const float* src, int n, b
 // sums are added through `red` (KS x BP x RP <= RED floats). A warp with fewer than 4 tiles keeps
 // several accumulators per tile (product_chunk). `ring` holds NBUF chunk buffers of BP rows
 // (rows B .. BP-1 zero). `fetch()` issues the cell's own cp.async copies; they land with the first chunk.
-// x rounded to TF32 (10 mantissa bits; to nearest, ties away from zero: cvt.rna's rounding for finite x)
-// with integer operations: cvt runs at 1/8 of the ALU rate, and this is the inner loop.
-__device__ __forceinline__ unsigned round_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
-
-// x = big + small, both TF32 (small's low bits, ~2^-21 of x, are dropped by the mma's own truncation).
-__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small)
-{
-    big = round_tf32(x);
-    small = __float_as_uint(x - __uint_as_float(big));
-}
-
 // One chunk of the product for one warp: its tiles tg, tg + TG, ... (at most 4 / NCOPY of them) over its
 // k steps kslice, kslice + KS, ... Each tile has NCOPY accumulators that take turns by k step
 // (acc[q * NCOPY + copy]): a chain of dependent mmas on one accumulator runs at the mma's latency, so
@@ -209,9 +198,9 @@ __device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* h
                 const float b[2] = {w.x, w.y};
                 unsigned a_big[4], a_small[4], b_big[2], b_small[2];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) split_tf32(a[e], a_big[e], a_small[e]);
+                for (int e = 0; e < 4; ++e) minidl_tc::split_tf32(a[e], a_big[e], a_small[e]);
 #pragma unroll
-                for (int e = 0; e < 2; ++e) split_tf32(b[e], b_big[e], b_small[e]);
+                for (int e = 0; e < 2; ++e) minidl_tc::split_tf32(b[e], b_big[e], b_small[e]);
 #ifdef PERSIST_ABLATE_MMA
                 acc[q * NCOPY + copy][0] += __uint_as_float(a_big[0] ^ a_small[1] ^ b_big[0] ^ b_small[1]);
                 acc[q * NCOPY + copy][1] += __uint_as_float(a_big[2] ^ a_small[3] ^ b_big[1] ^ b_small[0]);

@@ -118,6 +118,17 @@ __device__ __forceinline__ unsigned to_tf32(unsigned x)
     return r;
 }
 
+// x rounded to TF32 (10 mantissa bits; to nearest, ties away from zero: cvt.rna's rounding for finite x)
+// with integer operations: cvt runs at 1/8 of the ALU rate, and this is the inner loop.
+__device__ __forceinline__ unsigned round_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+
+// x = big + small, both TF32 (small's low bits, ~2^-21 of x, are dropped by the mma's own truncation).
+__device__ __forceinline__ void split_tf32(float x, unsigned& big, unsigned& small)
+{
+    big = round_tf32(x);
+    small = __float_as_uint(x - __uint_as_float(big));
+}
+
 template <int KIND>
 __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
 {

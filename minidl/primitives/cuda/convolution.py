@@ -658,8 +658,8 @@ def convolution_backward_bias(dy, problem, alpha, beta, out):
     """db[k] = alpha * sum of dy over the batch and every output position + beta * out."""
     if problem.layout == "NHWC" and str(dy.dtype) in _BIAS_KINDS:
         return convolution_backward_bias_nhwc(dy, problem.K, alpha, beta, out)
-    if str(dy.dtype) in ("float16", "bfloat16"):  # summed in fp32, rounded once to the data's dtype
-        axes = (0,) + tuple(range(2, dy.ndim)) if problem.layout == "NCHW" else tuple(range(dy.ndim - 1))
+    if str(dy.dtype) in ("float16", "bfloat16"):  # NCHW: summed in fp32, rounded once to the data's dtype
+        axes = (0,) + tuple(range(2, dy.ndim))
         db = dy.astype(cupy.float32).sum(axis=axes) * np.float32(alpha)
         if out is None:
             return db.astype(dy.dtype)
@@ -677,7 +677,7 @@ def convolution_backward_bias(dy, problem, alpha, beta, out):
     get_kernel("convolution", "convolution_backward_bias")(
         (problem.K,), (256,),
         (dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(spatial), np.float32(alpha),
-         np.float32(beta), _flag(problem.layout == "NHWC")))
+         np.float32(beta)))
     return finish(db, original)
 
 
