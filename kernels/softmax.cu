@@ -234,3 +234,160 @@ extern "C" __global__ void softmax_backward_strided(const float* y, const float*
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Cross-entropy against class indices: log-softmax and the negative log-likelihood fused.
+//
+// x is viewed as (outer, C, inner): row m = (n, i), n = m / inner, i = m % inner, holds the C logits
+// x[(n * C + c) * inner + i] (inner == 1 for (N, C) logits). With t = target[m], w the class weights
+// (all 1 without a weight), eps the label smoothing and W = sum_c w_c, the target weights are
+//     q_mc = valid_m * ((1 - eps) w_t [c == t] + eps / C * w_c),   valid_m = t != ignore_index, 0 <= t < C
+// and, with the row's max M_m and L_m = log sum_c exp(x_mc - M_m), so that log p_mc = (x_mc - M_m) - L_m
+// (computed in this order, as PyTorch's log_softmax: adding L_m, often tiny, to M_m first would round it away),
+//     loss_m = -sum_c q_mc log p_mc = -valid_m ((1 - eps) w_t log p_mt + eps / C sum_c w_c log p_mc)
+//     d loss_m / d x_mc = (sum_c q_mc) p_mc - q_mc.
+// The forward pass reads each row once (an online max and sum of exp; a second time with label smoothing)
+// and writes three numbers per row:
+// the loss, the weight it counts with in a mean (valid_m w_t), and stats[m] = (M_m, L_m), all that the
+// backward pass needs besides x and t. A row whose index is neither in range nor ignore_index gets a NaN loss and NaN
+// gradients (the GPU does not stop to raise; minidl.backends.cuda.check_indices makes the caller check).
+// ---------------------------------------------------------------------------------------------
+// Pass 1 over a row: the running max and sum of exp (online), and the target's logit.
+struct CrossEntropyRow {
+    float m, s;   // running max and sum of exp(x - m)
+    float x_t;    // the target's logit (0 in the threads that do not meet it)
+};
+
+__device__ __forceinline__ void cross_entropy_add(CrossEntropyRow& r, float v, int c, long long t)
+{
+    online_add(r.m, r.s, v);
+    if (c == t) r.x_t = v;
+}
+
+// The row's loss. wlp = sum_c w_c log p_c (pass 2, only with label smoothing: summed as log-probabilities,
+// not as sum w x - W lse, whose two large terms would cancel in float32).
+__device__ __forceinline__ void cross_entropy_finish_row(float x_t, float row_max, float log_sum, float wlp, long long t,
+                                                         int C, long long ignore_index, const float* weight,
+                                                         float smoothing, long long m, float* loss_rows,
+                                                         float* weight_rows, float* stats)
+{
+    float loss = 0.0f, counted = 0.0f;
+    if (t >= 0 && t < C && t != ignore_index) {
+        const float w_t = weight ? weight[t] : 1.0f;
+        loss = -(1.0f - smoothing) * w_t * ((x_t - row_max) - log_sum) - smoothing / C * wlp;
+        counted = w_t;
+    } else if (t != ignore_index) {
+        loss = __int_as_float(0x7fc00000);  // NaN: an index out of range
+    }
+    loss_rows[m] = loss;
+    weight_rows[m] = counted;
+    stats[2 * m] = row_max;
+    stats[2 * m + 1] = log_sum;
+}
+
+// (N, C) logits (inner == 1): one warp per row, lanes over the classes (coalesced), merged by shuffles.
+extern "C" __global__ void cross_entropy_forward_warp(const float* x, const long long* target, const float* weight,
+                                                      float* loss_rows, float* weight_rows, float* stats, long long rows,
+                                                      int C, long long ignore_index, float smoothing)
+{
+    const int lane = threadIdx.x & 31;
+    const long long m = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (m >= rows) return;  // whole warps leave together
+    const float* xr = x + m * C;
+    const long long t = target[m];
+    CrossEntropyRow r = {MINIDL_NEG_INF, 0.0f, 0.0f};
+    for (int c = lane; c < C; c += 32) cross_entropy_add(r, xr[c], c, t);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, r.m, offset);
+        const float s2 = __shfl_xor_sync(0xffffffffu, r.s, offset);
+        online_merge(r.m, r.s, m2, s2);
+        r.x_t += __shfl_xor_sync(0xffffffffu, r.x_t, offset);  // one lane holds it, the others add 0
+    }
+    // lane 0's values, so that every lane uses the same ones
+    const float row_max = __shfl_sync(0xffffffffu, r.m, 0), log_sum = __shfl_sync(0xffffffffu, logf(r.s), 0);
+    float wlp = 0.0f;
+    if (smoothing != 0.0f) {  // pass 2 (the row again, from L1/L2)
+        for (int c = lane; c < C; c += 32) wlp += (weight ? weight[c] : 1.0f) * ((xr[c] - row_max) - log_sum);
+        wlp = warp_sum(wlp);
+    }
+    if (lane == 0)
+        cross_entropy_finish_row(r.x_t, row_max, log_sum, wlp, t, C, ignore_index, weight, smoothing, m, loss_rows,
+                                 weight_rows, stats);
+}
+
+// (N, C, d1, ...) logits (inner > 1): one thread per row; neighbouring threads read neighbouring positions
+// of the same class, so each step over the classes is a coalesced load.
+extern "C" __global__ void cross_entropy_forward_strided(const float* x, const long long* target, const float* weight,
+                                                         float* loss_rows, float* weight_rows, float* stats,
+                                                         long long rows, int C, long long inner,
+                                                         long long ignore_index, float smoothing)
+{
+    for (long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x; m < rows;
+         m += (long long)gridDim.x * blockDim.x) {
+        const long long n = m / inner, i = m - n * inner;
+        const float* xr = x + n * C * inner + i;
+        const long long t = target[m];
+        CrossEntropyRow r = {MINIDL_NEG_INF, 0.0f, 0.0f};
+        for (int c = 0; c < C; ++c) cross_entropy_add(r, xr[(long long)c * inner], c, t);
+        const float log_sum = logf(r.s);
+        float wlp = 0.0f;
+        if (smoothing != 0.0f)
+            for (int c = 0; c < C; ++c) wlp += (weight ? weight[c] : 1.0f) * ((xr[(long long)c * inner] - r.m) - log_sum);
+        cross_entropy_finish_row(r.x_t, r.m, log_sum, wlp, t, C, ignore_index, weight, smoothing, m, loss_rows,
+                                 weight_rows, stats);
+    }
+}
+
+// The reduction, in one block (a fixed order, so the same result every run): out[0] = the summed losses
+// (divided by the summed weights when mean), out[1] = the summed weights (the mean's denominator).
+extern "C" __global__ void cross_entropy_reduce(const float* loss_rows, const float* weight_rows, long long rows,
+                                                int mean, float* out)
+{
+    __shared__ float scratch[32];
+    float loss = 0.0f, counted = 0.0f;
+    for (long long m = threadIdx.x; m < rows; m += blockDim.x) {
+        loss += loss_rows[m];
+        counted += weight_rows[m];
+    }
+    loss = block_sum(loss, scratch);
+    counted = block_sum(counted, scratch);
+    if (threadIdx.x == 0) {
+        out[0] = mean ? loss / counted : loss;
+        out[1] = counted;
+    }
+}
+
+// dx_mc = scale_m ((sum_c q_mc) exp((x_mc - M_m) - L_m) - q_mc), one thread per element of x, in x's layout.
+// scale_m = dloss[m * dloss_stride] / (denom ? denom[0] : 1): the incoming gradient of the mean, the sum
+// (dloss_stride 0) or the per-row losses (stride 1). w_total = sum_c w_c (null: the weights are all 1).
+extern "C" __global__ void cross_entropy_backward(const float* x, const long long* target, const float* stats,
+                                                  const float* weight, const float* w_total, const float* dloss,
+                                                  long long dloss_stride, const float* denom, float* dx,
+                                                  long long outer, int C, long long inner, long long ignore_index,
+                                                  float smoothing)
+{
+    const long long total = outer * C * inner;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long i = e % inner, r = e / inner;
+        const int c = (int)(r % C);
+        const long long m = (r / C) * inner + i;
+        const long long t = target[m];
+        float g = 0.0f;
+        if (t >= 0 && t < C && t != ignore_index) {
+            const float scale = dloss[m * dloss_stride] / (denom ? denom[0] : 1.0f);
+            const float w_t = weight ? weight[t] : 1.0f;
+            const float p = expf((x[e] - stats[2 * m]) - stats[2 * m + 1]);
+            // (sum_c q_c) p - q, grouped as (1 - eps) w_t (p - [c == t]) + eps / C (W p - w_c): p - 1 before any
+            // product, so a confident row's small gradient is not the difference of two rounded products.
+            float d = (1.0f - smoothing) * w_t * (c == t ? p - 1.0f : p);
+            if (smoothing != 0.0f)
+                d += smoothing / C * ((w_total ? w_total[0] : (float)C) * p - (weight ? weight[c] : 1.0f));
+            g = scale * d;
+        } else if (t != ignore_index) {
+            g = __int_as_float(0x7fc00000);
+        }
+        dx[e] = g;
+    }
+}

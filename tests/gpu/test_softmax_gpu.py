@@ -98,3 +98,96 @@ def test_rows_sum_to_one_with_extreme_inputs(cp):
     assert np.all(np.isfinite(y))
     np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-6)
     np.testing.assert_allclose(y[1], 0.25, rtol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# The fused cross-entropy (cross_entropy_forward_warp / _strided, cross_entropy_reduce, cross_entropy_backward)
+# against the NumPy reference computed in float64 from the same float32 inputs.
+# ------------------------------------------------------------------------------------------------
+
+CE_CASES = [   # shape; warp kernel for (N, C) with C below, at and far above the 32 lanes; strided for (N, C, d...)
+    (37, 10), (5, 2), (9, 32), (64, 33), (6, 1000), (12, 10000), (4, 7, 13), (3, 5, 2, 129), (2, 300, 3),
+]
+
+
+@pytest.mark.parametrize("shape", CE_CASES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted,eps", [(False, 0.0), (True, 0.0), (True, 0.25)])
+def test_cross_entropy_kernels_match_reference(cp, shape, reduction, weighted, eps):
+    from minidl.primitives import cross_entropy_backward, cross_entropy_forward
+
+    rng = np.random.default_rng(sum(shape) + 7 * weighted)
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    t = rng.integers(0, shape[1], (shape[0],) + shape[2:])
+    t.flat[0] = -100                      # ignored
+    w = rng.uniform(0.2, 2.0, shape[1]).astype(np.float32) if weighted else None
+    loss, stats, denom = cross_entropy_forward(cp.asarray(x), cp.asarray(t), None if w is None else cp.asarray(w),
+                                               reduction=reduction, label_smoothing=eps)
+    g = rng.standard_normal(loss.shape).astype(np.float32)
+    dx = cross_entropy_backward(cp.asarray(x), cp.asarray(t), stats, cp.asarray(g), denom,
+                                None if w is None else cp.asarray(w), reduction=reduction, label_smoothing=eps)
+    x64, w64 = x.astype(np.float64), None if w is None else w.astype(np.float64)
+    ref_loss, ref_stats, ref_denom = cross_entropy_forward(x64, t, w64, reduction=reduction, label_smoothing=eps)
+    ref_dx = cross_entropy_backward(x64, t, ref_stats, g.astype(np.float64), ref_denom, w64, reduction=reduction,
+                                    label_smoothing=eps)
+    assert loss.dtype == cp.float32 and dx.dtype == cp.float32 and dx.shape == x.shape
+    assert rel_err(cp.asnumpy(loss), ref_loss) <= 5e-6
+    assert rel_err(cp.asnumpy(dx), ref_dx) <= 5e-6
+    assert abs(float(denom) - float(ref_denom)) <= 1e-5 * float(ref_denom)
+
+
+def test_cross_entropy_kernel_out_of_range_rows_are_nan(cp):
+    from minidl.primitives import cross_entropy_backward, cross_entropy_forward
+
+    x = cp.asarray(np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32))
+    t = cp.asarray(np.array([2, 6, -100, -1]))
+    loss, stats, denom = cross_entropy_forward(x, t, reduction="none")
+    dx = cp.asnumpy(cross_entropy_backward(x, t, stats, cp.ones(4, dtype=cp.float32), denom, reduction="none"))
+    loss = cp.asnumpy(loss)
+    assert np.isfinite(loss[0]) and np.isnan(loss[1]) and loss[2] == 0 and np.isnan(loss[3])
+    assert np.isfinite(dx[0]).all() and np.isnan(dx[1]).all() and (dx[2] == 0).all() and np.isnan(dx[3]).all()
+    mean, _, denom = cross_entropy_forward(x, cp.asarray(np.array([2, 1, -100, 0])))
+    assert float(denom) == 3.0
+
+
+def test_cross_entropy_kernel_is_deterministic(cp):
+    from minidl.primitives import cross_entropy_forward
+
+    rng = np.random.default_rng(3)
+    x = cp.asarray(rng.standard_normal((20000, 10)).astype(np.float32))
+    t = cp.asarray(rng.integers(0, 10, 20000))
+    first = [cp.asnumpy(cross_entropy_forward(x, t)[0]) for _ in range(3)]
+    assert all(np.array_equal(first[0], f) for f in first[1:])
+
+
+@pytest.mark.parametrize("shape", [(128, 10), (32 * 35, 10000), (4, 21, 8, 8)])
+def test_cross_entropy_framework_vs_torch_cuda(cp, torch, shape):
+    """F.cross_entropy on a CUDA tensor (the fused kernels) against torch's on the GPU, loss and dx."""
+    import minidl
+    import minidl.nn.functional as F
+
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal(shape) * 2).astype(np.float32)
+    t = rng.integers(0, shape[1], (shape[0],) + shape[2:])
+    xm = minidl.tensor(x, requires_grad=True, device="cuda")
+    loss = F.cross_entropy(xm, minidl.tensor(t, device="cuda"), label_smoothing=0.1)
+    loss.backward()
+    xt = torch.tensor(x, requires_grad=True, device="cuda")
+    lt = torch.nn.functional.cross_entropy(xt, torch.tensor(t, device="cuda"), label_smoothing=0.1)
+    lt.backward()
+    assert abs(float(loss.item()) - float(lt.item())) <= 1e-5 * abs(float(lt.item()))
+    assert rel_err(xm.grad.cpu().numpy(), xt.grad.cpu().numpy()) <= 1e-5
+
+
+def test_cross_entropy_float64_on_the_gpu_runs_the_reference(cp):
+    from minidl.primitives import cross_entropy_backward, cross_entropy_forward
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((6, 5))
+    t = rng.integers(0, 5, 6)
+    loss, stats, denom = cross_entropy_forward(cp.asarray(x), cp.asarray(t), label_smoothing=0.1)
+    dx = cross_entropy_backward(cp.asarray(x), cp.asarray(t), stats, cp.asarray(1.0), denom, label_smoothing=0.1)
+    ref_loss, ref_stats, ref_denom = cross_entropy_forward(x, t, label_smoothing=0.1)
+    ref_dx = cross_entropy_backward(x, t, ref_stats, np.float64(1.0), ref_denom, label_smoothing=0.1)
+    assert loss.dtype == cp.float64 and rel_err(cp.asnumpy(loss), ref_loss) <= 1e-12
+    assert rel_err(cp.asnumpy(dx), ref_dx) <= 1e-12

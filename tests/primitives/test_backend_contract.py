@@ -62,6 +62,7 @@ HELPER_KERNELS = {
     "attention_dq_finish": "scales and rounds attention_backward's fp32 dQ sums: data movement",
     "convolution_backward_bias_finish": "pass 2 of convolution_backward_bias_nhwc: adds its per-chunk column sums "
                                         "in order and writes db in the data's dtype",
+    "cross_entropy_reduce": "pass 2 of cross_entropy_forward: the per-row losses and weights summed in one block",
     "layer_norm_backward_data": "dx of layer_norm_backward (the reference computes dx, dweight and dbias in one "
                                 "function; the kernel splits them)",
     "layer_norm_backward_params": "pass 1 of layer_norm_backward's dweight/dbias (per-chunk column sums)",
@@ -76,6 +77,7 @@ VARIANTS = [
      r"convolution_\1_implicit_gemm_tc"),                                    # tensor cores: kind, tile
     (r"^(pooling_\w+)_k2s2$", r"\1"),                                        # the 2x2 / stride-2 fast path
     (r"^(softmax_\w+)_(warp_\*|block|strided)$", r"\1"),                     # one warp / block per row
+    (r"^(cross_entropy_forward)_(warp|strided)$", r"\1"),                     # one warp / thread per row
     (r"^gemm_(nn|nt|tn|tt)_bn\d+$", "gemm"),                                 # transposes, tile width
     (r"^gemm_tc$", "gemm"),                                                  # template: kind, tile, transposes
     (r"^gemm_wgmma$", "gemm"),                                               # Hopper's wgmma: kind, tile, transposes

@@ -118,3 +118,83 @@ def test_errors():
         softmax_backward(x, x.astype(np.float64))
     with pytest.raises(ValueError, match="softmax_forward: beta=1.0 blends"):
         softmax_forward(x, beta=1.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# cross_entropy_forward / cross_entropy_backward (the fused log-softmax + NLL at class indices)
+# ------------------------------------------------------------------------------------------------
+
+from minidl.primitives import cross_entropy_backward, cross_entropy_forward  # noqa: E402
+
+
+def _torch_cross_entropy(x, t, w, reduction, ignore_index, eps, g):
+    xt = torch.tensor(x, requires_grad=True)
+    loss = torch.nn.functional.cross_entropy(xt, torch.tensor(t), weight=None if w is None else torch.tensor(w),
+                                             reduction=reduction, ignore_index=ignore_index, label_smoothing=eps)
+    loss.backward(torch.tensor(g))
+    return loss.detach().numpy(), xt.grad.numpy()
+
+
+@pytest.mark.parametrize("shape", [(6, 5), (1, 2), (4, 7, 3), (2, 3, 2, 4)])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("weighted,eps", [(False, 0.0), (True, 0.0), (False, 0.2), (True, 0.35)])
+def test_cross_entropy_against_torch(shape, reduction, weighted, eps, rng):
+    x = rng.standard_normal(shape) * 3
+    t = rng.integers(0, shape[1], (shape[0],) + shape[2:])
+    t.flat[-1] = 7 if t.size > 1 else t.flat[-1]           # a custom ignore_index below
+    w = rng.uniform(0.2, 2.0, shape[1]) if weighted else None
+    loss, stats, denom = cross_entropy_forward(x, t, w, reduction=reduction, ignore_index=7, label_smoothing=eps)
+    g = rng.standard_normal(loss.shape)
+    dx = cross_entropy_backward(x, t, stats, g, denom, w, reduction=reduction, ignore_index=7, label_smoothing=eps)
+    ref_loss, ref_dx = _torch_cross_entropy(x, t, w, reduction, 7, eps, g)
+    assert loss.shape == ref_loss.shape and dx.shape == x.shape
+    assert rel_err(loss, ref_loss) <= 1e-12 and rel_err(dx, ref_dx) <= 1e-12
+    assert stats.shape == (t.size, 2)
+
+
+def test_cross_entropy_float32_confident_rows(rng):
+    """A confident row's loss and gradient are tiny: computed as (x - max) - log-sum and p - 1, not as
+    differences of large rounded numbers, they match torch's float32 to its own rounding."""
+    x = np.array([[1.7622, -5.6904], [9.5, 1.0]], dtype=np.float32)
+    t = np.array([0, 0])
+    w = np.array([1.3, 0.4], dtype=np.float32)
+    loss, stats, denom = cross_entropy_forward(x, t, w, reduction="none")
+    dx = cross_entropy_backward(x, t, stats, np.ones(2, np.float32), denom, w, reduction="none")
+    ref_loss, ref_dx = _torch_cross_entropy(x, t, w, "none", -100, 0.0, np.ones(2, np.float32))
+    assert rel_err(loss, ref_loss) <= 1e-6 and rel_err(dx, ref_dx) <= 1e-6
+
+
+def test_cross_entropy_out_of_range_rows_are_nan(rng):
+    """The primitive does not raise on a bad index (the GPU could not without a sync): that row is NaN."""
+    x = rng.standard_normal((3, 4))
+    t = np.array([1, 9, -100])
+    loss, stats, denom = cross_entropy_forward(x, t, reduction="none")
+    assert np.isnan(loss[1]) and np.isfinite(loss[0]) and loss[2] == 0
+    dx = cross_entropy_backward(x, t, stats, np.ones(3), denom, reduction="none")
+    assert np.isnan(dx[1]).all() and np.isfinite(dx[0]).all() and (dx[2] == 0).all()
+    assert denom == 1.0   # only row 0 counts towards a mean
+
+
+def test_cross_entropy_float16_runs_in_float32(rng):
+    x = (rng.standard_normal((5, 6)) * 2).astype(np.float16)
+    t = rng.integers(0, 6, 5)
+    loss, stats, denom = cross_entropy_forward(x, t)
+    dx = cross_entropy_backward(x, t, stats, np.float16(1.0), denom)
+    assert loss.dtype == np.float16 and stats.dtype == np.float32 and dx.dtype == np.float16
+    ref_loss, ref_dx = _torch_cross_entropy(x.astype(np.float32), t, None, "mean", -100, 0.0, np.float32(1.0))
+    assert abs(float(loss) - float(ref_loss)) <= 1e-3 * abs(float(ref_loss)) + 1e-3
+    assert rel_err(dx.astype(np.float32), ref_dx) <= 2e-3
+
+
+def test_cross_entropy_errors(rng):
+    x = rng.standard_normal((4, 3))
+    with pytest.raises(TypeError, match=r"cross_entropy_forward: target must hold integer class indices"):
+        cross_entropy_forward(x, np.zeros(4))
+    with pytest.raises(ValueError, match=r"cross_entropy_forward: x \(4, 3\) expects a target of shape \(4\)"):
+        cross_entropy_forward(x, np.zeros((4, 1), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"weight has shape \(2\), expected \(3,\)"):
+        cross_entropy_forward(x, np.zeros(4, dtype=np.int64), np.ones(2))
+    with pytest.raises(ValueError, match=r"must be \(N, C\) or \(N, C, d1, ...\), got shape \(3\)"):
+        cross_entropy_forward(x[0], np.zeros((), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"reduction must be 'mean', 'sum' or 'none', got 'avg'"):
+        cross_entropy_forward(x, np.zeros(4, dtype=np.int64), reduction="avg")

@@ -9,6 +9,7 @@ import numpy as np
 
 from ..._dtypes import is_floating, is_half, promote_floats
 from ... import _device, backends
+from ... import primitives as P
 from ..._device import get_array_module, is_cuda_array
 from ...autograd.function import Function
 from ...amp.autocast_mode import cast_inputs as _autocast
@@ -16,15 +17,11 @@ from ...ops import where
 from ._checks import (_check_float_tensor, _check_reduction, _check_same_device, _check_same_dtype, _check_tensor, _reduce)
 
 
-def _class_targets(op, input, target, weight, ignore_index):
-    """Check class-index targets against input (N, C, d1, ...).
-
-    Returns (C, t, valid, bad): t the targets as (M,), valid the rows that count (not ignore_index,
-    index in range), bad the rows whose index is out of range, or None when that was checked here.
-    On the CPU (or with minidl.backends.cuda.check_indices) an out-of-range index raises now; on the
-    GPU the check stays on the device (reading its result would wait for the GPU in every step) and
-    the bad rows' losses become NaN instead (see _class_weights_matrix).
-    """
+def _check_class_targets(op, input, target, ignore_index):
+    """Check class-index targets (N, d1, ...) against input (N, C, d1, ...): dtype, shape, and, on the CPU
+    (or with minidl.backends.cuda.check_indices), that every index is in range or ignore_index. On the
+    GPU that check would read a flag back and wait for the GPU in every step, so there an out-of-range
+    index makes its row's loss and gradient NaN instead (in the kernels) and nothing raises."""
     C = input.shape[1]
     expected = (input.shape[0],) + input.shape[2:]
     if target.dtype.kind not in "iu":
@@ -35,22 +32,32 @@ def _class_targets(op, input, target, weight, ignore_index):
     if target.shape != expected:
         raise ValueError(f"{op}: input {input.shape} expects a target of shape {expected}, got {target.shape}")
     t = target._data.reshape(-1)
+    if is_cuda_array(t) and not backends.cuda.check_indices:
+        return
+    if is_cuda_array(t):
+        _device.check_not_capturing(f"{op} with minidl.backends.cuda.check_indices=True",
+                                    "the eager index check reads a flag back from the GPU")
+    if not t.size or (is_cuda_array(t) is False and 0 <= t.min() and t.max() < C):   # the CPU's common case
+        return
+    bad = (t != ignore_index) & ((t < 0) | (t >= C))
+    if bool(bad.any()):  # on the GPU: one reduction read back, so one sync
+        xp = get_array_module(t)
+        first = int(t[xp.nonzero(bad)[0][0]])
+        raise ValueError(
+            f"{op}: target holds class index {first}, out of range for {C} classes (input {input.shape}); "
+            f"valid indices are 0..{C - 1} or ignore_index={ignore_index}"
+        )
+
+
+def _class_targets(op, input, target, ignore_index):
+    """_check_class_targets, then (C, t, valid, bad) for the losses written as array math (nll_loss): t the
+    targets as (M,), valid the rows that count, bad the rows out of range (None when checked above)."""
+    _check_class_targets(op, input, target, ignore_index)
+    C, t = input.shape[1], target._data.reshape(-1)
     in_range = (t >= 0) & (t < C)
     not_ignored = t != ignore_index
-    bad = not_ignored & ~in_range
-    if not is_cuda_array(t) or backends.cuda.check_indices:
-        if is_cuda_array(t):
-            _device.check_not_capturing(f"{op} with minidl.backends.cuda.check_indices=True",
-                                        "the eager index check reads a flag back from the GPU")
-        if t.size and bool(bad.any()):  # on the GPU: one reduction read back, so one sync
-            xp = get_array_module(t)
-            first = int(t[xp.nonzero(bad)[0][0]])
-            raise ValueError(
-                f"{op}: target holds class index {first}, out of range for {C} classes (input {input.shape}); "
-                f"valid indices are 0..{C - 1} or ignore_index={ignore_index}"
-            )
-        bad = None
-    return C, t, not_ignored & in_range, bad
+    checked = not is_cuda_array(t) or backends.cuda.check_indices
+    return C, t, not_ignored & in_range, None if checked else not_ignored & ~in_range
 
 
 def _check_weight(op, weight, C, input):
@@ -112,7 +119,23 @@ def _reduce_rows(per_row, reduction, denom, out_shape):
 
 
 class CrossEntropy(Function):
-    """log-softmax and negative log-likelihood in one op.
+    """log-softmax and the negative log-likelihood at class indices, one op over one primitive pair
+    (primitives.cross_entropy_forward / _backward: on the GPU one kernel pass each way, plus one block
+    for the reduction). Saved for backward: the logits, the targets and two numbers per row (max, log-sum-exp)."""
+
+    def forward(self, x, target, weight, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+        self.params = dict(reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing)
+        loss, self.stats, self.denom = P.cross_entropy_forward(x, target, weight, **self.params)
+        self.x, self.target, self.weight = x, target, weight
+        return loss
+
+    def backward(self, g):
+        dx = P.cross_entropy_backward(self.x, self.target, self.stats, g, self.denom, self.weight, **self.params)
+        return dx, None, None
+
+
+class CrossEntropyProbabilities(Function):
+    """log-softmax and the negative log-likelihood against class probabilities in one op.
 
     Rows: z (M, C) logits, q (M, C) target weights (see _class_weights_matrix; for probability targets
     q = w * p). Forward: log p = z - max z - log sum exp(z - max z); loss_m = -sum_c q_mc log p_mc.
@@ -206,12 +229,12 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
         w_arr = w if w is not None else xp.ones((C,), dtype=dtype)
         q = p * w_arr[None, :]
         denom = dtype.type(p.shape[0])  # PyTorch: mean over the predictions, not the weights
-        return CrossEntropy.apply(input, target, q, denom, reduction=reduction,
-                                  out_shape=(input.shape[0],) + input.shape[2:],
-                                  prob_smoothing=(label_smoothing, w_arr))
-    C, t, valid, bad = _class_targets(op, input, target, weight, ignore_index)
-    q, denom = _class_weights_matrix(t, valid, w, C, label_smoothing, dtype, bad)
-    return CrossEntropy.apply(input, None, q, denom, reduction=reduction, out_shape=target.shape)
+        return CrossEntropyProbabilities.apply(input, target, q, denom, reduction=reduction,
+                                               out_shape=(input.shape[0],) + input.shape[2:],
+                                               prob_smoothing=(label_smoothing, w_arr))
+    _check_class_targets(op, input, target, ignore_index)
+    return CrossEntropy.apply(input, target, weight, reduction=reduction, ignore_index=ignore_index,
+                              label_smoothing=label_smoothing)
 
 
 class NLLLoss(Function):
@@ -223,7 +246,7 @@ class NLLLoss(Function):
         return _reduce_rows(per_row, reduction, denom, out_shape)
 
     def backward(self, g):
-        scale = CrossEntropy._row_grad_scale(self, g)
+        scale = CrossEntropyProbabilities._row_grad_scale(self, g)
         return _from_rows(-scale * self.q, self.in_shape), None, None
 
 
@@ -245,7 +268,7 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
     _check_same_device(op, input=input, target=target)
     C = input.shape[1]
     _check_weight(op, weight, C, input)
-    C, t, valid, bad = _class_targets(op, input, target, weight, ignore_index)
+    C, t, valid, bad = _class_targets(op, input, target, ignore_index)
     q, denom = _class_weights_matrix(t, valid, weight._data if weight is not None else None, C, 0.0, input.dtype,
                                      bad)
     return NLLLoss.apply(input, q, denom, reduction=reduction, out_shape=target.shape)

@@ -1,4 +1,5 @@
-"""CuPy launchers of kernels/softmax.cu: softmax / log-softmax over any axis, forward and backward.
+"""CuPy launchers of kernels/softmax.cu: softmax / log-softmax over any axis, forward and backward, and the
+fused cross-entropy against class indices.
 
 The input is viewed as (outer, L, inner) with L the softmax axis. inner == 1 runs one warp per row
 (the row in registers) up to L = 1024 and one block per row beyond; inner > 1 runs one thread per
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 import math
 
+import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, kernel_output
+from ._launch import THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, kernel_output, null_pointer
 
 WARP_ROWS_PER_BLOCK = 4     # 128 threads: four rows per block
 MAX_WARP_ROW = 1024         # 32 registers per lane for the row
@@ -73,3 +75,85 @@ def softmax_backward(y, dy, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0
     target, original = kernel_output(op, out, y.shape, beta, y, dy)
     _launch("backward", (y, dy), y.shape, axis, algorithm, alpha, beta, target)
     return finish(target, original)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cross-entropy against class indices (kernels/softmax.cu, "Cross-entropy"): forward = one pass over
+# the logits + one block for the reduction; backward = one elementwise pass. float64 runs the reference.
+# ------------------------------------------------------------------------------------------------
+
+CE_WARP_ROWS_PER_BLOCK = 4
+CE_REDUCE_THREADS = 1024
+
+
+def _ce_split(x):
+    """(outer, C, inner) of logits (N, C, d1, ...): rows = outer * inner."""
+    return int(x.shape[0]), int(x.shape[1]), math.prod(x.shape[2:])
+
+
+def _ce_fallback(x):
+    return x.dtype != cupy.float32
+
+
+def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    """(loss, stats, denom): the loss (0-d, or the target's shape for "none"), (max, log sum exp(x - max)) per
+    row (float32, kept for the backward pass) and the mean's denominator (0-d: the summed weights of the rows
+    that count)."""
+    if _ce_fallback(x):
+        from ..cpu import softmax as reference
+        return reference.cross_entropy_forward(x, target, weight, reduction=reduction, ignore_index=ignore_index,
+                                               label_smoothing=label_smoothing)
+    x, t = contiguous(x), _int64(target)
+    outer, C, inner = _ce_split(x)
+    rows = outer * inner
+    w = contiguous(weight) if weight is not None else None
+    loss_rows = cupy.empty(rows, dtype=cupy.float32)
+    weight_rows = cupy.empty(rows, dtype=cupy.float32)
+    stats = cupy.empty((rows, 2), dtype=cupy.float32)
+    wp = w if w is not None else null_pointer()
+    if rows:
+        if inner == 1:
+            blocks = (rows + CE_WARP_ROWS_PER_BLOCK - 1) // CE_WARP_ROWS_PER_BLOCK
+            get_kernel("softmax", "cross_entropy_forward_warp")(
+                (blocks,), (32 * CE_WARP_ROWS_PER_BLOCK,),
+                (x, t, wp, loss_rows, weight_rows, stats, np.int64(rows), np.int32(C), np.int64(ignore_index),
+                 np.float32(label_smoothing)))
+        else:
+            get_kernel("softmax", "cross_entropy_forward_strided")(
+                (grid_stride_blocks(rows),), (THREADS,),
+                (x, t, wp, loss_rows, weight_rows, stats, np.int64(rows), np.int32(C), np.int64(inner),
+                 np.int64(ignore_index), np.float32(label_smoothing)))
+    if reduction == "none":
+        return loss_rows.reshape(target.shape), stats, cupy.empty((), dtype=cupy.float32)
+    sums = cupy.empty(2, dtype=cupy.float32)
+    get_kernel("softmax", "cross_entropy_reduce")(
+        (1,), (CE_REDUCE_THREADS,), (loss_rows, weight_rows, np.int64(rows), np.int32(reduction == "mean"), sums))
+    return sums[0], stats, sums[1]
+
+
+def cross_entropy_backward(x, target, stats, dloss, denom, weight=None, *, reduction="mean", ignore_index=-100,
+                           label_smoothing=0.0):
+    """dx (x's shape) from the forward's stats and denom and the loss's gradient dloss."""
+    if _ce_fallback(x):
+        from ..cpu import softmax as reference
+        return reference.cross_entropy_backward(x, target, stats, dloss, denom, weight, reduction=reduction,
+                                                ignore_index=ignore_index, label_smoothing=label_smoothing)
+    x, t = contiguous(x), _int64(target)
+    outer, C, inner = _ce_split(x)
+    dx = cupy.empty(x.shape, dtype=cupy.float32)
+    if dx.size == 0:
+        return dx
+    dloss = contiguous(dloss.astype(cupy.float32, copy=False))
+    w = contiguous(weight) if weight is not None else None
+    # sum_c w_c, only where label smoothing spreads weight over every class and the weights are not all 1
+    w_total = w.sum() if (w is not None and label_smoothing) else None
+    get_kernel("softmax", "cross_entropy_backward")(
+        (grid_stride_blocks(dx.size),), (THREADS,),
+        (x, t, stats, w if w is not None else null_pointer(), w_total if w_total is not None else null_pointer(),
+         dloss, np.int64(1 if reduction == "none" else 0), denom if reduction == "mean" else null_pointer(), dx,
+         np.int64(outer), np.int32(C), np.int64(inner), np.int64(ignore_index), np.float32(label_smoothing)))
+    return dx
+
+
+def _int64(target):
+    return contiguous(target if target.dtype == cupy.int64 else target.astype(cupy.int64))
