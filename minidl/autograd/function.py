@@ -11,6 +11,7 @@ How it works (micrograd's idea, with tensors):
 """
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
@@ -406,7 +407,12 @@ def _run_backward(tensor, grad_array, retain_graph):
                 if g.dtype != inp.dtype:
                     g = g.astype(inp.dtype)
                 if inp._ctx is None:
-                    _accumulate_leaf(inp, g)
+                    # The leaf may keep g itself (no copy) when nothing else can reach it: it owns its memory
+                    # and the only references are this frame's g and grads_in's slot (PyTorch's AccumulateGrad
+                    # steals a gradient the same way, by its use count). A gradient returned twice, kept by
+                    # the Function, passed through from grads_out or a view of another array is copied.
+                    refs = sys.getrefcount(g)
+                    _accumulate_leaf(inp, g, owned=refs <= _FRESH_REFS and g.base is None)
                 else:
                     slots = pending.setdefault(id(inp._ctx), [None] * len(inp._ctx._output_meta))
                     prev = slots[inp._out_index]
@@ -451,16 +457,31 @@ def _run_hooks(tensor, g):
     return g
 
 
-def _accumulate_leaf(tensor, g, run_hooks=True):
+def _fresh_refcount():
+    """What sys.getrefcount says, in _run_backward's loop, of a gradient that only that loop holds (its
+    local name, its slot in grads_in and zip's reused result tuple): measured the same way, not assumed,
+    as the count depends on the interpreter (3.14 borrows references that 3.11 counts)."""
+    for _, g in zip((None,), (np.empty(0),)):
+        refs = sys.getrefcount(g)
+        return refs
+
+
+_FRESH_REFS = _fresh_refcount()
+
+
+def _accumulate_leaf(tensor, g, run_hooks=True, owned=False):
+    """tensor.grad += g (or = g). owned: nobody else holds g, so the leaf may keep it instead of a copy."""
     Tensor = _TENSOR[0] if _TENSOR else _tensor_class()
     if run_hooks and tensor._hooks:
-        g = _run_hooks(tensor, g)
+        g, owned = _run_hooks(tensor, g), False
     if tensor.grad is None:
-        # A fresh array: never alias a gradient that another tensor (or the caller) still holds. It takes
+        # Never alias a gradient that another tensor (or the caller) still holds: a copy unless owned. It takes
         # the parameter's memory format (as PyTorch's AccumulateGrad), so a channels_last filter's
         # gradient is channels_last too and an optimizer updates the two alike.
         if tensor.ndim in (4, 5) and not tensor._data.flags.c_contiguous and _layout.strictly_channels_last(tensor._data):
             tensor.grad = Tensor._make(_layout.copy_as(g, True))
+        elif owned and g.flags.c_contiguous and g.shape == tensor._data.shape:
+            tensor.grad = Tensor._make(g)
         else:
             tensor.grad = Tensor._make(g.copy())
     else:

@@ -38,10 +38,12 @@ def test_profile_counts_each_primitive_call_of_a_step(tmp_path):
     assert P.convolution_forward is original  # restored: nothing is wrapped outside a profile
     rows = {r["name"]: r for r in prof.key_averages()}
     # Per step: conv fwd, BN fwd, ReLU fwd, max-pool fwd, 1 GEMM (Linear fwd); backward: Linear's 2
-    # GEMMs (dx, dW), max-pool, ReLU, BN backward, conv backward_filter (the input needs no grad).
+    # GEMMs (dx, dW), max-pool, ReLU, BN backward, conv backward_filter (the input needs no grad); the loss's
+    # fused cross-entropy forward and backward.
     expected = {"convolution_forward": 2, "batch_norm_forward_training": 2, "activation_forward": 2,
                 "pooling_forward": 2, "gemm": 6, "pooling_backward": 2, "activation_backward": 2,
-                "batch_norm_backward": 2, "convolution_backward_filter": 2, "train_step": 2}
+                "batch_norm_backward": 2, "convolution_backward_filter": 2, "cross_entropy_forward": 2,
+                "cross_entropy_backward": 2, "train_step": 2}
     assert {k: rows[k]["count"] for k in expected} == expected
     assert set(rows) == set(expected)
     assert all(r["launches"] == 0 and r["cuda_time_total"] == 0.0 for r in rows.values())  # NumPy path

@@ -574,3 +574,39 @@ def test_python_floor_divide_equals_numpys():
         got, want = _python_floor_divide(np, a, b), np.floor_divide(a, b)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_a_leaf_keeps_a_fresh_gradient_without_copying_it():
+    """AccumulateGrad steals a gradient nobody else holds (as PyTorch), and copies one that is shared."""
+    seen = {}
+
+    class Fresh(minidl.autograd.Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, g):
+            dx = g * 2
+            seen["dx"] = id(dx)          # an id, not a reference: the array stays unshared
+            return dx
+
+    x = minidl.tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    Fresh.apply(x).sum().backward()
+    assert id(x.grad._data) == seen["dx"] and x.grad.numpy().tolist() == [2.0, 2.0, 2.0]
+
+    # Shared gradients are copied: Add hands one array to both inputs, the user's seed stays the user's.
+    a = minidl.tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    b = minidl.tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    (a + b).backward(minidl.tensor(np.full(3, 2.0, dtype=np.float32)))
+    assert not np.shares_memory(a.grad.numpy(), b.grad.numpy())
+    seed = minidl.tensor(np.full(3, 4.0, dtype=np.float32))
+    c = minidl.tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    c.backward(seed)
+    c.grad.numpy()[0] = 0.0
+    assert seed.numpy().tolist() == [4.0, 4.0, 4.0]
+    # retain_grad keeps its own copy: the intermediate's gradient is still used by the backward after it.
+    x = minidl.tensor(np.ones(3, dtype=np.float32), requires_grad=True)
+    h = x * 2
+    h.retain_grad()
+    (h * 3).sum().backward()
+    assert not np.shares_memory(h.grad.numpy(), x.grad.numpy())
+    assert h.grad.numpy().tolist() == [3.0] * 3 and x.grad.numpy().tolist() == [6.0] * 3
