@@ -123,11 +123,11 @@ def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_in
                 (grid_stride_blocks(rows),), (THREADS,),
                 (x, t, wp, loss_rows, weight_rows, stats, np.int64(rows), np.int32(C), np.int64(inner),
                  np.int64(ignore_index), np.float32(label_smoothing)))
-    if reduction == "none":
-        return loss_rows.reshape(target.shape), stats, cupy.empty((), dtype=cupy.float32)
-    sums = cupy.empty(2, dtype=cupy.float32)
+    sums = cupy.empty(2, dtype=cupy.float32)    # the reduced loss and the mean's denominator (also for "none")
     get_kernel("softmax", "cross_entropy_reduce")(
         (1,), (CE_REDUCE_THREADS,), (loss_rows, weight_rows, np.int64(rows), np.int32(reduction == "mean"), sums))
+    if reduction == "none":
+        return loss_rows.reshape(target.shape), stats, sums[1]
     return sums[0], stats, sums[1]
 
 
