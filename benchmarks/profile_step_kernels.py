@@ -1,9 +1,12 @@
 """Where a minidl training step's GPU time goes, kernel by kernel: torch.profiler's CUPTI tracing sees every
 kernel of the process (ours, CuPy's elementwise and copy kernels, cuBLAS), which minidl.profiler does not
 (it times the primitive calls only). One model of bench_gpu_train_step.py, eager, in a math mode, optionally
-channels_last; prints the kernels by total GPU time per step.
+channels_last; prints the kernels by total GPU time per step. --sources adds, for every kernel minidl did not
+write (CuPy's elementwise, reduction, copy and fill kernels, memsets and copies), the minidl source line that
+launched it: one more step runs under torch.profiler's Python tracer, and each kernel is matched, through its
+launch call's correlation id, to the innermost minidl frames around that call.
 
-    python3 benchmarks/profile_step_kernels.py --model 2 --math bf16 --channels-last [--steps 3] [--top 30]
+    python3 benchmarks/profile_step_kernels.py --model 2 --math bf16 --channels-last [--steps 3] [--top 30] [--sources]
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ def main():
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--sources", action="store_true", help="where each CuPy-launched kernel comes from")
     args = ap.parse_args()
 
     import torch
@@ -79,6 +83,48 @@ def main():
     for kname, us in sorted(total.items(), key=lambda kv: -kv[1])[: args.top]:
         ms = us / 1e3 / args.steps
         print(f"| {ms:.3f} | {100 * ms / all_ms:.1f}% | {count[kname] / args.steps:.0f} | `{kname[:90]}` |")
+
+    if args.sources:
+        print_sources(profile, ProfilerActivity, step)
+
+
+def _ours(kernel_name: str) -> bool:
+    """Whether a kernel is one of kernels/*.cu: CuPy's own are cupy_* (elementwise, reduction, copy, fill) or
+    CUB's / Thrust's (reductions, sorts, scans)."""
+    return not (kernel_name.startswith("cupy_") or "cub::" in kernel_name or "thrust::" in kernel_name)
+
+
+def print_sources(profile, ProfilerActivity, step):
+    """One step under the Python tracer; each non-minidl kernel -> the minidl lines around its launch call."""
+    import json
+    import tempfile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+        step()
+        import torch
+
+        torch.cuda.synchronize()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    events = json.load(open(path))["traceEvents"]
+    python = [e for e in events if e.get("cat") == "python_function" and "dur" in e]
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    where = collections.Counter()
+    for k in events:
+        if k.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset") or _ours(k.get("name", "")):
+            continue
+        launch = launches.get(k.get("args", {}).get("correlation"))
+        frames = []
+        if launch is not None:
+            around = [p for p in python if p["tid"] == launch["tid"] and p["ts"] <= launch["ts"] <= p["ts"] + p["dur"]]
+            frames = [p["name"] for p in sorted(around, key=lambda p: -p["ts"]) if "minidl/" in p["name"]
+                      and "/benchmarks/" not in p["name"]][:3]
+        where[(k["name"][:60], " <- ".join(f.split("minidl/")[-1] for f in frames) or "(no minidl frame)")] += 1
+    print("\n| calls | kernel (not minidl's) | launched from (innermost minidl frames) |")
+    print("| ---: | --- | --- |")
+    for (kname, frames), n in sorted(where.items(), key=lambda kv: -kv[1]):
+        print(f"| {n} | `{kname}` | {frames} |")
 
 
 if __name__ == "__main__":
