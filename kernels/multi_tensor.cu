@@ -277,3 +277,25 @@ extern "C" __global__ void multi_tensor_scale(const long long* table, int n_tens
         for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) row.grad[i] = __fmul_rn(row.grad[i], c);
     }
 }
+
+// GradScaler's unscale and inf/NaN check over the list (torch's _amp_foreach_non_finite_check_and_unscale_):
+// *found_inf = 1 where any element is inf or NaN (every writer stores the same 1.0f, so the result does not
+// depend on which thread wins), and, when scale is given, grad *= the float32 inverse of *scale, computed in
+// float64 as the host reference does (1 / double(scale), rounded once).
+extern "C" __global__ void multi_tensor_unscale(const long long* table, int n_tensors, long long total_chunks,
+                                                const float* scale, float* found_inf)
+{
+    const float inv = scale != nullptr ? (float)(1.0 / (double)*scale) : 1.0f;
+    bool bad = false;
+    for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
+        const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
+        const long long begin = (chunk - row.first_chunk) * CHUNK;
+        const long long end = min(begin + CHUNK, row.numel);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) {
+            const float g = row.grad[i];
+            bad |= !isfinite(g);
+            if (scale != nullptr) row.grad[i] = __fmul_rn(g, inv);
+        }
+    }
+    if (bad) *found_inf = 1.0f;
+}

@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 
 from .. import _device
+from .. import primitives as P
 from .._dtypes import float16, float32
 
 
@@ -102,15 +103,20 @@ class GradScaler:
     def _grads(self, optimizer):
         return [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
 
-    def _check_and_unscale(self, optimizer, inv_scale, allow_fp16: bool):
+    def _check_and_unscale(self, optimizer, unscale: bool, allow_fp16: bool):
         """found_inf (0-d float32 on the device): 1.0 if any gradient holds inf or NaN, else 0.0.
-        Every gradient is multiplied by inv_scale in place (None: checked only)."""
+        With unscale, every gradient is multiplied in place by float32(1 / float64(scale)) (as torch)."""
         grads = self._grads(optimizer)
         xp = _device.get_array_module(self._scale)
         found_inf = xp.zeros((), dtype=float32)
         if not allow_fp16 and any(g.dtype == float16 for g in grads):   # before any is touched: none half-unscaled
             raise ValueError("GradScaler: attempting to unscale float16 gradients: keep the parameters "
                              "in float32 and run the forward pass under minidl.autocast instead")
+        arrays = [g._data for g in grads]
+        if arrays and xp is not np and P.multi_tensor_supported(*arrays):   # one launch for the whole list
+            P.multi_tensor_unscale(arrays, self._scale if unscale else None, found_inf)
+            return found_inf
+        inv_scale = (1.0 / self._scale.astype(np.float64)).astype(float32) if unscale else None
         for g in grads:
             arr = g._data
             found_inf = xp.maximum(found_inf, (~xp.isfinite(arr)).any().astype(float32))
@@ -129,8 +135,7 @@ class GradScaler:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
         if state["stage"] is OptState.STEPPED:
             raise RuntimeError("unscale_() is being called after step().")
-        inv_scale = (1.0 / self._scale.astype(np.float64)).astype(float32)
-        state["found_inf"] = self._check_and_unscale(optimizer, inv_scale, allow_fp16=False)
+        state["found_inf"] = self._check_and_unscale(optimizer, True, allow_fp16=False)
         state["stage"] = OptState.UNSCALED
 
     # ------------------------------------------------------------------------------------------
@@ -154,7 +159,7 @@ class GradScaler:
             raise RuntimeError("step() has already been called since the last update().")
         if getattr(optimizer, "_step_supports_amp_scaling", False):
             if state["stage"] is OptState.READY:
-                state["found_inf"] = self._check_and_unscale(optimizer, None, allow_fp16=True)
+                state["found_inf"] = self._check_and_unscale(optimizer, False, allow_fp16=True)
             grad_scale = None if state["stage"] is OptState.UNSCALED else self._scale
             result = optimizer.step(*args, grad_scale=grad_scale, found_inf=state["found_inf"], **kwargs)
             state["stage"] = OptState.STEPPED

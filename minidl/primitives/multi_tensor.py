@@ -25,7 +25,7 @@ from __future__ import annotations
 from ._common import is_cuda_array
 
 __all__ = ["multi_tensor_sgd", "multi_tensor_adam", "multi_tensor_rmsprop", "multi_tensor_zero", "multi_tensor_l2norm", "multi_tensor_scale",
-           "multi_tensor_supported"]
+           "multi_tensor_unscale", "multi_tensor_supported"]
 
 
 def multi_tensor_supported(*arrays) -> bool:
@@ -102,3 +102,16 @@ def multi_tensor_l2norm(tensors, max_norm=None):
 
 def multi_tensor_scale(tensors, coef):
     return _impl(_check_rows("multi_tensor_scale", tensors=tensors)).multi_tensor_scale(tensors, coef)
+
+
+def multi_tensor_unscale(tensors, scale, found_inf):
+    """GradScaler's check and unscale in one pass over the list: found_inf (0-d float32) becomes 1 if any
+    element is inf or NaN (it is never reset here), and when scale (0-d float32) is given every element
+    is multiplied by float32(1 / float64(scale)), as torch's _amp_foreach_non_finite_check_and_unscale_."""
+    if not tensors:
+        return
+    gpu = _check_rows("multi_tensor_unscale", tensors=tensors)
+    if tuple(found_inf.shape) != () or found_inf.dtype.name != "float32" or (gpu != is_cuda_array(found_inf)):
+        raise TypeError(f"multi_tensor_unscale: found_inf must be a 0-d float32 array on the tensors' device, got "
+                        f"shape {tuple(found_inf.shape)}, dtype {found_inf.dtype}")
+    return _impl(gpu).multi_tensor_unscale(tensors, scale, found_inf)

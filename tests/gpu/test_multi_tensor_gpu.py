@@ -172,3 +172,47 @@ def test_pointer_table_built_during_a_capture_replays():
             stream.synchronize()
             for d, h in zip(dev, host):
                 np.testing.assert_array_equal(d.get(), h * np.float32(0.5) ** k)
+
+
+@pytest.mark.parametrize("poison", [None, "inf", "nan"])
+def test_multi_tensor_unscale_equals_its_reference(poison):
+    cp = pytest.importorskip("cupy")
+    host = [a * 1024.0 for a in _params()]
+    if poison:
+        host[-1].flat[3] = np.inf if poison == "inf" else np.nan
+    dev = [cp.asarray(a) for a in host]
+    scale_h, scale_d = np.asarray(1024.0 * 3, dtype=np.float32), cp.asarray(1024.0 * 3, dtype=cp.float32)
+    found_h, found_d = np.zeros((), np.float32), cp.zeros((), cp.float32)
+    P.multi_tensor_unscale(host, scale_h, found_h)
+    P.multi_tensor_unscale(dev, scale_d, found_d)
+    assert float(found_d) == float(found_h) == (0.0 if poison is None else 1.0)
+    for d, h in zip(dev, host):
+        np.testing.assert_array_equal(d.get(), h)   # bit for bit: the same float32 inverse, one rounding
+    found_d[...] = 0
+    P.multi_tensor_unscale(dev, None, found_d)     # check only: nothing changes
+    assert float(found_d) == (0.0 if poison is None else 1.0)
+    for d, h in zip(dev, host):
+        np.testing.assert_array_equal(d.get(), h)
+
+
+def test_grad_scaler_unscales_in_one_launch():
+    """GradScaler.unscale_ over float32 CUDA gradients: one multi_tensor_unscale launch (plus the zeroed
+    found_inf), the same gradients and found_inf as the per-tensor path."""
+    cp = pytest.importorskip("cupy")
+    from minidl import profiler
+
+    params = [minidl.tensor(a, device="cuda", requires_grad=True) for a in _params()]
+    for p, g in zip(params, _grads(0)):
+        p.grad = minidl.tensor(g * 4096.0, device="cuda")
+    params[1].grad._data[0] = cp.inf
+    opt = optim.SGD(params, lr=0.1)
+    scaler = minidl.amp.GradScaler(init_scale=4096.0)
+    scaler._lazy_init(cp)
+    with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
+        scaler.unscale_(opt)
+    rows = {r["name"]: r for r in prof.key_averages()}
+    assert rows["multi_tensor_unscale"]["count"] == 1
+    found = scaler._state(opt)["found_inf"]
+    assert float(found) == 1.0
+    for p, g in zip(params[2:], _grads(0)[2:]):
+        np.testing.assert_array_equal(p.grad.cpu().numpy(), (g * 4096.0) * np.float32(1.0 / 4096.0))

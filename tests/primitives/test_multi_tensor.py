@@ -217,3 +217,20 @@ def test_fused_path_found_inf_skips_everything_and_grad_scale_unscales(name):
     ref, _ = _run_cpu(OPTIMIZERS[name], False, steps=3)
     for a, b in zip(scaled, ref):
         np.testing.assert_array_equal(a, b)   # 256 is a power of two: unscaling is exact
+
+
+def test_unscale_reference_sets_found_inf_and_multiplies_by_the_float32_inverse():
+    rng = np.random.default_rng(0)
+    tensors = [rng.standard_normal(s).astype(np.float32) * 3000 for s in [(4, 3), (7,), (2, 2, 2)]]
+    before = [t.copy() for t in tensors]
+    found = np.zeros((), np.float32)
+    P.multi_tensor_unscale(tensors, np.asarray(3000.0, np.float32), found)
+    inv = np.float32(1.0 / 3000.0)
+    assert float(found) == 0.0 and all(np.array_equal(t, b * inv) for t, b in zip(tensors, before))
+    tensors[1][2] = np.nan
+    P.multi_tensor_unscale(tensors, None, found)
+    assert float(found) == 1.0
+    P.multi_tensor_unscale([], None, found)                     # nothing to do, found_inf kept
+    assert float(found) == 1.0
+    with pytest.raises(TypeError, match="multi_tensor_unscale: found_inf must be a 0-d float32 array"):
+        P.multi_tensor_unscale(tensors, None, np.zeros(1, np.float32))

@@ -123,3 +123,12 @@ def multi_tensor_l2norm(tensors, max_norm=None):
 def multi_tensor_scale(tensors, coef):
     for a in tensors:
         a *= np.asarray(coef).astype(a.dtype)
+
+
+def multi_tensor_unscale(tensors, scale, found_inf):
+    inv = None if scale is None else (1.0 / np.asarray(scale, dtype=np.float64)).astype(np.float32)
+    for a in tensors:
+        if not np.isfinite(a).all():
+            found_inf[...] = 1.0
+        if inv is not None:
+            a *= inv.astype(a.dtype)

@@ -182,3 +182,15 @@ def multi_tensor_scale(tensors, coef):
         return
     grid, block = _grid(chunks)
     get_kernel("multi_tensor", "multi_tensor_scale")(grid, block, (table, np.int32(n), np.int64(chunks), _optional(coef)))
+
+
+def multi_tensor_unscale(tensors, scale, found_inf):
+    """In place over the list: found_inf (0-d float32, on the device) set to 1 where any element is inf or
+    NaN, and, when scale (0-d float32) is given, every element multiplied by float32(1 / float64(scale)).
+    One launch; found_inf is only ever set, never cleared (the caller zeroes it)."""
+    table, n, chunks = tensor_table((None, tensors))
+    if n == 0:
+        return
+    grid, block = _grid(chunks)
+    get_kernel("multi_tensor", "multi_tensor_unscale")(
+        grid, block, (table, np.int32(n), np.int64(chunks), _optional(scale), found_inf))
