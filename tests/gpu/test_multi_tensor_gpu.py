@@ -179,7 +179,7 @@ def test_multi_tensor_unscale_equals_its_reference(poison):
     cp = pytest.importorskip("cupy")
     host = [a * 1024.0 for a in _params()]
     if poison:
-        host[-1].flat[3] = np.inf if poison == "inf" else np.nan
+        host[0].flat[3] = np.inf if poison == "inf" else np.nan
     dev = [cp.asarray(a) for a in host]
     scale_h, scale_d = np.asarray(1024.0 * 3, dtype=np.float32), cp.asarray(1024.0 * 3, dtype=cp.float32)
     found_h, found_d = np.zeros((), np.float32), cp.zeros((), cp.float32)
