@@ -1,7 +1,7 @@
 """Where a minidl training step's GPU time goes, kernel by kernel: torch.profiler's CUPTI tracing sees every
 kernel of the process (ours, CuPy's elementwise and copy kernels, cuBLAS), which minidl.profiler does not
 (it times the primitive calls only). One model of bench_gpu_train_step.py, eager, in a math mode, optionally
-channels_last; prints the kernels by total GPU time per step. --sources adds, for every kernel minidl did not
+channels_last (or, with --gpt, bench_gpt_step.py's char_gpt step); prints the kernels by total GPU time per step. --sources adds, for every kernel minidl did not
 write (CuPy's elementwise, reduction, copy and fill kernels, memsets and copies), the minidl source line that
 launched it: one more step runs under torch.profiler's Python tracer, and each kernel is matched, through its
 launch call's correlation id, to the innermost minidl frames around that call.
@@ -26,6 +26,7 @@ from bench_gpu_train_step import MODELS  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", type=int, default=2, help="index into bench_gpu_train_step.MODELS")
+    ap.add_argument("--gpt", action="store_true", help="bench_gpt_step.py's char_gpt step instead (--math fp32|bf16)")
     ap.add_argument("--math", choices=("fp32", "tf32", "bf16"), default="bf16")
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--steps", type=int, default=3)
@@ -40,6 +41,28 @@ def main():
     tf32 = args.math == "tf32"
     minidl.backends.cudnn.allow_tf32 = tf32
     minidl.backends.cuda.matmul.allow_tf32 = tf32
+    if args.gpt:
+        from bench_gpt_step import make_steps
+
+        step, _ = make_steps(amp=args.math == "bf16")
+        name = "char_gpt (bench_gpt_step.py)"
+    else:
+        name, step = _model_step(args, minidl)
+
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.steps):
+            step()
+        torch.cuda.synchronize()
+    report(args, name, prof, DeviceType)
+    if args.sources:
+        print_sources(profile, ProfilerActivity, step)
+
+
+def _model_step(args, minidl):
+    """(name, step) of one model of bench_gpu_train_step.py."""
     name = list(MODELS)[args.model]
     build, make_batch, opt_name = MODELS[name]
     model = build(minidl.nn).to("cuda")
@@ -62,13 +85,11 @@ def main():
         loss.backward()
         opt.step()
 
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(args.steps):
-            step()
-        torch.cuda.synchronize()
+    return name, step
+
+
+def report(args, name, prof, DeviceType):
+    """The kernels of the profiled steps by total GPU time."""
     total = collections.defaultdict(float)
     count = collections.Counter()
     for e in prof.events():
@@ -83,9 +104,6 @@ def main():
     for kname, us in sorted(total.items(), key=lambda kv: -kv[1])[: args.top]:
         ms = us / 1e3 / args.steps
         print(f"| {ms:.3f} | {100 * ms / all_ms:.1f}% | {count[kname] / args.steps:.0f} | `{kname[:90]}` |")
-
-    if args.sources:
-        print_sources(profile, ProfilerActivity, step)
 
 
 def _ours(kernel_name: str) -> bool:
