@@ -19,6 +19,10 @@
 // a range of K and writes its raw partial sums to `partial` (split, batch, M, N); the kernel
 // gemm_splitk_reduce then sums the slices and blends into C. That keeps small-M*N, large-K products
 // (weight gradients) busy on all SMs, deterministically.
+//
+// Bias (optional, nn.Linear's): C = alpha * (op(A) op(B) + bias) + beta * C with bias element (m, n) at
+// bias[m * bias_row + n * bias_col]: (0, 1) for a bias per column, (1, 0) once the launcher has turned the
+// product into its transpose. With split-K the reduce kernel adds it, once.
 #include "common.cuh"
 
 using namespace minidl;
@@ -29,6 +33,8 @@ struct GemmEpilogue {
     long long ldc_row, ldc_col;
     int M, N, m0, n0;
     float alpha, beta;
+    const float* bias;
+    long long bias_row, bias_col;
 
     __device__ __forceinline__ void operator()(int row, int col, float value) const
     {
@@ -38,6 +44,7 @@ struct GemmEpilogue {
             partial[(long long)m * N + n] = value;
         } else {
             float* dst = c + m * ldc_row + n * ldc_col;
+            if (bias != nullptr) value += bias[m * bias_row + n * bias_col];
             *dst = blend_value(value, alpha, beta, dst);
         }
     }
@@ -49,7 +56,8 @@ __device__ __forceinline__ void sgemm_body(int M, int N, int K, float alpha,
                                            const float* B, long long ldb, long long stride_b,
                                            float beta, float* C, long long ldc_row, long long ldc_col,
                                            long long stride_c, int batch, int split_k, int k_per_split,
-                                           float* partial, int vec_a, int vec_b)
+                                           float* partial, int vec_a, int vec_b, const float* bias,
+                                           long long bias_row, long long bias_col)
 {
     const int z = blockIdx.z;
     const int b = z % batch;
@@ -65,7 +73,7 @@ __device__ __forceinline__ void sgemm_body(int M, int N, int K, float alpha,
     float* part = nullptr;
     if (split_k > 1) part = partial + ((long long)split * batch + b) * M * (long long)N;
 
-    GemmEpilogue epilogue{C, part, ldc_row, ldc_col, M, N, m0, n0, alpha, beta};
+    GemmEpilogue epilogue{C, part, ldc_row, ldc_col, M, N, m0, n0, alpha, beta, bias, bias_row, bias_col};
     if (TRANS_A) {
         RowContiguousLoader<TILE_M> load_a(A + m0, lda, M - m0, K, 0, vec_a);
         if (TRANS_B) {
@@ -91,10 +99,10 @@ __device__ __forceinline__ void sgemm_body(int M, int N, int K, float alpha,
     int M, int N, int K, float alpha, const float *A, long long lda, long long stride_a,              \
         const float *B, long long ldb, long long stride_b, float beta, float *C, long long ldc_row,   \
         long long ldc_col, long long stride_c, int batch, int split_k, int k_per_split, float *partial, \
-        int vec_a, int vec_b
+        int vec_a, int vec_b, const float *bias, long long bias_row, long long bias_col
 #define MINIDL_SGEMM_PASS                                                                       \
     M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc_row, ldc_col, stride_c, batch, \
-        split_k, k_per_split, partial, vec_a, vec_b
+        split_k, k_per_split, partial, vec_a, vec_b, bias, bias_row, bias_col
 
 // One kernel per (op(A), op(B), tile width): gemm_<n|t><n|t>_bn<128|64>.
 #define MINIDL_SGEMM_KERNEL(name, ta, tb, bn)                                          \
@@ -115,7 +123,8 @@ MINIDL_SGEMM_KERNEL(gemm_tt_bn64, true, true, 64)
 // partial is (split_k, batch, M, N) row-major, C element (b, m, n) as in the GEMM.
 extern "C" __global__ void gemm_splitk_reduce(const float* __restrict__ partial, int split_k, int batch,
                                               int M, int N, float alpha, float beta, float* C,
-                                              long long ldc_row, long long ldc_col, long long stride_c)
+                                              long long ldc_row, long long ldc_col, long long stride_c,
+                                              const float* bias, long long bias_row, long long bias_col)
 {
     const long long total = (long long)batch * M * N;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
@@ -126,6 +135,7 @@ extern "C" __global__ void gemm_splitk_reduce(const float* __restrict__ partial,
         const long long mn = i - b * M * (long long)N;
         const long long m = mn / N, n = mn - m * N;
         float* dst = C + b * stride_c + m * ldc_row + n * ldc_col;
+        if (bias != nullptr) sum += bias[m * bias_row + n * bias_col];
         *dst = blend_value(sum, alpha, beta, dst);
     }
 }

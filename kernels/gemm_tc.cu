@@ -72,7 +72,8 @@
 //    is not a multiple of 16 bytes (vec_a/vec_b = 0, decided by the launcher) the tile is loaded
 //    element by element through registers instead (correct, slower).
 //
-// 6. Epilogue: C[b*stride_c + m*ldc_row + n*ldc_col] = alpha * acc + beta * C (C is not read when
+// 6. Epilogue: C[b*stride_c + m*ldc_row + n*ldc_col] = alpha * (acc + bias) + beta * C, the bias optional
+//    (nn.Linear's: element (m, n) at bias[m*bias_row + n*bias_col], of C's type) (C is not read when
 //    beta == 0, so NaN there is ignored, as in cuDNN), converted to C's type (round to nearest even).
 //
 // Grid: x = tile index (grouped order), z = batch. Block: 128 threads. Dynamic shared memory:
@@ -286,7 +287,9 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
                                              const typename Storage<KIND>::T* A, long long lda, long long stride_a,
                                              const typename Storage<KIND>::T* B, long long ldb, long long stride_b,
                                              float beta, typename Storage<KIND>::T* C, long long ldc_row,
-                                             long long ldc_col, long long stride_c, int vec_a, int vec_b, int vec_c)
+                                             long long ldc_col, long long stride_c, int vec_a, int vec_b, int vec_c,
+                                             const typename Storage<KIND>::T* bias, long long bias_row,
+                                             long long bias_col)
 {
     using Cfg = Config<KIND, BM, BN, BK_BYTES, TRANS_A, TRANS_B>;
     using T = typename Cfg::T;
@@ -393,7 +396,14 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
                 const int n = n_block + wn + j * 8 + 2 * t;
                 if (m >= M) continue;
                 T* dst = C + m * ldc_row + n * ldc_col;
-                float v0 = alpha * acc[i][j][2 * h], v1 = alpha * acc[i][j][2 * h + 1];
+                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (bias != nullptr) {
+                    const T* bm = bias + m * bias_row + n * bias_col;
+                    if (n < N) v0 += load_c<KIND>(bm);
+                    if (n + 1 < N) v1 += load_c<KIND>(bm + bias_col);
+                }
+                v0 *= alpha;
+                v1 *= alpha;
                 if (vec_c && n + 1 < N) {
                     if (beta != 0.0f) {
                         v0 += beta * load_c<KIND>(dst);
@@ -421,23 +431,29 @@ template <int KIND, int BM, int BK_BYTES, bool TRANS_A, bool TRANS_B>
 __global__ void __launch_bounds__(minidl_tc::THREADS, 2)
     gemm_tc(int M, int N, int K, float alpha, const void* A, long long lda, long long stride_a, const void* B,
             long long ldb, long long stride_b, float beta, void* C, long long ldc_row, long long ldc_col,
-            long long stride_c, int vec_a, int vec_b, int vec_c)
+            long long stride_c, int vec_a, int vec_b, int vec_c, const void* bias, long long bias_row,
+            long long bias_col)
 {
     using T = typename minidl_tc::Storage<KIND>::T;
     minidl_tc::gemm_tc_body<KIND, BM, BM, BK_BYTES, TRANS_A, TRANS_B>(
         M, N, K, alpha, static_cast<const T*>(A), lda, stride_a, static_cast<const T*>(B), ldb, stride_b, beta,
-        static_cast<T*>(C), ldc_row, ldc_col, stride_c, vec_a, vec_b, vec_c);
+        static_cast<T*>(C), ldc_row, ldc_col, stride_c, vec_a, vec_b, vec_c, static_cast<const T*>(bias), bias_row,
+        bias_col);
 }
 
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): instantiations that between them take
 // every code path (both kinds of mma, k- and m/n-contiguous A and B, both tiles).
 template __global__ void gemm_tc<minidl_tc::KIND_TF32, 128, 64, false, false>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
+    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int, const void*,
+    long long, long long);
 template __global__ void gemm_tc<minidl_tc::KIND_TF32, 64, 128, true, true>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
+    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int, const void*,
+    long long, long long);
 template __global__ void gemm_tc<minidl_tc::KIND_F16, 128, 128, true, false>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
+    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int, const void*,
+    long long, long long);
 template __global__ void gemm_tc<minidl_tc::KIND_BF16, 64, 64, false, true>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int);
+    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int, const void*,
+    long long, long long);
 #endif

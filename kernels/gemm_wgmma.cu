@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     gemm_wgmma(const __grid_constant__ minidl_wgmma::TensorMap map_a, const __grid_constant__ minidl_wgmma::TensorMap map_b,
                const __grid_constant__ minidl_wgmma::TensorMap map_c, int use_map_c, int M, int N, int K, int batch,
                int a_batched, int b_batched, float alpha, float beta, void* C, long long ldc_row, long long ldc_col,
-               long long stride_c, int vec_c)
+               long long stride_c, int vec_c, const void* bias)
 {
     using namespace minidl_wgmma;
     GemmProblem<KIND, BN, TRANS_A, TRANS_B, MI> p;
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.stride_c = stride_c;
     p.vec_c = vec_c;
     p.relu = 0;
-    p.bias = nullptr;
+    p.bias = bias;   // per column n, of C's type (nn.Linear's), or null
     wgmma_run<KIND, BN, TRANS_A, TRANS_B, KIND, STAGED && KIND != KIND_TF32, MI>(p);
 }
 
@@ -154,7 +154,7 @@ extern "C" __global__ void gemm_wgmma_transpose(const float* __restrict__ in, fl
     template __global__ void gemm_wgmma<KIND, BN, TA, TB, ST, MI>(                                                \
         const __grid_constant__ minidl_wgmma::TensorMap, const __grid_constant__ minidl_wgmma::TensorMap,         \
         const __grid_constant__ minidl_wgmma::TensorMap, int, int, int, int, int, int, int, float, float, void*, \
-        long long, long long, long long, int);
+        long long, long long, long long, int, const void*);
 MINIDL_WGMMA_INSTANCE(0, 256, false, true, false, 1)
 MINIDL_WGMMA_INSTANCE(0, 64, false, true, false, 2)
 MINIDL_WGMMA_INSTANCE(1, 128, true, false, true, 2)

@@ -62,22 +62,27 @@ def _op_shape(shape, trans):
     return (shape[-1], shape[-2]) if trans else (shape[-2], shape[-1])
 
 
-def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32"):
-    """out = alpha * op(a) @ op(b) + beta * out.
+def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
+         bias=None):
+    """out = alpha * (op(a) @ op(b) + bias) + beta * out.
 
     a: (M, K) or (batch, M, K); with trans_a, (K, M) or (batch, K, M). b: (K, N) or (batch, K, N);
     with trans_b, (N, K) or (batch, N, K). Returns (M, N), or (batch, M, N) if either is 3-D, of the
     inputs' dtype. beta != 0 needs out. math: "fp32" or "tf32" (float32 arrays; see the module
     docstring). On the GPU: float32 (either math), float16, bfloat16; float64 with use_cublas=True.
+    bias: None or (N,) of the inputs' dtype, added to every row of the product (nn.Linear's bias; on the
+    GPU in the GEMM's epilogue, with no launch of its own).
     """
     op = "gemm"
     if (out is None and beta == 0 and type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
             and a.dtype in _GEMM_DTYPE_SET and a.ndim == 2 and b.ndim == 2 and math in GEMM_MATH_MODES
-            and a.shape[0 if trans_a else 1] == b.shape[1 if trans_b else 0]):
+            and a.shape[0 if trans_a else 1] == b.shape[1 if trans_b else 0]
+            and (bias is None or (type(bias) is np.ndarray and bias.dtype == a.dtype
+                                  and bias.shape == (b.shape[0 if trans_b else 1],)))):
         # The common CPU call, already valid (issue 23: a Linear layer runs three per step): two matrices of
-        # one float dtype whose inner dimensions agree, no out to blend into; nothing more to check.
+        # one float dtype whose inner dimensions agree (and a bias of their columns), no out to blend into.
         return backend("gemm", False).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
-                                           use_cublas=use_cublas, math=math)
+                                           use_cublas=use_cublas, math=math, bias=bias)
     if math not in GEMM_MATH_MODES:
         raise ValueError(f"{op}: unknown math {math!r}; use 'fp32' or 'tf32'")
     check_same_device(op, a=a, b=b, out=out)
@@ -103,8 +108,13 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     if beta != 0 and out is None:
         raise ValueError(f"{op}: beta={beta} blends into an existing output, so pass out=")
 
+    if bias is not None:
+        check_same_device(op, a=a, bias=bias)
+        if tuple(bias.shape) != (N,) or bias.dtype != dtype:
+            raise ValueError(f"{op}: bias must be ({N},) of dtype {dtype} for an op(b) of {N} columns, got "
+                             f"{shape_str(bias.shape)} of {bias.dtype}")
     if is_cuda_array(a) and dtype == np.float64 and not use_cublas:
         raise TypeError(f"{op}: the GPU kernels are float32, float16 and bfloat16, got {dtype} "
                         "(use_cublas=True takes float64)")
     return backend("gemm", a).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, out=out,
-                                   use_cublas=use_cublas, math=math)
+                                   use_cublas=use_cublas, math=math, bias=bias)

@@ -104,3 +104,76 @@ def test_sgemm_gpu_rejects_float64_without_cublas():
     with pytest.raises(TypeError, match="gemm: the GPU kernels are float32, float16 and bfloat16, got float64"):
         gemm(a, a.T)
     assert gemm(a, a.T, use_cublas=True).shape == (3, 3)
+
+
+# ------------------------------------------------------------------------------------------------
+# The bias epilogue (nn.Linear's y = x W^T + b in one launch) on every kernel that takes it.
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("M, N, K", [(7, 5, 3), (300, 257, 31), (33, 517, 250), (16, 40, 4096), (130, 10, 3136)])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False), (False, False)])
+def test_sgemm_bias_epilogue(M, N, K, trans_a, trans_b):
+    """float32 SGEMM: the plain epilogue, the transposed launch (M <= 64 < N: the bias becomes per row of the
+    kernel's problem) and split-K (small M*N, long K: the reduce kernel adds the bias once)."""
+    import cupy
+
+    rng = np.random.default_rng(M + N + K)
+    a, b = _stored(rng, M, K, trans_a), _stored(rng, K, N, trans_b)
+    bias = rng.standard_normal(N).astype(np.float32)
+    out = rng.standard_normal((M, N)).astype(np.float32)
+    got = gemm(cupy.asarray(a), cupy.asarray(b), trans_a=trans_a, trans_b=trans_b, alpha=0.75, beta=0.5,
+               out=cupy.asarray(out), bias=cupy.asarray(bias))
+    expected = 0.75 * (_ref(a, b, trans_a, trans_b) + bias) + 0.5 * out
+    assert rel_err(cupy.asnumpy(got), expected) <= TOL
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32-tf32"])
+@pytest.mark.parametrize("M, N, K", [(64, 40, 32), (256, 384, 96), (1000, 1536, 384), (48, 1000, 200)])
+@pytest.mark.parametrize("kernel", ["auto", "mma_sync"])
+def test_tensor_core_gemm_bias_epilogue(dtype, M, N, K, kernel):
+    """The tensor-core GEMMs (wgmma where it takes the problem, and mma.sync forced): bias of the output's dtype,
+    added before rounding (one rounding, as torch's addmm)."""
+    import cupy
+
+    import minidl.primitives as P
+    from minidl.primitives import _common
+
+    name = "float32" if dtype.startswith("float32") else dtype
+    math = "tf32" if dtype.endswith("tf32") else "fp32"
+    rng = np.random.default_rng(M * 7 + N)
+    a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
+    bias = (rng.standard_normal(N) * 4).astype(np.float32)
+    dev = lambda x: cupy.asarray(x).astype(name)  # noqa: E731
+    previous = _common.tensor_core_gemm
+    P.set_tensor_core_gemm(kernel)
+    try:
+        got = P.gemm(dev(a), dev(b), trans_b=True, bias=dev(bias), math=math)
+        plain = P.gemm(dev(a), dev(b), trans_b=True, math=math)
+    finally:
+        P.set_tensor_core_gemm(previous)
+    a64, b64 = cupy.asnumpy(dev(a)).astype(np.float64), cupy.asnumpy(dev(b)).astype(np.float64)
+    expected = a64 @ b64.T + cupy.asnumpy(dev(bias)).astype(np.float64)
+    tol = {"float16": 2e-3, "bfloat16": 1e-2, "float32": 2e-3}[name]
+    assert got.dtype == name and rel_err(cupy.asnumpy(got).astype(np.float64), expected) <= tol
+    # the same product as without the bias, then the bias: equal up to one rounding of the output
+    unfused = cupy.asnumpy(plain).astype(np.float64) + cupy.asnumpy(dev(bias)).astype(np.float64)
+    assert rel_err(cupy.asnumpy(got).astype(np.float64), unfused) <= tol
+
+
+def test_linear_layer_runs_its_bias_in_the_gemm():
+    """nn.Linear on the GPU: no separate add launch for the bias; values as torch's."""
+    import cupy
+
+    import minidl
+    from minidl import profiler
+
+    rng = np.random.default_rng(0)
+    layer = minidl.nn.Linear(96, 40).to("cuda")
+    x = minidl.tensor(rng.standard_normal((70, 96)).astype(np.float32), device="cuda")
+    with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
+        y = layer(x)
+        cupy.cuda.Device().synchronize()
+    assert sum(r["launches"] for r in prof.key_averages() if r["name"] == "gemm") == 1
+    w, b = layer.weight.detach().cpu().numpy(), layer.bias.detach().cpu().numpy()
+    expected = x.cpu().numpy().astype(np.float64) @ w.T.astype(np.float64) + b
+    assert rel_err(y.detach().cpu().numpy(), expected) <= TOL

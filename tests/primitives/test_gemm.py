@@ -70,3 +70,26 @@ def test_gemm_rejects_wrong_out_shape_and_dtypes():
         gemm(np.ones((3, 4), dtype=np.int64), np.ones((4, 2)))
     with pytest.raises(TypeError, match="gemm: all arrays must have the same dtype"):
         gemm(np.ones((3, 4), dtype=np.float32), np.ones((4, 2)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False)])
+def test_gemm_bias_is_added_to_every_row_before_alpha(dtype, trans_a, trans_b, rng):
+    a = rng.standard_normal((5, 7) if not trans_a else (7, 5)).astype(dtype)
+    b = rng.standard_normal((6, 7) if trans_b else (7, 6)).astype(dtype)
+    bias = rng.standard_normal(6).astype(dtype)
+    out = rng.standard_normal((5, 6)).astype(dtype)
+    expected = 0.5 * ((a.T if trans_a else a) @ (b.T if trans_b else b) + bias) + 2.0 * out
+    got = gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=0.5, beta=2.0, out=out.copy(), bias=bias)
+    assert rel_err(got, expected) <= (1e-6 if dtype == np.float32 else 1e-13)
+    batched = gemm(np.stack([a, a]), b, trans_a=trans_a, trans_b=trans_b, bias=bias)   # one bias for every matrix
+    assert rel_err(batched[1], (a.T if trans_a else a) @ (b.T if trans_b else b) + bias) <= 1e-6
+
+
+def test_gemm_bias_errors(rng):
+    a, b = rng.standard_normal((3, 4)), rng.standard_normal((4, 5))
+    with pytest.raises(ValueError, match=r"gemm: bias must be \(5,\) of dtype float64 for an op\(b\) of 5 columns, "
+                                         r"got \(4\) of float64"):
+        gemm(a, b, bias=np.zeros(4))
+    with pytest.raises(ValueError, match=r"gemm: bias must be \(5,\) of dtype float64"):
+        gemm(a, b, bias=np.zeros(5, np.float32))

@@ -12,7 +12,7 @@ from ...amp.autocast_mode import cast_inputs as _autocast
 from ._checks import _check_float_tensor, _check_same_device, _check_same_dtype
 
 
-def _gemm(a, b, trans_a=False, trans_b=False):
+def _gemm(a, b, trans_a=False, trans_b=False, bias=None):
     """op(a) @ op(b) for 2-D arrays through the primitive library's GEMM, in the math mode of
     minidl.backends.cuda.matmul.allow_tf32 (math_for_matmul: "tf32" or "fp32", as torch).
 
@@ -23,14 +23,14 @@ def _gemm(a, b, trans_a=False, trans_b=False):
     on_gpu = is_cuda_array(a)
     use_cublas = on_gpu and (backends.cuda.use_cublas or a.dtype == np.float64)
     math = backends.math_for_matmul(a.dtype) if on_gpu else "fp32"  # the CPU path stays exact
-    return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas, math=math)
+    return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas, math=math, bias=bias)
 
 
 class Linear(Function):
     """y = x @ W^T + b.  x (..., in), W (out, in), b (out,) -> y (..., out).
 
     The leading dims of x are flattened into the rows of one GEMM: x2 (M, in) with M = prod(...).
-    Forward:  y2 = x2 W^T                 (gemm with trans_b: W is stored (out, in))
+    Forward:  y2 = x2 W^T + b             (gemm with trans_b: W is stored (out, in); b added in its epilogue)
     Backward: dx2 = dy2 W                 (plain gemm)
               dW  = dy2^T x2              (gemm with trans_a: sums over all M rows at once)
               db  = sum of dy2 over rows.
@@ -39,9 +39,7 @@ class Linear(Function):
     def forward(self, x, weight, bias=None):
         self.x, self.weight, self.has_bias = x, weight, bias is not None
         x2 = x.reshape(-1, x.shape[-1])
-        y = _gemm(x2, weight, trans_b=True)
-        if bias is not None:
-            y += bias  # y is a fresh array: add the bias in place, no extra allocation
+        y = _gemm(x2, weight, trans_b=True, bias=bias)   # the bias in the GEMM's epilogue: no launch of its own
         return y.reshape(x.shape[:-1] + (weight.shape[0],))
 
     def backward(self, dy):

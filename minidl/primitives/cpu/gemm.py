@@ -49,13 +49,16 @@ def _is_half(dtype) -> bool:
     return np.dtype(dtype).name in ("float16", "bfloat16")
 
 
-def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32"):
-    """out = alpha * op(a) @ op(b) + beta * out on NumPy arrays (checked by minidl.primitives.gemm).
+def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
+         bias=None):
+    """out = alpha * (op(a) @ op(b) + bias) + beta * out on NumPy arrays (checked by minidl.primitives.gemm).
     use_cublas means nothing here (NumPy's matmul is the CPU's BLAS already)."""
     op_a = np.swapaxes(a, -1, -2) if trans_a else a
     op_b = np.swapaxes(b, -1, -2) if trans_b else b
     if _is_half(a.dtype):
         product = np.matmul(op_a.astype(np.float32), op_b.astype(np.float32))
+        if bias is not None:
+            product += bias.astype(np.float32)
         result = np.float32(alpha) * product
         if out is not None and beta != 0:
             result = result + np.float32(beta) * out.astype(np.float32)
@@ -66,4 +69,7 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
         return out
     if math == "tf32" and a.dtype == np.float32:
         op_a, op_b = round_to_tf32(op_a), round_to_tf32(op_b)
-    return blend("gemm", np.matmul(op_a, op_b), out, alpha, beta)
+    product = np.matmul(op_a, op_b)
+    if bias is not None:
+        product += bias
+    return blend("gemm", product, out, alpha, beta)

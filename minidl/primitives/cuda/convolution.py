@@ -586,7 +586,8 @@ def convolution_backward_filter_implicit_gemm(x, dy, dw, g, handle, problem, alp
         get_kernel("gemm", "gemm_splitk_reduce")(
             (grid_stride_blocks(dw.size),), (THREADS,),
             (partial, np.int32(splits), np.int32(1), np.int32(1), np.int32(dw.size),
-             np.float32(alpha), np.float32(beta), dw, np.int64(0), np.int64(1), np.int64(0)))
+             np.float32(alpha), np.float32(beta), dw, np.int64(0), np.int64(1), np.int64(0), np.uint64(0), np.int64(0),
+             np.int64(0)))
 
 
 def _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta):

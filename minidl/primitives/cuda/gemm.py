@@ -66,7 +66,7 @@ def _aligned(a, ld: int, stride: int, batch: int) -> bool:
 
 def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
           ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, workspace=None,
-          min_k_per_split=MIN_K_PER_SPLIT):
+          min_k_per_split=MIN_K_PER_SPLIT, bias=None):
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, with our kernel.
 
     A, B, C: float32 CuPy arrays (or raw device pointers) whose data pointers are the matrices' first elements. op(A) is
@@ -75,11 +75,14 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
     workspace: a float32 array for split-K partial sums (allocated here when None and needed).
     min_k_per_split: the least K a split-K slice gets (split_k_plan); lower it for skinny products whose
     few tiles would leave most SMs idle (the RNN's per-step GEMMs under graph capture use 128).
+    bias: None or a float32 CuPy array of N: C = alpha * (op(A) op(B) + bias) + beta * C, bias[n] added to
+    column n in the epilogue (nn.Linear's, with no launch of its own).
     """
     if M == 0 or N == 0 or batch == 0:
         return C
     if ldc_row is None:
         ldc_row = N
+    bias_row, bias_col = 0, 1
     if M <= 64 < N:
         # Few rows, many columns: compute the transpose C^T = op(B)^T op(A)^T instead, so that the
         # short side lands on the tile's narrow N dimension (128 x 64) instead of wasting 128 rows.
@@ -87,6 +90,7 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
         trans_a, trans_b = not trans_b, not trans_a
         stride_a, stride_b = stride_b, stride_a
         ldc_row, ldc_col = ldc_col, ldc_row
+        bias_row, bias_col = bias_col, bias_row       # the user's columns are now the kernel's rows
     bn = tile_n(N)
     name = "gemm_" + ("t" if trans_a else "n") + ("t" if trans_b else "n") + f"_bn{bn}"
     kernel = get_kernel("gemm", name)
@@ -101,15 +105,18 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
     vec_b = np.int32(_aligned(B, ldb, stride_b, batch))
     i64 = np.int64
     A, B, C_arg = (np.uint64(_pointer(a)) for a in (A, B, C))
+    bias_arg = np.uint64(0 if bias is None else _pointer(bias))
     kernel(grid, (THREADS,),
            (np.int32(M), np.int32(N), np.int32(K), np.float32(alpha), A, i64(lda), i64(stride_a),
             B, i64(ldb), i64(stride_b), np.float32(beta), C_arg, i64(ldc_row), i64(ldc_col), i64(stride_c),
-            np.int32(batch), np.int32(splits), np.int32(k_per_split), partial, vec_a, vec_b))
+            np.int32(batch), np.int32(splits), np.int32(k_per_split), partial, vec_a, vec_b,
+            bias_arg, i64(bias_row), i64(bias_col)))
     if splits > 1:
         reduce = get_kernel("gemm", "gemm_splitk_reduce")
         reduce((grid_stride_blocks(batch * M * N),), (THREADS,),
                (partial, np.int32(splits), np.int32(batch), np.int32(M), np.int32(N), np.float32(alpha),
-                np.float32(beta), C_arg, i64(ldc_row), i64(ldc_col), i64(stride_c)))
+                np.float32(beta), C_arg, i64(ldc_row), i64(ldc_col), i64(stride_c), bias_arg, i64(bias_row),
+                i64(bias_col)))
     return C
 
 
@@ -164,7 +171,8 @@ def _tc_kernel(kind: int, tile: int, bk_bytes: int, trans_a: bool, trans_b: bool
 
 
 def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
-            ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, tile=None, bk_bytes=None):
+            ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, tile=None, bk_bytes=None,
+            bias=None):
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, on the tensor cores.
 
     A, B, C: CuPy arrays (or raw device pointers, then pass `dtype`) of one dtype: float32 (TF32
@@ -174,6 +182,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     (default row-major, ldc_row = N), of the same dtype (fp32 accumulation, rounded once at the end).
     Strides and leading dimensions are in elements. tile: 128 or 64 (default: tc_tile); bk_bytes: 64
     or 128, the k step of the shared-memory pipeline (default: TC_BK_BYTES for 128-tiles, 64 for 64-tiles).
+    bias: None or an array of N of C's dtype, added to every row before alpha (in the epilogue).
     """
     if M == 0 or N == 0 or batch == 0:
         return C
@@ -185,12 +194,13 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     if ldc_row is None:
         ldc_row = N
     a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
+    bias_ptr = 0 if bias is None else _pointer(bias)
     # On an H100/H200, Hopper's wgmma kernel (gemm_wgmma.py says when it declines); an explicit tile or
     # k step asks for this mma.sync kernel itself.
     if tile is None and bk_bytes is None and gemm_wgmma(
             M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, dtype=dtype, trans_a=bool(trans_a), trans_b=bool(trans_b),
             alpha=alpha, beta=beta, ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a,
-            stride_b=stride_b, stride_c=stride_c):
+            stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr):
         return C
     tile = tile or tc_tile(M, N, batch)
     bk_bytes = bk_bytes or (TC_BK_BYTES if tile == 128 else 64)
@@ -212,12 +222,12 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
                 np.uint64(a_ptr + first * stride_a * size), i64(lda), i64(stride_a),
                 np.uint64(b_ptr + first * stride_b * size), i64(ldb), i64(stride_b), np.float32(beta),
                 np.uint64(c_ptr + first * stride_c * size), i64(ldc_row), i64(ldc_col), i64(stride_c),
-                vec_a, vec_b, vec_c), shared_mem=smem)
+                vec_a, vec_b, vec_c, np.uint64(bias_ptr), i64(0), i64(1)), shared_mem=smem)
     return C
 
 
 def strided_gemm(M, N, K, A, lda, B, ldb, C, *, math="fp32", trans_a=False, trans_b=False, alpha=1.0,
-                 beta=0.0, ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0):
+                 beta=0.0, ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, bias=None):
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] with the kernel the dtype and math mode ask for.
 
     Arguments as in gemm_tc (A, B, C: CuPy arrays). float32 with math="fp32": our SGEMM on the CUDA
@@ -231,10 +241,10 @@ def strided_gemm(M, N, K, A, lda, B, ldb, C, *, math="fp32", trans_a=False, tran
     if C.dtype == np.float32 and math == "fp32":
         return sgemm(M, N, K, A, lda, B, ldb, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
                      ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a, stride_b=stride_b,
-                     stride_c=stride_c)
+                     stride_c=stride_c, bias=bias)
     return gemm_tc(M, N, K, A, lda, B, ldb, C, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
                    ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a, stride_b=stride_b,
-                   stride_c=stride_c)
+                   stride_c=stride_c, bias=bias)
 
 
 def _gemm_output(out, shape, dtype, beta, *inputs):
@@ -251,15 +261,22 @@ def _gemm_output(out, shape, dtype, beta, *inputs):
     return scratch, out
 
 
-def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32"):
-    """Backend of minidl.primitives.gemm on the GPU. a, b: 2-D or 3-D (batched) arrays of one dtype."""
+def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
+         bias=None):
+    """Backend of minidl.primitives.gemm on the GPU. a, b: 2-D or 3-D (batched) arrays of one dtype; bias:
+    None or (N,) of their dtype, added in the GEMM's epilogue (cuBLAS: added after)."""
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
+    if bias is not None:
+        bias = cupy.ascontiguousarray(bias)
     if use_cublas:
         check_no_cublas_capture("gemm with use_cublas=True (Linear under backends.cuda.use_cublas)")
-        return blend("gemm", cupy.matmul(op_a, op_b), out, alpha, beta)
+        product = cupy.matmul(op_a, op_b)
+        if bias is not None:
+            product += bias
+        return blend("gemm", product, out, alpha, beta)
     if a.dtype != np.float32 or math == "tf32":
-        return _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out)
+        return _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias)
 
     M, K = op_a.shape[-2], op_a.shape[-1]
     N = op_b.shape[-1]
@@ -274,15 +291,16 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     stride_b = b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0
 
     target, original = kernel_output("gemm", out, out_shape, beta, a, b)
-    if K == 0:  # an empty reduction: the product is zero
-        target[...] = 0 if beta == 0 else target * np.float32(beta)
+    if K == 0:  # an empty reduction: the product is zero (plus the bias)
+        target[...] = (0 if beta == 0 else target * np.float32(beta)) + \
+            (0 if bias is None else np.float32(alpha) * bias)
     else:
         sgemm(M, N, K, a, lda, b, ldb, target, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
-              beta=beta, batch=batch, stride_a=stride_a, stride_b=stride_b, stride_c=M * N)
+              beta=beta, batch=batch, stride_a=stride_a, stride_b=stride_b, stride_c=M * N, bias=bias)
     return finish(target, original)
 
 
-def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out):
+def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias=None):
     """The tensor-core path of `gemm` (float32 in TF32 math, float16, bfloat16)."""
     M, K = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
     N = b.shape[-2] if trans_b else b.shape[-1]
@@ -291,14 +309,14 @@ def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out):
     a = cupy.ascontiguousarray(a)
     b = cupy.ascontiguousarray(b)
     target, original = _gemm_output(out, out_shape, a.dtype, beta, a, b)
-    if K == 0:  # an empty reduction: the product is zero
-        if beta == 0:
-            target[...] = 0
-        else:
-            target[...] = (target.astype(cupy.float32) * np.float32(beta)).astype(target.dtype)
+    if K == 0:  # an empty reduction: the product is zero (plus the bias)
+        value = cupy.zeros(target.shape, cupy.float32) if beta == 0 else target.astype(cupy.float32) * np.float32(beta)
+        if bias is not None:
+            value += np.float32(alpha) * bias.astype(cupy.float32)
+        target[...] = value.astype(target.dtype)
     else:
         gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, trans_a=trans_a, trans_b=trans_b,
                 alpha=alpha, beta=beta, batch=batch,
                 stride_a=a.shape[-1] * a.shape[-2] if a.ndim == 3 else 0,
-                stride_b=b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0, stride_c=M * N)
+                stride_b=b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0, stride_c=M * N, bias=bias)
     return finish(target, original)

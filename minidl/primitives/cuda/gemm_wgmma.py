@@ -160,10 +160,11 @@ def _operand_map(dtype_name, ptr, k_major, rows, K, ld, stride, batched, box_row
 
 
 def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_b, alpha, beta, ldc_row,
-               ldc_col, batch, stride_a, stride_b, stride_c) -> bool:
+               ldc_col, batch, stride_a, stride_b, stride_c, bias_ptr=0) -> bool:
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] on wgmma, with gemm_tc's arguments (raw pointers,
     strides in elements). Returns False, launching nothing, when the kernel does not take the problem
-    (and raises instead when set_tensor_core_gemm("wgmma") asked for this kernel)."""
+    (and raises instead when set_tensor_core_gemm("wgmma") asked for this kernel). bias_ptr: 0, or the
+    device pointer of N values of C's dtype added to every row in the epilogue (before alpha)."""
     choice = _common.tensor_core_gemm
     if choice == "mma_sync":
         return False
@@ -225,7 +226,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     kernel((min(tiles, sm_count()),), (THREADS,),
            (map_a, map_b, map_c, i32(staged), i32(M), i32(N), i32(K), i32(batch), i32(a_batch > 1), i32(b_batch > 1),
             np.float32(alpha), np.float32(beta), np.uint64(c_ptr), i64(ldc_row), i64(ldc_col), i64(stride_c),
-            vec_c), shared_mem=smem_bytes(bn, staged, mi))
+            vec_c, np.uint64(bias_ptr)), shared_mem=smem_bytes(bn, staged, mi))
     return True
 
 
