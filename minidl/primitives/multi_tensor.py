@@ -22,10 +22,15 @@ On the GPU, every array is a C-contiguous float32 CuPy array.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ._common import is_cuda_array
 
 __all__ = ["multi_tensor_sgd", "multi_tensor_adam", "multi_tensor_rmsprop", "multi_tensor_zero", "multi_tensor_l2norm", "multi_tensor_scale",
            "multi_tensor_unscale", "multi_tensor_supported"]
+
+
+_FLOAT32 = np.dtype(np.float32)
 
 
 def multi_tensor_supported(*arrays) -> bool:
@@ -35,34 +40,44 @@ def multi_tensor_supported(*arrays) -> bool:
     CuPy's own host-to-device copy is refused during capture)."""
     if not arrays:
         return False
-    for a in arrays:
+    for a in arrays:   # (runs over every parameter, gradient and state of a model each step: kept lean)
         if a is None:
             continue
-        if not is_cuda_array(a) or a.dtype.name != "float32" or not a.flags.c_contiguous:
+        if a.dtype != _FLOAT32 or not is_cuda_array(a) or not a.flags.c_contiguous:
             return False
     return True
 
 
 def _check_rows(op, **lists):
+    """Whether the lists go to the GPU kernels (True) or the NumPy reference (False), after checking that they
+    have one length, that the arrays of one row share a shape, and that all live on one device. One pass
+    over the arrays: an optimizer calls this every step over every parameter and its state."""
     lists = {k: v for k, v in lists.items() if v is not None}
     lengths = {k: len(v) for k, v in lists.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"{op}: the tensor lists differ in length: {lengths}")
-    names = list(lists)
-    first = lists[names[0]]
-    for t in range(len(first)):
-        shapes = {k: tuple(lists[k][t].shape) for k in names if lists[k][t] is not None}
-        if len(set(shapes.values())) > 1:
-            raise ValueError(f"{op}: tensor {t} has different shapes across the lists: {shapes}")
-    arrays = [a for v in lists.values() for a in v if a is not None]
+    n = next(iter(lengths.values()), 0)
+    shapes, arrays = [None] * n, []
+    for k, v in lists.items():
+        for t, a in enumerate(v):
+            if a is None:
+                continue
+            arrays.append(a)
+            if shapes[t] is None:
+                shapes[t] = a.shape
+            elif a.shape != shapes[t]:
+                found = {name: tuple(lists[name][t].shape) for name in lists if lists[name][t] is not None}
+                raise ValueError(f"{op}: tensor {t} has different shapes across the lists: {found}")
+    if arrays and multi_tensor_supported(*arrays):
+        return True
     on_gpu = {is_cuda_array(a) for a in arrays}
     if len(on_gpu) > 1:
         raise ValueError(f"{op}: all arrays must be on one device (got NumPy and CuPy arrays)")
-    if on_gpu == {True} and not multi_tensor_supported(*arrays):
-        bad = next(a for a in arrays if a.dtype.name != "float32" or not a.flags.c_contiguous)
+    if on_gpu == {True}:
+        bad = next(a for a in arrays if a.dtype != _FLOAT32 or not a.flags.c_contiguous)
         raise TypeError(f"{op}: the CUDA kernels take C-contiguous float32 arrays, got one of dtype {bad.dtype}, "
                         f"shape {tuple(bad.shape)}, contiguous={bad.flags.c_contiguous}")
-    return on_gpu == {True}
+    return False
 
 
 def _impl(gpu):
@@ -111,7 +126,7 @@ def multi_tensor_unscale(tensors, scale, found_inf):
     if not tensors:
         return
     gpu = _check_rows("multi_tensor_unscale", tensors=tensors)
-    if tuple(found_inf.shape) != () or found_inf.dtype.name != "float32" or (gpu != is_cuda_array(found_inf)):
+    if tuple(found_inf.shape) != () or found_inf.dtype != _FLOAT32 or (gpu != is_cuda_array(found_inf)):
         raise TypeError(f"multi_tensor_unscale: found_inf must be a 0-d float32 array on the tensors' device, got "
                         f"shape {tuple(found_inf.shape)}, dtype {found_inf.dtype}")
     return _impl(gpu).multi_tensor_unscale(tensors, scale, found_inf)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ._compile import get_kernel
 from ._launch import THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, is_aligned, kernel_output
+from ..._dtypes import by_dtype
 
 # Mode numbers of kernels/activation.cu (#define ACT_*).
 MODES = {"relu": 0, "leaky_relu": 1, "elu": 2, "clipped_relu": 3, "sigmoid": 4, "tanh": 5, "gelu": 6,
@@ -34,20 +35,20 @@ def _mode_and_coef(desc):
     return MODES[mode], np.float32(coef)
 
 
-_HALF_KINDS = {"float16": 1, "bfloat16": 2}
+_HALF_KINDS = by_dtype({"float16": 1, "bfloat16": 2})
 
 
 def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
     """y = alpha * f(x) + beta * out, any shape; x float32 on the GPU (float16/bfloat16: activation_forward_half,
     alpha = 1, beta = 0, no out)."""
     mode, coef = _mode_and_coef(desc)
-    if x.dtype.name in _HALF_KINDS:
+    if x.dtype in _HALF_KINDS:
         x = contiguous(x)
         y = cupy.empty(x.shape, dtype=x.dtype)
         if x.size:
             get_kernel("activation", "activation_forward_half")(
                 (grid_stride_blocks(x.size),), (THREADS,),
-                (x, y, np.int64(x.size), np.int32(mode), coef, np.int32(_HALF_KINDS[x.dtype.name])))
+                (x, y, np.int64(x.size), np.int32(mode), coef, np.int32(_HALF_KINDS[x.dtype])))
         return y
     return _forward(x, mode, coef, alpha, beta, out)
 
@@ -60,7 +61,7 @@ def _backward_half(x, y, dy, mode, coef):
         get_kernel("activation", "activation_backward_half")(
             (grid_stride_blocks(dy.size),), (THREADS,),
             (x, contiguous(y) if y is not None else x, dy, dx, np.int64(dy.size), np.int32(y is not None),
-             np.int32(mode), coef, np.int32(_HALF_KINDS[dy.dtype.name])))
+             np.int32(mode), coef, np.int32(_HALF_KINDS[dy.dtype])))
     return dx
 
 
@@ -88,7 +89,7 @@ def activation_backward(x, y, dy, desc, *, alpha=1.0, beta=0.0, out=None):
     """dx = alpha * dy * f'(x) + beta * out. sigmoid/tanh read y (x may be None); the others read x
     (y may be None; elu then recomputes it)."""
     op = "activation_backward"
-    if dy.dtype.name in _HALF_KINDS:
+    if dy.dtype in _HALF_KINDS:
         mode, coef = _mode_and_coef(desc)
         if desc.mode in GRADIENT_FROM_Y and y is not None:
             return _backward_half(y if x is None else x, y, dy, mode, coef)

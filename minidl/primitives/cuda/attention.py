@@ -20,8 +20,9 @@ import numpy as np
 
 from ._compile import get_kernel
 from ._launch import grid_stride_blocks, null_pointer
+from ..._dtypes import by_dtype
 
-KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}   # KIND of kernels/tc_common.cuh (0: float storage)
+KINDS = by_dtype({"float32": 0, "float16": 1, "bfloat16": 2})   # KIND of kernels/tc_common.cuh (0: float storage)
 BLOCK_M = 128                            # queries per forward block (16-bit data)
 BLOCK_M_F32 = 64                         # queries per forward block (float32 data)
 PAD_F32 = 4                              # floats of padding per shared row (float32 kernels)
@@ -117,7 +118,7 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
         out.fill(0)
         lse.fill(cupy.inf)
         return out, lse
-    kind = KINDS[q.dtype.name]
+    kind = KINDS[q.dtype]
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
     if kind == 0:
         smem, warps, block_m = forward_smem_bytes_f32(D), 4, BLOCK_M_F32
@@ -142,7 +143,7 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
         for a in (dq, dk, dv):
             a.fill(0)
         return dq, dk, dv
-    kind = KINDS[q.dtype.name]
+    kind = KINDS[q.dtype]
     rows = B * H * L
     delta = cupy.empty((B, H, L), dtype=cupy.float32)
     _kernel("attention_delta", f"{kind}")(((rows + 3) // 4,), (128,), (out, dout, delta, np.int64(rows), np.int32(D)))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ._compile import get_kernel
 from ._launch import THREADS, as_kernel_input, contiguous, grid_stride_blocks, is_aligned, null_pointer
+from ..._dtypes import by_dtype
 
 
 def _threshold_and_scale(p: float):
@@ -22,14 +23,14 @@ def _threshold_and_scale(p: float):
     return np.uint32(threshold), np.float32(scale)
 
 
-_HALF_KINDS = {"float16": 1, "bfloat16": 2}
+_HALF_KINDS = by_dtype({"float16": 1, "bfloat16": 2})
 _HALF_KERNELS = {"dropout_forward": "dropout_forward_half", "dropout_backward": "dropout_backward_half"}
 
 
 def _launch(name, a, p, seed, offset):
     """The kernel `name` over a (float32; float16/bfloat16: its _half form, which takes the kind where the
     float32 kernel takes its float4 flag), into a new array of a's dtype."""
-    half = a.dtype.name in _HALF_KINDS
+    half = a.dtype in _HALF_KINDS
     a = contiguous(a) if half else as_kernel_input(name, a)
     result = cupy.empty(a.shape, dtype=a.dtype)
     n = a.size
@@ -47,7 +48,7 @@ def _launch(name, a, p, seed, offset):
         state = null_pointer()
         groups = ((offset + n - 1) >> 2) - (offset >> 2) + 1
     if half:
-        kernel, last = get_kernel("dropout", _HALF_KERNELS[name]), np.int32(_HALF_KINDS[a.dtype.name])
+        kernel, last = get_kernel("dropout", _HALF_KERNELS[name]), np.int32(_HALF_KINDS[a.dtype])
     else:
         kernel, last = get_kernel("dropout", name), np.int32(offset % 4 == 0 and is_aligned(a, result))
     kernel((grid_stride_blocks(groups),), (THREADS,),

@@ -20,6 +20,7 @@ from .._common import blend
 from ._compile import get_kernel
 from ._launch import check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, sm_count
 from .gemm_wgmma import gemm_wgmma
+from ..._dtypes import by_dtype
 
 TILE = 128          # TILE_M of kernels/common.cuh (and the widest TILE_N)
 TILE_K = 8
@@ -132,7 +133,7 @@ TC_BK_BYTES = 128
 TC_MN_PAD = 8          # MN_PAD of kernels/gemm_tc.cu
 TC_MAX_GRID_Z = 65535  # the batch runs on grid z
 # KIND of kernels/gemm_tc.cu for each data type (float32 data means TF32 math).
-TC_KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}
+TC_KINDS = by_dtype({"float32": 0, "float16": 1, "bfloat16": 2})
 _tc_kernels: dict = {}
 
 
@@ -189,7 +190,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     if K == 0:
         raise ValueError("gemm_tc: K = 0 (an empty reduction) is the caller's case: the product is zero")
     dtype = np.dtype(dtype if dtype is not None else C.dtype)
-    if dtype.name not in TC_KINDS:
+    if dtype not in TC_KINDS:
         raise TypeError(f"gemm_tc: the tensor-core GEMM takes float32 (TF32), float16 or bfloat16, got {dtype}")
     if ldc_row is None:
         ldc_row = N
@@ -204,7 +205,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
         return C
     tile = tile or tc_tile(M, N, batch)
     bk_bytes = bk_bytes or (TC_BK_BYTES if tile == 128 else 64)
-    kernel = _tc_kernel(TC_KINDS[dtype.name], tile, bk_bytes, bool(trans_a), bool(trans_b), dtype.itemsize)
+    kernel = _tc_kernel(TC_KINDS[dtype], tile, bk_bytes, bool(trans_a), bool(trans_b), dtype.itemsize)
     vec = 16 // dtype.itemsize
     # 16-byte cp.async copies need every row (and every matrix of the batch) to start 16-byte aligned.
     vec_a = np.int32(a_ptr % 16 == 0 and lda % vec == 0 and (batch == 1 or stride_a % vec == 0))

@@ -21,12 +21,17 @@ import math
 import cupy
 import numpy as np
 
+from ..._dtypes import bfloat16, float16, float32
 from .. import _common
 from ._compile import get_kernel
 from ._launch import sm_count
 from . import tma
 
 KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}   # KIND of kernels/gemm_wgmma.cu
+# The same, keyed by the dtype itself: numpy's dtype.name is a Python property (~2 us), and a training step
+# launches this kernel dozens of times (issue 23: the host cost of an op).
+_KIND_OF = {float32: KINDS["float32"], float16: KINDS["float16"], bfloat16: KINDS["bfloat16"]}
+_TMA_TYPE_OF = {float16: "float16", bfloat16: "bfloat16"}
 BM = 128                # tile rows (two consumer warpgroups of 64)
 ROW_BYTES = 128         # bytes of k per stage row (the 128-byte swizzle span)
 SLAB = 64               # columns of an M/N-major TMA box
@@ -42,12 +47,14 @@ EPILOGUE = "staged"
 _kernels: dict = {}
 
 
+@functools.lru_cache(maxsize=None)
 def stages(bn: int, staged: bool = False, mi: int = 1) -> int:
     """Pipeline depth of a wgmma kernel with a (128 * mi) x bn tile (Config::STAGES)."""
     budget = SMEM_BUDGET_STAGED - BM * mi * bn * 2 if staged else SMEM_BUDGET
     return min(8, budget // ((BM * mi + bn) * ROW_BYTES))
 
 
+@functools.lru_cache(maxsize=None)
 def smem_bytes(bn: int, staged: bool = False, mi: int = 1) -> int:
     """Dynamic shared memory of one block: the stages, the staged output tile, two 8-byte mbarriers per
     stage, 1024 for alignment."""
@@ -62,10 +69,15 @@ TILE_SHAPES = ((1, 256), (2, 128), (1, 128), (2, 64), (1, 64))
 def tile_shape(M: int, N: int, batch: int = 1) -> tuple[int, int]:
     """(mi, bn): the first of TILE_SHAPES no wider than N needs that still gives every SM a tile; else the
     smallest tile (a GPU with idle SMs loses more than small tiles cost)."""
-    cover = next((w for w in sorted(TILE_WIDTHS) if N <= w), max(TILE_WIDTHS))
-    shapes = [(mi, bn) for mi, bn in TILE_SHAPES if bn <= cover and bn in TILE_WIDTHS]
+    return _tile_shape(M, N, batch, sm_count(), TILE_SHAPES, TILE_WIDTHS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tile_shape(M: int, N: int, batch: int, sms: int, tile_shapes, tile_widths) -> tuple[int, int]:
+    cover = next((w for w in sorted(tile_widths) if N <= w), max(tile_widths))
+    shapes = [(mi, bn) for mi, bn in tile_shapes if bn <= cover and bn in tile_widths]
     for mi, bn in shapes:
-        if math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch >= sm_count():
+        if math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch >= sms:
             return mi, bn
     return shapes[-1]
 
@@ -93,11 +105,12 @@ NO_MAP = np.zeros(1, dtype=tma.MAP_DTYPE)   # the output-map argument when the e
 
 def unsupported_reason(dtype, trans_a, trans_b, batch) -> str | None:
     """Why this kernel cannot take the problem (None: it can)."""
-    if dtype.name not in KINDS:
+    kind = _KIND_OF.get(dtype)
+    if kind is None:
         return f"{dtype} data (the kernel takes float32 as TF32, float16, bfloat16)"
     if not device_has_wgmma(cupy.cuda.runtime.getDevice()):
         return "this GPU has no wgmma (compute capability 9.0 only: H100, H200)"
-    if batch > 65535 and (dtype.name == "float32" and (trans_a or not trans_b)):
+    if batch > 65535 and (kind == KINDS["float32"] and (trans_a or not trans_b)):
         return "a TF32 operand to transpose in a batch of more than 65535 (the transpose's grid)"
     return None
 
@@ -174,7 +187,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
         if choice == "wgmma":
             raise RuntimeError(f"gemm: set_tensor_core_gemm('wgmma') asked for the wgmma kernel, but {reason}")
         return False
-    kind = KINDS[dtype.name]
+    kind = _KIND_OF[dtype]
     if (choice != "wgmma" and kind == KINDS["float32"] and (trans_a or not trans_b)
             and M * N * K * batch < SMALL_TF32_COPY_WORK):
         # TF32 wgmma reads both operands K-major, so this one would first be transposed (a launch, a copy,
@@ -218,7 +231,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     map_c = NO_MAP
     if staged:
         c_stride = stride_c * dtype.itemsize if batch > 1 else max(16, ldc_row * M * dtype.itemsize)
-        map_c = tma.encode_tiled(dtype.name, c_ptr, (N, M, batch), (ldc_row * dtype.itemsize, c_stride), (bn, BM * mi, 1),
+        map_c = tma.encode_tiled(_TMA_TYPE_OF[dtype], c_ptr, (N, M, batch), (ldc_row * dtype.itemsize, c_stride), (bn, BM * mi, 1),
                                  swizzle=tma.SWIZZLE_NONE)
     tiles = math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch
     kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi)
@@ -233,5 +246,5 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
 def tma_data_type(dtype) -> str:
     """The tensor maps' element type: float16 / bfloat16 as they are; float32 as TF32 data
     (_common.tf32_tma_type, "tfloat32" by default: see gpu_gemm_tc.md for what the copy engine does with it)."""
-    name = np.dtype(dtype).name
-    return _common.tf32_tma_type if name == "float32" else name
+    dtype = np.dtype(dtype)
+    return _common.tf32_tma_type if dtype == np.float32 else _TMA_TYPE_OF[dtype]
