@@ -362,23 +362,23 @@ def std(self, dim=None, keepdim=False, unbiased=True, correction=None):
     return self.var(dim, keepdim, unbiased, correction).sqrt()
 
 
+def _max_or_min(self, dim, keepdim, op):
+    if isinstance(dim, Tensor):        # max(other) / min(other): the elementwise maximum / minimum
+        return self.maximum(dim) if op == "max" else self.minimum(dim)
+    check_dim(self, dim, op)
+    _check_nonempty_reduction(self, dim, op)
+    out = MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=op == "max")
+    return out if dim is None else getattr(return_types, op)(*out)
+
+
 def max(self, dim=None, keepdim=False):
     """max() -> scalar tensor; max(dim) -> (values, indices), as PyTorch. max(other) = maximum."""
-    if isinstance(dim, Tensor):
-        return self.maximum(dim)
-    check_dim(self, dim, "max")
-    _check_nonempty_reduction(self, dim, "max")
-    out = MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=True)
-    return out if dim is None else return_types.max(*out)
+    return _max_or_min(self, dim, keepdim, "max")
 
 
 def min(self, dim=None, keepdim=False):
-    if isinstance(dim, Tensor):
-        return self.minimum(dim)
-    check_dim(self, dim, "min")
-    _check_nonempty_reduction(self, dim, "min")
-    out = MaxMin.apply(self, dim=dim, keepdim=keepdim, is_max=False)
-    return out if dim is None else return_types.min(*out)
+    """min() -> scalar tensor; min(dim) -> (values, indices), as PyTorch. min(other) = minimum."""
+    return _max_or_min(self, dim, keepdim, "min")
 
 
 def _check_nonempty_reduction(self, dim, op):
@@ -580,22 +580,21 @@ def cumprod(t, dim, *, dtype=None):
     return CumProd.apply(t, axis=normalize_dim(dim, t.ndim, "cumprod"))
 
 
-def cummax(t, dim):
-    result = return_types.cummax
-
+def _cumulative_extreme(t, dim, how):
+    """(values, indices) of the running max or min along dim, as torch.cummax / torch.cummin."""
+    result = getattr(return_types, f"cum{how}")
     if t.ndim == 0:
         return result(t.clone(), t.new_zeros((), dtype=np.int64))
-    values, index = CumExtreme.apply(t, axis=normalize_dim(dim, t.ndim, "cummax"), how="max")
+    values, index = CumExtreme.apply(t, axis=normalize_dim(dim, t.ndim, f"cum{how}"), how=how)
     return result(values, index)
+
+
+def cummax(t, dim):
+    return _cumulative_extreme(t, dim, "max")
 
 
 def cummin(t, dim):
-    result = return_types.cummin
-
-    if t.ndim == 0:
-        return result(t.clone(), t.new_zeros((), dtype=np.int64))
-    values, index = CumExtreme.apply(t, axis=normalize_dim(dim, t.ndim, "cummin"), how="min")
-    return result(values, index)
+    return _cumulative_extreme(t, dim, "min")
 
 
 def logcumsumexp(t, dim):

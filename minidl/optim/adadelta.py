@@ -30,12 +30,7 @@ class Adadelta(Optimizer):
 
     def _update_group(self, group):
         lr, rho, eps, weight_decay = (float(group[k]) for k in ("lr", "rho", "eps", "weight_decay"))
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            g = self._grad_of(p, group["maximize"])
-            if weight_decay != 0:
-                g = g + weight_decay * p._data
+        for p, g in self._params_and_grads(group, weight_decay):
             xp = get_array_module(p._data)
             state = self.state.setdefault(p, {})
             if not state:

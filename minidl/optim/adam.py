@@ -76,15 +76,11 @@ class Adam(Optimizer):
                 fresh = True
             if amsgrad and "max_exp_avg_sq" not in state:
                 state["max_exp_avg_sq"] = self._zeros_like(p)
-        if fresh:
-            group._steps = None
-        steps = self._device_steps(group, params)
-        slot = {id(p): i for i, p in enumerate(group["params"])}
-        st = [self.state[p] for p in params]
+        steps, slots, st = self._multi_tensor_state(group, params, fresh)
         P.multi_tensor_adam(
             [p._data for p in params], [p.grad._data for p in params], [s["exp_avg"]._data for s in st],
             [s["exp_avg_sq"]._data for s in st], [s["max_exp_avg_sq"]._data for s in st] if amsgrad else None,
-            [slot[id(p)] for p in params], steps, group.device_hparams(("lr", "beta1", "beta2", "eps", "weight_decay")),
+            slots, steps, group.device_hparams(("lr", "beta1", "beta2", "eps", "weight_decay")),
             decoupled=self._decoupled_weight_decay, maximize=bool(group["maximize"]), grad_scale=grad_scale,
             found_inf=found_inf)
         return True
@@ -92,10 +88,7 @@ class Adam(Optimizer):
     def _update_group(self, group):
         lr, eps, weight_decay = float(group["lr"]), float(group["eps"]), float(group["weight_decay"])
         beta1, beta2 = (float(b) for b in group["betas"])
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            g = self._grad_of(p, group["maximize"])
+        for p, g in self._params_and_grads(group):
             xp = get_array_module(p._data)
             state = self.state.setdefault(p, {})
             if not state:

@@ -237,6 +237,15 @@ class Optimizer:
         False sends the group to the per-parameter reference path (_update_group)."""
         return False
 
+    def _multi_tensor_state(self, group, params, fresh):
+        """(steps, slots, states) for a multi-tensor update with step counts on the device: the group's
+        step-count array (rebuilt when a state is fresh), each parameter's slot in it, each one's state."""
+        if fresh:
+            group._steps = None
+        steps = self._device_steps(group, params)
+        slot = {id(p): i for i, p in enumerate(group["params"])}
+        return steps, [slot[id(p)] for p in params], [self.state[p] for p in params]
+
     def _device_steps(self, group, params):
         """The group's device array of step counts, one slot per parameter of the group, with each
         parameter's state["step"] a 0-d Tensor viewing its slot. Rebuilt (once) when a state holds
@@ -284,6 +293,15 @@ class Optimizer:
 
     def _update_group(self, group: dict) -> None:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} does not implement _update_group")
+
+    def _params_and_grads(self, group, weight_decay=0.0):
+        """(p, g) for each parameter of the group that has a gradient: g as _grad_of gives it, plus
+        weight_decay * p when weight_decay is nonzero (L2 decay added to the gradient, as PyTorch)."""
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            g = self._grad_of(p, group["maximize"])
+            yield p, (g + weight_decay * p._data if weight_decay != 0 else g)
 
     def _grad_of(self, p: Tensor, maximize: bool = False):
         """The gradient array of p (unscaled by grad_scale, negated to maximize), checked first."""

@@ -50,15 +50,11 @@ class RMSprop(Optimizer):
                 state["momentum_buffer"] = self._zeros_like(p)
             if centered and "grad_avg" not in state:
                 state["grad_avg"] = self._zeros_like(p)
-        if fresh:
-            group._steps = None
-        steps = self._device_steps(group, params)
-        slot = {id(p): i for i, p in enumerate(group["params"])}
-        st = [self.state[p] for p in params]
+        steps, slots, st = self._multi_tensor_state(group, params, fresh)
         P.multi_tensor_rmsprop(
             [p._data for p in params], [p.grad._data for p in params], [s["square_avg"]._data for s in st],
             [s["momentum_buffer"]._data for s in st] if momentum > 0 else None,
-            [s["grad_avg"]._data for s in st] if centered else None, [slot[id(p)] for p in params], steps,
+            [s["grad_avg"]._data for s in st] if centered else None, slots, steps,
             group.device_hparams(("lr", "alpha", "eps", "weight_decay", "momentum")),
             maximize=bool(group["maximize"]), grad_scale=grad_scale, found_inf=found_inf)
         return True
@@ -66,10 +62,7 @@ class RMSprop(Optimizer):
     def _update_group(self, group):
         lr, alpha, eps = float(group["lr"]), float(group["alpha"]), float(group["eps"])
         weight_decay, momentum = float(group["weight_decay"]), float(group["momentum"])
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            g = self._grad_of(p, group["maximize"])
+        for p, g in self._params_and_grads(group):
             xp = get_array_module(p._data)
             state = self.state.setdefault(p, {})
             if not state:

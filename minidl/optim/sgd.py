@@ -61,12 +61,7 @@ class SGD(Optimizer):
         # Python floats: multiplying a float32 array by them keeps float32 (and reads nothing from the GPU).
         lr, momentum = float(group["lr"]), float(group["momentum"])
         dampening, weight_decay = float(group["dampening"]), float(group["weight_decay"])
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            g = self._grad_of(p, group["maximize"])
-            if weight_decay != 0:
-                g = g + weight_decay * p._data
+        for p, g in self._params_and_grads(group, weight_decay):
             if momentum != 0:
                 state = self.state.setdefault(p, {})
                 buf = state.get("momentum_buffer")

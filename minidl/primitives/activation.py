@@ -126,23 +126,25 @@ def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta
     return _backward(x, y, dy, desc, alpha=alpha, beta=beta, out=out)
 
 
+def _check_pair(op, **two):
+    """Two float arrays of one shape (no broadcasting) on one device."""
+    (na, a), (nb, b) = two.items()
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(f"{op}: {na} has shape {shape_str(a.shape)} but {nb} has shape {shape_str(b.shape)} "
+                         "(no broadcasting)")
+    check_same_device(op, **two)
+    check_float(op, **two)
+
+
 @computes_half_in_float32()
 def add_relu_forward(a, b):
     """y = max(a + b, 0), elementwise; a, b, y of one shape (the residual add and ReLU of a ResNet block)."""
-    op = "add_relu_forward"
-    if tuple(a.shape) != tuple(b.shape):
-        raise ValueError(f"{op}: a has shape {shape_str(a.shape)} but b has shape {shape_str(b.shape)} (no broadcasting)")
-    check_same_device(op, a=a, b=b)
-    check_float(op, a=a, b=b)
+    _check_pair("add_relu_forward", a=a, b=b)
     return backend("activation", a).add_relu_forward(a, b)
 
 
 @computes_half_in_float32()
 def add_relu_backward(y, dy):
     """The gradient of both inputs of add_relu_forward: dy where y > 0, else 0; y, dy of one shape."""
-    op = "add_relu_backward"
-    if tuple(y.shape) != tuple(dy.shape):
-        raise ValueError(f"{op}: y has shape {shape_str(y.shape)} but dy has shape {shape_str(dy.shape)}")
-    check_same_device(op, y=y, dy=dy)
-    check_float(op, y=y, dy=dy)
+    _check_pair("add_relu_backward", y=y, dy=dy)
     return backend("activation", y).add_relu_backward(y, dy)

@@ -171,13 +171,18 @@ def convolution_backward_data(w, dy, desc, x_shape, *, algo="auto", layout="NCHW
     check_same_device(op, w=w, dy=dy, out=out)
     dtype = check_float_or_half(op, w=w, dy=dy, out=out)
     problem = _make_problem(op, x_shape, w.shape, desc, layout, dtype, math)
-    _check_array_shape(op, "dy", dy, problem.y_shape,
-                       f" (the output shape of input {shape_str(problem.x_shape)} and weight "
-                       f"{shape_str(w.shape)})")
+    _check_dy(op, dy, problem)
     _check_array_shape(op, "out", out, problem.x_shape)
     _check_blend_args(op, out, beta)
     impl, algo = _resolve_algorithm(op, algo, "backward_data", problem, is_cuda_array(dy), *_policy_arg(op, policy))
     return impl.convolution_backward_data(w, dy, problem, algo, alpha, beta, out)
+
+
+def _check_dy(op, dy, problem):
+    """dy must have the forward output's shape; the message says where that shape comes from."""
+    _check_array_shape(op, "dy", dy, problem.y_shape,
+                       f" (the output shape of input {shape_str(problem.x_shape)} and weight "
+                       f"{shape_str(problem.w_shape)})")
 
 
 def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NCHW", alpha=1.0,
@@ -188,9 +193,7 @@ def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NC
     check_same_device(op, x=x, dy=dy, out=out)
     dtype = check_float_or_half(op, x=x, dy=dy, out=out)
     problem = _make_problem(op, x.shape, w_shape, desc, layout, dtype, math)
-    _check_array_shape(op, "dy", dy, problem.y_shape,
-                       f" (the output shape of input {shape_str(x.shape)} and weight "
-                       f"{shape_str(problem.w_shape)})")
+    _check_dy(op, dy, problem)
     _check_array_shape(op, "out", out, problem.w_shape)
     _check_blend_args(op, out, beta)
     impl, algo = _resolve_algorithm(op, algo, "backward_filter", problem, is_cuda_array(x), *_policy_arg(op, policy))

@@ -72,27 +72,25 @@ def _run(name, a, p, seed, offset):
     return getattr(backend("dropout", a), name)(a, p, seed, offset=offset)
 
 
+def _checked_run(op, name, a, p, seed, offset):
+    """The checks both directions share (p, seed, offset, dtype, counter space, devices), then the run."""
+    p = _check_args(op, p, seed, offset)
+    check_float_or_half(op, **{name: a})
+    if int(offset) + a.size > 2**64:
+        raise ValueError(f"{op}: offset {offset} + {name}.size {a.size} runs past the 2**64 counter space")
+    _check_state_device(op, a, seed)
+    return _run(op, a, p, _seed_arg(seed), int(offset))
+
+
 def dropout_forward(x, p, seed, *, offset=0):
     """y = x * keep / (1 - p), keep drawn from Philox(seed, offset + index). y has x's shape and dtype
     (float16/bfloat16: the float32 product rounded once)."""
-    op = "dropout_forward"
-    p = _check_args(op, p, seed, offset)
-    check_float_or_half(op, x=x)
-    if int(offset) + x.size > 2**64:
-        raise ValueError(f"{op}: offset {offset} + x.size {x.size} runs past the 2**64 counter space")
-    _check_state_device(op, x, seed)
-    return _run("dropout_forward", x, p, _seed_arg(seed), int(offset))
+    return _checked_run("dropout_forward", "x", x, p, seed, offset)
 
 
 def dropout_backward(dy, p, seed, *, offset=0):
     """dx = dy * keep / (1 - p), with the forward's mask (same p, seed, offset and shape)."""
-    op = "dropout_backward"
-    p = _check_args(op, p, seed, offset)
-    check_float_or_half(op, dy=dy)
-    if int(offset) + dy.size > 2**64:
-        raise ValueError(f"{op}: offset {offset} + dy.size {dy.size} runs past the 2**64 counter space")
-    _check_state_device(op, dy, seed)
-    return _run("dropout_backward", dy, p, _seed_arg(seed), int(offset))
+    return _checked_run("dropout_backward", "dy", dy, p, seed, offset)
 
 
 def philox_advance(state, count):

@@ -346,6 +346,16 @@ def _placement(map_location):
     )
 
 
+def _npy_error(e, entry, name, what) -> "CheckpointError":
+    """The CheckpointError for NumPy's ValueError reading entry `entry` of checkpoint `name`: objects that
+    would need unpickling are refused as such; anything else is `what` (the entry's own fault)."""
+    if "pickle" in str(e).lower() or "object" in str(e).lower():
+        return CheckpointError(
+            f"load: entry {entry} of {name} holds Python objects, which would need unpickling; "
+            "minidl.load refuses them because unpickling can run arbitrary code")
+    return CheckpointError(f"load: entry {entry} of {name} {what} ({e})")
+
+
 def load(f, map_location=None, weights_only=None):
     """Read a checkpoint written by minidl.save.
 
@@ -432,12 +442,7 @@ def _load_from(fh, name, place):
                         array = array.view(bfloat16)
                     return array
                 except ValueError as e:
-                    if "pickle" in str(e).lower() or "object" in str(e).lower():
-                        raise CheckpointError(
-                            f"load: entry {entry} of {name} holds Python objects, which would need unpickling; "
-                            "minidl.load refuses them because unpickling can run arbitrary code"
-                        ) from None
-                    raise CheckpointError(f"load: entry {entry} of {name} is not a valid .npy array ({e})") from None
+                    raise _npy_error(e, entry, name, "is not a valid .npy array") from None
 
         return _decode(structure["object"], read_array, place, "obj")
 
@@ -482,12 +487,7 @@ def _check_npy_header(fh, info: zipfile.ZipInfo, entry: str, name: str) -> None:
         else:
             raise ValueError(f"unsupported .npy version {version}")
     except ValueError as e:
-        if "pickle" in str(e).lower() or "object" in str(e).lower():
-            raise CheckpointError(
-                f"load: entry {entry} of {name} holds Python objects, which would need unpickling; "
-                "minidl.load refuses them because unpickling can run arbitrary code"
-            ) from None
-        raise CheckpointError(f"load: entry {entry} of {name} has a malformed .npy header ({e})") from None
+        raise _npy_error(e, entry, name, "has a malformed .npy header") from None
     if dtype.hasobject:
         raise CheckpointError(
             f"load: entry {entry} of {name} holds Python objects, which would need unpickling; "

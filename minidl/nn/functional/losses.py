@@ -180,17 +180,24 @@ class CrossEntropyProbabilities(Function):
         return dx, d_target, None, None
 
 
-def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                  reduction="mean", label_smoothing=0.0):
-    """Cross-entropy of logits `input` (N, C) or (N, C, d1, ...) (or (C,) unbatched) against
-    class indices `target` (N) / (N, d1, ...) (integers) or class probabilities (float, input's shape)."""
-    op = "cross_entropy"
+def _class_loss_arguments(op, input, target, weight, size_average, reduce, reduction):
+    """What cross_entropy and nll_loss check first: no deprecated reduction flags, autocast (both run in
+    float32), a float input, a target tensor, a known reduction. Returns (input, target, weight)."""
     if size_average is not None or reduce is not None:
         raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
     input, target, weight = _autocast(op, input, target, weight)
     _check_float_tensor(op, "input", input)
     _check_tensor(op, "target", target)
     _check_reduction(op, reduction)
+    return input, target, weight
+
+
+def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
+                  reduction="mean", label_smoothing=0.0):
+    """Cross-entropy of logits `input` (N, C) or (N, C, d1, ...) (or (C,) unbatched) against
+    class indices `target` (N) / (N, d1, ...) (integers) or class probabilities (float, input's shape)."""
+    op = "cross_entropy"
+    input, target, weight = _class_loss_arguments(op, input, target, weight, size_average, reduce, reduction)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
     if input.ndim == 0:
@@ -253,12 +260,7 @@ class NLLLoss(Function):
 def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean"):
     """Negative log-likelihood of log-probabilities `input` (N, C) / (N, C, d1, ...) at class indices `target`."""
     op = "nll_loss"
-    if size_average is not None or reduce is not None:
-        raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
-    input, target, weight = _autocast(op, input, target, weight)
-    _check_float_tensor(op, "input", input)
-    _check_tensor(op, "target", target)
-    _check_reduction(op, reduction)
+    input, target, weight = _class_loss_arguments(op, input, target, weight, size_average, reduce, reduction)
     if input.ndim == 1:
         out = nll_loss(input.reshape(1, -1), target.reshape((1,) + target.shape), weight, None, ignore_index,
                        None, reduction)
