@@ -191,6 +191,30 @@ def cast_inputs(op: str, *args):
     return tuple(out)
 
 
+def cast_output(t, dtype):
+    """t cast to dtype through autocast's own cast op (what an op that skips the input casts uses to give its
+    outputs autocast's dtype)."""
+    return _cast_op(t, dtype)
+
+
+def lower_precision_dtype(op: str, *args):
+    """The 16-bit dtype autocast would cast op's float32 arguments to (its policy is lower precision on the
+    device they live on), else None. For ops that run in float32 data with a 16-bit math mode of their own
+    (the RNN), so that they can skip the casts and take only autocast's output dtype."""
+    st = _get()
+    if not (st.enabled["cuda"] or st.enabled["cpu"]):
+        return None
+    from ..autograd.tensor import Tensor
+
+    first = next((a for a in args if isinstance(a, Tensor)), None)
+    if first is None:
+        return None
+    device_type = "cuda" if first.is_cuda else "cpu"
+    if not st.enabled[device_type] or POLICIES[device_type].get(op) != LOWER:
+        return None
+    return st.dtype[device_type]
+
+
 @functools.lru_cache(maxsize=None)
 def _autocast_cast_class():
     # Defined on first use: minidl.ops imports this module, so it cannot import ops first.

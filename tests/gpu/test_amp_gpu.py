@@ -170,3 +170,39 @@ def test_amp_step_with_forward_backward_graphed_equals_eager(md):
         assert any(after == before / 2 for before, after in zip(scales, scales[1:])), scales
     for k, v in results[0][2].items():
         np.testing.assert_array_equal(results[1][2][k], v, err_msg=k)
+
+
+@pytest.mark.parametrize("dtype", [minidl.bfloat16, minidl.float16])
+def test_lstm_under_autocast_skips_the_input_casts(dtype):
+    """nn.LSTM under autocast on the GPU runs on its float32 weights with the RNN's bf16 math (the kernels round
+    the recurrent products' operands themselves): no cast of each weight to half and back. The outputs take
+    autocast's dtype, as torch's; values and gradients match the same LSTM with explicitly rounded inputs."""
+    from minidl import profiler
+
+    minidl.manual_seed(0)
+    lstm = nn.LSTM(48, 64, num_layers=2).to("cuda")
+    x = minidl.tensor(np.random.default_rng(0).standard_normal((12, 5, 48)).astype(np.float32), device="cuda")
+    with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
+        with minidl.autocast("cuda", dtype=dtype):
+            y, (h, c) = lstm(x)
+    assert y.dtype == dtype and h.dtype == dtype and c.dtype == dtype
+    names = {r["name"] for r in prof.key_averages()}
+    assert "rnn_forward" in names
+    (y.float().sum() + h.float().sum()).backward()
+    grads = {n: p.grad.cpu().numpy() for n, p in lstm.named_parameters()}
+    assert all(p.grad.dtype == minidl.float32 for p in lstm.parameters())
+    # Reference: the float32 LSTM in the same math mode ("bf16" rounds the recurrent operands to bfloat16)
+    ref = nn.LSTM(48, 64, num_layers=2).to("cuda")
+    ref.load_state_dict(lstm.state_dict())
+    from minidl.nn.functional import recurrent
+    original = recurrent._rnn_math
+    recurrent._rnn_math = lambda x: "bf16"
+    try:
+        y_ref, (h_ref, _) = ref(x)
+        (y_ref.sum() + h_ref.sum()).backward()
+    finally:
+        recurrent._rnn_math = original
+    assert rel_err(y.float().cpu().numpy(), y_ref.detach().cpu().numpy()) <= (1e-2 if dtype == minidl.bfloat16 else 2e-3)
+    ref_grads = dict(ref.named_parameters())
+    for n, g in grads.items():
+        assert rel_err(g, ref_grads[n].grad.cpu().numpy()) <= 2e-2, n

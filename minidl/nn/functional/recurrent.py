@@ -6,9 +6,11 @@ from __future__ import annotations
 from ... import backends
 from ... import primitives as P
 from ..._device import is_cuda_array
-from ..._dtypes import is_half
+from ..._dtypes import float32, is_half
+from ...amp.autocast_mode import cast_output, lower_precision_dtype
 from ...amp.autocast_mode import cast_inputs as _autocast
 from ...autograd.function import Function, is_grad_enabled
+from ...autograd.tensor import Tensor
 
 
 def _group(flat, desc):
@@ -41,13 +43,22 @@ class RNNSequence(Function):
 
     @classmethod
     def apply(cls, *inputs, **params):
+        half = lower_precision_dtype("rnn", *inputs)
+        if half is not None and inputs[0].is_cuda and all(
+                t.dtype == float32 for t in inputs if isinstance(t, Tensor)):
+            # Autocast on the GPU with float32 data: the RNN kernels keep data and states in float32 and round
+            # the recurrent products' operands to bfloat16 themselves (math="bf16"), so casting every weight to
+            # half (and the primitive casting it back) would only add launches: only the outputs take
+            # autocast's dtype, as torch's.
+            outputs = super().apply(*inputs, math="bf16", **params)
+            return tuple(cast_output(o, half) for o in outputs)
         return super().apply(*_autocast("rnn", *inputs), **params)
 
-    def forward(self, x, h0, c0, *weights, desc=None, seq_lengths=None):
+    def forward(self, x, h0, c0, *weights, desc=None, seq_lengths=None, math=None):
         self.desc = desc
         keep = is_grad_enabled() and any(self.needs_input_grad)  # the reserve is only for backward
         y, hy, cy, self.reserve = P.rnn_forward(x, h0, c0, _group(list(weights), desc), desc,
-                                                seq_lengths=seq_lengths, training=keep, math=_rnn_math(x))
+                                                seq_lengths=seq_lengths, training=keep, math=math or _rnn_math(x))
         return (y, hy, cy) if desc.mode == "lstm" else (y, hy)
 
     def backward(self, dy, dhy, dcy=None):
