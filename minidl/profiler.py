@@ -122,6 +122,15 @@ class _LaunchCounter:
     def __getattr__(self, name):
         return getattr(self.kernel, name)
 
+    def __setattr__(self, name, value):
+        # A launcher that compiles its kernel while a profile is active sets attributes on what get_kernel
+        # gave it (max_dynamic_shared_size_bytes of the wgmma GEMM, the tensor-core GEMM, attention): they
+        # belong to the kernel itself.
+        if name == "kernel":
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.kernel, name, value)
+
 
 class profile:
     """Record primitive calls, their host and GPU times and kernel launches (see the module docstring).

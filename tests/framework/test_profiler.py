@@ -73,3 +73,21 @@ def test_profile_errors():
             profile(activities=[ProfilerActivity.CPU]).__enter__()
     with pytest.raises(ValueError, match="sort_by"):
         prof.key_averages().table(sort_by="speed")
+
+
+def test_launch_counter_forwards_attribute_writes_to_its_kernel():
+    """A kernel compiled while a profile is active comes wrapped; a launcher that then sets an attribute on it
+    (max_dynamic_shared_size_bytes) sets the kernel's (it raised AttributeError in a fresh process)."""
+    from minidl.profiler import _LaunchCounter
+
+    class Kernel:
+        max_dynamic_shared_size_bytes = 0
+
+        def __call__(self, *args, **kwargs):
+            return "launched"
+
+    kernel = Kernel()
+    wrapped = _LaunchCounter(kernel)
+    wrapped.max_dynamic_shared_size_bytes = 200_000
+    assert kernel.max_dynamic_shared_size_bytes == 200_000 and wrapped.max_dynamic_shared_size_bytes == 200_000
+    assert wrapped() == "launched"
