@@ -12,8 +12,9 @@ This module does what cuDNN's front end does:
 2. Pick an algorithm. `algo="auto"` asks the selection policy (set with `set_convolution_policy` or
    the `convolution_policy(...)` context manager):
 
-   * ``heuristic`` (default) -- a fixed preference order per device and direction, no measuring
-     (cudnnGetConvolutionForwardAlgorithm_v7's idea). Order used: `HEURISTIC_ORDER`.
+   * ``heuristic`` (default) -- a preference order, no measuring (cudnnGetConvolutionForwardAlgorithm_v7's
+     idea): ranked per problem and direction on the GPU (cuda/convolution.py: heuristic_order), the fixed
+     `HEURISTIC_ORDER["cpu"]` on the CPU.
    * ``prefer_fastest``      -- run every applicable algorithm once on random data of the problem's
      shape, keep the fastest in a cache keyed by (device, direction, problem): the first call of a
      new shape pays the measuring, later calls are free (torch.backends.cudnn.benchmark = True).
@@ -373,15 +374,15 @@ def _check_device(op, device) -> bool:
     return name != "cpu"
 
 
-def _heuristic_order(impl, is_cuda, direction=None, problem=None):
+def _heuristic_order(impl, direction, problem):
     """The backend's algorithms in preference order (unlisted ones go last).
 
-    A backend may rank per problem (cudnnGet's idea) with `heuristic_order(direction, problem)`;
-    otherwise the fixed HEURISTIC_ORDER of its device applies."""
-    if direction is not None and hasattr(impl, "heuristic_order"):
+    A backend may rank per problem (cudnnGet's idea) with `heuristic_order(direction, problem)`, as the
+    GPU's does; otherwise the CPU's fixed HEURISTIC_ORDER applies."""
+    if hasattr(impl, "heuristic_order"):
         preferred = impl.heuristic_order(direction, problem)
     else:
-        preferred = HEURISTIC_ORDER["cuda" if is_cuda else "cpu"]
+        preferred = HEURISTIC_ORDER["cpu"]
     ranked = [a for a in preferred if a in impl.ALGORITHMS]
     return ranked + [a for a in impl.ALGORITHMS if a not in ranked]
 
@@ -445,7 +446,7 @@ def _numpy_dtype(name):
 def _find(impl, direction, problem, is_cuda, measure, repeats=3):
     perfs = []
     data = _random_data(problem, is_cuda) if measure else None
-    for algo in _heuristic_order(impl, is_cuda, direction, problem):
+    for algo in _heuristic_order(impl, direction, problem):
         ok, reason = impl.is_supported(algo, direction, problem)
         math = impl.algorithm_math(algo, problem)
         if not ok:

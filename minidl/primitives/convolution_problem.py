@@ -16,15 +16,14 @@ MATHS = ("fp32", "tf32")
 HALF_DTYPES = ("float16", "bfloat16")
 POLICIES = ("heuristic", "prefer_fastest", "no_workspace", "workspace_limit", "deterministic")
 
-# The fixed preference order of the `heuristic` policy, best first; the policies `no_workspace`,
+# The CPU's fixed preference order of the `heuristic` policy, best first; the policies `no_workspace`,
 # `workspace_limit` and `deterministic` walk the same order and take the first algorithm that
-# qualifies. On the CPU the BLAS-backed algorithms come first: im2col_gemm (one big GEMM per group,
-# works for every problem), then Winograd (fewer multiplies, but 16 small GEMMs and transforms), then
-# the plain loops. On the GPU, the implicit GEMMs never write the column matrix to memory.
+# qualifies. The BLAS-backed algorithms come first: im2col_gemm (one big GEMM per group, works for every
+# problem), then Winograd (fewer multiplies, but 16 small GEMMs and transforms), then the plain loops.
+# The GPU has no fixed order: its backend ranks the algorithms per problem (cuda/convolution.py,
+# heuristic_order: cudnnGetConvolutionForwardAlgorithm_v7's idea), from measured tables.
 HEURISTIC_ORDER = {
     "cpu": ("im2col_gemm", "winograd", "direct"),
-    "cuda": ("implicit_gemm_tc", "implicit_precomp_gemm", "implicit_gemm", "winograd", "im2col_gemm", "direct",
-             "fft"),
 }
 
 
