@@ -206,3 +206,23 @@ def test_lstm_under_autocast_skips_the_input_casts(dtype):
     ref_grads = dict(ref.named_parameters())
     for n, g in grads.items():
         assert rel_err(g, ref_grads[n].grad.cpu().numpy()) <= 2e-2, n
+
+
+def test_lstm_with_dropout_between_layers_under_autocast_casts_only_activations(monkeypatch):
+    """Layer by layer (dropout between layers), the upper layer's input is the half output of the one below:
+    it is cast up (one cast), not every weight down. Counted through the RNN's own cast helper."""
+    from minidl.nn.functional import recurrent
+
+    calls = []
+    original = recurrent.cast_output
+    monkeypatch.setattr(recurrent, "cast_output", lambda t, dtype: calls.append(dtype) or original(t, dtype))
+    minidl.manual_seed(0)
+    lstm = nn.LSTM(32, 40, num_layers=2, dropout=0.5).to("cuda").train()
+    x = minidl.tensor(np.random.default_rng(1).standard_normal((7, 3, 32)).astype(np.float32), device="cuda")
+    with minidl.autocast("cuda", dtype=minidl.bfloat16):
+        y, (h, c) = lstm(x)
+    assert y.dtype == minidl.bfloat16
+    # layer 1: 3 outputs down; layer 2: its input up, 3 outputs down (the stacked h, c are assembled after)
+    assert calls.count(minidl.float32) == 1 and calls.count(minidl.bfloat16) == 6
+    y.float().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == minidl.float32 for p in lstm.parameters())

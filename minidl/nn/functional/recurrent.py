@@ -10,7 +10,6 @@ from ..._dtypes import float32, is_half
 from ...amp.autocast_mode import cast_output, lower_precision_dtype
 from ...amp.autocast_mode import cast_inputs as _autocast
 from ...autograd.function import Function, is_grad_enabled
-from ...autograd.tensor import Tensor
 
 
 def _group(flat, desc):
@@ -44,13 +43,19 @@ class RNNSequence(Function):
     @classmethod
     def apply(cls, *inputs, **params):
         half = lower_precision_dtype("rnn", *inputs)
-        if half is not None and inputs[0].is_cuda and all(
-                t.dtype == float32 for t in inputs if isinstance(t, Tensor)):
-            # Autocast on the GPU with float32 data: the RNN kernels keep data and states in float32 and round
-            # the recurrent products' operands to bfloat16 themselves (math="bf16"), so casting every weight to
-            # half (and the primitive casting it back) would only add launches: only the outputs take
+        if half is None:            # no autocast here (the policy for "rnn" is lower precision or nothing)
+            return super().apply(*inputs, **params)
+        x, h0, c0, *weights = inputs
+        states = [t for t in (x, h0, c0) if t is not None]
+        if (x.is_cuda and all(w.dtype == float32 for w in weights if w is not None)
+                and all(t.dtype in (float32, half) for t in states)):
+            # Autocast on the GPU with float32 weights: the RNN kernels keep data and states in float32 and
+            # round the recurrent products' operands to bfloat16 themselves (math="bf16"), so casting every
+            # weight to half (and the primitive casting it back) would only add launches. A half input (the
+            # layer below's output, with dropout between layers) is cast up instead; the outputs take
             # autocast's dtype, as torch's.
-            outputs = super().apply(*inputs, math="bf16", **params)
+            up = [t if t is None or t.dtype == float32 else cast_output(t, float32) for t in (x, h0, c0)]
+            outputs = super().apply(*up, *weights, math="bf16", **params)
             return tuple(cast_output(o, half) for o in outputs)
         return super().apply(*_autocast("rnn", *inputs), **params)
 
