@@ -172,12 +172,12 @@ class Function:
         if cls.may_return_view and isinstance(inputs[0], Tensor) and _same_memory(outputs[0], arrays[0]):
             base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
             results[0]._vbox, results[0]._base = inputs[0]._vbox, base
-        if record:
-            fn.inputs = tuple(t if isinstance(t, Tensor) else None for t in inputs)
-            fn._input_versions = tuple(t._version if isinstance(t, Tensor) else 0 for t in inputs)
-            fn._output_meta = tuple((o.shape, o.dtype) for o in outputs)
-            fn._output_refs = tuple(weakref.ref(t) for t in results)
-            fn._output_versions = [t._version for t in results]
+        if record:   # (list comprehensions: cheaper than tuple(generator) on a path every op takes)
+            fn.inputs = tuple([t if isinstance(t, Tensor) else None for t in inputs])
+            fn._input_versions = tuple([t._vbox[0] if isinstance(t, Tensor) else 0 for t in inputs])
+            fn._output_meta = tuple([(o.shape, o.dtype) for o in outputs])
+            fn._output_refs = tuple([weakref.ref(t) for t in results])
+            fn._output_versions = [t._vbox[0] for t in results]
         return results[0] if single else tuple(results)
 
     def _release(self):
@@ -366,7 +366,8 @@ def _run_backward(tensor, grad_array, retain_graph):
     with no_grad():
         for fn in _topological_order(tensor._ctx):
             grads_out = pending.pop(id(fn), None)
-            if grads_out is None or all(g is None for g in grads_out):
+            single = grads_out is not None and len(grads_out) == 1   # the usual op: one output, no generator
+            if grads_out is None or (grads_out[0] is None if single else all(g is None for g in grads_out)):
                 continue
             if getattr(fn, "_released", False):
                 raise RuntimeError(
@@ -375,7 +376,7 @@ def _run_backward(tensor, grad_array, retain_graph):
                     "backward() if you need to call it twice."
                 )
             _check_versions(fn)
-            if any(g is None for g in grads_out):   # outputs nobody used get a zero gradient: a full set
+            if not single and any(g is None for g in grads_out):   # unused outputs get a zero gradient
                 xp = _array_module(next(g for g in grads_out if g is not None))
                 grads_out = [
                     g if g is not None else xp.zeros(shape, dtype=dtype)

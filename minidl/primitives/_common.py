@@ -148,7 +148,7 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
         def wrapper(*args, **kwargs):
             # The usual call has no half array at all: pass it through before binding the signature (a
             # bind costs more than a small primitive's arithmetic).
-            if not any(_has_half(v) for v in args) and not any(_has_half(v) for v in kwargs.values()):
+            if not _any_half(args) and not _any_half(kwargs.values()):
                 return fn(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             originals = dict(bound.arguments)
@@ -179,6 +179,19 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
         return wrapper
 
     return decorate
+
+
+def _any_half(values) -> bool:
+    """Whether any of values holds a half array: _has_half over them, with the common arguments (float32 /
+    float64 arrays, numbers, None, descriptors) decided in this loop without a call each."""
+    for v in values:
+        dtype = getattr(v, "dtype", None)
+        if dtype is not None:
+            if dtype in HALF_DTYPES and hasattr(v, "astype"):
+                return True
+        elif isinstance(v, (list, tuple)) and _has_half(v):
+            return True
+    return False
 
 
 def _has_half(value) -> bool:
