@@ -353,7 +353,16 @@ def _pooled_length(length: int, k: int, s: int, p: int, ceil_mode: bool, d: int 
 
 
 def pooling_output_shape(x_shape, desc, layout: str = "NCHW") -> tuple:
-    """The output shape of pooling_forward for an input of x_shape (in the given layout)."""
+    """The output shape of pooling_forward for an input of x_shape (in the given layout). Cached: a layer
+    asks it for the same shape at every step, forward and backward."""
+    try:
+        return _pooling_output_shape(tuple(x_shape), desc, layout)
+    except TypeError:    # an unhashable descriptor or shape entry: computed, not cached
+        return _pooling_output_shape.__wrapped__(tuple(x_shape), desc, layout)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pooling_output_shape(x_shape, desc, layout):
     layout = normalize_layout("pooling_output_shape", layout)
     x_shape = tuple(int(s) for s in x_shape)
     n = x_shape[0]
