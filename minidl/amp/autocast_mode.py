@@ -163,23 +163,31 @@ def _cast_op(t, dtype):
     return Tensor._make(t._data.astype(dtype))
 
 
-def cast_inputs(op: str, *args):
-    """The args of op `op`, cast by the autocast policy of the device type they live on (unchanged
-    outside autocast, for ops without a policy, and for non-tensors, integer and None args)."""
+def _policy(op: str, args):
+    """(device type, policy) autocast applies to op on these args (the device of the first tensor), or None
+    outside autocast, without a tensor, or for an op without a policy."""
     st = _get()
     if not (st.enabled["cuda"] or st.enabled["cpu"]):
-        return args
+        return None
     from ..autograd.tensor import Tensor
 
     first = next((a for a in args if isinstance(a, Tensor)), None)
     if first is None:
-        return args
+        return None
     device_type = "cuda" if first.is_cuda else "cpu"
-    if not st.enabled[device_type]:
+    policy = POLICIES[device_type].get(op) if st.enabled[device_type] else None
+    return None if policy is None else (device_type, policy)
+
+
+def cast_inputs(op: str, *args):
+    """The args of op `op`, cast by the autocast policy of the device type they live on (unchanged
+    outside autocast, for ops without a policy, and for non-tensors, integer and None args)."""
+    found = _policy(op, args)
+    if found is None:
         return args
-    policy = POLICIES[device_type].get(op)
-    if policy is None:
-        return args
+    from ..autograd.tensor import Tensor
+
+    (device_type, policy), st = found, _get()
     out = []
     for a in args:
         if isinstance(a, Tensor) and is_floating(a.dtype):
@@ -201,18 +209,10 @@ def lower_precision_dtype(op: str, *args):
     """The 16-bit dtype autocast would cast op's float32 arguments to (its policy is lower precision on the
     device they live on), else None. For ops that run in float32 data with a 16-bit math mode of their own
     (the RNN), so that they can skip the casts and take only autocast's output dtype."""
-    st = _get()
-    if not (st.enabled["cuda"] or st.enabled["cpu"]):
+    found = _policy(op, args)
+    if found is None or found[1] != LOWER:
         return None
-    from ..autograd.tensor import Tensor
-
-    first = next((a for a in args if isinstance(a, Tensor)), None)
-    if first is None:
-        return None
-    device_type = "cuda" if first.is_cuda else "cpu"
-    if not st.enabled[device_type] or POLICIES[device_type].get(op) != LOWER:
-        return None
-    return st.dtype[device_type]
+    return _get().dtype[found[0]]
 
 
 @functools.lru_cache(maxsize=None)
