@@ -20,13 +20,14 @@ int32, int64, bool_ = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.bool_)
 
 HALF_DTYPES = (float16, bfloat16)
 FLOATING_DTYPES = (float16, bfloat16, float32, float64)
+_BY_NAME = {d.name: d for d in FLOATING_DTYPES}
 
 
 def by_dtype(table: dict) -> dict:
     """A table keyed by dtype names ({"float16": 1, ...}) that answers dtype objects too: `table[a.dtype]`
     costs one dict lookup, where `a.dtype.name` is a Python property of NumPy's (~2 us) that a launcher
     would pay at every launch (issue 23: the host cost of an op)."""
-    return {**table, **{np.dtype(ml_dtypes.bfloat16 if name == "bfloat16" else name): v for name, v in table.items()}}
+    return {**table, **{_BY_NAME[name]: v for name, v in table.items()}}
 
 
 def is_floating(dtype) -> bool:

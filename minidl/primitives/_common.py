@@ -182,24 +182,17 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
 
 
 def _any_half(values) -> bool:
-    """Whether any of values holds a half array: _has_half over them, with the common arguments (float32 /
-    float64 arrays, numbers, None, descriptors) decided in this loop without a call each."""
+    """Whether any of values (arrays, or lists/tuples of them, e.g. RNN weights) holds a float16/bfloat16 array.
+    The common arguments (float32 / float64 arrays, numbers, None, descriptors) are decided in this loop,
+    without a call each."""
     for v in values:
         dtype = getattr(v, "dtype", None)
         if dtype is not None:
             if dtype in HALF_DTYPES and hasattr(v, "astype"):
                 return True
-        elif isinstance(v, (list, tuple)) and _has_half(v):
+        elif isinstance(v, (list, tuple)) and _any_half(v):
             return True
     return False
-
-
-def _has_half(value) -> bool:
-    """Whether value (an array, or a list/tuple of them, e.g. RNN weights) holds a float16/bfloat16 array."""
-    if isinstance(value, (list, tuple)):
-        return any(_has_half(v) for v in value)
-    dtype = getattr(value, "dtype", None)
-    return dtype is not None and hasattr(value, "astype") and dtype in HALF_DTYPES
 
 
 def _float_dtypes(values) -> set:
