@@ -4,6 +4,7 @@ without the profiler, then cProfile over N steps; the functions by cumulative an
 
     python3 benchmarks/profile_gpt_host.py [--fp32] [--steps 10] [--top 40]
     python3 benchmarks/profile_gpt_host.py --model 0 --math tf32      # the MNIST CNN with TF32 (issue 23)
+    python3 benchmarks/profile_gpt_host.py --dump $OUT/gpt_bf16.prof   # raw stats, to sort and read elsewhere
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--model", type=int, default=None, help="index into bench_gpu_train_step.MODELS")
     ap.add_argument("--math", choices=("fp32", "tf32", "bf16"), default="fp32")
+    ap.add_argument("--dump", default=None, help="also write the raw cProfile stats here (pstats.Stats reads them)")
     args = ap.parse_args()
     import cupy
 
@@ -54,6 +56,8 @@ def main():
     cupy.cuda.Device().synchronize()
     profile.disable()
     print(f"{label}: {wall * 1e3:.2f} ms per step (no profiler)")
+    if args.dump:
+        profile.dump_stats(args.dump)
     for key in ("cumulative", "tottime"):
         text = io.StringIO()
         stats = pstats.Stats(profile, stream=text).sort_stats(key)
