@@ -165,10 +165,24 @@ def _draw(generator, device, fn):
     return fn(rng) if _device.Device(device).type == "cpu" else _with_device(lambda: fn(rng), device)
 
 
+_DIGITS = {"float16": 11, "bfloat16": 8, "float32": 24}   # significand bits: values k / 2**digits are exact
+
+
+def _unit_uniform(rng, shape, dt):
+    """Uniform on [0, 1) in dtype dt: a float64 draw cut to the multiples of 2**-digits that dt holds exactly,
+    so that nothing rounds up to 1.0 (a float64 draw within 2**-12 of 1 becomes 1.0 in float16), as torch's
+    rand draws dt's significand bits."""
+    x = rng.random(shape, dtype=np.float64)
+    digits = _DIGITS.get(dt.name)
+    if digits is not None:
+        x = (x * float(1 << digits)) // 1.0 * (1.0 / (1 << digits))
+    return x.astype(dt)
+
+
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
     """Uniform on [0, 1), from minidl's seeded generator (see manual_seed) or `generator`."""
     dt, shape = _float_dtype("rand", dtype), _shape(size, "rand")
-    return _finish(_draw(generator, device, lambda rng: rng.random(shape, dtype=np.float64).astype(dt)), requires_grad)
+    return _finish(_draw(generator, device, lambda rng: _unit_uniform(rng, shape, dt)), requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):

@@ -505,6 +505,15 @@ def test_random_factories_and_manual_seed():
     assert r.requires_grad and r.dtype == minidl.float64
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_rand_never_rounds_up_to_one_in_a_narrow_dtype(dtype):
+    # a float64 draw within 2**-12 of 1 rounds to 1.0 in float16; 2**18 draws meet ~64 of them
+    minidl.manual_seed(0)
+    x = minidl.rand(1 << 18, dtype=getattr(minidl, dtype)).float().numpy()
+    assert x.min() >= 0 and x.max() < 1, f"rand({dtype}) gave {x.max()}"
+    assert x.max() > 0.99 and abs(x.mean() - 0.5) < 0.01
+
+
 def test_conversions():
     x = minidl.tensor([[1.5, 2.0]], requires_grad=True)
     assert x.tolist() == [[1.5, 2.0]] and x[0, 1].item() == 2.0 and float(x[0, 0]) == 1.5
