@@ -27,12 +27,21 @@ tensor_core_gemm = os.environ.get("MINIDL_TENSOR_CORE_GEMM", "auto")
 tf32_tma_type = os.environ.get("MINIDL_TF32_TMA_TYPE", "tfloat32")
 
 
+_CUDA_TYPES: set = set()   # the CuPy array types met so far (cupy.ndarray and its subclasses)
+
+
 def is_cuda_array(a) -> bool:
-    """True for a CuPy array. Checked by type name so that CuPy is never imported on the CPU path."""
+    """True for a CuPy array. Checked by type name so that CuPy is never imported on the CPU path; a type
+    seen once is remembered (a GPU step asks this hundreds of times)."""
     t = type(a)
     if t is np.ndarray:   # the CPU path's every call: no string work
         return False
-    return t.__module__.startswith("cupy")
+    if t in _CUDA_TYPES:
+        return True
+    if t.__module__.startswith("cupy"):
+        _CUDA_TYPES.add(t)
+        return True
+    return False
 
 
 def get_array_module(*arrays):
@@ -67,8 +76,8 @@ _BACKENDS: dict = {}
 def check_arrays(op: str, **arrays) -> None:
     """Every argument must be a NumPy or CuPy array (not a list, a Tensor, a number): TypeError naming it."""
     for name, a in arrays.items():
-        if a is not None and type(a) is not np.ndarray and not (isinstance(a, (np.ndarray, np.generic))
-                                                                or is_cuda_array(a)):
+        if a is not None and type(a) is not np.ndarray and type(a) not in _CUDA_TYPES and not (
+                isinstance(a, (np.ndarray, np.generic)) or is_cuda_array(a)):
             hint = " (pass tensor._data, or use minidl.nn.functional)" if type(a).__name__ in ("Tensor", "Parameter") else ""
             raise TypeError(f"{op}: {name} must be a numpy.ndarray or cupy.ndarray, got {type(a).__name__}{hint}")
 
@@ -76,7 +85,8 @@ def check_arrays(op: str, **arrays) -> None:
 def check_same_device(op: str, **arrays) -> None:
     """Raise if some arrays are CuPy arrays and others are NumPy arrays."""
     check_arrays(op, **arrays)
-    if all(a is None or type(a) is np.ndarray for a in arrays.values()):   # all on the CPU: nothing to compare
+    types = {type(a) for a in arrays.values() if a is not None}
+    if len(types) <= 1:   # one array type (all NumPy, or all CuPy): nothing to compare
         return
     kinds = {name: ("cuda" if is_cuda_array(a) else "cpu") for name, a in arrays.items() if a is not None}
     if len(set(kinds.values())) > 1:
@@ -90,6 +100,18 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 def check_float(op: str, **arrays) -> np.dtype:
     """All arrays float32 or all float64; return that dtype."""
     check_arrays(op, **arrays)
+    first = None
+    for a in arrays.values():   # the usual call: every array float32 (or every one float64)
+        if a is not None:
+            if first is None:
+                first = a.dtype
+                if first not in FLOAT_DTYPES:
+                    break
+            elif a.dtype != first:
+                break
+    else:
+        if first is not None:
+            return first
     dtypes = {name: np.dtype(a.dtype) for name, a in arrays.items() if a is not None}
     for name, dt in dtypes.items():
         if dt not in FLOAT_DTYPES:

@@ -21,6 +21,7 @@ from .. import _common
 
 _lock = threading.Lock()
 _modules: dict = {}
+_functions: dict = {}   # (family, name, options, name expressions, device) -> the kernel function
 
 # Options common to every family. -std=c++17 for constexpr/templates; fast math is NOT used, so the
 # kernels agree with the NumPy reference to float32 rounding.
@@ -111,8 +112,10 @@ def get_kernel(family: str, name: str, options: tuple = (), name_expressions: tu
     (_common.kernel_wrapper, which the profiler sets and clears: the primitive library never imports
     the profiler above it). Every launcher asks for its kernel here right before launching it, so
     every launch is counted; the check is one global read when no profile is active."""
-    module = get_module(family, options, name_expressions)
-    kernel = module.get_function(name)
+    key = (family, name, options, name_expressions, cupy.cuda.runtime.getDevice())
+    kernel = _functions.get(key)
+    if kernel is None:
+        kernel = _functions[key] = get_module(family, options, name_expressions).get_function(name)
     wrapper = _common.kernel_wrapper
     return kernel if wrapper is None else wrapper(kernel)
 

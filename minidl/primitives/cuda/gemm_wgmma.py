@@ -48,7 +48,7 @@ TILE_WIDTHS = (256, 128, 64)
 EPILOGUE = "staged"
 _kernels: dict = {}
 _LAUNCH_CACHE_SIZE = 4096
-_launches: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()   # gemm_wgmma's replayable launches
+_launches: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()   # gemm_wgmma's plans, by problem
 
 
 @functools.lru_cache(maxsize=None)
@@ -185,15 +185,20 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     choice = _common.tensor_core_gemm
     if choice == "mma_sync":
         return False
-    # A training step launches the same GEMMs on the same pointers every step (CuPy's pool hands the same
-    # blocks back): a launch seen before is replayed from its arguments, without the planning below.
-    key = (M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch,
-           stride_a, stride_b, stride_c, bias_ptr, choice, EPILOGUE, _common.tf32_tma_type, TILE_SHAPES, TILE_WIDTHS,
-           cupy.cuda.runtime.getDevice())
-    hit = _launches.get(key)
-    if hit is not None:
-        kernel, grid, args, smem = hit
-        kernel(grid, (THREADS,), args, shared_mem=smem)
+    # A training step launches the same GEMM problems every step, on operands at addresses that change (CuPy's
+    # pool): a problem planned before (same shapes, strides, dtype, and the addresses' alignment, which decides
+    # the copies and the store width) is launched from its plan; only the tensor maps take the new addresses.
+    key = (M, N, K, lda, ldb, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
+           stride_c, a_ptr % 16, b_ptr % 16, c_ptr % 16, choice, EPILOGUE, _common.tf32_tma_type, TILE_SHAPES,
+           TILE_WIDTHS, cupy.cuda.runtime.getDevice())
+    plan = _launches.get(key)
+    if plan is not None:
+        kernel, grid, smem, recipe_a, recipe_b, recipe_c, middle, tail = plan
+        map_c = NO_MAP if recipe_c is None else tma.encode_tiled(recipe_c[0], c_ptr, *recipe_c[1:],
+                                                                 swizzle=tma.SWIZZLE_NONE)
+        kernel(grid, (THREADS,), (_operand_map(recipe_a[0], a_ptr, *recipe_a[1:]),
+                                  _operand_map(recipe_b[0], b_ptr, *recipe_b[1:]), map_c, *middle, np.uint64(c_ptr),
+                                  *tail, np.uint64(bias_ptr)), shared_mem=smem)
         return True
     dtype = np.dtype(dtype)
     reason = unsupported_reason(dtype, trans_a, trans_b, batch)
@@ -229,8 +234,10 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     map_type = tma_data_type(dtype)
     a_batch = batch if batch > 1 and stride_a != 0 else 1
     b_batch = batch if batch > 1 and stride_b != 0 else 1
-    map_a = _operand_map(map_type, a_ptr, not trans_a, M, K, lda, stride_a, a_batch, BM * mi, bk)
-    map_b = _operand_map(map_type, b_ptr, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
+    recipe_a = (map_type, not trans_a, M, K, lda, stride_a, a_batch, BM * mi, bk)
+    recipe_b = (map_type, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
+    map_a = _operand_map(recipe_a[0], a_ptr, *recipe_a[1:])
+    map_b = _operand_map(recipe_b[0], b_ptr, *recipe_b[1:])
     # C's stores: staged through shared memory and a TMA store; else 2 = 16-byte stores of 8 adjacent 16-bit
     # elements (rows 16-byte aligned), 1 = pairs, 0 = one by one
     row_major = ldc_col == 1
@@ -242,22 +249,23 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     else:
         vec_c = np.int32(row_major and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
                          and (batch == 1 or stride_c % 2 == 0))
-    map_c = NO_MAP
+    map_c, recipe_c = NO_MAP, None
     if staged:
         c_stride = stride_c * dtype.itemsize if batch > 1 else max(16, ldc_row * M * dtype.itemsize)
-        map_c = tma.encode_tiled(_TMA_TYPE_OF[dtype], c_ptr, (N, M, batch), (ldc_row * dtype.itemsize, c_stride), (bn, BM * mi, 1),
-                                 swizzle=tma.SWIZZLE_NONE)
+        recipe_c = (_TMA_TYPE_OF[dtype], (N, M, batch), (ldc_row * dtype.itemsize, c_stride), (bn, BM * mi, 1))
+        map_c = tma.encode_tiled(recipe_c[0], c_ptr, *recipe_c[1:], swizzle=tma.SWIZZLE_NONE)
     tiles = math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch
     kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi)
     i32, i64 = np.int32, np.int64
     grid = (min(tiles, sm_count()),)
-    args = (map_a, map_b, map_c, i32(staged), i32(M), i32(N), i32(K), i32(batch), i32(a_batch > 1), i32(b_batch > 1),
-            np.float32(alpha), np.float32(beta), np.uint64(c_ptr), i64(ldc_row), i64(ldc_col), i64(stride_c),
-            vec_c, np.uint64(bias_ptr))
+    middle = (i32(staged), i32(M), i32(N), i32(K), i32(batch), i32(a_batch > 1), i32(b_batch > 1),
+              np.float32(alpha), np.float32(beta))
+    tail = (i64(ldc_row), i64(ldc_col), i64(stride_c), vec_c)
     smem = smem_bytes(bn, staged, mi)
-    kernel(grid, (THREADS,), args, shared_mem=smem)
-    if not keep:   # (a launch that read copies made here points at them: not replayable)
-        _launches[key] = (kernel, grid, args, smem)
+    kernel(grid, (THREADS,), (map_a, map_b, map_c, *middle, np.uint64(c_ptr), *tail, np.uint64(bias_ptr)),
+           shared_mem=smem)
+    if not keep:   # (a launch that read copies made here needs them made again: no plan)
+        _launches[key] = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, middle, tail)
         if len(_launches) > _LAUNCH_CACHE_SIZE:
             _launches.popitem(last=False)
     return True

@@ -5,13 +5,15 @@ box of a tensor between global and shared memory: the tensor's base address, siz
 box's size, and how the box is laid out in shared memory (the swizzle). The driver's
 `cuTensorMapEncodeTiled` writes it on the host; the kernel receives it by value as a
 `__grid_constant__` parameter. CuPy does not wrap that function, so it is called here through ctypes on
-libcuda. Encoding costs a few microseconds, so maps are cached by their arguments (a training step
-meets the same pointers again, since CuPy's memory pool hands the same blocks back).
+libcuda. A map is encoded once per shape (everything but the address); a later map of the same shape is
+that one with its address replaced (`cuTensorMapReplaceAddress`, ~1 us), since a training step's
+operands come from CuPy's memory pool at addresses that change from step to step.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 
 import numpy as np
 
@@ -27,7 +29,8 @@ INTERLEAVE_NONE = 0
 # array of size one by value, its bytes copied into the parameter.
 MAP_DTYPE = np.dtype((np.void, 128))
 _CACHE_SIZE = 4096
-_cache: dict = {}
+_lock = threading.Lock()   # the template buffers are rewritten in place
+_templates: dict = {}   # map shape (all but the address) -> (64-byte aligned buffer, its address, a view of it)
 
 
 class TensorMapError(RuntimeError):
@@ -48,6 +51,15 @@ def _encode_function():
     return f
 
 
+@functools.lru_cache(maxsize=None)
+def _replace_function():
+    _encode_function()   # loads the library (or raises TensorMapError)
+    f = ctypes.CDLL("libcuda.so.1").cuTensorMapReplaceAddress
+    f.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    f.restype = ctypes.c_int
+    return f
+
+
 def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, element_strides=None,
                  swizzle: int = SWIZZLE_128B) -> np.ndarray:
     """A tensor map (as a size-one NumPy array of 128 bytes) of the tensor at `pointer`.
@@ -60,10 +72,15 @@ def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, element_str
     the swizzle span (128 bytes).
     """
     element_strides = tuple(element_strides or (1,) * len(dims))
-    key = (dtype, pointer, tuple(dims), tuple(strides_bytes), tuple(box), element_strides, swizzle)
-    hit = _cache.get(key)
-    if hit is not None:
-        return hit
+    key = (dtype, tuple(dims), tuple(strides_bytes), tuple(box), element_strides, swizzle)
+    template = _templates.get(key)
+    if template is not None:
+        # the same map but for its address: the driver rewrites the address of the one encoded before (and
+        # refuses, non-zero, what a full encode would refuse, e.g. a misaligned address: then encode below)
+        _raw, addr, view = template
+        with _lock:
+            if _replace_function()(addr, pointer) == 0:
+                return view.copy()
     rank = len(dims)
     raw = ctypes.create_string_buffer(128 + 64)        # CUtensorMap is 64-byte aligned
     addr = (ctypes.addressof(raw) + 63) & ~63
@@ -77,8 +94,8 @@ def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, element_str
             f"TMA: cuTensorMapEncodeTiled refused a {dtype} map (CUDA error {result}): dims {list(dims)}, byte "
             f"strides {list(strides_bytes)}, box {list(box)}, element strides {list(element_strides)}, address "
             f"{pointer:#x}")
-    out = np.frombuffer(ctypes.string_at(addr, 128), dtype=MAP_DTYPE).copy()
-    if len(_cache) >= _CACHE_SIZE:
-        _cache.clear()
-    _cache[key] = out
-    return out
+    view = np.frombuffer(raw, dtype=MAP_DTYPE, count=1, offset=addr - ctypes.addressof(raw))
+    if len(_templates) >= _CACHE_SIZE:
+        _templates.clear()
+    _templates[key] = (raw, addr, view)
+    return view.copy()
