@@ -165,3 +165,41 @@ def test_wgmma_epilogues(epilogue, kind, mi, bn, monkeypatch, tile_shape):
         out = _nan_like((batch, M, N) if batch else (M, N), dtype)
         gemm(_gpu(a), _gpu(b), out=out, math="tf32")
         assert rel_err(_host(out).astype(np.float64), _ref(a, b, False, False)) <= tol, (M, N, K, batch)
+
+
+def test_a_planned_problem_runs_on_new_addresses():
+    """The second launch of a problem comes from its plan (gemm_wgmma._launches, keyed without addresses)
+    with tensor maps re-addressed from the first's: right on new operands, and no new plan made."""
+    from minidl.primitives.cuda import gemm_wgmma
+
+    rng = np.random.default_rng(17)
+    dtype, tol = KINDS["bf16"]
+    results = []
+    for step in range(3):
+        a, b = _stored(rng, 200, 136, False, dtype), _stored(rng, 136, 264, True, dtype)
+        keep = [_gpu(np.zeros(step * 4096 + 8, np.float32))]   # moves the pool's next blocks
+        got = _host(gemm(_gpu(a), _gpu(b), trans_b=True, math="tf32"))
+        results.append(rel_err(got.astype(np.float64), _ref(a, b, False, True)))
+        plans = len(gemm_wgmma._launches) if step == 0 else plans
+        del keep
+    assert max(results) <= tol, results
+    assert len(gemm_wgmma._launches) == plans
+
+
+def test_tensor_map_readdressed_equals_a_fresh_encode():
+    """cuTensorMapReplaceAddress on a map of the same shape gives the bytes a full encode gives; an address
+    TMA cannot take (not 16-byte aligned) is still refused with TensorMapError."""
+    import cupy
+
+    from minidl.primitives.cuda import tma
+
+    a, b = cupy.empty(4096, dtype=cupy.float16), cupy.empty(4096, dtype=cupy.float16)
+    shape = ((64, 32, 1), (128, 4096), (64, 32, 1))
+    tma._templates.clear()
+    first = tma.encode_tiled("float16", a.data.ptr, *shape)
+    again = tma.encode_tiled("float16", b.data.ptr, *shape)     # the template re-addressed
+    tma._templates.clear()
+    fresh = tma.encode_tiled("float16", b.data.ptr, *shape)
+    assert again.tobytes() == fresh.tobytes() and first.tobytes() != again.tobytes()
+    with pytest.raises(tma.TensorMapError):
+        tma.encode_tiled("float16", b.data.ptr + 2, *shape)
