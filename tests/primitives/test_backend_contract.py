@@ -137,7 +137,8 @@ def launcher_patterns(family):
     for name in LAUNCHERS.get(family, (family,)):
         for node in ast.walk(ast.parse((CUDA / f"{name}.py").read_text())):
             for p in _patterns(node) or []:
-                if len(re.split(r"\\w\+|\\d\+", p, maxsplit=1)[0]) >= len(family.split("_")[0]) + 1:
+                prefix = re.split(r"\\w\+|\\d\+", p, maxsplit=1)[0]
+                if prefix == p or len(prefix) >= len(family.split("_")[0]) + 1:   # a literal name, or a long prefix
                     pats.append(p)
     return pats
 
