@@ -886,10 +886,30 @@ __device__ __forceinline__ float load_kind(const void* p, long long i, int kind)
     return kind == 0 ? static_cast<const float*>(p)[i] : half_load(static_cast<const unsigned short*>(p), i, kind);
 }
 
+// The last block of a column tile to finish writes db (when `arrivals` is given: one launch in all): it adds
+// the chunks' partial sums in chunk order, what convolution_backward_bias_finish does in a second launch, so
+// both give the same bits. Blocks count themselves in arrivals[blockIdx.x] after a fence that makes their
+// partial sums visible (the threadFenceReduction pattern); the last resets the count for the next launch, so
+// the counters stay zero between launches and a CUDA graph can replay it.
+__device__ __forceinline__ void bias_finish_column(const float* partial, int chunks, int K, int k, void* db,
+                                                   float alpha, float beta, int kind)
+{
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; ++c) sum += __ldcg(partial + (long long)c * K + k);
+    float v = alpha * sum;
+    if (beta != 0.0f) v += beta * load_kind(db, k, kind);
+    if (kind == 0)
+        static_cast<float*>(db)[k] = v;
+    else
+        half_store(static_cast<unsigned short*>(db), k, v, kind);
+}
+
 extern "C" __global__ void __launch_bounds__(256) convolution_backward_bias_nhwc(
-    const void* __restrict__ dy, float* __restrict__ partial, long long rows, int K, long long rows_per_chunk, int kind)
+    const void* __restrict__ dy, float* __restrict__ partial, long long rows, int K, long long rows_per_chunk, int kind,
+    unsigned int* arrivals, void* db, float alpha, float beta)
 {
     __shared__ float part[8][33];
+    __shared__ bool last;
     const int k = blockIdx.x * 32 + threadIdx.x;
     const long long r0 = blockIdx.y * rows_per_chunk;
     const long long r1 = min(rows, r0 + rows_per_chunk);
@@ -904,21 +924,22 @@ extern "C" __global__ void __launch_bounds__(256) convolution_backward_bias_nhwc
         for (int y = 0; y < 8; ++y) total += part[y][threadIdx.x];
         partial[blockIdx.y * (long long)K + k] = total;
     }
+    if (arrivals == nullptr) return;          // convolution_backward_bias_finish follows
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) last = atomicAdd(arrivals + blockIdx.x, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.y == 0 && k < K) bias_finish_column(partial, gridDim.y, K, k, db, alpha, beta, kind);
+    if (threadIdx.x == 0 && threadIdx.y == 0) arrivals[blockIdx.x] = 0u;
 }
 
 extern "C" __global__ void convolution_backward_bias_finish(const float* __restrict__ partial, int chunks, int K,
                                                             void* db, float alpha, float beta, int kind)
 {
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= K) return;
-    float sum = 0.0f;
-    for (int c = 0; c < chunks; ++c) sum += partial[(long long)c * K + k];
-    float v = alpha * sum;
-    if (beta != 0.0f) v += beta * load_kind(db, k, kind);
-    if (kind == 0)
-        static_cast<float*>(db)[k] = v;
-    else
-        half_store(static_cast<unsigned short*>(db), k, v, kind);
+    if (k < K) bias_finish_column(partial, chunks, K, k, db, alpha, beta, kind);
 }
 
 // ---------------------------------------------------------------------------------------------

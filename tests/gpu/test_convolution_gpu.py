@@ -237,6 +237,26 @@ def test_gpu_backward_bias_channels_last_column_sums(dtype, rows, K):
     first = convolution_backward_bias(dy, layout="NHWC")
     again = convolution_backward_bias(dy, layout="NHWC")
     assert first.dtype == dt and (cupy.asnumpy(first).view(np.uint8) == cupy.asnumpy(again).view(np.uint8)).all()
+    # the one-launch form (the last block of a column adds the chunks) against the two-launch form (a separate
+    # finish kernel, what runs inside a capture that has no counters yet): the same bits
+    from minidl.primitives.cuda import _launch
+
+    saved = dict(_launch._ARRIVALS)
+    try:
+        _launch._ARRIVALS.clear()
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            two = convolution_backward_bias(dy, layout="NHWC")
+            graph = stream.end_capture()
+            graph.launch(stream)
+            stream.synchronize()
+    finally:
+        _launch._ARRIVALS.clear()
+        _launch._ARRIVALS.update(saved)
+    assert (cupy.asnumpy(two).view(np.uint8) == cupy.asnumpy(first).view(np.uint8)).all()
+    counters = _launch.arrival_counters(1)
+    assert int(counters.max()) == 0   # every launch set its counts back
 
 
 def test_gpu_matches_cudnn_through_torch():

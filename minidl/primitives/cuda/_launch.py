@@ -94,3 +94,22 @@ def check_no_cublas_capture(op: str, remedy: str = "Run this step eagerly, or le
         raise RuntimeError(
             f"{op} cannot run inside a CUDA graph capture: its matrix products run on cuBLAS, which CuPy "
             f"cannot call during stream capture. {remedy}")
+
+
+_ARRIVALS: dict = {}   # (device, stream) -> zeroed uint32 counters of the one-launch reductions
+
+
+def arrival_counters(count: int):
+    """Zeroed uint32 counters (at least `count`) for a kernel whose last block to finish does the final pass
+    (it counts the blocks of its column in them and sets its count back to zero, so they stay zeroed): one
+    array per device and stream, so that launches on two streams never share a count. None while a CUDA
+    graph capture is under way and no array exists yet (zeroing one cannot run inside a capture): the
+    caller then launches its separate final pass."""
+    stream = cupy.cuda.get_current_stream()
+    key = (cupy.cuda.runtime.getDevice(), stream.ptr)
+    counters = _ARRIVALS.get(key)
+    if counters is None or counters.size < count:
+        if stream.is_capturing():
+            return None
+        counters = _ARRIVALS[key] = cupy.zeros(max(count, 1024), dtype=cupy.uint32)
+    return counters

@@ -29,7 +29,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import finish, grid_stride_blocks, kernel_output, sm_count
+from ._launch import arrival_counters, finish, grid_stride_blocks, kernel_output, null_pointer, sm_count
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
 from . import convolution_fft as _fft
@@ -648,11 +648,15 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
         per_chunk = max(8, math.ceil(per_chunk / 8) * 8)
         chunks, kind = max(1, math.ceil(rows / per_chunk)), np.int32(_BIAS_KINDS[dy.dtype])
         partial = cupy.empty((chunks, K), dtype=cupy.float32)
+        arrivals = arrival_counters(col_tiles)   # the last block of each column tile writes db: one launch
         get_kernel("convolution", "convolution_backward_bias_nhwc")(
-            (col_tiles, chunks), (32, 8), (dy, partial, np.int64(rows), np.int32(K), np.int64(per_chunk), kind))
-        get_kernel("convolution", "convolution_backward_bias_finish")(
-            ((K + 255) // 256,), (256,), (partial, np.int32(chunks), np.int32(K), db, np.float32(alpha),
-                                          np.float32(beta), kind))
+            (col_tiles, chunks), (32, 8), (dy, partial, np.int64(rows), np.int32(K), np.int64(per_chunk), kind,
+                                          null_pointer() if arrivals is None else arrivals, db, np.float32(alpha),
+                                          np.float32(beta)))
+        if arrivals is None:
+            get_kernel("convolution", "convolution_backward_bias_finish")(
+                ((K + 255) // 256,), (256,), (partial, np.int32(chunks), np.int32(K), db, np.float32(alpha),
+                                              np.float32(beta), kind))
     return db if out is None or db is out else finish(db, out)
 
 
