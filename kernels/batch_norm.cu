@@ -4,7 +4,9 @@
 // The launcher views x as (outer, C, inner) with one statistic per c:
 //   spatial NCHW: (N, C, H*W)      spatial NHWC: (N*H*W, C, 1)      per_activation: (N, F, 1).
 //
-// Training forward, three kernels:
+// Training forward, two launches (cuDNN's count): pass 1 runs step 2 in its last block per channel (the
+// threadFenceReduction pattern, last_of_column below); the finalize kernels run separately only inside a
+// CUDA-graph capture that has no counters yet. The steps:
 //  1. partial statistics, one-pass Welford (count, mean, M2): the whole reduction of one channel
 //     (N*H*W values) is split over S blocks so that C*S blocks fill the GPU even when C is small.
 //       * inner > 1 ("planes"): grid (C, S); block `split` of channel c takes the contiguous
@@ -22,8 +24,9 @@
 // DRAM traffic: read x twice, write y once (the minimum for a two-pass method without keeping the
 // whole batch on chip).
 //
-// Backward: the same two reductions (sum dy and sum dy * x_hat, split over blocks), a finalize
-// that folds them into dx = k1[c] * dy + k2[c] * (x - mean[c]) + k3[c], and that elementwise pass.
+// Backward, two launches likewise: the same two reductions (sum dy and sum dy * x_hat, split over blocks)
+// with, in the last block per channel, the finalize that folds them into dx = k1[c] * dy + k2[c] * (x -
+// mean[c]) + k3[c]; then that elementwise pass.
 //
 // Fused batch norm + ReLU (the "fewer, fatter kernels" of a conv-BN-ReLU block): the forward runs
 // the same statistics and finalize, and its apply writes max(y, 0) (batch_norm_relu_apply); the
@@ -117,9 +120,64 @@ __device__ __forceinline__ Piece piece_of(long long u, int c, int C, long long i
     return p;
 }
 
+// One launch per reduction: the last block of each column of the grid (blockIdx.x: a channel, or a tile of
+// 32 channels) to finish its partial sums runs the finalize for that column, the same code as the finalize
+// kernel (so the same bits). Blocks count themselves in arrivals[blockIdx.x] after a fence that makes their
+// partial sums visible (CUDA's threadFenceReduction pattern); the last sets the count back to zero, so the
+// counters stay zeroed between launches and a CUDA graph can replay the kernel. arrivals == null: the
+// launcher runs the finalize kernel after (a capture that has no counters yet).
+__device__ __forceinline__ bool last_of_column(unsigned int* arrivals)
+{
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        last = atomicAdd(arrivals + blockIdx.x, 1u) == gridDim.y - 1;
+        if (last) arrivals[blockIdx.x] = 0u;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
+// The finalize of the statistics, one channel (see batch_norm_finalize_stats). Partial sums read through L2
+// (__ldcg): other blocks wrote them during this launch.
+struct StatsFinish {
+    float eps, momentum;
+    const float *gamma, *beta_;
+    float *running_mean, *running_var, *saved_mean, *saved_invstd, *affine;
+};
+
+__device__ __forceinline__ void finalize_stats_channel(int c, const float* partial, int S, int C, const StatsFinish& f)
+{
+    const long long plane = (long long)S * C;
+    Welford w = {0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < S; ++s) {
+        const long long slot = (long long)s * C + c;
+        const Welford p = {__ldcg(partial + slot), __ldcg(partial + plane + slot), __ldcg(partial + 2 * plane + slot)};
+        w = welford_merge(w, p);
+    }
+    const float var = w.m2 / w.count;  // biased: what normalises this batch
+    const float invstd = 1.0f / sqrtf(var + f.eps);
+    f.saved_mean[c] = w.mean;
+    f.saved_invstd[c] = invstd;
+    if (f.running_mean != nullptr) {
+        const float unbiased = w.m2 / (w.count - 1.0f);
+        f.running_mean[c] = (1.0f - f.momentum) * f.running_mean[c] + f.momentum * w.mean;
+        f.running_var[c] = (1.0f - f.momentum) * f.running_var[c] + f.momentum * unbiased;
+    }
+    f.affine[c] = w.mean;
+    f.affine[C + c] = f.gamma != nullptr ? f.gamma[c] * invstd : invstd;
+    f.affine[2 * C + c] = f.beta_ != nullptr ? f.beta_[c] : 0.0f;
+}
+
+#define STATS_FINISH_PARAMS unsigned int *arrivals, float eps, float momentum, const float *gamma, const float *beta_, \
+    float *running_mean, float *running_var, float *saved_mean, float *saved_invstd, float *affine
+#define STATS_FINISH {eps, momentum, gamma, beta_, running_mean, running_var, saved_mean, saved_invstd, affine}
+
 // partial: (3, S, C) = counts, means, M2s of each (split, channel).
 extern "C" __global__ void batch_norm_stats_planes(const float* x, float* partial, int N, int C, long long inner,
-                                                   int chunks, long long chunk_len, int vectorized)
+                                                   int chunks, long long chunk_len, int vectorized, STATS_FINISH_PARAMS)
 {
     const int c = blockIdx.x, split = blockIdx.y, S = gridDim.y;
     Welford w = {0.0f, 0.0f, 0.0f};
@@ -148,12 +206,14 @@ extern "C" __global__ void batch_norm_stats_planes(const float* x, float* partia
         partial[plane + slot] = w.mean;
         partial[2 * plane + slot] = w.m2;
     }
+    if (arrivals != nullptr && last_of_column(arrivals) && threadIdx.x == 0)
+        finalize_stats_channel(c, partial, S, C, StatsFinish STATS_FINISH);
 }
 
 #define ROW_TILE_CHANNELS 32
 #define ROW_TILE_GROUPS 8   // blockDim = (32, 8)
 
-extern "C" __global__ void batch_norm_stats_rows(const float* x, float* partial, long long R, int C)
+extern "C" __global__ void batch_norm_stats_rows(const float* x, float* partial, long long R, int C, STATS_FINISH_PARAMS)
 {
     __shared__ Welford states[ROW_TILE_GROUPS][ROW_TILE_CHANNELS];
     const int tx = threadIdx.x, ty = threadIdx.y, split = blockIdx.y, S = gridDim.y;
@@ -172,6 +232,8 @@ extern "C" __global__ void batch_norm_stats_rows(const float* x, float* partial,
         partial[plane + slot] = w.mean;
         partial[2 * plane + slot] = w.m2;
     }
+    if (arrivals != nullptr && last_of_column(arrivals) && ty == 0 && c < C)
+        finalize_stats_channel(c, partial, S, C, StatsFinish STATS_FINISH);
 }
 
 // One thread per channel. gamma, beta_, running_mean, running_var may be null.
@@ -182,26 +244,7 @@ extern "C" __global__ void batch_norm_finalize_stats(const float* partial, int S
                                                      float* affine)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    const long long plane = (long long)S * C;
-    Welford w = {0.0f, 0.0f, 0.0f};
-    for (int s = 0; s < S; ++s) {
-        const long long slot = (long long)s * C + c;
-        const Welford p = {partial[slot], partial[plane + slot], partial[2 * plane + slot]};
-        w = welford_merge(w, p);
-    }
-    const float var = w.m2 / w.count;  // biased: what normalises this batch
-    const float invstd = 1.0f / sqrtf(var + eps);
-    saved_mean[c] = w.mean;
-    saved_invstd[c] = invstd;
-    if (running_mean != nullptr) {
-        const float unbiased = w.m2 / (w.count - 1.0f);
-        running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * w.mean;
-        running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
-    }
-    affine[c] = w.mean;
-    affine[C + c] = gamma != nullptr ? gamma[c] * invstd : invstd;
-    affine[2 * C + c] = beta_ != nullptr ? beta_[c] : 0.0f;
+    if (c < C) finalize_stats_channel(c, partial, S, C, StatsFinish STATS_FINISH);
 }
 
 // Inference: the affine from the running statistics.
@@ -348,10 +391,40 @@ __device__ __forceinline__ void block_sum2(float& s0, float& s1)
     s1 = block_sum(s1, scratch);
 }
 
+// The finalize of the gradients, one channel (see batch_norm_finalize_grads).
+struct GradsFinish {
+    unsigned int* arrivals;
+    float count;
+    const float *gamma, *saved_mean, *saved_invstd;
+    float *dgamma, *dbeta, *coef;
+};
+
+__device__ __forceinline__ void finalize_grads_channel(int c, const float* partial, int S, int C, const GradsFinish& f)
+{
+    float sum_dy = 0.0f, sum_dy_xc = 0.0f;
+    for (int s = 0; s < S; ++s) {
+        sum_dy += __ldcg(partial + (long long)s * C + c);
+        sum_dy_xc += __ldcg(partial + (long long)S * C + (long long)s * C + c);
+    }
+    const float invstd = f.saved_invstd[c];
+    const float g = f.gamma != nullptr ? f.gamma[c] : 1.0f;
+    const float dg = invstd * sum_dy_xc;
+    if (f.dgamma != nullptr) f.dgamma[c] = dg;
+    if (f.dbeta != nullptr) f.dbeta[c] = sum_dy;
+    f.coef[c] = f.saved_mean[c];
+    f.coef[C + c] = g * invstd;
+    f.coef[2 * C + c] = -g * invstd * invstd * dg / f.count;
+    f.coef[3 * C + c] = -g * invstd * sum_dy / f.count;
+}
+
+#define GRADS_FINISH_PARAMS unsigned int *arrivals, float count, const float *gamma_f, const float *saved_invstd, \
+    float *dgamma, float *dbeta, float *coef
+#define GRADS_FINISH {arrivals, count, gamma_f, mean, saved_invstd, dgamma, dbeta, coef}
+
 template <bool MASKED>
 __device__ __forceinline__ void grads_planes(const float* x, const float* dy, const float* mean, float* partial, int N,
                                              int C, long long inner, int chunks, long long chunk_len, int vectorized,
-                                             ReluMask mask)
+                                             ReluMask mask, const GradsFinish& fin)
 {
     const int c = blockIdx.x, split = blockIdx.y, S = gridDim.y;
     const float m = mean[c];
@@ -389,11 +462,13 @@ __device__ __forceinline__ void grads_planes(const float* x, const float* dy, co
         partial[slot] = sum_dy;
         partial[(long long)S * C + slot] = sum_dy_xc;
     }
+    if (fin.arrivals != nullptr && last_of_column(fin.arrivals) && threadIdx.x == 0)
+        finalize_grads_channel(c, partial, S, C, fin);
 }
 
 template <bool MASKED>
 __device__ __forceinline__ void grads_rows(const float* x, const float* dy, const float* mean, float* partial,
-                                           long long R, int C, ReluMask mask)
+                                           long long R, int C, ReluMask mask, const GradsFinish& fin)
 {
     __shared__ float sums[2][ROW_TILE_GROUPS][ROW_TILE_CHANNELS];
     const int tx = threadIdx.x, ty = threadIdx.y, split = blockIdx.y, S = gridDim.y;
@@ -421,35 +496,39 @@ __device__ __forceinline__ void grads_rows(const float* x, const float* dy, cons
         partial[slot] = sum_dy;
         partial[(long long)S * C + slot] = sum_dy_xc;
     }
+    if (fin.arrivals != nullptr && last_of_column(fin.arrivals) && ty == 0 && c < C)
+        finalize_grads_channel(c, partial, S, C, fin);
 }
 
 extern "C" __global__ void batch_norm_grads_planes(const float* x, const float* dy, const float* mean, float* partial,
                                                    int N, int C, long long inner, int chunks, long long chunk_len,
-                                                   int vectorized)
+                                                   int vectorized, GRADS_FINISH_PARAMS)
 {
-    grads_planes<false>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {nullptr, nullptr, nullptr});
+    grads_planes<false>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {nullptr, nullptr, nullptr},
+                        GradsFinish GRADS_FINISH);
 }
 
 extern "C" __global__ void batch_norm_grads_rows(const float* x, const float* dy, const float* mean, float* partial,
-                                                 long long R, int C)
+                                                 long long R, int C, GRADS_FINISH_PARAMS)
 {
-    grads_rows<false>(x, dy, mean, partial, R, C, {nullptr, nullptr, nullptr});
+    grads_rows<false>(x, dy, mean, partial, R, C, {nullptr, nullptr, nullptr}, GradsFinish GRADS_FINISH);
 }
 
 // Fused BN + ReLU backward reductions: dy masked where the recomputed BN output is <= 0.
 extern "C" __global__ void batch_norm_relu_grads_planes(const float* x, const float* dy, const float* mean,
                                                         float* partial, int N, int C, long long inner, int chunks,
                                                         long long chunk_len, int vectorized, const float* gamma,
-                                                        const float* beta_, const float* invstd)
+                                                        const float* beta_, const float* invstd, GRADS_FINISH_PARAMS)
 {
-    grads_planes<true>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {gamma, beta_, invstd});
+    grads_planes<true>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {gamma, beta_, invstd},
+                       GradsFinish GRADS_FINISH);
 }
 
 extern "C" __global__ void batch_norm_relu_grads_rows(const float* x, const float* dy, const float* mean, float* partial,
                                                       long long R, int C, const float* gamma, const float* beta_,
-                                                      const float* invstd)
+                                                      const float* invstd, GRADS_FINISH_PARAMS)
 {
-    grads_rows<true>(x, dy, mean, partial, R, C, {gamma, beta_, invstd});
+    grads_rows<true>(x, dy, mean, partial, R, C, {gamma, beta_, invstd}, GradsFinish GRADS_FINISH);
 }
 
 // One thread per channel: dbeta = sum dy, dgamma = invstd * sum dy (x - mean), and the
@@ -462,21 +541,8 @@ extern "C" __global__ void batch_norm_finalize_grads(const float* partial, int S
                                                      float* coef)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sum_dy = 0.0f, sum_dy_xc = 0.0f;
-    for (int s = 0; s < S; ++s) {
-        sum_dy += partial[(long long)s * C + c];
-        sum_dy_xc += partial[(long long)S * C + (long long)s * C + c];
-    }
-    const float invstd = saved_invstd[c];
-    const float g = gamma != nullptr ? gamma[c] : 1.0f;
-    const float dg = invstd * sum_dy_xc;
-    if (dgamma != nullptr) dgamma[c] = dg;
-    if (dbeta != nullptr) dbeta[c] = sum_dy;
-    coef[c] = saved_mean[c];
-    coef[C + c] = g * invstd;
-    coef[2 * C + c] = -g * invstd * invstd * dg / count;
-    coef[3 * C + c] = -g * invstd * sum_dy / count;
+    if (c < C) finalize_grads_channel(c, partial, S, C, GradsFinish{nullptr, count, gamma, saved_mean, saved_invstd,
+                                                                      dgamma, dbeta, coef});
 }
 
 extern "C" __global__ void batch_norm_backward_dx(const float* x, const float* dy, float* dx, const float* coef,

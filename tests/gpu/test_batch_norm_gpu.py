@@ -157,3 +157,37 @@ def test_large_batch_statistics_are_accurate(cp):
     invstd64 = 1 / np.sqrt(x64.var(axis=(0, 2, 3)) + 1e-12)
     assert rel_err(cp.asnumpy(mean), mean64) <= 1e-6
     assert rel_err(cp.asnumpy(invstd), invstd64) <= 1e-3
+
+
+@pytest.mark.parametrize("layout, shape", [("NCHW", (16, 24, 9, 9)), ("NHWC", (16, 9, 9, 40)), ("NCHW", (256, 3, 7, 5))])
+@pytest.mark.parametrize("relu", [False, True])
+def test_one_launch_reductions_equal_the_finalize_kernels(cp, monkeypatch, layout, shape, relu):
+    """The last block of each channel (tile) finalizes in the reduction's launch: the same bits as the separate
+    finalize kernels (what runs in a capture without counters), running statistics included, and the
+    counters are back at zero after every launch."""
+    from minidl.primitives import batch_norm as P
+    from minidl.primitives.cuda import _launch
+    from minidl.primitives.cuda import batch_norm as cuda_bn
+
+    rng = np.random.default_rng(3)
+    C = shape[1] if layout == "NCHW" else shape[-1]
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32) * 3 + 1)
+    dy = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    gamma, beta = cp.asarray(rng.random(C).astype(np.float32) + 0.5), cp.asarray(rng.standard_normal(C).astype(np.float32))
+    forward = P.batch_norm_relu_forward_training if relu else P.batch_norm_forward_training
+
+    def run():
+        rm, rv = cp.zeros(C, cp.float32), cp.ones(C, cp.float32)
+        y, mean, invstd = forward(x, gamma, beta, rm, rv, layout=layout)
+        if relu:
+            grads = P.batch_norm_relu_backward(x, dy, gamma, beta, mean, invstd, layout=layout)
+        else:
+            grads = P.batch_norm_backward(x, dy, gamma, mean, invstd, layout=layout)
+        return [cp.asnumpy(a) for a in (y, mean, invstd, rm, rv, *grads)]
+
+    one_launch = run()
+    assert int(_launch.arrival_counters(1).max()) == 0
+    monkeypatch.setattr(cuda_bn, "arrival_counters", lambda count: None)
+    separate = run()
+    for a, b in zip(one_launch, separate):
+        assert (a.view(np.uint32) == b.view(np.uint32)).all()

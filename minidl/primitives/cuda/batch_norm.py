@@ -12,7 +12,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, grid_stride_blocks, is_aligned, null_pointer, sm_count
+from ._launch import THREADS, arrival_counters, as_kernel_input, grid_stride_blocks, is_aligned, null_pointer, sm_count
 
 ROW_TILE = (32, 8)           # blockDim of the "rows" kernels (channels x row groups)
 BLOCKS_PER_SM = 8            # how many reduction blocks to aim for per SM (a full SM's worth)
@@ -74,16 +74,18 @@ _REDUCTION_KERNELS = {
 
 
 def _run_reduction(kind, grid, block, inputs, partial, outer, C, inner, chunks, chunk_len, stats: bool, family=None,
-                   extra=()):
+                   extra=(), finish=()):
+    """Pass 1 (partial sums per split); `finish` = (arrivals, the finalize's arguments): with counters the
+    last block of each channel (tile) runs the finalize too, in the same launch."""
     family = family or ("batch_norm_stats" if stats else "batch_norm_grads")
     kernel = get_kernel("batch_norm", _REDUCTION_KERNELS[family, kind])
     if kind == "planes":
         streamed = inputs[:1] if stats else inputs[:2]   # x (and dy): the arrays read with float4
         vectorized = int(inner % 4 == 0 and is_aligned(*streamed))
         kernel(grid, block, (*inputs, partial, np.int32(outer), np.int32(C), np.int64(inner), np.int32(chunks),
-                             np.int64(chunk_len), np.int32(vectorized), *extra))
+                             np.int64(chunk_len), np.int32(vectorized), *extra, *finish))
     else:
-        kernel(grid, block, (*inputs, partial, np.int64(outer), np.int32(C), *extra))
+        kernel(grid, block, (*inputs, partial, np.int64(outer), np.int32(C), *extra, *finish))
 
 
 def _apply(name, inputs, target, table, outer, C, inner, extra=()):
@@ -126,16 +128,16 @@ def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var
 
     kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
     partial = cupy.empty((3, splits, C), dtype=cupy.float32)
-    _run_reduction(kind, grid, block, (x,), partial, outer, C, inner, chunks, chunk_len, stats=True)
-
     affine = cupy.empty((3, C), dtype=cupy.float32)
-    finalize = get_kernel("batch_norm", "batch_norm_finalize_stats")
-    finalize((-(-C // THREADS),), (THREADS,),
-             (partial, np.int32(splits), np.int32(C), np.float32(eps), np.float32(momentum),
-              _pointer(gamma, op), _pointer(beta_, op),
-              null_pointer() if running_mean is None else running_mean,
-              null_pointer() if running_var is None else running_var,
-              saved_mean, saved_invstd, affine))
+    statistics = (np.float32(eps), np.float32(momentum), _pointer(gamma, op), _pointer(beta_, op),
+                  null_pointer() if running_mean is None else running_mean,
+                  null_pointer() if running_var is None else running_var, saved_mean, saved_invstd, affine)
+    arrivals = arrival_counters(grid[0])
+    _run_reduction(kind, grid, block, (x,), partial, outer, C, inner, chunks, chunk_len, stats=True,
+                   finish=(null_pointer() if arrivals is None else arrivals,) + statistics)
+    if arrivals is None:
+        finalize = get_kernel("batch_norm", "batch_norm_finalize_stats")
+        finalize((-(-C // THREADS),), (THREADS,), (partial, np.int32(splits), np.int32(C), *statistics))
     _apply(apply_name, (x,), y, affine, outer, C, inner)
     return y, saved_mean, saved_invstd
 
@@ -195,15 +197,17 @@ def _backward(op, relu, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, lay
     kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
     partial = cupy.empty((2, splits, C), dtype=cupy.float32)
     mask = (_pointer(gamma, op), _pointer(beta_, op), saved_invstd) if relu else ()
-    _run_reduction(kind, grid, block, (x, dy, saved_mean), partial, outer, C, inner, chunks, chunk_len, stats=False,
-                   family="batch_norm_relu_grads" if relu else None, extra=mask)
-
     coef = cupy.empty((4, C), dtype=cupy.float32)
-    finalize = get_kernel("batch_norm", "batch_norm_finalize_grads")
-    finalize((-(-C // THREADS),), (THREADS,),
-             (partial, np.int32(splits), np.int32(C), np.float32(outer * inner), _pointer(gamma, op),
-              saved_mean, saved_invstd,
-              null_pointer() if dgamma is None else dgamma, null_pointer() if dbeta is None else dbeta, coef))
+    count, gamma_ptr = np.float32(outer * inner), _pointer(gamma, op)
+    outputs = (null_pointer() if dgamma is None else dgamma, null_pointer() if dbeta is None else dbeta, coef)
+    arrivals = arrival_counters(grid[0])
+    _run_reduction(kind, grid, block, (x, dy, saved_mean), partial, outer, C, inner, chunks, chunk_len, stats=False,
+                   family="batch_norm_relu_grads" if relu else None, extra=mask,
+                   finish=(null_pointer() if arrivals is None else arrivals, count, gamma_ptr, saved_invstd, *outputs))
+    if arrivals is None:
+        finalize = get_kernel("batch_norm", "batch_norm_finalize_grads")
+        finalize((-(-C // THREADS),), (THREADS,),
+                 (partial, np.int32(splits), np.int32(C), count, gamma_ptr, saved_mean, saved_invstd, *outputs))
     _apply("batch_norm_relu_backward_dx" if relu else "batch_norm_backward_dx", (x, dy), dx, coef, outer, C, inner,
            extra=mask)
     return dx, dgamma, dbeta
