@@ -42,8 +42,9 @@
 //
 // Forward blocks are always 128 queries: 4 warps of 2 x 16 rows for D <= 64, 8 warps of 16 rows for
 // D = 96, 128 (two row tiles' accumulators would not fit in the registers there).
-// Layouts: q, o (B, H, L, D); k, v (B, HK, S, D), all contiguous, H a multiple of HK (query head h reads
-// key head h / (H / HK)); lse, delta (B, H, L) fp32. D in {32, 64, 96, 128} (a template argument: the
+// Layouts: q, o (B, H, L, D); k, v (B, HK, S, D); o, lse, delta, dq, dk, dv contiguous; q, k, v, dO at any
+// strides with D contiguous and 16-byte aligned rows and heads (struct Rows; the launcher copies what is
+// not). H a multiple of HK (query head h reads key head h / (H / HK)); lse, delta (B, H, L) fp32. D in {32, 64, 96, 128} (a template argument: the
 // fragments are register arrays). Grid: forward (ceil(L / BM), B * H), causal blocks largest-first;
 // backward (ceil(S / 64), B * HK). Dynamic shared memory: see forward_smem_bytes / backward_smem_bytes
 // in minidl/primitives/cuda/attention.py; rows are padded by 16 bytes, so ldmatrix reads no bank twice.
@@ -72,17 +73,30 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi)
     return r;
 }
 
-// Copy `rows` rows (of D 16-bit elements, row stride D in global memory) starting at global row `row0`
+// An operand (batch, heads, rows, D) in global memory: D contiguous, the element strides of batch, head and
+// row given (the launcher checks that each is a multiple of 16 bytes), so that q, k, v and dO are read
+// where they lie, e.g. heads split out of one (B, T, 3 * H * D) projection, without a copy.
+struct Rows {
+    long long sb, sh, sl;
+};
+
+template <typename T>
+__device__ __forceinline__ const T* head_base(const T* p, const Rows& r, int b, int h)
+{
+    return p + b * r.sb + h * r.sh;
+}
+
+// Copy `rows` rows (of D 16-bit elements, `ld` elements apart in global memory) starting at global row `row0`
 // (of `extent`) into a shared tile [rows][D + PAD]; rows past the extent are zero-filled.
 template <int D, int THREADS>
-__device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned short* g, int row0, int extent,
-                                          int rows)
+__device__ __forceinline__ void load_tile(unsigned short* tile, const unsigned short* g, long long ld, int row0,
+                                          int extent, int rows)
 {
     constexpr int CPR = D / 8;  // 16-byte chunks per row
     for (int c = threadIdx.x; c < rows * CPR; c += THREADS) {
         const int r = c / CPR, col = (c % CPR) * 8;
         const bool inside = row0 + r < extent;
-        const unsigned short* src = inside ? g + (long long)(row0 + r) * D + col : g;
+        const unsigned short* src = inside ? g + (row0 + r) * ld + col : g;
         cp_async16(smem_addr(tile + r * (D + PAD) + col), src, inside ? 16 : 0);
     }
 }
@@ -245,7 +259,7 @@ template <int KIND, int D, int WARPS, int MT, bool CAUSAL, bool MASK, bool DROPO
 __device__ __forceinline__ void attention_forward_impl(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
     unsigned short* __restrict__ o, float* __restrict__ lse, int H, int HK, int L, int S, float scale, MaskArgs m,
-    DropArgs drop)
+    DropArgs drop, Rows rq, Rows rk, Rows rv)
 {
     constexpr int THREADS = 32 * WARPS, WM = 16 * MT, BM = WM * WARPS, LD = D + PAD;
     constexpr int KD = D / 16;   // k steps of Q K^T
@@ -262,17 +276,17 @@ __device__ __forceinline__ void attention_forward_impl(
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int bhk = b * HK + h / (H / HK);
     const int q0 = m_block * BM, w0 = q0 + warp * WM;   // the block's and this warp's first query
-    const unsigned short* qg = q + (long long)bh * L * D;
-    const unsigned short* kg = k + (long long)bhk * S * D;
-    const unsigned short* vg = v + (long long)bhk * S * D;
+    const unsigned short* qg = head_base(q, rq, b, h);
+    const unsigned short* kg = head_base(k, rk, b, bhk - b * HK);
+    const unsigned short* vg = head_base(v, rv, b, bhk - b * HK);
 
     int n_blocks = (S + BN - 1) / BN;
     if (CAUSAL) n_blocks = min(n_blocks, (min(q0 + BM, L) - 1) / BN + 1);   // keys j <= the last query
 
-    load_tile<D, THREADS>(sQ, qg, q0, L, BM);
+    load_tile<D, THREADS>(sQ, qg, rq.sl, q0, L, BM);
     if (n_blocks > 0) {
-        load_tile<D, THREADS>(sK, kg, 0, S, BN);
-        load_tile<D, THREADS>(sV, vg, 0, S, BN);
+        load_tile<D, THREADS>(sK, kg, rk.sl, 0, S, BN);
+        load_tile<D, THREADS>(sV, vg, rv.sl, 0, S, BN);
     }
     cp_async_commit();
 
@@ -291,8 +305,8 @@ __device__ __forceinline__ void attention_forward_impl(
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = j & 1;
         if (j + 1 < n_blocks) {   // the next key/value block streams in behind this one's math
-            load_tile<D, THREADS>(sK + (stage ^ 1) * BN * LD, kg, (j + 1) * BN, S, BN);
-            load_tile<D, THREADS>(sV + (stage ^ 1) * BN * LD, vg, (j + 1) * BN, S, BN);
+            load_tile<D, THREADS>(sK + (stage ^ 1) * BN * LD, kg, rk.sl, (j + 1) * BN, S, BN);
+            load_tile<D, THREADS>(sV + (stage ^ 1) * BN * LD, vg, rv.sl, (j + 1) * BN, S, BN);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -409,13 +423,15 @@ __device__ __forceinline__ void attention_forward_impl(
 template <int KIND>
 __device__ __forceinline__ void attention_delta_impl(const typename Storage<KIND>::T* o,
                                                      const typename Storage<KIND>::T* dout, float* delta,
-                                                     long long rows, int D)
+                                                     long long rows, int D, int H, int L, Rows rd)
 {
     const long long row = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
+    const long long bh = row / L, b = bh / H;   // o is (B, H, L, D) contiguous; dO has strides rd
+    const typename Storage<KIND>::T* drow = dout + b * rd.sb + (bh - b * H) * rd.sh + (row - bh * L) * rd.sl;
     float s = 0.f;
-    for (int d = lane; d < D; d += 32) s += load_c<KIND>(o + row * D + d) * load_c<KIND>(dout + row * D + d);
+    for (int d = lane; d < D; d += 32) s += load_c<KIND>(o + row * D + d) * load_c<KIND>(drow + d);
 #pragma unroll
     for (int w = 16; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
     if (lane == 0) delta[row] = s;
@@ -426,11 +442,13 @@ __device__ __forceinline__ void attention_delta_impl(const typename Storage<KIND
 template <int D>
 __device__ __forceinline__ void load_query_block(unsigned short* sQ, unsigned short* sdO, float* sLse, float* sDelta,
                                                  const unsigned short* q, const unsigned short* dout,
-                                                 const float* lse, const float* delta, long long bh, int q0, int L)
+                                                 const float* lse, const float* delta, int b, int h, int H, int q0,
+                                                 int L, const Rows& rq, const Rows& rd)
 {
     constexpr int BM = 64;
-    load_tile<D, 128>(sQ, q + bh * L * D, q0, L, BM);
-    load_tile<D, 128>(sdO, dout + bh * L * D, q0, L, BM);
+    const long long bh = (long long)b * H + h;
+    load_tile<D, 128>(sQ, head_base(q, rq, b, h), rq.sl, q0, L, BM);
+    load_tile<D, 128>(sdO, head_base(dout, rd, b, h), rd.sl, q0, L, BM);
     cp_async_commit();
     for (int i = threadIdx.x; i < BM; i += 128) {
         const bool inside = q0 + i < L;
@@ -444,7 +462,7 @@ __device__ __forceinline__ void attention_backward_impl(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
     const unsigned short* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dq_acc, unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, int H, int HK, int L,
-    int S, float scale, MaskArgs m, DropArgs drop)
+    int S, float scale, MaskArgs m, DropArgs drop, Rows rq, Rows rk, Rows rv, Rows rd)
 {
     constexpr int THREADS = 128, BM = 64, LD = D + PAD, LDS = BM + PAD;
     constexpr int KD = D / 16, NT = BM / 8, DT = D / 8;
@@ -460,12 +478,12 @@ __device__ __forceinline__ void attention_backward_impl(
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int n_block = blockIdx.x, bhk = blockIdx.y, b = bhk / HK, hk = bhk % HK, group = H / HK;
     const int k0 = n_block * BN;
-    load_tile<D, THREADS>(sK, k + (long long)bhk * S * D, k0, S, BN);
-    load_tile<D, THREADS>(sV, v + (long long)bhk * S * D, k0, S, BN);
+    load_tile<D, THREADS>(sK, head_base(k, rk, b, hk), rk.sl, k0, S, BN);
+    load_tile<D, THREADS>(sV, head_base(v, rv, b, hk), rv.sl, k0, S, BN);
     const int m_first = CAUSAL ? k0 / BM : 0, m_blocks = (L + BM - 1) / BM;
     const int per_head = m_blocks - m_first, n_iter = group * per_head;
     if (n_iter > 0)   // the first query block travels with K and V
-        load_query_block<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, (long long)b * H + hk * group, m_first * BM, L);
+        load_query_block<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, b, hk * group, H, m_first * BM, L, rq, rd);
     else
         cp_async_commit();
 
@@ -484,7 +502,7 @@ __device__ __forceinline__ void attention_backward_impl(
         if (it + 1 < n_iter) {
             const int h1 = hk * group + (it + 1) / per_head, q1 = (m_first + (it + 1) % per_head) * BM;
             load_query_block<D>(sQ + (stage ^ 1) * BM * LD, sdO + (stage ^ 1) * BM * LD, sLse + (stage ^ 1) * BM,
-                                sDelta + (stage ^ 1) * BM, q, dout, lse, delta, (long long)b * H + h1, q1, L);
+                                sDelta + (stage ^ 1) * BM, q, dout, lse, delta, b, h1, H, q1, L, rq, rd);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
@@ -678,13 +696,14 @@ __device__ __forceinline__ void mma_f32(float (&d)[4], const FragA& a, const Fra
 }
 
 template <int D, int THREADS>
-__device__ __forceinline__ void load_tile_f32(float* tile, const float* g, int row0, int extent, int rows)
+__device__ __forceinline__ void load_tile_f32(float* tile, const float* g, long long ld, int row0, int extent,
+                                              int rows)
 {
     constexpr int CPR = D / 4;  // 16-byte chunks per row
     for (int c = threadIdx.x; c < rows * CPR; c += THREADS) {
         const int r = c / CPR, col = (c % CPR) * 4;
         const bool inside = row0 + r < extent;
-        const float* src = inside ? g + (long long)(row0 + r) * D + col : g;
+        const float* src = inside ? g + (row0 + r) * ld + col : g;
         cp_async16(smem_addr(tile + r * (D + PADF) + col), src, inside ? 16 : 0);
     }
 }
@@ -694,7 +713,8 @@ __device__ __forceinline__ void load_tile_f32(float* tile, const float* g, int r
 template <bool PRECISE, int D, bool CAUSAL, bool MASK, bool DROPOUT>
 __device__ __forceinline__ void attention_forward_tf32_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ o,
-    float* __restrict__ lse, int H, int HK, int L, int S, float scale, MaskArgs m, DropArgs drop)
+    float* __restrict__ lse, int H, int HK, int L, int S, float scale, MaskArgs m, DropArgs drop, Rows rq, Rows rk,
+    Rows rv)
 {
     constexpr int THREADS = 128, BM = 64, LD = D + PADF, KD = D / 8, NT = BN / 8, DT = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -707,17 +727,17 @@ __device__ __forceinline__ void attention_forward_tf32_impl(
     const int bh = blockIdx.y, b = bh / H, h = bh % H;
     const int bhk = b * HK + h / (H / HK);
     const int q0 = m_block * BM, w0 = q0 + warp * 16;
-    const float* qg = q + (long long)bh * L * D;
-    const float* kg = k + (long long)bhk * S * D;
-    const float* vg = v + (long long)bhk * S * D;
+    const float* qg = head_base(q, rq, b, h);
+    const float* kg = head_base(k, rk, b, bhk - b * HK);
+    const float* vg = head_base(v, rv, b, bhk - b * HK);
 
     int n_blocks = (S + BN - 1) / BN;
     if (CAUSAL) n_blocks = min(n_blocks, (min(q0 + BM, L) - 1) / BN + 1);
 
-    load_tile_f32<D, THREADS>(sQ, qg, q0, L, BM);
+    load_tile_f32<D, THREADS>(sQ, qg, rq.sl, q0, L, BM);
     if (n_blocks > 0) {
-        load_tile_f32<D, THREADS>(sK, kg, 0, S, BN);
-        load_tile_f32<D, THREADS>(sV, vg, 0, S, BN);
+        load_tile_f32<D, THREADS>(sK, kg, rk.sl, 0, S, BN);
+        load_tile_f32<D, THREADS>(sV, vg, rv.sl, 0, S, BN);
     }
     cp_async_commit();
 
@@ -731,8 +751,8 @@ __device__ __forceinline__ void attention_forward_tf32_impl(
     for (int j = 0; j < n_blocks; ++j) {
         const int stage = j & 1;
         if (j + 1 < n_blocks) {
-            load_tile_f32<D, THREADS>(sK + (stage ^ 1) * BN * LD, kg, (j + 1) * BN, S, BN);
-            load_tile_f32<D, THREADS>(sV + (stage ^ 1) * BN * LD, vg, (j + 1) * BN, S, BN);
+            load_tile_f32<D, THREADS>(sK + (stage ^ 1) * BN * LD, kg, rk.sl, (j + 1) * BN, S, BN);
+            load_tile_f32<D, THREADS>(sV + (stage ^ 1) * BN * LD, vg, rv.sl, (j + 1) * BN, S, BN);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -804,11 +824,12 @@ __device__ __forceinline__ void attention_forward_tf32_impl(
 template <int D>
 __device__ __forceinline__ void load_query_block_f32(float* sQ, float* sdO, float* sLse, float* sDelta, const float* q,
                                                      const float* dout, const float* lse, const float* delta,
-                                                     long long bh, int q0, int L)
+                                                     int b, int h, int H, int q0, int L, const Rows& rq, const Rows& rd)
 {
     constexpr int BM = 64;
-    load_tile_f32<D, 128>(sQ, q + bh * L * D, q0, L, BM);
-    load_tile_f32<D, 128>(sdO, dout + bh * L * D, q0, L, BM);
+    const long long bh = (long long)b * H + h;
+    load_tile_f32<D, 128>(sQ, head_base(q, rq, b, h), rq.sl, q0, L, BM);
+    load_tile_f32<D, 128>(sdO, head_base(dout, rd, b, h), rd.sl, q0, L, BM);
     cp_async_commit();
     for (int i = threadIdx.x; i < BM; i += 128) {
         const bool inside = q0 + i < L;
@@ -827,7 +848,7 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dq_acc, float* __restrict__ dk, float* __restrict__ dv, int H, int HK, int L, int S,
-    float scale, MaskArgs m, DropArgs drop)
+    float scale, MaskArgs m, DropArgs drop, Rows rq, Rows rk, Rows rv, Rows rd)
 {
     constexpr int THREADS = 128, BM = 64, LD = D + PADF, LDS = BM + PADF;
     constexpr int KD = D / 8, NT = BM / 8, DT = D / 8;
@@ -843,13 +864,13 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int n_block = blockIdx.x, bhk = blockIdx.y, b = bhk / HK, hk = bhk % HK, group = H / HK;
     const int k0 = n_block * BN;
-    load_tile_f32<D, THREADS>(sK, k + (long long)bhk * S * D, k0, S, BN);
-    load_tile_f32<D, THREADS>(sV, v + (long long)bhk * S * D, k0, S, BN);
+    load_tile_f32<D, THREADS>(sK, head_base(k, rk, b, hk), rk.sl, k0, S, BN);
+    load_tile_f32<D, THREADS>(sV, head_base(v, rv, b, hk), rv.sl, k0, S, BN);
     const int m_first = CAUSAL ? k0 / BM : 0, m_blocks = (L + BM - 1) / BM;
     const int per_head = m_blocks - m_first, n_iter = group * per_head;
     if (n_iter > 0)
-        load_query_block_f32<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, (long long)b * H + hk * group,
-                                m_first * BM, L);
+        load_query_block_f32<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, b, hk * group, H, m_first * BM, L, rq,
+                                rd);
     else
         cp_async_commit();
 
@@ -933,7 +954,7 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
         __syncthreads();   // Q, dO, LSE and Delta are free; dS^T is complete
         if (it + 1 < n_iter) {   // the next query block streams in behind dQ
             const int h1 = hk * group + (it + 1) / per_head, q1 = (m_first + (it + 1) % per_head) * BM;
-            load_query_block_f32<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, (long long)b * H + h1, q1, L);
+            load_query_block_f32<D>(sQ, sdO, sLse, sDelta, q, dout, lse, delta, b, h1, H, q1, L, rq, rd);
         }
 
         // dQ (this warp's 16 queries x D) += dS K, summed into the fp32 buffer
@@ -991,19 +1012,22 @@ __global__ void __launch_bounds__(32 * WARPS) attention_forward(
     const unsigned short* q, const unsigned short* k, const unsigned short* v, unsigned short* o, float* lse, int H,
     int HK, int L, int S, float scale, const float* mask, long long msb, long long msh, long long msl, long long mss,
     float p_scale, unsigned threshold, unsigned long long seed, unsigned long long offset,
-    const unsigned long long* rng_state)
+    const unsigned long long* rng_state, long long qsb, long long qsh, long long qsl, long long ksb, long long ksh,
+    long long ksl, long long vsb, long long vsh, long long vsl)
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
     attention_forward_impl<KIND, D, WARPS, MT, CAUSAL, MASK, DROPOUT>(
-        q, k, v, o, lse, H, HK, L, S, scale, m, drop_args(p_scale, threshold, seed, offset, rng_state));
+        q, k, v, o, lse, H, HK, L, S, scale, m, drop_args(p_scale, threshold, seed, offset, rng_state),
+        Rows{qsb, qsh, qsl}, Rows{ksb, ksh, ksl}, Rows{vsb, vsh, vsl});
 }
 
 template <int KIND>
 __global__ void attention_delta(const typename minidl_tc::Storage<KIND>::T* o,
-                                const typename minidl_tc::Storage<KIND>::T* dout, float* delta, long long rows, int D)
+                                const typename minidl_tc::Storage<KIND>::T* dout, float* delta, long long rows, int D,
+                                int H, int L, long long dsb, long long dsh, long long dsl)
 {
-    minidl_attention::attention_delta_impl<KIND>(o, dout, delta, rows, D);
+    minidl_attention::attention_delta_impl<KIND>(o, dout, delta, rows, D, H, L, minidl_attention::Rows{dsb, dsh, dsl});
 }
 
 template <int KIND, int D, bool CAUSAL, bool MASK, bool DROPOUT>
@@ -1011,13 +1035,16 @@ __global__ void __launch_bounds__(128) attention_backward(
     const unsigned short* q, const unsigned short* k, const unsigned short* v, const unsigned short* dout,
     const float* lse, const float* delta, float* dq_acc, unsigned short* dk, unsigned short* dv, int H, int HK, int L,
     int S, float scale, const float* mask, long long msb, long long msh, long long msl, long long mss, float p_scale,
-    unsigned threshold, unsigned long long seed, unsigned long long offset, const unsigned long long* rng_state)
+    unsigned threshold, unsigned long long seed, unsigned long long offset, const unsigned long long* rng_state,
+    long long qsb, long long qsh, long long qsl, long long ksb, long long ksh, long long ksl, long long vsb,
+    long long vsh, long long vsl, long long dsb, long long dsh, long long dsl)
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
     attention_backward_impl<KIND, D, CAUSAL, MASK, DROPOUT>(
         q, k, v, dout, lse, delta, dq_acc, dk, dv, H, HK, L, S, scale, m,
-        drop_args(p_scale, threshold, seed, offset, rng_state));
+        drop_args(p_scale, threshold, seed, offset, rng_state), Rows{qsb, qsh, qsl}, Rows{ksb, ksh, ksl},
+        Rows{vsb, vsh, vsl}, Rows{dsb, dsh, dsl});
 }
 
 // dQ = scale * dq_acc, rounded to the data type.
@@ -1035,12 +1062,15 @@ template <bool PRECISE, int D, bool CAUSAL, bool MASK, bool DROPOUT>
 __global__ void __launch_bounds__(128) attention_forward_tf32(
     const float* q, const float* k, const float* v, float* o, float* lse, int H, int HK, int L, int S, float scale,
     const float* mask, long long msb, long long msh, long long msl, long long mss, float p_scale, unsigned threshold,
-    unsigned long long seed, unsigned long long offset, const unsigned long long* rng_state)
+    unsigned long long seed, unsigned long long offset, const unsigned long long* rng_state, long long qsb,
+    long long qsh, long long qsl, long long ksb, long long ksh, long long ksl, long long vsb, long long vsh,
+    long long vsl)
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
     attention_forward_tf32_impl<PRECISE, D, CAUSAL, MASK, DROPOUT>(
-        q, k, v, o, lse, H, HK, L, S, scale, m, drop_args(p_scale, threshold, seed, offset, rng_state));
+        q, k, v, o, lse, H, HK, L, S, scale, m, drop_args(p_scale, threshold, seed, offset, rng_state),
+        Rows{qsb, qsh, qsl}, Rows{ksb, ksh, ksl}, Rows{vsb, vsh, vsl});
 }
 
 template <bool PRECISE, int D, bool CAUSAL, bool MASK, bool DROPOUT>
@@ -1048,13 +1078,16 @@ __global__ void __launch_bounds__(128) attention_backward_tf32(
     const float* q, const float* k, const float* v, const float* dout, const float* lse, const float* delta,
     float* dq_acc, float* dk, float* dv, int H, int HK, int L, int S, float scale, const float* mask, long long msb,
     long long msh, long long msl, long long mss, float p_scale, unsigned threshold, unsigned long long seed,
-    unsigned long long offset, const unsigned long long* rng_state)
+    unsigned long long offset, const unsigned long long* rng_state, long long qsb, long long qsh, long long qsl,
+    long long ksb, long long ksh, long long ksl, long long vsb, long long vsh, long long vsl, long long dsb,
+    long long dsh, long long dsl)
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
     attention_backward_tf32_impl<PRECISE, D, CAUSAL, MASK, DROPOUT>(
         q, k, v, dout, lse, delta, dq_acc, dk, dv, H, HK, L, S, scale, m,
-        drop_args(p_scale, threshold, seed, offset, rng_state));
+        drop_args(p_scale, threshold, seed, offset, rng_state), Rows{qsb, qsh, qsl}, Rows{ksb, ksh, ksl},
+        Rows{vsb, vsh, vsl}, Rows{dsb, dsh, dsl});
 }
 
 #if defined(MINIDL_INSTANTIATE_ALL) && !defined(__CUDACC_RTC__)

@@ -101,16 +101,29 @@ def _dropout_args(dropout_p, seed, offset):
     return scale, threshold, np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF), np.uint64(offset), null_pointer()
 
 
+def _rows(a):
+    """(a, its batch / head / row strides in elements) for an operand the kernels read in place: the last dim
+    contiguous, the start and every stride a multiple of 16 bytes (cp.async's 16-byte copies), none negative.
+    q, k, v split out of one projection and moved to (B, H, T, D) by a transpose qualify; anything else is
+    copied to a contiguous array first."""
+    sb, sh, sl, sd = a.strides
+    item = a.itemsize
+    if (sd != item or a.data.ptr % 16 or sb % 16 or sh % 16 or sl % 16 or min(sb, sh, sl) < 0) and a.size:
+        a = cupy.ascontiguousarray(a)
+        sb, sh, sl, sd = a.strides
+    return a, (np.int64(sb // item), np.int64(sh // item), np.int64(sl // item))
+
+
 def _precise(math_mode) -> str:
     """PRECISE of the float32 kernels: 'true' (3xTF32, fp32 accuracy) unless the math is 'tf32'."""
     return "false" if math_mode == "tf32" else "true"
 
 
 def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=0.0, seed=0, offset=0, math="fp32"):
-    q, k, v = (cupy.ascontiguousarray(a) for a in (q, k, v))
+    (q, q_rows), (k, k_rows), (v, v_rows) = _rows(q), _rows(k), _rows(v)
     B, H, L, D = q.shape
     HK, S = k.shape[1], k.shape[2]
-    out = cupy.empty_like(q)
+    out = cupy.empty(q.shape, dtype=q.dtype)
     lse = cupy.empty((B, H, L), dtype=cupy.float32)
     if B * H * L == 0:
         return out, lse
@@ -128,17 +141,18 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
         kernel = _kernel("attention_forward", f"{kind}, {D}, {warps}, {mt}, {_flags(causal, mask, dropout_p)}", smem)
     kernel(((L + block_m - 1) // block_m, B * H), (32 * warps,),
            (q, k, v, out, lse, np.int32(H), np.int32(HK), np.int32(L), np.int32(S), np.float32(scale),
-            *mask_args, *_dropout_args(dropout_p, seed, offset)), shared_mem=smem)
+            *mask_args, *_dropout_args(dropout_p, seed, offset), *q_rows, *k_rows, *v_rows), shared_mem=smem)
     return out, lse
 
 
 def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scale=1.0, dropout_p=0.0, seed=0,
                        offset=0, math="fp32"):
-    q, k, v, out, dout = (cupy.ascontiguousarray(a) for a in (q, k, v, out, dout))
+    (q, q_rows), (k, k_rows), (v, v_rows), (dout, d_rows) = _rows(q), _rows(k), _rows(v), _rows(dout)
+    out = cupy.ascontiguousarray(out)
     lse = cupy.ascontiguousarray(lse, dtype=cupy.float32)
     B, H, L, D = q.shape
     HK, S = k.shape[1], k.shape[2]
-    dq, dk, dv = cupy.empty_like(q), cupy.empty_like(k), cupy.empty_like(v)
+    dq, dk, dv = (cupy.empty(a.shape, dtype=a.dtype) for a in (q, k, v))
     if B * H * L == 0 or S == 0:
         for a in (dq, dk, dv):
             a.fill(0)
@@ -146,7 +160,9 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     kind = KINDS[q.dtype]
     rows = B * H * L
     delta = cupy.empty((B, H, L), dtype=cupy.float32)
-    _kernel("attention_delta", f"{kind}")(((rows + 3) // 4,), (128,), (out, dout, delta, np.int64(rows), np.int32(D)))
+    _kernel("attention_delta", f"{kind}")(((rows + 3) // 4,), (128,),
+                                          (out, dout, delta, np.int64(rows), np.int32(D), np.int32(H), np.int32(L),
+                                           *d_rows))
     dq_acc = cupy.zeros((B, H, L, D), dtype=cupy.float32)
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
     if kind == 0:
@@ -158,7 +174,8 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     kernel(
         ((S + BLOCK_N - 1) // BLOCK_N, B * HK), (128,),
         (q, k, v, dout, lse, delta, dq_acc, dk, dv, np.int32(H), np.int32(HK), np.int32(L), np.int32(S),
-         np.float32(scale), *mask_args, *_dropout_args(dropout_p, seed, offset)),
+         np.float32(scale), *mask_args, *_dropout_args(dropout_p, seed, offset), *q_rows, *k_rows, *v_rows,
+         *d_rows),
         shared_mem=smem)
     n = dq.size
     _kernel("attention_dq_finish", f"{kind}")((grid_stride_blocks(n),), (256,),
