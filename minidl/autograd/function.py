@@ -169,9 +169,11 @@ class Function:
                 if differentiable:
                     t._ctx, t._out_index = fn, i
                 results.append(t)
-        if cls.may_return_view and isinstance(inputs[0], Tensor) and _same_memory(outputs[0], arrays[0]):
+        if cls.may_return_view and isinstance(inputs[0], Tensor):   # views share the version counter
             base = inputs[0]._base if inputs[0]._base is not None else inputs[0]
-            results[0]._vbox, results[0]._base = inputs[0]._vbox, base
+            for result, out in zip(results, outputs):   # (split: every output is a view)
+                if _same_memory(out, arrays[0]):
+                    result._vbox, result._base = inputs[0]._vbox, base
         if record:   # (list comprehensions: cheaper than tuple(generator) on a path every op takes)
             fn.inputs = tuple([t if isinstance(t, Tensor) else None for t in inputs])
             fn._input_versions = tuple([t._vbox[0] if isinstance(t, Tensor) else 0 for t in inputs])

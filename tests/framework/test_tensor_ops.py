@@ -619,3 +619,23 @@ def test_a_leaf_keeps_a_fresh_gradient_without_copying_it():
     (h * 3).sum().backward()
     assert not np.shares_memory(h.grad.numpy(), x.grad.numpy())
     assert h.grad.numpy().tolist() == [3.0] * 3 and x.grad.numpy().tolist() == [6.0] * 3
+
+
+def test_split_is_one_node_of_views_and_joins_the_gradients_once():
+    """split/chunk: every piece a view of the input (sharing its version counter) from one tape node, whose
+    backward concatenates the pieces' gradients (zeros for an unused piece): the same gradients as torch."""
+    x = minidl.randn(2, 5, 9, requires_grad=True)
+    xt = torch.tensor(x.detach().numpy(), requires_grad=True)
+    a, b, c = x.split(3, dim=2)
+    at, bt, ct = xt.split(3, dim=2)
+    assert a._ctx is c._ctx and a._ctx.name == "Split"
+    ((a * 2).sum() + (c ** 2 * b[..., :1]).sum()).backward()
+    ((at * 2).sum() + (ct ** 2 * bt[..., :1]).sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), xt.grad.numpy(), rtol=1e-6)
+    y = x.detach()
+    first, second = y.split([2, 3], dim=1)
+    first.add_(1)
+    assert np.shares_memory(first.numpy(), y.numpy()) and y._version == 1 and second._version == 1
+    with pytest.raises(NotImplementedError, match="in-place change of a view"):
+        (x * 1).chunk(3, dim=2)[0].mul_(2)
+    assert [tuple(t.shape) for t in minidl.randn(7).chunk(3)] == [(3,), (3,), (1,)]
