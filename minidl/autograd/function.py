@@ -18,13 +18,16 @@ import weakref
 import numpy as np
 
 from .. import _layout
-from .._dtypes import is_floating
+from .._dtypes import FLOATING_DTYPES
 
 # ------------------------------------------------------------------------------------------------
 # Grad mode (per thread, as in PyTorch)
 # ------------------------------------------------------------------------------------------------
 
 _state = threading.local()
+
+
+_FLOATING = frozenset(FLOATING_DTYPES)   # the dtypes whose outputs carry gradients (is_floating, as a set)
 
 
 def is_grad_enabled() -> bool:
@@ -151,11 +154,14 @@ class Function:
                 arrays.append(t)
                 needs.append(False)
         fn.needs_input_grad = needs = tuple(needs)
+        record = any_grad and getattr(_state, "enabled", True)   # (is_grad_enabled, inline)
+        if record:   # (list comprehensions: cheaper than tuple(generator) on a path every op takes)
+            fn.inputs = tuple([t if isinstance(t, Tensor) else None for t in inputs])
+            fn._input_versions = tuple([t._vbox[0] if isinstance(t, Tensor) else 0 for t in inputs])
         outputs = fn.forward(*arrays, **params)
         single = not isinstance(outputs, tuple)
-        record = any_grad and is_grad_enabled()
         if single:
-            differentiable = record and is_floating(outputs.dtype)
+            differentiable = record and outputs.dtype in _FLOATING
             result = Tensor._make(outputs, requires_grad=differentiable)
             if differentiable:
                 result._ctx = fn   # _out_index stays 0
@@ -164,7 +170,7 @@ class Function:
             results = []
             for i, out in enumerate(outputs):
                 # Only floating-point outputs carry gradients (indices, masks and comparisons do not).
-                differentiable = record and is_floating(out.dtype)
+                differentiable = record and out.dtype in _FLOATING
                 t = Tensor._make(out, requires_grad=differentiable)
                 if differentiable:
                     t._ctx, t._out_index = fn, i
@@ -174,12 +180,15 @@ class Function:
             for result, out in zip(results, outputs):   # (split: every output is a view)
                 if _same_memory(out, arrays[0]):
                     result._vbox, result._base = inputs[0]._vbox, base
-        if record:   # (list comprehensions: cheaper than tuple(generator) on a path every op takes)
-            fn.inputs = tuple([t if isinstance(t, Tensor) else None for t in inputs])
-            fn._input_versions = tuple([t._vbox[0] if isinstance(t, Tensor) else 0 for t in inputs])
-            fn._output_meta = tuple([(o.shape, o.dtype) for o in outputs])
-            fn._output_refs = tuple([weakref.ref(t) for t in results])
-            fn._output_versions = [t._vbox[0] for t in results]
+        if record:
+            if single:   # (no comprehension: each is a call of its own in CPython 3.11)
+                fn._output_meta = ((outputs[0].shape, outputs[0].dtype),)
+                fn._output_refs = (weakref.ref(results[0]),)
+                fn._output_versions = [results[0]._vbox[0]]
+            else:
+                fn._output_meta = tuple([(o.shape, o.dtype) for o in outputs])
+                fn._output_refs = tuple([weakref.ref(t) for t in results])
+                fn._output_versions = [t._vbox[0] for t in results]
         return results[0] if single else tuple(results)
 
     def _release(self):
@@ -407,8 +416,8 @@ def _run_backward(tensor, grad_array, retain_graph):
                         f"{fn.name}.backward returned a gradient of shape {tuple(g.shape)} for an input "
                         f"of shape {tuple(inp.shape)}"
                     )
-                if g.dtype != inp.dtype:
-                    g = g.astype(inp.dtype)
+                if g.dtype != inp._data.dtype:
+                    g = g.astype(inp._data.dtype)
                 if inp._ctx is None:
                     # The leaf may keep g itself (no copy) when nothing else can reach it: it owns its memory
                     # and the only references are this frame's g and grads_in's slot (PyTorch's AccumulateGrad
@@ -477,7 +486,7 @@ def _accumulate_leaf(tensor, g, run_hooks=True, owned=False):
     Tensor = _TENSOR[0] if _TENSOR else _tensor_class()
     if run_hooks and tensor._hooks:
         g, owned = _run_hooks(tensor, g), False
-    if tensor.grad is None:
+    if tensor._grad is None:
         # Never alias a gradient that another tensor (or the caller) still holds: a copy unless owned. It takes
         # the parameter's memory format (as PyTorch's AccumulateGrad), so a channels_last filter's
         # gradient is channels_last too and an optimizer updates the two alike.
@@ -488,7 +497,8 @@ def _accumulate_leaf(tensor, g, run_hooks=True, owned=False):
         else:
             tensor.grad = Tensor._make(g.copy())
     else:
-        tensor.grad._data = _layout.pointwise(lambda a, b: a + b, tensor.grad._data, g)
+        acc = tensor._grad._data
+        tensor._grad._data = acc + g if type(acc) is np.ndarray else _layout.pointwise(lambda a, b: a + b, acc, g)
     hooks = tensor.__dict__.get("_post_accumulate_hooks")
     if hooks:
         for hook in list(hooks):

@@ -202,7 +202,7 @@ class Tensor:
 
     @property
     def is_cuda(self) -> bool:
-        return is_cuda_array(self._data)
+        return type(self._data) is not np.ndarray and is_cuda_array(self._data)
 
     @property
     def ndim(self):

@@ -298,7 +298,7 @@ class ConvolutionPlan:
         if a.dtype != self.dtype:
             raise TypeError(f"{op}: all arrays must have the same dtype: {name} is {a.dtype}, the plan "
                             f"(input) is {self.dtype}")
-        if tuple(a.shape) != expected or is_cuda_array(a) != self.is_cuda:
+        if a.shape != expected or (not isinstance(a, np.ndarray)) != self.is_cuda:   # NumPy or CuPy (checked before)
             where = "cuda" if is_cuda_array(a) else "cpu"
             raise ValueError(f"{op}: {name} is {shape_str(a.shape)} on {where}, but the plan is for "
                              f"{shape_str(expected)} on {'cuda' if self.is_cuda else 'cpu'}")

@@ -23,17 +23,17 @@ import math
 import cupy
 import numpy as np
 
-from ..._dtypes import bfloat16, float16, float32
+from ..._dtypes import by_dtype
 from .. import _common
 from ._compile import get_kernel
 from ._launch import sm_count
 from . import tma
 
 KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}   # KIND of kernels/gemm_wgmma.cu
-# The same, keyed by the dtype itself: numpy's dtype.name is a Python property (~2 us), and a training step
-# launches this kernel dozens of times (issue 23: the host cost of an op).
-_KIND_OF = {float32: KINDS["float32"], float16: KINDS["float16"], bfloat16: KINDS["bfloat16"]}
-_TMA_TYPE_OF = {float16: "float16", bfloat16: "bfloat16"}
+# The same, answering dtype objects too (by_dtype: numpy's dtype.name is a Python property, ~2 us, and a
+# training step launches this kernel dozens of times; issue 23: the host cost of an op).
+_KIND_OF = by_dtype(KINDS)
+_TMA_TYPE_OF = by_dtype({"float16": "float16", "bfloat16": "bfloat16"})
 BM = 128                # tile rows (two consumer warpgroups of 64)
 ROW_BYTES = 128         # bytes of k per stage row (the 128-byte swizzle span)
 SLAB = 64               # columns of an M/N-major TMA box
