@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Host time of eager training steps, A/B on one GPU machine: the tree in .ab/old (made here with
 # `git archive <rev> minidl kernels benchmarks examples | tar x -C .ab/old`; carry ".ab") against the working
-# tree, alternating, ROUNDS rounds. Each line: tree, case, wall ms per step (benchmarks/profile_gpt_host.py,
-# without its profiler). The host times of one machine vary by a third from another's: compare within a run.
+# tree, alternating, ROUNDS rounds (which tree goes first alternates too: a fixed order once showed a 15-20% gap
+# on the MNIST step that the call count did not explain). Each line: tree, case, wall ms per step
+# (benchmarks/profile_gpt_host.py, without its profiler). The host times of one machine vary by a third from another's: compare within a run.
 #   ROUNDS=2 bash scripts/gpu_host_ab.sh | tee $OUT/host_ab.txt
 set -u
 ROUNDS=${ROUNDS:-2}
 CASES=${CASES:-"gpt_bf16:--steps 10|mnist_fp32:--model 0 --math fp32 --steps 30|mnist_tf32:--model 0 --math tf32 --steps 30|cifar_fp32:--model 1 --math fp32 --steps 30"}
 for r in $(seq "$ROUNDS"); do
-  for tree in old new; do
+  order="old new"; [ $((r % 2)) -eq 0 ] && order="new old"   # alternate who goes first (a second process can differ)
+  for tree in $order; do
     root=$([ "$tree" = old ] && echo "$PWD/.ab/old" || echo "$PWD")
     IFS='|' read -ra cases <<< "$CASES"
     for c in "${cases[@]}"; do
