@@ -2,7 +2,7 @@
 # One device call for issue 25's kernels: the GPU tests of attention and layer norm (and of the files whose
 # shared code they moved: dropout's Philox, the mma.sync helpers of gemm_tc), then the attention / layer
 # norm benchmark against torch. Logs and tables go to $OUT; the CuPy kernel cache comes back as
-# $OUT/cupy_cache.tgz (copy it to .cupy_cache/ to carry it to the next call).
+# $OUT/cupy_cache_attention.tgz, only what it compiled (copy it to .cupy_cache/ to carry it to the next call).
 #   MINIDL_COMMIT=$(git rev-parse --short HEAD) OUT=/tmp/out bash scripts/gpu_attention_check.sh
 # T_TESTS / T_BENCH / T_GPT: time limits in seconds (0 skips); TESTS: the test files; BENCH_ARGS: e.g. --quick.
 set -u
@@ -27,5 +27,5 @@ if [ "$T_GPT" -gt 0 ]; then
   timeout -s INT "$T_GPT" python3 benchmarks/bench_gpt_step.py --out "$OUT/gpu_gpt_step.md" > "$OUT/bench_gpt_step.log" 2>&1
   tail -n 8 "$OUT/bench_gpt_step.log"
 fi
-tar czf "$OUT/cupy_cache.tgz" -C ~/.cupy kernel_cache 2>/dev/null
+. scripts/_device_cache_out.sh attention   # the kernels this call compiled
 ls -la "$OUT"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for issue 24's persistent RNN kernels: their GPU tests (and the standard algorithm's, whose
 # cell code they share), then the RNN benchmark against cuDNN. Logs and tables go to $OUT; the CuPy kernel
-# cache comes back as $OUT/cupy_cache.tgz (copy it to .cupy_cache/ to carry it to the next call).
+# cache comes back as $OUT/cupy_cache_rnn.tgz, only what it compiled (copy it to .cupy_cache/ to carry it to the next call).
 #   MINIDL_COMMIT=$(git rev-parse --short HEAD) OUT=/tmp/out bash scripts/gpu_rnn_check.sh
 # T_TESTS / T_BENCH: time limits in seconds (0 skips); TESTS: the test files; BENCH_ARGS: e.g. --repeats 20.
 set -u
@@ -22,5 +22,5 @@ if [ "$T_BENCH" -gt 0 ]; then
     ${BENCH_ARGS:-} > "$OUT/bench_rnn.log" 2>&1
   tail -n 40 "$OUT/bench_rnn.log"
 fi
-tar czf "$OUT/cupy_cache.tgz" -C ~/.cupy kernel_cache 2>/dev/null
+. scripts/_device_cache_out.sh rnn   # the kernels this call compiled
 ls -la "$OUT"
