@@ -72,12 +72,16 @@ def _convolution(x, weight, bias, desc, algo, layout, plans=None, relu=False, ou
     policy = backends._conv_policy_for(algo)
     if policy is None and algo == "auto":
         policy = P.get_convolution_policy()
-    math = backends.math_for_conv(x.dtype) if x.is_cuda else "fp32"
-    key = (x.shape, weight.shape, x.dtype, x.device, desc, algo, layout, policy, math)
+    data = x._data
+    on_cuda = x.is_cuda
+    math = backends.math_for_conv(data.dtype) if on_cuda else "fp32"
+    # (the device as its index, -1 for the CPU: a Device object per call would cost more than the lookup)
+    key = (data.shape, weight._data.shape, data.dtype, data.device.id if on_cuda else -1, desc, algo, layout,
+           policy, math)
     plan = plans.get(key) if plans is not None else None
     if plan is None:
         plan = P.ConvolutionPlan(_kernel_layout_shape(x.shape, layout), _kernel_layout_shape(weight.shape, layout),
-                                 desc, device="cuda" if x.is_cuda else "cpu", dtype=x.dtype, layout=layout,
+                                 desc, device="cuda" if on_cuda else "cpu", dtype=x.dtype, layout=layout,
                                  algo=algo, policy=policy, math=math)
         if plans is not None:
             plans[key] = plan
