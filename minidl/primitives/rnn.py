@@ -290,7 +290,7 @@ def rnn_backward(dy, dhy, dcy, reserve: RNNReserve):
     grads = {k: v for k, v in (("dy", dy), ("dhy", dhy), ("dcy", dcy)) if v is not None}
     if grads:
         check_same_device(op, **grads)
-        if any(is_cuda_array(g) != reserve.on_cuda for g in grads.values()):
+        if any((not isinstance(g, np.ndarray)) != reserve.on_cuda for g in grads.values()):   # (NumPy or CuPy)
             raise ValueError(f"{op}: the gradients are on a different device from the forward pass")
         dtype = check_float(op, **grads)
         if dtype != reserve.dtype:
