@@ -118,9 +118,11 @@ def test_mpi_backend_in_processes_not_started_by_mpiexec_says_how_to_start_them(
 
 def test_launcher_environment_follows_torchrun(tmp_path):
     script = tmp_path / "env.py"
+    # one write per process (a print() under PYTHONUNBUFFERED writes the line and its newline separately, and the
+    # two ranks share the launcher's stdout: their lines could interleave)
     script.write_text("import os\nkeys = ['RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', "
                       "'MASTER_PORT', 'OMP_NUM_THREADS', 'NCCL_NVLS_ENABLE']\n"
-                      "print(' '.join(f'{k}={os.environ.get(k)}' for k in keys))\n")
+                      "os.write(1, (' '.join(f'{k}={os.environ.get(k)}' for k in keys) + '\\n').encode())\n")
     proc, _ = launch(str(script), "--flag", start="spawn")
     assert proc.returncode == 0, proc.stderr
     lines = sorted(proc.stdout.strip().splitlines())
