@@ -20,6 +20,7 @@ int32, int64, bool_ = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.bool_)
 
 HALF_DTYPES = (float16, bfloat16)
 FLOATING_DTYPES = (float16, bfloat16, float32, float64)
+FLOATING_SET = frozenset(FLOATING_DTYPES)   # `a.dtype in FLOATING_SET`: is_floating for a dtype object, one lookup
 _BY_NAME = {d.name: d for d in FLOATING_DTYPES}
 
 
@@ -32,7 +33,7 @@ def by_dtype(table: dict) -> dict:
 
 def is_floating(dtype) -> bool:
     """float16, bfloat16, float32 or float64 (PyTorch's is_floating_point)."""
-    return np.dtype(dtype) in FLOATING_DTYPES
+    return np.dtype(dtype) in FLOATING_SET
 
 
 def is_half(dtype) -> bool:

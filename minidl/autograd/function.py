@@ -18,16 +18,13 @@ import weakref
 import numpy as np
 
 from .. import _layout
-from .._dtypes import FLOATING_DTYPES
+from .._dtypes import FLOATING_SET
 
 # ------------------------------------------------------------------------------------------------
 # Grad mode (per thread, as in PyTorch)
 # ------------------------------------------------------------------------------------------------
 
 _state = threading.local()
-
-
-_FLOATING = frozenset(FLOATING_DTYPES)   # the dtypes whose outputs carry gradients (is_floating, as a set)
 
 
 def is_grad_enabled() -> bool:
@@ -161,7 +158,7 @@ class Function:
         outputs = fn.forward(*arrays, **params)
         single = not isinstance(outputs, tuple)
         if single:
-            differentiable = record and outputs.dtype in _FLOATING
+            differentiable = record and outputs.dtype in FLOATING_SET
             result = Tensor._make(outputs, requires_grad=differentiable)
             if differentiable:
                 result._ctx = fn   # _out_index stays 0
@@ -170,7 +167,7 @@ class Function:
             results = []
             for i, out in enumerate(outputs):
                 # Only floating-point outputs carry gradients (indices, masks and comparisons do not).
-                differentiable = record and out.dtype in _FLOATING
+                differentiable = record and out.dtype in FLOATING_SET
                 t = Tensor._make(out, requires_grad=differentiable)
                 if differentiable:
                     t._ctx, t._out_index = fn, i

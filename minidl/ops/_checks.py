@@ -1,10 +1,8 @@
 """Argument checks of the ops that take Tensors (raised at the framework boundary, naming the op)."""
 from __future__ import annotations
 
-from .._dtypes import FLOATING_DTYPES
+from .._dtypes import FLOATING_SET
 from ..autograd.tensor import Tensor
-
-_FLOATING = frozenset(FLOATING_DTYPES)
 
 
 def check_tensor(op, name, t):
@@ -15,5 +13,5 @@ def check_tensor(op, name, t):
 def check_float_tensor(op, name, t):
     if not isinstance(t, Tensor):
         check_tensor(op, name, t)   # raises
-    if t._data.dtype not in _FLOATING:   # (the array's dtype: no property call on the hot path)
+    if t._data.dtype not in FLOATING_SET:   # (the array's dtype: no property call on the hot path)
         raise TypeError(f"{op}: {name} must be a floating-point tensor, got dtype {t.dtype}")
