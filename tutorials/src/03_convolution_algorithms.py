@@ -169,8 +169,8 @@ assert np.allclose(direct_result, AT @ m)
 # instead of 36: 2.25 times fewer. The channel sum happens in the transformed domain, so for each of
 # the 16 tile positions it is a matrix product over channels (16 batched GEMMs). It applies to 3x3,
 # stride-1, dilation-1 filters only, and its transforms change the rounding (more additions before the
-# products); we measure the error below: on the layer of 3.6 it is as small as the others' (2.6e-07
-# against 4.2e-07 in the saved run), and exercise 3 looks for where it grows.
+# products); we measure the error below: on the layer of 3.6 it is no larger than the GEMM-based
+# algorithms' (2.6e-07 against 4.2e-07 in the saved run; fft 2.4e-07), and exercise 3 looks for where it grows.
 
 # %% tags=["listing"]
 wino_file, wino_kernel = tu.find_cuda_function("convolution_winograd_input_transform", missing_ok=True)
@@ -363,8 +363,8 @@ display(tu.Table(["shape", "algorithm", "NCHW ms", "NHWC ms", "NCHW/NHWC", "rel.
 # On the CPU, the NumPy references compute in channels-first and view NHWC arrays through a
 # transpose, so NHWC costs extra copies there: the CPU numbers show the price of a layout the code was
 # not written for, not a property of the layout. On the GPU each kernel is compiled for both layouts,
-# and in the saved run (float32, an H200) NCHW was the faster one for every algorithm but im2col_gemm
-# (NCHW/NHWC 0.39-0.85; im2col about even).
+# and in the saved run (float32, an H200) NCHW was the faster one for the implicit GEMMs, Winograd and
+# direct (NCHW/NHWC 0.39-0.85); im2col_gemm was about even (1.03-1.08) and fft went either way (0.94-1.17).
 #
 # ## 3.10 The backward directions
 #
