@@ -42,9 +42,9 @@
 //
 // Forward blocks are always 128 queries: 4 warps of 2 x 16 rows for D <= 64, 8 warps of 16 rows for
 // D = 96, 128 (two row tiles' accumulators would not fit in the registers there).
-// Layouts: q, o (B, H, L, D); k, v (B, HK, S, D); o, lse, delta, dq, dk, dv contiguous; q, k, v, dO at any
-// strides with D contiguous and 16-byte aligned rows and heads (struct Rows; the launcher copies what is
-// not). H a multiple of HK (query head h reads key head h / (H / HK)); lse, delta (B, H, L) fp32. D in {32, 64, 96, 128} (a template argument: the
+// Layouts: q, o (B, H, L, D); k, v (B, HK, S, D); o, lse, delta contiguous; q, k, v, dO read and dQ, dK, dV
+// written at any strides with D contiguous and 16-byte aligned rows and heads (struct Rows; the launcher copies
+// an input that breaks this, and lays each gradient out as its input when q, k, v are pieces of one array). H a multiple of HK (query head h reads key head h / (H / HK)); lse, delta (B, H, L) fp32. D in {32, 64, 96, 128} (a template argument: the
 // fragments are register arrays). Grid: forward (ceil(L / BM), B * H), causal blocks largest-first;
 // backward (ceil(S / 64), B * HK). Dynamic shared memory: see forward_smem_bytes / backward_smem_bytes
 // in minidl/primitives/cuda/attention.py; rows are padded by 16 bytes, so ldmatrix reads no bank twice.
@@ -462,7 +462,7 @@ __device__ __forceinline__ void attention_backward_impl(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k, const unsigned short* __restrict__ v,
     const unsigned short* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dq_acc, unsigned short* __restrict__ dk, unsigned short* __restrict__ dv, int H, int HK, int L,
-    int S, float scale, MaskArgs m, DropArgs drop, Rows rq, Rows rk, Rows rv, Rows rd)
+    int S, float scale, MaskArgs m, DropArgs drop, Rows rq, Rows rk, Rows rv, Rows rd, Rows rdk, Rows rdv)
 {
     constexpr int THREADS = 128, BM = 64, LD = D + PAD, LDS = BM + PAD;
     constexpr int KD = D / 16, NT = BM / 8, DT = D / 8;
@@ -622,8 +622,8 @@ __device__ __forceinline__ void attention_backward_impl(
     for (int r = 0; r < 2; ++r) {
         const int j = kj[r];
         if (j < S) {
-            unsigned short* dkrow = dk + ((long long)bhk * S + j) * D;
-            unsigned short* dvrow = dv + ((long long)bhk * S + j) * D;
+            unsigned short* dkrow = dk + b * rdk.sb + hk * rdk.sh + j * rdk.sl;
+            unsigned short* dvrow = dv + b * rdv.sb + hk * rdv.sh + j * rdv.sl;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt) {
                 store_c_pair<KIND>(dkrow + dt * 8 + 2 * t, dk_acc[dt][2 * r] * scale, dk_acc[dt][2 * r + 1] * scale);
@@ -848,7 +848,7 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
     float* __restrict__ dq_acc, float* __restrict__ dk, float* __restrict__ dv, int H, int HK, int L, int S,
-    float scale, MaskArgs m, DropArgs drop, Rows rq, Rows rk, Rows rv, Rows rd)
+    float scale, MaskArgs m, DropArgs drop, Rows rq, Rows rk, Rows rv, Rows rd, Rows rdk, Rows rdv)
 {
     constexpr int THREADS = 128, BM = 64, LD = D + PADF, LDS = BM + PADF;
     constexpr int KD = D / 8, NT = BM / 8, DT = D / 8;
@@ -989,8 +989,8 @@ __device__ __forceinline__ void attention_backward_tf32_impl(
     for (int r = 0; r < 2; ++r) {
         const int j = kj[r];
         if (j < S) {
-            float* dkrow = dk + ((long long)bhk * S + j) * D;
-            float* dvrow = dv + ((long long)bhk * S + j) * D;
+            float* dkrow = dk + b * rdk.sb + hk * rdk.sh + j * rdk.sl;
+            float* dvrow = dv + b * rdv.sb + hk * rdv.sh + j * rdv.sl;
 #pragma unroll
             for (int dt = 0; dt < DT; ++dt) {
                 *reinterpret_cast<float2*>(dkrow + dt * 8 + 2 * t) =
@@ -1037,23 +1037,27 @@ __global__ void __launch_bounds__(128) attention_backward(
     int S, float scale, const float* mask, long long msb, long long msh, long long msl, long long mss, float p_scale,
     unsigned threshold, unsigned long long seed, unsigned long long offset, const unsigned long long* rng_state,
     long long qsb, long long qsh, long long qsl, long long ksb, long long ksh, long long ksl, long long vsb,
-    long long vsh, long long vsl, long long dsb, long long dsh, long long dsl)
+    long long vsh, long long vsl, long long dsb, long long dsh, long long dsl, long long dksb, long long dksh,
+    long long dksl, long long dvsb, long long dvsh, long long dvsl)
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
     attention_backward_impl<KIND, D, CAUSAL, MASK, DROPOUT>(
         q, k, v, dout, lse, delta, dq_acc, dk, dv, H, HK, L, S, scale, m,
         drop_args(p_scale, threshold, seed, offset, rng_state), Rows{qsb, qsh, qsl}, Rows{ksb, ksh, ksl},
-        Rows{vsb, vsh, vsl}, Rows{dsb, dsh, dsl});
+        Rows{vsb, vsh, vsl}, Rows{dsb, dsh, dsl}, Rows{dksb, dksh, dksl}, Rows{dvsb, dvsh, dvsl});
 }
 
-// dQ = scale * dq_acc, rounded to the data type.
+// dQ = scale * dq_acc, rounded to the data type; dq_acc (B, H, L, D) contiguous, dQ at its strides (sb, sh, sl).
 template <int KIND>
 __global__ void attention_dq_finish(const float* dq_acc, typename minidl_tc::Storage<KIND>::T* dq, long long n,
-                                    float scale)
+                                    float scale, int D, int H, int L, long long sb, long long sh, long long sl)
 {
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        minidl_tc::store_c<KIND>(dq + i, dq_acc[i] * scale);
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const long long row = i / D, bh = row / L;
+        const long long at = (bh / H) * sb + (bh % H) * sh + (row % L) * sl + i % D;
+        minidl_tc::store_c<KIND>(dq + at, dq_acc[i] * scale);
+    }
 }
 
 // float32 data: attention_forward_tf32<PRECISE, D, CAUSAL, MASK, DROPOUT> / attention_backward_tf32<...>;
@@ -1080,14 +1084,15 @@ __global__ void __launch_bounds__(128) attention_backward_tf32(
     long long msh, long long msl, long long mss, float p_scale, unsigned threshold, unsigned long long seed,
     unsigned long long offset, const unsigned long long* rng_state, long long qsb, long long qsh, long long qsl,
     long long ksb, long long ksh, long long ksl, long long vsb, long long vsh, long long vsl, long long dsb,
-    long long dsh, long long dsl)
+    long long dsh, long long dsl, long long dksb, long long dksh, long long dksl, long long dvsb, long long dvsh,
+    long long dvsl)
 {
     using namespace minidl_attention;
     const MaskArgs m{mask, msb, msh, msl, mss};
     attention_backward_tf32_impl<PRECISE, D, CAUSAL, MASK, DROPOUT>(
         q, k, v, dout, lse, delta, dq_acc, dk, dv, H, HK, L, S, scale, m,
         drop_args(p_scale, threshold, seed, offset, rng_state), Rows{qsb, qsh, qsl}, Rows{ksb, ksh, ksl},
-        Rows{vsb, vsh, vsl}, Rows{dsb, dsh, dsl});
+        Rows{vsb, vsh, vsl}, Rows{dsb, dsh, dsl}, Rows{dksb, dksh, dksl}, Rows{dvsb, dvsh, dvsl});
 }
 
 #if defined(MINIDL_INSTANTIATE_ALL) && !defined(__CUDACC_RTC__)

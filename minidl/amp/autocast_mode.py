@@ -25,6 +25,8 @@ import warnings
 import numpy as np
 
 from .._dtypes import bfloat16, float16, float32, float64, is_floating, is_half
+from ..autograd.function import is_grad_enabled
+from ..autograd.tensor import Tensor
 
 LOWER, FP32 = "lower_precision_fp", "fp32"
 
@@ -140,8 +142,6 @@ class autocast:
 
 def _cast(t, dtype, cacheable: bool):
     """t.type(dtype) through an autograd cast; cached per region for parameters."""
-    from ..autograd.function import is_grad_enabled
-
     st = _get()
     if cacheable and st.cache_enabled and t.is_leaf and t.requires_grad:
         key = (id(t), dtype, is_grad_enabled())
@@ -155,9 +155,6 @@ def _cast(t, dtype, cacheable: bool):
 
 
 def _cast_op(t, dtype):
-    from ..autograd.function import is_grad_enabled
-    from ..autograd.tensor import Tensor
-
     if t.requires_grad and is_grad_enabled():
         return _autocast_cast_class().apply(t, dtype=dtype)
     return Tensor._make(t._data.astype(dtype))
@@ -169,8 +166,6 @@ def _policy(op: str, args):
     st = _get()
     if not (st.enabled["cuda"] or st.enabled["cpu"]):
         return None
-    from ..autograd.tensor import Tensor
-
     first = next((a for a in args if isinstance(a, Tensor)), None)
     if first is None:
         return None
@@ -185,8 +180,6 @@ def cast_inputs(op: str, *args):
     found = _policy(op, args)
     if found is None:
         return args
-    from ..autograd.tensor import Tensor
-
     (device_type, policy), st = found, _get()
     out = []
     for a in args:

@@ -21,6 +21,8 @@ import numbers
 
 import numpy as np
 
+from .._dtypes import bfloat16
+
 _BOOL, _INT, _FLOAT, _COMPLEX = 0, 1, 2, 3
 
 
@@ -36,7 +38,7 @@ def category(dtype) -> int:
 
 
 def _is_bfloat16(dtype) -> bool:
-    return np.dtype(dtype).name == "bfloat16"
+    return np.dtype(dtype) == bfloat16
 
 
 def promote_types(a, b) -> np.dtype:

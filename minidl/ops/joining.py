@@ -101,7 +101,49 @@ class Split(Function):
         return tuple(out)
 
     def backward(self, *grads):
-        return get_array_module(grads[0]).concatenate(grads, axis=self.dim)
+        joined = _joined(grads, self.dim)
+        return joined if joined is not None else get_array_module(grads[0]).concatenate(grads, axis=self.dim)
+
+
+def _joined(arrays, dim):
+    """What concatenate(arrays, dim) would return, as a view and without a copy, when the arrays already lie side
+    by side in one C-contiguous block of memory, as that concatenate would write them; None otherwise. The
+    attention primitive writes the gradients of q, k and v split from one projection that way (a GPT block's
+    split then joins its gradients for free, where a concatenate copies the whole projection's gradient)."""
+    first = arrays[0]
+    owner = _owner(first)
+    if owner is None or not builtins.all(a.size for a in arrays):
+        return None
+    shape = list(first.shape)
+    shape[dim] = builtins.sum(a.shape[dim] for a in arrays)
+    strides, step = [0] * len(shape), first.itemsize
+    for axis in reversed(range(len(shape))):
+        strides[axis], step = step, step * shape[axis]
+    start = _address(first)
+    offset = 0
+    for a in arrays:
+        if (a.dtype != first.dtype or _owner(a) is not owner or _address(a) - start != offset
+                or a.shape[:dim] != first.shape[:dim] or a.shape[dim + 1:] != first.shape[dim + 1:]
+                or any(n > 1 and s != want for n, s, want in zip(a.shape, a.strides, strides))):
+            return None
+        offset += a.shape[dim] * strides[dim]
+    if isinstance(first, np.ndarray):
+        return np.ndarray(tuple(shape), dtype=first.dtype, buffer=owner, strides=tuple(strides),
+                          offset=start - _address(owner))
+    return type(first)(tuple(shape), dtype=first.dtype, memptr=first.data, strides=tuple(strides))   # CuPy
+
+
+def _owner(a):
+    """The allocation an array's memory belongs to (NumPy's C-contiguous base array, CuPy's memory block); None
+    when there is none to share."""
+    if isinstance(a, np.ndarray):
+        base = a.base
+        return base if isinstance(base, np.ndarray) and base.flags.c_contiguous else None
+    return getattr(getattr(a, "data", None), "mem", None)
+
+
+def _address(a) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, np.ndarray) else a.data.ptr
 
 
 def split(tensor, split_size_or_sections, dim=0):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._dtypes import FLOATING_SET
 from . import _common
 from ._common import backend, check_same_device, is_cuda_array, shape_str
 
@@ -42,20 +43,20 @@ def get_tensor_core_gemm() -> str:
     return _common.tensor_core_gemm
 
 GEMM_MATH_MODES = ("fp32", "tf32")
-_GEMM_DTYPES = ("float16", "bfloat16", "float32", "float64")
-_GEMM_DTYPE_SET = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))   # + bfloat16, by name
+_GEMM_DTYPE_SET = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))   # the CPU's fast path
 
 
 def _check_dtypes(op: str, **arrays) -> np.dtype:
     """All arrays of one dtype among float16, bfloat16, float32, float64; return it."""
-    dtypes = {name: np.dtype(a.dtype) for name, a in arrays.items() if a is not None}
-    for name, dt in dtypes.items():
-        if dt not in _GEMM_DTYPE_SET and dt.name not in _GEMM_DTYPES:
+    dtypes = [(name, a.dtype) for name, a in arrays.items() if a is not None]
+    for name, dt in dtypes:
+        if dt not in FLOATING_SET:
             raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {dt}")
-    if len(set(dtypes.values())) > 1:
-        desc = ", ".join(f"{k}={v}" for k, v in dtypes.items())
+    first = dtypes[0][1]
+    if any(dt != first for _, dt in dtypes[1:]):
+        desc = ", ".join(f"{k}={v}" for k, v in dtypes)
         raise TypeError(f"{op}: all arrays must have the same dtype, got {desc}")
-    return next(iter(dtypes.values()))
+    return first
 
 
 def _op_shape(shape, trans):

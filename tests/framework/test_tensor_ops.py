@@ -639,3 +639,36 @@ def test_split_is_one_node_of_views_and_joins_the_gradients_once():
     with pytest.raises(NotImplementedError, match="in-place change of a view"):
         (x * 1).chunk(3, dim=2)[0].mul_(2)
     assert [tuple(t.shape) for t in minidl.randn(7).chunk(3)] == [(3,), (3,), (1,)]
+
+
+def test_split_backward_takes_gradients_already_side_by_side_as_they_are():
+    """When the pieces' gradients lie side by side in one C-contiguous array, as the concatenate would write them
+    (the attention primitive writes the gradients of q, k, v split from one projection that way), the split's
+    backward returns that array as a view instead of copying; any other layout is concatenated as before."""
+    from minidl.ops.joining import Split, _joined
+
+    parent = np.arange(2 * 5 * 9, dtype=np.float32).reshape(2, 5, 9)
+    pieces = [parent[..., i:i + 3] for i in (0, 3, 6)]
+    joined = _joined(pieces, 2)
+    assert joined is not None and np.shares_memory(joined, parent) and (joined == parent).all()
+    node = Split()
+    node.dim = 2
+    assert np.shares_memory(node.backward(*pieces), parent)
+    # a gap, the wrong order, another array, a transposed parent, a copy: concatenated (a new array), same values
+    for bad in ([parent[..., 0:3], parent[..., 3:6], parent[..., 7:9]],
+                [pieces[1], pieces[0], pieces[2]],
+                [pieces[0], pieces[1], pieces[2].copy()],
+                [parent.copy()[..., i:i + 3] for i in (0, 3, 6)][:1] + pieces[1:]):
+        assert _joined(bad, 2) is None
+        got = node.backward(*bad)
+        assert not np.shares_memory(got, parent)
+        np.testing.assert_array_equal(got, np.concatenate(bad, axis=2))
+    t = np.ascontiguousarray(parent.transpose(0, 2, 1)).transpose(0, 2, 1)   # (2, 5, 9) with 5 innermost
+    assert _joined([t[..., i:i + 3] for i in (0, 3, 6)], 2) is None
+    # along a leading dim, and gradients of a GPT block's q, k, v: (B, T, 3C) pieces seen through (B, H, T, D)
+    rows = [parent[i:i + 1] for i in (0, 1)]
+    assert np.shares_memory(_joined(rows, 0), parent)
+    x = minidl.tensor(parent.copy(), requires_grad=True)
+    q, k, v = x.split(3, dim=2)
+    (q * 1 + k * 2 + v * 3).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.repeat([[[1, 1, 1, 2, 2, 2, 3, 3, 3]]], 5, axis=1).repeat(2, 0))

@@ -95,3 +95,31 @@ def test_transformer_layers_match_the_cpu():
         y.backward(minidl.tensor(g.astype(np.float32) if device == "cuda" else g, device=device))
         outs.append((y.cpu().detach().numpy(), a.grad.cpu().numpy()))
     assert rel_err(outs[0][0], outs[1][0]) <= TOL and rel_err(outs[0][1], outs[1][1]) <= TOL
+
+
+def test_gpt_attention_gradients_join_without_a_copy_and_match_the_cpu(monkeypatch):
+    """A GPT block's attention: q, k, v split from one projection, to (B, H, T, D) by reshape and transpose. The
+    kernel writes dQ, dK, dV laid out as q, k, v, so the transposes and reshapes back are views and the split's
+    backward takes the three as one array (no concatenate); the projection's gradients equal the CPU's."""
+    from minidl.ops import joining
+
+    joins = []
+    real = joining._joined
+    monkeypatch.setattr(joining, "_joined", lambda arrays, dim: joins.append(real(arrays, dim)) or joins[-1])
+    B, T, H, D = 2, 40, 4, 32
+    x, x64 = _both((B, T, H * D), 12)
+    lin = nn.Linear(H * D, 3 * H * D)
+    grads = []
+    for device, a in (("cuda", x), ("cpu", x64)):
+        layer = lin.to(device=device, dtype=minidl.float32 if device == "cuda" else minidl.float64)
+        layer.zero_grad()
+        q, k, v = layer(a).split(H * D, dim=2)
+        q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, H * D)
+        g = np.random.default_rng(13).standard_normal(y.shape)
+        y.backward(minidl.tensor(g.astype(np.float32) if device == "cuda" else g, device=device))
+        grads.append([t.cpu().numpy() for t in (layer.weight.grad, layer.bias.grad, a.grad)])
+    assert joins[0] is not None and joins[0].shape == (B, T, 3 * H * D)   # the GPU's split: one view
+    assert joins[1] is None                                                 # the CPU's: concatenated
+    for got, want in zip(*grads):
+        assert rel_err(got, want) <= TOL

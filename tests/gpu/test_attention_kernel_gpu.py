@@ -134,10 +134,26 @@ def test_attention_kernel_reads_strided_heads_in_place(dtype, HK):
                 assert rel_err(a.astype(np.float64), b.astype(np.float64)) <= tol
             else:
                 assert (a.view(np.uint8) == b.view(np.uint8)).all(), name
+        # the gradients laid out as their inputs: with as many key as query heads, dQ, dK, dV are the pieces of
+        # one new (B, T, 3 H D) array, as q, k, v are of `packed` (the split's backward then joins them as a view)
+        dq, dk, dv = grads
+        if HK == H:
+            assert dq.strides == q.strides and dk.strides == k.strides and dv.strides == v.strides
+            assert dk.data.ptr - dq.data.ptr == dv.data.ptr - dk.data.ptr == H * D * dt.itemsize
+            assert dq.data.mem is dk.data.mem is dv.data.mem
+        else:
+            assert dq.flags.c_contiguous and dk.flags.c_contiguous and dv.flags.c_contiguous
     odd = cupy.asarray(rng.standard_normal((B, H, T, D + 1)).astype(dt))[..., :D]   # rows 65 elements apart
-    o3, _ = P.attention_forward(odd, odd, odd, math=math)
-    o4, _ = P.attention_forward(*(cupy.ascontiguousarray(odd),) * 3, math=math)
+    o3, lse3 = P.attention_forward(odd, odd, odd, math=math)
+    dense = cupy.ascontiguousarray(odd)
+    o4, lse4 = P.attention_forward(dense, dense, dense, math=math)
     assert (cupy.asnumpy(o3).view(np.uint8) == cupy.asnumpy(o4).view(np.uint8)).all()
+    # q, k, v one and the same array: three separate gradients (one layout for all three would overlap)
+    g3 = P.attention_backward(odd, odd, odd, o3, o3, lse3, math=math)
+    g4 = P.attention_backward(dense, dense, dense, o4, o4, lse4, math=math)
+    assert len({g.data.ptr for g in g3}) == 3 and all(g.flags.c_contiguous for g in g3)
+    for a, b in zip(g3[1:], g4[1:]):
+        assert (cupy.asnumpy(a).view(np.uint8) == cupy.asnumpy(b).view(np.uint8)).all()
 
 
 @pytest.mark.parametrize("dtype", ATTENTION_DTYPES)

@@ -204,3 +204,9 @@ def test_tensor_map_readdressed_equals_a_fresh_encode():
     assert again.tobytes() == fresh.tobytes() and first.tobytes() != again.tobytes()
     with pytest.raises(tma.TensorMapError):
         tma.encode_tiled("float16", b.data.ptr + 2, *shape)
+    # a plan's MapRecipe: its own template, re-addressed at every call; the bytes of a fresh encode
+    recipe = tma.MapRecipe("float16", *shape)
+    assert recipe.at(a.data.ptr).tobytes() == first.tobytes()
+    assert recipe.at(b.data.ptr).tobytes() == fresh.tobytes()
+    tma._templates.clear()
+    assert recipe.at(a.data.ptr).tobytes() == first.tobytes()

@@ -13,7 +13,15 @@ import functools
 import cupy
 import numpy as np
 
+from ..._dtypes import by_dtype
+
 THREADS = 256  # threads per block of the elementwise / grid-stride kernels
+
+# The KIND template argument of every kernel that stores float32, float16 or bfloat16 (enum Kind of
+# kernels/tc_common.cuh: 0 float storage, 1 half, 2 bfloat16), keyed by dtype and by dtype name; HALF_KINDS: the
+# two 16-bit ones (the kernels whose float32 version is another kernel).
+STORAGE_KINDS = by_dtype({"float32": 0, "float16": 1, "bfloat16": 2})
+HALF_KINDS = by_dtype({"float16": 1, "bfloat16": 2})
 
 
 def contiguous(a):

@@ -10,8 +10,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, is_aligned, kernel_output
-from ..._dtypes import by_dtype
+from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, is_aligned, kernel_output
 
 # Mode numbers of kernels/activation.cu (#define ACT_*).
 MODES = {"relu": 0, "leaky_relu": 1, "elu": 2, "clipped_relu": 3, "sigmoid": 4, "tanh": 5, "gelu": 6,
@@ -35,7 +34,6 @@ def _mode_and_coef(desc):
     return MODES[mode], np.float32(coef)
 
 
-_HALF_KINDS = by_dtype({"float16": 1, "bfloat16": 2})
 
 
 def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):

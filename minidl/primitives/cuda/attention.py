@@ -19,10 +19,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import grid_stride_blocks, null_pointer
-from ..._dtypes import by_dtype
+from ._launch import STORAGE_KINDS as KINDS, grid_stride_blocks, null_pointer
 
-KINDS = by_dtype({"float32": 0, "float16": 1, "bfloat16": 2})   # KIND of kernels/tc_common.cuh (0: float storage)
 BLOCK_M = 128                            # queries per forward block (16-bit data)
 BLOCK_M_F32 = 64                         # queries per forward block (float32 data)
 PAD_F32 = 4                              # floats of padding per shared row (float32 kernels)
@@ -145,6 +143,51 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
     return out, lse
 
 
+def _packed(arrays):
+    """(byte step between neighbours, the parent's size in bytes) when the arrays (one shape, strides and dtype)
+    are consecutive pieces of one C-contiguous parent, each a block of `step` bytes of every parent row, and
+    the parent nothing else: the q, k, v heads of one (B, T, 3 * H * D) projection split along its last dim and
+    transposed to (B, H, T, D). None otherwise (then the pieces may overlap, or leave gaps)."""
+    first = arrays[0]
+    if any(a.shape != first.shape or a.strides != first.strides or a.dtype != first.dtype for a in arrays[1:]):
+        return None
+    step = arrays[1].data.ptr - first.data.ptr
+    if step <= 0 or any(b.data.ptr - a.data.ptr != step for a, b in zip(arrays, arrays[1:])):
+        return None
+    expected, inner = first.itemsize, True       # bytes the axes walked so far span (the smallest strides first)
+    for stride, size in sorted((s, n) for s, n in zip(first.strides, first.shape) if n > 1):
+        if inner and stride != expected:         # the piece's block ends here: the parent's rows begin
+            if expected != step:
+                return None
+            inner, expected = False, step * len(arrays)
+        if stride != expected:
+            return None
+        expected *= size
+    if inner:                                    # each piece one block: the pieces stacked whole
+        if expected != step:
+            return None
+        expected = step * len(arrays)
+    return step, expected
+
+
+def _gradients_like(q, k, v):
+    """dq, dk, dv: laid out as q, k, v, in one new array, when those are the pieces of one array (_packed): a
+    GPT block's gradients then lie where the split of its projection joins them, and the transposes and
+    reshapes back to (B, T, 3 * H * D) are views (no copies). Contiguous otherwise."""
+    packed = _packed((q, k, v)) if q.size else None
+    if packed is None:
+        return tuple(cupy.empty(a.shape, dtype=a.dtype) for a in (q, k, v))
+    step, nbytes = packed
+    parent = cupy.empty(nbytes // q.itemsize, dtype=q.dtype)
+    return tuple(cupy.ndarray(a.shape, dtype=a.dtype, memptr=parent.data + i * step, strides=a.strides)
+                 for i, a in enumerate((q, k, v)))
+
+
+def _strides(a):
+    """The batch / head / row strides of a (B, H, rows, D) array, in elements."""
+    return tuple(np.int64(s // a.itemsize) for s in a.strides[:3])
+
+
 def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scale=1.0, dropout_p=0.0, seed=0,
                        offset=0, math="fp32"):
     (q, q_rows), (k, k_rows), (v, v_rows), (dout, d_rows) = _rows(q), _rows(k), _rows(v), _rows(dout)
@@ -152,7 +195,7 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     lse = cupy.ascontiguousarray(lse, dtype=cupy.float32)
     B, H, L, D = q.shape
     HK, S = k.shape[1], k.shape[2]
-    dq, dk, dv = (cupy.empty(a.shape, dtype=a.dtype) for a in (q, k, v))
+    dq, dk, dv = _gradients_like(q, k, v)
     if B * H * L == 0 or S == 0:
         for a in (dq, dk, dv):
             a.fill(0)
@@ -175,9 +218,10 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
         ((S + BLOCK_N - 1) // BLOCK_N, B * HK), (128,),
         (q, k, v, dout, lse, delta, dq_acc, dk, dv, np.int32(H), np.int32(HK), np.int32(L), np.int32(S),
          np.float32(scale), *mask_args, *_dropout_args(dropout_p, seed, offset), *q_rows, *k_rows, *v_rows,
-         *d_rows),
+         *d_rows, *_strides(dk), *_strides(dv)),
         shared_mem=smem)
     n = dq.size
     _kernel("attention_dq_finish", f"{kind}")((grid_stride_blocks(n),), (256,),
-                                            (dq_acc, dq, np.int64(n), np.float32(scale)))
+                                            (dq_acc, dq, np.int64(n), np.float32(scale), np.int32(D), np.int32(H),
+                                             np.int32(L), *_strides(dq)))
     return dq, dk, dv

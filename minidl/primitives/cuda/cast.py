@@ -8,10 +8,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, grid_stride_blocks
-from ..._dtypes import by_dtype
+from ._launch import STORAGE_KINDS as KINDS, THREADS, grid_stride_blocks
 
-KINDS = by_dtype({"float32": 0, "float16": 1, "bfloat16": 2})   # kernels/cast.cu's storage kinds
 
 
 def cast(x, dtype):

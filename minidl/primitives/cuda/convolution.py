@@ -29,12 +29,11 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import arrival_counters, finish, grid_stride_blocks, kernel_output, null_pointer, sm_count
+from ._launch import STORAGE_KINDS, arrival_counters, finish, grid_stride_blocks, kernel_output, null_pointer, sm_count
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
 from . import convolution_fft as _fft
 from . import convolution_tc as _tc
-from ..._dtypes import by_dtype
 
 ALGORITHMS = ("direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd", "implicit_gemm_tc",
               "fft")
@@ -631,7 +630,6 @@ def convolution_backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha
 # ----------------------------------------------------------------------------------------------
 
 
-_BIAS_KINDS = by_dtype({"float32": 0, "float16": 1, "bfloat16": 2})
 
 
 def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
@@ -646,7 +644,7 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
         col_tiles = (K + 31) // 32   # chunks of rows, whole 8-row steps, for about two waves of blocks
         per_chunk = math.ceil(rows / max(1, min(math.ceil(rows / 8), math.ceil(528 / col_tiles))))
         per_chunk = max(8, math.ceil(per_chunk / 8) * 8)
-        chunks, kind = max(1, math.ceil(rows / per_chunk)), np.int32(_BIAS_KINDS[dy.dtype])
+        chunks, kind = max(1, math.ceil(rows / per_chunk)), np.int32(STORAGE_KINDS[dy.dtype])
         partial = cupy.empty((chunks, K), dtype=cupy.float32)
         arrivals = arrival_counters(col_tiles)   # the last block of each column tile writes db: one launch
         get_kernel("convolution", "convolution_backward_bias_nhwc")(
@@ -662,7 +660,7 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
 
 def convolution_backward_bias(dy, problem, alpha, beta, out):
     """db[k] = alpha * sum of dy over the batch and every output position + beta * out."""
-    if problem.layout == "NHWC" and dy.dtype in _BIAS_KINDS:
+    if problem.layout == "NHWC" and dy.dtype in STORAGE_KINDS:
         return convolution_backward_bias_nhwc(dy, problem.K, alpha, beta, out)
     if str(dy.dtype) in ("float16", "bfloat16"):  # NCHW: summed in fp32, rounded once to the data's dtype
         axes = (0,) + tuple(range(2, dy.ndim))

@@ -11,8 +11,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, contiguous, grid_stride_blocks, is_aligned, null_pointer
-from ..._dtypes import by_dtype
+from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, as_kernel_input, contiguous, grid_stride_blocks, is_aligned, null_pointer
 
 
 def _threshold_and_scale(p: float):
@@ -23,7 +22,6 @@ def _threshold_and_scale(p: float):
     return np.uint32(threshold), np.float32(scale)
 
 
-_HALF_KINDS = by_dtype({"float16": 1, "bfloat16": 2})
 _HALF_KERNELS = {"dropout_forward": "dropout_forward_half", "dropout_backward": "dropout_backward_half"}
 
 

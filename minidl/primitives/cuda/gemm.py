@@ -18,9 +18,9 @@ import numpy as np
 
 from .._common import blend
 from ._compile import get_kernel
-from ._launch import check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, sm_count
+from ._launch import STORAGE_KINDS as TC_KINDS, check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, \
+    sm_count
 from .gemm_wgmma import gemm_wgmma
-from ..._dtypes import by_dtype
 
 TILE = 128          # TILE_M of kernels/common.cuh (and the widest TILE_N)
 TILE_K = 8
@@ -133,7 +133,6 @@ TC_BK_BYTES = 128
 TC_MN_PAD = 8          # MN_PAD of kernels/gemm_tc.cu
 TC_MAX_GRID_Z = 65535  # the batch runs on grid z
 # KIND of kernels/gemm_tc.cu for each data type (float32 data means TF32 math).
-TC_KINDS = by_dtype({"float32": 0, "float16": 1, "bfloat16": 2})
 _tc_kernels: dict = {}
 
 

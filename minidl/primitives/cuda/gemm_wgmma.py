@@ -26,13 +26,12 @@ import numpy as np
 from ..._dtypes import by_dtype
 from .. import _common
 from ._compile import get_kernel
-from ._launch import sm_count
+from ._launch import STORAGE_KINDS, sm_count
 from . import tma
 
-KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}   # KIND of kernels/gemm_wgmma.cu
-# The same, answering dtype objects too (by_dtype: numpy's dtype.name is a Python property, ~2 us, and a
-# training step launches this kernel dozens of times; issue 23: the host cost of an op).
-_KIND_OF = by_dtype(KINDS)
+KINDS = STORAGE_KINDS   # KIND of kernels/gemm_wgmma.cu
+# The TMA data type of C's staged store, keyed by dtype (by_dtype: numpy's dtype.name is a Python property,
+# ~2 us, and a training step launches this kernel dozens of times; issue 23: the host cost of an op).
 _TMA_TYPE_OF = by_dtype({"float16": "float16", "bfloat16": "bfloat16"})
 BM = 128                # tile rows (two consumer warpgroups of 64)
 ROW_BYTES = 128         # bytes of k per stage row (the 128-byte swizzle span)
@@ -109,7 +108,7 @@ NO_MAP = np.zeros(1, dtype=tma.MAP_DTYPE)   # the output-map argument when the e
 
 def unsupported_reason(dtype, trans_a, trans_b, batch) -> str | None:
     """Why this kernel cannot take the problem (None: it can)."""
-    kind = _KIND_OF.get(dtype)
+    kind = KINDS.get(dtype)
     if kind is None:
         return f"{dtype} data (the kernel takes float32 as TF32, float16, bfloat16)"
     if not device_has_wgmma(cupy.cuda.runtime.getDevice()):
@@ -166,14 +165,14 @@ def _k_major_copy(ptr, rows, k, ld, stride, batch, dtype):
     return out, out.data.ptr, ld_out, (rows * ld_out if count > 1 else 0)
 
 
-def _operand_map(dtype_name, ptr, k_major, rows, K, ld, stride, batched, box_rows, bk):
-    """The TMA map of one operand: K-major (stored (rows, K)) boxes of (bk, box_rows); M/N-major (stored
+def _operand_map(dtype_name, k_major, rows, K, ld, stride, batched, box_rows, bk) -> tma.MapRecipe:
+    """The TMA map recipe of one operand: K-major (stored (rows, K)) boxes of (bk, box_rows); M/N-major (stored
     (K, rows)) boxes of (64 columns, bk)."""
     size = 4 if dtype_name in ("float32", "tfloat32") else 2
     inner, outer = (K, rows) if k_major else (rows, K)
     batch_stride = stride * size if batched > 1 else max(16, -(-(ld * outer * size) // 16) * 16)
     box = (bk, box_rows) if k_major else (SLAB, bk)
-    return tma.encode_tiled(dtype_name, ptr, (inner, outer, batched), (ld * size, batch_stride), box + (1,))
+    return tma.MapRecipe(dtype_name, (inner, outer, batched), (ld * size, batch_stride), box + (1,))
 
 
 def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_b, alpha, beta, ldc_row,
@@ -194,10 +193,8 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     plan = _launches.get(key)
     if plan is not None:
         kernel, grid, smem, recipe_a, recipe_b, recipe_c, middle, tail = plan
-        map_c = NO_MAP if recipe_c is None else tma.encode_tiled(recipe_c[0], c_ptr, *recipe_c[1:],
-                                                                 swizzle=tma.SWIZZLE_NONE)
-        kernel(grid, (THREADS,), (_operand_map(recipe_a[0], a_ptr, *recipe_a[1:]),
-                                  _operand_map(recipe_b[0], b_ptr, *recipe_b[1:]), map_c, *middle, np.uint64(c_ptr),
+        kernel(grid, (THREADS,), (recipe_a.at(a_ptr), recipe_b.at(b_ptr),
+                                  NO_MAP if recipe_c is None else recipe_c.at(c_ptr), *middle, np.uint64(c_ptr),
                                   *tail, np.uint64(bias_ptr)), shared_mem=smem)
         return True
     dtype = np.dtype(dtype)
@@ -206,7 +203,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
         if choice == "wgmma":
             raise RuntimeError(f"gemm: set_tensor_core_gemm('wgmma') asked for the wgmma kernel, but {reason}")
         return False
-    kind = _KIND_OF[dtype]
+    kind = KINDS[dtype]
     if (choice != "wgmma" and kind == KINDS["float32"] and (trans_a or not trans_b)
             and M * N * K * batch < SMALL_TF32_COPY_WORK):
         # TF32 wgmma reads both operands K-major, so this one would first be transposed (a launch, a copy,
@@ -234,10 +231,9 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     map_type = tma_data_type(dtype)
     a_batch = batch if batch > 1 and stride_a != 0 else 1
     b_batch = batch if batch > 1 and stride_b != 0 else 1
-    recipe_a = (map_type, not trans_a, M, K, lda, stride_a, a_batch, BM * mi, bk)
-    recipe_b = (map_type, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
-    map_a = _operand_map(recipe_a[0], a_ptr, *recipe_a[1:])
-    map_b = _operand_map(recipe_b[0], b_ptr, *recipe_b[1:])
+    recipe_a = _operand_map(map_type, not trans_a, M, K, lda, stride_a, a_batch, BM * mi, bk)
+    recipe_b = _operand_map(map_type, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
+    map_a, map_b = recipe_a.at(a_ptr), recipe_b.at(b_ptr)
     # C's stores: staged through shared memory and a TMA store; else 2 = 16-byte stores of 8 adjacent 16-bit
     # elements (rows 16-byte aligned), 1 = pairs, 0 = one by one
     row_major = ldc_col == 1
@@ -252,8 +248,9 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     map_c, recipe_c = NO_MAP, None
     if staged:
         c_stride = stride_c * dtype.itemsize if batch > 1 else max(16, ldc_row * M * dtype.itemsize)
-        recipe_c = (_TMA_TYPE_OF[dtype], (N, M, batch), (ldc_row * dtype.itemsize, c_stride), (bn, BM * mi, 1))
-        map_c = tma.encode_tiled(recipe_c[0], c_ptr, *recipe_c[1:], swizzle=tma.SWIZZLE_NONE)
+        recipe_c = tma.MapRecipe(_TMA_TYPE_OF[dtype], (N, M, batch), (ldc_row * dtype.itemsize, c_stride),
+                                 (bn, BM * mi, 1), swizzle=tma.SWIZZLE_NONE)
+        map_c = recipe_c.at(c_ptr)
     tiles = math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch
     kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi)
     i32, i64 = np.int32, np.int64

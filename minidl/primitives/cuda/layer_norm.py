@@ -13,15 +13,14 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import grid_stride_blocks, null_pointer, sm_count
+from ._launch import STORAGE_KINDS as KINDS, grid_stride_blocks, null_pointer, sm_count
 
 WARPS_PER_BLOCK = 4
-KINDS = {"float32": 0, "float16": 1, "bfloat16": 2}   # KIND of kernels/layer_norm.cu
 PARAM_ROWS = (32, 8)   # block of layer_norm_backward_params: 32 columns x 8 row lanes
 
 
 def _kernel(name, dtype):
-    kind = KINDS.get(np.dtype(dtype).name)
+    kind = KINDS.get(dtype)
     if kind is None:
         raise TypeError(f"{name}: the layer norm kernels take float32, float16 or bfloat16, got {dtype}")
     expression = f"{name}<{kind}>"

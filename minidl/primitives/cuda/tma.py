@@ -99,3 +99,27 @@ def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, element_str
         _templates.clear()
     _templates[key] = (raw, addr, view)
     return view.copy()
+
+
+class MapRecipe:
+    """All of a tensor map but its address, for a launch plan that runs again and again on tensors at new
+    addresses (a training step's GEMMs): `at(pointer)` is encode_tiled's map for the tensor at pointer, made from
+    the recipe's own template by the driver's address replacement, with no cache key to build and look up."""
+
+    __slots__ = ("args", "_template")
+
+    def __init__(self, dtype: str, dims, strides_bytes, box, element_strides=None, swizzle: int = SWIZZLE_128B):
+        element_strides = tuple(element_strides or (1,) * len(dims))
+        self.args = (dtype, tuple(dims), tuple(strides_bytes), tuple(box), element_strides, swizzle)
+        self._template = None
+
+    def at(self, pointer: int) -> np.ndarray:
+        template = self._template
+        if template is not None:
+            with _lock:
+                if _replace_function()(template[1], pointer) == 0:
+                    return template[2].copy()
+        dtype, dims, strides_bytes, box, element_strides, swizzle = self.args
+        out = encode_tiled(dtype, pointer, dims, strides_bytes, box, element_strides, swizzle)
+        self._template = _templates.get((dtype, dims, strides_bytes, box, element_strides, swizzle))
+        return out
