@@ -176,27 +176,28 @@ __device__ __forceinline__ void finalize_stats_channel(int c, const float* parti
 #define STATS_FINISH {eps, momentum, gamma, beta_, running_mean, running_var, saved_mean, saved_invstd, affine}
 
 // partial: (3, S, C) = counts, means, M2s of each (split, channel).
-extern "C" __global__ void batch_norm_stats_planes(const float* x, float* partial, int N, int C, long long inner,
-                                                   int chunks, long long chunk_len, int vectorized, STATS_FINISH_PARAMS)
+template <int KIND>
+__global__ void batch_norm_stats_planes(const typename Data<KIND>::T* x, float* partial, int N, int C, long long inner,
+                                        int chunks, long long chunk_len, int vectorized, STATS_FINISH_PARAMS)
 {
     const int c = blockIdx.x, split = blockIdx.y, S = gridDim.y;
     Welford w = {0.0f, 0.0f, 0.0f};
     for (long long u = split; u < (long long)N * chunks; u += S) {
         const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
         if (vectorized) {  // begin and length are multiples of 4
-            const float4* x4 = reinterpret_cast<const float4*>(x + p.begin);
+            const auto* x4 = x + p.begin;
             const long long n_vec = p.length / 4, stride = blockDim.x;
             long long v = threadIdx.x;
             for (; v + (UNROLL - 1) * stride < n_vec; v += UNROLL * stride) {
                 float4 values[UNROLL];  // loads in flight before the (dependent) Welford updates
 #pragma unroll
-                for (int k = 0; k < UNROLL; ++k) values[k] = x4[v + k * stride];
+                for (int k = 0; k < UNROLL; ++k) values[k] = load4(x4, v + k * stride, KIND);
 #pragma unroll
                 for (int k = 0; k < UNROLL; ++k) welford_add4(w, values[k]);
             }
-            for (; v < n_vec; v += stride) welford_add4(w, x4[v]);
+            for (; v < n_vec; v += stride) welford_add4(w, load4(x4, v, KIND));
         } else {
-            for (long long i = threadIdx.x; i < p.length; i += blockDim.x) welford_add(w, x[p.begin + i]);
+            for (long long i = threadIdx.x; i < p.length; i += blockDim.x) welford_add(w, load_data(x, p.begin + i, KIND));
         }
     }
     w = welford_block_merge(w);
@@ -213,7 +214,9 @@ extern "C" __global__ void batch_norm_stats_planes(const float* x, float* partia
 #define ROW_TILE_CHANNELS 32
 #define ROW_TILE_GROUPS 8   // blockDim = (32, 8)
 
-extern "C" __global__ void batch_norm_stats_rows(const float* x, float* partial, long long R, int C, STATS_FINISH_PARAMS)
+template <int KIND>
+__global__ void batch_norm_stats_rows(const typename Data<KIND>::T* x, float* partial, long long R, int C,
+                                      STATS_FINISH_PARAMS)
 {
     __shared__ Welford states[ROW_TILE_GROUPS][ROW_TILE_CHANNELS];
     const int tx = threadIdx.x, ty = threadIdx.y, split = blockIdx.y, S = gridDim.y;
@@ -221,7 +224,7 @@ extern "C" __global__ void batch_norm_stats_rows(const float* x, float* partial,
     Welford w = {0.0f, 0.0f, 0.0f};
     if (c < C) {
         for (long long r = (long long)split * ROW_TILE_GROUPS + ty; r < R; r += (long long)S * ROW_TILE_GROUPS)
-            welford_add(w, x[r * C + c]);
+            welford_add(w, load_data(x, r * C + c, KIND));
     }
     states[ty][tx] = w;
     __syncthreads();
@@ -318,66 +321,70 @@ struct ChannelAffine {
     }
 };
 
-template <typename Index>
-__device__ void channel_affine_impl(const float* a, const float* b, float* out, Index total, int C, Index inner,
-                                    int vec_mode, ChannelAffine f)
+template <int KIND, typename Index>
+__device__ void channel_affine_impl(const typename Data<KIND>::T* a, const typename Data<KIND>::T* b,
+                                    typename Data<KIND>::T* out, Index total, int C, Index inner, int vec_mode,
+                                    ChannelAffine f)
 {
     const Index start = (Index)blockIdx.x * blockDim.x + threadIdx.x;
     const Index stride = (Index)gridDim.x * blockDim.x;
     const Index n_vec = vec_mode ? total / 4 : 0;
     const int step = vec_mode == 2 ? 1 : 0;  // channel step between the 4 values of a float4
-    const float4* a4 = reinterpret_cast<const float4*>(a);
-    const float4* b4 = reinterpret_cast<const float4*>(b);
-    float4* out4 = reinterpret_cast<float4*>(out);
     Index v = start;
     // UNROLL independent float4 loads in flight per thread before any is used.
     for (; v + (UNROLL - 1) * stride < n_vec; v += UNROLL * stride) {
         float4 av[UNROLL], bv[UNROLL];
 #pragma unroll
         for (int k = 0; k < UNROLL; ++k) {
-            bv[k] = b4[v + k * stride];
-            av[k] = a != nullptr ? a4[v + k * stride] : make_float4(0.f, 0.f, 0.f, 0.f);
+            bv[k] = load4(b, v + k * stride, KIND);
+            av[k] = a != nullptr ? load4(a, v + k * stride, KIND) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
         for (int k = 0; k < UNROLL; ++k) {
             const int c0 = channel_of<Index>(4 * (v + k * stride), inner, C);
-            out4[v + k * stride] = make_float4(f(c0, av[k].x, bv[k].x), f(c0 + step, av[k].y, bv[k].y),
-                                               f(c0 + 2 * step, av[k].z, bv[k].z), f(c0 + 3 * step, av[k].w, bv[k].w));
+            store4(out, v + k * stride, make_float4(f(c0, av[k].x, bv[k].x), f(c0 + step, av[k].y, bv[k].y),
+                                                    f(c0 + 2 * step, av[k].z, bv[k].z),
+                                                    f(c0 + 3 * step, av[k].w, bv[k].w)), KIND);
         }
     }
     for (; v < n_vec; v += stride) {
         const int c0 = channel_of<Index>(4 * v, inner, C);
-        const float4 bv = b4[v];
-        const float4 av = a != nullptr ? a4[v] : make_float4(0.f, 0.f, 0.f, 0.f);
-        out4[v] = make_float4(f(c0, av.x, bv.x), f(c0 + step, av.y, bv.y), f(c0 + 2 * step, av.z, bv.z),
-                              f(c0 + 3 * step, av.w, bv.w));
+        const float4 bv = load4(b, v, KIND);
+        const float4 av = a != nullptr ? load4(a, v, KIND) : make_float4(0.f, 0.f, 0.f, 0.f);
+        store4(out, v, make_float4(f(c0, av.x, bv.x), f(c0 + step, av.y, bv.y), f(c0 + 2 * step, av.z, bv.z),
+                                   f(c0 + 3 * step, av.w, bv.w)), KIND);
     }
     for (Index j = n_vec * 4 + start; j < total; j += stride) {
-        out[j] = f(channel_of<Index>(j, inner, C), a != nullptr ? a[j] : 0.0f, b[j]);
+        store_data(out, j, f(channel_of<Index>(j, inner, C), a != nullptr ? load_data(a, j, KIND) : 0.0f,
+                             load_data(b, j, KIND)), KIND);
     }
 }
 
-__device__ __forceinline__ void channel_affine(const float* a, const float* b, float* out, long long total, int C,
-                                               long long inner, int vec_mode, ChannelAffine f)
+template <int KIND>
+__device__ __forceinline__ void channel_affine(const typename Data<KIND>::T* a, const typename Data<KIND>::T* b,
+                                               typename Data<KIND>::T* out, long long total, int C, long long inner,
+                                               int vec_mode, ChannelAffine f)
 {
-    if (total < (1LL << 30)) channel_affine_impl<int>(a, b, out, (int)total, C, (int)inner, vec_mode, f);
-    else channel_affine_impl<long long>(a, b, out, total, C, inner, vec_mode, f);
+    if (total < (1LL << 30)) channel_affine_impl<KIND, int>(a, b, out, (int)total, C, (int)inner, vec_mode, f);
+    else channel_affine_impl<KIND, long long>(a, b, out, total, C, inner, vec_mode, f);
 }
 
 // y = (x - mean[c]) * scale[c] + shift[c]; affine = (3, C) from a finalize kernel.
-extern "C" __global__ void batch_norm_apply(const float* x, float* y, const float* affine, long long total, int C,
-                                            long long inner, int vec_mode)
+template <int KIND>
+__global__ void batch_norm_apply(const typename Data<KIND>::T* x, typename Data<KIND>::T* y, const float* affine,
+                                 long long total, int C, long long inner, int vec_mode)
 {
     const ChannelAffine f = {affine, nullptr, affine + C, affine + 2 * C, 0, {nullptr, nullptr, nullptr}};
-    channel_affine(nullptr, x, y, total, C, inner, vec_mode, f);
+    channel_affine<KIND>(nullptr, x, y, total, C, inner, vec_mode, f);
 }
 
 // Fused BN + ReLU forward: y = max((x - mean[c]) * scale[c] + shift[c], 0) in the same pass.
-extern "C" __global__ void batch_norm_relu_apply(const float* x, float* y, const float* affine, long long total, int C,
-                                                 long long inner, int vec_mode)
+template <int KIND>
+__global__ void batch_norm_relu_apply(const typename Data<KIND>::T* x, typename Data<KIND>::T* y, const float* affine,
+                                      long long total, int C, long long inner, int vec_mode)
 {
     const ChannelAffine f = {affine, nullptr, affine + C, affine + 2 * C, 1, {nullptr, nullptr, nullptr}};
-    channel_affine(nullptr, x, y, total, C, inner, vec_mode, f);
+    channel_affine<KIND>(nullptr, x, y, total, C, inner, vec_mode, f);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -421,8 +428,9 @@ __device__ __forceinline__ void finalize_grads_channel(int c, const float* parti
     float *dgamma, float *dbeta, float *coef
 #define GRADS_FINISH {arrivals, count, gamma_f, mean, saved_invstd, dgamma, dbeta, coef}
 
-template <bool MASKED>
-__device__ __forceinline__ void grads_planes(const float* x, const float* dy, const float* mean, float* partial, int N,
+template <int KIND, bool MASKED>
+__device__ __forceinline__ void grads_planes(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                             const float* mean, float* partial, int N,
                                              int C, long long inner, int chunks, long long chunk_len, int vectorized,
                                              ReluMask mask, const GradsFinish& fin)
 {
@@ -433,11 +441,11 @@ __device__ __forceinline__ void grads_planes(const float* x, const float* dy, co
     for (long long u = split; u < (long long)N * chunks; u += S) {
         const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
         if (vectorized) {
-            const float4* x4 = reinterpret_cast<const float4*>(x + p.begin);
-            const float4* g4 = reinterpret_cast<const float4*>(dy + p.begin);
+            const auto* x4 = x + p.begin;
+            const auto* g4 = dy + p.begin;
             for (long long v = threadIdx.x; v < p.length / 4; v += blockDim.x) {
-                const float4 xv = x4[v];
-                float4 gv = g4[v];
+                const float4 xv = load4(x4, v, KIND);
+                float4 gv = load4(g4, v, KIND);
                 if (MASKED) {
                     gv.x = mask.apply(gv.x, xv.x, m, scale, shift);
                     gv.y = mask.apply(gv.y, xv.y, m, scale, shift);
@@ -449,8 +457,8 @@ __device__ __forceinline__ void grads_planes(const float* x, const float* dy, co
             }
         } else {
             for (long long i = threadIdx.x; i < p.length; i += blockDim.x) {
-                const float xi = x[p.begin + i];
-                const float g = MASKED ? mask.apply(dy[p.begin + i], xi, m, scale, shift) : dy[p.begin + i];
+                const float xi = load_data(x, p.begin + i, KIND), dyi = load_data(dy, p.begin + i, KIND);
+                const float g = MASKED ? mask.apply(dyi, xi, m, scale, shift) : dyi;
                 sum_dy += g;
                 sum_dy_xc += g * (xi - m);
             }
@@ -466,9 +474,10 @@ __device__ __forceinline__ void grads_planes(const float* x, const float* dy, co
         finalize_grads_channel(c, partial, S, C, fin);
 }
 
-template <bool MASKED>
-__device__ __forceinline__ void grads_rows(const float* x, const float* dy, const float* mean, float* partial,
-                                           long long R, int C, ReluMask mask, const GradsFinish& fin)
+template <int KIND, bool MASKED>
+__device__ __forceinline__ void grads_rows(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                           const float* mean, float* partial, long long R, int C, ReluMask mask,
+                                           const GradsFinish& fin)
 {
     __shared__ float sums[2][ROW_TILE_GROUPS][ROW_TILE_CHANNELS];
     const int tx = threadIdx.x, ty = threadIdx.y, split = blockIdx.y, S = gridDim.y;
@@ -478,8 +487,8 @@ __device__ __forceinline__ void grads_rows(const float* x, const float* dy, cons
         const float m = mean[c];
         const float scale = MASKED ? mask.scale(c) : 0.0f, shift = MASKED ? mask.shift(c) : 0.0f;
         for (long long r = (long long)split * ROW_TILE_GROUPS + ty; r < R; r += (long long)S * ROW_TILE_GROUPS) {
-            const float xi = x[r * C + c];
-            const float g = MASKED ? mask.apply(dy[r * C + c], xi, m, scale, shift) : dy[r * C + c];
+            const float xi = load_data(x, r * C + c, KIND), dyi = load_data(dy, r * C + c, KIND);
+            const float g = MASKED ? mask.apply(dyi, xi, m, scale, shift) : dyi;
             sum_dy += g;
             sum_dy_xc += g * (xi - m);
         }
@@ -500,35 +509,39 @@ __device__ __forceinline__ void grads_rows(const float* x, const float* dy, cons
         finalize_grads_channel(c, partial, S, C, fin);
 }
 
-extern "C" __global__ void batch_norm_grads_planes(const float* x, const float* dy, const float* mean, float* partial,
-                                                   int N, int C, long long inner, int chunks, long long chunk_len,
-                                                   int vectorized, GRADS_FINISH_PARAMS)
+template <int KIND>
+__global__ void batch_norm_grads_planes(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                        const float* mean, float* partial, int N, int C, long long inner, int chunks,
+                                        long long chunk_len, int vectorized, GRADS_FINISH_PARAMS)
 {
-    grads_planes<false>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {nullptr, nullptr, nullptr},
+    grads_planes<KIND, false>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {nullptr, nullptr, nullptr},
                         GradsFinish GRADS_FINISH);
 }
 
-extern "C" __global__ void batch_norm_grads_rows(const float* x, const float* dy, const float* mean, float* partial,
-                                                 long long R, int C, GRADS_FINISH_PARAMS)
+template <int KIND>
+__global__ void batch_norm_grads_rows(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                      const float* mean, float* partial, long long R, int C, GRADS_FINISH_PARAMS)
 {
-    grads_rows<false>(x, dy, mean, partial, R, C, {nullptr, nullptr, nullptr}, GradsFinish GRADS_FINISH);
+    grads_rows<KIND, false>(x, dy, mean, partial, R, C, {nullptr, nullptr, nullptr}, GradsFinish GRADS_FINISH);
 }
 
 // Fused BN + ReLU backward reductions: dy masked where the recomputed BN output is <= 0.
-extern "C" __global__ void batch_norm_relu_grads_planes(const float* x, const float* dy, const float* mean,
-                                                        float* partial, int N, int C, long long inner, int chunks,
-                                                        long long chunk_len, int vectorized, const float* gamma,
-                                                        const float* beta_, const float* invstd, GRADS_FINISH_PARAMS)
+template <int KIND>
+__global__ void batch_norm_relu_grads_planes(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                             const float* mean, float* partial, int N, int C, long long inner,
+                                             int chunks, long long chunk_len, int vectorized, const float* gamma,
+                                             const float* beta_, const float* invstd, GRADS_FINISH_PARAMS)
 {
-    grads_planes<true>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {gamma, beta_, invstd},
+    grads_planes<KIND, true>(x, dy, mean, partial, N, C, inner, chunks, chunk_len, vectorized, {gamma, beta_, invstd},
                        GradsFinish GRADS_FINISH);
 }
 
-extern "C" __global__ void batch_norm_relu_grads_rows(const float* x, const float* dy, const float* mean, float* partial,
-                                                      long long R, int C, const float* gamma, const float* beta_,
-                                                      const float* invstd, GRADS_FINISH_PARAMS)
+template <int KIND>
+__global__ void batch_norm_relu_grads_rows(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                           const float* mean, float* partial, long long R, int C, const float* gamma,
+                                           const float* beta_, const float* invstd, GRADS_FINISH_PARAMS)
 {
-    grads_rows<true>(x, dy, mean, partial, R, C, {gamma, beta_, invstd}, GradsFinish GRADS_FINISH);
+    grads_rows<KIND, true>(x, dy, mean, partial, R, C, {gamma, beta_, invstd}, GradsFinish GRADS_FINISH);
 }
 
 // One thread per channel: dbeta = sum dy, dgamma = invstd * sum dy (x - mean), and the
@@ -545,18 +558,32 @@ extern "C" __global__ void batch_norm_finalize_grads(const float* partial, int S
                                                                       dgamma, dbeta, coef});
 }
 
-extern "C" __global__ void batch_norm_backward_dx(const float* x, const float* dy, float* dx, const float* coef,
-                                                  long long total, int C, long long inner, int vec_mode)
+template <int KIND>
+__global__ void batch_norm_backward_dx(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                       typename Data<KIND>::T* dx, const float* coef, long long total, int C,
+                                       long long inner, int vec_mode)
 {
     const ChannelAffine f = {coef, coef + C, coef + 2 * C, coef + 3 * C, 0, {nullptr, nullptr, nullptr}};
-    channel_affine(dy, x, dx, total, C, inner, vec_mode, f);
+    channel_affine<KIND>(dy, x, dx, total, C, inner, vec_mode, f);
 }
 
 // Fused BN + ReLU backward dx: dy masked as in the reductions, then the BN backward's affine.
-extern "C" __global__ void batch_norm_relu_backward_dx(const float* x, const float* dy, float* dx, const float* coef,
-                                                       long long total, int C, long long inner, int vec_mode,
-                                                       const float* gamma, const float* beta_, const float* invstd)
+template <int KIND>
+__global__ void batch_norm_relu_backward_dx(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                            typename Data<KIND>::T* dx, const float* coef, long long total, int C,
+                                            long long inner, int vec_mode, const float* gamma, const float* beta_,
+                                            const float* invstd)
 {
     const ChannelAffine f = {coef, coef + C, coef + 2 * C, coef + 3 * C, 0, {gamma, beta_, invstd}};
-    channel_affine(dy, x, dx, total, C, inner, vec_mode, f);
+    channel_affine<KIND>(dy, x, dx, total, C, inner, vec_mode, f);
 }
+
+#if defined(MINIDL_INSTANTIATE_ALL) && !defined(__CUDACC_RTC__)
+// scripts/compile_kernels.sh: every data kind of the templated kernels, compiled by nvcc (NVRTC instantiates by
+// name: minidl/primitives/cuda/batch_norm.py).
+#define MINIDL_BATCH_NORM_KIND(K) (void*)&batch_norm_stats_planes<K>, (void*)&batch_norm_stats_rows<K>, \
+    (void*)&batch_norm_apply<K>, (void*)&batch_norm_relu_apply<K>, (void*)&batch_norm_grads_planes<K>, \
+    (void*)&batch_norm_grads_rows<K>, (void*)&batch_norm_relu_grads_planes<K>, (void*)&batch_norm_relu_grads_rows<K>, \
+    (void*)&batch_norm_backward_dx<K>, (void*)&batch_norm_relu_backward_dx<K>
+void* minidl_batch_norm_instances[] = {MINIDL_BATCH_NORM_KIND(0), MINIDL_BATCH_NORM_KIND(1), MINIDL_BATCH_NORM_KIND(2)};
+#endif

@@ -74,3 +74,50 @@ __device__ __forceinline__ void half_store(unsigned short* p, long long i, float
         asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
     p[i] = h;
 }
+
+// Data in any storage (a kernel template argument KIND: 0 float, 1 float16, 2 bfloat16; STORAGE_KINDS of
+// minidl/primitives/cuda/_launch.py): Data<KIND>::T is the element type; load_data / store_data convert one
+// element to and from fp32; load4 / store4 move 4 consecutive elements (a float4, or 8 bytes of 16-bit data:
+// the pointer 16- or 8-byte aligned), i counting groups of 4. The statistics stay fp32 whatever the data.
+template <int KIND>
+struct Data {
+    typedef unsigned short T;
+};
+template <>
+struct Data<0> {
+    typedef float T;
+};
+
+__device__ __forceinline__ float half_bits_to_float(unsigned bits, int kind)
+{
+    if (kind == 2) return __uint_as_float(bits << 16);
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"((unsigned short)bits));
+    return f;
+}
+__device__ __forceinline__ unsigned float_to_half_bits(float v, int kind)
+{
+    unsigned short h;
+    if (kind == 2)
+        asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+    else
+        asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(h) : "f"(v));
+    return h;
+}
+__device__ __forceinline__ float load_data(const float* p, long long i, int) { return p[i]; }
+__device__ __forceinline__ float load_data(const unsigned short* p, long long i, int kind) { return half_load(p, i, kind); }
+__device__ __forceinline__ void store_data(float* p, long long i, float v, int) { p[i] = v; }
+__device__ __forceinline__ void store_data(unsigned short* p, long long i, float v, int kind) { half_store(p, i, v, kind); }
+__device__ __forceinline__ float4 load4(const float* p, long long i, int) { return reinterpret_cast<const float4*>(p)[i]; }
+__device__ __forceinline__ float4 load4(const unsigned short* p, long long i, int kind)
+{
+    const uint2 w = reinterpret_cast<const uint2*>(p)[i];
+    return make_float4(half_bits_to_float(w.x & 0xffffu, kind), half_bits_to_float(w.x >> 16, kind),
+                       half_bits_to_float(w.y & 0xffffu, kind), half_bits_to_float(w.y >> 16, kind));
+}
+__device__ __forceinline__ void store4(float* p, long long i, float4 v, int) { reinterpret_cast<float4*>(p)[i] = v; }
+__device__ __forceinline__ void store4(unsigned short* p, long long i, float4 v, int kind)
+{
+    reinterpret_cast<uint2*>(p)[i] = make_uint2(float_to_half_bits(v.x, kind) | (float_to_half_bits(v.y, kind) << 16),
+                                                float_to_half_bits(v.z, kind) | (float_to_half_bits(v.w, kind) << 16));
+}

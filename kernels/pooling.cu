@@ -130,8 +130,8 @@ __device__ __forceinline__ Taps taps_of(int o, int k, int s, int p, int dil, int
 // The reduction of one output's window. For max, also returns the flat (d, h, w) position of the
 // first maximum through `arg` (as d * H * W + h * W + w); where the window holds NaNs, the maximum
 // is NaN and `arg` the last NaN in scan order (PyTorch's rule: every NaN replaces the best so far).
-template <typename Index>
-__device__ __forceinline__ float pool_window(const float* x, const PoolShape& s, int mode, Index n, Index c,
+template <int KIND, typename Index>
+__device__ __forceinline__ float pool_window(const typename Data<KIND>::T* x, const PoolShape& s, int mode, Index n, Index c,
                                              int od, int oh, int ow, int& arg)
 {
     if (mode == POOL_MAX) {
@@ -144,7 +144,7 @@ __device__ __forceinline__ float pool_window(const float* x, const PoolShape& s,
             for (int j = th.t_lo; j < th.t_hi; ++j)
                 for (int l = tw.t_lo; l < tw.t_hi; ++l) {
                     const int d = td.start + i * s.DD, h = th.start + j * s.DH, w = tw.start + l * s.DW;
-                    const float v = x[input_offset<Index>(s, n, c, d, h, w)];
+                    const float v = load_data(x, input_offset<Index>(s, n, c, d, h, w), KIND);
                     if (v > best || v != v || arg < 0) {  // first max; the last NaN wins
                         best = v;
                         arg = (d * s.H + h) * s.W + w;
@@ -158,23 +158,33 @@ __device__ __forceinline__ float pool_window(const float* x, const PoolShape& s,
     float sum = 0.0f;
     for (int d = wd.lo; d < wd.hi; ++d)
         for (int h = wh.lo; h < wh.hi; ++h)
-            for (int w = ww.lo; w < ww.hi; ++w) sum += x[input_offset<Index>(s, n, c, d, h, w)];
+            for (int w = ww.lo; w < ww.hi; ++w) sum += load_data(x, input_offset<Index>(s, n, c, d, h, w), KIND);
     const int count = mode == POOL_AVG_INCLUDE_PAD
                           ? wd.padded_count * wh.padded_count * ww.padded_count
                           : (wd.hi - wd.lo) * (wh.hi - wh.lo) * (ww.hi - ww.lo);
     return sum / (float)count;
 }
 
-template <typename Index>
-__device__ void pooling_forward_impl(const float* x, float* y, const PoolShape& s, int mode, float alpha, float beta)
+// The output of one element: alpha * r (+ beta * what is there, float32 only: the launcher passes beta = 0 for
+// 16-bit data, which it never blends).
+__device__ __forceinline__ void put(float* p, long long i, float r, float alpha, float beta) { p[i] = blend(r, p, i, alpha, beta); }
+__device__ __forceinline__ void put(unsigned short* p, long long i, float r, float alpha, float, int kind)
+{
+    half_store(p, i, alpha * r, kind);
+}
+__device__ __forceinline__ void put(float* p, long long i, float r, float alpha, float beta, int) { put(p, i, r, alpha, beta); }
+
+template <int KIND, typename Index>
+__device__ void pooling_forward_impl(const typename Data<KIND>::T* x, typename Data<KIND>::T* y, const PoolShape& s,
+                                     int mode, float alpha, float beta)
 {
     const Index total = (Index)s.N * s.C * s.OD * s.OH * s.OW;
     for (Index idx = (Index)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Index)gridDim.x * blockDim.x) {
         Index n, c, od, oh, ow;
         split_index<Index>(idx, s.channels_last, s.C, s.OD, s.OH, s.OW, n, c, od, oh, ow);
         int arg;
-        const float r = pool_window<Index>(x, s, mode, n, c, (int)od, (int)oh, (int)ow, arg);
-        y[idx] = blend(r, y, idx, alpha, beta);
+        const float r = pool_window<KIND, Index>(x, s, mode, n, c, (int)od, (int)oh, (int)ow, arg);
+        put(y, idx, r, alpha, beta, KIND);
     }
 }
 
@@ -187,9 +197,9 @@ __device__ __forceinline__ void covering_outputs(int i, int k, int s, int p, int
     hi = min(shifted / s + 1, out_len);
 }
 
-template <typename Index>
-__device__ void pooling_backward_impl(const float* x, const float* dy, float* dx, const PoolShape& s, int mode,
-                                      float alpha, float beta)
+template <int KIND, typename Index>
+__device__ void pooling_backward_impl(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                      typename Data<KIND>::T* dx, const PoolShape& s, int mode, float alpha, float beta)
 {
     const Index total = (Index)s.N * s.C * s.D * s.H * s.W;
     for (Index idx = (Index)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (Index)gridDim.x * blockDim.x) {
@@ -205,10 +215,10 @@ __device__ void pooling_backward_impl(const float* x, const float* dy, float* dx
         for (int od = od_lo; od < od_hi; ++od)
             for (int oh = oh_lo; oh < oh_hi; ++oh)
                 for (int ow = ow_lo; ow < ow_hi; ++ow) {
-                    const float g = dy[output_offset<Index>(s, n, c, od, oh, ow)];
+                    const float g = load_data(dy, output_offset<Index>(s, n, c, od, oh, ow), KIND);
                     if (mode == POOL_MAX) {
                         int arg;
-                        pool_window<Index>(x, s, mode, n, c, od, oh, ow, arg);
+                        pool_window<KIND, Index>(x, s, mode, n, c, od, oh, ow, arg);
                         if (arg == me) grad += g;
                     } else {
                         const Window wd = window_of(od, s.KD, s.SD, s.PD, s.D);
@@ -220,7 +230,7 @@ __device__ void pooling_backward_impl(const float* x, const float* dy, float* dx
                         grad += g / (float)count;
                     }
                 }
-        dx[idx] = blend(grad, dx, idx, alpha, beta);
+        put(dx, idx, grad, alpha, beta, KIND);
     }
 }
 
@@ -231,22 +241,26 @@ __device__ void pooling_backward_impl(const float* x, const float* dy, float* dx
 // Below 2^30 a 32-bit index cannot overflow even after the last grid-stride step.
 #define FITS_INT32(count) ((count) < (1LL << 30))
 
-extern "C" __global__ void pooling_forward(const float* x, float* y, POOL_SHAPE_PARAMS, int mode, float alpha,
-                                           float beta)
+// KIND: the data's storage (0 float, 1 float16, 2 bfloat16; Data in elementwise_common.cuh). Window sums and
+// maxima are taken in fp32 and rounded once.
+template <int KIND>
+__global__ void pooling_forward(const typename Data<KIND>::T* x, typename Data<KIND>::T* y, POOL_SHAPE_PARAMS,
+                                int mode, float alpha, float beta)
 {
     const PoolShape s = POOL_SHAPE_INIT;
     const long long count = (long long)N * C * max((long long)D * H * W, (long long)OD * OH * OW);
-    if (FITS_INT32(count)) pooling_forward_impl<int>(x, y, s, mode, alpha, beta);
-    else pooling_forward_impl<long long>(x, y, s, mode, alpha, beta);
+    if (FITS_INT32(count)) pooling_forward_impl<KIND, int>(x, y, s, mode, alpha, beta);
+    else pooling_forward_impl<KIND, long long>(x, y, s, mode, alpha, beta);
 }
 
-extern "C" __global__ void pooling_backward(const float* x, const float* dy, float* dx, POOL_SHAPE_PARAMS,
-                                            int mode, float alpha, float beta)
+template <int KIND>
+__global__ void pooling_backward(const typename Data<KIND>::T* x, const typename Data<KIND>::T* dy,
+                                 typename Data<KIND>::T* dx, POOL_SHAPE_PARAMS, int mode, float alpha, float beta)
 {
     const PoolShape s = POOL_SHAPE_INIT;
     const long long count = (long long)N * C * max((long long)D * H * W, (long long)OD * OH * OW);
-    if (FITS_INT32(count)) pooling_backward_impl<int>(x, dy, dx, s, mode, alpha, beta);
-    else pooling_backward_impl<long long>(x, dy, dx, s, mode, alpha, beta);
+    if (FITS_INT32(count)) pooling_backward_impl<KIND, int>(x, dy, dx, s, mode, alpha, beta);
+    else pooling_backward_impl<KIND, long long>(x, dy, dx, s, mode, alpha, beta);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,16 +302,15 @@ __device__ __forceinline__ Index k2s2_top(Index p, int H, int W, int OH, int& j)
     return (nc * H + 2 * oh) * W;
 }
 
-template <typename Index>
-__device__ void pooling_forward_k2s2_impl(const float* __restrict__ x, float* y, int H, int W, int OH, int mode,
-                                          float alpha, float beta, Index pairs)
+template <int KIND, typename Index>
+__device__ void pooling_forward_k2s2_impl(const typename Data<KIND>::T* __restrict__ x, typename Data<KIND>::T* y,
+                                          int H, int W, int OH, int mode, float alpha, float beta, Index pairs)
 {
-    float2* y2 = reinterpret_cast<float2*>(y);
     for (Index p = (Index)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (Index)gridDim.x * blockDim.x) {
         int j;
         const Index top = k2s2_top<Index>(p, H, W, OH, j);
-        const float4 a = reinterpret_cast<const float4*>(x + top)[j];      // row 2*oh, columns 4j..4j+3
-        const float4 b = reinterpret_cast<const float4*>(x + top + W)[j];  // row 2*oh + 1
+        const float4 a = load4(x + top, j, KIND);      // row 2*oh, columns 4j..4j+3
+        const float4 b = load4(x + top + W, j, KIND);  // row 2*oh + 1
         float2 r;
         if (mode == POOL_MAX) {
             r.x = pick4(first_max_of4(a.x, a.y, b.x, b.y), a.x, a.y, b.x, b.y);
@@ -306,9 +319,13 @@ __device__ void pooling_forward_k2s2_impl(const float* __restrict__ x, float* y,
             r.x = ((((0.0f + a.x) + a.y) + b.x) + b.y) / 4.0f;
             r.y = ((((0.0f + a.z) + a.w) + b.z) + b.w) / 4.0f;
         }
-        if (beta == 0.0f) {
-            y2[p] = make_float2(alpha * r.x, alpha * r.y);
+        if (KIND != 0) {   // 16-bit data: never blended (beta = 0)
+            store_data(y, 2 * (long long)p, alpha * r.x, KIND);
+            store_data(y, 2 * (long long)p + 1, alpha * r.y, KIND);
+        } else if (beta == 0.0f) {
+            reinterpret_cast<float2*>(y)[p] = make_float2(alpha * r.x, alpha * r.y);
         } else {
+            float2* y2 = reinterpret_cast<float2*>(y);
             const float2 o = y2[p];
             y2[p] = make_float2(alpha * r.x + beta * o.x, alpha * r.y + beta * o.y);
         }
@@ -317,19 +334,19 @@ __device__ void pooling_forward_k2s2_impl(const float* __restrict__ x, float* y,
 
 // Backward: also H == 2 * OH (every input cell lies in exactly one window), so writing the 2 x 4
 // patch of each output pair covers dx exactly once.
-template <typename Index>
-__device__ void pooling_backward_k2s2_impl(const float* __restrict__ x, const float* __restrict__ dy, float* dx,
+template <int KIND, typename Index>
+__device__ void pooling_backward_k2s2_impl(const typename Data<KIND>::T* __restrict__ x,
+                                           const typename Data<KIND>::T* __restrict__ dy, typename Data<KIND>::T* dx,
                                            int H, int W, int OH, int mode, float alpha, float beta, Index pairs)
 {
-    const float2* dy2 = reinterpret_cast<const float2*>(dy);
     for (Index p = (Index)blockIdx.x * blockDim.x + threadIdx.x; p < pairs; p += (Index)gridDim.x * blockDim.x) {
         int j;
         const Index top = k2s2_top<Index>(p, H, W, OH, j);
-        const float2 g = dy2[p];
+        const float2 g = make_float2(load_data(dy, 2 * (long long)p, KIND), load_data(dy, 2 * (long long)p + 1, KIND));
         float4 da, db;  // the gradient of the top and bottom rows of the patch
         if (mode == POOL_MAX) {
-            const float4 a = reinterpret_cast<const float4*>(x + top)[j];
-            const float4 b = reinterpret_cast<const float4*>(x + top + W)[j];
+            const float4 a = load4(x + top, j, KIND);
+            const float4 b = load4(x + top + W, j, KIND);
             const int l = first_max_of4(a.x, a.y, b.x, b.y), r = first_max_of4(a.z, a.w, b.z, b.w);
             const float gl = 0.0f + g.x, gr = 0.0f + g.y;  // as the generic kernel's grad = 0; grad += g
             da = make_float4(l == 0 ? gl : 0.0f, l == 1 ? gl : 0.0f, r == 0 ? gr : 0.0f, r == 1 ? gr : 0.0f);
@@ -339,27 +356,35 @@ __device__ void pooling_backward_k2s2_impl(const float* __restrict__ x, const fl
             da = make_float4(gl, gl, gr, gr);
             db = da;
         }
-        float4* top4 = reinterpret_cast<float4*>(dx + top) + j;
-        float4* bottom4 = reinterpret_cast<float4*>(dx + top + W) + j;
-        *top4 = blend4(da, top4, 0, alpha, beta);
-        *bottom4 = blend4(db, bottom4, 0, alpha, beta);
+        if (KIND != 0) {   // 16-bit data: never blended (beta = 0)
+            store4(dx + top, j, make_float4(alpha * da.x, alpha * da.y, alpha * da.z, alpha * da.w), KIND);
+            store4(dx + top + W, j, make_float4(alpha * db.x, alpha * db.y, alpha * db.z, alpha * db.w), KIND);
+        } else {
+            float4* top4 = reinterpret_cast<float4*>(dx + top) + j;
+            float4* bottom4 = reinterpret_cast<float4*>(dx + top + W) + j;
+            *top4 = blend4(da, top4, 0, alpha, beta);
+            *bottom4 = blend4(db, bottom4, 0, alpha, beta);
+        }
     }
 }
 
-extern "C" __global__ void pooling_forward_k2s2(const float* __restrict__ x, float* y, int H, int W, int OH,
-                                                int mode, float alpha, float beta, long long pairs,
-                                                long long x_count)
+template <int KIND>
+__global__ void pooling_forward_k2s2(const typename Data<KIND>::T* __restrict__ x, typename Data<KIND>::T* y, int H,
+                                     int W, int OH, int mode, float alpha, float beta, long long pairs,
+                                     long long x_count)
 {
-    if (FITS_INT32(x_count)) pooling_forward_k2s2_impl<int>(x, y, H, W, OH, mode, alpha, beta, (int)pairs);
-    else pooling_forward_k2s2_impl<long long>(x, y, H, W, OH, mode, alpha, beta, pairs);
+    if (FITS_INT32(x_count)) pooling_forward_k2s2_impl<KIND, int>(x, y, H, W, OH, mode, alpha, beta, (int)pairs);
+    else pooling_forward_k2s2_impl<KIND, long long>(x, y, H, W, OH, mode, alpha, beta, pairs);
 }
 
-extern "C" __global__ void pooling_backward_k2s2(const float* __restrict__ x, const float* __restrict__ dy, float* dx,
-                                                 int H, int W, int OH, int mode, float alpha, float beta,
-                                                 long long pairs, long long x_count)
+template <int KIND>
+__global__ void pooling_backward_k2s2(const typename Data<KIND>::T* __restrict__ x,
+                                      const typename Data<KIND>::T* __restrict__ dy, typename Data<KIND>::T* dx, int H,
+                                      int W, int OH, int mode, float alpha, float beta, long long pairs,
+                                      long long x_count)
 {
-    if (FITS_INT32(x_count)) pooling_backward_k2s2_impl<int>(x, dy, dx, H, W, OH, mode, alpha, beta, (int)pairs);
-    else pooling_backward_k2s2_impl<long long>(x, dy, dx, H, W, OH, mode, alpha, beta, pairs);
+    if (FITS_INT32(x_count)) pooling_backward_k2s2_impl<KIND, int>(x, dy, dx, H, W, OH, mode, alpha, beta, (int)pairs);
+    else pooling_backward_k2s2_impl<KIND, long long>(x, dy, dx, H, W, OH, mode, alpha, beta, pairs);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,7 +476,7 @@ __device__ void max_pooling_forward_with_indices_impl(const float* x, float* y, 
         Index n, c, od, oh, ow;
         split_index<Index>(idx, s.channels_last, s.C, s.OD, s.OH, s.OW, n, c, od, oh, ow);
         int arg;
-        y[idx] = pool_window<Index>(x, s, POOL_MAX, n, c, (int)od, (int)oh, (int)ow, arg);
+        y[idx] = pool_window<0, Index>(x, s, POOL_MAX, n, c, (int)od, (int)oh, (int)ow, arg);
         indices[idx] = (long long)arg;
     }
 }
@@ -501,3 +526,11 @@ extern "C" __global__ void max_unpooling_backward(const float* dx, const long lo
         dy[idx] = target >= 0 ? dx[target] : 0.0f;
     }
 }
+
+#if defined(MINIDL_INSTANTIATE_ALL) && !defined(__CUDACC_RTC__)
+// scripts/compile_kernels.sh: every data kind of the templated kernels, compiled by nvcc (NVRTC instantiates by
+// name: minidl/primitives/cuda/pooling.py).
+#define MINIDL_POOLING_KIND(K) (void*)&pooling_forward<K>, (void*)&pooling_backward<K>, \
+    (void*)&pooling_forward_k2s2<K>, (void*)&pooling_backward_k2s2<K>
+void* minidl_pooling_instances[] = {MINIDL_POOLING_KIND(0), MINIDL_POOLING_KIND(1), MINIDL_POOLING_KIND(2)};
+#endif

@@ -145,7 +145,7 @@ def check_float_or_half(op: str, *, half_with_float32=False, **arrays) -> np.dty
 # ----------------------------------------------------------------------------------------------
 
 
-def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
+def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False, native=None):
     """Decorator for a public primitive that has no float16/bfloat16 kernel: half arrays among its
     arguments (also inside lists/tuples, e.g. RNN weights) are converted to float32, the primitive
     runs in float32, and its float32 outputs are rounded back to half. Statistics and reductions
@@ -160,6 +160,8 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
         parameters and statistics, as cuDNN). Otherwise a mixed call is left to the primitive's own
         dtype check, which names the arrays.
     `out=` (blending) works: the float32 result is blended into a float32 copy of out, then rounded.
+    native: a predicate of the call's arguments, true where a backend has 16-bit kernels of its own for it
+        (the GPU's batch norm and pooling: 16-bit data, float32 parameters): the call then passes through too.
     Calls without half arrays pass through untouched.
     """
 
@@ -171,6 +173,8 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
             # The usual call has no half array at all: pass it through before binding the signature (a
             # bind costs more than a small primitive's arithmetic).
             if not _any_half(args) and not _any_half(kwargs.values()):
+                return fn(*args, **kwargs)
+            if native is not None and native(*args, **kwargs):
                 return fn(*args, **kwargs)
             bound = signature.bind(*args, **kwargs)
             originals = dict(bound.arguments)
@@ -201,6 +205,33 @@ def computes_half_in_float32(out_dtypes=None, inplace=(), mixed_dtypes=False):
         return wrapper
 
     return decorate
+
+
+def gpu_half_data(data_args: int, blends: bool = True):
+    """A `native` predicate for computes_half_in_float32: the first data_args positional arguments are CuPy arrays of
+    one 16-bit dtype (x, and dy in a backward pass; None among them is skipped), and every other array argument is
+    float32 (parameters and statistics, as cuDNN keeps them). Arrays passed by keyword as data (or nested in lists)
+    take the float32 path; so does a call with `out` when blends is False (the kernel writes a new array)."""
+
+    def native(*args, **kwargs):
+        if len(args) < data_args or (not blends and kwargs.get("out") is not None):
+            return False
+        first = args[0]
+        dtype = getattr(first, "dtype", None)
+        if dtype not in HALF_DTYPES or not is_cuda_array(first):
+            return False
+        for a in args[1:data_args]:
+            if a is not None and (getattr(a, "dtype", None) != dtype or not is_cuda_array(a)):
+                return False
+        for a in (*args[data_args:], *kwargs.values()):
+            if isinstance(a, (list, tuple)):
+                if any(hasattr(v, "astype") for v in a):
+                    return False
+            elif getattr(a, "dtype", None) is not None and hasattr(a, "astype") and a.dtype != float32:
+                return False
+        return True
+
+    return native
 
 
 def _any_half(values) -> bool:

@@ -29,12 +29,17 @@ Fused with a ReLU (one kernel family, fewer launches and passes; results equal B
 
 Unlike the other families, these calls take no alpha/beta blending arguments: `beta_` is the shift
 parameter, and the training pass returns three arrays.
+
+16-bit data (float16, bfloat16; autocast's convolution outputs): on the GPU the kernels read and write x, y, dy
+and dx in their own dtype, with float32 parameters and statistics (cuDNN's mixed-precision batch norm); the CPU,
+and 16-bit parameters, compute on float32 copies (computes_half_in_float32). The values are the same: every
+kernel computes in fp32 and rounds its output once.
 """
 from __future__ import annotations
 
 from ._common import (
-    backend, check_arrays, check_float, check_same_device, computes_half_in_float32, is_cuda_array, normalize_layout,
-    shape_str,
+    backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, gpu_half_data,
+    normalize_layout, shape_str,
 )
 
 __all__ = [
@@ -86,7 +91,8 @@ def _check_common(op: str, x, mode: str, layout: str, params: dict) -> tuple:
     return expected
 
 
-@computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"), mixed_dtypes=True)
+@computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"), mixed_dtypes=True,
+                          native=gpu_half_data(1))
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
                                 mode="spatial", layout="NCHW"):
     """Normalise with batch statistics. Returns (y, saved_mean, saved_invstd).
@@ -99,7 +105,8 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
                              eps, mode, layout)
 
 
-@computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"), mixed_dtypes=True)
+@computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"), mixed_dtypes=True,
+                          native=gpu_half_data(1))
 def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
                                      mode="spatial", layout="NCHW"):
     """max(batch_norm_forward_training(...)[0], 0) in the same kernels. Returns (y, saved_mean, saved_invstd)."""
@@ -113,7 +120,7 @@ def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, 
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     _check_common(op, x, mode, layout, arrays)
     check_same_device(op, x=x, **arrays)
-    check_float(op, x=x, **arrays)
+    check_float_or_half(op, half_with_float32=True, x=x, **arrays)
     if (running_mean is None) != (running_var is None):
         raise ValueError(f"{op}: pass both running_mean and running_var, or neither")
     if not 0.0 <= float(momentum) <= 1.0:
@@ -130,7 +137,7 @@ def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, 
     )
 
 
-@computes_half_in_float32(mixed_dtypes=True)
+@computes_half_in_float32(mixed_dtypes=True, native=gpu_half_data(1))
 def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
                                  layout="NCHW"):
     """y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta_, elementwise per statistic."""
@@ -138,7 +145,7 @@ def batch_norm_forward_inference(x, gamma, beta_, running_mean, running_var, *, 
                               layout)
 
 
-@computes_half_in_float32(mixed_dtypes=True)
+@computes_half_in_float32(mixed_dtypes=True, native=gpu_half_data(1))
 def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var, *, eps=1e-5, mode="spatial",
                                       layout="NCHW"):
     """max(batch_norm_forward_inference(...), 0) in one elementwise pass."""
@@ -155,7 +162,7 @@ def _forward_inference(op, x, gamma, beta_, running_mean, running_var, eps, mode
         raise ValueError(f"{op}: inference needs running_mean and running_var (without them, normalise "
                          "with the batch statistics: batch_norm_forward_training)")
     check_same_device(op, x=x, **arrays)
-    check_float(op, x=x, **arrays)
+    check_float_or_half(op, half_with_float32=True, x=x, **arrays)
     if not float(eps) > 0:
         raise ValueError(f"{op}: eps must be > 0, got {eps}")
     return getattr(backend("batch_norm", x), op)(
@@ -163,7 +170,7 @@ def _forward_inference(op, x, gamma, beta_, running_mean, running_var, eps, mode
     )
 
 
-@computes_half_in_float32(out_dtypes=("x", "gamma", "gamma"), mixed_dtypes=True)
+@computes_half_in_float32(out_dtypes=("x", "gamma", "gamma"), mixed_dtypes=True, native=gpu_half_data(2))
 def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
     """(dx, dgamma, dbeta) of the training pass, from the saved batch statistics.
 
@@ -172,7 +179,7 @@ def batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, *, mode="spatial
     return _backward("batch_norm_backward", x, dy, gamma, None, saved_mean, saved_invstd, mode, layout)
 
 
-@computes_half_in_float32(out_dtypes=("x", "gamma", "gamma"), mixed_dtypes=True)
+@computes_half_in_float32(out_dtypes=("x", "gamma", "gamma"), mixed_dtypes=True, native=gpu_half_data(2))
 def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, mode="spatial", layout="NCHW"):
     """(dx, dgamma, dbeta) of y = max(BN(x), 0), from the saved statistics: dy counts where the BN output
     (recomputed from x, gamma, beta_) is > 0. dy has the output's shape; beta_ may be None (affine=False)."""
@@ -191,7 +198,7 @@ def _backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
     if tuple(dy.shape) != tuple(x.shape):
         raise ValueError(f"{op}: dy has shape {shape_str(dy.shape)}, but x has shape {shape_str(x.shape)}")
     check_same_device(op, x=x, dy=dy, **arrays)
-    check_float(op, x=x, dy=dy, **arrays)
+    check_float_or_half(op, half_with_float32=True, x=x, dy=dy, **arrays)
     if op == "batch_norm_relu_backward":
         return backend("batch_norm", x).batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, mode=mode,
                                                     layout=layout)

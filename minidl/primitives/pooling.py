@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from ._common import (  # pooling_output_shape: here for the public API, in _common for the backends
     pooling_output_shape,
-    as_tuple, backend, check_arrays, check_blend_out, check_float, check_same_device, computes_half_in_float32,
-    is_cuda_array, normalize_layout, shape_str,
+    as_tuple, backend, check_arrays, check_blend_out, check_float, check_float_or_half, check_same_device,
+    computes_half_in_float32, gpu_half_data, is_cuda_array, normalize_layout, shape_str,
 )
 
 __all__ = [
@@ -120,7 +120,7 @@ def _checked_output_shape(op: str, x_shape, desc, layout) -> tuple:
     return y_shape
 
 
-@computes_half_in_float32()
+@computes_half_in_float32(native=gpu_half_data(1, blends=False))
 def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """Pool x (N, C, *spatial) or (N, *spatial, C); y has pooling_output_shape(x.shape, desc, layout)."""
     op = "pooling_forward"
@@ -130,13 +130,13 @@ def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, bet
     layout = normalize_layout(op, layout)
     _check_input(op, x, desc.spatial_dims)
     check_same_device(op, x=x, out=out)
-    dtype = check_float(op, x=x)
+    dtype = check_float_or_half(op, x=x)
     y_shape = _checked_output_shape(op, x.shape, desc, layout)
     check_blend_out(op, out, y_shape, dtype, beta)
     return backend("pooling", x).pooling_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
-@computes_half_in_float32()
+@computes_half_in_float32(native=gpu_half_data(3, blends=False))
 def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """dx (x's shape) from x, the forward output y and dy (both of y's shape).
 
@@ -152,7 +152,7 @@ def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=
     if dy is None:
         raise ValueError(f"{op}: dy is required")
     check_same_device(op, x=x, y=y, dy=dy, out=out)
-    dtype = check_float(op, x=x, y=y, dy=dy)
+    dtype = check_float_or_half(op, x=x, y=y, dy=dy)
     y_shape = _checked_output_shape(op, x.shape, desc, layout)
     for name, a in (("y", y), ("dy", dy)):
         if a is not None and tuple(a.shape) != y_shape:

@@ -191,3 +191,49 @@ def test_one_launch_reductions_equal_the_finalize_kernels(cp, monkeypatch, layou
     separate = run()
     for a, b in zip(one_launch, separate):
         assert (a.view(np.uint32) == b.view(np.uint32)).all()
+
+
+HALF_CASES = [((6, 5, 7, 9), "spatial"), ((4, 3, 8, 8), "spatial"), ((64, 3, 5, 7), "spatial"),
+              ((5, 37, 4, 3), "spatial"), ((20, 70), "per_activation")]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape,mode", HALF_CASES)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_16bit_data_runs_in_the_kernels_and_equals_float32_copies(cp, monkeypatch, dtype, shape, mode, layout, relu):
+    """16-bit x and dy with float32 parameters (autocast's convolution outputs): the kernels read and write the
+    16-bit data themselves (no float32 copies are made) and give the bits of the float32 kernels on the widened
+    data, rounded once: y, dx in the data's dtype; the statistics, running averages, dgamma, dbeta in float32."""
+    from minidl import _dtypes
+    from minidl import primitives as P
+    from minidl.primitives import _common
+
+    dt = _dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(np.float16)
+    rng = np.random.default_rng(sum(shape) + relu)
+    x_cf = (rng.standard_normal(shape) * 2 + 3).astype(np.float32).astype(dt)
+    dy_cf = rng.standard_normal(shape).astype(np.float32).astype(dt)
+    x16, dy16 = cp.asarray(to_layout(x_cf, layout, mode)), cp.asarray(to_layout(dy_cf, layout, mode))
+    x32, dy32 = cp.asarray(to_layout(x_cf.astype(np.float32), layout, mode)), cp.asarray(
+        to_layout(dy_cf.astype(np.float32), layout, mode))
+    pshape = P.batch_norm_param_shape(x16.shape, mode, layout)
+    gamma, beta_ = cp.asarray(rng.random(pshape) + 0.5, dtype=cp.float32), cp.asarray(rng.standard_normal(pshape),
+                                                                                     dtype=cp.float32)
+    fwd = P.batch_norm_relu_forward_training if relu else P.batch_norm_forward_training
+    bwd = P.batch_norm_relu_backward if relu else P.batch_norm_backward
+    bwd_args = (gamma, beta_) if relu else (gamma,)
+    infer = P.batch_norm_relu_forward_inference if relu else P.batch_norm_forward_inference
+    results = {}
+    for name, x, dy in (("float32", x32, dy32), ("16-bit", x16, dy16)):
+        if name == "16-bit":   # the native path makes no float32 copy of any argument
+            monkeypatch.setattr(_common, "_half_to_float32", lambda *a: pytest.fail("a float32 copy was made"))
+        rm, rv = cp.zeros(pshape, cp.float32), cp.ones(pshape, cp.float32)
+        y, mean, invstd = fwd(x, gamma, beta_, rm, rv, momentum=0.1, eps=1e-5, mode=mode, layout=layout)
+        dx, dgamma, dbeta = bwd(x, dy, *bwd_args, mean, invstd, mode=mode, layout=layout)
+        y_inf = infer(x, gamma, beta_, rm, rv, eps=1e-5, mode=mode, layout=layout)
+        results[name] = [cp.asnumpy(a) for a in (y, dx, y_inf, mean, invstd, rm, rv, dgamma, dbeta)]
+    for i, (label, got, f32) in enumerate(zip(("y", "dx", "y inference", "mean", "invstd", "running_mean",
+                                                "running_var", "dgamma", "dbeta"), results["16-bit"], results["float32"])):
+        want = f32.astype(dt) if i < 3 else f32
+        assert got.dtype == want.dtype, label
+        assert (got.view(np.uint8) == want.view(np.uint8)).all(), label

@@ -322,3 +322,34 @@ def test_max_pooling_with_several_nans_picks_the_last_nan_as_torch(cp, torch, mo
     ty.backward(torch.tensor(np.ascontiguousarray(from_layout(dy_host, layout))))
     dx = pooling_backward(cp.asarray(x_host), y, cp.asarray(dy_host), desc, layout=layout)
     np.testing.assert_array_equal(from_layout(cp.asnumpy(dx), layout), t.grad.numpy())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape,k,s,p,ceil_mode", CASES[:4] + [((2, 3, 12, 16), (2, 2), (2, 2), (0, 0), False)])
+@pytest.mark.parametrize("mode", ["max", "avg_include_pad"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_16bit_data_runs_in_the_kernels_and_equals_float32_copies(cp, monkeypatch, dtype, shape, k, s, p, ceil_mode,
+                                                                 mode, layout):
+    """16-bit x and dy (autocast's convolution outputs): the pooling kernels (generic and the 2x2 / stride 2 fast
+    path) read and write the 16-bit data themselves, with no float32 copies, and give the bits of the float32
+    kernels on the widened data, rounded once."""
+    from minidl import _dtypes
+    from minidl.primitives import PoolingDescriptor, _common, pooling_backward, pooling_forward, pooling_output_shape
+
+    dt = _dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(np.float16)
+    rng = np.random.default_rng(sum(shape))
+    desc = PoolingDescriptor(mode, k, s, p, ceil_mode=ceil_mode)
+    x_cf = rng.standard_normal(shape).astype(np.float32).astype(dt)
+    x_host = to_layout(x_cf, layout)
+    dy_host = rng.standard_normal(pooling_output_shape(x_host.shape, desc, layout)).astype(np.float32).astype(dt)
+    results = {}
+    for name, x, dy in (("float32", cp.asarray(x_host.astype(np.float32)), cp.asarray(dy_host.astype(np.float32))),
+                        ("16-bit", cp.asarray(x_host), cp.asarray(dy_host))):
+        if name == "16-bit":
+            monkeypatch.setattr(_common, "_half_to_float32", lambda *a: pytest.fail("a float32 copy was made"))
+        y = pooling_forward(x, desc, layout=layout)
+        dx = pooling_backward(x, y, dy, desc, layout=layout)
+        results[name] = [cp.asnumpy(a) for a in (y, dx)]
+    for label, got, f32 in zip(("y", "dx"), results["16-bit"], results["float32"]):
+        want = f32.astype(dt)
+        assert got.dtype == want.dtype and (got.view(np.uint8) == want.view(np.uint8)).all(), label

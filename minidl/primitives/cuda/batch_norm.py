@@ -1,8 +1,10 @@
 """CuPy launchers of kernels/batch_norm.cu: batch normalization, training forward (Welford batch
 statistics split over blocks, running averages updated in the kernel), inference forward and backward.
 
-x is viewed as (outer, C, inner) with one statistic per c (see the kernel's header). Arguments were
-validated by minidl/primitives/batch_norm.py.
+x is viewed as (outer, C, inner) with one statistic per c (see the kernel's header). x, y, dy, dx are float32,
+float16 or bfloat16 (each kernel a template of the data's storage KIND, STORAGE_KINDS); the parameters and the
+statistics are float32 whatever the data, as in cuDNN. Arguments were validated by
+minidl/primitives/batch_norm.py.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, arrival_counters, as_kernel_input, grid_stride_blocks, is_aligned, null_pointer, sm_count
+from ._launch import STORAGE_KINDS, THREADS, arrival_counters, as_kernel_input, contiguous, grid_stride_blocks, \
+    is_aligned, null_pointer, sm_count
 
 ROW_TILE = (32, 8)           # blockDim of the "rows" kernels (channels x row groups)
 BLOCKS_PER_SM = 8            # how many reduction blocks to aim for per SM (a full SM's worth)
@@ -41,6 +44,19 @@ def _vec_mode(C, inner, *arrays):
 
 def _pointer(a, op):
     return null_pointer() if a is None else as_kernel_input(op, a)
+
+
+def _data(op, a):
+    """x, dy: C-contiguous float32, float16 or bfloat16."""
+    if a.dtype not in STORAGE_KINDS:
+        raise TypeError(f"{op}: the CUDA kernels take float32, float16 or bfloat16 data, got {a.dtype}")
+    return contiguous(a)
+
+
+def _kernel(name, data):
+    """Kernel `name` instantiated for the storage of the data array."""
+    expression = f"{name}<{STORAGE_KINDS[data.dtype]}>"
+    return get_kernel("batch_norm", expression, name_expressions=(expression,))
 
 
 def _reduction_plan(outer, C, inner):
@@ -78,7 +94,7 @@ def _run_reduction(kind, grid, block, inputs, partial, outer, C, inner, chunks, 
     """Pass 1 (partial sums per split); `finish` = (arrivals, the finalize's arguments): with counters the
     last block of each channel (tile) runs the finalize too, in the same launch."""
     family = family or ("batch_norm_stats" if stats else "batch_norm_grads")
-    kernel = get_kernel("batch_norm", _REDUCTION_KERNELS[family, kind])
+    kernel = _kernel(_REDUCTION_KERNELS[family, kind], inputs[0])
     if kind == "planes":
         streamed = inputs[:1] if stats else inputs[:2]   # x (and dy): the arrays read with float4
         vectorized = int(inner % 4 == 0 and is_aligned(*streamed))
@@ -92,7 +108,7 @@ def _apply(name, inputs, target, table, outer, C, inner, extra=()):
     total = outer * C * inner
     vec_mode = _vec_mode(C, inner, *inputs, target)
     work = total // 4 if vec_mode else total
-    kernel = get_kernel("batch_norm", name)
+    kernel = _kernel(name, target)
     kernel((grid_stride_blocks(max(work, 1)),), (THREADS,),
            (*inputs, target, table, np.int64(total), np.int32(C), np.int64(inner), np.int32(vec_mode), *extra))
 
@@ -112,7 +128,7 @@ def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var,
 
 
 def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout):
-    x = as_kernel_input(op, x)
+    x = _data(op, x)
     outer, C, inner = _view(x.shape, mode, layout)
     param_shape = (x.shape[1:] if mode == "per_activation"
                    else (x.shape[1] if layout == "NCHW" else x.shape[-1],))
@@ -120,7 +136,7 @@ def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var
     for name, a in (("running_mean", running_mean), ("running_var", running_var)):
         if a is not None and (a.dtype != cupy.float32 or not a.flags.c_contiguous):
             raise TypeError(f"{op}: {name} must be a C-contiguous float32 array (it is updated in place)")
-    y = cupy.empty(x.shape, dtype=cupy.float32)
+    y = cupy.empty(x.shape, dtype=x.dtype)
     saved_mean = cupy.empty(param_shape, dtype=cupy.float32)
     saved_invstd = cupy.empty(param_shape, dtype=cupy.float32)
     if x.size == 0:
@@ -157,9 +173,9 @@ def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var
 
 
 def _forward_inference(op, apply_name, x, gamma, beta_, running_mean, running_var, eps, mode, layout):
-    x = as_kernel_input(op, x)
+    x = _data(op, x)
     outer, C, inner = _view(x.shape, mode, layout)
-    y = cupy.empty(x.shape, dtype=cupy.float32)
+    y = cupy.empty(x.shape, dtype=x.dtype)
     if x.size == 0:
         return y
     affine = cupy.empty((3, C), dtype=cupy.float32)
@@ -183,12 +199,13 @@ def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, m
 
 
 def _backward(op, relu, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
-    x = as_kernel_input(op, x)
-    dy = as_kernel_input(op, dy)
+    x, dy = _data(op, x), _data(op, dy)
+    if dy.dtype != x.dtype:
+        raise TypeError(f"{op}: dy is {dy.dtype} but x is {x.dtype}")
     saved_mean = as_kernel_input(op, saved_mean)
     saved_invstd = as_kernel_input(op, saved_invstd)
     outer, C, inner = _view(x.shape, mode, layout)
-    dx = cupy.empty(x.shape, dtype=cupy.float32)
+    dx = cupy.empty(x.shape, dtype=x.dtype)
     dgamma = None if gamma is None else cupy.empty(saved_mean.shape, dtype=cupy.float32)
     dbeta = None if gamma is None else cupy.empty(saved_mean.shape, dtype=cupy.float32)
     if x.size == 0:

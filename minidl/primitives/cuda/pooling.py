@@ -2,8 +2,10 @@
 and adaptive average pooling, forward and backward, NCHW or NHWC; max pooling with indices and max
 unpooling.
 
-Every problem runs as 3-D: 1-D and 2-D inputs get unit leading spatial dims. Arguments were
-validated by minidl/primitives/pooling.py.
+Every problem runs as 3-D: 1-D and 2-D inputs get unit leading spatial dims. pooling_forward and
+pooling_backward take float16 / bfloat16 data as it is (their kernels are templates of the storage KIND,
+STORAGE_KINDS; no blending into an `out` there); the rest is float32. Arguments were validated by
+minidl/primitives/pooling.py.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from .._common import pooling_output_shape
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, finish, grid_stride_blocks, is_aligned, kernel_output
+from ._launch import HALF_KINDS, STORAGE_KINDS, THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, \
+    is_aligned, kernel_output
 
 MODES = {"max": 0, "avg_include_pad": 1, "avg_exclude_pad": 2}
 
@@ -44,10 +47,30 @@ def _shape_args(x_shape, y_shape, kernel, stride, padding, layout, dilation=None
     return tuple(np.int32(a) for a in args)
 
 
+def _kernel(name, data):
+    """Kernel `name`: for pooling_forward / pooling_backward (and their k2s2 fast path), the instantiation for
+    the data's storage; the other kernels are float32 only."""
+    if name.startswith(("pooling_forward", "pooling_backward")):
+        name = f"{name}<{STORAGE_KINDS[data.dtype]}>"
+        return get_kernel("pooling", name, name_expressions=(name,))
+    return get_kernel("pooling", name)
+
+
+def _data_and_output(op, x, out, shape, beta, *inputs):
+    """(x, target, original): 16-bit data as it is with a new output of its dtype (the primitive sends 16-bit
+    calls with `out` through float32 copies); float32 through as_kernel_input and kernel_output."""
+    if x.dtype in HALF_KINDS and out is None:
+        import cupy
+
+        return contiguous(x), cupy.empty(shape, dtype=x.dtype), None
+    x = as_kernel_input(op, x)
+    return (x,) + kernel_output(op, out, shape, beta, x, *inputs)
+
+
 def _launch(name, arrays, target, shape_args, extra, work):
     if work == 0:
         return
-    kernel = get_kernel("pooling", name)
+    kernel = _kernel(name, target)
     kernel((grid_stride_blocks(work),), (THREADS,), (*arrays, target, *shape_args, *extra))
 
 
@@ -70,7 +93,7 @@ def _launch_k2s2(name, arrays, target, x_shape, y_shape, mode, alpha, beta):
     pairs = int(np.prod(y_shape)) // 2
     if pairs == 0:
         return
-    kernel = get_kernel("pooling", name)
+    kernel = _kernel(name, target)
     kernel((grid_stride_blocks(pairs),), (THREADS,),
            (*arrays, target, np.int32(x_shape[2]), np.int32(x_shape[3]), np.int32(y_shape[2]),
             np.int32(MODES[mode]), np.float32(alpha), np.float32(beta), np.int64(pairs),
@@ -80,9 +103,8 @@ def _launch_k2s2(name, arrays, target, x_shape, y_shape, mode, alpha, beta):
 def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """y (pooling_output_shape) from x (N, C, *spatial) or (N, *spatial, C)."""
     op = "pooling_forward"
-    x = as_kernel_input(op, x)
     y_shape = pooling_output_shape(x.shape, desc, layout)
-    target, original = kernel_output(op, out, y_shape, beta, x)
+    x, target, original = _data_and_output(op, x, out, y_shape, beta)
     if uses_k2s2(x.shape, y_shape, desc, layout, arrays=(x, target)):
         _launch_k2s2("pooling_forward_k2s2", (x,), target, x.shape, y_shape, desc.mode, alpha, beta)
         return finish(target, original)
@@ -95,9 +117,10 @@ def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
 def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """dx (x's shape). Max pooling recomputes each window's first argmax from x; y is not read."""
     op = "pooling_backward"
-    x = as_kernel_input(op, x)
-    dy = as_kernel_input(op, dy)
-    target, original = kernel_output(op, out, x.shape, beta, x, dy)
+    if dy.dtype != x.dtype:
+        raise TypeError(f"{op}: dy is {dy.dtype} but x is {x.dtype}")
+    dy = contiguous(dy) if dy.dtype in HALF_KINDS and out is None else as_kernel_input(op, dy)
+    x, target, original = _data_and_output(op, x, out, x.shape, beta, dy)
     if uses_k2s2(x.shape, dy.shape, desc, layout, backward=True, arrays=(x, dy, target)):
         _launch_k2s2("pooling_backward_k2s2", (x, dy), target, x.shape, dy.shape, desc.mode, alpha, beta)
         return finish(target, original)
