@@ -213,6 +213,48 @@ def test_framework_conv_follows_allow_tf32():
     assert rel_err(fp32, want) <= 1e-5
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_a_training_conv_on_tensor_cores_transposes_once_per_direction(monkeypatch, dtype, x_grad):
+    """Conv2d training on implicit_gemm_tc (bf16, TF32): the layer's channels-first plan gets an NHWC twin, and the
+    Convolution Function transposes x and w once in the forward and dy once for both backward directions, where
+    each direction used to transpose its own inputs: the same kernels on the same values, so the same bits as the
+    channels-first plan for y, dx, dw and db, and fewer copies."""
+    import cupy
+
+    import minidl
+    import minidl.nn as nn
+    from minidl.nn.functional import convolution as conv_module
+
+    def run(twin):
+        if not twin:
+            monkeypatch.setattr(conv_module, "_tensor_core_twin", lambda *a: False)
+        minidl.manual_seed(3)
+        layer = nn.Conv2d(32, 32, 3, padding=1).to("cuda")
+        x = minidl.randn(4, 32, 12, 12, device="cuda").type(getattr(minidl, dtype)).requires_grad_(x_grad)
+        copies = []
+        real = cupy.ascontiguousarray
+        monkeypatch.setattr(cupy, "ascontiguousarray", lambda a, *k, **kw: copies.append(
+            a.flags.c_contiguous is False) or real(a, *k, **kw))
+        with minidl.backends.cudnn.flags(allow_tf32=True), minidl.autocast("cuda", dtype=minidl.bfloat16,
+                                                                            enabled=dtype == "bfloat16"):
+            y = layer(x)
+        y.backward(minidl.ones_like(y))
+        monkeypatch.setattr(cupy, "ascontiguousarray", real)
+        plan = next(iter(layer._conv_plans.values()))
+        out = [cupy.asnumpy(a) for a in (y._data, layer.weight.grad._data, layer.bias.grad._data)]
+        if x_grad:
+            out.append(cupy.asnumpy(x.grad._data))
+        return out, sum(copies), plan
+
+    with_twin, n_twin, plan = run(True)
+    without, n_plain, _ = run(False)
+    for a, b in zip(with_twin, without):
+        assert a.dtype == b.dtype and (a.view(np.uint8) == b.view(np.uint8)).all()
+    assert n_twin < n_plain, (n_twin, n_plain)
+    assert plan.nhwc_twin and plan.nhwc_twin.layout == "NHWC"
+
+
 # ----------------------------------------------------------------------------------------------
 # FFT
 # ----------------------------------------------------------------------------------------------
