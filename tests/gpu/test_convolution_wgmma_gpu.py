@@ -99,6 +99,30 @@ def test_wgmma_alpha_beta_and_bias(kind, direction):
     assert rel_err(cupy.asnumpy(got.astype(cupy.float32)), want) <= tol
 
 
+def test_a_planned_convolution_runs_on_new_addresses():
+    """fprop / dgrad problems are planned once (convolution_wgmma._row_plans, keyed without addresses) and later
+    launches re-address the tensor maps: the same results on arrays at new addresses, and no new plan."""
+    import cupy
+
+    from minidl.primitives.cuda import convolution_wgmma
+
+    problem = ("plan", 2, 32, (9, 11), 64, (3, 3), 1, 1, 1)
+    results, plans = [], None
+    for step in range(3):
+        desc, x, w, dy = _setup(problem, "NHWC", seed=31)
+        keep = [cupy.zeros(step * 4096 + 8, cupy.float32)]   # moves the pool's next blocks
+        (gx, _), (gw, _), (gdy, _) = (_to_gpu(a, "bfloat16") for a in (x, w, dy))
+        y = _run("forward", "implicit_gemm_tc", desc, gx, gw, gdy, "NHWC")
+        dx = _run("backward_data", "implicit_gemm_tc", desc, gx, gw, gdy, "NHWC")
+        results.append([cupy.asnumpy(a).view(np.uint16) for a in (y, dx)])
+        if step == 0:
+            plans = len(convolution_wgmma._row_plans)
+        del keep
+    for later in results[1:]:
+        assert all((a == b).all() for a, b in zip(later, results[0]))
+    assert len(convolution_wgmma._row_plans) == plans
+
+
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_wgmma_first_layer_channels_padded(layout):
     """C = 3 (a first layer): TMA cannot read 6-byte rows, so for the filter gradient the launcher zero-pads

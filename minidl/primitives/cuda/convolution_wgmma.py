@@ -95,10 +95,14 @@ def split_count(tiles: int, k_total: int, sms: int) -> int:
 
 
 def _shape(**fields) -> np.ndarray:
-    out = np.zeros(1, dtype=SHAPE_DTYPE)
-    for name in SHAPE_FIELDS:
-        out[name] = fields.get(name, 0)
-    return out
+    return np.array([tuple(fields.get(name, 0) for name in SHAPE_FIELDS)], dtype=SHAPE_DTYPE)
+
+
+# fprop / dgrad launch plans: a training step launches the same problems every step on arrays at new addresses
+# (CuPy's pool), so the geometry, the ConvShape record and the tensor-map recipes are made once per problem (and the
+# output's 16-byte alignment, which decides the store path); a launch re-addresses the maps (tma.MapRecipe).
+_row_plans: dict = {}
+_PLAN_CACHE_SIZE = 1024
 
 
 def _kernel(name: str, bn: int, staged: bool = False, mi: int = 1):
@@ -122,16 +126,18 @@ def _channels_padded(a, vec):
 
 def _nhwc_map(dtype, a, N, H, W, C, box, element_strides=None):
     """The 4-D map (C, W, H, N) of a contiguous NHWC array."""
-    size = a.itemsize
-    return tma.encode_tiled(tma_data_type(dtype), a.data.ptr, (C, W, H, N), (C * size, W * C * size, H * W * C * size),
-                            box, element_strides)
+    return _nhwc_recipe(dtype, a.itemsize, N, H, W, C, box, element_strides).at(a.data.ptr)
 
 
-def _filter_map(dtype, a, rows, taps, depth, bn):
+def _nhwc_recipe(dtype, size, N, H, W, C, box, element_strides=None) -> tma.MapRecipe:
+    return tma.MapRecipe(tma_data_type(dtype), (C, W, H, N), (C * size, W * C * size, H * W * C * size), box,
+                         element_strides)
+
+
+def _filter_recipe(dtype, size, rows, taps, depth, bn) -> tma.MapRecipe:
     """The 3-D map (depth, taps, rows) of a filter stored (rows, taps, depth): boxes of (128 bytes, 1 tap, bn rows)."""
-    size = a.itemsize
-    return tma.encode_tiled(tma_data_type(dtype), a.data.ptr, (depth, taps, rows),
-                            (depth * size, taps * depth * size), (ROW_BYTES // size, 1, bn))
+    return tma.MapRecipe(tma_data_type(dtype), (depth, taps, rows), (depth * size, taps * depth * size),
+                         (ROW_BYTES // size, 1, bn))
 
 
 def _vec_c(out, channels: int) -> int:
@@ -144,15 +150,35 @@ def _vec_c(out, channels: int) -> int:
 def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, taps, offs, steps, tap_steps, bias,
                  alpha, beta, relu=False):
     """fprop / dgrad: in_arr (N, H, W, C) NHWC, w_arr (w_rows, R, S, C), out (N, P, Q, w_rows)."""
+    key = (name, dtype, in_dims, w_rows, out_dims, taps, offs, steps, tap_steps, alpha, beta, relu, in_arr.itemsize,
+           out.data.ptr % 16, gemm_wgmma.EPILOGUE, gemm_wgmma.TILE_SHAPES, _common.tf32_tma_type,
+           cupy.cuda.runtime.getDevice())
+    plan = _row_plans.get(key)
+    if plan is None:
+        plan = _row_plans[key] = _rows_plan(name, dtype, in_arr.itemsize, in_dims, w_rows, out, out_dims, taps, offs,
+                                            steps, tap_steps, alpha, beta, relu)
+        if len(_row_plans) > _PLAN_CACHE_SIZE:
+            _row_plans.pop(next(iter(_row_plans)))
+    expression, bn, staged, mi, grid, recipe_in, recipe_w, recipe_out, middle = plan
+    kernel = _kernel(expression, bn, staged, mi)
+    kernel(grid, (THREADS,),
+           (recipe_in.at(in_arr.data.ptr), recipe_w.at(w_arr.data.ptr),
+            NO_MAP if recipe_out is None else recipe_out.at(out.data.ptr), *middle, out,
+            np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn, staged, mi))
+
+
+def _rows_plan(name, dtype, size, in_dims, w_rows, out, out_dims, taps, offs, steps, tap_steps, alpha, beta, relu):
+    """The launch of one fprop / dgrad problem, all but the arrays' addresses (see _row_plans)."""
     N, H, W, C = in_dims
     _, P, Q = out_dims
     R, S = taps
     mi, bn = tile_shape(N * P * Q, w_rows)
     bni, bp, bq = pixel_rectangle(N, P, Q, BM * mi)
     tiles_m = math.ceil(N / bni) * math.ceil(P / bp) * math.ceil(Q / bq)
-    bk = ROW_BYTES // in_arr.itemsize
-    map_in = _nhwc_map(dtype, in_arr, N, H, W, C, (bk, bq * steps[1], bp * steps[0], bni), (1, steps[1], steps[0], 1))
-    map_w = _filter_map(dtype, w_arr, w_rows, R * S, C, bn)
+    bk = ROW_BYTES // size
+    recipe_in = _nhwc_recipe(dtype, size, N, H, W, C, (bk, bq * steps[1], bp * steps[0], bni),
+                             (1, steps[1], steps[0], 1))
+    recipe_w = _filter_recipe(dtype, size, w_rows, R * S, C, bn)
     shape = _shape(N=N, H=H, W=W, C=C, K=w_rows, R=R, S=S, P=P, Q=Q, off_h=offs[0], off_w=offs[1], sh=steps[0],
                    sw=steps[1], tap_h=tap_steps[0], tap_w=tap_steps[1], BNI=bni, BP=bp, BQ=bq,
                    c_steps=math.ceil(C / bk), splits=1, vec_c=_vec_c(out, w_rows), relu=int(relu))
@@ -160,17 +186,16 @@ def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, tap
     # the 16-bit output tile leaves through shared memory and a TMA store of the box (BN channels, BQ, BP, BNI)
     staged = (gemm_wgmma.EPILOGUE == "staged" and out.itemsize == 2 and beta == 0 and w_rows % 8 == 0
               and out.data.ptr % 16 == 0)
-    map_out = NO_MAP
+    recipe_out = None
     if staged:
-        size = out.itemsize
-        map_out = tma.encode_tiled(dtype, out.data.ptr, (w_rows, Q, P, N),
-                                   (w_rows * size, Q * w_rows * size, P * Q * w_rows * size), (bn, bq, bp, bni),
+        osize = out.itemsize
+        recipe_out = tma.MapRecipe(dtype, (w_rows, Q, P, N), (w_rows * osize, Q * w_rows * osize,
+                                                             P * Q * w_rows * osize), (bn, bq, bp, bni),
                                    swizzle=tma.SWIZZLE_NONE)
-    kernel = _kernel(f"{name}<{kind}, {bn}, {str(staged).lower()}, {mi}>", bn, staged, mi)
     tiles = tiles_m * math.ceil(w_rows / bn)
-    kernel((min(tiles, sm_count()),), (THREADS,),
-           (map_in, map_w, map_out, np.int32(staged), shape, np.float32(alpha), np.float32(beta), out,
-            np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn, staged, mi))
+    middle = (np.int32(staged), shape, np.float32(alpha), np.float32(beta))
+    return (f"{name}<{kind}, {bn}, {str(staged).lower()}, {mi}>", bn, staged, mi, (min(tiles, sm_count()),),
+            recipe_in, recipe_w, recipe_out, middle)
 
 
 def convolution_forward(x, w, bias, y, g, dtype, alpha, beta) -> bool:
