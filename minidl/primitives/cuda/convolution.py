@@ -17,8 +17,7 @@ Which kernels each algorithm launches (see the header of kernels/convolution.cu)
     winograd                filter, input and output transforms around 16 batched SGEMMs
     implicit_gemm_tc        kernels/convolution_tc.cu on tensor cores (TF32 for float32 with
                             math="tf32", fp16/bf16 for half data): launchers in convolution_tc.py
-    fft                     cuFFT (cupy.fft) transforms around convolution_fft_products
-                            (kernels/convolution_tc.cu): launchers in convolution_fft.py
+    fft                     cuFFT around convolution_fft_products (convolution_tc.cu): convolution_fft.py
 """
 from __future__ import annotations
 
@@ -29,7 +28,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import STORAGE_KINDS, arrival_counters, finish, grid_stride_blocks, kernel_output, null_pointer, sm_count
+from ._launch import (HALF_KINDS, STORAGE_KINDS, arrival_counters, finish, grid_stride_blocks, kernel_output,
+                      null_pointer, sm_count)
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
 from . import convolution_fft as _fft
@@ -630,8 +630,6 @@ def convolution_backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha
 # ----------------------------------------------------------------------------------------------
 
 
-
-
 def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
     """Channels-last db: column sums of dy viewed as (rows, K), in fp32 chunks (convolution_backward_bias_nhwc)
     added in order by convolution_backward_bias_finish, which writes db in dy's dtype (blended with out)."""
@@ -662,9 +660,8 @@ def convolution_backward_bias(dy, problem, alpha, beta, out):
     """db[k] = alpha * sum of dy over the batch and every output position + beta * out."""
     if problem.layout == "NHWC" and dy.dtype in STORAGE_KINDS:
         return convolution_backward_bias_nhwc(dy, problem.K, alpha, beta, out)
-    if str(dy.dtype) in ("float16", "bfloat16"):  # NCHW: summed in fp32, rounded once to the data's dtype
-        axes = (0,) + tuple(range(2, dy.ndim))
-        db = dy.astype(cupy.float32).sum(axis=axes) * np.float32(alpha)
+    if dy.dtype in HALF_KINDS:  # NCHW: summed in fp32, rounded once to the data's dtype
+        db = dy.astype(cupy.float32).sum(axis=(0,) + tuple(range(2, dy.ndim))) * np.float32(alpha)
         if out is None:
             return db.astype(dy.dtype)
         if beta != 0:
