@@ -77,7 +77,7 @@ def cases(torch):
     (mq, tq) = pair(2, 2, 16, 32, grad=True)
     (mi, ti) = pair(8, 4, 16, 16, grad=True)
     mconv, tconv = mnn.Conv2d(4, 8, 3, padding=1).to("cuda"), torch.nn.Conv2d(4, 8, 3, padding=1).cuda()
-    mbn, tbn = mnn.BatchNorm2d(4).to("cuda"), torch.nn.BatchNorm2d(4).cuda()
+    mbn, tbn = mnn.BatchNorm2d(8).to("cuda"), torch.nn.BatchNorm2d(8).cuda()
 
     def backward_of(f, x, F):
         def run():
