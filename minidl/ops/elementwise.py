@@ -386,8 +386,16 @@ def binary(self, other, fn, op, reverse=False, **kwargs):
                     raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
             return fn.apply(a, b, **kwargs)
     elif (type(other) is float or type(other) is int) and self._data.dtype in FULL_FLOATS:
-        # a float32/float64 tensor and a Python number: the tensor's dtype, as torch's promotion gives
-        o = operand(self, other, op, self._data.dtype)
+        # a float32/float64 tensor and a Python number: the tensor's dtype, as torch's promotion gives. On the
+        # GPU the number goes to the kernel as a NumPy scalar of that dtype, an argument passed by value (as
+        # torch passes it): no 0-d array to fill first, one launch instead of two, and a CUDA graph captures
+        # the value with the kernel.
+        data = self._data
+        if type(data) is np.ndarray:
+            o = operand(self, other, op, data.dtype)
+        else:
+            o = Tensor._make(None)
+            o._data = data.dtype.type(other)   # (after _make, which would turn a NumPy scalar into a 0-d array)
         return fn.apply(*((o, self) if reverse else (self, o)), **kwargs)
     if _dtypes.is_half(self.dtype) and isinstance(other, numbers.Number) and not fits(other, self.dtype):
         # PyTorch keeps a Python scalar at float32 precision against a half tensor ("opmath": x * 0.1,

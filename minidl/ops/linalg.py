@@ -8,7 +8,7 @@ import string
 
 import numpy as np
 
-from .. import _device, _dtypes
+from .. import _device, _dtypes, backends, primitives
 from .._device import get_array_module
 from .._dtypes import bfloat16, float16, float32, is_half
 from ..amp import autocast_mode as _autocast
@@ -36,8 +36,6 @@ def _matmul(a, b, trans_a=False, trans_b=False):
     xp = get_array_module(a)
     if xp is not np and (a.ndim in (2, 3) and b.ndim in (2, 3) and a.dtype == b.dtype and a.dtype in _GEMM_DTYPES
                          and not (a.ndim == 3 and b.ndim == 3 and a.shape[0] != b.shape[0])):
-        from .. import backends, primitives
-
         return primitives.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=backends.cuda.use_cublas,
                                math=backends.math_for_matmul(a.dtype))
     op_a = xp.swapaxes(a, -1, -2) if trans_a else a
