@@ -89,12 +89,23 @@ struct ConvGeom {
     }
 };
 
-#define CONV_GEOM_ARGS                                                                                \
-    int N, int C, int D, int H, int W, int K, int T, int R, int S, int O, int P, int Q, int pad_d,    \
-        int pad_h, int pad_w, int str_d, int str_h, int str_w, int dil_d, int dil_h, int dil_w, int groups
-#define CONV_GEOM                                                                                     \
-    ConvGeom{N, C, D, H, W, K, T, R, S, O, P, Q, pad_d, pad_h, pad_w, str_d, str_h, str_w, dil_d, dil_h, \
-             dil_w, groups}
+// The geometry reaches a kernel as one ConvGeom passed by value (the launcher packs it once per problem:
+// _Geometry in minidl/primitives/cuda/convolution.py): one kernel argument instead of 22 ints, a third of the
+// host time of a launch through CuPy.
+// `const ConvGeom g = CONV_GEOM;` opens every kernel: g, and the sizes under their own names for the kernels that
+// read them directly.
+#define CONV_GEOM_ARGS const ConvGeom conv_geom
+#define CONV_GEOM                                                                                         \
+    conv_geom;                                                                                            \
+    const int N = conv_geom.N, C = conv_geom.C, D = conv_geom.D, H = conv_geom.H, W = conv_geom.W,      \
+              K = conv_geom.K, T = conv_geom.T, R = conv_geom.R, S = conv_geom.S, O = conv_geom.O,      \
+              P = conv_geom.P, Q = conv_geom.Q, pad_d = conv_geom.pad_d, pad_h = conv_geom.pad_h,       \
+              pad_w = conv_geom.pad_w, str_d = conv_geom.str_d, str_h = conv_geom.str_h,                \
+              str_w = conv_geom.str_w, dil_d = conv_geom.dil_d, dil_h = conv_geom.dil_h,                \
+              dil_w = conv_geom.dil_w, groups = conv_geom.groups;                                       \
+    (void)N, (void)C, (void)D, (void)H, (void)W, (void)K, (void)T, (void)R, (void)S, (void)O, (void)P,   \
+        (void)Q, (void)pad_d, (void)pad_h, (void)pad_w, (void)str_d, (void)str_h, (void)str_w, (void)dil_d, \
+        (void)dil_h, (void)dil_w, (void)groups
 
 // A filter tap as the reduction index of fprop/dgrad sees it: NCHW orders k as (channel, t, r, s),
 // NHWC as (t, r, s, channel), the order the filters are stored in. Returns (channel, t*dil_d,

@@ -95,20 +95,23 @@ __device__ __forceinline__ void sgemm_body(int M, int N, int K, float alpha,
     }
 }
 
-#define MINIDL_SGEMM_ARGS                                                                              \
-    int M, int N, int K, float alpha, const float *A, long long lda, long long stride_a,              \
-        const float *B, long long ldb, long long stride_b, float beta, float *C, long long ldc_row,   \
-        long long ldc_col, long long stride_c, int batch, int split_k, int k_per_split, float *partial, \
-        int vec_a, int vec_b, const float *bias, long long bias_row, long long bias_col
-#define MINIDL_SGEMM_PASS                                                                       \
-    M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc_row, ldc_col, stride_c, batch, \
-        split_k, k_per_split, partial, vec_a, vec_b, bias, bias_row, bias_col
+// The scalar arguments of a launch in one struct passed by value, the arrays after it: the launcher makes the
+// struct once per problem (minidl/primitives/cuda/gemm.py, SGEMM_PARAMS), and CuPy hands a kernel one 112-byte
+// argument for ~1/3 of the host time of 19 scalars. Members by size, so that no padding differs from NumPy's.
+struct SgemmParams {
+    long long lda, stride_a, ldb, stride_b, ldc_row, ldc_col, stride_c, bias_row, bias_col;
+    int M, N, K, batch, split_k, k_per_split, vec_a, vec_b;
+    float alpha, beta;
+};
 
 // One kernel per (op(A), op(B), tile width): gemm_<n|t><n|t>_bn<128|64>.
-#define MINIDL_SGEMM_KERNEL(name, ta, tb, bn)                                          \
-    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2) name(MINIDL_SGEMM_ARGS) \
-    {                                                                                  \
-        sgemm_body<ta, tb, bn>(MINIDL_SGEMM_PASS);                                     \
+#define MINIDL_SGEMM_KERNEL(name, ta, tb, bn)                                                              \
+    extern "C" __global__ void __launch_bounds__(GEMM_THREADS, 2)                                          \
+        name(const SgemmParams q, const float* A, const float* B, float* C, float* partial, const float* bias) \
+    {                                                                                                      \
+        sgemm_body<ta, tb, bn>(q.M, q.N, q.K, q.alpha, A, q.lda, q.stride_a, B, q.ldb, q.stride_b, q.beta, C,  \
+                               q.ldc_row, q.ldc_col, q.stride_c, q.batch, q.split_k, q.k_per_split, partial,    \
+                               q.vec_a, q.vec_b, bias, q.bias_row, q.bias_col);                              \
     }
 MINIDL_SGEMM_KERNEL(gemm_nn_bn128, false, false, 128)
 MINIDL_SGEMM_KERNEL(gemm_nt_bn128, false, true, 128)

@@ -29,6 +29,15 @@
 
 namespace minidl_wgmma {
 
+// The scalar arguments of a launch in one struct passed by value (the launcher packs it once per planned problem,
+// GEMM_ARGS in minidl/primitives/cuda/gemm_wgmma.py: one kernel argument where 13 scalars cost CuPy's launch about
+// half a microsecond each). Members by size: no padding differs from NumPy's.
+struct GemmArgs {
+    long long ldc_row, ldc_col, stride_c;
+    int use_map_c, M, N, K, batch, a_batched, b_batched, vec_c;
+    float alpha, beta;
+};
+
 template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int MI>
 struct GemmProblem {
     using T = typename minidl_tc::Storage<KIND>::T;
@@ -95,30 +104,29 @@ struct GemmProblem {
 template <int KIND, int BN, bool TRANS_A, bool TRANS_B, bool STAGED, int MI>
 __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     gemm_wgmma(const __grid_constant__ minidl_wgmma::TensorMap map_a, const __grid_constant__ minidl_wgmma::TensorMap map_b,
-               const __grid_constant__ minidl_wgmma::TensorMap map_c, int use_map_c, int M, int N, int K, int batch,
-               int a_batched, int b_batched, float alpha, float beta, void* C, long long ldc_row, long long ldc_col,
-               long long stride_c, int vec_c, const void* bias)
+               const __grid_constant__ minidl_wgmma::TensorMap map_c, const minidl_wgmma::GemmArgs q, void* C,
+               const void* bias)
 {
     using namespace minidl_wgmma;
     GemmProblem<KIND, BN, TRANS_A, TRANS_B, MI> p;
     p.map_a = &map_a;
     p.map_b = &map_b;
-    p.map_out = use_map_c ? &map_c : nullptr;
-    p.M = M;
-    p.N = N;
-    p.K = K;
-    p.batch = batch;
-    p.a_batched = a_batched;
-    p.b_batched = b_batched;
-    p.tiles_m = (M + BM * MI - 1) / (BM * MI);
-    p.tiles_n = (N + BN - 1) / BN;
-    p.alpha = alpha;
-    p.beta = beta;
+    p.map_out = q.use_map_c ? &map_c : nullptr;
+    p.M = q.M;
+    p.N = q.N;
+    p.K = q.K;
+    p.batch = q.batch;
+    p.a_batched = q.a_batched;
+    p.b_batched = q.b_batched;
+    p.tiles_m = (q.M + BM * MI - 1) / (BM * MI);
+    p.tiles_n = (q.N + BN - 1) / BN;
+    p.alpha = q.alpha;
+    p.beta = q.beta;
     p.C = static_cast<typename minidl_tc::Storage<KIND>::T*>(C);
-    p.ldc_row = ldc_row;
-    p.ldc_col = ldc_col;
-    p.stride_c = stride_c;
-    p.vec_c = vec_c;
+    p.ldc_row = q.ldc_row;
+    p.ldc_col = q.ldc_col;
+    p.stride_c = q.stride_c;
+    p.vec_c = q.vec_c;
     p.relu = 0;
     p.bias = bias;   // per column n, of C's type (nn.Linear's), or null
     wgmma_run<KIND, BN, TRANS_A, TRANS_B, KIND, STAGED && KIND != KIND_TF32, MI>(p);
@@ -153,8 +161,7 @@ extern "C" __global__ void gemm_wgmma_transpose(const float* __restrict__ in, fl
 #define MINIDL_WGMMA_INSTANCE(KIND, BN, TA, TB, ST, MI)                                                          \
     template __global__ void gemm_wgmma<KIND, BN, TA, TB, ST, MI>(                                                \
         const __grid_constant__ minidl_wgmma::TensorMap, const __grid_constant__ minidl_wgmma::TensorMap,         \
-        const __grid_constant__ minidl_wgmma::TensorMap, int, int, int, int, int, int, int, float, float, void*, \
-        long long, long long, long long, int, const void*);
+        const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::GemmArgs, void*, const void*);
 MINIDL_WGMMA_INSTANCE(0, 256, false, true, false, 1)
 MINIDL_WGMMA_INSTANCE(0, 64, false, true, false, 2)
 MINIDL_WGMMA_INSTANCE(1, 128, true, false, true, 2)

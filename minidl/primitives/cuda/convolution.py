@@ -64,10 +64,10 @@ class _Geometry:
         self.channels_last = problem.layout == "NHWC"
         values = (self.N, self.C, self.D, self.H, self.W, self.K, self.T, self.R, self.S, self.O, self.P,
                   self.Q, *self.pad, *self.stride, *self.dilation, self.groups)
-        self._args = tuple(np.int32(v) for v in values)
+        self._args = (np.array(values, dtype=np.int32).view(np.dtype((np.void, 4 * len(values)))),)
 
     def args(self):
-        """The CONV_GEOM_ARGS of the kernels, in order."""
+        """The CONV_GEOM_ARGS of the kernels: one struct ConvGeom (22 ints) passed by value, one argument."""
         return self._args
 
     @property

@@ -57,6 +57,27 @@ def split_k_workspace_bytes(M: int, N: int, K: int, batch: int) -> int:
     return 0 if splits == 1 else splits * batch * M * N * 4
 
 
+# struct SgemmParams of kernels/gemm.cu, field for field (the same order: no padding either side)
+SGEMM_PARAMS = np.dtype([(name, np.int64) for name in ("lda", "stride_a", "ldb", "stride_b", "ldc_row", "ldc_col",
+                                                        "stride_c", "bias_row", "bias_col")]
+                        + [(name, np.int32) for name in ("M", "N", "K", "batch", "split_k", "k_per_split", "vec_a",
+                                                         "vec_b")]
+                        + [("alpha", np.float32), ("beta", np.float32)])
+_SGEMM_BYTES = np.dtype((np.void, SGEMM_PARAMS.itemsize))
+_sgemm_params: dict = {}
+
+
+def _params(values: tuple) -> np.ndarray:
+    """The SgemmParams record of these values (in SGEMM_PARAMS's order), made once per problem; passed to the
+    kernel as raw bytes (one argument, where 19 NumPy scalars each cost CuPy's launch about half a microsecond)."""
+    record = _sgemm_params.get(values)
+    if record is None:
+        if len(_sgemm_params) >= 4096:
+            _sgemm_params.clear()
+        record = _sgemm_params[values] = np.array([values], dtype=SGEMM_PARAMS).view(_SGEMM_BYTES)
+    return record
+
+
 def _pointer(a) -> int:
     return int(a) if isinstance(a, (int, np.integer)) else a.data.ptr
 
@@ -102,16 +123,14 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
         partial = workspace if workspace is not None and workspace.size >= need else \
             cupy.empty(need, dtype=cupy.float32)
     grid = (math.ceil(M / TILE), math.ceil(N / bn), batch * splits)
-    vec_a = np.int32(_aligned(A, lda, stride_a, batch))
-    vec_b = np.int32(_aligned(B, ldb, stride_b, batch))
+    vec_a = int(_aligned(A, lda, stride_a, batch))
+    vec_b = int(_aligned(B, ldb, stride_b, batch))
     i64 = np.int64
     A, B, C_arg = (np.uint64(_pointer(a)) for a in (A, B, C))
     bias_arg = np.uint64(0 if bias is None else _pointer(bias))
-    kernel(grid, (THREADS,),
-           (np.int32(M), np.int32(N), np.int32(K), np.float32(alpha), A, i64(lda), i64(stride_a),
-            B, i64(ldb), i64(stride_b), np.float32(beta), C_arg, i64(ldc_row), i64(ldc_col), i64(stride_c),
-            np.int32(batch), np.int32(splits), np.int32(k_per_split), partial, vec_a, vec_b,
-            bias_arg, i64(bias_row), i64(bias_col)))
+    params = _params((lda, stride_a, ldb, stride_b, ldc_row, ldc_col, stride_c, bias_row, bias_col, M, N, K, batch,
+                      splits, k_per_split, vec_a, vec_b, float(alpha), float(beta)))
+    kernel(grid, (THREADS,), (params, A, B, C_arg, partial, bias_arg))
     if splits > 1:
         reduce = get_kernel("gemm", "gemm_splitk_reduce")
         reduce((grid_stride_blocks(batch * M * N),), (THREADS,),

@@ -104,6 +104,12 @@ def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool, staged: bool, mi: 
 
 
 NO_MAP = np.zeros(1, dtype=tma.MAP_DTYPE)   # the output-map argument when the epilogue does not use one
+# struct GemmArgs of kernels/gemm_wgmma.cu, field for field, passed to the kernel as its raw bytes
+GEMM_ARGS = np.dtype([("ldc_row", np.int64), ("ldc_col", np.int64), ("stride_c", np.int64)]
+                     + [(name, np.int32) for name in ("use_map_c", "M", "N", "K", "batch", "a_batched", "b_batched",
+                                                      "vec_c")]
+                     + [("alpha", np.float32), ("beta", np.float32)])
+_GEMM_ARGS_BYTES = np.dtype((np.void, GEMM_ARGS.itemsize))
 
 
 def unsupported_reason(dtype, trans_a, trans_b, batch) -> str | None:
@@ -192,10 +198,10 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
            TILE_WIDTHS, cupy.cuda.runtime.getDevice())
     plan = _launches.get(key)
     if plan is not None:
-        kernel, grid, smem, recipe_a, recipe_b, recipe_c, middle, tail = plan
+        kernel, grid, smem, recipe_a, recipe_b, recipe_c, args = plan
         kernel(grid, (THREADS,), (recipe_a.at(a_ptr), recipe_b.at(b_ptr),
-                                  NO_MAP if recipe_c is None else recipe_c.at(c_ptr), *middle, np.uint64(c_ptr),
-                                  *tail, np.uint64(bias_ptr)), shared_mem=smem)
+                                  NO_MAP if recipe_c is None else recipe_c.at(c_ptr), args, np.uint64(c_ptr),
+                                  np.uint64(bias_ptr)), shared_mem=smem)
         return True
     dtype = np.dtype(dtype)
     reason = unsupported_reason(dtype, trans_a, trans_b, batch)
@@ -253,16 +259,13 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
         map_c = recipe_c.at(c_ptr)
     tiles = math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch
     kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi)
-    i32, i64 = np.int32, np.int64
     grid = (min(tiles, sm_count()),)
-    middle = (i32(staged), i32(M), i32(N), i32(K), i32(batch), i32(a_batch > 1), i32(b_batch > 1),
-              np.float32(alpha), np.float32(beta))
-    tail = (i64(ldc_row), i64(ldc_col), i64(stride_c), vec_c)
+    args = np.array([(ldc_row, ldc_col, stride_c, int(staged), M, N, K, batch, int(a_batch > 1),
+                      int(b_batch > 1), int(vec_c), alpha, beta)], dtype=GEMM_ARGS).view(_GEMM_ARGS_BYTES)
     smem = smem_bytes(bn, staged, mi)
-    kernel(grid, (THREADS,), (map_a, map_b, map_c, *middle, np.uint64(c_ptr), *tail, np.uint64(bias_ptr)),
-           shared_mem=smem)
+    kernel(grid, (THREADS,), (map_a, map_b, map_c, args, np.uint64(c_ptr), np.uint64(bias_ptr)), shared_mem=smem)
     if not keep:   # (a launch that read copies made here needs them made again: no plan)
-        _launches[key] = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, middle, tail)
+        _launches[key] = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, args)
         if len(_launches) > _LAUNCH_CACHE_SIZE:
             _launches.popitem(last=False)
     return True
