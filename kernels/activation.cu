@@ -113,20 +113,51 @@ extern "C" __global__ void activation_forward(const float* x, float* out, long l
 
 // float16 / bfloat16 (kind 1 / 2): y = f(x) in fp32, rounded once; no alpha / beta (the launcher sends those
 // calls through float32 copies). Scalar 16-bit accesses in a grid-stride loop.
+// 16-bit data: 4 elements (8 bytes) per load and store where every array is 8-byte aligned (decided here, the same
+// for the whole grid), then the tail one by one; each element computed in fp32 and rounded once.
+__device__ __forceinline__ bool aligned8(const void* a, const void* b, const void* c = nullptr,
+                                         const void* d = nullptr)
+{
+    return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
+             reinterpret_cast<unsigned long long>(c) | reinterpret_cast<unsigned long long>(d)) & 7) == 0;
+}
+
 extern "C" __global__ void activation_forward_half(const unsigned short* x, unsigned short* out, long long n,
                                                    int mode, float coef, int kind)
 {
+    const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    const long long n_vec = aligned8(x, out) ? n / 4 : 0;
+    for (long long v = start; v < n_vec; v += stride) {
+        const float4 a = load4(x, v, kind);
+        store4(out, v, make_float4(activation_value(mode, a.x, coef), activation_value(mode, a.y, coef),
+                                   activation_value(mode, a.z, coef), activation_value(mode, a.w, coef)), kind);
+    }
+    for (long long i = n_vec * 4 + start; i < n; i += stride)
         half_store(out, i, activation_value(mode, half_load(x, i, kind), coef), kind);
+}
+
+__device__ __forceinline__ float gradient_of(int mode, float a, float b, float g, float coef, int has_y)
+{
+    return activation_gradient(mode, a, has_y ? b : activation_value(mode, a, coef), g, coef);
 }
 
 extern "C" __global__ void activation_backward_half(const unsigned short* x, const unsigned short* y,
                                                     const unsigned short* dy, unsigned short* out, long long n,
                                                     int has_y, int mode, float coef, int kind)
 {
+    const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const long long n_vec = aligned8(x, dy, out, has_y ? y : nullptr) ? n / 4 : 0;
+    for (long long v = start; v < n_vec; v += stride) {
+        const float4 a = load4(x, v, kind), g = load4(dy, v, kind);
+        const float4 b = has_y ? load4(y, v, kind) : make_float4(0.f, 0.f, 0.f, 0.f);
+        store4(out, v, make_float4(gradient_of(mode, a.x, b.x, g.x, coef, has_y),
+                                   gradient_of(mode, a.y, b.y, g.y, coef, has_y),
+                                   gradient_of(mode, a.z, b.z, g.z, coef, has_y),
+                                   gradient_of(mode, a.w, b.w, g.w, coef, has_y)), kind);
+    }
+    for (long long i = n_vec * 4 + start; i < n; i += stride) {
         const float a = half_load(x, i, kind);
         const float b = has_y ? half_load(y, i, kind) : activation_value(mode, a, coef);
         half_store(out, i, activation_gradient(mode, a, b, half_load(dy, i, kind), coef), kind);

@@ -146,5 +146,12 @@ def test_half_kernels_equal_the_float32_path_rounded_once(cp, dtype, mode):
     dx = activation_backward(x, y, dy, desc)
     dx_ref = activation_backward(x32, y.astype(cp.float32), dy.astype(cp.float32), desc).astype(dt)
     assert dx.dtype == dt and (dx.view(cp.uint16) == dx_ref.view(cp.uint16)).all()
+    # 385 elements: 96 groups of 4 on the 8-byte path and a tail; a view one element in (2 bytes off) runs
+    # element by element: the same bits either way
+    flat, dflat = x.reshape(-1)[1:], dy.reshape(-1)[1:]
+    assert flat.data.ptr % 8 and flat.flags.c_contiguous
+    assert (activation_forward(flat, desc).view(cp.uint16) == y_ref.reshape(-1)[1:].view(cp.uint16)).all()
+    dx_flat = activation_backward(flat, y.reshape(-1)[1:], dflat, desc)
+    assert (dx_flat.view(cp.uint16) == dx_ref.reshape(-1)[1:].view(cp.uint16)).all()
     x0 = x[0, 0]   # a 0-d array keeps its shape (CuPy's ascontiguousarray would make it 1-D)
     assert activation_forward(x0, desc).shape == () and activation_backward(x0, x0, x0, desc).shape == ()
