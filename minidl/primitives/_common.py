@@ -398,6 +398,18 @@ def _pooled_length(length: int, k: int, s: int, p: int, ceil_mode: bool, d: int 
     return span // s + 1
 
 
+def fft_convolution_refusal(problem) -> str:
+    """Why the FFT convolution (the NumPy reference's and the GPU's, one algorithm) cannot take a problem's
+    geometry: "" when it can. The FFT computes a full correlation: one group, stride 1, dilation 1."""
+    if problem.groups != 1:
+        return f"the FFT convolution runs groups=1 only, got groups={problem.groups}"
+    if any(s != 1 for s in problem.stride):
+        return f"the FFT convolution needs stride 1, got stride {problem.stride}"
+    if any(d != 1 for d in problem.dilation):
+        return f"the FFT convolution needs dilation 1, got dilation {problem.dilation}"
+    return ""
+
+
 def pooling_output_shape(x_shape, desc, layout: str = "NCHW") -> tuple:
     """The output shape of pooling_forward for an input of x_shape (in the given layout). Cached: a layer
     asks it for the same shape at every step, forward and backward."""

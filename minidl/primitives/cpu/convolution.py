@@ -52,7 +52,7 @@ import math
 
 import numpy as np
 
-from .._common import blend, to_channels_first, to_channels_last
+from .._common import blend, fft_convolution_refusal, to_channels_first, to_channels_last
 
 ALGORITHMS = ("direct", "im2col_gemm", "winograd", "fft")
 
@@ -73,13 +73,8 @@ def is_supported(algo: str, direction: str, problem) -> tuple[bool, str]:
     if algo in ("direct", "im2col_gemm"):
         return True, ""
     if algo == "fft":
-        if problem.groups != 1:
-            return False, f"the FFT convolution runs groups=1 only, got groups={problem.groups}"
-        if any(s != 1 for s in problem.stride):
-            return False, f"the FFT convolution needs stride 1, got stride {problem.stride}"
-        if any(d != 1 for d in problem.dilation):
-            return False, f"the FFT convolution needs dilation 1, got dilation {problem.dilation}"
-        return True, ""
+        refusal = fft_convolution_refusal(problem)
+        return not refusal, refusal
     # winograd F(2x2, 3x3)
     if direction == "backward_filter":
         return False, ("winograd F(2x2,3x3) computes forward and backward_data only; the filter "

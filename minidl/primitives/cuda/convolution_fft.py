@@ -24,6 +24,7 @@ import math
 import cupy
 import numpy as np
 
+from .._common import fft_convolution_refusal
 from ._compile import get_kernel
 
 THREADS = 128
@@ -35,13 +36,8 @@ def is_supported(direction: str, problem) -> tuple[bool, str]:
         return False, f"the FFT convolution runs float32 only, got {problem.dtype}"
     if problem.spatial_dims > 2:
         return False, "the FFT convolution is 1-D and 2-D only"
-    if problem.groups != 1:
-        return False, f"the FFT convolution runs groups=1 only, got groups={problem.groups}"
-    if any(s != 1 for s in problem.stride):
-        return False, f"the FFT convolution needs stride 1, got stride {problem.stride}"
-    if any(d != 1 for d in problem.dilation):
-        return False, f"the FFT convolution needs dilation 1, got dilation {problem.dilation}"
-    return True, ""
+    refusal = fft_convolution_refusal(problem)
+    return not refusal, refusal
 
 
 def _good_size(n: int) -> int:

@@ -173,6 +173,13 @@ def _to_nhwc(a):
     return cupy.ascontiguousarray(a.transpose((0,) + tuple(range(2, a.ndim)) + (1,)))
 
 
+def _operands(problem, *arrays):
+    """The problem's geometry, and its operands as the kernels read them: contiguous NHWC arrays (KRSC filters),
+    channels-first ones transposed."""
+    nhwc = _to_nhwc if problem.layout == "NCHW" else cupy.ascontiguousarray
+    return (_geometry(problem), *(nhwc(a) for a in arrays))
+
+
 def _to_nchw(a):
     return cupy.ascontiguousarray(a.transpose((0, a.ndim - 1) + tuple(range(1, a.ndim - 1))))
 
@@ -231,12 +238,8 @@ def _nhwc_shape(shape, layout):
 
 def convolution_forward(x, w, problem, bias, alpha, beta, out):
     """y = alpha * (conv(x, w) + bias) + beta * out on tensor cores (fprop implicit GEMM)."""
-    g = _geometry(problem)
     layout, dtype = problem.layout, x.dtype
-    if layout == "NCHW":
-        x, w = _to_nhwc(x), _to_nhwc(w)
-    else:
-        x, w = cupy.ascontiguousarray(x), cupy.ascontiguousarray(w)
+    g, x, w = _operands(problem, x, w)
     bias = None if bias is None else cupy.ascontiguousarray(bias)
     y, original = _output("convolution_forward", out, _nhwc_shape(problem.y_shape, layout), dtype, beta, layout,
                           x, w, bias)
@@ -258,12 +261,8 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
 
 def convolution_backward_data(w, dy, problem, alpha, beta, out):
     """dx = alpha * conv_transpose(dy, w) + beta * out on tensor cores (dgrad implicit GEMM)."""
-    g = _geometry(problem)
     layout, dtype = problem.layout, dy.dtype
-    if layout == "NCHW":
-        w, dy = _to_nhwc(w), _to_nhwc(dy)
-    else:
-        w, dy = cupy.ascontiguousarray(w), cupy.ascontiguousarray(dy)
+    g, w, dy = _operands(problem, w, dy)
     dx, original = _output("convolution_backward_data", out, _nhwc_shape(problem.x_shape, layout), dtype, beta,
                            layout, w, dy)
     M, N = g["N"] * g["H"] * g["W"], g["C"]
@@ -289,12 +288,8 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
 
 def convolution_backward_filter(x, dy, problem, alpha, beta, out):
     """dw = alpha * dL/dw + beta * out on tensor cores (wgrad implicit GEMM, split-K)."""
-    g = _geometry(problem)
     layout, dtype = problem.layout, x.dtype
-    if layout == "NCHW":
-        x, dy = _to_nhwc(x), _to_nhwc(dy)
-    else:
-        x, dy = cupy.ascontiguousarray(x), cupy.ascontiguousarray(dy)
+    g, x, dy = _operands(problem, x, dy)
     dw, original = _output("convolution_backward_filter", out, _nhwc_shape(problem.w_shape, layout), dtype, beta,
                            layout, x, dy)
     if dw.size and g["N"] * g["P"] * g["Q"]:
