@@ -87,7 +87,8 @@ extern "C" __global__ void dropout_backward(const float* dy, float* dx, long lon
 
 // float16 / bfloat16 data (kind 1 / 2; half_load / half_store of elementwise_common.cuh): the same mask and
 // the same fp32 product, rounded once to the data's type -- what computing in float32 and rounding would
-// give, without the two conversion passes. Scalar 16-bit accesses, 4 per Philox call (no float4 path).
+// give, without the two conversion passes. 4 elements per Philox call: one 8-byte load and store where the
+// claimed offset is a multiple of 4 and both arrays 8-byte aligned (decided here, once for the grid), else one by one.
 __device__ __forceinline__ void dropout_apply_half(const unsigned short* x, unsigned short* y, long long n,
                                                    unsigned long long offset, unsigned long long seed,
                                                    const unsigned long long* state, unsigned int threshold,
@@ -102,10 +103,20 @@ __device__ __forceinline__ void dropout_apply_half(const unsigned short* x, unsi
     const long long groups = (long long)(last_group - first_group + 1);
     const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
     const long long stride = (long long)gridDim.x * blockDim.x;
+    const bool vec = (offset & 3ull) == 0 &&
+                     ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y)) & 7ull) == 0;
     for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; g < groups; g += stride) {
         const unsigned long long q = first_group + (unsigned long long)g;
         const uint4 r = philox4x32_10(make_uint4((unsigned int)q, (unsigned int)(q >> 32), 0u, 0u), key);
         const long long base = (long long)(q * 4 - offset);
+        if (vec && base + 3 < n) {   // base >= 0 and a multiple of 4 here
+            const float4 a = load4(x, base / 4, kind);
+            store4(y, base / 4,
+                   make_float4(dropout_value(a.x, r.x, threshold, scale), dropout_value(a.y, r.y, threshold, scale),
+                               dropout_value(a.z, r.z, threshold, scale), dropout_value(a.w, r.w, threshold, scale)),
+                   kind);
+            continue;
+        }
         const unsigned int words[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
         for (int w = 0; w < 4; ++w) {

@@ -112,4 +112,9 @@ def test_half_kernels_equal_the_float32_reference_rounded_once(cp, dtype, offset
     state = cp.asarray(np.array([seed, offset], dtype=np.uint64))
     y_dev = dropout_forward(cp.asarray(x_host), 0.3, state)
     assert (cp.asnumpy(y_dev).view(np.uint16) == y_cpu.view(np.uint16)).all()
+    # one element in (2 bytes off 8-byte alignment): the element-by-element path, the same bits
+    flat = cp.asarray(x_host).reshape(-1)[1:]
+    assert flat.data.ptr % 8 and flat.flags.c_contiguous
+    want = dropout_forward(x_host.reshape(-1)[1:], 0.3, seed, offset=offset)
+    assert (cp.asnumpy(dropout_forward(flat, 0.3, seed, offset=offset)).view(np.uint16) == want.view(np.uint16)).all()
     assert dropout_forward(cp.asarray(x_host)[0, 0, 0], 0.3, seed).shape == ()   # 0-d stays 0-d
