@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -28,23 +26,7 @@ import minidl  # noqa: E402
 import minidl.nn as mnn  # noqa: E402
 import minidl.nn.functional as MF  # noqa: E402
 from benchmarks._report import git_commit  # noqa: E402
-
-
-def _time_pair(mine, theirs, number, repeats, syncs):
-    """Median microseconds per call of each (rounds interleaved), the GPU drained after every round."""
-    for fn, sync in zip((mine, theirs), syncs):
-        for _ in range(max(3, number // 10)):
-            fn()
-        sync()
-    rounds = ([], [])
-    for _ in range(repeats):
-        for k, (fn, sync) in enumerate(zip((mine, theirs), syncs)):
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            sync()
-            rounds[k].append((time.perf_counter() - t0) / number * 1e6)
-    return statistics.median(rounds[0]), statistics.median(rounds[1])
+from benchmarks.bench_op_overhead import _time_pair  # noqa: E402  (the GPU drained after every round: syncs)
 
 
 def _gpu_ops(torch, fn, sync) -> int:

@@ -31,18 +31,23 @@ import minidl.nn.functional as MF  # noqa: E402
 from benchmarks._report import git_commit  # noqa: E402
 
 
-def _time_pair(mine, theirs, number, repeats):
+def _time_pair(mine, theirs, number, repeats, syncs=(None, None)):
     """Median microseconds per call of each, the rounds of the two interleaved (mine, theirs, mine, ...)
-    so that a noisy stretch of the machine falls on both alike."""
-    for fn in (mine, theirs):
+    so that a noisy stretch of the machine falls on both alike. syncs: per side, a function that waits for
+    the device after the warm-up and after each round (bench_gpu_op_overhead.py), or None."""
+    for fn, sync in zip((mine, theirs), syncs):
         for _ in range(max(3, number // 10)):
             fn()
+        if sync is not None:
+            sync()
     rounds = ([], [])
     for _ in range(repeats):
-        for k, fn in enumerate((mine, theirs)):
+        for k, (fn, sync) in enumerate(zip((mine, theirs), syncs)):
             t0 = time.perf_counter()
             for _ in range(number):
                 fn()
+            if sync is not None:
+                sync()
             rounds[k].append((time.perf_counter() - t0) / number * 1e6)
     return statistics.median(rounds[0]), statistics.median(rounds[1])
 

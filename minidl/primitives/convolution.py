@@ -262,6 +262,9 @@ class ConvolutionPlan:
             policy = get_convolution_policy()
         self.policy, self.workspace_limit = _policy_arg(op, policy)
         self.requested_algo = algo
+        # the NHWC plan a channels-first training layer runs instead (nn.functional.convolution._tensor_core_twin):
+        # None until asked, False where none applies
+        self.nhwc_twin = None
         self.algos: dict = {}
         self._impls: dict = {}   # per direction: the backend, or HalfInFloat32 around it (16-bit data)
         self.algos["forward"] = self._resolve("forward", algo, strict=True)

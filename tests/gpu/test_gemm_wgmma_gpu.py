@@ -196,10 +196,10 @@ def test_tensor_map_readdressed_equals_a_fresh_encode():
 
     a, b = cupy.empty(4096, dtype=cupy.float16), cupy.empty(4096, dtype=cupy.float16)
     shape = ((64, 32, 1), (128, 4096), (64, 32, 1))
-    tma._templates.clear()
+    tma._recipes.clear()
     first = tma.encode_tiled("float16", a.data.ptr, *shape)
     again = tma.encode_tiled("float16", b.data.ptr, *shape)     # the template re-addressed
-    tma._templates.clear()
+    tma._recipes.clear()
     fresh = tma.encode_tiled("float16", b.data.ptr, *shape)
     assert again.tobytes() == fresh.tobytes() and first.tobytes() != again.tobytes()
     with pytest.raises(tma.TensorMapError):
@@ -208,5 +208,5 @@ def test_tensor_map_readdressed_equals_a_fresh_encode():
     recipe = tma.MapRecipe("float16", *shape)
     assert recipe.at(a.data.ptr).tobytes() == first.tobytes()
     assert recipe.at(b.data.ptr).tobytes() == fresh.tobytes()
-    tma._templates.clear()
+    tma._recipes.clear()
     assert recipe.at(a.data.ptr).tobytes() == first.tobytes()

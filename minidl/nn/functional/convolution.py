@@ -89,7 +89,7 @@ def _convolution(x, weight, bias, desc, algo, layout, plans=None, relu=False, ou
     if relu:
         return ConvolutionReLU.apply(*args, plan=plan)
     if on_cuda and layout == "NCHW" and is_grad_enabled() and (x.requires_grad or weight.requires_grad):
-        twin = plan.__dict__.get("nhwc_twin")
+        twin = plan.nhwc_twin
         if twin is None:
             twin = plan.nhwc_twin = _tensor_core_twin(plan, algo, policy, math)
         if twin:

@@ -120,6 +120,12 @@ def get_kernel(family: str, name: str, options: tuple = (), name_expressions: tu
     return kernel if wrapper is None else wrapper(kernel)
 
 
+def get_template_kernel(family: str, expression: str):
+    """The instantiation `expression` (e.g. "batch_norm_apply<2>") of a template kernel of kernels/<family>.cu:
+    NVRTC compiles it by that name."""
+    return get_kernel(family, expression, name_expressions=(expression,))
+
+
 def precompile(families=None) -> list[str]:
     """Compile every kernel family now (or the given ones). Returns the families compiled."""
     families = list(families) if families is not None else kernel_families()

@@ -37,6 +37,14 @@ def as_kernel_input(op: str, a):
     return contiguous(a)
 
 
+def as_storage_input(op: str, a):
+    """A C-contiguous CuPy array of float32, float16 or bfloat16 (STORAGE_KINDS), for the kernels templated on
+    the data's storage (copied only if it is not one already)."""
+    if a.dtype not in STORAGE_KINDS:
+        raise TypeError(f"{op}: the CUDA kernels take float32, float16 or bfloat16 data, got {a.dtype}")
+    return contiguous(a)
+
+
 def kernel_output(op: str, out, shape, beta: float, *inputs):
     """(target, original): the C-contiguous float32 array the kernel writes, and the user's `out`
     to copy it into afterwards (None when the kernel can write `out` directly).

@@ -18,7 +18,7 @@ import math
 import cupy
 import numpy as np
 
-from ._compile import get_kernel
+from ._compile import get_template_kernel
 from ._launch import STORAGE_KINDS as KINDS, grid_stride_blocks, null_pointer
 
 BLOCK_M = 128                            # queries per forward block (16-bit data)
@@ -69,7 +69,7 @@ def _kernel(name: str, template_args: str, smem: int = 0):
     key = (cupy.cuda.Device().id, expression)
     kernel = _kernels.get(key)
     if kernel is None:
-        kernel = get_kernel("attention", expression, name_expressions=(expression,))
+        kernel = get_template_kernel("attention", expression)
         if smem > 48 * 1024:
             kernel.max_dynamic_shared_size_bytes = smem
         _kernels[key] = kernel
@@ -105,11 +105,9 @@ def _rows(a):
     q, k, v split out of one projection and moved to (B, H, T, D) by a transpose qualify; anything else is
     copied to a contiguous array first."""
     sb, sh, sl, sd = a.strides
-    item = a.itemsize
-    if (sd != item or a.data.ptr % 16 or sb % 16 or sh % 16 or sl % 16 or min(sb, sh, sl) < 0) and a.size:
+    if (sd != a.itemsize or a.data.ptr % 16 or sb % 16 or sh % 16 or sl % 16 or min(sb, sh, sl) < 0) and a.size:
         a = cupy.ascontiguousarray(a)
-        sb, sh, sl, sd = a.strides
-    return a, (np.int64(sb // item), np.int64(sh // item), np.int64(sl // item))
+    return a, _strides(a)
 
 
 def _precise(math_mode) -> str:

@@ -13,9 +13,9 @@ import math
 import cupy
 import numpy as np
 
-from ._compile import get_kernel
-from ._launch import STORAGE_KINDS, THREADS, arrival_counters, as_kernel_input, contiguous, grid_stride_blocks, \
-    is_aligned, null_pointer, sm_count
+from ._compile import get_kernel, get_template_kernel
+from ._launch import STORAGE_KINDS, THREADS, arrival_counters, as_kernel_input, as_storage_input, \
+    grid_stride_blocks, is_aligned, null_pointer, sm_count
 
 ROW_TILE = (32, 8)           # blockDim of the "rows" kernels (channels x row groups)
 BLOCKS_PER_SM = 8            # how many reduction blocks to aim for per SM (a full SM's worth)
@@ -46,17 +46,9 @@ def _pointer(a, op):
     return null_pointer() if a is None else as_kernel_input(op, a)
 
 
-def _data(op, a):
-    """x, dy: C-contiguous float32, float16 or bfloat16."""
-    if a.dtype not in STORAGE_KINDS:
-        raise TypeError(f"{op}: the CUDA kernels take float32, float16 or bfloat16 data, got {a.dtype}")
-    return contiguous(a)
-
-
 def _kernel(name, data):
     """Kernel `name` instantiated for the storage of the data array."""
-    expression = f"{name}<{STORAGE_KINDS[data.dtype]}>"
-    return get_kernel("batch_norm", expression, name_expressions=(expression,))
+    return get_template_kernel("batch_norm", f"{name}<{STORAGE_KINDS[data.dtype]}>")
 
 
 def _reduction_plan(outer, C, inner):
@@ -128,7 +120,7 @@ def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var,
 
 
 def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout):
-    x = _data(op, x)
+    x = as_storage_input(op, x)
     outer, C, inner = _view(x.shape, mode, layout)
     param_shape = (x.shape[1:] if mode == "per_activation"
                    else (x.shape[1] if layout == "NCHW" else x.shape[-1],))
@@ -173,7 +165,7 @@ def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var
 
 
 def _forward_inference(op, apply_name, x, gamma, beta_, running_mean, running_var, eps, mode, layout):
-    x = _data(op, x)
+    x = as_storage_input(op, x)
     outer, C, inner = _view(x.shape, mode, layout)
     y = cupy.empty(x.shape, dtype=x.dtype)
     if x.size == 0:
@@ -199,7 +191,7 @@ def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, m
 
 
 def _backward(op, relu, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
-    x, dy = _data(op, x), _data(op, dy)
+    x, dy = as_storage_input(op, x), as_storage_input(op, dy)
     if dy.dtype != x.dtype:
         raise TypeError(f"{op}: dy is {dy.dtype} but x is {x.dtype}")
     saved_mean = as_kernel_input(op, saved_mean)

@@ -11,7 +11,6 @@ from ._compile import get_kernel
 from ._launch import STORAGE_KINDS as KINDS, THREADS, grid_stride_blocks
 
 
-
 def cast(x, dtype):
     in_kind, out_kind = KINDS.get(x.dtype), KINDS.get(dtype)
     if in_kind is None or out_kind is None or not x.flags.c_contiguous:

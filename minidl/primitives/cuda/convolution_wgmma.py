@@ -17,7 +17,7 @@ import cupy
 import numpy as np
 
 from .. import _common
-from ._compile import get_kernel
+from ._compile import get_template_kernel
 from ._launch import grid_stride_blocks, sm_count
 from . import tma
 from . import gemm_wgmma
@@ -106,7 +106,7 @@ _PLAN_CACHE_SIZE = 1024
 
 
 def _kernel(name: str, bn: int, staged: bool = False, mi: int = 1):
-    kernel = get_kernel("convolution_wgmma", name, name_expressions=(name,))
+    kernel = get_template_kernel("convolution_wgmma", name)
     key = (cupy.cuda.Device().id, name)
     if key not in _configured:
         kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged, mi)

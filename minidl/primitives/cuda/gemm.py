@@ -17,7 +17,7 @@ import cupy
 import numpy as np
 
 from .._common import blend
-from ._compile import get_kernel
+from ._compile import get_kernel, get_template_kernel
 from ._launch import STORAGE_KINDS as TC_KINDS, check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, \
     sm_count
 from .gemm_wgmma import gemm_wgmma
@@ -183,7 +183,7 @@ def _tc_kernel(kind: int, tile: int, bk_bytes: int, trans_a: bool, trans_b: bool
     kernel = _tc_kernels.get(key)
     if kernel is None:
         name = f"gemm_tc<{kind}, {tile}, {bk_bytes}, {str(trans_a).lower()}, {str(trans_b).lower()}>"
-        kernel = get_kernel("gemm_tc", name, name_expressions=(name,))
+        kernel = get_template_kernel("gemm_tc", name)
         kernel.max_dynamic_shared_size_bytes = tc_smem_bytes(itemsize, tile, trans_a, trans_b, bk_bytes)
         _tc_kernels[key] = kernel
     return kernel

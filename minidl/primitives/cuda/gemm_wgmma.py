@@ -25,7 +25,7 @@ import numpy as np
 
 from ..._dtypes import by_dtype
 from .. import _common
-from ._compile import get_kernel
+from ._compile import get_kernel, get_template_kernel
 from ._launch import STORAGE_KINDS, sm_count
 from . import tma
 
@@ -97,7 +97,7 @@ def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool, staged: bool, mi: 
     if kernel is None:
         flag = lambda b: str(b).lower()  # noqa: E731
         name = f"gemm_wgmma<{kind}, {bn}, {flag(trans_a)}, {flag(trans_b)}, {flag(staged)}, {mi}>"
-        kernel = get_kernel("gemm_wgmma", name, name_expressions=(name,))
+        kernel = get_template_kernel("gemm_wgmma", name)
         kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged, mi)
         _kernels[key] = kernel
     return kernel

@@ -12,7 +12,7 @@ import math
 import cupy
 import numpy as np
 
-from ._compile import get_kernel
+from ._compile import get_template_kernel
 from ._launch import STORAGE_KINDS as KINDS, grid_stride_blocks, null_pointer, sm_count
 
 WARPS_PER_BLOCK = 4
@@ -23,8 +23,7 @@ def _kernel(name, dtype):
     kind = KINDS.get(dtype)
     if kind is None:
         raise TypeError(f"{name}: the layer norm kernels take float32, float16 or bfloat16, got {dtype}")
-    expression = f"{name}<{kind}>"
-    return get_kernel("layer_norm", expression, name_expressions=(expression,))
+    return get_template_kernel("layer_norm", f"{name}<{kind}>")
 
 
 def _rows_n(x, normalized_ndim):

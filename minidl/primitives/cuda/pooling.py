@@ -13,9 +13,9 @@ from .._common import pooling_output_shape
 
 import numpy as np
 
-from ._compile import get_kernel
-from ._launch import HALF_KINDS, STORAGE_KINDS, THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, \
-    is_aligned, kernel_output
+from ._compile import get_kernel, get_template_kernel
+from ._launch import HALF_KINDS, STORAGE_KINDS, THREADS, as_kernel_input, as_storage_input, finish, \
+    grid_stride_blocks, is_aligned, kernel_output
 
 MODES = {"max": 0, "avg_include_pad": 1, "avg_exclude_pad": 2}
 
@@ -47,12 +47,14 @@ def _shape_args(x_shape, y_shape, kernel, stride, padding, layout, dilation=None
     return tuple(np.int32(a) for a in args)
 
 
+# The kernels templated on the data's storage (the others are float32 only)
+_STORAGE_TEMPLATES = frozenset(("pooling_forward", "pooling_backward", "pooling_forward_k2s2", "pooling_backward_k2s2"))
+
+
 def _kernel(name, data):
-    """Kernel `name`: for pooling_forward / pooling_backward (and their k2s2 fast path), the instantiation for
-    the data's storage; the other kernels are float32 only."""
-    if name.startswith(("pooling_forward", "pooling_backward")):
-        name = f"{name}<{STORAGE_KINDS[data.dtype]}>"
-        return get_kernel("pooling", name, name_expressions=(name,))
+    """Kernel `name`, instantiated for the data's storage where it is a template."""
+    if name in _STORAGE_TEMPLATES:
+        return get_template_kernel("pooling", f"{name}<{STORAGE_KINDS[data.dtype]}>")
     return get_kernel("pooling", name)
 
 
@@ -62,7 +64,7 @@ def _data_and_output(op, x, out, shape, beta, *inputs):
     if x.dtype in HALF_KINDS and out is None:
         import cupy
 
-        return contiguous(x), cupy.empty(shape, dtype=x.dtype), None
+        return as_storage_input(op, x), cupy.empty(shape, dtype=x.dtype), None
     x = as_kernel_input(op, x)
     return (x,) + kernel_output(op, out, shape, beta, x, *inputs)
 
@@ -119,7 +121,7 @@ def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=
     op = "pooling_backward"
     if dy.dtype != x.dtype:
         raise TypeError(f"{op}: dy is {dy.dtype} but x is {x.dtype}")
-    dy = contiguous(dy) if dy.dtype in HALF_KINDS and out is None else as_kernel_input(op, dy)
+    dy = as_storage_input(op, dy) if dy.dtype in HALF_KINDS and out is None else as_kernel_input(op, dy)
     x, target, original = _data_and_output(op, x, out, x.shape, beta, dy)
     if uses_k2s2(x.shape, dy.shape, desc, layout, backward=True, arrays=(x, dy, target)):
         _launch_k2s2("pooling_backward_k2s2", (x, dy), target, x.shape, dy.shape, desc.mode, alpha, beta)

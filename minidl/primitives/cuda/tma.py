@@ -30,7 +30,7 @@ INTERLEAVE_NONE = 0
 MAP_DTYPE = np.dtype((np.void, 128))
 _CACHE_SIZE = 4096
 _lock = threading.Lock()   # the template buffers are rewritten in place
-_templates: dict = {}   # map shape (all but the address) -> (64-byte aligned buffer, its address, a view of it)
+_recipes: dict = {}   # map shape (all but the address) -> its MapRecipe (encode_tiled's cache)
 
 
 class TensorMapError(RuntimeError):
@@ -69,18 +69,21 @@ def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, element_str
     each dimension (a strided convolution's window; default all 1): ceil(box / e) elements arrive, so a
     box of n elements at stride e has extent n * e. TMA's rules, checked by the driver: pointer and
     strides multiples of 16 bytes, box extents <= 256, element strides <= 8, the innermost box row <=
-    the swizzle span (128 bytes).
+    the swizzle span (128 bytes). Made from the MapRecipe of this shape, kept per shape (a map of a shape
+    seen before is that recipe's template re-addressed).
     """
     element_strides = tuple(element_strides or (1,) * len(dims))
     key = (dtype, tuple(dims), tuple(strides_bytes), tuple(box), element_strides, swizzle)
-    template = _templates.get(key)
-    if template is not None:
-        # the same map but for its address: the driver rewrites the address of the one encoded before (and
-        # refuses, non-zero, what a full encode would refuse, e.g. a misaligned address: then encode below)
-        _raw, addr, view = template
-        with _lock:
-            if _replace_function()(addr, pointer) == 0:
-                return view.copy()
+    recipe = _recipes.get(key)
+    if recipe is None:
+        if len(_recipes) >= _CACHE_SIZE:
+            _recipes.clear()
+        recipe = _recipes[key] = MapRecipe(*key)
+    return recipe.at(pointer)
+
+
+def _encode(dtype, pointer, dims, strides_bytes, box, element_strides, swizzle):
+    """cuTensorMapEncodeTiled into a new 64-byte aligned buffer: (buffer, its address, a MAP_DTYPE view)."""
     rank = len(dims)
     raw = ctypes.create_string_buffer(128 + 64)        # CUtensorMap is 64-byte aligned
     addr = (ctypes.addressof(raw) + 63) & ~63
@@ -94,32 +97,29 @@ def encode_tiled(dtype: str, pointer: int, dims, strides_bytes, box, element_str
             f"TMA: cuTensorMapEncodeTiled refused a {dtype} map (CUDA error {result}): dims {list(dims)}, byte "
             f"strides {list(strides_bytes)}, box {list(box)}, element strides {list(element_strides)}, address "
             f"{pointer:#x}")
-    view = np.frombuffer(raw, dtype=MAP_DTYPE, count=1, offset=addr - ctypes.addressof(raw))
-    if len(_templates) >= _CACHE_SIZE:
-        _templates.clear()
-    _templates[key] = (raw, addr, view)
-    return view.copy()
+    return raw, addr, np.frombuffer(raw, dtype=MAP_DTYPE, count=1, offset=addr - ctypes.addressof(raw))
 
 
 class MapRecipe:
     """All of a tensor map but its address, for a launch plan that runs again and again on tensors at new
-    addresses (a training step's GEMMs): `at(pointer)` is encode_tiled's map for the tensor at pointer, made from
-    the recipe's own template by the driver's address replacement, with no cache key to build and look up."""
+    addresses (a training step's GEMMs): `at(pointer)` is the map for the tensor at pointer. The first call
+    encodes it in full (cuTensorMapEncodeTiled); later calls rewrite the address of that template
+    (cuTensorMapReplaceAddress, ~1 us), and encode again only where the driver refuses the new address."""
 
     __slots__ = ("args", "_template")
 
     def __init__(self, dtype: str, dims, strides_bytes, box, element_strides=None, swizzle: int = SWIZZLE_128B):
         element_strides = tuple(element_strides or (1,) * len(dims))
         self.args = (dtype, tuple(dims), tuple(strides_bytes), tuple(box), element_strides, swizzle)
-        self._template = None
+        self._template = None   # (buffer, its address, a view of it)
 
     def at(self, pointer: int) -> np.ndarray:
         template = self._template
         if template is not None:
-            with _lock:
+            with _lock:   # the template buffer is rewritten in place
                 if _replace_function()(template[1], pointer) == 0:
                     return template[2].copy()
         dtype, dims, strides_bytes, box, element_strides, swizzle = self.args
-        out = encode_tiled(dtype, pointer, dims, strides_bytes, box, element_strides, swizzle)
-        self._template = _templates.get((dtype, dims, strides_bytes, box, element_strides, swizzle))
-        return out
+        template = _encode(dtype, pointer, dims, strides_bytes, box, element_strides, swizzle)
+        self._template = template
+        return template[2].copy()
