@@ -10,6 +10,7 @@ convolutions read NHWC only: NCHW costs two transposes per call).
     is_channels_last(a)    a's memory is NHWC-contiguous (size-1 dimensions may make it both)
     to_channels_last(a)    a copy in NHWC memory, as a channels-first view (the array a tensor holds)
     nhwc(a)                the (N, H, W, C) view of a channels_last array (no copy), else a copy
+    nchw(a)                an (N, H, W, C) array's values as a contiguous (N, C, H, W) array (a copy)
     from_nhwc(a)           an (N, H, W, C) array seen as (N, C, H, W) (no copy): a channels_last array
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._device import get_array_module
+from .primitives.layout import layout_transform
 
 
 def _perm(ndim: int) -> tuple:
@@ -42,8 +44,7 @@ def to_channels_last(a):
     """The values of a channels-first array, in NHWC memory (a transposed view of a contiguous copy)."""
     if is_channels_last(a):
         return a
-    xp = get_array_module(a)
-    return xp.ascontiguousarray(a.transpose(_perm(a.ndim))).transpose(_inverse(a.ndim))
+    return _transposed(a, "NHWC").transpose(_inverse(a.ndim))
 
 
 def to_contiguous(a):
@@ -63,7 +64,20 @@ def copy_as(a, channels_last: bool):
 def nhwc(a):
     """(N, C, *spatial) -> (N, *spatial, C): a view when `a` is channels_last, else a contiguous copy."""
     view = a.transpose(_perm(a.ndim))
-    return view if view.flags.c_contiguous else get_array_module(a).ascontiguousarray(view)
+    return view if view.flags.c_contiguous else _transposed(a, "NHWC")
+
+
+def nchw(a):
+    """(N, *spatial, C) -> a contiguous (N, C, *spatial) copy."""
+    return _transposed(a, "NCHW")
+
+
+def _transposed(a, layout):
+    """The contiguous copy in the other layout: on the GPU one launch of the layout_transform primitive (a tiled
+    transpose); NumPy's transposed copy on the CPU."""
+    if type(a) is np.ndarray:
+        return np.ascontiguousarray(a.transpose(_perm(a.ndim) if layout == "NHWC" else _inverse(a.ndim)))
+    return layout_transform(a, layout)
 
 
 def from_nhwc(a):

@@ -3,20 +3,10 @@ from __future__ import annotations
 
 from ... import _layout, backends
 from ... import primitives as P
-from ..._device import get_array_module
 from ...autograd.function import Function, is_grad_enabled
 from ...amp.autocast_mode import cast_inputs as _autocast
 from ._checks import _batched, _check_float_tensor, _check_same_device
 from . import activations, vision
-
-
-def _channels_last(a):
-    """(N, C, *spatial) -> contiguous (N, *spatial, C); also (K, C/g, *k) -> (K, *k, C/g) for filters."""
-    return get_array_module(a).ascontiguousarray(P._common.to_channels_last(a, "NHWC"))
-
-
-def _channels_first(a):
-    return get_array_module(a).ascontiguousarray(P._common.to_channels_first(a, "NHWC"))
 
 
 class Convolution(Function):
@@ -38,7 +28,7 @@ class Convolution(Function):
         self.x, self.w = x, w
         y = plan.forward(x, w, b)
         if plan.layout == "NHWC":
-            return _layout.from_nhwc(y) if out_cl else _channels_first(y)
+            return _layout.from_nhwc(y) if out_cl else _layout.nchw(y)
         return y
 
     def backward(self, dy):
@@ -49,11 +39,11 @@ class Convolution(Function):
         if self.needs_input_grad[0]:
             dx = plan.backward_data(self.w, dy)
             if nhwc:
-                dx = _layout.from_nhwc(dx) if self.out_cl else _channels_first(dx)
+                dx = _layout.from_nhwc(dx) if self.out_cl else _layout.nchw(dx)
         if self.needs_input_grad[1]:
             dw = plan.backward_filter(self.x, dy)
             if nhwc:  # in the filter's own memory format, so an optimizer updates both alike
-                dw = _layout.from_nhwc(dw) if self.w_cl else _channels_first(dw)
+                dw = _layout.from_nhwc(dw) if self.w_cl else _layout.nchw(dw)
         if self.has_bias and self.needs_input_grad[2]:
             db = plan.backward_bias(dy)
         return (dx, dw, db) if self.has_bias else (dx, dw)

@@ -26,6 +26,7 @@ from . import convolution_wgmma as _wgmma
 from ._compile import get_kernel
 from ._launch import grid_stride_blocks, sm_count
 from .handle import get_handle
+from .layout import layout_transform
 
 _INT32_MAX = 2**31 - 1
 THREADS = 256
@@ -170,7 +171,7 @@ def _kernel(problem, name, smem):
 
 def _to_nhwc(a):
     """(N, C, *spatial) -> contiguous (N, *spatial, C); filters (K, C, *k) -> (K, *k, C) alike."""
-    return cupy.ascontiguousarray(a.transpose((0,) + tuple(range(2, a.ndim)) + (1,)))
+    return layout_transform(a, "NHWC")
 
 
 def _operands(problem, *arrays):
@@ -181,7 +182,7 @@ def _operands(problem, *arrays):
 
 
 def _to_nchw(a):
-    return cupy.ascontiguousarray(a.transpose((0, a.ndim - 1) + tuple(range(1, a.ndim - 1))))
+    return layout_transform(a, "NCHW")
 
 
 def _aligned(*arrays) -> bool:

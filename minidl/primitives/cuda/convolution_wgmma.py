@@ -29,6 +29,7 @@ from .gemm_wgmma import BM, KINDS, NO_MAP, ROW_BYTES, SLAB, THREADS, TILE_WIDTHS
 SHAPE_FIELDS = ("N", "H", "W", "C", "K", "R", "S", "P", "Q", "off_h", "off_w", "sh", "sw", "tap_h", "tap_w",
                 "BNI", "BP", "BQ", "c_steps", "splits", "vec_c", "relu")
 SHAPE_DTYPE = np.dtype([(name, np.int32) for name in SHAPE_FIELDS])
+_SHAPE_BYTES = np.dtype((np.void, SHAPE_DTYPE.itemsize))
 _configured = set()
 
 
@@ -95,7 +96,9 @@ def split_count(tiles: int, k_total: int, sms: int) -> int:
 
 
 def _shape(**fields) -> np.ndarray:
-    return np.array([tuple(fields.get(name, 0) for name in SHAPE_FIELDS)], dtype=SHAPE_DTYPE)
+    """The ConvShape record, as opaque bytes: CuPy walks a structured dtype's fields on every launch (~40 us for
+    22 fields), a void record it copies as it is."""
+    return np.array([tuple(fields.get(name, 0) for name in SHAPE_FIELDS)], dtype=SHAPE_DTYPE).view(_SHAPE_BYTES)
 
 
 # fprop / dgrad launch plans: a training step launches the same problems every step on arrays at new addresses
@@ -124,11 +127,6 @@ def _channels_padded(a, vec):
     return out
 
 
-def _nhwc_map(dtype, a, N, H, W, C, box, element_strides=None):
-    """The 4-D map (C, W, H, N) of a contiguous NHWC array."""
-    return _nhwc_recipe(dtype, a.itemsize, N, H, W, C, box, element_strides).at(a.data.ptr)
-
-
 def _nhwc_recipe(dtype, size, N, H, W, C, box, element_strides=None) -> tma.MapRecipe:
     return tma.MapRecipe(tma_data_type(dtype), (C, W, H, N), (C * size, W * C * size, H * W * C * size), box,
                          element_strides)
@@ -140,11 +138,13 @@ def _filter_recipe(dtype, size, rows, taps, depth, bn) -> tma.MapRecipe:
                          (ROW_BYTES // size, 1, bn))
 
 
-def _vec_c(out, channels: int) -> int:
-    """The epilogue's store width: 2 = 16-byte stores (16-bit rows 16-byte aligned), 1 = pairs, 0 = single."""
-    if out.itemsize == 2 and channels % 8 == 0 and out.data.ptr % 16 == 0:
+def _vec_c(out, channels: int, pointer: int | None = None) -> int:
+    """The epilogue's store width: 2 = 16-byte stores (16-bit rows 16-byte aligned), 1 = pairs, 0 = single.
+    pointer: where the output will start (default: out's own address)."""
+    pointer = out.data.ptr if pointer is None else pointer
+    if out.itemsize == 2 and channels % 8 == 0 and pointer % 16 == 0:
         return 2
-    return 1 if channels % 2 == 0 and out.data.ptr % (2 * out.itemsize) == 0 else 0
+    return 1 if channels % 2 == 0 and pointer % (2 * out.itemsize) == 0 else 0
 
 
 def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, taps, offs, steps, tap_steps, bias,
@@ -231,14 +231,50 @@ def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, red
     why = reason("backward_filter", g, dtype, (x, dy, dw))
     if why is not None:
         return _declined("convolution_backward_filter", why)
-    N, H, W, C, K, R, S, P, Q = (g[k] for k in ("N", "H", "W", "C", "K", "R", "S", "P", "Q"))
     vec = 16 // x.itemsize
-    dw_padded = None
-    if C % vec:  # channels padded with zeros for TMA; the padded gradient's first C channels are dw's
+    padded = g["C"] % vec != 0   # channels padded with zeros for TMA; the padded gradient's first C channels are dw's
+    if padded:
         x = _channels_padded(x, vec)
-        C = x.shape[-1]
-        dw_padded = cupy.empty((K, R, S, C), dtype=dw.dtype)
-    target = dw if dw_padded is None else dw_padded
+        alpha_k, beta_k = 1.0, 0.0   # the blend with dw happens below, on its C channels
+    else:
+        alpha_k, beta_k = alpha, beta
+    key = ("wgrad", dtype, tuple(g[k] for k in _WGRAD_GEOMETRY), alpha_k, beta_k, x.itemsize, dw.data.ptr % 16,
+           _common.tf32_tma_type, cupy.cuda.runtime.getDevice())
+    plan = _row_plans.get(key)
+    if plan is None:
+        plan = _row_plans[key] = _wgrad_plan(g, dtype, x.itemsize, x.shape[-1], dw, padded, alpha_k, beta_k)
+        if len(_row_plans) > _PLAN_CACHE_SIZE:
+            _row_plans.pop(next(iter(_row_plans)))
+    expression, bn, mi, grid, splits, recipe_dy, recipe_x, shape, target_shape = plan
+    target = dw if target_shape is None else cupy.empty(target_shape, dtype=dw.dtype)
+    out = target if splits == 1 else workspace(4 * splits * target.size)
+    _kernel(expression, bn, False, mi)(grid, (THREADS,), (recipe_dy.at(dy.data.ptr), recipe_x.at(x.data.ptr), shape,
+                                                          np.float32(alpha_k), np.float32(beta_k), out),
+                                       shared_mem=smem_bytes(bn, False, mi))
+    if splits > 1:
+        reduce_kernel()((grid_stride_blocks(target.size),), (256,),
+                        (out, np.int32(splits), np.int64(target.size), np.float32(alpha_k), np.float32(beta_k),
+                         target))
+    if target_shape is not None:
+        grad = target[..., :g["C"]]
+        if beta == 0 and alpha == 1:
+            dw[...] = grad
+        else:
+            grad = alpha * grad.astype(cupy.float32)
+            if beta != 0:
+                grad += beta * dw.astype(cupy.float32)
+            dw[...] = grad.astype(dw.dtype)
+    return True
+
+
+# the geometry a weight-gradient launch depends on (convolution_tc._geometry's keys)
+_WGRAD_GEOMETRY = ("N", "H", "W", "C", "K", "R", "S", "P", "Q", "ph", "pw", "sh", "sw", "dh", "dw")
+
+
+def _wgrad_plan(g, dtype, size, C, dw, padded, alpha_k, beta_k):
+    """The launch of one weight-gradient problem, all but the arrays' addresses (see _row_plans); C: the
+    channels the kernel reads (padded to a multiple of 16 bytes)."""
+    N, H, W, K, R, S, P, Q = (g[k] for k in ("N", "H", "W", "K", "R", "S", "P", "Q"))
     bni, bp, bq = pixel_rectangle(N, P, Q, 64)
     k_total = math.ceil(N / bni) * math.ceil(P / bp) * math.ceil(Q / bq)
     flat = C % SLAB == 0          # column tiles span taps (kernels/convolution_wgmma.cu, ConvWgradProblem)
@@ -249,32 +285,16 @@ def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, red
     splits = split_count(tiles, k_total, sm_count())
     per_split = math.ceil(k_total / splits)
     splits = math.ceil(k_total / per_split)
-    map_dy = _nhwc_map(dtype, dy, N, P, Q, K, (SLAB, bq, bp, bni))
-    map_x = _nhwc_map(dtype, x, N, H, W, C, (SLAB, bq * g["sw"], bp * g["sh"], bni), (1, g["sw"], g["sh"], 1))
-    if dw_padded is not None:
-        alpha_k, beta_k = 1.0, 0.0   # the blend with dw happens below, on its C channels
-    else:
-        alpha_k, beta_k = alpha, beta
-    out = target if splits == 1 else workspace(4 * splits * target.size)
+    recipe_dy = _nhwc_recipe(dtype, size, N, P, Q, K, (SLAB, bq, bp, bni))
+    recipe_x = _nhwc_recipe(dtype, size, N, H, W, C, (SLAB, bq * g["sw"], bp * g["sh"], bni), (1, g["sw"], g["sh"], 1))
+    target_shape = (K, R, S, C) if padded else None
+    vec_c = _vec_c(dw, C, 0 if padded else None)   # a fresh padded target starts 256-byte aligned
     shape = _shape(N=N, H=H, W=W, C=C, K=K, R=R, S=S, P=P, Q=Q, off_h=-g["ph"], off_w=-g["pw"], sh=g["sh"],
                    sw=g["sw"], tap_h=g["dh"], tap_w=g["dw"], BNI=bni, BP=bp, BQ=bq, splits=splits,
-                   vec_c=_vec_c(target, C) if splits == 1 else 1)
+                   vec_c=vec_c if splits == 1 else 1)
     name = "convolution_backward_filter_wgmma"
-    kernel = _kernel(f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}, {mi}>", bn, False, mi)
-    kernel((min(tiles * splits, sm_count()),), (THREADS,),
-           (map_dy, map_x, shape, np.float32(alpha_k), np.float32(beta_k), out), shared_mem=smem_bytes(bn, False, mi))
-    if splits > 1:
-        reduce_kernel()((grid_stride_blocks(target.size),), (256,),
-                        (out, np.int32(splits), np.int64(target.size), np.float32(alpha_k), np.float32(beta_k),
-                         target))
-    if dw_padded is not None:
-        grad = dw_padded[..., :g["C"]].astype(cupy.float32)
-        if beta != 0:
-            grad = alpha * grad + beta * dw.astype(cupy.float32)
-        elif alpha != 1:
-            grad *= alpha
-        dw[...] = grad.astype(dw.dtype)
-    return True
+    expression = f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}, {mi}>"
+    return expression, bn, mi, (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape, target_shape
 
 
 def _declined(op: str, why: str) -> bool:

@@ -92,14 +92,14 @@ def uses_k2s2(x_shape, y_shape, desc, layout, backward=False, arrays=()) -> bool
 
 
 def _launch_k2s2(name, arrays, target, x_shape, y_shape, mode, alpha, beta):
-    pairs = int(np.prod(y_shape)) // 2
+    pairs = math.prod(y_shape) // 2
     if pairs == 0:
         return
     kernel = _kernel(name, target)
     kernel((grid_stride_blocks(pairs),), (THREADS,),
            (*arrays, target, np.int32(x_shape[2]), np.int32(x_shape[3]), np.int32(y_shape[2]),
             np.int32(MODES[mode]), np.float32(alpha), np.float32(beta), np.int64(pairs),
-            np.int64(int(np.prod(x_shape)))))
+            np.int64(math.prod(x_shape))))
 
 
 def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
