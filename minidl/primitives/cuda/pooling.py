@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from .._common import pooling_output_shape
 
+import math
+
 import numpy as np
 
 from ._compile import get_kernel, get_template_kernel
