@@ -23,9 +23,19 @@
 //          reduction runs over 64-pixel rectangles; A = dy's box (64 channels k, 64 pixels) twice, B = x's
 //          box (64 channels c, the same 64 pixels shifted by the tap) BN/64 times: both M/N-major (the
 //          channels are contiguous), which wgmma's transpose bits read for 16-bit data and TF32 cannot:
-//          TF32 wgrad stays on the mma.sync kernel. The reduction is long and the output small, so it is
-//          split over `splits` slices (fp32 partial sums, added in a fixed order by
+//          TF32 reads them from channels-first tensors instead (below). The reduction is long and the
+//          output small, so it is split over `splits` slices (fp32 partial sums, added in a fixed order by
 //          convolution_tc_splitk_reduce_*: deterministic).
+//   wgrad  (TF32, channels-first) dw[k, c, r, s] = sum over pixels of dy[n, k, p, q] x[n, c, p + r*dh - ph,
+//          q + s*dw - pw] (stride 1). In NCHW memory the pixels are the contiguous dimension of both dy and
+//          x: the reduction is K-major on both sides, the one layout TF32 wgmma reads. A k step is 32 pixels
+//          (128 bytes of fp32), a BP x BQ rectangle of one image (BQ = 32, 16, 8 or 4 columns, BP = 32 / BQ
+//          rows): A = dy's box (BQ, BP, 128 * MI channels k, 1 image), B = x's box (BQ, BP, BN channels c,
+//          1 image) at the tap's offset. Outside the image TMA reads zeros: the padding, and the part of the
+//          rectangle past the image's edge (where dy is zero too, so those products vanish). A tile is
+//          128 * MI output channels x BN input channels of one tap; its column c lands on dw[k, c0 + c, r, s],
+//          R*S elements from the next (ldc_col). No transposes: the launcher hands over the layer's
+//          channels-first x and dy as they are.
 //
 // The output tile: row mm of a fprop / dgrad tile is pixel (n0 + mm / (BP*BQ), p0 + mm / BQ % BP,
 // q0 + mm % BQ); rows outside the image are computed from the padding and not stored. Epilogue (cuDNN's
@@ -177,6 +187,57 @@ struct ConvWgradProblem {
     __device__ void store(const Tile&, unsigned) const {}
 };
 
+// wgrad, TF32, channels-first (see the top of the file): rows = output channels k, columns = input channels c of
+// one tap, reduction = pixels, both operands K-major.
+template <int BN, int MI>
+struct ConvWgradNchwProblem {
+    using Cfg = Config<KIND_TF32, BN, false, MI>;
+    struct Tile {
+        int split, m0, rs, c0, n0, kt0, kt1, cols;   // n0 = c0 (the epilogue's first column, for a bias: none)
+    };
+    const TensorMap* map_dy;   // 4-D (Q, P, K, N), boxes (BQ, BP, 128 * MI, 1): A, K-major
+    const TensorMap* map_x;    // 4-D (W, H, C, N), boxes (BQ, BP, BN, 1): B, K-major
+    ConvShape g;               // N, H, W, C of x; K; R, S; P, Q of dy; off_h = -ph, tap_h = dh, ...; BP, BQ
+    int tiles_m, tiles_n, c_blocks, pix_q, pix_p, per_split, k_total;
+    float alpha, beta;
+    float* out;                // dw (K, C, R, S), or fp32 partial sums [split][K][C*R*S]
+    const TensorMap* map_out;  // (register stores only)
+    const void* bias;
+    long long ldc_col;         // R * S: one input channel to the next in dw
+    int vec_c, relu;
+
+    __device__ int tiles() const { return g.splits * tiles_m * tiles_n; }
+    __device__ Tile tile(int t) const
+    {
+        Tile tl;
+        int tm, tn;
+        grouped_tile(t, tiles_m, tiles_n, tl.split, tm, tn);
+        tl.m0 = tm * Cfg::TILE_M;
+        tl.rs = tn / c_blocks;
+        tl.c0 = tl.n0 = (tn - tl.rs * c_blocks) * BN;
+        tl.cols = min(BN, g.C - tl.c0);
+        tl.kt0 = min(tl.split * per_split, k_total);
+        tl.kt1 = min(tl.kt0 + per_split, k_total);
+        return tl;
+    }
+    __device__ void load(const Tile& tl, int kt, unsigned a_dst, unsigned b_dst, unsigned bar) const
+    {
+        const int qi = kt % pix_q, pi = kt / pix_q % pix_p, n = kt / (pix_q * pix_p);
+        const int q0 = qi * g.BQ, p0 = pi * g.BP;
+        const int r = tl.rs / g.S, s = tl.rs - r * g.S;
+        tma_load(a_dst, map_dy, bar, q0, p0, tl.m0, n);
+        tma_load(b_dst, map_x, bar, q0 + g.off_w + s * g.tap_w, p0 + g.off_h + r * g.tap_h, tl.c0, n);
+    }
+    __device__ void* row(const Tile& tl, int mm) const
+    {
+        const int k = tl.m0 + mm;
+        if (k >= g.K) return nullptr;
+        const long long crs = (long long)g.C * g.R * g.S;
+        return out + (long long)tl.split * g.K * crs * (g.splits > 1) + k * crs + (long long)tl.c0 * g.R * g.S + tl.rs;
+    }
+    __device__ void store(const Tile&, unsigned) const {}
+};
+
 template <class Problem>
 __device__ __forceinline__ void set_epilogue(Problem& p, float alpha, float beta, void* out, const void* bias,
                                              const ConvShape& g)
@@ -246,6 +307,33 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     wgmma_run<KIND, BN, true, false, OUT_KIND, false, MI>(p);
 }
 
+// wgrad, TF32, channels-first: dy (N, K, P, Q), x (N, C, H, W) -> dw (K, C, R, S) (splits == 1), or fp32 partial
+// sums (splits > 1, added up by convolution_tc_splitk_reduce_tf32).
+template <int BN, int MI>
+__global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
+    convolution_backward_filter_wgmma_nchw(const __grid_constant__ minidl_wgmma::TensorMap map_dy,
+                                           const __grid_constant__ minidl_wgmma::TensorMap map_x,
+                                           const minidl_wgmma::ConvShape g, float alpha, float beta, float* out)
+{
+    using namespace minidl_wgmma;
+    ConvWgradNchwProblem<BN, MI> p;
+    p.map_dy = &map_dy;
+    p.map_x = &map_x;
+    p.g = g;
+    p.tiles_m = (g.K + BM * MI - 1) / (BM * MI);
+    p.c_blocks = (g.C + BN - 1) / BN;
+    p.tiles_n = g.R * g.S * p.c_blocks;
+    p.pix_q = (g.Q + g.BQ - 1) / g.BQ;
+    p.pix_p = (g.P + g.BP - 1) / g.BP;
+    p.k_total = p.pix_q * p.pix_p * g.N;
+    p.per_split = (p.k_total + g.splits - 1) / g.splits;
+    const bool split = g.splits > 1;
+    set_epilogue(p, split ? 1.0f : alpha, split ? 0.0f : beta, out, nullptr, g);
+    p.ldc_col = (long long)g.R * g.S;
+    p.map_out = nullptr;
+    wgmma_run<KIND_TF32, BN, false, true, KIND_TF32, false, MI>(p);   // both K-major
+}
+
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): every kernel, both 16-bit kinds and TF32,
 // the tile widths, both epilogues.
@@ -261,4 +349,8 @@ template __global__ void convolution_backward_filter_wgmma<2, 128, 1, 2>(const _
     const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*);
 template __global__ void convolution_backward_filter_wgmma<1, 64, 0, 1>(const __grid_constant__ minidl_wgmma::TensorMap,
     const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, void*);
+template __global__ void convolution_backward_filter_wgmma_nchw<128, 2>(const __grid_constant__ minidl_wgmma::TensorMap,
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, float*);
+template __global__ void convolution_backward_filter_wgmma_nchw<256, 1>(const __grid_constant__ minidl_wgmma::TensorMap,
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::ConvShape, float, float, float*);
 #endif

@@ -265,6 +265,9 @@ class ConvolutionPlan:
         # the NHWC plan a channels-first training layer runs instead (nn.functional.convolution._tensor_core_twin):
         # None until asked, False where none applies
         self.nhwc_twin = None
+        # on such a twin: the channels-first plan whose weight gradient reads NCHW arrays as they are (a TF32
+        # wgrad on wgmma), so that the layer hands it the untransposed x and dy; None otherwise
+        self.channels_first_wgrad = None
         self.algos: dict = {}
         self._impls: dict = {}   # per direction: the backend, or HalfInFloat32 around it (16-bit data)
         self.algos["forward"] = self._resolve("forward", algo, strict=True)
@@ -295,6 +298,12 @@ class ConvolutionPlan:
             _check_direction("ConvolutionPlan.algorithm", direction)
             algo = self.algos[direction] = self._resolve(direction, self.requested_algo)
         return algo
+
+    def reads_channels_first(self, direction) -> bool:
+        """True when this plan runs `direction` on channels-first arrays as they are: no transposes into NHWC
+        (a channels-first plan on algorithms that read NHWC otherwise transposes its inputs and its result)."""
+        check = getattr(self.impl, "reads_channels_first", None)
+        return self.layout == "NCHW" and check is not None and check(direction, self.algorithm(direction), self.problem)
 
     def _check(self, op, name, a, expected):
         """The cheap per-call check: the array is what the plan was made for."""

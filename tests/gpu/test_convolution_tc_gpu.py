@@ -225,6 +225,7 @@ def test_a_training_conv_on_tensor_cores_transposes_once_per_direction(monkeypat
     import minidl
     import minidl.nn as nn
     from minidl.nn.functional import convolution as conv_module
+    from minidl.primitives.cuda import layout as layout_launcher
 
     def run(twin):
         if not twin:
@@ -232,15 +233,17 @@ def test_a_training_conv_on_tensor_cores_transposes_once_per_direction(monkeypat
         minidl.manual_seed(3)
         layer = nn.Conv2d(32, 32, 3, padding=1).to("cuda")
         x = minidl.randn(4, 32, 12, 12, device="cuda").type(getattr(minidl, dtype)).requires_grad_(x_grad)
-        copies = []
-        real = cupy.ascontiguousarray
+        copies = []   # transposes: layout_transform launches, and CuPy copies of non-contiguous views
+        real, real_kernel = cupy.ascontiguousarray, layout_launcher.get_template_kernel
         monkeypatch.setattr(cupy, "ascontiguousarray", lambda a, *k, **kw: copies.append(
             a.flags.c_contiguous is False) or real(a, *k, **kw))
+        monkeypatch.setattr(layout_launcher, "get_template_kernel", lambda *a: copies.append(True) or real_kernel(*a))
         with minidl.backends.cudnn.flags(allow_tf32=True), minidl.autocast("cuda", dtype=minidl.bfloat16,
                                                                             enabled=dtype == "bfloat16"):
             y = layer(x)
         y.backward(minidl.ones_like(y))
         monkeypatch.setattr(cupy, "ascontiguousarray", real)
+        monkeypatch.setattr(layout_launcher, "get_template_kernel", real_kernel)
         plan = next(iter(layer._conv_plans.values()))
         out = [cupy.asnumpy(a) for a in (y._data, layer.weight.grad._data, layer.bias.grad._data)]
         if x_grad:
@@ -251,8 +254,51 @@ def test_a_training_conv_on_tensor_cores_transposes_once_per_direction(monkeypat
     without, n_plain, _ = run(False)
     for a, b in zip(with_twin, without):
         assert a.dtype == b.dtype and (a.view(np.uint8) == b.view(np.uint8)).all()
-    assert n_twin < n_plain, (n_twin, n_plain)
+    assert 0 < n_twin < n_plain, (n_twin, n_plain)
     assert plan.nhwc_twin and plan.nhwc_twin.layout == "NHWC"
+
+
+def test_a_tf32_training_conv_takes_its_weight_gradient_from_the_channels_first_arrays():
+    """TF32 Conv2d training on Hopper: the NHWC twin's weight gradient comes from the layer's channels-first x and dy
+    (the base plan's wgmma wgrad, no transposes: 5 copies per layer and step, 3 when x needs no gradient), and y,
+    dx, dw, db match float64 at TF32's tolerance."""
+    import cupy
+
+    import minidl
+    import minidl.nn as nn
+    from minidl.primitives.cuda import layout as layout_launcher
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the channels-first TF32 wgrad runs on wgmma (compute capability 9.0)")
+    for x_grad, copies_expected in ((True, 5), (False, 3)):
+        minidl.manual_seed(4)
+        layer = nn.Conv2d(64, 128, 3, padding=1)
+        x = minidl.randn(4, 64, 16, 16, requires_grad=x_grad)
+        gy = minidl.randn(4, 128, 16, 16)
+        ref = nn.Conv2d(64, 128, 3, padding=1).double()
+        ref.load_state_dict({k: v.double() for k, v in layer.state_dict().items()})
+        x64 = x.detach().double().requires_grad_(x_grad)
+        y64 = ref(x64)
+        y64.backward(gy.double())
+        layer.to("cuda")
+        xc = x.detach().to("cuda").requires_grad_(x_grad)
+        copies = []
+        real = layout_launcher.get_template_kernel
+        layout_launcher.get_template_kernel = lambda *a: copies.append(a) or real(*a)
+        try:
+            with minidl.backends.cudnn.flags(allow_tf32=True):
+                y = layer(xc)
+                y.backward(gy.to("cuda"))
+        finally:
+            layout_launcher.get_template_kernel = real
+        plan = next(iter(layer._conv_plans.values()))
+        assert plan.nhwc_twin and plan.nhwc_twin.channels_first_wgrad is plan
+        assert len(copies) == copies_expected, copies
+        pairs = [(y, y64), (layer.weight.grad, ref.weight.grad), (layer.bias.grad, ref.bias.grad)]
+        if x_grad:
+            pairs.append((xc.grad, x64.grad))
+        for got, want in pairs:
+            assert rel_err(cupy.asnumpy(got._data), want.numpy()) <= 5e-3
 
 
 # ----------------------------------------------------------------------------------------------

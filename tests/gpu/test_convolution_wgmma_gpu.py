@@ -45,13 +45,21 @@ def _wgmma_only():
     set_tensor_core_gemm("auto")
 
 
-def _wgmma_takes(direction, kind, problem):
+def _wgmma_takes(direction, kind, problem, layout="NHWC"):
     stride, channels = problem[7], problem[2]
     if direction == "backward_data" and stride != 1:
         return False
     if direction == "forward" and channels < 32:   # mostly zeros in a 128-byte k step: mma.sync runs it
         return False
-    return not (direction == "backward_filter" and kind == "tf32")
+    if direction == "backward_filter" and kind == "tf32":   # only channels-first, stride 1, rows of 4k pixels
+        return layout == "NCHW" and stride == 1 and problem[3][-1] % 4 == 0 and _out_width(problem) % 4 == 0
+    return True
+
+
+def _out_width(problem):
+    _, _, _, spatial, _, kernel, padding, stride, dilation = problem
+    pad = padding if isinstance(padding, int) else padding[-1]
+    return (spatial[-1] + 2 * pad - dilation * (kernel[-1] - 1) - 1) // stride + 1
 
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=[p[0] for p in PROBLEMS])
@@ -66,7 +74,7 @@ def test_wgmma_convolution_matches_float64(kind, direction, layout, problem):
     (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, dtype) for a in (x, w, dy))
     want = _run(direction, "direct", desc, x64, w64, dy64, layout)
     out = cupy.full(_result_shape(direction, x, w, dy), np.nan, dtype=_np_dtype(dtype))
-    if not _wgmma_takes(direction, kind, problem):
+    if not _wgmma_takes(direction, kind, problem, layout):
         with pytest.raises(RuntimeError, match="wgmma"):
             _run(direction, "implicit_gemm_tc", desc, gx, gw, gdy, layout, out=out, math="tf32")
         set_tensor_core_gemm("auto")   # ... and "auto" computes it on the mma.sync kernels
@@ -188,3 +196,60 @@ def test_wgmma_convolution_tile_shapes(mi, bn, direction, monkeypatch):
         out = cupy.full(_result_shape(direction, x, w, dy), np.nan, dtype=_np_dtype("bfloat16"))
         _run(direction, "implicit_gemm_tc", desc, gx, gw, gdy, "NHWC", out=out)
         assert rel_err(cupy.asnumpy(out.astype(cupy.float32)), want) <= 1e-2, problem[0]
+
+
+# (name, N, C, spatial in, K, kernel, padding, stride, dilation): the TF32 weight gradient read from channels-first
+# arrays, k steps of 32 pixels as BP x BQ rectangles: every rectangle width (32, 16, 8, 4; 12 and 20 and 40 leave
+# part of a rectangle past the image's edge), K and C not multiples of the tiles, 1x1, 5x3 dilated, 1-D, split-K
+# and not, one image and many.
+NCHW_WGRAD = [
+    ("w32_c64_k128", 4, 64, (32, 32), 128, (3, 3), 1, 1, 1),
+    ("w16_c128_k256_mi2", 6, 128, (16, 16), 256, (3, 3), 1, 1, 1),
+    ("w8_c256_k512", 8, 256, (8, 8), 512, (3, 3), 1, 1, 1),
+    ("w4_c320_k72", 16, 320, (4, 4), 72, (3, 3), 1, 1, 1),
+    ("w12_c40_k136", 3, 40, (7, 12), 136, (3, 3), 1, 1, 1),
+    ("w20_dil2_5x3", 2, 24, (9, 20), 48, (5, 3), (4, 2), 1, 2),
+    ("w40_1x1", 2, 96, (5, 40), 64, (1, 1), 0, 1, 1),
+    ("1d_w64", 3, 32, (64,), 40, (3,), 1, 1, 1),
+    ("one_image_c3", 1, 3, (28, 28), 32, (5, 5), 2, 1, 1),
+]
+
+
+@pytest.mark.parametrize("problem", NCHW_WGRAD, ids=[p[0] for p in NCHW_WGRAD])
+def test_tf32_filter_gradient_from_channels_first_arrays(problem):
+    """The TF32 weight gradient of a channels-first problem runs on the NCHW arrays as they are
+    (convolution_backward_filter_wgmma_nchw, no transposes) and matches float64 at TF32's tolerance; alpha and
+    beta blend into a poisoned-free prior, and a fresh result is (K, C, R, S) float32."""
+    import cupy
+
+    from minidl.primitives.cuda import layout as layout_launcher
+
+    dtype, tol = KINDS["tf32"]
+    desc, x, w, dy = _setup(problem, "NCHW", seed=len(problem[0]) + 7)
+    (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, dtype) for a in (x, w, dy))
+    want = _run("backward_filter", "direct", desc, x64, w64, dy64, "NCHW")
+    transposes = []
+    real = layout_launcher.get_template_kernel
+    layout_launcher.get_template_kernel = lambda *a: transposes.append(a) or real(*a)
+    try:
+        got = _run("backward_filter", "implicit_gemm_tc", desc, gx, gw, gdy, "NCHW", math="tf32")
+        prior, prior64 = _to_gpu(np.random.default_rng(5).standard_normal(w.shape), dtype)
+        blended = _run("backward_filter", "implicit_gemm_tc", desc, gx, gw, gdy, "NCHW", math="tf32", alpha=0.5,
+                       beta=-0.75, out=prior)
+    finally:
+        layout_launcher.get_template_kernel = real
+    assert transposes == []
+    assert got.shape == w.shape and got.dtype == cupy.float32
+    assert rel_err(cupy.asnumpy(got), want) <= tol
+    assert blended is prior
+    assert rel_err(cupy.asnumpy(blended), 0.5 * want - 0.75 * prior64) <= tol
+
+
+def test_tf32_channels_first_filter_gradient_declines_strided_and_narrow_rows():
+    """Stride 2, or rows that are not multiples of 16 bytes: not a channels-first wgrad; with "wgmma" forced the
+    NHWC route declines too (TF32 wgmma cannot read it), naming why."""
+    for problem in (PROBLEMS[6], PROBLEMS[0]):    # stride 2; W = 10
+        desc, x, w, dy = _setup(problem, "NCHW")
+        (gx, _), (gw, _), (gdy, _) = (_to_gpu(a, "float32") for a in (x, w, dy))
+        with pytest.raises(RuntimeError, match="TF32 wgmma cannot read"):
+            _run("backward_filter", "implicit_gemm_tc", desc, gx, gw, gdy, "NCHW", math="tf32")

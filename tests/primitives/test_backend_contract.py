@@ -82,8 +82,8 @@ VARIANTS = [
     (r"^gemm_(nn|nt|tn|tt)_bn\d+$", "gemm"),                                 # transposes, tile width
     (r"^gemm_tc$", "gemm"),                                                  # template: kind, tile, transposes
     (r"^gemm_wgmma$", "gemm"),                                               # Hopper's wgmma: kind, tile, transposes
-    (r"^convolution_(forward|backward_data|backward_filter)_wgmma$",
-     r"convolution_\1_implicit_gemm_tc"),                                    # implicit_gemm_tc on Hopper's wgmma
+    (r"^convolution_(forward|backward_data|backward_filter)_wgmma(_nchw)?$",
+     r"convolution_\1_implicit_gemm_tc"),                                    # on Hopper's wgmma (TF32 wgrad: NCHW)
     (r"^(rnn|lstm|gru)_persistent_(forward|backward)$", r"rnn_\2"),          # a layer's whole step loop, one launch
     (r"^(attention_(forward|backward))_tf32$", r"\1"),                       # float32 data on TF32 mma (3x or 1x)
     (r"^convolution_backward_bias_nhwc$", "convolution_backward_bias"),     # channels-last: coalesced column sums

@@ -20,12 +20,17 @@ class Convolution(Function):
     on the way out: the same values, two copies more.
     """
 
+    x_first = None   # (ConvolutionReLU's plans are channels-first: never kept)
+
     def forward(self, x, w, b=None, plan=None, out_cl=False):
         self.plan, self.has_bias, self.out_cl = plan, b is not None, out_cl
         self.w_cl = _layout.strictly_channels_last(w)
+        # a twin plan whose weight gradient reads the channels-first arrays as they are keeps x as it came
+        self.x_first = (x if plan.channels_first_wgrad is not None and self.needs_input_grad[1] and not out_cl
+                        and not self.w_cl and x.flags.c_contiguous else None)
         if plan.layout == "NHWC":
             x, w = _layout.nhwc(x), _layout.nhwc(w)
-        self.x, self.w = x, w
+        self.x, self.w = (x if self.x_first is None else None), w
         y = plan.forward(x, w, b)
         if plan.layout == "NHWC":
             return _layout.from_nhwc(y) if out_cl else _layout.nchw(y)
@@ -33,7 +38,9 @@ class Convolution(Function):
 
     def backward(self, dy):
         plan, nhwc = self.plan, self.plan.layout == "NHWC"
-        if nhwc:
+        first = self.x_first is not None and dy.flags.c_contiguous   # dw from channels-first x and dy
+        dy_first = dy
+        if nhwc and (self.needs_input_grad[0] or not first):
             dy = _layout.nhwc(dy)
         dx = dw = db = None
         if self.needs_input_grad[0]:
@@ -41,11 +48,16 @@ class Convolution(Function):
             if nhwc:
                 dx = _layout.from_nhwc(dx) if self.out_cl else _layout.nchw(dx)
         if self.needs_input_grad[1]:
-            dw = plan.backward_filter(self.x, dy)
-            if nhwc:  # in the filter's own memory format, so an optimizer updates both alike
-                dw = _layout.from_nhwc(dw) if self.w_cl else _layout.nchw(dw)
+            if first:
+                dw = plan.channels_first_wgrad.backward_filter(self.x_first, dy_first)
+            else:
+                x = self.x if self.x is not None else _layout.nhwc(self.x_first)
+                dw = plan.backward_filter(x, dy)
+                if nhwc:  # in the filter's own memory format, so an optimizer updates both alike
+                    dw = _layout.from_nhwc(dw) if self.w_cl else _layout.nchw(dw)
         if self.has_bias and self.needs_input_grad[2]:
-            db = plan.backward_bias(dy)
+            db = (plan.channels_first_wgrad.backward_bias(dy_first) if nhwc and dy is dy_first
+                  else plan.backward_bias(dy))
         return (dx, dw, db) if self.has_bias else (dx, dw)
 
 
@@ -103,6 +115,8 @@ def _tensor_core_twin(plan, algo, policy, math):
                              policy=policy, math=math)
     if any(twin.algorithm(d) != "implicit_gemm_tc" for d in ("backward_data", "backward_filter")):
         return False
+    if plan.reads_channels_first("backward_filter"):   # TF32 on wgmma: dw from x and dy as they are (5 copies)
+        twin.channels_first_wgrad = plan
     return twin
 
 

@@ -535,6 +535,12 @@ def convolution_backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, 
 # ----------------------------------------------------------------------------------------------
 
 
+def reads_channels_first(direction: str, algo: str, problem) -> bool:
+    """True when `algo` runs `direction` of a channels-first problem on its NCHW arrays with no transposes into
+    NHWC (only implicit_gemm_tc transposes: its TF32 weight gradient on wgmma does not)."""
+    return algo == "implicit_gemm_tc" and _tc.reads_channels_first(direction, problem)
+
+
 def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w, in its layout; BACKWARD_FILTER names
     the launchers)."""

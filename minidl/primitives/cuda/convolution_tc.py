@@ -287,9 +287,41 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
     return _result(dx, original, layout)
 
 
+def reads_channels_first(direction: str, problem) -> bool:
+    """True when `direction` of this channels-first problem runs on its NCHW arrays as they are, with no
+    transposes: today the TF32 weight gradient on Hopper's wgmma (convolution_wgmma, the channels-first wgrad)."""
+    return (direction == "backward_filter" and problem.layout == "NCHW" and problem.groups == 1
+            and problem.spatial_dims <= 2 and _wgmma.nchw_filter_gradient_reason(_geometry(problem), problem.dtype) is None)
+
+
+def _filter_gradient_channels_first(x, dy, problem, alpha, beta, out):
+    """dw (K, C, R, S) straight from channels-first x and dy (the TF32 wgmma kernel), written into `out` when it is
+    a contiguous float32 array of its own, or None where this does not apply (the caller then transposes to NHWC)."""
+    g = _geometry(problem)
+    if not reads_channels_first("backward_filter", problem) or not g["N"] * g["P"] * g["Q"] * problem.K * problem.C:
+        return None
+    if out is None:
+        dw = cupy.empty(problem.w_shape, dtype=cupy.float32)
+    elif (out.dtype == cupy.float32 and out.flags.c_contiguous and tuple(out.shape) == tuple(problem.w_shape)
+          and not any(cupy.may_share_memory(out, a) for a in (x, dy))):
+        dw = out
+    else:
+        return None
+    reduce_kernel = lambda: get_kernel("convolution_tc", "convolution_tc_splitk_reduce_tf32",  # noqa: E731
+                                       options=(f"-DCONV_TC_KIND={KINDS['float32'][1]}",))
+    x, dy = cupy.ascontiguousarray(x), cupy.ascontiguousarray(dy)
+    if not _wgmma.convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, get_handle().workspace, reduce_kernel):
+        return None
+    return dw
+
+
 def convolution_backward_filter(x, dy, problem, alpha, beta, out):
     """dw = alpha * dL/dw + beta * out on tensor cores (wgrad implicit GEMM, split-K)."""
     layout, dtype = problem.layout, x.dtype
+    if layout == "NCHW":
+        dw = _filter_gradient_channels_first(x, dy, problem, alpha, beta, out)
+        if dw is not None:
+            return dw
     g, x, dy = _operands(problem, x, dy)
     dw, original = _output("convolution_backward_filter", out, _nhwc_shape(problem.w_shape, layout), dtype, beta,
                            layout, x, dy)

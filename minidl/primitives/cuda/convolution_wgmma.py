@@ -239,7 +239,7 @@ def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, red
     else:
         alpha_k, beta_k = alpha, beta
     key = ("wgrad", dtype, tuple(g[k] for k in _WGRAD_GEOMETRY), alpha_k, beta_k, x.itemsize, dw.data.ptr % 16,
-           _common.tf32_tma_type, cupy.cuda.runtime.getDevice())
+           _common.tf32_tma_type, TILE_WIDTHS, cupy.cuda.runtime.getDevice())
     plan = _row_plans.get(key)
     if plan is None:
         plan = _row_plans[key] = _wgrad_plan(g, dtype, x.itemsize, x.shape[-1], dw, padded, alpha_k, beta_k)
@@ -295,6 +295,67 @@ def _wgrad_plan(g, dtype, size, C, dw, padded, alpha_k, beta_k):
     name = "convolution_backward_filter_wgmma"
     expression = f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}, {mi}>"
     return expression, bn, mi, (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape, target_shape
+
+
+def nchw_filter_gradient_reason(g: dict, dtype: str) -> str | None:
+    """Why the channels-first TF32 weight-gradient kernel cannot take this problem (None: it can); the arrays'
+    alignment is checked at launch. g: convolution_tc._geometry."""
+    if _common.tensor_core_gemm == "mma_sync":
+        return "set_tensor_core_gemm('mma_sync')"
+    if dtype != "float32":
+        return f"{dtype} data (the 16-bit weight gradient reads NHWC)"
+    if not device_has_wgmma(cupy.cuda.runtime.getDevice()):
+        return "this GPU has no wgmma (compute capability 9.0 only)"
+    if (g["sh"], g["sw"]) != (1, 1):
+        return "a strided convolution (a k step is a rectangle of 32 adjacent pixels)"
+    if g["W"] % 4 or g["Q"] % 4:
+        return f"W = {g['W']} and Q = {g['Q']} must be multiples of 4 (TMA reads rows of 16-byte multiples)"
+    return None
+
+
+def convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, workspace, reduce_kernel) -> bool:
+    """dw = alpha * dL/dw + beta * dw with TF32, on channels-first arrays as they are: x (N, C, H, W), dy (N, K, P,
+    Q), dw (K, C, R, S), all contiguous float32. False: not taken (the caller transposes to NHWC instead)."""
+    if nchw_filter_gradient_reason(g, "float32") is not None or any(a.data.ptr % 16 for a in (x, dy)):
+        return False
+    key = ("wgrad_nchw", tuple(g[k] for k in _WGRAD_GEOMETRY), alpha, beta, dw.data.ptr % 8, _common.tf32_tma_type,
+           TILE_WIDTHS, cupy.cuda.runtime.getDevice())
+    plan = _row_plans.get(key)
+    if plan is None:
+        plan = _row_plans[key] = _wgrad_nchw_plan(g, dw)
+        if len(_row_plans) > _PLAN_CACHE_SIZE:
+            _row_plans.pop(next(iter(_row_plans)))
+    expression, bn, mi, grid, splits, recipe_dy, recipe_x, shape = plan
+    out = dw if splits == 1 else workspace(4 * splits * dw.size)
+    _kernel(expression, bn, False, mi)(grid, (THREADS,), (recipe_dy.at(dy.data.ptr), recipe_x.at(x.data.ptr), shape,
+                                                          np.float32(alpha), np.float32(beta), out),
+                                       shared_mem=smem_bytes(bn, False, mi))
+    if splits > 1:
+        reduce_kernel()((grid_stride_blocks(dw.size),), (256,),
+                        (out, np.int32(splits), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
+    return True
+
+
+def _wgrad_nchw_plan(g, dw):
+    """The launch of one channels-first TF32 weight-gradient problem, all but the arrays' addresses."""
+    N, C, H, W, K, R, S, P, Q = (g[k] for k in ("N", "C", "H", "W", "K", "R", "S", "P", "Q"))
+    size, bk = 4, ROW_BYTES // 4                  # 32 pixels of fp32 per k step
+    bq = min(_pow2_at_least(Q), bk)
+    bp = bk // bq
+    k_total = N * math.ceil(P / bp) * math.ceil(Q / bq)
+    bn = next((w for w in sorted(TILE_WIDTHS) if C <= w), max(TILE_WIDTHS))
+    mi = 2 if K >= 2 * BM and bn <= 128 else 1
+    tiles = math.ceil(K / (BM * mi)) * R * S * math.ceil(C / bn)
+    splits = split_count(tiles, k_total, sm_count())
+    splits = math.ceil(k_total / math.ceil(k_total / splits))
+    dtype = tma_data_type("float32")
+    recipe_dy = tma.MapRecipe(dtype, (Q, P, K, N), (Q * size, P * Q * size, K * P * Q * size), (bq, bp, BM * mi, 1))
+    recipe_x = tma.MapRecipe(dtype, (W, H, C, N), (W * size, H * W * size, C * H * W * size), (bq, bp, bn, 1))
+    vec_c = int(R * S == 1 and splits == 1 and C % 2 == 0 and dw.data.ptr % 8 == 0)   # pairs only where contiguous
+    shape = _shape(N=N, H=H, W=W, C=C, K=K, R=R, S=S, P=P, Q=Q, off_h=-g["ph"], off_w=-g["pw"], sh=1, sw=1,
+                   tap_h=g["dh"], tap_w=g["dw"], BNI=1, BP=bp, BQ=bq, splits=splits, vec_c=vec_c)
+    name = "convolution_backward_filter_wgmma_nchw"
+    return (f"{name}<{bn}, {mi}>", bn, mi, (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape)
 
 
 def _declined(op: str, why: str) -> bool:
