@@ -32,10 +32,14 @@
 //          (128 bytes of fp32), a BP x BQ rectangle of one image (BQ = 32, 16, 8 or 4 columns, BP = 32 / BQ
 //          rows): A = dy's box (BQ, BP, 128 * MI channels k, 1 image), B = x's box (BQ, BP, BN channels c,
 //          1 image) at the tap's offset. Outside the image TMA reads zeros: the padding, and the part of the
-//          rectangle past the image's edge (where dy is zero too, so those products vanish). A tile is
-//          128 * MI output channels x BN input channels of one tap; its column c lands on dw[k, c0 + c, r, s],
-//          R*S elements from the next (ldc_col). No transposes: the launcher hands over the layer's
-//          channels-first x and dy as they are.
+//          rectangle past the image's edge (where dy is zero too, so those products vanish). A box's start in
+//          its innermost dimension must lie on a 16-byte boundary, so the column offset s*dw - pw of a tap
+//          cannot be a box coordinate: the launcher first copies x once per filter column, shifted
+//          (convolution_wgmma_shift_columns: xs[s][.., q] = x[.., q + s*dw - pw], zeros outside x, Q columns), and
+//          the box of tap (r, s) is read from copy s at row offset r*dh - ph. A tile is 128 * MI output
+//          channels x BN input channels of one tap; its column c lands on dw[k, c0 + c, r, s], R*S elements
+//          from the next (ldc_col). No transposes: the launcher hands over the layer's channels-first x and
+//          dy as they are.
 //
 // The output tile: row mm of a fprop / dgrad tile is pixel (n0 + mm / (BP*BQ), p0 + mm / BQ % BP,
 // q0 + mm % BQ); rows outside the image are computed from the padding and not stored. Epilogue (cuDNN's
@@ -196,7 +200,7 @@ struct ConvWgradNchwProblem {
         int split, m0, rs, c0, n0, kt0, kt1, cols;   // n0 = c0 (the epilogue's first column, for a bias: none)
     };
     const TensorMap* map_dy;   // 4-D (Q, P, K, N), boxes (BQ, BP, 128 * MI, 1): A, K-major
-    const TensorMap* map_x;    // 4-D (W, H, C, N), boxes (BQ, BP, BN, 1): B, K-major
+    const TensorMap* map_x;    // 4-D (Q, H, C, S * N): x's shifted copies, boxes (BQ, BP, BN, 1): B, K-major
     ConvShape g;               // N, H, W, C of x; K; R, S; P, Q of dy; off_h = -ph, tap_h = dh, ...; BP, BQ
     int tiles_m, tiles_n, c_blocks, pix_q, pix_p, per_split, k_total;
     float alpha, beta;
@@ -226,7 +230,7 @@ struct ConvWgradNchwProblem {
         const int q0 = qi * g.BQ, p0 = pi * g.BP;
         const int r = tl.rs / g.S, s = tl.rs - r * g.S;
         tma_load(a_dst, map_dy, bar, q0, p0, tl.m0, n);
-        tma_load(b_dst, map_x, bar, q0 + g.off_w + s * g.tap_w, p0 + g.off_h + r * g.tap_h, tl.c0, n);
+        tma_load(b_dst, map_x, bar, q0, p0 + g.off_h + r * g.tap_h, tl.c0, s * g.N + n);
     }
     __device__ void* row(const Tile& tl, int mm) const
     {
@@ -305,6 +309,22 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.map_out = nullptr;
     if (SPLIT) p.vec_c = 1;
     wgmma_run<KIND, BN, true, false, OUT_KIND, false, MI>(p);
+}
+
+// The B operand of the channels-first TF32 wgrad: xs[s, row, q] = x[row, q + s * step + first] (0 outside x's row),
+// for rows = N*C*H rows, q < Q (dy's columns: the pixels x meets) and s < S (step = dw, first = -pw). One thread per
+// element of xs, grid-stride.
+extern "C" __global__ void convolution_wgmma_shift_columns(const float* __restrict__ x, float* __restrict__ xs,
+                                                           long long rows, int W, int Q, int S, int step, int first)
+{
+    const long long per_copy = rows * Q, total = per_copy * S;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int s = (int)(i / per_copy);
+        const long long e = i - s * per_copy, row = e / Q;
+        const int src = (int)(e - row * Q) + s * step + first;
+        xs[i] = src >= 0 && src < W ? x[row * W + src] : 0.0f;
+    }
 }
 
 // wgrad, TF32, channels-first: dy (N, K, P, Q), x (N, C, H, W) -> dw (K, C, R, S) (splits == 1), or fp32 partial

@@ -52,7 +52,7 @@ def _wgmma_takes(direction, kind, problem, layout="NHWC"):
     if direction == "forward" and channels < 32:   # mostly zeros in a 128-byte k step: mma.sync runs it
         return False
     if direction == "backward_filter" and kind == "tf32":   # only channels-first, stride 1, rows of 4k pixels
-        return layout == "NCHW" and stride == 1 and problem[3][-1] % 4 == 0 and _out_width(problem) % 4 == 0
+        return layout == "NCHW" and stride == 1 and _out_width(problem) % 4 == 0
     return True
 
 
@@ -200,8 +200,8 @@ def test_wgmma_convolution_tile_shapes(mi, bn, direction, monkeypatch):
 
 # (name, N, C, spatial in, K, kernel, padding, stride, dilation): the TF32 weight gradient read from channels-first
 # arrays, k steps of 32 pixels as BP x BQ rectangles: every rectangle width (32, 16, 8, 4; 12 and 20 and 40 leave
-# part of a rectangle past the image's edge), K and C not multiples of the tiles, 1x1, 5x3 dilated, 1-D, split-K
-# and not, one image and many.
+# part of a rectangle past the image's edge), K and C not multiples of the tiles, 1x1 (x read as it is: no shifted
+# copies), 5x3 dilated, 1-D, padding wider than the filter's reach, split-K and not, one image and many.
 NCHW_WGRAD = [
     ("w32_c64_k128", 4, 64, (32, 32), 128, (3, 3), 1, 1, 1),
     ("w16_c128_k256_mi2", 6, 128, (16, 16), 256, (3, 3), 1, 1, 1),
@@ -212,6 +212,7 @@ NCHW_WGRAD = [
     ("w40_1x1", 2, 96, (5, 40), 64, (1, 1), 0, 1, 1),
     ("1d_w64", 3, 32, (64,), 40, (3,), 1, 1, 1),
     ("one_image_c3", 1, 3, (28, 28), 32, (5, 5), 2, 1, 1),
+    ("q_wider_than_w", 2, 16, (6, 10), 24, (3, 3), 2, 1, 1),         # Q = 12 > W = 10: x's copies are Q wide
 ]
 
 

@@ -32,6 +32,8 @@ HELPER_KERNELS = {
                               "does both inside convolution_forward)",
     "convolution_splitk_reduce": "sums the split-K partial products of a weight gradient",
     "convolution_tc_splitk_reduce_*": "sums the split-K partial products of the tensor-core weight gradient",
+    "convolution_wgmma_shift_columns": "copies x once per filter column, shifted, for the channels-first TF32 wgrad "
+                                       "(TMA boxes start 16-byte aligned): data movement",
     "convolution_winograd_filter_transform": "a stage of winograd (G g G^T); the reference does the three "
                                              "transforms inside _winograd_f2x2_3x3",
     "convolution_winograd_input_transform": "a stage of winograd (B^T d B), see above",

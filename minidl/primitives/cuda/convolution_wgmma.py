@@ -17,7 +17,7 @@ import cupy
 import numpy as np
 
 from .. import _common
-from ._compile import get_template_kernel
+from ._compile import get_kernel, get_template_kernel
 from ._launch import grid_stride_blocks, sm_count
 from . import tma
 from . import gemm_wgmma
@@ -308,8 +308,8 @@ def nchw_filter_gradient_reason(g: dict, dtype: str) -> str | None:
         return "this GPU has no wgmma (compute capability 9.0 only)"
     if (g["sh"], g["sw"]) != (1, 1):
         return "a strided convolution (a k step is a rectangle of 32 adjacent pixels)"
-    if g["W"] % 4 or g["Q"] % 4:
-        return f"W = {g['W']} and Q = {g['Q']} must be multiples of 4 (TMA reads rows of 16-byte multiples)"
+    if g["Q"] % 4 or (g["S"] == 1 and g["pw"] == 0 and g["Q"] == g["W"] and g["W"] % 4):
+        return f"Q = {g['Q']} must be a multiple of 4 (TMA reads rows of 16-byte multiples)"
     return None
 
 
@@ -325,7 +325,14 @@ def convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, workspace, reduc
         plan = _row_plans[key] = _wgrad_nchw_plan(g, dw)
         if len(_row_plans) > _PLAN_CACHE_SIZE:
             _row_plans.pop(next(iter(_row_plans)))
-    expression, bn, mi, grid, splits, recipe_dy, recipe_x, shape = plan
+    expression, bn, mi, grid, splits, recipe_dy, recipe_x, shape, shift = plan
+    if shift is not None:   # x once per filter column, moved by that column's offset (TMA boxes start 16-byte aligned)
+        rows, W, Q, S, step, first = shift
+        xs = cupy.empty(S * rows * Q, dtype=cupy.float32)
+        get_kernel("convolution_wgmma", "convolution_wgmma_shift_columns")(
+            (grid_stride_blocks(xs.size),), (256,),
+            (x, xs, np.int64(rows), np.int32(W), np.int32(Q), np.int32(S), np.int32(step), np.int32(first)))
+        x = xs
     out = dw if splits == 1 else workspace(4 * splits * dw.size)
     _kernel(expression, bn, False, mi)(grid, (THREADS,), (recipe_dy.at(dy.data.ptr), recipe_x.at(x.data.ptr), shape,
                                                           np.float32(alpha), np.float32(beta), out),
@@ -350,12 +357,17 @@ def _wgrad_nchw_plan(g, dw):
     splits = math.ceil(k_total / math.ceil(k_total / splits))
     dtype = tma_data_type("float32")
     recipe_dy = tma.MapRecipe(dtype, (Q, P, K, N), (Q * size, P * Q * size, K * P * Q * size), (bq, bp, BM * mi, 1))
-    recipe_x = tma.MapRecipe(dtype, (W, H, C, N), (W * size, H * W * size, C * H * W * size), (bq, bp, bn, 1))
+    # x's copies, one per filter column, moved by its offset, Q columns wide (x itself where nothing moves)
+    shift = None if S == 1 and g["pw"] == 0 and Q == W else (N * C * H, W, Q, S, g["dw"], -g["pw"])
+    cols = Q if shift else W
+    recipe_x = tma.MapRecipe(dtype, (cols, H, C, N * S), (cols * size, H * cols * size, C * H * cols * size),
+                             (bq, bp, bn, 1))
     vec_c = int(R * S == 1 and splits == 1 and C % 2 == 0 and dw.data.ptr % 8 == 0)   # pairs only where contiguous
     shape = _shape(N=N, H=H, W=W, C=C, K=K, R=R, S=S, P=P, Q=Q, off_h=-g["ph"], off_w=-g["pw"], sh=1, sw=1,
                    tap_h=g["dh"], tap_w=g["dw"], BNI=1, BP=bp, BQ=bq, splits=splits, vec_c=vec_c)
     name = "convolution_backward_filter_wgmma_nchw"
-    return (f"{name}<{bn}, {mi}>", bn, mi, (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape)
+    return (f"{name}<{bn}, {mi}>", bn, mi, (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape,
+            shift)
 
 
 def _declined(op: str, why: str) -> bool:
