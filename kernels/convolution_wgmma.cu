@@ -28,18 +28,19 @@
 //          convolution_tc_splitk_reduce_*: deterministic).
 //   wgrad  (TF32, channels-first) dw[k, c, r, s] = sum over pixels of dy[n, k, p, q] x[n, c, p + r*dh - ph,
 //          q + s*dw - pw] (stride 1). In NCHW memory the pixels are the contiguous dimension of both dy and
-//          x: the reduction is K-major on both sides, the one layout TF32 wgmma reads. A k step is 32 pixels
-//          (128 bytes of fp32), a BP x BQ rectangle of one image (BQ = 32, 16, 8 or 4 columns, BP = 32 / BQ
-//          rows): A = dy's box (BQ, BP, 128 * MI channels k, 1 image), B = x's box (BQ, BP, BN channels c,
-//          1 image) at the tap's offset. Outside the image TMA reads zeros: the padding, and the part of the
-//          rectangle past the image's edge (where dy is zero too, so those products vanish). A box's start in
-//          its innermost dimension must lie on a 16-byte boundary, so the column offset s*dw - pw of a tap
-//          cannot be a box coordinate: the launcher first copies x once per filter column, shifted
-//          (convolution_wgmma_shift_columns: xs[s][.., q] = x[.., q + s*dw - pw], zeros outside x, Q columns), and
-//          the box of tap (r, s) is read from copy s at row offset r*dh - ph. A tile is 128 * MI output
+//          x: the reduction is K-major on both sides, the one layout TF32 wgmma reads. A k step is 32
+//          consecutive pixels of one image, flat index f = p*Q + q .. f + 31 (128 bytes of fp32: the box's
+//          innermost dimension must fill the 128-byte swizzle row): A = dy's box (32 pixels, 128 * MI channels
+//          k, 1 image) of dy seen as (P*Q, K, N). For B, a box must also *start* on a 16-byte boundary of its
+//          innermost dimension, so a tap's column offset s*dw - pw cannot be a coordinate: the launcher
+//          first copies x once per filter column, moved (convolution_wgmma_shift_columns: xs[s][n, c, h, q] =
+//          x[n, c, h, q + s*dw - pw], zeros outside x, Q columns wide). Pixel (p, q) then meets xs[s] at flat
+//          index f + (r*dh - ph) * Q: the same 32-pixel run moved by whole rows (16-byte aligned when Q is a
+//          multiple of 4), and rows above or below the image fall outside the (H*Q, C, S*N) tensor, where TMA
+//          reads zeros. B = that box (32 pixels, BN channels c, 1 image of copy s). A tile is 128 * MI output
 //          channels x BN input channels of one tap; its column c lands on dw[k, c0 + c, r, s], R*S elements
-//          from the next (ldc_col). No transposes: the launcher hands over the layer's channels-first x and
-//          dy as they are.
+//          from the next (ldc_col). No transposes: the launcher hands over the layer's channels-first x and dy
+//          as they are.
 //
 // The output tile: row mm of a fprop / dgrad tile is pixel (n0 + mm / (BP*BQ), p0 + mm / BQ % BP,
 // q0 + mm % BQ); rows outside the image are computed from the padding and not stored. Epilogue (cuDNN's
@@ -199,10 +200,10 @@ struct ConvWgradNchwProblem {
     struct Tile {
         int split, m0, rs, c0, n0, kt0, kt1, cols;   // n0 = c0 (the epilogue's first column, for a bias: none)
     };
-    const TensorMap* map_dy;   // 4-D (Q, P, K, N), boxes (BQ, BP, 128 * MI, 1): A, K-major
-    const TensorMap* map_x;    // 4-D (Q, H, C, S * N): x's shifted copies, boxes (BQ, BP, BN, 1): B, K-major
-    ConvShape g;               // N, H, W, C of x; K; R, S; P, Q of dy; off_h = -ph, tap_h = dh, ...; BP, BQ
-    int tiles_m, tiles_n, c_blocks, pix_q, pix_p, per_split, k_total;
+    const TensorMap* map_dy;   // 3-D (P*Q, K, N), boxes (32, 128 * MI, 1): A, K-major
+    const TensorMap* map_x;    // 3-D (H*Q, C, S*N): x's shifted copies, boxes (32, BN, 1): B, K-major
+    ConvShape g;               // N, H, W, C of x; K; R, S; P, Q of dy; off_h = -ph, tap_h = dh
+    int tiles_m, tiles_n, c_blocks, runs, per_split, k_total;   // runs: k steps (32-pixel runs) per image
     float alpha, beta;
     float* out;                // dw (K, C, R, S), or fp32 partial sums [split][K][C*R*S]
     const TensorMap* map_out;  // (register stores only)
@@ -226,11 +227,10 @@ struct ConvWgradNchwProblem {
     }
     __device__ void load(const Tile& tl, int kt, unsigned a_dst, unsigned b_dst, unsigned bar) const
     {
-        const int qi = kt % pix_q, pi = kt / pix_q % pix_p, n = kt / (pix_q * pix_p);
-        const int q0 = qi * g.BQ, p0 = pi * g.BP;
+        const int n = kt / runs, f = (kt - n * runs) * Cfg::BK;
         const int r = tl.rs / g.S, s = tl.rs - r * g.S;
-        tma_load(a_dst, map_dy, bar, q0, p0, tl.m0, n);
-        tma_load(b_dst, map_x, bar, q0, p0 + g.off_h + r * g.tap_h, tl.c0, s * g.N + n);
+        tma_load(a_dst, map_dy, bar, f, tl.m0, n);
+        tma_load(b_dst, map_x, bar, f + (g.off_h + r * g.tap_h) * g.Q, tl.c0, s * g.N + n);
     }
     __device__ void* row(const Tile& tl, int mm) const
     {
@@ -343,9 +343,8 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.tiles_m = (g.K + BM * MI - 1) / (BM * MI);
     p.c_blocks = (g.C + BN - 1) / BN;
     p.tiles_n = g.R * g.S * p.c_blocks;
-    p.pix_q = (g.Q + g.BQ - 1) / g.BQ;
-    p.pix_p = (g.P + g.BP - 1) / g.BP;
-    p.k_total = p.pix_q * p.pix_p * g.N;
+    p.runs = (g.P * g.Q + 31) / 32;
+    p.k_total = p.runs * g.N;
     p.per_split = (p.k_total + g.splits - 1) / g.splits;
     const bool split = g.splits > 1;
     set_epilogue(p, split ? 1.0f : alpha, split ? 0.0f : beta, out, nullptr, g);

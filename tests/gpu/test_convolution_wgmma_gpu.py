@@ -199,9 +199,9 @@ def test_wgmma_convolution_tile_shapes(mi, bn, direction, monkeypatch):
 
 
 # (name, N, C, spatial in, K, kernel, padding, stride, dilation): the TF32 weight gradient read from channels-first
-# arrays, k steps of 32 pixels as BP x BQ rectangles: every rectangle width (32, 16, 8, 4; 12 and 20 and 40 leave
-# part of a rectangle past the image's edge), K and C not multiples of the tiles, 1x1 (x read as it is: no shifted
-# copies), 5x3 dilated, 1-D, padding wider than the filter's reach, split-K and not, one image and many.
+# arrays, k steps of 32 consecutive pixels: runs that span 1, 2, 4, 8 rows, images of fewer pixels than a run (4x4),
+# runs past an image's last pixel, K and C not multiples of the tiles, 1x1 (x read as it is: no shifted copies), 5x3
+# dilated, 1-D, padding wider than the filter's reach, split-K and not, one image and many.
 NCHW_WGRAD = [
     ("w32_c64_k128", 4, 64, (32, 32), 128, (3, 3), 1, 1, 1),
     ("w16_c128_k256_mi2", 6, 128, (16, 16), 256, (3, 3), 1, 1, 1),

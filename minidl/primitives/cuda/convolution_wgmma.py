@@ -308,8 +308,8 @@ def nchw_filter_gradient_reason(g: dict, dtype: str) -> str | None:
         return "this GPU has no wgmma (compute capability 9.0 only)"
     if (g["sh"], g["sw"]) != (1, 1):
         return "a strided convolution (a k step is a rectangle of 32 adjacent pixels)"
-    if g["Q"] % 4 or (g["S"] == 1 and g["pw"] == 0 and g["Q"] == g["W"] and g["W"] % 4):
-        return f"Q = {g['Q']} must be a multiple of 4 (TMA reads rows of 16-byte multiples)"
+    if g["Q"] % 4:
+        return f"Q = {g['Q']} must be a multiple of 4 (a filter row's offset in x moves a run of pixels by Q)"
     return None
 
 
@@ -344,27 +344,24 @@ def convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, workspace, reduc
 
 
 def _wgrad_nchw_plan(g, dw):
-    """The launch of one channels-first TF32 weight-gradient problem, all but the arrays' addresses."""
+    """The launch of one channels-first TF32 weight-gradient problem, all but the arrays' addresses: k steps of 32
+    consecutive pixels (kernels/convolution_wgmma.cu, ConvWgradNchwProblem)."""
     N, C, H, W, K, R, S, P, Q = (g[k] for k in ("N", "C", "H", "W", "K", "R", "S", "P", "Q"))
-    size, bk = 4, ROW_BYTES // 4                  # 32 pixels of fp32 per k step
-    bq = min(_pow2_at_least(Q), bk)
-    bp = bk // bq
-    k_total = N * math.ceil(P / bp) * math.ceil(Q / bq)
+    size, run = 4, ROW_BYTES // 4
+    k_total = N * math.ceil(P * Q / run)
     bn = next((w for w in sorted(TILE_WIDTHS) if C <= w), max(TILE_WIDTHS))
     mi = 2 if K >= 2 * BM and bn <= 128 else 1
     tiles = math.ceil(K / (BM * mi)) * R * S * math.ceil(C / bn)
     splits = split_count(tiles, k_total, sm_count())
     splits = math.ceil(k_total / math.ceil(k_total / splits))
     dtype = tma_data_type("float32")
-    recipe_dy = tma.MapRecipe(dtype, (Q, P, K, N), (Q * size, P * Q * size, K * P * Q * size), (bq, bp, BM * mi, 1))
+    recipe_dy = tma.MapRecipe(dtype, (P * Q, K, N), (P * Q * size, K * P * Q * size), (run, BM * mi, 1))
     # x's copies, one per filter column, moved by its offset, Q columns wide (x itself where nothing moves)
     shift = None if S == 1 and g["pw"] == 0 and Q == W else (N * C * H, W, Q, S, g["dw"], -g["pw"])
-    cols = Q if shift else W
-    recipe_x = tma.MapRecipe(dtype, (cols, H, C, N * S), (cols * size, H * cols * size, C * H * cols * size),
-                             (bq, bp, bn, 1))
+    recipe_x = tma.MapRecipe(dtype, (H * Q, C, N * S), (H * Q * size, C * H * Q * size), (run, bn, 1))
     vec_c = int(R * S == 1 and splits == 1 and C % 2 == 0 and dw.data.ptr % 8 == 0)   # pairs only where contiguous
     shape = _shape(N=N, H=H, W=W, C=C, K=K, R=R, S=S, P=P, Q=Q, off_h=-g["ph"], off_w=-g["pw"], sh=1, sw=1,
-                   tap_h=g["dh"], tap_w=g["dw"], BNI=1, BP=bp, BQ=bq, splits=splits, vec_c=vec_c)
+                   tap_h=g["dh"], tap_w=g["dw"], splits=splits, vec_c=vec_c)
     name = "convolution_backward_filter_wgmma_nchw"
     return (f"{name}<{bn}, {mi}>", bn, mi, (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape,
             shift)
