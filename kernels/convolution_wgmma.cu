@@ -312,18 +312,29 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
 }
 
 // The B operand of the channels-first TF32 wgrad: xs[s, row, q] = x[row, q + s * step + first] (0 outside x's row),
-// for rows = N*C*H rows, q < Q (dy's columns: the pixels x meets) and s < S (step = dw, first = -pw). One thread per
-// element of xs, grid-stride.
+// for rows = N*C*H rows, q < Q (dy's columns: the pixels x meets; a multiple of 4) and s < S (step = dw, first =
+// -pw). A thread takes 4 adjacent columns of one row and writes them to every copy as one 16-byte store (its loads
+// are one column off from alignment and come from L1), grid-stride over rows * Q / 4.
 extern "C" __global__ void convolution_wgmma_shift_columns(const float* __restrict__ x, float* __restrict__ xs,
                                                            long long rows, int W, int Q, int S, int step, int first)
 {
-    const long long per_copy = rows * Q, total = per_copy * S;
+    const int quads = Q / 4;
+    const long long total = rows * quads;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
-        const int s = (int)(i / per_copy);
-        const long long e = i - s * per_copy, row = e / Q;
-        const int src = (int)(e - row * Q) + s * step + first;
-        xs[i] = src >= 0 && src < W ? x[row * W + src] : 0.0f;
+        const long long row = i / quads;
+        const int q = (int)(i - row * quads) * 4;
+        const float* src = x + row * W;
+        float4* dst = reinterpret_cast<float4*>(xs + row * Q + q);
+        for (int s = 0, off = first; s < S; ++s, off += step) {
+            float v[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int w = q + j + off;
+                v[j] = w >= 0 && w < W ? __ldg(src + w) : 0.0f;
+            }
+            dst[(long long)s * rows * quads] = make_float4(v[0], v[1], v[2], v[3]);
+        }
     }
 }
 

@@ -254,7 +254,8 @@ def test_a_training_conv_on_tensor_cores_transposes_once_per_direction(monkeypat
     without, n_plain, _ = run(False)
     for a, b in zip(with_twin, without):
         assert a.dtype == b.dtype and (a.view(np.uint8) == b.view(np.uint8)).all()
-    assert 0 < n_twin < n_plain, (n_twin, n_plain)
+    # (TF32 on Hopper: both plans take dw from the channels-first arrays; without dx the twin saves nothing)
+    assert 0 < n_twin <= n_plain and (n_twin < n_plain or (dtype == "float32" and not x_grad)), (n_twin, n_plain)
     assert plan.nhwc_twin and plan.nhwc_twin.layout == "NHWC"
 
 
@@ -298,7 +299,7 @@ def test_a_tf32_training_conv_takes_its_weight_gradient_from_the_channels_first_
         if x_grad:
             pairs.append((xc.grad, x64.grad))
         for got, want in pairs:
-            assert rel_err(cupy.asnumpy(got._data), want.numpy()) <= 5e-3
+            assert rel_err(cupy.asnumpy(got._data), want.detach().numpy()) <= 5e-3
 
 
 # ----------------------------------------------------------------------------------------------

@@ -330,7 +330,7 @@ def convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, workspace, reduc
         rows, W, Q, S, step, first = shift
         xs = cupy.empty(S * rows * Q, dtype=cupy.float32)
         get_kernel("convolution_wgmma", "convolution_wgmma_shift_columns")(
-            (grid_stride_blocks(xs.size),), (256,),
+            (grid_stride_blocks(rows * Q // 4),), (256,),
             (x, xs, np.int64(rows), np.int32(W), np.int32(Q), np.int32(S), np.int32(step), np.int32(first)))
         x = xs
     out = dw if splits == 1 else workspace(4 * splits * dw.size)
