@@ -236,22 +236,8 @@ class profile:
         gpu = _on_gpu(args, kwargs)
         ev = FunctionEvent(name, _shapes(args, kwargs) if self.record_shapes else [], device="cuda" if gpu else "cpu",
                            step=self._step, kind=kind)
-        timed_gpu = gpu and self._gpu_origin is not None
-        if timed_gpu:
-            cupy = _device.require_cuda("profiler")
-            ev._start_event, ev._end_event = cupy.cuda.Event(), cupy.cuda.Event()
-        before = self._launches
-        ev.host_start_ns = time.perf_counter_ns() - self._t0
-        if timed_gpu:
-            ev._start_event.record()
-        try:
+        with _timed(self, ev, gpu and self._gpu_origin is not None):
             return fn(*args, **kwargs)
-        finally:
-            if timed_gpu:
-                ev._end_event.record()
-            ev.host_end_ns = time.perf_counter_ns() - self._t0
-            ev.launches = self._launches - before
-            self.events.append(ev)
 
     def _resolve_gpu_times(self):
         if self._gpu_origin is None:
@@ -408,12 +394,21 @@ def record_function(name: str):
 def _user_range(prof, name):
     gpu = prof._gpu_origin is not None
     ev = FunctionEvent(name, device="cuda" if gpu else "cpu", step=prof._step, kind="user")
+    with _timed(prof, ev, gpu):
+        yield
+
+
+@contextlib.contextmanager
+def _timed(prof, ev, gpu):
+    """Time the block into `ev`: the host clock, CUDA events around it when `gpu`, and the kernel launches it made;
+    then `ev` joins prof.events (a primitive's call and a user range alike)."""
     if gpu:
         cupy = _device.require_cuda("profiler")
         ev._start_event, ev._end_event = cupy.cuda.Event(), cupy.cuda.Event()
-        ev._start_event.record()
     before = prof._launches
     ev.host_start_ns = time.perf_counter_ns() - prof._t0
+    if gpu:
+        ev._start_event.record()
     try:
         yield
     finally:

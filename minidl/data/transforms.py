@@ -42,6 +42,18 @@ def _check_nchw(name: str, x):
         raise ValueError(f"{name}: expects a batch of shape (N, C, H, W), got shape {tuple(x.shape)}")
 
 
+def _nchw_batch(batch, name: str, refuse_grad: bool = True):
+    """(array, rewrap) of an (N, C, H, W) batch (_unwrap; refuse_grad: a batch that requires grad is refused)."""
+    x, rewrap = _unwrap(batch, name if refuse_grad else None)
+    _check_nchw(name, x)
+    return x, rewrap
+
+
+def _rng_of(generator, name: str):
+    """The random stream of a transform given a generator (None: a fresh stream per call, minidl's global seed)."""
+    return None if generator is None else make_rng(generator, name)
+
+
 def _to_device_like(values: np.ndarray, like):
     """Move a small host array of random choices to the device of `like`."""
     xp = get_array_module(like)
@@ -76,8 +88,7 @@ class ToFloat:
         self.channels_last_input = bool(channels_last_input)
 
     def __call__(self, batch):
-        x, rewrap = _unwrap(batch)
-        _check_nchw("ToFloat", x)
+        x, rewrap = _nchw_batch(batch, "ToFloat", refuse_grad=False)
         if self.channels_last_input:
             x = x.transpose(0, 3, 1, 2)
         xp = get_array_module(x)
@@ -101,8 +112,7 @@ class Normalize:
             raise ValueError(f"Normalize: std must be positive, got {self.std.tolist()}")
 
     def __call__(self, batch):
-        x, rewrap = _unwrap(batch)
-        _check_nchw("Normalize", x)
+        x, rewrap = _nchw_batch(batch, "Normalize", refuse_grad=False)
         if x.dtype not in (np.float32, np.float64):
             raise TypeError(f"Normalize: expects a float32 or float64 batch, got {x.dtype}; "
                             "convert integer pixels first (ToFloat)")
@@ -139,12 +149,10 @@ class RandomCrop:
             raise ValueError(f"RandomCrop: padding_mode must be 'constant' or 'reflect', got {padding_mode!r}")
         self.padding_mode = padding_mode
         self.fill = fill
-        self.generator = generator
-        self._rng = None if generator is None else make_rng(generator, "RandomCrop")
+        self.generator, self._rng = generator, _rng_of(generator, "RandomCrop")
 
     def __call__(self, batch):
-        x, rewrap = _unwrap(batch, "RandomCrop")
-        _check_nchw("RandomCrop", x)
+        x, rewrap = _nchw_batch(batch, "RandomCrop")
         n, c, h, w = x.shape
         ph, pw = self.padding
         out_h, out_w = self.size
@@ -180,12 +188,10 @@ class RandomHorizontalFlip:
         if not 0.0 <= float(p) <= 1.0:
             raise ValueError(f"RandomHorizontalFlip: p must lie in [0, 1], got {p!r}")
         self.p = float(p)
-        self.generator = generator
-        self._rng = None if generator is None else make_rng(generator, "RandomHorizontalFlip")
+        self.generator, self._rng = generator, _rng_of(generator, "RandomHorizontalFlip")
 
     def __call__(self, batch):
-        x, rewrap = _unwrap(batch)
-        _check_nchw("RandomHorizontalFlip", x)
+        x, rewrap = _nchw_batch(batch, "RandomHorizontalFlip", refuse_grad=False)
         xp = get_array_module(x)
         rng = self._rng if self._rng is not None else make_rng(None)
         flip = _to_device_like(rng.random(x.shape[0]) < self.p, x)
@@ -220,12 +226,10 @@ class Cutout:
             raise ValueError(f"Cutout: fill must be a real number, got {fill!r}")
         self.fill = fill
         self.p = float(p)
-        self.generator = generator
-        self._rng = None if generator is None else make_rng(generator, "Cutout")
+        self.generator, self._rng = generator, _rng_of(generator, "Cutout")
 
     def __call__(self, batch):
-        x, rewrap = _unwrap(batch, "Cutout")
-        _check_nchw("Cutout", x)
+        x, rewrap = _nchw_batch(batch, "Cutout")
         n, _, h, w = x.shape
         size_h, size_w = self.size
         xp = get_array_module(x)

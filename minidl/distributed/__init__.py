@@ -317,12 +317,7 @@ def _check_same(op, what, tensors, like):
 
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     """tensor_list[r] becomes rank r's tensor, on every rank. len(tensor_list) must be the world size."""
-    _check_group("all_gather", group)
-    world = _require("all_gather")
-    if len(tensor_list) != world.size:
-        raise ValueError(f"all_gather: tensor_list has {len(tensor_list)} tensors, expected world_size={world.size}")
-    _check_same("all_gather", "tensor_list", tensor_list, tensor)
-    backend = _backend_for("all_gather", tensor, *tensor_list)
+    world, backend = _one_per_rank("all_gather", group, "tensor_list", tensor_list, tensor)
     xp = _device.get_array_module(tensor._data)
     out = xp.empty((world.size,) + tuple(tensor.shape), dtype=tensor._data.dtype)
     work = backend.all_gather(out, xp.ascontiguousarray(tensor._data))
@@ -336,26 +331,15 @@ def all_gather(tensor_list, tensor, group=None, async_op=False):
 
 def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
     """output_tensor (world_size * n elements, the ranks' inputs one after another) from every rank's input."""
-    _check_group("all_gather_into_tensor", group)
-    world = _require("all_gather_into_tensor")
-    if output_tensor.numel() != world.size * input_tensor.numel() or output_tensor.dtype != input_tensor.dtype:
-        raise ValueError(f"all_gather_into_tensor: output {output_tensor.dtype} {tuple(output_tensor.shape)} must hold "
-                         f"world_size={world.size} copies of the input {input_tensor.dtype} {tuple(input_tensor.shape)}")
+    _check_blocks("all_gather_into_tensor", group, output_tensor, "output", input_tensor, "copies of the input")
     backend = _backend_for("all_gather_into_tensor", output_tensor, input_tensor)
-    xp = _device.get_array_module(input_tensor._data)
     buf = _InPlace(output_tensor)
-    return _run(backend.all_gather(buf.array.reshape(-1), xp.ascontiguousarray(input_tensor._data).reshape(-1)),
-                buf.finish, async_op)
+    return _run(backend.all_gather(buf.array.reshape(-1), _flat(input_tensor)), buf.finish, async_op)
 
 
 def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=False):
     """output on rank r becomes the reduction over ranks of input_list[r]."""
-    _check_group("reduce_scatter", group)
-    world = _require("reduce_scatter")
-    if len(input_list) != world.size:
-        raise ValueError(f"reduce_scatter: input_list has {len(input_list)} tensors, expected world_size={world.size}")
-    _check_same("reduce_scatter", "input_list", input_list, output)
-    backend = _backend_for("reduce_scatter", output, *input_list)
+    _, backend = _one_per_rank("reduce_scatter", group, "input_list", input_list, output)
     xp = _device.get_array_module(output._data)
     send = xp.stack([xp.ascontiguousarray(t._data) for t in input_list])
     buf = _InPlace(output)
@@ -365,16 +349,36 @@ def reduce_scatter(output, input_list, op=ReduceOp.SUM, group=None, async_op=Fal
 
 def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
     """output (n elements) on rank r becomes the reduction over ranks of input's r-th block of n."""
-    _check_group("reduce_scatter_tensor", group)
-    world = _require("reduce_scatter_tensor")
-    if input.numel() != world.size * output.numel() or output.dtype != input.dtype:
-        raise ValueError(f"reduce_scatter_tensor: input {input.dtype} {tuple(input.shape)} must hold world_size={world.size} "
-                         f"blocks of the output {output.dtype} {tuple(output.shape)}")
+    _check_blocks("reduce_scatter_tensor", group, input, "input", output, "blocks of the output")
     backend = _backend_for("reduce_scatter_tensor", output, input)
-    xp = _device.get_array_module(input._data)
     buf = _InPlace(output)
-    return _run(backend.reduce_scatter(buf.array.reshape(-1), xp.ascontiguousarray(input._data).reshape(-1),
-                                       _op_name(op, "reduce_scatter_tensor")), buf.finish, async_op)
+    return _run(backend.reduce_scatter(buf.array.reshape(-1), _flat(input), _op_name(op, "reduce_scatter_tensor")),
+                buf.finish, async_op)
+
+
+def _one_per_rank(op, group, name, tensors, tensor):
+    """(world, backend) of a collective over a list of one tensor per rank (`tensors`, the argument `name`) beside
+    `tensor`, after the checks: the default group, a joined world, as many tensors as ranks, all like `tensor`."""
+    _check_group(op, group)
+    world = _require(op)
+    if len(tensors) != world.size:
+        raise ValueError(f"{op}: {name} has {len(tensors)} tensors, expected world_size={world.size}")
+    _check_same(op, name, tensors, tensor)
+    return world, _backend_for(op, tensor, *tensors)
+
+
+def _check_blocks(op, group, whole, whole_name, part, part_words):
+    """The checks of a collective whose `whole` tensor holds world_size blocks the size of `part` (one per rank)."""
+    _check_group(op, group)
+    world = _require(op)
+    if whole.numel() != world.size * part.numel() or whole.dtype != part.dtype:
+        raise ValueError(f"{op}: {whole_name} {whole.dtype} {tuple(whole.shape)} must hold world_size={world.size} "
+                         f"{part_words} {part.dtype} {tuple(part.shape)}")
+
+
+def _flat(t):
+    """A tensor's values as one contiguous 1-D array (a collective's send buffer)."""
+    return _device.get_array_module(t._data).ascontiguousarray(t._data).reshape(-1)
 
 
 def barrier(group=None, async_op=False, device_ids=None):

@@ -285,9 +285,8 @@ def _tap_table(g, handle, channels, nbytes):
     """Write the int4 (channel, t*dil, r*dil, s*dil) table of implicit_precomp_gemm into the workspace."""
     count = channels * g.TRS
     table = handle.workspace(nbytes)[: 4 * count].view(cupy.int32)
-    kernel = get_kernel("convolution", "convolution_tap_table")
-    kernel((math.ceil(count / 256),), (256,),
-           (table, np.int32(count), np.int32(channels), _flag(g.channels_last), *g.args()))
+    get_kernel("convolution", "convolution_tap_table")(
+        (math.ceil(count / 256),), (256,), (table, np.int32(count), np.int32(channels), _flag(g.channels_last), *g.args()))
     return table
 
 
@@ -452,13 +451,22 @@ def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
     """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU (BACKWARD_DATA names the launchers)."""
     if algo in OWN_MODULE:
         return OWN_MODULE[algo].convolution_backward_data(w, dy, problem, alpha, beta, out)
-    run = _algorithm("convolution_backward_data", BACKWARD_DATA, algo)
+    return _backward("convolution_backward_data", BACKWARD_DATA, algo, w, dy, problem, problem.x_shape, alpha, beta,
+                     out)
+
+
+def _backward(op, table, algo, a, b, problem, shape, alpha, beta, out):
+    """What both backward directions do around the algorithm's launcher: the result of `shape` (written into
+    `out` when that is safe), alpha * the gradient + beta * out; with no output positions the gradient is zero."""
+    run = _algorithm(op, table, algo)
     g = _geometry(problem)
-    w, dy = _input(w), _input(dy)
-    dx, original = kernel_output("convolution_backward_data", out, problem.x_shape, beta, w, dy)
-    if dx.size:
-        run(w, dy, dx, g, get_handle(), problem, alpha, beta)
-    return finish(dx, original)
+    a, b = _input(a), _input(b)
+    result, original = kernel_output(op, out, shape, beta, a, b)
+    if result.size and g.N * g.OPQ:
+        run(a, b, result, g, get_handle(), problem, alpha, beta)
+    elif result.size:
+        _scale_only(result, alpha, beta)
+    return finish(result, original)
 
 
 def convolution_backward_data_direct(w, dy, dx, g, handle, problem, alpha, beta):
@@ -536,27 +544,16 @@ def convolution_backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, 
 
 
 def reads_channels_first(direction: str, algo: str, problem) -> bool:
-    """True when `algo` runs `direction` of a channels-first problem on its NCHW arrays with no transposes into
-    NHWC (only implicit_gemm_tc transposes: its TF32 weight gradient on wgmma does not)."""
+    """True when `algo` runs `direction` of a channels-first problem with no transposes into NHWC (convolution_tc's)."""
     return algo == "implicit_gemm_tc" and _tc.reads_channels_first(direction, problem)
 
 
 def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
-    """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w, in its layout; BACKWARD_FILTER names
-    the launchers)."""
+    """dw = alpha * dL/dw + beta * out, on the GPU (shaped like w; BACKWARD_FILTER names the launchers)."""
     if algo in OWN_MODULE:
         return OWN_MODULE[algo].convolution_backward_filter(x, dy, problem, alpha, beta, out)
-    run = _algorithm("convolution_backward_filter", BACKWARD_FILTER, algo)
-    g = _geometry(problem)
-    x, dy = _input(x), _input(dy)
-    dw, original = kernel_output("convolution_backward_filter", out, problem.w_shape, beta, x, dy)
-    if dw.size == 0:
-        return finish(dw, original)
-    if g.N * g.OPQ == 0:   # no output positions: the gradient is zero, dw = beta * dw
-        _scale_only(dw, alpha, beta)
-    else:
-        run(x, dy, dw, g, get_handle(), problem, alpha, beta)
-    return finish(dw, original)
+    return _backward("convolution_backward_filter", BACKWARD_FILTER, algo, x, dy, problem, problem.w_shape, alpha,
+                     beta, out)
 
 
 def convolution_backward_filter_direct(x, dy, dw, g, handle, problem, alpha, beta):
@@ -678,13 +675,10 @@ def convolution_backward_bias(dy, problem, alpha, beta, out):
         raise TypeError(f"convolution_backward_bias: the GPU kernels are float32, got {dy.dtype}")
     dy = _input(dy)
     db, original = kernel_output("convolution_backward_bias", out, (problem.K,), beta, dy)
-    if problem.K == 0:
-        return finish(db, original)
-    spatial = math.prod(problem.out_size)
-    get_kernel("convolution", "convolution_backward_bias")(
-        (problem.K,), (256,),
-        (dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(spatial), np.float32(alpha),
-         np.float32(beta)))
+    if problem.K:
+        get_kernel("convolution", "convolution_backward_bias")((problem.K,), (256,), (
+            dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(math.prod(problem.out_size)), np.float32(alpha),
+            np.float32(beta)))
     return finish(db, original)
 
 

@@ -137,38 +137,41 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
     """y = alpha * (conv(x, w) + bias) + beta * out by FFT."""
     N, C, K = problem.N, problem.C, problem.K
     H, W, R, S, P, Q, ph, pw = _geometry(problem)
-    shape = fft_sizes(problem)
-    X = _spectrum(_channels_first_2d(x, problem.layout), shape, (ph, pw))      # (N, C, Hf, Wf/2+1)
-    Wspec = _spectrum(_channels_first_2d(w, problem.layout), shape)              # (K, C, ...)
+    shape, X, Wspec = _spectra(problem, (x, (ph, pw)), (w, None))               # (N, C, Hf, Wf/2+1), (K, C, ..)
     Y = _products(X, Wspec, N, K, C, C, 1, 1, C, 0, 1)                          # b(l=c, j=k) = W[k, c]
     y = cupy.fft.irfft2(Y, s=shape)[:, :, :P, :Q]
     if bias is not None:
         y = y + bias.reshape(1, K, 1, 1)
-    y = _from_channels_first(y, problem, problem.spatial_dims)
-    return _blend(y, out, alpha, beta)
+    return _result(y, problem, alpha, beta, out)
 
 
 def convolution_backward_data(w, dy, problem, alpha, beta, out):
     """dx = alpha * conv_transpose(dy, w) + beta * out by FFT."""
     N, C, K = problem.N, problem.C, problem.K
     H, W, R, S, P, Q, ph, pw = _geometry(problem)
-    shape = fft_sizes(problem)
-    DY = _spectrum(_channels_first_2d(dy, problem.layout), shape)              # (N, K, ...)
-    Wspec = _spectrum(_channels_first_2d(w, problem.layout), shape)             # (K, C, ...)
+    shape, DY, Wspec = _spectra(problem, (dy, None), (w, None))                 # (N, K, ...), (K, C, ...)
     DX = _products(DY, Wspec, N, C, K, K, 1, C, 1, 0, 0)
     dx = cupy.fft.irfft2(DX, s=shape)[:, :, ph:ph + H, pw:pw + W]
-    dx = _from_channels_first(dx, problem, problem.spatial_dims)
-    return _blend(dx, out, alpha, beta)
+    return _result(dx, problem, alpha, beta, out)
 
 
 def convolution_backward_filter(x, dy, problem, alpha, beta, out):
     """dw = alpha * dL/dw + beta * out by FFT."""
     N, C, K = problem.N, problem.C, problem.K
     H, W, R, S, P, Q, ph, pw = _geometry(problem)
-    shape = fft_sizes(problem)
-    X = _spectrum(_channels_first_2d(x, problem.layout), shape, (ph, pw))      # (N, C, ...)
-    DY = _spectrum(_channels_first_2d(dy, problem.layout), shape)              # (N, K, ...)
+    shape, X, DY = _spectra(problem, (x, (ph, pw)), (dy, None))                 # (N, C, ...), (N, K, ...)
     DW = _products(DY, X, K, C, N, 1, K, C, 1, 1, 0)                            # a(i=k, l=n) = DY[n, k]
     dw = cupy.fft.irfft2(DW, s=shape)[:, :, :R, :S]
-    dw = _from_channels_first(dw, problem, problem.spatial_dims)
-    return _blend(dw, out, alpha, beta)
+    return _result(dw, problem, alpha, beta, out)
+
+
+def _spectra(problem, *operands):
+    """The FFT size of the problem, and the spectra of its operands, (array, padding or None) each: channels-first 2-D
+    views placed at offset (ph, pw) inside the zeros when padded."""
+    shape = fft_sizes(problem)
+    return (shape, *(_spectrum(_channels_first_2d(a, problem.layout), shape, pad or (0, 0)) for a, pad in operands))
+
+
+def _result(a, problem, alpha, beta, out):
+    """A direction's channels-first result in the problem's layout, blended into out (alpha, beta)."""
+    return _blend(_from_channels_first(a, problem, problem.spatial_dims), out, alpha, beta)

@@ -153,12 +153,8 @@ def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, tap
     key = (name, dtype, in_dims, w_rows, out_dims, taps, offs, steps, tap_steps, alpha, beta, relu, in_arr.itemsize,
            out.data.ptr % 16, gemm_wgmma.EPILOGUE, gemm_wgmma.TILE_SHAPES, _common.tf32_tma_type,
            cupy.cuda.runtime.getDevice())
-    plan = _row_plans.get(key)
-    if plan is None:
-        plan = _row_plans[key] = _rows_plan(name, dtype, in_arr.itemsize, in_dims, w_rows, out, out_dims, taps, offs,
-                                            steps, tap_steps, alpha, beta, relu)
-        if len(_row_plans) > _PLAN_CACHE_SIZE:
-            _row_plans.pop(next(iter(_row_plans)))
+    plan = _planned(key, lambda: _rows_plan(name, dtype, in_arr.itemsize, in_dims, w_rows, out, out_dims, taps, offs,
+                                            steps, tap_steps, alpha, beta, relu))
     expression, bn, staged, mi, grid, recipe_in, recipe_w, recipe_out, middle = plan
     kernel = _kernel(expression, bn, staged, mi)
     kernel(grid, (THREADS,),
@@ -240,21 +236,10 @@ def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, red
         alpha_k, beta_k = alpha, beta
     key = ("wgrad", dtype, tuple(g[k] for k in _WGRAD_GEOMETRY), alpha_k, beta_k, x.itemsize, dw.data.ptr % 16,
            _common.tf32_tma_type, TILE_WIDTHS, cupy.cuda.runtime.getDevice())
-    plan = _row_plans.get(key)
-    if plan is None:
-        plan = _row_plans[key] = _wgrad_plan(g, dtype, x.itemsize, x.shape[-1], dw, padded, alpha_k, beta_k)
-        if len(_row_plans) > _PLAN_CACHE_SIZE:
-            _row_plans.pop(next(iter(_row_plans)))
-    expression, bn, mi, grid, splits, recipe_dy, recipe_x, shape, target_shape = plan
+    plan = _planned(key, lambda: _wgrad_plan(g, dtype, x.itemsize, x.shape[-1], dw, padded, alpha_k, beta_k))
+    target_shape = plan[-1]
     target = dw if target_shape is None else cupy.empty(target_shape, dtype=dw.dtype)
-    out = target if splits == 1 else workspace(4 * splits * target.size)
-    _kernel(expression, bn, False, mi)(grid, (THREADS,), (recipe_dy.at(dy.data.ptr), recipe_x.at(x.data.ptr), shape,
-                                                          np.float32(alpha_k), np.float32(beta_k), out),
-                                       shared_mem=smem_bytes(bn, False, mi))
-    if splits > 1:
-        reduce_kernel()((grid_stride_blocks(target.size),), (256,),
-                        (out, np.int32(splits), np.int64(target.size), np.float32(alpha_k), np.float32(beta_k),
-                         target))
+    _wgrad_launch(plan[:-1], dy, x, target, alpha_k, beta_k, workspace, reduce_kernel)
     if target_shape is not None:
         grad = target[..., :g["C"]]
         if beta == 0 and alpha == 1:
@@ -320,12 +305,8 @@ def convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, workspace, reduc
         return False
     key = ("wgrad_nchw", tuple(g[k] for k in _WGRAD_GEOMETRY), alpha, beta, dw.data.ptr % 8, _common.tf32_tma_type,
            TILE_WIDTHS, cupy.cuda.runtime.getDevice())
-    plan = _row_plans.get(key)
-    if plan is None:
-        plan = _row_plans[key] = _wgrad_nchw_plan(g, dw)
-        if len(_row_plans) > _PLAN_CACHE_SIZE:
-            _row_plans.pop(next(iter(_row_plans)))
-    expression, bn, mi, grid, splits, recipe_dy, recipe_x, shape, shift = plan
+    plan = _planned(key, lambda: _wgrad_nchw_plan(g, dw))
+    shift = plan[-1]
     if shift is not None:   # x once per filter column, moved by that column's offset (TMA boxes start 16-byte aligned)
         rows, W, Q, S, step, first = shift
         xs = cupy.empty(S * rows * Q, dtype=cupy.float32)
@@ -333,14 +314,31 @@ def convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, workspace, reduc
             (grid_stride_blocks(rows * Q // 4),), (256,),
             (x, xs, np.int64(rows), np.int32(W), np.int32(Q), np.int32(S), np.int32(step), np.int32(first)))
         x = xs
-    out = dw if splits == 1 else workspace(4 * splits * dw.size)
+    _wgrad_launch(plan[:-1], dy, x, dw, alpha, beta, workspace, reduce_kernel)
+    return True
+
+
+def _planned(key, make):
+    """The launch plan of `key` from _row_plans, made (make()) on its first use."""
+    plan = _row_plans.get(key)
+    if plan is None:
+        plan = _row_plans[key] = make()
+        if len(_row_plans) > _PLAN_CACHE_SIZE:
+            _row_plans.pop(next(iter(_row_plans)))
+    return plan
+
+
+def _wgrad_launch(plan, dy, x, target, alpha, beta, workspace, reduce_kernel):
+    """A weight-gradient kernel into `target`, through fp32 partial sums in `workspace` when split (then added up in
+    a fixed order by reduce_kernel(), which applies alpha and beta)."""
+    expression, bn, mi, grid, splits, recipe_dy, recipe_x, shape = plan
+    out = target if splits == 1 else workspace(4 * splits * target.size)
     _kernel(expression, bn, False, mi)(grid, (THREADS,), (recipe_dy.at(dy.data.ptr), recipe_x.at(x.data.ptr), shape,
                                                           np.float32(alpha), np.float32(beta), out),
                                        shared_mem=smem_bytes(bn, False, mi))
     if splits > 1:
-        reduce_kernel()((grid_stride_blocks(dw.size),), (256,),
-                        (out, np.int32(splits), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
-    return True
+        reduce_kernel()((grid_stride_blocks(target.size),), (256,),
+                        (out, np.int32(splits), np.int64(target.size), np.float32(alpha), np.float32(beta), target))
 
 
 def _wgrad_nchw_plan(g, dw):

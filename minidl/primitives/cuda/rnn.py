@@ -329,6 +329,17 @@ def _gemm_math(math: str) -> str:
     return "fp32_sgemm" if cupy.cuda.get_current_stream().is_capturing() else "fp32"
 
 
+def _layers_plan(desc, T, B, op, direction):
+    """What the forward (direction 0) and the backward (1) of every layer share: the sizes H, D, L, G, whether the
+    cell is an LSTM's, the persistent plan (None: the step loop) and the step loop's cell kernel (None: persistent);
+    cuBLAS's pointer mode set to host (_use_host_pointer_mode) for both."""
+    algorithm, the_plan, _ = choose_algorithm(desc, T, B, op)
+    kernel = None if algorithm == "persistent" else get_kernel("rnn", CELL_KERNELS[desc.mode][direction])
+    _use_host_pointer_mode()
+    is_lstm = desc.mode == "lstm"
+    return desc.hidden_size, desc.num_directions, desc.num_layers, desc.gate_count, is_lstm, the_plan, kernel
+
+
 def choose_algorithm(desc, steps: int, batch: int, op: str = "rnn_forward"):
     """(algorithm, persistent plan or None, why not persistent or None) for one call of this descriptor.
 
@@ -363,14 +374,9 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     c0 = _as_float32(op, "c0", c0)
     weights = [tuple(_as_float32(op, "weights", w) for w in entry) for entry in weights]
     T, B, _ = x.shape
-    H, D, L = desc.hidden_size, desc.num_directions, desc.num_layers
-    G = desc.gate_count
-    is_lstm = desc.mode == "lstm"
     lengths = None if seq_lengths is None else cupy.asarray(seq_lengths, dtype=cupy.int32)
-    algorithm, the_plan, _ = choose_algorithm(desc, T, B, op)
-    persistent = algorithm == "persistent"
-    kernel = None if persistent else get_kernel("rnn", CELL_KERNELS[desc.mode][0])
-    _use_host_pointer_mode()
+    H, D, L, G, is_lstm, the_plan, kernel = _layers_plan(desc, T, B, op, 0)
+    persistent = the_plan is not None
 
     hy = _empty((L * D, B, H))
     cy = _empty((L * D, B, H)) if is_lstm else None
@@ -479,12 +485,8 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     weights = [tuple(_as_float32(op, "weights", w) for w in entry) for entry in weights]
     layer_inputs, records, lengths = saved
     T, B, _ = layer_inputs[0].shape
-    H, D, L, G = desc.hidden_size, desc.num_directions, desc.num_layers, desc.gate_count
-    is_lstm = desc.mode == "lstm"
-    algorithm, the_plan, _ = choose_algorithm(desc, T, B, op)
-    persistent = algorithm == "persistent"
-    kernel = None if persistent else get_kernel("rnn", CELL_KERNELS[desc.mode][1])
-    _use_host_pointer_mode()
+    H, D, L, G, is_lstm, the_plan, kernel = _layers_plan(desc, T, B, op, 1)
+    persistent = the_plan is not None
 
     dh0 = _empty((L * D, B, H))
     dc0 = _empty((L * D, B, H)) if is_lstm else None
