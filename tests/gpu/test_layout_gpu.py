@@ -1,6 +1,6 @@
 """The layout_transform primitive on the GPU (kernels/layout.cu, a tiled transpose) against its NumPy
-reference, bit for bit: every element size it copies (1, 2, 4, 8 bytes), planes that are not multiples of the
-32 x 32 tile, 5-D tensors, more images than a grid's z dimension, empty tensors; views that are not contiguous in
+reference, bit for bit: every element size it copies (1, 2, 4, 8 bytes; 2-byte elements as 4-byte pairs where
+the plane's sides are even, one at a time where not), planes that are not multiples of the tiles, 5-D tensors, more images than a grid's z dimension, empty tensors; views that are not contiguous in
 their own layout go through CuPy's copy. And what runs on it: a channels-first tensor-core convolution."""
 import ml_dtypes
 import numpy as np
@@ -31,6 +31,9 @@ def test_layout_transform_of_many_images_views_and_empty_tensors():
     assert (P.layout_transform(x, "NHWC") == cupy.moveaxis(x, 1, -1)).all()
     v = cupy.arange(2 * 4 * 6 * 6, dtype=cupy.float32).reshape(2, 4, 6, 6)[:, :, ::2]   # not contiguous
     assert (P.layout_transform(v, "NHWC") == cupy.moveaxis(v, 1, -1)).all()
+    base = cupy.arange(1 + 2 * 4 * 6 * 6, dtype=cupy.float32).astype(cupy.float16)
+    odd = base[1:].reshape(2, 4, 6, 6)   # contiguous, 2 bytes off 4-byte alignment: no pairs
+    assert odd.data.ptr % 4 == 2 and (P.layout_transform(odd, "NHWC") == cupy.moveaxis(odd, 1, -1)).all()
     assert P.layout_transform(cupy.empty((0, 3, 4, 4), cupy.float32), "NHWC").shape == (0, 4, 4, 3)
     assert P.layout_transform(cupy.empty((2, 0, 4, 4), cupy.float32), "NHWC").shape == (2, 4, 4, 0)
 

@@ -91,6 +91,7 @@ VARIANTS = [
     (r"^convolution_backward_bias_nhwc$", "convolution_backward_bias"),     # channels-last: coalesced column sums
     (r"^(dropout_(forward|backward))_half$", r"\1"),                         # float16 / bfloat16 data
     (r"^(activation_(forward|backward))_half$", r"\1"),                      # float16 / bfloat16 data
+    (r"^layout_transform_pairs$", "layout_transform"),                      # 16-bit data moved as 4-byte pairs
 ]
 
 

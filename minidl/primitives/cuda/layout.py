@@ -11,8 +11,10 @@ import numpy as np
 from ._compile import get_template_kernel
 
 KERNEL = "layout_transform"   # a template over the element: layout_transform<unsigned short> ...
+PAIRS = "layout_transform_pairs"   # 2-byte elements, even rows and columns: moved as 4-byte pairs (a template
+                                   # over the pair's type: layout_transform_pairs<unsigned int>)
 _ELEMENT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
-_plans: dict = {}   # (itemsize, shape, layout, device) -> (kernel expression, grid, batch, rows, cols, out shape)
+_plans: dict = {}   # (itemsize, shape, layout, device) -> the launch, all but the addresses (_plan)
 _PLAN_CACHE_SIZE = 1024
 
 
@@ -23,10 +25,12 @@ def layout_transform(x, layout: str):
         plan = _plans[key] = _plan(x.itemsize, x.shape, layout)
         if len(_plans) > _PLAN_CACHE_SIZE:
             _plans.pop(next(iter(_plans)))
-    expression, grid, args, out_shape = plan
+    expression, grid, args, out_shape, single = plan
     if expression is None or not x.flags.c_contiguous:
         axes = _axes(x.ndim, layout)
         return cupy.ascontiguousarray(x.transpose(axes))
+    if x.data.ptr % 4 and single is not None:   # pairs need 4-byte aligned rows: one element at a time
+        expression, grid = single
     y = cupy.empty(out_shape, dtype=x.dtype)
     if grid is not None:
         get_template_kernel("layout", expression)(grid, (32, 8), (x, y, *args))
@@ -38,16 +42,21 @@ def _axes(ndim: int, layout: str) -> tuple:
 
 
 def _plan(itemsize: int, shape: tuple, layout: str):
+    """(kernel expression, grid, scalar arguments, output shape, the one-element-a-time (expression, grid) when the
+    plan moves pairs); expression None: not an element size the kernel copies; grid None: nothing to copy."""
     out_shape = tuple(shape[i] for i in _axes(len(shape), layout))
     element = _ELEMENT.get(itemsize)
     if element is None:
-        return None, None, None, out_shape
+        return None, None, None, out_shape, None
     batch = shape[0]
     spatial = 1
     for s in (shape[2:] if layout == "NHWC" else shape[1:-1]):
         spatial *= s
     rows, cols = (shape[1], spatial) if layout == "NHWC" else (spatial, shape[-1])
     if batch * rows * cols == 0:
-        return f"{KERNEL}<{element}>", None, None, out_shape
-    grid = (-(-cols // 32), -(-rows // 32), min(batch, 65535))
-    return f"{KERNEL}<{element}>", grid, (np.int64(batch), np.int32(rows), np.int32(cols)), out_shape
+        return f"{KERNEL}<{element}>", None, None, out_shape, None
+    args = (np.int64(batch), np.int32(rows), np.int32(cols))
+    single = f"{KERNEL}<{element}>", (-(-cols // 32), -(-rows // 32), min(batch, 65535))
+    if itemsize == 2 and rows % 2 == 0 and cols % 2 == 0:   # 4-byte pairs: 64 x 64 tiles
+        return f"{PAIRS}<unsigned int>", (-(-cols // 64), -(-rows // 64), min(batch, 65535)), args, out_shape, single
+    return (*single, args, out_shape, None)
