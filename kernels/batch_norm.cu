@@ -9,10 +9,11 @@
 // CUDA-graph capture that has no counters yet. The steps:
 //  1. partial statistics, one-pass Welford (count, mean, M2): the whole reduction of one channel
 //     (N*H*W values) is split over S blocks so that C*S blocks fill the GPU even when C is small.
-//       * inner > 1 ("planes"): grid (C, S); block `split` of channel c takes the contiguous
-//         pieces (n, chunk) number split, split + S, ...; its threads read a piece with coalesced
-//         float4 loads and fold each float4 into their Welford state as one batch of 4 (Chan's
-//         merge: one division per 4 values instead of one per value).
+//       * inner > 1 ("planes"): grid (C, S); the S blocks of channel c walk its N planes as one flat
+//         range of float4s (PlaneWalk: block `split`'s threads take float4s split * 256 + t, then every
+//         S * 256th), coalesced, UNROLL = 4 float4s in flight per thread, folded into the thread's Welford
+//         state as one two-pass batch of 16 (Chan's merge: one division per 16 values). (Without float4
+//         alignment: pieces (n, chunk) number split, split + S, ..., one value at a time.)
 //       * inner == 1 ("rows", x is an (R, C) matrix): a block is 32 channels x 8 row groups, so a
 //         warp reads 32 consecutive channels of one row (128 coalesced bytes); grid (C/32, S).
 //     Each block merges its threads' states (warp shuffles, then shared memory) and writes one
@@ -81,6 +82,27 @@ __device__ __forceinline__ void welford_add4(Welford& w, float4 v)
     w = welford_merge(w, batch);
 }
 
+// The first `valid` of UNROLL float4s (the rest zeros) as one batch: mean and M2 in two passes over the
+// registers, then one merge (one division per 4 * UNROLL values instead of per 4).
+__device__ __forceinline__ void welford_add_batch(Welford& w, const float4 (&v)[UNROLL], int valid)
+{
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < UNROLL; ++k) sum += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+    Welford batch;
+    batch.count = 4.0f * valid;
+    batch.mean = sum / batch.count;
+    float m2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < UNROLL; ++k) {
+        const float dx = v[k].x - batch.mean, dy = v[k].y - batch.mean, dz = v[k].z - batch.mean,
+                    dw = v[k].w - batch.mean;
+        m2 += k < valid ? (dx * dx + dy * dy) + (dz * dz + dw * dw) : 0.0f;
+    }
+    batch.m2 = m2;
+    w = welford_merge(w, batch);
+}
+
 __device__ __forceinline__ Welford welford_shfl_xor(Welford w, int offset)
 {
     Welford r;
@@ -103,6 +125,39 @@ __device__ __forceinline__ Welford welford_block_merge(Welford w)
     }
     return w;
 }
+
+// The planes kernels' vectorized walk over one channel: its N planes of q = inner / 4 float4s seen as one flat
+// range v = n * q + i, taken by the S blocks of the channel's column and their threads in turn (v += step = S *
+// blockDim), UNROLL float4s in flight per thread. (n, i) advance by constants, so the walk divides once per thread;
+// small planes (a 4x4 map is 4 float4s) keep every thread busy, where one piece per pass left most of them idle.
+struct PlaneWalk {
+    long long v, n, i;          // this thread's next float4: flat index, plane, offset in the plane
+    long long q, total, step, dn, di;
+    int c, C;
+    __device__ PlaneWalk(int c_, int C_, int N, long long inner, int split, int S) : c(c_), C(C_)
+    {
+        q = inner / 4;
+        total = (long long)N * q;
+        step = (long long)S * blockDim.x;
+        dn = step / q;
+        di = step - dn * q;
+        v = (long long)split * blockDim.x + threadIdx.x;
+        n = v / q;
+        i = v - n * q;
+    }
+    __device__ __forceinline__ bool more() const { return v < total; }
+    __device__ __forceinline__ long long index() const { return (n * C + c) * q + i; }   // in float4s of the data
+    __device__ __forceinline__ void next()
+    {
+        v += step;
+        n += dn;
+        i += di;
+        if (i >= q) {
+            i -= q;
+            ++n;
+        }
+    }
+};
 
 // A piece of channel c for the planes kernels: piece u = (n, chunk) covers
 // x[(n*C + c)*inner + chunk*chunk_len ...], at most chunk_len values.
@@ -182,21 +237,21 @@ __global__ void batch_norm_stats_planes(const typename Data<KIND>::T* x, float* 
 {
     const int c = blockIdx.x, split = blockIdx.y, S = gridDim.y;
     Welford w = {0.0f, 0.0f, 0.0f};
-    for (long long u = split; u < (long long)N * chunks; u += S) {
-        const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
-        if (vectorized) {  // begin and length are multiples of 4
-            const auto* x4 = x + p.begin;
-            const long long n_vec = p.length / 4, stride = blockDim.x;
-            long long v = threadIdx.x;
-            for (; v + (UNROLL - 1) * stride < n_vec; v += UNROLL * stride) {
-                float4 values[UNROLL];  // loads in flight before the (dependent) Welford updates
+    if (vectorized) {  // inner a multiple of 4: one Welford merge per UNROLL float4s (a two-pass batch of 16)
+        for (PlaneWalk walk(c, C, N, inner, split, S); walk.more();) {
+            float4 values[UNROLL];  // loads in flight before the (dependent) update
+            int valid = 0;
 #pragma unroll
-                for (int k = 0; k < UNROLL; ++k) values[k] = load4(x4, v + k * stride, KIND);
-#pragma unroll
-                for (int k = 0; k < UNROLL; ++k) welford_add4(w, values[k]);
+            for (int k = 0; k < UNROLL; ++k) {
+                values[k] = walk.more() ? load4(x, walk.index(), KIND) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                valid += walk.more();
+                walk.next();
             }
-            for (; v < n_vec; v += stride) welford_add4(w, load4(x4, v, KIND));
-        } else {
+            welford_add_batch(w, values, valid);
+        }
+    } else {
+        for (long long u = split; u < (long long)N * chunks; u += S) {
+            const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
             for (long long i = threadIdx.x; i < p.length; i += blockDim.x) welford_add(w, load_data(x, p.begin + i, KIND));
         }
     }
@@ -438,14 +493,20 @@ __device__ __forceinline__ void grads_planes(const typename Data<KIND>::T* x, co
     const float m = mean[c];
     const float scale = MASKED ? mask.scale(c) : 0.0f, shift = MASKED ? mask.shift(c) : 0.0f;
     float sum_dy = 0.0f, sum_dy_xc = 0.0f;
-    for (long long u = split; u < (long long)N * chunks; u += S) {
-        const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
-        if (vectorized) {
-            const auto* x4 = x + p.begin;
-            const auto* g4 = dy + p.begin;
-            for (long long v = threadIdx.x; v < p.length / 4; v += blockDim.x) {
-                const float4 xv = load4(x4, v, KIND);
-                float4 gv = load4(g4, v, KIND);
+    if (vectorized) {  // UNROLL float4s of x and of dy in flight per thread (PlaneWalk)
+        for (PlaneWalk walk(c, C, N, inner, split, S); walk.more();) {
+            float4 xs[UNROLL], gs[UNROLL];
+#pragma unroll
+            for (int k = 0; k < UNROLL; ++k) {
+                const bool in = walk.more();
+                xs[k] = in ? load4(x, walk.index(), KIND) : make_float4(m, m, m, m);
+                gs[k] = in ? load4(dy, walk.index(), KIND) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                walk.next();
+            }
+#pragma unroll
+            for (int k = 0; k < UNROLL; ++k) {
+                const float4 xv = xs[k];
+                float4 gv = gs[k];
                 if (MASKED) {
                     gv.x = mask.apply(gv.x, xv.x, m, scale, shift);
                     gv.y = mask.apply(gv.y, xv.y, m, scale, shift);
@@ -455,7 +516,10 @@ __device__ __forceinline__ void grads_planes(const typename Data<KIND>::T* x, co
                 sum_dy += (gv.x + gv.y) + (gv.z + gv.w);
                 sum_dy_xc += (gv.x * (xv.x - m) + gv.y * (xv.y - m)) + (gv.z * (xv.z - m) + gv.w * (xv.w - m));
             }
-        } else {
+        }
+    } else {
+        for (long long u = split; u < (long long)N * chunks; u += S) {
+            const Piece p = piece_of(u, c, C, inner, chunks, chunk_len);
             for (long long i = threadIdx.x; i < p.length; i += blockDim.x) {
                 const float xi = load_data(x, p.begin + i, KIND), dyi = load_data(dy, p.begin + i, KIND);
                 const float g = MASKED ? mask.apply(dyi, xi, m, scale, shift) : dyi;
