@@ -43,7 +43,9 @@
 //          as they are.
 //
 // The output tile: row mm of a fprop / dgrad tile is pixel (n0 + mm / (BP*BQ), p0 + mm / BQ % BP,
-// q0 + mm % BQ); rows outside the image are computed from the padding and not stored. Epilogue (cuDNN's
+// q0 + mm % BQ); rows outside the image are computed from the padding and not stored. With ConvShape.nchw the
+// tile is written channels-first, column j of row mm at out[n, n0 + j, p, q] (columns P*Q apart): a training layer
+// on NCHW tensors gets its y and dx with no transpose after (8 adjacent pixels of a column per warp store). Epilogue (cuDNN's
 // blending): out = alpha * (acc + bias) + beta * out, optionally max(., 0).
 //
 // The scalar geometry arrives as one struct of ints, ConvShape, whose field order the launcher
@@ -65,6 +67,7 @@ struct ConvShape {
     int c_steps;           // k steps per tap: ceil(C / BK) (wgrad: unused)
     int splits;            // wgrad: slices of the pixel reduction
     int vec_c, relu;       // epilogue: 2 = 16-byte stores, 1 = pairs; 1 = max(., 0)
+    int nchw;              // fprop / dgrad: 1 = write the output channels-first, (N, K, P, Q) (no transpose after)
 };
 
 // fprop and stride-1 dgrad: rows = output pixels, reduction = (tap, input channel).
@@ -113,6 +116,7 @@ struct ConvRowsProblem {
     {
         const int q = tl.q0 + mm % g.BQ, p = tl.p0 + mm / g.BQ % g.BP, n = tl.img0 + mm / (g.BQ * g.BP);
         if (n >= g.N || p >= g.P || q >= g.Q) return nullptr;
+        if (g.nchw) return out + (((long long)n * g.K + tl.n0) * g.P + p) * g.Q + q;   // columns P*Q apart: ldc_col
         return out + (((long long)n * g.P + p) * g.Q + q) * g.K + tl.n0;
     }
     // The tile's rows are the box (BN channels, BQ columns, BP rows, BNI images) of the output, in that order.
@@ -278,6 +282,7 @@ __device__ __forceinline__ void set_epilogue(Problem& p, float alpha, float beta
         p.tiles_q = (g.Q + g.BQ - 1) / g.BQ;                                                                       \
         p.tiles_k = (g.K + BN - 1) / BN;                                                                           \
         set_epilogue(p, alpha, beta, out, bias, g);                                                                \
+        if (g.nchw) p.ldc_col = (long long)g.P * g.Q;                                                              \
         wgmma_run<KIND, BN, false, true, KIND, STAGED && KIND != KIND_TF32, MI>(p);                                \
     }
 MINIDL_CONV_ROWS_KERNEL(convolution_forward_wgmma)

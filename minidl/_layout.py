@@ -11,6 +11,8 @@ convolutions read NHWC only: NCHW costs two transposes per call).
     to_channels_last(a)    a copy in NHWC memory, as a channels-first view (the array a tensor holds)
     nhwc(a)                the (N, H, W, C) view of a channels_last array (no copy), else a copy
     nchw(a)                an (N, H, W, C) array's values as a contiguous (N, C, H, W) array (a copy)
+    nhwc_view(a)           the (N, H, W, C) view of any (N, C, H, W) array (a kernel writing NHWC order into it
+                           writes channels-first memory)
     from_nhwc(a)           an (N, H, W, C) array seen as (N, C, H, W) (no copy): a channels_last array
 """
 from __future__ import annotations
@@ -65,6 +67,11 @@ def nhwc(a):
     """(N, C, *spatial) -> (N, *spatial, C): a view when `a` is channels_last, else a contiguous copy."""
     view = a.transpose(_perm(a.ndim))
     return view if view.flags.c_contiguous else _transposed(a, "NHWC")
+
+
+def nhwc_view(a):
+    """(N, C, *spatial) -> the (N, *spatial, C) view of the same memory, whatever its layout (never a copy)."""
+    return a.transpose(_perm(a.ndim))
 
 
 def nchw(a):

@@ -315,27 +315,32 @@ class ConvolutionPlan:
             raise ValueError(f"{op}: {name} is {shape_str(a.shape)} on {where}, but the plan is for "
                              f"{shape_str(expected)} on {'cuda' if self.is_cuda else 'cpu'}")
 
-    def forward(self, x, w, bias=None, activation=None):
+    def forward(self, x, w, bias=None, activation=None, out=None):
         """y = conv(x, w) + bias, shaped problem.y_shape; with an ActivationDescriptor `activation`,
-        act(conv(x, w) + bias) as convolution_bias_activation_forward (a GPU ReLU in the epilogue)."""
+        act(conv(x, w) + bias) as convolution_bias_activation_forward (a GPU ReLU in the epilogue). out: an array of
+        y's shape and dtype to write (any strides: a channels-last plan may write channels-first memory through an
+        (N, *spatial, K) view of it, as cuDNN's strided tensor descriptors)."""
         p = self.problem
         self._check("convolution_forward", "x", x, p.x_shape)
         self._check("convolution_forward", "w", w, p.w_shape)
         if bias is not None:
             self._check("convolution_forward", "bias", bias, (p.K,))
+        if out is not None:
+            self._check("convolution_forward", "out", out, p.y_shape)
         impl = self._impls["forward"]
         if activation is not None:
-            return _forward_with_activation(impl, x, w, p, bias, self.algos["forward"], 1.0, 0.0, None,
-                                            activation)
-        return impl.convolution_forward(x, w, p, bias, self.algos["forward"], 1.0, 0.0, None)
+            return _forward_with_activation(impl, x, w, p, bias, self.algos["forward"], 1.0, 0.0, out, activation)
+        return impl.convolution_forward(x, w, p, bias, self.algos["forward"], 1.0, 0.0, out)
 
-    def backward_data(self, w, dy):
-        """dx, shaped problem.x_shape."""
+    def backward_data(self, w, dy, out=None):
+        """dx, shaped problem.x_shape (written into `out` when given, as forward's)."""
         p = self.problem
         self._check("convolution_backward_data", "w", w, p.w_shape)
         self._check("convolution_backward_data", "dy", dy, p.y_shape)
+        if out is not None:
+            self._check("convolution_backward_data", "out", out, p.x_shape)
         algo = self.algorithm("backward_data")
-        return self._impls["backward_data"].convolution_backward_data(w, dy, p, algo, 1.0, 0.0, None)
+        return self._impls["backward_data"].convolution_backward_data(w, dy, p, algo, 1.0, 0.0, out)
 
     def backward_filter(self, x, dy):
         """dw, shaped problem.w_shape."""

@@ -254,3 +254,25 @@ def test_tf32_channels_first_filter_gradient_declines_strided_and_narrow_rows():
         (gx, _), (gw, _), (gdy, _) = (_to_gpu(a, "float32") for a in (x, w, dy))
         with pytest.raises(RuntimeError, match="TF32 wgmma cannot read"):
             _run("backward_filter", "implicit_gemm_tc", desc, gx, gw, gdy, "NCHW", math="tf32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fprop_and_dgrad_write_channels_first_memory_through_an_nhwc_view(dtype):
+    """An NHWC plan given `out` as an (N, P, Q, K) view of channels-first memory: the wgmma kernels write it
+    directly (ConvShape.nchw: columns P*Q apart), the same bits as the NHWC result transposed; a channels-first
+    problem writes its own result that way (no transpose after)."""
+    import cupy
+
+    from minidl.primitives.convolution import ConvolutionPlan
+
+    desc, x, w, dy = _setup(PROBLEMS[0], "NHWC", seed=41)
+    (gx, _), (gw, _), (gdy, _) = (_to_gpu(a, dtype) for a in (x, w, dy))
+    plan = ConvolutionPlan(x.shape, w.shape, desc, device="cuda", dtype=dtype, layout="NHWC", algo="implicit_gemm_tc",
+                           math="tf32")
+    y_nhwc, dx_nhwc = plan.forward(gx, gw), plan.backward_data(gw, gdy)
+    y = cupy.full((y_nhwc.shape[0], y_nhwc.shape[3], *y_nhwc.shape[1:3]), np.nan, dtype=y_nhwc.dtype)
+    dx = cupy.full((dx_nhwc.shape[0], dx_nhwc.shape[3], *dx_nhwc.shape[1:3]), np.nan, dtype=dx_nhwc.dtype)
+    assert plan.forward(gx, gw, out=y.transpose(0, 2, 3, 1)).data.ptr == y.data.ptr
+    plan.backward_data(gw, gdy, out=dx.transpose(0, 2, 3, 1))
+    for got, want in ((y, y_nhwc), (dx, dx_nhwc)):
+        assert (cupy.asnumpy(got).view(np.uint8) == cupy.asnumpy(want.transpose(0, 3, 1, 2)).view(np.uint8)).all()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ... import _layout, backends
 from ... import primitives as P
+from ..._device import get_array_module
 from ...autograd.function import Function, is_grad_enabled
 from ...amp.autocast_mode import cast_inputs as _autocast
 from ._checks import _batched, _check_float_tensor, _check_same_device
@@ -16,8 +17,9 @@ class Convolution(Function):
     per input shape); forward and backward run its directions. plan.layout "NHWC" runs the
     channels-last kernels on the (N, *spatial, C) arrays and (K, *kernel, C/groups) filters. A tensor in
     channels_last memory (minidl._layout) already is that array: no copy, and the result comes back
-    channels_last too (out_cl). A channels-first tensor is transposed on the way in and the result back
-    on the way out: the same values, two copies more.
+    channels_last too (out_cl). A channels-first tensor is transposed on the way in, and y (dx) is written
+    channels-first: the plan gets an (N, *spatial, K) view of channels-first memory as `out`, which the Hopper
+    tensor-core kernels write directly (elsewhere the primitive copies its result into it).
     """
 
     x_first = None   # (ConvolutionReLU's plans are channels-first: never kept)
@@ -31,10 +33,12 @@ class Convolution(Function):
         if plan.layout == "NHWC":
             x, w = _layout.nhwc(x), _layout.nhwc(w)
         self.x, self.w = (x if self.x_first is None else None), w
+        if plan.layout == "NHWC" and not out_cl:   # the NHWC plan writes channels-first memory: no transpose after
+            y = _channels_first_like(x, plan.problem.y_shape)
+            plan.forward(x, w, b, out=_layout.nhwc_view(y))
+            return y
         y = plan.forward(x, w, b)
-        if plan.layout == "NHWC":
-            return _layout.from_nhwc(y) if out_cl else _layout.nchw(y)
-        return y
+        return _layout.from_nhwc(y) if plan.layout == "NHWC" else y
 
     def backward(self, dy):
         plan, nhwc = self.plan, self.plan.layout == "NHWC"
@@ -44,9 +48,12 @@ class Convolution(Function):
             dy = _layout.nhwc(dy)
         dx = dw = db = None
         if self.needs_input_grad[0]:
-            dx = plan.backward_data(self.w, dy)
-            if nhwc:
-                dx = _layout.from_nhwc(dx) if self.out_cl else _layout.nchw(dx)
+            if nhwc and not self.out_cl:
+                dx = _channels_first_like(dy, plan.problem.x_shape)
+                plan.backward_data(self.w, dy, out=_layout.nhwc_view(dx))
+            else:
+                dx = plan.backward_data(self.w, dy)
+                dx = _layout.from_nhwc(dx) if nhwc else dx
         if self.needs_input_grad[1]:
             if first:
                 dw = plan.channels_first_wgrad.backward_filter(self.x_first, dy_first)
@@ -59,6 +66,11 @@ class Convolution(Function):
             db = (plan.channels_first_wgrad.backward_bias(dy_first) if nhwc and dy is dy_first
                   else plan.backward_bias(dy))
         return (dx, dw, db) if self.has_bias else (dx, dw)
+
+
+def _channels_first_like(a, shape_nhwc):
+    """A new channels-first array (N, C, *spatial) of the NHWC shape (N, *spatial, C), a's dtype and device."""
+    return get_array_module(a).empty((shape_nhwc[0], shape_nhwc[-1], *shape_nhwc[1:-1]), dtype=a.dtype)
 
 
 def _kernel_layout_shape(shape, layout):

@@ -206,6 +206,31 @@ def _output(op, out, shape_nhwc, dtype, beta, layout, *inputs):
     return target, out
 
 
+def _channels_first_output(out, shape, layout, dtype, *inputs):
+    """(the array the wgmma kernel writes, channels-first memory seen as (N, P, Q, K); the result to return) when the
+    result can be written channels-first directly, else None. A channels-first problem's own result (a new array,
+    or `out` when contiguous): no transpose after. A channels-last problem's `out` when it is an (N, P, Q, K) view of
+    channels-first memory: what a training layer on NCHW tensors hands its NHWC plan (nn.functional.convolution)."""
+    if layout == "NCHW":
+        if out is None:
+            y = cupy.empty(tuple(int(s) for s in shape), dtype=dtype)
+        elif out.dtype == dtype and out.flags.c_contiguous and not _overlaps(out, inputs):
+            y = out
+        else:
+            return None
+        return y.transpose(0, 2, 3, 1), y
+    if (out is not None and out.ndim == 4 and out.dtype == dtype and out.transpose(0, 3, 1, 2).flags.c_contiguous
+            and not _overlaps(out, inputs)):
+        return out, out
+    return None
+
+
+def _overlaps(out, inputs) -> bool:
+    """Whether out's memory (one contiguous span) meets any input's (their spans, from first to last byte)."""
+    lo, hi = out.data.ptr, out.data.ptr + out.nbytes
+    return any(a is not None and a.data.ptr < hi and lo < a.data.ptr + max(a.nbytes, 1) for a in inputs)
+
+
 def _finish(target, original, layout):
     if original is None:
         return target
@@ -242,9 +267,14 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
     layout, dtype = problem.layout, x.dtype
     g, x, w = _operands(problem, x, w)
     bias = None if bias is None else cupy.ascontiguousarray(bias)
+    M, N = g["N"] * g["P"] * g["Q"], g["K"]
+    if M and N and _wgmma.reason("forward", g, problem.dtype, (x, w, bias)) is None:
+        direct = _channels_first_output(out, problem.y_shape, layout, dtype, x, w, bias)
+        if direct is not None and _wgmma.convolution_forward(x, w, bias, direct[0], g, problem.dtype, alpha, beta,
+                                                             nchw=True):
+            return direct[1]
     y, original = _output("convolution_forward", out, _nhwc_shape(problem.y_shape, layout), dtype, beta, layout,
                           x, w, bias)
-    M, N = g["N"] * g["P"] * g["Q"], g["K"]
     if y.size and M and _wgmma.convolution_forward(x, w, bias, y, g, problem.dtype, alpha, beta):
         pass  # Hopper: wgmma fed by TMA (convolution_wgmma.py says when it declines)
     elif y.size and M:
@@ -264,18 +294,25 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
     """dx = alpha * conv_transpose(dy, w) + beta * out on tensor cores (dgrad implicit GEMM)."""
     layout, dtype = problem.layout, dy.dtype
     g, w, dy = _operands(problem, w, dy)
+    M, N = g["N"] * g["H"] * g["W"], g["C"]
+    work = M * N and g["N"] * g["P"] * g["Q"]
+    if work:
+        # the GEMM-ready filters: (C, R, S, K), rows = input channel, reduction (r, s, k) contiguous
+        nbytes = w.size * w.itemsize
+        wt = get_handle().workspace(nbytes).view(cupy.uint8)[:nbytes].view(dtype).reshape(g["C"], g["R"], g["S"],
+                                                                                          g["K"])
+        wt[...] = w.reshape(g["K"], g["R"], g["S"], g["C"]).transpose(3, 1, 2, 0)
+        if _wgmma.reason("backward_data", g, problem.dtype, (wt, dy)) is None:
+            direct = _channels_first_output(out, problem.x_shape, layout, dtype, wt, dy)
+            if direct is not None and _wgmma.convolution_backward_data(wt, dy, direct[0], g, problem.dtype, alpha,
+                                                                       beta, nchw=True):
+                return direct[1]
     dx, original = _output("convolution_backward_data", out, _nhwc_shape(problem.x_shape, layout), dtype, beta,
                            layout, w, dy)
-    M, N = g["N"] * g["H"] * g["W"], g["C"]
-    if dx.size and g["N"] * g["P"] * g["Q"]:
-        _, kind, vec_elems = KINDS[problem.dtype]
-        # the GEMM-ready filters: (C, R, S, K), rows = input channel, reduction (r, s, k) contiguous
-        handle = get_handle()
-        nbytes = w.size * w.itemsize
-        wt = handle.workspace(nbytes).view(cupy.uint8)[:nbytes].view(dtype).reshape(g["C"], g["R"], g["S"], g["K"])
-        wt[...] = w.reshape(g["K"], g["R"], g["S"], g["C"]).transpose(3, 1, 2, 0)
+    if work:
         if _wgmma.convolution_backward_data(wt, dy, dx, g, problem.dtype, alpha, beta):
             return _result(dx, original, layout)
+        _, kind, vec_elems = KINDS[problem.dtype]
         bn = _tile_n(M, N)
         kernel = _kernel(problem, "convolution_backward_data_tc_{kind}_bn%d" % bn, _smem_bytes(kind, bn, True))
         vec = g["K"] % vec_elems == 0 and _aligned(wt, dy)

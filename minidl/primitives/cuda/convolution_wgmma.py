@@ -27,7 +27,7 @@ from .gemm_wgmma import BM, KINDS, NO_MAP, ROW_BYTES, SLAB, THREADS, TILE_WIDTHS
 # The fields of `struct ConvShape` in kernels/convolution_wgmma.cu, in order (all int32; a CPU test
 # checks that the two lists agree).
 SHAPE_FIELDS = ("N", "H", "W", "C", "K", "R", "S", "P", "Q", "off_h", "off_w", "sh", "sw", "tap_h", "tap_w",
-                "BNI", "BP", "BQ", "c_steps", "splits", "vec_c", "relu")
+                "BNI", "BP", "BQ", "c_steps", "splits", "vec_c", "relu", "nchw")
 SHAPE_DTYPE = np.dtype([(name, np.int32) for name in SHAPE_FIELDS])
 _SHAPE_BYTES = np.dtype((np.void, SHAPE_DTYPE.itemsize))
 _configured = set()
@@ -148,13 +148,14 @@ def _vec_c(out, channels: int, pointer: int | None = None) -> int:
 
 
 def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, taps, offs, steps, tap_steps, bias,
-                 alpha, beta, relu=False):
-    """fprop / dgrad: in_arr (N, H, W, C) NHWC, w_arr (w_rows, R, S, C), out (N, P, Q, w_rows)."""
-    key = (name, dtype, in_dims, w_rows, out_dims, taps, offs, steps, tap_steps, alpha, beta, relu, in_arr.itemsize,
-           out.data.ptr % 16, gemm_wgmma.EPILOGUE, gemm_wgmma.TILE_SHAPES, _common.tf32_tma_type,
+                 alpha, beta, relu=False, nchw=False):
+    """fprop / dgrad: in_arr (N, H, W, C) NHWC, w_arr (w_rows, R, S, C), out (N, P, Q, w_rows), or with nchw the
+    channels-first memory (N, w_rows, P, Q) (out may be an (N, P, Q, w_rows) view of it)."""
+    key = (name, dtype, in_dims, w_rows, out_dims, taps, offs, steps, tap_steps, alpha, beta, relu, nchw,
+           in_arr.itemsize, out.data.ptr % 16, gemm_wgmma.EPILOGUE, gemm_wgmma.TILE_SHAPES, _common.tf32_tma_type,
            cupy.cuda.runtime.getDevice())
     plan = _planned(key, lambda: _rows_plan(name, dtype, in_arr.itemsize, in_dims, w_rows, out, out_dims, taps, offs,
-                                            steps, tap_steps, alpha, beta, relu))
+                                            steps, tap_steps, alpha, beta, relu, nchw))
     expression, bn, staged, mi, grid, recipe_in, recipe_w, recipe_out, middle = plan
     kernel = _kernel(expression, bn, staged, mi)
     kernel(grid, (THREADS,),
@@ -163,7 +164,8 @@ def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, tap
             np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn, staged, mi))
 
 
-def _rows_plan(name, dtype, size, in_dims, w_rows, out, out_dims, taps, offs, steps, tap_steps, alpha, beta, relu):
+def _rows_plan(name, dtype, size, in_dims, w_rows, out, out_dims, taps, offs, steps, tap_steps, alpha, beta, relu,
+               nchw):
     """The launch of one fprop / dgrad problem, all but the arrays' addresses (see _row_plans)."""
     N, H, W, C = in_dims
     _, P, Q = out_dims
@@ -177,11 +179,12 @@ def _rows_plan(name, dtype, size, in_dims, w_rows, out, out_dims, taps, offs, st
     recipe_w = _filter_recipe(dtype, size, w_rows, R * S, C, bn)
     shape = _shape(N=N, H=H, W=W, C=C, K=w_rows, R=R, S=S, P=P, Q=Q, off_h=offs[0], off_w=offs[1], sh=steps[0],
                    sw=steps[1], tap_h=tap_steps[0], tap_w=tap_steps[1], BNI=bni, BP=bp, BQ=bq,
-                   c_steps=math.ceil(C / bk), splits=1, vec_c=_vec_c(out, w_rows), relu=int(relu))
+                   c_steps=math.ceil(C / bk), splits=1, vec_c=0 if nchw else _vec_c(out, w_rows), relu=int(relu),
+                   nchw=int(nchw))
     kind = KINDS[dtype]
     # the 16-bit output tile leaves through shared memory and a TMA store of the box (BN channels, BQ, BP, BNI)
     staged = (gemm_wgmma.EPILOGUE == "staged" and out.itemsize == 2 and beta == 0 and w_rows % 8 == 0
-              and out.data.ptr % 16 == 0)
+              and out.data.ptr % 16 == 0 and not nchw)
     recipe_out = None
     if staged:
         osize = out.itemsize
@@ -194,8 +197,9 @@ def _rows_plan(name, dtype, size, in_dims, w_rows, out, out_dims, taps, offs, st
             recipe_in, recipe_w, recipe_out, middle)
 
 
-def convolution_forward(x, w, bias, y, g, dtype, alpha, beta) -> bool:
-    """y = alpha * (conv(x, w) + bias) + beta * y, NHWC arrays (w: (K, R, S, C)); False: not taken."""
+def convolution_forward(x, w, bias, y, g, dtype, alpha, beta, nchw=False) -> bool:
+    """y = alpha * (conv(x, w) + bias) + beta * y, NHWC arrays (w: (K, R, S, C)), y channels-first memory when nchw;
+    False: not taken."""
     why = reason("forward", g, dtype, (x, w, y, bias))
     if why is not None:
         return _declined("convolution_forward", why)
@@ -206,18 +210,19 @@ def convolution_forward(x, w, bias, y, g, dtype, alpha, beta) -> bool:
         C = x.shape[-1]
     _rows_launch("convolution_forward_wgmma", dtype, x, (g["N"], g["H"], g["W"], C), w, g["K"], y,
                  (g["N"], g["P"], g["Q"]), (g["R"], g["S"]), (-g["ph"], -g["pw"]), (g["sh"], g["sw"]),
-                 (g["dh"], g["dw"]), bias, alpha, beta)
+                 (g["dh"], g["dw"]), bias, alpha, beta, nchw=nchw)
     return True
 
 
-def convolution_backward_data(wt, dy, dx, g, dtype, alpha, beta) -> bool:
-    """dx = alpha * conv_transpose(dy, w) + beta * dx (stride 1), NHWC; wt: the filter as (C, R, S, K)."""
+def convolution_backward_data(wt, dy, dx, g, dtype, alpha, beta, nchw=False) -> bool:
+    """dx = alpha * conv_transpose(dy, w) + beta * dx (stride 1), NHWC (dx channels-first memory when nchw); wt: the
+    filter as (C, R, S, K)."""
     why = reason("backward_data", g, dtype, (wt, dy, dx))
     if why is not None:
         return _declined("convolution_backward_data", why)
     _rows_launch("convolution_backward_data_wgmma", dtype, dy, (g["N"], g["P"], g["Q"], g["K"]), wt, g["C"], dx,
                  (g["N"], g["H"], g["W"]), (g["R"], g["S"]), (g["ph"], g["pw"]), (1, 1), (-g["dh"], -g["dw"]), None,
-                 alpha, beta)
+                 alpha, beta, nchw=nchw)
     return True
 
 
