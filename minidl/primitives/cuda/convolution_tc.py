@@ -218,9 +218,9 @@ def _channels_first_output(out, shape, layout, dtype, *inputs):
             y = out
         else:
             return None
-        return y.transpose(0, 2, 3, 1), y
-    if (out is not None and out.ndim == 4 and out.dtype == dtype and out.transpose(0, 3, 1, 2).flags.c_contiguous
-            and not _overlaps(out, inputs)):
+        return y.transpose((0,) + tuple(range(2, y.ndim)) + (1,)), y
+    if (out is not None and out.dtype == dtype and not _overlaps(out, inputs)
+            and out.transpose((0, out.ndim - 1) + tuple(range(1, out.ndim - 1))).flags.c_contiguous):
         return out, out
     return None
 
