@@ -256,16 +256,18 @@ def test_tf32_channels_first_filter_gradient_declines_strided_and_narrow_rows():
             _run("backward_filter", "implicit_gemm_tc", desc, gx, gw, gdy, "NCHW", math="tf32")
 
 
+@pytest.mark.parametrize("problem", [PROBLEMS[0], PROBLEMS[8]], ids=["wgmma", "c16_forward_on_mma_sync"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_fprop_and_dgrad_write_channels_first_memory_through_an_nhwc_view(dtype):
+def test_fprop_and_dgrad_write_channels_first_memory_through_an_nhwc_view(dtype, problem):
     """An NHWC plan given `out` as an (N, P, Q, K) view of channels-first memory: the wgmma kernels write it
-    directly (ConvShape.nchw: columns P*Q apart), the same bits as the NHWC result transposed; a channels-first
-    problem writes its own result that way (no transpose after)."""
+    directly (ConvShape.nchw: columns P*Q apart), the same bits as the NHWC result transposed; where wgmma declines
+    (a forward with C < 32) the mma.sync result is transposed into it (layout_transform's out)."""
     import cupy
 
     from minidl.primitives.convolution import ConvolutionPlan
 
-    desc, x, w, dy = _setup(PROBLEMS[0], "NHWC", seed=41)
+    set_tensor_core_gemm("auto")
+    desc, x, w, dy = _setup(problem, "NHWC", seed=41)
     (gx, _), (gw, _), (gdy, _) = (_to_gpu(a, dtype) for a in (x, w, dy))
     plan = ConvolutionPlan(x.shape, w.shape, desc, device="cuda", dtype=dtype, layout="NHWC", algo="implicit_gemm_tc",
                            math="tf32")

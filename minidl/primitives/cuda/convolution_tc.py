@@ -234,7 +234,14 @@ def _overlaps(out, inputs) -> bool:
 def _finish(target, original, layout):
     if original is None:
         return target
-    original[...] = _to_nchw(target) if layout == "NCHW" else target
+    if layout == "NCHW":
+        original[...] = _to_nchw(target)
+    elif _channels_first_output(original, original.shape, "NHWC", original.dtype) is not None:
+        # an (N, P, Q, K) view of channels-first memory (a training layer's twin): one transpose into it
+        nd = original.ndim
+        layout_transform(target, "NCHW", out=original.transpose((0, nd - 1) + tuple(range(1, nd - 1))))
+    else:
+        original[...] = target
     return original
 
 

@@ -18,7 +18,9 @@ _plans: dict = {}   # (itemsize, shape, layout, device) -> the launch, all but t
 _PLAN_CACHE_SIZE = 1024
 
 
-def layout_transform(x, layout: str):
+def layout_transform(x, layout: str, out=None):
+    """The transposed copy of x (see minidl/primitives/layout.py); out: a C-contiguous array of the result's shape and
+    dtype to write instead of a new one (what a launcher hands in to write a result into the caller's memory)."""
     key = (x.itemsize, x.shape, layout, cupy.cuda.runtime.getDevice())
     plan = _plans.get(key)
     if plan is None:
@@ -27,11 +29,14 @@ def layout_transform(x, layout: str):
             _plans.pop(next(iter(_plans)))
     expression, grid, args, out_shape, single = plan
     if expression is None or not x.flags.c_contiguous:
-        axes = _axes(x.ndim, layout)
-        return cupy.ascontiguousarray(x.transpose(axes))
-    if x.data.ptr % 4 and single is not None:   # pairs need 4-byte aligned rows: one element at a time
-        expression, grid = single
-    y = cupy.empty(out_shape, dtype=x.dtype)
+        view = x.transpose(_axes(x.ndim, layout))
+        if out is None:
+            return cupy.ascontiguousarray(view)
+        out[...] = view
+        return out
+    if (x.data.ptr | (0 if out is None else out.data.ptr)) % 4 and single is not None:
+        expression, grid = single   # pairs need 4-byte aligned rows: one element at a time
+    y = cupy.empty(out_shape, dtype=x.dtype) if out is None else out
     if grid is not None:
         get_template_kernel("layout", expression)(grid, (32, 8), (x, y, *args))
     return y
