@@ -116,7 +116,8 @@ def _tensor_core_twin(plan, algo, policy, math):
     False. Those kernels work in NHWC: on channels-first arrays each direction transposes its inputs into NHWC and
     its result back (x, w, y; w, dy, dx; x, dy, dw: 9 copies per layer and step, a third of a bf16 ResNet-9 step's
     GPU time). With the twin the Convolution Function transposes instead, once each: x and w in the forward (kept
-    for the backward), dy once for both backward directions (6 copies). The same kernels on the same values: the
+    for the backward), dy once for both backward directions; y and dx come back written channels-first by the kernels
+    (an `out` view, Convolution.forward), dw is transposed back (4 copies). The same kernels on the same values: the
     same results."""
     if algo not in ("auto", "implicit_gemm_tc") or any(
             plan.algorithm(d) != "implicit_gemm_tc" for d in ("forward", "backward_data", "backward_filter")):
@@ -127,7 +128,7 @@ def _tensor_core_twin(plan, algo, policy, math):
                              policy=policy, math=math)
     if any(twin.algorithm(d) != "implicit_gemm_tc" for d in ("backward_data", "backward_filter")):
         return False
-    if plan.reads_channels_first("backward_filter"):   # TF32 on wgmma: dw from x and dy as they are (5 copies)
+    if plan.reads_channels_first("backward_filter"):   # TF32 on wgmma: dw from x and dy as they are (3 copies)
         twin.channels_first_wgrad = plan
     return twin
 
