@@ -300,27 +300,36 @@ def policy_study(args, torch, cupy):
              "| --- | --- | ---: | --- | ---: | --- |"]
     for bench_flag in (False, True):
         for graphed in (False, True):
-            minidl.manual_seed(0)
-            model = cifar_cnn(minidl.nn).to("cuda")
-            opt = minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-            def step(a, b):
-                opt.zero_grad()
-                loss = minidl.nn.functional.cross_entropy(model(a), b)
-                loss.backward()
-                opt.step()
-                return loss
-
+            model, opt, step = sgd_cnn(cifar_cnn)
             with minidl.backends.cudnn.flags(benchmark=bench_flag, deterministic=False):
                 run = minidl.cuda.CUDAGraphStep(step, optimizers=opt, warmup=3) if graphed else step
                 gpu, host = time_steps(run, [(x, y)], args.warmup, args.steps, cupy)
-            convs = [m for m in model.modules() if isinstance(m, minidl.nn.Conv2d)]
-            algos = "; ".join("/".join(plan.algos.get(d, "-") for d in ("forward", "backward_data", "backward_filter"))
-                              for m in convs for plan in m._conv_plans.values())
             g50, g10, g90 = summary(gpu)
             lines.append(f"| {'prefer_fastest' if bench_flag else 'heuristic'} | {'graphed' if graphed else 'eager'} | "
-                         f"{g50:.3f} | {g10:.3f}-{g90:.3f} | {summary(host)[0]:.3f} | {algos} |")
+                         f"{g50:.3f} | {g10:.3f}-{g90:.3f} | {summary(host)[0]:.3f} | {conv_algorithms(model)} |")
     return lines
+
+
+def sgd_cnn(build):
+    """A fresh CNN (seed 0) on the GPU with SGD (momentum 0.9): (model, optimizer, step(x, y))."""
+    minidl.manual_seed(0)
+    model = build(minidl.nn).to("cuda")
+    opt = minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(a, b):
+        opt.zero_grad()
+        loss = minidl.nn.functional.cross_entropy(model(a), b)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return model, opt, step
+
+
+def conv_algorithms(model) -> str:
+    """The algorithms each Conv2d's plans chose, "forward/backward_data/backward_filter" per plan, "; "-joined."""
+    return "; ".join("/".join(plan.algos.get(d, "-") for d in ("forward", "backward_data", "backward_filter"))
+                     for m in model.modules() if isinstance(m, minidl.nn.Conv2d) for plan in m._conv_plans.values())
 
 
 def main():

@@ -25,7 +25,8 @@ def main():
     import numpy as np
 
     import minidl
-    from bench_gpu_train_step import _image_batch, cifar_cnn, mnist_cnn, summary, time_steps
+    from bench_gpu_train_step import _image_batch, cifar_cnn, conv_algorithms, mnist_cnn, sgd_cnn, summary, \
+        time_steps
     from minidl.primitives.cuda import convolution as cuda_convolution
 
     heuristic = cuda_convolution.heuristic_order
@@ -45,26 +46,12 @@ def main():
                 for label, order in (("heuristic", heuristic), ("winograd last", winograd_last)):
                     cuda_convolution.heuristic_order = order
                     for graphed in (False, True):
-                        minidl.manual_seed(0)
-                        model = build(minidl.nn).to("cuda")
-                        opt = minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-                        def step(a, b):
-                            opt.zero_grad()
-                            loss = minidl.nn.functional.cross_entropy(model(a), b)
-                            loss.backward()
-                            opt.step()
-                            return loss
-
+                        model, opt, step = sgd_cnn(build)
                         run = minidl.cuda.CUDAGraphStep(step, optimizers=opt, warmup=3) if graphed else step
                         gpu, _ = time_steps(run, [(x, y)], 6, 20, cupy)
                         times.setdefault((label, graphed), []).append(summary(gpu)[0])
                         if rnd == 0 and not graphed:
-                            algos = "; ".join("/".join(p.algos.get(d, "-") for d in ("forward", "backward_data",
-                                                                                        "backward_filter"))
-                                              for m in model.modules() if isinstance(m, minidl.nn.Conv2d)
-                                              for p in m._conv_plans.values())
-                            print(f"{name}, {label}: {algos}")
+                            print(f"{name}, {label}: {conv_algorithms(model)}")
         finally:
             cuda_convolution.heuristic_order = heuristic
         for (label, graphed), values in times.items():

@@ -46,7 +46,7 @@ def to_channels_last(a):
     """The values of a channels-first array, in NHWC memory (a transposed view of a contiguous copy)."""
     if is_channels_last(a):
         return a
-    return _transposed(a, "NHWC").transpose(_inverse(a.ndim))
+    return layout_transform(a, "NHWC").transpose(_inverse(a.ndim))
 
 
 def to_contiguous(a):
@@ -66,7 +66,7 @@ def copy_as(a, channels_last: bool):
 def nhwc(a):
     """(N, C, *spatial) -> (N, *spatial, C): a view when `a` is channels_last, else a contiguous copy."""
     view = a.transpose(_perm(a.ndim))
-    return view if view.flags.c_contiguous else _transposed(a, "NHWC")
+    return view if view.flags.c_contiguous else layout_transform(a, "NHWC")
 
 
 def nhwc_view(a):
@@ -76,15 +76,7 @@ def nhwc_view(a):
 
 def nchw(a):
     """(N, *spatial, C) -> a contiguous (N, C, *spatial) copy."""
-    return _transposed(a, "NCHW")
-
-
-def _transposed(a, layout):
-    """The contiguous copy in the other layout: on the GPU one launch of the layout_transform primitive (a tiled
-    transpose); NumPy's transposed copy on the CPU."""
-    if type(a) is np.ndarray:
-        return np.ascontiguousarray(a.transpose(_perm(a.ndim) if layout == "NHWC" else _inverse(a.ndim)))
-    return layout_transform(a, layout)
+    return layout_transform(a, "NCHW")
 
 
 def from_nhwc(a):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._common import to_channels_first, to_channels_last
+
 
 def layout_transform(x, layout: str):
     """layout "NHWC": x (N, C, *spatial) -> contiguous (N, *spatial, C); "NCHW": x (N, *spatial, C) -> contiguous
     (N, C, *spatial)."""
-    axes = (0,) + tuple(range(2, x.ndim)) + (1,) if layout == "NHWC" else (0, x.ndim - 1) + tuple(range(1, x.ndim - 1))
-    return np.ascontiguousarray(x.transpose(axes))
+    return np.ascontiguousarray(to_channels_last(x, "NHWC") if layout == "NHWC" else to_channels_first(x, "NHWC"))
