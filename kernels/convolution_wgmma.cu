@@ -123,6 +123,20 @@ struct ConvRowsProblem {
     __device__ void store(const Tile& tl, unsigned smem) const { tma_store(map_out, smem, tl.n0, tl.q0, tl.p0, tl.img0); }
 };
 
+// A weight-gradient tile t of the split-K grid (both wgrad problems below): its split, its first row m0 and its k
+// steps [kt0, kt1) (per_split of the k_total steps each); returns its column block for the problem to place.
+template <class Tile>
+__device__ __forceinline__ int split_k_tile(Tile& tl, int t, int tiles_m, int tiles_n, int tile_m, int per_split,
+                                            int k_total)
+{
+    int tm, tn;
+    grouped_tile(t, tiles_m, tiles_n, tl.split, tm, tn);
+    tl.m0 = tm * tile_m;
+    tl.kt0 = min(tl.split * per_split, k_total);
+    tl.kt1 = min(tl.kt0 + per_split, k_total);
+    return tn;
+}
+
 // wgrad (16-bit): rows = output channels k, columns = (tap, input channel), reduction = pixels. With C a
 // multiple of 64 a column tile spans taps (slab j = columns n0 + 64j .. of the flat (r, s, c) space: one
 // tile of 256 columns covers 4 taps of 64 channels), so dy's boxes are re-read for R*S*C/BN column tiles
@@ -149,9 +163,7 @@ struct ConvWgradProblem {
     __device__ Tile tile(int t) const
     {
         Tile tl;
-        int tm, tn;
-        grouped_tile(t, tiles_m, tiles_n, tl.split, tm, tn);
-        tl.m0 = tm * Cfg::TILE_M;
+        const int tn = split_k_tile(tl, t, tiles_m, tiles_n, Cfg::TILE_M, per_split, k_total);
         if (flat) {
             tl.n0 = tn * BN;
             tl.rs = tl.c0 = 0;
@@ -162,8 +174,6 @@ struct ConvWgradProblem {
             tl.n0 = tl.rs * g.C + tl.c0;
             tl.cols = min(BN, g.C - tl.c0);
         }
-        tl.kt0 = min(tl.split * per_split, k_total);
-        tl.kt1 = min(tl.kt0 + per_split, k_total);
         return tl;
     }
     __device__ void load(const Tile& tl, int kt, unsigned a_dst, unsigned b_dst, unsigned bar) const
@@ -219,14 +229,10 @@ struct ConvWgradNchwProblem {
     __device__ Tile tile(int t) const
     {
         Tile tl;
-        int tm, tn;
-        grouped_tile(t, tiles_m, tiles_n, tl.split, tm, tn);
-        tl.m0 = tm * Cfg::TILE_M;
+        const int tn = split_k_tile(tl, t, tiles_m, tiles_n, Cfg::TILE_M, per_split, k_total);
         tl.rs = tn / c_blocks;
         tl.c0 = tl.n0 = (tn - tl.rs * c_blocks) * BN;
         tl.cols = min(BN, g.C - tl.c0);
-        tl.kt0 = min(tl.split * per_split, k_total);
-        tl.kt1 = min(tl.kt0 + per_split, k_total);
         return tl;
     }
     __device__ void load(const Tile& tl, int kt, unsigned a_dst, unsigned b_dst, unsigned bar) const

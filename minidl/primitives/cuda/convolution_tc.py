@@ -219,10 +219,14 @@ def _channels_first_output(out, shape, layout, dtype, *inputs):
         else:
             return None
         return y.transpose((0,) + tuple(range(2, y.ndim)) + (1,)), y
-    if (out is not None and out.dtype == dtype and not _overlaps(out, inputs)
-            and out.transpose((0, out.ndim - 1) + tuple(range(1, out.ndim - 1))).flags.c_contiguous):
+    if out is not None and out.dtype == dtype and not _overlaps(out, inputs) and _channels_first_view(out):
         return out, out
     return None
+
+
+def _channels_first_view(a) -> bool:
+    """Whether a (N, *spatial, C) array is a view of contiguous channels-first memory."""
+    return a.transpose((0, a.ndim - 1) + tuple(range(1, a.ndim - 1))).flags.c_contiguous
 
 
 def _overlaps(out, inputs) -> bool:
@@ -236,7 +240,7 @@ def _finish(target, original, layout):
         return target
     if layout == "NCHW":
         original[...] = _to_nchw(target)
-    elif _channels_first_output(original, original.shape, "NHWC", original.dtype) is not None:
+    elif _channels_first_view(original):
         # an (N, P, Q, K) view of channels-first memory (a training layer's twin): one transpose into it
         nd = original.ndim
         layout_transform(target, "NCHW", out=original.transpose((0, nd - 1) + tuple(range(1, nd - 1))))
@@ -275,14 +279,15 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
     g, x, w = _operands(problem, x, w)
     bias = None if bias is None else cupy.ascontiguousarray(bias)
     M, N = g["N"] * g["P"] * g["Q"], g["K"]
-    if M and N and _wgmma.reason("forward", g, problem.dtype, (x, w, bias)) is None:
+    why = _wgmma.reason("forward", g, problem.dtype, (x, w, bias)) if M and N else "no work"
+    if why is None:
         direct = _channels_first_output(out, problem.y_shape, layout, dtype, x, w, bias)
         if direct is not None and _wgmma.convolution_forward(x, w, bias, direct[0], g, problem.dtype, alpha, beta,
-                                                             nchw=True):
+                                                             nchw=True, why=why):
             return direct[1]
     y, original = _output("convolution_forward", out, _nhwc_shape(problem.y_shape, layout), dtype, beta, layout,
                           x, w, bias)
-    if y.size and M and _wgmma.convolution_forward(x, w, bias, y, g, problem.dtype, alpha, beta):
+    if y.size and M and _wgmma.convolution_forward(x, w, bias, y, g, problem.dtype, alpha, beta, why=why):
         pass  # Hopper: wgmma fed by TMA (convolution_wgmma.py says when it declines)
     elif y.size and M:
         _, kind, vec_elems = KINDS[problem.dtype]
@@ -309,15 +314,16 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
         wt = get_handle().workspace(nbytes).view(cupy.uint8)[:nbytes].view(dtype).reshape(g["C"], g["R"], g["S"],
                                                                                           g["K"])
         wt[...] = w.reshape(g["K"], g["R"], g["S"], g["C"]).transpose(3, 1, 2, 0)
-        if _wgmma.reason("backward_data", g, problem.dtype, (wt, dy)) is None:
+        why = _wgmma.reason("backward_data", g, problem.dtype, (wt, dy))
+        if why is None:
             direct = _channels_first_output(out, problem.x_shape, layout, dtype, wt, dy)
             if direct is not None and _wgmma.convolution_backward_data(wt, dy, direct[0], g, problem.dtype, alpha,
-                                                                       beta, nchw=True):
+                                                                       beta, nchw=True, why=why):
                 return direct[1]
     dx, original = _output("convolution_backward_data", out, _nhwc_shape(problem.x_shape, layout), dtype, beta,
                            layout, w, dy)
     if work:
-        if _wgmma.convolution_backward_data(wt, dy, dx, g, problem.dtype, alpha, beta):
+        if _wgmma.convolution_backward_data(wt, dy, dx, g, problem.dtype, alpha, beta, why=why):
             return _result(dx, original, layout)
         _, kind, vec_elems = KINDS[problem.dtype]
         bn = _tile_n(M, N)
@@ -331,30 +337,38 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
     return _result(dx, original, layout)
 
 
-def reads_channels_first(direction: str, problem) -> bool:
+def reads_channels_first(direction: str, problem, g=None) -> bool:
     """True when `direction` of this channels-first problem runs on its NCHW arrays as they are, with no
-    transposes: today the TF32 weight gradient on Hopper's wgmma (convolution_wgmma, the channels-first wgrad)."""
+    transposes: today the TF32 weight gradient on Hopper's wgmma (convolution_wgmma, the channels-first wgrad).
+    g: the problem's _geometry, when the caller has it."""
     return (direction == "backward_filter" and problem.layout == "NCHW" and problem.groups == 1
-            and problem.spatial_dims <= 2 and _wgmma.nchw_filter_gradient_reason(_geometry(problem), problem.dtype) is None)
+            and problem.spatial_dims <= 2
+            and _wgmma.nchw_filter_gradient_reason(g or _geometry(problem), problem.dtype) is None)
+
+
+def _splitk_reduce(dtype):
+    """The kernel that adds up a weight gradient's split-K partial sums (fetched when a split happens)."""
+    suffix, kind, _ = KINDS[dtype]
+    return lambda: get_kernel("convolution_tc", f"convolution_tc_splitk_reduce_{suffix}",
+                              options=(f"-DCONV_TC_KIND={kind}",))
 
 
 def _filter_gradient_channels_first(x, dy, problem, alpha, beta, out):
     """dw (K, C, R, S) straight from channels-first x and dy (the TF32 wgmma kernel), written into `out` when it is
     a contiguous float32 array of its own, or None where this does not apply (the caller then transposes to NHWC)."""
     g = _geometry(problem)
-    if not reads_channels_first("backward_filter", problem) or not g["N"] * g["P"] * g["Q"] * problem.K * problem.C:
+    if not reads_channels_first("backward_filter", problem, g) or not g["N"] * g["P"] * g["Q"] * problem.K * problem.C:
         return None
     if out is None:
         dw = cupy.empty(problem.w_shape, dtype=cupy.float32)
     elif (out.dtype == cupy.float32 and out.flags.c_contiguous and tuple(out.shape) == tuple(problem.w_shape)
-          and not any(cupy.may_share_memory(out, a) for a in (x, dy))):
+          and not _overlaps(out, (x, dy))):
         dw = out
     else:
         return None
-    reduce_kernel = lambda: get_kernel("convolution_tc", "convolution_tc_splitk_reduce_tf32",  # noqa: E731
-                                       options=(f"-DCONV_TC_KIND={KINDS['float32'][1]}",))
     x, dy = cupy.ascontiguousarray(x), cupy.ascontiguousarray(dy)
-    if not _wgmma.convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, get_handle().workspace, reduce_kernel):
+    if not _wgmma.convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, get_handle().workspace,
+                                                   _splitk_reduce("float32")):
         return None
     return dw
 
@@ -370,9 +384,8 @@ def convolution_backward_filter(x, dy, problem, alpha, beta, out):
     dw, original = _output("convolution_backward_filter", out, _nhwc_shape(problem.w_shape, layout), dtype, beta,
                            layout, x, dy)
     if dw.size and g["N"] * g["P"] * g["Q"]:
-        suffix, kind, vec_elems = KINDS[problem.dtype]
-        reduce_kernel = lambda: get_kernel("convolution_tc", f"convolution_tc_splitk_reduce_{suffix}",  # noqa: E731
-                                           options=(f"-DCONV_TC_KIND={kind}",))
+        _, kind, vec_elems = KINDS[problem.dtype]
+        reduce_kernel = _splitk_reduce(problem.dtype)
         if _wgmma.convolution_backward_filter(x, dy, dw, g, problem.dtype, alpha, beta, get_handle().workspace,
                                               reduce_kernel):
             return _result(dw, original, layout)

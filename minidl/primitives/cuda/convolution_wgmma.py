@@ -81,7 +81,8 @@ def split_count(tiles: int, k_total: int, sms: int) -> int:
     """Slices of backward filter's pixel reduction: enough to give every SM work, in whole waves (the
     persistent blocks take tiles in turn, so 140 tiles on 132 SMs take two rounds: measured 1.5x slower than
     130), at least 16 k steps a slice; the fewest waves that fill 95% of the SMs (each slice adds an fp32
-    copy of dw to write and to add up)."""
+    copy of dw to write and to add up). Every slice gets ceil(k_total / splits) steps, so no slice is left empty:
+    the count is the slices those steps make."""
     if tiles >= sms or k_total < 32:
         return 1
     best, best_eff = 1, tiles / sms
@@ -89,10 +90,11 @@ def split_count(tiles: int, k_total: int, sms: int) -> int:
         splits = min(max(1, waves * sms // tiles), max(1, k_total // 16))
         eff = tiles * splits / (math.ceil(tiles * splits / sms) * sms)
         if eff >= 0.95:
-            return splits
+            best = splits
+            break
         if eff > best_eff:
             best, best_eff = splits, eff
-    return best
+    return math.ceil(k_total / math.ceil(k_total / best))
 
 
 def _shape(**fields) -> np.ndarray:
@@ -197,10 +199,20 @@ def _rows_plan(name, dtype, size, in_dims, w_rows, out, out_dims, taps, offs, st
             recipe_in, recipe_w, recipe_out, middle)
 
 
-def convolution_forward(x, w, bias, y, g, dtype, alpha, beta, nchw=False) -> bool:
+_UNASKED = object()
+
+
+def _why(direction, g, dtype, inputs, out, why):
+    """reason() for the inputs and out; why: what reason() said of the inputs alone, when the caller asked it."""
+    if why is _UNASKED:
+        return reason(direction, g, dtype, (*inputs, out))
+    return "an array does not start on a 16-byte boundary" if why is None and out.data.ptr % 16 else why
+
+
+def convolution_forward(x, w, bias, y, g, dtype, alpha, beta, nchw=False, why=_UNASKED) -> bool:
     """y = alpha * (conv(x, w) + bias) + beta * y, NHWC arrays (w: (K, R, S, C)), y channels-first memory when nchw;
-    False: not taken."""
-    why = reason("forward", g, dtype, (x, w, y, bias))
+    False: not taken. why: reason("forward", g, dtype, (x, w, bias)) when the caller has it."""
+    why = _why("forward", g, dtype, (x, w, bias), y, why)
     if why is not None:
         return _declined("convolution_forward", why)
     vec = 16 // x.itemsize
@@ -214,10 +226,10 @@ def convolution_forward(x, w, bias, y, g, dtype, alpha, beta, nchw=False) -> boo
     return True
 
 
-def convolution_backward_data(wt, dy, dx, g, dtype, alpha, beta, nchw=False) -> bool:
+def convolution_backward_data(wt, dy, dx, g, dtype, alpha, beta, nchw=False, why=_UNASKED) -> bool:
     """dx = alpha * conv_transpose(dy, w) + beta * dx (stride 1), NHWC (dx channels-first memory when nchw); wt: the
-    filter as (C, R, S, K)."""
-    why = reason("backward_data", g, dtype, (wt, dy, dx))
+    filter as (C, R, S, K). why: reason("backward_data", g, dtype, (wt, dy)) when the caller has it."""
+    why = _why("backward_data", g, dtype, (wt, dy), dx, why)
     if why is not None:
         return _declined("convolution_backward_data", why)
     _rows_launch("convolution_backward_data_wgmma", dtype, dy, (g["N"], g["P"], g["Q"], g["K"]), wt, g["C"], dx,
@@ -273,8 +285,6 @@ def _wgrad_plan(g, dtype, size, C, dw, padded, alpha_k, beta_k):
     mi = 2 if K >= 2 * BM and bn <= 128 else 1      # 256 x 128 moves as few bytes per MMA as 128 x 256
     tiles = math.ceil(K / (BM * mi)) * (math.ceil(width / bn) if flat else R * S * math.ceil(C / bn))
     splits = split_count(tiles, k_total, sm_count())
-    per_split = math.ceil(k_total / splits)
-    splits = math.ceil(k_total / per_split)
     recipe_dy = _nhwc_recipe(dtype, size, N, P, Q, K, (SLAB, bq, bp, bni))
     recipe_x = _nhwc_recipe(dtype, size, N, H, W, C, (SLAB, bq * g["sw"], bp * g["sh"], bni), (1, g["sw"], g["sh"], 1))
     target_shape = (K, R, S, C) if padded else None
@@ -356,7 +366,6 @@ def _wgrad_nchw_plan(g, dw):
     mi = 2 if K >= 2 * BM and bn <= 128 else 1
     tiles = math.ceil(K / (BM * mi)) * R * S * math.ceil(C / bn)
     splits = split_count(tiles, k_total, sm_count())
-    splits = math.ceil(k_total / math.ceil(k_total / splits))
     dtype = tma_data_type("float32")
     recipe_dy = tma.MapRecipe(dtype, (P * Q, K, N), (P * Q * size, K * P * Q * size), (run, BM * mi, 1))
     # x's copies, one per filter column, moved by its offset, Q columns wide (x itself where nothing moves)

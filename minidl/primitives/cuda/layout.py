@@ -8,6 +8,7 @@ from __future__ import annotations
 import cupy
 import numpy as np
 
+from .._common import to_channels_first, to_channels_last
 from ._compile import get_template_kernel
 
 KERNEL = "layout_transform"   # a template over the element: layout_transform<unsigned short> ...
@@ -29,7 +30,7 @@ def layout_transform(x, layout: str, out=None):
             _plans.pop(next(iter(_plans)))
     expression, grid, args, out_shape, single = plan
     if expression is None or not x.flags.c_contiguous:
-        view = x.transpose(_axes(x.ndim, layout))
+        view = to_channels_last(x, "NHWC") if layout == "NHWC" else to_channels_first(x, "NHWC")
         if out is None:
             return cupy.ascontiguousarray(view)
         out[...] = view
@@ -42,14 +43,10 @@ def layout_transform(x, layout: str, out=None):
     return y
 
 
-def _axes(ndim: int, layout: str) -> tuple:
-    return (0,) + tuple(range(2, ndim)) + (1,) if layout == "NHWC" else (0, ndim - 1) + tuple(range(1, ndim - 1))
-
-
 def _plan(itemsize: int, shape: tuple, layout: str):
     """(kernel expression, grid, scalar arguments, output shape, the one-element-a-time (expression, grid) when the
     plan moves pairs); expression None: not an element size the kernel copies; grid None: nothing to copy."""
-    out_shape = tuple(shape[i] for i in _axes(len(shape), layout))
+    out_shape = (shape[0], *shape[2:], shape[1]) if layout == "NHWC" else (shape[0], shape[-1], *shape[1:-1])
     element = _ELEMENT.get(itemsize)
     if element is None:
         return None, None, None, out_shape, None
