@@ -53,6 +53,18 @@ DEFAULT_DTYPES = {"cuda": float16, "cpu": bfloat16}
 
 _state = threading.local()
 
+# Autocast regions open with enabled=True, over every thread. The ops test it before calling cast_inputs
+# (`if _amp.regions:`), so that a program outside autocast never enters this module: one attribute read per op
+# instead of a call. Each thread still keeps its own flags (_state); 0 here means they are all off.
+regions = 0
+_regions_lock = threading.Lock()
+
+
+def _count_region(step: int) -> None:
+    global regions
+    with _regions_lock:
+        regions += step
+
 
 def _get():
     if not hasattr(_state, "enabled"):
@@ -122,11 +134,15 @@ class autocast:
         st.dtype[self.device_type] = self.fast_dtype
         st.cache_enabled = self._cache_enabled
         st.depth += 1
+        if self._enabled:
+            _count_region(1)
         return self
 
     def __exit__(self, *exc):
         st = _get()
         st.depth -= 1
+        if self._enabled:
+            _count_region(-1)
         st.enabled[self.device_type], st.dtype[self.device_type], st.cache_enabled = self._prev
         if st.depth == 0:
             st.cache.clear()

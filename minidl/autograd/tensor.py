@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 from .. import _device, _dtypes
-from .._device import Device, get_array_module, is_cuda_array
+from .._device import Device, is_cuda_array
 from .._dtypes import bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8  # noqa: F401
 from .function import is_grad_enabled, run_backward
 from .return_types import Size
@@ -328,7 +328,7 @@ class Tensor:
                     f"backward: grad can be implicitly created only for scalar outputs; this tensor has "
                     f"shape {self.shape}: pass gradient= of that shape, or reduce it (e.g. .sum())"
                 )
-            g = get_array_module(self._data).ones(self.shape, dtype=self.dtype)
+            g = np.ones_like(self._data)   # (NumPy's function hands a CuPy array to CuPy: NEP 18)
         else:
             g = to_array(gradient, dtype=self.dtype)
             if tuple(g.shape) != self.shape:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import _layout
 from .. import primitives as P
-from ..amp.autocast_mode import cast_inputs as _autocast
+from ..amp import autocast_mode as _amp
 from ._checks import check_float_tensor
 from ._dims import normalize_dim
 from ..autograd.function import Function
@@ -79,7 +79,8 @@ def _softmax_dim(op, input, dim):
 
 
 def softmax(input, dim=None, dtype=None):
-    (input,) = _autocast("softmax", input)
+    if _amp.regions:
+        (input,) = _amp.cast_inputs("softmax", input)
     dim = _softmax_dim("softmax", input, dim)
     if dtype is not None:
         input = input.type(dtype)
@@ -91,7 +92,8 @@ def softmax(input, dim=None, dtype=None):
 
 
 def log_softmax(input, dim=None, dtype=None):
-    (input,) = _autocast("log_softmax", input)
+    if _amp.regions:
+        (input,) = _amp.cast_inputs("log_softmax", input)
     dim = _softmax_dim("log_softmax", input, dim)
     if dtype is not None:
         input = input.type(dtype)

@@ -16,7 +16,7 @@ import numpy as np
 from .. import _device, _dtypes, _layout
 from .._device import get_array_module, is_cuda_array
 from .._dtypes import float32, is_floating
-from ..amp import autocast_mode as _autocast
+from ..amp import autocast_mode as _amp
 from ..autograd.function import Function, is_grad_enabled, unbroadcast
 from ..autograd.tensor import Tensor, get_default_dtype
 from ._args import FULL_FLOATS, bfloat16_on_gpu, fits, operand
@@ -452,17 +452,23 @@ def __truediv__(self, o):
 
 
 def __rtruediv__(self, o):
-    (t,) = _autocast.cast_inputs("rtruediv", self)
+    t = self
+    if _amp.regions:
+        (t,) = _amp.cast_inputs("rtruediv", self)
     return binary(t, o, Div, "div", reverse=True)
 
 
 def __pow__(self, o):
-    t, o = _autocast.cast_inputs("pow", self, o)
+    t = self
+    if _amp.regions:
+        t, o = _amp.cast_inputs("pow", self, o)
     return binary(t, o, Pow, "pow")
 
 
 def __rpow__(self, o):
-    t, o = _autocast.cast_inputs("pow", self, o)
+    t = self
+    if _amp.regions:
+        t, o = _amp.cast_inputs("pow", self, o)
     return binary(t, o, Pow, "pow", reverse=True)
 
 
@@ -536,11 +542,15 @@ def lerp(self, end, weight):
 
 
 def exp(self):
-    return Exp.apply(*_autocast.cast_inputs("exp", self))
+    if _amp.regions:
+        (self,) = _amp.cast_inputs("exp", self)
+    return Exp.apply(self)
 
 
 def log(self):
-    return Log.apply(*_autocast.cast_inputs("log", self))
+    if _amp.regions:
+        (self,) = _amp.cast_inputs("log", self)
+    return Log.apply(self)
 
 
 def sqrt(self):
@@ -548,7 +558,9 @@ def sqrt(self):
 
 
 def rsqrt(self):
-    return 1.0 / Sqrt.apply(*_autocast.cast_inputs("rsqrt", self))
+    if _amp.regions:
+        (self,) = _amp.cast_inputs("rsqrt", self)
+    return 1.0 / Sqrt.apply(self)
 
 
 def abs(self):
@@ -623,7 +635,9 @@ def cos(self):
 
 def log1p(self):
     x = self if _dtypes.is_floating(self.dtype) else self.type(get_default_dtype())
-    return Log1p.apply(*_autocast.cast_inputs("log1p", x))
+    if _amp.regions:
+        (x,) = _amp.cast_inputs("log1p", x)
+    return Log1p.apply(x)
 
 
 def tensor_where(self, condition, other):

@@ -11,7 +11,7 @@ import numpy as np
 from .. import _device, _dtypes, backends, primitives
 from .._device import get_array_module
 from .._dtypes import bfloat16, float16, float32, is_half
-from ..amp import autocast_mode as _autocast
+from ..amp import autocast_mode as _amp
 from ..autograd.function import Function, unbroadcast
 from ..autograd.tensor import Tensor
 from ._args import operand, promote
@@ -208,7 +208,8 @@ def matmul(input, other, *, out=None):
     if not isinstance(a, Tensor):
         a = Tensor(a)
     b = operand(a, b, "matmul")   # also checks the devices
-    a, b = _autocast.cast_inputs("matmul", a, b)
+    if _amp.regions:
+        a, b = _amp.cast_inputs("matmul", a, b)
     ad, bd = a._data, b._data
     if ad.dtype != bd.dtype:
         a, b = promote(a, b, "matmul")

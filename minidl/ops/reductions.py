@@ -11,8 +11,8 @@ import numpy as np
 
 from .. import _dtypes
 from .._device import get_array_module
-from .._dtypes import float32, int64, is_floating, is_half
-from ..amp import autocast_mode as _autocast
+from .._dtypes import HALF_DTYPES, float32, int64, is_floating, is_half
+from ..amp import autocast_mode as _amp
 from ..autograd import return_types
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
@@ -27,8 +27,8 @@ from .elementwise import where
 
 
 def _axes(dim, ndim, op="reduction"):
-    """The axes to reduce (every one for dim=None); dims are checked in minidl.autograd._dims."""
-    return reduction_axes(dim, ndim, op)
+    """The axes to reduce (every one for dim=None); dims are checked in minidl.ops._dims."""
+    return tuple(range(ndim)) if dim is None else reduction_axes(dim, ndim, op)
 
 
 def _expand_back(g, shape, axes, keepdim):
@@ -41,7 +41,7 @@ def _expand_back(g, shape, axes, keepdim):
 def _accumulation_dtype(a):
     """Half tensors are summed in float32 (one rounding at the end), as PyTorch and cuDNN do: a
     float16 running sum stops growing once it is 2048 times its addends."""
-    return float32 if is_half(a.dtype) else None
+    return float32 if a.dtype in HALF_DTYPES else None
 
 
 class Sum(Function):
@@ -56,7 +56,7 @@ class Sum(Function):
 
     def backward(self, g):
         g = _expand_back(g, self.shape, self.axes, self.keepdim)
-        return get_array_module(g).broadcast_to(g, self.shape).copy()
+        return np.broadcast_to(g, self.shape).copy()   # (NumPy's function hands a CuPy array to CuPy: NEP 18)
 
 
 class Mean(Function):
@@ -338,7 +338,9 @@ def _along(xp, index, axis):
 def sum(self, dim=None, keepdim=False):
     if dim is not None:   # (the whole-tensor sum of a loss needs no check, and no call)
         check_dim(self, dim, "sum")
-    return Sum.apply(*_autocast.cast_inputs("sum", self), dim=dim, keepdim=keepdim)
+    if _amp.regions:
+        (self,) = _amp.cast_inputs("sum", self)
+    return Sum.apply(self, dim=dim, keepdim=keepdim)
 
 
 def mean(self, dim=None, keepdim=False):

@@ -510,7 +510,7 @@ def _check_dtype(op, dtype):
 
 # The global policy used by algo="auto", and the cache of measured choices for prefer_fastest.
 # One tuple, replaced whole, so that a reader in another thread never sees half of an update.
-_policy = ("heuristic", None)
+process_policy = ("heuristic", None)   # read by nn.functional.convolution as part of a layer's plan key
 _cache: dict = {}               # (device, direction, problem) -> list[AlgorithmPerf], fastest first
 _cache_lock = threading.Lock()
 
@@ -529,14 +529,14 @@ def set_convolution_policy(policy: str, workspace_limit: int | None = None) -> N
 
     workspace_limit (bytes) is required by "workspace_limit" and also bounds "prefer_fastest".
     """
-    global _policy
+    global process_policy
     _check_policy("set_convolution_policy", policy, workspace_limit)
-    _policy = (policy, workspace_limit)
+    process_policy = (policy, workspace_limit)
 
 
 def get_convolution_policy() -> tuple:
     """(policy, workspace_limit) currently used by algo="auto"."""
-    return _policy
+    return process_policy
 
 
 @contextlib.contextmanager
@@ -617,7 +617,7 @@ def _policy_arg(op, policy):
     else:
         name, limit = policy, None
         if name == "prefer_fastest":
-            limit = _policy[1]
+            limit = process_policy[1]
     _check_policy(op, name, limit)
     return name, limit
 

@@ -33,7 +33,7 @@ import numpy as np
 from ... import backends
 from ... import primitives as P
 from ... import random
-from ...amp.autocast_mode import cast_inputs as _autocast
+from ...amp import autocast_mode as _amp
 from ...autograd.function import Function
 from ...autograd.tensor import Tensor
 from .activations import softmax
@@ -103,7 +103,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if hq % hk or value.shape[-3] != hk:
             raise RuntimeError(f"{op}: enable_gqa needs query's heads ({hq}) to be a multiple of key's and value's "
                                f"({hk}, {value.shape[-3]})")
-    query, key, value = _autocast(op, query, key, value)
+    if _amp.regions:
+        query, key, value = _amp.cast_inputs(op, query, key, value)
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     if _fusable(query, key, value, attn_mask):
         return _fused(query, key, value, attn_mask, dropout_p, bool(is_causal), scale)

@@ -1,11 +1,15 @@
 """conv1d/2d/3d and conv2d_relu over the convolution primitive, through the layer's ConvolutionPlan."""
 from __future__ import annotations
 
+import numpy as np
+
 from ... import _layout, backends
+from ..._dtypes import FLOATING_SET
 from ... import primitives as P
 from ..._device import get_array_module
 from ...autograd.function import Function, is_grad_enabled
-from ...amp.autocast_mode import cast_inputs as _autocast
+from ...autograd.tensor import Tensor
+from ...amp import autocast_mode as _amp
 from ._checks import _batched, _check_float_tensor, _check_same_device
 from . import activations, vision
 
@@ -26,7 +30,7 @@ class Convolution(Function):
 
     def forward(self, x, w, b=None, plan=None, out_cl=False):
         self.plan, self.has_bias, self.out_cl = plan, b is not None, out_cl
-        self.w_cl = _layout.strictly_channels_last(w)
+        self.w_cl = not w.flags.c_contiguous and _layout.strictly_channels_last(w)
         # a twin plan whose weight gradient reads the channels-first arrays as they are keeps x as it came
         self.x_first = (x if plan.channels_first_wgrad is not None and self.needs_input_grad[1] and not out_cl
                         and not self.w_cl and x.flags.c_contiguous else None)
@@ -83,20 +87,20 @@ def _convolution(x, weight, bias, desc, algo, layout, plans=None, relu=False, ou
     use of a shape) or made for this call. The policy is read here, once, and is part of the key; so
     is the math: float32 on the GPU may use TF32 tensor cores when minidl.backends.cudnn.allow_tf32
     is set (as in PyTorch); the CPU always computes exact fp32."""
-    policy = backends._conv_policy_for(algo)
-    if policy is None and algo == "auto":
-        policy = P.get_convolution_policy()
     data = x._data
-    on_cuda = x.is_cuda
-    math = backends.math_for_conv(data.dtype) if on_cuda else "fp32"
-    # (the device as its index, -1 for the CPU: a Device object per call would cost more than the lookup)
+    on_cuda = not isinstance(data, np.ndarray)
+    # The key holds the settings the plan depends on as they are (attributes, no calls): the device as its index
+    # (-1: the CPU), minidl.backends.cudnn's flags (policy and TF32), the process-wide convolution policy.
+    cudnn = backends.cudnn
     key = (data.shape, weight._data.shape, data.dtype, data.device.id if on_cuda else -1, desc, algo, layout,
-           policy, math)
+           cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32, P.convolution.process_policy)
     plan = plans.get(key) if plans is not None else None
     if plan is None:
-        plan = P.ConvolutionPlan(_kernel_layout_shape(x.shape, layout), _kernel_layout_shape(weight.shape, layout),
-                                 desc, device="cuda" if on_cuda else "cpu", dtype=x.dtype, layout=layout,
-                                 algo=algo, policy=policy, math=math)
+        policy, math = _settings(algo, on_cuda, data.dtype)
+        plan = P.ConvolutionPlan(_kernel_layout_shape(data.shape, layout),
+                                 _kernel_layout_shape(weight._data.shape, layout), desc,
+                                 device="cuda" if on_cuda else "cpu", dtype=data.dtype, layout=layout, algo=algo,
+                                 policy=policy, math=math)
         if plans is not None:
             plans[key] = plan
     args = (x, weight) if bias is None else (x, weight, bias)
@@ -105,10 +109,19 @@ def _convolution(x, weight, bias, desc, algo, layout, plans=None, relu=False, ou
     if on_cuda and layout == "NCHW" and is_grad_enabled() and (x.requires_grad or weight.requires_grad):
         twin = plan.nhwc_twin
         if twin is None:
-            twin = plan.nhwc_twin = _tensor_core_twin(plan, algo, policy, math)
+            twin = plan.nhwc_twin = _tensor_core_twin(plan, algo, *_settings(algo, on_cuda, data.dtype))
         if twin:
             plan = twin
     return Convolution.apply(*args, plan=plan, out_cl=out_cl)
+
+
+def _settings(algo, on_cuda, dtype):
+    """(policy, math) of a plan made now: the policy algo="auto" follows (backends.cudnn's flags, else the
+    process-wide one), and whether float32 may run on TF32 tensor cores (the CPU always computes exact fp32)."""
+    policy = backends._conv_policy_for(algo)
+    if policy is None and algo == "auto":
+        policy = P.get_convolution_policy()
+    return policy, backends.math_for_conv(dtype) if on_cuda else "fp32"
 
 
 def _tensor_core_twin(plan, algo, policy, math):
@@ -168,16 +181,13 @@ def conv_nd(op, dims, input, weight, bias, stride, padding, dilation, groups, al
     relu=True: relu(conv) with the ReLU in the convolution's epilogue (conv2d_relu). channels_last (a layer
     after Module.to(memory_format=channels_last)), or an input or filter in channels_last memory: the
     channels-last kernels, and a channels_last result, as PyTorch's memory-format propagation."""
-    input, weight, bias = _autocast(op, input, weight, bias)
-    x, unbatched = _batched(op, input, dims)
-    _check_float_tensor(op, "weight", weight)
-    if weight.ndim != dims + 2:
-        raise ValueError(f"{op}: weight must be {dims + 2}-D (out_channels, in_channels/groups, *kernel), got {weight.shape}")
-    if bias is not None:
-        _check_float_tensor(op, "bias", bias)
-    _check_same_device(op, input=input, weight=weight, bias=bias)
-    out_cl = x.ndim in (4, 5) and (channels_last or _layout.strictly_channels_last(x._data)
-                                   or _layout.strictly_channels_last(weight._data))
+    if _amp.regions:
+        input, weight, bias = _amp.cast_inputs(op, input, weight, bias)
+    x, unbatched = _checked(op, dims, input, weight, bias)
+    xd, wd = x._data, weight._data
+    # (c_contiguous first: a row-major array is not channels_last, and the test costs no call)
+    out_cl = xd.ndim in (4, 5) and (channels_last or (not xd.flags.c_contiguous and _layout.strictly_channels_last(xd))
+                                    or (not wd.flags.c_contiguous and _layout.strictly_channels_last(wd)))
     if out_cl:
         layout = "NHWC"
     if desc is not None:
@@ -206,6 +216,26 @@ def conv_nd(op, dims, input, weight, bias, stride, padding, dilation, groups, al
     # algo="auto" follows minidl.backends.cudnn (benchmark / deterministic), read once per call
     y = _conv_run(x, weight, bias, desc, algo, layout, plans, relu, out_cl)
     return y.squeeze(0) if unbatched else y
+
+
+def _checked(op, dims, input, weight, bias):
+    """(input with a batch dim, whether one was added), after conv_nd's argument checks. The usual call (float
+    tensors of the right ranks on one device) is recognised here in a few comparisons; anything else goes through
+    the checks of ._checks, which raise naming the op."""
+    if isinstance(input, Tensor) and isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor)):
+        xd, wd = input._data, weight._data
+        if (xd.ndim == dims + 2 and wd.ndim == dims + 2 and xd.dtype in FLOATING_SET and wd.dtype in FLOATING_SET
+                and type(xd) is type(wd)
+                and (bias is None or (bias._data.dtype in FLOATING_SET and type(bias._data) is type(xd)))):
+            return input, False
+    x, unbatched = _batched(op, input, dims)
+    _check_float_tensor(op, "weight", weight)
+    if weight.ndim != dims + 2:
+        raise ValueError(f"{op}: weight must be {dims + 2}-D (out_channels, in_channels/groups, *kernel), got {weight.shape}")
+    if bias is not None:
+        _check_float_tensor(op, "bias", bias)
+    _check_same_device(op, input=input, weight=weight, bias=bias)
+    return x, unbatched
 
 
 def _conv_run(x, weight, bias, desc, algo, layout, plans, relu, out_cl=False):
@@ -266,7 +296,8 @@ class ConvolutionTranspose(Function):
 
 
 def conv_transpose_nd(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation, plans=None):
-    input, weight, bias = _autocast(op, input, weight, bias)
+    if _amp.regions:
+        input, weight, bias = _amp.cast_inputs(op, input, weight, bias)
     x, unbatched = _batched(op, input, dims)
     _check_float_tensor(op, "weight", weight)
     if weight.ndim != dims + 2:

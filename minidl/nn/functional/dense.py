@@ -8,7 +8,7 @@ from ... import primitives as P
 from ..._device import is_cuda_array
 from ...autograd.function import Function
 from ...autograd.tensor import Tensor
-from ...amp.autocast_mode import cast_inputs as _autocast
+from ...amp import autocast_mode as _amp
 from ._checks import _check_float_tensor, _check_same_device, _check_same_dtype
 
 
@@ -60,7 +60,8 @@ class Linear(Function):
 def linear(input, weight, bias=None):
     """input (..., in_features), weight (out_features, in_features), bias (out_features,) or None."""
     op = "linear"
-    input, weight, bias = _autocast(op, input, weight, bias)
+    if _amp.regions:
+        input, weight, bias = _amp.cast_inputs(op, input, weight, bias)
     if isinstance(input, Tensor) and isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor)):
         # The common CPU call, already valid (issue 23: the host cost of a step): what the checks below
         # would accept, tested on the arrays directly; anything else goes through them for its message.

@@ -12,7 +12,7 @@ from ... import _device, backends
 from ... import primitives as P
 from ..._device import get_array_module, is_cuda_array
 from ...autograd.function import Function
-from ...amp.autocast_mode import cast_inputs as _autocast
+from ...amp import autocast_mode as _amp
 from ...ops import where
 from ._checks import (_check_float_tensor, _check_reduction, _check_same_device, _check_same_dtype, _check_tensor, _reduce)
 
@@ -185,7 +185,8 @@ def _class_loss_arguments(op, input, target, weight, size_average, reduce, reduc
     float32), a float input, a target tensor, a known reduction. Returns (input, target, weight)."""
     if size_average is not None or reduce is not None:
         raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
-    input, target, weight = _autocast(op, input, target, weight)
+    if _amp.regions:
+        input, target, weight = _amp.cast_inputs(op, input, target, weight)
     _check_float_tensor(op, "input", input)
     _check_tensor(op, "target", target)
     _check_reduction(op, reduction)
@@ -311,7 +312,8 @@ def _regression_pair(op, input, target):
 
 def mse_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Mean squared error: reduce((input - target)^2). Integer targets are promoted, as PyTorch."""
-    input, target = _autocast("mse_loss", input, target)
+    if _amp.regions:
+        input, target = _amp.cast_inputs("mse_loss", input, target)
     input, target = _regression_pair("mse_loss", input, target)
     _check_reduction("mse_loss", reduction)
     diff = input - target
@@ -333,7 +335,8 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
 
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):
     """Mean absolute error: reduce(|input - target|). Integer targets are promoted, as PyTorch."""
-    input, target = _autocast("l1_loss", input, target)
+    if _amp.regions:
+        input, target = _amp.cast_inputs("l1_loss", input, target)
     input, target = _regression_pair("l1_loss", input, target)
     _check_reduction("l1_loss", reduction)
     return _reduce((input - target).abs(), reduction)
@@ -376,7 +379,8 @@ def binary_cross_entropy_with_logits(input, target, weight=None, size_average=No
     """input, target: the same shape; weight broadcasts to it; pos_weight (C,) broadcasts along the last dim.
     (No gradient flows to weight or pos_weight.)"""
     op = "binary_cross_entropy_with_logits"
-    input, target, weight, pos_weight = _autocast(op, input, target, weight, pos_weight)
+    if _amp.regions:
+        input, target, weight, pos_weight = _amp.cast_inputs(op, input, target, weight, pos_weight)
     _check_same_shape(op, input, target)
     _check_reduction(op, reduction)
     for name, extra in (("weight", weight), ("pos_weight", pos_weight)):

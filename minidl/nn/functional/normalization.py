@@ -4,7 +4,7 @@ from __future__ import annotations
 from ... import _dtypes, _layout
 from ... import primitives as P
 from ..._device import get_array_module
-from ...amp.autocast_mode import cast_inputs as _autocast
+from ...amp import autocast_mode as _amp
 from ...autograd.function import Function
 from ._checks import _check_float_tensor, _check_same_device
 
@@ -207,7 +207,8 @@ def _normalized_shape(op, input, normalized_shape):
 
 
 def _norm(op, input, normalized_shape, weight, bias, eps, rms):
-    (input,) = _autocast(op, input)   # float32 under autocast, as torch
+    if _amp.regions:
+        (input,) = _amp.cast_inputs(op, input)   # float32 under autocast, as torch
     _check_float_tensor(op, "input", input)
     shape = _normalized_shape(op, input, normalized_shape)
     for name, t in (("weight", weight), ("bias", bias)):

@@ -8,7 +8,7 @@ from ... import primitives as P
 from ..._device import is_cuda_array
 from ..._dtypes import float32, is_half
 from ...amp.autocast_mode import cast_output, lower_precision_dtype
-from ...amp.autocast_mode import cast_inputs as _autocast
+from ...amp import autocast_mode as _amp
 from ...autograd.function import Function, is_grad_enabled
 
 
@@ -42,7 +42,7 @@ class RNNSequence(Function):
 
     @classmethod
     def apply(cls, *inputs, **params):
-        half = lower_precision_dtype("rnn", *inputs)
+        half = lower_precision_dtype("rnn", *inputs) if _amp.regions else None
         if half is None:            # no autocast here (the policy for "rnn" is lower precision or nothing)
             return super().apply(*inputs, **params)
         x, h0, c0, *weights = inputs
@@ -57,7 +57,9 @@ class RNNSequence(Function):
             up = [t if t is None or t.dtype == float32 else cast_output(t, float32) for t in (x, h0, c0)]
             outputs = super().apply(*up, *weights, math="bf16", **params)
             return tuple(cast_output(o, half) for o in outputs)
-        return super().apply(*_autocast("rnn", *inputs), **params)
+        if _amp.regions:
+            inputs = _amp.cast_inputs("rnn", *inputs)
+        return super().apply(*inputs, **params)
 
     def forward(self, x, h0, c0, *weights, desc=None, seq_lengths=None, math=None):
         self.desc = desc
@@ -77,7 +79,9 @@ class RNNCellStep(Function):
 
     @classmethod
     def apply(cls, *inputs, **params):
-        return super().apply(*_autocast("rnn_cell", *inputs), **params)
+        if _amp.regions:
+            inputs = _amp.cast_inputs("rnn_cell", *inputs)
+        return super().apply(*inputs, **params)
 
     def forward(self, x, h, c, w_ih, w_hh, b_ih=None, b_hh=None, mode="rnn_tanh"):
         self.mode, self.has_bias = mode, b_ih is not None

@@ -82,7 +82,12 @@ class _ConvNd(Module):
 
     def forward(self, input):
         op = ("conv1d", "conv2d", "conv3d")[self._dims - 1]
-        return conv_nd(op, self._dims, input, self.weight, self.bias, self.stride, self.padding, self.dilation,
+        # the parameters from their registry, as Module.__getattr__ finds them (one call fewer per step); a weight
+        # or bias replaced by a plain attribute is found where it is
+        params = self._parameters
+        weight = params["weight"] if "weight" in params else self.weight
+        bias = params["bias"] if "bias" in params else self.bias
+        return conv_nd(op, self._dims, input, weight, bias, self.stride, self.padding, self.dilation,
                        self.groups, self.algo, self.layout, desc=self._desc, plans=self._conv_plans,
                        channels_last=self.channels_last)
 

@@ -140,12 +140,11 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out):
     bias: (K,) or None. Returns y: (N, K, *out) or (N, *out, K).
     """
     x, w = _operands(problem, x, w)
-    x_cf = to_channels_first(x, problem.layout)
-    w_cf = _weight_channels_first(w, problem.layout)
+    x_cf, w_cf = _channels_first(x, problem), _channels_first(w, problem)
     y = _algorithm("convolution_forward", FORWARD, algo)(x_cf, w_cf, problem)
     if bias is not None:
         y += bias.astype(y.dtype).reshape((1, -1) + (1,) * problem.spatial_dims)
-    y = np.ascontiguousarray(to_channels_last(y, problem.layout))
+    y = np.ascontiguousarray(_in_layout(y, problem))
     return _blend_result("convolution_forward", y, problem, out, alpha, beta)
 
 
@@ -155,20 +154,18 @@ def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
     w: the forward weight; dy: (N, K, *out) or (N, *out, K). Returns dx shaped like x.
     """
     w, dy = _operands(problem, w, dy)
-    dy_cf = to_channels_first(dy, problem.layout)
-    w_cf = _weight_channels_first(w, problem.layout)
+    dy_cf, w_cf = _channels_first(dy, problem), _channels_first(w, problem)
     dx = _algorithm("convolution_backward_data", BACKWARD_DATA, algo)(w_cf, dy_cf, problem)
-    dx = np.ascontiguousarray(to_channels_last(dx, problem.layout))
+    dx = np.ascontiguousarray(_in_layout(dx, problem))
     return _blend_result("convolution_backward_data", dx, problem, out, alpha, beta)
 
 
 def convolution_backward_filter(x, dy, problem, algo, alpha, beta, out):
     """dw = alpha * (gradient of the loss w.r.t. w) + beta * out, shaped like w (in its layout)."""
     x, dy = _operands(problem, x, dy)
-    x_cf = to_channels_first(x, problem.layout)
-    dy_cf = to_channels_first(dy, problem.layout)
+    x_cf, dy_cf = _channels_first(x, problem), _channels_first(dy, problem)
     dw = _algorithm("convolution_backward_filter", BACKWARD_FILTER, algo)(x_cf, dy_cf, problem)
-    dw = np.ascontiguousarray(_weight_to_layout(dw, problem.layout))
+    dw = np.ascontiguousarray(_in_layout(dw, problem))
     return _blend_result("convolution_backward_filter", dw, problem, out, alpha, beta)
 
 
@@ -183,7 +180,7 @@ def _algorithm(op, table, algo):
 def convolution_backward_bias(dy, problem, alpha, beta, out):
     """db[k] = alpha * sum of dy over the batch and every output position + beta * out. Shape (K,)."""
     (dy,) = _operands(problem, dy, tf32=False)
-    dy_cf = to_channels_first(dy, problem.layout)
+    dy_cf = _channels_first(dy, problem)
     reduce_axes = (0,) + tuple(range(2, dy_cf.ndim))
     db = dy_cf.sum(axis=reduce_axes)
     return _blend_result("convolution_backward_bias", db, problem, out, alpha, beta)
@@ -246,18 +243,15 @@ def _half_dtype(name):
 # ----------------------------------------------------------------------------------------------
 
 
-def _weight_channels_first(w, layout):
-    """(K, *kernel, C/g) -> (K, C/g, *kernel) as a view; channels-first weights pass through."""
-    if layout == "NCHW":
-        return w
-    return w.transpose((0, w.ndim - 1) + tuple(range(1, w.ndim - 1)))
+def _channels_first(a, problem):
+    """An array of the problem's layout seen channels-first (a view): (N, *spatial, C) -> (N, C, *spatial), filters
+    (K, *kernel, C/g) -> (K, C/g, *kernel) alike. A channels-first problem's arrays pass as they are."""
+    return a if problem.layout == "NCHW" else to_channels_first(a, problem.layout)
 
 
-def _weight_to_layout(w_cf, layout):
-    """(K, C/g, *kernel) -> the weight layout that goes with `layout`."""
-    if layout == "NCHW":
-        return w_cf
-    return w_cf.transpose((0,) + tuple(range(2, w_cf.ndim)) + (1,))
+def _in_layout(a, problem):
+    """The inverse of _channels_first: a channels-first result (a view) in the problem's layout."""
+    return a if problem.layout == "NCHW" else to_channels_last(a, problem.layout)
 
 
 def _size_str(t) -> str:
