@@ -495,7 +495,10 @@ def _accumulate_leaf(tensor, g, run_hooks=True, owned=False):
             tensor.grad = Tensor._make(g.copy())
     else:
         acc = tensor._grad._data
-        tensor._grad._data = acc + g if type(acc) is np.ndarray else _layout.pointwise(lambda a, b: a + b, acc, g)
+        if type(acc) is np.ndarray or (acc.flags.c_contiguous and g.flags.c_contiguous):
+            tensor._grad._data = acc + g
+        else:   # CuPy: a channels_last gradient keeps its memory format
+            tensor._grad._data = _layout.pointwise(lambda a, b: a + b, acc, g)
     hooks = tensor.__dict__.get("_post_accumulate_hooks")
     if hooks:
         for hook in list(hooks):

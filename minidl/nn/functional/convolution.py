@@ -6,7 +6,6 @@ import numpy as np
 from ... import _layout, backends
 from ..._dtypes import FLOATING_SET
 from ... import primitives as P
-from ..._device import get_array_module
 from ...autograd.function import Function, is_grad_enabled
 from ...autograd.tensor import Tensor
 from ...amp import autocast_mode as _amp
@@ -73,8 +72,9 @@ class Convolution(Function):
 
 
 def _channels_first_like(a, shape_nhwc):
-    """A new channels-first array (N, C, *spatial) of the NHWC shape (N, *spatial, C), a's dtype and device."""
-    return get_array_module(a).empty((shape_nhwc[0], shape_nhwc[-1], *shape_nhwc[1:-1]), dtype=a.dtype)
+    """A new channels-first array (N, C, *spatial) of the NHWC shape (N, *spatial, C), a's dtype and device (NumPy's
+    empty_like hands a CuPy array to CuPy: NEP 18)."""
+    return np.empty_like(a, shape=(shape_nhwc[0], shape_nhwc[-1], *shape_nhwc[1:-1]), order="C")
 
 
 def _kernel_layout_shape(shape, layout):
