@@ -20,7 +20,9 @@
 //     partial (count, mean, M2) per channel.
 //  2. finalize, one thread per channel: merges the S partials in a fixed order (deterministic),
 //     writes saved_mean and saved_invstd, updates running_mean/running_var in place (unbiased
-//     variance, momentum), and the per-channel affine (mean, scale = gamma * invstd, shift = beta).
+//     variance, momentum), and the per-channel affine (mean, scale = gamma * invstd, shift = beta);
+//     the thread of channel 0 also counts the batch in the layer's num_batches_tracked when given
+//     (what would otherwise be one more launch per layer and step, `num_batches_tracked += 1`).
 //  3. apply: y = (x - mean[c]) * scale[c] + shift[c], a float4 grid-stride elementwise pass.
 // DRAM traffic: read x twice, write y once (the minimum for a two-pass method without keeping the
 // whole batch on chip).
@@ -201,6 +203,7 @@ struct StatsFinish {
     float eps, momentum;
     const float *gamma, *beta_;
     float *running_mean, *running_var, *saved_mean, *saved_invstd, *affine;
+    long long* batches;   // the layer's num_batches_tracked (0-d int64), counted here; may be null
 };
 
 __device__ __forceinline__ void finalize_stats_channel(int c, const float* partial, int S, int C, const StatsFinish& f)
@@ -221,14 +224,15 @@ __device__ __forceinline__ void finalize_stats_channel(int c, const float* parti
         f.running_mean[c] = (1.0f - f.momentum) * f.running_mean[c] + f.momentum * w.mean;
         f.running_var[c] = (1.0f - f.momentum) * f.running_var[c] + f.momentum * unbiased;
     }
+    if (c == 0 && f.batches != nullptr) *f.batches += 1;   // one batch more: channel 0 is finalized once a launch
     f.affine[c] = w.mean;
     f.affine[C + c] = f.gamma != nullptr ? f.gamma[c] * invstd : invstd;
     f.affine[2 * C + c] = f.beta_ != nullptr ? f.beta_[c] : 0.0f;
 }
 
 #define STATS_FINISH_PARAMS unsigned int *arrivals, float eps, float momentum, const float *gamma, const float *beta_, \
-    float *running_mean, float *running_var, float *saved_mean, float *saved_invstd, float *affine
-#define STATS_FINISH {eps, momentum, gamma, beta_, running_mean, running_var, saved_mean, saved_invstd, affine}
+    float *running_mean, float *running_var, float *saved_mean, float *saved_invstd, float *affine, long long *batches
+#define STATS_FINISH {eps, momentum, gamma, beta_, running_mean, running_var, saved_mean, saved_invstd, affine, batches}
 
 // partial: (3, S, C) = counts, means, M2s of each (split, channel).
 template <int KIND>
@@ -299,7 +303,7 @@ __global__ void batch_norm_stats_rows(const typename Data<KIND>::T* x, float* pa
 extern "C" __global__ void batch_norm_finalize_stats(const float* partial, int S, int C, float eps, float momentum,
                                                      const float* gamma, const float* beta_, float* running_mean,
                                                      float* running_var, float* saved_mean, float* saved_invstd,
-                                                     float* affine)
+                                                     float* affine, long long* batches)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c < C) finalize_stats_channel(c, partial, S, C, StatsFinish STATS_FINISH);

@@ -227,7 +227,8 @@ def gpu_half_data(data_args: int, blends: bool = True):
             if isinstance(a, (list, tuple)):
                 if any(hasattr(v, "astype") for v in a):
                     return False
-            elif getattr(a, "dtype", None) is not None and hasattr(a, "astype") and a.dtype != float32:
+            elif (getattr(a, "dtype", None) is not None and hasattr(a, "astype") and a.dtype != float32
+                  and a.dtype.kind != "i"):   # (an integer array, e.g. batch norm's counter, is not data)
                 return False
         return True
 

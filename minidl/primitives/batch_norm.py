@@ -37,6 +37,8 @@ kernel computes in fp32 and rounds its output once.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ._common import (
     backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, gpu_half_data,
     normalize_layout, shape_str,
@@ -94,27 +96,29 @@ def _check_common(op: str, x, mode: str, layout: str, params: dict) -> tuple:
 @computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"), mixed_dtypes=True,
                           native=gpu_half_data(1))
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
-                                mode="spatial", layout="NCHW"):
+                                mode="spatial", layout="NCHW", num_batches_tracked=None):
     """Normalise with batch statistics. Returns (y, saved_mean, saved_invstd).
 
     x, y: (N, C, *spatial) or (N, *spatial, C). gamma, beta_, running_mean, running_var,
     saved_mean, saved_invstd: batch_norm_param_shape(x.shape, mode, layout). The running statistics
-    are updated in place (skipped when None).
+    are updated in place (skipped when None). num_batches_tracked: a 0-d int64 array (a framework layer's
+    counter) incremented in place by one, on the GPU by the statistics' finalize (no launch of its own).
     """
     return _forward_training("batch_norm_forward_training", x, gamma, beta_, running_mean, running_var, momentum,
-                             eps, mode, layout)
+                             eps, mode, layout, num_batches_tracked)
 
 
 @computes_half_in_float32(out_dtypes=("x", None, None), inplace=("running_mean", "running_var"), mixed_dtypes=True,
                           native=gpu_half_data(1))
 def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
-                                     mode="spatial", layout="NCHW"):
+                                     mode="spatial", layout="NCHW", num_batches_tracked=None):
     """max(batch_norm_forward_training(...)[0], 0) in the same kernels. Returns (y, saved_mean, saved_invstd)."""
     return _forward_training("batch_norm_relu_forward_training", x, gamma, beta_, running_mean, running_var,
-                             momentum, eps, mode, layout)
+                             momentum, eps, mode, layout, num_batches_tracked)
 
 
-def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout):
+def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout,
+                      num_batches_tracked=None):
     check_arrays(op, x=x, gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     layout = normalize_layout(op, layout)
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
@@ -132,9 +136,14 @@ def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, 
             f"{op}: x {shape_str(x.shape)} has only one value per statistic (mode={mode}); "
             "training needs more than one to estimate a variance"
         )
+    if num_batches_tracked is not None:
+        check_same_device(op, x=x, num_batches_tracked=num_batches_tracked)
+        if num_batches_tracked.dtype != np.int64 or num_batches_tracked.shape != ():
+            raise TypeError(f"{op}: num_batches_tracked must be a 0-d int64 array (a layer's counter), got "
+                            f"{num_batches_tracked.dtype} of shape {shape_str(num_batches_tracked.shape)}")
     return getattr(backend("batch_norm", x), op)(
-        x, gamma, beta_, running_mean, running_var, momentum=float(momentum), eps=float(eps), mode=mode, layout=layout
-    )
+        x, gamma, beta_, running_mean, running_var, momentum=float(momentum), eps=float(eps), mode=mode, layout=layout,
+        num_batches_tracked=num_batches_tracked)
 
 
 @computes_half_in_float32(mixed_dtypes=True, native=gpu_half_data(1))

@@ -237,3 +237,72 @@ def test_16bit_data_runs_in_the_kernels_and_equals_float32_copies(cp, monkeypatc
         want = f32.astype(dt) if i < 3 else f32
         assert got.dtype == want.dtype, label
         assert (got.view(np.uint8) == want.view(np.uint8)).all(), label
+
+
+@pytest.mark.parametrize("layout, shape", [("NCHW", (16, 24, 9, 9)), ("NHWC", (16, 9, 9, 40)), ("NCHW", (8, 3, 4, 5))])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("one_launch", [True, False])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_num_batches_tracked_counts_in_the_statistics_kernel(cp, monkeypatch, layout, shape, relu, one_launch, dtype):
+    """A layer's counter is incremented once per call by the finalize (channel 0's thread), in the reductions'
+    launch or in the separate finalize kernel, with 16-bit data in the kernels too; nothing else changes (the same
+    bits as a call without it). No launch of its own: the kernels of the call are the same."""
+    from minidl._dtypes import bfloat16
+    from minidl.primitives import batch_norm as P
+    from minidl.primitives.cuda import batch_norm as cuda_bn
+
+    if not one_launch:
+        monkeypatch.setattr(cuda_bn, "arrival_counters", lambda count: None)
+    rng = np.random.default_rng(5)
+    C = shape[1] if layout == "NCHW" else shape[-1]
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32) * 2 + 1)
+    if dtype == "bfloat16":
+        x = x.astype(bfloat16)
+    gamma, beta = cp.asarray(rng.random(C).astype(np.float32) + 0.5), cp.asarray(rng.standard_normal(C).astype(np.float32))
+    forward = P.batch_norm_relu_forward_training if relu else P.batch_norm_forward_training
+    counter = cp.asarray(np.int64(41))
+    outs = {}
+    for name, kwargs in (("plain", {}), ("counted", {"num_batches_tracked": counter})):
+        rm, rv = cp.zeros(C, cp.float32), cp.ones(C, cp.float32)
+        outs[name] = [cp.asnumpy(a) for a in (*forward(x, gamma, beta, rm, rv, layout=layout, **kwargs), rm, rv)]
+    assert int(counter) == 42
+    for _ in range(3):
+        forward(x, gamma, beta, None, None, layout=layout, num_batches_tracked=counter)
+    assert int(counter) == 45
+    for a, b in zip(outs["plain"], outs["counted"]):
+        assert (a.view(np.uint8) == b.view(np.uint8)).all()
+
+
+def _gpu_kernels(torch, fn):
+    """The GPU kernels fn() runs, as torch.profiler's CUPTI tracing sees them (CuPy's and ours too)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sorted(e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def test_a_batchnorm_layer_counts_without_a_launch_of_its_own(cp, torch):
+    """nn.BatchNorm2d's num_batches_tracked moves with each training batch as torch's does (not in eval), and the
+    counting is no kernel of its own: a training forward runs the kernels of the bare primitive, no more."""
+    import minidl
+    import minidl.nn as nn
+    from minidl.primitives import batch_norm as P
+
+    bn = nn.BatchNorm2d(8).to("cuda")
+    x = minidl.randn(4, 8, 6, 6).to("cuda")
+    for _ in range(3):
+        bn(x)
+    assert int(bn.num_batches_tracked.item()) == 3
+    bn.eval()
+    bn(x)
+    assert int(bn.num_batches_tracked.item()) == 3
+    bn.train()
+    layer = _gpu_kernels(torch, lambda: bn(x))
+    bare = _gpu_kernels(torch, lambda: P.batch_norm_forward_training(
+        x._data, bn.weight._data, bn.bias._data, bn.running_mean._data, bn.running_var._data))
+    assert layer == bare and len(layer) >= 2
+    assert int(bn.num_batches_tracked.item()) == 5

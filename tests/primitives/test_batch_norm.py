@@ -183,3 +183,50 @@ def test_errors_leave_running_stats_unchanged(rng):
         batch_norm_backward(x, x[..., 0], gamma, mean, invstd)
     with pytest.raises(ValueError, match=r"batch_norm_backward: saved_mean has shape \(2\)"):
         batch_norm_backward(x, x, gamma, mean[:2], invstd)
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_num_batches_tracked_is_counted_by_the_primitive(relu, rng):
+    """The layer's counter, handed to the training forward, goes up by one per call and changes nothing else; a
+    counter of the wrong kind is refused before anything changes."""
+    from minidl.primitives import batch_norm as P
+
+    x = rng.standard_normal((4, 3, 5, 5)).astype(np.float32)
+    forward = P.batch_norm_relu_forward_training if relu else P.batch_norm_forward_training
+    counter = np.array(7, dtype=np.int64)
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    plain = forward(x, None, None, rm.copy(), rv.copy())
+    counted = forward(x, None, None, rm, rv, num_batches_tracked=counter)
+    assert int(counter) == 8
+    for a, b in zip(plain, counted):
+        np.testing.assert_array_equal(a, b)
+    for bad in (np.array(1.0, dtype=np.float32), np.zeros(1, dtype=np.int64)):
+        before = rm.copy()
+        with pytest.raises(TypeError, match="num_batches_tracked must be a 0-d int64"):
+            forward(x, None, None, rm, rv, num_batches_tracked=bad)
+        np.testing.assert_array_equal(rm, before)
+
+
+def test_a_batchnorm_layer_counts_as_torch_does():
+    """nn.BatchNorm2d's num_batches_tracked after training batches, an eval call, an empty batch and a failed call,
+    against torch's layer."""
+    import torch
+
+    import minidl
+    import minidl.nn as nn
+
+    ours, theirs = nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3)
+    x = np.random.default_rng(0).standard_normal((4, 3, 5, 5)).astype(np.float32)
+    for _ in range(2):
+        ours(minidl.tensor(x))
+        theirs(torch.tensor(x))
+    ours.eval(), theirs.eval()
+    ours(minidl.tensor(x))
+    theirs(torch.tensor(x))
+    ours.train(), theirs.train()
+    ours(minidl.zeros(0, 3, 5, 5))
+    theirs(torch.zeros(0, 3, 5, 5))
+    assert int(ours.num_batches_tracked.item()) == int(theirs.num_batches_tracked.item()) == 3
+    with pytest.raises(ValueError):
+        ours(minidl.tensor(x[:, :2]))   # wrong channels: nothing changes (torch would count it first)
+    assert int(ours.num_batches_tracked.item()) == 3

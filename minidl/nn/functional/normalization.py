@@ -29,11 +29,13 @@ class BatchNormTraining(Function):
     """Normalise with the batch's statistics; the running statistics (plain arrays, not inputs) are
     updated in place by the primitive. Backward from the saved mean and 1/std."""
 
-    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5):
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5,
+                num_batches_tracked=None):
         self.layout, x = _layout_of(x)
         self.x, self.gamma = x, gamma
         y, self.mean, self.invstd = P.batch_norm_forward_training(
-            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps, layout=self.layout)
+            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps, layout=self.layout,
+            num_batches_tracked=num_batches_tracked)
         return _back(self.layout, y)
 
     def backward(self, dy):
@@ -73,11 +75,13 @@ class BatchNormReLUTraining(Function):
     """max(BN(x), 0) with the batch's statistics, fused (batch_norm_relu_* primitives): the backward
     recomputes the BN output from x to mask dy, so nothing but the statistics is saved."""
 
-    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5):
+    def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5,
+                num_batches_tracked=None):
         self.layout, x = _layout_of(x)
         self.x, self.gamma, self.beta = x, gamma, beta
         y, self.mean, self.invstd = P.batch_norm_relu_forward_training(
-            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps, layout=self.layout)
+            x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps, layout=self.layout,
+            num_batches_tracked=num_batches_tracked)
         return _back(self.layout, y)
 
     def backward(self, dy):
@@ -100,22 +104,27 @@ class BatchNormReLUInference(BatchNormInference):
         return super().backward(dy)
 
 
-def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, *,
+               num_batches_tracked=None):
     """input (N, C, *spatial); running_mean/var (C,) buffers (updated in place when training), or None;
-    weight (gamma), bias (beta): (C,) or None."""
-    return _batch_norm("batch_norm", False, input, running_mean, running_var, weight, bias, training, momentum, eps)
+    weight (gamma), bias (beta): (C,) or None. num_batches_tracked (a minidl extra, what nn.BatchNorm*d passes): its
+    0-d int64 counter, incremented by one when training, on the GPU inside the statistics kernel (one launch fewer
+    per layer and step than `num_batches_tracked += 1`)."""
+    return _batch_norm("batch_norm", False, input, running_mean, running_var, weight, bias, training, momentum, eps,
+                       num_batches_tracked)
 
 
 def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
-                    eps=1e-5):
+                    eps=1e-5, *, num_batches_tracked=None):
     """relu(batch_norm(...)) in fused kernels (a minidl extra; same arguments as batch_norm). Equal to the
     unfused pair bit for bit on the GPU; one launch fewer forward and backward, and no masked gradient
     written and read back."""
     return _batch_norm("batch_norm_relu", True, input, running_mean, running_var, weight, bias, training, momentum,
-                       eps)
+                       eps, num_batches_tracked)
 
 
-def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, training, momentum, eps):
+def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, training, momentum, eps,
+                num_batches_tracked=None):
     _check_float_tensor(op, "input", input)
     if input.numel() == 0 and input.ndim < 2:
         return input * 1  # torch returns an empty tensor for an empty input of any rank
@@ -124,7 +133,11 @@ def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, traini
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
         if t is not None:
             _check_float_tensor(op, name, t)
-    _check_same_device(op, input=input, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias)
+    _check_same_device(op, input=input, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias,
+                       num_batches_tracked=num_batches_tracked)
+    if num_batches_tracked is not None and (num_batches_tracked.dtype != _dtypes.int64 or num_batches_tracked.ndim):
+        raise TypeError(f"{op}: num_batches_tracked must be a 0-d int64 tensor (a BatchNorm layer's counter), got "
+                        f"{num_batches_tracked.dtype} of shape {tuple(num_batches_tracked.shape)}")
     rm = None if running_mean is None else running_mean._data
     rv = None if running_var is None else running_var._data
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
@@ -140,11 +153,14 @@ def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, traini
             out = out * weight[0]
         if bias is not None:
             out = out + bias[0]
+        if training and num_batches_tracked is not None:
+            num_batches_tracked._data += 1   # (an empty batch counts, as in torch)
         return out
     params = tuple(t for t in (weight, bias))
     if training:
         fn = BatchNormReLUTraining if relu else BatchNormTraining
-        return fn.apply(input, *params, running_mean=rm, running_var=rv, momentum=momentum, eps=eps)
+        return fn.apply(input, *params, running_mean=rm, running_var=rv, momentum=momentum, eps=eps,
+                        num_batches_tracked=None if num_batches_tracked is None else num_batches_tracked._data)
     if rm is None or rv is None:
         raise ValueError(f"{op}: training=False needs running_mean and running_var")
     fn = BatchNormReLUInference if relu else BatchNormInference

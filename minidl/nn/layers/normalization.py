@@ -78,12 +78,11 @@ class _BatchNorm(_NormBase):
         use_batch_stats = self.training or self.running_mean is None
         track = not self.training or self.track_running_stats
         norm = F.batch_norm_relu if self._fused_relu else F.batch_norm
-        out = norm(input, self.running_mean if track else None, self.running_var if track else None,
-                   self.weight, self.bias, use_batch_stats, factor, self.eps)
-        if counts:  # only a batch that went through counts (a failed call changes nothing)
-            with no_grad():
-                self.num_batches_tracked._data += 1
-        return out
+        # the batch counts inside the call (with the statistics, in their kernel on the GPU), so a failed call
+        # changes nothing
+        return norm(input, self.running_mean if track else None, self.running_var if track else None,
+                    self.weight, self.bias, use_batch_stats, factor, self.eps,
+                    num_batches_tracked=self.num_batches_tracked if counts else None)
 
 
 class BatchNorm1d(_BatchNorm):

@@ -37,7 +37,7 @@ def _sum_of_products(a, b, axes):
 
 
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
-                                mode="spatial", layout="NCHW"):
+                                mode="spatial", layout="NCHW", num_batches_tracked=None):
     axes, shape = _axes(x.ndim, mode, layout)
     mean = x.mean(axis=axes)
     n = x.size // mean.size  # elements per statistic
@@ -57,6 +57,8 @@ def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, m
         unbiased = var * x.dtype.type(n / (n - 1))
         running_mean[...] = (1 - m) * running_mean + m * mean
         running_var[...] = (1 - m) * running_var + m * unbiased
+    if num_batches_tracked is not None:
+        num_batches_tracked += 1   # (0-d int64, in place)
     return y, mean.astype(x.dtype, copy=False), invstd
 
 
@@ -101,9 +103,10 @@ def _relu(y):
 
 
 def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
-                                     mode="spatial", layout="NCHW"):
+                                     mode="spatial", layout="NCHW", num_batches_tracked=None):
     y, mean, invstd = batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, momentum=momentum,
-                                                  eps=eps, mode=mode, layout=layout)
+                                                  eps=eps, mode=mode, layout=layout,
+                                                  num_batches_tracked=num_batches_tracked)
     return _relu(y), mean, invstd
 
 

@@ -106,20 +106,22 @@ def _apply(name, inputs, target, table, outer, C, inner, extra=()):
 
 
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
-                                mode="spatial", layout="NCHW"):
-    """(y, saved_mean, saved_invstd); running_mean/running_var updated in place when given."""
+                                mode="spatial", layout="NCHW", num_batches_tracked=None):
+    """(y, saved_mean, saved_invstd); running_mean/running_var updated in place when given, num_batches_tracked (0-d
+    int64) counted by the finalize."""
     return _forward_training("batch_norm_forward_training", "batch_norm_apply", x, gamma, beta_, running_mean,
-                             running_var, momentum, eps, mode, layout)
+                             running_var, momentum, eps, mode, layout, num_batches_tracked)
 
 
 def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
-                                     mode="spatial", layout="NCHW"):
+                                     mode="spatial", layout="NCHW", num_batches_tracked=None):
     """(max(BN(x), 0), saved_mean, saved_invstd): the training forward with the ReLU in its apply pass."""
     return _forward_training("batch_norm_relu_forward_training", "batch_norm_relu_apply", x, gamma, beta_,
-                             running_mean, running_var, momentum, eps, mode, layout)
+                             running_mean, running_var, momentum, eps, mode, layout, num_batches_tracked)
 
 
-def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout):
+def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout,
+                      num_batches_tracked):
     x = as_storage_input(op, x)
     outer, C, inner = _view(x.shape, mode, layout)
     param_shape = (x.shape[1:] if mode == "per_activation"
@@ -132,14 +134,15 @@ def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var
     saved_mean = cupy.empty(param_shape, dtype=cupy.float32)
     saved_invstd = cupy.empty(param_shape, dtype=cupy.float32)
     if x.size == 0:
-        return y, saved_mean, saved_invstd
+        return y, saved_mean, saved_invstd   # (the front refuses an empty training batch)
 
     kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
     partial = cupy.empty((3, splits, C), dtype=cupy.float32)
     affine = cupy.empty((3, C), dtype=cupy.float32)
     statistics = (np.float32(eps), np.float32(momentum), _pointer(gamma, op), _pointer(beta_, op),
                   null_pointer() if running_mean is None else running_mean,
-                  null_pointer() if running_var is None else running_var, saved_mean, saved_invstd, affine)
+                  null_pointer() if running_var is None else running_var, saved_mean, saved_invstd, affine,
+                  null_pointer() if num_batches_tracked is None else num_batches_tracked)
     arrivals = arrival_counters(grid[0])
     _run_reduction(kind, grid, block, (x,), partial, outer, C, inner, chunks, chunk_len, stats=True,
                    finish=(null_pointer() if arrivals is None else arrivals,) + statistics)
