@@ -961,6 +961,14 @@ extern "C" __global__ void convolution_backward_bias_finish(const float* __restr
 
 // U = G g G^T. flip != 0 builds the filters of backward-data: out channel a = c, in channel b = k,
 // g[r][s] = w[k][c][2-r][2-s]. w is (K, C, 3, 3) or (K, 3, 3, C).
+//
+// A backward-data can also reuse the forward's U (the launcher's `transformed_filter`, kept by the framework
+// from the forward to the backward of one step). Rotating g by 180 degrees reverses its rows and columns, and G
+// maps a reversed column to a reversed column with its middle two rows in place: G rev(f) = Pi G f, Pi the
+// permutation that swaps positions 0 and 3 of 4. So G rot(g) G^T = Pi (G g G^T) Pi^T: the flipped filter at
+// tile position (r, s) is the forward's at (pi(r), pi(s)), with k and c swapped (the GEMM reads U transposed).
+// The input and output transforms then store and load their 16 matrices at pi of their positions (`permute`),
+// so the 16 GEMMs pair each V with the U of its own batch index.
 extern "C" __global__ void convolution_winograd_filter_transform(const float* __restrict__ w, float* U, int K,
                                                                  int C, int flip, int channels_last)
 {
@@ -992,9 +1000,19 @@ extern "C" __global__ void convolution_winograd_filter_transform(const float* __
 
 // V = B^T d B for every (channel, tile). One thread per (channel, tile): consecutive threads take
 // consecutive tiles, so the 16 writes are coalesced.
+__device__ __forceinline__ int winograd_position(int r, int s, int permute)
+{
+    if (permute) {  // pi: 0 <-> 3, 1 and 2 stay
+        r = (r == 0) ? 3 : (r == 3 ? 0 : r);
+        s = (s == 0) ? 3 : (s == 3 ? 0 : s);
+    }
+    return r * 4 + s;
+}
+
 extern "C" __global__ void convolution_winograd_input_transform(const float* __restrict__ x, float* V, int N,
                                                                 int C, int H, int W, int pad_h, int pad_w,
-                                                                int tiles_h, int tiles_w, int channels_last)
+                                                                int tiles_h, int tiles_w, int channels_last,
+                                                                int permute)
 {
     const long long tiles = (long long)N * tiles_h * tiles_w;
     const long long total = tiles * C;
@@ -1021,7 +1039,7 @@ extern "C" __global__ void convolution_winograd_input_transform(const float* __r
         }
         for (int r = 0; r < 4; ++r) {  // (B^T d) B
             const float v[4] = {bd[r][0] - bd[r][2], bd[r][1] + bd[r][2], bd[r][2] - bd[r][1], bd[r][1] - bd[r][3]};
-            for (int s = 0; s < 4; ++s) V[(r * 4 + s) * total + i] = v[s];
+            for (int s = 0; s < 4; ++s) V[winograd_position(r, s, permute) * total + i] = v[s];
         }
     }
 }
@@ -1030,7 +1048,8 @@ extern "C" __global__ void convolution_winograd_input_transform(const float* __r
 extern "C" __global__ void convolution_winograd_output_transform(const float* __restrict__ Mw, float* y,
                                                                  const float* __restrict__ bias, int N, int K,
                                                                  int P, int Q, int tiles_h, int tiles_w,
-                                                                 float alpha, float beta, int channels_last)
+                                                                 float alpha, float beta, int channels_last,
+                                                                 int permute)
 {
     const long long tiles = (long long)N * tiles_h * tiles_w;
     const long long total = tiles * K;
@@ -1041,7 +1060,7 @@ extern "C" __global__ void convolution_winograd_output_transform(const float* __
         const int tw = (int)(tile % tiles_w), th = (int)((tile / tiles_w) % tiles_h), n = (int)(tile / ((long long)tiles_w * tiles_h));
         float m[4][4];
         for (int r = 0; r < 4; ++r)
-            for (int s = 0; s < 4; ++s) m[r][s] = Mw[(r * 4 + s) * total + i];
+            for (int s = 0; s < 4; ++s) m[r][s] = Mw[winograd_position(r, s, permute) * total + i];
         float am[2][4];  // A^T m, A^T = [[1,1,1,0],[0,1,-1,-1]]
         for (int s = 0; s < 4; ++s) {
             am[0][s] = m[0][s] + m[1][s] + m[2][s];

@@ -315,11 +315,17 @@ class ConvolutionPlan:
             raise ValueError(f"{op}: {name} is {shape_str(a.shape)} on {where}, but the plan is for "
                              f"{shape_str(expected)} on {'cuda' if self.is_cuda else 'cpu'}")
 
-    def forward(self, x, w, bias=None, activation=None, out=None):
+    def forward(self, x, w, bias=None, activation=None, out=None, transformed_filter=None):
         """y = conv(x, w) + bias, shaped problem.y_shape; with an ActivationDescriptor `activation`,
         act(conv(x, w) + bias) as convolution_bias_activation_forward (a GPU ReLU in the epilogue). out: an array of
         y's shape and dtype to write (any strides: a channels-last plan may write channels-first memory through an
-        (N, *spatial, K) view of it, as cuDNN's strided tensor descriptors)."""
+        (N, *spatial, K) view of it, as cuDNN's strided tensor descriptors).
+
+        transformed_filter: a list, kept by the caller for a backward_data of the same w that will run before w
+        changes (the framework's autograd node; its version check guarantees it): a GPU Winograd forward leaves its
+        transformed filters there, so that a Winograd backward_data skips its own filter transform (a launch per
+        layer and step; cuda/convolution.py, _winograd). Other algorithms leave it empty. Like cuDNN's reserve
+        space, what is in it is the caller's to keep, not to read."""
         p = self.problem
         self._check("convolution_forward", "x", x, p.x_shape)
         self._check("convolution_forward", "w", w, p.w_shape)
@@ -330,17 +336,24 @@ class ConvolutionPlan:
         impl = self._impls["forward"]
         if activation is not None:
             return _forward_with_activation(impl, x, w, p, bias, self.algos["forward"], 1.0, 0.0, out, activation)
+        if transformed_filter is not None and impl is self.impl and self.is_cuda:
+            return impl.convolution_forward(x, w, p, bias, self.algos["forward"], 1.0, 0.0, out,
+                                            transformed_filter=transformed_filter)
         return impl.convolution_forward(x, w, p, bias, self.algos["forward"], 1.0, 0.0, out)
 
-    def backward_data(self, w, dy, out=None):
-        """dx, shaped problem.x_shape (written into `out` when given, as forward's)."""
+    def backward_data(self, w, dy, out=None, transformed_filter=None):
+        """dx, shaped problem.x_shape (written into `out` when given, as forward's); transformed_filter: the list
+        the forward of this w filled (see forward), emptied here."""
         p = self.problem
         self._check("convolution_backward_data", "w", w, p.w_shape)
         self._check("convolution_backward_data", "dy", dy, p.y_shape)
         if out is not None:
             self._check("convolution_backward_data", "out", out, p.x_shape)
         algo = self.algorithm("backward_data")
-        return self._impls["backward_data"].convolution_backward_data(w, dy, p, algo, 1.0, 0.0, out)
+        impl = self._impls["backward_data"]
+        if transformed_filter and impl is self.impl and self.is_cuda:
+            return impl.convolution_backward_data(w, dy, p, algo, 1.0, 0.0, out, transformed_filter=transformed_filter)
+        return impl.convolution_backward_data(w, dy, p, algo, 1.0, 0.0, out)
 
     def backward_filter(self, x, dy):
         """dw, shaped problem.w_shape."""

@@ -343,3 +343,83 @@ def test_gpu_heuristic_is_problem_aware():
     assert pick((8, 32, 16, 16), (32, 32, 3, 3), "backward_filter", padding=1) == "implicit_gemm"
     assert pick((8, 32, 16, 16), (64, 32, 1, 1), "forward") == "implicit_precomp_gemm"
     assert pick((8, 32, 16, 16), (64, 32, 3, 3), "backward_data", padding=1, stride=2) == "im2col_gemm"
+
+
+# (N, C, spatial, K, padding): odd sizes (a partial last tile), padding 0, 1 and 2, more output than input channels
+WINOGRAD_REUSE = [(2, 3, (9, 11), 5, 1), (2, 6, (8, 9), 4, 0), (3, 20, (15, 17), 130, 1), (2, 5, (7, 6), 3, 2)]
+
+
+@pytest.mark.parametrize("N, C, spatial, K, padding", WINOGRAD_REUSE)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_winograd_backward_data_reuses_the_forwards_filters(N, C, spatial, K, padding, layout):
+    """A Winograd backward_data handed the forward's transformed filters (ConvolutionPlan's transformed_filter)
+    runs no filter transform of its own, reads them permuted, and gives dx as the float64 reference does (and as
+    its own transform does, to the last bits of the transform's additions); the list is emptied by the use."""
+    import cupy
+
+    from minidl.primitives.convolution import ConvolutionPlan
+    from minidl.primitives.cuda import convolution as launcher
+
+    rng = np.random.default_rng(7)
+    desc = ConvolutionDescriptor(padding=padding)
+    x = rng.standard_normal((N, C, *spatial)).astype(np.float32)
+    w = rng.standard_normal((K, C, 3, 3)).astype(np.float32)
+    y_shape = convolution_output_shape(x.shape, w.shape, desc)
+    dy = rng.standard_normal(y_shape).astype(np.float32)
+    if layout == "NHWC":
+        x, dy, w = (np.ascontiguousarray(np.moveaxis(a, 1, -1)) for a in (x, dy, w))
+    plan = ConvolutionPlan(x.shape, w.shape, desc, device="cuda", layout=layout, algo="winograd")
+    assert plan.algorithm("backward_data") == "winograd"
+    xg, wg, dyg = (cupy.asarray(a) for a in (x, w, dy))
+    own = cupy.asnumpy(plan.backward_data(wg, dyg))
+    kept = []
+    plan.forward(xg, wg, transformed_filter=kept)
+    assert len(kept) == 1
+    transforms = []
+    real = launcher.get_kernel
+
+    def counting(module, name, *args, **kwargs):
+        transforms.append(name)
+        return real(module, name, *args, **kwargs)
+
+    launcher.get_kernel = counting
+    try:
+        reused = cupy.asnumpy(plan.backward_data(wg, dyg, transformed_filter=kept))
+    finally:
+        launcher.get_kernel = real
+    assert kept == [] and "convolution_winograd_filter_transform" not in transforms
+    assert "convolution_winograd_input_transform" in transforms
+    ref = convolution_backward_data(w.astype(np.float64), dy.astype(np.float64), desc, x.shape, layout=layout,
+                                    algo="direct")
+    assert rel_err(reused, ref) <= TOL
+    assert rel_err(reused, own) <= 1e-6
+
+
+def test_a_conv_layer_transforms_its_filters_once_per_step():
+    """nn.Conv2d in exact fp32 on Winograd: the forward's filter transform serves the backward's data gradient, so
+    a training step launches convolution_winograd_filter_transform once (twice before), with torch's gradients."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    import minidl
+    import minidl.nn as nn
+
+    minidl.manual_seed(0)
+    conv = nn.Conv2d(16, 32, 3, padding=1).to("cuda")
+    x = minidl.randn(4, 16, 12, 12).to("cuda").requires_grad_()
+    with minidl.backends.cudnn.flags(allow_tf32=False):
+        conv(x).sum().backward()
+        plan = next(iter(conv._conv_plans.values()))
+        assert plan.algorithm("forward") == plan.algorithm("backward_data") == "winograd"
+        x.grad = None
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            conv(x).sum().backward()
+            torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert names.count("convolution_winograd_filter_transform") == 1
+    assert names.count("convolution_winograd_input_transform") == 2
+    tx = torch.tensor(x.detach().cpu().numpy(), requires_grad=True)
+    tw = torch.tensor(conv.weight.detach().cpu().numpy())
+    torch.nn.functional.conv2d(tx, tw, torch.tensor(conv.bias.detach().cpu().numpy()), padding=1).sum().backward()
+    assert rel_err(x.grad.cpu().numpy(), tx.grad.numpy()) <= TOL

@@ -21,7 +21,8 @@ CUDA = REPO / "minidl" / "primitives" / "cuda"
 CPU = REPO / "minidl" / "primitives" / "cpu"
 
 # kernel file -> its launcher modules and its reference module (when the names differ from the file's)
-LAUNCHERS = {"gemm_tc": ("gemm",), "convolution_tc": ("convolution_tc", "convolution_fft")}
+LAUNCHERS = {"gemm_tc": ("gemm",), "convolution_tc": ("convolution_tc", "convolution_fft"),
+             "convolution": ("convolution", "convolution_im2col")}
 REFERENCE = {"gemm_tc": "gemm", "gemm_wgmma": "gemm", "convolution_tc": "convolution",
              "convolution_wgmma": "convolution", "rnn_persistent": "rnn"}
 

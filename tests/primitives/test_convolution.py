@@ -697,3 +697,18 @@ def test_half_data_no_algorithm_takes_runs_in_float32_and_rounds_once(monkeypatc
         same(p.backward_data(w, dy), dx.astype(np.float32))
         same(p.backward_filter(x, dy), dw.astype(np.float32))
         assert isinstance(p._impls["forward"], conv_module.HalfInFloat32)
+
+
+def test_a_cpu_plan_leaves_transformed_filter_empty():
+    """transformed_filter is a GPU Winograd hand-off (the forward's filters for backward_data): the NumPy reference
+    has nothing to keep, leaves the list empty and gives the same dx with and without it."""
+    from minidl.primitives.convolution import ConvolutionDescriptor, ConvolutionPlan
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 3, 6, 7)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    plan = ConvolutionPlan(x.shape, w.shape, ConvolutionDescriptor(padding=1), algo="winograd")
+    kept = []
+    y = plan.forward(x, w, transformed_filter=kept)
+    assert kept == []
+    dy = np.ones_like(y)
+    np.testing.assert_array_equal(plan.backward_data(w, dy, transformed_filter=kept), plan.backward_data(w, dy))

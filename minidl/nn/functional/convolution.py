@@ -26,6 +26,7 @@ class Convolution(Function):
     """
 
     x_first = None   # (ConvolutionReLU's plans are channels-first: never kept)
+    kept = None      # the forward's transformed filters for backward_data (ConvolutionPlan.forward), or None
 
     def forward(self, x, w, b=None, plan=None, out_cl=False):
         self.plan, self.has_bias, self.out_cl = plan, b is not None, out_cl
@@ -40,7 +41,9 @@ class Convolution(Function):
             y = _channels_first_like(x, plan.problem.y_shape)
             plan.forward(x, w, b, out=_layout.nhwc_view(y))
             return y
-        y = plan.forward(x, w, b)
+        # what the forward can hand its backward_data (Winograd's transformed filters): only when dx will be asked
+        self.kept = [] if self.needs_input_grad[0] and self.inputs else None
+        y = plan.forward(x, w, b, transformed_filter=self.kept)
         return _layout.from_nhwc(y) if plan.layout == "NHWC" else y
 
     def backward(self, dy):
@@ -55,7 +58,7 @@ class Convolution(Function):
                 dx = _channels_first_like(dy, plan.problem.x_shape)
                 plan.backward_data(self.w, dy, out=_layout.nhwc_view(dx))
             else:
-                dx = plan.backward_data(self.w, dy)
+                dx = plan.backward_data(self.w, dy, transformed_filter=self.kept)
                 dx = _layout.from_nhwc(dx) if nhwc else dx
         if self.needs_input_grad[1]:
             if first:

@@ -13,7 +13,8 @@ Which kernels each algorithm launches (see the header of kernels/convolution.cu)
     implicit_gemm           convolution_<direction>_implicit_gemm_{nchw,nhwc}
                             (+ gemm_splitk_reduce for backward_filter when K is split)
     implicit_precomp_gemm   convolution_tap_table, then ..._implicit_precomp_gemm_{nchw,nhwc}
-    im2col_gemm             convolution_im2col / convolution_col2im around gemm.cu's SGEMM
+    im2col_gemm             convolution_im2col / convolution_col2im around gemm.cu's SGEMM: launchers in
+                            convolution_im2col.py (listed in the tables below as the others)
     winograd                filter, input and output transforms around 16 batched SGEMMs
     implicit_gemm_tc        kernels/convolution_tc.cu on tensor cores (TF32 for float32 with
                             math="tf32", fp16/bf16 for half data): launchers in convolution_tc.py
@@ -33,7 +34,10 @@ from ._launch import (HALF_KINDS, STORAGE_KINDS, arrival_counters, finish, grid_
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
 from . import convolution_fft as _fft
+from . import convolution_im2col as _im2col
 from . import convolution_tc as _tc
+from .convolution_im2col import (convolution_backward_data_im2col_gemm, convolution_backward_filter_im2col_gemm,
+                                 convolution_forward_im2col_gemm)
 
 ALGORITHMS = ("direct", "im2col_gemm", "implicit_gemm", "implicit_precomp_gemm", "winograd", "implicit_gemm_tc",
               "fft")
@@ -253,11 +257,7 @@ def workspace_bytes(algo: str, direction: str, problem) -> int:
             return 16 * g.Cg * g.TRS
         return 16 * g.Kg * g.TRS + 4 * g.K * g.Cg * g.TRS   # tap table + GEMM-ready filters
     if algo == "im2col_gemm":
-        col = 4 * g.N * g.OPQ * g.Cg * g.TRS
-        if direction != "backward_filter":
-            return col
-        dy_copy = 0 if g.channels_last else 4 * g.N * g.OPQ * g.K
-        return col + dy_copy + split_k_workspace_bytes(g.Kg, g.Cg * g.TRS, g.N * g.OPQ, 1)
+        return _im2col.workspace_bytes(direction, g)
     if algo == "winograd":
         cin, cout, tiles = _winograd_sizes(g, direction)
         return 4 * 16 * (cout * cin + cin * tiles + cout * tiles)
@@ -302,11 +302,12 @@ RELU_OPTIONS = ("-DMINIDL_CONV_RELU_EPILOGUE",)
 RELU_EPILOGUE_ALGOS = ("direct", "implicit_gemm", "implicit_precomp_gemm", "winograd")
 
 
-def convolution_forward(x, w, problem, bias, algo, alpha, beta, out, relu=False):
+def convolution_forward(x, w, problem, bias, algo, alpha, beta, out, relu=False, transformed_filter=None):
     """y = alpha * (conv(x, w) + bias) + beta * out, on the GPU; relu=True applies max(., 0) in the
     epilogue (convolution_bias_activation_forward) where the algorithm's kernels have it
     (RELU_EPILOGUE_ALGOS), else in one in-place pass after. The algorithm's own function (FORWARD,
-    named as its kernels and as the NumPy reference's) does the launching."""
+    named as its kernels and as the NumPy reference's) does the launching. transformed_filter: see _winograd
+    (other algorithms leave it empty)."""
     if algo in OWN_MODULE:
         y = OWN_MODULE[algo].convolution_forward(x, w, problem, bias, alpha, beta, out)
         return _relu_in_place(y) if relu else y
@@ -318,10 +319,16 @@ def convolution_forward(x, w, problem, bias, algo, alpha, beta, out, relu=False)
         return finish(y, original)
     options = RELU_OPTIONS if relu and algo in RELU_EPILOGUE_ALGOS else ()
     if g.N * g.OPQ:
-        run(x, w, bias, y, g, get_handle(), problem, alpha, beta, options)
+        run(x, w, bias, y, g, get_handle(), problem, alpha, beta, options, **_kept(algo, transformed_filter))
     if relu and not options:
         _relu_in_place(y)
     return finish(y, original)
+
+
+def _kept(algo, transformed_filter) -> dict:
+    """The launcher's transformed_filter argument: Winograd's launchers take one (_winograd), no other has it."""
+    keep = transformed_filter is not None and algo == "winograd"
+    return {"transformed_filter": transformed_filter} if keep else {}
 
 
 def _algorithm(op, table, algo):
@@ -368,9 +375,9 @@ def convolution_forward_implicit_precomp_gemm(x, w, bias, y, g, handle, problem,
     _forward_implicit("implicit_precomp_gemm", x, w, bias, y, g, handle, problem, alpha, beta, options)
 
 
-def convolution_forward_winograd(x, w, bias, y, g, handle, problem, alpha, beta, options=()):
+def convolution_forward_winograd(x, w, bias, y, g, handle, problem, alpha, beta, options=(), transformed_filter=None):
     """F(2x2, 3x3): transform filters and input tiles, 16 batched GEMMs, transform back (_winograd)."""
-    _winograd(x, w, bias, y, g, handle, "forward", alpha, beta, options)
+    _winograd(x, w, bias, y, g, handle, "forward", alpha, beta, options, transformed_filter)
 
 
 def _relu_in_place(y):
@@ -383,36 +390,13 @@ def _relu_in_place(y):
     return cupy.maximum(y, 0, out=y)
 
 
-def convolution_forward_im2col_gemm(x, w, bias, y, g, handle, problem, alpha, beta, options=()):
-    """convolution_im2col unrolls each group's input into the workspace, then one SGEMM (batched over
-    images in NCHW) multiplies it by the filters; the bias is blended in first. (The GEMM epilogue has
-    no ReLU: `options` stays unused and convolution_forward applies it after.)"""
-    depth = g.Cg * g.TRS
-    ws = handle.workspace(workspace_bytes("im2col_gemm", "forward", problem))
-    col = ws[: g.N * g.OPQ * depth]
-    if bias is not None:  # y = alpha * bias + beta * y first, then the GEMM adds alpha * conv
-        spatial = g.OPQ
-        get_kernel("convolution", "convolution_bias_blend")(
-            (grid_stride_blocks(y.size),), (256,),
-            (y, bias, np.int64(y.size), np.int32(g.K), np.int32(spatial), np.float32(alpha),
-             np.float32(beta), _flag(g.channels_last)))
-        beta = 1.0
-    im2col = get_kernel("convolution", "convolution_im2col")
-    flat_y, flat_w = y.reshape(-1), w.reshape(-1)
-    for group in range(g.groups):
-        im2col((grid_stride_blocks(col.size),), (256,), (x, col, np.int32(group), *g.args(), _flag(g.channels_last)))
-        w_group = flat_w[group * g.Kg * depth:]
-        if g.channels_last:  # y (N*OPQ, K): one GEMM, rows = output pixels
-            sgemm(g.N * g.OPQ, g.Kg, depth, col, depth, w_group, depth, flat_y[group * g.Kg:], trans_b=True,
-                  alpha=alpha, beta=beta, ldc_row=g.K, ldc_col=1)
-        else:  # y (N, K, OPQ): one GEMM per image (batched), C(opq, k) at k*OPQ + opq
-            sgemm(g.OPQ, g.Kg, depth, col, depth, w_group, depth, flat_y[group * g.Kg * g.OPQ:], trans_b=True,
-                  alpha=alpha, beta=beta, ldc_row=1, ldc_col=g.OPQ, batch=g.N, stride_a=g.OPQ * depth,
-                  stride_b=0, stride_c=g.K * g.OPQ)
+def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=(), transformed_filter=None):
+    """The forward F(2x2,3x3) convolution of `inp`; for backward_data inp = dy, out = dx.
 
-
-def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=()):
-    """The forward F(2x2,3x3) convolution of `inp`; for backward_data inp = dy, out = dx."""
+    transformed_filter: a list the caller keeps from a forward to the backward_data of the same, unchanged w (the
+    framework's Convolution node: autograd's version check guarantees it). The forward appends its U (w's address,
+    U in memory of its own); the backward_data that finds it there takes its filters from it, with the input and
+    output transforms permuted (kernels/convolution.cu: a rotated filter is a permuted U), and no filter transform."""
     cin, cout, tiles = _winograd_sizes(g, direction)
     if direction == "forward":
         in_h, in_w, out_h, out_w = g.H, g.W, g.P, g.Q
@@ -421,25 +405,41 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=()):
         in_h, in_w, out_h, out_w = g.P, g.Q, g.H, g.W
         pad_h, pad_w = 2 - g.pad[1], 2 - g.pad[2]
     tiles_h, tiles_w = math.ceil(out_h / 2), math.ceil(out_w / 2)
-    ws = handle.workspace(4 * 16 * (cout * cin + cin * tiles + cout * tiles))
-    U = ws[: 16 * cout * cin]
-    V = ws[16 * cout * cin: 16 * (cout * cin + cin * tiles)]
-    M = ws[16 * (cout * cin + cin * tiles): 16 * (cout * cin + cin * tiles + cout * tiles)]
+    kept = None
+    if direction == "backward_data" and transformed_filter:
+        ptr, U = transformed_filter[0]
+        kept = U if ptr == w.data.ptr and U.size == 16 * cout * cin else None
+        transformed_filter.clear()   # (used once: the memory goes back with it)
+    own_u = kept is None and direction == "forward" and transformed_filter is not None
+    u_size = 0 if kept is not None or own_u else 16 * cout * cin
+    ws = handle.workspace(4 * (u_size + 16 * (cin * tiles + cout * tiles)))
+    V = ws[u_size: u_size + 16 * cin * tiles]
+    M = ws[u_size + 16 * cin * tiles: u_size + 16 * (cin * tiles + cout * tiles)]
     cl = _flag(g.channels_last)
-    get_kernel("convolution", "convolution_winograd_filter_transform")(
-        (math.ceil(cout * cin / 256),), (256,),
-        (w, U, np.int32(g.K), np.int32(g.C), _flag(direction != "forward"), cl))
+    if kept is None:
+        U = cupy.empty(16 * cout * cin, dtype=cupy.float32) if own_u else ws[:u_size]
+        get_kernel("convolution", "convolution_winograd_filter_transform")(
+            (math.ceil(cout * cin / 256),), (256,),
+            (w, U, np.int32(g.K), np.int32(g.C), _flag(direction != "forward"), cl))
+        if own_u:
+            transformed_filter.append((w.data.ptr, U))
+    permute = _flag(kept is not None)
     get_kernel("convolution", "convolution_winograd_input_transform")(
         (grid_stride_blocks(cin * tiles),), (256,),
         (inp, V, np.int32(g.N), np.int32(cin), np.int32(in_h), np.int32(in_w), np.int32(pad_h),
-         np.int32(pad_w), np.int32(tiles_h), np.int32(tiles_w), cl))
-    # 16 GEMMs: M[xi] (cout, tiles) = U[xi] (cout, cin) @ V[xi] (cin, tiles)
-    sgemm(cout, tiles, cin, U, cin, V, tiles, M, batch=16, stride_a=cout * cin, stride_b=cin * tiles,
-          stride_c=cout * tiles)
+         np.int32(pad_w), np.int32(tiles_h), np.int32(tiles_w), cl, permute))
+    # 16 GEMMs: M[xi] (cout, tiles) = U[xi] (cout, cin) @ V[xi] (cin, tiles); the forward's U is (cin, cout): read
+    # transposed
+    if kept is None:
+        sgemm(cout, tiles, cin, U, cin, V, tiles, M, batch=16, stride_a=cout * cin, stride_b=cin * tiles,
+              stride_c=cout * tiles)
+    else:
+        sgemm(cout, tiles, cin, kept, cout, V, tiles, M, trans_a=True, batch=16, stride_a=cout * cin,
+              stride_b=cin * tiles, stride_c=cout * tiles)
     get_kernel("convolution", "convolution_winograd_output_transform", options)(
         (grid_stride_blocks(cout * tiles),), (256,),
         (M, out, bias, np.int32(g.N), np.int32(cout), np.int32(out_h), np.int32(out_w), np.int32(tiles_h),
-         np.int32(tiles_w), np.float32(alpha), np.float32(beta), cl))
+         np.int32(tiles_w), np.float32(alpha), np.float32(beta), cl, permute))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -447,15 +447,16 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=()):
 # ----------------------------------------------------------------------------------------------
 
 
-def convolution_backward_data(w, dy, problem, algo, alpha, beta, out):
-    """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU (BACKWARD_DATA names the launchers)."""
+def convolution_backward_data(w, dy, problem, algo, alpha, beta, out, transformed_filter=None):
+    """dx = alpha * conv_transpose(dy, w) + beta * out, on the GPU (BACKWARD_DATA names the launchers);
+    transformed_filter: the forward's, see _winograd."""
     if algo in OWN_MODULE:
         return OWN_MODULE[algo].convolution_backward_data(w, dy, problem, alpha, beta, out)
     return _backward("convolution_backward_data", BACKWARD_DATA, algo, w, dy, problem, problem.x_shape, alpha, beta,
-                     out)
+                     out, transformed_filter)
 
 
-def _backward(op, table, algo, a, b, problem, shape, alpha, beta, out):
+def _backward(op, table, algo, a, b, problem, shape, alpha, beta, out, transformed_filter=None):
     """What both backward directions do around the algorithm's launcher: the result of `shape` (written into
     `out` when that is safe), alpha * the gradient + beta * out; with no output positions the gradient is zero."""
     run = _algorithm(op, table, algo)
@@ -463,7 +464,7 @@ def _backward(op, table, algo, a, b, problem, shape, alpha, beta, out):
     a, b = _input(a), _input(b)
     result, original = kernel_output(op, out, shape, beta, a, b)
     if result.size and g.N * g.OPQ:
-        run(a, b, result, g, get_handle(), problem, alpha, beta)
+        run(a, b, result, g, get_handle(), problem, alpha, beta, **_kept(algo, transformed_filter))
     elif result.size:
         _scale_only(result, alpha, beta)
     return finish(result, original)
@@ -499,10 +500,10 @@ def convolution_backward_data_implicit_precomp_gemm(w, dy, dx, g, handle, proble
     _backward_data_implicit("implicit_precomp_gemm", w, dy, dx, g, handle, problem, alpha, beta)
 
 
-def convolution_backward_data_winograd(w, dy, dx, g, handle, problem, alpha, beta):
+def convolution_backward_data_winograd(w, dy, dx, g, handle, problem, alpha, beta, transformed_filter=None):
     """The data gradient of a stride-1 3x3 convolution is a forward Winograd convolution of dy with the
-    flipped, transposed filters (_winograd with direction 'backward_data')."""
-    _winograd(dy, w, None, dx, g, handle, "backward_data", alpha, beta)
+    flipped, transposed filters (_winograd with direction 'backward_data'), or the forward's, permuted."""
+    _winograd(dy, w, None, dx, g, handle, "backward_data", alpha, beta, transformed_filter=transformed_filter)
 
 
 def _gemm_ready_filters(w, g, space):
@@ -518,24 +519,6 @@ def _gemm_ready_filters(w, g, space):
     else:
         dest.reshape(G, Kg, TRS, Cg)[...] = w.reshape(G, Kg, Cg, TRS).transpose(0, 1, 3, 2)
     return dest
-
-
-def convolution_backward_data_im2col_gemm(w, dy, dx, g, handle, problem, alpha, beta):
-    depth = g.Cg * g.TRS
-    ws = handle.workspace(workspace_bytes("im2col_gemm", "backward_data", problem))
-    col = ws[: g.N * g.OPQ * depth]
-    col2im = get_kernel("convolution", "convolution_col2im")
-    flat_dy, flat_w = dy.reshape(-1), w.reshape(-1)
-    for group in range(g.groups):
-        w_group = flat_w[group * g.Kg * depth:]
-        # col (N*OPQ, depth) = dy_group (N*OPQ, Kg) @ w_group (Kg, depth)
-        if g.channels_last:
-            sgemm(g.N * g.OPQ, depth, g.Kg, flat_dy[group * g.Kg:], g.K, w_group, depth, col)
-        else:  # dy_n is (K, OPQ): op(A) = its transpose, one GEMM per image
-            sgemm(g.OPQ, depth, g.Kg, flat_dy[group * g.Kg * g.OPQ:], g.OPQ, w_group, depth, col, trans_a=True,
-                  batch=g.N, stride_a=g.K * g.OPQ, stride_b=0, stride_c=g.OPQ * depth)
-        col2im((grid_stride_blocks(g.N * g.Cg * g.DHW),), (256,),
-               (col, dx, np.int32(group), *g.args(), np.float32(alpha), np.float32(beta), _flag(g.channels_last)))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -606,26 +589,6 @@ def _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta):
         get_kernel("convolution", "convolution_splitk_reduce")(
             (math.ceil(dw.size / 32),), (THREADS,),
             (partial, np.int32(slices), np.int64(dw.size), np.float32(alpha), np.float32(beta), dw))
-
-
-def convolution_backward_filter_im2col_gemm(x, dy, dw, g, handle, problem, alpha, beta):
-    depth, rows = g.Cg * g.TRS, g.N * g.OPQ
-    ws = handle.workspace(workspace_bytes("im2col_gemm", "backward_filter", problem))
-    col = ws[: rows * depth]
-    rest = ws[rows * depth:]
-    if g.channels_last:
-        dy_rows = dy.reshape(-1)  # (N*OPQ, K) already
-    else:  # channels-last copy of dy, so that its rows are output pixels
-        dy_rows = rest[: rows * g.K]
-        dy_rows.reshape(g.N, g.OPQ, g.K)[...] = dy.reshape(g.N, g.K, g.OPQ).transpose(0, 2, 1)
-        rest = rest[rows * g.K:]
-    im2col = get_kernel("convolution", "convolution_im2col")
-    flat_dw = dw.reshape(-1)
-    for group in range(g.groups):
-        im2col((grid_stride_blocks(col.size),), (256,), (x, col, np.int32(group), *g.args(), _flag(g.channels_last)))
-        # dw_group (Kg, depth) = dy_group^T (Kg, N*OPQ) @ col (N*OPQ, depth)
-        sgemm(g.Kg, depth, rows, dy_rows[group * g.Kg:], g.K, col, depth, flat_dw[group * g.Kg * depth:],
-              trans_a=True, alpha=alpha, beta=beta, workspace=rest)
 
 
 # ----------------------------------------------------------------------------------------------
