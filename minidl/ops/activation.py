@@ -74,31 +74,27 @@ def _softmax_dim(op, input, dim):
         import warnings
 
         warnings.warn(f"Implicit dimension choice for {op} has been deprecated. Change the call to include "
-                      f"dim=X as an argument (for this {input.ndim}-D input it chose dim={dim}).", stacklevel=3)
+                      f"dim=X as an argument (for this {input.ndim}-D input it chose dim={dim}).", stacklevel=4)
     return normalize_dim(dim, input.ndim, op)
 
 
 def softmax(input, dim=None, dtype=None):
-    if _amp.regions:
-        (input,) = _amp.cast_inputs("softmax", input)
-    dim = _softmax_dim("softmax", input, dim)
-    if dtype is not None:
-        input = input.type(dtype)
-    if input.ndim == 0:
-        return Softmax.apply(input.reshape(1), axis=0).reshape(())
-    if input.numel() == 0:  # nothing to normalise: an empty result of the same shape (torch)
-        return input * 1
-    return Softmax.apply(input, axis=dim, algorithm="accurate")
+    return _softmax("softmax", "accurate", input, dim, dtype)
 
 
 def log_softmax(input, dim=None, dtype=None):
+    return _softmax("log_softmax", "log", input, dim, dtype)
+
+
+def _softmax(op, algorithm, input, dim, dtype):
+    """softmax / log_softmax (the Softmax primitive's "accurate" / "log" algorithms) along dim."""
     if _amp.regions:
-        (input,) = _amp.cast_inputs("log_softmax", input)
-    dim = _softmax_dim("log_softmax", input, dim)
+        (input,) = _amp.cast_inputs(op, input)
+    dim = _softmax_dim(op, input, dim)
     if dtype is not None:
         input = input.type(dtype)
     if input.ndim == 0:
-        return Softmax.apply(input.reshape(1), axis=0, algorithm="log").reshape(())
-    if input.numel() == 0:
+        return Softmax.apply(input.reshape(1), axis=0, algorithm=algorithm).reshape(())
+    if input.numel() == 0:  # nothing to normalise: an empty result of the same shape (torch)
         return input * 1
-    return Softmax.apply(input, axis=dim, algorithm="log")
+    return Softmax.apply(input, axis=dim, algorithm=algorithm)
