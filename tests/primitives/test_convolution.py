@@ -712,3 +712,16 @@ def test_a_cpu_plan_leaves_transformed_filter_empty():
     assert kept == []
     dy = np.ones_like(y)
     np.testing.assert_array_equal(plan.backward_data(w, dy, transformed_filter=kept), plan.backward_data(w, dy))
+
+
+def test_a_rotated_filters_winograd_transform_is_the_forwards_permuted():
+    """What the GPU's backward data relies on to reuse the forward's transformed filters (cuda/convolution.py,
+    _winograd): G rot(g) G^T = Pi (G g G^T) Pi^T, Pi swapping tile positions 0 and 3, for any 3x3 g."""
+    from minidl.primitives.cpu.convolution import _WINOGRAD_G as G
+
+    Pi = np.eye(4)[[3, 1, 2, 0]]
+    for seed in range(5):
+        g = np.random.default_rng(seed).standard_normal((3, 3))
+        np.testing.assert_allclose(G @ g[::-1, ::-1] @ G.T, Pi @ (G @ g @ G.T) @ Pi.T, rtol=1e-12, atol=1e-12)
+    g = np.arange(9.0).reshape(3, 3)   # and not merely a symmetric accident: the plain transform differs
+    assert not np.allclose(G @ g[::-1, ::-1] @ G.T, G @ g @ G.T)

@@ -178,6 +178,18 @@ display(tu.SideBySide(f"kernels/{wino_file}: the input transform B^T d B (CUDA)"
                       "minidl/primitives/cpu/convolution.py (NumPy)", tu.python_source(cpu_conv._winograd_f2x2_3x3)))
 
 # %% [markdown]
+# The backward pass needs the data gradient too, and for a stride-1 3x3 convolution that is again a
+# convolution: of dy with every filter rotated by 180 degrees (input and output channels swapped).
+# Winograd then needs the transformed *rotated* filters `G rot(g) G^T`, and they are the forward's,
+# permuted. `G` maps a reversed filter row to its own result reversed at the ends and untouched in
+# the middle (`G rev(g) = Pi G g`, `Pi` swapping entries 0 and 3: try it on the `G` and `g` above,
+# `G @ g[::-1]` against `(G @ g)[[3, 1, 2, 0]]`), so `G rot(g) G^T = Pi (G g G^T) Pi^T`. The GPU's
+# backward data therefore reuses the forward's transformed filters (the autograd node keeps them from
+# the forward to the backward of one step) and has its input and output transforms store and load
+# their 16 matrices at permuted positions: one filter transform per layer and step instead of two
+# (`tests/gpu/test_convolution_gpu.py` counts them).
+
+# %% [markdown]
 # ## 3.6 One layer, every algorithm
 #
 # `find_convolution_algorithms` lists every algorithm of a device for a problem with its workspace
