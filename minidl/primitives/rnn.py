@@ -33,7 +33,7 @@ sequence code and both backends.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -90,6 +90,8 @@ class RNNDescriptor:
     bidirectional: bool = False
     bias: bool = True
     algo: str = "auto"
+    # 2 for a bidirectional RNN, else 1: set once here (a plain attribute, read per call by the backends)
+    num_directions: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.mode not in RNN_MODES:
@@ -103,10 +105,7 @@ class RNNDescriptor:
             object.__setattr__(self, name, int(value))
         object.__setattr__(self, "bidirectional", bool(self.bidirectional))
         object.__setattr__(self, "bias", bool(self.bias))
-
-    @property
-    def num_directions(self) -> int:
-        return 2 if self.bidirectional else 1
+        object.__setattr__(self, "num_directions", 2 if self.bidirectional else 1)
 
     @property
     def gate_count(self) -> int:

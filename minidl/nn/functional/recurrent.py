@@ -3,10 +3,11 @@ is ONE Function over rnn_forward / rnn_backward (RNNSequence), a cell step one o
 (RNNCellStep). The layers (nn.RNN, nn.LSTM, nn.GRU and the cells) are in nn/layers/rnn.py."""
 from __future__ import annotations
 
+import numpy as np
+
 from ... import backends
 from ... import primitives as P
-from ..._device import is_cuda_array
-from ..._dtypes import float32, is_half
+from ..._dtypes import HALF_DTYPES, float32
 from ...amp.autocast_mode import cast_output, lower_precision_dtype
 from ...amp import autocast_mode as _amp
 from ...autograd.function import Function, is_grad_enabled
@@ -28,9 +29,9 @@ def _rnn_math(x) -> str:
     bfloat16/float16) gets "bf16": the RNN kernels keep the data and states in float32 and round the
     recurrent products' operands to bfloat16 (the persistent kernels; elsewhere TF32), as torch's
     autocast runs cuDNN's RNN in bf16."""
-    if not is_cuda_array(x):
+    if isinstance(x, np.ndarray):
         return "fp32"
-    if is_half(x.dtype):
+    if x.dtype in HALF_DTYPES:
         return "bf16"
     return backends.math_for_conv(x.dtype)
 

@@ -48,6 +48,8 @@ class RNNBase(Module):
         self.dropout, self.bidirectional = float(dropout), bidirectional
         self._desc = P.RNNDescriptor(mode, input_size, hidden_size, num_layers, bidirectional, bias)
         factory = dict(dtype=dtype, device=None if device is None else Device(device))
+        # the weights' names in the order the primitive takes them (cuDNN's), made once: _flat_weights reads them
+        self._weight_names = [spec.name for specs in self._desc.weight_shapes() for spec in specs if spec is not None]
         for specs in self._desc.weight_shapes():
             for spec in specs:
                 if spec is not None:
@@ -62,7 +64,8 @@ class RNNBase(Module):
         are, so there is nothing to do (kept so that programs calling it run)."""
 
     def _flat_weights(self):
-        return [self._parameters[spec.name] for specs in self._desc.weight_shapes() for spec in specs if spec is not None]
+        params = self._parameters
+        return [params[name] for name in self._weight_names]
 
     def _check_state(self, name, state, batch, unbatched):
         D = 2 if self.bidirectional else 1
@@ -76,16 +79,17 @@ class RNNBase(Module):
         name = type(self).__name__
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx)
-        if not isinstance(input, Tensor) or input.ndim not in (2, 3):
+        # (shapes read from the arrays: a Tensor's shape is a Size, whose indexing is a Python call)
+        if not isinstance(input, Tensor) or input._data.ndim not in (2, 3):
             shape = input.shape if isinstance(input, Tensor) else type(input).__name__
             raise ValueError(f"{name}: expected a 3-D input (T, B, input_size) (or (B, T, ...) with batch_first) "
                              f"or a 2-D unbatched one, got {shape}")
-        if input.shape[-1] != self.input_size:
+        if input._data.shape[-1] != self.input_size:
             raise ValueError(f"{name}: input of shape {input.shape} has input_size {input.shape[-1]}, "
                              f"expected {self.input_size}")
-        unbatched = input.ndim == 2
+        unbatched = input._data.ndim == 2
         x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
-        batch = x.shape[1]
+        batch = x._data.shape[1]
         h0, c0 = self._initial_states(hx, batch, unbatched)
         if self.dropout > 0 and self.training and self.num_layers > 1:
             outs = self._layer_by_layer(x, h0, c0)
