@@ -4,6 +4,7 @@ Dims themselves: _dims.py; dtypes: _promotion.py."""
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 
 import numpy as np
@@ -81,6 +82,14 @@ def shape_arg(shape):
 
 
 def resolve_shape(old, new):
+    """The shape `new` (ints, one of them may be -1) for a tensor of shape `old`, checked. The usual call (plain
+    non-negative ints of the same element count) is decided in one loop and one product."""
+    for s in new:
+        if type(s) is not int or s < 0:
+            break
+    else:
+        if math.prod(new) == math.prod(old):
+            return tuple(new)
     for s in new:
         if isinstance(s, bool) or not isinstance(s, (numbers.Integral, Tensor)):
             raise TypeError(f"shape entries must be ints, got {type(s).__name__} {s!r}")

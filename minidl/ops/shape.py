@@ -4,6 +4,7 @@ the Functions; every other shape op is one of them or an index (so each has its 
 from __future__ import annotations
 
 import builtins
+import math
 import numbers
 
 import numpy as np
@@ -109,14 +110,19 @@ def view_as(self, other):
 
 
 def flatten(self, start_dim=0, end_dim=-1):
-    start = normalize_dim(start_dim, self.ndim, "flatten")
-    end = normalize_dim(end_dim, self.ndim, "flatten")
+    shape = self._data.shape
+    ndim = len(shape)
+    if type(start_dim) is int and type(end_dim) is int and -ndim <= start_dim < ndim and -ndim <= end_dim < ndim:
+        start, end = start_dim % ndim, end_dim % ndim   # (the usual call: no normalize_dim)
+    else:
+        start = normalize_dim(start_dim, ndim, "flatten")
+        end = normalize_dim(end_dim, ndim, "flatten")
     if start > end:
         raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim} for shape {self.shape}")
-    if self.ndim == 0:
+    if ndim == 0:
         return self.reshape(1)
-    new = self.shape[:start] + (builtins.int(np.prod(self.shape[start : end + 1])),) + self.shape[end + 1 :]
-    return self.reshape(new)
+    # the new shape has the same element count by construction: no resolve_shape
+    return Reshape.apply(self, shape=shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
 
 
 def squeeze(self, dim=None):
