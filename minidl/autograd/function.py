@@ -487,12 +487,14 @@ def _accumulate_leaf(tensor, g, run_hooks=True, owned=False):
         # Never alias a gradient that another tensor (or the caller) still holds: a copy unless owned. It takes
         # the parameter's memory format (as PyTorch's AccumulateGrad), so a channels_last filter's
         # gradient is channels_last too and an optimizer updates the two alike.
-        if tensor.ndim in (4, 5) and not tensor._data.flags.c_contiguous and _layout.strictly_channels_last(tensor._data):
-            tensor.grad = Tensor._make(_layout.copy_as(g, True))
-        elif owned and g.flags.c_contiguous and g.shape == tensor._data.shape:
-            tensor.grad = Tensor._make(g)
+        # (._grad, not the .grad setter: the tape's gradient has the leaf's shape, dtype and device by construction)
+        data = tensor._data
+        if data.ndim in (4, 5) and not data.flags.c_contiguous and _layout.strictly_channels_last(data):
+            tensor._grad = Tensor._make(_layout.copy_as(g, True))
+        elif owned and g.flags.c_contiguous and g.shape == data.shape:
+            tensor._grad = Tensor._make(g)
         else:
-            tensor.grad = Tensor._make(g.copy())
+            tensor._grad = Tensor._make(g.copy())
     else:
         acc = tensor._grad._data
         if type(acc) is np.ndarray or (acc.flags.c_contiguous and g.flags.c_contiguous):

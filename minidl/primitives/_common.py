@@ -60,7 +60,8 @@ def backend(family: str, on_cuda):
     reference). Both expose the same names. The CUDA module is imported only when asked for, so the
     CPU path never imports CuPy."""
     if not isinstance(on_cuda, bool):
-        on_cuda = is_cuda_array(on_cuda)
+        kind = type(on_cuda)
+        on_cuda = kind in _CUDA_TYPES or (kind is not np.ndarray and is_cuda_array(on_cuda))
     module = _BACKENDS.get((family, on_cuda))
     if module is None:
         import importlib
@@ -125,10 +126,13 @@ def check_float(op: str, **arrays) -> np.dtype:
 def check_float_or_half(op: str, *, half_with_float32=False, **arrays) -> np.dtype:
     """check_float, plus float16 / bfloat16: all arrays of one dtype (the first array's is returned).
     half_with_float32: half data may also come with float32 arrays (parameters kept in float32)."""
+    for a in arrays.values():   # the usual call has no half array: check_float's rules
+        if a is not None and getattr(a, "dtype", None) in HALF_DTYPES:
+            break
+    else:
+        return check_float(op, **arrays)
     given = {name: a for name, a in arrays.items() if a is not None}
     dtypes = {name: np.dtype(a.dtype) for name, a in given.items()}
-    if not any(dt in HALF_DTYPES for dt in dtypes.values()):
-        return check_float(op, **arrays)
     for name, dt in dtypes.items():
         if dt not in HALF_DTYPES and dt not in FLOAT_DTYPES:
             raise TypeError(f"{op}: {name} must be float16, bfloat16, float32 or float64, got {dt}")

@@ -48,18 +48,28 @@ def tensor_table(columns, aux=None):
     n = len(columns[1])
     cols = [list(c) if c is not None else [None] * n for c in columns] + [[None] * n] * (5 - len(columns))
     aux = list(aux) if aux is not None else [0] * n
+    # The cache key: every pointer, size and aux of the lists (plain loops: this runs at every optimizer step)
+    key = [cupy.cuda.runtime.getDevice()]
+    for k in range(5):
+        for a in cols[k]:
+            key.append(0 if a is None else a.data.ptr)
+    for t in range(n):   # each row's size: its first array's
+        for k in range(5):
+            if cols[k][t] is not None:
+                key.append(cols[k][t].size)
+                break
+    key = tuple(key) + tuple(aux)
+    hit = _tables.get(key) or _captured_tables.get(key)
+    if hit is not None:
+        if key in _tables:
+            _tables.move_to_end(key)
+        return hit[:3]
     rows, first = [], 0
     for t in range(n):
         arrays = [cols[k][t] for k in range(5)]
         numel = next(int(a.size) for a in arrays if a is not None)
         rows.append([_ptr(a) for a in arrays] + [numel, int(aux[t]), first])
         first += -(-numel // CHUNK)
-    key = tuple(v for r in rows for v in r) + (cupy.cuda.Device().id,)
-    hit = _tables.get(key) or _captured_tables.get(key)
-    if hit is not None:
-        if key in _tables:
-            _tables.move_to_end(key)
-        return hit[:3]
     host_rows = np.asarray(rows, dtype=np.int64).reshape(n, TABLE_COLS)
     if _capturing():
         pinned = cupy.cuda.alloc_pinned_memory(max(host_rows.nbytes, 1))
