@@ -7,12 +7,22 @@ Time per step: wall clock over --steps steps, the GPU synchronised before and af
 time is its host time where Python is slower than the GPU). 3 interleaved rounds (minidl, torch, minidl,
 ...), the fastest round kept. The ratio is minidl / torch: issue 25 asks for <= 1.3 with bfloat16.
 
+Python's cyclic garbage collector: both frameworks live in this one process, and importing torch alone leaves
+~250,000 GC-tracked objects. minidl's autograd graph is Python objects (torch's is C++), so minidl's steps
+promote thousands of objects a step into the oldest generation and set off its full collections, each a scan
+of every object of the process: ~170 ms on an H100 with torch's objects in it, one step in ~20 (measured
+with gc.callbacks, session 6; a minidl-only process has ~65,000 objects, and its full collections cost
+~0.5 ms per step). So after the setup the benchmark calls gc.freeze(): what exists then (both models,
+both libraries) is never scanned again, and each framework's steps pay for their own garbage only.
+--no-gc-freeze measures without it.
+
     python3 benchmarks/bench_gpt_step.py [--out benchmarks/results/gpu_gpt_step.md] [--steps 20]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import sys
 import time
 from pathlib import Path
@@ -136,6 +146,7 @@ def main(argv=None):
     parser.add_argument("--out")
     parser.add_argument("--commit")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--no-gc-freeze", action="store_true", help="leave the setup's objects to the collector")
     args = parser.parse_args(argv)
     import cupy
     import torch
@@ -147,11 +158,15 @@ def main(argv=None):
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_commit(args.commit)}, "
              f"torch {torch.__version__}, CuPy {cupy.__version__}. {LAYERS} layers, {HEADS} heads, d={EMBD}, "
              f"context {BLOCK}, batch {BATCH}, AdamW, clip 1.0, dropout {DROPOUT}; ms per eager step over "
-             f"{args.steps} steps, fastest of {ROUNDS} interleaved rounds. Produced by "
-             "`python3 benchmarks/bench_gpt_step.py`.", "",
+             f"{args.steps} steps, fastest of {ROUNDS} interleaved rounds"
+             f"{'' if args.no_gc_freeze else ', the setup gc.freeze()d (see the script)'}. Produced by "
+             f"`python3 benchmarks/bench_gpt_step.py{' --no-gc-freeze' if args.no_gc_freeze else ''}`.", "",
              "| math | minidl ms/step | torch eager ms/step | ratio |", "| --- | ---: | ---: | ---: |"]
     for amp in (True, False):
         ours, theirs = make_steps(amp)
+        if not args.no_gc_freeze:
+            gc.collect()
+            gc.freeze()
         best_ours, best_theirs = float("inf"), float("inf")
         for _ in range(ROUNDS):
             best_ours = min(best_ours, time_steps(ours, cupy.cuda.Device().synchronize, args.steps))
