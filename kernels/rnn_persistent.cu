@@ -37,7 +37,8 @@
 // S .. 2S-1 direction 1 (at time T-1-s at its step s), through the same barrier.
 // Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
 // Data and state are fp32 throughout; the recurrent product runs as 3xTF32 (math = 0, fp32 accuracy),
-// plain TF32 (math = 1, like the standard algorithm's TF32 GEMMs) or bfloat16 (math = 2).
+// plain TF32 (math = 1, like the standard algorithm's TF32 GEMMs) or bfloat16 (math = 2; W then sits in shared
+// memory already rounded to bfloat16, stage_w: half the bytes a step reads of it, and no conversion of W per step).
 #include "rnn_cell.cuh"
 #include "tc_common.cuh"  // cp.async
 
@@ -225,15 +226,31 @@ __device__ __forceinline__ unsigned pack_bf16x2(float lo, float hi)
     return r;
 }
 
+// W's entry as the bf16 path keeps it in shared memory: rounded once, when the weights are staged (math = 2), with
+// the same rounding (cvt.rn) as the state's at every step.
+__device__ __forceinline__ unsigned short bf16_bits(float v)
+{
+    return (unsigned short)(pack_bf16x2(v, 0.0f) & 0xffffu);
+}
+
+// W as the kernels stage it: float, or (math = 2) its bfloat16 rounding in the first half of the same space, so
+// that a step reads half the bytes of W and converts only the state.
+__device__ __forceinline__ void stage_w(float* W, int i, float v, int math)
+{
+    if (math == 2) reinterpret_cast<unsigned short*>(W)[i] = bf16_bits(v);
+    else W[i] = v;
+}
+
 // The same as product_chunk in bf16 (math = 2): mma m16n8k16, one per tile and 16-column step, operands
 // rounded to bfloat16, products summed in fp32. A lane's elements of a step are k = 2t, 2t+1 (a0/a1, b0)
 // and 2t+8, 2t+9 (a2/a3, b1); they are columns 4t .. 4t+3 of the step here (the same permutation for
-// A and W), so each is one 128-bit load.
+// A and W), so each is one load: 128 bits of the fp32 state, 64 bits of the bfloat16 W (stage_w).
 template <int NCOPY>
 __device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const float* hbuf, const float* W, int k0,
                                                    int steps, int kslice, int KS, const int (&a_off)[4],
                                                    const int (&w_off)[4], int my_tiles)
 {
+    const unsigned short* Wb = reinterpret_cast<const unsigned short*>(W);
     constexpr int TPW = 4 / NCOPY;
     for (int ks0 = kslice; ks0 < steps; ks0 += KS * NCOPY) {
 #pragma unroll
@@ -248,10 +265,10 @@ __device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const flo
                 const int t2 = a_off[q] & 7;  // = 2t (rows are multiples of 8 floats apart)
                 const float4 lo = *reinterpret_cast<const float4*>(hbuf + a_off[q] + t2 + kk);
                 const float4 hi = *reinterpret_cast<const float4*>(hbuf + a_off[q] + t2 + 8 * PKCP + kk);
-                const float4 w = *reinterpret_cast<const float4*>(W + w_off[q] + t2 + k0 + kk);
+                const uint2 w = *reinterpret_cast<const uint2*>(Wb + w_off[q] + t2 + k0 + kk);
                 const unsigned a[4] = {pack_bf16x2(lo.x, lo.y), pack_bf16x2(hi.x, hi.y), pack_bf16x2(lo.z, lo.w),
                                        pack_bf16x2(hi.z, hi.w)};
-                const unsigned b[2] = {pack_bf16x2(w.x, w.y), pack_bf16x2(w.z, w.w)};
+                const unsigned b[2] = {w.x, w.y};   // (little-endian: the smaller k in the low half, as packed)
                 minidl_tc::mma<minidl_tc::KIND_BF16>(acc[q * NCOPY + copy], a, b);
             }
         }
@@ -386,7 +403,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     // steps run over K rounded up to 8 or 16 columns).
     for (int i = threadIdx.x; i < RP * KP; i += PT) {
         const int r = i / KP, k = i % KP, g = r / U, u = r % U;
-        W[i] = (r < R && j0 + u < H && k < H) ? dir.w_hh[(long long)(g * H + j0 + u) * H + k] : 0.0f;
+        stage_w(W, i, (r < R && j0 + u < H && k < H) ? dir.w_hh[(long long)(g * H + j0 + u) * H + k] : 0.0f, math);
     }
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;  // rows B .. BP-1 stay zero
     const int first = direction ? T : 0;  // where the initial state sits in hs / cs
@@ -486,7 +503,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 
     for (int i = threadIdx.x; i < RP * KP; i += PT) {
         const int u = i / KP, k = i % KP;
-        W[i] = (u < U && j0 + u < H && k < GH) ? dir.w_hh[(long long)k * H + j0 + u] : 0.0f;
+        stage_w(W, i, (u < U && j0 + u < H && k < GH) ? dir.w_hh[(long long)k * H + j0 + u] : 0.0f, math);
     }
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;
     for (int e = threadIdx.x; e < B * U; e += PT) {
