@@ -6,7 +6,7 @@ from ... import primitives as P
 from ..._device import get_array_module
 from ...amp import autocast_mode as _amp
 from ...autograd.function import Function
-from ._checks import _check_float_tensor, _check_same_device
+from ._checks import _check_float_tensor, _check_same_device, _check_tensor
 
 
 def _layout_of(x):
@@ -133,6 +133,8 @@ def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, traini
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
         if t is not None:
             _check_float_tensor(op, name, t)
+    if num_batches_tracked is not None:
+        _check_tensor(op, "num_batches_tracked", num_batches_tracked)
     _check_same_device(op, input=input, running_mean=running_mean, running_var=running_var, weight=weight, bias=bias,
                        num_batches_tracked=num_batches_tracked)
     if num_batches_tracked is not None and (num_batches_tracked.dtype != _dtypes.int64 or num_batches_tracked.ndim):

@@ -421,8 +421,8 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=(), 
         get_kernel("convolution", "convolution_winograd_filter_transform")(
             (math.ceil(cout * cin / 256),), (256,),
             (w, U, np.int32(g.K), np.int32(g.C), _flag(direction != "forward"), cl))
-        if own_u:
-            transformed_filter.append((w.data.ptr, U))
+        if own_u:   # (the latest forward's only: a list handed to two forwards keeps the second's)
+            transformed_filter[:] = [(w.data.ptr, U)]
     permute = _flag(kept is not None)
     get_kernel("convolution", "convolution_winograd_input_transform")(
         (grid_stride_blocks(cin * tiles),), (256,),
