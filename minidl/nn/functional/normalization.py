@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from ... import _dtypes, _layout
+from ..._dtypes import FLOATING_SET
 from ... import primitives as P
 from ..._device import get_array_module
 from ...amp import autocast_mode as _amp
 from ...autograd.function import Function
+from ...autograd.tensor import Tensor
 from ._checks import _check_float_tensor, _check_same_device, _check_tensor
 
 
@@ -125,6 +127,52 @@ def batch_norm_relu(input, running_mean, running_var, weight=None, bias=None, tr
 
 def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, training, momentum, eps,
                 num_batches_tracked=None):
+    if not _usual_arguments(input, running_mean, running_var, weight, bias, num_batches_tracked, training):
+        empty = _checked_arguments(op, input, running_mean, running_var, weight, bias, training, num_batches_tracked)
+        if empty is not None:
+            return empty
+    rm = None if running_mean is None else running_mean._data
+    rv = None if running_var is None else running_var._data
+    params = (weight, bias)
+    if training:
+        fn = BatchNormReLUTraining if relu else BatchNormTraining
+        return fn.apply(input, *params, running_mean=rm, running_var=rv, momentum=momentum, eps=eps,
+                        num_batches_tracked=None if num_batches_tracked is None else num_batches_tracked._data)
+    if rm is None or rv is None:
+        raise ValueError(f"{op}: training=False needs running_mean and running_var")
+    fn = BatchNormReLUInference if relu else BatchNormInference
+    return fn.apply(input, *params, running_mean=rm, running_var=rv, eps=eps)
+
+
+def _usual_arguments(input, running_mean, running_var, weight, bias, num_batches_tracked, training) -> bool:
+    """Whether the arguments are the usual ones (what nn.BatchNorm*d passes: a non-empty float input of at least 2
+    dims, float parameters and statistics of shape (C,) and an int64 0-d counter, all of the input's array type,
+    more than one value per channel when training), decided in a few comparisons. Anything else goes through
+    _checked_arguments, which raises naming the op (or handles the empty batch)."""
+    if not isinstance(input, Tensor):
+        return False
+    x = input._data
+    if x.dtype not in FLOATING_SET or x.ndim < 2 or x.size == 0:
+        return False
+    C, kind = x.shape[1], type(x)
+    for t in (running_mean, running_var, weight, bias):
+        if t is not None:
+            if not isinstance(t, Tensor):
+                return False
+            d = t._data
+            if type(d) is not kind or d.dtype not in FLOATING_SET or d.shape != (C,):
+                return False
+    if num_batches_tracked is not None:
+        if not isinstance(num_batches_tracked, Tensor):
+            return False
+        d = num_batches_tracked._data
+        if type(d) is not kind or d.dtype != _dtypes.int64 or d.ndim:
+            return False
+    return not training or x.size // C > 1
+
+
+def _checked_arguments(op, input, running_mean, running_var, weight, bias, training, num_batches_tracked):
+    """batch_norm's checks, raising naming the op; for an empty batch, the result (torch's rule), else None."""
     _check_float_tensor(op, "input", input)
     if input.numel() == 0 and input.ndim < 2:
         return input * 1  # torch returns an empty tensor for an empty input of any rank
@@ -140,8 +188,6 @@ def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, traini
     if num_batches_tracked is not None and (num_batches_tracked.dtype != _dtypes.int64 or num_batches_tracked.ndim):
         raise TypeError(f"{op}: num_batches_tracked must be a 0-d int64 tensor (a BatchNorm layer's counter), got "
                         f"{num_batches_tracked.dtype} of shape {tuple(num_batches_tracked.shape)}")
-    rm = None if running_mean is None else running_mean._data
-    rv = None if running_var is None else running_var._data
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
         if t is not None and t.shape != (input.shape[1],):
             raise ValueError(f"{op}: {name} has shape {t.shape}, expected ({input.shape[1]},) for input {input.shape}")
@@ -158,15 +204,7 @@ def _batch_norm(op, relu, input, running_mean, running_var, weight, bias, traini
         if training and num_batches_tracked is not None:
             num_batches_tracked._data += 1   # (an empty batch counts, as in torch)
         return out
-    params = tuple(t for t in (weight, bias))
-    if training:
-        fn = BatchNormReLUTraining if relu else BatchNormTraining
-        return fn.apply(input, *params, running_mean=rm, running_var=rv, momentum=momentum, eps=eps,
-                        num_batches_tracked=None if num_batches_tracked is None else num_batches_tracked._data)
-    if rm is None or rv is None:
-        raise ValueError(f"{op}: training=False needs running_mean and running_var")
-    fn = BatchNormReLUInference if relu else BatchNormInference
-    return fn.apply(input, *params, running_mean=rm, running_var=rv, eps=eps)
+    return None
 
 
 class LocalResponseNorm(Function):

@@ -44,11 +44,7 @@ def _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode, dilati
     _check_float_tensor(op, "input", x)
     if stride is None or (not isinstance(stride, int) and len(stride) == 0):
         stride = None  # the kernel size, as PyTorch
-    try:
-        desc = P.PoolingDescriptor(mode=mode, kernel_size=kernel_size, stride=stride, padding=padding,
-                                   ceil_mode=ceil_mode, spatial_dims=dims, dilation=dilation)
-    except (ValueError, TypeError) as e:
-        raise type(e)(f"{op}: {e}") from None
+    desc = _descriptor(op, mode, kernel_size, stride, padding, ceil_mode, dims, dilation)
     if x.numel() == 0:
         # An empty batch (or no channels): an empty result of the pooled shape, as torch.
         shape = P.pooling_output_shape(x.shape, desc)
@@ -61,6 +57,39 @@ def _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode, dilati
     if unbatched:
         return tuple(o.squeeze(0) for o in out) if return_indices else out.squeeze(0)
     return out
+
+
+_DESCRIPTORS: dict = {}   # (mode, sizes..., dims) -> PoolingDescriptor: a layer's arguments, checked and described once
+
+
+def _descriptor(op, mode, kernel_size, stride, padding, ceil_mode, dims, dilation):
+    """The PoolingDescriptor of these arguments (made and checked on their first use: a layer passes the same ones
+    every step). Only plain ints, tuples of ints and a bool are looked up; anything else is described, and
+    checked, at every call (2.0 == 2 as a key, but PoolingDescriptor refuses a float)."""
+    key = (mode, kernel_size, stride, padding, ceil_mode, dims, dilation)
+    plain = type(ceil_mode) is bool and _plain(kernel_size) and _plain(stride) and _plain(padding) and _plain(dilation)
+    desc = _DESCRIPTORS.get(key) if plain else None
+    if desc is None:
+        try:
+            desc = P.PoolingDescriptor(mode=mode, kernel_size=kernel_size, stride=stride, padding=padding,
+                                       ceil_mode=ceil_mode, spatial_dims=dims, dilation=dilation)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{op}: {e}") from None
+        if plain and len(_DESCRIPTORS) < 1024:
+            _DESCRIPTORS[key] = desc
+    return desc
+
+
+def _plain(v) -> bool:
+    """None, an int, or a tuple of ints (exactly: not bool, not float)."""
+    if v is None or type(v) is int:
+        return True
+    if type(v) is not tuple:
+        return False
+    for e in v:
+        if type(e) is not int:
+            return False
+    return True
 
 
 def _max_pool(op, dims, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
