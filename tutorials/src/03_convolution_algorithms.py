@@ -183,10 +183,11 @@ display(tu.SideBySide(f"kernels/{wino_file}: the input transform B^T d B (CUDA)"
 # Winograd then needs the transformed *rotated* filters `G rot(g) G^T`, and they are the forward's,
 # permuted. `G` maps a reversed filter row to its own result reversed at the ends and untouched in
 # the middle (`G rev(g) = Pi G g`, `Pi` swapping entries 0 and 3: try it on the `G` and `g` above,
-# `G @ g[::-1]` against `(G @ g)[[3, 1, 2, 0]]`), so `G rot(g) G^T = Pi (G g G^T) Pi^T`. The GPU's
-# backward data therefore reuses the forward's transformed filters (the autograd node keeps them from
-# the forward to the backward of one step) and has its input and output transforms store and load
-# their 16 matrices at permuted positions: one filter transform per layer and step instead of two
+# `G @ g[::-1]` against `(G @ g)[[3, 1, 2, 0]]`), so `G rot(g) G^T = Pi (G g G^T) Pi^T`. So when a GPU
+# layer runs both its forward and its backward data on Winograd, the backward reuses the forward's
+# transformed filters (the autograd node keeps them from the forward to the backward of one step), and its
+# input and output transforms store and load their 16 matrices at permuted positions (the `permute`
+# argument of the kernel listed above): one filter transform per layer and step instead of two
 # (`tests/gpu/test_convolution_gpu.py` counts them).
 
 # %% [markdown]

@@ -37,10 +37,6 @@ def _capturing() -> bool:
     return bool(is_capturing()) if is_capturing is not None else False
 
 
-def _ptr(a) -> int:
-    return 0 if a is None else int(a.data.ptr)
-
-
 def tensor_table(columns, aux=None):
     """(device table, n_tensors, total_chunks) for the lists in `columns` = (params, grads, buf0,
     buf1, buf2), each a list of CuPy arrays or Nones of equal length (sizes from the first non-None
@@ -48,17 +44,18 @@ def tensor_table(columns, aux=None):
     n = len(columns[1])
     cols = [list(c) if c is not None else [None] * n for c in columns] + [[None] * n] * (5 - len(columns))
     aux = list(aux) if aux is not None else [0] * n
-    # The cache key: every pointer, size and aux of the lists (plain loops: this runs at every optimizer step)
-    key = [cupy.cuda.runtime.getDevice()]
-    for k in range(5):
-        for a in cols[k]:
-            key.append(0 if a is None else a.data.ptr)
-    for t in range(n):   # each row's size: its first array's
+    # Every pointer (column by column) and each row's size (its first array's), read once: they are the cache key
+    # and, on a miss (gradients that moved), the table's rows. Plain loops: this runs at every optimizer step.
+    ptrs, sizes = [], []
+    for col in cols:
+        for a in col:
+            ptrs.append(0 if a is None else a.data.ptr)
+    for t in range(n):
         for k in range(5):
             if cols[k][t] is not None:
-                key.append(cols[k][t].size)
+                sizes.append(int(cols[k][t].size))
                 break
-    key = tuple(key) + tuple(aux)
+    key = (cupy.cuda.runtime.getDevice(), *ptrs, *sizes, *aux)
     hit = _tables.get(key) or _captured_tables.get(key)
     if hit is not None:
         if key in _tables:
@@ -66,10 +63,8 @@ def tensor_table(columns, aux=None):
         return hit[:3]
     rows, first = [], 0
     for t in range(n):
-        arrays = [cols[k][t] for k in range(5)]
-        numel = next(int(a.size) for a in arrays if a is not None)
-        rows.append([_ptr(a) for a in arrays] + [numel, int(aux[t]), first])
-        first += -(-numel // CHUNK)
+        rows.append([ptrs[k * n + t] for k in range(5)] + [sizes[t], int(aux[t]), first])
+        first += -(-sizes[t] // CHUNK)
     host_rows = np.asarray(rows, dtype=np.int64).reshape(n, TABLE_COLS)
     if _capturing():
         pinned = cupy.cuda.alloc_pinned_memory(max(host_rows.nbytes, 1))
