@@ -32,6 +32,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--sources", action="store_true", help="where each CuPy-launched kernel comes from")
+    ap.add_argument("--torch", action="store_true", help="the same model's torch step instead (what to compare with)")
     args = ap.parse_args()
 
     import torch
@@ -41,11 +42,17 @@ def main():
     tf32 = args.math == "tf32"
     minidl.backends.cudnn.allow_tf32 = tf32
     minidl.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = True
     if args.gpt:
         from bench_gpt_step import make_steps
 
-        step, _ = make_steps(amp=args.math == "bf16")
-        name = "char_gpt (bench_gpt_step.py)"
+        ours, theirs = make_steps(amp=args.math == "bf16")
+        step = theirs if args.torch else ours
+        name = "char_gpt (bench_gpt_step.py)" + (", torch" if args.torch else "")
+    elif args.torch:
+        name, step = _model_step(args, torch)
+        name += ", torch"
     else:
         name, step = _model_step(args, minidl)
 
@@ -62,7 +69,7 @@ def main():
 
 
 def _model_step(args, minidl):
-    """(name, step) of one model of bench_gpu_train_step.py."""
+    """(name, step) of one model of bench_gpu_train_step.py; `minidl` may be the torch module too (--torch)."""
     name = list(MODELS)[args.model]
     build, make_batch, opt_name = MODELS[name]
     model = build(minidl.nn).to("cuda")
