@@ -316,6 +316,62 @@ extern "C" __global__ void cross_entropy_forward_warp(const float* x, const long
                                  weight_rows, stats);
 }
 
+// (N, C) logits with many classes (a language model's vocabulary): one block per row, its threads over the
+// classes, four at a time (float4) where the rows are 16-byte aligned (vec4). A warp per row would read a
+// 10,000-class row in 313 dependent steps with few warps per SM to hide them; a block reads it in ~10.
+// The (max, sum) pairs merge warp by warp, then across warps in a fixed order (the same result every run).
+extern "C" __global__ void cross_entropy_forward_block(const float* x, const long long* target, const float* weight,
+                                                       float* loss_rows, float* weight_rows, float* stats, long long rows,
+                                                       int C, long long ignore_index, float smoothing, int vec4)
+{
+    __shared__ float shared_m[32], shared_s[32], shared_t[32];
+    const long long m = blockIdx.x;
+    const float* xr = x + m * C;
+    const long long t = target[m];
+    CrossEntropyRow r = {MINIDL_NEG_INF, 0.0f, 0.0f};
+    if (vec4) {
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        for (int q = threadIdx.x; q < C / 4; q += blockDim.x) {
+            const float4 v = x4[q];
+            cross_entropy_add(r, v.x, 4 * q, t);
+            cross_entropy_add(r, v.y, 4 * q + 1, t);
+            cross_entropy_add(r, v.z, 4 * q + 2, t);
+            cross_entropy_add(r, v.w, 4 * q + 3, t);
+        }
+    } else {
+        for (int c = threadIdx.x; c < C; c += blockDim.x) cross_entropy_add(r, xr[c], c, t);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, r.m, offset);
+        const float s2 = __shfl_xor_sync(0xffffffffu, r.s, offset);
+        online_merge(r.m, r.s, m2, s2);
+        r.x_t += __shfl_xor_sync(0xffffffffu, r.x_t, offset);  // one thread holds it, the others add 0
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) {
+        shared_m[warp] = r.m;
+        shared_s[warp] = r.s;
+        shared_t[warp] = r.x_t;
+    }
+    __syncthreads();
+    float row_max = MINIDL_NEG_INF, sum = 0.0f, x_t = 0.0f;
+    for (int w = 0; w < warps; ++w) {   // the same order in every thread
+        online_merge(row_max, sum, shared_m[w], shared_s[w]);
+        x_t += shared_t[w];
+    }
+    const float log_sum = logf(sum);
+    float wlp = 0.0f;
+    if (smoothing != 0.0f) {  // pass 2 (the row again, from L1/L2)
+        for (int c = threadIdx.x; c < C; c += blockDim.x) wlp += (weight ? weight[c] : 1.0f) * ((xr[c] - row_max) - log_sum);
+        __syncthreads();   // shared_m is reused as block_sum's scratch
+        wlp = block_sum(wlp, shared_m);
+    }
+    if (threadIdx.x == 0)
+        cross_entropy_finish_row(x_t, row_max, log_sum, wlp, t, C, ignore_index, weight, smoothing, m, loss_rows,
+                                 weight_rows, stats);
+}
+
 // (N, C, d1, ...) logits (inner > 1): one thread per row; neighbouring threads read neighbouring positions
 // of the same class, so each step over the classes is a coalesced load.
 extern "C" __global__ void cross_entropy_forward_strided(const float* x, const long long* target, const float* weight,
@@ -358,6 +414,18 @@ extern "C" __global__ void cross_entropy_reduce(const float* loss_rows, const fl
     }
 }
 
+// d loss_m / d x_mc of a row that counts: scale ((1 - eps) w_t (p - [c == t]) + eps / C (W p - w_c)), p from the
+// forward's stats (M, L); p - 1 before any product, so a confident row's small gradient is not the difference of
+// two rounded products.
+__device__ __forceinline__ float cross_entropy_grad(float xv, int c, long long t, float row_max, float log_sum, float scale,
+                                                    float w_t, const float* weight, float w_total, int C, float smoothing)
+{
+    const float p = expf((xv - row_max) - log_sum);
+    float d = (1.0f - smoothing) * w_t * (c == t ? p - 1.0f : p);
+    if (smoothing != 0.0f) d += smoothing / C * (w_total * p - (weight ? weight[c] : 1.0f));
+    return scale * d;
+}
+
 // dx_mc = scale_m ((sum_c q_mc) exp((x_mc - M_m) - L_m) - q_mc), one thread per element of x, in x's layout.
 // scale_m = dloss[m * dloss_stride] / (denom ? denom[0] : 1): the incoming gradient of the mean, the sum
 // (dloss_stride 0) or the per-row losses (stride 1). w_total = sum_c w_c (null: the weights are all 1).
@@ -376,18 +444,47 @@ extern "C" __global__ void cross_entropy_backward(const float* x, const long lon
         const long long t = target[m];
         float g = 0.0f;
         if (t >= 0 && t < C && t != ignore_index) {
-            const float scale = dloss[m * dloss_stride] / (denom ? denom[0] : 1.0f);
-            const float w_t = weight ? weight[t] : 1.0f;
-            const float p = expf((x[e] - stats[2 * m]) - stats[2 * m + 1]);
-            // (sum_c q_c) p - q, grouped as (1 - eps) w_t (p - [c == t]) + eps / C (W p - w_c): p - 1 before any
-            // product, so a confident row's small gradient is not the difference of two rounded products.
-            float d = (1.0f - smoothing) * w_t * (c == t ? p - 1.0f : p);
-            if (smoothing != 0.0f)
-                d += smoothing / C * ((w_total ? w_total[0] : (float)C) * p - (weight ? weight[c] : 1.0f));
-            g = scale * d;
+            g = cross_entropy_grad(x[e], c, t, stats[2 * m], stats[2 * m + 1], dloss[m * dloss_stride] / (denom ? denom[0] : 1.0f),
+                                   weight ? weight[t] : 1.0f, weight, w_total ? w_total[0] : (float)C, C, smoothing);
         } else if (t != ignore_index) {
             g = __int_as_float(0x7fc00000);
         }
         dx[e] = g;
+    }
+}
+
+// The backward pass of cross_entropy_forward_block's rows ((N, C) logits, many classes): one block per row, so
+// the row's target, scale and stats are read once and no thread divides by C; float4 loads and stores (vec4).
+extern "C" __global__ void cross_entropy_backward_block(const float* x, const long long* target, const float* stats,
+                                                        const float* weight, const float* w_total, const float* dloss,
+                                                        long long dloss_stride, const float* denom, float* dx, int C,
+                                                        long long ignore_index, float smoothing, int vec4)
+{
+    const long long m = blockIdx.x;
+    const long long t = target[m];
+    const float* xr = x + m * C;
+    float* dxr = dx + m * C;
+    if (!(t >= 0 && t < C && t != ignore_index)) {   // ignored: 0; an index out of range: NaN
+        const float g = t == ignore_index ? 0.0f : __int_as_float(0x7fc00000);
+        for (int c = threadIdx.x; c < C; c += blockDim.x) dxr[c] = g;
+        return;
+    }
+    const float scale = dloss[m * dloss_stride] / (denom ? denom[0] : 1.0f);
+    const float w_t = weight ? weight[t] : 1.0f, total = w_total ? w_total[0] : (float)C;
+    const float row_max = stats[2 * m], log_sum = stats[2 * m + 1];
+    if (vec4) {
+        const float4* x4 = reinterpret_cast<const float4*>(xr);
+        float4* d4 = reinterpret_cast<float4*>(dxr);
+        for (int q = threadIdx.x; q < C / 4; q += blockDim.x) {
+            const float4 v = x4[q];
+            const int c = 4 * q;
+            d4[q] = make_float4(cross_entropy_grad(v.x, c, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
+                                cross_entropy_grad(v.y, c + 1, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
+                                cross_entropy_grad(v.z, c + 2, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
+                                cross_entropy_grad(v.w, c + 3, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing));
+        }
+    } else {
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            dxr[c] = cross_entropy_grad(xr[c], c, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing);
     }
 }

@@ -105,8 +105,10 @@ def test_rows_sum_to_one_with_extreme_inputs(cp):
 # against the NumPy reference computed in float64 from the same float32 inputs.
 # ------------------------------------------------------------------------------------------------
 
-CE_CASES = [   # shape; warp kernel for (N, C) with C below, at and far above the 32 lanes; strided for (N, C, d...)
-    (37, 10), (5, 2), (9, 32), (64, 33), (6, 1000), (12, 10000), (4, 7, 13), (3, 5, 2, 129), (2, 300, 3),
+CE_CASES = [   # shape; warp kernel for (N, C) with C below, at and far above the 32 lanes; a block per row from
+    # 1024 classes (float4 where C % 4 == 0: 2048, 10000; one by one: 1027); strided for (N, C, d...)
+    (37, 10), (5, 2), (9, 32), (64, 33), (6, 1000), (7, 1027), (3, 2048), (12, 10000), (4, 7, 13), (3, 5, 2, 129),
+    (2, 300, 3),
 ]
 
 
@@ -136,11 +138,12 @@ def test_cross_entropy_kernels_match_reference(cp, shape, reduction, weighted, e
     assert abs(float(denom) - float(ref_denom)) <= 1e-5 * float(ref_denom)
 
 
-def test_cross_entropy_kernel_out_of_range_rows_are_nan(cp):
+@pytest.mark.parametrize("C", [6, 1500])   # the warp kernel, a block per row
+def test_cross_entropy_kernel_out_of_range_rows_are_nan(cp, C):
     from minidl.primitives import cross_entropy_backward, cross_entropy_forward
 
-    x = cp.asarray(np.random.default_rng(0).standard_normal((4, 6)).astype(np.float32))
-    t = cp.asarray(np.array([2, 6, -100, -1]))
+    x = cp.asarray(np.random.default_rng(0).standard_normal((4, C)).astype(np.float32))
+    t = cp.asarray(np.array([2, C, -100, -1]))
     loss, stats, denom = cross_entropy_forward(x, t, reduction="none")
     dx = cp.asnumpy(cross_entropy_backward(x, t, stats, cp.ones(4, dtype=cp.float32), denom, reduction="none"))
     loss = cp.asnumpy(loss)
@@ -150,12 +153,34 @@ def test_cross_entropy_kernel_out_of_range_rows_are_nan(cp):
     assert float(denom) == 3.0
 
 
-def test_cross_entropy_kernel_is_deterministic(cp):
+def test_cross_entropy_block_kernels_on_misaligned_rows(cp):
+    """Rows that do not start 16-byte aligned (a contiguous array 4 bytes into its allocation) take the block
+    kernels' one-by-one path: the same values as the aligned copy's float4 path."""
+    from minidl.primitives import cross_entropy_backward, cross_entropy_forward
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((9, 4096)) * 2).astype(np.float32)
+    t = cp.asarray(rng.integers(0, 4096, 9))
+    buf = cp.empty(x.size + 1, dtype=cp.float32)
+    shifted = buf[1:].reshape(x.shape)
+    shifted[...] = cp.asarray(x)
+    assert shifted.flags.c_contiguous and shifted.data.ptr % 16 != 0
+    results = []
+    for xs in (cp.asarray(x), shifted):
+        loss, stats, denom = cross_entropy_forward(xs, t, label_smoothing=0.1)
+        dx = cross_entropy_backward(xs, t, stats, cp.asarray(np.float32(1.0)), denom, label_smoothing=0.1)
+        results.append((float(loss), cp.asnumpy(dx)))
+    assert abs(results[0][0] - results[1][0]) <= 1e-6 * abs(results[0][0])
+    np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(20000, 10), (300, 10000)])
+def test_cross_entropy_kernel_is_deterministic(cp, shape):
     from minidl.primitives import cross_entropy_forward
 
     rng = np.random.default_rng(3)
-    x = cp.asarray(rng.standard_normal((20000, 10)).astype(np.float32))
-    t = cp.asarray(rng.integers(0, 10, 20000))
+    x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+    t = cp.asarray(rng.integers(0, shape[1], shape[0]))
     first = [cp.asnumpy(cross_entropy_forward(x, t)[0]) for _ in range(3)]
     assert all(np.array_equal(first[0], f) for f in first[1:])
 

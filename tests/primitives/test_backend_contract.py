@@ -82,6 +82,7 @@ VARIANTS = [
     (r"^(pooling_\w+)_k2s2$", r"\1"),                                        # the 2x2 / stride-2 fast path
     (r"^(softmax_\w+)_(warp_\*|block|strided)$", r"\1"),                     # one warp / block per row
     (r"^(cross_entropy_forward)_(warp|strided)$", r"\1"),                     # one warp / thread per row
+    (r"^(cross_entropy_(forward|backward))_block$", r"\1"),                    # one block per row (many classes)
     (r"^gemm_(nn|nt|tn|tt)_bn\d+$", "gemm"),                                 # transposes, tile width
     (r"^gemm_tc$", "gemm"),                                                  # template: kind, tile, transposes
     (r"^gemm_wgmma$", "gemm"),                                               # Hopper's wgmma: kind, tile, transposes

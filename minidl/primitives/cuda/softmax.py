@@ -79,11 +79,22 @@ def softmax_backward(y, dy, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0
 
 # ------------------------------------------------------------------------------------------------
 # Cross-entropy against class indices (kernels/softmax.cu, "Cross-entropy"): forward = one pass over
-# the logits + one block for the reduction; backward = one elementwise pass. float64 runs the reference.
+# the logits + one block for the reduction; backward = one elementwise pass (one block per row for (N, C) logits of
+# many classes, both ways). float64 runs the reference.
 # ------------------------------------------------------------------------------------------------
 
 CE_WARP_ROWS_PER_BLOCK = 4
 CE_REDUCE_THREADS = 1024
+CE_BLOCK_MIN_CLASSES = 1024   # (N, C) rows of at least this many classes: a block per row (_block kernels)
+CE_BLOCK_THREADS = 256
+
+
+def _ce_block(x, C, inner):
+    """(use the one-block-per-row kernels, vec4): (N, C) logits of many classes; float4 access where every row
+    starts 16-byte aligned."""
+    if inner != 1 or C < CE_BLOCK_MIN_CLASSES:
+        return False, 0
+    return True, int(C % 4 == 0 and x.data.ptr % 16 == 0)
 
 
 def _ce_split(x):
@@ -111,8 +122,14 @@ def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_in
     weight_rows = cupy.empty(rows, dtype=cupy.float32)
     stats = cupy.empty((rows, 2), dtype=cupy.float32)
     wp = w if w is not None else null_pointer()
+    block, vec4 = _ce_block(x, C, inner)
     if rows:
-        if inner == 1:
+        if block:
+            get_kernel("softmax", "cross_entropy_forward_block")(
+                (rows,), (CE_BLOCK_THREADS,),
+                (x, t, wp, loss_rows, weight_rows, stats, np.int64(rows), np.int32(C), np.int64(ignore_index),
+                 np.float32(label_smoothing), np.int32(vec4)))
+        elif inner == 1:
             blocks = (rows + CE_WARP_ROWS_PER_BLOCK - 1) // CE_WARP_ROWS_PER_BLOCK
             get_kernel("softmax", "cross_entropy_forward_warp")(
                 (blocks,), (32 * CE_WARP_ROWS_PER_BLOCK,),
@@ -147,6 +164,14 @@ def cross_entropy_backward(x, target, stats, dloss, denom, weight=None, *, reduc
     w = contiguous(weight) if weight is not None else None
     # sum_c w_c, only where label smoothing spreads weight over every class and the weights are not all 1
     w_total = w.sum() if (w is not None and label_smoothing) else None
+    block, vec4 = _ce_block(x, C, inner)
+    if block:
+        get_kernel("softmax", "cross_entropy_backward_block")(
+            (outer,), (CE_BLOCK_THREADS,),
+            (x, t, stats, w if w is not None else null_pointer(), w_total if w_total is not None else null_pointer(),
+             dloss, np.int64(1 if reduction == "none" else 0), denom if reduction == "mean" else null_pointer(), dx,
+             np.int32(C), np.int64(ignore_index), np.float32(label_smoothing), np.int32(vec4)))
+        return dx
     get_kernel("softmax", "cross_entropy_backward")(
         (grid_stride_blocks(dx.size),), (THREADS,),
         (x, t, stats, w if w is not None else null_pointer(), w_total if w_total is not None else null_pointer(),
