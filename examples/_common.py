@@ -91,10 +91,11 @@ def add_graph_option(p):
     return p
 
 
-def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = True, amp=None):
+def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = True, amp=None, max_norm=None):
     """The examples' training step: step(x, y) -> loss, doing zero_grad, forward, loss, backward and
     optimizer.step(). With `amp` (a MixedPrecision, --amp), the forward pass and the loss run under
-    autocast, backward starts from the scaled loss and the step goes through the GradScaler.
+    autocast, backward starts from the scaled loss and the step goes through the GradScaler. With
+    `max_norm`, the gradients are clipped to that total norm before the step (unscaled first).
 
     On the GPU with graph=True it is replayed from a CUDA graph (minidl.cuda.CUDAGraphStep) after three
     eager steps. The whole step is captured when the optimizer keeps its learning rate and step count
@@ -113,9 +114,11 @@ def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = Tru
         amp.scaler.scale(loss).backward()
         return loss
 
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+
     def eager(x, y):
         loss = forward_backward(x, y)
-        amp.step(optimizer)
+        amp.step(optimizer, params, max_norm)
         return loss
 
     if not graph or not str(device).startswith("cuda"):
@@ -124,11 +127,12 @@ def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = Tru
 
     # With --amp the GradScaler's step and update run eagerly after each replay (its scale and growth
     # tracker are device arrays updated in place, so the captured backward reads the current scale).
-    whole = _optimizer_is_capturable(optimizer) and not amp.enabled
+    # Clipping runs eagerly after each replay too (its norm is a device value, but it reads the gradients the
+    # replay wrote, and the optimizer it feeds is eager whenever a host learning rate schedule drives it).
+    whole = _optimizer_is_capturable(optimizer) and not amp.enabled and max_norm is None
     if whole:
         graphed = minidl.cuda.CUDAGraphStep(eager, optimizers=optimizer)
     else:
-        params = [p for group in optimizer.param_groups for p in group["params"]]
         graphed = minidl.cuda.CUDAGraphStep(forward_backward, params=params)
 
     state = {"graph": True}
@@ -150,7 +154,7 @@ def make_train_step(model, optimizer, loss_fn, *, device: str, graph: bool = Tru
         else:
             loss = graphed(x, y)
         if not whole:
-            amp.step(optimizer)
+            amp.step(optimizer, params, max_norm)
         return loss
 
     step.graphed = graphed

@@ -52,7 +52,7 @@ from _common import (  # noqa: E402
     add_sampling_options, resolve_prime,
     MixedPrecision, RunningLoss, Timer, announce_resume, base_parser, check_checkpoint_path, check_limit,
     check_schedule_length, epoch_range, epoch_rng, load_checkpoint, load_data, parameter_count, pick_device,
-    progress, save_checkpoint,
+    progress, save_checkpoint, add_graph_option, make_train_step,
 )
 
 
@@ -191,6 +191,7 @@ def parse_args(argv=None):
     p.add_argument("--clip", type=float, default=1.0, help="max gradient norm (default 1)")
     p.add_argument("--top-k", type=int, default=None, help="sample only from the k likeliest characters")
     add_sampling_options(p)
+    add_graph_option(p)
     args = p.parse_args(argv)
     check_limit(p, args)   # every size >= 1, --dropout in [0, 1), --lr/--clip/--temperature > 0
     if args.n_embd % args.n_head:
@@ -199,7 +200,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    """Train; returns {"history": [per-epoch dicts], "model", "optimizer", "samples"}."""
+    """Train; returns {"history": [per-epoch dicts], "model", "optimizer", "samples", "train_step"}."""
     args = parse_args(argv)
     device = pick_device(args.device)
     check_checkpoint_path(args.checkpoint, args.resume)
@@ -231,6 +232,15 @@ def main(argv=None):
     prime = resolve_prime(args.prime, corpus)
     sample_rng = np.random.default_rng(args.seed)
     steps = args.steps_per_epoch if args.limit_batches is None else min(args.steps_per_epoch, args.limit_batches)
+    vocab = corpus.vocab_size
+
+    def loss_fn(logits, y):
+        return F.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+
+    # zero_grad, forward and loss under autocast, backward, clipping, AdamW; on the GPU the forward and backward
+    # pass replay from a CUDA graph after 3 eager steps (--no-graph: eager), clipping and AdamW run eagerly
+    train_step = make_train_step(model, optimizer, loss_fn, device=device, graph=not args.no_graph, amp=amp,
+                                 max_norm=args.clip)
     history, samples = [], []
     best = {"val_loss": float("inf"), "epoch": 0}
     if args.resume:
@@ -246,12 +256,7 @@ def main(argv=None):
                     group["lr"] = lr_at(step, total_steps, args.warmup, args.lr)
                 x, y = random_windows(train, args.block_size, args.batch_size, rng)
                 x, y = minidl.tensor(x, device=device), minidl.tensor(y, device=device)
-                with amp.autocast():
-                    logits = model(x)
-                    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-                optimizer.zero_grad()
-                amp.backward_and_step(loss, optimizer, model.parameters(), args.clip)
-                running.add(loss)
+                running.add(train_step(x, y))
         val_loss = evaluate(model, val, args.block_size, device, limit=args.limit_batches, disable=args.no_progress)
         record = {"epoch": epoch + 1, "train_loss": running.mean(), "val_loss": val_loss,
                   "train_seconds": timer.seconds, "steps": running.count}
@@ -273,7 +278,7 @@ def main(argv=None):
                             val_loss=val_loss, vocab="".join(corpus.chars), best=best)
     print(f"checkpoint: {args.checkpoint}; best validation loss {best['val_loss']:.4f} nats/char at epoch "
           f"{best['epoch']} ({best_path(args.checkpoint)})")
-    return {"history": history, "model": model, "optimizer": optimizer, "samples": samples}
+    return {"history": history, "model": model, "optimizer": optimizer, "samples": samples, "train_step": train_step}
 
 
 if __name__ == "__main__":
