@@ -233,7 +233,8 @@ def run_model(name, args, torch, cupy):
         return step
 
     opt = minidl_opt(model)
-    rows["minidl eager"] = time_steps(minidl_step_fn(model, opt), mb, args.warmup, args.steps, cupy)
+    ours_eager = minidl_step_fn(model, opt)
+    rows["minidl eager"] = time_steps(ours_eager, mb, args.warmup, args.steps, cupy)
     kernels = {"minidl eager": kernels_per_step(torch, minidl_step_fn(model, opt), mb)}
 
     model = make_minidl()
@@ -255,7 +256,8 @@ def run_model(name, args, torch, cupy):
         return step
 
     topt = torch_opt(tmodel)
-    rows["torch eager"] = time_steps(torch_step_fn(tmodel, topt), tb, args.warmup, args.steps, cupy)
+    theirs_eager = torch_step_fn(tmodel, topt)
+    rows["torch eager"] = time_steps(theirs_eager, tb, args.warmup, args.steps, cupy)
     kernels["torch eager"] = kernels_per_step(torch, torch_step_fn(tmodel, topt), tb)
 
     # torch with CUDA graphs: the documented whole-network recipe (warm-up on a side stream, capture once)
@@ -287,6 +289,13 @@ def run_model(name, args, torch, cupy):
         return sloss
 
     rows["torch graphed"] = time_steps(torch_graphed, tb, args.warmup, args.steps, cupy)
+    # --rounds: more rounds of the two eager steps, alternating, their steps pooled with the first round's (an
+    # eager step's time is its host time, which moves between the moments of one run on these machines)
+    for _ in range(args.rounds - 1):
+        for path, fn, batches in (("minidl eager", ours_eager, mb), ("torch eager", theirs_eager, tb)):
+            gpu, host = time_steps(fn, batches, 2, args.steps, cupy)
+            rows[path][0].extend(gpu)
+            rows[path][1].extend(host)
     return rows, l_ours, l_torch, kernels
 
 
@@ -336,6 +345,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds of the eager steps (minidl, torch, minidl, ...), all their steps pooled")
     ap.add_argument("--models", default="all", help="comma-separated indices into the model list, or 'all'")
     ap.add_argument("--no-policy-study", action="store_true")
     ap.add_argument("--out", default=None)
@@ -393,9 +404,12 @@ def main():
         + ("; channels_last CNNs and batches on both sides" if args.channels_last else "")
         + "; torch cudnn.benchmark on; minidl heuristic algorithm policy",
         f"- step time: CUDA events around one step, the host waiting for the GPU after each; host time: perf_counter "
-        f"around the Python call; median and p10-p90 of {args.steps} steps after {args.warmup} warm-up steps",
+        f"around the Python call; median and p10-p90 of {args.steps} steps after {args.warmup} warm-up steps"
+        + (f"; the eager rows: {args.rounds} alternating rounds (minidl, torch, ...) of {args.steps} steps, pooled"
+           if args.rounds > 1 else ""),
         f"- command: `python3 benchmarks/bench_gpu_train_step.py --math {args.math}"
-        + (" --channels-last" if args.channels_last else "") + "`",
+        + (" --channels-last" if args.channels_last else "") + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
+        + "`",
         "- GPU ops / step (eager rows): kernels, memsets and copies of one step as torch.profiler's CUPTI tracing "
         "counts them (it sees CuPy's and our kernels too), mean of 3 steps; a graphed step runs the same "
         "kernels from one graph launch",

@@ -210,3 +210,10 @@ def test_tensor_map_readdressed_equals_a_fresh_encode():
     assert recipe.at(b.data.ptr).tobytes() == fresh.tobytes()
     tma._recipes.clear()
     assert recipe.at(a.data.ptr).tobytes() == first.tobytes()
+    # an address seen before: the map made then (not re-addressed again), its bytes unchanged by the maps since
+    assert recipe.at(a.data.ptr) is recipe.at(a.data.ptr)
+    others = [cupy.empty(4096, dtype=cupy.float16) for _ in range(tma._MAPS_PER_RECIPE + 1)]   # evicts a's
+    for o in others:
+        fresh_o = tma.MapRecipe("float16", *shape).at(o.data.ptr)
+        assert recipe.at(o.data.ptr).tobytes() == fresh_o.tobytes()
+    assert recipe.at(a.data.ptr).tobytes() == first.tobytes()

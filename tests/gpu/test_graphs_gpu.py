@@ -313,7 +313,7 @@ def test_char_gpt_example_graphed_step_equals_eager(tmp_path, amp):
     text = tmp_path / "tiny.txt"
     write_text(text)
     gpt = load_example("char_gpt")
-    base = ["--device", "cuda", "--data", str(text), "--n-layer", "2", "--n-head", "2", "--n-embd", "32",
+    base = ["--device", "cuda", "--data", str(text), "--n-layer", "2", "--n-head", "2", "--n-embd", "64",
             "--block-size", "16", "--batch-size", "8", "--steps-per-epoch", "10", "--warmup", "4", "--epochs", "2",
             "--no-progress", "--lr", "1e-2", "--sample-length", "5", "--dropout", "0.1"] + amp
     runs = {}

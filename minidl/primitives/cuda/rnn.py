@@ -49,6 +49,7 @@ import numpy as np
 from ._compile import get_kernel
 from ._launch import THREADS, grid_stride_blocks
 from . import rnn_persistent
+from .convolution import convolution_backward_bias_nhwc
 from .gemm import gemm_tc, sgemm
 
 try:  # CuPy >= 10 keeps its library bindings in cupy_backends
@@ -119,6 +120,11 @@ def _side_stream():
 # Split-K slices of at least this much K for our SGEMM here: a step's GEMM (B x 4H x H, e.g. 32 x 2048 x
 # 512) has 16 output tiles for 132 SMs; split 4 ways it keeps 64 blocks busy (gemm.split_k_plan).
 SGEMM_MIN_K_PER_SPLIT = 128
+
+
+def _column_sums(a, columns):
+    """a (..., columns) summed over every other axis, as float32 (T*B rows of gate gradients -> a bias gradient)."""
+    return convolution_backward_bias_nhwc(a, columns, 1.0, 0.0, None)
 
 
 def _gemm(c, a, b, m, n, k, *, trans_a=False, trans_b=False, accumulate=False, handle=None, math="fp32"):
@@ -524,8 +530,15 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
             dw_hh = _empty((G * H, H))
             h_entering = _ptr(hs) + (B * H * FLOAT_BYTES if run.geo.reverse else 0)  # hs[1:T+1] or hs[0:T]
             _gemm(_ptr(dw_hh), _ptr(run.dgates_h), h_entering, G * H, H, T * B, trans_a=True, math=math)
-            db_ih = run.dgates_x.reshape(T * B, G * H).sum(axis=0) if b_ih is not None else None
-            db_hh = run.dgates_h.reshape(T * B, G * H).sum(axis=0) if b_hh is not None else None
+            # The biases' gradients: column sums of the gate gradients over the T*B rows (the channels-last bias
+            # gradient's kernel: coalesced, in a fixed order). LSTM, RNN: both biases get the same sum.
+            db_ih = _column_sums(run.dgates_x, G * H) if b_ih is not None else None
+            if b_hh is None:
+                db_hh = None
+            elif run.dgates_h is run.dgates_x and db_ih is not None:
+                db_hh = db_ih.copy()
+            else:
+                db_hh = _column_sums(run.dgates_h, G * H)
             dweights[k] = (dw_ih, dw_hh, db_ih, db_hh)
             # Both directions read the same layer input, so their input gradients add.
             _gemm(_ptr(dinput), _ptr(run.dgates_x), _ptr(w_ih), T * B, in_size, G * H, accumulate=direction > 0,

@@ -7,7 +7,9 @@ box's size, and how the box is laid out in shared memory (the swizzle). The driv
 `__grid_constant__` parameter. CuPy does not wrap that function, so it is called here through ctypes on
 libcuda. A map is encoded once per shape (everything but the address); a later map of the same shape is
 that one with its address replaced (`cuTensorMapReplaceAddress`, ~1 us), since a training step's
-operands come from CuPy's memory pool at addresses that change from step to step.
+operands come from CuPy's memory pool at addresses that change from step to step; and the map of an address
+seen before is the one made then (CuPy's pool gives a step's buffers back at the same few addresses, so in a
+steady training loop no map is made at all).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ INTERLEAVE_NONE = 0
 # array of size one by value, its bytes copied into the parameter.
 MAP_DTYPE = np.dtype((np.void, 128))
 _CACHE_SIZE = 4096
+_MAPS_PER_RECIPE = 16   # addresses remembered per map shape (CuPy's pool hands a step's buffers back at the same ones)
 _lock = threading.Lock()   # the template buffers are rewritten in place
 _recipes: dict = {}   # map shape (all but the address) -> its MapRecipe (encode_tiled's cache)
 
@@ -106,20 +109,30 @@ class MapRecipe:
     encodes it in full (cuTensorMapEncodeTiled); later calls rewrite the address of that template
     (cuTensorMapReplaceAddress, ~1 us), and encode again only where the driver refuses the new address."""
 
-    __slots__ = ("args", "_template")
+    __slots__ = ("args", "_template", "_maps")
 
     def __init__(self, dtype: str, dims, strides_bytes, box, element_strides=None, swizzle: int = SWIZZLE_128B):
         element_strides = tuple(element_strides or (1,) * len(dims))
         self.args = (dtype, tuple(dims), tuple(strides_bytes), tuple(box), element_strides, swizzle)
         self._template = None   # (buffer, its address, a view of it)
+        self._maps = {}         # pointer -> its map: a step's operands come back at the same few addresses
 
     def at(self, pointer: int) -> np.ndarray:
+        """The map of this shape for the tensor at `pointer` (an array the caller must not change: the launch
+        copies its bytes, and the next call for this pointer returns the same array)."""
+        found = self._maps.get(pointer)
+        if found is not None:
+            return found
+        if len(self._maps) >= _MAPS_PER_RECIPE:
+            self._maps.clear()
         template = self._template
         if template is not None:
             with _lock:   # the template buffer is rewritten in place
                 if _replace_function()(template[1], pointer) == 0:
-                    return template[2].copy()
+                    found = self._maps[pointer] = template[2].copy()
+                    return found
         dtype, dims, strides_bytes, box, element_strides, swizzle = self.args
         template = _encode(dtype, pointer, dims, strides_bytes, box, element_strides, swizzle)
         self._template = template
-        return template[2].copy()
+        found = self._maps[pointer] = template[2].copy()
+        return found
