@@ -424,36 +424,38 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
 
 }  // namespace minidl_tc
 
+// The scalar arguments, one struct passed by value (minidl/primitives/cuda/gemm.py's TC_PARAMS builds it once per
+// problem: CuPy hands a kernel one 104-byte argument for a fraction of the host time of 17 NumPy scalars, as
+// kernels/gemm.cu's SgemmParams). Members by size, so that no padding differs from NumPy's.
+struct GemmTcParams {
+    long long lda, stride_a, ldb, stride_b, ldc_row, ldc_col, stride_c, bias_row, bias_col;
+    int M, N, K, vec_a, vec_b, vec_c;
+    float alpha, beta;
+};
+
 // One kernel template; the launcher asks NVRTC for just the instantiation it needs (name expression
 // "gemm_tc<KIND, BM, BK_BYTES, TRANS_A, TRANS_B>", e.g. "gemm_tc<0, 128, 64, false, true>"), so a process compiles
 // only the variants it uses (each takes ~2 s of NVRTC). A, B, C are float (TF32) or 16-bit bits.
 template <int KIND, int BM, int BK_BYTES, bool TRANS_A, bool TRANS_B>
 __global__ void __launch_bounds__(minidl_tc::THREADS, 2)
-    gemm_tc(int M, int N, int K, float alpha, const void* A, long long lda, long long stride_a, const void* B,
-            long long ldb, long long stride_b, float beta, void* C, long long ldc_row, long long ldc_col,
-            long long stride_c, int vec_a, int vec_b, int vec_c, const void* bias, long long bias_row,
-            long long bias_col)
+    gemm_tc(const GemmTcParams q, const void* A, const void* B, void* C, const void* bias)
 {
     using T = typename minidl_tc::Storage<KIND>::T;
     minidl_tc::gemm_tc_body<KIND, BM, BM, BK_BYTES, TRANS_A, TRANS_B>(
-        M, N, K, alpha, static_cast<const T*>(A), lda, stride_a, static_cast<const T*>(B), ldb, stride_b, beta,
-        static_cast<T*>(C), ldc_row, ldc_col, stride_c, vec_a, vec_b, vec_c, static_cast<const T*>(bias), bias_row,
-        bias_col);
+        q.M, q.N, q.K, q.alpha, static_cast<const T*>(A), q.lda, q.stride_a, static_cast<const T*>(B), q.ldb,
+        q.stride_b, q.beta, static_cast<T*>(C), q.ldc_row, q.ldc_col, q.stride_c, q.vec_a, q.vec_b, q.vec_c,
+        static_cast<const T*>(bias), q.bias_row, q.bias_col);
 }
 
 #ifndef __CUDACC_RTC__
 // For scripts/compile_kernels.sh (nvcc, no name expressions): instantiations that between them take
 // every code path (both kinds of mma, k- and m/n-contiguous A and B, both tiles).
-template __global__ void gemm_tc<minidl_tc::KIND_TF32, 128, 64, false, false>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int, const void*,
-    long long, long long);
-template __global__ void gemm_tc<minidl_tc::KIND_TF32, 64, 128, true, true>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int, const void*,
-    long long, long long);
-template __global__ void gemm_tc<minidl_tc::KIND_F16, 128, 128, true, false>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int, const void*,
-    long long, long long);
-template __global__ void gemm_tc<minidl_tc::KIND_BF16, 64, 64, false, true>(int, int, int, float, const void*, long long,
-    long long, const void*, long long, long long, float, void*, long long, long long, long long, int, int, int, const void*,
-    long long, long long);
+template __global__ void gemm_tc<minidl_tc::KIND_TF32, 128, 64, false, false>(const GemmTcParams, const void*, const void*,
+                                                                              void*, const void*);
+template __global__ void gemm_tc<minidl_tc::KIND_TF32, 64, 128, true, true>(const GemmTcParams, const void*, const void*,
+                                                                            void*, const void*);
+template __global__ void gemm_tc<minidl_tc::KIND_F16, 128, 128, true, false>(const GemmTcParams, const void*, const void*,
+                                                                             void*, const void*);
+template __global__ void gemm_tc<minidl_tc::KIND_BF16, 64, 64, false, true>(const GemmTcParams, const void*, const void*,
+                                                                            void*, const void*);
 #endif

@@ -153,6 +153,23 @@ TC_MN_PAD = 8          # MN_PAD of kernels/gemm_tc.cu
 TC_MAX_GRID_Z = 65535  # the batch runs on grid z
 # KIND of kernels/gemm_tc.cu for each data type (float32 data means TF32 math).
 _tc_kernels: dict = {}
+# struct GemmTcParams of kernels/gemm_tc.cu, field for field (the same order: no padding either side)
+TC_PARAMS = np.dtype([(name, np.int64) for name in ("lda", "stride_a", "ldb", "stride_b", "ldc_row", "ldc_col",
+                                                     "stride_c", "bias_row", "bias_col")]
+                     + [(name, np.int32) for name in ("M", "N", "K", "vec_a", "vec_b", "vec_c")]
+                     + [("alpha", np.float32), ("beta", np.float32)])
+_TC_BYTES = np.dtype((np.void, TC_PARAMS.itemsize))
+_tc_params: dict = {}
+
+
+def _tc_record(values: tuple) -> np.ndarray:
+    """The GemmTcParams record of these values (in TC_PARAMS's order), made once per problem (as _params)."""
+    record = _tc_params.get(values)
+    if record is None:
+        if len(_tc_params) >= 4096:
+            _tc_params.clear()
+        record = _tc_params[values] = np.array([values], dtype=TC_PARAMS).view(_TC_BYTES)
+    return record
 
 
 def tc_stages(bk_bytes: int) -> int:
@@ -226,22 +243,21 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     kernel = _tc_kernel(TC_KINDS[dtype], tile, bk_bytes, bool(trans_a), bool(trans_b), dtype.itemsize)
     vec = 16 // dtype.itemsize
     # 16-byte cp.async copies need every row (and every matrix of the batch) to start 16-byte aligned.
-    vec_a = np.int32(a_ptr % 16 == 0 and lda % vec == 0 and (batch == 1 or stride_a % vec == 0))
-    vec_b = np.int32(b_ptr % 16 == 0 and ldb % vec == 0 and (batch == 1 or stride_b % vec == 0))
+    vec_a = int(a_ptr % 16 == 0 and lda % vec == 0 and (batch == 1 or stride_a % vec == 0))
+    vec_b = int(b_ptr % 16 == 0 and ldb % vec == 0 and (batch == 1 or stride_b % vec == 0))
     # Paired stores of two adjacent columns of C need row-major C with rows aligned to two elements.
-    vec_c = np.int32(ldc_col == 1 and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
-                     and (batch == 1 or stride_c % 2 == 0))
+    vec_c = int(ldc_col == 1 and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
+                and (batch == 1 or stride_c % 2 == 0))
     tiles = math.ceil(M / tile) * math.ceil(N / tile)
     smem = tc_smem_bytes(dtype.itemsize, tile, trans_a, trans_b, bk_bytes)
-    i64, size = np.int64, dtype.itemsize
+    params = _tc_record((lda, stride_a, ldb, stride_b, ldc_row, ldc_col, stride_c, 0, 1, M, N, K, vec_a, vec_b,
+                         vec_c, float(alpha), float(beta)))
+    size, bias_arg = dtype.itemsize, np.uint64(bias_ptr)
     for first in range(0, batch, TC_MAX_GRID_Z):
         count = min(TC_MAX_GRID_Z, batch - first)
         kernel((tiles, 1, count), (TC_THREADS,),
-               (np.int32(M), np.int32(N), np.int32(K), np.float32(alpha),
-                np.uint64(a_ptr + first * stride_a * size), i64(lda), i64(stride_a),
-                np.uint64(b_ptr + first * stride_b * size), i64(ldb), i64(stride_b), np.float32(beta),
-                np.uint64(c_ptr + first * stride_c * size), i64(ldc_row), i64(ldc_col), i64(stride_c),
-                vec_a, vec_b, vec_c, np.uint64(bias_ptr), i64(0), i64(1)), shared_mem=smem)
+               (params, np.uint64(a_ptr + first * stride_a * size), np.uint64(b_ptr + first * stride_b * size),
+                np.uint64(c_ptr + first * stride_c * size), bias_arg), shared_mem=smem)
     return C
 
 
