@@ -303,11 +303,12 @@ def test_shape_change_at_replay_raises():
     assert run.eager(x, y).shape == ()  # another shape runs eagerly
 
 
-@pytest.mark.parametrize("amp", [[], ["--amp", "--amp-dtype", "bfloat16"]], ids=["fp32", "bf16"])
-def test_char_gpt_example_graphed_step_equals_eager(tmp_path, amp):
+@pytest.mark.parametrize("amp,tol", [([], 1e-4), (["--amp", "--amp-dtype", "bfloat16"], 2e-2)], ids=["fp32", "bf16"])
+def test_char_gpt_example_graphed_step_equals_eager(tmp_path, capsys, amp, tol):
     """examples/char_gpt.py on the GPU replays its forward and backward pass from a CUDA graph (clipping and
-    AdamW under a host lr schedule eager): the same training losses and weights as --no-graph, and the
-    graph really replayed. Dropout's masks come from the device generator in both runs."""
+    AdamW under a host lr schedule eager): the graph is captured and replayed, and the run trains as --no-graph
+    does (the same losses and weights up to the order of atomic sums: the embedding's gradient and attention's
+    dQ add with atomics, so two eager runs differ in the last bits too)."""
     from tests.test_examples import load_example, write_text
 
     text = tmp_path / "tiny.txt"
@@ -320,9 +321,12 @@ def test_char_gpt_example_graphed_step_equals_eager(tmp_path, amp):
     for graph in (True, False):
         minidl.manual_seed(0)
         runs[graph] = gpt.main(base + ["--checkpoint", str(tmp_path / f"g{graph}.mdl")] + ([] if graph else ["--no-graph"]))
+    out = capsys.readouterr().out
+    assert "CUDA graph:" not in out, out   # the capture did not fall back to eager steps
     graphed = runs[True]["train_step"].graphed
-    assert graphed.graph is not None and graphed.calls == 20
-    assert [r["train_loss"] for r in runs[True]["history"]] == [r["train_loss"] for r in runs[False]["history"]]
+    assert graphed.captured and graphed.calls == 20
+    losses = [[r["train_loss"] for r in runs[g]["history"]] for g in (True, False)]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=tol, atol=tol)
     ours, eager = runs[True]["model"].state_dict(), runs[False]["model"].state_dict()
     for k, v in eager.items():
-        np.testing.assert_array_equal(_host(ours[k]), _host(v), err_msg=k)
+        np.testing.assert_allclose(_host(ours[k]), _host(v), rtol=10 * tol, atol=10 * tol, err_msg=k)
