@@ -31,7 +31,7 @@ INTERLEAVE_NONE = 0
 # array of size one by value, its bytes copied into the parameter.
 MAP_DTYPE = np.dtype((np.void, 128))
 _CACHE_SIZE = 4096
-_MAPS_PER_RECIPE = 16   # addresses remembered per map shape (CuPy's pool hands a step's buffers back at the same ones)
+_MAPS_PER_RECIPE = 64   # addresses remembered per map shape (CuPy's pool hands a step's buffers back at the same ones)
 _lock = threading.Lock()   # the template buffers are rewritten in place
 _recipes: dict = {}   # map shape (all but the address) -> its MapRecipe (encode_tiled's cache)
 
