@@ -16,12 +16,20 @@ to queue the step); after each step the host waits for the GPU, so steps do not 
 p10 and p90 over --steps steps after --warmup steps (which include every compile, algorithm choice
 and the capture). The policy is the heuristic one unless --benchmark (prefer_fastest / cudnn.benchmark).
 
+Python's cyclic garbage collector: after the imports the process holds ~300,000 GC-tracked objects, most of them
+torch's; minidl's tape is Python objects (torch's is C++), so minidl's steps set off full collections that scan
+all of them (~170 ms each on an H100, measured for bench_gpt_step.py). Before timing, the objects that exist
+then are frozen (gc.freeze(), as bench_gpt_step.py does), so each framework's steps pay for their own garbage
+only; --no-gc-freeze measures without it. --rounds R: the eager rows get R - 1 more rounds (minidl, torch,
+minidl, ...), all steps pooled, since an eager step's time is host time and the host moves during a run.
+
     python3 benchmarks/bench_gpu_train_step.py --out benchmarks/results/gpu_train_step.md
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import statistics
 import sys
@@ -345,6 +353,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--no-gc-freeze", action="store_true", help="leave the imports' objects to the collector")
     ap.add_argument("--rounds", type=int, default=1,
                     help="rounds of the eager steps (minidl, torch, minidl, ...), all their steps pooled")
     ap.add_argument("--models", default="all", help="comma-separated indices into the model list, or 'all'")
@@ -365,6 +374,9 @@ def main():
     minidl.backends.cudnn.allow_tf32 = tf32
     minidl.backends.cuda.matmul.allow_tf32 = tf32
     minidl.cuda.precompile()
+    if not args.no_gc_freeze:
+        gc.collect()
+        gc.freeze()
 
     names = list(MODELS) if args.models == "all" else [list(MODELS)[int(i)] for i in args.models.split(",")]
     table = ["| model | path | step median (ms) | p10-p90 (ms) | host median (ms) | ratio to torch eager | ratio to torch graphed "
@@ -409,7 +421,8 @@ def main():
            if args.rounds > 1 else ""),
         f"- command: `python3 benchmarks/bench_gpu_train_step.py --math {args.math}"
         + (" --channels-last" if args.channels_last else "") + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
-        + "`",
+        + (" --no-gc-freeze" if args.no_gc_freeze else "") + "`"
+        + ("" if args.no_gc_freeze else "; the objects that exist after the imports gc.freeze()d (see the script)"),
         "- GPU ops / step (eager rows): kernels, memsets and copies of one step as torch.profiler's CUPTI tracing "
         "counts them (it sees CuPy's and our kernels too), mean of 3 steps; a graphed step runs the same "
         "kernels from one graph launch",

@@ -346,7 +346,9 @@ class RunningLoss:
 
     def add(self, loss) -> None:
         value = loss.detach()
-        self.total = value if self.total is None else self.total + value
+        # a copy to start the sum, never the loss itself: a graphed step returns the same static tensor every
+        # step, which the next replay overwrites
+        self.total = value.clone() if self.total is None else self.total + value
         self.count += 1
         if getattr(self.bar, "disable", False):
             return  # no bar (--no-progress): no reason to read the device

@@ -448,3 +448,20 @@ def test_examples_benchmark_table(tmp_path):
     assert {(r[2], r[1]) for r in rows} >= {("minidl", "cpu"), ("PyTorch", "cpu")}
     assert all(r[3] > 0 for r in rows)
     assert text.count("| mnist_mlp |") == len(rows)
+
+
+def test_running_loss_does_not_alias_a_static_loss():
+    """A graphed training step returns the same static loss tensor every step (each replay overwrites it): the
+    epoch's sum must hold the values as they were added, not a reference to the first of them."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from _common import RunningLoss
+
+    class Bar:
+        total, disable = 3, True
+
+    static = minidl.tensor(2.0)
+    running = RunningLoss(Bar())
+    for value in (2.0, 4.0, 9.0):
+        static._data[...] = value          # what a replay does to the graph's output
+        running.add(static)
+    assert running.mean() == 5.0
