@@ -206,7 +206,14 @@ def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=Non
 
     dy: (N, K, *out) for "NCHW" or (N, *out, K) for "NHWC", with 1 to 3 spatial dims.
     """
+    if out is None and beta == 0 and type(layout) is str:
+        # The usual call (every nn.Linear's bias gradient on the GPU): a shape, dtype, layout and array type seen
+        # before passed every check then; its backend and problem were kept (_BIAS_PLANS).
+        found = _BIAS_PLANS.get((dy.shape, dy.dtype, layout, type(dy)))
+        if found is not None:
+            return found[0].convolution_backward_bias(dy, found[1], alpha, beta, None)
     op = "convolution_backward_bias"
+    key = (dy.shape, dy.dtype, layout, type(dy))
     layout = normalize_layout(op, layout)
     check_same_device(op, dy=dy, out=out)
     dtype = check_float_or_half(op, dy=dy, out=out)
@@ -222,7 +229,15 @@ def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=Non
         x_shape=None, w_shape=None, y_shape=shape, layout=layout, dtype=str(dtype),
         spatial_dims=dy.ndim - 2, N=shape[0], C=None, K=K, groups=None, in_size=None,
         kernel_size=None, out_size=out_size, padding=None, stride=None, dilation=None)
-    return backend("convolution", is_cuda_array(dy)).convolution_backward_bias(dy, problem, alpha, beta, out)
+    impl = backend("convolution", is_cuda_array(dy))
+    if out is None and beta == 0 and type(key[2]) is str:
+        if len(_BIAS_PLANS) >= 1024:
+            _BIAS_PLANS.clear()
+        _BIAS_PLANS[key] = (impl, problem)
+    return impl.convolution_backward_bias(dy, problem, alpha, beta, out)
+
+
+_BIAS_PLANS: dict = {}   # (dy's shape, dtype, layout argument, array type) -> (backend, problem) of a checked call
 
 
 # ----------------------------------------------------------------------------------------------

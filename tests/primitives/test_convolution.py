@@ -725,3 +725,21 @@ def test_a_rotated_filters_winograd_transform_is_the_forwards_permuted():
         np.testing.assert_allclose(G @ g[::-1, ::-1] @ G.T, Pi @ (G @ g @ G.T) @ Pi.T, rtol=1e-12, atol=1e-12)
     g = np.arange(9.0).reshape(3, 3)   # and not merely a symmetric accident: the plain transform differs
     assert not np.allclose(G @ g[::-1, ::-1] @ G.T, G @ g @ G.T)
+
+
+def test_backward_bias_usual_call_is_remembered_and_still_checked():
+    """The usual call (no out, beta 0) of a shape seen before skips the checks it passed then (the front keeps its
+    backend and problem): the same sums as the first call; a new shape, dtype or a bad one is checked again."""
+    from minidl.primitives import convolution as conv_front
+
+    rng = np.random.default_rng(4)
+    dy = rng.standard_normal((6, 1, 5)).astype(np.float32)
+    first = P.convolution_backward_bias(dy, layout="NHWC")
+    assert (dy.shape, dy.dtype, "NHWC", np.ndarray) in conv_front._BIAS_PLANS
+    again = P.convolution_backward_bias(dy * 2, layout="NHWC")
+    np.testing.assert_allclose(first, dy.sum(axis=(0, 1)), rtol=1e-6)
+    np.testing.assert_allclose(again, 2 * dy.sum(axis=(0, 1)), rtol=1e-6)
+    with pytest.raises(ValueError, match="convolution_backward_bias: dy must be 3-D"):
+        P.convolution_backward_bias(dy.reshape(30), layout="NHWC")
+    with pytest.raises(ValueError, match="layout"):
+        P.convolution_backward_bias(dy, layout="NWHC")

@@ -596,6 +596,16 @@ def _backward_filter_small_c(x, dy, dw, g, handle, problem, alpha, beta):
 # ----------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1024)
+def _bias_split(rows: int, K: int):
+    """(column tiles, rows per chunk, chunks) of convolution_backward_bias_nhwc: chunks of rows, whole 8-row steps,
+    for about two waves of blocks."""
+    col_tiles = (K + 31) // 32
+    per_chunk = math.ceil(rows / max(1, min(math.ceil(rows / 8), math.ceil(528 / col_tiles))))
+    per_chunk = max(8, math.ceil(per_chunk / 8) * 8)
+    return col_tiles, per_chunk, max(1, math.ceil(rows / per_chunk))
+
+
 def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
     """Channels-last db: column sums of dy viewed as (rows, K), in fp32 chunks (convolution_backward_bias_nhwc)
     added in order by convolution_backward_bias_finish, which writes db in dy's dtype (blended with out)."""
@@ -605,10 +615,8 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
     if out is not None and db is not out and beta != 0:
         db[...] = out
     if K:
-        col_tiles = (K + 31) // 32   # chunks of rows, whole 8-row steps, for about two waves of blocks
-        per_chunk = math.ceil(rows / max(1, min(math.ceil(rows / 8), math.ceil(528 / col_tiles))))
-        per_chunk = max(8, math.ceil(per_chunk / 8) * 8)
-        chunks, kind = max(1, math.ceil(rows / per_chunk)), np.int32(STORAGE_KINDS[dy.dtype])
+        col_tiles, per_chunk, chunks = _bias_split(rows, K)
+        kind = np.int32(STORAGE_KINDS[dy.dtype])
         partial = cupy.empty((chunks, K), dtype=cupy.float32)
         arrivals = arrival_counters(col_tiles)   # the last block of each column tile writes db: one launch
         get_kernel("convolution", "convolution_backward_bias_nhwc")(
