@@ -2,7 +2,7 @@
 (CUDA events around the launch) over several sequence lengths, whole and with one part switched off at
 compile time (PERSIST_ABLATE_BARRIER / _STAGE / _PRODUCT: the results are then wrong, only the time
 counts) or the barrier's spin loop backing off (PERSIST_BACKOFF=ns). The slope over T is the cost of one
-step. One layer, one direction, fp32.
+step. One layer, one direction, fp32 (--math tf32 or bf16: the recurrent product in that math).
 
     python3 benchmarks/profile_rnn_persistent.py [--mode lstm] [--batch 32] [--hidden 512]
 """
@@ -30,7 +30,7 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--units", type=int, default=None)
-    parser.add_argument("--math", default="fp32", choices=("fp32", "tf32"))
+    parser.add_argument("--math", default="fp32", choices=("fp32", "tf32", "bf16"))
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--variants", default=None, help="comma-separated names of VARIANTS (default: all)")
     args = parser.parse_args()

@@ -198,7 +198,7 @@ README_RUNS = {
     "`ptb_lm.py`": ("ptb_lm_gpu.log", "ptb_lm", [], "cuda"),
     "`ptb_lm.py --amp`": ("ptb_lm_amp_fp16_9f8fd1a.log", "ptb_lm", ["--amp"], "cuda"),
     "`train_cifar10.py` (defaults": (None, "train_cifar10", [], "cuda"),
-    "`char_gpt.py --amp --amp-dtype bfloat16`": ("char_gpt_h100_bf16_3fdef4a.log", "char_gpt",
+    "`char_gpt.py --amp --amp-dtype bfloat16`": ("char_gpt_h100_bf16_graphed_5d01e5c.log", "char_gpt",
                                                  ["--amp", "--amp-dtype", "bfloat16"], "cuda"),
 }
 
