@@ -63,19 +63,26 @@ SGEMM_PARAMS = np.dtype([(name, np.int64) for name in ("lda", "stride_a", "ldb",
                         + [(name, np.int32) for name in ("M", "N", "K", "batch", "split_k", "k_per_split", "vec_a",
                                                          "vec_b")]
                         + [("alpha", np.float32), ("beta", np.float32)])
-_SGEMM_BYTES = np.dtype((np.void, SGEMM_PARAMS.itemsize))
-_sgemm_params: dict = {}
 
 
-def _params(values: tuple) -> np.ndarray:
-    """The SgemmParams record of these values (in SGEMM_PARAMS's order), made once per problem; passed to the
-    kernel as raw bytes (one argument, where 19 NumPy scalars each cost CuPy's launch about half a microsecond)."""
-    record = _sgemm_params.get(values)
-    if record is None:
-        if len(_sgemm_params) >= 4096:
-            _sgemm_params.clear()
-        record = _sgemm_params[values] = np.array([values], dtype=SGEMM_PARAMS).view(_SGEMM_BYTES)
-    return record
+class _Records:
+    """A kernel's scalar arguments as one by-value struct: the record of these values (in the dtype's field order),
+    made once per problem and kept; passed to the kernel as raw bytes (one argument, where a dozen or more NumPy
+    scalars each cost CuPy's launch about half a microsecond)."""
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype, self.raw, self.made = dtype, np.dtype((np.void, dtype.itemsize)), {}
+
+    def __call__(self, values: tuple) -> np.ndarray:
+        record = self.made.get(values)
+        if record is None:
+            if len(self.made) >= 4096:
+                self.made.clear()
+            record = self.made[values] = np.array([values], dtype=self.dtype).view(self.raw)
+        return record
+
+
+_params = _Records(SGEMM_PARAMS)   # SgemmParams records
 
 
 def _pointer(a) -> int:
@@ -158,18 +165,7 @@ TC_PARAMS = np.dtype([(name, np.int64) for name in ("lda", "stride_a", "ldb", "s
                                                      "stride_c", "bias_row", "bias_col")]
                      + [(name, np.int32) for name in ("M", "N", "K", "vec_a", "vec_b", "vec_c")]
                      + [("alpha", np.float32), ("beta", np.float32)])
-_TC_BYTES = np.dtype((np.void, TC_PARAMS.itemsize))
-_tc_params: dict = {}
-
-
-def _tc_record(values: tuple) -> np.ndarray:
-    """The GemmTcParams record of these values (in TC_PARAMS's order), made once per problem (as _params)."""
-    record = _tc_params.get(values)
-    if record is None:
-        if len(_tc_params) >= 4096:
-            _tc_params.clear()
-        record = _tc_params[values] = np.array([values], dtype=TC_PARAMS).view(_TC_BYTES)
-    return record
+_tc_record = _Records(TC_PARAMS)   # GemmTcParams records
 
 
 def tc_stages(bk_bytes: int) -> int:
