@@ -38,7 +38,9 @@
 // Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
 // Data and state are fp32 throughout; the recurrent product runs as 3xTF32 (math = 0, fp32 accuracy),
 // plain TF32 (math = 1, like the standard algorithm's TF32 GEMMs) or bfloat16 (math = 2; W then sits in shared
-// memory already rounded to bfloat16, stage_w: half the bytes a step reads of it, and no conversion of W per step).
+// memory already rounded to bfloat16, stage_w: half the bytes a step reads of it, and no conversion of W per step;
+// and the backward exchanges dgates_h as bfloat16 too, DirBackward::xchg: the cell rounds it once, with the cvt.rn the
+// product applied to the fp32 array before, so the same bits reach the mma from half the bytes staged).
 #include "rnn_cell.cuh"
 #include "tc_common.cuh"  // cp.async
 
@@ -53,6 +55,8 @@ constexpr int NWARPS = PT / 32;
 constexpr int PKC = 128;          // columns of the exchanged state per staged chunk
 constexpr int PKCP = PKC + 8;     // padded row of a chunk buffer: 8 mod 32 words, so the 64-bit fragment
                                   // loads of a half-warp hit 32 different banks
+constexpr int PKCPH = PKC + 16;   // the same row as bfloat16 (the backward's exchange in bf16 mode): 72 words, also
+                                  // 8 mod 32, so a half-warp's 64-bit loads of four rows hit 32 different banks
 constexpr int NBUF = 3;           // chunk buffers: NBUF - 1 chunks in flight while one is multiplied
 constexpr int RED = 4096;         // floats of the partial-sum buffer
 constexpr int MODE_RNN = 0, MODE_LSTM = 1, MODE_GRU = 2;
@@ -79,6 +83,8 @@ struct DirBackward {
     float* dgates_h;       // (T, B, G*H) out; the same array as dgates_x except for the GRU
     float* dh;             // (B, H): in dhy (or zeros), out dh0
     float* dc;             // (B, H), LSTM: in dcy, out dc0
+    unsigned short* xchg;  // (2, B, G*H) bfloat16, math = 2: dgates_h rounded as the product rounds it, what the
+                           // CTAs stage (half the bytes of the fp32 array); slot s & 1 written at step s; or nullptr
 };
 
 __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
@@ -142,6 +148,40 @@ __device__ __forceinline__ void issue_chunk(float* buf, const float* A, long lon
         cp_async16(dst, src, inside ? 16 : 0);
         if (inside) src += ROWS * lda;
         dst += ROWS * PKCP * 4;
+    }
+}
+
+// The bfloat16 exchange's rare path (rows not 16-byte aligned, or K % 8 != 0), as stage_chunk_scalar.
+__device__ __noinline__ void stage_chunk_scalar_bf16(unsigned short* buf, const unsigned short* A, long long lda, int B,
+                                                     int K, int k0)
+{
+    for (int i = threadIdx.x; i < B * PKC; i += PT) {
+        const int b = i / PKC, kk = i % PKC, k = k0 + kk;
+        buf[b * PKCPH + kk] = k < K ? __ldcg(A + b * lda + k) : (unsigned short)0;
+    }
+}
+
+// issue_chunk for bfloat16 data (the backward's exchange in bf16 mode): A[0:B, k0:k0+PKC] into buf[b * PKCPH + k],
+// 8 elements per 16-byte cp.async; `vec`: rows 16-byte aligned and K % 8 == 0.
+__device__ __forceinline__ void issue_chunk_bf16(unsigned short* buf, const unsigned short* A, long long lda, int B, int K,
+                                                 int k0, bool vec)
+{
+    constexpr int V = PKC / 8, ROWS = PT / V;
+#ifdef PERSIST_ABLATE_STAGE
+    return;
+#endif
+    if (!vec) {
+        stage_chunk_scalar_bf16(buf, A, lda, B, K, k0);
+        return;
+    }
+    const int v = threadIdx.x % V, k = k0 + 8 * v;
+    const bool inside = k < K;
+    const unsigned short* src = inside ? A + (threadIdx.x / V) * lda + k : A;
+    unsigned dst = smem_addr(buf + (threadIdx.x / V) * PKCPH + 8 * v);
+    for (int b = threadIdx.x / V; b < B; b += ROWS) {
+        cp_async16(dst, src, inside ? 16 : 0);
+        if (inside) src += ROWS * lda;
+        dst += ROWS * PKCPH * 2;
     }
 }
 
@@ -275,9 +315,41 @@ __device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const flo
     }
 }
 
+// product_chunk_bf16 with the state already bfloat16 in shared memory (the exchange, issue_chunk_bf16): the same
+// elements of the same rows, read as they are (64 bits per row: k = 4t .. 4t+3) instead of converted from fp32.
+// ah_off: this lane's row g of each tile, column 4t, in halves.
+template <int NCOPY>
+__device__ __forceinline__ void product_chunk_bf16x(float (&acc)[4][4], const unsigned short* hbuf, const float* W,
+                                                    int k0, int steps, int kslice, int KS, const int (&ah_off)[4],
+                                                    const int (&w_off)[4], int my_tiles)
+{
+    const unsigned short* Wb = reinterpret_cast<const unsigned short*>(W);
+    constexpr int TPW = 4 / NCOPY;
+    for (int ks0 = kslice; ks0 < steps; ks0 += KS * NCOPY) {
+#pragma unroll
+        for (int copy = 0; copy < NCOPY; ++copy) {
+            const int ks = ks0 + copy * KS;
+            if (ks >= steps) break;
+            const int kk = ks * 16;
+#pragma unroll
+            for (int q = 0; q < TPW; ++q) {
+                if (q >= my_tiles) break;
+                const int t2 = w_off[q] & 7;  // = 2t (W's rows are multiples of 8 elements apart)
+                const uint2 lo = *reinterpret_cast<const uint2*>(hbuf + ah_off[q] + kk);
+                const uint2 hi = *reinterpret_cast<const uint2*>(hbuf + ah_off[q] + 8 * PKCPH + kk);
+                const uint2 w = *reinterpret_cast<const uint2*>(Wb + w_off[q] + t2 + k0 + kk);
+                const unsigned a[4] = {lo.x, hi.x, lo.y, hi.y};
+                const unsigned b[2] = {w.x, w.y};
+                minidl_tc::mma<minidl_tc::KIND_BF16>(acc[q * NCOPY + copy], a, b);
+            }
+        }
+    }
+}
+
+// Ah: A already rounded to bfloat16 (math = 2 only; nullptr: A is read as fp32).
 template <class Fetch>
 __device__ void block_product(const float* A, long long lda, int B, int BP, int K, const float* W, int RP, int KP,
-                              float* ring, float* red, int math, Fetch fetch)
+                              float* ring, float* red, int math, Fetch fetch, const unsigned short* Ah = nullptr)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int MT = BP / 16, NT = RP / 8, tiles = MT * NT;
@@ -288,21 +360,28 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
     const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
     const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
     const int chunks = (K + PKC - 1) / PKC, buffer = BP * PKCP;
-    const bool vec = K % 4 == 0 && lda % 4 == 0 && (reinterpret_cast<unsigned long long>(A) & 15) == 0;
+    const bool half = math == 2 && Ah != nullptr;   // the bfloat16 exchange: chunks of halves, PKCPH a row
+    const bool vec = half ? K % 8 == 0 && lda % 8 == 0 && (reinterpret_cast<unsigned long long>(Ah) & 15) == 0
+                          : K % 4 == 0 && lda % 4 == 0 && (reinterpret_cast<unsigned long long>(A) & 15) == 0;
+    unsigned short* ring_h = reinterpret_cast<unsigned short*>(ring);   // (a bf16 buffer fits in a float one)
     // This lane's fragment offsets for each of its tiles, worked out once (integer division is slow).
-    int a_off[4], w_off[4], my_tiles = 0;
+    int a_off[4], ah_off[4], w_off[4], my_tiles = 0;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
         const int tile = tg + q * TG, mt = tile / NT, nt = tile % NT;
         my_tiles += tile < tiles;
         a_off[q] = (mt * 16 + g) * PKCP + 2 * t;
+        ah_off[q] = (mt * 16 + g) * PKCPH + 4 * t;
         w_off[q] = (nt * 8 + g) * KP + 2 * t;
     }
     float acc[4][4] = {};
     __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
 #pragma unroll
     for (int c = 0; c < NBUF - 1; ++c) {
-        if (c < chunks) issue_chunk(ring + c * buffer, A, lda, B, K, c * PKC, vec);
+        if (c < chunks) {
+            if (half) issue_chunk_bf16(ring_h + 2 * c * buffer, Ah, lda, B, K, c * PKC, vec);
+            else issue_chunk(ring + c * buffer, A, lda, B, K, c * PKC, vec);
+        }
         if (c == 0) fetch();
         cp_async_commit();
     }
@@ -310,11 +389,26 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
         cp_async_wait<NBUF - 2>();  // chunk c (and everything before it) has landed, for this thread
         __syncthreads();            // ... and for every thread; and chunk c - 1 is no longer read
         const int next = c + NBUF - 1;
-        if (next < chunks) issue_chunk(ring + (next % NBUF) * buffer, A, lda, B, K, next * PKC, vec);
+        if (next < chunks) {
+            if (half) issue_chunk_bf16(ring_h + 2 * (next % NBUF) * buffer, Ah, lda, B, K, next * PKC, vec);
+            else issue_chunk(ring + (next % NBUF) * buffer, A, lda, B, K, next * PKC, vec);
+        }
         cp_async_commit();
 #ifndef PERSIST_ABLATE_PRODUCT
         const float* hbuf = ring + (c % NBUF) * buffer;
         const int k0 = c * PKC;
+        if (half) {
+            const unsigned short* hb = ring_h + 2 * (c % NBUF) * buffer;
+            const int steps = (min(PKC, K - k0) + 15) / 16;
+            if (ncopy == 4) {
+                product_chunk_bf16x<4>(acc, hb, W, k0, steps, kslice, KS, ah_off, w_off, my_tiles);
+            } else if (ncopy == 2) {
+                product_chunk_bf16x<2>(acc, hb, W, k0, steps, kslice, KS, ah_off, w_off, my_tiles);
+            } else {
+                product_chunk_bf16x<1>(acc, hb, W, k0, steps, kslice, KS, ah_off, w_off, my_tiles);
+            }
+            continue;
+        }
         if (math == 2) {
             const int steps = (min(PKC, K - k0) + 15) / 16;  // columns past K are zero in both operands
             if (ncopy == 4) {
@@ -540,7 +634,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         if (s > 0) {
             const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
             block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, ring, red, math,
-                          fetch);
+                          fetch, dir.xchg == nullptr ? nullptr : dir.xchg + ((s - 1) & 1) * (long long)B * GH);
         } else {
             fetch();
             cp_async_commit();
@@ -556,15 +650,19 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             }
             break;
         }
+        // this step's dgates_h, rounded to bfloat16, for the next step's product (math = 2): slot s & 1
+        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s & 1) * (long long)B * GH;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
             const float dh = direct[e] + (s > 0 ? red[b * RP + u] : 0.0f);
             const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
+            const long long xrow = b * (long long)GH + j;            // (b, gate 0, unit j) of the exchange slot
             if (!step_is_valid(lengths, b, t)) {  // dh (and dc) pass through to the step before
                 for (int g = 0; g < G; ++g) {
                     dir.dgates_x[row + g * H] = 0.0f;
                     dir.dgates_h[row + g * H] = 0.0f;
+                    if (xc != nullptr) xc[xrow + g * H] = 0;
                 }
                 direct[e] = dh;
                 continue;
@@ -576,7 +674,10 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             if (MODE == MODE_LSTM) {
                 float dgate[4], dc_prev;
                 lstm_cell_grad(d, dcarry[e], op, op[4], op[5], dgate, dc_prev);
-                for (int g = 0; g < 4; ++g) dir.dgates_x[row + g * H] = dgate[g];
+                for (int g = 0; g < 4; ++g) {
+                    dir.dgates_x[row + g * H] = dgate[g];
+                    if (xc != nullptr) xc[xrow + g * H] = bf16_bits(dgate[g]);
+                }
                 dcarry[e] = dc_prev;
                 direct[e] = 0.0f;
             } else if (MODE == MODE_GRU) {
@@ -585,9 +686,12 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                 for (int g = 0; g < 3; ++g) {
                     dir.dgates_x[row + g * H] = dgate_x[g];
                     dir.dgates_h[row + g * H] = dgate_h[g];
+                    if (xc != nullptr) xc[xrow + g * H] = bf16_bits(dgate_h[g]);
                 }
             } else {
-                dir.dgates_x[row] = rnn_cell_grad(d, op[0], relu);
+                const float dgate = rnn_cell_grad(d, op[0], relu);
+                dir.dgates_x[row] = dgate;
+                if (xc != nullptr) xc[xrow] = bf16_bits(dgate);
                 direct[e] = 0.0f;
             }
         }

@@ -217,3 +217,28 @@ def test_persistent_inside_a_cuda_graph():
     for got, want in zip(replayed[6], eager[6]):
         for g, w in zip(got, want):
             assert rel_err(g, w) <= 1e-5
+
+
+@pytest.mark.parametrize("mode,H", [("lstm", 48), ("gru", 48), ("rnn_tanh", 48), ("lstm", 37), ("gru", 37)])
+def test_persistent_bf16_exchange_gives_the_same_bits(mode, H, monkeypatch):
+    """In bf16 the backward stages each step's dgates_h as bfloat16, rounded by the cell that made it
+    (DirBackward::xchg), instead of staging the fp32 array and rounding in the product: the same cvt.rn of the same
+    values, so the gradients are the same bits either way. H 48: 16-byte staging; H 37: element by element (the
+    rows are not 16-byte multiples); padded, bidirectional, two layers."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    rng = np.random.default_rng(5)
+    lengths = np.array([9, 3, 9, 6, 1])
+    desc = _desc(mode, 16, H, 2, True, True, "persistent")
+    x, h0, c0, weights, dy, dhy, dcy = _case(desc, 9, 5, rng)
+    results = []
+    for exchange in (True, False):
+        monkeypatch.setattr(rnn_persistent, "EXCHANGE_BF16", exchange)
+        _, _, _, reserve = rnn_forward(_to_gpu(x), _to_gpu(h0), _to_gpu(c0), _to_gpu(weights), desc,
+                                       seq_lengths=lengths, math="bf16")
+        dx, dh0, dc0, dweights = rnn_backward(_to_gpu(dy), _to_gpu(dhy), _to_gpu(dcy), reserve)
+        results.append(_to_host([dx, dh0] + ([dc0] if dc0 is not None else []))
+                       + [g for layer in _to_host(dweights) for g in layer if g is not None])
+    assert len(results[0]) == len(results[1])
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)

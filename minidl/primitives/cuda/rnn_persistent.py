@@ -14,7 +14,9 @@ backward choose their counts apart: `UNITS` forces them). What must fit in one C
 U columns of W_hh (U x G*H floats); each plus a ring of 3 staging buffers for the exchanged state
 (3 x B x 136 floats, B rounded up to 16), 16 KB for partial sums and a few floats per unit and batch
 row. The product runs on the tensor cores: 3xTF32 for math="fp32" (fp32 accuracy), TF32 for "tf32",
-bfloat16 for "bf16" (kernel_math). Past that, `plan` says why and the
+bfloat16 for "bf16" (kernel_math; in bf16 the backward also exchanges each step's gate gradients as bfloat16,
+rounded once by the cell that makes them: the same bits the product used to round, half the bytes staged). Past
+that, `plan` says why and the
 standard algorithm runs (RNNDescriptor algo="auto"). Where the limit falls on this GPU, by hidden size
 and batch, is the table benchmarks/bench_gpu_rnn.py prints from `plan`.
 """
@@ -40,6 +42,7 @@ FLOAT_BYTES = 4
 # (forward, backward). None: plan picks the smallest count that fits the SMs.
 UNITS = None
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
+EXCHANGE_BF16 = True    # bf16 backward: stage each step's gate gradients as bfloat16 (False: as fp32, rounded in the product)
 KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "rnn_relu": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "lstm": ("lstm_persistent_forward", "lstm_persistent_backward"),
@@ -174,13 +177,18 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
     receiving dh0/dc0 (dc None unless LSTM)."""
     D = len(directions)
     structs = []
+    G = GATES[mode]
+    # bf16: each step's dgates_h goes to the other CTAs as bfloat16 (DirBackward::xchg, two slots of (B, G*H)): the
+    # product rounds it to bfloat16 anyway, and staging it is half the backward step's memory traffic
+    exchange = [cupy.empty(2 * B * G * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+                for _ in directions]
     for d, run in enumerate(directions):
         hs, cs, saved = run.record
         dy = 0 if dout is None else _ptr(dout) + d * H * FLOAT_BYTES
         structs.append((_ptr(run.w_hh), _ptr(hs), _ptr(cs), _ptr(saved), dy, _ptr(run.dgates_x),
-                        _ptr(run.dgates_h), _ptr(dh[d]), _ptr(dc[d])))
+                        _ptr(run.dgates_h), _ptr(dh[d]), _ptr(dc[d]), _ptr(exchange[d])))
     if D == 1:
-        structs.append((0,) * 9)
+        structs.append((0,) * 10)
     barrier = cupy.zeros(2, dtype=cupy.uint32)
     launch = the_plan.backward
     args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math),
