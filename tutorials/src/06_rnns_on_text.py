@@ -656,7 +656,13 @@ if persistent_rows:
 # The whole table against cuDNN, for LSTM and GRU at several shapes and in each math mode, is
 # benchmarks/results/gpu_rnn.md (`python3 benchmarks/bench_gpu_rnn.py`), and
 # benchmarks/profile_rnn_persistent.py splits a persistent step into its parts by switching each off
-# (the barrier, the staging of `h`, the product).
+# (the barrier, the staging of `h`, the product). On an H100 in bf16 (one LSTM layer of 512, batch 32,
+# gpu_rnn.md) a forward step took 5.7 µs and a backward step 12.3 µs; without the barrier 4.9 and 11.2,
+# without the staging 5.7 and 9.3, without the product 4.5 and 8.5. The forward hides its staging behind
+# the product; the backward cannot: each CTA needs all of `dgates` (B x 4H floats, 256 KB a step, 32 MB
+# through L2 for the 128 CTAs). Since the bf16 product rounds its operands to bfloat16 anyway, the cell
+# that makes `dgates` now also writes it rounded, and the CTAs stage that copy, half the bytes: the same
+# bits reach the tensor cores, and the backward step drops from 13.6 to 11.1 µs (-19%, same run).
 
 # %% [markdown]
 # ## Exercises
