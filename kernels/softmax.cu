@@ -264,6 +264,36 @@ __device__ __forceinline__ void cross_entropy_add(CrossEntropyRow& r, float v, i
     if (c == t) r.x_t = v;
 }
 
+// The logits in any storage (`kind`: 0 float, 1 float16, 2 bfloat16, STORAGE_KINDS of the launchers): 16-bit
+// logits (autocast's) are read as they are and widened to fp32 here, as a cast to float32 first would give, without
+// the cast's pass over them; their gradient is stored rounded to their dtype (what the cast's backward would round).
+__device__ __forceinline__ float logit_at(const void* x, long long i, int kind)
+{
+    return kind == 0 ? static_cast<const float*>(x)[i] : half_load(static_cast<const unsigned short*>(x), i, kind);
+}
+__device__ __forceinline__ void grad_store(void* dx, long long i, float v, int kind)
+{
+    if (kind == 0) static_cast<float*>(dx)[i] = v;
+    else half_store(static_cast<unsigned short*>(dx), i, v, kind);
+}
+// Four consecutive logits (vec4: a float4, or 8 bytes of 16-bit data), q counting groups of 4.
+__device__ __forceinline__ float4 logits4(const void* x, long long q, int kind)
+{
+    if (kind == 0) return static_cast<const float4*>(x)[q];
+    const uint2 u = static_cast<const uint2*>(x)[q];
+    return make_float4(half_bits_to_float(u.x & 0xffffu, kind), half_bits_to_float(u.x >> 16, kind),
+                       half_bits_to_float(u.y & 0xffffu, kind), half_bits_to_float(u.y >> 16, kind));
+}
+__device__ __forceinline__ void grads4(void* dx, long long q, float4 v, int kind)
+{
+    if (kind == 0) {
+        static_cast<float4*>(dx)[q] = v;
+        return;
+    }
+    static_cast<uint2*>(dx)[q] = make_uint2(float_to_half_bits(v.x, kind) | (float_to_half_bits(v.y, kind) << 16),
+                                            float_to_half_bits(v.z, kind) | (float_to_half_bits(v.w, kind) << 16));
+}
+
 // The row's loss. wlp = sum_c w_c log p_c (pass 2, only with label smoothing: summed as log-probabilities,
 // not as sum w x - W lse, whose two large terms would cancel in float32).
 __device__ __forceinline__ void cross_entropy_finish_row(float x_t, float row_max, float log_sum, float wlp, long long t,
@@ -286,17 +316,17 @@ __device__ __forceinline__ void cross_entropy_finish_row(float x_t, float row_ma
 }
 
 // (N, C) logits (inner == 1): one warp per row, lanes over the classes (coalesced), merged by shuffles.
-extern "C" __global__ void cross_entropy_forward_warp(const float* x, const long long* target, const float* weight,
+extern "C" __global__ void cross_entropy_forward_warp(const void* x, const long long* target, const float* weight,
                                                       float* loss_rows, float* weight_rows, float* stats, long long rows,
-                                                      int C, long long ignore_index, float smoothing)
+                                                      int C, long long ignore_index, float smoothing, int kind)
 {
     const int lane = threadIdx.x & 31;
     const long long m = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (m >= rows) return;  // whole warps leave together
-    const float* xr = x + m * C;
+    const long long row0 = m * C;
     const long long t = target[m];
     CrossEntropyRow r = {MINIDL_NEG_INF, 0.0f, 0.0f};
-    for (int c = lane; c < C; c += 32) cross_entropy_add(r, xr[c], c, t);
+    for (int c = lane; c < C; c += 32) cross_entropy_add(r, logit_at(x, row0 + c, kind), c, t);
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
         const float m2 = __shfl_xor_sync(0xffffffffu, r.m, offset);
@@ -308,7 +338,8 @@ extern "C" __global__ void cross_entropy_forward_warp(const float* x, const long
     const float row_max = __shfl_sync(0xffffffffu, r.m, 0), log_sum = __shfl_sync(0xffffffffu, logf(r.s), 0);
     float wlp = 0.0f;
     if (smoothing != 0.0f) {  // pass 2 (the row again, from L1/L2)
-        for (int c = lane; c < C; c += 32) wlp += (weight ? weight[c] : 1.0f) * ((xr[c] - row_max) - log_sum);
+        for (int c = lane; c < C; c += 32)
+            wlp += (weight ? weight[c] : 1.0f) * ((logit_at(x, row0 + c, kind) - row_max) - log_sum);
         wlp = warp_sum(wlp);
     }
     if (lane == 0)
@@ -320,26 +351,25 @@ extern "C" __global__ void cross_entropy_forward_warp(const float* x, const long
 // classes, four at a time (float4) where the rows are 16-byte aligned (vec4). A warp per row would read a
 // 10,000-class row in 313 dependent steps with few warps per SM to hide them; a block reads it in ~10.
 // The (max, sum) pairs merge warp by warp, then across warps in a fixed order (the same result every run).
-extern "C" __global__ void cross_entropy_forward_block(const float* x, const long long* target, const float* weight,
+extern "C" __global__ void cross_entropy_forward_block(const void* x, const long long* target, const float* weight,
                                                        float* loss_rows, float* weight_rows, float* stats, long long rows,
-                                                       int C, long long ignore_index, float smoothing, int vec4)
+                                                       int C, long long ignore_index, float smoothing, int vec4, int kind)
 {
     __shared__ float shared_m[32], shared_s[32], shared_t[32];
     const long long m = blockIdx.x;
-    const float* xr = x + m * C;
+    const long long row0 = m * C;
     const long long t = target[m];
     CrossEntropyRow r = {MINIDL_NEG_INF, 0.0f, 0.0f};
     if (vec4) {
-        const float4* x4 = reinterpret_cast<const float4*>(xr);
         for (int q = threadIdx.x; q < C / 4; q += blockDim.x) {
-            const float4 v = x4[q];
+            const float4 v = logits4(x, row0 / 4 + q, kind);
             cross_entropy_add(r, v.x, 4 * q, t);
             cross_entropy_add(r, v.y, 4 * q + 1, t);
             cross_entropy_add(r, v.z, 4 * q + 2, t);
             cross_entropy_add(r, v.w, 4 * q + 3, t);
         }
     } else {
-        for (int c = threadIdx.x; c < C; c += blockDim.x) cross_entropy_add(r, xr[c], c, t);
+        for (int c = threadIdx.x; c < C; c += blockDim.x) cross_entropy_add(r, logit_at(x, row0 + c, kind), c, t);
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -363,7 +393,8 @@ extern "C" __global__ void cross_entropy_forward_block(const float* x, const lon
     const float log_sum = logf(sum);
     float wlp = 0.0f;
     if (smoothing != 0.0f) {  // pass 2 (the row again, from L1/L2)
-        for (int c = threadIdx.x; c < C; c += blockDim.x) wlp += (weight ? weight[c] : 1.0f) * ((xr[c] - row_max) - log_sum);
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            wlp += (weight ? weight[c] : 1.0f) * ((logit_at(x, row0 + c, kind) - row_max) - log_sum);
         __syncthreads();   // shared_m is reused as block_sum's scratch
         wlp = block_sum(wlp, shared_m);
     }
@@ -374,22 +405,23 @@ extern "C" __global__ void cross_entropy_forward_block(const float* x, const lon
 
 // (N, C, d1, ...) logits (inner > 1): one thread per row; neighbouring threads read neighbouring positions
 // of the same class, so each step over the classes is a coalesced load.
-extern "C" __global__ void cross_entropy_forward_strided(const float* x, const long long* target, const float* weight,
+extern "C" __global__ void cross_entropy_forward_strided(const void* x, const long long* target, const float* weight,
                                                          float* loss_rows, float* weight_rows, float* stats,
                                                          long long rows, int C, long long inner,
-                                                         long long ignore_index, float smoothing)
+                                                         long long ignore_index, float smoothing, int kind)
 {
     for (long long m = (long long)blockIdx.x * blockDim.x + threadIdx.x; m < rows;
          m += (long long)gridDim.x * blockDim.x) {
         const long long n = m / inner, i = m - n * inner;
-        const float* xr = x + n * C * inner + i;
+        const long long first = n * C * inner + i;   // class c at first + c * inner
         const long long t = target[m];
         CrossEntropyRow r = {MINIDL_NEG_INF, 0.0f, 0.0f};
-        for (int c = 0; c < C; ++c) cross_entropy_add(r, xr[(long long)c * inner], c, t);
+        for (int c = 0; c < C; ++c) cross_entropy_add(r, logit_at(x, first + (long long)c * inner, kind), c, t);
         const float log_sum = logf(r.s);
         float wlp = 0.0f;
         if (smoothing != 0.0f)
-            for (int c = 0; c < C; ++c) wlp += (weight ? weight[c] : 1.0f) * ((xr[(long long)c * inner] - r.m) - log_sum);
+            for (int c = 0; c < C; ++c)
+                wlp += (weight ? weight[c] : 1.0f) * ((logit_at(x, first + (long long)c * inner, kind) - r.m) - log_sum);
         cross_entropy_finish_row(r.x_t, r.m, log_sum, wlp, t, C, ignore_index, weight, smoothing, m, loss_rows,
                                  weight_rows, stats);
     }
@@ -429,11 +461,11 @@ __device__ __forceinline__ float cross_entropy_grad(float xv, int c, long long t
 // dx_mc = scale_m ((sum_c q_mc) exp((x_mc - M_m) - L_m) - q_mc), one thread per element of x, in x's layout.
 // scale_m = dloss[m * dloss_stride] / (denom ? denom[0] : 1): the incoming gradient of the mean, the sum
 // (dloss_stride 0) or the per-row losses (stride 1). w_total = sum_c w_c (null: the weights are all 1).
-extern "C" __global__ void cross_entropy_backward(const float* x, const long long* target, const float* stats,
+extern "C" __global__ void cross_entropy_backward(const void* x, const long long* target, const float* stats,
                                                   const float* weight, const float* w_total, const float* dloss,
-                                                  long long dloss_stride, const float* denom, float* dx,
+                                                  long long dloss_stride, const float* denom, void* dx,
                                                   long long outer, int C, long long inner, long long ignore_index,
-                                                  float smoothing)
+                                                  float smoothing, int kind)
 {
     const long long total = outer * C * inner;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
@@ -444,47 +476,50 @@ extern "C" __global__ void cross_entropy_backward(const float* x, const long lon
         const long long t = target[m];
         float g = 0.0f;
         if (t >= 0 && t < C && t != ignore_index) {
-            g = cross_entropy_grad(x[e], c, t, stats[2 * m], stats[2 * m + 1], dloss[m * dloss_stride] / (denom ? denom[0] : 1.0f),
+            g = cross_entropy_grad(logit_at(x, e, kind), c, t, stats[2 * m], stats[2 * m + 1],
+                                   dloss[m * dloss_stride] / (denom ? denom[0] : 1.0f),
                                    weight ? weight[t] : 1.0f, weight, w_total ? w_total[0] : (float)C, C, smoothing);
         } else if (t != ignore_index) {
             g = __int_as_float(0x7fc00000);
         }
-        dx[e] = g;
+        grad_store(dx, e, g, kind);
     }
 }
 
 // The backward pass of cross_entropy_forward_block's rows ((N, C) logits, many classes): one block per row, so
 // the row's target, scale and stats are read once and no thread divides by C; float4 loads and stores (vec4).
-extern "C" __global__ void cross_entropy_backward_block(const float* x, const long long* target, const float* stats,
+extern "C" __global__ void cross_entropy_backward_block(const void* x, const long long* target, const float* stats,
                                                         const float* weight, const float* w_total, const float* dloss,
-                                                        long long dloss_stride, const float* denom, float* dx, int C,
-                                                        long long ignore_index, float smoothing, int vec4)
+                                                        long long dloss_stride, const float* denom, void* dx, int C,
+                                                        long long ignore_index, float smoothing, int vec4, int kind)
 {
     const long long m = blockIdx.x;
     const long long t = target[m];
-    const float* xr = x + m * C;
-    float* dxr = dx + m * C;
+    const long long row0 = m * C;
     if (!(t >= 0 && t < C && t != ignore_index)) {   // ignored: 0; an index out of range: NaN
         const float g = t == ignore_index ? 0.0f : __int_as_float(0x7fc00000);
-        for (int c = threadIdx.x; c < C; c += blockDim.x) dxr[c] = g;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) grad_store(dx, row0 + c, g, kind);
         return;
     }
     const float scale = dloss[m * dloss_stride] / (denom ? denom[0] : 1.0f);
     const float w_t = weight ? weight[t] : 1.0f, total = w_total ? w_total[0] : (float)C;
     const float row_max = stats[2 * m], log_sum = stats[2 * m + 1];
     if (vec4) {
-        const float4* x4 = reinterpret_cast<const float4*>(xr);
-        float4* d4 = reinterpret_cast<float4*>(dxr);
         for (int q = threadIdx.x; q < C / 4; q += blockDim.x) {
-            const float4 v = x4[q];
+            const float4 v = logits4(x, row0 / 4 + q, kind);
             const int c = 4 * q;
-            d4[q] = make_float4(cross_entropy_grad(v.x, c, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
-                                cross_entropy_grad(v.y, c + 1, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
-                                cross_entropy_grad(v.z, c + 2, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
-                                cross_entropy_grad(v.w, c + 3, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing));
+            grads4(dx, row0 / 4 + q,
+                   make_float4(cross_entropy_grad(v.x, c, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
+                               cross_entropy_grad(v.y, c + 1, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
+                               cross_entropy_grad(v.z, c + 2, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing),
+                               cross_entropy_grad(v.w, c + 3, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing)),
+                   kind);
         }
     } else {
         for (int c = threadIdx.x; c < C; c += blockDim.x)
-            dxr[c] = cross_entropy_grad(xr[c], c, t, row_max, log_sum, scale, w_t, weight, total, C, smoothing);
+            grad_store(dx, row0 + c,
+                       cross_entropy_grad(logit_at(x, row0 + c, kind), c, t, row_max, log_sum, scale, w_t, weight, total,
+                                          C, smoothing),
+                       kind);
     }
 }

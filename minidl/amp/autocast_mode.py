@@ -211,6 +211,15 @@ def cast_inputs(op: str, *args):
     return tuple(out)
 
 
+def casts_to_float32(op: str, t) -> bool:
+    """Whether autocast would cast the 16-bit tensor t to float32 for op (op's policy is float32 on t's device): for an
+    op that reads 16-bit data in float32 itself and so skips the cast (cross_entropy on the GPU)."""
+    if not (isinstance(t, Tensor) and is_half(t.dtype)):
+        return False
+    found = _policy(op, (t,))
+    return found is not None and found[1] == FP32
+
+
 def cast_output(t, dtype):
     """t cast to dtype through autocast's own cast op (what an op that skips the input casts uses to give its
     outputs autocast's dtype)."""

@@ -21,7 +21,7 @@ import numpy as np
 from .._dtypes import HALF_DTYPES, float32
 from ._common import (
     FLOAT_DTYPES, backend, check_arrays, check_blend_out, check_float, check_float_or_half, check_same_device,
-    computes_half_in_float32, shape_str,
+    computes_half_in_float32, is_cuda_array, shape_str,
 )
 
 __all__ = ["softmax_forward", "softmax_backward", "cross_entropy_forward", "cross_entropy_backward",
@@ -84,7 +84,8 @@ def _check_cross_entropy(op, x, target, weight, reduction, **more):
         raise ValueError(f"{op}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_index=-100, label_smoothing=0.0,
+                          loss_dtype=None):
     """Cross-entropy of logits x (N, C, d1, ...) at class indices target (N, d1, ...).
 
     Returns (loss, stats, denom): the loss (0-d for "mean" / "sum", the target's shape for "none"), each
@@ -92,14 +93,19 @@ def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_in
     (x - max) - log-sum, in PyTorch's order) and the mean's denominator (0-d: the summed weights of the rows
     whose index is not ignore_index). A row whose index is out of range gets a NaN loss (the caller checks
     indices where it can afford to: the GPU would have to stop). float16 / bfloat16 logits are computed in
-    float32 (the loss rounded once; stats and denom stay float32)."""
+    float32 (on the GPU the kernels read them as they are); the loss is rounded once to `loss_dtype` (default: x's
+    dtype; float32 is what autocast's cross_entropy returns); stats and denom stay float32."""
     op = "cross_entropy_forward"
     _check_cross_entropy(op, x, target, weight, reduction)
     if x.dtype in HALF_DTYPES:
-        loss, stats, denom = cross_entropy_forward(
-            x.astype(float32), target, None if weight is None else weight.astype(float32), reduction=reduction,
-            ignore_index=ignore_index, label_smoothing=label_smoothing)
-        return loss.astype(x.dtype), stats, denom
+        if is_cuda_array(x):
+            loss, stats, denom = backend("softmax", x).cross_entropy_forward(
+                x, target, weight, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing)
+        else:
+            loss, stats, denom = cross_entropy_forward(
+                x.astype(float32), target, None if weight is None else weight.astype(float32), reduction=reduction,
+                ignore_index=ignore_index, label_smoothing=label_smoothing)
+        return loss.astype(loss_dtype if loss_dtype is not None else x.dtype), stats, denom
     return backend("softmax", x).cross_entropy_forward(x, target, weight, reduction=reduction,
                                                        ignore_index=ignore_index, label_smoothing=label_smoothing)
 
@@ -110,6 +116,10 @@ def cross_entropy_backward(x, target, stats, dloss, denom, weight=None, *, reduc
     op = "cross_entropy_backward"
     _check_cross_entropy(op, x, target, weight, reduction, stats=stats, dloss=dloss, denom=denom)
     if x.dtype in HALF_DTYPES:
+        if is_cuda_array(x):   # the kernels write the 16-bit gradient directly (rounded once)
+            return backend("softmax", x).cross_entropy_backward(
+                x, target, stats, dloss, denom, weight, reduction=reduction, ignore_index=ignore_index,
+                label_smoothing=label_smoothing)
         dx = cross_entropy_backward(
             x.astype(float32), target, stats, dloss.astype(float32), denom,
             None if weight is None else weight.astype(float32), reduction=reduction, ignore_index=ignore_index,

@@ -216,3 +216,58 @@ def test_cross_entropy_float64_on_the_gpu_runs_the_reference(cp):
     ref_dx = cross_entropy_backward(x, t, ref_stats, np.float64(1.0), ref_denom, label_smoothing=0.1)
     assert loss.dtype == cp.float64 and rel_err(cp.asnumpy(loss), ref_loss) <= 1e-12
     assert rel_err(cp.asnumpy(dx), ref_dx) <= 1e-12
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(37, 10), (64, 33), (7, 1027), (12, 10000), (4, 7, 13), (2, 300, 3)])
+@pytest.mark.parametrize("eps", [0.0, 0.25])
+def test_cross_entropy_kernels_read_16bit_logits(cp, dtype, shape, eps):
+    """16-bit logits go to the kernels as they are (warp, block with and without 4-wide loads, strided), read in
+    float32: the loss and stats of the float32 kernels on the widened logits, bit for bit, and the gradient
+    they give rounded once to the logits' dtype."""
+    from minidl._dtypes import bfloat16
+    from minidl.primitives import cross_entropy_backward, cross_entropy_forward
+
+    half = np.float16 if dtype == "float16" else bfloat16
+    rng = np.random.default_rng(sum(shape))
+    x16 = (rng.standard_normal(shape) * 3).astype(half)
+    t = rng.integers(0, shape[1], (shape[0],) + shape[2:])
+    t.flat[0] = -100
+    g = np.float32(0.7)
+    loss16, stats16, denom16 = cross_entropy_forward(cp.asarray(x16), cp.asarray(t), label_smoothing=eps,
+                                                     loss_dtype=np.float32)
+    dx16 = cross_entropy_backward(cp.asarray(x16), cp.asarray(t), stats16, cp.asarray(g), denom16, label_smoothing=eps)
+    x32 = cp.asarray(x16.astype(np.float32))
+    loss, stats, denom = cross_entropy_forward(x32, cp.asarray(t), label_smoothing=eps)
+    dx = cross_entropy_backward(x32, cp.asarray(t), stats, cp.asarray(g), denom, label_smoothing=eps)
+    assert loss16.dtype == np.float32 and dx16.dtype == half and dx16.shape == shape
+    np.testing.assert_array_equal(cp.asnumpy(loss16), cp.asnumpy(loss))
+    np.testing.assert_array_equal(cp.asnumpy(stats16), cp.asnumpy(stats))
+    np.testing.assert_array_equal(cp.asnumpy(dx16).astype(np.float32), cp.asnumpy(dx).astype(half).astype(np.float32))
+    default16 = cross_entropy_forward(cp.asarray(x16), cp.asarray(t), label_smoothing=eps)[0]   # x's dtype by default
+    assert default16.dtype == half
+
+
+@pytest.mark.parametrize("amp_dtype", ["float16", "bfloat16"])
+def test_cross_entropy_under_autocast_reads_16bit_logits(cp, amp_dtype):
+    """F.cross_entropy under autocast on 16-bit CUDA logits (class indices, no weight): a float32 loss and a 16-bit
+    gradient, the values of the float32 computation on the widened logits (what autocast's cast gave), and no cast
+    of the logits on the way (the logits' tensor reaches the op itself)."""
+    import minidl
+    import minidl.nn.functional as F
+
+    dtype = getattr(minidl, amp_dtype)
+    rng = np.random.default_rng(2)
+    x = minidl.tensor(rng.standard_normal((70, 1500)).astype(np.float32), device="cuda").to(dtype)
+    x.requires_grad_(True)
+    t = minidl.tensor(rng.integers(0, 1500, 70), device="cuda")
+    with minidl.autocast("cuda", dtype=dtype):
+        loss = F.cross_entropy(x, t, label_smoothing=0.1)
+    loss.backward()
+    assert loss.dtype == minidl.float32 and loss.grad_fn.inputs[0] is x   # the logits themselves, no cast between
+    assert x.grad.dtype == dtype
+    xf = x.detach().float().requires_grad_(True)
+    ref = F.cross_entropy(xf, t, label_smoothing=0.1)
+    ref.backward()
+    assert float(loss.item()) == float(ref.item())
+    np.testing.assert_array_equal(x.grad.float().cpu().numpy(), xf.grad.to(dtype).float().cpu().numpy())

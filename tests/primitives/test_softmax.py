@@ -186,6 +186,17 @@ def test_cross_entropy_float16_runs_in_float32(rng):
     assert rel_err(dx.astype(np.float32), ref_dx) <= 2e-3
 
 
+def test_cross_entropy_half_loss_dtype(rng):
+    """loss_dtype: a float16 input's loss in float32 (what autocast's cross_entropy returns), the float32 loss of the
+    widened logits exactly; by default the input's dtype."""
+    x = (rng.standard_normal((5, 6)) * 2).astype(np.float16)
+    t = rng.integers(0, 6, 5)
+    loss32 = cross_entropy_forward(x, t, loss_dtype=np.float32)[0]
+    assert loss32.dtype == np.float32
+    assert loss32 == cross_entropy_forward(x.astype(np.float32), t)[0]
+    assert cross_entropy_forward(x, t)[0].dtype == np.float16
+
+
 def test_cross_entropy_errors(rng):
     x = rng.standard_normal((4, 3))
     with pytest.raises(TypeError, match=r"cross_entropy_forward: target must hold integer class indices"):

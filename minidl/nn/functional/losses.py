@@ -123,9 +123,9 @@ class CrossEntropy(Function):
     (primitives.cross_entropy_forward / _backward: on the GPU one kernel pass each way, plus one block
     for the reduction). Saved for backward: the logits, the targets and two numbers per row (max, log-sum-exp)."""
 
-    def forward(self, x, target, weight, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    def forward(self, x, target, weight, reduction="mean", ignore_index=-100, label_smoothing=0.0, loss_dtype=None):
         self.params = dict(reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing)
-        loss, self.stats, self.denom = P.cross_entropy_forward(x, target, weight, **self.params)
+        loss, self.stats, self.denom = P.cross_entropy_forward(x, target, weight, loss_dtype=loss_dtype, **self.params)
         self.x, self.target, self.weight = x, target, weight
         return loss
 
@@ -180,12 +180,13 @@ class CrossEntropyProbabilities(Function):
         return dx, d_target, None, None
 
 
-def _class_loss_arguments(op, input, target, weight, size_average, reduce, reduction):
+def _class_loss_arguments(op, input, target, weight, size_average, reduce, reduction, keep_input=False):
     """What cross_entropy and nll_loss check first: no deprecated reduction flags, autocast (both run in
-    float32), a float input, a target tensor, a known reduction. Returns (input, target, weight)."""
+    float32; keep_input: the input stays 16-bit, the op reads it in float32 itself), a float input, a target tensor,
+    a known reduction. Returns (input, target, weight)."""
     if size_average is not None or reduce is not None:
         raise ValueError(f"{op}: size_average and reduce are deprecated; use reduction=")
-    if _amp.regions:
+    if _amp.regions and not keep_input:
         input, target, weight = _amp.cast_inputs(op, input, target, weight)
     _check_float_tensor(op, "input", input)
     _check_tensor(op, "target", target)
@@ -198,7 +199,13 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     """Cross-entropy of logits `input` (N, C) or (N, C, d1, ...) (or (C,) unbatched) against
     class indices `target` (N) / (N, d1, ...) (integers) or class probabilities (float, input's shape)."""
     op = "cross_entropy"
-    input, target, weight = _class_loss_arguments(op, input, target, weight, size_average, reduce, reduction)
+    # Under autocast, 16-bit logits on the GPU against class indices are not cast to float32: the kernels read them
+    # as they are, in float32 (torch's log_softmax(x, dtype=float32) does the same), return a float32 loss and write the
+    # gradient in the logits' dtype: the values of the cast, without its two passes over the logits.
+    half_logits = bool(_amp.regions) and weight is None and getattr(input, "is_cuda", False) and \
+        getattr(target, "dtype", None) is not None and not is_floating(target.dtype) and _amp.casts_to_float32(op, input)
+    input, target, weight = _class_loss_arguments(op, input, target, weight, size_average, reduce, reduction,
+                                                  keep_input=half_logits)
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
     if input.ndim == 0:
@@ -242,7 +249,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
                                                prob_smoothing=(label_smoothing, w_arr))
     _check_class_targets(op, input, target, ignore_index)
     return CrossEntropy.apply(input, target, weight, reduction=reduction, ignore_index=ignore_index,
-                              label_smoothing=label_smoothing)
+                              label_smoothing=label_smoothing, loss_dtype=np.float32 if half_logits else None)
 
 
 class NLLLoss(Function):

@@ -13,7 +13,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, kernel_output, null_pointer
+from ._launch import (STORAGE_KINDS, THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, kernel_output,
+                      null_pointer)
 
 WARP_ROWS_PER_BLOCK = 4     # 128 threads: four rows per block
 MAX_WARP_ROW = 1024         # 32 registers per lane for the row
@@ -90,11 +91,11 @@ CE_BLOCK_THREADS = 256
 
 
 def _ce_block(x, C, inner):
-    """(use the one-block-per-row kernels, vec4): (N, C) logits of many classes; float4 access where every row
-    starts 16-byte aligned."""
+    """(use the one-block-per-row kernels, vec4): (N, C) logits of many classes; four logits a load (a float4, or 8
+    bytes of 16-bit logits) where every row starts aligned to that."""
     if inner != 1 or C < CE_BLOCK_MIN_CLASSES:
         return False, 0
-    return True, int(C % 4 == 0 and x.data.ptr % 16 == 0)
+    return True, int(C % 4 == 0 and x.data.ptr % (4 * x.dtype.itemsize) == 0)
 
 
 def _ce_split(x):
@@ -103,7 +104,8 @@ def _ce_split(x):
 
 
 def _ce_fallback(x):
-    return x.dtype != cupy.float32
+    """float64 logits: the NumPy reference (on CuPy arrays); float32, float16, bfloat16: the kernels."""
+    return x.dtype not in STORAGE_KINDS
 
 
 def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_index=-100, label_smoothing=0.0):
@@ -117,7 +119,8 @@ def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_in
     x, t = contiguous(x), _int64(target)
     outer, C, inner = _ce_split(x)
     rows = outer * inner
-    w = contiguous(weight) if weight is not None else None
+    kind = np.int32(STORAGE_KINDS[x.dtype])   # 16-bit logits read as they are (the loss and stats are float32)
+    w = contiguous(weight.astype(cupy.float32, copy=False)) if weight is not None else None
     loss_rows = cupy.empty(rows, dtype=cupy.float32)
     weight_rows = cupy.empty(rows, dtype=cupy.float32)
     stats = cupy.empty((rows, 2), dtype=cupy.float32)
@@ -128,18 +131,18 @@ def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_in
             get_kernel("softmax", "cross_entropy_forward_block")(
                 (rows,), (CE_BLOCK_THREADS,),
                 (x, t, wp, loss_rows, weight_rows, stats, np.int64(rows), np.int32(C), np.int64(ignore_index),
-                 np.float32(label_smoothing), np.int32(vec4)))
+                 np.float32(label_smoothing), np.int32(vec4), kind))
         elif inner == 1:
             blocks = (rows + CE_WARP_ROWS_PER_BLOCK - 1) // CE_WARP_ROWS_PER_BLOCK
             get_kernel("softmax", "cross_entropy_forward_warp")(
                 (blocks,), (32 * CE_WARP_ROWS_PER_BLOCK,),
                 (x, t, wp, loss_rows, weight_rows, stats, np.int64(rows), np.int32(C), np.int64(ignore_index),
-                 np.float32(label_smoothing)))
+                 np.float32(label_smoothing), kind))
         else:
             get_kernel("softmax", "cross_entropy_forward_strided")(
                 (grid_stride_blocks(rows),), (THREADS,),
                 (x, t, wp, loss_rows, weight_rows, stats, np.int64(rows), np.int32(C), np.int64(inner),
-                 np.int64(ignore_index), np.float32(label_smoothing)))
+                 np.int64(ignore_index), np.float32(label_smoothing), kind))
     sums = cupy.empty(2, dtype=cupy.float32)    # the reduced loss and the mean's denominator (also for "none")
     get_kernel("softmax", "cross_entropy_reduce")(
         (1,), (CE_REDUCE_THREADS,), (loss_rows, weight_rows, np.int64(rows), np.int32(reduction == "mean"), sums))
@@ -157,11 +160,12 @@ def cross_entropy_backward(x, target, stats, dloss, denom, weight=None, *, reduc
                                                 ignore_index=ignore_index, label_smoothing=label_smoothing)
     x, t = contiguous(x), _int64(target)
     outer, C, inner = _ce_split(x)
-    dx = cupy.empty(x.shape, dtype=cupy.float32)
+    dx = cupy.empty(x.shape, dtype=x.dtype)   # 16-bit logits: their gradient rounded once, in the kernel
     if dx.size == 0:
         return dx
+    kind = np.int32(STORAGE_KINDS[x.dtype])
     dloss = contiguous(dloss.astype(cupy.float32, copy=False))
-    w = contiguous(weight) if weight is not None else None
+    w = contiguous(weight.astype(cupy.float32, copy=False)) if weight is not None else None
     # sum_c w_c, only where label smoothing spreads weight over every class and the weights are not all 1
     w_total = w.sum() if (w is not None and label_smoothing) else None
     block, vec4 = _ce_block(x, C, inner)
@@ -170,13 +174,13 @@ def cross_entropy_backward(x, target, stats, dloss, denom, weight=None, *, reduc
             (outer,), (CE_BLOCK_THREADS,),
             (x, t, stats, w if w is not None else null_pointer(), w_total if w_total is not None else null_pointer(),
              dloss, np.int64(1 if reduction == "none" else 0), denom if reduction == "mean" else null_pointer(), dx,
-             np.int32(C), np.int64(ignore_index), np.float32(label_smoothing), np.int32(vec4)))
+             np.int32(C), np.int64(ignore_index), np.float32(label_smoothing), np.int32(vec4), kind))
         return dx
     get_kernel("softmax", "cross_entropy_backward")(
         (grid_stride_blocks(dx.size),), (THREADS,),
         (x, t, stats, w if w is not None else null_pointer(), w_total if w_total is not None else null_pointer(),
          dloss, np.int64(1 if reduction == "none" else 0), denom if reduction == "mean" else null_pointer(), dx,
-         np.int64(outer), np.int32(C), np.int64(inner), np.int64(ignore_index), np.float32(label_smoothing)))
+         np.int64(outer), np.int32(C), np.int64(inner), np.int64(ignore_index), np.float32(label_smoothing), kind))
     return dx
 
 
