@@ -263,8 +263,8 @@ def test_cross_entropy_under_autocast_reads_16bit_logits(cp, amp_dtype):
     t = minidl.tensor(rng.integers(0, 1500, 70), device="cuda")
     with minidl.autocast("cuda", dtype=dtype):
         loss = F.cross_entropy(x, t, label_smoothing=0.1)
-    loss.backward()
     assert loss.dtype == minidl.float32 and loss.grad_fn.inputs[0] is x   # the logits themselves, no cast between
+    loss.backward()
     assert x.grad.dtype == dtype
     xf = x.detach().float().requires_grad_(True)
     ref = F.cross_entropy(xf, t, label_smoothing=0.1)
