@@ -106,8 +106,9 @@ def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_in
                 x.astype(float32), target, None if weight is None else weight.astype(float32), reduction=reduction,
                 ignore_index=ignore_index, label_smoothing=label_smoothing)
         return loss.astype(loss_dtype if loss_dtype is not None else x.dtype), stats, denom
-    return backend("softmax", x).cross_entropy_forward(x, target, weight, reduction=reduction,
-                                                       ignore_index=ignore_index, label_smoothing=label_smoothing)
+    loss, stats, denom = backend("softmax", x).cross_entropy_forward(
+        x, target, weight, reduction=reduction, ignore_index=ignore_index, label_smoothing=label_smoothing)
+    return (loss if loss_dtype is None else loss.astype(loss_dtype)), stats, denom
 
 
 def cross_entropy_backward(x, target, stats, dloss, denom, weight=None, *, reduction="mean", ignore_index=-100,
