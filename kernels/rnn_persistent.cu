@@ -55,8 +55,10 @@ constexpr int NWARPS = PT / 32;
 constexpr int PKC = 128;          // columns of the exchanged state per staged chunk
 constexpr int PKCP = PKC + 8;     // padded row of a chunk buffer: 8 mod 32 words, so the 64-bit fragment
                                   // loads of a half-warp hit 32 different banks
-constexpr int PKCPH = PKC + 16;   // the same row as bfloat16 (the backward's exchange in bf16 mode): 72 words, also
-                                  // 8 mod 32, so a half-warp's 64-bit loads of four rows hit 32 different banks
+constexpr int PKC_H = 2 * PKC;    // columns per staged chunk of the bfloat16 exchange (the backward in bf16 mode): the
+                                  // bytes of an fp32 chunk, so half as many chunks (and barriers of the CTA) per step
+constexpr int PKCPH = PKC_H + 16; // its padded row in halves: 136 words, 8 mod 32 like PKCP, so a half-warp's 64-bit
+                                  // loads of four rows hit 32 different banks; BP rows fill exactly one fp32 buffer
 constexpr int NBUF = 3;           // chunk buffers: NBUF - 1 chunks in flight while one is multiplied
 constexpr int RED = 4096;         // floats of the partial-sum buffer
 constexpr int MODE_RNN = 0, MODE_LSTM = 1, MODE_GRU = 2;
@@ -155,18 +157,18 @@ __device__ __forceinline__ void issue_chunk(float* buf, const float* A, long lon
 __device__ __noinline__ void stage_chunk_scalar_bf16(unsigned short* buf, const unsigned short* A, long long lda, int B,
                                                      int K, int k0)
 {
-    for (int i = threadIdx.x; i < B * PKC; i += PT) {
-        const int b = i / PKC, kk = i % PKC, k = k0 + kk;
+    for (int i = threadIdx.x; i < B * PKC_H; i += PT) {
+        const int b = i / PKC_H, kk = i % PKC_H, k = k0 + kk;
         buf[b * PKCPH + kk] = k < K ? __ldcg(A + b * lda + k) : (unsigned short)0;
     }
 }
 
-// issue_chunk for bfloat16 data (the backward's exchange in bf16 mode): A[0:B, k0:k0+PKC] into buf[b * PKCPH + k],
+// issue_chunk for bfloat16 data (the backward's exchange in bf16 mode): A[0:B, k0:k0+PKC_H] into buf[b * PKCPH + k],
 // 8 elements per 16-byte cp.async; `vec`: rows 16-byte aligned and K % 8 == 0.
 __device__ __forceinline__ void issue_chunk_bf16(unsigned short* buf, const unsigned short* A, long long lda, int B, int K,
                                                  int k0, bool vec)
 {
-    constexpr int V = PKC / 8, ROWS = PT / V;
+    constexpr int V = PKC_H / 8, ROWS = PT / V;
 #ifdef PERSIST_ABLATE_STAGE
     return;
 #endif
@@ -359,8 +361,9 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
     const int tg = warp % TG, kslice = warp / TG;
     const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
     const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
-    const int chunks = (K + PKC - 1) / PKC, buffer = BP * PKCP;
-    const bool half = math == 2 && Ah != nullptr;   // the bfloat16 exchange: chunks of halves, PKCPH a row
+    const int buffer = BP * PKCP;
+    const bool half = math == 2 && Ah != nullptr;   // the bfloat16 exchange: chunks of PKC_H halves, PKCPH a row
+    const int width = half ? PKC_H : PKC, chunks = (K + width - 1) / width;
     const bool vec = half ? K % 8 == 0 && lda % 8 == 0 && (reinterpret_cast<unsigned long long>(Ah) & 15) == 0
                           : K % 4 == 0 && lda % 4 == 0 && (reinterpret_cast<unsigned long long>(A) & 15) == 0;
     unsigned short* ring_h = reinterpret_cast<unsigned short*>(ring);   // (a bf16 buffer fits in a float one)
@@ -379,7 +382,7 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
 #pragma unroll
     for (int c = 0; c < NBUF - 1; ++c) {
         if (c < chunks) {
-            if (half) issue_chunk_bf16(ring_h + 2 * c * buffer, Ah, lda, B, K, c * PKC, vec);
+            if (half) issue_chunk_bf16(ring_h + 2 * c * buffer, Ah, lda, B, K, c * width, vec);
             else issue_chunk(ring + c * buffer, A, lda, B, K, c * PKC, vec);
         }
         if (c == 0) fetch();
@@ -390,16 +393,16 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
         __syncthreads();            // ... and for every thread; and chunk c - 1 is no longer read
         const int next = c + NBUF - 1;
         if (next < chunks) {
-            if (half) issue_chunk_bf16(ring_h + 2 * (next % NBUF) * buffer, Ah, lda, B, K, next * PKC, vec);
+            if (half) issue_chunk_bf16(ring_h + 2 * (next % NBUF) * buffer, Ah, lda, B, K, next * width, vec);
             else issue_chunk(ring + (next % NBUF) * buffer, A, lda, B, K, next * PKC, vec);
         }
         cp_async_commit();
 #ifndef PERSIST_ABLATE_PRODUCT
         const float* hbuf = ring + (c % NBUF) * buffer;
-        const int k0 = c * PKC;
+        const int k0 = c * width;
         if (half) {
             const unsigned short* hb = ring_h + 2 * (c % NBUF) * buffer;
-            const int steps = (min(PKC, K - k0) + 15) / 16;
+            const int steps = (min(PKC_H, K - k0) + 15) / 16;
             if (ncopy == 4) {
                 product_chunk_bf16x<4>(acc, hb, W, k0, steps, kslice, KS, ah_off, w_off, my_tiles);
             } else if (ncopy == 2) {

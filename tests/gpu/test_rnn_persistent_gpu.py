@@ -220,11 +220,12 @@ def test_persistent_inside_a_cuda_graph():
 
 
 @pytest.mark.parametrize("mode,H", [("lstm", 48), ("gru", 48), ("rnn_tanh", 48), ("lstm", 37), ("gru", 37)])
-def test_persistent_bf16_exchange_gives_the_same_bits(mode, H, monkeypatch):
+def test_persistent_bf16_exchange_gives_the_same_gradients(mode, H, monkeypatch):
     """In bf16 the backward stages each step's dgates_h as bfloat16, rounded by the cell that made it
     (DirBackward::xchg), instead of staging the fp32 array and rounding in the product: the same cvt.rn of the same
-    values, so the gradients are the same bits either way. H 48: 16-byte staging; H 37: element by element (the
-    rows are not 16-byte multiples); padded, bidirectional, two layers."""
+    values, so the mma sees the same bits; the exchange's chunks are twice as wide (PKC_H), which only regroups the
+    fp32 partial sums of the product. H 48: 16-byte staging; H 37: element by element (the rows are not 16-byte
+    multiples); padded, bidirectional, two layers."""
     from minidl.primitives.cuda import rnn_persistent
 
     rng = np.random.default_rng(5)
@@ -241,4 +242,4 @@ def test_persistent_bf16_exchange_gives_the_same_bits(mode, H, monkeypatch):
                        + [g for layer in _to_host(dweights) for g in layer if g is not None])
     assert len(results[0]) == len(results[1])
     for a, b in zip(*results):
-        np.testing.assert_array_equal(a, b)
+        assert rel_err(a, b) <= 1e-5   # fp32 sums regrouped; a rounding of the operands would show at ~1e-3
