@@ -662,11 +662,12 @@ if persistent_rows:
 # the product; the backward cannot: each CTA needs all of `dgates` (B x 4H floats, 256 KB a step, 32 MB
 # through L2 for the 128 CTAs). Since the bf16 product rounds its operands to bfloat16 anyway, the cell
 # that makes `dgates` now also writes it rounded, and the CTAs stage that copy, half the bytes: the same
-# bits reach the tensor cores, and the backward step drops from 13.6 to 11.1 µs (-19%, same run).
+# bits reach the tensor cores, and, staged in chunks twice as wide (half the CTA's barriers), the backward step
+# drops from 13.7 to 8.5 µs (same run).
 #
 # A caution the same file records: called eagerly, the persistent kernels beat cuDNN's eager RNN calls (by
 # 0.3-0.9x), but most of cuDNN's eager time is host time. Replayed from a CUDA graph, cuDNN's kernels alone are
-# faster than ours (bf16: ours take 1.9-2.9x as long), because its small per-step kernels from the two layers
+# faster than ours (bf16: ours take 1.75-2.7x as long), because its small per-step kernels from the two layers
 # overlap (layer 1 at step t beside layer 0 at step t + 1), while our persistent kernel runs one layer at a time on
 # every SM. Keeping the weights on chip removes launches and weight traffic; it does not remove the chain of steps.
 
