@@ -73,6 +73,8 @@ struct DirForward {
     float* cs;             // (T+1, B, H), LSTM only
     float* saved;          // (T, B, 4H): LSTM [i, f, g, o], GRU [r, z, n, h_n]; nullptr in inference
     float* y;              // y + this direction's column offset; row (t, b) at y + (t * B + b) * y_ld
+    unsigned short* xchg;  // (2, B, H) bfloat16, math = 2: each step's h rounded as the product rounds it, what the
+                           // CTAs stage from the second step on (as DirBackward::xchg); slot s & 1 written at step s
 };
 
 struct DirBackward {
@@ -522,7 +524,10 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 fetch_run(gx + i * U, gx_t + (long long)b * G * H + g * H + j0, units, vec);
             }
         };
-        block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, math, fetch);
+        // from the second step on (math = 2) the CTAs stage the state as the last step's cells rounded it (bfloat16)
+        block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, math, fetch,
+                      dir.xchg == nullptr || s == 0 ? nullptr : dir.xchg + ((s - 1) & 1) * state);
+        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s & 1) * state;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
@@ -533,6 +538,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             const float* ghe = red + b * RP + u;   // likewise
             if (!step_is_valid(lengths, b, t)) {  // the state passes through; y and the record are 0
                 dir.hs[out + i] = h_own[e];
+                if (xc != nullptr) xc[i] = bf16_bits(h_own[e]);
                 if (MODE == MODE_LSTM) dir.cs[out + i] = c_own[e];
                 *y = 0.0f;
                 if (MODE != MODE_RNN && keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = 0.0f;
@@ -560,6 +566,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + ghe[0] + bias_at(dir.b_hh, j), relu);
             }
             h_own[e] = h_new;
+            if (xc != nullptr) xc[i] = bf16_bits(h_new);
             dir.hs[out + i] = h_new;
             *y = h_new;
         }

@@ -42,7 +42,7 @@ FLOAT_BYTES = 4
 # (forward, backward). None: plan picks the smallest count that fits the SMs.
 UNITS = None
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
-EXCHANGE_BF16 = True    # bf16 backward: stage each step's gate gradients as bfloat16 (False: as fp32, rounded in the product)
+EXCHANGE_BF16 = True    # bf16: stage each step's state (forward) and gate gradients (backward) as bfloat16 (False: fp32)
 KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "rnn_relu": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "lstm": ("lstm_persistent_forward", "lstm_persistent_backward"),
@@ -159,11 +159,14 @@ def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
     hs/cs holding the initial state) in one launch. y (T, B, D*H) gets every direction's columns."""
     D = len(directions)
     structs = []
+    # bf16: from the second step on the CTAs stage h as bfloat16 (DirForward::xchg, two slots of (B, H)), as backward
+    exchange = [cupy.empty(2 * B * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+                for _ in directions]
     for d, run in enumerate(directions):
         structs.append((_ptr(run.gates_x), _ptr(run.w_hh), _ptr(run.b_ih), _ptr(run.b_hh), _ptr(run.hs),
-                        _ptr(run.cs), _ptr(run.gates), _ptr(y) + d * H * FLOAT_BYTES))
+                        _ptr(run.cs), _ptr(run.gates), _ptr(y) + d * H * FLOAT_BYTES, _ptr(exchange[d])))
     if D == 1:
-        structs.append((0,) * 8)
+        structs.append((0,) * 9)
     barrier = cupy.zeros(2, dtype=cupy.uint32)  # one counter per direction
     launch = the_plan.forward
     args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math),
