@@ -39,8 +39,9 @@
 // Data and state are fp32 throughout; the recurrent product runs as 3xTF32 (math = 0, fp32 accuracy),
 // plain TF32 (math = 1, like the standard algorithm's TF32 GEMMs) or bfloat16 (math = 2; W then sits in shared
 // memory already rounded to bfloat16, stage_w: half the bytes a step reads of it, and no conversion of W per step;
-// and the backward exchanges dgates_h as bfloat16 too, DirBackward::xchg: the cell rounds it once, with the cvt.rn the
-// product applied to the fp32 array before, so the same bits reach the mma from half the bytes staged).
+// and the CTAs exchange the state (forward, from the second step) and dgates_h (backward) as bfloat16 too,
+// DirForward/DirBackward::xchg: the cell rounds once, with the cvt.rn the product applied to the fp32 array before,
+// so the same bits reach the mma from half the bytes staged, in chunks of PKC_H columns).
 #include "rnn_cell.cuh"
 #include "tc_common.cuh"  // cp.async
 

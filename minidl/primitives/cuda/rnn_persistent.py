@@ -14,8 +14,9 @@ backward choose their counts apart: `UNITS` forces them). What must fit in one C
 U columns of W_hh (U x G*H floats); each plus a ring of 3 staging buffers for the exchanged state
 (3 x B x 136 floats, B rounded up to 16), 16 KB for partial sums and a few floats per unit and batch
 row. The product runs on the tensor cores: 3xTF32 for math="fp32" (fp32 accuracy), TF32 for "tf32",
-bfloat16 for "bf16" (kernel_math; in bf16 the backward also exchanges each step's gate gradients as bfloat16,
-rounded once by the cell that makes them: the same bits the product used to round, half the bytes staged). Past
+bfloat16 for "bf16" (kernel_math; in bf16 the CTAs also exchange each step's state (forward) and gate gradients
+(backward) as bfloat16, rounded once by the cell that makes them: the bits the product used to round, half the
+bytes staged, in chunks twice as wide). Past
 that, `plan` says why and the
 standard algorithm runs (RNNDescriptor algo="auto"). Where the limit falls on this GPU, by hidden size
 and batch, is the table benchmarks/bench_gpu_rnn.py prints from `plan`.
