@@ -27,7 +27,10 @@ def _check(ours, theirs, pairs, tol=TOL, seed=0):
     ours.backward(minidl.tensor(g))
     theirs.backward(torch.tensor(g))
     for m, t in pairs:
-        assert rel_err(m.grad.numpy(), t.grad.numpy()) <= tol
+        # (or within 1e-6 absolute: a float32 sum of a few terms that cancel, e.g. a bias gradient of 0.005 from six
+        # rows, differs from torch's in its last bits when the two sum in another order)
+        err = rel_err(m.grad.numpy(), t.grad.numpy())
+        assert err <= tol or np.abs(m.grad.numpy() - t.grad.numpy()).max() <= 1e-6, err
 
 
 def _finite_difference_check(fn, arrays, seed=0, eps=1e-6, tol=1e-6):
