@@ -290,8 +290,10 @@ __device__ __forceinline__ void stage_w(float* W, int i, float v, int math)
 // rounded to bfloat16, products summed in fp32. A lane's elements of a step are k = 2t, 2t+1 (a0/a1, b0)
 // and 2t+8, 2t+9 (a2/a3, b1); they are columns 4t .. 4t+3 of the step here (the same permutation for
 // A and W), so each is one load: 128 bits of the fp32 state, 64 bits of the bfloat16 W (stage_w).
-template <int NCOPY>
-__device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const float* hbuf, const float* W, int k0,
+// HALF: the state already bfloat16 in shared memory (the exchange, issue_chunk_bf16): the same elements of the same
+// rows, read as they are (64 bits per row: k = 4t .. 4t+3, a_off in halves) instead of converted from fp32.
+template <int NCOPY, bool HALF>
+__device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const void* hbuf, const float* W, int k0,
                                                    int steps, int kslice, int KS, const int (&a_off)[4],
                                                    const int (&w_off)[4], int my_tiles)
 {
@@ -306,13 +308,22 @@ __device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const flo
 #pragma unroll
             for (int q = 0; q < TPW; ++q) {
                 if (q >= my_tiles) break;
-                // a_off / w_off point at column 2t of the tile's row (the TF32 layout): 4t is 2t further.
-                const int t2 = a_off[q] & 7;  // = 2t (rows are multiples of 8 floats apart)
-                const float4 lo = *reinterpret_cast<const float4*>(hbuf + a_off[q] + t2 + kk);
-                const float4 hi = *reinterpret_cast<const float4*>(hbuf + a_off[q] + t2 + 8 * PKCP + kk);
+                // w_off (and the fp32 a_off) point at column 2t of the tile's row (the TF32 layout): 4t is 2t further.
+                const int t2 = w_off[q] & 7;  // = 2t (rows are multiples of 8 elements apart)
+                unsigned a[4];
+                if (HALF) {
+                    const unsigned short* hb = static_cast<const unsigned short*>(hbuf) + a_off[q] + kk;
+                    const uint2 lo = *reinterpret_cast<const uint2*>(hb);
+                    const uint2 hi = *reinterpret_cast<const uint2*>(hb + 8 * PKCPH);
+                    a[0] = lo.x, a[1] = hi.x, a[2] = lo.y, a[3] = hi.y;
+                } else {
+                    const float* hf = static_cast<const float*>(hbuf) + a_off[q] + t2 + kk;
+                    const float4 lo = *reinterpret_cast<const float4*>(hf);
+                    const float4 hi = *reinterpret_cast<const float4*>(hf + 8 * PKCP);
+                    a[0] = pack_bf16x2(lo.x, lo.y), a[1] = pack_bf16x2(hi.x, hi.y);
+                    a[2] = pack_bf16x2(lo.z, lo.w), a[3] = pack_bf16x2(hi.z, hi.w);
+                }
                 const uint2 w = *reinterpret_cast<const uint2*>(Wb + w_off[q] + t2 + k0 + kk);
-                const unsigned a[4] = {pack_bf16x2(lo.x, lo.y), pack_bf16x2(hi.x, hi.y), pack_bf16x2(lo.z, lo.w),
-                                       pack_bf16x2(hi.z, hi.w)};
                 const unsigned b[2] = {w.x, w.y};   // (little-endian: the smaller k in the low half, as packed)
                 minidl_tc::mma<minidl_tc::KIND_BF16>(acc[q * NCOPY + copy], a, b);
             }
@@ -320,34 +331,18 @@ __device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const flo
     }
 }
 
-// product_chunk_bf16 with the state already bfloat16 in shared memory (the exchange, issue_chunk_bf16): the same
-// elements of the same rows, read as they are (64 bits per row: k = 4t .. 4t+3) instead of converted from fp32.
-// ah_off: this lane's row g of each tile, column 4t, in halves.
-template <int NCOPY>
-__device__ __forceinline__ void product_chunk_bf16x(float (&acc)[4][4], const unsigned short* hbuf, const float* W,
-                                                    int k0, int steps, int kslice, int KS, const int (&ah_off)[4],
-                                                    const int (&w_off)[4], int my_tiles)
+// product_chunk_bf16 with its NCOPY picked at run time (block_product's ncopy: 4, 2 or 1).
+template <bool HALF>
+__device__ __forceinline__ void product_bf16(int ncopy, float (&acc)[4][4], const void* hbuf, const float* W, int k0,
+                                             int steps, int kslice, int KS, const int (&a_off)[4],
+                                             const int (&w_off)[4], int my_tiles)
 {
-    const unsigned short* Wb = reinterpret_cast<const unsigned short*>(W);
-    constexpr int TPW = 4 / NCOPY;
-    for (int ks0 = kslice; ks0 < steps; ks0 += KS * NCOPY) {
-#pragma unroll
-        for (int copy = 0; copy < NCOPY; ++copy) {
-            const int ks = ks0 + copy * KS;
-            if (ks >= steps) break;
-            const int kk = ks * 16;
-#pragma unroll
-            for (int q = 0; q < TPW; ++q) {
-                if (q >= my_tiles) break;
-                const int t2 = w_off[q] & 7;  // = 2t (W's rows are multiples of 8 elements apart)
-                const uint2 lo = *reinterpret_cast<const uint2*>(hbuf + ah_off[q] + kk);
-                const uint2 hi = *reinterpret_cast<const uint2*>(hbuf + ah_off[q] + 8 * PKCPH + kk);
-                const uint2 w = *reinterpret_cast<const uint2*>(Wb + w_off[q] + t2 + k0 + kk);
-                const unsigned a[4] = {lo.x, hi.x, lo.y, hi.y};
-                const unsigned b[2] = {w.x, w.y};
-                minidl_tc::mma<minidl_tc::KIND_BF16>(acc[q * NCOPY + copy], a, b);
-            }
-        }
+    if (ncopy == 4) {
+        product_chunk_bf16<4, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
+    } else if (ncopy == 2) {
+        product_chunk_bf16<2, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
+    } else {
+        product_chunk_bf16<1, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
     }
 }
 
@@ -403,27 +398,14 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
 #ifndef PERSIST_ABLATE_PRODUCT
         const float* hbuf = ring + (c % NBUF) * buffer;
         const int k0 = c * width;
-        if (half) {
-            const unsigned short* hb = ring_h + 2 * (c % NBUF) * buffer;
-            const int steps = (min(PKC_H, K - k0) + 15) / 16;
-            if (ncopy == 4) {
-                product_chunk_bf16x<4>(acc, hb, W, k0, steps, kslice, KS, ah_off, w_off, my_tiles);
-            } else if (ncopy == 2) {
-                product_chunk_bf16x<2>(acc, hb, W, k0, steps, kslice, KS, ah_off, w_off, my_tiles);
-            } else {
-                product_chunk_bf16x<1>(acc, hb, W, k0, steps, kslice, KS, ah_off, w_off, my_tiles);
-            }
+        if (half) {   // the exchange's bfloat16 chunk, 256 columns
+            product_bf16<true>(ncopy, acc, ring_h + 2 * (c % NBUF) * buffer, W, k0, (min(PKC_H, K - k0) + 15) / 16,
+                               kslice, KS, ah_off, w_off, my_tiles);
             continue;
         }
-        if (math == 2) {
-            const int steps = (min(PKC, K - k0) + 15) / 16;  // columns past K are zero in both operands
-            if (ncopy == 4) {
-                product_chunk_bf16<4>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
-            } else if (ncopy == 2) {
-                product_chunk_bf16<2>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
-            } else {
-                product_chunk_bf16<1>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
-            }
+        if (math == 2) {   // columns past K are zero in both operands
+            product_bf16<false>(ncopy, acc, hbuf, W, k0, (min(PKC, K - k0) + 15) / 16, kslice, KS, a_off, w_off,
+                                my_tiles);
             continue;
         }
         const int steps = (min(PKC, K - k0) + 7) / 8;

@@ -294,6 +294,19 @@ __device__ __forceinline__ void grads4(void* dx, long long q, float4 v, int kind
                                             float_to_half_bits(v.z, kind) | (float_to_half_bits(v.w, kind) << 16));
 }
 
+// A warp's rows merged: every lane ends with the warp's (max, sum) and the target's logit (one lane held it, the others
+// add 0).
+__device__ __forceinline__ void cross_entropy_warp_merge(CrossEntropyRow& r)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, r.m, offset);
+        const float s2 = __shfl_xor_sync(0xffffffffu, r.s, offset);
+        online_merge(r.m, r.s, m2, s2);
+        r.x_t += __shfl_xor_sync(0xffffffffu, r.x_t, offset);
+    }
+}
+
 // The row's loss. wlp = sum_c w_c log p_c (pass 2, only with label smoothing: summed as log-probabilities,
 // not as sum w x - W lse, whose two large terms would cancel in float32).
 __device__ __forceinline__ void cross_entropy_finish_row(float x_t, float row_max, float log_sum, float wlp, long long t,
@@ -327,13 +340,7 @@ extern "C" __global__ void cross_entropy_forward_warp(const void* x, const long 
     const long long t = target[m];
     CrossEntropyRow r = {MINIDL_NEG_INF, 0.0f, 0.0f};
     for (int c = lane; c < C; c += 32) cross_entropy_add(r, logit_at(x, row0 + c, kind), c, t);
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, r.m, offset);
-        const float s2 = __shfl_xor_sync(0xffffffffu, r.s, offset);
-        online_merge(r.m, r.s, m2, s2);
-        r.x_t += __shfl_xor_sync(0xffffffffu, r.x_t, offset);  // one lane holds it, the others add 0
-    }
+    cross_entropy_warp_merge(r);
     // lane 0's values, so that every lane uses the same ones
     const float row_max = __shfl_sync(0xffffffffu, r.m, 0), log_sum = __shfl_sync(0xffffffffu, logf(r.s), 0);
     float wlp = 0.0f;
@@ -371,13 +378,7 @@ extern "C" __global__ void cross_entropy_forward_block(const void* x, const long
     } else {
         for (int c = threadIdx.x; c < C; c += blockDim.x) cross_entropy_add(r, logit_at(x, row0 + c, kind), c, t);
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, r.m, offset);
-        const float s2 = __shfl_xor_sync(0xffffffffu, r.s, offset);
-        online_merge(r.m, r.s, m2, s2);
-        r.x_t += __shfl_xor_sync(0xffffffffu, r.x_t, offset);  // one thread holds it, the others add 0
-    }
+    cross_entropy_warp_merge(r);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     if (lane == 0) {
         shared_m[warp] = r.m;
