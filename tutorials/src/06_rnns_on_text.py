@@ -656,8 +656,9 @@ if persistent_rows:
 # The whole table against cuDNN, for LSTM and GRU at several shapes and in each math mode, is
 # benchmarks/results/gpu_rnn.md (`python3 benchmarks/bench_gpu_rnn.py`), and
 # benchmarks/profile_rnn_persistent.py splits a persistent step into its parts by switching each off
-# (the barrier, the staging of `h`, the product). On an H100 in bf16 (one LSTM layer of 512, batch 32,
-# gpu_rnn.md) a forward step took 5.7 µs and a backward step 12.3 µs; without the barrier 4.9 and 11.2,
+# (the barrier, the staging of `h`, the product). The figures of this cell come from that file, measured on
+# an H100 (not from this notebook's saved outputs, a full-mode run on an H200). In bf16 (one LSTM layer of 512,
+# batch 32) a forward step took 5.7 µs and a backward step 12.3 µs; without the barrier 4.9 and 11.2,
 # without the staging 5.7 and 9.3, without the product 4.5 and 8.5. The forward hides its staging behind
 # the product; the backward cannot: each CTA needs all of `dgates` (B x 4H floats, 256 KB a step, 32 MB
 # through L2 for the 128 CTAs). Since the bf16 product rounds its operands to bfloat16 anyway, the cell
@@ -665,8 +666,8 @@ if persistent_rows:
 # bits reach the tensor cores, and, staged in chunks twice as wide (half the CTA's barriers), the backward step
 # drops from 13.7 to 8.5 µs (same run). The forward does the same with `h` from its second step: 6.8 -> 5.4 µs.
 #
-# A caution the same file records: called eagerly, the persistent kernels beat cuDNN's eager RNN calls (by
-# 0.3-0.9x), but most of cuDNN's eager time is host time. Replayed from a CUDA graph, cuDNN's kernels alone are
+# A caution the same file records: called eagerly, the persistent kernels take 0.33-1.07x the time of cuDNN's
+# eager RNN calls, but most of cuDNN's eager time is host time. Replayed from a CUDA graph, cuDNN's kernels alone are
 # faster than ours (bf16: ours take 1.75-2.7x as long), because its small per-step kernels from the two layers
 # overlap (layer 1 at step t beside layer 0 at step t + 1), while our persistent kernel runs one layer at a time on
 # every SM. Keeping the weights on chip removes launches and weight traffic; it does not remove the chain of steps.
