@@ -25,7 +25,8 @@ def test_a_gpu_step_enters_the_documented_files(case, tf32):
         callers = {}
         files, reentries = trace(step, callers)
     want, ceiling, one_caller = documented()[case]
-    assert files == want, (f"the {case} step now enters {files} (first-entry order); docs/DESIGN.md lists {want}")
+    assert files == want, (f"the {case} step now enters {files} (first-entry order, {reentries} re-entries); "
+                           f"docs/DESIGN.md lists {want}")
     assert reentries <= ceiling, f"the {case} step re-enters files {reentries} times, more than {ceiling}"
     if one_caller:
         several = entered_from_several(callers)

@@ -17,6 +17,7 @@ from pathlib import Path
 import cupy
 
 from .. import _common
+from ._launch import Kernel
 
 
 _lock = threading.Lock()
@@ -111,11 +112,12 @@ def get_kernel(family: str, name: str, options: tuple = (), name_expressions: tu
     While a minidl.profiler.profile is active the kernel comes wrapped in its launch counter
     (_common.kernel_wrapper, which the profiler sets and clears: the primitive library never imports
     the profiler above it). Every launcher asks for its kernel here right before launching it, so
-    every launch is counted; the check is one global read when no profile is active."""
+    every launch is counted; the check is one global read when no profile is active. The kernel is a
+    _launch.Kernel: CuPy's RawKernel, launched with its arguments packed in one buffer."""
     key = (family, name, options, name_expressions, cupy.cuda.runtime.getDevice())
     kernel = _functions.get(key)
     if kernel is None:
-        kernel = _functions[key] = get_module(family, options, name_expressions).get_function(name)
+        kernel = _functions[key] = Kernel(get_module(family, options, name_expressions).get_function(name))
     wrapper = _common.kernel_wrapper
     return kernel if wrapper is None else wrapper(kernel)
 

@@ -8,7 +8,10 @@ array is passed as a null pointer (null_pointer).
 """
 from __future__ import annotations
 
+import ctypes
 import functools
+import struct
+import threading
 
 import cupy
 import numpy as np
@@ -132,3 +135,144 @@ def arrival_counters(count: int):
             return None
         counters = _ARRIVALS[key] = cupy.zeros(max(count, 1024), dtype=cupy.uint32)
     return counters
+
+
+# -- the launch itself ----------------------------------------------------------------------------------------
+# CuPy's launch (RawKernel.__call__) wraps every argument in an object of its own, then builds the array of
+# pointers cuLaunchKernel wants: 6 us for one 96-byte record and up to 19 us for two dozen NumPy scalars on these
+# machines (benchmarks/results/gpu_op_overhead.md), against ~2 us for cuLaunchKernel itself. An eager training step
+# launches 50 (MNIST CNN) to ~900 (char_gpt) kernels. Kernel below packs the arguments with one struct.pack_into
+# into a buffer laid out as the driver says the kernel's parameters are (cuFuncGetParamInfo: each parameter's
+# offset and size), and queues it with one cuLaunchKernel.
+
+_PARAM_INFO = None
+
+
+def _param_info_function():
+    """cuFuncGetParamInfo through ctypes (CUDA 12.4+ drivers; CuPy does not wrap it), or None."""
+    global _PARAM_INFO
+    if _PARAM_INFO is None:
+        try:
+            f = ctypes.CDLL("libcuda.so.1").cuFuncGetParamInfo
+        except (OSError, AttributeError):
+            f = False
+        else:
+            f.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+                          ctypes.POINTER(ctypes.c_size_t)]
+            f.restype = ctypes.c_int
+        _PARAM_INFO = f
+    return _PARAM_INFO or None
+
+
+def param_layout(function_ptr: int):
+    """[(offset, size)] of a CUfunction's parameters, as the driver lays them out; None where the driver
+    cannot say (then Kernel launches through CuPy)."""
+    f = _param_info_function()
+    if f is None:
+        return None
+    layout, offset, size = [], ctypes.c_size_t(), ctypes.c_size_t()
+    for i in range(4096):
+        if f(ctypes.c_void_p(function_ptr), i, ctypes.byref(offset), ctypes.byref(size)) != 0:
+            break   # CUDA_ERROR_INVALID_VALUE past the last parameter
+        layout.append((offset.value, size.value))
+    return layout
+
+
+def _code(size: int, value) -> str:
+    """The struct code that writes `value` into a parameter of `size` bytes, by the kind of value the launcher
+    passes there (CuPy's rules: a float parameter gets a NumPy float of its width, an int one an int)."""
+    if isinstance(value, bytes):
+        if len(value) != size:
+            raise ValueError(f"a {len(value)}-byte record for a {size}-byte parameter")
+        return f"{size}s"
+    if isinstance(value, (float, np.floating)):
+        return {4: "f", 8: "d", 2: "e"}[size]
+    unsigned = isinstance(value, (np.unsignedinteger, np.bool_, bool))
+    code = {8: "q", 4: "i", 2: "h", 1: "b"}[size]
+    return code.upper() if unsigned else code
+
+
+class Kernel:
+    """A compiled `__global__` function of kernels/, called as CuPy's RawKernel is: kernel(grid, block, args,
+    shared_mem=0). Arguments: CuPy arrays (their data pointer), None (a null pointer), Python or NumPy ints and
+    floats, and NumPy records (a by-value struct: its bytes). The first launch reads the parameters' layout from the
+    driver and makes the packing format from the kinds of values given; later launches with other kinds rebuild
+    it, and anything the format cannot take (or a driver that cannot tell the layout) goes through CuPy's launch.
+    Other attributes (max_dynamic_shared_size_bytes, ...) are the RawKernel's."""
+
+    __slots__ = ("kernel", "ptr", "_layout", "_struct", "_buffers")
+
+    def __init__(self, kernel):
+        set_ = object.__setattr__
+        set_(self, "kernel", kernel)                 # the RawKernel
+        set_(self, "ptr", kernel.kernel.ptr)         # its CUfunction
+        set_(self, "_layout", param_layout(self.ptr))
+        set_(self, "_struct", None)
+        set_(self, "_buffers", {})                   # thread -> (buffer, address of its pointer array)
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.kernel, name, value)
+
+    def _pack(self, values):
+        """Make the struct that packs values of these kinds into the parameters' layout (gaps as pad bytes) and
+        this thread's buffer, and pack them; returns the buffer's entry, or None when the format cannot take them
+        (then CuPy launches). A wrong number of arguments is the launcher's bug: it raises."""
+        layout = self._layout
+        if len(values) != len(layout):
+            raise TypeError(f"kernel {self.kernel.name} takes {len(layout)} arguments, the launcher gave {len(values)}")
+        fmt, at = "<", 0
+        try:
+            for (offset, size), value in zip(layout, values):
+                fmt += (f"{offset - at}x" if offset > at else "") + _code(size, value)
+                at = offset + size
+            packer = struct.Struct(fmt)
+            buffer = ctypes.create_string_buffer(max(packer.size, 1))
+            packer.pack_into(buffer, 0, *values)
+        except (struct.error, KeyError, ValueError, TypeError):
+            return None
+        base = ctypes.addressof(buffer)
+        pointers = (ctypes.c_void_p * max(len(layout), 1))(*[base + offset for offset, _ in layout])
+        object.__setattr__(self, "_struct", packer)
+        if len(self._buffers) > 64:
+            self._buffers.clear()
+        entry = self._buffers[threading.get_ident()] = (buffer, ctypes.addressof(pointers), pointers)
+        return entry
+
+    def __call__(self, grid, block, args, shared_mem=0, **kwargs):
+        if kwargs or self._layout is None:
+            return self.kernel(grid, block, args, shared_mem=shared_mem, **kwargs)
+        values = [a.data.ptr if a.__class__ is _ndarray else
+                  (0 if a is None else a.tobytes() if a.__class__ is np.ndarray else a) for a in args]
+        entry = self._buffers.get(threading.get_ident())
+        try:
+            self._struct.pack_into(entry[0], 0, *values)
+        except (struct.error, TypeError, AttributeError):   # the first launch, a new thread, or other kinds of values
+            entry = self._pack(values)
+            if entry is None:
+                return self.kernel(grid, block, args, shared_mem=shared_mem)
+        gx, gy, gz = _dims(grid)
+        bx, by, bz = _dims(block)
+        _launch_kernel(self.ptr, gx, gy, gz, bx, by, bz, shared_mem, _stream().ptr, entry[1], 0)
+
+
+_ndarray = cupy.ndarray   # the launch's names, bound once
+_launch_kernel = cupy.cuda.driver.launchKernel
+_stream = cupy.cuda.get_current_stream
+
+
+def _dims(d):
+    """A grid or block as CuPy takes it (an int, or a tuple or list of 1-3 ints) as three ints."""
+    if d.__class__ is tuple:
+        n = len(d)
+        return (d[0], 1, 1) if n == 1 else (d[0], d[1], 1) if n == 2 else d
+    return _dims(tuple(d)) if hasattr(d, "__len__") else (d, 1, 1)
+
+
+def function_pointer(kernel) -> int:
+    """The CUfunction of what get_kernel handed out (a Kernel, or the profiler's launch counter around one)."""
+    while not isinstance(kernel, Kernel):
+        kernel = kernel.kernel
+    return kernel.ptr

@@ -47,7 +47,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import THREADS, grid_stride_blocks
+from ._launch import THREADS, function_pointer, grid_stride_blocks
 from . import rnn_persistent
 from .convolution import convolution_backward_bias_nhwc
 from .gemm import gemm_tc, sgemm
@@ -182,9 +182,7 @@ class _PackedLaunches:
         slot_bytes = self.values.itemsize
         self.params = self.values.ctypes.data + slot_bytes * np.arange(self.values.size, dtype=np.uint64)
         self.step_params = [self.params.ctypes.data + s * len(columns) * self.params.itemsize for s in range(steps)]
-        # A RawModule hands out RawKernels; the driver wants the CUfunction of the compiled Function inside.
-        function = kernel.kernel if hasattr(kernel, "kernel") else kernel
-        self.function = function.ptr
+        self.function = function_pointer(kernel)   # the driver wants the CUfunction
         self.blocks = blocks
 
     def launch(self, s, stream_ptr):

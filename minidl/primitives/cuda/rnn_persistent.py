@@ -30,7 +30,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import sm_count
+from ._launch import function_pointer, sm_count
 
 PT = 512                # threads per CTA (kernels/rnn_persistent.cu: PT)
 PKCP = 128 + 8          # a row of a staged chunk of the exchanged state (PKCP)
@@ -131,11 +131,9 @@ def kernel_math(math: str) -> int:
 def _function(name: str, smem: int):
     """The CUfunction pointer of a persistent kernel, allowed `smem` bytes of dynamic shared memory."""
     kernel = get_kernel("rnn_persistent", name)
-    while not isinstance(kernel, cupy.RawKernel):  # the profiler's launch counter wraps it
-        kernel = kernel.kernel
     if kernel.max_dynamic_shared_size_bytes < smem:
-        kernel.max_dynamic_shared_size_bytes = smem
-    return kernel.kernel.ptr
+        kernel.max_dynamic_shared_size_bytes = smem   # (on the RawKernel, through the wrappers)
+    return function_pointer(kernel)
 
 
 def _launch(name: str, blocks: int, smem: int, args: list) -> None:
