@@ -74,8 +74,15 @@ struct DirForward {
     float* cs;             // (T+1, B, H), LSTM only
     float* saved;          // (T, B, 4H): LSTM [i, f, g, o], GRU [r, z, n, h_n]; nullptr in inference
     float* y;              // y + this direction's column offset; row (t, b) at y + (t * B + b) * y_ld
-    unsigned short* xchg;  // (2, B, H) bfloat16, math = 2: each step's h rounded as the product rounds it, what the
-                           // CTAs stage from the second step on (as DirBackward::xchg); slot s & 1 written at step s
+    unsigned short* xchg;  // (slots, B, H) bfloat16, math = 2: each step's h rounded as the product rounds it, what the
+                           // CTAs stage from the second step on (as DirBackward::xchg); slot s % slots written at step s
+    long long slots;       // 2; T for the lower layer of a wavefront (the layer above reads slot t at its step t)
+    // The wavefront (wave = 1: CTAs of group 0 run layer l, group 1 layer l + 1, of one direction, in one launch):
+    // the upper layer has no gates_x; its product also covers its input, the lower layer's y at step t.
+    const float* w_ih;     // (G*H, H): the upper layer's input weights, or nullptr
+    const float* x;        // the lower layer's y: row (t, b) at x + (t * B + b) * x_ld; or nullptr
+    const unsigned short* xh;  // the lower layer's exchange slots (T, B, H) bfloat16, read instead of x; or nullptr
+    long long x_ld;
 };
 
 struct DirBackward {
@@ -116,6 +123,31 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
 #ifdef PERSIST_BACKOFF
             __nanosleep(PERSIST_BACKOFF);
 #endif
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// The wavefront's two layers: the lower one's CTAs arrive at their own barrier after every step (grid_barrier, and
+// grid_arrive after the last); the upper one's CTAs wait (grid_wait) until all of them are past the step whose
+// output they read next. The lower layer never waits for the upper one.
+__device__ __forceinline__ void grid_arrive(unsigned int* counter)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(counter, 1u);
+    }
+}
+
+__device__ __forceinline__ void grid_wait(const unsigned int* counter, unsigned int target)
+{
+    __syncthreads();   // (every thread is done with what the last step staged)
+    if (threadIdx.x == 0) {
+        const long long start = clock64();
+        while (load_acquire(counter) < target) {
+            if (clock64() - start > (1LL << 36)) __trap();  // ~30 s: the grid was not co-resident
         }
         __threadfence();
     }
@@ -346,10 +378,22 @@ __device__ __forceinline__ void product_bf16(int ncopy, float (&acc)[4][4], cons
     }
 }
 
-// Ah: A already rounded to bfloat16 (math = 2 only; nullptr: A is read as fp32).
+// One operand of a step's product: K columns of B rows, fp32 at `a` (row stride lda) or, math = 2, already rounded
+// to bfloat16 at `ah` (the exchange; nullptr: `a` is converted); its columns meet W's columns kw .. kw + K - 1.
+struct Operand {
+    const float* a;
+    const unsigned short* ah;
+    long long lda;
+    int K;
+    int kw;
+};
+
+// red = sum over the operands of A_i @ W[:, kw_i : kw_i + K_i]^T (one operand; two for the wavefront's upper layer:
+// its input and its state). Each operand is staged in chunks of its own width (PKC fp32, PKC_H bfloat16 columns)
+// through the one ring; columns past an operand's K are staged as zero, so W's columns there never count.
 template <class Fetch>
-__device__ void block_product(const float* A, long long lda, int B, int BP, int K, const float* W, int RP, int KP,
-                              float* ring, float* red, int math, Fetch fetch, const unsigned short* Ah = nullptr)
+__device__ void block_product(const Operand op0, const Operand op1, int B, int BP, const float* W, int RP, int KP,
+                              float* ring, float* red, int math, Fetch fetch)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int MT = BP / 16, NT = RP / 8, tiles = MT * NT;
@@ -360,11 +404,15 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
     const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
     const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
     const int buffer = BP * PKCP;
-    const bool half = math == 2 && Ah != nullptr;   // the bfloat16 exchange: chunks of PKC_H halves, PKCPH a row
-    const int width = half ? PKC_H : PKC, chunks = (K + width - 1) / width;
-    const bool vec = half ? K % 8 == 0 && lda % 8 == 0 && (reinterpret_cast<unsigned long long>(Ah) & 15) == 0
-                          : K % 4 == 0 && lda % 4 == 0 && (reinterpret_cast<unsigned long long>(A) & 15) == 0;
-    unsigned short* ring_h = reinterpret_cast<unsigned short*>(ring);   // (a bf16 buffer fits in a float one)
+    // the bfloat16 exchange: chunks of PKC_H halves, PKCPH a row (op1.K == 0: one operand)
+    const bool half0 = math == 2 && op0.ah != nullptr, half1 = math == 2 && op1.ah != nullptr;
+    const int n0 = (op0.K + (half0 ? PKC_H : PKC) - 1) / (half0 ? PKC_H : PKC);
+    const int chunks = n0 + (op1.K + (half1 ? PKC_H : PKC) - 1) / (half1 ? PKC_H : PKC);
+    auto aligned = [](const Operand& o, bool half) {
+        return half ? o.K % 8 == 0 && o.lda % 8 == 0 && (reinterpret_cast<unsigned long long>(o.ah) & 15) == 0
+                    : o.K % 4 == 0 && o.lda % 4 == 0 && (reinterpret_cast<unsigned long long>(o.a) & 15) == 0;
+    };
+    const bool vec0 = aligned(op0, half0), vec1 = op1.K == 0 || aligned(op1, half1);
     // This lane's fragment offsets for each of its tiles, worked out once (integer division is slow).
     int a_off[4], ah_off[4], w_off[4], my_tiles = 0;
 #pragma unroll
@@ -375,14 +423,20 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
         ah_off[q] = (mt * 16 + g) * PKCPH + 4 * t;
         w_off[q] = (nt * 8 + g) * KP + 2 * t;
     }
+    auto issue = [&](int c) {   // start staging chunk c (of both operands' chunks) into its ring buffer
+        const bool second = c >= n0, half = second ? half1 : half0, vec = second ? vec1 : vec0;
+        const int l = second ? c - n0 : c, K = second ? op1.K : op0.K;
+        const long long lda = second ? op1.lda : op0.lda;
+        float* buf = ring + (c % NBUF) * buffer;
+        if (half) issue_chunk_bf16(reinterpret_cast<unsigned short*>(buf), second ? op1.ah : op0.ah, lda, B, K,
+                                   l * PKC_H, vec);
+        else issue_chunk(buf, second ? op1.a : op0.a, lda, B, K, l * PKC, vec);
+    };
     float acc[4][4] = {};
     __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
 #pragma unroll
     for (int c = 0; c < NBUF - 1; ++c) {
-        if (c < chunks) {
-            if (half) issue_chunk_bf16(ring_h + 2 * c * buffer, Ah, lda, B, K, c * width, vec);
-            else issue_chunk(ring + c * buffer, A, lda, B, K, c * PKC, vec);
-        }
+        if (c < chunks) issue(c);
         if (c == 0) fetch();
         cp_async_commit();
     }
@@ -390,32 +444,32 @@ __device__ void block_product(const float* A, long long lda, int B, int BP, int 
         cp_async_wait<NBUF - 2>();  // chunk c (and everything before it) has landed, for this thread
         __syncthreads();            // ... and for every thread; and chunk c - 1 is no longer read
         const int next = c + NBUF - 1;
-        if (next < chunks) {
-            if (half) issue_chunk_bf16(ring_h + 2 * (next % NBUF) * buffer, Ah, lda, B, K, next * width, vec);
-            else issue_chunk(ring + (next % NBUF) * buffer, A, lda, B, K, next * PKC, vec);
-        }
+        if (next < chunks) issue(next);
         cp_async_commit();
 #ifndef PERSIST_ABLATE_PRODUCT
+        const bool second = c >= n0;
+        const int l = second ? c - n0 : c, K = second ? op1.K : op0.K, kw = second ? op1.kw : op0.kw;
         const float* hbuf = ring + (c % NBUF) * buffer;
-        const int k0 = c * width;
-        if (half) {   // the exchange's bfloat16 chunk, 256 columns
-            product_bf16<true>(ncopy, acc, ring_h + 2 * (c % NBUF) * buffer, W, k0, (min(PKC_H, K - k0) + 15) / 16,
-                               kslice, KS, ah_off, w_off, my_tiles);
+        if (second ? half1 : half0) {   // the exchange's bfloat16 chunk, 256 columns
+            const int k0 = l * PKC_H;
+            product_bf16<true>(ncopy, acc, hbuf, W, kw + k0, (min(PKC_H, K - k0) + 15) / 16, kslice, KS, ah_off,
+                               w_off, my_tiles);
             continue;
         }
-        if (math == 2) {   // columns past K are zero in both operands
-            product_bf16<false>(ncopy, acc, hbuf, W, k0, (min(PKC, K - k0) + 15) / 16, kslice, KS, a_off, w_off,
-                                my_tiles);
+        const int k0 = l * PKC;
+        if (math == 2) {   // columns past K are zero in the staged chunk
+            product_bf16<false>(ncopy, acc, hbuf, W, kw + k0, (min(PKC, K - k0) + 15) / 16, kslice, KS, a_off,
+                                w_off, my_tiles);
             continue;
         }
         const int steps = (min(PKC, K - k0) + 7) / 8;
         const int tf32 = math;
         if (ncopy == 4) {
-            product_chunk<4>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
+            product_chunk<4>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         } else if (ncopy == 2) {
-            product_chunk<2>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
+            product_chunk<2>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         } else {
-            product_chunk<1>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
+            product_chunk<1>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         }
 #endif
     }
@@ -464,14 +518,17 @@ __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : 
 template <int MODE>
 __device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
                                    const int* lengths, int T, int B, int H, int U, long long y_ld, int relu,
-                                   int math, unsigned int* barrier)
+                                   int math, unsigned int* barrier, const unsigned int* below, bool arrive_last)
 {
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    const int R = G * U, RP = round_up(R, 8), KP = round_up(H, 8) + 8, BP = round_up(B, 16);
+    // The wavefront's upper layer: its input's KX columns come first in W's rows, its state's from column KH (a
+    // multiple of 16, so that both operands' 64-bit fragment loads of W stay aligned; the columns between are zero).
+    const int KX = dir.x != nullptr ? H : 0, KH = round_up(KX, 16);
+    const int R = G * U, RP = round_up(R, 8), KP = round_up(KH + H, 8) + 8, BP = round_up(B, 16);
     float* W = smem;
-    float* ring = W + RP * KP;
+    float* ring = W + (math == 2 ? RP * KP / 2 : RP * KP);   // (bf16: W as halves)
     float* red = ring + NBUF * BP * PKCP;
     float* gx = red + RED;
     float* h_own = gx + B * R;
@@ -481,11 +538,17 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     const bool vec = U % 4 == 0 && units == U && H % 4 == 0;  // runs of units are 16-byte aligned
     const long long state = (long long)B * H;
 
-    // Rows g*U + u of W = row g*H + j0 + u of W_hh; zero past H, in the padding rows and columns (the mma
-    // steps run over K rounded up to 8 or 16 columns).
+    // Rows g*U + u of W = row g*H + j0 + u of [W_ih | W_hh] (W_ih only in the upper layer of a wavefront); zero past H,
+    // in the padding rows and columns (the mma steps run over K rounded up to 8 or 16 columns).
     for (int i = threadIdx.x; i < RP * KP; i += PT) {
         const int r = i / KP, k = i % KP, g = r / U, u = r % U;
-        stage_w(W, i, (r < R && j0 + u < H && k < H) ? dir.w_hh[(long long)(g * H + j0 + u) * H + k] : 0.0f, math);
+        const long long row = g * H + j0 + u;
+        float v = 0.0f;
+        if (r < R && j0 + u < H) {
+            if (k < KX) v = dir.w_ih[row * KX + k];
+            else if (k >= KH && k < KH + H) v = dir.w_hh[row * H + k - KH];
+        }
+        stage_w(W, i, v, math);
     }
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;  // rows B .. BP-1 stay zero
     const int first = direction ? T : 0;  // where the initial state sits in hs / cs
@@ -493,6 +556,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         const int b = e / U, j = j0 + e % U;
         h_own[e] = j < H ? dir.hs[first * state + b * (long long)H + j] : 0.0f;
         if (MODE == MODE_LSTM) c_own[e] = j < H ? dir.cs[first * state + b * (long long)H + j] : 0.0f;
+        if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gx[b * R + g * U + e % U] = 0.0f;
     }
     // (block_product's first __syncthreads orders these writes before any read)
 
@@ -502,15 +566,24 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         const long long out = (direction ? t : t + 1) * state;
         const float* gx_t = dir.gates_x + (long long)t * B * G * H;
         auto fetch = [&]() {  // this step's input projection of the CTA's gates: gx[(b * G + g) * U + u]
+            if (dir.gates_x == nullptr) return;
             for (int i = threadIdx.x; i < B * G; i += PT) {
                 const int b = i / G, g = i % G;
                 fetch_run(gx + i * U, gx_t + (long long)b * G * H + g * H + j0, units, vec);
             }
         };
         // from the second step on (math = 2) the CTAs stage the state as the last step's cells rounded it (bfloat16)
-        block_product(h_in, H, B, BP, H, W, RP, KP, ring, red, math, fetch,
-                      dir.xchg == nullptr || s == 0 ? nullptr : dir.xchg + ((s - 1) & 1) * state);
-        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s & 1) * state;
+        const Operand own = {h_in, dir.xchg == nullptr || s == 0 ? nullptr : dir.xchg + ((s - 1) % dir.slots) * state,
+                             H, H, KH};
+        if (KX) {   // the wavefront's upper layer: the lower layer's y at t, once its CTAs are past step t
+            grid_wait(below, per_direction * (unsigned int)(t + 1));
+            const Operand input = {dir.x + (long long)t * B * dir.x_ld, dir.xh == nullptr ? nullptr : dir.xh + t * state,
+                                   dir.x_ld, KX, 0};
+            block_product(input, own, B, BP, W, RP, KP, ring, red, math, fetch);
+        } else {
+            block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
+        }
+        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * state;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
@@ -554,6 +627,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             *y = h_new;
         }
         if (s + 1 < T) grid_barrier(barrier, per_direction, s);
+        else if (arrive_last) grid_arrive(barrier);   // the layer above waits for this last step too
     }
 }
 
@@ -578,7 +652,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     float* smem = reinterpret_cast<float*>(smem4);
     const int GH = G * H, RP = round_up(U, 8), KP = round_up(GH, 8) + 8, BP = round_up(B, 16);
     float* W = smem;
-    float* ring = W + RP * KP;
+    float* ring = W + (math == 2 ? RP * KP / 2 : RP * KP);   // (bf16: W as halves)
     float* red = ring + NBUF * BP * PKCP;
     float* direct = red + RED;
     float* dcarry = direct + B * U;
@@ -626,8 +700,9 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh.
         if (s > 0) {
             const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
-            block_product(dir.dgates_h + (long long)t_last * B * GH, GH, B, BP, GH, W, RP, KP, ring, red, math,
-                          fetch, dir.xchg == nullptr ? nullptr : dir.xchg + ((s - 1) & 1) * (long long)B * GH);
+            const Operand op = {dir.dgates_h + (long long)t_last * B * GH,
+                                dir.xchg == nullptr ? nullptr : dir.xchg + ((s - 1) & 1) * (long long)B * GH, GH, GH, 0};
+            block_product(op, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         } else {
             fetch();
             cp_async_commit();
@@ -698,14 +773,16 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
-        int math, unsigned int* barrier)                                                                              \
+        int math, int wave, unsigned int* barrier)                                                          \
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
-        const int direction = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                   \
-        if (direction)                                                                                      \
-            persistent_forward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, barrier + 1); \
+        const int group = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                       \
+        if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
+            persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, \
+                                     barrier + 1, wave ? barrier : nullptr, false);                         \
         else                                                                                                \
-            persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, barrier);    \
+            persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, barrier,  \
+                                     nullptr, wave != 0);                                                   \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \

@@ -36,6 +36,7 @@ def units(monkeypatch):
 
     def force(n):
         monkeypatch.setattr(rnn_persistent, "UNITS", n)
+        monkeypatch.setattr(rnn_persistent, "UNITS_WAVE", n)   # (two unidirectional layers run as a wavefront)
     return force
 
 
@@ -245,3 +246,83 @@ def test_persistent_bf16_exchange_gives_the_same_gradients(mode, H, monkeypatch)
         # fp32 sums regrouped, and the few bf16 roundings that moves through the recurrence: ~1e-5 here; a slot read
         # stale or a wrong rounding of the exchange would show at the size of the gradients themselves
         assert rel_err(a, b) <= 1e-4
+
+
+def _run_math(desc, case, lengths, math):
+    x, h0, c0, weights, dy, dhy, dcy = case
+    y, hy, cy, reserve = rnn_forward(_to_gpu(x), _to_gpu(h0), _to_gpu(c0), _to_gpu(weights), desc,
+                                     seq_lengths=lengths, math=math)
+    dx, dh0, dc0, dweights = rnn_backward(_to_gpu(dy), _to_gpu(dhy), _to_gpu(dcy), reserve)
+    return dict(y=_to_host(y), hy=_to_host(hy), cy=_to_host(cy), dx=_to_host(dx), dh0=_to_host(dh0),
+                dc0=_to_host(dc0), dweights=_to_host(dweights))
+
+
+@pytest.mark.parametrize("mode", ["lstm", "rnn_tanh", "rnn_relu"])
+@pytest.mark.parametrize("math", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("num_layers,H,padded,per_cta", [(2, 48, False, None), (3, 48, True, 3), (2, 37, True, 1),
+                                                         (4, 64, False, 5)])
+def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per_cta, monkeypatch):
+    """Two stacked unidirectional layers in one forward launch (rnn_persistent.forward_wave: the upper layer's CTAs
+    wait for the lower layer's step t, then multiply [y_lower[t] | h] by [W_ih | W_hh]) against the layers run one
+    launch each: the same values to the precision's rounding (fp32: 3xTF32 products in another order; TF32 and bf16:
+    the upper layer's input projection rounds its operands to the mode's precision, where the layer-by-layer path
+    runs it as a TF32 GEMM), and within fp64's reference. An odd number of layers leaves the last one alone; H 37:
+    staged element by element; 1, 3 and 5 units per CTA; padded batches read y (zero past a sequence's end)."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    monkeypatch.setattr(rnn_persistent, "UNITS_WAVE", per_cta)
+    rng = np.random.default_rng(zlib.crc32(repr((mode, math, num_layers, H)).encode()))
+    T, B = 11, 6
+    lengths = np.array([11, 4, 9, 1, 11, 6]) if padded else None
+    desc = _desc(mode, 13, H, num_layers, False, True, "persistent")
+    case = _case(desc, T, B, rng)
+    monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)   # (also where "auto" would not pick it)
+    assert rnn_persistent.wave_plan(mode, B, H, math)[0] is not None
+    results = {}
+    for wave in (True, False):
+        monkeypatch.setattr(rnn_persistent, "WAVEFRONT", wave)
+        results[wave] = _run_math(desc, case, lengths, math)
+    want = _run_reference(desc, *case, lengths=lengths)
+    if math == "fp32":
+        _assert_close(results[True], results[False], desc, tol=2e-5)
+        _assert_close(results[True], want, desc)
+        return
+    # TF32 / bf16: as close to fp64 as the layer-by-layer path is (its error, or the mode's rounding, whichever is
+    # larger, with room for the other rounding order)
+    for key in ("y", "hy", "dx", "dh0") + (("cy", "dc0") if mode == "lstm" else ()):
+        floor = {"tf32": 2e-3, "bf16": 1e-2}[math]
+        assert rel_err(results[True][key], want[key]) <= 2 * max(rel_err(results[False][key], want[key]), floor), key
+    for grads, base, refs in zip(results[True]["dweights"], results[False]["dweights"], want["dweights"]):
+        for g, b, w in zip(grads, base, refs):
+            assert rel_err(g, w) <= 2 * max(rel_err(b, w), {"tf32": 2e-3, "bf16": 1e-2}[math])
+
+
+def test_wavefront_is_deterministic_and_capturable():
+    """Run to run the same bits; inside a CUDA graph, a replay on new data equals an eager run on it."""
+    import cupy
+
+    import minidl
+    from minidl.primitives.cuda import rnn_persistent
+
+    rng = np.random.default_rng(31)
+    desc = _desc("lstm", 32, 64, 2, False, True, "persistent")
+    assert rnn_persistent.wave_plan("lstm", 8, 64, "bf16")[0] is not None
+    x, h0, c0, weights, dy, dhy, dcy = (_to_gpu(a) for a in _case(desc, 12, 8, rng))
+
+    def run():
+        y, hy, cy, reserve = rnn_forward(x, h0, c0, weights, desc, math="bf16")
+        dx, dh0, dc0, dweights = rnn_backward(dy, dhy, dcy, reserve)
+        return y, hy, cy, dx, dh0, dc0, dweights
+
+    first, second = _to_host(list(run())), _to_host(list(run()))
+    for a, b in zip(first[:6], second[:6]):
+        np.testing.assert_array_equal(a, b)
+    graph = minidl.cuda.CUDAGraph()
+    with minidl.cuda.graph(graph):
+        outs = run()
+    x[...] = cupy.asarray(rng.standard_normal(x.shape).astype(np.float32))
+    graph.replay()
+    replayed = _to_host(list(outs))
+    eager = _to_host(list(run()))
+    for got, want in zip(replayed[:6], eager[:6]):
+        assert rel_err(got, want) <= 1e-5

@@ -259,6 +259,7 @@ class _ForwardDirection:
         self.math = math
         # What the persistent algorithm (rnn_persistent.py) reads instead of the packed step launches.
         self.gates_x, self.w_hh, self.b_ih, self.b_hh = gates_x, w_hh, b_ih, b_hh
+        self.w_ih = None   # set for the upper layer of a wavefront (rnn_persistent.forward_wave), which has no gates_x
         self.geo, self.T, self.w_hh_ptr = geo, geo.T, _ptr(w_hh)
         # The launches below hold raw pointers only: keep every array they point into alive until the
         # loop has run, or CuPy's memory pool hands the memory to the next allocation.
@@ -385,34 +386,52 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     hy = _empty((L * D, B, H))
     cy = _empty((L * D, B, H)) if is_lstm else None
     layer_inputs, records = [], []
-    layer_input = x
-    for layer in range(L):
-        in_size = layer_input.shape[2]
-        y = _empty((T, B, D * H))
-        directions = []
-        for direction in range(D):
-            k = layer * D + direction
-            w_ih, w_hh, b_ih, b_hh = weights[k]
-            # The input projection does not depend on the recurrence: one GEMM for all T steps.
+    wave = None
+    if persistent and D == 1 and L > 1:
+        wave, _ = rnn_persistent.wave_plan(desc.mode, B, H, recurrent_math)
+
+    def direction_run(layer, direction, layer_input, y, project=True):
+        k = layer * D + direction
+        w_ih, w_hh, b_ih, b_hh = weights[k]
+        gates_x = None
+        if project:   # the input projection does not depend on the recurrence: one GEMM for all T steps
             gates_x = _empty((T, B, G * H))
-            _gemm(_ptr(gates_x), _ptr(layer_input), _ptr(w_ih), T * B, G * H, in_size, trans_b=True, math=math)
-            geo = _Geometry(desc.mode, T, B, H, D, direction)
-            directions.append(_ForwardDirection(
-                geo, kernel, gates_x, w_hh, b_ih, b_hh, None if h0 is None else h0[k],
-                None if c0 is None else c0[k], y, lengths, training, math, packed=not persistent))
-        if persistent:
-            rnn_persistent.forward(desc.mode, the_plan, directions, y, lengths, T, B, H, recurrent_math)
+            _gemm(_ptr(gates_x), _ptr(layer_input), _ptr(w_ih), T * B, G * H, layer_input.shape[2], trans_b=True,
+                  math=math)
+        run = _ForwardDirection(_Geometry(desc.mode, T, B, H, D, direction), kernel, gates_x, w_hh, b_ih, b_hh,
+                                None if h0 is None else h0[k], None if c0 is None else c0[k], y, lengths, training,
+                                math, packed=not persistent)
+        if not project:
+            run.w_ih = w_ih
+        return run
+
+    layer_input = x
+    layer = 0
+    while layer < L:
+        if wave is not None and layer + 1 < L:   # layers l and l + 1 in one launch (rnn_persistent.wave_plan)
+            y_lower, y = _empty((T, B, H)), _empty((T, B, H))
+            runs = [direction_run(layer, 0, layer_input, y_lower), direction_run(layer + 1, 0, y_lower, y, False)]
+            rnn_persistent.forward_wave(desc.mode, wave, runs[0], runs[1], y_lower, y, lengths, T, B, H,
+                                        recurrent_math)
+            inputs = [layer_input, y_lower]
         else:
-            _run_interleaved(directions)
-        for direction, run in enumerate(directions):
-            k = layer * D + direction
+            y = _empty((T, B, D * H))
+            runs = [direction_run(layer, direction, layer_input, y) for direction in range(D)]
+            if persistent:
+                rnn_persistent.forward(desc.mode, the_plan, runs, y, lengths, T, B, H, recurrent_math)
+            else:
+                _run_interleaved(runs)
+            inputs = [layer_input]
+        for i, run in enumerate(runs):   # (a wavefront's two runs are layers, one direction each)
+            k = (layer + i) * D if len(inputs) == 2 else layer * D + i
             final = _final_index(run.geo)
             hy[k] = run.hs[final]
             if is_lstm:
                 cy[k] = run.cs[final]
             records.append((run.hs, run.cs, run.gates))
-        layer_inputs.append(layer_input)
+        layer_inputs += inputs
         layer_input = y
+        layer += len(inputs)
     saved = (layer_inputs, records, lengths) if training else None
     return layer_input, hy, cy, saved
 

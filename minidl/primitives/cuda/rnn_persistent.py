@@ -42,6 +42,10 @@ FLOAT_BYTES = 4
 # Tests and benchmarks set this to force the hidden units per CTA: an int for both passes, or a pair
 # (forward, backward). None: plan picks the smallest count that fits the SMs.
 UNITS = None
+UNITS_WAVE = None       # the same for the wavefront (wave_plan)
+# Two stacked layers of one direction in one forward launch (wave_plan): "auto" where it measured faster, True wherever
+# it fits (tests), False never.
+WAVEFRONT = "auto"
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 EXCHANGE_BF16 = True    # bf16: stage each step's state (forward) and gate gradients (backward) as bfloat16 (False: fp32)
 KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
@@ -73,15 +77,19 @@ def _smem_limit(device_id: int) -> int:
     return cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"]
 
 
-def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool) -> int:
-    """Dynamic shared memory of a CTA owning `units` hidden units (the layout in rnn_persistent.cu)."""
+def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str = "fp32",
+               input_columns: int = 0) -> int:
+    """Dynamic shared memory of a CTA owning `units` hidden units (the layout in rnn_persistent.cu). bf16 keeps W
+    as halves; input_columns: the wavefront's upper layer, whose W rows also hold its W_ih (H columns)."""
     G = GATES[mode]
     ring = NBUF * _round(B, 16) * PKCP + RED_FLOATS
     if backward:
-        floats = _round(units, 8) * (_round(G * H, 8) + 8) + ring + (2 + BACKWARD_OPS) * B * units
+        w = _round(units, 8) * (_round(G * H, 8) + 8)
+        rest = (2 + BACKWARD_OPS) * B * units
     else:
-        floats = _round(G * units, 8) * (_round(H, 8) + 8) + ring + (G + 2) * B * units
-    return floats * FLOAT_BYTES
+        w = _round(G * units, 8) * (_round(_round(input_columns, 16) + H, 8) + 8)
+        rest = (G + 2) * B * units
+    return ((w // 2 if math == "bf16" else w) + ring + rest) * FLOAT_BYTES
 
 
 def _pass(mode, B, H, D, units, backward):
@@ -123,6 +131,36 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
     return Plan(forward, backward), None
 
 
+def wave_plan(mode: str, B: int, H: int, math: str, units=None):
+    """(Pass, None) when two stacked layers of one direction can run their forward passes in one launch (the
+    wavefront: CTAs 0 .. S-1 run layer l, S .. 2S-1 layer l + 1, step t of the upper layer beside step t + 1 of the
+    lower one), else (None, why not). The upper layer's CTAs multiply [its input at t | its state] by [W_ih | W_hh]:
+    the input projection of the upper layer is no GEMM of its own. LSTM and the vanilla RNN only: the GRU's n gate
+    keeps its input and recurrent parts apart (r multiplies only the second)."""
+    if not WAVEFRONT:
+        return None, "rnn_persistent.WAVEFRONT is off"
+    if mode == "gru":
+        return None, "the GRU's n gate adds r * (its recurrent part) to its input part: one product cannot hold both"
+    if WAVEFRONT == "auto" and mode == "lstm" and math != "bf16":
+        # each layer gets half the SMs, and the upper one's product doubles: the fp32/TF32 LSTM step is bound by its
+        # product, so the overlap gains nothing there (2x512, T35, B32, H200: forward 0.896 ms layer by layer,
+        # 0.909 as a wavefront; bf16 0.661 -> 0.589, the vanilla RNN 17-20% faster in every math)
+        return None, "the LSTM's fp32/TF32 step is bound by its product, which the wavefront's upper layer doubles"
+    sms = sm_count()
+    units = units or UNITS_WAVE or -(-H // (sms // 2))
+    per_layer = -(-H // units)
+    if 2 * per_layer > sms:
+        return None, f"two layers of {per_layer} CTAs (units={units}) would not all be resident on {sms} SMs"
+    if (_round(B, 16) // 16) * (_round(GATES[mode] * units, 8) // 8) > MAX_TILES:
+        return None, f"batch {B} x {GATES[mode] * units} rows per CTA is more than the {MAX_TILES} mma tiles"
+    smem = smem_bytes(mode, B, H, units, False, math, input_columns=H)
+    limit = _smem_limit(cupy.cuda.runtime.getDevice())
+    if smem > limit:
+        return None, (f"the upper layer's rows of [W_ih | W_hh] for {units} hidden units need {smem // 1024} KB of "
+                      f"shared memory per CTA ({math}, batch {B}); this GPU has {limit // 1024} KB")
+    return Pass(units, 2 * per_layer, smem), None
+
+
 def kernel_math(math: str) -> int:
     """The kernel's `math` argument: 0 fp32 (3xTF32), 1 TF32, 2 bf16."""
     return {"fp32": 0, "tf32": 1, "bf16": 2}[math]
@@ -153,24 +191,47 @@ def _ptr(a) -> int:
     return 0 if a is None else a.data.ptr
 
 
+def _forward_struct(run, y, column, exchange, slots=2, x=None, xh=None):
+    """DirForward's words (kernels/rnn_persistent.cu) for one run (rnn.py's _ForwardDirection)."""
+    upper = x is not None
+    return (_ptr(run.gates_x), _ptr(run.w_hh), _ptr(run.b_ih), _ptr(run.b_hh), _ptr(run.hs), _ptr(run.cs),
+            _ptr(run.gates), _ptr(y) + column * FLOAT_BYTES, _ptr(exchange), slots,
+            _ptr(run.w_ih) if upper else 0, _ptr(x), _ptr(xh), run.geo.H if upper else 0)
+
+
+def _exchange(math, B, H, slots=2):
+    """bf16: the CTAs stage h from the second step on as bfloat16 (DirForward::xchg, `slots` slots of (B, H))."""
+    return cupy.empty(slots * B * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+
+
+def _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, wave):
+    barrier = cupy.zeros(2, dtype=cupy.uint32)  # one counter per direction (per layer in a wavefront)
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math), wave,
+                      _ptr(barrier)]
+    _launch(KERNELS[mode][0], launch.blocks, launch.smem, args)
+
+
 def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
     """Run the step loops of one layer's directions (rnn.py's _ForwardDirection objects: gates_x filled,
     hs/cs holding the initial state) in one launch. y (T, B, D*H) gets every direction's columns."""
     D = len(directions)
-    structs = []
-    # bf16: from the second step on the CTAs stage h as bfloat16 (DirForward::xchg, two slots of (B, H)), as backward
-    exchange = [cupy.empty(2 * B * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
-                for _ in directions]
-    for d, run in enumerate(directions):
-        structs.append((_ptr(run.gates_x), _ptr(run.w_hh), _ptr(run.b_ih), _ptr(run.b_hh), _ptr(run.hs),
-                        _ptr(run.cs), _ptr(run.gates), _ptr(y) + d * H * FLOAT_BYTES, _ptr(exchange[d])))
+    exchange = [_exchange(math, B, H) for _ in directions]   # (alive until the launch is queued)
+    structs = [_forward_struct(run, y, d * H, exchange[d]) for d, run in enumerate(directions)]
     if D == 1:
-        structs.append((0,) * 9)
-    barrier = cupy.zeros(2, dtype=cupy.uint32)  # one counter per direction
-    launch = the_plan.forward
-    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math),
-                      _ptr(barrier)]
-    _launch(KERNELS[mode][0], launch.blocks, launch.smem, args)
+        structs.append((0,) * 14)
+    _launch_forward(mode, the_plan.forward, structs, lengths, T, B, H, D, math, 0)
+
+
+def forward_wave(mode, launch, lower, upper, y_lower, y_upper, lengths, T, B, H, math="fp32"):
+    """The forward passes of two stacked layers of one direction in one launch (wave_plan's Pass): `lower` as
+    forward() runs it, `upper` (its gates_x None, its w_ih set) reading y_lower at its step t once every CTA of the
+    lower layer is past step t; in bf16, from the lower layer's T exchange slots (its y rounded as the upper
+    product rounds it), unless the batch is padded (y is 0 past a sequence's end, the state is not)."""
+    low_exchange, up_exchange = _exchange(math, B, H, slots=T), _exchange(math, B, H)   # (alive until queued)
+    xh = low_exchange if lengths is None else None
+    structs = [_forward_struct(lower, y_lower, 0, low_exchange, slots=T),
+               _forward_struct(upper, y_upper, 0, up_exchange, x=y_lower, xh=xh)]
+    _launch_forward(mode, launch, structs, lengths, T, B, H, 1, math, 1)
 
 
 def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="fp32"):
