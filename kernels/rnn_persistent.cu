@@ -95,8 +95,14 @@ struct DirBackward {
     float* dgates_h;       // (T, B, G*H) out; the same array as dgates_x except for the GRU
     float* dh;             // (B, H): in dhy (or zeros), out dh0
     float* dc;             // (B, H), LSTM: in dcy, out dc0
-    unsigned short* xchg;  // (2, B, G*H) bfloat16, math = 2: dgates_h rounded as the product rounds it, what the
-                           // CTAs stage (half the bytes of the fp32 array); slot s & 1 written at step s; or nullptr
+    unsigned short* xchg;  // (slots, B, G*H) bfloat16, math = 2: dgates_h rounded as the product rounds it, what the
+                           // CTAs stage (half the bytes of the fp32 array); slot s % slots written at step s; or nullptr
+    long long slots;       // 2; T for the upper layer of a wavefront (the layer below reads slot s at its step s)
+    // The wavefront (wave = 1: group 0 runs layer l + 1, group 1 layer l, both back through time in one launch): the
+    // lower layer's dy at t is the upper layer's input gradient, dgates_x[t] @ W_ih, which its product adds.
+    const float* w_ih;     // (G*H, H): the upper layer's input weights, or nullptr
+    const float* x;        // the upper layer's dgates_x (T, B, G*H), or nullptr
+    const unsigned short* xh;  // the upper layer's exchange slots (T, B, G*H) bfloat16, read instead of x; or nullptr
 };
 
 __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
@@ -641,7 +647,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
 template <int MODE>
 __device__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
                                     const int* lengths, int T, int B, int H, int U, long long dy_ld, int relu,
-                                    int math, unsigned int* barrier)
+                                    int math, unsigned int* barrier, const unsigned int* above)
 {
     constexpr int G = gate_count<MODE>();
     // ops per element: [gate records (4, LSTM/GRU)], state(s), dy
@@ -650,7 +656,10 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     constexpr int NOPS = NREC + NSTATE + 1;
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    const int GH = G * H, RP = round_up(U, 8), KP = round_up(GH, 8) + 8, BP = round_up(B, 16);
+    // The wavefront's lower layer: W's rows also hold W_ih of the layer above (its columns for these units), from
+    // column KH (a multiple of 16: both operands' 64-bit fragment loads of W stay aligned).
+    const int GH = G * H, KX = dir.x != nullptr ? GH : 0, KH = round_up(GH, 16);
+    const int RP = round_up(U, 8), KP = round_up(KX ? KH + KX : GH, 8) + 8, BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + (math == 2 ? RP * KP / 2 : RP * KP);   // (bf16: W as halves)
     float* red = ring + NBUF * BP * PKCP;
@@ -664,7 +673,12 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 
     for (int i = threadIdx.x; i < RP * KP; i += PT) {
         const int u = i / KP, k = i % KP;
-        stage_w(W, i, (u < U && j0 + u < H && k < GH) ? dir.w_hh[(long long)k * H + j0 + u] : 0.0f, math);
+        float v = 0.0f;
+        if (u < U && j0 + u < H) {
+            if (k < GH) v = dir.w_hh[(long long)k * H + j0 + u];
+            else if (KX && k >= KH && k < KH + KX) v = dir.w_ih[(long long)(k - KH) * H + j0 + u];
+        }
+        stage_w(W, i, v, math);
     }
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;
     for (int e = threadIdx.x; e < B * U; e += PT) {
@@ -697,12 +711,23 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                 fetch_run(ops + i * U, src, units, vec);
             }
         };
-        // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh.
+        // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh [+ the wavefront's dy
+        // at t: the upper layer's dgates_x[t] @ W_ih, once its CTAs are past their step s].
+        Operand own = {}, input = {};
         if (s > 0) {
             const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
-            const Operand op = {dir.dgates_h + (long long)t_last * B * GH,
-                                dir.xchg == nullptr ? nullptr : dir.xchg + ((s - 1) & 1) * (long long)B * GH, GH, GH, 0};
-            block_product(op, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
+            own = {dir.dgates_h + (long long)t_last * B * GH,
+                   dir.xchg == nullptr ? nullptr : dir.xchg + ((s - 1) % dir.slots) * (long long)B * GH, GH, GH, 0};
+        }
+        if (KX && s < T) {
+            grid_wait(above, per_direction * (unsigned int)(s + 1));
+            input = {dir.x + (long long)t * B * GH, dir.xh == nullptr ? nullptr : dir.xh + s * (long long)B * GH, GH,
+                     GH, KH};
+        }
+        if (s > 0) {
+            block_product(own, input, B, BP, W, RP, KP, ring, red, math, fetch);
+        } else if (KX) {
+            block_product(input, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         } else {
             fetch();
             cp_async_commit();
@@ -719,11 +744,11 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             break;
         }
         // this step's dgates_h, rounded to bfloat16, for the next step's product (math = 2): slot s & 1
-        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s & 1) * (long long)B * GH;
+        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * (long long)B * GH;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
-            const float dh = direct[e] + (s > 0 ? red[b * RP + u] : 0.0f);
+            const float dh = direct[e] + (s > 0 || KX ? red[b * RP + u] : 0.0f);
             const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
             const long long xrow = b * (long long)GH + j;            // (b, gate 0, unit j) of the exchange slot
             if (!step_is_valid(lengths, b, t)) {  // dh (and dc) pass through to the step before
@@ -787,14 +812,16 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirBackward d0, DirBackward d1, const int* lengths, int T, int B, int H, int U, long long dy_ld,      \
-        int relu, int math, unsigned int* barrier)                                                                    \
+        int relu, int math, int wave, unsigned int* barrier)                                                \
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
-        const int direction = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                   \
-        if (direction)                                                                                      \
-            persistent_backward<MODE>(d1, 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, barrier + 1);\
+        const int group = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                       \
+        if (group)  /* direction 1, or (wave) the lower layer, which waits for the upper one's counter */    \
+            persistent_backward<MODE>(d1, wave ? 0 : 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, \
+                                      barrier + 1, wave ? barrier : nullptr);                               \
         else                                                                                                \
-            persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, barrier);  \
+            persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, barrier, \
+                                      nullptr);                                                             \
     }
 PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
 PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)

@@ -257,17 +257,19 @@ def _run_math(desc, case, lengths, math):
                 dc0=_to_host(dc0), dweights=_to_host(dweights))
 
 
-@pytest.mark.parametrize("mode", ["lstm", "rnn_tanh", "rnn_relu"])
+@pytest.mark.parametrize("mode", ["lstm", "rnn_tanh", "rnn_relu", "gru"])
 @pytest.mark.parametrize("math", ["fp32", "tf32", "bf16"])
 @pytest.mark.parametrize("num_layers,H,padded,per_cta", [(2, 48, False, None), (3, 48, True, 3), (2, 37, True, 1),
                                                          (4, 64, False, 5)])
 def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per_cta, monkeypatch):
-    """Two stacked unidirectional layers in one forward launch (rnn_persistent.forward_wave: the upper layer's CTAs
-    wait for the lower layer's step t, then multiply [y_lower[t] | h] by [W_ih | W_hh]) against the layers run one
-    launch each: the same values to the precision's rounding (fp32: 3xTF32 products in another order; TF32 and bf16:
-    the upper layer's input projection rounds its operands to the mode's precision, where the layer-by-layer path
-    runs it as a TF32 GEMM), and within fp64's reference. An odd number of layers leaves the last one alone; H 37:
-    staged element by element; 1, 3 and 5 units per CTA; padded batches read y (zero past a sequence's end)."""
+    """Two stacked unidirectional layers in one launch, forward (rnn_persistent.forward_wave: the upper layer's CTAs
+    wait for the lower layer's step t, then multiply [y_lower[t] | h] by [W_ih | W_hh]; not the GRU) and backward
+    (backward_wave: the lower layer's CTAs wait for the upper layer's time t, then multiply [dgates_h | dgates_x of
+    the layer above] by [W_hh; W_ih above]) against the layers run one launch each: the same values to the precision's
+    rounding (fp32: 3xTF32 products in another order; TF32 and bf16: the products the wavefront moves into the kernel
+    round their operands to the mode's precision, where the layer-by-layer path runs TF32 GEMMs), and within fp64's
+    reference. An odd number of layers leaves one alone; H 37: staged element by element; 1, 3 and 5 units per CTA;
+    padded batches (y and the gate gradients are zero past a sequence's end)."""
     from minidl.primitives.cuda import rnn_persistent
 
     monkeypatch.setattr(rnn_persistent, "UNITS_WAVE", per_cta)
@@ -277,7 +279,8 @@ def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per
     desc = _desc(mode, 13, H, num_layers, False, True, "persistent")
     case = _case(desc, T, B, rng)
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)   # (also where "auto" would not pick it)
-    assert rnn_persistent.wave_plan(mode, B, H, math)[0] is not None
+    assert rnn_persistent.wave_plan(mode, B, H, math, backward=True)[0] is not None
+    assert (rnn_persistent.wave_plan(mode, B, H, math)[0] is None) == (mode == "gru")
     results = {}
     for wave in (True, False):
         monkeypatch.setattr(rnn_persistent, "WAVEFRONT", wave)

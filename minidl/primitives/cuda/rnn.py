@@ -448,6 +448,7 @@ class _BackwardDirection:
     def __init__(self, geo, kernel, dout, record, w_hh, lengths, dh, dc, math="fp32", packed=True):
         self.math = math
         self.record, self.w_hh = record, w_hh  # what the persistent algorithm reads
+        self.w_ih = None   # set for the upper layer of a backward wavefront (rnn_persistent.backward_wave)
         self.geo, self.T, self.w_hh_ptr, self.dh_ptr = geo, geo.T, _ptr(w_hh), _ptr(dh)
         self._keep_alive = (dout, record, w_hh, lengths, dh, dc)  # the launches hold raw pointers only
         T, B, H, G = geo.T, geo.B, geo.H, geo.G
@@ -496,6 +497,37 @@ def _set_gradient(target, given):
         target[...] = given
 
 
+def _weight_gradients(layer, directions, layer_input, weights, records, dweights, with_dinput, D, T, B, H, G, math):
+    """dweights[k] of one layer's directions from their dgates, by GEMMs over all T*B rows; returns the gradient of
+    the layer's input (both directions' added), or None when not asked for."""
+    in_size = layer_input.shape[2]
+    dinput = _empty((T, B, in_size)) if with_dinput else None
+    for direction, run in enumerate(directions):
+        k = layer * D + direction
+        w_ih, w_hh, b_ih, b_hh = weights[k]
+        hs = records[k][0]
+        # Weight gradients summed over all steps: one GEMM over the T*B rows each.
+        dw_ih = _empty((G * H, in_size))
+        _gemm(_ptr(dw_ih), _ptr(run.dgates_x), _ptr(layer_input), G * H, in_size, T * B, trans_a=True, math=math)
+        dw_hh = _empty((G * H, H))
+        h_entering = _ptr(hs) + (B * H * FLOAT_BYTES if run.geo.reverse else 0)  # hs[1:T+1] or hs[0:T]
+        _gemm(_ptr(dw_hh), _ptr(run.dgates_h), h_entering, G * H, H, T * B, trans_a=True, math=math)
+        # The biases' gradients: column sums of the gate gradients over the T*B rows (the channels-last bias
+        # gradient's kernel: coalesced, in a fixed order). LSTM, RNN: both biases get the same sum.
+        db_ih = _column_sums(run.dgates_x, G * H) if b_ih is not None else None
+        if b_hh is None:
+            db_hh = None
+        elif run.dgates_h is run.dgates_x and db_ih is not None:
+            db_hh = db_ih.copy()
+        else:
+            db_hh = _column_sums(run.dgates_h, G * H)
+        dweights[k] = (dw_ih, dw_hh, db_ih, db_hh)
+        if with_dinput:   # both directions read the same layer input, so their input gradients add
+            _gemm(_ptr(dinput), _ptr(run.dgates_x), _ptr(w_ih), T * B, in_size, G * H, accumulate=direction > 0,
+                  math=math)
+    return dinput
+
+
 def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     """dy (T, B, D*H) or None; dhy, dcy (L*D, B, H) or None; math as in the forward pass.
     Returns (dx, dh0, dc0, dweights)."""
@@ -514,51 +546,41 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     dh0 = _empty((L * D, B, H))
     dc0 = _empty((L * D, B, H)) if is_lstm else None
     dweights = [None] * len(weights)
-    dout = dy
-    for layer in reversed(range(L)):
-        layer_input = layer_inputs[layer]
-        in_size = layer_input.shape[2]
-        directions = []
-        for direction in range(D):
-            k = layer * D + direction
-            _set_gradient(dh0[k], None if dhy is None else dhy[k])
-            if is_lstm:
-                _set_gradient(dc0[k], None if dcy is None else dcy[k])
-            geo = _Geometry(desc.mode, T, B, H, D, direction)
-            directions.append(_BackwardDirection(geo, kernel, dout, records[k], weights[k][1], lengths,
-                                                 dh0[k], dc0[k] if is_lstm else None, math, packed=not persistent))
-        if persistent:
-            rnn_persistent.backward(desc.mode, the_plan, directions, dout, lengths,
-                                    [dh0[layer * D + d] for d in range(D)],
-                                    [dc0[layer * D + d] if is_lstm else None for d in range(D)], T, B, H,
-                                    recurrent_math)
-        else:
-            _run_interleaved(directions)
+    wave = None
+    if persistent and D == 1 and L > 1:
+        wave, _ = rnn_persistent.wave_plan(desc.mode, B, H, recurrent_math, backward=True)
 
-        dinput = _empty((T, B, in_size))
-        for direction, run in enumerate(directions):
-            k = layer * D + direction
-            w_ih, w_hh, b_ih, b_hh = weights[k]
-            hs = records[k][0]
-            # Weight gradients summed over all steps: one GEMM over the T*B rows each.
-            dw_ih = _empty((G * H, in_size))
-            _gemm(_ptr(dw_ih), _ptr(run.dgates_x), _ptr(layer_input), G * H, in_size, T * B, trans_a=True,
-                  math=math)
-            dw_hh = _empty((G * H, H))
-            h_entering = _ptr(hs) + (B * H * FLOAT_BYTES if run.geo.reverse else 0)  # hs[1:T+1] or hs[0:T]
-            _gemm(_ptr(dw_hh), _ptr(run.dgates_h), h_entering, G * H, H, T * B, trans_a=True, math=math)
-            # The biases' gradients: column sums of the gate gradients over the T*B rows (the channels-last bias
-            # gradient's kernel: coalesced, in a fixed order). LSTM, RNN: both biases get the same sum.
-            db_ih = _column_sums(run.dgates_x, G * H) if b_ih is not None else None
-            if b_hh is None:
-                db_hh = None
-            elif run.dgates_h is run.dgates_x and db_ih is not None:
-                db_hh = db_ih.copy()
+    def direction_run(layer, direction, dout):
+        k = layer * D + direction
+        _set_gradient(dh0[k], None if dhy is None else dhy[k])
+        if is_lstm:
+            _set_gradient(dc0[k], None if dcy is None else dcy[k])
+        geo = _Geometry(desc.mode, T, B, H, D, direction)
+        return _BackwardDirection(geo, kernel, dout, records[k], weights[k][1], lengths, dh0[k],
+                                  dc0[k] if is_lstm else None, math, packed=not persistent)
+
+    dout = dy
+    layer = L - 1
+    while layer >= 0:
+        if wave is not None and layer > 0:   # layers l+1 and l in one launch (rnn_persistent.backward_wave)
+            upper, lower = direction_run(layer, 0, dout), direction_run(layer - 1, 0, None)
+            upper.w_ih = weights[layer][0]
+            rnn_persistent.backward_wave(desc.mode, wave, upper, lower, dout, lengths, [dh0[layer], dh0[layer - 1]],
+                                         [dc0[layer], dc0[layer - 1]] if is_lstm else [None, None], T, B, H,
+                                         recurrent_math)
+            done = [(layer, [upper], False), (layer - 1, [lower], True)]   # (the upper's dinput: inside the launch)
+        else:
+            directions = [direction_run(layer, direction, dout) for direction in range(D)]
+            if persistent:
+                rnn_persistent.backward(desc.mode, the_plan, directions, dout, lengths,
+                                        [dh0[layer * D + d] for d in range(D)],
+                                        [dc0[layer * D + d] if is_lstm else None for d in range(D)], T, B, H,
+                                        recurrent_math)
             else:
-                db_hh = _column_sums(run.dgates_h, G * H)
-            dweights[k] = (dw_ih, dw_hh, db_ih, db_hh)
-            # Both directions read the same layer input, so their input gradients add.
-            _gemm(_ptr(dinput), _ptr(run.dgates_x), _ptr(w_ih), T * B, in_size, G * H, accumulate=direction > 0,
-                  math=math)
-        dout = dinput
+                _run_interleaved(directions)
+            done = [(layer, directions, True)]
+        for done_layer, directions, with_dinput in done:
+            dout = _weight_gradients(done_layer, directions, layer_inputs[done_layer], weights, records, dweights,
+                                     with_dinput, D, T, B, H, G, math)
+        layer -= len(done)
     return dout, dh0, dc0, dweights

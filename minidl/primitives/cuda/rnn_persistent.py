@@ -43,8 +43,8 @@ FLOAT_BYTES = 4
 # (forward, backward). None: plan picks the smallest count that fits the SMs.
 UNITS = None
 UNITS_WAVE = None       # the same for the wavefront (wave_plan)
-# Two stacked layers of one direction in one forward launch (wave_plan): "auto" where it measured faster, True wherever
-# it fits (tests), False never.
+# Two stacked layers of one direction in one launch, forward and backward (wave_plan): "auto" where it measured faster,
+# True wherever it fits (tests), False never.
 WAVEFRONT = "auto"
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 EXCHANGE_BF16 = True    # bf16: stage each step's state (forward) and gate gradients (backward) as bfloat16 (False: fp32)
@@ -83,8 +83,8 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str 
     as halves; input_columns: the wavefront's upper layer, whose W rows also hold its W_ih (H columns)."""
     G = GATES[mode]
     ring = NBUF * _round(B, 16) * PKCP + RED_FLOATS
-    if backward:
-        w = _round(units, 8) * (_round(G * H, 8) + 8)
+    if backward:   # (the wavefront's lower layer: input_columns = G*H, the upper layer's W_ih columns)
+        w = _round(units, 8) * (_round(_round(G * H, 16) + input_columns if input_columns else G * H, 8) + 8)
         rest = (2 + BACKWARD_OPS) * B * units
     else:
         w = _round(G * units, 8) * (_round(_round(input_columns, 16) + H, 8) + 8)
@@ -131,33 +131,37 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
     return Plan(forward, backward), None
 
 
-def wave_plan(mode: str, B: int, H: int, math: str, units=None):
-    """(Pass, None) when two stacked layers of one direction can run their forward passes in one launch (the
-    wavefront: CTAs 0 .. S-1 run layer l, S .. 2S-1 layer l + 1, step t of the upper layer beside step t + 1 of the
-    lower one), else (None, why not). The upper layer's CTAs multiply [its input at t | its state] by [W_ih | W_hh]:
-    the input projection of the upper layer is no GEMM of its own. LSTM and the vanilla RNN only: the GRU's n gate
-    keeps its input and recurrent parts apart (r multiplies only the second)."""
+def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool = False):
+    """(Pass, None) when two stacked layers of one direction can run their forward (or backward) passes in one launch
+    (the wavefront: forward, CTAs 0 .. S-1 run layer l and S .. 2S-1 layer l + 1, step t of the upper layer beside
+    step t + 1 of the lower one; backward, the other way round), else (None, why not). Forward, the upper layer's
+    CTAs multiply [its input at t | its state] by [W_ih | W_hh]: its input projection is no GEMM of its own (not the
+    GRU: its n gate keeps the input and recurrent parts apart, r multiplies only the second). Backward, the lower
+    layer's CTAs multiply [dgates_h | the upper layer's dgates_x at t] by [W_hh; W_ih of the layer above]: the upper
+    layer's input gradient is no GEMM of its own. Measured on 2x512 layers, T35, H200 (.ab-style A/B in
+    benchmarks/results/gpu_rnn.md): LSTM bf16 B32 forward 0.607 -> 0.506 ms, backward 1.323 -> 0.956."""
     if not WAVEFRONT:
         return None, "rnn_persistent.WAVEFRONT is off"
-    if mode == "gru":
+    if mode == "gru" and not backward:
         return None, "the GRU's n gate adds r * (its recurrent part) to its input part: one product cannot hold both"
-    if WAVEFRONT == "auto" and mode == "lstm" and math != "bf16":
-        # each layer gets half the SMs, and the upper one's product doubles: the fp32/TF32 LSTM step is bound by its
-        # product, so the overlap gains nothing there (2x512, T35, B32, H200: forward 0.896 ms layer by layer,
-        # 0.909 as a wavefront; bf16 0.661 -> 0.589, the vanilla RNN 17-20% faster in every math)
-        return None, "the LSTM's fp32/TF32 step is bound by its product, which the wavefront's upper layer doubles"
+    if WAVEFRONT == "auto" and mode == "gru" and math == "bf16":
+        # each layer gets half the SMs and the lower layer's product doubles; measured (2x512, T35, H200): the GRU's
+        # bf16 backward 0.804 -> 0.780 ms at B32, 1.042 -> 1.073 at B64, where every other case gained 5-65%
+        return None, "the GRU's bf16 backward measured no faster as a wavefront"
     sms = sm_count()
     units = units or UNITS_WAVE or -(-H // (sms // 2))
     per_layer = -(-H // units)
     if 2 * per_layer > sms:
         return None, f"two layers of {per_layer} CTAs (units={units}) would not all be resident on {sms} SMs"
-    if (_round(B, 16) // 16) * (_round(GATES[mode] * units, 8) // 8) > MAX_TILES:
-        return None, f"batch {B} x {GATES[mode] * units} rows per CTA is more than the {MAX_TILES} mma tiles"
-    smem = smem_bytes(mode, B, H, units, False, math, input_columns=H)
+    rows = units if backward else GATES[mode] * units
+    if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
+        return None, f"batch {B} x {rows} rows per CTA is more than the {MAX_TILES} mma tiles"
+    smem = smem_bytes(mode, B, H, units, backward, math, input_columns=GATES[mode] * H if backward else H)
     limit = _smem_limit(cupy.cuda.runtime.getDevice())
     if smem > limit:
-        return None, (f"the upper layer's rows of [W_ih | W_hh] for {units} hidden units need {smem // 1024} KB of "
-                      f"shared memory per CTA ({math}, batch {B}); this GPU has {limit // 1024} KB")
+        what = "lower layer's columns of [W_hh; W_ih above]" if backward else "upper layer's rows of [W_ih | W_hh]"
+        return None, (f"the {what} for {units} hidden units need {smem // 1024} KB of shared memory per CTA ({math}, "
+                      f"batch {B}); this GPU has {limit // 1024} KB")
     return Pass(units, 2 * per_layer, smem), None
 
 
@@ -234,26 +238,50 @@ def forward_wave(mode, launch, lower, upper, y_lower, y_upper, lengths, T, B, H,
     _launch_forward(mode, launch, structs, lengths, T, B, H, 1, math, 1)
 
 
+def _backward_struct(run, dout, column, dh, dc, exchange, slots=2, above=None, above_exchange=None):
+    """DirBackward's words (kernels/rnn_persistent.cu) for one run (rnn.py's _BackwardDirection); `above`: the
+    wavefront's upper layer's run, whose input gradient this (lower) layer's product adds."""
+    hs, cs, saved = run.record
+    dy = 0 if dout is None else _ptr(dout) + column * FLOAT_BYTES
+    return (_ptr(run.w_hh), _ptr(hs), _ptr(cs), _ptr(saved), dy, _ptr(run.dgates_x), _ptr(run.dgates_h), _ptr(dh),
+            _ptr(dc), _ptr(exchange), slots, 0 if above is None else _ptr(above.w_ih),
+            0 if above is None else _ptr(above.dgates_x), _ptr(above_exchange))
+
+
+def _gate_exchange(math, B, H, G, slots=2):
+    """bf16: each step's dgates_h goes to the other CTAs as bfloat16 (DirBackward::xchg, `slots` slots of (B, G*H)):
+    the product rounds it to bfloat16 anyway, and staging it is half the backward step's memory traffic."""
+    return cupy.empty(slots * B * G * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+
+
+def _launch_backward(mode, launch, structs, lengths, T, B, H, D, math, wave):
+    barrier = cupy.zeros(2, dtype=cupy.uint32)
+    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math), wave,
+                      _ptr(barrier)]
+    _launch(KERNELS[mode][1], launch.blocks, launch.smem, args)
+
+
 def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="fp32"):
     """BPTT of one layer's directions (rnn.py's _BackwardDirection objects, holding dgates_x/dgates_h and
     their records) in one launch. dh, dc: lists of the (B, H) arrays holding dhy/dcy on entry and
     receiving dh0/dc0 (dc None unless LSTM)."""
     D = len(directions)
-    structs = []
-    G = GATES[mode]
-    # bf16: each step's dgates_h goes to the other CTAs as bfloat16 (DirBackward::xchg, two slots of (B, G*H)): the
-    # product rounds it to bfloat16 anyway, and staging it is half the backward step's memory traffic
-    exchange = [cupy.empty(2 * B * G * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
-                for _ in directions]
-    for d, run in enumerate(directions):
-        hs, cs, saved = run.record
-        dy = 0 if dout is None else _ptr(dout) + d * H * FLOAT_BYTES
-        structs.append((_ptr(run.w_hh), _ptr(hs), _ptr(cs), _ptr(saved), dy, _ptr(run.dgates_x),
-                        _ptr(run.dgates_h), _ptr(dh[d]), _ptr(dc[d]), _ptr(exchange[d])))
+    exchange = [_gate_exchange(math, B, H, GATES[mode]) for _ in directions]   # (alive until the launch is queued)
+    structs = [_backward_struct(run, dout, d * H, dh[d], dc[d], exchange[d]) for d, run in enumerate(directions)]
     if D == 1:
-        structs.append((0,) * 10)
-    barrier = cupy.zeros(2, dtype=cupy.uint32)
-    launch = the_plan.backward
-    args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math),
-                      _ptr(barrier)]
-    _launch(KERNELS[mode][1], launch.blocks, launch.smem, args)
+        structs.append((0,) * 14)
+    _launch_backward(mode, the_plan.backward, structs, lengths, T, B, H, D, math, 0)
+
+
+def backward_wave(mode, launch, upper, lower, dout, lengths, dh, dc, T, B, H, math="fp32"):
+    """BPTT of two stacked layers of one direction in one launch (wave_plan(..., backward=True)): `upper` (layer l+1,
+    its w_ih set) as backward() runs it with dout, `lower` (layer l) without a dy: its product adds the upper layer's
+    dgates_x[t] @ W_ih once every CTA of the upper layer is past time t (in bf16, from the upper layer's T exchange
+    slots, where its dgates_x is its dgates_h: LSTM, RNN). dh, dc: [upper's, lower's]."""
+    G = GATES[mode]
+    up_exchange, low_exchange = _gate_exchange(math, B, H, G, slots=T), _gate_exchange(math, B, H, G)
+    above_exchange = up_exchange if upper.dgates_h is upper.dgates_x else None
+    structs = [_backward_struct(upper, dout, 0, dh[0], dc[0], up_exchange, slots=T),
+               _backward_struct(lower, None, 0, dh[1], dc[1], low_exchange, above=upper,
+                                above_exchange=above_exchange)]
+    _launch_backward(mode, launch, structs, lengths, T, B, H, 1, math, 1)
