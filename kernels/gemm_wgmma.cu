@@ -38,9 +38,9 @@ struct GemmArgs {
     float alpha, beta;
 };
 
-template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int MI>
+template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int MI, int OUT>
 struct GemmProblem {
-    using T = typename minidl_tc::Storage<KIND>::T;
+    using T = typename minidl_tc::Storage<OUT>::T;   // C's element
     using Cfg = Config<KIND, BN, false, MI>;
     struct Tile {
         int b, m0, n0, kt0, kt1, cols;
@@ -101,14 +101,16 @@ struct GemmProblem {
 // broadcast over the batch (its tensor map has a batch extent of 1). STAGED: the epilogue stages the 16-bit
 // tile in shared memory and stores it with TMA through map_c (used when use_map_c and beta == 0), at the
 // price of one pipeline stage for BN = 256 (wgmma_pipeline.cuh, section 6).
-template <int KIND, int BN, bool TRANS_A, bool TRANS_B, bool STAGED, int MI>
+// OUT: C's KIND (default the data's; 0 = float32 for 16-bit data: the RNN's bf16 weight gradients, summed into
+// float32 parameters' gradients).
+template <int KIND, int BN, bool TRANS_A, bool TRANS_B, bool STAGED, int MI, int OUT = KIND>
 __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     gemm_wgmma(const __grid_constant__ minidl_wgmma::TensorMap map_a, const __grid_constant__ minidl_wgmma::TensorMap map_b,
                const __grid_constant__ minidl_wgmma::TensorMap map_c, const minidl_wgmma::GemmArgs q, void* C,
                const void* bias)
 {
     using namespace minidl_wgmma;
-    GemmProblem<KIND, BN, TRANS_A, TRANS_B, MI> p;
+    GemmProblem<KIND, BN, TRANS_A, TRANS_B, MI, OUT> p;
     p.map_a = &map_a;
     p.map_b = &map_b;
     p.map_out = q.use_map_c ? &map_c : nullptr;
@@ -122,14 +124,14 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.tiles_n = (q.N + BN - 1) / BN;
     p.alpha = q.alpha;
     p.beta = q.beta;
-    p.C = static_cast<typename minidl_tc::Storage<KIND>::T*>(C);
+    p.C = static_cast<typename minidl_tc::Storage<OUT>::T*>(C);
     p.ldc_row = q.ldc_row;
     p.ldc_col = q.ldc_col;
     p.stride_c = q.stride_c;
     p.vec_c = q.vec_c;
     p.relu = 0;
     p.bias = bias;   // per column n, of C's type (nn.Linear's), or null
-    wgmma_run<KIND, BN, TRANS_A, TRANS_B, KIND, STAGED && KIND != KIND_TF32, MI>(p);
+    wgmma_run<KIND, BN, TRANS_A, TRANS_B, OUT, STAGED && OUT != KIND_TF32, MI>(p);
 }
 
 // TF32 wgmma reads K-major operands only: an operand stored the other way is first copied transposed by
@@ -168,4 +170,7 @@ MINIDL_WGMMA_INSTANCE(1, 128, true, false, true, 2)
 MINIDL_WGMMA_INSTANCE(2, 256, false, false, true, 1)
 MINIDL_WGMMA_INSTANCE(2, 256, false, false, false, 1)
 MINIDL_WGMMA_INSTANCE(2, 64, true, true, true, 1)
+template __global__ void gemm_wgmma<2, 128, true, false, false, 1, 0>(
+    const __grid_constant__ minidl_wgmma::TensorMap, const __grid_constant__ minidl_wgmma::TensorMap,
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::GemmArgs, void*, const void*);
 #endif

@@ -217,3 +217,28 @@ def test_tensor_map_readdressed_equals_a_fresh_encode():
         fresh_o = tma.MapRecipe("float16", *shape).at(o.data.ptr)
         assert recipe.at(o.data.ptr).tobytes() == fresh_o.tobytes()
     assert recipe.at(a.data.ptr).tobytes() == first.tobytes()
+
+
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_wgmma_bf16_data_into_float32_output(trans_a, trans_b, accumulate):
+    """out_dtype=float32 for bfloat16 data (the persistent RNN's bf16 weight gradients): the fp32 accumulators stored
+    as they are, beta reading the float32 C; against float64 products of the same bfloat16 values."""
+    import cupy
+
+    from minidl.primitives.cuda.gemm_wgmma import gemm_wgmma
+
+    rng = np.random.default_rng(7)
+    M, N, K = 300, 200, 1120
+    a = rng.standard_normal((K, M) if trans_a else (M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((N, K) if trans_b else (K, N)).astype(ml_dtypes.bfloat16)
+    c0 = rng.standard_normal((M, N)).astype(np.float32)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = (a64.T if trans_a else a64) @ (b64.T if trans_b else b64) + (c0 if accumulate else 0)
+    A, B, C = cupy.asarray(a), cupy.asarray(b), cupy.asarray(c0)
+    assert gemm_wgmma(M, N, K, A.data.ptr, M if trans_a else K, B.data.ptr, K if trans_b else N, C.data.ptr,
+                      dtype=A.dtype, trans_a=trans_a, trans_b=trans_b, alpha=1.0, beta=1.0 if accumulate else 0.0,
+                      ldc_row=N, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, out_dtype=np.float32)
+    got = C.get()
+    assert got.dtype == np.float32
+    assert rel_err(got, want) <= 1e-5   # fp32 accumulation of exact bf16 products: no output rounding to 16 bits

@@ -139,9 +139,10 @@ def test_round_to_bf16_keeps_8_bits_and_rounds_to_even():
     assert (got.view(np.uint32)[:5] & 0xFFFF).max() == 0
 
 
-def test_rnn_bf16_math_rounds_only_the_recurrent_products():
-    """math="bf16": the recurrent products' operands are rounded to bfloat16 (8 bits), so the result moves
-    away from fp32 by ~1e-3 and stays within bf16's error of float64; the input projection is TF32's."""
+def test_rnn_bf16_math_rounds_the_recurrent_and_gradient_products():
+    """math="bf16": the recurrent products' operands (and the backward's weight and input gradients') are rounded
+    to bfloat16 (8 bits), so the result moves away from fp32 by ~1e-3 and stays within bf16's error of float64; the
+    forward's input projection is TF32's."""
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
 
     rng = np.random.default_rng(4)

@@ -128,8 +128,9 @@ class _DirectionRecord:
 def _mm(a, b, math, recurrent=False):
     """a @ b in the primitive's math mode: "tf32" rounds float32 operands to TF32 first (as the GPU's
     tensor cores do, see minidl/primitives/cpu/gemm.py); "bf16" rounds the recurrent products' operands
-    (recurrent=True: h @ W_hh^T, dgates @ W_hh) to bfloat16 and the other GEMMs' to TF32; "fp32" is the
-    plain product."""
+    (recurrent=True: h @ W_hh^T, dgates @ W_hh; and the backward pass's weight and input gradients, which
+    multiply bfloat16 copies on a GPU with the wgmma GEMM, as cuDNN's bf16 RNN does) to bfloat16 and the forward
+    pass's input projection's to TF32; "fp32" is the plain product."""
     if math in ("tf32", "bf16") and a.dtype == np.float32:
         rounding = round_to_bf16 if math == "bf16" and recurrent else round_to_tf32
         a, b = rounding(a), rounding(b)
@@ -349,12 +350,12 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
             # Weight gradients summed over all steps: one GEMM over the T*B rows each.
             gx_rows = dgates_x.reshape(T * B, -1)
             gh_rows = dgates_h.reshape(T * B, -1)
-            dw_ih = _mm(gx_rows.T, rows, math)
-            dw_hh = _mm(gh_rows.T, records[k].h_prev.reshape(T * B, H), math)
+            dw_ih = _mm(gx_rows.T, rows, math, recurrent=True)
+            dw_hh = _mm(gh_rows.T, records[k].h_prev.reshape(T * B, H), math, recurrent=True)
             db_ih = gx_rows.sum(axis=0) if b_ih is not None else None
             db_hh = gh_rows.sum(axis=0) if b_hh is not None else None
             dweights[k] = (dw_ih, dw_hh, db_ih, db_hh)
             # Both directions read the same layer input, so their input gradients add.
-            dinput += _mm(gx_rows, w_ih, math).reshape(layer_input.shape)
+            dinput += _mm(gx_rows, w_ih, math, recurrent=True).reshape(layer_input.shape)
         dout = dinput
     return dout, dh0, dc0, dweights

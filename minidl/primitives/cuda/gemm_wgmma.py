@@ -91,12 +91,13 @@ def device_has_wgmma(device_id: int) -> bool:
     return cupy.cuda.Device(device_id).compute_capability == "90"
 
 
-def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool, staged: bool, mi: int):
-    key = (cupy.cuda.Device().id, kind, bn, trans_a, trans_b, staged, mi)
+def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool, staged: bool, mi: int, out_kind: int):
+    key = (cupy.cuda.Device().id, kind, bn, trans_a, trans_b, staged, mi, out_kind)
     kernel = _kernels.get(key)
     if kernel is None:
         flag = lambda b: str(b).lower()  # noqa: E731
-        name = f"gemm_wgmma<{kind}, {bn}, {flag(trans_a)}, {flag(trans_b)}, {flag(staged)}, {mi}>"
+        out = "" if out_kind == kind else f", {out_kind}"   # (the template's default: C of the data's type)
+        name = f"gemm_wgmma<{kind}, {bn}, {flag(trans_a)}, {flag(trans_b)}, {flag(staged)}, {mi}{out}>"
         kernel = get_template_kernel("gemm_wgmma", name)
         kernel.max_dynamic_shared_size_bytes = smem_bytes(bn, staged, mi)
         _kernels[key] = kernel
@@ -182,11 +183,12 @@ def _operand_map(dtype_name, k_major, rows, K, ld, stride, batched, box_rows, bk
 
 
 def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_b, alpha, beta, ldc_row,
-               ldc_col, batch, stride_a, stride_b, stride_c, bias_ptr=0) -> bool:
+               ldc_col, batch, stride_a, stride_b, stride_c, bias_ptr=0, out_dtype=None) -> bool:
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] on wgmma, with gemm_tc's arguments (raw pointers,
     strides in elements). Returns False, launching nothing, when the kernel does not take the problem
     (and raises instead when set_tensor_core_gemm("wgmma") asked for this kernel). bias_ptr: 0, or the
-    device pointer of N values of C's dtype added to every row in the epilogue (before alpha)."""
+    device pointer of N values of C's dtype added to every row in the epilogue (before alpha). out_dtype: C's
+    dtype (default the data's; float32 for 16-bit data: the fp32 accumulators stored as they are)."""
     choice = _common.tensor_core_gemm
     if choice == "mma_sync":
         return False
@@ -195,7 +197,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     # the copies and the store width) is launched from its plan; only the tensor maps take the new addresses.
     key = (M, N, K, lda, ldb, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
            stride_c, a_ptr % 16, b_ptr % 16, c_ptr % 16, choice, EPILOGUE, _common.tf32_tma_type, TILE_SHAPES,
-           TILE_WIDTHS, cupy.cuda.runtime.getDevice())
+           TILE_WIDTHS, cupy.cuda.runtime.getDevice(), out_dtype)
     plan = _launches.get(key)
     if plan is not None:
         kernel, grid, smem, recipe_a, recipe_b, recipe_c, args = plan
@@ -240,25 +242,26 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     recipe_a = _operand_map(map_type, not trans_a, M, K, lda, stride_a, a_batch, BM * mi, bk)
     recipe_b = _operand_map(map_type, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
     map_a, map_b = recipe_a.at(a_ptr), recipe_b.at(b_ptr)
+    out = dtype if out_dtype is None else np.dtype(out_dtype)   # C's dtype
     # C's stores: staged through shared memory and a TMA store; else 2 = 16-byte stores of 8 adjacent 16-bit
     # elements (rows 16-byte aligned), 1 = pairs, 0 = one by one
     row_major = ldc_col == 1
-    rows16 = row_major and c_ptr % 16 == 0 and (ldc_row * dtype.itemsize) % 16 == 0 and \
-        (batch == 1 or (stride_c * dtype.itemsize) % 16 == 0)
-    staged = EPILOGUE == "staged" and dtype.itemsize == 2 and rows16 and beta == 0
-    if EPILOGUE != "pairs" and dtype.itemsize == 2 and rows16:
+    rows16 = row_major and c_ptr % 16 == 0 and (ldc_row * out.itemsize) % 16 == 0 and \
+        (batch == 1 or (stride_c * out.itemsize) % 16 == 0)
+    staged = EPILOGUE == "staged" and out.itemsize == 2 and rows16 and beta == 0
+    if EPILOGUE != "pairs" and out.itemsize == 2 and rows16:
         vec_c = np.int32(2)
     else:
-        vec_c = np.int32(row_major and ldc_row % 2 == 0 and c_ptr % (2 * dtype.itemsize) == 0
+        vec_c = np.int32(row_major and ldc_row % 2 == 0 and c_ptr % (2 * out.itemsize) == 0
                          and (batch == 1 or stride_c % 2 == 0))
     map_c, recipe_c = NO_MAP, None
     if staged:
-        c_stride = stride_c * dtype.itemsize if batch > 1 else max(16, ldc_row * M * dtype.itemsize)
-        recipe_c = tma.MapRecipe(_TMA_TYPE_OF[dtype], (N, M, batch), (ldc_row * dtype.itemsize, c_stride),
+        c_stride = stride_c * out.itemsize if batch > 1 else max(16, ldc_row * M * out.itemsize)
+        recipe_c = tma.MapRecipe(_TMA_TYPE_OF[out], (N, M, batch), (ldc_row * out.itemsize, c_stride),
                                  (bn, BM * mi, 1), swizzle=tma.SWIZZLE_NONE)
         map_c = recipe_c.at(c_ptr)
     tiles = math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch
-    kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi)
+    kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi, KINDS[out])
     grid = (min(tiles, sm_count()),)
     args = np.array([(ldc_row, ldc_col, stride_c, int(staged), M, N, K, batch, int(a_batch > 1),
                       int(b_batch > 1), int(vec_c), alpha, beta)], dtype=GEMM_ARGS).view(_GEMM_ARGS_BYTES)

@@ -47,7 +47,11 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
+from .. import _common
+from ..._dtypes import bfloat16 as BFLOAT16
 from ._launch import THREADS, function_pointer, grid_stride_blocks
+from . import gemm_wgmma
+from .cast import cast
 from . import rnn_persistent
 from .convolution import convolution_backward_bias_nhwc
 from .gemm import gemm_tc, sgemm
@@ -497,21 +501,48 @@ def _set_gradient(target, given):
         target[...] = given
 
 
-def _weight_gradients(layer, directions, layer_input, weights, records, dweights, with_dinput, D, T, B, H, G, math):
+def _bf16_gemms(recurrent_math: str) -> bool:
+    """math="bf16" on a GPU with the wgmma GEMM: the backward's weight and input gradients multiply bfloat16
+    copies of their operands (fp32 accumulation and result, as cuDNN's bf16 RNN): 16-bit wgmma reads the transposed
+    operands as they are, where TF32 wgmma needs K-major copies of four of them per layer."""
+    return (recurrent_math == "bf16" and _common.tensor_core_gemm != "mma_sync"
+            and gemm_wgmma.device_has_wgmma(cupy.cuda.runtime.getDevice()))
+
+
+def _gemm16(c, a, b, m, n, k, *, trans_a=False, trans_b=False, accumulate=False) -> bool:
+    """_gemm on bfloat16 operands (raw pointers) into float32 C, on wgmma; False when it declines."""
+    return gemm_wgmma.gemm_wgmma(m, n, k, a, m if trans_a else k, b, k if trans_b else n, c, dtype=BFLOAT16,
+                                 trans_a=trans_a, trans_b=trans_b, alpha=1.0, beta=1.0 if accumulate else 0.0,
+                                 ldc_row=n, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0,
+                                 out_dtype=np.float32)
+
+
+def _weight_gradients(layer, directions, layer_input, weights, records, dweights, with_dinput, D, T, B, H, G, math,
+                      bf16=False):
     """dweights[k] of one layer's directions from their dgates, by GEMMs over all T*B rows; returns the gradient of
-    the layer's input (both directions' added), or None when not asked for."""
+    the layer's input (both directions' added), or None when not asked for. bf16 (_bf16_gemms): on bfloat16 copies
+    of the operands, each GEMM falling back to `math` on the float32 ones where wgmma declines."""
     in_size = layer_input.shape[2]
     dinput = _empty((T, B, in_size)) if with_dinput else None
+    x16 = cast(layer_input, BFLOAT16) if bf16 else None
+
     for direction, run in enumerate(directions):
         k = layer * D + direction
         w_ih, w_hh, b_ih, b_hh = weights[k]
         hs = records[k][0]
+        dg16 = dgh16 = hs16 = None
+        if bf16:
+            dg16 = cast(run.dgates_x, BFLOAT16)
+            dgh16 = dg16 if run.dgates_h is run.dgates_x else cast(run.dgates_h, BFLOAT16)
+            hs16 = cast(hs, BFLOAT16)
         # Weight gradients summed over all steps: one GEMM over the T*B rows each.
         dw_ih = _empty((G * H, in_size))
-        _gemm(_ptr(dw_ih), _ptr(run.dgates_x), _ptr(layer_input), G * H, in_size, T * B, trans_a=True, math=math)
+        _product(bf16, math, _ptr(dw_ih), (_ptr(run.dgates_x), _ptr(dg16)), (_ptr(layer_input), _ptr(x16)),
+                 G * H, in_size, T * B, trans_a=True)
         dw_hh = _empty((G * H, H))
-        h_entering = _ptr(hs) + (B * H * FLOAT_BYTES if run.geo.reverse else 0)  # hs[1:T+1] or hs[0:T]
-        _gemm(_ptr(dw_hh), _ptr(run.dgates_h), h_entering, G * H, H, T * B, trans_a=True, math=math)
+        entering = B * H if run.geo.reverse else 0   # hs[1:T+1] or hs[0:T], in elements
+        _product(bf16, math, _ptr(dw_hh), (_ptr(run.dgates_h), _ptr(dgh16)),
+                 (_ptr(hs) + entering * FLOAT_BYTES, _ptr(hs16) + entering * 2), G * H, H, T * B, trans_a=True)
         # The biases' gradients: column sums of the gate gradients over the T*B rows (the channels-last bias
         # gradient's kernel: coalesced, in a fixed order). LSTM, RNN: both biases get the same sum.
         db_ih = _column_sums(run.dgates_x, G * H) if b_ih is not None else None
@@ -523,9 +554,17 @@ def _weight_gradients(layer, directions, layer_input, weights, records, dweights
             db_hh = _column_sums(run.dgates_h, G * H)
         dweights[k] = (dw_ih, dw_hh, db_ih, db_hh)
         if with_dinput:   # both directions read the same layer input, so their input gradients add
-            _gemm(_ptr(dinput), _ptr(run.dgates_x), _ptr(w_ih), T * B, in_size, G * H, accumulate=direction > 0,
-                  math=math)
+            w16 = cast(w_ih, BFLOAT16) if bf16 else None
+            _product(bf16, math, _ptr(dinput), (_ptr(run.dgates_x), _ptr(dg16)), (_ptr(w_ih), _ptr(w16)),
+                     T * B, in_size, G * H, accumulate=direction > 0)
     return dinput
+
+
+def _product(bf16, math, c, a, b, m, n, k, **kw):
+    """_gemm of C = op(A) @ op(B) from (float32, bfloat16) pointer pairs a, b: on the bfloat16 ones when bf16 and
+    wgmma takes the problem, else on the float32 ones in `math`."""
+    if not (bf16 and _gemm16(c, a[1], b[1], m, n, k, **kw)):
+        _gemm(c, a[0], b[0], m, n, k, math=math, **kw)
 
 
 def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
@@ -549,6 +588,7 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
     wave = None
     if persistent and D == 1 and L > 1:
         wave, _ = rnn_persistent.wave_plan(desc.mode, B, H, recurrent_math, backward=True)
+    bf16 = _bf16_gemms(recurrent_math)
 
     def direction_run(layer, direction, dout):
         k = layer * D + direction
@@ -581,6 +621,6 @@ def rnn_backward(dy, dhy, dcy, desc, weights, seq_lengths, saved, math="fp32"):
             done = [(layer, directions, True)]
         for done_layer, directions, with_dinput in done:
             dout = _weight_gradients(done_layer, directions, layer_inputs[done_layer], weights, records, dweights,
-                                     with_dinput, D, T, B, H, G, math)
+                                     with_dinput, D, T, B, H, G, math, bf16)
         layer -= len(done)
     return dout, dh0, dc0, dweights
