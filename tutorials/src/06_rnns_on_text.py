@@ -671,6 +671,17 @@ if persistent_rows:
 # faster than ours (bf16: ours take 1.75-2.7x as long), because its small per-step kernels from the two layers
 # overlap (layer 1 at step t beside layer 0 at step t + 1), while our persistent kernel runs one layer at a time on
 # every SM. Keeping the weights on chip removes launches and weight traffic; it does not remove the chain of steps.
+#
+# The next step, taken since: **the wavefront**. Two stacked layers of one direction now run in one launch, half the
+# CTAs for each (`rnn_persistent.forward_wave`). The upper layer's CTAs do not join the lower layer's barrier; they
+# wait on its counter until every lower CTA is past step t, then multiply `[y_lower[t] | h]` by `[W_ih | W_hh]`, so
+# layer 1's step t runs beside layer 0's step t + 1 and layer 1's input projection is no GEMM of its own. The lower
+# layer never waits for the upper one. Backward it is the other way round (`backward_wave`: the lower layer adds the
+# upper layer's `dgates_x[t] @ W_ih` to its product). Measured on an H200 (benchmarks/results/gpu_rnn.md, by
+# `benchmarks/bench_rnn_wavefront.py`; not this notebook's saved run), a 2x512 LSTM in bf16 at batch 32: forward
+# 0.679 -> 0.605 ms, backward 0.871 -> 0.714; the vanilla RNN's backward 18-28% faster, its forward 2-21%. Each
+# layer now has half the SMs, so a step whose time is its product (fp32, TF32) gains less or nothing. Against
+# cuDNN's kernels alone (both graphed), bf16 went from 1.75-2.7x to 1.44-2.02x: closer, not there.
 
 # %% [markdown]
 # ## Exercises
