@@ -31,7 +31,6 @@ import argparse
 import datetime
 import gc
 import os
-import statistics
 import sys
 import time
 
@@ -362,10 +361,15 @@ def main():
     ap.add_argument("--commit", default=None, help="commit to record (default: $MINIDL_COMMIT, else git)")
     ap.add_argument("--math", choices=("fp32", "tf32", "bf16"), default="fp32")
     ap.add_argument("--channels-last", action="store_true", help="CNNs and batches in channels_last on both sides")
+    ap.add_argument("--rnn-wavefront", choices=("auto", "off"), default="auto",
+                    help="the persistent RNN's wavefront (rnn_persistent.WAVEFRONT): its policy, or never (an A/B)")
     args = ap.parse_args()
 
     import cupy
     import torch
+
+    from minidl.primitives.cuda import rnn_persistent
+    rnn_persistent.WAVEFRONT = "auto" if args.rnn_wavefront == "auto" else False
 
     tf32 = args.math == "tf32"
     torch.backends.cudnn.allow_tf32 = tf32

@@ -34,7 +34,13 @@
 // which ends the process with a CUDA error instead of hanging it.
 //
 // Both directions of a bidirectional layer run in the same launch: CTAs 0 .. S-1 run direction 0 and
-// S .. 2S-1 direction 1 (at time T-1-s at its step s), through the same barrier.
+// S .. 2S-1 direction 1 (at time T-1-s at its step s), each group through its own counter.
+// The wavefront (wave = 1) uses the same two groups for two stacked layers of one direction. Forward, group 1 runs
+// layer l + 1: before its step t it waits (grid_wait) on group 0's counter until every CTA of layer l is past step t
+// (group 0 arrives after its last step too: grid_arrive), then multiplies [y_l[t] | h] by [W_ih | W_hh], both in its
+// shared memory; layer l never waits for layer l + 1. Backward, group 0 runs layer l + 1 and group 1 layer l, whose
+// product adds the upper layer's dgates_x[t] @ W_ih (its dy) to dgates_h @ W_hh. block_product takes the two operands
+// as they lie (Operand: fp32, or the bfloat16 exchange), staged through one ring. Launcher: rnn_persistent.py.
 // Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
 // Data and state are fp32 throughout; the recurrent product runs as 3xTF32 (math = 0, fp32 accuracy),
 // plain TF32 (math = 1, like the standard algorithm's TF32 GEMMs) or bfloat16 (math = 2; W then sits in shared

@@ -20,6 +20,10 @@ bytes staged, in chunks twice as wide). Past
 that, `plan` says why and the
 standard algorithm runs (RNNDescriptor algo="auto"). Where the limit falls on this GPU, by hidden size
 and batch, is the table benchmarks/bench_gpu_rnn.py prints from `plan`.
+
+The wavefront (`wave_plan`, `forward_wave`, `backward_wave`): two stacked layers of one direction in one launch, half
+the SMs each, the upper layer's step t beside the lower layer's step t + 1 (forward; backward the other way round);
+measured A/B by benchmarks/bench_rnn_wavefront.py.
 """
 from __future__ import annotations
 
