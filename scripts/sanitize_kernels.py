@@ -4,8 +4,9 @@
     compute-sanitizer --tool synccheck python3 scripts/sanitize_kernels.py    # barriers in divergent code
     compute-sanitizer --tool memcheck  python3 scripts/sanitize_kernels.py    # out-of-bounds accesses
 
-The persistent RNN kernels (kernels/rnn_persistent.cu: cp.async rings, a grid-wide barrier) for every
-mode, one and two directions, padded batches, fp32 and TF32; the fused attention kernels
+The persistent RNN kernels (kernels/rnn_persistent.cu: cp.async rings, a grid-wide barrier, the wavefront's
+wait on the other layer's counter) for every mode, one bidirectional layer and two unidirectional ones (the
+wavefront), padded and not, fp32, TF32 and bf16 (`--rnn-only`: these alone); the fused attention kernels
 (kernels/attention.cu: cp.async double buffering; float32's backward: one Q/dO buffer refilled behind dQ)
 in float16, bfloat16 and float32, causal and not, with a mask and dropout. Sizes are
 tiny (the tools slow a kernel down by 100x or more) but cover the partial tiles. Racecheck sees shared
@@ -25,21 +26,27 @@ def rnn_cases():
 
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
 
+    from minidl.primitives.cuda import rnn_persistent
+
     rng = np.random.default_rng(0)
+    rnn_persistent.WAVEFRONT = True   # two unidirectional layers: the wavefront, forward and backward (not GRU forward)
+    # one bidirectional layer (both directions in one launch), or two unidirectional ones (the wavefront)
     for mode in ("lstm", "gru", "rnn_tanh"):
-        for bidirectional in (False, True):
-            for math in ("fp32", "tf32"):
-                desc = RNNDescriptor(mode, 24, 40, 1, bidirectional, algo="persistent")
+        for bidirectional, layers in ((False, 2), (True, 1)):
+            for math in ("fp32", "tf32", "bf16"):
+                desc = RNNDescriptor(mode, 24, 40, layers, bidirectional, algo="persistent")
                 T, B = 5, 7
                 w = [tuple(cupy.asarray((rng.uniform(-0.3, 0.3, s.shape)).astype(np.float32)) for s in e)
                      for e in desc.weight_shapes()]
                 x = cupy.asarray(rng.standard_normal((T, B, 24)).astype(np.float32))
                 dy = cupy.asarray(rng.standard_normal((T, B, desc.num_directions * 40)).astype(np.float32))
                 lengths = np.array([5, 2, 5, 1, 4, 3, 5])
-                _, _, _, reserve = rnn_forward(x, None, None, w, desc, seq_lengths=lengths, math=math)
-                rnn_backward(dy, None, None, reserve)
+                for padded in (lengths, None):   # (padded: the wavefront's upper layer reads y, else the exchange)
+                    _, _, _, reserve = rnn_forward(x, None, None, w, desc, seq_lengths=padded, math=math)
+                    rnn_backward(dy, None, None, reserve)
                 cupy.cuda.Device().synchronize()
-                print(f"rnn persistent {mode} bidirectional={bidirectional} {math}: ran")
+                print(f"rnn persistent {mode} layers={layers} bidirectional={bidirectional} {math}: ran")
+    rnn_persistent.WAVEFRONT = "auto"
 
 
 def attention_cases():
@@ -65,4 +72,5 @@ def attention_cases():
 if __name__ == "__main__":
     if "--attention-only" not in sys.argv:
         rnn_cases()
-    attention_cases()
+    if "--rnn-only" not in sys.argv:
+        attention_cases()

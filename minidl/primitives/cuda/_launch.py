@@ -166,7 +166,8 @@ def _param_info_function():
 
 def param_layout(function_ptr: int):
     """[(offset, size)] of a CUfunction's parameters, as the driver lays them out; None where the driver
-    cannot say (then Kernel launches through CuPy)."""
+    cannot say (then Kernel launches through CuPy). The walk ends where the driver answers "invalid argument"
+    (past the last parameter): compute-sanitizer's memcheck lists that answer, once per kernel, as an API error."""
     f = _param_info_function()
     if f is None:
         return None
