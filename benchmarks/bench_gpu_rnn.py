@@ -349,7 +349,8 @@ def main():
         "## TF32 and bf16, ms",
         "",
         "Ours in bf16: math=\"bf16\" (what autocast to bfloat16 asks for): float32 data and states, the recurrent "
-        "products on bf16 mma, the projections in TF32. cuDNN in bf16: bfloat16 weights and data.",
+        "products on bf16 mma, the forward's input projections in TF32, the backward's weight and input gradients on "
+        "bf16 wgmma (since session 8). cuDNN in bf16: bfloat16 weights and data.",
         "",
         "| workload | persistent TF32 fwd | cuDNN TF32 fwd | ratio | persistent TF32 fwd+bwd | cuDNN TF32 fwd+bwd "
         "| ratio | persistent bf16 fwd+bwd | cuDNN bf16 fwd+bwd | ratio | ours fp32 : TF32 : bf16 fwd+bwd |",

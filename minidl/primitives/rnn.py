@@ -58,8 +58,9 @@ __all__ = [
 RNN_MODES = ("rnn_tanh", "rnn_relu", "lstm", "gru")
 # cuDNN's cudnnRNNAlgo_t: STANDARD and PERSIST_STATIC; "auto" lets the backend pick (see RNNDescriptor).
 RNN_ALGOS = ("auto", "standard", "persistent")
-# The GEMMs' math: "fp32"; "tf32" (every GEMM with TF32 operands); "bf16" (the recurrent products with
-# bfloat16 operands, the other GEMMs TF32: what autocast to bfloat16/float16 asks for).
+# The GEMMs' math: "fp32"; "tf32" (every GEMM with TF32 operands); "bf16" (the recurrent products and the
+# backward's weight and input gradients with bfloat16 operands, the forward's input projection TF32: what autocast
+# to bfloat16/float16 asks for).
 RNN_MATHS = ("fp32", "tf32", "bf16")
 _GATE_COUNT = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 
@@ -227,8 +228,9 @@ def rnn_forward(x, h0, c0, weights, desc: RNNDescriptor, *, seq_lengths=None, tr
     c0 for LSTM and None otherwise, reserve for rnn_backward (None when training=False).
     math: "fp32" or "tf32", the math mode of every GEMM (see minidl.primitives.gemm; "tf32" runs our
     TF32 tensor-core GEMM on the GPU and emulates it on the CPU); or "bf16": the recurrent products
-    (h @ W_hh^T and its gradients) with bfloat16 operands and fp32 sums, the other GEMMs as "tf32" (on
-    the GPU only the persistent algorithm has bf16 products; the standard one runs them in TF32).
+    (h @ W_hh^T and its gradients) and the backward's weight and input gradients with bfloat16 operands and
+    fp32 sums, the forward's input projection as "tf32" (on the GPU only the persistent algorithm has bf16
+    recurrent products, and only the wgmma GEMM (H100/H200) the bf16 gradients; elsewhere they run in TF32).
     rnn_backward uses the same.
     """
     op = "rnn_forward"

@@ -332,7 +332,8 @@ def _gemm_math(math: str) -> str:
     (the same float32 arithmetic in another summation order, so a replay equals an eager step to fp32
     rounding, not bit for bit). Eagerly cuBLAS stays: its host cost per call is lower than our
     RawKernel launch, which a replayed graph does not pay. "bf16" (the persistent kernels' recurrent
-    product in bfloat16) runs every other GEMM, and the standard algorithm's, in TF32."""
+    product in bfloat16) runs every other GEMM, and the standard algorithm's, in TF32, but for the backward's
+    weight and input gradients on bfloat16 copies where wgmma exists (_bf16_gemms)."""
     if math in ("tf32", "bf16"):
         return "tf32"
     return "fp32_sgemm" if cupy.cuda.get_current_stream().is_capturing() else "fp32"
