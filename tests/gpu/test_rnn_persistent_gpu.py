@@ -329,3 +329,25 @@ def test_wavefront_is_deterministic_and_capturable():
     eager = _to_host(list(run()))
     for got, want in zip(replayed[:6], eager[:6]):
         assert rel_err(got, want) <= 1e-5
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_relu"])
+@pytest.mark.parametrize("T", [1, 2])
+@pytest.mark.parametrize("math", ["fp32", "bf16"])
+def test_wavefront_one_and_two_steps(mode, T, math, monkeypatch):
+    """The shortest sequences (algo='persistent' runs them; 'auto' leaves one step to the standard algorithm): the lower
+    layer's arrival after its last (and only) step, the backward's first step that is also its last."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    rng = np.random.default_rng(T)
+    desc = _desc(mode, 9, 32, 2, False, True, "persistent")
+    case = _case(desc, T, 5, rng)
+    results = {}
+    for wave in (True, False):
+        monkeypatch.setattr(rnn_persistent, "WAVEFRONT", wave)
+        results[wave] = _run_math(desc, case, None, math)
+    want = _run_reference(desc, *case)
+    tol = 1e-5 if math == "fp32" else 3e-2
+    _assert_close(results[True], want, desc, tol=tol)
+    if math == "fp32":
+        _assert_close(results[True], results[False], desc, tol=2e-5)
