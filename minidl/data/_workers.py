@@ -98,14 +98,25 @@ class WorkerPool:
         self.epoch = 0
 
     def run_epoch(self, batches):
-        """Yield the collated batches of `batches` (a list of index lists), in order."""
+        """Yield the collated batches of `batches` (index lists, taken from the iterable only as the prefetch needs
+        them: a sampler may be endless), in order."""
         self.epoch += 1
-        epoch, total = self.epoch, len(batches)
+        epoch, pending = self.epoch, iter(batches)
         sent, buffered, next_out = 0, {}, 0
-        while sent < min(total, self.prefetch * self.num_workers):
-            self.tasks[sent % self.num_workers].put((epoch, sent, batches[sent]))
+
+        def send():   # the next batch to a worker; False when there is none left
+            nonlocal sent
+            indices = next(pending, None)
+            if indices is None:
+                return False
+            self.tasks[sent % self.num_workers].put((epoch, sent, indices))
             sent += 1
-        while next_out < total:
+            return True
+
+        more = True
+        while more and sent < self.prefetch * self.num_workers:
+            more = send()
+        while next_out < sent:
             while next_out not in buffered:
                 try:
                     got_epoch, number, batch, error = self.results.get(timeout=self.timeout or 5.0)
@@ -125,9 +136,8 @@ class WorkerPool:
                     buffered[number] = pickle.loads(batch)
             yield buffered.pop(next_out)
             next_out += 1
-            if sent < total:
-                self.tasks[sent % self.num_workers].put((epoch, sent, batches[sent]))
-                sent += 1
+            if more:
+                more = send()
 
     def shutdown(self):
         for q in self.tasks:

@@ -12,6 +12,7 @@ batches of `batch_size`; the last short batch is kept unless `drop_last`. Two wa
 from __future__ import annotations
 
 import collections.abc
+import itertools
 import math
 
 import numpy as np
@@ -119,6 +120,19 @@ def default_collate(batch):
 # ------------------------------------------------------------------------------------------------
 
 
+
+# A sampler longer than this many indices is drawn batch by batch (DataLoader._long_sampler), not listed at the
+# epoch's start.
+EAGER_ORDER_LIMIT = 1 << 24
+
+
+def _sampler_index(i) -> int:
+    """One index a sampler yielded, as an int (integers only: a bool or a float is the sampler's bug)."""
+    if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) and not (
+            hasattr(i, "ndim") and i.ndim == 0 and i.dtype.kind in "iu"):
+        raise TypeError(f"DataLoader: the sampler yielded {i!r}; indices must be integers")
+    return int(i)
+
 class DataLoader:
     """Iterate over `dataset` in batches (PyTorch's DataLoader).
 
@@ -213,14 +227,8 @@ class DataLoader:
 
     def _epoch_order(self):
         """The sample order of one epoch: the sampler's, a permutation (shuffle), or None meaning 0..N-1."""
-        if self.sampler is not None:
-            order = []
-            for i in self.sampler:   # every index it yields, even past its __len__ (as torch); integers only
-                if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)) and not (
-                        hasattr(i, "ndim") and i.ndim == 0 and i.dtype.kind in "iu"):
-                    raise TypeError(f"DataLoader: the sampler yielded {i!r}; indices must be integers")
-                order.append(int(i))
-            return np.asarray(order, dtype=np.int64)
+        if self.sampler is not None:   # every index it yields, even past its __len__ (as torch)
+            return np.asarray([_sampler_index(i) for i in self.sampler], dtype=np.int64)
         if not self.shuffle:
             return None
         rng = self._rng if self._rng is not None else make_rng(None)
@@ -228,8 +236,6 @@ class DataLoader:
 
     def _iter_stream(self):
         """An IterableDataset: batches of what its iterator yields, in order."""
-        import itertools
-
         collate = self.collate_fn or _collate_arrays
         it = iter(self.dataset)
         while True:
@@ -238,12 +244,37 @@ class DataLoader:
                 return
             yield self._finish(collate(samples))
 
+    def _long_sampler(self) -> bool:
+        """The sampler's indices are drawn batch by batch instead of all at the epoch's start: a sampler without a
+        length, or one longer than EAGER_ORDER_LIMIT (minGPT's "endless" RandomSampler(replacement=True,
+        num_samples=int(1e10)), which a training loop leaves after max_iters batches)."""
+        if self.sampler is None:
+            return False
+        try:
+            return len(self.sampler) > EAGER_ORDER_LIMIT
+        except TypeError:
+            return True
+
+    def _sampler_batches(self):
+        """Batches of the sampler's indices, drawn as they are needed."""
+        it = iter(self.sampler)
+        while True:
+            batch = [_sampler_index(i) for i in itertools.islice(it, self.batch_size)]
+            if not batch or (self.drop_last and len(batch) < self.batch_size):
+                return
+            yield batch
+
     def __iter__(self):
         if self._iterable:
             yield from self._iter_stream()
             return
         if self.batch_sampler is not None:
-            batches = [list(b) for b in self.batch_sampler]
+            batches = (list(b) for b in self.batch_sampler)
+        elif self._long_sampler():
+            batches = self._sampler_batches()
+            if self._arrays is not None:
+                yield from self._iter_fast_batches(batches)
+                return
         else:
             order = self._epoch_order()
             if self._arrays is not None:
@@ -278,6 +309,19 @@ class DataLoader:
                     idx = self._index_map[idx]
                 batch = tuple(a[idx] for a in self._arrays)
             yield tuple(_as_tensor(a) for a in batch)
+
+    def _iter_fast_batches(self, batches):
+        """_iter_fast for index batches drawn one at a time (_sampler_batches): each batch's indices go to the
+        arrays' device on their own."""
+        on_device = self._arrays[0]
+        device = _device.device_of(on_device) if _device.is_cuda_array(on_device) else None
+        for indices in batches:
+            idx = np.asarray(indices, dtype=np.int64)
+            if device is not None:
+                idx = _device.move_array(idx, device)
+            if self._index_map is not None:
+                idx = self._index_map[idx]
+            yield tuple(_as_tensor(a[idx]) for a in self._arrays)
 
     def _finish(self, batch):
         if self.collate_fn is None:
@@ -315,7 +359,7 @@ class DataLoader:
             if self.persistent_workers:
                 self._pool = pool
         try:
-            for batch in pool.run_epoch([list(map(int, b)) for b in batches]):
+            for batch in pool.run_epoch(list(map(int, b)) for b in batches):
                 yield self._finish(batch)
         finally:
             if not self.persistent_workers:

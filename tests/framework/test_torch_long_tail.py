@@ -175,6 +175,44 @@ def test_random_sampler_with_replacement_is_lazy():
     assert len(sampler) == int(1e10) and all(0 <= i < 5 for i in first)
 
 
+class _Tripwire(minidl.data.Sampler):
+    """An "endless" sampler (minGPT's trainer: RandomSampler(replacement=True, num_samples=int(1e10))) that fails
+    loudly, instead of hanging, when something lists far more of it than a few batches need."""
+
+    def __init__(self, n, length=int(1e10)):
+        self.n, self.length = n, length
+
+    def __iter__(self):
+        for k in range(100_000):
+            yield k % self.n
+        raise AssertionError("the sampler was drawn far past the batches asked for")
+
+    def __len__(self):
+        return self.length
+
+
+@pytest.mark.parametrize("kind", ["samples", "workers", "arrays", "batch_sampler"])
+def test_a_loader_draws_an_endless_sampler_batch_by_batch(kind):
+    class Squares(minidl.data.Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            return np.float32(i * i), i
+
+    dataset = minidl.data.TensorDataset(minidl.arange(10.0) ** 2, minidl.arange(10)) if kind == "arrays" else Squares()
+    if kind == "batch_sampler":
+        loader = minidl.data.DataLoader(dataset, batch_sampler=minidl.data.BatchSampler(_Tripwire(10), 4, False))
+    else:
+        loader = minidl.data.DataLoader(dataset, sampler=_Tripwire(10), batch_size=4,
+                                        num_workers=2 if kind == "workers" else 0)
+    it = iter(loader)
+    batches = [next(it) for _ in range(3)]   # minGPT's loop: next() until max_iters, never the end of the epoch
+    squares, indices = zip(*batches)
+    assert [b.tolist() for b in indices] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 0, 1]]
+    assert np.array_equal(np.concatenate([s.numpy() for s in squares]), [0, 1, 4, 9, 16, 25, 36, 49, 64, 81, 0, 1])
+
+
 def test_distributions_match_torch():
     from minidl import distributions as D
     import torch.distributions as TD
