@@ -100,6 +100,47 @@ class _CudaFlags:
         self.matmul = _MatmulFlags()
         self.use_cublas = False
         self.check_indices = False
+        # scaled_dot_product_attention's backends (torch.backends.cuda's sdp flags, minidl.nn.attention.sdpa_kernel):
+        # minidl has two, the fused attention primitive (what torch's flash / memory-efficient / cuDNN backends
+        # are) and the composite of matmul, softmax and dropout (torch's math backend). As torch, the flags apply
+        # on every device.
+        self.sdp = {"flash": True, "mem_efficient": True, "cudnn": True, "math": True}
+
+    def enable_flash_sdp(self, enabled: bool):
+        self.sdp["flash"] = bool(enabled)
+
+    def enable_mem_efficient_sdp(self, enabled: bool):
+        self.sdp["mem_efficient"] = bool(enabled)
+
+    def enable_cudnn_sdp(self, enabled: bool):
+        self.sdp["cudnn"] = bool(enabled)
+
+    def enable_math_sdp(self, enabled: bool):
+        self.sdp["math"] = bool(enabled)
+
+    def flash_sdp_enabled(self) -> bool:
+        return self.sdp["flash"]
+
+    def mem_efficient_sdp_enabled(self) -> bool:
+        return self.sdp["mem_efficient"]
+
+    def cudnn_sdp_enabled(self) -> bool:
+        return self.sdp["cudnn"]
+
+    def math_sdp_enabled(self) -> bool:
+        return self.sdp["math"]
+
+    @contextlib.contextmanager
+    def sdp_kernel(self, enable_flash=True, enable_math=True, enable_mem_efficient=True, enable_cudnn=True):
+        """torch.backends.cuda.sdp_kernel (deprecated there for torch.nn.attention.sdpa_kernel): the backends
+        scaled_dot_product_attention may use inside the block."""
+        previous = dict(self.sdp)
+        self.sdp.update(flash=bool(enable_flash), math=bool(enable_math), mem_efficient=bool(enable_mem_efficient),
+                        cudnn=bool(enable_cudnn))
+        try:
+            yield
+        finally:
+            self.sdp.update(previous)
 
     @contextlib.contextmanager
     def flags(self, use_cublas=None, check_indices=None):

@@ -38,6 +38,7 @@ TORCH_MODULES = {
     "torch.nn.modules": "minidl.nn",
     "torch.nn.utils": "minidl.nn.utils",
     "torch.nn.utils.rnn": "minidl.nn.utils.rnn",
+    "torch.nn.attention": "minidl.nn.attention",
     "torch.optim": "minidl.optim",
     "torch.optim.lr_scheduler": "minidl.optim.lr_scheduler",
     "torch.optim.swa_utils": "minidl.optim.swa_utils",

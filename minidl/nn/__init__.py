@@ -1,6 +1,6 @@
 """minidl.nn: Module and Parameter, layers, losses, init and functional (PyTorch's names)."""
 from .. import backends  # noqa: F401  (so that `minidl.backends.cudnn` is reachable after `import minidl.nn`)
-from . import functional, init, utils  # noqa: F401
+from . import attention, functional, init, utils  # noqa: F401
 from .module import Module, Parameter, _IncompatibleKeys  # noqa: F401
 from .layers.container import ModuleDict, ModuleList, Sequential  # noqa: F401
 from .layers.activation import (  # noqa: F401

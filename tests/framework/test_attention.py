@@ -336,3 +336,42 @@ def test_sdpa_mask_that_requires_grad_gets_its_gradient():
     ty.backward(torch.tensor(g))
     assert rel_err(y.detach().numpy(), ty.detach().numpy()) <= TOL
     assert rel_err(m.grad.numpy(), tm.grad.numpy()) <= TOL
+
+
+def test_sdpa_kernel_picks_the_backend_as_torch_does():
+    """torch.nn.attention.sdpa_kernel / torch.backends.cuda.sdp_kernel: MATH alone runs the composite (same values and
+    gradients as the fused operation); the fused backends alone refuse inputs the fused operation does not take,
+    naming them; the flags come back after the block; torch's values of SDPBackend."""
+    from minidl.nn.attention import SDPBackend, sdpa_kernel
+
+    rng = np.random.default_rng(0)
+    q, k, v = (minidl.tensor(rng.standard_normal((2, 3, 5, 8)), requires_grad=True) for _ in range(3))
+
+    def run():
+        for t in (q, k, v):
+            t.grad = None
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        (y * minidl.tensor(np.arange(y.numel()).reshape(y.shape) % 7)).sum().backward()
+        return [y.detach().numpy()] + [t.grad.numpy() for t in (q, k, v)]
+
+    fused = run()
+    with sdpa_kernel(SDPBackend.MATH):
+        math_only = run()
+    with minidl.backends.cuda.sdp_kernel(enable_flash=False, enable_mem_efficient=False, enable_cudnn=False):
+        assert not minidl.backends.cuda.flash_sdp_enabled() and minidl.backends.cuda.math_sdp_enabled()
+        old_api = run()
+    for a, b, c in zip(fused, math_only, old_api):
+        assert rel_err(a, b) <= 1e-12 and rel_err(a, c) <= 1e-12
+    assert minidl.backends.cuda.flash_sdp_enabled()   # restored
+    mask = minidl.tensor(rng.standard_normal((5, 5)), requires_grad=True)   # a mask that needs a gradient: composite only
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+        F.scaled_dot_product_attention(q, k, v)   # fused: fine
+        with pytest.raises(RuntimeError, match=r"no available kernel: the backends allowed \(flash, mem_efficient\) "
+                                               r"do not take these inputs.*SDPBackend.MATH"):
+            F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert F.scaled_dot_product_attention(q, k, v, attn_mask=mask).shape == (2, 3, 5, 8)
+    for b in SDPBackend:   # (torch's is a pybind11 enum: compared name by name)
+        assert int(b) == int(getattr(torch.nn.attention.SDPBackend, b.name)), b.name
+    with pytest.raises(ValueError, match="not an SDPBackend"):
+        with sdpa_kernel(7):
+            pass

@@ -350,3 +350,18 @@ def test_transformer_translation_learns_as_torch_does(tmp_path):
     exact = int(re.search(r"exact translations: (\d+) / 20", out).group(1))
     assert losses[0] > 2.0 and losses[-1] < 1.2, out
     assert exact >= 8, out
+
+
+def test_sdpa_backend_selection_as_programs_write_it(tmp_path):
+    """torch.nn.attention.sdpa_kernel and torch.backends.cuda.sdp_kernel, as newer programs choose an attention backend."""
+    program = tmp_path / "sdpa.py"
+    program.write_text(
+        "import torch, torch.nn.functional as F\n"
+        "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
+        "q = k = v = torch.ones(1, 2, 4, 8)\n"
+        "with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):\n"
+        "    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+        "with torch.backends.cuda.sdp_kernel(enable_flash=False, enable_mem_efficient=False):\n"
+        "    b = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+        "print('same', bool(torch.allclose(a, b)), torch.backends.cuda.flash_sdp_enabled())\n")
+    assert "same True True" in ok(run(program, cwd=tmp_path))

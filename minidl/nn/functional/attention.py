@@ -106,8 +106,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if _amp.regions:
         query, key, value = _amp.cast_inputs(op, query, key, value)
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    if _fusable(query, key, value, attn_mask):
+    sdp = backends.cuda.sdp   # the backends allowed (torch.nn.attention.sdpa_kernel, backends.cuda.sdp_kernel)
+    if (sdp["flash"] or sdp["mem_efficient"] or sdp["cudnn"]) and _fusable(query, key, value, attn_mask):
         return _fused(query, key, value, attn_mask, dropout_p, bool(is_causal), scale)
+    if not sdp["math"]:
+        allowed = [name for name, on in sdp.items() if on]
+        why = ("do not take these inputs: the fused one needs query, key and value of one dtype with the same batch "
+               "dimensions and a mask that needs no gradient") if allowed else "are none"
+        raise RuntimeError(
+            f"{op}: no available kernel: the backends allowed ({', '.join(allowed) or 'none'}) {why} (query "
+            f"{tuple(query.shape)} {query.dtype}, key {tuple(key.shape)}, value {tuple(value.shape)}). Allow the math "
+            "backend (SDPBackend.MATH in minidl.nn.attention.sdpa_kernel).")
     if gqa:
         key, value = _repeat_heads(key, hq // hk), _repeat_heads(value, hq // hk)
     return _composite(query, key, value, attn_mask, dropout_p, is_causal, scale)
