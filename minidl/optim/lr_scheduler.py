@@ -66,19 +66,23 @@ class LRScheduler:
     def get_lr(self) -> list[float]:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} does not implement get_lr")
 
-    def step(self) -> None:
+    def step(self, epoch=None) -> None:
         """Advance one epoch and set each group's lr. All or nothing: if get_lr fails (a OneCycleLR
-        stepped past total_steps), the scheduler and the optimizer stay as they were."""
-        self.last_epoch += 1
+        stepped past total_steps), the scheduler and the optimizer stay as they were. epoch (PyTorch's deprecated
+        argument, what SequentialLR passes at a milestone): jump to that epoch, by the schedule's closed form where
+        it has one."""
+        previous = self.last_epoch
+        self.last_epoch = previous + 1 if epoch is None else epoch
         self._step_count += 1
         try:
-            values = list(self.get_lr())
+            closed_form = getattr(self, "_closed_form", None)
+            values = list(closed_form() if epoch is not None and closed_form is not None else self.get_lr())
             if len(values) != len(self.optimizer.param_groups):
                 raise ValueError(
                     f"{type(self).__name__}: get_lr gave {len(values)} values for {len(self.optimizer.param_groups)} groups"
                 )
         except BaseException:
-            self.last_epoch -= 1
+            self.last_epoch = previous
             self._step_count -= 1
             raise
         for group, lr in zip(self.optimizer.param_groups, values):
@@ -179,6 +183,9 @@ class StepLR(LRScheduler):
             return self._current_lrs()
         return [lr * self.gamma for lr in self._current_lrs()]
 
+    def _closed_form(self):
+        return [b * self.gamma ** (self.last_epoch // self.step_size) for b in self.base_lrs]
+
 
 class MultiStepLR(LRScheduler):
     """Multiply the lr by gamma at each milestone epoch (by gamma^k if a milestone is listed k times)."""
@@ -219,6 +226,9 @@ class ExponentialLR(LRScheduler):
             return self._current_lrs()
         return [lr * self.gamma for lr in self._current_lrs()]
 
+    def _closed_form(self):
+        return [b * self.gamma ** self.last_epoch for b in self.base_lrs]
+
 
 class CosineAnnealingLR(LRScheduler):
     """lr_t = eta_min + (base_lr - eta_min) * (1 + cos(pi * t / T_max)) / 2 (SGDR without restarts).
@@ -247,6 +257,10 @@ class CosineAnnealingLR(LRScheduler):
             return [lr + (b - self.eta_min) * (1 - math.cos(math.pi / T)) / 2 for lr, b in zip(lrs, self.base_lrs)]
         ratio = (1 + math.cos(math.pi * t / T)) / (1 + math.cos(math.pi * (t - 1) / T))
         return [ratio * (lr - self.eta_min) + self.eta_min for lr in lrs]
+
+    def _closed_form(self):
+        t, T = self.last_epoch, self.T_max
+        return [self.eta_min + (b - self.eta_min) * (1 + math.cos(math.pi * t / T)) / 2 for b in self.base_lrs]
 
 
 class OneCycleLR(LRScheduler):
@@ -460,3 +474,7 @@ class ReduceLROnPlateau:
         if unknown:
             raise ValueError(f"ReduceLROnPlateau.load_state_dict: unexpected keys {unknown}")
         self.__dict__.update(state_dict)
+
+
+# LinearLR, SequentialLR and CosineAnnealingWarmRestarts live in lr_scheduler_sequences.py (this file's size).
+from .lr_scheduler_sequences import CosineAnnealingWarmRestarts, LinearLR, SequentialLR  # noqa: E402,F401

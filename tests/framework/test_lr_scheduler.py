@@ -69,7 +69,41 @@ CASES = {
                lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda e: 1.0 / (1 + 0.1 * e))),
     "lambda_per_group": (lambda o: sched.LambdaLR(o, [lambda e: 0.95**e, lambda e: min(1.0, (e + 1) / 10)]),
                          lambda o: torch.optim.lr_scheduler.LambdaLR(o, [lambda e: 0.95**e, lambda e: min(1.0, (e + 1) / 10)])),
+    "linear": (lambda o: sched.LinearLR(o, start_factor=0.05, end_factor=0.8, total_iters=13),
+               lambda o: torch.optim.lr_scheduler.LinearLR(o, start_factor=0.05, end_factor=0.8, total_iters=13)),
+    "warmup_cosine": (lambda o: sched.SequentialLR(o, [sched.LinearLR(o, 0.01, total_iters=6),
+                                                       sched.CosineAnnealingLR(o, T_max=40, eta_min=1e-4)], [6]),
+                      lambda o: torch.optim.lr_scheduler.SequentialLR(
+                          o, [torch.optim.lr_scheduler.LinearLR(o, 0.01, total_iters=6),
+                              torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=40, eta_min=1e-4)], [6])),
+    "sequential_three": (lambda o: sched.SequentialLR(o, [sched.LinearLR(o, 0.5, total_iters=4), sched.StepLR(o, 5, 0.5),
+                                                          sched.ExponentialLR(o, 0.9)], [4, 20]),
+                         lambda o: torch.optim.lr_scheduler.SequentialLR(
+                             o, [torch.optim.lr_scheduler.LinearLR(o, 0.5, total_iters=4),
+                                 torch.optim.lr_scheduler.StepLR(o, 5, 0.5),
+                                 torch.optim.lr_scheduler.ExponentialLR(o, 0.9)], [4, 20])),
+    "warm_restarts": (lambda o: sched.CosineAnnealingWarmRestarts(o, T_0=7, eta_min=0.002),
+                      lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=7, eta_min=0.002)),
+    "warm_restarts_mult": (lambda o: sched.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2),
+                           lambda o: torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(o, T_0=3, T_mult=2)),
 }
+
+
+@pytest.mark.parametrize("T_mult", [1, 2])
+def test_warm_restarts_fractional_epochs_match_torch(T_mult):
+    """SGDR stepped per batch, as its docs show: scheduler.step(epoch + i / iters)."""
+    opt_m, opt_t = optimizers()
+    s_m = sched.CosineAnnealingWarmRestarts(opt_m, T_0=2, T_mult=T_mult, eta_min=0.01)
+    s_t = torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt_t, T_0=2, T_mult=T_mult, eta_min=0.01)
+    iters = 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (torch warns about passing an epoch)
+        for epoch in range(9):
+            for i in range(iters):
+                s_m.step(epoch + i / iters)
+                s_t.step(epoch + i / iters)
+                assert math.isclose(s_m.get_last_lr()[0], s_t.get_last_lr()[0], rel_tol=1e-12), (epoch, i)
+    assert s_m.last_epoch == s_t.last_epoch and s_m.T_i == s_t.T_i
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -212,3 +246,21 @@ def test_errors():
     no_momentum = optim.Optimizer([minidl.tensor([1.0], requires_grad=True)], {"lr": 0.1})
     with pytest.raises(ValueError, match="momentum or betas"):
         sched.OneCycleLR(no_momentum, max_lr=0.1, total_steps=10)
+
+
+def test_warmup_and_restart_schedules_refuse_bad_arguments():
+    opt, _ = optimizers()
+    with pytest.raises(ValueError, match=r"LinearLR: start_factor must be in \(0, 1\]"):
+        sched.LinearLR(opt, start_factor=0.0)
+    with pytest.raises(ValueError, match="LinearLR: total_iters must be a positive integer"):
+        sched.LinearLR(opt, total_iters=0)
+    a, b = sched.LinearLR(opt, 0.1, total_iters=3), sched.StepLR(opt, 5)
+    with pytest.raises(ValueError, match="SequentialLR: expects 1 milestones"):
+        sched.SequentialLR(opt, [a, b], milestones=[3, 9])
+    other, _ = optimizers()
+    with pytest.raises(ValueError, match=r"schedulers\[1\] drives another optimizer"):
+        sched.SequentialLR(opt, [a, sched.StepLR(other, 5)], milestones=[3])
+    with pytest.raises(ValueError, match="T_0 must be a positive integer"):
+        sched.CosineAnnealingWarmRestarts(opt, T_0=0)
+    with pytest.raises(ValueError, match="T_mult must be an integer >= 1"):
+        sched.CosineAnnealingWarmRestarts(opt, T_0=3, T_mult=0)
