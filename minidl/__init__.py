@@ -75,6 +75,32 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mo
     return model
 
 
+def set_float32_matmul_precision(precision: str) -> None:
+    """torch.set_float32_matmul_precision: "highest" keeps float32 products in float32; "high" and "medium" let
+    them run on TF32 tensor cores (minidl has no bf16x3 mode: "medium" is "high"). It sets
+    backends.cuda.matmul.allow_tf32, as torch's does; convolutions follow backends.cudnn.allow_tf32."""
+    if precision not in ("highest", "high", "medium"):
+        raise ValueError(f"set_float32_matmul_precision: precision must be 'highest', 'high' or 'medium', got "
+                         f"{precision!r}")
+    from . import backends
+
+    backends.cuda.matmul.allow_tf32 = precision != "highest"
+    global _matmul_precision
+    _matmul_precision = precision
+
+
+_matmul_precision = "highest"
+
+
+def get_float32_matmul_precision() -> str:
+    """What set_float32_matmul_precision set, or what backends.cuda.matmul.allow_tf32 says when set directly."""
+    from . import backends
+
+    if not backends.cuda.matmul.allow_tf32:
+        return "highest"
+    return "high" if _matmul_precision == "highest" else _matmul_precision
+
+
 def set_default_device(device):
     """Where factories (zeros, randn, tensor, the layers' parameters, ...) put a tensor when no device is
     given (torch.set_default_device); None restores the CPU."""
@@ -91,7 +117,7 @@ def get_default_device():
 
 # Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.
 _SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends", "amp", "profiler",
-               "multiprocessing", "distributions")
+               "multiprocessing", "distributions", "testing")
 
 
 def __getattr__(name):

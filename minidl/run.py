@@ -48,6 +48,8 @@ TORCH_MODULES = {
     "torch.backends": "minidl.backends",
     "torch.backends.cudnn": "minidl.backends:cudnn",
     "torch.utils": "minidl.utils",
+    "torch.utils.checkpoint": "minidl.utils.checkpoint",
+    "torch.testing": "minidl.testing",
     "torch.utils.data": "minidl.data",
     "torch.utils.data.dataset": "minidl.data",
     "torch.utils.data.dataloader": "minidl.data",

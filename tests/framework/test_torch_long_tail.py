@@ -753,3 +753,73 @@ def test_init_old_names_warn_and_sparse_init_is_seeded():
     minidl.manual_seed(3)
     nn.init.sparse_(w, 0.5)
     np.testing.assert_array_equal(w.numpy(), first)
+
+
+def test_float32_matmul_precision_sets_tf32_as_torch():
+    saved = minidl.backends.cuda.matmul.allow_tf32
+    try:
+        for precision, tf32 in (("high", True), ("medium", True), ("highest", False)):
+            minidl.set_float32_matmul_precision(precision)
+            assert minidl.backends.cuda.matmul.allow_tf32 is tf32
+            assert minidl.get_float32_matmul_precision() == precision
+        minidl.backends.cuda.matmul.allow_tf32 = True   # set directly: torch then reports "high"
+        assert minidl.get_float32_matmul_precision() == "high"
+        with pytest.raises(ValueError, match="'highest', 'high' or 'medium'"):
+            minidl.set_float32_matmul_precision("low")
+    finally:
+        minidl.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_checkpoint_gives_the_plain_values_and_gradients():
+    from minidl.utils.checkpoint import checkpoint, checkpoint_sequential
+
+    minidl.manual_seed(0)
+    net = minidl.nn.Sequential(minidl.nn.Linear(4, 8), minidl.nn.GELU(), minidl.nn.Linear(8, 3))
+    x = minidl.randn(5, 4, requires_grad=True)
+    grads = []
+    for run in (lambda: net(x), lambda: checkpoint(net, x, use_reentrant=False),
+                lambda: checkpoint_sequential(net, 2, x, use_reentrant=False)):
+        net.zero_grad()
+        x.grad = None
+        y = run()
+        y.pow(2).sum().backward()
+        grads.append([y.detach().numpy(), x.grad.numpy()] + [p.grad.numpy() for p in net.parameters()])
+    for other in grads[1:]:
+        for a, b in zip(grads[0], other):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="segments must be a positive integer"):
+        checkpoint_sequential(net, 0, x)
+
+
+def test_assert_close_passes_and_fails_as_torch():
+    import torch.testing
+
+    good = ([1.0, 2.0], [1.0, 2.0 + 1e-6])
+    minidl.testing.assert_close(minidl.tensor(good[0]), minidl.tensor(good[1]))
+    torch.testing.assert_close(torch.tensor(good[0]), torch.tensor(good[1]))
+    bad = ([1.0, 2.0, 3.0], [1.0, 2.1, 3.0])
+    with pytest.raises(AssertionError) as ours:
+        minidl.testing.assert_close(minidl.tensor(bad[0]), minidl.tensor(bad[1]))
+    with pytest.raises(AssertionError) as theirs:
+        torch.testing.assert_close(torch.tensor(bad[0]), torch.tensor(bad[1]))
+    assert str(ours.value).splitlines()[:3] == str(theirs.value).splitlines()[:3]   # "not close!", mismatched 1 / 3
+    minidl.testing.assert_close(minidl.tensor(bad[0]), minidl.tensor(bad[1]), rtol=0.1, atol=0.0)
+    with pytest.raises(AssertionError, match="attribute 'dtype' do not match"):
+        minidl.testing.assert_close(minidl.tensor([1.0]), minidl.tensor([1.0], dtype=minidl.float64))
+    with pytest.raises(AssertionError, match="attribute 'shape' do not match"):
+        minidl.testing.assert_close(minidl.tensor([1.0]), minidl.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError, match="pass both rtol and atol"):
+        minidl.testing.assert_close(minidl.tensor([1.0]), minidl.tensor([1.0]), rtol=1e-3)
+    minidl.testing.assert_close({"a": minidl.tensor([float("nan")])}, {"a": minidl.tensor([float("nan")])},
+                                equal_nan=True)
+
+
+def test_parameters_to_vector_and_back_match_torch():
+    m, t = minidl.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    v = minidl.nn.utils.parameters_to_vector(m.parameters())
+    assert v.shape == (8,) and v.requires_grad
+    minidl.nn.utils.vector_to_parameters(minidl.arange(8.0), m.parameters())
+    torch.nn.utils.vector_to_parameters(torch.arange(8.0), t.parameters())
+    assert m.weight.tolist() == t.weight.tolist() and m.bias.tolist() == t.bias.tolist()
+    with pytest.raises(ValueError, match="must be 1-D with 8 elements"):
+        minidl.nn.utils.vector_to_parameters(minidl.arange(7.0), m.parameters())

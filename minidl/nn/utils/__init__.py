@@ -111,6 +111,37 @@ def clip_grad_value_(parameters, clip_value, foreach=None):
         xp.clip(g, -clip_value, clip_value, out=g)
 
 
+def parameters_to_vector(parameters):
+    """The parameters flattened and joined into one 1-D tensor (torch.nn.utils.parameters_to_vector), differentiable
+    with respect to each of them. All must live on one device."""
+    from ... import cat
+
+    parameters = list(parameters)
+    devices = {str(p.device) for p in parameters}
+    if len(devices) > 1:
+        raise TypeError(f"parameters_to_vector: the parameters live on several devices ({sorted(devices)}); "
+                        "move them to one first")
+    return cat([p.reshape(-1) for p in parameters])
+
+
+def vector_to_parameters(vec, parameters):
+    """Copy the slices of a 1-D tensor into the parameters, in order (torch.nn.utils.vector_to_parameters): the
+    inverse of parameters_to_vector; no gradient flows."""
+    if not isinstance(vec, Tensor):
+        raise TypeError(f"vector_to_parameters: expected a Tensor, got {type(vec).__name__}")
+    parameters = list(parameters)
+    total = sum(p.numel() for p in parameters)
+    if vec.ndim != 1 or vec.numel() != total:
+        raise ValueError(f"vector_to_parameters: vec must be 1-D with {total} elements (the parameters' count), got "
+                         f"shape {tuple(vec.shape)}")
+    offset = 0
+    with no_grad():
+        for p in parameters:
+            n = p.numel()
+            p.copy_(vec[offset:offset + n].reshape(p.shape))
+            offset += n
+
+
 def _pnorm(xp, a, p):
     """(sum |a|^p)^(1/p) of an array, as a 0-d array; p = 2 without the powers."""
     if a.size == 0:
