@@ -355,19 +355,98 @@ def queue_callback(callback):
     _CALLBACKS.append(callback)
 
 
-def run_backward(tensor, grad_array, retain_graph: bool = False):
-    """Back-propagate `grad_array` (d loss / d tensor) through the graph that produced `tensor`."""
+def run_backward(tensor, grad_array, retain_graph: bool = False, capture=None):
+    """Back-propagate `grad_array` (d loss / d tensor) through the graph that produced `tensor`. capture (what
+    autograd.grad asks for): a dict keyed by id() of the tensors whose gradients to return in it instead of
+    accumulating any leaf's .grad (value: [tensor, gradient array or None])."""
     try:
-        _run_backward(tensor, grad_array, retain_graph)
+        _run_backward(tensor, grad_array, retain_graph, capture)
         while _CALLBACKS:
             _CALLBACKS.pop(0)()
     finally:
         _CALLBACKS.clear()
 
 
-def _run_backward(tensor, grad_array, retain_graph):
+def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=False, only_inputs=True,
+         allow_unused=None, is_grads_batched=False, materialize_grads=False):
+    """d(outputs)/d(inputs) (torch.autograd.grad): the gradients of the outputs (weighted by grad_outputs, each a
+    tensor of its output's shape; ones for a scalar) with respect to each input, as a tuple, without touching any
+    .grad. inputs may be leaves or intermediate tensors. allow_unused: an input the outputs do not depend on gives
+    None (zeros with materialize_grads) instead of an error. create_graph (a graph of the gradient itself, for
+    higher derivatives) is not there: minidl's backward functions compute arrays, not taped operations."""
+    from .tensor import Tensor
+    from .. import _device
+
+    if create_graph:
+        raise NotImplementedError(
+            "autograd.grad: create_graph=True (differentiating the gradient again) is not in minidl: the backward "
+            "functions compute arrays, not taped operations. Use finite differences, or compute the second "
+            "derivative by hand.")
+    if is_grads_batched:
+        raise NotImplementedError("autograd.grad: is_grads_batched=True (vmap over grad_outputs) is not in minidl")
+    outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    single = isinstance(inputs, Tensor)
+    inputs = [inputs] if single else list(inputs)
+    if grad_outputs is None or isinstance(grad_outputs, Tensor):
+        grad_outputs = [grad_outputs] * len(outputs) if grad_outputs is None else [grad_outputs]
+    grad_outputs = list(grad_outputs)
+    if len(grad_outputs) != len(outputs):
+        raise RuntimeError(f"autograd.grad: got {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    for i, t in enumerate(inputs):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"autograd.grad: inputs[{i}] is a {type(t).__name__}, not a Tensor")
+        if not t.requires_grad:
+            raise RuntimeError(f"autograd.grad: inputs[{i}] does not require grad (One of the differentiated Tensors "
+                               "does not require grad)")
+    capture = {id(t): [t, None] for t in inputs}
+    keep = retain_graph if retain_graph is not None else create_graph
+    for n, (out, g) in enumerate(zip(outputs, grad_outputs)):
+        if not isinstance(out, Tensor) or not out.requires_grad:
+            raise RuntimeError(f"autograd.grad: outputs[{n}] does not require grad and has no grad_fn")
+        if g is None:
+            if out.numel() != 1:
+                raise RuntimeError(f"autograd.grad: grad can be implicitly created only for scalar outputs; outputs[{n}]"
+                                   f" has shape {tuple(out.shape)}: pass grad_outputs")
+            seed = np.ones_like(out._data)
+        else:
+            seed = g._data if isinstance(g, Tensor) else np.asarray(g)
+            if tuple(seed.shape) != tuple(out.shape):
+                raise RuntimeError(f"autograd.grad: grad_outputs[{n}] has shape {tuple(seed.shape)}, expected "
+                                   f"{tuple(out.shape)}")
+            seed = seed.astype(out._data.dtype, copy=False)
+        run_backward(out, seed, retain_graph=bool(keep) or n + 1 < len(outputs), capture=capture)
+    result = []
+    for i, t in enumerate(inputs):
+        g = capture[id(t)][1]
+        if g is None:
+            if not allow_unused and not materialize_grads:
+                raise RuntimeError(f"autograd.grad: inputs[{i}] was not used in the graph of the outputs (One of the "
+                                   "differentiated Tensors appears to not have been used in the graph). Set "
+                                   "allow_unused=True if this is the desired behavior.")
+            result.append(Tensor._make(_device.get_array_module(t._data).zeros_like(t._data))
+                          if materialize_grads else None)
+        else:
+            result.append(Tensor._make(g.copy()))
+    return tuple(result)
+
+
+def _captured(capture, tensor, g):
+    """Add g to tensor's slot of an autograd.grad capture (True), or say it has none (False)."""
+    slot = capture.get(id(tensor))
+    if slot is None or slot[0] is not tensor:
+        return False
+    if tensor._hooks:
+        g = _run_hooks(tensor, g)
+    slot[1] = g if slot[1] is None else slot[1] + g
+    return True
+
+
+def _run_backward(tensor, grad_array, retain_graph, capture=None):
     if tensor._ctx is None:  # a leaf: its gradient is the seed itself
-        _accumulate_leaf(tensor, grad_array)
+        if capture is None:
+            _accumulate_leaf(tensor, grad_array)
+        else:
+            _captured(capture, tensor, grad_array)
         return
     pending: dict[int, list] = {id(tensor._ctx): [None] * len(tensor._ctx._output_meta)}
     pending[id(tensor._ctx)][tensor._out_index] = grad_array
@@ -394,6 +473,9 @@ def _run_backward(tensor, grad_array, retain_graph):
                 t = ref()
                 if t is None:
                     continue
+                if capture is not None and grads_out[k] is not None and id(t) in capture:
+                    _captured(capture, t, grads_out[k])   # (a non-leaf input of autograd.grad: its hooks run there)
+                    continue
                 if t._hooks:
                     grads_out[k] = _run_hooks(t, grads_out[k])
                 if t._retains_grad:
@@ -415,7 +497,9 @@ def _run_backward(tensor, grad_array, retain_graph):
                     )
                 if g.dtype != inp._data.dtype:
                     g = g.astype(inp._data.dtype)
-                if inp._ctx is None:
+                if inp._ctx is None and capture is not None:   # autograd.grad: no leaf's .grad changes
+                    _captured(capture, inp, g)
+                elif inp._ctx is None:
                     # The leaf may keep g itself (no copy) when nothing else can reach it: it owns its memory
                     # and the only references are this frame's g and grads_in's slot (PyTorch's AccumulateGrad
                     # steals a gradient the same way, by its use count). A gradient returned twice, kept by

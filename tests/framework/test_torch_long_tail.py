@@ -823,3 +823,64 @@ def test_parameters_to_vector_and_back_match_torch():
     assert m.weight.tolist() == t.weight.tolist() and m.bias.tolist() == t.bias.tolist()
     with pytest.raises(ValueError, match="must be 1-D with 8 elements"):
         minidl.nn.utils.vector_to_parameters(minidl.arange(7.0), m.parameters())
+
+
+def test_autograd_grad_matches_torch_and_leaves_grad_alone():
+    rng = np.random.default_rng(0)
+    xv, wv, gv = rng.standard_normal((3, 4)), rng.standard_normal(4), rng.standard_normal((3, 4))
+    x, w = minidl.tensor(xv, requires_grad=True), minidl.tensor(wv, requires_grad=True)
+    tx, tw = torch.tensor(xv, requires_grad=True), torch.tensor(wv, requires_grad=True)
+
+    def model(lib, a, b):
+        h = a * b            # an intermediate tensor, an input of grad below
+        return h, lib.sin(h) * a
+
+    h, y = model(minidl, x, w)
+    th, ty = model(torch, tx, tw)
+    ours = minidl.autograd.grad(y, [x, w, h], grad_outputs=minidl.tensor(gv), retain_graph=True)
+    theirs = torch.autograd.grad(ty, [tx, tw, th], grad_outputs=torch.tensor(gv), retain_graph=True)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+    assert x.grad is None and w.grad is None   # grad() accumulates into nothing
+    # two outputs, a scalar seed each; the graph kept above is used again
+    (gx,) = minidl.autograd.grad([y.sum(), (h * h).sum()], x)
+    (tgx,) = torch.autograd.grad([ty.sum(), (th * th).sum()], tx)
+    np.testing.assert_allclose(gx.numpy(), tgx.numpy(), rtol=1e-12)
+    # an input the output does not use
+    z = minidl.tensor([1.0], requires_grad=True)
+    with pytest.raises(RuntimeError, match="was not used in the graph.*allow_unused=True"):
+        minidl.autograd.grad((x * 2).sum(), [x, z])
+    gx2, gz = minidl.autograd.grad((x * 2).sum(), [x, z], allow_unused=True)
+    assert gz is None and np.array_equal(gx2.numpy(), np.full((3, 4), 2.0))
+    _, gz = minidl.autograd.grad((x * 2).sum(), [x, z], materialize_grads=True)
+    assert gz.tolist() == [0.0]
+    with pytest.raises(NotImplementedError, match="create_graph=True"):
+        minidl.autograd.grad((x * 2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
+        minidl.autograd.grad(x * 2, x)
+    # without retain_graph the graph is freed, as torch's
+    y2 = (x * w).sum()
+    minidl.autograd.grad(y2, x)
+    with pytest.raises(RuntimeError, match="a second time"):
+        minidl.autograd.grad(y2, x)
+
+
+def test_gumbel_softmax_samples_the_softmax_and_passes_gradients_straight_through():
+    import minidl.nn.functional as F
+
+    logits = minidl.tensor([1.0, 2.0, 0.5]).expand(20000, 3)
+    minidl.manual_seed(0)
+    hard = F.gumbel_softmax(logits, tau=0.7, hard=True)
+    assert set(np.unique(hard.numpy())) == {0.0, 1.0} and np.array_equal(hard.numpy().sum(1), np.ones(20000))
+    freq = hard.numpy().mean(0)
+    want = torch.softmax(torch.tensor([1.0, 2.0, 0.5]), 0).numpy()   # the Gumbel-max trick: argmax ~ softmax
+    assert np.abs(freq - want).max() < 0.015
+    x = minidl.tensor(np.random.default_rng(1).standard_normal((6, 4)), requires_grad=True)
+    w = minidl.tensor(np.arange(24.0).reshape(6, 4))
+    grads = []
+    for hard in (True, False):
+        minidl.manual_seed(5)   # the same noise: the hard sample's gradient is the soft sample's
+        x.grad = None
+        (F.gumbel_softmax(x, tau=0.5, hard=hard) * w).sum().backward()
+        grads.append(x.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12)

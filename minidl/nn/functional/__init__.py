@@ -62,7 +62,7 @@ from .vision import pad
 from . import recurrent  # noqa: F401  (the RNN Functions; nn/layers/rnn.py uses them)
 from . import composite  # noqa: E402
 from .composite import (  # noqa: F401  (the long tail, composed of the ops above: composite.py)
-    adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d, affine_grid, celu, embedding_bag, grid_sample, cosine_embedding_loss, cosine_similarity, gaussian_nll_loss, glu, group_norm, hardshrink, hardsigmoid,
+    adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d, affine_grid, celu, embedding_bag, grid_sample, gumbel_softmax, cosine_embedding_loss, cosine_similarity, gaussian_nll_loss, glu, group_norm, hardshrink, hardsigmoid,
     hardswish, hardtanh, hinge_embedding_loss, huber_loss, instance_norm, interpolate, kl_div, logsigmoid,
     margin_ranking_loss, mish, multilabel_soft_margin_loss, normalize, pairwise_distance, pixel_shuffle,
     pixel_unshuffle, poisson_nll_loss, prelu, selu, silu, soft_margin_loss, softmin, softshrink, softsign, tanhshrink,

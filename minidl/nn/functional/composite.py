@@ -632,3 +632,24 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
 
 
 FUNCTIONS += ["affine_grid", "grid_sample"]
+
+
+# ------------------------------------------------------------------------------------------------ gumbel_softmax
+def gumbel_softmax(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+    """softmax((logits + g) / tau) along dim, g Gumbel(0, 1) noise (torch.nn.functional.gumbel_softmax). hard: the
+    one-hot of the argmax in the forward pass, the soft sample's gradient in the backward (straight-through)."""
+    from ...ops.creation import rand_like
+
+    if not isinstance(logits, Tensor) or not logits.dtype.kind == "f":
+        raise TypeError(f"gumbel_softmax: logits must be a floating-point tensor, got {getattr(logits, 'dtype', logits)}")
+    u = rand_like(logits).clamp(min=np.finfo(logits.dtype).tiny)   # (0, 1): -log(-log(u)) is Gumbel(0, 1)
+    gumbels = -(-u.log()).log()
+    y_soft = softmax((logits + gumbels) / tau, dim)
+    if not hard:
+        return y_soft
+    index = y_soft.argmax(dim, keepdim=True)
+    y_hard = (y_soft.detach() * 0).scatter_(dim, index, 1.0)
+    return y_hard - y_soft.detach() + y_soft
+
+
+FUNCTIONS += ["gumbel_softmax"]
