@@ -251,6 +251,14 @@ class Tensor:
     def element_size(self):
         return self.dtype.itemsize
 
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self):
+        return self.dtype.itemsize * self.numel()
+
     def is_floating_point(self):
         return _dtypes.is_floating(self.dtype)
 

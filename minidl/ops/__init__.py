@@ -46,7 +46,7 @@ TABLE = (
                         "minimum round floor ceil trunc sin cos"),
     (elementwise, "f", "where clip=clamp"),
     (mathops, "mf", "tan sinh cosh asin acos atan asinh acosh atanh arcsin arccos arctan arcsinh arccosh arctanh exp2 "
-                    "expm1 log2 log10 reciprocal sinc deg2rad rad2deg frac logit erf erfc lgamma atan2 arctan2 hypot "
+                    "expm1 log2 log10 reciprocal sinc deg2rad rad2deg frac logit erf erfc erfinv lgamma atan2 arctan2 hypot "
                     "logaddexp logaddexp2 xlogy fmod copysign multiply divide true_divide subtract negative positive "
                     "absolute sgn greater greater_equal less less_equal not_equal floor_divide fmax fmin clamp_min "
                     "clamp_max nan_to_num addcmul addcdiv"),
@@ -74,13 +74,14 @@ TABLE = (
                    "diagonal diag trace"),
     (linalg, "f", "einsum"),
     (conversion, "m", "to cpu cuda type type_as float=as_float double=as_double half=as_half bfloat16=as_bfloat16 "
-                      "long=as_long int=as_int bool=as_bool contiguous is_contiguous stride new_zeros new_ones "
+                      "long=as_long int=as_int bool=as_bool byte=as_byte char=as_char short=as_short contiguous is_contiguous stride new_zeros new_ones "
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero"),
     (conversion, "f", "detach is_tensor is_floating_point"),
     (inplace, "m", "__iadd__ __isub__ __imul__ __itruediv__ __ipow__ add_ sub_ mul_ div_ pow_ neg_ exp_ log_ sqrt_ "
                    "abs_ relu_ sigmoid_ tanh_ addcmul_ addcdiv_ lerp_ masked_fill_ clamp_ clip_=clamp_ fill_ zero_ "
-                   "copy_ uniform_ normal_ scatter_ scatter_add_ index_add_ nan_to_num_ unsqueeze_ squeeze_ t_ "
+                   "copy_ uniform_ normal_ bernoulli_ exponential_ random_ erfinv_ scatter_ scatter_add_ index_add_ "
+                   "nan_to_num_ unsqueeze_ squeeze_ t_ "
                    "transpose_"),
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),
     (creation, "f", "tensor as_tensor from_numpy zeros ones full empty zeros_like ones_like full_like empty_like arange "

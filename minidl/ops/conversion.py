@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _device, _dtypes, _layout, primitives
 from .._device import Device, get_array_module
+from .. import _dtypes as _dtypes_module
 from .._dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
 from ..autograd.function import Function
 from ..autograd.tensor import Tensor
@@ -219,6 +220,21 @@ def as_int(self, memory_format=None):
 def as_bool(self, memory_format=None):
     _check_memory_format("bool()", memory_format)
     return self.type(bool_)
+
+
+def as_byte(self, memory_format=None):
+    _check_memory_format("byte()", memory_format)
+    return self.type(_dtypes_module.uint8)
+
+
+def as_char(self, memory_format=None):
+    _check_memory_format("char()", memory_format)
+    return self.type(_dtypes_module.int8)
+
+
+def as_short(self, memory_format=None):
+    _check_memory_format("short()", memory_format)
+    return self.type(_dtypes_module.int16)
 
 
 def type_as(self, other):

@@ -193,6 +193,47 @@ def normal_(self, mean=0.0, std=1.0):
     return self
 
 
+def _random_fill(self, op, make):
+    """self := make(u), u uniform in [0, 1) of self's shape in float64 (minidl's generator), cast to self's dtype."""
+    self._check_inplace(op)
+    from .. import random
+
+    u = random.uniform_array(self.shape, 0.0, 1.0, np.float64, self.device)
+    self._data[...] = make(get_array_module(self._data), u).astype(self.dtype, copy=False)
+    self._version += 1
+    return self
+
+
+def bernoulli_(self, p=0.5, *, generator=None):
+    """Each element := 1 with probability p (a number, or a tensor of probabilities broadcast to self), else 0."""
+    probs = p._data if isinstance(p, Tensor) else p
+    return _random_fill(self, "bernoulli_", lambda xp, u: u < probs)
+
+
+def exponential_(self, lambd=1.0, *, generator=None):
+    """Each element := a draw of Exponential(lambd): -log(1 - u) / lambd."""
+    if lambd <= 0:
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd}")
+    return _random_fill(self, "exponential_", lambda xp, u: -xp.log1p(-u) / lambd)
+
+
+def random_(self, from_=0, to=None, *, generator=None):
+    """Each element := an integer drawn uniformly from [from, to) (torch's Tensor.random_; one argument is `to`;
+    without `to`: up to 2^mantissa bits for floating dtypes, the dtype's maximum + 1 for integers)."""
+    if to is None and from_ != 0:
+        from_, to = 0, from_
+    if to is None:
+        to = (2 ** (np.finfo(self.dtype).nmant + 1) if _dtypes.is_floating(self.dtype) else
+              int(np.iinfo(self.dtype).max) + 1 if self.dtype.kind in "iu" else 2)
+    if to <= from_:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}")
+    return _random_fill(self, "random_", lambda xp, u: xp.floor(from_ + u * (to - from_)))
+
+
+def erfinv_(self):
+    return self._inplace("erfinv_", lambda t: t.erfinv())
+
+
 def scatter_(self, dim, index, src=None, value=None):
     src = value if src is None else src
     return self._inplace("scatter_", lambda t: _scatter(t, dim, index, src, False, "scatter_"), src)

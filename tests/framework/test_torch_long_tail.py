@@ -2,6 +2,8 @@
 the reference: transposed convolutions, BCELoss, softplus, in-place ops on 0-d tensors, in-place shape ops,
 matmul's keywords, Generator objects, multinomial / normal / bernoulli (by the rules every draw obeys), a
 lazy RandomSampler, and the errors torch raises for bad random-number arguments."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -884,3 +886,65 @@ def test_gumbel_softmax_samples_the_softmax_and_passes_gradients_straight_throug
         (F.gumbel_softmax(x, tau=0.5, hard=hard) * w).sum().backward()
         grads.append(x.grad.numpy())
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12)
+
+
+def test_erfinv_matches_torch():
+    x = np.concatenate([np.linspace(-0.999, 0.999, 1001), [0.0, 1e-10, -1e-300, 0.5, 0.4999999, 1.0, -1.0, 1.5, np.nan]])
+    ours, theirs = minidl.tensor(x).erfinv().numpy(), torch.tensor(x).erfinv().numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=0)   # (inf, -inf and NaN where torch has them)
+    tails = np.array([0.9999999999, -0.9999999999999])   # ill-conditioned: 1 - |x| holds a few digits
+    np.testing.assert_allclose(minidl.tensor(tails).erfinv().numpy(), torch.tensor(tails).erfinv().numpy(), rtol=1e-6)
+    t, tt = minidl.tensor([0.3, -0.6], requires_grad=True), torch.tensor([0.3, -0.6], requires_grad=True)
+    t.erfinv().sum().backward()
+    tt.erfinv().sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), tt.grad.numpy(), rtol=1e-6)
+    u = minidl.tensor([0.2, 0.7], dtype=minidl.float64)
+    assert u.erfinv_() is u and np.allclose(u.numpy(), torch.tensor([0.2, 0.7], dtype=torch.float64).erfinv().numpy(), rtol=1e-12)
+
+
+def test_random_fills_conversions_and_sizes_as_torch():
+    minidl.manual_seed(0)
+    x = minidl.empty(200000, dtype=minidl.float64)
+    assert abs(x.bernoulli_(0.3).mean().item() - 0.3) < 0.005 and set(np.unique(x.numpy())) == {0.0, 1.0}
+    assert abs(x.exponential_(2.0).mean().item() - 0.5) < 0.01 and x.min().item() >= 0
+    assert set(np.unique(x.random_(3, 10).numpy())) == set(range(3, 10))
+    assert set(np.unique(minidl.empty(1000, dtype=minidl.int64).random_(4).numpy())) == {0, 1, 2, 3}
+    p = minidl.tensor([0.0, 1.0]).expand(1000, 2)
+    assert minidl.empty(1000, 2).bernoulli_(p).mean(0).tolist() == [0.0, 1.0]
+    with pytest.raises(RuntimeError, match="expects lambda > 0.0"):
+        x.exponential_(0.0)
+    v = [1.7, -2.2, 300.0]
+    for name in ("byte", "char", "short"):
+        ours, theirs = getattr(minidl.tensor(v[:2]), name)(), getattr(torch.tensor(v[:2]), name)()
+        assert str(ours.dtype).split(".")[-1] == str(theirs.dtype).split(".")[-1] and ours.tolist() == theirs.tolist()
+    assert minidl.zeros(3, 5).nbytes == torch.zeros(3, 5).nbytes and minidl.zeros(2, dtype=minidl.float16).itemsize == 2
+
+
+def test_timm_style_drop_path_and_trunc_normal_run():
+    """Two helpers that ViT code copies from timm: stochastic depth (new_empty(...).bernoulli_) and a truncated
+    normal init by the inverse CDF (uniform_, erfinv_)."""
+    def drop_path(x, drop_prob=0.0, training=False):
+        keep_prob = 1 - drop_prob
+        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+        random_tensor = x.new_empty(shape).bernoulli_(keep_prob)
+        return x.div(keep_prob) * random_tensor
+
+    def trunc_normal_(tensor, mean=0.0, std=1.0, a=-2.0, b=2.0):
+        def norm_cdf(v):
+            return (1.0 + math.erf(v / math.sqrt(2.0))) / 2.0
+        with minidl.no_grad():
+            lo, hi = norm_cdf((a - mean) / std), norm_cdf((b - mean) / std)
+            tensor.uniform_(2 * lo - 1, 2 * hi - 1)
+            tensor.erfinv_()
+            tensor.mul_(std * math.sqrt(2.0))
+            tensor.add_(mean)
+            tensor.clamp_(min=a, max=b)
+            return tensor
+
+    minidl.manual_seed(0)
+    y = drop_path(minidl.ones(4000, 3), 0.25, True)
+    kept = (y[:, 0] != 0).float().mean().item()
+    assert abs(kept - 0.75) < 0.03 and np.allclose(y.numpy()[y.numpy() != 0], 1 / 0.75)
+    w = trunc_normal_(minidl.empty(20000, dtype=minidl.float64), std=0.5, a=-1.0, b=1.0)
+    assert w.min().item() >= -1.0 and w.max().item() <= 1.0 and abs(w.mean().item()) < 0.02
+    assert abs(w.std().item() - 0.5 * math.sqrt(0.7737)) < 0.01   # truncated at +-2 sigma: 77% of the variance
