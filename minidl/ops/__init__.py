@@ -58,7 +58,7 @@ TABLE = (
     (reductions, "mf", "sum mean var std max min argmax argmin amax amin aminmax logsumexp norm any all prod nansum "
                        "nanmean count_nonzero cumsum cumprod cummax cummin logcumsumexp"),
     (reductions, "f", "var_mean std_mean"),
-    (sorting, "mf", "sort argsort msort topk kthvalue median mode unique bincount"),
+    (sorting, "mf", "sort argsort msort topk kthvalue median mode unique bincount histc"),
     (sorting, "f", "searchsorted bucketize"),
     (shape, "m", "view view_as expand expand_as repeat reshape_as unfold sum_to_size"),
     (shape, "mf", "reshape flatten unflatten ravel squeeze unsqueeze permute transpose t movedim moveaxis swapaxes "
@@ -68,7 +68,7 @@ TABLE = (
     (joining, "f", "cat concat concatenate stack hstack vstack dstack column_stack atleast_1d atleast_2d atleast_3d"),
     (indexing, "m", "__getitem__ __setitem__ index_fill"),
     (indexing, "mf", "gather index_select masked_fill masked_select narrow nonzero argwhere scatter scatter_add "
-                     "index_add select take take_along_dim"),
+                     "index_add index_copy index_put select take take_along_dim"),
     (linalg, "m", "__matmul__=matmul __rmatmul__=rmatmul"),
     (linalg, "mf", "matmul mm bmm mv dot inner vdot outer ger tensordot kron cross addmm addmv baddbmm addbmm "
                    "diagonal diag trace"),
@@ -81,6 +81,7 @@ TABLE = (
     (inplace, "m", "__iadd__ __isub__ __imul__ __itruediv__ __ipow__ add_ sub_ mul_ div_ pow_ neg_ exp_ log_ sqrt_ "
                    "abs_ relu_ sigmoid_ tanh_ addcmul_ addcdiv_ lerp_ masked_fill_ clamp_ clip_=clamp_ fill_ zero_ "
                    "copy_ uniform_ normal_ bernoulli_ exponential_ random_ erfinv_ scatter_ scatter_add_ index_add_ "
+                   "index_fill_ index_copy_ index_put_ "
                    "nan_to_num_ unsqueeze_ squeeze_ t_ "
                    "transpose_"),
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),

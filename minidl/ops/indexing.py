@@ -14,7 +14,7 @@ from ..autograd.tensor import Tensor
 from ._args import bfloat16_on_gpu, operand
 from ._dims import dim_index, normalize_dim
 from .elementwise import where
-from .shape import movedim
+from .shape import broadcast_tensors, movedim
 
 
 # ------------------------------------------------------------------------------------------------
@@ -271,6 +271,42 @@ def index_fill(self, dim, index, value):
             raise RuntimeError(f"index_fill: value must be a number or a 0-d tensor, got shape {tuple(value.shape)}")
         value = value.type(self.dtype)
     return where(Tensor._make(mask), value, self)
+
+
+def index_copy(self, dim, index, source):
+    """self with its slices at `index` along dim replaced by source's slices, in order (torch.index_copy; indices
+    should be distinct, as torch asks), with gradients to both."""
+    d = dim_index(self, dim, "index_copy")
+    if source.shape[d] != (index.numel() if isinstance(index, Tensor) else len(index)):
+        raise RuntimeError(f"index_copy: source has {source.shape[d]} slices along dim {d}, index names "
+                           f"{index.numel() if isinstance(index, Tensor) else len(index)}")
+    return index_add(self.index_fill(d, index, 0), d, index, source.type(self.dtype))
+
+
+def index_put(self, indices, values, accumulate=False):
+    """self with values written at self[indices] (torch.index_put: a tuple of index tensors, one per leading
+    dimension); accumulate: added there instead, repeated positions adding up. With gradients."""
+    indices = tuple(indices)
+    if not accumulate:
+        out = self.clone()
+        out[indices] = values
+        return out
+    if any(isinstance(i, Tensor) and i.dtype.kind == "b" for i in indices) or not indices:
+        raise NotImplementedError("index_put: accumulate=True takes integer index tensors (one per leading dimension), "
+                                  "not masks")
+    k = len(indices)
+    if k > self.ndim:
+        raise IndexError(f"index_put: {k} index tensors for a {self.ndim}-d tensor")
+    lead, rest = self.shape[:k], self.shape[k:]
+    index_tensors = broadcast_tensors(*[i if isinstance(i, Tensor) else Tensor(i, device=self.device) for i in indices])
+    linear = index_tensors[0] * 0
+    for i, size in zip(index_tensors, lead):   # row-major position among the leading dimensions
+        linear = linear * size + (i % size)
+    count = linear.numel()
+    values = values if isinstance(values, Tensor) else Tensor(values, device=self.device)
+    values = values.type(self.dtype).expand(tuple(linear.shape) + tuple(rest)).reshape(count, *rest)
+    flat = self.reshape(-1, *rest)
+    return index_add(flat, 0, linear.reshape(-1), values).reshape(self.shape)
 
 
 def take_along_dim(t, indices, dim=None):

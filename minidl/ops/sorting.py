@@ -152,6 +152,27 @@ def bincount(t, weights=None, minlength=0):
     return Tensor._make(out)
 
 
+def histc(t, bins=100, min=0, max=0):
+    """Counts of the elements in `bins` equal-width bins over [min, max] (min == max: the data's own min and max),
+    elements outside left out, the last bin closed (torch.histc); a float tensor of t's dtype, no gradient."""
+    if t.dtype.kind != "f":
+        raise RuntimeError(f"histc: expected a floating-point tensor, got {t.dtype}")
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins <= 0:
+        raise RuntimeError(f"histc: bins must be > 0, got {bins!r}")
+    xp = get_array_module(t._data)
+    data = t._data.reshape(-1).astype(np.float64)
+    lo, hi = float(min), float(max)
+    if lo == hi and data.size:
+        lo, hi = float(data.min()), float(data.max())
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise RuntimeError(f"histc: max must be larger than min, got min={min}, max={max}")
+    inside = data[(data >= lo) & (data <= hi)]
+    index = xp.minimum(((inside - lo) * (bins / (hi - lo))).astype(np.int64), bins - 1)
+    return Tensor._make(xp.bincount(index, minlength=bins).astype(t.dtype))
+
+
 def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None, sorter=None):
     if side is not None:
         right = side == "right"

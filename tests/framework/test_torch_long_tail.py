@@ -948,3 +948,31 @@ def test_timm_style_drop_path_and_trunc_normal_run():
     w = trunc_normal_(minidl.empty(20000, dtype=minidl.float64), std=0.5, a=-1.0, b=1.0)
     assert w.min().item() >= -1.0 and w.max().item() <= 1.0 and abs(w.mean().item()) < 0.02
     assert abs(w.std().item() - 0.5 * math.sqrt(0.7737)) < 0.01   # truncated at +-2 sigma: 77% of the variance
+
+
+def test_index_copy_put_fill_and_histc_match_torch():
+    a = np.arange(12.0).reshape(3, 4)
+    w = np.arange(12.0).reshape(3, 4) % 5
+    results = []
+    for lib in (minidl, torch):
+        x = lib.tensor(a.copy(), requires_grad=True)
+        src = lib.tensor(np.full((3, 2), -1.0), requires_grad=True)
+        y = x.index_copy(1, lib.tensor([3, 0]), src)
+        vals = lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64, requires_grad=True)
+        z = x.index_put((lib.tensor([0, 0, 2]), lib.tensor([1, 1, 3])), vals, accumulate=True)
+        u = x.index_put((lib.tensor([2, 0]),), lib.tensor([7.0], dtype=lib.float64))   # whole rows, no accumulate
+        ((y + z + u) * lib.tensor(w)).sum().backward()
+        filled = lib.zeros(3, 4)
+        filled.index_fill_(1, lib.tensor([0, 2]), 5.0)
+        copied = lib.zeros(2, 3)
+        copied.index_copy_(0, lib.tensor([1]), lib.ones(1, 3))
+        put = lib.zeros(4)
+        put.index_put_((lib.tensor([1, 1, 3]),), lib.tensor(2.0), accumulate=True)
+        results.append([t.detach().numpy() for t in (y, z, u, x.grad, src.grad, vals.grad, filled, copied, put)])
+    for ours, theirs in zip(*results):
+        np.testing.assert_array_equal(ours, theirs)
+    x = np.random.default_rng(0).standard_normal(1000)
+    for args in ((20, -2, 2), (7,), (5, 0.5, 0.5)):
+        np.testing.assert_array_equal(minidl.tensor(x).histc(*args).numpy(), torch.tensor(x).histc(*args).numpy())
+    with pytest.raises(NotImplementedError, match="integer index tensors"):
+        minidl.zeros(3).index_put((minidl.tensor([True, False, True]),), minidl.tensor(1.0), accumulate=True)
