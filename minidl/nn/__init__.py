@@ -35,7 +35,7 @@ from .layers.composite import (  # noqa: F401,E402  (torch.nn's long tail: nn/la
     CELU, GLU, SELU, EmbeddingBag, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, CosineEmbeddingLoss, CosineSimilarity, GaussianNLLLoss, GroupNorm, Hardshrink, Hardsigmoid,
     Hardswish, Hardtanh, HingeEmbeddingLoss, HuberLoss, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, KLDivLoss,
     LogSigmoid, MarginRankingLoss, Mish, MultiLabelSoftMarginLoss, PairwiseDistance, ParameterDict, ParameterList,
-    PixelShuffle, PixelUnshuffle, PoissonNLLLoss, PReLU, SiLU, Softmin, SoftMarginLoss, Softshrink, Softsign,
+    Fold, PixelShuffle, PixelUnshuffle, PoissonNLLLoss, Unfold, PReLU, SiLU, Softmin, SoftMarginLoss, Softshrink, Softsign,
     Tanhshrink, Threshold, TripletMarginLoss, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d,
 )
 from .module import RemovableHandle  # noqa: F401,E402

@@ -976,3 +976,23 @@ def test_index_copy_put_fill_and_histc_match_torch():
         np.testing.assert_array_equal(minidl.tensor(x).histc(*args).numpy(), torch.tensor(x).histc(*args).numpy())
     with pytest.raises(NotImplementedError, match="integer index tensors"):
         minidl.zeros(3).index_put((minidl.tensor([True, False, True]),), minidl.tensor(1.0), accumulate=True)
+
+
+@pytest.mark.parametrize("kw", [dict(kernel_size=3), dict(kernel_size=(2, 3), stride=2, padding=1, dilation=(1, 2)),
+                                dict(kernel_size=4, stride=3)], ids=str)
+def test_unfold_and_fold_match_torch_with_gradients(kw):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 9, 8))
+    ours = nn.Unfold(**kw)(xm := minidl.tensor(x, requires_grad=True))
+    theirs = torch.nn.Unfold(**kw)(xt := torch.tensor(x, requires_grad=True))
+    np.testing.assert_array_equal(ours.detach().numpy(), theirs.detach().numpy())
+    w = rng.standard_normal(tuple(theirs.shape))
+    back = nn.Fold((9, 8), **kw)(ours * minidl.tensor(w))
+    tback = torch.nn.Fold((9, 8), **kw)(theirs * torch.tensor(w))
+    np.testing.assert_allclose(back.detach().numpy(), tback.detach().numpy(), rtol=1e-12, atol=1e-12)
+    (back * minidl.tensor(x)).sum().backward()
+    (tback * torch.tensor(x)).sum().backward()
+    np.testing.assert_allclose(xm.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(F.unfold(minidl.tensor(x[0]), **kw).numpy(), torch.nn.functional.unfold(torch.tensor(x[0]), **kw).numpy())
+    with pytest.raises(RuntimeError, match="expected size of input's dimension 2 to match"):
+        F.fold(ours[:, :, :-1], (9, 8), **kw)

@@ -76,3 +76,25 @@ def test_a_gpu_loader_draws_an_endless_sampler_batch_by_batch():
     squares, indices = next(it)
     assert squares.is_cuda and indices.tolist() == [0, 1, 2, 3] and squares.tolist() == [0.0, 1.0, 4.0, 9.0]
     assert next(it)[1].tolist() == [4, 5, 6, 7]
+
+
+def test_unfold_fold_index_put_and_histc_on_the_gpu():
+    """The composites on the GPU's kernels: unfold/fold by convolution (exact, TF32 off), index_put with accumulate
+    by index_add, histc by bincount: the CPU's values."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    for device in ("cpu", "cuda"):
+        cols = F.unfold(minidl.tensor(x, device=device), (2, 3), stride=2, padding=1)
+        back = F.fold(cols, (9, 8), (2, 3), stride=2, padding=1)
+        if device == "cpu":
+            want_cols, want_back = cols.numpy(), back.numpy()
+        else:
+            np.testing.assert_array_equal(cols.cpu().numpy(), want_cols)
+            np.testing.assert_allclose(back.cpu().numpy(), want_back, rtol=1e-6)
+    put = minidl.zeros(3, 4, device="cuda").index_put_((minidl.tensor([0, 0, 2], device="cuda"),
+                                                        minidl.tensor([1, 1, 3], device="cuda")),
+                                                       minidl.tensor(1.0, device="cuda"), accumulate=True)
+    assert put.tolist() == [[0.0, 2.0, 0.0, 0.0], [0.0] * 4, [0.0, 0.0, 0.0, 1.0]]
+    v = rng.standard_normal(1000)
+    np.testing.assert_array_equal(minidl.tensor(v, device="cuda").histc(20, -2, 2).cpu().numpy(),
+                                  minidl.tensor(v).histc(20, -2, 2).numpy())

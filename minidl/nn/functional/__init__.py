@@ -59,6 +59,7 @@ from .pooling import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_poo
                       avg_pool3d, max_pool1d, max_pool2d, max_pool3d, max_unpool1d, max_unpool2d, max_unpool3d)
 from .sparse import embedding, one_hot
 from .vision import pad
+from .patches import fold, unfold
 from . import recurrent  # noqa: F401  (the RNN Functions; nn/layers/rnn.py uses them)
 from . import composite  # noqa: E402
 from .composite import (  # noqa: F401  (the long tail, composed of the ops above: composite.py)
@@ -75,7 +76,7 @@ __all__ = [
     "softplus",
     "cross_entropy", "nll_loss", "mse_loss", "smooth_l1_loss", "l1_loss", "binary_cross_entropy_with_logits",
     "binary_cross_entropy",
-    "embedding", "one_hot", "pad",
+    "embedding", "one_hot", "pad", "unfold", "fold",
     "conv1d", "conv2d", "conv2d_relu", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "max_pool3d", "max_unpool1d", "max_unpool2d", "max_unpool3d",
     "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
