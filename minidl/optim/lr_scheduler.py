@@ -55,8 +55,12 @@ class LRScheduler:
                     )
         self.base_lrs = [group["initial_lr"] for group in optimizer.param_groups]
         self.last_epoch = last_epoch
+        self._initial_step()
+
+    def _initial_step(self) -> None:
+        """The constructor's first step (epoch 0), which sets the starting lr (also SequentialLR's restart of its
+        first scheduler)."""
         self._step_count = 0
-        # The constructor takes the first step (epoch 0), which sets the starting lr.
         self._is_initial = True
         try:
             self.step()

@@ -76,14 +76,8 @@ class SequentialLR(LRScheduler):
             group["lr"] = group["initial_lr"]
         for scheduler in schedulers:
             scheduler.last_epoch -= 1
-        first = schedulers[0]
-        first._step_count = 0
-        first._is_initial = True
-        try:
-            first.step()
-        finally:
-            first._is_initial = False
-        self._last_lr = first.get_last_lr()
+        schedulers[0]._initial_step()
+        self._last_lr = schedulers[0].get_last_lr()
 
     def step(self, epoch=None):
         if epoch is not None:
