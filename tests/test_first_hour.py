@@ -195,6 +195,7 @@ README_RUNS = {
     "`train_mnist.py` on a CPU": ("mnist_cnn_cpu_2core.log", "train_mnist", [], "cpu"),
     "`train_mnist.py --model mlp": ("mnist_mlp_cpu_2core.log", "train_mnist", ["--model", "mlp"], "cpu"),
     "`char_rnn.py`": ("char_rnn_lstm_gpu.log", "char_rnn", [], "cuda"),
+    "`char_rnn.py --amp`": ("char_rnn_amp_fp16_7c7528e.log", "char_rnn", ["--amp"], "cuda"),
     "`ptb_lm.py`": ("ptb_lm_gpu.log", "ptb_lm", [], "cuda"),
     "`ptb_lm.py --amp`": ("ptb_lm_amp_fp16_9f8fd1a.log", "ptb_lm", ["--amp"], "cuda"),
     "`train_cifar10.py` (defaults": (None, "train_cifar10", [], "cuda"),
