@@ -68,11 +68,11 @@ TABLE = (
     (joining, "f", "cat concat concatenate stack hstack vstack dstack column_stack atleast_1d atleast_2d atleast_3d"),
     (indexing, "m", "__getitem__ __setitem__ index_fill"),
     (indexing, "mf", "gather index_select masked_fill masked_select narrow nonzero argwhere scatter scatter_add "
-                     "index_add index_copy index_put select take take_along_dim"),
+                     "index_add index_copy index_put masked_scatter select take take_along_dim"),
     (linalg, "m", "__matmul__=matmul __rmatmul__=rmatmul"),
     (linalg, "mf", "matmul mm bmm mv dot inner vdot outer ger tensordot kron cross addmm addmv baddbmm addbmm "
                    "diagonal diag trace"),
-    (linalg, "f", "einsum"),
+    (linalg, "f", "einsum cdist"),
     (conversion, "m", "to cpu cuda type type_as float=as_float double=as_double half=as_half bfloat16=as_bfloat16 "
                       "long=as_long int=as_int bool=as_bool byte=as_byte char=as_char short=as_short contiguous is_contiguous stride new_zeros new_ones "
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
@@ -81,7 +81,7 @@ TABLE = (
     (inplace, "m", "__iadd__ __isub__ __imul__ __itruediv__ __ipow__ add_ sub_ mul_ div_ pow_ neg_ exp_ log_ sqrt_ "
                    "abs_ relu_ sigmoid_ tanh_ addcmul_ addcdiv_ lerp_ masked_fill_ clamp_ clip_=clamp_ fill_ zero_ "
                    "copy_ uniform_ normal_ bernoulli_ exponential_ random_ erfinv_ scatter_ scatter_add_ index_add_ "
-                   "index_fill_ index_copy_ index_put_ "
+                   "index_fill_ index_copy_ index_put_ masked_scatter_ "
                    "nan_to_num_ unsqueeze_ squeeze_ t_ "
                    "transpose_"),
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),

@@ -273,6 +273,20 @@ def index_fill(self, dim, index, value):
     return where(Tensor._make(mask), value, self)
 
 
+def masked_scatter(self, mask, source):
+    """self with the positions where mask (broadcast to self's shape) is True taken from source's elements in order
+    (torch.masked_scatter), with gradients to both."""
+    if not isinstance(mask, Tensor) or mask.dtype.kind != "b":
+        raise RuntimeError(f"masked_scatter: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask))}")
+    mask = mask.expand(*self.shape) if tuple(mask.shape) != tuple(self.shape) else mask
+    count = int(mask.sum().item())
+    if source.numel() < count:
+        raise RuntimeError(f"masked_scatter: the mask selects {count} elements and source has only {source.numel()}")
+    out = self.clone()
+    out[mask] = source.reshape(-1)[:count].type(self.dtype)
+    return out
+
+
 def index_copy(self, dim, index, source):
     """self with its slices at `index` along dim replaced by source's slices, in order (torch.index_copy; indices
     should be distinct, as torch asks), with gradients to both."""

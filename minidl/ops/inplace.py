@@ -20,7 +20,7 @@ from .._device import get_array_module
 from ..autograd.function import is_grad_enabled
 from ..autograd.tensor import Tensor, get_default_dtype, to_array
 from ._args import operand
-from .indexing import SetItem, _scatter, index_add, index_copy, index_put
+from .indexing import SetItem, _scatter, index_add, index_copy, index_put, masked_scatter
 from .mathops import nan_to_num
 
 
@@ -228,6 +228,10 @@ def random_(self, from_=0, to=None, *, generator=None):
     if to <= from_:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}")
     return _random_fill(self, "random_", lambda xp, u: xp.floor(from_ + u * (to - from_)))
+
+
+def masked_scatter_(self, mask, source):
+    return self._inplace("masked_scatter_", lambda t: masked_scatter(t, mask, source), source)
 
 
 def index_fill_(self, dim, index, value):

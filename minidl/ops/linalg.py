@@ -109,6 +109,69 @@ class DiagEmbed(Function):
         return g[i + max(-self.offset, 0), i + max(self.offset, 0)]
 
 
+class Cdist(Function):
+    """The p-norm distance of every row of x1 to every row of x2: (..., P, M), (..., R, M) -> (..., P, R)
+    (torch.cdist). The gradient of a zero distance is zero, as torch's (the p-norm has none there)."""
+
+    saves_inputs = False
+
+    def forward(self, x1, x2, p=2.0):
+        xp = get_array_module(x1)
+        diff = x1[..., :, None, :] - x2[..., None, :, :]
+        a = xp.abs(diff)
+        if p == 0:
+            d = (a != 0).sum(-1).astype(diff.dtype)
+        elif p == 1:
+            d = a.sum(-1)
+        elif p == 2:
+            d = xp.sqrt((diff * diff).sum(-1))
+        elif p == float("inf"):
+            d = a.max(-1) if a.shape[-1] else a.sum(-1)
+        else:
+            d = (a ** p).sum(-1) ** (1.0 / p)
+        self.diff, self.d, self.p, self.shapes = diff, d, p, (x1.shape, x2.shape)
+        return d
+
+    def backward(self, g):
+        with np.errstate(divide="ignore", invalid="ignore"):   # (0 ** negative: masked below, or NaN as torch's)
+            return self._backward(g)
+
+    def _backward(self, g):
+        xp = get_array_module(g)
+        diff, d, p = self.diff, self.d[..., None], self.p
+        safe = xp.where(d == 0, 1, d)
+        if p == 0:
+            grad = xp.zeros_like(diff)
+        elif p == 1:
+            grad = xp.sign(diff)
+        elif p == 2:
+            grad = xp.where(d == 0, 0, diff / safe)
+        elif p == float("inf"):
+            grad = xp.sign(diff) * (xp.abs(diff) == d)
+        else:
+            grad = xp.where(d == 0, 0, xp.sign(diff) * xp.abs(diff) ** (p - 1) / safe ** (p - 1))
+        grad = grad * g[..., None]
+        shape1, shape2 = self.shapes
+        return unbroadcast(grad.sum(-2), shape1), unbroadcast(-grad.sum(-3), shape2)
+
+
+def cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    """torch.cdist: the p-norm distances between the rows of x1 (..., P, M) and of x2 (..., R, M) -> (..., P, R),
+    batch dimensions broadcast; computed from the differences (exact for p = 2 too: compute_mode is accepted)."""
+    op = "cdist"
+    if not isinstance(x1, Tensor) or not isinstance(x2, Tensor) or x1.ndim < 2 or x2.ndim < 2:
+        raise RuntimeError(f"{op} only supports at least 2D tensors, got: {getattr(x1, 'ndim', None)}D and "
+                           f"{getattr(x2, 'ndim', None)}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"{op}: X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: "
+                           f"{x2.shape[-1]}")
+    if not _dtypes.is_floating(x1.dtype) or x1.dtype != x2.dtype:
+        raise RuntimeError(f"{op} only supports floating-point dtypes of one kind, got {x1.dtype} and {x2.dtype}")
+    if p < 0:
+        raise RuntimeError(f"{op} only supports non-negative p values, got {p}")
+    return Cdist.apply(x1, x2, p=float(p))
+
+
 class Einsum(Function):
     """xp.einsum forward; each operand's gradient is again an einsum: the output's gradient with the other
     operands, to that operand's subscripts. Subscripts repeated inside one operand (diagonals) are refused."""

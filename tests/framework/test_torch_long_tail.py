@@ -996,3 +996,52 @@ def test_unfold_and_fold_match_torch_with_gradients(kw):
     np.testing.assert_array_equal(F.unfold(minidl.tensor(x[0]), **kw).numpy(), torch.nn.functional.unfold(torch.tensor(x[0]), **kw).numpy())
     with pytest.raises(RuntimeError, match="expected size of input's dimension 2 to match"):
         F.fold(ours[:, :, :-1], (9, 8), **kw)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.0, 3.0, float("inf"), 0.5])
+def test_cdist_matches_torch_with_gradients(p):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 5, 3)), rng.standard_normal((1, 4, 3))
+    b[0, 1] = a[0, 2]   # a zero distance: its gradient is zero, as torch's
+    x1, x2 = minidl.tensor(a, requires_grad=True), minidl.tensor(b, requires_grad=True)
+    t1, t2 = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    d, td = minidl.cdist(x1, x2, p), torch.cdist(t1, t2, p)
+    w = rng.standard_normal(tuple(td.shape))
+    (d * minidl.tensor(w)).sum().backward()
+    (td * torch.tensor(w)).sum().backward()
+    for ours, theirs in ((d, td), (x1.grad, t1.grad), (x2.grad, t2.grad)):
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-12, atol=1e-13)
+    with pytest.raises(RuntimeError, match="same number of columns"):
+        minidl.cdist(x1, minidl.zeros(4, 2, dtype=minidl.float64))
+
+
+def test_masked_scatter_and_bilinear_match_torch():
+    a, src = np.arange(12.0).reshape(3, 4), np.arange(100.0, 112.0).reshape(3, 4)
+    mask = np.array([True, False, True, False])
+    results = []
+    for lib in (minidl, torch):
+        x, s = lib.tensor(a, requires_grad=True), lib.tensor(src, requires_grad=True)
+        y = x.masked_scatter(lib.tensor(mask), s)
+        (y * lib.tensor(a)).sum().backward()
+        z = lib.zeros(2, 3)
+        z.masked_scatter_(lib.tensor([[True, False, True], [False, True, False]]), lib.arange(5.0) + 1)
+        results.append([t.detach().numpy() for t in (y, x.grad, s.grad, z)])
+    for ours, theirs in zip(*results):
+        np.testing.assert_array_equal(ours, theirs)
+    with pytest.raises(RuntimeError, match="selects 2 elements and source has only 1"):
+        minidl.zeros(2).masked_scatter(minidl.tensor([True, True]), minidl.ones(1))
+
+    rng = np.random.default_rng(0)
+    x1, x2, w, b = (rng.standard_normal(s) for s in ((4, 3), (4, 5), (2, 3, 5), (2,)))
+    m, t = nn.Bilinear(3, 5, 2, dtype=minidl.float64), torch.nn.Bilinear(3, 5, 2).double()
+    assert sorted(m.state_dict()) == sorted(t.state_dict()) and m.weight.shape == tuple(t.weight.shape)
+    assert m.weight.abs().max().item() <= 1 / math.sqrt(3)
+    m.load_state_dict({"weight": minidl.tensor(w), "bias": minidl.tensor(b)})
+    t.load_state_dict({"weight": torch.tensor(w), "bias": torch.tensor(b)})
+    ins, tins = [minidl.tensor(v, requires_grad=True) for v in (x1, x2)], [torch.tensor(v, requires_grad=True) for v in (x1, x2)]
+    y, ty = m(*ins), t(*tins)
+    (y * y).sum().backward()
+    (ty * ty).sum().backward()
+    for ours, theirs in ((y, ty), (ins[0].grad, tins[0].grad), (ins[1].grad, tins[1].grad), (m.weight.grad, t.weight.grad),
+                         (m.bias.grad, t.bias.grad)):
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-12, atol=1e-12)

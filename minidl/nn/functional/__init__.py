@@ -50,7 +50,7 @@ from .activations import (add_relu, elu, gelu, leaky_relu, log_softmax, relu, re
                           tanh)
 from .convolution import conv1d, conv2d, conv2d_relu, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 from .attention import multi_head_attention_forward, scaled_dot_product_attention
-from .dense import linear
+from .dense import bilinear, linear
 from .dropouts import dropout, dropout1d, dropout2d, dropout3d
 from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,
                      nll_loss, smooth_l1_loss)
@@ -71,7 +71,7 @@ from .composite import (  # noqa: F401  (the long tail, composed of the ops abov
 )
 
 __all__ = [
-    "linear",
+    "linear", "bilinear",
     "relu", "relu6", "leaky_relu", "elu", "sigmoid", "tanh", "gelu", "add_relu", "softmax", "log_softmax",
     "softplus",
     "cross_entropy", "nll_loss", "mse_loss", "smooth_l1_loss", "l1_loss", "binary_cross_entropy_with_logits",

@@ -91,3 +91,19 @@ def linear(input, weight, bias=None):
     if bias is None:
         return Linear.apply(input, weight)
     return Linear.apply(input, weight, bias)
+
+
+def bilinear(input1, input2, weight, bias=None):
+    """y[..., o] = sum_ij input1[..., i] weight[o, i, j] input2[..., j] + bias[o] (torch.nn.functional.bilinear),
+    by einsum, with gradients."""
+    from ... import einsum
+
+    op = "bilinear"
+    if weight.ndim != 3 or input1.shape[-1] != weight.shape[1] or input2.shape[-1] != weight.shape[2]:
+        raise RuntimeError(f"{op}: weight (out, in1, in2) {tuple(weight.shape)} does not fit input1 "
+                           f"{tuple(input1.shape)} and input2 {tuple(input2.shape)}")
+    if tuple(input1.shape[:-1]) != tuple(input2.shape[:-1]):
+        raise RuntimeError(f"{op}: input1 {tuple(input1.shape)} and input2 {tuple(input2.shape)} must share their "
+                           "leading dimensions")
+    y = einsum("...i,oij,...j->...o", input1, weight, input2)
+    return y if bias is None else y + bias

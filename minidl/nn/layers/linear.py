@@ -25,6 +25,38 @@ class Identity(Module):
         return input
 
 
+class Bilinear(Module):
+    """y = x1^T A x2 + b: x1 (..., in1_features), x2 (..., in2_features) -> (..., out_features). weight
+    (out_features, in1_features, in2_features) and bias start as torch's: U(-1/sqrt(in1), 1/sqrt(in1))."""
+
+    def __init__(self, in1_features: int, in2_features: int, out_features: int, bias: bool = True, device=None,
+                 dtype=None):
+        super().__init__()
+        for name, v in (("in1_features", in1_features), ("in2_features", in2_features), ("out_features", out_features)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"Bilinear: {name} must be an int >= 0, got {v!r}")
+        self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
+        self.weight = Parameter(empty(out_features, in1_features, in2_features, **_factory(device, dtype)))
+        if bias:
+            self.bias = Parameter(empty(out_features, **_factory(device, dtype)))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1 / math.sqrt(self.weight.shape[1]) if self.weight.shape[1] else 0
+        init.uniform_(self.weight, -bound, bound)
+        if self.bias is not None:
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, input1, input2):
+        return F.bilinear(input1, input2, self.weight, self.bias)
+
+    def extra_repr(self):
+        return (f"in1_features={self.in1_features}, in2_features={self.in2_features}, "
+                f"out_features={self.out_features}, bias={self.bias is not None}")
+
+
 class Linear(Module):
     """y = x W^T + b.  x (..., in_features) -> y (..., out_features).
 
