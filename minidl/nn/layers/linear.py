@@ -25,6 +25,17 @@ class Identity(Module):
         return input
 
 
+def _weight_and_bias(module, weight_shape, bias, device, dtype):
+    """module.weight of weight_shape and module.bias of its first size (or a registered None), then the module's
+    reset_parameters() (Linear's and Bilinear's constructors)."""
+    module.weight = Parameter(empty(*weight_shape, **_factory(device, dtype)))
+    if bias:
+        module.bias = Parameter(empty(weight_shape[0], **_factory(device, dtype)))
+    else:
+        module.register_parameter("bias", None)
+    module.reset_parameters()
+
+
 class Bilinear(Module):
     """y = x1^T A x2 + b: x1 (..., in1_features), x2 (..., in2_features) -> (..., out_features). weight
     (out_features, in1_features, in2_features) and bias start as torch's: U(-1/sqrt(in1), 1/sqrt(in1))."""
@@ -36,12 +47,7 @@ class Bilinear(Module):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"Bilinear: {name} must be an int >= 0, got {v!r}")
         self.in1_features, self.in2_features, self.out_features = in1_features, in2_features, out_features
-        self.weight = Parameter(empty(out_features, in1_features, in2_features, **_factory(device, dtype)))
-        if bias:
-            self.bias = Parameter(empty(out_features, **_factory(device, dtype)))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        _weight_and_bias(self, (out_features, in1_features, in2_features), bias, device, dtype)
 
     def reset_parameters(self):
         bound = 1 / math.sqrt(self.weight.shape[1]) if self.weight.shape[1] else 0
@@ -72,12 +78,7 @@ class Linear(Module):
         if in_features < 0 or out_features < 0:
             raise ValueError(f"Linear: in_features ({in_features}) and out_features ({out_features}) must be >= 0")
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(empty(out_features, in_features, **_factory(device, dtype)))
-        if bias:
-            self.bias = Parameter(empty(out_features, **_factory(device, dtype)))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
+        _weight_and_bias(self, (out_features, in_features), bias, device, dtype)
 
     def reset_parameters(self):
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
