@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._report import git_commit  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 
 def cases():
@@ -89,10 +89,7 @@ def main():
              f"{cupy.__version__}; median of {args.rounds} interleaved rounds of {args.launches} launches, us per "
              f"launch. Produced by `python3 benchmarks/bench_launch.py`.", "",
              "| launch | CuPy us | minidl us | ratio |", "| --- | ---: | ---: | ---: |", *rows]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_report("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._report import git_commit  # noqa: E402
+from benchmarks._report import git_commit, write_report  # noqa: E402
 
 T, H = 35, 512
 
@@ -96,10 +96,7 @@ def main():
              "= rnn_backward after it. Produced by `python3 benchmarks/bench_rnn_wavefront.py`.", "",
              "| workload | math | wave fits | fwd per layer | fwd wave | ratio | bwd per layer | bwd wave | ratio |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |", *rows]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    write_report("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

@@ -189,12 +189,23 @@ def test_persistent_any_hidden_size(mode, H, math):
     assert rel_err(y.get(), y_e) <= 5e-3 and rel_err(dx.get(), dx_e) <= 5e-3
 
 
-def test_persistent_inside_a_cuda_graph():
-    """Capture forward + backward once, replay on new data: the replay equals an eager run on that data."""
+def _replayed_and_eager(run, x, rng):
+    """run() captured into a CUDA graph, x refilled with new data, the graph replayed: (the replay's outputs, an
+    eager run's on the same data), on the host."""
     import cupy
 
     import minidl
 
+    graph = minidl.cuda.CUDAGraph()
+    with minidl.cuda.graph(graph):
+        outs = run()
+    x[...] = cupy.asarray(rng.standard_normal(x.shape).astype(np.float32))
+    graph.replay()
+    return _to_host(list(outs)), _to_host(list(run()))
+
+
+def test_persistent_inside_a_cuda_graph():
+    """Capture forward + backward once, replay on new data: the replay equals an eager run on that data."""
     rng = np.random.default_rng(21)
     desc = _desc("lstm", 24, 64, 2, True, True, "persistent")
     x, h0, c0, weights, dy, dhy, dcy = (_to_gpu(a) for a in _case(desc, 10, 8, rng))
@@ -205,13 +216,7 @@ def test_persistent_inside_a_cuda_graph():
         return y, hy, cy, dx, dh0, dc0, dweights
 
     run()  # compile outside the capture
-    graph = minidl.cuda.CUDAGraph()
-    with minidl.cuda.graph(graph):
-        outs = run()
-    x[...] = cupy.asarray(rng.standard_normal(x.shape).astype(np.float32))
-    graph.replay()
-    replayed = _to_host(list(outs))
-    eager = _to_host(list(run()))
+    replayed, eager = _replayed_and_eager(run, x, rng)
     # (the input projections run on our SGEMM in a capture and on cuBLAS eagerly: fp32 rounding apart)
     for got, want in zip(replayed[:6], eager[:6]):
         assert rel_err(got, want) <= 1e-5
@@ -302,9 +307,6 @@ def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per
 
 def test_wavefront_is_deterministic_and_capturable():
     """Run to run the same bits; inside a CUDA graph, a replay on new data equals an eager run on it."""
-    import cupy
-
-    import minidl
     from minidl.primitives.cuda import rnn_persistent
 
     rng = np.random.default_rng(31)
@@ -320,13 +322,7 @@ def test_wavefront_is_deterministic_and_capturable():
     first, second = _to_host(list(run())), _to_host(list(run()))
     for a, b in zip(first[:6], second[:6]):
         np.testing.assert_array_equal(a, b)
-    graph = minidl.cuda.CUDAGraph()
-    with minidl.cuda.graph(graph):
-        outs = run()
-    x[...] = cupy.asarray(rng.standard_normal(x.shape).astype(np.float32))
-    graph.replay()
-    replayed = _to_host(list(outs))
-    eager = _to_host(list(run()))
+    replayed, eager = _replayed_and_eager(run, x, rng)
     for got, want in zip(replayed[:6], eager[:6]):
         assert rel_err(got, want) <= 1e-5
 
