@@ -5,7 +5,9 @@ Attention, forward and forward + backward (all three input gradients), at issue 
 causal, B=8, H=12, D=64 at T=1024 and T=4096; also fp16, non-causal, and D=128. torch runs each of its
 SDPA backends where it accepts the problem: FlashAttention-2 ("flash"), cuDNN's fused attention ("cudnn"),
 the memory-efficient kernel ("efficient") and the unfused "math" path. float32 (TF32 off on both sides):
-minidl runs its reference on CuPy (the fused kernel is 16-bit), torch picks its backend.
+minidl runs its fp32 kernel (3xTF32), torch picks its backend. On an H100/H200 minidl's 16-bit forward runs
+kernels/attention_wgmma.cu; "minidl on mma.sync" is the same call held to attention.cu's kernels
+(set_tensor_core_gemm("mma_sync")), timed in the same rounds.
 Layer norm: (8 x 1024) rows of 768, forward + backward with weight and bias, fp32 and bf16.
 
 The ratio column is minidl's time / torch's (below 1: minidl is faster). Timing: CUDA events around
@@ -82,6 +84,22 @@ def _flops(causal, B, H, T, D, backward):
     return f * (3.5 if backward else 1.0)
 
 
+def _on_mma_sync(fn):
+    """fn with minidl's tensor-core kernels held to mma.sync (set_tensor_core_gemm): on an H100/H200 the 16-bit
+    attention forward then runs attention.cu instead of attention_wgmma.cu."""
+    from minidl.primitives.gemm import get_tensor_core_gemm, set_tensor_core_gemm
+
+    def run():
+        previous = get_tensor_core_gemm()
+        set_tensor_core_gemm("mma_sync")
+        try:
+            return fn()
+        finally:
+            set_tensor_core_gemm(previous)
+
+    return run
+
+
 def bench_attention(case, warmup, repeats):
     import cupy
     import torch
@@ -126,6 +144,8 @@ def bench_attention(case, warmup, repeats):
                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
     torch_event = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
     contenders = {"ours": (ours_fwd, ours_train, _CupyEvent, None)}
+    if dtype != "float32":   # the same calls with the tensor-core kernels held to mma.sync (attention.cu's forward)
+        contenders["ours_mma"] = (_on_mma_sync(ours_fwd), _on_mma_sync(ours_train), _CupyEvent, None)
     for name in TORCH_BACKENDS + ("default",):
         if name == "math" and T >= 4096:   # 12 x 8 x 4096^2 scores: the unfused path at its worst, skipped
             continue
@@ -205,10 +225,12 @@ def main(argv=None):
              f"median of {args.repeats} runs (fastest of {ROUNDS} interleaved rounds), ms. "
              "Produced by `python3 benchmarks/bench_attention.py`.", "",
              "## Attention (fwd = forward; train = forward + backward, all input gradients)", "",
-             "| dtype | causal | B x H x T x D | minidl fwd | minidl train | TFLOP/s train | torch flash fwd / train | "
-             "cudnn fwd / train | efficient fwd / train | math fwd / train | default train | "
-             "**train ratio vs flash** | vs cudnn | vs default | max abs err vs torch |",
-             "| --- | --- | --- | ---: | ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| dtype | causal | B x H x T x D | minidl fwd | minidl train | TFLOP/s train | minidl on mma.sync fwd / "
+             "train | torch flash fwd / train | cudnn fwd / train | efficient fwd / train | math fwd / train | "
+             "default train | **train ratio vs flash** | vs cudnn | vs default | fwd ratio vs flash | vs cudnn | "
+             "max abs err vs torch |",
+             "| --- | --- | --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | "
+             "---: | ---: |"]
     cases = QUICK_CASES if args.quick else ATTENTION_CASES
     for case in cases:
         row = bench_attention(case, args.warmup, args.repeats)
@@ -219,16 +241,18 @@ def main(argv=None):
             v = row.get(name)
             return f"{v[0]:.3f} / {v[1]:.3f}" if isinstance(v, tuple) else (v or "skipped")
 
-        def ratio(name):
+        def ratio(name, i=1):
             v = row.get(name)
-            return f"{ours_t / v[1]:.2f}" if isinstance(v, tuple) else "n/a"
+            return f"{(ours_f, ours_t)[i] / v[i]:.2f}" if isinstance(v, tuple) else "n/a"
 
         tflops = _flops(causal, B, H, T, D, True) / (ours_t * 1e-3) / 1e12
         default = row.get("default")
         lines.append(f"| {dtype} | {causal} | {B}x{H}x{T}x{D} | {ours_f:.3f} | {ours_t:.3f} | {tflops:.0f} | "
+                     f"{pair('ours_mma') if 'ours_mma' in row else 'n/a'} | "
                      f"{pair('flash')} | {pair('cudnn')} | {pair('efficient')} | {pair('math')} | "
                      f"{_fmt(default[1]) if isinstance(default, tuple) else 'n/a'} | **{ratio('flash')}** | "
-                     f"{ratio('cudnn')} | {ratio('default')} | {row['max_err']:.2e} |")
+                     f"{ratio('cudnn')} | {ratio('default')} | {ratio('flash', 0)} | {ratio('cudnn', 0)} | "
+                     f"{row['max_err']:.2e} |")
         print(lines[-1], flush=True)
     lines += ["", "## Layer norm, (rows, 768), forward + backward with weight and bias", "",
               "| dtype | rows x n | minidl ms | torch ms | ratio |", "| --- | --- | ---: | ---: | ---: |"]

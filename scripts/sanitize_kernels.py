@@ -8,7 +8,9 @@ The persistent RNN kernels (kernels/rnn_persistent.cu: cp.async rings, a grid-wi
 wait on the other layer's counter) for every mode, one bidirectional layer and two unidirectional ones (the
 wavefront), padded and not, fp32, TF32 and bf16 (`--rnn-only`: these alone); the fused attention kernels
 (kernels/attention.cu: cp.async double buffering; float32's backward: one Q/dO buffer refilled behind dQ)
-in float16, bfloat16 and float32, causal and not, with a mask and dropout. Sizes are
+in float16, bfloat16 and float32, causal and not, with a mask and dropout; on an H100/H200 the 16-bit forward
+runs kernels/attention_wgmma.cu (a three-stage cp.async ring read by wgmma through the async proxy), so it is
+run there at several key blocks (L = S = 260) and D = 64 and 128, and once more held to mma.sync. Sizes are
 tiny (the tools slow a kernel down by 100x or more) but cover the partial tiles. Racecheck sees shared
 memory only: a race on the global state h between CTAs shows up instead as wrong values in
 tests/gpu/test_rnn_persistent_gpu.py (which runs every size with NaN-poisoned buffers).
@@ -54,19 +56,26 @@ def attention_cases():
 
     from minidl._dtypes import bfloat16
     from minidl.primitives import attention_backward, attention_forward
+    from minidl.primitives.gemm import set_tensor_core_gemm
 
     rng = np.random.default_rng(1)
-    for dtype in (np.float16, bfloat16, np.float32):
-        for causal, with_mask, dropout_p in ((False, False, 0.0), (True, False, 0.0), (False, True, 0.1)):
-            B, H, L, S, D = 1, 2, 70, 45, 64
-            q, k, v, do = (cupy.asarray(rng.standard_normal(shape).astype(np.float32).astype(dtype))
-                           for shape in ((B, H, L, D), (B, H, S, D), (B, H, S, D), (B, H, L, D)))
-            mask = cupy.asarray(rng.random((L, S)) > 0.2) if with_mask else None
-            out, lse = attention_forward(q, k, v, mask, causal=causal, scale=D ** -0.5, dropout_p=dropout_p, seed=3)
-            attention_backward(q, k, v, out, do, lse, mask, causal=causal, scale=D ** -0.5, dropout_p=dropout_p,
-                               seed=3)
-            cupy.cuda.Device().synchronize()
-            print(f"attention {np.dtype(dtype).name} causal={causal} mask={with_mask} dropout={dropout_p}: ran")
+    cases = [(dtype, causal, with_mask, dropout_p, 70, 45, 64, "auto") for dtype in (np.float16, bfloat16, np.float32)
+             for causal, with_mask, dropout_p in ((False, False, 0.0), (True, False, 0.0), (False, True, 0.1))]
+    cases += [(bfloat16, True, False, 0.0, 260, 260, D, kernel) for D in (64, 128) for kernel in ("auto", "mma_sync")]
+    cases += [(np.float16, False, True, 0.1, 130, 260, 64, "auto")]
+    for dtype, causal, with_mask, dropout_p, L, S, D, kernel in cases:
+        set_tensor_core_gemm(kernel)
+        B, H = 1, 2
+        q, k, v, do = (cupy.asarray(rng.standard_normal(shape).astype(np.float32).astype(dtype))
+                       for shape in ((B, H, L, D), (B, H, S, D), (B, H, S, D), (B, H, L, D)))
+        mask = cupy.asarray(rng.random((L, S)) > 0.2) if with_mask else None
+        out, lse = attention_forward(q, k, v, mask, causal=causal, scale=D ** -0.5, dropout_p=dropout_p, seed=3)
+        attention_backward(q, k, v, out, do, lse, mask, causal=causal, scale=D ** -0.5, dropout_p=dropout_p,
+                           seed=3)
+        cupy.cuda.Device().synchronize()
+        print(f"attention {np.dtype(dtype).name} L={L} S={S} D={D} causal={causal} mask={with_mask} "
+              f"dropout={dropout_p} ({kernel}): ran")
+    set_tensor_core_gemm("auto")
 
 
 if __name__ == "__main__":

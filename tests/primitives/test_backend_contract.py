@@ -22,9 +22,9 @@ CPU = REPO / "minidl" / "primitives" / "cpu"
 
 # kernel file -> its launcher modules and its reference module (when the names differ from the file's)
 LAUNCHERS = {"gemm_tc": ("gemm",), "convolution_tc": ("convolution_tc", "convolution_fft"),
-             "convolution": ("convolution", "convolution_im2col")}
+             "convolution": ("convolution", "convolution_im2col"), "attention_wgmma": ("attention",)}
 REFERENCE = {"gemm_tc": "gemm", "gemm_wgmma": "gemm", "convolution_tc": "convolution",
-             "convolution_wgmma": "convolution", "rnn_persistent": "rnn"}
+             "convolution_wgmma": "convolution", "rnn_persistent": "rnn", "attention_wgmma": "attention"}
 
 # Kernels that compute a piece of a primitive, not a primitive: no reference of their own. Each says why.
 HELPER_KERNELS = {
@@ -89,6 +89,7 @@ VARIANTS = [
     (r"^convolution_(forward|backward_data|backward_filter)_wgmma(_nchw)?$",
      r"convolution_\1_implicit_gemm_tc"),                                    # on Hopper's wgmma (TF32 wgrad: NCHW)
     (r"^(rnn|lstm|gru)_persistent_(forward|backward)$", r"rnn_\2"),          # a layer's whole step loop, one launch
+    (r"^attention_forward_wgmma$", "attention_forward"),                     # Hopper's wgmma: kind, head dim, flags
     (r"^(attention_(forward|backward))_tf32$", r"\1"),                       # float32 data on TF32 mma (3x or 1x)
     (r"^convolution_backward_bias_nhwc$", "convolution_backward_bias"),     # channels-last: coalesced column sums
     (r"^(dropout_(forward|backward))_half$", r"\1"),                         # float16 / bfloat16 data

@@ -10,6 +10,11 @@ and attention_backward_tf32 likewise. Backward: attention_delta (Delta = rowsum(
 (dQ = scale * the sum, rounded). The flags are compile-time, so the plain case carries no per-element test.
 Every launch reads the dropout generator state from the device when given one, so the whole pass can be
 captured in a CUDA graph.
+
+On an H100/H200 the 16-bit forward pass at D = 64 and 128 runs kernels/attention_wgmma.cu instead
+(attention_forward_wgmma<KIND, D, CAUSAL, MASK, DROPOUT>: the same blocks of 128 queries, the products on
+Hopper's wgmma); minidl.primitives.set_tensor_core_gemm("mma_sync"), which chooses between the two
+tensor-core kernel families everywhere, keeps it on attention.cu.
 """
 from __future__ import annotations
 
@@ -18,8 +23,10 @@ import math
 import cupy
 import numpy as np
 
+from .. import _common
 from ._compile import get_template_kernel
 from ._launch import STORAGE_KINDS as KINDS, grid_stride_blocks, null_pointer
+from .gemm_wgmma import device_has_wgmma
 
 BLOCK_M = 128                            # queries per forward block (16-bit data)
 BLOCK_M_F32 = 64                         # queries per forward block (float32 data)
@@ -39,6 +46,36 @@ _kernels: dict = {}
 def forward_smem_bytes(d: int) -> int:
     """Q tile + two stages of K and V tiles, rows padded by 8 elements (2 bytes each)."""
     return (BLOCK_M + 4 * BLOCK_N) * (d + PAD) * 2
+
+
+WGMMA_HEAD_DIMS = (64, 128)              # head dims of kernels/attention_wgmma.cu
+
+
+def forward_smem_bytes_wgmma(d: int) -> int:
+    """Q (128 rows) + two stages of K and V (64 rows each), unpadded (swizzled), + 1024 to align the atoms
+    (Smem<D>::TOTAL of kernels/attention_wgmma.cu)."""
+    return 1024 + (BLOCK_M + 4 * BLOCK_N) * d * 2
+
+
+def forward_kernel_family(kind: int, d: int) -> str:
+    """"wgmma" where attention_wgmma.cu takes the forward pass (16-bit data, D 64 or 128, an H100/H200, and
+    set_tensor_core_gemm not "mma_sync"), else "mma_sync" (attention.cu). "wgmma" asked for where it cannot run
+    is an error, as for the GEMM."""
+    choice = _common.tensor_core_gemm
+    if choice == "mma_sync":
+        return "mma_sync"
+    reason = None
+    if kind == 0:
+        reason = "float32 data (the wgmma attention kernel takes float16 and bfloat16)"
+    elif d not in WGMMA_HEAD_DIMS:
+        reason = f"head dim {d} (the wgmma attention kernel takes {WGMMA_HEAD_DIMS})"
+    elif not device_has_wgmma(cupy.cuda.runtime.getDevice()):
+        reason = "this GPU has no wgmma (compute capability 9.0 only: H100, H200)"
+    if reason is None:
+        return "wgmma"
+    if choice == "wgmma":
+        raise RuntimeError(f"attention_forward: set_tensor_core_gemm('wgmma') asked for the wgmma kernel, but {reason}")
+    return "mma_sync"
 
 
 def forward_smem_bytes_f32(d: int) -> int:
@@ -63,13 +100,13 @@ def _flags(causal, mask, dropout_p) -> str:
     return f"{str(bool(causal)).lower()}, {str(mask is not None).lower()}, {str(dropout_p > 0).lower()}"
 
 
-def _kernel(name: str, template_args: str, smem: int = 0):
-    """The instantiation name<template_args> of kernels/attention.cu (compiled on first use, alone)."""
+def _kernel(name: str, template_args: str, smem: int = 0, family: str = "attention"):
+    """The instantiation name<template_args> of kernels/<family>.cu (compiled on first use, alone)."""
     expression = f"{name}<{template_args}>"
     key = (cupy.cuda.Device().id, expression)
     kernel = _kernels.get(key)
     if kernel is None:
-        kernel = get_template_kernel("attention", expression)
+        kernel = get_template_kernel(family, expression)
         if smem > 48 * 1024:
             kernel.max_dynamic_shared_size_bytes = smem
         _kernels[key] = kernel
@@ -132,6 +169,10 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
     if kind == 0:
         smem, warps, block_m = forward_smem_bytes_f32(D), 4, BLOCK_M_F32
         kernel = _kernel("attention_forward_tf32", f"{_precise(math)}, {D}, {_flags(causal, mask, dropout_p)}", smem)
+    elif forward_kernel_family(kind, D) == "wgmma":
+        smem, warps, block_m = forward_smem_bytes_wgmma(D), 8, BLOCK_M
+        kernel = _kernel("attention_forward_wgmma", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem,
+                         family="attention_wgmma")
     else:
         smem, (warps, mt), block_m = forward_smem_bytes(D), forward_config(D), BLOCK_M
         kernel = _kernel("attention_forward", f"{kind}, {D}, {warps}, {mt}, {_flags(causal, mask, dropout_p)}", smem)
