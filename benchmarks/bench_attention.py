@@ -5,9 +5,9 @@ Attention, forward and forward + backward (all three input gradients), at issue 
 causal, B=8, H=12, D=64 at T=1024 and T=4096; also fp16, non-causal, and D=128. torch runs each of its
 SDPA backends where it accepts the problem: FlashAttention-2 ("flash"), cuDNN's fused attention ("cudnn"),
 the memory-efficient kernel ("efficient") and the unfused "math" path. float32 (TF32 off on both sides):
-minidl runs its fp32 kernel (3xTF32), torch picks its backend. On an H100/H200 minidl's 16-bit forward runs
-kernels/attention_wgmma.cu; "minidl on mma.sync" is the same call held to attention.cu's kernels
-(set_tensor_core_gemm("mma_sync")), timed in the same rounds.
+minidl runs its fp32 kernel (3xTF32), torch picks its backend. On an H100/H200 minidl's 16-bit forward
+(and backward at D = 64) runs kernels/attention_wgmma.cu; "minidl on mma.sync" is the same call held to
+attention.cu's kernels (set_tensor_core_gemm("mma_sync")), timed in the same rounds.
 Layer norm: (8 x 1024) rows of 768, forward + backward with weight and bias, fp32 and bf16.
 
 The ratio column is minidl's time / torch's (below 1: minidl is faster). Timing: CUDA events around

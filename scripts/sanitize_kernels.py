@@ -9,8 +9,9 @@ wait on the other layer's counter) for every mode, one bidirectional layer and t
 wavefront), padded and not, fp32, TF32 and bf16 (`--rnn-only`: these alone); the fused attention kernels
 (kernels/attention.cu: cp.async double buffering; float32's backward: one Q/dO buffer refilled behind dQ)
 in float16, bfloat16 and float32, causal and not, with a mask and dropout; on an H100/H200 the 16-bit forward
-runs kernels/attention_wgmma.cu (a three-stage cp.async ring read by wgmma through the async proxy), so it is
-run there at several key blocks (L = S = 260) and D = 64 and 128, and once more held to mma.sync. Sizes are
+(and backward at D = 64) runs kernels/attention_wgmma.cu (cp.async double buffers read by wgmma through the
+async proxy; dS^T stored by threads, read by wgmma), so it is run there at several key and query blocks
+(L = S = 260) and D = 64 and 128, and once more held to mma.sync. Sizes are
 tiny (the tools slow a kernel down by 100x or more) but cover the partial tiles. Racecheck sees shared
 memory only: a race on the global state h between CTAs shows up instead as wrong values in
 tests/gpu/test_rnn_persistent_gpu.py (which runs every size with NaN-poisoned buffers).

@@ -484,6 +484,8 @@ else:
 # Since that run, on an H100/H200 the 16-bit forward pass at head dims 64 and 128 runs on `wgmma`
 # (`kernels/attention_wgmma.cu`): the four warps of a warpgroup issue one 64 x 64 x 16 product together, the
 # tensor cores read Q and K straight from shared memory (no `ldmatrix`), and P goes from the registers
-# that hold S into the product P V, as here. Its forward takes 0.72-0.83x the `mma.sync` kernel's time
-# in the same run (an H200, `benchmarks/results/gpu_attention.md`; not this notebook's run). The backward
-# pass still runs on `mma.sync`: moving it to `wgmma` is the next step.
+# that hold S into the product P V, as here; at head dim 64 the backward's five products run on `wgmma`
+# too. In the same run against the `mma.sync` kernels (an H200, `benchmarks/results/gpu_attention.md`; not
+# this notebook's run) the forward takes 0.72-0.83x their time and forward + backward at T = 4096 0.75x.
+# cuDNN's kernels, which also overlap their products with the softmax and with the copies (TMA, warp
+# specialisation), are still 1.5-2x faster.

@@ -11,10 +11,11 @@ and attention_backward_tf32 likewise. Backward: attention_delta (Delta = rowsum(
 Every launch reads the dropout generator state from the device when given one, so the whole pass can be
 captured in a CUDA graph.
 
-On an H100/H200 the 16-bit forward pass at D = 64 and 128 runs kernels/attention_wgmma.cu instead
-(attention_forward_wgmma<KIND, D, CAUSAL, MASK, DROPOUT>: the same blocks of 128 queries, the products on
-Hopper's wgmma); minidl.primitives.set_tensor_core_gemm("mma_sync"), which chooses between the two
-tensor-core kernel families everywhere, keeps it on attention.cu.
+On an H100/H200 the 16-bit forward pass at D = 64 and 128 and the backward at D = 64 run kernels/attention_wgmma.cu
+instead (attention_forward_wgmma / attention_backward_wgmma<KIND, D, CAUSAL, MASK, DROPOUT>: the same blocks, the
+products on Hopper's wgmma; attention_delta and attention_dq_finish stay attention.cu's);
+minidl.primitives.set_tensor_core_gemm("mma_sync"), which chooses between the two tensor-core kernel families
+everywhere, keeps them on attention.cu.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def forward_smem_bytes(d: int) -> int:
     return (BLOCK_M + 4 * BLOCK_N) * (d + PAD) * 2
 
 
-WGMMA_HEAD_DIMS = (64, 128)              # head dims of kernels/attention_wgmma.cu
+WGMMA_HEAD_DIMS = {"forward": (64, 128), "backward": (64,)}   # head dims of kernels/attention_wgmma.cu
 
 
 def forward_smem_bytes_wgmma(d: int) -> int:
@@ -57,24 +58,32 @@ def forward_smem_bytes_wgmma(d: int) -> int:
     return 1024 + (BLOCK_M + 4 * BLOCK_N) * d * 2
 
 
-def forward_kernel_family(kind: int, d: int) -> str:
-    """"wgmma" where attention_wgmma.cu takes the forward pass (16-bit data, D 64 or 128, an H100/H200, and
-    set_tensor_core_gemm not "mma_sync"), else "mma_sync" (attention.cu). "wgmma" asked for where it cannot run
-    is an error, as for the GEMM."""
+def backward_smem_bytes_wgmma(d: int) -> int:
+    """K, V, two stages of Q and dO (64 rows each, swizzled), dS^T (64 x 64), two stages of LSE and Delta, + 1024
+    to align the atoms (BwdSmem<D>::TOTAL)."""
+    return 1024 + 6 * BACKWARD_BLOCK_M * d * 2 + BLOCK_N * BACKWARD_BLOCK_M * 2 + 4 * BACKWARD_BLOCK_M * 4
+
+
+def kernel_family(kind: int, d: int, direction: str = "forward") -> str:
+    """"wgmma" where attention_wgmma.cu takes the pass (16-bit data, a head dim of WGMMA_HEAD_DIMS[direction], an
+    H100/H200, and set_tensor_core_gemm not "mma_sync"), else "mma_sync" (attention.cu). "wgmma" asked for where
+    it cannot run is an error, as for the GEMM."""
     choice = _common.tensor_core_gemm
     if choice == "mma_sync":
         return "mma_sync"
     reason = None
+    dims = WGMMA_HEAD_DIMS[direction]
     if kind == 0:
-        reason = "float32 data (the wgmma attention kernel takes float16 and bfloat16)"
-    elif d not in WGMMA_HEAD_DIMS:
-        reason = f"head dim {d} (the wgmma attention kernel takes {WGMMA_HEAD_DIMS})"
+        reason = "float32 data (the wgmma attention kernels take float16 and bfloat16)"
+    elif d not in dims:
+        reason = f"head dim {d} (the wgmma attention {direction} kernel takes {dims})"
     elif not device_has_wgmma(cupy.cuda.runtime.getDevice()):
         reason = "this GPU has no wgmma (compute capability 9.0 only: H100, H200)"
     if reason is None:
         return "wgmma"
     if choice == "wgmma":
-        raise RuntimeError(f"attention_forward: set_tensor_core_gemm('wgmma') asked for the wgmma kernel, but {reason}")
+        raise RuntimeError(f"attention_{direction}: set_tensor_core_gemm('wgmma') asked for the wgmma kernel, but "
+                           f"{reason}")
     return "mma_sync"
 
 
@@ -169,7 +178,7 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
     if kind == 0:
         smem, warps, block_m = forward_smem_bytes_f32(D), 4, BLOCK_M_F32
         kernel = _kernel("attention_forward_tf32", f"{_precise(math)}, {D}, {_flags(causal, mask, dropout_p)}", smem)
-    elif forward_kernel_family(kind, D) == "wgmma":
+    elif kernel_family(kind, D) == "wgmma":
         smem, warps, block_m = forward_smem_bytes_wgmma(D), 8, BLOCK_M
         kernel = _kernel("attention_forward_wgmma", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem,
                          family="attention_wgmma")
@@ -250,6 +259,10 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     if kind == 0:
         smem = backward_smem_bytes_f32(D)
         kernel = _kernel("attention_backward_tf32", f"{_precise(math)}, {D}, {_flags(causal, mask, dropout_p)}", smem)
+    elif kernel_family(kind, D, "backward") == "wgmma":
+        smem = backward_smem_bytes_wgmma(D)
+        kernel = _kernel("attention_backward_wgmma", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem,
+                         family="attention_wgmma")
     else:
         smem = backward_smem_bytes(D)
         kernel = _kernel("attention_backward", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem)
