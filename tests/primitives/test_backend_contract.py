@@ -89,7 +89,7 @@ VARIANTS = [
     (r"^convolution_(forward|backward_data|backward_filter)_wgmma(_nchw)?$",
      r"convolution_\1_implicit_gemm_tc"),                                    # on Hopper's wgmma (TF32 wgrad: NCHW)
     (r"^(rnn|lstm|gru)_persistent_(forward|backward)$", r"rnn_\2"),          # a layer's whole step loop, one launch
-    (r"^attention_forward_wgmma$", "attention_forward"),                     # Hopper's wgmma: kind, head dim, flags
+    (r"^attention_(forward|backward)_wgmma$", r"attention_\1"),              # Hopper's wgmma: kind, head dim, flags
     (r"^(attention_(forward|backward))_tf32$", r"\1"),                       # float32 data on TF32 mma (3x or 1x)
     (r"^convolution_backward_bias_nhwc$", "convolution_backward_bias"),     # channels-last: coalesced column sums
     (r"^(dropout_(forward|backward))_half$", r"\1"),                         # float16 / bfloat16 data
