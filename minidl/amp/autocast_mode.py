@@ -171,6 +171,24 @@ def _cast(t, dtype, cacheable: bool):
     return _cast_op(t, dtype)
 
 
+def cast_array(t, dtype):
+    """t's data in dtype, cast once per autocast region for a parameter (the weight cache of _cast): an array, not an
+    autograd op, for an op that takes the gradient back to t's dtype itself (nn.functional.dense.AutocastLinear).
+    None when t is not cacheable (the op casts it then). Keyed by t's version too: changed in place within the
+    region, it is cast again."""
+    st = _get()
+    if not (st.cache_enabled and t.is_leaf and t.requires_grad):
+        return None
+    key = ("array", id(t), dtype, t._version)
+    hit = st.cache.get(key)
+    if hit is not None and hit[0] is t:
+        return hit[1]
+    data = t._data
+    array = data.astype(dtype) if type(data) is np.ndarray else primitives.cast(data, dtype)
+    st.cache[key] = (t, array)   # keep t alive so its id is not reused within the region
+    return array
+
+
 def _cast_op(t, dtype):
     if t.requires_grad and is_grad_enabled():
         return _autocast_cast_class().apply(t, dtype=dtype)

@@ -64,7 +64,7 @@ def _op_shape(shape, trans):
 
 
 def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
-         bias=None):
+         bias=None, out_dtype=None):
     """out = alpha * (op(a) @ op(b) + bias) + beta * out.
 
     a: (M, K) or (batch, M, K); with trans_a, (K, M) or (batch, K, M). b: (K, N) or (batch, K, N);
@@ -73,10 +73,20 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     docstring). On the GPU: float32 (either math), float16, bfloat16; float64 with use_cublas=True.
     bias: None or (N,) of the inputs' dtype, added to every row of the product (nn.Linear's bias; on the
     GPU in the GEMM's epilogue, with no launch of its own).
+    out_dtype: None (the inputs' dtype), or float32 for float16/bfloat16 inputs: the fp32 accumulators as they
+    are, not rounded to 16 bits (an autocast layer's float32 gradients; no out= or bias then).
     """
     op = "gemm"
-    if (out is None and beta == 0 and type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype
-            and a.dtype in _GEMM_DTYPE_SET and a.ndim == 2 and b.ndim == 2 and math in GEMM_MATH_MODES
+    if out_dtype is not None:
+        out_dtype = np.dtype(out_dtype)
+        if out_dtype == a.dtype:
+            out_dtype = None
+        elif out_dtype != np.float32 or a.dtype.itemsize != 2 or out is not None or bias is not None:
+            raise ValueError(f"{op}: out_dtype={out_dtype} is for float32 results of float16/bfloat16 operands "
+                             f"(without out= or bias), got {a.dtype} operands"
+                             + (" and out=" if out is not None else "") + (" and a bias" if bias is not None else ""))
+    if (out is None and beta == 0 and out_dtype is None and type(a) is np.ndarray and type(b) is np.ndarray
+            and a.dtype == b.dtype and a.dtype in _GEMM_DTYPE_SET and a.ndim == 2 and b.ndim == 2 and math in GEMM_MATH_MODES
             and a.shape[0 if trans_a else 1] == b.shape[1 if trans_b else 0]
             and (bias is None or (type(bias) is np.ndarray and bias.dtype == a.dtype
                                   and bias.shape == (b.shape[0 if trans_b else 1],)))):
@@ -118,4 +128,5 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
         raise TypeError(f"{op}: the GPU kernels are float32, float16 and bfloat16, got {dtype} "
                         "(use_cublas=True takes float64)")
     return backend("gemm", a).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, out=out,
-                                   use_cublas=use_cublas, math=math, bias=bias)
+                                   use_cublas=use_cublas, math=math, bias=bias,
+                                   **({} if out_dtype is None else {"out_dtype": out_dtype}))

@@ -426,7 +426,7 @@ def test_autocast_cache_enabled_nesting_and_decorator():
     x = minidl.randn(3, 5)
     with minidl.autocast("cpu") as ac:
         a, b = lin(x), lin(x)
-        assert a._ctx.inputs[1] is b._ctx.inputs[1]  # one cast of the weight, reused
+        assert a._ctx.weight is b._ctx.weight and a._ctx.weight.dtype == minidl.bfloat16  # one cast, reused
         assert minidl.is_autocast_enabled("cpu") and not minidl.is_autocast_enabled("cuda")
         with minidl.autocast("cpu", enabled=False):
             assert lin(x).dtype == minidl.float32
@@ -435,7 +435,12 @@ def test_autocast_cache_enabled_nesting_and_decorator():
         assert lin(x).dtype == minidl.bfloat16 and ac.fast_dtype == minidl.bfloat16
     assert not autocast_mode._get().cache and lin(x).dtype == minidl.float32
     with minidl.autocast("cpu", cache_enabled=False):
-        assert lin(x)._ctx.inputs[1] is not lin(x)._ctx.inputs[1]
+        assert lin(x)._ctx.weight is not lin(x)._ctx.weight
+    with minidl.autocast("cpu"):   # changed in place within the region: cast again
+        first = lin(x)._ctx.weight
+        with minidl.no_grad():
+            lin.weight.mul_(2.0)
+        assert lin(x)._ctx.weight is not first
 
     @minidl.autocast("cpu")
     def forward(t):
@@ -602,3 +607,61 @@ def test_dtypes_where_selects_16_bit_floats_bit_for_bit(md):
         _dtypes.where(np, cond, a, b.astype(np.float32))
     f32 = _dtypes.where(np, cond, a.astype(np.float32), np.float32(1))   # other dtypes: xp.where itself
     assert f32.dtype == np.float32
+
+
+@pytest.mark.parametrize("md,td", HALF)
+@pytest.mark.parametrize("shape,bias", [((6, 5), True), ((2, 3, 5), False)])
+def test_autocast_linear_is_one_op_with_float32_gradients(md, td, shape, bias):
+    """F.linear under autocast is one op (AutocastLinear): y in the 16-bit dtype, bit for bit what autocast's
+    casts and the 16-bit GEMM give; each gradient in its input's dtype, the fp32 sums of the 16-bit products not
+    rounded to 16 bits (torch rounds them, then casts): equal to float32 math on the 16-bit operands, and within
+    the 16-bit rounding of torch.autocast's."""
+    rng = np.random.default_rng(0)
+    lin = nn.Linear(5, 4, bias=bias)
+    x = minidl.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
+    dy = rng.standard_normal(shape[:-1] + (4,)).astype(np.float32)
+    with minidl.autocast("cpu", dtype=md):
+        y = lin(x)
+    assert type(y._ctx).__name__ == "AutocastLinear" and y.dtype == md
+    y.backward(minidl.tensor(dy.astype(md)))
+    x16, w16 = (_np(t.detach()).astype(md) for t in (x, lin.weight))
+    want_y = (x16.astype(np.float32).reshape(-1, 5) @ w16.astype(np.float32).T)
+    if bias:
+        want_y = want_y + _np(lin.bias.detach()).astype(md).astype(np.float32)
+    assert (_np(y).reshape(-1, 4).astype(np.float32) == want_y.astype(md).astype(np.float32)).all()
+    dy16 = dy.astype(md).astype(np.float32).reshape(-1, 4)
+    assert x.grad.dtype == lin.weight.grad.dtype == minidl.float32
+    np.testing.assert_allclose(_np(lin.weight.grad), dy16.T @ x16.astype(np.float32).reshape(-1, 5), rtol=1e-6,
+                               atol=1e-6)
+    np.testing.assert_allclose(_np(x.grad).reshape(-1, 5), dy16 @ w16.astype(np.float32), rtol=1e-6, atol=1e-6)
+    if bias:
+        assert lin.bias.grad.dtype == minidl.float32
+    # against torch.autocast (its gradients rounded to 16 bits before their cast back)
+    tl = torch.nn.Linear(5, 4, bias=bias)
+    with torch.no_grad():
+        tl.weight.copy_(torch.tensor(_np(lin.weight.detach())))
+        if bias:
+            tl.bias.copy_(torch.tensor(_np(lin.bias.detach())))
+    tx = torch.tensor(_np(x.detach()), requires_grad=True)
+    with torch.autocast("cpu", dtype=td):
+        ty = tl(tx)
+    ty.backward(torch.tensor(dy).to(td))
+    assert rel_err(_np(y).astype(np.float64), ty.float().detach().numpy()) < 1e-2
+    for ours, theirs in ((x.grad, tx.grad), (lin.weight.grad, tl.weight.grad)) + \
+            (((lin.bias.grad, tl.bias.grad),) if bias else ()):
+        assert rel_err(_np(ours).astype(np.float64), theirs.numpy().astype(np.float64)) < 1e-2
+
+
+def test_autocast_linear_takes_only_what_it_can():
+    """16-bit inputs pass uncast; float64 or mismatched shapes go the general way (autocast's casts, then
+    F.linear's checks and messages); outside autocast F.linear is the plain op."""
+    lin = nn.Linear(5, 4)
+    with minidl.autocast("cpu"):
+        y = lin(minidl.randn(3, 5).to(minidl.bfloat16))
+        assert type(y._ctx).__name__ == "AutocastLinear" and y.dtype == minidl.bfloat16
+        y64 = F.linear(minidl.randn(3, 5, dtype=minidl.float64, requires_grad=True),
+                       minidl.randn(4, 5, dtype=minidl.float64))
+        assert y64.dtype == minidl.float64 and type(y64._ctx).__name__ == "Linear"
+        with pytest.raises(ValueError, match="in_features=5"):
+            lin(minidl.randn(3, 6))
+    assert type(lin(minidl.randn(3, 5))._ctx).__name__ == "Linear"

@@ -226,3 +226,39 @@ def test_lstm_with_dropout_between_layers_under_autocast_casts_only_activations(
     assert calls.count(minidl.float32) == 1 and calls.count(minidl.bfloat16) == 6
     y.float().sum().backward()
     assert all(p.grad is not None and p.grad.dtype == minidl.float32 for p in lstm.parameters())
+
+
+@pytest.mark.parametrize("md", [minidl.float16, minidl.bfloat16])
+@pytest.mark.parametrize("kernel", ["auto", "mma_sync"])
+def test_autocast_linear_on_gpu_gives_float32_gradients(md, kernel):
+    """F.linear under autocast("cuda") is one op (AutocastLinear) whose gradients come back in float32: on an
+    H100/H200 from the wgmma GEMM's fp32 accumulators as they are (gemm's out_dtype), elsewhere (and held to
+    mma.sync) rounded through 16 bits and cast. Against float32 math on the same 16-bit operands, at each path's
+    precision; the output bit for bit the unfused path's (autocast's casts and the 16-bit GEMM)."""
+    import cupy
+
+    from minidl.primitives.cuda.gemm_wgmma import device_has_wgmma
+    from minidl.primitives.gemm import set_tensor_core_gemm
+
+    rng = np.random.default_rng(1)
+    lin = nn.Linear(96, 80).to("cuda")
+    x = minidl.tensor(rng.standard_normal((4, 33, 96)).astype(np.float32), device="cuda", requires_grad=True)
+    dy = rng.standard_normal((4, 33, 80)).astype(np.float32)
+    set_tensor_core_gemm(kernel)
+    try:
+        with minidl.autocast("cuda", dtype=md):
+            y = lin(x)
+            plain = F.linear(x.to(md), lin.weight.to(md), lin.bias.to(md))   # the unfused ops, for the output
+        assert type(y._ctx).__name__ == "AutocastLinear" and y.dtype == md
+        y.backward(minidl.tensor(dy.astype(md), device="cuda"))
+    finally:
+        set_tensor_core_gemm("auto")
+    assert (_np(y.cpu()).view(np.uint16) == _np(plain.cpu()).view(np.uint16)).all()
+    x16, w16 = (_np(t.detach().cpu()).astype(md).astype(np.float32) for t in (x, lin.weight))
+    dy16 = dy.astype(md).astype(np.float32).reshape(-1, 80)
+    exact = kernel == "auto" and device_has_wgmma(cupy.cuda.runtime.getDevice())
+    tol = 1e-5 if exact else (2e-3 if md == minidl.float16 else 1e-2)
+    assert lin.weight.grad.dtype == x.grad.dtype == lin.bias.grad.dtype == minidl.float32
+    assert rel_err(_np(lin.weight.grad.cpu()), dy16.T @ x16.reshape(-1, 96)) < tol
+    assert rel_err(_np(x.grad.cpu()).reshape(-1, 96), dy16 @ w16) < tol
+    assert rel_err(_np(lin.bias.grad.cpu()), dy16.sum(0)) < 1e-2

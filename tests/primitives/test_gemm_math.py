@@ -94,6 +94,25 @@ def test_gemm_half_computes_in_fp32_and_rounds_once(dtype, tol):
     assert out.dtype == np.dtype(dtype) and rel_err(out.astype(np.float64), want) <= tol
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_gemm_half_into_float32_keeps_the_fp32_sums(dtype):
+    """out_dtype=float32: the fp32 sums of the 16-bit products as they are (AutocastLinear's gradients), i.e. the
+    16-bit result is exactly their rounding; float32 asked of float32 data is the plain GEMM; the rest refused."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 33, 40)).astype(dtype)
+    b = rng.standard_normal((40, 17)).astype(dtype)
+    got = gemm(a, b, out_dtype=np.float32)
+    assert got.dtype == np.float32 and got.shape == (2, 33, 17)
+    assert np.array_equal(got, np.matmul(a.astype(np.float32), b.astype(np.float32)))
+    assert np.array_equal(got.astype(dtype), gemm(a, b))
+    f = a.astype(np.float32)
+    assert np.array_equal(gemm(f, b.astype(np.float32), out_dtype=np.float32), gemm(f, b.astype(np.float32)))
+    with pytest.raises(ValueError, match="out_dtype=float64 is for float32 results"):
+        gemm(a, b, out_dtype=np.float64)
+    with pytest.raises(ValueError, match="and a bias"):
+        gemm(a[0], b, out_dtype=np.float32, bias=np.zeros(17, dtype))
+
+
 def test_gemm_math_argument_checked():
     a = np.ones((2, 3), np.float32)
     with pytest.raises(ValueError, match="gemm: unknown math 'fp16'; use 'fp32' or 'tf32'"):

@@ -8,22 +8,25 @@ from ... import primitives as P
 from ..._device import is_cuda_array
 from ...autograd.function import Function
 from ...autograd.tensor import Tensor
+from ..._dtypes import float32
 from ...amp import autocast_mode as _amp
 from ._checks import _check_float_tensor, _check_same_device, _check_same_dtype
 
 
-def _gemm(a, b, trans_a=False, trans_b=False, bias=None):
+def _gemm(a, b, trans_a=False, trans_b=False, bias=None, out_dtype=None):
     """op(a) @ op(b) for 2-D arrays through the primitive library's GEMM, in the math mode of
     minidl.backends.cuda.matmul.allow_tf32 (math_for_matmul: "tf32" or "fp32", as torch).
 
     On the GPU: float32 on minidl's own SGEMM (kernels/gemm.cu), or with allow_tf32 on our TF32
     tensor-core GEMM (kernels/gemm_tc.cu); float16 / bfloat16 on the tensor cores; cuBLAS when
     minidl.backends.cuda.use_cublas is set or the arrays are float64 (our kernels have no float64).
-    On the CPU it is NumPy's matmul (the BLAS), always exact (as torch's CPU path)."""
+    On the CPU it is NumPy's matmul (the BLAS), always exact (as torch's CPU path). out_dtype: float32 for
+    16-bit a and b (their fp32 sums, not rounded: AutocastLinear's gradients)."""
     on_gpu = is_cuda_array(a)
     use_cublas = on_gpu and (backends.cuda.use_cublas or a.dtype == np.float64)
     math = backends.math_for_matmul(a.dtype) if on_gpu else "fp32"  # the CPU path stays exact
-    return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas, math=math, bias=bias)
+    return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas, math=math, bias=bias,
+                  out_dtype=out_dtype)
 
 
 class Linear(Function):
@@ -35,6 +38,7 @@ class Linear(Function):
               dW  = dy2^T x2              (gemm with trans_a: sums over all M rows at once)
               db  = sum of dy2 over rows.
     """
+    grad_dtypes = (None, None, None)   # (dx, dW, db): None = the product's own dtype (AutocastLinear's differ)
 
     def forward(self, x, weight, bias=None):
         self.x, self.weight, self.has_bias = x, weight, bias is not None
@@ -44,23 +48,50 @@ class Linear(Function):
 
     def backward(self, dy):
         dx = dw = db = None
+        dx_dtype, dw_dtype, db_dtype = self.grad_dtypes
         dy2 = dy.reshape(-1, dy.shape[-1])
         if self.needs_input_grad[0]:
-            dx = _gemm(dy2, self.weight).reshape(self.x.shape)
+            dx = _gemm(dy2, self.weight, out_dtype=dx_dtype).reshape(self.x.shape)
         if self.needs_input_grad[1]:
-            dw = _gemm(dy2, self.x.reshape(-1, self.x.shape[-1]), trans_a=True)
+            dw = _gemm(dy2, self.x.reshape(-1, self.x.shape[-1]), trans_a=True, out_dtype=dw_dtype)
         if self.has_bias and self.needs_input_grad[2]:
             # the column sums of dy: on the GPU the bias gradient of a 1x1 convolution in channels-last
             # layout (a coalesced kernel; CuPy's sum over axis 0 walks each column with a stride)
             db = P.convolution_backward_bias(dy2.reshape(dy2.shape[0], 1, dy2.shape[1]), layout="NHWC") \
                 if is_cuda_array(dy2) else dy2.sum(axis=0)
+            if db_dtype is not None and db.dtype != db_dtype:
+                db = P.cast(db, db_dtype)
         return (dx, dw, db) if self.has_bias else (dx, dw)
+
+
+def _as(a, dtype):
+    return a if a is None or a.dtype == dtype else P.cast(a, dtype)
+
+
+class AutocastLinear(Linear):
+    """F.linear under autocast as one op: x, W and b are cast to autocast's 16-bit `dtype` inside it and
+    y = x W^T + b comes out in that dtype, as torch's autocast gives; each gradient comes back in its input's
+    own dtype straight from its GEMM (gemm's out_dtype: the fp32 sums stored as they are, not rounded to 16 bits
+    and cast). torch records the same step as a cast op per float32 input and an addmm, and its backward adds a
+    cast back per input: here one tape record instead of up to four, and no casts of dx and dW. A parameter's
+    cast is made once per autocast region (autocast_mode.cast_array), as torch's autocast caches its weight casts."""
+
+    def forward(self, x, weight, bias=None, dtype=None, weight16=None):
+        """weight16: the weight already in `dtype` (autocast's per-region cast of a parameter), or None."""
+        self.grad_dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return super().forward(_as(x, dtype), _as(weight, dtype) if weight16 is None else weight16, _as(bias, dtype))
 
 
 def linear(input, weight, bias=None):
     """input (..., in_features), weight (out_features, in_features), bias (out_features,) or None."""
     op = "linear"
     if _amp.regions:
+        low = _amp.lower_precision_dtype(op, input, weight, bias)
+        if low is not None and _autocast_linear_takes(input, weight, bias, low):
+            weight16 = _amp.cast_array(weight, low) if weight.dtype != low else None
+            if bias is None:
+                return AutocastLinear.apply(input, weight, dtype=low, weight16=weight16)
+            return AutocastLinear.apply(input, weight, bias, dtype=low, weight16=weight16)
         input, weight, bias = _amp.cast_inputs(op, input, weight, bias)
     if isinstance(input, Tensor) and isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor)):
         # The common CPU call, already valid (issue 23: the host cost of a step): what the checks below
@@ -91,6 +122,19 @@ def linear(input, weight, bias=None):
     if bias is None:
         return Linear.apply(input, weight)
     return Linear.apply(input, weight, bias)
+
+
+def _autocast_linear_takes(input, weight, bias, low) -> bool:
+    """Whether AutocastLinear takes F.linear's arguments under autocast: tensors of float32 or the 16-bit dtype
+    `low` on one device, of fitting shapes (anything else goes the general way, and its checks explain it)."""
+    tensors = (input, weight) if bias is None else (input, weight, bias)
+    if not all(isinstance(t, Tensor) and t.dtype in (float32, low) for t in tensors):
+        return False
+    if weight.ndim != 2 or input.ndim < 1 or input.shape[-1] != weight.shape[1]:
+        return False
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        return False
+    return len({str(t.device) for t in tensors}) == 1
 
 
 def bilinear(input1, input2, weight, bias=None):

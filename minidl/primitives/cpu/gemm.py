@@ -50,9 +50,10 @@ def _is_half(dtype) -> bool:
 
 
 def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
-         bias=None):
+         bias=None, out_dtype=None):
     """out = alpha * (op(a) @ op(b) + bias) + beta * out on NumPy arrays (checked by minidl.primitives.gemm).
-    use_cublas means nothing here (NumPy's matmul is the CPU's BLAS already)."""
+    use_cublas means nothing here (NumPy's matmul is the CPU's BLAS already). out_dtype=float32 with 16-bit
+    operands: the fp32 sums as they are, not rounded to the operands' dtype."""
     op_a = np.swapaxes(a, -1, -2) if trans_a else a
     op_b = np.swapaxes(b, -1, -2) if trans_b else b
     if _is_half(a.dtype):
@@ -62,7 +63,7 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
         result = np.float32(alpha) * product
         if out is not None and beta != 0:
             result = result + np.float32(beta) * out.astype(np.float32)
-        result = result.astype(a.dtype)
+        result = result.astype(a.dtype if out_dtype is None else out_dtype)
         if out is None:
             return result
         out[...] = result

@@ -20,6 +20,7 @@ from .._common import blend
 from ._compile import get_kernel, get_template_kernel
 from ._launch import STORAGE_KINDS as TC_KINDS, check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, \
     sm_count
+from .cast import cast
 from .gemm_wgmma import gemm_wgmma
 
 TILE = 128          # TILE_M of kernels/common.cuh (and the widest TILE_N)
@@ -204,7 +205,7 @@ def _tc_kernel(kind: int, tile: int, bk_bytes: int, trans_a: bool, trans_b: bool
 
 def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
             ldc_row=None, ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, tile=None, bk_bytes=None,
-            bias=None):
+            bias=None, out_dtype=None):
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] for b < batch, on the tensor cores.
 
     A, B, C: CuPy arrays (or raw device pointers, then pass `dtype`) of one dtype: float32 (TF32
@@ -215,6 +216,8 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     Strides and leading dimensions are in elements. tile: 128 or 64 (default: tc_tile); bk_bytes: 64
     or 128, the k step of the shared-memory pipeline (default: TC_BK_BYTES for 128-tiles, 64 for 64-tiles).
     bias: None or an array of N of C's dtype, added to every row before alpha (in the epilogue).
+    out_dtype: float32 with 16-bit A and B (C then float32): only the wgmma kernel stores its accumulators as
+    they are; returns None, launching nothing, where it declines (the caller rounds through 16 bits instead).
     """
     if M == 0 or N == 0 or batch == 0:
         return C
@@ -228,12 +231,16 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
     bias_ptr = 0 if bias is None else _pointer(bias)
     # On an H100/H200, Hopper's wgmma kernel (gemm_wgmma.py says when it declines); an explicit tile or
-    # k step asks for this mma.sync kernel itself.
+    # k step asks for this mma.sync kernel itself. 16-bit data into float32 C (out_dtype): wgmma's OUT argument
+    # alone; the mma.sync kernel has none, so there the caller rounds through 16 bits instead.
     if tile is None and bk_bytes is None and gemm_wgmma(
             M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, dtype=dtype, trans_a=bool(trans_a), trans_b=bool(trans_b),
             alpha=alpha, beta=beta, ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a,
-            stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr):
+            stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr,
+            out_dtype=None if out_dtype is None else np.dtype(out_dtype)):
         return C
+    if out_dtype is not None:
+        return None
     tile = tile or tc_tile(M, N, batch)
     bk_bytes = bk_bytes or (TC_BK_BYTES if tile == 128 else 64)
     kernel = _tc_kernel(TC_KINDS[dtype], tile, bk_bytes, bool(trans_a), bool(trans_b), dtype.itemsize)
@@ -293,9 +300,11 @@ def _gemm_output(out, shape, dtype, beta, *inputs):
 
 
 def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
-         bias=None):
+         bias=None, out_dtype=None):
     """Backend of minidl.primitives.gemm on the GPU. a, b: 2-D or 3-D (batched) arrays of one dtype; bias:
-    None or (N,) of their dtype, added in the GEMM's epilogue (cuBLAS: added after)."""
+    None or (N,) of their dtype, added in the GEMM's epilogue (cuBLAS: added after). out_dtype: float32 for
+    16-bit a and b (the wgmma kernel stores its fp32 accumulators; elsewhere the result is rounded to 16 bits
+    and cast)."""
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
     if bias is not None:
@@ -305,9 +314,10 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
         product = cupy.matmul(op_a, op_b)
         if bias is not None:
             product += bias
-        return blend("gemm", product, out, alpha, beta)
+        product = blend("gemm", product, out, alpha, beta)
+        return product if out_dtype is None else product.astype(out_dtype)
     if a.dtype != np.float32 or math == "tf32":
-        return _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias)
+        return _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias, out_dtype)
 
     M, K = op_a.shape[-2], op_a.shape[-1]
     N = op_b.shape[-1]
@@ -331,23 +341,32 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     return finish(target, original)
 
 
-def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias=None):
-    """The tensor-core path of `gemm` (float32 in TF32 math, float16, bfloat16)."""
+def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias=None, out_dtype=None):
+    """The tensor-core path of `gemm` (float32 in TF32 math, float16, bfloat16). out_dtype (float32, 16-bit
+    a and b, out None): into float32 on wgmma; where it declines, rounded through a 16-bit result."""
     M, K = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
     N = b.shape[-2] if trans_b else b.shape[-1]
     batch = max(a.shape[0] if a.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
     out_shape = (batch, M, N) if (a.ndim == 3 or b.ndim == 3) else (M, N)
     a = cupy.ascontiguousarray(a)
     b = cupy.ascontiguousarray(b)
-    target, original = _gemm_output(out, out_shape, a.dtype, beta, a, b)
+    target, original = _gemm_output(out, out_shape, a.dtype if out_dtype is None else out_dtype, beta, a, b)
     if K == 0:  # an empty reduction: the product is zero (plus the bias)
         value = cupy.zeros(target.shape, cupy.float32) if beta == 0 else target.astype(cupy.float32) * np.float32(beta)
         if bias is not None:
             value += np.float32(alpha) * bias.astype(cupy.float32)
         target[...] = value.astype(target.dtype)
     else:
-        gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, trans_a=trans_a, trans_b=trans_b,
-                alpha=alpha, beta=beta, batch=batch,
-                stride_a=a.shape[-1] * a.shape[-2] if a.ndim == 3 else 0,
-                stride_b=b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0, stride_c=M * N, bias=bias)
+        strides = dict(stride_a=a.shape[-1] * a.shape[-2] if a.ndim == 3 else 0,
+                       stride_b=b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0, stride_c=M * N)
+        if out_dtype is not None and not gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, dtype=a.dtype,
+                                                 trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+                                                 batch=batch, out_dtype=out_dtype, **strides):
+            half = cupy.empty(out_shape, dtype=a.dtype)   # (wgmma declined: the mma.sync kernel stores 16 bits)
+            gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], half, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
+                    beta=beta, batch=batch, **strides)
+            target = cast(half, out_dtype)
+        elif out_dtype is None:
+            gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, trans_a=trans_a, trans_b=trans_b,
+                    alpha=alpha, beta=beta, batch=batch, bias=bias, **strides)
     return finish(target, original)
