@@ -359,9 +359,9 @@ def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias=None, out_dty
     else:
         strides = dict(stride_a=a.shape[-1] * a.shape[-2] if a.ndim == 3 else 0,
                        stride_b=b.shape[-1] * b.shape[-2] if b.ndim == 3 else 0, stride_c=M * N)
-        if out_dtype is not None and not gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, dtype=a.dtype,
-                                                 trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
-                                                 batch=batch, out_dtype=out_dtype, **strides):
+        if out_dtype is not None and gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, dtype=a.dtype,
+                                             trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, batch=batch,
+                                             out_dtype=out_dtype, **strides) is None:
             half = cupy.empty(out_shape, dtype=a.dtype)   # (wgmma declined: the mma.sync kernel stores 16 bits)
             gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], half, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                     beta=beta, batch=batch, **strides)
