@@ -29,7 +29,7 @@ from .ops.conversion import (  # noqa: F401
 )
 from .random import Generator, initial_seed, manual_seed, seed  # noqa: F401
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
-from ._dtypes import finfo  # noqa: F401
+from ._dtypes import complex64, complex128, finfo  # noqa: F401
 from . import cuda  # noqa: F401
 
 __version__ = "0.1.0"
@@ -41,6 +41,7 @@ half = float16
 long = int64
 int = int32  # noqa: A001
 bool = bool_  # noqa: A001
+cfloat, cdouble = complex64, complex128
 
 # minidl.exp(x), minidl.cat([...]), minidl.zeros(...), ...: the functions of minidl/ops/__init__.py's table
 globals().update(ops.FUNCTIONS)

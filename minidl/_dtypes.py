@@ -18,9 +18,12 @@ float64 = np.dtype(np.float64)
 int8, uint8, int16 = np.dtype(np.int8), np.dtype(np.uint8), np.dtype(np.int16)
 int32, int64, bool_ = np.dtype(np.int32), np.dtype(np.int64), np.dtype(np.bool_)
 
+complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)   # (minidl/ops/complexops.py)
+
 HALF_DTYPES = (float16, bfloat16)
 FLOATING_DTYPES = (float16, bfloat16, float32, float64)
 FLOATING_SET = frozenset(FLOATING_DTYPES)   # `a.dtype in FLOATING_SET`: is_floating for a dtype object, one lookup
+DIFFERENTIABLE_SET = FLOATING_SET | {complex64, complex128}   # the dtypes whose tensors carry gradients
 _BY_NAME = {d.name: d for d in FLOATING_DTYPES}
 
 

@@ -18,7 +18,7 @@ import weakref
 import numpy as np
 
 from .. import _layout
-from .._dtypes import FLOATING_SET
+from .._dtypes import DIFFERENTIABLE_SET
 
 # ------------------------------------------------------------------------------------------------
 # Grad mode (per thread, as in PyTorch)
@@ -158,7 +158,7 @@ class Function:
         outputs = fn.forward(*arrays, **params)
         single = not isinstance(outputs, tuple)
         if single:
-            differentiable = record and outputs.dtype in FLOATING_SET
+            differentiable = record and outputs.dtype in DIFFERENTIABLE_SET
             result = Tensor._make(outputs, requires_grad=differentiable)
             if differentiable:
                 result._ctx = fn   # _out_index stays 0
@@ -167,7 +167,7 @@ class Function:
             results = []
             for i, out in enumerate(outputs):
                 # Only floating-point outputs carry gradients (indices, masks and comparisons do not).
-                differentiable = record and out.dtype in FLOATING_SET
+                differentiable = record and out.dtype in DIFFERENTIABLE_SET
                 t = Tensor._make(out, requires_grad=differentiable)
                 if differentiable:
                     t._ctx, t._out_index = fn, i
@@ -496,6 +496,8 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
                         f"of shape {tuple(inp.shape)}"
                     )
                 if g.dtype != inp._data.dtype:
+                    if g.dtype.kind == "c" and inp._data.dtype.kind != "c":
+                        g = g.real   # a real input of a complex op: the real part (torch's convention)
                     g = g.astype(inp._data.dtype)
                 if inp._ctx is None and capture is not None:   # autograd.grad: no leaf's .grad changes
                     _captured(capture, inp, g)

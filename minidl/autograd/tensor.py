@@ -84,13 +84,15 @@ def to_array(data, dtype=None, device=None):
         except ValueError:
             raise ValueError(f"tensor: the nested lists of {type(data).__name__} data have different lengths "
                              "(a tensor needs a rectangular shape)") from None
-        if arr.dtype.kind in "USc":
-            what = "complex numbers (minidl has no complex dtypes)" if arr.dtype.kind == "c" else "strings"
-            raise TypeError(f"tensor: cannot make a tensor from {what}: {data!r:.60}")
+        if arr.dtype.kind in "US":
+            raise TypeError(f"tensor: cannot make a tensor from strings: {data!r:.60}")
         if dtype is None:
-            # Python floats become the default float dtype (float32), Python ints int64, as PyTorch.
+            # Python floats become the default float dtype (float32), Python ints int64, complex numbers its
+            # complex counterpart (complex64), as PyTorch.
             if arr.dtype.kind == "f":
                 arr = arr.astype(_default_dtype)
+            elif arr.dtype.kind == "c":
+                arr = arr.astype(np.complex64 if _default_dtype == float32 else np.complex128)
             elif arr.dtype.kind in "iu":
                 arr = arr.astype(int64)
     if isinstance(arr, np.ndarray) and arr.dtype == object:

@@ -10,6 +10,7 @@
     indexing     t[key], t[key] = v, gather, index_select, masked_fill, scatter, take
     linalg       a @ b (the one GEMM route of the tensor ops), mm/bmm/mv/dot, einsum, outer, addmm, diagonals
     conversion   to/cpu/cuda, type/float/half, contiguous/clone and memory formats, new_zeros, ...
+    complexops   complex64/128 for rotary embeddings: polar, complex, view_as_complex, view_as_real, conj
     inplace      x += y, add_, mul_, clamp_, fill_, copy_, zero_, scatter_, unsqueeze_, ...
     activation   relu, sigmoid, tanh, softmax, log_softmax (Tensor methods; nn.functional has the rest)
     creation     tensor, zeros, ones, arange, randn, ... (the factories)
@@ -24,8 +25,8 @@ module does not hide Python's float), the row says "name=function".
 from __future__ import annotations
 
 from . import (
-    activation, conversion, creation, elementwise, indexing, inplace, joining, linalg, logical, mathops, reductions, shape,
-    sorting,
+    activation, complexops, conversion, creation, elementwise, indexing, inplace, joining, linalg, logical, mathops,
+    reductions, shape, sorting,
 )
 from ._checks import check_float_tensor, check_tensor  # noqa: F401  (for the layers above: nn, ...)
 from ._dims import normalize_dim, normalize_dims  # noqa: F401
@@ -77,6 +78,8 @@ TABLE = (
                       "long=as_long int=as_int bool=as_bool byte=as_byte char=as_char short=as_short contiguous is_contiguous stride new_zeros new_ones "
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero"),
+    (complexops, "f", "view_as_complex view_as_real polar complex"),
+    (complexops, "mf", "conj"),
     (conversion, "f", "detach is_tensor is_floating_point"),
     (inplace, "m", "__iadd__ __isub__ __imul__ __itruediv__ __ipow__ add_ sub_ mul_ div_ pow_ neg_ exp_ log_ sqrt_ "
                    "abs_ relu_ sigmoid_ tanh_ addcmul_ addcdiv_ lerp_ masked_fill_ clamp_ clip_=clamp_ fill_ zero_ "

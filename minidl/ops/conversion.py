@@ -90,7 +90,10 @@ class Cast(Function):
 
 def _astype(a, dtype):
     """a in dtype, overflow to inf without NumPy's warning: on the GPU the cast primitive (one launch of
-    kernels/cast.cu for float32 / float16 / bfloat16), on the CPU NumPy's astype."""
+    kernels/cast.cu for float32 / float16 / bfloat16), on the CPU NumPy's astype. Complex to real keeps the real
+    part (as torch, without NumPy's warning)."""
+    if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
+        a = a.real
     if not isinstance(a, (np.ndarray, np.generic)):
         return primitives.cast(a, dtype)
     with np.errstate(over="ignore"):
@@ -186,9 +189,9 @@ def type(self, dtype=None):
                         "such as 'torch.FloatTensor')") from None
     if dtype == self.dtype:
         return self
-    if self.requires_grad and _dtypes.is_floating(dtype):
+    if self.requires_grad and dtype in _dtypes.DIFFERENTIABLE_SET:
         return Cast.apply(self, dtype=dtype)
-    return Tensor._make(self._data.astype(dtype))
+    return Tensor._make(_astype(self._data, dtype))
 
 
 def as_float(self, memory_format=None):
@@ -330,7 +333,7 @@ def is_floating_point(t):
 
 
 def is_complex(t):
-    return False
+    return t.dtype.kind == "c"   # complex64 / complex128 (ops/complexops.py)
 
 
 def is_nonzero(t):

@@ -186,7 +186,13 @@ def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
-    """Standard normal, from minidl's seeded generator or `generator`."""
+    """Standard normal, from minidl's seeded generator or `generator`. A complex dtype: real and imaginary parts
+    each of variance 1/2 (torch's complex normal, E|z|^2 = 1)."""
+    if dtype is not None and _dt(dtype).kind == "c":
+        part = _dt(dtype).type(0).real.dtype   # float32 for complex64
+        re, im = (randn(*size, generator=generator, dtype=part, device=device) for _ in range(2))
+        z = (re._data + 1j * im._data) * np.sqrt(0.5)
+        return _finish(z.astype(_dt(dtype)), requires_grad)
     dt, shape = _float_dtype("randn", dtype), _shape(size, "randn")
     if generator is None:
         return _finish(random.normal_array(shape, 0.0, 1.0, dt, device or _default_device or "cpu"), requires_grad)

@@ -50,14 +50,20 @@ class Sub(Function):
         return unbroadcast(g, self.shapes[0]), unbroadcast(-g, self.shapes[1])
 
 
+def _conj(a):
+    """a's complex conjugate, a itself when real: a product's gradient takes the other factor conjugated (torch's
+    convention for complex tensors, ops/complexops.py)."""
+    return a.conj() if a.dtype.kind == "c" else a
+
+
 class Mul(Function):
     def forward(self, a, b):
         self.a, self.b = a, b
         return _layout.pointwise(lambda x, y: x * y, a, b)
 
     def backward(self, g):
-        ga = unbroadcast(g * self.b, self.a.shape) if self.needs_input_grad[0] else None
-        gb = unbroadcast(g * self.a, self.b.shape) if self.needs_input_grad[1] else None
+        ga = unbroadcast(g * _conj(self.b), self.a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(g * _conj(self.a), self.b.shape) if self.needs_input_grad[1] else None
         return ga, gb
 
 
@@ -67,8 +73,8 @@ class Div(Function):
         return _layout.pointwise(lambda x, y: x / y, a, b)
 
     def backward(self, g):
-        ga = unbroadcast(g / self.b, self.a.shape) if self.needs_input_grad[0] else None
-        gb = unbroadcast(-g * self.a / (self.b * self.b), self.b.shape) if self.needs_input_grad[1] else None
+        ga = unbroadcast(g / _conj(self.b), self.a.shape) if self.needs_input_grad[0] else None
+        gb = unbroadcast(-g * _conj(self.a / (self.b * self.b)), self.b.shape) if self.needs_input_grad[1] else None
         return ga, gb
 
 

@@ -92,7 +92,7 @@ C("eye negative", lambda: minidl.eye(-1))
 C("full non-number", lambda: minidl.full((2,), "a"))
 C("tensor ragged", lambda: minidl.tensor([[1, 2], [3]]))
 C("tensor of strings", lambda: minidl.tensor(["a", "b"]))
-C("tensor complex", lambda: minidl.tensor([1 + 2j]))
+C("view_as_complex odd", lambda: minidl.view_as_complex(minidl.randn(3, 4)))
 C("item of many", lambda: x2().item())
 C("bool of many", lambda: bool(x2()))
 C("int of many", lambda: int(x2()))
@@ -326,7 +326,7 @@ EXPECT = {
     'full non-number': ("TypeError", "full: fill_value must be a number, got str 'a'"),
     'tensor ragged': ("ValueError", 'tensor: the nested lists of list data have diffe'),
     'tensor of strings': ("TypeError", "tensor: cannot make a tensor from strings: ['a',"),
-    'tensor complex': ("TypeError", 'tensor: cannot make a tensor from complex number'),
+    'view_as_complex odd': ("RuntimeError", 'view_as_complex: the last dimension must have size'),
     'item of many': ("ValueError", 'item(): only one-element tensors can be converte'),
     'bool of many': ("RuntimeError", 'the truth value of a tensor with 6 elements is a'),
     'int of many': ("ValueError", 'item(): only one-element tensors can be converte'),
