@@ -49,6 +49,7 @@ TORCH_MODULES = {
     "torch.backends.cudnn": "minidl.backends:cudnn",
     "torch.utils": "minidl.utils",
     "torch.utils.checkpoint": "minidl.utils.checkpoint",
+    "torch.utils.tensorboard": "minidl.utils.tensorboard",
     "torch.testing": "minidl.testing",
     "torch.utils.data": "minidl.data",
     "torch.utils.data.dataset": "minidl.data",
