@@ -69,6 +69,7 @@ TABLE = (
     (joining, "f", "cat concat concatenate stack hstack vstack dstack column_stack atleast_1d atleast_2d atleast_3d"),
     (indexing, "m", "__getitem__ __setitem__ index_fill"),
     (indexing, "mf", "gather index_select masked_fill masked_select narrow nonzero argwhere scatter scatter_add "
+                     "scatter_reduce "
                      "index_add index_copy index_put masked_scatter select take take_along_dim"),
     (linalg, "m", "__matmul__=matmul __rmatmul__=rmatmul"),
     (linalg, "mf", "matmul mm bmm mv dot inner vdot outer ger tensordot kron cross addmm addmv baddbmm addbmm "
@@ -83,7 +84,8 @@ TABLE = (
     (conversion, "f", "detach is_tensor is_floating_point"),
     (inplace, "m", "__iadd__ __isub__ __imul__ __itruediv__ __ipow__ add_ sub_ mul_ div_ pow_ neg_ exp_ log_ sqrt_ "
                    "abs_ relu_ sigmoid_ tanh_ addcmul_ addcdiv_ lerp_ masked_fill_ clamp_ clip_=clamp_ fill_ zero_ "
-                   "copy_ uniform_ normal_ bernoulli_ exponential_ random_ erfinv_ scatter_ scatter_add_ index_add_ "
+                   "copy_ uniform_ normal_ bernoulli_ exponential_ random_ erfinv_ scatter_ scatter_add_ scatter_reduce_ "
+                   "index_add_ "
                    "index_fill_ index_copy_ index_put_ masked_scatter_ "
                    "nan_to_num_ unsqueeze_ squeeze_ t_ "
                    "transpose_"),

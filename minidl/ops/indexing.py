@@ -121,6 +121,69 @@ class Scatter(Function):
         return ga, gsrc
 
 
+class ScatterReduce(Function):
+    """torch.scatter_reduce: out = a, then every src value at its place (as in Scatter) is combined into out by
+    `reduce` (sum, prod, mean, amax, amin); include_self=False leaves a's value out wherever something lands.
+    Gradients: sum, mean as the average's share; amax / amin to the elements equal to the result, split evenly
+    among ties (as torch); prod as result / element (no zero among the combined elements)."""
+
+    saves_inputs = False
+    _UFUNC = {"sum": "add", "mean": "add", "prod": "multiply", "amax": "maximum", "amin": "minimum"}
+
+    def forward(self, a, src, index=None, dim=0, reduce="sum", include_self=True):
+        xp = get_array_module(a)
+        grids = open_grid(xp, index.shape)
+        grids[dim] = index
+        key = tuple(grids)
+        part = src[tuple(slice(0, s) for s in index.shape)]
+        counts = xp.zeros(a.shape, dtype=float32)
+        xp.add.at(counts, key, 1)
+        hit = counts > 0
+        out = a.copy()
+        if not include_self:
+            identity = {"sum": 0, "mean": 0, "prod": 1, "amax": -np.inf, "amin": np.inf}[reduce]
+            if a.dtype.kind in "iub" and reduce in ("amax", "amin"):
+                info = np.iinfo(a.dtype)
+                identity = info.min if reduce == "amax" else info.max
+            out[hit] = identity
+        getattr(xp, self._UFUNC[reduce]).at(out, key, part)
+        if reduce == "mean":
+            n = (counts + (1 if include_self else 0)).astype(out.dtype) if out.dtype.kind == "f" else \
+                counts.astype(np.int64) + (1 if include_self else 0)
+            n = xp.maximum(n, 1)   # (positions nothing lands on keep a's value below)
+            mean = out / n if out.dtype.kind == "f" else out // n
+            out = xp.where(hit, mean, a).astype(a.dtype)
+        self.a, self.part, self.out, self.key, self.counts, self.hit = a, part, out, key, counts, hit
+        self.src_shape, self.index_shape, self.reduce, self.include_self = src.shape, index.shape, reduce, include_self
+        return out
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        hit, key, reduce, keep = self.hit, self.key, self.reduce, self.include_self
+        zero = xp.zeros((), dtype=g.dtype)
+        if reduce == "sum":
+            ga, gpart = (g if keep else xp.where(hit, zero, g)), g[key]
+        elif reduce == "mean":
+            share = g / xp.maximum(self.counts + (1 if keep else 0), 1).astype(g.dtype)
+            ga, gpart = xp.where(hit, share if keep else zero, g), share[key]
+        elif reduce in ("amax", "amin"):
+            self_wins = (self.a == self.out) & hit & keep
+            part_wins = self.part == self.out[key]
+            ties = self_wins.astype(g.dtype)
+            xp.add.at(ties, key, part_wins.astype(g.dtype))
+            share = g / xp.maximum(ties, 1)
+            ga, gpart = xp.where(hit, share * self_wins, g), share[key] * part_wins
+        else:   # prod
+            if bool((self.part == 0).any()) or (keep and bool(((self.a == 0) & hit).any())):
+                raise NotImplementedError("scatter_reduce(reduce='prod'): the gradient where a combined element is "
+                                          "0 is not in minidl (torch computes it from the product of the others)")
+            ga = xp.where(hit, g * self.out / self.a if keep else zero, g)
+            gpart = (g * self.out)[key] / self.part
+        gsrc = xp.zeros(self.src_shape, dtype=g.dtype)
+        gsrc[tuple(slice(0, s) for s in self.index_shape)] = gpart
+        return (ga if self.needs_input_grad[0] else None), (gsrc if self.needs_input_grad[1] else None)
+
+
 # ------------------------------------------------------------------------------------------------
 # Indexing with [], gathers and masks
 # ------------------------------------------------------------------------------------------------
@@ -376,11 +439,13 @@ def argwhere(t):
 # ------------------------------------------------------------------------------------------------
 
 
-def _scatter(self, dim, index, src, reduce_add, op):
+def _scatter(self, dim, index, src, reduce_add, op, reduce=None, include_self=True):
+    """The checks of every scatter, then Scatter (reduce None) or ScatterReduce (scatter_reduce's `reduce`)."""
     d = dim_index(self, dim, op)
     if self.ndim == 0:  # a 0-d self is one element (torch): scatter into its 1-element view
         return _scatter(self.reshape(1), 0, index.reshape(-1) if isinstance(index, Tensor) else index,
-                        src.reshape(-1) if isinstance(src, Tensor) else src, reduce_add, op).reshape(())
+                        src.reshape(-1) if isinstance(src, Tensor) else src, reduce_add, op, reduce,
+                        include_self).reshape(())
     if isinstance(index, Tensor) and index.ndim == 0 and self.ndim == 1:  # torch accepts a 0-d index here
         index = index.reshape(1)
         src = src.reshape(1) if isinstance(src, Tensor) and src.ndim == 0 else src
@@ -403,6 +468,8 @@ def _scatter(self, dim, index, src, reduce_add, op):
     if not index.is_cuda and index.numel() and not (0 <= index._data.min() and index._data.max() < self.shape[d]):
         raise RuntimeError(f"{op}: index {builtins.int(index.max())} is out of bounds for dim {dim} with size "
                            f"{self.shape[d]}")
+    if reduce is not None:
+        return ScatterReduce.apply(self, src, index=index._data, dim=d, reduce=reduce, include_self=include_self)
     return Scatter.apply(self, src.type(self.dtype), index=index._data, dim=d, reduce_add=reduce_add)
 
 
@@ -435,3 +502,16 @@ def scatter(self, dim, index, src=None, value=None, reduce=None):
 def scatter_add(self, dim, index, src):
     """out = self with src[i][j] added at out[index[i][j]][j] for dim=0 (repeats add up)."""
     return _scatter(self, dim, index, src, True, "scatter_add")
+
+
+SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
+
+
+def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
+    """out = self with each src[i][j] combined into out[index[i][j]][j] (dim=0) by `reduce`: "sum", "prod",
+    "mean", "amax" or "amin" (torch.scatter_reduce); include_self=False leaves self's value out where values land."""
+    if reduce not in SCATTER_REDUCTIONS:
+        raise ValueError(f"scatter_reduce: reduce must be one of {SCATTER_REDUCTIONS}, got {reduce!r}")
+    if not isinstance(src, Tensor):
+        raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
+    return _scatter(self, dim, index, src, False, "scatter_reduce", reduce, include_self)

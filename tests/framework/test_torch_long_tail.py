@@ -1045,3 +1045,38 @@ def test_masked_scatter_and_bilinear_match_torch():
     for ours, theirs in ((y, ty), (ins[0].grad, tins[0].grad), (ins[1].grad, tins[1].grad), (m.weight.grad, t.weight.grad),
                          (m.bias.grad, t.bias.grad)):
         np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("dim", [0, 1])
+def test_scatter_reduce_matches_torch(reduce, include_self, dim):
+    """Values and both gradients against torch, repeated indices and a tie (amax / amin split the gradient evenly
+    among the elements equal to the result, as torch)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    src = rng.standard_normal((3, 4)).astype(np.float32)
+    src[0, 0] = src[1, 0] = 5.0
+    idx = rng.integers(0, a.shape[dim], (3, 4))
+    w = rng.standard_normal((4, 5)).astype(np.float32)
+    got = []
+    for lib in (minidl, torch):
+        ta, ts = lib.tensor(a, requires_grad=True), lib.tensor(src, requires_grad=True)
+        out = ta.scatter_reduce(dim, lib.tensor(idx), ts, reduce, include_self=include_self)
+        (out * lib.tensor(w)).sum().backward()
+        got.append([out.detach().numpy(), ta.grad.numpy(), ts.grad.numpy()])
+    for ours, theirs in zip(*got):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_scatter_reduce_integers_in_place_and_errors():
+    ours = minidl.zeros(3, dtype=minidl.int64)
+    ours.scatter_reduce_(0, minidl.tensor([0, 1, 0]), minidl.tensor([1, 2, 4]), "mean", include_self=False)
+    theirs = torch.zeros(3, dtype=torch.int64).scatter_reduce_(0, torch.tensor([0, 1, 0]), torch.tensor([1, 2, 4]),
+                                                              "mean", include_self=False)
+    assert ours.tolist() == theirs.tolist() == [2, 2, 0]
+    with pytest.raises(ValueError, match="reduce must be one of"):
+        minidl.zeros(3).scatter_reduce(0, minidl.tensor([0]), minidl.tensor([1.0]), "max")
+    with pytest.raises(NotImplementedError, match="reduce='prod'"):
+        a = minidl.ones(3, requires_grad=True)
+        a.scatter_reduce(0, minidl.tensor([0]), minidl.tensor([0.0]), "prod").sum().backward()
