@@ -51,6 +51,17 @@ from . import linalg, special  # noqa: E402,F401  (torch.linalg's most used func
 det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet
 
 
+def svd(input, some=True, compute_uv=True):
+    """torch.svd (the older API): (U, S, V) with V, not Vh; some=True the reduced factors."""
+    U, S, Vh = linalg.svd(input, full_matrices=not some)
+    return return_types.namedtuple("svd", ["U", "S", "V"])(U, S, Vh.mT)
+
+
+def qr(input, some=True):
+    """torch.qr (the older API): (Q, R), reduced when some=True."""
+    return linalg.qr(input, mode="reduced" if some else "complete")
+
+
 
 def numel(t):
     return t.numel()

@@ -9,7 +9,7 @@ from .layers.activation import (  # noqa: F401
 from .layers.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d  # noqa: F401
 from .layers.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d  # noqa: F401
 from .layers.embedding import Embedding  # noqa: F401
-from .layers.linear import Bilinear, Flatten, Identity, Linear, Unflatten  # noqa: F401
+from .layers.linear import Bilinear, Flatten, Identity, LazyLinear, Linear, Unflatten  # noqa: F401
 from .layers.loss import (  # noqa: F401
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss,
 )

@@ -66,7 +66,8 @@ TABLE = (
                   "swapdims broadcast_to tile repeat_interleave flip fliplr flipud roll rot90 tril triu diff"),
     (shape, "f", "broadcast_shapes broadcast_tensors"),
     (joining, "mf", "split chunk unbind tensor_split hsplit vsplit dsplit"),
-    (joining, "f", "cat concat concatenate stack hstack vstack dstack column_stack atleast_1d atleast_2d atleast_3d"),
+    (joining, "f", "cat concat concatenate stack hstack vstack dstack column_stack atleast_1d atleast_2d atleast_3d "
+                   "cartesian_prod block_diag"),
     (indexing, "m", "__getitem__ __setitem__ index_fill"),
     (indexing, "mf", "gather index_select masked_fill masked_select narrow nonzero argwhere scatter scatter_add "
                      "scatter_reduce "

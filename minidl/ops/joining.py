@@ -265,3 +265,40 @@ def atleast_3d(*tensors):
         return t
     out = [f(t) for t in _flat(tensors)]
     return out[0] if len(out) == 1 and not _is_seq(tensors) else tuple(out)
+
+
+def cartesian_prod(*tensors):
+    """Every combination of one element from each 1-D tensor, as rows (torch.cartesian_prod; itertools.product's
+    order); one tensor is returned as it is."""
+    from .creation import meshgrid
+
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor) or t.ndim != 1:
+            raise RuntimeError(f"cartesian_prod: expects 1-D tensors, got {getattr(t, 'shape', type(t).__name__)} "
+                               f"at position {i}")
+    if len(tensors) == 1:
+        return tensors[0]
+    return stack([g.reshape(-1) for g in meshgrid(*tensors, indexing="ij")], dim=1)
+
+
+def block_diag(*tensors):
+    """The tensors (0-d, 1-d as one row, or 2-d) on the diagonal of one matrix, zeros elsewhere
+    (torch.block_diag), with gradients."""
+    blocks = [t.reshape(1, 1) if t.ndim == 0 else (t.reshape(1, -1) if t.ndim == 1 else t) for t in tensors]
+    for i, b in enumerate(blocks):
+        if b.ndim != 2:
+            raise RuntimeError(f"block_diag: input {i} must have 2 or fewer dimensions, got {tensors[i].ndim}")
+    if not blocks:
+        return Tensor._make(np.zeros((1, 0), dtype=np.float32))
+    dtype = blocks[0].dtype
+    for b in blocks[1:]:
+        dtype = result_type(Tensor._make(np.zeros((), dtype)), b)
+    width = sum(b.shape[1] for b in blocks)
+    rows, left = [], 0
+    for b in blocks:
+        b = b.type(dtype)
+        right = width - left - b.shape[1]
+        pieces = [b.new_zeros((b.shape[0], left)), b, b.new_zeros((b.shape[0], right))]
+        rows.append(cat([p for p in pieces if p.shape[1]] or [b], dim=1))
+        left += b.shape[1]
+    return cat(rows, dim=0)

@@ -1080,3 +1080,31 @@ def test_scatter_reduce_integers_in_place_and_errors():
     with pytest.raises(NotImplementedError, match="reduce='prod'"):
         a = minidl.ones(3, requires_grad=True)
         a.scatter_reduce(0, minidl.tensor([0]), minidl.tensor([0.0]), "prod").sum().backward()
+
+
+def test_cartesian_prod_and_block_diag_match_torch():
+    a, b = [1, 2], [3, 4, 5]
+    assert minidl.cartesian_prod(minidl.tensor(a), minidl.tensor(b)).tolist() == \
+        torch.cartesian_prod(torch.tensor(a), torch.tensor(b)).tolist()
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    ours = minidl.block_diag(minidl.tensor(x, requires_grad=True), minidl.tensor(5.0), minidl.tensor([1.0, 2.0]))
+    theirs = torch.block_diag(torch.tensor(x), torch.tensor(5.0), torch.tensor([1.0, 2.0]))
+    assert ours.shape == tuple(theirs.shape) and np.array_equal(ours.detach().numpy(), theirs.numpy())
+    ours.sum().backward()
+    with pytest.raises(RuntimeError, match="1-D tensors"):
+        minidl.cartesian_prod(minidl.ones(2, 2))
+
+
+def test_lazy_linear_materializes_on_first_input():
+    m, t = minidl.nn.LazyLinear(4), torch.nn.LazyLinear(4)
+    opt = minidl.optim.SGD(m.parameters(), lr=0.1)
+    weight = m.weight
+    y = m(minidl.randn(2, 7))
+    t(torch.randn(2, 7))
+    assert type(m).__name__ == type(t).__name__ == "Linear" and m.in_features == t.in_features == 7
+    assert tuple(m.weight.shape) == tuple(t.weight.shape) and m.weight is weight
+    bound = 1 / np.sqrt(7)
+    assert np.abs(m.weight.detach().numpy()).max() <= bound and np.abs(m.bias.detach().numpy()).max() <= bound
+    y.sum().backward()
+    opt.step()
+    assert m(minidl.randn(3, 7)).shape == (3, 4)

@@ -6,6 +6,7 @@ import math
 from .. import functional as F
 from .. import init
 from ..._device import Device
+from ...autograd.function import no_grad
 from ...ops import normalize_dim
 from ...ops.creation import empty
 from ..module import Module, Parameter
@@ -134,3 +135,26 @@ class Unflatten(Module):
 
     def extra_repr(self):
         return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+class LazyLinear(Linear):
+    """nn.LazyLinear(out_features): in_features is taken from the first input. Until then the weight is an empty
+    (out_features, 0) Parameter, which the first forward fills in place and initialises as Linear does (the same
+    Parameter object, so an optimizer made before it steps the real weight, as torch's UninitializedParameter
+    allows); then the module is a Linear (torch's cls_to_become)."""
+
+    def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__(0, out_features, bias, device, dtype)
+
+    def reset_parameters(self):
+        if self.in_features:   # (nothing to initialise before the first input)
+            super().reset_parameters()
+
+    def forward(self, input):
+        if input.ndim < 1:
+            raise ValueError(f"LazyLinear: expected an input with a feature dim, got shape {tuple(input.shape)}")
+        with no_grad():
+            self.in_features = input.shape[-1]
+            self.weight.data = self.weight.new_empty((self.out_features, self.in_features))
+            self.reset_parameters()
+        self.__class__ = Linear
+        return Linear.forward(self, input)
