@@ -47,6 +47,7 @@ cfloat, cdouble = complex64, complex128
 globals().update(ops.FUNCTIONS)
 
 from . import linalg, special  # noqa: E402,F401  (torch.linalg's most used functions; torch.special's names)
+from . import fft  # noqa: E402,F401  (torch.fft: the discrete Fourier transforms, with gradients)
 
 det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet
 

@@ -4,3 +4,4 @@ from .function import Function, FunctionCtx, enable_grad, grad, is_grad_enabled,
 from .tensor import Tensor  # noqa: F401
 from .legacy import Variable  # noqa: F401
 from . import return_types  # noqa: F401
+from . import functional  # noqa: E402,F401  (torch.autograd.functional: jacobian, vjp, jvp)

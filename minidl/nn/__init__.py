@@ -33,7 +33,7 @@ from .layers.transformer import (  # noqa: F401
 from .parallel import DataParallel  # noqa: F401,E402
 from .layers.composite import (  # noqa: F401,E402  (torch.nn's long tail: nn/layers/composite.py)
     CELU, GLU, SELU, EmbeddingBag, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d, CosineEmbeddingLoss, CosineSimilarity, GaussianNLLLoss, GroupNorm, Hardshrink, Hardsigmoid,
-    Hardswish, Hardtanh, HingeEmbeddingLoss, HuberLoss, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, KLDivLoss,
+    Hardswish, Hardtanh, HingeEmbeddingLoss, HuberLoss, CTCLoss, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, KLDivLoss,
     LogSigmoid, MarginRankingLoss, Mish, MultiLabelSoftMarginLoss, PairwiseDistance, ParameterDict, ParameterList,
     Fold, PixelShuffle, PixelUnshuffle, PoissonNLLLoss, Unfold, PReLU, SiLU, Softmin, SoftMarginLoss, Softshrink, Softsign,
     Tanhshrink, Threshold, TripletMarginLoss, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d,

@@ -50,6 +50,7 @@ from .activations import (add_relu, elu, gelu, leaky_relu, log_softmax, relu, re
                           tanh)
 from .convolution import conv1d, conv2d, conv2d_relu, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d
 from .attention import multi_head_attention_forward, scaled_dot_product_attention
+from .ctc import ctc_loss
 from .dense import bilinear, linear
 from .dropouts import dropout, dropout1d, dropout2d, dropout3d
 from .losses import (binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, l1_loss, mse_loss,

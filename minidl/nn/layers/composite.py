@@ -204,6 +204,18 @@ class _Loss(Module):
         self.reduction = reduction
 
 
+class CTCLoss(_Loss):
+    """nn.CTCLoss(blank=0, reduction='mean', zero_infinity=False): F.ctc_loss (nn/functional/ctc.py)."""
+
+    def __init__(self, blank=0, reduction="mean", zero_infinity=False):
+        super().__init__(reduction=reduction)
+        self.blank, self.zero_infinity = blank, zero_infinity
+
+    def forward(self, log_probs, targets, input_lengths, target_lengths):
+        return F.ctc_loss(log_probs, targets, input_lengths, target_lengths, self.blank, self.reduction,
+                          self.zero_infinity)
+
+
 class KLDivLoss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
         super().__init__(reduction=reduction)

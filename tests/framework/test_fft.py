@@ -1,0 +1,54 @@
+"""minidl.fft against torch.fft in float64: every transform and norm, sizes that pad or crop (n, s), odd lengths
+of the one-sided transforms; values and the gradient of a weighted sum of the outputs (real and imaginary parts)."""
+import numpy as np
+import pytest
+import torch
+
+import minidl
+
+CASES = {
+    "fft": (lambda lib, t, norm: lib.fft.fft(t, norm=norm), (3, 8), False),
+    "fft_complex": (lambda lib, t, norm: lib.fft.fft(t, norm=norm), (3, 8), True),
+    "ifft_n6": (lambda lib, t, norm: lib.fft.ifft(t, n=6, norm=norm), (3, 8), True),
+    "rfft": (lambda lib, t, norm: lib.fft.rfft(t, norm=norm), (3, 8), False),
+    "rfft_n7": (lambda lib, t, norm: lib.fft.rfft(t, n=7, norm=norm), (3, 8), False),
+    "irfft": (lambda lib, t, norm: lib.fft.irfft(t, norm=norm), (3, 5), True),
+    "irfft_n9": (lambda lib, t, norm: lib.fft.irfft(t, n=9, norm=norm), (3, 5), True),
+    "rfft2": (lambda lib, t, norm: lib.fft.rfft2(t, norm=norm), (2, 4, 6), False),
+    "irfft2": (lambda lib, t, norm: lib.fft.irfft2(t, norm=norm), (2, 4, 4), True),
+    "fftn": (lambda lib, t, norm: lib.fft.fftn(t, norm=norm), (2, 3, 4), True),
+    "ifft2_s": (lambda lib, t, norm: lib.fft.ifft2(t, s=(3, 5), norm=norm), (2, 4, 4), True),
+    "rfftn_dims": (lambda lib, t, norm: lib.fft.rfftn(t, dim=(0, 2), norm=norm), (4, 2, 6), False),
+}
+
+
+@pytest.mark.parametrize("norm", [None, "ortho", "forward"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fft_matches_torch(case, norm):
+    fn, shape, complex_in = CASES[case]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape) + (1j * rng.standard_normal(shape) if complex_in else 0)
+    got = []
+    for lib in (minidl, torch):
+        t = lib.tensor(x, requires_grad=True)
+        y = fn(lib, t, norm)
+        yr = lib.view_as_real(y) if y.is_complex() else y
+        w = np.random.default_rng(5).standard_normal(tuple(yr.shape))
+        (yr * lib.tensor(w)).sum().backward()
+        got.append([yr.detach().numpy(), t.grad.numpy()])
+    for ours, theirs in zip(*got):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-10)
+
+
+def test_fft_helpers_dtypes_and_messages():
+    assert np.allclose(minidl.fft.fftfreq(5).numpy(), torch.fft.fftfreq(5).numpy())
+    assert np.allclose(minidl.fft.rfftfreq(6, 0.5).numpy(), torch.fft.rfftfreq(6, 0.5).numpy())
+    x = np.arange(6.0)
+    assert np.array_equal(minidl.fft.fftshift(minidl.tensor(x)).numpy(), torch.fft.fftshift(torch.tensor(x)).numpy())
+    assert np.array_equal(minidl.fft.ifftshift(minidl.tensor(x)).numpy(), torch.fft.ifftshift(torch.tensor(x)).numpy())
+    spectrum = minidl.fft.rfft(minidl.randn(8))
+    assert spectrum.dtype == minidl.complex64 and minidl.fft.irfft(spectrum).dtype == minidl.float32
+    with pytest.raises(ValueError, match="norm must be one of"):
+        minidl.fft.fft(minidl.randn(4), norm="unitary")
+    with pytest.raises(RuntimeError, match="expects a real input"):
+        minidl.fft.rfft(spectrum)
