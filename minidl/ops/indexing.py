@@ -146,6 +146,9 @@ class ScatterReduce(Function):
                 info = np.iinfo(a.dtype)
                 identity = info.min if reduce == "amax" else info.max
             out[hit] = identity
+        if reduce == "prod" and xp is not np:
+            raise NotImplementedError("scatter_reduce(reduce='prod') on the GPU: CuPy has no multiply.at; run it on "
+                                      "the CPU (.cpu()) or use reduce='sum' of logarithms")
         getattr(xp, self._UFUNC[reduce]).at(out, key, part)
         if reduce == "mean":
             n = (counts + (1 if include_self else 0)).astype(out.dtype) if out.dtype.kind == "f" else \
