@@ -74,6 +74,11 @@ TORCH_MODULES = {
     "torch.nn.parallel.distributed": "minidl.nn.parallel.distributed",
     "torch.distributions": "minidl.distributions",
     "torch.utils.hooks": "minidl.nn.module",
+    "torch.fft": "minidl.fft",
+    "torch.hub": "minidl.hub",
+    "torch.autograd.functional": "minidl.autograd.functional",
+    "torch.nn.utils.parametrize": "minidl.nn.utils.parametrize",
+    "torch.nn.utils.parametrizations": "minidl.nn.utils.parametrizations",
 }
 
 # PyTorch names outside minidl's scope, with the reason the message gives.

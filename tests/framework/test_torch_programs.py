@@ -302,6 +302,20 @@ def test_llama_char_with_complex_rotary_embeddings(tmp_path):
     assert "sample: " in out
 
 
+def test_the_newer_torch_modules_import_through_the_runner(tmp_path):
+    """`import torch.fft`, `torch.hub`, `torch.autograd.functional`, `torch.nn.utils.parametrize(ations)` and
+    `torch.utils.tensorboard` resolve to minidl's modules."""
+    prog = tmp_path / "imports.py"
+    prog.write_text("import torch.fft, torch.hub, torch.autograd.functional\n"
+                    "import torch.nn.utils.parametrize as P\n"
+                    "from torch.nn.utils.parametrizations import weight_norm\n"
+                    "from torch.utils.tensorboard import SummaryWriter\n"
+                    "m = weight_norm(torch.nn.Linear(3, 2))\n"
+                    "print(type(m).__name__, P.is_parametrized(m), torch.fft.rfft(torch.ones(4)).shape[0])\n")
+    out = ok(run(prog, cwd=tmp_path))
+    assert "ParametrizedLinear True 3" in out
+
+
 def test_text_classification_with_embedding_bag(tmp_path):
     """PyTorch's torchtext text-classification tutorial (EmbeddingBag with offsets, collate_fn, StepLR,
     clip_grad_norm_) on a small topic corpus: it learns the topics as torch does (0.998 test accuracy there)."""
