@@ -24,7 +24,7 @@ from .autograd.function import Function
 from .autograd.tensor import Tensor
 
 __all__ = ["fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rfft2", "irfft2", "rfftn", "irfftn",
-           "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
+           "fftfreq", "rfftfreq", "fftshift", "ifftshift", "stft", "istft"]
 
 _NORMS = ("backward", "forward", "ortho")
 _COMPLEX_OF = {_dtypes.float32: np.dtype(np.complex64), _dtypes.float64: np.dtype(np.complex128),
@@ -221,3 +221,87 @@ def fftshift(input, dim=None):
 def ifftshift(input, dim=None):
     dims = tuple(range(input.ndim)) if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
     return input.roll([-(input.shape[d] // 2) for d in dims], dims)
+
+
+# ---- short-time Fourier transforms (torch.stft / torch.istft), composed of the ops above ---------------------
+def _window(window, win_length, n_fft, like):
+    """The analysis window padded (centred) to n_fft; a rectangular one when None."""
+    from .ops.creation import ones
+    from .nn.functional import pad
+
+    if window is None:
+        window = ones(win_length, dtype=like.dtype if like.dtype.kind == "f" else _dtypes.float32, device=like.device)
+    if window.shape[0] != win_length:
+        raise RuntimeError(f"stft: window of length {window.shape[0]} for win_length {win_length}")
+    left = (n_fft - win_length) // 2
+    return pad(window, (left, n_fft - win_length - left)) if win_length < n_fft else window
+
+
+def stft(input, n_fft, hop_length=None, win_length=None, window=None, center=True, pad_mode="reflect",
+         normalized=False, onesided=None, return_complex=None):
+    """torch.stft: frames of n_fft samples every hop_length (default n_fft // 4), times the window, transformed;
+    (..., n_fft // 2 + 1 (onesided) or n_fft, frames), complex (return_complex=True) or its real view."""
+    from .nn.functional import pad
+
+    if return_complex is None:
+        raise RuntimeError("stft requires the return_complex parameter be given for real inputs, and will further "
+                           "require that return_complex=True in a future PyTorch release.")
+    hop = n_fft // 4 if hop_length is None else hop_length
+    win_length = n_fft if win_length is None else win_length
+    if input.ndim not in (1, 2):
+        raise RuntimeError(f"stft: expected a 1-D or 2-D input, got shape {tuple(input.shape)}")
+    x = _floated(input)
+    if center:
+        x = pad(x.unsqueeze(-2), (n_fft // 2, n_fft // 2), mode=pad_mode).squeeze(-2)
+    if x.shape[-1] < n_fft:
+        raise RuntimeError(f"stft: input of {x.shape[-1]} samples (after padding) is shorter than n_fft = {n_fft}")
+    frames = x.unfold(-1, n_fft, hop) * _window(window, win_length, n_fft, x)
+    onesided = x.dtype.kind != "c" if onesided is None else onesided
+    spectrum = (rfft if onesided else fft)(frames, norm="ortho" if normalized else "backward")
+    spectrum = spectrum.transpose(-1, -2)
+    from .ops.complexops import view_as_real
+
+    return spectrum if return_complex else view_as_real(spectrum)
+
+
+def istft(input, n_fft, hop_length=None, win_length=None, window=None, center=True, normalized=False,
+          onesided=None, length=None, return_complex=False):
+    """torch.istft: the inverse of stft by overlap-add, divided by the summed squared window (which must be
+    nonzero everywhere it counts, torch's NOLA condition)."""
+    from .nn.functional import fold
+    from .ops.complexops import view_as_complex
+
+    if return_complex:
+        raise NotImplementedError("istft: return_complex=True (a complex signal) is not in minidl")
+    spec = input if input.dtype.kind == "c" else view_as_complex(input)
+    hop = n_fft // 4 if hop_length is None else hop_length
+    win_length = n_fft if win_length is None else win_length
+    batched = spec.ndim == 3
+    if not batched:
+        spec = spec.unsqueeze(0)
+    onesided = spec.shape[-2] != n_fft if onesided is None else onesided
+    frames = (irfft if onesided else ifft)(spec.transpose(-1, -2), n=n_fft,
+                                           norm="ortho" if normalized else "backward")
+    if not onesided:
+        from .ops.complexops import view_as_real
+
+        frames = view_as_real(frames)[..., 0]
+    w = _window(window, win_length, n_fft, frames)
+    n_frames = frames.shape[-2]
+    total = n_fft + hop * (n_frames - 1)
+    signal = fold((frames * w).transpose(-1, -2), output_size=(1, total), kernel_size=(1, n_fft),
+                  stride=(1, hop)).reshape(frames.shape[0], total)
+    envelope = fold((w * w).reshape(1, n_fft, 1).expand(1, n_fft, n_frames), output_size=(1, total),
+                    kernel_size=(1, n_fft), stride=(1, hop)).reshape(total)
+    start = n_fft // 2 if center else 0
+    end = total - (n_fft // 2 if center else 0) if length is None else start + length
+    envelope = envelope[start:min(end, total)]
+    if bool((envelope.abs() < 1e-11).any()):
+        raise RuntimeError("istft: window overlap add min: 0 (the window does not satisfy NOLA: its squares, overlapped, "
+                           "vanish somewhere)")
+    y = signal[:, start:min(end, total)] / envelope
+    if length is not None and y.shape[-1] < length:
+        from .nn.functional import pad
+
+        y = pad(y, (0, length - y.shape[-1]))
+    return y if batched else y.squeeze(0)

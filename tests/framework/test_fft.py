@@ -52,3 +52,35 @@ def test_fft_helpers_dtypes_and_messages():
         minidl.fft.fft(minidl.randn(4), norm="unitary")
     with pytest.raises(RuntimeError, match="expects a real input"):
         minidl.fft.rfft(spectrum)
+
+
+STFT_CASES = [dict(n_fft=16), dict(n_fft=16, hop_length=5, win_length=12, hann=True),
+              dict(n_fft=16, normalized=True, hann=True), dict(n_fft=15, hop_length=4, onesided=False, hann=True)]
+
+
+@pytest.mark.parametrize("case", range(len(STFT_CASES)))
+def test_stft_and_istft_match_torch(case):
+    kw = dict(STFT_CASES[case])
+    hann = kw.pop("hann", False)
+    x = np.random.default_rng(0).standard_normal((2, 50))
+    got = []
+    for lib in (minidl, torch):
+        t = lib.tensor(x, requires_grad=True)
+        w = lib.tensor(np.hanning(kw.get("win_length", kw["n_fft"]) + 1)[:-1]) if hann else \
+            lib.ones(kw["n_fft"], dtype=lib.float64)
+        spec = lib.view_as_real(lib.stft(t, window=w, return_complex=True, **kw))
+        (spec * lib.tensor(np.random.default_rng(3).standard_normal(tuple(spec.shape)))).sum().backward()
+        back = lib.istft(lib.stft(lib.tensor(x), window=w, return_complex=True, **kw), window=w, length=50, **kw)
+        got.append([spec.detach().numpy(), t.grad.numpy(), back.numpy()])
+    for ours, theirs in zip(*got):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got[0][2], x, atol=1e-10)   # the round trip gives the signal back
+
+
+def test_stft_messages():
+    with pytest.raises(RuntimeError, match="return_complex parameter be given"):
+        minidl.stft(minidl.randn(40), 8)
+    hann = minidl.tensor(np.hanning(9)[:-1])
+    with pytest.raises(RuntimeError, match="NOLA"):
+        minidl.istft(minidl.stft(minidl.randn(40), 8, window=hann, center=False, return_complex=True), 8, window=hann,
+                     center=False)
