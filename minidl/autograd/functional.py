@@ -37,6 +37,15 @@ def _no_create_graph(op, create_graph):
                                   "not in minidl: its backward functions compute arrays, not taped operations")
 
 
+def _direction(op, v, tensors, what):
+    """v as a tuple of tensors; None stands for ones when every one of `tensors` has one element."""
+    if v is not None:
+        return _as_tuple(v, "v")[0]
+    if any(t.numel() != 1 for t in tensors):
+        raise RuntimeError(f"autograd.functional.{op}: v can be None only when the {what} has one element")
+    return tuple(t.new_ones(t.shape) for t in tensors)
+
+
 def vjp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), v^T J): v has the outputs' shapes (may be None for a one-element output)."""
     _no_create_graph("vjp", create_graph)
@@ -45,12 +54,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
     with enable_grad():
         out = func(*xs)
     outs, single_out = _as_tuple(out, "outputs")
-    if v is None:
-        if any(o.numel() != 1 for o in outs):
-            raise RuntimeError("autograd.functional.vjp: v can be None only when the output has one element")
-        vs = tuple(o.new_ones(o.shape) for o in outs)
-    else:
-        vs, _ = _as_tuple(v, "v")
+    vs = _direction("vjp", v, outs, "output")
     grads = grad(outs, xs, vs, allow_unused=True, materialize_grads=True)
     detached = outs[0].detach() if single_out else tuple(o.detach() for o in outs)
     return detached, (grads[0] if single else grads)
@@ -90,12 +94,7 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), J v), through the Jacobian (minidl has no forward-mode derivatives)."""
     _no_create_graph("jvp", create_graph)
     xs, single = _as_tuple(inputs, "inputs")
-    if v is None:
-        if any(x.numel() != 1 for x in xs):
-            raise RuntimeError("autograd.functional.jvp: v can be None only when the input has one element")
-        vs = tuple(x.new_ones(x.shape) for x in xs)
-    else:
-        vs, _ = _as_tuple(v, "v")
+    vs = _direction("jvp", v, xs, "input")
     with enable_grad():
         out = func(*_prepare(xs))
     outs, single_out = _as_tuple(out, "outputs")
