@@ -24,6 +24,8 @@ HALF_DTYPES = (float16, bfloat16)
 FLOATING_DTYPES = (float16, bfloat16, float32, float64)
 FLOATING_SET = frozenset(FLOATING_DTYPES)   # `a.dtype in FLOATING_SET`: is_floating for a dtype object, one lookup
 DIFFERENTIABLE_SET = FLOATING_SET | {complex64, complex128}   # the dtypes whose tensors carry gradients
+COMPLEX_OF = {float32: complex64, float64: complex128}           # a real dtype's complex counterpart ...
+REAL_OF = {complex64: float32, complex128: float64}              # ... and back
 _BY_NAME = {d.name: d for d in FLOATING_DTYPES}
 
 

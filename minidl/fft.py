@@ -27,9 +27,8 @@ __all__ = ["fft", "ifft", "fft2", "ifft2", "fftn", "ifftn", "rfft", "irfft", "rf
            "fftfreq", "rfftfreq", "fftshift", "ifftshift", "stft", "istft"]
 
 _NORMS = ("backward", "forward", "ortho")
-_COMPLEX_OF = {_dtypes.float32: np.dtype(np.complex64), _dtypes.float64: np.dtype(np.complex128),
-               np.dtype(np.complex64): np.dtype(np.complex64), np.dtype(np.complex128): np.dtype(np.complex128)}
-_REAL_OF = {np.dtype(np.complex64): _dtypes.float32, np.dtype(np.complex128): _dtypes.float64}
+_COMPLEX_OF = {**_dtypes.COMPLEX_OF, **{c: c for c in _dtypes.REAL_OF}}   # (a complex dtype is its own)
+_REAL_OF = _dtypes.REAL_OF
 
 
 def _scale(norm, n, inverse):

@@ -15,15 +15,10 @@ mean, and complex math functions (exp, abs, angle, ...), which say so.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .._device import get_array_module
-from .._dtypes import float32, float64
+from .._dtypes import COMPLEX_OF as _COMPLEX_OF, REAL_OF as _REAL_OF
 from ..autograd.function import Function
 from ._checks import check_tensor
-
-_COMPLEX_OF = {float32: np.dtype(np.complex64), float64: np.dtype(np.complex128)}
-_REAL_OF = {c: r for r, c in _COMPLEX_OF.items()}
 
 
 def _as_complex(xp, a):

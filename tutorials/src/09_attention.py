@@ -485,7 +485,7 @@ else:
 # (`kernels/attention_wgmma.cu`): the four warps of a warpgroup issue one 64 x 64 x 16 product together, the
 # tensor cores read Q and K straight from shared memory (no `ldmatrix`), and P goes from the registers
 # that hold S into the product P V, as here; at head dim 64 the backward's five products run on `wgmma`
-# too. In the same run against the `mma.sync` kernels (an H200, `benchmarks/results/gpu_attention.md`; not
-# this notebook's run) the forward takes 0.72-0.83x their time and forward + backward at T = 4096 0.75x.
-# cuDNN's kernels, which also overlap their products with the softmax and with the copies (TMA, warp
-# specialisation), are still 1.5-2x faster.
+# too. In the latest run of `benchmarks/results/gpu_attention.md` (an H200, not this notebook's run), against
+# the `mma.sync` kernels timed in the same rounds, the forward takes 0.69-0.83x their time and forward +
+# backward at T = 4096 0.75x; forward + backward is 1.14-1.40x FlashAttention-2's time there, and cuDNN's
+# fused attention (TMA, warp specialisation) is still 1.5-2.4x faster than ours.

@@ -24,15 +24,11 @@ NEG_INF = -np.inf
 
 
 def _logsumexp(xp, *terms):
-    m = terms[0]
+    """log(sum(exp(terms))), elementwise: logaddexp folded over the terms (-inf where all are -inf)."""
+    out = terms[0]
     for t in terms[1:]:
-        m = xp.maximum(m, t)
-    safe = xp.where(xp.isfinite(m), m, 0)
-    total = 0
-    for t in terms:
-        total = total + xp.exp(t - safe)
-    with np.errstate(divide="ignore"):
-        return xp.where(xp.isfinite(m), safe + xp.log(total), m)
+        out = xp.logaddexp(out, t)
+    return out
 
 
 class CTCLoss(Function):

@@ -134,7 +134,7 @@ def _autocast_linear_takes(input, weight, bias, low) -> bool:
         return False
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         return False
-    return len({str(t.device) for t in tensors}) == 1
+    return len({t._data.device for t in tensors}) == 1   # ('cpu' for NumPy arrays, the CuPy device otherwise)
 
 
 def bilinear(input1, input2, weight, bias=None):

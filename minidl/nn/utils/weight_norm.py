@@ -14,6 +14,7 @@ per training-mode call. The gradients flow through these expressions like any ot
 from __future__ import annotations
 
 from ...autograd.function import no_grad
+from ..functional import normalize
 from ..module import Parameter
 
 
@@ -93,7 +94,7 @@ def _as_matrix(weight, dim):
 
 
 def _normalize(x, eps):
-    return x / (x * x).sum().sqrt().clamp(min=eps)
+    return normalize(x, dim=0, eps=eps)
 
 
 def power_iteration(weight_mat, u, v, n_power_iterations, eps, u_first=False):
