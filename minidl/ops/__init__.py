@@ -18,7 +18,7 @@
 Each family file holds its Functions (forward and backward side by side, on NumPy or CuPy arrays) and
 their function forms. The autograd core (minidl/autograd: Tensor's storage, grad, version counter,
 backward; Function and the tape) knows none of them: the TABLE below binds each function as a Tensor
-method ("m"), as minidl.<name> ("f"), or both ("mf"). A method's function takes the tensor as `self`.
+method ("m"), as minidl.<name> ("f"), or both ("mf"); "p" makes the method a property (t.real). A method's function takes the tensor as `self`.
 Where the method's name differs from the function's (Tensor.float is conversion.as_float, so that the
 module does not hide Python's float), the row says "name=function".
 """
@@ -81,7 +81,8 @@ TABLE = (
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero"),
     (complexops, "f", "view_as_complex view_as_real polar complex"),
-    (complexops, "mf", "conj"),
+    (complexops, "mf", "conj angle"),
+    (complexops, "pf", "real imag"),
     (conversion, "f", "detach is_tensor is_floating_point"),
     (inplace, "m", "__iadd__ __isub__ __imul__ __itruediv__ __ipow__ add_ sub_ mul_ div_ pow_ neg_ exp_ log_ sqrt_ "
                    "abs_ relu_ sigmoid_ tanh_ addcmul_ addcdiv_ lerp_ masked_fill_ clamp_ clip_=clamp_ fill_ zero_ "
@@ -93,7 +94,8 @@ TABLE = (
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),
     (creation, "f", "tensor as_tensor from_numpy zeros ones full empty zeros_like ones_like full_like empty_like arange "
                     "linspace eye rand randn randint randperm rand_like randn_like randint_like normal bernoulli "
-                    "multinomial tril_indices triu_indices meshgrid"),
+                    "multinomial tril_indices triu_indices meshgrid hann_window hamming_window blackman_window "
+                    "bartlett_window kaiser_window"),
 )
 
 
@@ -122,6 +124,8 @@ FUNCTIONS = {}   # minidl.<name>
 for _family, _binding, _name, _fn in _rows():
     if "m" in _binding:
         METHODS[_name] = _fn
+    if "p" in _binding:  # a property: t.real
+        METHODS[_name] = property(_fn)
     if "f" in _binding:
         FUNCTIONS[_name] = _function_form(_fn, _name) if _binding == "mf" else _fn
 del _family, _binding, _name, _fn

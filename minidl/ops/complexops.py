@@ -10,8 +10,9 @@ elementwise, shape and indexing families are written on NumPy/CuPy arrays, which
 conversions here. Gradients follow PyTorch's convention: the gradient of a real loss L with respect to a complex z
 is dL/dRe(z) + i dL/dIm(z) (the conjugate Wirtinger derivative, times 2), so a product's backward multiplies by the
 other factor's conjugate (elementwise.Mul), and a real input that fed a complex op receives the real part of its
-gradient (the backward engine). Not here: complex matmul on minidl's GEMM kernels, complex reductions beyond sum and
-mean, and complex math functions (exp, abs, angle, ...), which say so.
+gradient (the backward engine). `abs` (elementwise.Abs), `real`, `imag` and `angle` cover what RoPE code and spectral
+losses read back. Not here: complex matmul on minidl's GEMM kernels, complex reductions beyond sum and mean, and the
+complex math functions (exp, log, ...).
 """
 from __future__ import annotations
 
@@ -91,6 +92,40 @@ class Conj(Function):
         return g.conj()
 
 
+class Real(Function):
+    saves_inputs = False
+
+    def forward(self, z):
+        return z.real.copy()
+
+    def backward(self, g):
+        return g.astype(_COMPLEX_OF[g.dtype])
+
+
+class Imag(Function):
+    saves_inputs = False
+
+    def forward(self, z):
+        return z.imag.copy()
+
+    def backward(self, g):
+        return 1j * g.astype(_COMPLEX_OF[g.dtype])
+
+
+class Angle(Function):
+    """atan2(Im z, Re z). Backward in torch's convention (dL/dRe + i dL/dIm): g (-Im z + i Re z) / |z|^2 = i g z / |z|^2
+    (0 where z = 0)."""
+
+    def forward(self, z):
+        self.z = z
+        return get_array_module(z).angle(z)
+
+    def backward(self, g):
+        xp, z = get_array_module(g), self.z
+        r2 = (z * z.conj()).real
+        return xp.where(r2 > 0, 1j * g * z / xp.where(r2 > 0, r2, 1), 0).astype(z.dtype)
+
+
 def _real_floats(op, *tensors):
     for name, t in tensors:
         check_tensor(op, name, t)
@@ -137,4 +172,27 @@ def conj(self):
     return Conj.apply(self) if self.dtype in _REAL_OF else self
 
 
-__all__ = ["view_as_complex", "view_as_real", "polar", "complex", "conj"]
+def real(input):
+    """The real part of a complex tensor (a real tensor is returned as it is, as torch does). A copy here, where torch
+    returns a view."""
+    return Real.apply(input) if input.dtype in _REAL_OF else input
+
+
+def imag(input):
+    """The imaginary part of a complex tensor (a copy; torch returns a view)."""
+    if input.dtype not in _REAL_OF:
+        raise RuntimeError(f"imag: input must be complex64 or complex128 (a real tensor has no imaginary part), got "
+                           f"{input.dtype}")
+    return Imag.apply(input)
+
+
+def angle(input):
+    """The argument atan2(Im, Re) of a complex tensor, in radians (torch.angle); for a real tensor 0 or pi."""
+    if input.dtype in _REAL_OF:
+        return Angle.apply(input)
+    check_tensor("angle", "input", input)
+    negative = input < 0
+    return (negative.to(input.dtype) if input.is_floating_point() else negative.float()) * 3.141592653589793
+
+
+__all__ = ["view_as_complex", "view_as_real", "polar", "complex", "conj", "real", "imag", "angle"]

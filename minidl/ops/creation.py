@@ -352,3 +352,49 @@ def meshgrid(*tensors, indexing=None):
         view[pos] = t.shape[0]
         out.append(t.reshape(view).expand(*shape))
     return tuple(out)
+
+
+# Window functions (torch.hann_window & co., what stft programs pass as `window`): computed in float64 on the host
+# and rounded once. periodic=True (the default, as torch's) is the symmetric window of length L + 1 without its
+# last point, the form a DFT expects.
+def _window(op, window_length, periodic, dtype, device, requires_grad, formula):
+    if isinstance(window_length, bool) or not isinstance(window_length, (int, np.integer)) or window_length < 0:
+        raise ValueError(f"{op}: window_length must be an int >= 0, got {window_length!r}")
+    dt = _float_dtype(op, dtype)
+    if window_length <= 1:
+        w = np.ones(window_length)
+    else:
+        n = window_length + 1 if periodic else window_length
+        w = formula(np.arange(window_length) / (n - 1))   # x = n / (N - 1) in [0, 1]
+    return tensor(w.astype(dt), device=device, requires_grad=requires_grad)
+
+
+def hann_window(window_length, periodic=True, *, dtype=None, device=None, requires_grad=False):
+    """0.5 - 0.5 cos(2 pi x)."""
+    return _window("hann_window", window_length, periodic, dtype, device, requires_grad,
+                   lambda x: 0.5 - 0.5 * np.cos(2 * np.pi * x))
+
+
+def hamming_window(window_length, periodic=True, alpha=0.54, beta=0.46, *, dtype=None, device=None,
+                   requires_grad=False):
+    """alpha - beta cos(2 pi x)."""
+    return _window("hamming_window", window_length, periodic, dtype, device, requires_grad,
+                   lambda x: alpha - beta * np.cos(2 * np.pi * x))
+
+
+def blackman_window(window_length, periodic=True, *, dtype=None, device=None, requires_grad=False):
+    """0.42 - 0.5 cos(2 pi x) + 0.08 cos(4 pi x)."""
+    return _window("blackman_window", window_length, periodic, dtype, device, requires_grad,
+                   lambda x: 0.42 - 0.5 * np.cos(2 * np.pi * x) + 0.08 * np.cos(4 * np.pi * x))
+
+
+def bartlett_window(window_length, periodic=True, *, dtype=None, device=None, requires_grad=False):
+    """The triangle 1 - |2x - 1|."""
+    return _window("bartlett_window", window_length, periodic, dtype, device, requires_grad,
+                   lambda x: 1 - np.abs(2 * x - 1))
+
+
+def kaiser_window(window_length, periodic=True, beta=12.0, *, dtype=None, device=None, requires_grad=False):
+    """I0(beta sqrt(1 - (2x - 1)^2)) / I0(beta)."""
+    return _window("kaiser_window", window_length, periodic, dtype, device, requires_grad,
+                   lambda x: np.i0(beta * np.sqrt(np.clip(1 - (2 * x - 1) ** 2, 0, None))) / np.i0(beta))

@@ -276,7 +276,11 @@ class Abs(Function):
         return get_array_module(a).abs(a)
 
     def backward(self, g):
-        return g * get_array_module(g).sign(self.a)
+        xp, a = get_array_module(g), self.a
+        if a.dtype.kind == "c":  # torch's convention: g z / |z| (NumPy 2 and CuPy differ on sign(z))
+            r = xp.abs(a)
+            return xp.where(r > 0, g * a / xp.where(r > 0, r, 1), 0).astype(a.dtype)
+        return g * xp.sign(a)
 
 
 class Clamp(Function):

@@ -94,3 +94,28 @@ def test_complex_dtypes_and_messages():
     with pytest.raises(TypeError, match="one dtype"):
         minidl.polar(minidl.ones(2), minidl.ones(2, dtype=minidl.float64))
     assert minidl.randn(2).conj().dtype == minidl.float32
+
+
+@pytest.mark.parametrize("part", ["real", "imag", "angle", "abs"])
+def test_real_imag_angle_abs_match_torch(part):
+    """The parts a program reads back from a complex result, with gradients (z = 0 included: torch gives 0 there)."""
+    rng = np.random.default_rng(3)
+    a, b, w = (rng.standard_normal((3, 4)) for _ in range(3))
+    a[0, 0] = b[0, 0] = 0.0
+    results = []
+    for lib in (minidl, torch):
+        x, y = lib.tensor(a, requires_grad=True), lib.tensor(b, requires_grad=True)
+        z = lib.complex(x, y) * lib.complex(y, x)
+        out = getattr(z, part) if part in ("real", "imag") else getattr(lib, part)(z)
+        (out * lib.tensor(w)).sum().backward()
+        results.append([out.detach().numpy(), x.grad.numpy(), y.grad.numpy()])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_real_and_angle_of_a_real_tensor_and_imag_says_why_not():
+    t = minidl.tensor([-1.0, 2.0])
+    assert t.real is t
+    assert minidl.angle(t).tolist() == torch.angle(torch.tensor([-1.0, 2.0])).tolist()
+    with pytest.raises(RuntimeError, match="imag: .*no imaginary part"):
+        t.imag

@@ -84,3 +84,18 @@ def test_stft_messages():
     with pytest.raises(RuntimeError, match="NOLA"):
         minidl.istft(minidl.stft(minidl.randn(40), 8, window=hann, center=False, return_complex=True), 8, window=hann,
                      center=False)
+
+
+@pytest.mark.parametrize("name", ["hann_window", "hamming_window", "blackman_window", "bartlett_window",
+                                  "kaiser_window"])
+def test_window_functions_match_torch(name):
+    for length in (0, 1, 2, 7, 64):
+        for periodic in (True, False):
+            ours = getattr(minidl, name)(length, periodic, dtype=minidl.float64).numpy()
+            theirs = getattr(torch, name)(length, periodic, dtype=torch.float64).numpy()
+            np.testing.assert_allclose(ours, theirs, atol=1e-12, err_msg=f"{name}({length}, {periodic})")
+    assert getattr(minidl, name)(8).dtype == minidl.float32
+    with pytest.raises(ValueError, match=f"{name}: window_length must be an int >= 0"):
+        getattr(minidl, name)(-1)
+    with pytest.raises(TypeError, match=f"{name}: dtype int64 is not a floating-point type"):
+        getattr(minidl, name)(4, dtype=minidl.int64)

@@ -1,0 +1,135 @@
+"""Session 9's additions for real programs, on the GPU (they were written and checked on the CPU; CuPy runs the same
+array code): complex tensors and rotary embeddings, torch.fft and stft/istft, torch.linalg's decompositions,
+CTC loss, scatter_reduce, weight and spectral norm, and the small builders. Each case runs on both devices with the
+same float64 inputs and compares values and gradients."""
+import numpy as np
+import pytest
+
+import minidl
+import minidl.nn as nn
+import minidl.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+cupy = pytest.importorskip("cupy")
+
+
+def _both(fn, *arrays, rtol=1e-9, atol=1e-10):
+    """fn(*tensors) -> a tensor (or tuple of tensors) on each device; the outputs, then the gradients of
+    sum(real parts) with respect to every input, must agree."""
+    results = []
+    for device in ("cpu", "cuda"):
+        ts = [minidl.tensor(a, device=device, requires_grad=True) for a in arrays]
+        out = fn(*ts)
+        outs = out if isinstance(out, tuple) else (out,)
+        assert all(o.device.type == device for o in outs), (device, [o.device for o in outs])
+        loss = sum((o.real if o.is_complex() else o).sum() for o in outs)
+        loss.backward()
+        results.append(([o.detach().cpu().numpy() for o in outs], [t.grad.cpu().numpy() for t in ts]))
+    (cpu_out, cpu_grad), (gpu_out, gpu_grad) = results
+    for a, b in zip(cpu_out + cpu_grad, gpu_out + gpu_grad):
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=atol)
+
+
+RNG = np.random.default_rng(0)
+
+
+def test_complex_rotary_embedding_on_the_gpu():
+    x = RNG.standard_normal((2, 5, 4, 8))
+    angles = RNG.standard_normal((5, 4))
+
+    def rope(t, a):
+        freqs = minidl.polar(minidl.ones_like(a), a)
+        tc = minidl.view_as_complex(t.reshape(2, 5, 4, 4, 2))
+        return minidl.view_as_real(tc * freqs.reshape(1, 5, 1, 4)).flatten(3)
+
+    _both(rope, x, angles)
+    _both(lambda a, b: (minidl.complex(a, b).conj() * minidl.complex(b, a)).abs(), x, x[::-1].copy())
+
+
+@pytest.mark.parametrize("name", ["fft", "ifft", "rfft", "fft2", "rfftn"])
+def test_fft_on_the_gpu(name):
+    x = RNG.standard_normal((3, 8, 6))
+    _both(lambda t: getattr(minidl.fft, name)(t, norm="ortho"), x)
+
+
+def test_irfft_and_stft_istft_on_the_gpu():
+    spec = RNG.standard_normal((2, 5, 2))
+    _both(lambda t: minidl.fft.irfft(minidl.view_as_complex(t), n=8), spec)
+    signal = RNG.standard_normal((2, 200))
+
+    def roundtrip(s):
+        win = minidl.hann_window(64, dtype=minidl.float64, device=s.device)
+        spec = minidl.stft(s, 64, hop_length=16, window=win, return_complex=True)
+        return spec, minidl.istft(spec, 64, hop_length=16, window=win, length=200)
+
+    _both(roundtrip, signal)
+
+
+def test_linalg_decompositions_on_the_gpu():
+    a = RNG.standard_normal((3, 5, 5))
+    sym = lambda t: t + t.mT  # noqa: E731
+    _both(lambda t: minidl.linalg.eigvalsh(sym(t)), a)
+    _both(lambda t: minidl.linalg.eigh(sym(t))[1].abs(), a)  # eigenvectors up to sign
+    q, r = minidl.linalg.qr(minidl.tensor(a, device="cuda"))
+    np.testing.assert_allclose((q @ r).cpu().numpy(), a, atol=1e-12)
+    _both(minidl.linalg.svdvals, RNG.standard_normal((2, 6, 4)))
+    _both(lambda t: minidl.linalg.matrix_norm(t, "nuc"), a)
+
+
+def test_ctc_loss_on_the_gpu():
+    T, N, C, S = 12, 3, 6, 4
+    log_probs = RNG.standard_normal((T, N, C))
+    targets = RNG.integers(1, C, (N, S))
+    lengths = [12, 10, 9]
+    target_lengths = [4, 3, 2]
+
+    def loss(lp):
+        tg = minidl.tensor(targets, device=lp.device)
+        return F.ctc_loss(F.log_softmax(lp, 2), tg, lengths, target_lengths)
+
+    _both(loss, log_probs)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax", "amin"])
+def test_scatter_reduce_on_the_gpu(reduce):
+    src = RNG.standard_normal((4, 6)).round(1)  # ties for amax/amin
+    index = RNG.integers(0, 3, (4, 6))
+
+    def op(base, s):
+        return base.scatter_reduce(1, minidl.tensor(index, device=s.device), s, reduce, include_self=False)
+
+    _both(op, RNG.standard_normal((4, 3)), src)
+
+
+def test_scatter_reduce_prod_on_the_gpu_says_why_not():
+    t = minidl.ones(3, device="cuda")
+    with pytest.raises(NotImplementedError, match="prod"):
+        t.scatter_reduce(0, minidl.tensor([0, 0, 1], device="cuda"), minidl.ones(3, device="cuda"), "prod")
+
+
+@pytest.mark.parametrize("kind", ["weight_norm", "spectral_norm"])
+def test_weight_and_spectral_norm_on_the_gpu(kind):
+    from minidl.nn.utils import parametrizations
+
+    x = RNG.standard_normal((4, 6))
+    outs = []
+    for device in ("cpu", "cuda"):
+        minidl.manual_seed(0)
+        layer = nn.Linear(6, 5).double()
+        layer = getattr(parametrizations, kind)(layer).to(device)
+        layer.eval()
+        xt = minidl.tensor(x, device=device, requires_grad=True)
+        y = layer(xt)
+        y.sum().backward()
+        outs.append([y.detach().cpu().numpy(), xt.grad.cpu().numpy()])
+    for a, b in zip(*outs):
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-8)
+
+
+def test_builders_and_lazy_linear_on_the_gpu():
+    a, b = RNG.standard_normal((2, 3)), RNG.standard_normal((1, 2))
+    _both(minidl.block_diag, a, b)
+    _both(lambda u, v: minidl.cartesian_prod(u, v), RNG.standard_normal(3), RNG.standard_normal(2))
+    lazy = nn.LazyLinear(4).to("cuda")
+    y = lazy(minidl.randn(2, 7, device="cuda"))
+    assert y.shape == (2, 4) and lazy.weight.shape == (4, 7) and lazy.weight.device.type == "cuda"
