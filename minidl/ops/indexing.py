@@ -121,6 +121,25 @@ class Scatter(Function):
         return ga, gsrc
 
 
+def _extreme_at(xp, out, key, part, reduce):
+    """out[key] = max (or min) of out[key] and every part value landing there, by sorting instead of atomics
+    (CuPy's maximum.at rounds float64 through float32): sort the values by (flat position, value), and each
+    position's last (amax) or first (amin) value is its extreme."""
+    flat = xp.ravel_multi_index(tuple(xp.broadcast_arrays(*key)), out.shape).ravel()
+    values = part.ravel()   # (part has the index's shape)
+    keys = np.float64 if values.dtype.kind in "fV" else np.int64   # (one dtype for the stacked keys: exact)
+    order = xp.lexsort(xp.stack([values.astype(keys), flat.astype(keys)]))   # by flat, then by value
+    flat, values = flat[order], values[order]
+    edge = xp.ones(flat.shape, dtype=bool)
+    if reduce == "amax":
+        edge[:-1] = flat[1:] != flat[:-1]
+    else:
+        edge[1:] = flat[1:] != flat[:-1]
+    where, chosen = flat[edge], values[edge]
+    target = out.reshape(-1)   # (out is a fresh copy: contiguous)
+    target[where] = (xp.maximum if reduce == "amax" else xp.minimum)(target[where], chosen)
+
+
 class ScatterReduce(Function):
     """torch.scatter_reduce: out = a, then every src value at its place (as in Scatter) is combined into out by
     `reduce` (sum, prod, mean, amax, amin); include_self=False leaves a's value out wherever something lands.
@@ -149,7 +168,10 @@ class ScatterReduce(Function):
         if reduce == "prod" and xp is not np:
             raise NotImplementedError("scatter_reduce(reduce='prod') on the GPU: CuPy has no multiply.at; run it on "
                                       "the CPU (.cpu()) or use reduce='sum' of logarithms")
-        getattr(xp, self._UFUNC[reduce]).at(out, key, part)
+        if reduce in ("amax", "amin") and xp is not np:
+            _extreme_at(xp, out, key, part, reduce)
+        else:
+            getattr(xp, self._UFUNC[reduce]).at(out, key, part)
         if reduce == "mean":
             n = (counts + (1 if include_self else 0)).astype(out.dtype) if out.dtype.kind == "f" else \
                 counts.astype(np.int64) + (1 if include_self else 0)

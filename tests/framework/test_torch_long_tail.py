@@ -1108,3 +1108,21 @@ def test_lazy_linear_materializes_on_first_input():
     y.sum().backward()
     opt.step()
     assert m(minidl.randn(3, 7)).shape == (3, 4)
+
+
+def test_scatter_reduce_extremes_by_sorting_match_the_ufuncs():
+    """The GPU's amax / amin route (ops/indexing._extreme_at: a sort instead of CuPy's maximum.at, which rounds
+    float64 through float32), run here on NumPy against NumPy's maximum.at / minimum.at, ties and integers included."""
+    from minidl.ops.indexing import _extreme_at, open_grid
+
+    rng = np.random.default_rng(0)
+    for dtype in (np.float64, np.float32, np.int64):
+        base = (rng.standard_normal((4, 5)) * 10).round().astype(dtype)
+        index, src = rng.integers(0, 5, (4, 7)), (rng.standard_normal((4, 9)) * 10).round().astype(dtype)[:, :7]
+        grids = open_grid(np, index.shape)
+        grids[1] = index
+        for reduce, ufunc in (("amax", np.maximum), ("amin", np.minimum)):
+            expected, got = base.copy(), base.copy()
+            ufunc.at(expected, tuple(grids), src)
+            _extreme_at(np, got, tuple(grids), src, reduce)
+            np.testing.assert_array_equal(got, expected)

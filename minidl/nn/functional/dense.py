@@ -56,9 +56,10 @@ class Linear(Function):
             dw = _gemm(dy2, self.x.reshape(-1, self.x.shape[-1]), trans_a=True, out_dtype=dw_dtype)
         if self.has_bias and self.needs_input_grad[2]:
             # the column sums of dy: on the GPU the bias gradient of a 1x1 convolution in channels-last
-            # layout (a coalesced kernel; CuPy's sum over axis 0 walks each column with a stride)
+            # layout (a coalesced kernel; CuPy's sum over axis 0 walks each column with a stride); float64 has
+            # no kernel there and is summed by the array library
             db = P.convolution_backward_bias(dy2.reshape(dy2.shape[0], 1, dy2.shape[1]), layout="NHWC") \
-                if is_cuda_array(dy2) else dy2.sum(axis=0)
+                if is_cuda_array(dy2) and dy2.dtype != np.float64 else dy2.sum(axis=0)
             if db_dtype is not None and db.dtype != db_dtype:
                 db = P.cast(db, db_dtype)
         return (dx, dw, db) if self.has_bias else (dx, dw)
@@ -134,7 +135,8 @@ def _autocast_linear_takes(input, weight, bias, low) -> bool:
         return False
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         return False
-    return len({t._data.device for t in tensors}) == 1   # ('cpu' for NumPy arrays, the CuPy device otherwise)
+    device = tensors[0]._data.device   # 'cpu' for a NumPy array, else a cupy.cuda.Device (not hashable)
+    return all(t._data.device == device for t in tensors[1:])
 
 
 def bilinear(input1, input2, weight, bias=None):
