@@ -267,8 +267,8 @@ def istft(input, n_fft, hop_length=None, win_length=None, window=None, center=Tr
           onesided=None, length=None, return_complex=False):
     """torch.istft: the inverse of stft by overlap-add, divided by the summed squared window (which must be
     nonzero everywhere it counts, torch's NOLA condition)."""
-    from .nn.functional import fold
     from .ops.complexops import view_as_complex
+    from .ops.creation import arange, zeros
 
     if return_complex:
         raise NotImplementedError("istft: return_complex=True (a complex signal) is not in minidl")
@@ -288,10 +288,14 @@ def istft(input, n_fft, hop_length=None, win_length=None, window=None, center=Tr
     w = _window(window, win_length, n_fft, frames)
     n_frames = frames.shape[-2]
     total = n_fft + hop * (n_frames - 1)
-    signal = fold((frames * w).transpose(-1, -2), output_size=(1, total), kernel_size=(1, n_fft),
-                  stride=(1, hop)).reshape(frames.shape[0], total)
-    envelope = fold((w * w).reshape(1, n_fft, 1).expand(1, n_fft, n_frames), output_size=(1, total),
-                    kernel_size=(1, n_fft), stride=(1, hop)).reshape(total)
+    # overlap-add: frame f's sample k lands at f * hop + k (index_add: any dtype on any device, unlike fold's
+    # convolution, which has no float64 kernel on the GPU)
+    positions = (arange(n_frames, device=frames.device).reshape(-1, 1) * hop
+                 + arange(n_fft, device=frames.device).reshape(1, -1)).reshape(-1)
+    signal = zeros(frames.shape[0], total, dtype=frames.dtype, device=frames.device).index_add(
+        1, positions, (frames * w).reshape(frames.shape[0], -1))
+    envelope = zeros(total, dtype=w.dtype, device=w.device).index_add(
+        0, positions, (w * w).reshape(1, n_fft).expand(n_frames, n_fft).reshape(-1))
     start = n_fft // 2 if center else 0
     end = total - (n_fft // 2 if center else 0) if length is None else start + length
     envelope = envelope[start:min(end, total)]

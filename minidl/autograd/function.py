@@ -498,7 +498,8 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
                 if g.dtype != inp._data.dtype:
                     if g.dtype.kind == "c" and inp._data.dtype.kind != "c":
                         g = g.real   # a real input of a complex op: the real part (torch's convention)
-                    g = g.astype(inp._data.dtype)
+                    with np.errstate(over="ignore"):   # (a float32 gradient past float16's range is inf, quietly)
+                        g = g.astype(inp._data.dtype)
                 if inp._ctx is None and capture is not None:   # autograd.grad: no leaf's .grad changes
                     _captured(capture, inp, g)
                 elif inp._ctx is None:

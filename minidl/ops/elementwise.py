@@ -20,6 +20,7 @@ from ..amp import autocast_mode as _amp
 from ..autograd.function import Function, is_grad_enabled, unbroadcast
 from ..autograd.tensor import Tensor, get_default_dtype
 from ._args import FULL_FLOATS, bfloat16_on_gpu, fits, operand
+from .conversion import _astype
 from ._promotion import result_type
 
 
@@ -28,15 +29,25 @@ from ._promotion import result_type
 # ------------------------------------------------------------------------------------------------
 
 
+def _as_inputs(fn, ga, gb):
+    """The gradients in their inputs' dtypes where the op promoted a 16-bit input to float32 (binary's mixed
+    path); the cast as the cast op's backward makes it (kernels/cast.cu on the GPU)."""
+    a_dtype, b_dtype = fn.mixed
+    return (ga if ga is None or ga.dtype == a_dtype else _astype(ga, a_dtype),
+            gb if gb is None or gb.dtype == b_dtype else _astype(gb, b_dtype))
+
+
 class Add(Function):
     saves_inputs = False
 
     def forward(self, a, b):
         self.shapes = (a.shape, b.shape)
+        self.mixed = (a.dtype, b.dtype) if a.dtype != b.dtype else None
         return _layout.pointwise(lambda x, y: x + y, a, b)
 
     def backward(self, g):
-        return unbroadcast(g, self.shapes[0]), unbroadcast(g, self.shapes[1])
+        ga, gb = unbroadcast(g, self.shapes[0]), unbroadcast(g, self.shapes[1])
+        return (ga, gb) if self.mixed is None else _as_inputs(self, ga, gb)
 
 
 class Sub(Function):
@@ -44,10 +55,12 @@ class Sub(Function):
 
     def forward(self, a, b):
         self.shapes = (a.shape, b.shape)
+        self.mixed = (a.dtype, b.dtype) if a.dtype != b.dtype else None
         return _layout.pointwise(lambda x, y: x - y, a, b)
 
     def backward(self, g):
-        return unbroadcast(g, self.shapes[0]), unbroadcast(-g, self.shapes[1])
+        ga, gb = unbroadcast(g, self.shapes[0]), unbroadcast(-g, self.shapes[1])
+        return (ga, gb) if self.mixed is None else _as_inputs(self, ga, gb)
 
 
 def _conj(a):
@@ -59,12 +72,13 @@ def _conj(a):
 class Mul(Function):
     def forward(self, a, b):
         self.a, self.b = a, b
+        self.mixed = (a.dtype, b.dtype) if a.dtype != b.dtype else None
         return _layout.pointwise(lambda x, y: x * y, a, b)
 
     def backward(self, g):
         ga = unbroadcast(g * _conj(self.b), self.a.shape) if self.needs_input_grad[0] else None
         gb = unbroadcast(g * _conj(self.a), self.b.shape) if self.needs_input_grad[1] else None
-        return ga, gb
+        return (ga, gb) if self.mixed is None else _as_inputs(self, ga, gb)
 
 
 class Div(Function):
@@ -382,12 +396,29 @@ class Round(Function):
 # ------------------------------------------------------------------------------------------------
 
 
+_MIXED_OPS = frozenset(("add", "sub", "mul"))   # computed directly on a float32 and a 16-bit operand
+_HALVES = frozenset(_dtypes.HALF_DTYPES)
+
+
 def binary(self, other, fn, op, reverse=False, **kwargs):
     # The common case first (issue 23: the host cost of one op): two tensors of one dtype on one device
     # need no promotion, no scalar wrapping and no casts; shapes are checked only when they differ.
     if type(other) is Tensor or isinstance(other, Tensor):
         sd, od = self._data, other._data
         if sd.dtype == od.dtype and type(sd) is type(od) and (op != "div" or sd.dtype.kind in "fcV"):
+            a, b = (other, self) if reverse else (self, other)
+            if sd.shape != od.shape:
+                try:
+                    np.broadcast_shapes(a.shape, b.shape)
+                except ValueError:
+                    raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+            return fn.apply(a, b, **kwargs)
+        if (op in _MIXED_OPS and type(sd) is type(od) and (sd.ndim == 0) == (od.ndim == 0)
+                and ((sd.dtype == float32 and od.dtype in _HALVES) or (od.dtype == float32 and sd.dtype in _HALVES))):
+            # float32 with a 16-bit float (autocast's residual stream, x + attn(x)): promoted to float32 inside the
+            # array op, as torch's kernels promote, instead of a cast op and its launch first; the backward
+            # engine casts the 16-bit input's gradient back to its dtype (the cast op's backward, as before).
+            # (A 0-d tensor beside a dimensioned one follows torch's category rule instead: the general path.)
             a, b = (other, self) if reverse else (self, other)
             if sd.shape != od.shape:
                 try:

@@ -74,6 +74,39 @@ def backend(family: str, on_cuda):
 _BACKENDS: dict = {}
 
 
+class Checked:
+    """The argument signatures a primitive's checks passed before (issue 23: a training step calls a primitive
+    with the same shapes every step, and its checks cost more than its launch). A front builds its key with
+    `key(arrays, *params)`: each array's type, shape and dtype, then the scalar arguments the checks read; the
+    checks run only for a key not seen yet (and, for an argument that is not an array, always)."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self):
+        self.seen = set()
+
+    @staticmethod
+    def key(arrays, *params):
+        parts = []
+        for a in arrays:
+            if a is None:
+                parts.append(None)
+            elif type(a) is np.ndarray or type(a) in _CUDA_TYPES:
+                parts.append((type(a), a.shape, a.dtype))
+            else:
+                return None   # (not an array: the checks say what it is)
+        return (*parts, *params)
+
+    def __contains__(self, key) -> bool:
+        return key is not None and key in self.seen
+
+    def add(self, key) -> None:
+        if key is not None:
+            if len(self.seen) >= 4096:
+                self.seen.clear()
+            self.seen.add(key)
+
+
 def check_arrays(op: str, **arrays) -> None:
     """Every argument must be a NumPy or CuPy array (not a list, a Tensor, a number): TypeError naming it."""
     for name, a in arrays.items():

@@ -44,6 +44,7 @@ def get_tensor_core_gemm() -> str:
 
 GEMM_MATH_MODES = ("fp32", "tf32")
 _GEMM_DTYPE_SET = frozenset(np.dtype(d) for d in ("float16", "float32", "float64"))   # the CPU's fast path
+_GPU_DTYPE_SET = frozenset(d for d in FLOATING_SET if d != np.float64)   # the GPU kernels' (float64: cuBLAS only)
 
 
 def _check_dtypes(op: str, **arrays) -> np.dtype:
@@ -85,15 +86,21 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
             raise ValueError(f"{op}: out_dtype={out_dtype} is for float32 results of float16/bfloat16 operands "
                              f"(without out= or bias), got {a.dtype} operands"
                              + (" and out=" if out is not None else "") + (" and a bias" if bias is not None else ""))
-    if (out is None and beta == 0 and out_dtype is None and type(a) is np.ndarray and type(b) is np.ndarray
-            and a.dtype == b.dtype and a.dtype in _GEMM_DTYPE_SET and a.ndim == 2 and b.ndim == 2 and math in GEMM_MATH_MODES
-            and a.shape[0 if trans_a else 1] == b.shape[1 if trans_b else 0]
-            and (bias is None or (type(bias) is np.ndarray and bias.dtype == a.dtype
+    if (out is None and beta == 0 and type(a) is type(b) and a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype
+            and math in GEMM_MATH_MODES and a.shape[0 if trans_a else 1] == b.shape[1 if trans_b else 0]
+            and (bias is None or (type(bias) is type(a) and bias.dtype == a.dtype
                                   and bias.shape == (b.shape[0 if trans_b else 1],)))):
-        # The common CPU call, already valid (issue 23: a Linear layer runs three per step): two matrices of
-        # one float dtype whose inner dimensions agree (and a bias of their columns), no out to blend into.
-        return backend("gemm", False).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
-                                           use_cublas=use_cublas, math=math, bias=bias)
+        # The common call, already valid (issue 23: a Linear layer runs three per step): two matrices of one
+        # float dtype whose inner dimensions agree (and a bias of their columns), no out to blend into; on the
+        # GPU, of a dtype our kernels take, on one device.
+        if type(a) is np.ndarray:
+            if out_dtype is None and a.dtype in _GEMM_DTYPE_SET:
+                return backend("gemm", False).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+                                                   use_cublas=use_cublas, math=math, bias=bias)
+        elif (is_cuda_array(a) and a.dtype in _GPU_DTYPE_SET and a.device.id == b.device.id
+              and (bias is None or bias.device.id == a.device.id)):
+            return backend("gemm", a).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta,
+                                           use_cublas=use_cublas, math=math, bias=bias, out_dtype=out_dtype)
     if math not in GEMM_MATH_MODES:
         raise ValueError(f"{op}: unknown math {math!r}; use 'fp32' or 'tf32'")
     check_same_device(op, a=a, b=b, out=out)

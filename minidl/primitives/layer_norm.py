@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 
 from ._common import (
-    backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, is_cuda_array, shape_str,
+    Checked, backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, is_cuda_array,
+    shape_str,
 )
 from .._dtypes import bfloat16, float16, float32
 
@@ -69,19 +70,25 @@ def _reference_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=Fal
                                                             rms=rms, has_bias=has_bias)
 
 
+_forward_checked, _backward_checked = Checked(), Checked()   # the signatures whose checks passed
+
+
 def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5, rms=False):
     """Normalise x over its last `normalized_ndim` dimensions. Returns (y, mean, rstd): mean and rstd
     have one value per row (shape x.shape[:-normalized_ndim]); mean is None when rms=True."""
     op = "layer_norm_forward"
-    check_arrays(op, x=x, weight=weight, bias=bias)
-    check_same_device(op, x=x, weight=weight, bias=bias)
-    check_float_or_half(op, half_with_float32=True, x=x, weight=weight, bias=bias)
-    _rows(op, x, normalized_ndim)
-    _check_affine(op, x, normalized_ndim, weight=weight, bias=bias)
-    if rms and bias is not None:
-        raise ValueError(f"{op}: RMS norm has no bias")
-    if not eps >= 0:
-        raise ValueError(f"{op}: eps must be >= 0, got {eps!r}")
+    key = Checked.key((x, weight, bias), normalized_ndim, eps, rms)
+    if key not in _forward_checked:
+        check_arrays(op, x=x, weight=weight, bias=bias)
+        check_same_device(op, x=x, weight=weight, bias=bias)
+        check_float_or_half(op, half_with_float32=True, x=x, weight=weight, bias=bias)
+        _rows(op, x, normalized_ndim)
+        _check_affine(op, x, normalized_ndim, weight=weight, bias=bias)
+        if rms and bias is not None:
+            raise ValueError(f"{op}: RMS norm has no bias")
+        if not eps >= 0:
+            raise ValueError(f"{op}: eps must be >= 0, got {eps!r}")
+        _forward_checked.add(key)
     if _on_kernel(x, weight, bias):
         return backend("layer_norm", True).layer_norm_forward(x, weight, bias, normalized_ndim=normalized_ndim,
                                                               eps=eps, rms=rms)
@@ -92,18 +99,22 @@ def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=Fal
     """(dx, dweight, dbias) from x, dy and the forward's saved (mean, rstd); dweight is None without a
     weight, dbias None without a weight or with has_bias=False (and always for RMS norm)."""
     op = "layer_norm_backward"
-    check_arrays(op, x=x, dy=dy, weight=weight, mean=mean, rstd=rstd)
-    check_same_device(op, x=x, dy=dy, weight=weight, mean=mean, rstd=rstd)
-    check_float_or_half(op, half_with_float32=True, x=x, dy=dy, weight=weight)
-    if tuple(dy.shape) != tuple(x.shape):
-        raise ValueError(f"{op}: dy {shape_str(dy.shape)} and x {shape_str(x.shape)} must have the same shape")
-    m, _ = _rows(op, x, normalized_ndim)
-    _check_affine(op, x, normalized_ndim, weight=weight)
-    for name, s in (("mean", mean), ("rstd", rstd)):
-        if s is not None and s.size != m:
-            raise ValueError(f"{op}: {name} has {s.size} values, expected one per row ({m}) of x {shape_str(x.shape)}")
-    if (mean is None) != bool(rms):
-        raise ValueError(f"{op}: mean must be given for layer norm and None for RMS norm (rms={rms})")
+    key = Checked.key((x, dy, weight, mean, rstd), normalized_ndim, rms)
+    if key not in _backward_checked:
+        check_arrays(op, x=x, dy=dy, weight=weight, mean=mean, rstd=rstd)
+        check_same_device(op, x=x, dy=dy, weight=weight, mean=mean, rstd=rstd)
+        check_float_or_half(op, half_with_float32=True, x=x, dy=dy, weight=weight)
+        if tuple(dy.shape) != tuple(x.shape):
+            raise ValueError(f"{op}: dy {shape_str(dy.shape)} and x {shape_str(x.shape)} must have the same shape")
+        m, _ = _rows(op, x, normalized_ndim)
+        _check_affine(op, x, normalized_ndim, weight=weight)
+        for name, s in (("mean", mean), ("rstd", rstd)):
+            if s is not None and s.size != m:
+                raise ValueError(f"{op}: {name} has {s.size} values, expected one per row ({m}) of x "
+                                 f"{shape_str(x.shape)}")
+        if (mean is None) != bool(rms):
+            raise ValueError(f"{op}: mean must be given for layer norm and None for RMS norm (rms={rms})")
+        _backward_checked.add(key)
     if _on_kernel(x, dy, weight):
         return backend("layer_norm", True).layer_norm_backward(x, dy, weight, mean, rstd,
                                                                normalized_ndim=normalized_ndim, rms=rms,

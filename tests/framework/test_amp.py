@@ -665,3 +665,29 @@ def test_autocast_linear_takes_only_what_it_can():
         with pytest.raises(ValueError, match="in_features=5"):
             lin(minidl.randn(3, 6))
     assert type(lin(minidl.randn(3, 5))._ctx).__name__ == "Linear"
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("md,td", HALF)
+def test_float32_with_half_operands_match_torch(op, md, td):
+    """float32 (+, -, *) a 16-bit tensor, either side, broadcast or not (ops/elementwise.binary's mixed path: no cast
+    op first): float32 values bit for bit as torch's, and each gradient in its input's dtype."""
+    f = {"add": lambda u, v: u + v, "sub": lambda u, v: u - v, "mul": lambda u, v: u * v}[op]
+    rng = np.random.default_rng(5)
+    for shape_half in [(4, 5), (5,)]:
+        a = rng.standard_normal((4, 5)).astype(np.float32)
+        h = rng.standard_normal(shape_half).astype(np.float32)
+        w = rng.standard_normal((4, 5)).astype(np.float32)
+        for half_first in (False, True):
+            results = []
+            for lib, dt in ((minidl, md), (torch, td)):
+                x = lib.tensor(a, requires_grad=True)
+                y = lib.tensor(h).to(dt).requires_grad_()
+                z = f(y, x) if half_first else f(x, y)
+                (z * lib.tensor(w)).sum().backward()
+                results.append((str(z.dtype).split(".")[-1], str(y.grad.dtype).split(".")[-1], _np(z), _np(x.grad),
+                                _np(y.grad)))
+            ours, theirs = results
+            assert ours[:2] == theirs[:2] == ("float32", str(md))
+            for u, v in zip(ours[2:], theirs[2:]):
+                np.testing.assert_array_equal(u, v)

@@ -262,3 +262,24 @@ def test_autocast_linear_on_gpu_gives_float32_gradients(md, kernel):
     assert rel_err(_np(lin.weight.grad.cpu()), dy16.T @ x16.reshape(-1, 96)) < tol
     assert rel_err(_np(x.grad.cpu()).reshape(-1, 96), dy16 @ w16) < tol
     assert rel_err(_np(lin.bias.grad.cpu()), dy16.sum(0)) < 1e-2
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("md", [minidl.bfloat16, minidl.float16])
+def test_float32_with_half_operands_on_gpu_match_the_cpu(op, md):
+    """binary's mixed path on CuPy arrays (float32 and a 16-bit operand promoted inside the elementwise kernel):
+    the values and both gradients (the 16-bit one cast back by kernels/cast.cu) bit for bit as on the CPU, where
+    tests/framework/test_amp.py matches them to torch."""
+    f = {"add": lambda u, v: u + v, "sub": lambda u, v: u - v, "mul": lambda u, v: u * v}[op]
+    rng = np.random.default_rng(7)
+    a, h, w = (rng.standard_normal(s).astype(np.float32) for s in ((64, 33), (33,), (64, 33)))
+    results = []
+    for device in ("cpu", "cuda"):
+        x = minidl.tensor(a, device=device, requires_grad=True)
+        y = minidl.tensor(h, device=device).to(md).requires_grad_()
+        z = f(y, x)
+        (z * minidl.tensor(w, device=device)).sum().backward()
+        assert z.dtype == minidl.float32 and y.grad.dtype == md and x.grad.dtype == minidl.float32
+        results.append([_np(z), _np(x.grad), _np(y.grad)])
+    for ours_gpu, ours_cpu in zip(results[1], results[0]):
+        np.testing.assert_array_equal(ours_gpu, ours_cpu)

@@ -187,6 +187,50 @@ def test_a_planned_problem_runs_on_new_addresses():
     assert len(gemm_wgmma._launches) == plans
 
 
+@pytest.mark.parametrize("kind", ["bf16", "tf32"])
+@pytest.mark.parametrize("bias,out_float32", [(False, False), (True, False), (False, True)])
+def test_the_planned_path_of_gemm_equals_the_first_call(kind, bias, out_float32):
+    """cuda/gemm.py's _planned: a 2-D problem that ran on a wgmma plan goes from gemm() straight to that plan on
+    later calls (new addresses, the same or another operand alignment, a bias, an fp32 result of 16-bit data);
+    every call is right, one plan is kept, and a misaligned operand (another key: its call copies, so makes no
+    plan) and a kernel setting changed in between are not served from the plan made before."""
+    import cupy
+
+    from minidl.primitives.cuda import gemm as cuda_gemm
+
+    if out_float32 and kind == "tf32":
+        pytest.skip("out_dtype is for 16-bit data")
+    rng = np.random.default_rng(23)
+    dtype, tol = KINDS[kind]
+    cuda_gemm._planned.clear()
+    M, N, K = 264, 200, 136
+    for step in range(4):
+        a, b = _stored(rng, M + 8, K, False, dtype), _stored(rng, K, N, True, dtype)
+        c = _stored(rng, 1, N, False, dtype)[0] if bias else None
+        a, gb = a[:M], _gpu(b)
+        if step == 3:   # C-contiguous, one element past a 16-byte boundary: another key (TMA needs a padded copy)
+            flat = _gpu(np.concatenate([np.zeros(1, a.dtype), a.reshape(-1)]))
+            ga = flat[1:].reshape(M, K)
+            assert ga.flags.c_contiguous and ga.data.ptr % 16 != 0
+        else:
+            ga = _gpu(a)
+        keep = [cupy.zeros(step * 1000 + 3, cupy.float32)]   # moves the pool's next blocks
+        got = gemm(ga, gb, trans_b=True, math="tf32", bias=None if c is None else _gpu(c),
+                   out_dtype=np.float32 if out_float32 else None)
+        assert got.dtype == (np.float32 if out_float32 or kind == "tf32" else dtype)
+        want = _ref(a, b, False, True) + (0 if c is None else c.astype(np.float64))
+        assert rel_err(_host(got).astype(np.float64), want) <= tol, (step, kind)
+        assert len(cuda_gemm._planned) == 1, step   # planned at the first call; the copy-needing call adds none
+        del keep
+    set_tensor_core_gemm("mma_sync")   # another setting: the plan does not serve it (the key holds the choice)
+    try:
+        got = gemm(_gpu(a), _gpu(b), trans_b=True, math="tf32", out_dtype=np.float32 if out_float32 else None)
+        assert rel_err(_host(got).astype(np.float64), _ref(a, b, False, True)) <= tol
+        assert len(cuda_gemm._planned) == 1   # mma.sync runs no plan: nothing new to keep
+    finally:
+        set_tensor_core_gemm("wgmma")
+
+
 def test_tensor_map_readdressed_equals_a_fresh_encode():
     """cuTensorMapReplaceAddress on a map of the same shape gives the bytes a full encode gives; an address
     TMA cannot take (not 16-byte aligned) is still refused with TensorMapError."""

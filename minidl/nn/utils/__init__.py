@@ -38,8 +38,13 @@ def _gradients(parameters, op):
             raise TypeError(f"{op}: parameters must be Tensors, but item {i} is a {type(p).__name__}")
         if p.grad is not None:
             grads.append(p.grad._data)
-    devices = {str(_device.device_of(g)) for g in grads}
-    if len(devices) > 1:
+    kind = type(grads[0]) if grads else None   # (one array type, and for CuPy one device id: no Device objects)
+    same = all(type(g) is kind for g in grads)
+    if same and grads and kind is not np.ndarray:
+        first = grads[0].device.id
+        same = all(g.device.id == first for g in grads)
+    if not same:
+        devices = {str(_device.device_of(g)) for g in grads}
         raise ValueError(f"{op}: gradients live on several devices {sorted(devices)}; clip each device's "
                          "parameters separately")
     return grads

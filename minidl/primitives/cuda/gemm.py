@@ -20,6 +20,8 @@ from .._common import blend
 from ._compile import get_kernel, get_template_kernel
 from ._launch import STORAGE_KINDS as TC_KINDS, check_no_cublas_capture, finish, grid_stride_blocks, kernel_output, \
     sm_count
+from .. import _common
+from . import gemm_wgmma as _wgmma
 from .cast import cast
 from .gemm_wgmma import gemm_wgmma
 
@@ -299,12 +301,48 @@ def _gemm_output(out, shape, dtype, beta, *inputs):
     return scratch, out
 
 
+# Planned 2-D GEMMs (issue 23: the host cost of an eager step). A training step multiplies the same shapes every
+# step; once a problem has run on a wgmma plan (gemm_wgmma's, which needs no operand copies), its next call goes
+# from here straight to that plan: an output array and one launch, skipping the layers between (views,
+# contiguity, the output's shape, gemm_tc's dispatch and the 26-entry key of gemm_wgmma's own cache).
+# Key: what decides the plan (shapes and dtype of C-contiguous operands, the flags, alpha, beta, the operands'
+# 16-byte alignment, the kernel settings); an output made here is always 16-byte aligned, as the first call's.
+_planned: dict = {}
+_PLANNED_SIZE = 1024
+
+
+def _planned_key(a, b, trans_a, trans_b, alpha, beta, bias, math, out_dtype):
+    return (a.shape, b.shape, a.dtype, trans_a, trans_b, alpha, beta, bias is None, math, out_dtype,
+            a.data.ptr & 15, b.data.ptr & 15, _common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE,
+            _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS, cupy.cuda.runtime.getDevice())
+
+
 def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
          bias=None, out_dtype=None):
     """Backend of minidl.primitives.gemm on the GPU. a, b: 2-D or 3-D (batched) arrays of one dtype; bias:
     None or (N,) of their dtype, added in the GEMM's epilogue (cuBLAS: added after). out_dtype: float32 for
     16-bit a and b (the wgmma kernel stores its fp32 accumulators; elsewhere the result is rounded to 16 bits
     and cast)."""
+    if (out is None and not use_cublas and a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous
+            and b.flags.c_contiguous and (bias is None or bias.flags.c_contiguous)):
+        key = _planned_key(a, b, trans_a, trans_b, alpha, beta, bias, math, out_dtype)
+        found = _planned.get(key)
+        if found is not None:
+            shape, dtype, plan = found
+            c = cupy.empty(shape, dtype=dtype)
+            _wgmma.launch_plan(plan, a.data.ptr, b.data.ptr, c.data.ptr, 0 if bias is None else bias.data.ptr)
+            return c
+        _wgmma.last_plan = None
+        c = _gemm(a, b, trans_a, trans_b, alpha, beta, None, use_cublas, math, bias, out_dtype)
+        if _wgmma.last_plan is not None and c.flags.c_contiguous:   # it ran on a plan, with no copies
+            if len(_planned) >= _PLANNED_SIZE:
+                _planned.clear()
+            _planned[key] = (c.shape, c.dtype, _wgmma.last_plan)
+        return c
+    return _gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math, bias, out_dtype)
+
+
+def _gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math, bias, out_dtype):
     op_a = a.swapaxes(-1, -2) if trans_a else a
     op_b = b.swapaxes(-1, -2) if trans_b else b
     if bias is not None:

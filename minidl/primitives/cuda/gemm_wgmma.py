@@ -182,6 +182,16 @@ def _operand_map(dtype_name, k_major, rows, K, ld, stride, batched, box_rows, bk
     return tma.MapRecipe(dtype_name, (inner, outer, batched), (ld * size, batch_stride), box + (1,))
 
 
+last_plan = None   # the plan gemm_wgmma's latest call launched from or made (None: none, e.g. it copied an operand)
+
+
+def launch_plan(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0) -> None:
+    """Launch a plan of gemm_wgmma on operands at new addresses (what a planned problem's call comes down to)."""
+    kernel, grid, smem, recipe_a, recipe_b, recipe_c, args = plan
+    kernel(grid, (THREADS,), (recipe_a.at(a_ptr), recipe_b.at(b_ptr), NO_MAP if recipe_c is None else recipe_c.at(c_ptr),
+                              args, np.uint64(c_ptr), np.uint64(bias_ptr)), shared_mem=smem)
+
+
 def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_b, alpha, beta, ldc_row,
                ldc_col, batch, stride_a, stride_b, stride_c, bias_ptr=0, out_dtype=None) -> bool:
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] on wgmma, with gemm_tc's arguments (raw pointers,
@@ -198,12 +208,10 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     key = (M, N, K, lda, ldb, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
            stride_c, a_ptr % 16, b_ptr % 16, c_ptr % 16, choice, EPILOGUE, _common.tf32_tma_type, TILE_SHAPES,
            TILE_WIDTHS, cupy.cuda.runtime.getDevice(), out_dtype)
-    plan = _launches.get(key)
+    global last_plan
+    plan = last_plan = _launches.get(key)
     if plan is not None:
-        kernel, grid, smem, recipe_a, recipe_b, recipe_c, args = plan
-        kernel(grid, (THREADS,), (recipe_a.at(a_ptr), recipe_b.at(b_ptr),
-                                  NO_MAP if recipe_c is None else recipe_c.at(c_ptr), args, np.uint64(c_ptr),
-                                  np.uint64(bias_ptr)), shared_mem=smem)
+        launch_plan(plan, a_ptr, b_ptr, c_ptr, bias_ptr)
         return True
     dtype = np.dtype(dtype)
     reason = unsupported_reason(dtype, trans_a, trans_b, batch)
@@ -268,7 +276,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     smem = smem_bytes(bn, staged, mi)
     kernel(grid, (THREADS,), (map_a, map_b, map_c, args, np.uint64(c_ptr), np.uint64(bias_ptr)), shared_mem=smem)
     if not keep:   # (a launch that read copies made here needs them made again: no plan)
-        _launches[key] = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, args)
+        _launches[key] = last_plan = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, args)
         if len(_launches) > _LAUNCH_CACHE_SIZE:
             _launches.popitem(last=False)
     return True

@@ -62,6 +62,9 @@ def _launch(direction, arrays, shape, axis, algorithm, alpha, beta, target):
 def softmax_forward(x, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out=None):
     """y = softmax(x) (or log_softmax) along `axis`, same shape as x."""
     op = "softmax_forward"
+    if x.dtype == np.float64:   # no float64 kernel: the NumPy reference on the CuPy arrays
+        from ..cpu import softmax as reference
+        return reference.softmax_forward(x, axis=axis, algorithm=algorithm, alpha=alpha, beta=beta, out=out)
     x = as_kernel_input(op, x)
     target, original = kernel_output(op, out, x.shape, beta, x)
     _launch("forward", (x,), x.shape, axis, algorithm, alpha, beta, target)
@@ -71,6 +74,9 @@ def softmax_forward(x, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out
 def softmax_backward(y, dy, *, axis=1, algorithm="accurate", alpha=1.0, beta=0.0, out=None):
     """dx from the forward output y and the gradient dy, same shape."""
     op = "softmax_backward"
+    if y.dtype == np.float64:
+        from ..cpu import softmax as reference
+        return reference.softmax_backward(y, dy, axis=axis, algorithm=algorithm, alpha=alpha, beta=beta, out=out)
     y = as_kernel_input(op, y)
     dy = as_kernel_input(op, dy)
     target, original = kernel_output(op, out, y.shape, beta, y, dy)
