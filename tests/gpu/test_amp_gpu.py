@@ -280,6 +280,6 @@ def test_float32_with_half_operands_on_gpu_match_the_cpu(op, md):
         z = f(y, x)
         (z * minidl.tensor(w, device=device)).sum().backward()
         assert z.dtype == minidl.float32 and y.grad.dtype == md and x.grad.dtype == minidl.float32
-        results.append([_np(z), _np(x.grad), _np(y.grad)])
+        results.append([_np(z.cpu()), _np(x.grad.cpu()), _np(y.grad.cpu())])
     for ours_gpu, ours_cpu in zip(results[1], results[0]):
         np.testing.assert_array_equal(ours_gpu, ours_cpu)
