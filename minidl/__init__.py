@@ -52,6 +52,29 @@ from . import hub  # noqa: E402,F401  (torch.hub: load_state_dict_from_url)
 stft, istft = fft.stft, fft.istft
 
 det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet
+matrix_power, matrix_exp, cholesky_solve = linalg.matrix_power, linalg.matrix_exp, linalg.cholesky_solve
+
+
+def cholesky(input, upper=False):
+    """torch.cholesky (the older API): the lower factor, or the upper with upper=True."""
+    return linalg.cholesky(input, upper=upper)
+
+
+def cholesky_inverse(input, upper=False):
+    """A^-1 from A's Cholesky factor (torch.cholesky_inverse)."""
+    return linalg.inv(input.mT @ input if upper else input @ input.mT)
+
+
+def pinverse(input, rcond=1e-15):
+    """torch.pinverse: the pseudo-inverse, singular values below rcond * the largest counted as zero."""
+    return linalg.pinv(input, rtol=rcond)
+
+
+def triangular_solve(b, A, upper=True, transpose=False, unitriangular=False):
+    """torch.triangular_solve (the older API): (solution, a copy of A) for A X = b (A^T X = b with transpose)."""
+    coefficient = A.mT if transpose else A
+    solution = linalg.solve_triangular(coefficient, b, upper=upper != transpose, unitriangular=unitriangular)
+    return return_types.namedtuple("triangular_solve", ["solution", "cloned_coefficient"])(solution, A.clone())
 
 
 def svd(input, some=True, compute_uv=True):
@@ -68,6 +91,15 @@ def qr(input, some=True):
 
 def numel(t):
     return t.numel()
+
+
+# Tensor methods of torch.linalg's functions (t.det(), t.inverse(), t.cholesky(), ...)
+for _name, _fn in (("det", det), ("inverse", inverse), ("slogdet", slogdet), ("logdet", logdet), ("svd", svd),
+                   ("qr", qr), ("cholesky", cholesky), ("cholesky_solve", cholesky_solve),
+                   ("cholesky_inverse", cholesky_inverse), ("pinverse", pinverse), ("matrix_power", matrix_power),
+                   ("matrix_exp", matrix_exp), ("triangular_solve", triangular_solve)):
+    setattr(Tensor, _name, _fn)
+del _name, _fn
 
 
 _compile_noted = False

@@ -76,6 +76,18 @@ def test_linalg_decompositions_on_the_gpu():
     _both(lambda t: minidl.linalg.matrix_norm(t, "nuc"), a)
 
 
+def test_linalg_solvers_on_the_gpu():
+    a, b = RNG.standard_normal((2, 4, 4)), RNG.standard_normal((2, 4, 3))
+    spd = lambda t: t @ t.mT + 4 * minidl.eye(4, dtype=t.dtype, device=t.device)  # noqa: E731
+    _both(lambda t: minidl.linalg.cholesky(spd(t)), a)
+    _both(lambda t, u: minidl.linalg.solve_triangular(t + 4 * minidl.eye(4, dtype=t.dtype, device=t.device), u,
+                                                      upper=True), a, b)
+    _both(lambda t, u: minidl.cholesky_solve(u, minidl.linalg.cholesky(spd(t))), a, b)
+    _both(minidl.linalg.pinv, RNG.standard_normal((2, 5, 3)))
+    _both(lambda t: minidl.linalg.matrix_exp(t * 2.0), a)
+    _both(lambda t, u: minidl.linalg.lstsq(t, u).solution, RNG.standard_normal((6, 3)), RNG.standard_normal((6, 2)))
+
+
 def test_ctc_loss_on_the_gpu():
     T, N, C, S = 12, 3, 6, 4
     log_probs = RNG.standard_normal((T, N, C))
