@@ -372,16 +372,11 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
     """d(outputs)/d(inputs) (torch.autograd.grad): the gradients of the outputs (weighted by grad_outputs, each a
     tensor of its output's shape; ones for a scalar) with respect to each input, as a tuple, without touching any
     .grad. inputs may be leaves or intermediate tensors. allow_unused: an input the outputs do not depend on gives
-    None (zeros with materialize_grads) instead of an error. create_graph (a graph of the gradient itself, for
-    higher derivatives) is not there: minidl's backward functions compute arrays, not taped operations."""
+    None (zeros with materialize_grads) instead of an error. create_graph=True records the backward pass itself
+    (autograd/higher_order.py), so the returned gradients can be differentiated again."""
     from .tensor import Tensor
     from .. import _device
 
-    if create_graph:
-        raise NotImplementedError(
-            "autograd.grad: create_graph=True (differentiating the gradient again) is not in minidl: the backward "
-            "functions compute arrays, not taped operations. Use finite differences, or compute the second "
-            "derivative by hand.")
     if is_grads_batched:
         raise NotImplementedError("autograd.grad: is_grads_batched=True (vmap over grad_outputs) is not in minidl")
     outputs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -414,7 +409,12 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
                 raise RuntimeError(f"autograd.grad: grad_outputs[{n}] has shape {tuple(seed.shape)}, expected "
                                    f"{tuple(out.shape)}")
             seed = seed.astype(out._data.dtype, copy=False)
-        run_backward(out, seed, retain_graph=bool(keep) or n + 1 < len(outputs), capture=capture)
+        if create_graph:
+            from .higher_order import run_backward_graph
+
+            run_backward_graph(out, g if isinstance(g, Tensor) else Tensor._make(seed), capture)
+        else:
+            run_backward(out, seed, retain_graph=bool(keep) or n + 1 < len(outputs), capture=capture)
     result = []
     for i, t in enumerate(inputs):
         g = capture[id(t)][1]
@@ -426,7 +426,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph=None, create_graph=Fal
             result.append(Tensor._make(_device.get_array_module(t._data).zeros_like(t._data))
                           if materialize_grads else None)
         else:
-            result.append(Tensor._make(g.copy()))
+            result.append(g if create_graph else Tensor._make(g.copy()))
     return tuple(result)
 
 
@@ -582,7 +582,8 @@ def _accumulate_leaf(tensor, g, run_hooks=True, owned=False):
             tensor._grad = Tensor._make(g)
         else:
             tensor._grad = Tensor._make(g.copy())
-    else:
+    else:   # (in place, a .grad with a graph from backward(create_graph=True) too: torch's AccumulateGrad with
+        # grad mode off adds into the existing tensor)
         acc = tensor._grad._data
         if type(acc) is np.ndarray or (acc.flags.c_contiguous and g.flags.c_contiguous):
             tensor._grad._data = acc + g

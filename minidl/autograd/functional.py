@@ -3,10 +3,13 @@
     vjp(f, x, v)        (f(x), v^T J)         one backward pass
     jacobian(f, x)      J, one backward pass per output element (torch's default, vectorize=False)
     jvp(f, x, v)        (f(x), J v)           from the Jacobian (minidl has no forward mode)
+    hessian(f, x)       the Jacobian of the gradient (a scalar f), the gradient taken with create_graph=True
+    hvp(f, x, v)        (f(x), H v)           two backward passes: the gradient with its graph, then its vjp
+    vhp(f, x, v)        (f(x), v^T H)         the same (H is symmetric)
 
 x may be a tensor or a tuple of tensors; the results follow torch's nesting (a tuple per input, and per output
-when f returns a tuple). Second derivatives (hessian, hvp, vhp, create_graph=True) need the graph of a gradient,
-which minidl's backward functions do not record (they compute arrays): those say so.
+when f returns a tuple). create_graph=True keeps the graph of the results (autograd/higher_order.py records the
+backward pass), as far as the ops of f have their backward written as tensor ops (higher_order.py lists them).
 """
 from __future__ import annotations
 
@@ -26,15 +29,10 @@ def _as_tuple(x, what):
     return xs, single
 
 
-def _prepare(inputs):
-    """Fresh leaves that require grad, so that f's graph starts at them."""
-    return tuple(t.detach().requires_grad_(True) for t in inputs)
-
-
-def _no_create_graph(op, create_graph):
-    if create_graph:
-        raise NotImplementedError(f"autograd.functional.{op}: create_graph=True (differentiating the result again) is "
-                                  "not in minidl: its backward functions compute arrays, not taped operations")
+def _prepare(inputs, create_graph=False):
+    """Tensors that require grad for f's graph to start at: fresh leaves, or with create_graph an input that requires
+    grad itself as a view of it (so that the results stay connected to it, as torch's)."""
+    return tuple(t.view_as(t) if create_graph and t.requires_grad else t.detach().requires_grad_(True) for t in inputs)
 
 
 def _direction(op, v, tensors, what):
@@ -48,26 +46,29 @@ def _direction(op, v, tensors, what):
 
 def vjp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), v^T J): v has the outputs' shapes (may be None for a one-element output)."""
-    _no_create_graph("vjp", create_graph)
     xs, single = _as_tuple(inputs, "inputs")
-    xs = _prepare(xs)
+    xs = _prepare(xs, create_graph)
     with enable_grad():
         out = func(*xs)
     outs, single_out = _as_tuple(out, "outputs")
     vs = _direction("vjp", v, outs, "output")
-    grads = grad(outs, xs, vs, allow_unused=True, materialize_grads=True)
-    detached = outs[0].detach() if single_out else tuple(o.detach() for o in outs)
-    return detached, (grads[0] if single else grads)
+    grads = grad(outs, xs, vs, create_graph=create_graph, allow_unused=True, materialize_grads=True)
+    return _kept(outs, single_out, create_graph), (grads[0] if single else grads)
+
+
+def _kept(outs, single_out, create_graph):
+    """The function's outputs as returned: detached, unless create_graph keeps their graph."""
+    kept = outs if create_graph else tuple(o.detach() for o in outs)
+    return kept[0] if single_out else kept
 
 
 def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"):
     """d func(inputs) / d inputs: for one input and one output a tensor of shape output.shape + input.shape;
     tuples of those as torch nests them otherwise."""
-    _no_create_graph("jacobian", create_graph)
     if strategy != "reverse-mode":
         raise NotImplementedError("autograd.functional.jacobian: minidl has reverse mode only (strategy='reverse-mode')")
     xs, single = _as_tuple(inputs, "inputs")
-    xs = _prepare(xs)
+    xs = _prepare(xs, create_graph)
     with enable_grad():
         out = func(*xs)
     outs, single_out = _as_tuple(out, "outputs")
@@ -78,27 +79,38 @@ def jacobian(func, inputs, create_graph=False, strict=False, vectorize=False, st
         for k in range(flat.numel()):
             seed = flat.new_zeros(flat.shape)
             seed[k] = 1
-            gs = grad((flat,), xs, (seed,), retain_graph=True, allow_unused=True, materialize_grads=True)
+            gs = grad((flat,), xs, (seed,), retain_graph=True, create_graph=create_graph, allow_unused=True,
+                      materialize_grads=True)
             for i, g in enumerate(gs):
                 rows[i].append(g)
         per_input = []
         for i, x in enumerate(xs):
+            shape = tuple(o.shape) + tuple(x.shape)
+            if create_graph and rows[i]:   # the rows placed by products with one-hot columns: the graph stays
+                xp = get_array_module(x._data)
+                n, total = len(rows[i]), None
+                for k, g in enumerate(rows[i]):
+                    onehot = xp.zeros((n,) + (1,) * g.ndim, dtype=g._data.dtype)
+                    onehot[k] = 1
+                    term = Tensor._make(onehot) * g.unsqueeze(0)
+                    total = term if total is None else total + term
+                per_input.append(total.reshape(shape))
+                continue
             xp = get_array_module(x._data)
             j = xp.stack([g._data for g in rows[i]]) if rows[i] else xp.zeros((0,) + tuple(x.shape), x._data.dtype)
-            per_input.append(Tensor._make(j.reshape(tuple(o.shape) + tuple(x.shape))))
+            per_input.append(Tensor._make(j.reshape(shape)))
         table.append(per_input[0] if single else tuple(per_input))
     return table[0] if single_out else tuple(table)
 
 
 def jvp(func, inputs, v=None, create_graph=False, strict=False):
     """(func(inputs), J v), through the Jacobian (minidl has no forward-mode derivatives)."""
-    _no_create_graph("jvp", create_graph)
     xs, single = _as_tuple(inputs, "inputs")
     vs = _direction("jvp", v, xs, "input")
     with enable_grad():
         out = func(*_prepare(xs))
     outs, single_out = _as_tuple(out, "outputs")
-    jac = jacobian(func, xs[0] if single else xs)
+    jac = jacobian(func, xs[0] if single else xs, create_graph=create_graph)
     results = []
     for k, o in enumerate(outs):
         per_input = jac[k] if not single_out else jac
@@ -107,17 +119,46 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
         for j, x_v in zip(per_input, vs):
             total = total + (j.reshape(o.numel(), -1) @ x_v.reshape(-1)).reshape(o.shape)
         results.append(total)
-    detached = outs[0].detach() if single_out else tuple(o.detach() for o in outs)
-    return detached, (results[0] if single_out else tuple(results))
+    return _kept(outs, single_out, False), (results[0] if single_out else tuple(results))
 
 
-def _second_order(op):
-    def unavailable(*args, **kwargs):
-        raise NotImplementedError(f"autograd.functional.{op}: second derivatives need the graph of a gradient "
-                                  "(create_graph=True), which minidl's backward functions do not record")
+def _gradient_function(func, op):
+    """x -> d func(x) / dx with its graph (create_graph=True), for a func with one one-element output."""
+    def gradient(*xs):
+        out = func(*xs)
+        if not isinstance(out, Tensor) or out.numel() != 1:
+            raise RuntimeError(f"autograd.functional.{op}: the function must return a single one-element tensor")
+        gs = grad(out, xs, create_graph=True, allow_unused=True, materialize_grads=True)
+        return gs[0] if len(xs) == 1 else gs
 
-    unavailable.__name__ = op
-    return unavailable
+    return gradient
 
 
-hessian, hvp, vhp = _second_order("hessian"), _second_order("hvp"), _second_order("vhp")
+def hessian(func, inputs, create_graph=False, strict=False, vectorize=False, outer_jacobian_strategy="reverse-mode"):
+    """The matrix of second derivatives of a scalar func: for one input of shape s, a tensor of shape s + s; for a
+    tuple of inputs, H[i][j] = d2 func / dx_i dx_j (torch's nesting)."""
+    xs, single = _as_tuple(inputs, "inputs")
+    return jacobian(_gradient_function(func, "hessian"), xs[0] if single else xs, create_graph=create_graph)
+
+
+def hvp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), H v) for a scalar func: the gradient with its graph, then its vector-Jacobian product."""
+    return _hessian_product("hvp", func, inputs, v, create_graph)
+
+
+def vhp(func, inputs, v=None, create_graph=False, strict=False):
+    """(func(inputs), v^T H) for a scalar func (equal to H v: the Hessian is symmetric)."""
+    return _hessian_product("vhp", func, inputs, v, create_graph)
+
+
+def _hessian_product(op, func, inputs, v, create_graph):
+    xs, single = _as_tuple(inputs, "inputs")
+    xs = _prepare(xs, create_graph)
+    vs = _direction(op, v, xs, "input")
+    with enable_grad():
+        out = func(*xs)
+        if not isinstance(out, Tensor) or out.numel() != 1:
+            raise RuntimeError(f"autograd.functional.{op}: the function must return a single one-element tensor")
+        gs = grad(out, xs, create_graph=True, allow_unused=True, materialize_grads=True)
+    products = grad(gs, xs, vs, create_graph=create_graph, allow_unused=True, materialize_grads=True)
+    return _kept((out,), True, create_graph), (products[0] if single else products)

@@ -325,8 +325,10 @@ class Tensor:
         hooks.append(hook)
         return _HookHandle(hooks, hook)
 
-    def backward(self, gradient=None, retain_graph=False):
-        """Accumulate d(self)/d(leaf) into every leaf's .grad. `gradient` is needed unless self is a scalar."""
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Accumulate d(self)/d(leaf) into every leaf's .grad. `gradient` is needed unless self is a scalar.
+        create_graph=True records the backward pass too (autograd/higher_order.py): the .grad tensors then have a
+        graph of their own, for second derivatives. inputs: accumulate into these tensors' .grad only."""
         if not self.requires_grad:
             raise RuntimeError(
                 "backward: this tensor does not require grad and has no grad_fn; make a parameter with "
@@ -345,7 +347,22 @@ class Tensor:
                 raise RuntimeError(f"backward: gradient has shape {tuple(g.shape)}, expected {self.shape}")
             if is_cuda_array(g) != self.is_cuda:
                 raise RuntimeError(f"backward: gradient is on {_device.device_of(g)}, tensor on {self.device}")
-        run_backward(self, g, retain_graph=retain_graph)
+        if inputs is not None:   # (torch's inputs=: only these leaves' .grad)
+            from .function import grad as _grad
+
+            inputs = [inputs] if isinstance(inputs, Tensor) else list(inputs)
+            found = _grad(self, inputs, Tensor._make(g) if gradient is None or not isinstance(gradient, Tensor)
+                          else gradient, retain_graph=retain_graph, create_graph=create_graph, allow_unused=True)
+            for t, tg in zip(inputs, found):
+                if tg is not None:
+                    t._grad = tg if t._grad is None else t._grad + tg
+            return
+        if create_graph:
+            from .higher_order import run_backward_graph
+
+            run_backward_graph(self, gradient if isinstance(gradient, Tensor) else Tensor._make(g))
+            return
+        run_backward(self, g, retain_graph=bool(retain_graph))
 
     def detach(self):
         """A tensor sharing this one's array (and version counter, as PyTorch) outside the graph."""

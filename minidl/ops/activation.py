@@ -33,6 +33,26 @@ class Activation(Function):
             return _layout.from_nhwc(P.activation_backward(self.x, self.y, _layout.nhwc(dy), self.desc))
         return P.activation_backward(self.x, self.y, dy, self.desc)
 
+    def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
+        x, mode, coef = self.inputs[0], self.desc.mode, self.desc.coef
+        zero = dy.new_zeros(())
+        if mode == "relu":
+            return dy.where(x > 0, zero)
+        if mode == "leaky_relu":
+            return dy.where(x > 0, dy * coef)
+        if mode == "elu":
+            return dy.where(x > 0, dy * coef * x.exp())
+        if mode == "clipped_relu":
+            return dy.where((x > 0) & (x < coef), zero)
+        if mode == "sigmoid":
+            y = x.sigmoid()
+            return dy * y * (1 - y)
+        if mode == "tanh":
+            y = x.tanh()
+            return dy * (1 - y * y)
+        raise NotImplementedError(f"create_graph=True through {mode}: its derivative is not written as tensor ops in "
+                                  "minidl (relu, leaky_relu, elu, hardtanh/relu6, sigmoid and tanh are)")
+
 
 def apply_activation(op, input, mode, coef=None):
     check_float_tensor(op, "input", input)
@@ -63,6 +83,13 @@ class Softmax(Function):
 
     def backward(self, dy):
         return P.softmax_backward(self.y, dy, axis=self.axis, algorithm=self.algorithm)
+
+    def backward_graph(self, dy):
+        x = self.inputs[0]
+        if self.algorithm == "log":
+            return dy - x.log_softmax(self.axis).exp() * dy.sum(self.axis, keepdim=True)
+        y = x.softmax(self.axis)
+        return y * (dy - (dy * y).sum(self.axis, keepdim=True))
 
 
 def _softmax_dim(op, input, dim):

@@ -18,6 +18,7 @@ from .._device import get_array_module, is_cuda_array
 from .._dtypes import float32, is_floating
 from ..amp import autocast_mode as _amp
 from ..autograd.function import Function, is_grad_enabled, unbroadcast
+from ..autograd.higher_order import saved_input, sum_to
 from ..autograd.tensor import Tensor, get_default_dtype
 from ._args import FULL_FLOATS, bfloat16_on_gpu, fits, operand
 from .conversion import _astype
@@ -49,6 +50,9 @@ class Add(Function):
         ga, gb = unbroadcast(g, self.shapes[0]), unbroadcast(g, self.shapes[1])
         return (ga, gb) if self.mixed is None else _as_inputs(self, ga, gb)
 
+    def backward_graph(self, g):   # (the backward as tensor ops: autograd/higher_order.py)
+        return sum_to(g, self.shapes[0]), sum_to(g, self.shapes[1])
+
 
 class Sub(Function):
     saves_inputs = False
@@ -61,6 +65,9 @@ class Sub(Function):
     def backward(self, g):
         ga, gb = unbroadcast(g, self.shapes[0]), unbroadcast(-g, self.shapes[1])
         return (ga, gb) if self.mixed is None else _as_inputs(self, ga, gb)
+
+    def backward_graph(self, g):
+        return sum_to(g, self.shapes[0]), sum_to(-g, self.shapes[1])
 
 
 def _conj(a):
@@ -80,6 +87,11 @@ class Mul(Function):
         gb = unbroadcast(g * _conj(self.a), self.b.shape) if self.needs_input_grad[1] else None
         return (ga, gb) if self.mixed is None else _as_inputs(self, ga, gb)
 
+    def backward_graph(self, g):
+        a, b = saved_input(self, 0, self.a), saved_input(self, 1, self.b)
+        return (sum_to(g * b.conj(), self.a.shape) if self.needs_input_grad[0] else None,
+                sum_to(g * a.conj(), self.b.shape) if self.needs_input_grad[1] else None)
+
 
 class Div(Function):
     def forward(self, a, b):
@@ -90,6 +102,11 @@ class Div(Function):
         ga = unbroadcast(g / _conj(self.b), self.a.shape) if self.needs_input_grad[0] else None
         gb = unbroadcast(-g * _conj(self.a / (self.b * self.b)), self.b.shape) if self.needs_input_grad[1] else None
         return ga, gb
+
+    def backward_graph(self, g):
+        a, b = saved_input(self, 0, self.a), saved_input(self, 1, self.b)
+        return (sum_to(g / b, self.a.shape) if self.needs_input_grad[0] else None,
+                sum_to(-g * a / (b * b), self.b.shape) if self.needs_input_grad[1] else None)
 
 
 class Pow(Function):
@@ -113,6 +130,15 @@ class Pow(Function):
                 # d(a^b)/db = a^b log a, defined as 0 where a^b == 0 (the limit for a -> 0+).
                 log_a = xp.log(xp.where(self.a > 0, self.a, 1))
                 gb = unbroadcast(g * self.out * log_a, self.b.shape)
+        return ga, gb
+
+    def backward_graph(self, g):
+        a, b = saved_input(self, 0, self.a), saved_input(self, 1, self.b)
+        ga = sum_to(g * b * a ** (b - 1), self.a.shape) if self.needs_input_grad[0] else None
+        gb = None
+        if self.needs_input_grad[1]:
+            positive = a > 0
+            gb = sum_to(g * (a ** b) * a.where(positive, a.new_ones(())).log(), self.b.shape)
         return ga, gb
 
 
@@ -149,6 +175,10 @@ class Where(Function):
         ga = unbroadcast(_dtypes.where(xp, self.cond, g, zero), self.shapes[0])
         gb = unbroadcast(_dtypes.where(xp, self.cond, zero, g), self.shapes[1])
         return None, ga, gb
+
+    def backward_graph(self, g):
+        cond, zero = saved_input(self, 0, self.cond), g.new_zeros(())
+        return None, sum_to(g.where(cond, zero), self.shapes[0]), sum_to(zero.where(cond, g), self.shapes[1])
 
 
 class Remainder(Function):
@@ -220,6 +250,9 @@ class Neg(Function):
     def backward(self, g):
         return -g
 
+    def backward_graph(self, g):
+        return -g
+
 
 class Sign(Function):
     def forward(self, a):
@@ -243,6 +276,10 @@ class Exp(Function):
     def backward(self, g):
         return g * self.out
 
+    def backward_graph(self, g):
+        return g * saved_input(self, 0, None).exp()
+
+
 # log, log1p and sqrt outside their domain give -inf / NaN as in torch, without NumPy's RuntimeWarnings.
 _QUIET = dict(divide="ignore", invalid="ignore")
 
@@ -257,6 +294,9 @@ class Log(Function):
         with np.errstate(**_QUIET):
             return g / self.a
 
+    def backward_graph(self, g):
+        return g / saved_input(self, 0, self.a)
+
 
 class Log1p(Function):
     """log(1 + a), accurate for small a (not log of a rounded 1 + a); the gradient is 1 / (1 + a)."""
@@ -269,6 +309,9 @@ class Log1p(Function):
     def backward(self, g):
         with np.errstate(**_QUIET):
             return g / (1 + self.a)
+
+    def backward_graph(self, g):
+        return g / (1 + saved_input(self, 0, self.a))
 
 
 class Sqrt(Function):
@@ -283,6 +326,9 @@ class Sqrt(Function):
         with np.errstate(**_QUIET):
             return g / (2 * self.out)
 
+    def backward_graph(self, g):
+        return g / (2 * saved_input(self, 0, None).sqrt())
+
 
 class Abs(Function):
     def forward(self, a):
@@ -295,6 +341,9 @@ class Abs(Function):
             r = xp.abs(a)
             return xp.where(r > 0, g * a / xp.where(r > 0, r, 1), 0).astype(a.dtype)
         return g * xp.sign(a)
+
+    def backward_graph(self, g):
+        return g * saved_input(self, 0, self.a).sign()
 
 
 class Clamp(Function):
@@ -365,6 +414,9 @@ class Sin(Function):
     def backward(self, g):
         return g * get_array_module(g).cos(self.a)
 
+    def backward_graph(self, g):
+        return g * saved_input(self, 0, self.a).cos()
+
 
 class Cos(Function):
     def forward(self, a):
@@ -373,6 +425,9 @@ class Cos(Function):
 
     def backward(self, g):
         return -g * get_array_module(g).sin(self.a)
+
+    def backward_graph(self, g):
+        return -g * saved_input(self, 0, self.a).sin()
 
 
 class Round(Function):
@@ -405,20 +460,14 @@ def binary(self, other, fn, op, reverse=False, **kwargs):
     # need no promotion, no scalar wrapping and no casts; shapes are checked only when they differ.
     if type(other) is Tensor or isinstance(other, Tensor):
         sd, od = self._data, other._data
-        if sd.dtype == od.dtype and type(sd) is type(od) and (op != "div" or sd.dtype.kind in "fcV"):
-            a, b = (other, self) if reverse else (self, other)
-            if sd.shape != od.shape:
-                try:
-                    np.broadcast_shapes(a.shape, b.shape)
-                except ValueError:
-                    raise ValueError(f"{op}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
-            return fn.apply(a, b, **kwargs)
-        if (op in _MIXED_OPS and type(sd) is type(od) and (sd.ndim == 0) == (od.ndim == 0)
-                and ((sd.dtype == float32 and od.dtype in _HALVES) or (od.dtype == float32 and sd.dtype in _HALVES))):
-            # float32 with a 16-bit float (autocast's residual stream, x + attn(x)): promoted to float32 inside the
-            # array op, as torch's kernels promote, instead of a cast op and its launch first; the backward
-            # engine casts the 16-bit input's gradient back to its dtype (the cast op's backward, as before).
-            # (A 0-d tensor beside a dimensioned one follows torch's category rule instead: the general path.)
+        if type(sd) is type(od) and (
+                (sd.dtype == od.dtype and (op != "div" or sd.dtype.kind in "fcV"))
+                # float32 with a 16-bit float (autocast's residual stream, x + attn(x)): promoted to float32 inside
+                # the array op, as torch's kernels promote, instead of a cast op and its launch first; the op's
+                # backward casts the 16-bit input's gradient back (_as_inputs). (A 0-d tensor beside a dimensioned
+                # one follows torch's category rule instead: the general path.)
+                or (op in _MIXED_OPS and (sd.ndim == 0) == (od.ndim == 0)
+                    and ((sd.dtype == float32 and od.dtype in _HALVES) or (od.dtype == float32 and sd.dtype in _HALVES)))):
             a, b = (other, self) if reverse else (self, other)
             if sd.shape != od.shape:
                 try:

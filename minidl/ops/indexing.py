@@ -58,6 +58,28 @@ class GetItem(Function):
         xp.add.at(out, self.key, g.astype(acc, copy=False))
         return out.astype(g.dtype, copy=False)
 
+    def backward_graph(self, g):   # (the backward as tensor ops: autograd/higher_order.py)
+        return GetItemBackward.apply(g, shape=self.shape, key=self.key)
+
+
+class GetItemBackward(Function):
+    """GetItem's backward as an op of its own (for create_graph=True): g placed (summed) into zeros of the
+    input's shape at the key; its own backward is GetItem again."""
+
+    saves_inputs = False
+
+    def forward(self, g, shape=None, key=None):
+        fn = GetItem()
+        fn.shape, fn.key = shape, key
+        self.key = key
+        return fn.backward(g)
+
+    def backward(self, gg):
+        return gg[self.key]
+
+    def backward_graph(self, gg):
+        return GetItem.apply(gg, key=self.key)
+
 
 class SetItem(Function):
     """out = a with out[key] = v (x[key] = v inside a graph). The overwritten elements of a get no

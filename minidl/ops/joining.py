@@ -37,6 +37,17 @@ class Cat(Function):
         return tuple(xp.zeros(shape, dtype=g.dtype) if s else next(parts)
                      for s, shape in zip(self.skip, self.skipped_shapes))
 
+    def backward_graph(self, g):   # (the backward as tensor ops: autograd/higher_order.py)
+        parts, start, sizes = [], 0, iter(self.sizes)
+        for skipped, shape in zip(self.skip, self.skipped_shapes):
+            if skipped:
+                parts.append(g.new_zeros(shape))
+                continue
+            n = next(sizes)
+            parts.append(g[(slice(None),) * self.dim + (slice(start, start + n),)])
+            start += n
+        return tuple(parts)
+
 
 class Stack(Function):
     saves_inputs = False

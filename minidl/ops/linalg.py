@@ -13,6 +13,7 @@ from .._device import get_array_module
 from .._dtypes import bfloat16, float16, float32, is_half
 from ..amp import autocast_mode as _amp
 from ..autograd.function import Function, unbroadcast
+from ..autograd.higher_order import saved_input, sum_to
 from ..autograd.tensor import Tensor
 from ._args import operand, promote
 from ._dims import normalize_dim
@@ -72,6 +73,16 @@ class MatMul(Function):
         if self.needs_input_grad[1]:
             gb = _matmul(a2, g2, trans_a=True)
             gb = unbroadcast(gb, b2.shape).reshape(b.shape)
+        return ga, gb
+
+    def backward_graph(self, g):   # (the backward as tensor ops: autograd/higher_order.py)
+        a, b = saved_input(self, 0, self.a), saved_input(self, 1, self.b)
+        a2 = a.unsqueeze(0) if a.ndim == 1 else a
+        b2 = b.unsqueeze(-1) if b.ndim == 1 else b
+        g2 = g.unsqueeze(-1) if b.ndim == 1 else g
+        g2 = g2.unsqueeze(-2) if a.ndim == 1 else g2
+        ga = sum_to(g2 @ b2.mT, a2.shape).reshape(a.shape) if self.needs_input_grad[0] else None
+        gb = sum_to(a2.mT @ g2, b2.shape).reshape(b.shape) if self.needs_input_grad[1] else None
         return ga, gb
 
 

@@ -58,6 +58,10 @@ class Sum(Function):
         g = _expand_back(g, self.shape, self.axes, self.keepdim)
         return np.broadcast_to(g, self.shape).copy()   # (NumPy's function hands a CuPy array to CuPy: NEP 18)
 
+    def backward_graph(self, g):   # (the backward as tensor ops: autograd/higher_order.py)
+        kept = [1 if i in self.axes else s for i, s in enumerate(self.shape)]
+        return g.reshape(kept).expand(*self.shape)
+
 
 class Mean(Function):
     saves_inputs = False
@@ -75,6 +79,10 @@ class Mean(Function):
     def backward(self, g):
         g = _expand_back(g, self.shape, self.axes, self.keepdim) / g.dtype.type(self.count)
         return get_array_module(g).broadcast_to(g, self.shape).copy()
+
+    def backward_graph(self, g):
+        kept = [1 if i in self.axes else s for i, s in enumerate(self.shape)]
+        return (g / self.count).reshape(kept).expand(*self.shape)
 
 
 class Var(Function):

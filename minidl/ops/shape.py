@@ -11,6 +11,7 @@ import numpy as np
 
 from .._device import get_array_module
 from ..autograd.function import Function, unbroadcast
+from ..autograd.higher_order import sum_to
 from ..autograd.tensor import Tensor
 from ._args import can_view, resolve_shape, shape_arg
 from ._dims import normalize_dim, normalize_dims
@@ -34,6 +35,9 @@ class Reshape(Function):
     def backward(self, g):
         return g.reshape(self.in_shape)
 
+    def backward_graph(self, g):   # (the backward as tensor ops: autograd/higher_order.py)
+        return g.reshape(self.in_shape)
+
 
 class Permute(Function):
     saves_inputs = False
@@ -46,6 +50,9 @@ class Permute(Function):
     def backward(self, g):
         return g.transpose(tuple(np.argsort(self.dims)))
 
+    def backward_graph(self, g):
+        return g.permute(*np.argsort(self.dims).tolist())
+
 
 class Expand(Function):
     saves_inputs = False
@@ -57,6 +64,9 @@ class Expand(Function):
 
     def backward(self, g):
         return unbroadcast(g, self.in_shape)
+
+    def backward_graph(self, g):
+        return sum_to(g, self.in_shape)
 
 
 class Repeat(Function):

@@ -145,3 +145,23 @@ def test_builders_and_lazy_linear_on_the_gpu():
     lazy = nn.LazyLinear(4).to("cuda")
     y = lazy(minidl.randn(2, 7, device="cuda"))
     assert y.shape == (2, 4) and lazy.weight.shape == (4, 7) and lazy.weight.device.type == "cuda"
+
+
+def test_second_derivatives_on_the_gpu():
+    """create_graph=True (autograd/higher_order.py) on CuPy arrays: a Hessian-vector product of a tanh MLP and a
+    gradient penalty, as on the CPU."""
+    import minidl.nn.functional as F
+
+    x, w1, w2, v = (RNG.standard_normal(s) for s in ((5, 3), (4, 3), (2, 4), (4, 3)))
+    results = []
+    for device in ("cpu", "cuda"):
+        xt = minidl.tensor(x, device=device, requires_grad=True)
+        a, b = minidl.tensor(w1, device=device, requires_grad=True), minidl.tensor(w2, device=device, requires_grad=True)
+        y = F.linear(F.leaky_relu(F.linear(xt, a).tanh(), 0.2), b)
+        ga, gb = minidl.autograd.grad((y ** 2).mean(), [a, b], create_graph=True)
+        hv = minidl.autograd.grad((ga * minidl.tensor(v, device=device)).sum() + (gb ** 2).sum(), [a, b])
+        (gx,) = minidl.autograd.grad(y.sum(), xt, create_graph=True)
+        ((gx.pow(2).sum(1).sqrt() - 1) ** 2).mean().backward()
+        results.append([t.detach().cpu().numpy() for t in (ga, gb, *hv, gx, a.grad, b.grad)])
+    for gpu, cpu in zip(results[1], results[0]):
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-9, atol=1e-11)

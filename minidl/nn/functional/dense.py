@@ -64,6 +64,15 @@ class Linear(Function):
                 db = P.cast(db, db_dtype)
         return (dx, dw, db) if self.has_bias else (dx, dw)
 
+    def backward_graph(self, dy):   # (the backward as tensor ops, for create_graph=True: autograd/higher_order.py)
+        x, w = self.inputs[0], self.inputs[1]
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        dx = (dy2 @ w).reshape(x.shape) if self.needs_input_grad[0] else None
+        dw = dy2.mT @ x.reshape(-1, x.shape[-1]) if self.needs_input_grad[1] else None
+        if not self.has_bias:
+            return dx, dw
+        return dx, dw, (dy2.sum(0) if self.needs_input_grad[2] else None)
+
 
 def _as(a, dtype):
     return a if a is None or a.dtype == dtype else P.cast(a, dtype)
@@ -76,6 +85,8 @@ class AutocastLinear(Linear):
     and cast). torch records the same step as a cast op per float32 input and an addmm, and its backward adds a
     cast back per input: here one tape record instead of up to four, and no casts of dx and dW. A parameter's
     cast is made once per autocast region (autocast_mode.cast_array), as torch's autocast caches its weight casts."""
+
+    backward_graph = None   # (its products run in 16 bits: create_graph=True says so instead of a float32 graph)
 
     def forward(self, x, weight, bias=None, dtype=None, weight16=None):
         """weight16: the weight already in `dtype` (autocast's per-region cast of a parameter), or None."""

@@ -12,6 +12,7 @@ from ... import _device, backends
 from ... import primitives as P
 from ..._device import get_array_module, is_cuda_array
 from ...autograd.function import Function
+from ...autograd.tensor import Tensor
 from ...amp import autocast_mode as _amp
 from ...ops import where
 from ._checks import (_check_float_tensor, _check_reduction, _check_same_device, _check_same_dtype, _check_tensor, _reduce)
@@ -132,6 +133,21 @@ class CrossEntropy(Function):
     def backward(self, g):
         dx = P.cross_entropy_backward(self.x, self.target, self.stats, g, self.denom, self.weight, **self.params)
         return dx, None, None
+
+    def backward_graph(self, g):
+        """The same gradient as tensor ops (create_graph=True): scale * (sum_c q_c softmax(x) - q), q the weighted,
+        smoothed one-hot targets (_class_weights_matrix), for (N, C) logits."""
+        x = self.inputs[0]
+        if x.ndim != 2:
+            raise NotImplementedError("cross_entropy with create_graph=True: (N, C) logits only in minidl (reshape "
+                                      "(N, C, d1, ...) logits to rows first)")
+        valid = self.target != self.params["ignore_index"]
+        q, denom = _class_weights_matrix(self.target, valid, self.weight, x.shape[1], self.params["label_smoothing"],
+                                         np.dtype(x.dtype))
+        q = Tensor._make(q)
+        reduction = self.params["reduction"]
+        scale = g / Tensor._make(denom) if reduction == "mean" else (g if reduction == "sum" else g.reshape(-1, 1))
+        return (q.sum(1, keepdim=True) * x.softmax(1) - q) * scale, None, None
 
 
 class CrossEntropyProbabilities(Function):

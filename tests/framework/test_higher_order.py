@@ -1,0 +1,131 @@
+"""Second derivatives (create_graph=True, minidl/autograd/higher_order.py) against torch in float64: Hessian-vector
+products of an MLP through every activation with a written double backward, a physics-informed network's u_xx, a
+WGAN-GP gradient penalty, a MAML inner step through cross-entropy, the ops one by one, backward(create_graph=True)
+into .grad, and what a Function without a tensor-op backward says."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import minidl
+import minidl.nn.functional as F
+
+RNG = np.random.default_rng(0)
+X, W1, B1, W2, V = (RNG.standard_normal(s) for s in ((5, 3), (4, 3), (4,), (2, 4), (4, 3)))
+
+
+def _lib_f(lib):
+    return F if lib is minidl else TF
+
+
+def _both(fn):
+    """fn(lib) -> list of tensors, for minidl and torch; the values must agree to float64 rounding."""
+    got = [[t.detach().numpy() for t in fn(lib)] for lib in (minidl, torch)]
+    assert len(got[0]) == len(got[1])
+    for ours, theirs in zip(*got):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("act", ["tanh", "sigmoid", "relu", "elu", "leaky_relu", "relu6", "softplus_free"])
+def test_hessian_vector_product_of_an_mlp_matches_torch(act):
+    def fn(lib):
+        Fm = _lib_f(lib)
+        w1, b, w2 = (lib.tensor(a, requires_grad=True) for a in (W1, B1, W2))
+        z = Fm.linear(lib.tensor(X), w1, b)
+        h = z.sin() * z if act == "softplus_free" else getattr(Fm, act)(z)
+        y = Fm.linear(h, w2)
+        loss = (y ** 2).mean() + y.exp().sum() * 0.01 + (h.cos() * h).sum() * 0.1
+        g1, gb, g2 = lib.autograd.grad(loss, [w1, b, w2], create_graph=True)
+        hv = lib.autograd.grad((g1 * lib.tensor(V)).sum() + (gb * gb).sum() + (g2 ** 2).sum(), [w1, b, w2])
+        return [g1, gb, g2, *hv]
+
+    _both(fn)
+
+
+def test_physics_informed_second_derivative_matches_torch():
+    """u(x) by a tanh network, u_x and u_xx by autograd.grad with create_graph, then the residual's gradient."""
+    def fn(lib):
+        Fm = _lib_f(lib)
+        x = lib.tensor(np.linspace(0, 1, 7).reshape(-1, 1), requires_grad=True)
+        w1 = lib.tensor(np.random.default_rng(1).standard_normal((8, 1)), requires_grad=True)
+        w2 = lib.tensor(np.random.default_rng(2).standard_normal((1, 8)), requires_grad=True)
+        u = Fm.linear(lib.tanh(Fm.linear(x, w1)), w2)
+        (ux,) = lib.autograd.grad(u, x, grad_outputs=lib.ones_like(u), create_graph=True)
+        (uxx,) = lib.autograd.grad(ux, x, grad_outputs=lib.ones_like(ux), create_graph=True)
+        ((uxx + u) ** 2).mean().backward()
+        return [u, ux, uxx, w1.grad, w2.grad]
+
+    _both(fn)
+
+
+def test_gradient_penalty_matches_torch():
+    """WGAN-GP's penalty on a leaky-ReLU critic: (||d critic / d x|| - 1)^2, then its gradient to the weights."""
+    def fn(lib):
+        Fm = _lib_f(lib)
+        x = lib.tensor(X, requires_grad=True)
+        w1, w2 = lib.tensor(W1, requires_grad=True), lib.tensor(W2, requires_grad=True)
+        d = Fm.linear(Fm.leaky_relu(Fm.linear(x, w1), 0.2), w2)
+        (g,) = lib.autograd.grad(d.sum(), x, create_graph=True)
+        penalty = ((g.pow(2).sum(1).sqrt() - 1) ** 2).mean()
+        penalty.backward()
+        return [penalty, w1.grad, w2.grad]
+
+    _both(fn)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_maml_inner_step_through_cross_entropy_matches_torch(reduction):
+    """One inner SGD step with create_graph (MAML), the outer loss through the adapted weights."""
+    def fn(lib):
+        Fm = _lib_f(lib)
+        w = lib.tensor(W1, requires_grad=True)
+        x, t = lib.tensor(X), lib.tensor(np.array([0, 1, 2, 3, 1]))
+        inner = Fm.cross_entropy(Fm.linear(x, w), t, reduction=reduction)
+        inner = inner.sum() if reduction == "none" else inner
+        (gw,) = lib.autograd.grad(inner, w, create_graph=True)
+        adapted = w - 0.5 * gw
+        outer = Fm.cross_entropy(Fm.linear(x * 2, adapted), t)
+        outer.backward()
+        return [inner, gw, outer, w.grad]
+
+    _both(fn)
+
+
+def test_each_op_of_the_double_backward_matches_torch():
+    def fn(lib):
+        x = lib.tensor(np.random.default_rng(4).standard_normal((3, 4)), requires_grad=True)
+        y = ((x[:, 1:3].softmax(-1) * x.log_softmax(0)[:, :2]).sum()
+             + lib.cat([x, x * 2], 0).permute(1, 0).reshape(-1).pow(3).mean()
+             + (x.abs() + 1).log().sqrt().sum() + (x / (x * x + 1)).sum() + (x @ x.T).sum()
+             + (x.unsqueeze(0).expand(2, 3, 4) * x).sum() + lib.where(x > 0, x * x, -x).sum()
+             + (x.exp() - x.sin() * x.cos() + (-x)).sum() + (x.T @ x[:, 0]).sum() + x.float().double().sum())
+        (g,) = lib.autograd.grad(y, x, create_graph=True)
+        (g * g).sum().backward()
+        return [y, g, x.grad]
+
+    _both(fn)
+
+
+def test_backward_with_create_graph_fills_grad_with_a_graph():
+    def fn(lib):
+        w = lib.tensor(np.random.default_rng(5).standard_normal(3), requires_grad=True)
+        (w ** 3).sum().backward(create_graph=True)
+        first = w.grad
+        assert first.requires_grad
+        (first * first).sum().backward()    # accumulates into w.grad in place, as torch's (first is w.grad)
+        return [first, w.grad]
+
+    _both(fn)
+
+
+def test_functions_without_a_tensor_op_backward_say_so():
+    x = minidl.randn(1, 1, 5, 5, requires_grad=True)
+    with pytest.raises(NotImplementedError, match=r"create_graph=True: the gradient of Convolution .* finite "
+                                                  r"differences"):
+        minidl.autograd.grad(F.conv2d(x, minidl.randn(2, 1, 3, 3)).sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match="create_graph=True through gelu"):
+        minidl.autograd.grad(F.gelu(x).sum(), x, create_graph=True)
+    with minidl.autocast("cpu", dtype=minidl.bfloat16):   # an autocast linear's products are 16-bit: it says so
+        y = F.linear(minidl.randn(2, 3, requires_grad=True), minidl.randn(4, 3, requires_grad=True))
+    with pytest.raises(NotImplementedError, match="AutocastLinear"):
+        minidl.autograd.grad(y.float().sum(), y.grad_fn.inputs[0], create_graph=True)
