@@ -10,6 +10,10 @@ from .layers.conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2
 from .layers.dropout import Dropout, Dropout1d, Dropout2d, Dropout3d  # noqa: F401
 from .layers.embedding import Embedding  # noqa: F401
 from .layers.linear import Bilinear, Flatten, Identity, LazyLinear, Linear, Unflatten  # noqa: F401
+from .layers.lazy import (  # noqa: F401
+    LazyBatchNorm1d, LazyBatchNorm2d, LazyBatchNorm3d, LazyConv1d, LazyConv2d, LazyConv3d, LazyConvTranspose1d,
+    LazyConvTranspose2d, LazyConvTranspose3d, LazyInstanceNorm1d, LazyInstanceNorm2d, LazyInstanceNorm3d,
+)
 from .layers.loss import (  # noqa: F401
     BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss,
 )
