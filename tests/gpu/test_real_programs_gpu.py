@@ -145,6 +145,12 @@ def test_builders_and_lazy_linear_on_the_gpu():
     lazy = nn.LazyLinear(4).to("cuda")
     y = lazy(minidl.randn(2, 7, device="cuda"))
     assert y.shape == (2, 4) and lazy.weight.shape == (4, 7) and lazy.weight.device.type == "cuda"
+    net = nn.Sequential(nn.LazyConv2d(6, 3, padding=1), nn.LazyBatchNorm2d(), nn.ReLU()).to("cuda")
+    y = net(minidl.randn(2, 3, 8, 8, device="cuda"))
+    assert y.shape == (2, 6, 8, 8) and type(net[0]) is nn.Conv2d and net[0].weight.shape == (6, 3, 3, 3)
+    assert all(p.device.type == "cuda" for p in net.parameters()) and net[1].running_mean.device.type == "cuda"
+    net.cpu()
+    np.testing.assert_allclose(net(minidl.randn(2, 3, 8, 8)).shape, (2, 6, 8, 8))
 
 
 def test_second_derivatives_on_the_gpu():
