@@ -480,5 +480,9 @@ class ReduceLROnPlateau:
         self.__dict__.update(state_dict)
 
 
-# LinearLR, SequentialLR and CosineAnnealingWarmRestarts live in lr_scheduler_sequences.py (this file's size).
+# LinearLR, SequentialLR and CosineAnnealingWarmRestarts live in lr_scheduler_sequences.py, ConstantLR,
+# MultiplicativeLR, PolynomialLR, CyclicLR and ChainedScheduler in lr_scheduler_cycles.py (this file's size).
 from .lr_scheduler_sequences import CosineAnnealingWarmRestarts, LinearLR, SequentialLR  # noqa: E402,F401
+from .lr_scheduler_cycles import (  # noqa: E402,F401
+    ChainedScheduler, ConstantLR, CyclicLR, MultiplicativeLR, PolynomialLR,
+)
