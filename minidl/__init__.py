@@ -13,7 +13,7 @@ import importlib
 from ._device import Device
 from ._device import Device as device
 from .autograd.function import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
-from .autograd.function import no_grad as inference_mode  # noqa: F401  (PyTorch's inference_mode: no graph)
+from .autograd.grad_mode import inference_mode, is_inference_mode_enabled  # noqa: F401
 from .autograd.tensor import (  # noqa: F401
     Tensor, bfloat16, bool_, float16, float32, float64, get_default_dtype, int8, int16, int32, int64,
     set_default_dtype, uint8,
@@ -27,9 +27,13 @@ from . import ops  # noqa: E402  (binds every operation onto Tensor: minidl/ops/
 from .ops.conversion import (  # noqa: F401
     channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format,
 )
-from .random import Generator, initial_seed, manual_seed, seed  # noqa: F401
+from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state  # noqa: F401
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
-from ._dtypes import complex64, complex128, finfo  # noqa: F401
+from ._dtypes import complex64, complex128, finfo, iinfo  # noqa: F401
+from .ops import can_cast, promote_types, result_type  # noqa: F401
+from .backends import (  # noqa: F401
+    are_deterministic_algorithms_enabled, is_deterministic_algorithms_warn_only_enabled, use_deterministic_algorithms,
+)
 from . import cuda  # noqa: F401
 
 __version__ = "0.1.0"

@@ -63,6 +63,14 @@ def finfo(dtype):
     return ml_dtypes.finfo(dtype) if dtype == bfloat16 else np.finfo(dtype)
 
 
+def iinfo(dtype):
+    """np.iinfo (bits, min, max) of an integer dtype, as torch.iinfo."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "iu":
+        raise TypeError(f"iinfo: {dtype} is not an integer type (finfo is for floating types)")
+    return np.iinfo(dtype)
+
+
 def where(xp, cond, a, b):
     """xp.where(cond, a, b) for `a` and `b` (arrays or scalars) of one floating dtype, keeping that dtype.
 

@@ -179,3 +179,22 @@ def _conv_policy_for(algo: str):
     Read once when the op is recorded and handed to its ConvolutionPlan as an argument, so its
     backward uses the same policy as its forward."""
     return cudnn.policy() if algo == "auto" else None
+
+
+_deterministic = {"mode": False, "warn_only": False}
+
+
+def use_deterministic_algorithms(mode: bool, *, warn_only: bool = False) -> None:
+    """torch.use_deterministic_algorithms: only bit-reproducible algorithms from now on. In minidl that is the
+    convolution policy's "deterministic" (backends.cudnn.deterministic); its other GPU kernels are deterministic
+    already (sums in a fixed order, no float atomics on the training path). warn_only is recorded."""
+    _deterministic.update(mode=bool(mode), warn_only=bool(warn_only))
+    cudnn.deterministic = bool(mode)
+
+
+def are_deterministic_algorithms_enabled() -> bool:
+    return _deterministic["mode"]
+
+
+def is_deterministic_algorithms_warn_only_enabled() -> bool:
+    return _deterministic["warn_only"]

@@ -109,6 +109,35 @@ def permutation_array(n, device="cpu"):
     return rng.permutation(n)
 
 
+def get_rng_state():
+    """The CPU generator's state (torch.get_rng_state): a uint8 tensor holding NumPy's PCG64 state, the seed and
+    the CPU dropout stream's (seed, offset), to hand back to set_rng_state (a checkpoint's "rng_state")."""
+    from .autograd.tensor import Tensor
+
+    cpu = _philox_states.get(_device.Device("cpu"))
+    state = {"pcg64": _cpu_rng.bit_generator.state, "seed": _seed,
+             "philox": None if cpu is None else (int(cpu[0]), int(cpu[1]))}
+    return Tensor._make(np.frombuffer(repr(state).encode(), dtype=np.uint8).copy())
+
+
+def set_rng_state(new_state) -> None:
+    """Restore a state get_rng_state returned (the draws after it repeat those after it was taken)."""
+    import ast
+
+    global _seed
+    raw = bytes(np.asarray(getattr(new_state, "_data", new_state), dtype=np.uint8))
+    try:
+        state = ast.literal_eval(raw.decode())
+        _cpu_rng.bit_generator.state = state["pcg64"]
+    except (ValueError, SyntaxError, KeyError, TypeError, UnicodeDecodeError):
+        raise RuntimeError("set_rng_state: not a state minidl.get_rng_state() returned (minidl's generator is NumPy's "
+                           "PCG64, not torch's Mersenne Twister: torch's byte states do not load)") from None
+    _seed = state["seed"]
+    if state["philox"] is not None:
+        philox = philox_state("cpu")
+        philox[0], philox[1] = np.uint64(state["philox"][0]), np.uint64(state["philox"][1])
+
+
 def get_philox_states() -> dict:
     """{device string: (seed, offset)} of every dropout generator made so far, as host ints (a host
     read on the GPU: for checkpoints, not for the training step)."""

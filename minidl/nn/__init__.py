@@ -42,4 +42,8 @@ from .layers.composite import (  # noqa: F401,E402  (torch.nn's long tail: nn/la
     Fold, PixelShuffle, PixelUnshuffle, PoissonNLLLoss, Unfold, PReLU, SiLU, Softmin, SoftMarginLoss, Softshrink, Softsign,
     Tanhshrink, Threshold, TripletMarginLoss, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d,
 )
+from .layers.longtail import (  # noqa: F401,E402  (more of the long tail: nn/layers/longtail.py)
+    AlphaDropout, ChannelShuffle, FeatureAlphaDropout, LPPool1d, LPPool2d, MultiLabelMarginLoss, MultiMarginLoss,
+    RReLU, Softmax2d, TripletMarginWithDistanceLoss,
+)
 from .module import RemovableHandle  # noqa: F401,E402

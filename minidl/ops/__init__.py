@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from . import (
     activation, complexops, conversion, creation, elementwise, indexing, inplace, joining, linalg, logical, mathops,
-    reductions, shape, sorting,
+    reductions, shape, sorting, statistics,
 )
 from ._checks import check_float_tensor, check_tensor  # noqa: F401  (for the layers above: nn, ...)
 from ._dims import normalize_dim, normalize_dims  # noqa: F401
-from ._promotion import promote_types, result_type  # noqa: F401
+from ._promotion import can_cast, promote_types, result_type  # noqa: F401
 from .conversion import (  # noqa: F401
     channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format,
 )
@@ -43,7 +43,7 @@ from .linalg import matmul  # noqa: F401
 TABLE = (
     (elementwise, "m", "__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __pow__ __rpow__ "
                        "__neg__ __pos__ __floordiv__ __mod__ where=tensor_where clip=clamp"),
-    (elementwise, "mf", "add sub mul div pow neg remainder square lerp abs exp log log1p sqrt rsqrt sign clamp maximum "
+    (elementwise, "mf", "add sub mul div pow float_power neg remainder square lerp abs exp log log1p sqrt rsqrt sign clamp maximum "
                         "minimum round floor ceil trunc sin cos"),
     (elementwise, "f", "where clip=clamp"),
     (mathops, "mf", "tan sinh cosh asin acos atan asinh acosh atanh arcsin arccos arctan arcsinh arccosh arctanh exp2 "
@@ -59,8 +59,10 @@ TABLE = (
     (reductions, "mf", "sum mean var std max min argmax argmin amax amin aminmax logsumexp norm any all prod nansum "
                        "nanmean count_nonzero cumsum cumprod cummax cummin logcumsumexp"),
     (reductions, "f", "var_mean std_mean"),
-    (sorting, "mf", "sort argsort msort topk kthvalue median mode unique bincount histc"),
+    (sorting, "mf", "sort argsort msort topk kthvalue median mode unique unique_consecutive bincount histc"),
     (sorting, "f", "searchsorted bucketize"),
+    (statistics, "mf", "quantile nanquantile nanmedian cov corrcoef"),
+    (statistics, "f", "trapezoid cumulative_trapezoid"),
     (shape, "m", "view view_as expand expand_as repeat reshape_as unfold sum_to_size"),
     (shape, "mf", "reshape flatten unflatten ravel squeeze unsqueeze permute transpose t movedim moveaxis swapaxes "
                   "swapdims broadcast_to tile repeat_interleave flip fliplr flipud roll rot90 tril triu diff"),
@@ -75,7 +77,7 @@ TABLE = (
     (linalg, "m", "__matmul__=matmul __rmatmul__=rmatmul"),
     (linalg, "mf", "matmul mm bmm mv dot inner vdot outer ger tensordot kron cross addmm addmv baddbmm addbmm "
                    "diagonal diag trace"),
-    (linalg, "f", "einsum cdist"),
+    (linalg, "f", "einsum cdist diag_embed"),
     (conversion, "m", "to cpu cuda type type_as float=as_float double=as_double half=as_half bfloat16=as_bfloat16 "
                       "long=as_long int=as_int bool=as_bool byte=as_byte char=as_char short=as_short contiguous is_contiguous stride new_zeros new_ones "
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
@@ -92,7 +94,7 @@ TABLE = (
                    "nan_to_num_ unsqueeze_ squeeze_ t_ "
                    "transpose_"),
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),
-    (creation, "f", "tensor as_tensor from_numpy zeros ones full empty zeros_like ones_like full_like empty_like arange "
+    (creation, "f", "tensor as_tensor asarray empty_strided from_numpy zeros ones full empty zeros_like ones_like full_like empty_like arange "
                     "linspace eye rand randn randint randperm rand_like randn_like randint_like normal bernoulli "
                     "multinomial tril_indices triu_indices meshgrid hann_window hamming_window blackman_window "
                     "bartlett_window kaiser_window"),

@@ -56,6 +56,11 @@ def promote_types(a, b) -> np.dtype:
     return np.promote_types(a, b)
 
 
+def can_cast(from_, to) -> bool:
+    """torch.can_cast: a cast is allowed unless it lowers the kind (complex -> float -> integer -> bool)."""
+    return category(np.dtype(from_)) <= category(np.dtype(to))
+
+
 def _scalar_dtype(value, default_float):
     if isinstance(value, (bool, np.bool_)):
         return np.dtype(bool)

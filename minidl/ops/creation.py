@@ -60,6 +60,24 @@ def as_tensor(data, dtype=None, device=None):
 _default_device = None   # minidl.set_default_device: where factories put tensors without a device=
 
 
+def asarray(obj, *, dtype=None, device=None, copy=None, requires_grad=False):
+    """torch.asarray: as_tensor (the data shared where it can be: a tensor or an array of that dtype and device),
+    a copy with copy=True; requires_grad as asked."""
+    t = tensor(obj, dtype=dtype, device=device) if copy else as_tensor(obj, dtype=dtype, device=device)
+    if copy is False and isinstance(obj, Tensor) and t is not obj and t._data is not obj._data:
+        raise ValueError("asarray: copy=False, but the data must be copied (another dtype or device)")
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """torch.empty_strided: an uninitialised tensor of `size`. minidl's arrays are dense: the strides are not
+    kept (the values are the same; only the memory order can differ from torch's)."""
+    if len(tuple(stride)) != len(tuple(size)):
+        raise RuntimeError(f"empty_strided: mismatch in length of strides ({len(tuple(stride))}) and shape "
+                           f"({len(tuple(size))})")
+    return empty(*tuple(size), dtype=dtype, device=device, requires_grad=requires_grad)
+
+
 def set_default_device(device):
     global _default_device
     _default_device = None if device is None else _device.Device(device)

@@ -613,6 +613,14 @@ def pow(self, o):
     return self**o
 
 
+def float_power(self, exponent):
+    """self ** exponent in double precision (complex128 when either is complex), as torch.float_power."""
+    wide = _dtypes.complex128 if self.is_complex() or isinstance(exponent, complex) or (
+        isinstance(exponent, Tensor) and exponent.is_complex()) else _dtypes.float64
+    base = self.type(wide)
+    return base ** (exponent.type(wide) if isinstance(exponent, Tensor) else exponent)
+
+
 def neg(self):
     return -self
 

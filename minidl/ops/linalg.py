@@ -107,17 +107,18 @@ class DiagEmbed(Function):
     saves_inputs = False
 
     def forward(self, v, n=0, offset=0):
+        """v (..., m) -> (..., n, n) with v on the `offset` diagonal of the last two dims."""
         xp = get_array_module(v)
-        self.offset, self.length = offset, v.shape[0]
-        out = xp.zeros((n, n), dtype=v.dtype)
-        i = xp.arange(v.shape[0])
-        out[i + max(-offset, 0), i + max(offset, 0)] = v
+        self.offset, self.length = offset, v.shape[-1]
+        out = xp.zeros(v.shape[:-1] + (n, n), dtype=v.dtype)
+        i = xp.arange(v.shape[-1])
+        out[..., i + max(-offset, 0), i + max(offset, 0)] = v
         return out
 
     def backward(self, g):
         xp = get_array_module(g)
         i = xp.arange(self.length)
-        return g[i + max(-self.offset, 0), i + max(self.offset, 0)]
+        return g[..., i + max(-self.offset, 0), i + max(self.offset, 0)]
 
 
 class Cdist(Function):
@@ -475,6 +476,22 @@ def diag(t, diagonal=0):
     if t.ndim == 2:
         return Diagonal.apply(t, offset=int(diagonal), dim1=0, dim2=1)
     raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {t.ndim}D")
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    """Batches of vectors (..., m) -> matrices with each vector on the `offset` diagonal of dims dim1, dim2 of the
+    result (torch.diag_embed)."""
+    n = input.shape[-1] + abs(int(offset))
+    out = DiagEmbed.apply(input, n=n, offset=int(offset))
+    nd = out.ndim
+    d1, d2 = normalize_dim(dim1, nd, "diag_embed"), normalize_dim(dim2, nd, "diag_embed")
+    if d1 == d2:
+        raise RuntimeError(f"diag_embed: diagonal dimensions cannot be identical {dim1}, {dim2}")
+    if (d1, d2) == (nd - 2, nd - 1):
+        return out
+    if (d1, d2) == (nd - 1, nd - 2):   # the transposed pair: the offset's diagonal on the other side
+        return out.transpose(-1, -2)
+    return out.movedim((nd - 2, nd - 1), (d1, d2))
 
 
 def trace(t):

@@ -137,6 +137,26 @@ def unique(t, sorted=True, return_inverse=False, return_counts=False, dim=None):
     return out[0] if len(out) == 1 else tuple(out)
 
 
+def unique_consecutive(t, return_inverse=False, return_counts=False, dim=None):
+    """Each run of equal consecutive values once (torch.unique_consecutive; dim=None only): the values, and
+    optionally each element's run (inverse) and the runs' lengths (counts)."""
+    if dim is not None:
+        raise NotImplementedError("unique_consecutive: dim= is not supported in minidl yet; over all elements only")
+    xp = get_array_module(t._data)
+    data = t._data.reshape(-1)
+    if data.size == 0:
+        starts = xp.zeros(0, dtype=bool)
+    else:
+        starts = xp.concatenate([xp.ones(1, dtype=bool), data[1:] != data[:-1]])
+    out = [Tensor._make(data[starts])]
+    if return_inverse:
+        out.append(Tensor._make((xp.cumsum(starts) - 1).reshape(t.shape).astype(np.int64)))
+    if return_counts:
+        edges = xp.concatenate([xp.nonzero(starts)[0], xp.asarray([data.size])])
+        out.append(Tensor._make(xp.diff(edges).astype(np.int64)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
 def bincount(t, weights=None, minlength=0):
     if t.ndim != 1 or t.dtype.kind not in "iu":
         raise RuntimeError(f"bincount only supports 1-d non-negative integral inputs, got {t.dtype} {tuple(t.shape)}")

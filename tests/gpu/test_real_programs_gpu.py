@@ -173,3 +173,26 @@ def test_second_derivatives_on_the_gpu():
         results.append([t.detach().cpu().numpy() for t in (ga, gb, *hv, gx, a.grad, b.grad)])
     for gpu, cpu in zip(results[1], results[0]):
         np.testing.assert_allclose(gpu, cpu, rtol=1e-9, atol=1e-11)
+
+
+def test_session_10_long_tail_on_the_gpu():
+    """quantile / cov / trapezoid / diag_embed / unique_consecutive and the nn long tail (channel_shuffle, lp_pool,
+    the margin losses, pdist) on CuPy arrays, as on the CPU; get_total_norm of GPU gradients."""
+    import minidl.nn.functional as F
+
+    a = RNG.standard_normal((4, 7))
+    _both(lambda t: minidl.quantile(t, 0.3, dim=1) + minidl.quantile(t, 0.5), a)
+    _both(lambda t: (minidl.cov(t), minidl.corrcoef(t), minidl.trapezoid(t, dx=0.5)), a)
+    _both(lambda t: minidl.diag_embed(t, 1), a)
+    x4 = RNG.standard_normal((2, 6, 3, 3))
+    _both(lambda t: (F.channel_shuffle(t, 3), F.lp_pool2d(t.abs() + 0.1, 2, 2, 1)), x4)
+    t = np.array([0, 3, 1, 1, 2])
+    _both(lambda s: F.multi_margin_loss(s, minidl.tensor(t, device=s.device), p=2), RNG.standard_normal((5, 4)))
+    _both(lambda s: F.pdist(s), RNG.standard_normal((5, 3)))
+    u = minidl.tensor([1, 1, 2, 2, 3, 1], device="cuda").unique_consecutive(return_counts=True)
+    assert [v.tolist() for v in u] == [[1, 2, 3, 1], [2, 2, 1, 1]]
+    grads = [minidl.tensor(RNG.standard_normal(s), device="cuda") for s in ((3, 4), (5,))]
+    total = minidl.nn.utils.get_total_norm(grads)
+    assert total.device.type == "cuda"
+    np.testing.assert_allclose(float(total), np.sqrt(sum(float((g.cpu().numpy() ** 2).sum()) for g in grads)),
+                               rtol=1e-12)

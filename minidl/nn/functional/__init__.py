@@ -36,6 +36,7 @@ after one of its functions, so `F.linear` is always the function):
     normalization.py  batch_norm, batch_norm_relu, local_response_norm, layer_norm, rms_norm
     dropouts.py       dropout
     recurrent.py      the RNN/LSTM/GRU Functions (the layers are in nn/layers/rnn.py)
+    longtail.py       more of it: channel_shuffle, alpha_dropout, rrelu, lp_pool*, the margin losses, pdist
     composite.py      the long tail composed of minidl's ops: silu, mish, hardswish, ..., normalize, group_norm,
                       instance_norm, cosine_similarity, kl_div, huber_loss, ..., pixel_shuffle, interpolate
 
@@ -70,6 +71,11 @@ from .composite import (  # noqa: F401  (the long tail, composed of the ops abov
     pixel_unshuffle, poisson_nll_loss, prelu, selu, silu, soft_margin_loss, softmin, softshrink, softsign, tanhshrink,
     threshold, triplet_margin_loss, upsample, upsample_bilinear, upsample_nearest,
 )
+from . import longtail  # noqa: E402
+from .longtail import (  # noqa: F401  (more of the long tail: longtail.py)
+    alpha_dropout, channel_shuffle, feature_alpha_dropout, lp_pool1d, lp_pool2d, multi_margin_loss,
+    multilabel_margin_loss, pdist, rrelu, triplet_margin_with_distance_loss,
+)
 
 __all__ = [
     "linear", "bilinear",
@@ -88,4 +94,5 @@ __all__ = [
     "dropout2d",
     "dropout3d",
     *composite.FUNCTIONS,
+    *longtail.FUNCTIONS,
 ]

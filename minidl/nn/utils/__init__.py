@@ -77,32 +77,62 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         # The GPU path: one multi-tensor sum of squares, a one-block finalize that also forms the clip
         # coefficient on the device, one multi-tensor scale (kernels/multi_tensor.cu): 3 launches.
         total_norm, coef = P.multi_tensor_l2norm(grads, max_norm)
-        if error_if_nonfinite and not bool(_device.get_array_module(total_norm).isfinite(total_norm)):
-            raise RuntimeError(f"{op}: the total norm of order {norm_type} of the gradients is non-finite "
-                               f"({float(total_norm)}); pass error_if_nonfinite=False to clip anyway")
+        _check_finite(op, total_norm, norm_type, error_if_nonfinite)
         P.multi_tensor_scale(grads, coef)
         return Tensor._make(total_norm)
 
-    xp = _device.get_array_module(grads[0])
-    with no_grad():
-        # Accumulate in the widest gradient dtype: float64 if any gradient is, else float32.
-        dtype = xp.result_type(*[g.dtype for g in grads])
-        if norm_type == math.inf:
-            per_param = xp.stack([xp.abs(g).max() if g.size else xp.zeros((), dtype) for g in grads])
-            total_norm = per_param.max()
-        else:
-            # The p-norm of the concatenation = the p-norm of the per-parameter p-norms.
-            per_param = xp.stack([_pnorm(xp, g.astype(dtype, copy=False), norm_type) for g in grads])
-            total_norm = _pnorm(xp, per_param, norm_type)
-        total_norm = xp.asarray(total_norm, dtype=dtype)  # a 0-d array (NumPy reductions give scalars)
-        if error_if_nonfinite and not bool(xp.isfinite(total_norm)):
-            raise RuntimeError(f"{op}: the total norm of order {norm_type} of the gradients is non-finite "
-                               f"({float(total_norm)}); pass error_if_nonfinite=False to clip anyway")
-        # min(1, max_norm / (norm + eps)) as an array: no Python branch on a device value.
-        scale = xp.minimum(xp.asarray(1.0, dtype=dtype), max_norm / (total_norm + 1e-6))
-        for g in grads:
-            g *= scale.astype(g.dtype)
+    total_norm = _total_norm(grads, norm_type)
+    _check_finite(op, total_norm, norm_type, error_if_nonfinite)
+    _scale(grads, max_norm, total_norm)
     return Tensor._make(total_norm)
+
+
+def _check_finite(op, total_norm, norm_type, error_if_nonfinite):
+    """error_if_nonfinite: raise on an inf or NaN norm (the only host read of the norm: a sync on the GPU)."""
+    if error_if_nonfinite and not bool(_device.get_array_module(total_norm).isfinite(total_norm)):
+        raise RuntimeError(f"{op}: the total norm of order {norm_type} of the gradients is non-finite "
+                           f"({float(total_norm)}); pass error_if_nonfinite=False to clip anyway")
+
+
+def _total_norm(arrays, norm_type):
+    """The p-norm of the arrays joined (the p-norm of their p-norms), a 0-d array in the widest of their dtypes
+    (float64 if any is, else float32)."""
+    xp = _device.get_array_module(arrays[0])
+    dtype = xp.result_type(*[a.dtype for a in arrays])
+    if norm_type == math.inf:
+        total = xp.stack([xp.abs(a).max() if a.size else xp.zeros((), dtype) for a in arrays]).max()
+    else:
+        total = _pnorm(xp, xp.stack([_pnorm(xp, a.astype(dtype, copy=False), norm_type) for a in arrays]), norm_type)
+    return xp.asarray(total, dtype=dtype)   # (a 0-d array: NumPy reductions give scalars)
+
+
+def _scale(grads, max_norm, total_norm):
+    """Every gradient times min(1, max_norm / (total_norm + 1e-6)), in place: computed as an array, so no Python
+    branch reads a device value."""
+    xp = _device.get_array_module(total_norm)
+    scale = xp.minimum(xp.asarray(1.0, dtype=total_norm.dtype), max_norm / (total_norm + 1e-6))
+    for g in grads:
+        g *= scale.astype(g.dtype)
+
+
+def get_total_norm(tensors, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """The norm of the tensors joined into one vector (torch.nn.utils.get_total_norm: what clip_grad_norm_
+    computes of the gradients, for clip_grads_with_norm_)."""
+    tensors = [tensors] if isinstance(tensors, Tensor) else [t for t in tensors if t is not None]
+    if not tensors:
+        return Tensor._make(np.zeros((), dtype=np.float32))
+    total = _total_norm([t._data for t in tensors], float(norm_type))
+    _check_finite("get_total_norm", total, norm_type, error_if_nonfinite)
+    return Tensor._make(total)
+
+
+def clip_grads_with_norm_(parameters, max_norm, total_norm, foreach=None):
+    """Scale the gradients of `parameters` by min(1, max_norm / (total_norm + 1e-6)) in place (the second half of
+    clip_grad_norm_, with a total norm computed elsewhere, e.g. by get_total_norm across model shards)."""
+    grads = _gradients(parameters, "clip_grads_with_norm_")
+    if grads:
+        total = total_norm._data if isinstance(total_norm, Tensor) else np.asarray(total_norm, dtype=np.float32)
+        _scale(grads, float(max_norm), _device.get_array_module(grads[0]).asarray(total))
 
 
 def clip_grad_value_(parameters, clip_value, foreach=None):

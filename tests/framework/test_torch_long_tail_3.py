@@ -1,0 +1,201 @@
+"""Session 10's additions for real programs, against torch: quantile / nanquantile / nanmedian / cov / corrcoef /
+trapezoid (ops/statistics.py), the RNG state, use_deterministic_algorithms, iinfo / can_cast / promote_types /
+result_type, asarray / empty_strided, float_power, diag_embed, unique_consecutive, inference_mode, and the nn long
+tail of nn/functional/longtail.py (channel_shuffle, alpha_dropout, rrelu, lp_pool, the margin losses, pdist), and
+nn.utils.get_total_norm / clip_grads_with_norm_. Values and gradients in float64."""
+import numpy as np
+import pytest
+import torch
+
+import minidl
+
+RNG = np.random.default_rng(0)
+
+
+def _compare(fn, *arrays, ints=(), rtol=1e-10, atol=1e-12):
+    """fn(lib, *tensors) -> a tensor or tuple of tensors; values and the gradients of a weighted sum must agree."""
+    got = []
+    for lib in (minidl, torch):
+        ts = [lib.tensor(a, requires_grad=i not in ints) for i, a in enumerate(arrays)]
+        outs = fn(lib, *ts)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        loss = 0
+        for k, o in enumerate(outs):
+            if o.is_floating_point():
+                w = lib.tensor(np.random.default_rng(k + 5).standard_normal(tuple(o.shape)))
+                loss = loss + (o * w).nansum()
+        if len(ints) < len(arrays):
+            loss.backward()
+        got.append([o.detach().numpy() for o in outs] + [t.grad.numpy() for i, t in enumerate(ts) if i not in ints])
+    for ours, theirs in zip(*got):
+        assert ours.shape == theirs.shape
+        np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=atol, equal_nan=True)
+
+
+A = RNG.standard_normal((4, 7))
+
+
+@pytest.mark.parametrize("interpolation", ["linear", "lower", "higher", "midpoint", "nearest"])
+def test_quantile_matches_torch(interpolation):
+    _compare(lambda lib, t: lib.quantile(t, 0.3, dim=1, interpolation=interpolation), A)
+    _compare(lambda lib, t: t.quantile(lib.tensor([0.1, 0.5, 0.9], dtype=lib.float64), dim=0, keepdim=True,
+                                       interpolation=interpolation), A)
+    _compare(lambda lib, t: lib.quantile(t, lib.tensor([0.25, 0.75], dtype=lib.float64), keepdim=True,
+                                         interpolation=interpolation), A)
+
+
+def test_nan_aware_statistics_match_torch():
+    a = A.copy()
+    a[1, 3] = np.nan
+    a[2, :] = np.nan
+    for lib_fn in (lambda lib, t: lib.quantile(t, 0.5, dim=1), lambda lib, t: lib.nanquantile(t, 0.4, dim=1),
+                   lambda lib, t: lib.nanmedian(t), lambda lib, t: lib.nanmedian(t, dim=1).values):
+        _compare(lib_fn, a, ints=(0,))
+
+
+def test_cov_corrcoef_trapezoid_match_torch():
+    w = (lambda lib: lib.tensor([1, 2, 1, 3, 1, 1, 2]), lambda lib: lib.tensor(np.linspace(0.5, 1.5, 7)))
+    _compare(lambda lib, t: lib.cov(t), A)
+    _compare(lambda lib, t: lib.cov(t, correction=0), A)
+    _compare(lambda lib, t: lib.cov(t, fweights=w[0](lib), aweights=w[1](lib)), A)
+    _compare(lambda lib, t: t.corrcoef(), A)
+    _compare(lambda lib, t: lib.cov(t[0]), A)
+    x = np.cumsum(np.abs(RNG.standard_normal(7)))
+    _compare(lambda lib, t: lib.trapezoid(t), A)
+    _compare(lambda lib, t: lib.trapezoid(t, dx=0.5, dim=0), A)
+    _compare(lambda lib, t: lib.trapezoid(t, lib.tensor(x)), A)
+    _compare(lambda lib, t: lib.cumulative_trapezoid(t, lib.tensor(x)), A)
+
+
+def test_rng_state_restores_the_draws():
+    minidl.manual_seed(3)
+    state = minidl.get_rng_state()
+    first = [minidl.rand(4).tolist(), minidl.randn(2, 2).tolist(), minidl.randint(0, 9, (5,)).tolist()]
+    minidl.rand(10)
+    minidl.set_rng_state(state)
+    again = [minidl.rand(4).tolist(), minidl.randn(2, 2).tolist(), minidl.randint(0, 9, (5,)).tolist()]
+    assert first == again and state.dtype == minidl.uint8
+    with pytest.raises(RuntimeError, match="set_rng_state: not a state minidl.get_rng_state\\(\\) returned"):
+        minidl.set_rng_state(torch.get_rng_state().numpy())
+
+
+def test_deterministic_flags_and_dtype_helpers():
+    try:
+        minidl.use_deterministic_algorithms(True, warn_only=True)
+        assert minidl.are_deterministic_algorithms_enabled() and minidl.is_deterministic_algorithms_warn_only_enabled()
+        assert minidl.backends.cudnn.deterministic
+    finally:
+        minidl.use_deterministic_algorithms(False)
+    assert not minidl.backends.cudnn.deterministic
+    for name in ("int8", "int32", "int64", "uint8"):
+        ours, theirs = minidl.iinfo(getattr(minidl, name)), torch.iinfo(getattr(torch, name))
+        assert (ours.min, ours.max, ours.bits) == (theirs.min, theirs.max, theirs.bits)
+    kinds = ["bool", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+    for a in kinds:
+        for b in kinds:
+            ma, mb, ta, tb = (getattr(minidl, a if a != "bool" else "bool_"), getattr(minidl, b if b != "bool" else "bool_"),
+                              getattr(torch, a), getattr(torch, b))
+            assert minidl.can_cast(ma, mb) == torch.can_cast(ta, tb), (a, b)
+            assert str(minidl.promote_types(ma, mb)).replace("bool", "bool") == str(torch.promote_types(ta, tb)).replace(
+                "torch.", ""), (a, b)
+    assert str(minidl.result_type(minidl.tensor([1, 2]), 1.0)) == "float32"
+    assert str(minidl.result_type(minidl.tensor([1.0], dtype=minidl.float16), minidl.tensor(2.0))) == "float16"
+
+
+def test_creation_helpers_float_power_diag_embed_unique_consecutive():
+    t = minidl.tensor([1.0, 2.0])
+    assert minidl.asarray(t)._data is t._data and minidl.asarray(t, copy=True)._data is not t._data
+    assert minidl.asarray([1, 2], dtype=minidl.float32, requires_grad=True).requires_grad
+    assert minidl.empty_strided((2, 3), (3, 1)).shape == (2, 3)
+    _compare(lambda lib, a, b: lib.float_power(a, b), np.abs(A) + 0.1, A)
+    assert minidl.float_power(minidl.tensor([2, 3]), 2).dtype == minidl.float64
+    v = RNG.standard_normal((2, 3))
+    for offset, d1, d2 in [(0, -2, -1), (1, -2, -1), (-1, -1, -2), (0, 0, 2), (2, 1, 0)]:
+        _compare(lambda lib, a: lib.diag_embed(a, offset, d1, d2), v)
+    u = [1, 1, 2, 2, 3, 1, 1, 2]
+    ours = minidl.unique_consecutive(minidl.tensor(u), return_inverse=True, return_counts=True)
+    theirs = torch.unique_consecutive(torch.tensor(u), return_inverse=True, return_counts=True)
+    assert [o.tolist() for o in ours] == [t.tolist() for t in theirs]
+
+
+def test_inference_mode():
+    assert not minidl.is_inference_mode_enabled()
+    with minidl.inference_mode():
+        assert minidl.is_inference_mode_enabled() and not minidl.is_grad_enabled()
+        with minidl.inference_mode(False):
+            assert not minidl.is_inference_mode_enabled()
+
+    @minidl.inference_mode()
+    def f():
+        return minidl.is_inference_mode_enabled()
+
+    @minidl.inference_mode
+    def g():
+        return (minidl.ones(2, requires_grad=True) * 2).requires_grad
+
+    assert f() and g() is False and minidl.is_grad_enabled() and not minidl.is_inference_mode_enabled()
+
+
+X4 = RNG.standard_normal((2, 6, 3, 3))
+
+
+def test_nn_long_tail_matches_torch():
+    _compare(lambda lib, a: lib.nn.functional.channel_shuffle(a, 3), X4)
+    _compare(lambda lib, a: lib.nn.ChannelShuffle(2)(a), X4)
+    _compare(lambda lib, a: lib.nn.Softmax2d()(a), X4)
+    _compare(lambda lib, a: lib.nn.functional.rrelu(a, 0.1, 0.3), X4)
+    _compare(lambda lib, a: lib.nn.functional.lp_pool2d(a, 2, 2, 1), np.abs(X4) + 0.1)
+    _compare(lambda lib, a: lib.nn.LPPool2d(3, (2, 3), 1)(a), np.abs(X4) + 0.1)
+    _compare(lambda lib, a: lib.nn.LPPool1d(2, 3, 2)(a), np.abs(RNG.standard_normal((2, 3, 9))) + 0.1)
+    for p in (1.0, 2.0, 3.0):
+        _compare(lambda lib, a: lib.nn.functional.pdist(a, p), RNG.standard_normal((5, 3)))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_margin_losses_match_torch(reduction):
+    x, t = RNG.standard_normal((5, 4)), np.array([0, 3, 1, 1, 2])
+    for p in (1, 2):
+        _compare(lambda lib, a, b: lib.nn.functional.multi_margin_loss(a, b, p=p, margin=0.7, reduction=reduction),
+                 x, t, ints=(1,))
+    _compare(lambda lib, a, b: lib.nn.MultiMarginLoss(weight=lib.tensor([1.0, 2.0, 0.5, 1.5], dtype=lib.float64),
+                                                          reduction=reduction)(a, b),
+             x, t, ints=(1,))
+    labels = np.array([[3, 0, -1, 1], [0, 1, 2, 3], [1, -1, 0, 0], [2, 2, -1, 0], [-1, 0, 0, 0]])
+    _compare(lambda lib, a, b: lib.nn.MultiLabelMarginLoss(reduction=reduction)(a, b), x, labels, ints=(1,))
+    a, p, n = (RNG.standard_normal((4, 5)) for _ in range(3))
+    _compare(lambda lib, u, v, w: lib.nn.functional.triplet_margin_with_distance_loss(u, v, w, reduction=reduction),
+             a, p, n)
+    _compare(lambda lib, u, v, w: lib.nn.TripletMarginWithDistanceLoss(
+        distance_function=lambda s, q: 1 - lib.nn.functional.cosine_similarity(s, q), swap=True, margin=0.5,
+        reduction=reduction)(u, v, w), a, p, n)
+
+
+def test_alpha_dropout_keeps_selu_statistics():
+    minidl.manual_seed(0)
+    y = minidl.nn.functional.selu(minidl.randn(200000, dtype=minidl.float64))
+    z = minidl.nn.AlphaDropout(0.2).train()(y)
+    assert abs(float(z.mean())) < 0.01 and abs(float(z.std()) - 1) < 0.01
+    assert (z == -1.7580993408473766 * 0).sum().item() < 10   # dropped units are not zeros
+    assert minidl.nn.AlphaDropout(0.2).eval()(y) is y
+    f = minidl.nn.FeatureAlphaDropout(0.5).train()(minidl.randn(4, 8, 3, 3))
+    per_channel = f.reshape(4, 8, 9)
+    assert bool(((per_channel - per_channel[..., :1]).abs().amax(-1) > 0).any())   # values vary inside a channel
+    r = minidl.nn.RReLU(0.1, 0.3).train()(minidl.full((1000,), -1.0))
+    assert -0.3 <= float(r.min()) < float(r.max()) <= -0.1
+
+
+def test_total_norm_and_clipping_with_it_match_torch():
+    grads = [RNG.standard_normal(s) for s in ((3, 4), (5,), (2, 2, 2))]
+    for p in (2.0, 1.0, float("inf"), 3.0):
+        ours = minidl.nn.utils.get_total_norm([minidl.tensor(g) for g in grads], p)
+        theirs = torch.nn.utils.get_total_norm([torch.tensor(g) for g in grads], p)
+        assert float(ours) == pytest.approx(float(theirs), rel=1e-12)
+    results = []
+    for lib in (minidl, torch):
+        params = [lib.nn.Parameter(lib.tensor(np.zeros_like(g))) for g in grads]
+        for param, g in zip(params, grads):
+            param.grad = lib.tensor(g.copy())
+        lib.nn.utils.clip_grads_with_norm_(params, 1.0, lib.nn.utils.get_total_norm([q.grad for q in params]))
+        results.append([q.grad.numpy() for q in params])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
