@@ -191,6 +191,12 @@ def test_session_10_long_tail_on_the_gpu():
     _both(lambda s: F.pdist(s), RNG.standard_normal((5, 3)))
     u = minidl.tensor([1, 1, 2, 2, 3, 1], device="cuda").unique_consecutive(return_counts=True)
     assert [v.tolist() for v in u] == [[1, 2, 3, 1], [2, 2, 1, 1]]
+    # float64 through the families whose kernels are float32 / 16-bit only (the reference on host copies)
+    _both(lambda s: (F.leaky_relu(s, 0.2), s.tanh(), F.gelu(s), F.max_pool2d(s, 2), F.avg_pool2d(s, 3, 1, 1)), x4)
+    minidl.manual_seed(0)
+    d = F.dropout(minidl.ones(10000, dtype=minidl.float64, device="cuda"), 0.3)
+    assert d.dtype == minidl.float64 and abs(float((d > 0).double().mean()) - 0.7) < 0.02
+    assert set(np.unique(d.cpu().numpy()).round(6)) <= {0.0, round(1 / 0.7, 6)}
     grads = [minidl.tensor(RNG.standard_normal(s), device="cuda") for s in ((3, 4), (5,))]
     total = minidl.nn.utils.get_total_norm(grads)
     assert total.device.type == "cuda"

@@ -40,6 +40,17 @@ def as_kernel_input(op: str, a):
     return contiguous(a)
 
 
+def on_host(fn, *args, out=None, **kwargs):
+    """fn (the family's NumPy reference) on host copies of the CuPy arrays among args, its result back on the
+    device, blended into `out` when given: the float64 path of the families whose kernels are float32 and 16-bit
+    only (correct, not fast: float64 models on the GPU, gradient checks, physics-informed networks)."""
+    host = [cupy.asnumpy(a) if isinstance(a, cupy.ndarray) else a for a in args]
+    if out is None:
+        return cupy.asarray(fn(*host, **kwargs))
+    out[...] = cupy.asarray(fn(*host, out=cupy.asnumpy(out), **kwargs))
+    return out
+
+
 def as_storage_input(op: str, a):
     """A C-contiguous CuPy array of float32, float16 or bfloat16 (STORAGE_KINDS), for the kernels templated on
     the data's storage (copied only if it is not one already)."""

@@ -10,7 +10,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, is_aligned, kernel_output
+from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, as_kernel_input, contiguous, finish, grid_stride_blocks, is_aligned, kernel_output, on_host
 
 # Mode numbers of kernels/activation.cu (#define ACT_*).
 MODES = {"relu": 0, "leaky_relu": 1, "elu": 2, "clipped_relu": 3, "sigmoid": 4, "tanh": 5, "gelu": 6,
@@ -39,6 +39,9 @@ def _mode_and_coef(desc):
 def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
     """y = alpha * f(x) + beta * out, any shape; x float32 on the GPU (float16/bfloat16: activation_forward_half,
     alpha = 1, beta = 0, no out)."""
+    if x.dtype == np.float64:   # no float64 kernel: the NumPy reference on host copies
+        from ..cpu import activation as reference
+        return on_host(reference.activation_forward, x, desc, alpha=alpha, beta=beta, out=out)
     mode, coef = _mode_and_coef(desc)
     if x.dtype in _HALF_KINDS:
         x = contiguous(x)
@@ -87,6 +90,9 @@ def activation_backward(x, y, dy, desc, *, alpha=1.0, beta=0.0, out=None):
     """dx = alpha * dy * f'(x) + beta * out. sigmoid/tanh read y (x may be None); the others read x
     (y may be None; elu then recomputes it)."""
     op = "activation_backward"
+    if dy.dtype == np.float64:
+        from ..cpu import activation as reference
+        return on_host(reference.activation_backward, x, y, dy, desc, alpha=alpha, beta=beta, out=out)
     if dy.dtype in _HALF_KINDS:
         mode, coef = _mode_and_coef(desc)
         if desc.mode in GRADIENT_FROM_Y and y is not None:

@@ -11,7 +11,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, as_kernel_input, contiguous, grid_stride_blocks, is_aligned, null_pointer
+from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, as_kernel_input, contiguous, grid_stride_blocks, is_aligned, null_pointer, on_host
 
 
 def _threshold_and_scale(p: float):
@@ -58,11 +58,17 @@ def _launch(name, a, p, seed, offset):
 def dropout_forward(x, p, seed, *, offset=0):
     """y = x * mask / (1 - p); the mask of element i is Philox4x32-10(seed, offset + i). `seed` is an
     int, or a (2,) uint64 CuPy array (seed, base offset) read by the kernel."""
+    if x.dtype == np.float64:   # no float64 kernel: the NumPy reference (the same Philox masks) on host copies
+        from ..cpu import dropout as reference
+        return on_host(reference.dropout_forward, x, p, seed, offset=offset)
     return _launch("dropout_forward", x, p, seed, offset)
 
 
 def dropout_backward(dy, p, seed, *, offset=0):
     """dx = dy * mask / (1 - p), with the mask regenerated from (seed, offset)."""
+    if dy.dtype == np.float64:
+        from ..cpu import dropout as reference
+        return on_host(reference.dropout_backward, dy, p, seed, offset=offset)
     return _launch("dropout_backward", dy, p, seed, offset)
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._compile import get_kernel, get_template_kernel
 from ._launch import HALF_KINDS, STORAGE_KINDS, THREADS, as_kernel_input, as_storage_input, finish, \
-    grid_stride_blocks, is_aligned, kernel_output
+    grid_stride_blocks, is_aligned, kernel_output, on_host
 
 MODES = {"max": 0, "avg_include_pad": 1, "avg_exclude_pad": 2}
 
@@ -107,6 +107,9 @@ def _launch_k2s2(name, arrays, target, x_shape, y_shape, mode, alpha, beta):
 def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """y (pooling_output_shape) from x (N, C, *spatial) or (N, *spatial, C)."""
     op = "pooling_forward"
+    if x.dtype == np.float64:   # no float64 kernel: the NumPy reference on host copies
+        from ..cpu import pooling as reference
+        return on_host(reference.pooling_forward, x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
     y_shape = pooling_output_shape(x.shape, desc, layout)
     x, target, original = _data_and_output(op, x, out, y_shape, beta)
     if uses_k2s2(x.shape, y_shape, desc, layout, arrays=(x, target)):
@@ -123,6 +126,9 @@ def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=
     op = "pooling_backward"
     if dy.dtype != x.dtype:
         raise TypeError(f"{op}: dy is {dy.dtype} but x is {x.dtype}")
+    if x.dtype == np.float64:
+        from ..cpu import pooling as reference
+        return on_host(reference.pooling_backward, x, y, dy, desc, layout=layout, alpha=alpha, beta=beta, out=out)
     dy = as_storage_input(op, dy) if dy.dtype in HALF_KINDS and out is None else as_kernel_input(op, dy)
     x, target, original = _data_and_output(op, x, out, x.shape, beta, dy)
     if uses_k2s2(x.shape, dy.shape, desc, layout, backward=True, arrays=(x, dy, target)):
