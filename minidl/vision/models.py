@@ -1,10 +1,14 @@
 """torchvision.models' classic architectures, built from minidl.nn with torchvision's module names, so that
 their state dicts have torchvision's keys and shapes (a torchvision checkpoint loads into them):
 
-    resnet18, resnet34, resnet50       ResNet (He et al. 2015): BasicBlock / Bottleneck stages
-    vgg11, vgg16 (and *_bn)            VGG (Simonyan & Zisserman 2014)
+    resnet18 ... resnet152             ResNet (He et al. 2015): BasicBlock / Bottleneck stages
+    resnext50_32x4d, resnext101_32x8d  ResNeXt (Xie et al. 2017): grouped 3x3 convolutions in the bottleneck
+    wide_resnet50_2, wide_resnet101_2  Wide ResNet (Zagoruyko & Komodakis 2016): twice the bottleneck width
+    vgg11, vgg13, vgg16, vgg19 (+ _bn) VGG (Simonyan & Zisserman 2014)
     alexnet                            AlexNet (Krizhevsky et al. 2012), torchvision's variant
     mobilenet_v2                       MobileNetV2 (Sandler et al. 2018): inverted residuals, depthwise convs
+    vit_b_16, vit_b_32, vit_l_16,      the Vision Transformer (Dosovitskiy et al. 2020): patches by a strided
+    vit_l_32, vit_h_14                 convolution, a class token, nn.MultiheadAttention encoder blocks
 
 Pretrained weights are not included: torchvision downloads them from the internet, minidl never does for
 weights. `weights=None` (the default) builds a freshly initialised model, initialised as torchvision does;
@@ -12,13 +16,17 @@ any other `weights=` (or `pretrained=True`) raises a clear error saying how to l
 """
 from __future__ import annotations
 
-
+import math
+from collections import OrderedDict
 
 from .. import nn
 from ..nn import init
+from ..ops.creation import zeros
 
-__all__ = ["ResNet", "BasicBlock", "Bottleneck", "resnet18", "resnet34", "resnet50", "VGG", "vgg11", "vgg11_bn",
-           "vgg16", "vgg16_bn", "AlexNet", "alexnet", "MobileNetV2", "mobilenet_v2"]
+__all__ = ["ResNet", "BasicBlock", "Bottleneck", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+           "resnext50_32x4d", "resnext101_32x8d", "wide_resnet50_2", "wide_resnet101_2", "VGG", "vgg11", "vgg11_bn",
+           "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn", "AlexNet", "alexnet", "MobileNetV2",
+           "mobilenet_v2", "VisionTransformer", "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14"]
 
 
 def _no_pretrained(name, weights, kwargs):
@@ -56,8 +64,10 @@ def _init_conv_bn_linear(model):
 class BasicBlock(nn.Module):
     expansion = 1
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
+    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64):
         super().__init__()
+        if groups != 1 or base_width != 64:
+            raise ValueError("BasicBlock only supports groups=1 and base_width=64 (as torchvision's)")
         self.conv1 = nn.Conv2d(inplanes, planes, 3, stride=stride, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(planes)
         self.relu = nn.ReLU(inplace=True)
@@ -76,13 +86,14 @@ class BasicBlock(nn.Module):
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
+    def __init__(self, inplanes, planes, stride=1, downsample=None, groups=1, base_width=64):
         super().__init__()
-        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, planes * self.expansion, 1, bias=False)
+        width = int(planes * (base_width / 64.0)) * groups   # (ResNeXt's grouped and Wide ResNet's wider 3x3)
+        self.conv1 = nn.Conv2d(inplanes, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(planes * self.expansion)
         self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
@@ -97,9 +108,9 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, block, layers, num_classes=1000, zero_init_residual=False):
+    def __init__(self, block, layers, num_classes=1000, zero_init_residual=False, groups=1, width_per_group=64):
         super().__init__()
-        self.inplanes = 64
+        self.inplanes, self.groups, self.base_width = 64, groups, width_per_group
         self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
         self.relu = nn.ReLU(inplace=True)
@@ -127,9 +138,10 @@ class ResNet(nn.Module):
         if stride != 1 or self.inplanes != planes * block.expansion:
             downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride=stride, bias=False),
                                        nn.BatchNorm2d(planes * block.expansion))
-        layers = [block(self.inplanes, planes, stride, downsample)]
+        shape = dict(groups=self.groups, base_width=self.base_width)
+        layers = [block(self.inplanes, planes, stride, downsample, **shape)]
         self.inplanes = planes * block.expansion
-        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        layers += [block(self.inplanes, planes, **shape) for _ in range(1, blocks)]
         return nn.Sequential(*layers)
 
     def forward(self, x):
@@ -150,13 +162,46 @@ def resnet50(*, weights=None, **kwargs):
     return ResNet(Bottleneck, [3, 4, 6, 3], **_no_pretrained("resnet50", weights, kwargs))
 
 
+def resnet101(*, weights=None, **kwargs):
+    return ResNet(Bottleneck, [3, 4, 23, 3], **_no_pretrained("resnet101", weights, kwargs))
+
+
+def resnet152(*, weights=None, **kwargs):
+    return ResNet(Bottleneck, [3, 8, 36, 3], **_no_pretrained("resnet152", weights, kwargs))
+
+
+def _resnet_shaped(name, layers, groups, width, weights, kwargs):
+    kwargs = _no_pretrained(name, weights, kwargs)
+    kwargs.setdefault("groups", groups)
+    kwargs.setdefault("width_per_group", width)
+    return ResNet(Bottleneck, layers, **kwargs)
+
+
+def resnext50_32x4d(*, weights=None, **kwargs):
+    return _resnet_shaped("resnext50_32x4d", [3, 4, 6, 3], 32, 4, weights, kwargs)
+
+
+def resnext101_32x8d(*, weights=None, **kwargs):
+    return _resnet_shaped("resnext101_32x8d", [3, 4, 23, 3], 32, 8, weights, kwargs)
+
+
+def wide_resnet50_2(*, weights=None, **kwargs):
+    return _resnet_shaped("wide_resnet50_2", [3, 4, 6, 3], 1, 128, weights, kwargs)
+
+
+def wide_resnet101_2(*, weights=None, **kwargs):
+    return _resnet_shaped("wide_resnet101_2", [3, 4, 23, 3], 1, 128, weights, kwargs)
+
+
 # ------------------------------------------------------------------------------------------------
 # VGG and AlexNet
 # ------------------------------------------------------------------------------------------------
 
 _VGG_CFGS = {
     "A": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "B": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     "D": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+    "E": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M", 512, 512, 512, 512, "M"],
 }
 
 
@@ -202,12 +247,28 @@ def vgg11_bn(*, weights=None, **kwargs):
     return _vgg("vgg11_bn", "A", True, weights, kwargs)
 
 
+def vgg13(*, weights=None, **kwargs):
+    return _vgg("vgg13", "B", False, weights, kwargs)
+
+
+def vgg13_bn(*, weights=None, **kwargs):
+    return _vgg("vgg13_bn", "B", True, weights, kwargs)
+
+
 def vgg16(*, weights=None, **kwargs):
     return _vgg("vgg16", "D", False, weights, kwargs)
 
 
 def vgg16_bn(*, weights=None, **kwargs):
     return _vgg("vgg16_bn", "D", True, weights, kwargs)
+
+
+def vgg19(*, weights=None, **kwargs):
+    return _vgg("vgg19", "E", False, weights, kwargs)
+
+
+def vgg19_bn(*, weights=None, **kwargs):
+    return _vgg("vgg19_bn", "E", True, weights, kwargs)
 
 
 class AlexNet(nn.Module):
@@ -294,6 +355,134 @@ class MobileNetV2(nn.Module):
 
 def mobilenet_v2(*, weights=None, **kwargs):
     return MobileNetV2(**_no_pretrained("mobilenet_v2", weights, kwargs))
+
+
+# ------------------------------------------------------------------------------------------------
+# Vision Transformer
+# ------------------------------------------------------------------------------------------------
+
+
+class MLPBlock(nn.Sequential):
+    """Linear, GELU, Dropout, Linear, Dropout (torchvision.ops.MLP as the ViT uses it: keys mlp.0 and mlp.3)."""
+
+    def __init__(self, in_dim, mlp_dim, dropout):
+        super().__init__(nn.Linear(in_dim, mlp_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(mlp_dim, in_dim),
+                         nn.Dropout(dropout))
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                init.xavier_uniform_(m.weight)
+                init.normal_(m.bias, std=1e-6)
+
+
+class EncoderBlock(nn.Module):
+    """x + attention(ln_1(x)), then + mlp(ln_2(.)) (pre-norm)."""
+
+    def __init__(self, num_heads, hidden_dim, mlp_dim, dropout, attention_dropout):
+        super().__init__()
+        self.num_heads = num_heads
+        self.ln_1 = nn.LayerNorm(hidden_dim, eps=1e-6)
+        self.self_attention = nn.MultiheadAttention(hidden_dim, num_heads, dropout=attention_dropout, batch_first=True)
+        self.dropout = nn.Dropout(dropout)
+        self.ln_2 = nn.LayerNorm(hidden_dim, eps=1e-6)
+        self.mlp = MLPBlock(hidden_dim, mlp_dim, dropout)
+
+    def forward(self, input):
+        if input.ndim != 3:
+            raise ValueError(f"EncoderBlock: expected (batch_size, seq_length, hidden_dim), got {tuple(input.shape)}")
+        x = self.ln_1(input)
+        x, _ = self.self_attention(x, x, x, need_weights=False)
+        x = self.dropout(x) + input
+        return x + self.mlp(self.ln_2(x))
+
+
+class Encoder(nn.Module):
+    def __init__(self, seq_length, num_layers, num_heads, hidden_dim, mlp_dim, dropout, attention_dropout):
+        super().__init__()
+        self.pos_embedding = nn.Parameter(zeros(1, seq_length, hidden_dim))
+        init.normal_(self.pos_embedding, std=0.02)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.Sequential(OrderedDict(
+            (f"encoder_layer_{i}", EncoderBlock(num_heads, hidden_dim, mlp_dim, dropout, attention_dropout))
+            for i in range(num_layers)))
+        self.ln = nn.LayerNorm(hidden_dim, eps=1e-6)
+
+    def forward(self, input):
+        return self.ln(self.layers(self.dropout(input + self.pos_embedding)))
+
+
+class VisionTransformer(nn.Module):
+    """torchvision.models.VisionTransformer: image -> (patches by a patch_size-strided convolution) -> a class token
+    and position embeddings -> the encoder -> the class token's features -> heads."""
+
+    def __init__(self, image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, dropout=0.0,
+                 attention_dropout=0.0, num_classes=1000, representation_size=None):
+        super().__init__()
+        if image_size % patch_size:
+            raise ValueError(f"VisionTransformer: input shape indivisible by patch size ({image_size}, {patch_size})")
+        self.image_size, self.patch_size, self.hidden_dim = image_size, patch_size, hidden_dim
+        self.mlp_dim, self.attention_dropout, self.dropout = mlp_dim, attention_dropout, dropout
+        self.num_classes, self.representation_size = num_classes, representation_size
+        self.conv_proj = nn.Conv2d(3, hidden_dim, kernel_size=patch_size, stride=patch_size)
+        seq_length = (image_size // patch_size) ** 2 + 1   # (+ the class token)
+        self.class_token = nn.Parameter(zeros(1, 1, hidden_dim))
+        self.encoder = Encoder(seq_length, num_layers, num_heads, hidden_dim, mlp_dim, dropout, attention_dropout)
+        self.seq_length = seq_length
+        heads = OrderedDict()
+        if representation_size is None:
+            heads["head"] = nn.Linear(hidden_dim, num_classes)
+        else:
+            heads["pre_logits"] = nn.Linear(hidden_dim, representation_size)
+            heads["act"] = nn.Tanh()
+            heads["head"] = nn.Linear(representation_size, num_classes)
+        self.heads = nn.Sequential(heads)
+        fan_in = 3 * patch_size * patch_size
+        init.trunc_normal_(self.conv_proj.weight, std=math.sqrt(1 / fan_in))
+        init.zeros_(self.conv_proj.bias)
+        if representation_size is not None:
+            init.trunc_normal_(self.heads.pre_logits.weight, std=math.sqrt(1 / hidden_dim))
+            init.zeros_(self.heads.pre_logits.bias)
+        init.zeros_(self.heads.head.weight)
+        init.zeros_(self.heads.head.bias)
+
+    def _process_input(self, x):
+        n, _, h, w = x.shape
+        if h != self.image_size or w != self.image_size:
+            raise ValueError(f"VisionTransformer: wrong image size: expected {self.image_size}, got {h} x {w}")
+        x = self.conv_proj(x)                                   # (n, hidden_dim, h / p, w / p)
+        return x.reshape(n, self.hidden_dim, -1).permute(0, 2, 1)
+
+    def forward(self, x):
+        x = self._process_input(x)
+        from ..ops.joining import cat
+
+        x = cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.heads(self.encoder(x)[:, 0])
+
+
+def _vit(name, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, weights, kwargs):
+    kwargs = _no_pretrained(name, weights, kwargs)
+    image_size = kwargs.pop("image_size", 224)
+    return VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, **kwargs)
+
+
+def vit_b_16(*, weights=None, **kwargs):
+    return _vit("vit_b_16", 16, 12, 12, 768, 3072, weights, kwargs)
+
+
+def vit_b_32(*, weights=None, **kwargs):
+    return _vit("vit_b_32", 32, 12, 12, 768, 3072, weights, kwargs)
+
+
+def vit_l_16(*, weights=None, **kwargs):
+    return _vit("vit_l_16", 16, 24, 16, 1024, 4096, weights, kwargs)
+
+
+def vit_l_32(*, weights=None, **kwargs):
+    return _vit("vit_l_32", 32, 24, 16, 1024, 4096, weights, kwargs)
+
+
+def vit_h_14(*, weights=None, **kwargs):
+    return _vit("vit_h_14", 14, 32, 16, 1280, 5120, weights, kwargs)
 
 
 def __getattr__(name):

@@ -375,7 +375,8 @@ def test_runner_names_the_line_where_a_missing_name_is_used(tmp_path):
 # Parameter counts of torchvision's models (torchvision's documentation), the check that the architectures
 # and their state-dict names are torchvision's.
 TORCHVISION_PARAMS = {"resnet18": 11689512, "resnet34": 21797672, "resnet50": 25557032, "mobilenet_v2": 3504872,
-                      "alexnet": 61100840, "vgg11": 132863336}
+                      "alexnet": 61100840, "vgg11": 132863336, "resnet101": 44549160, "resnext50_32x4d": 25028904,
+                      "wide_resnet50_2": 68883240, "vit_b_16": 86567656, "vit_b_32": 88224232}
 
 
 @pytest.mark.parametrize("name", list(TORCHVISION_PARAMS))
@@ -385,9 +386,14 @@ def test_torchvision_models_have_torchvisions_parameters(name):
     model = getattr(models, name)()
     assert sum(p.numel() for p in model.parameters()) == TORCHVISION_PARAMS[name]
     keys = list(model.state_dict())
-    first = {"resnet18": "conv1.weight", "resnet34": "conv1.weight", "resnet50": "conv1.weight",
-             "mobilenet_v2": "features.0.0.weight", "alexnet": "features.0.weight", "vgg11": "features.0.weight"}
-    assert keys[0] == first[name]
+    first = {"mobilenet_v2": "features.0.0.weight", "alexnet": "features.0.weight", "vgg11": "features.0.weight",
+             "vit_b_16": "class_token", "vit_b_32": "class_token"}
+    assert keys[0] == first.get(name, "conv1.weight")
+    if name.startswith("vit"):   # torchvision's names for the encoder blocks (a torchvision checkpoint loads)
+        assert keys[1:4] == ["conv_proj.weight", "conv_proj.bias", "encoder.pos_embedding"]
+        assert "encoder.layers.encoder_layer_11.self_attention.in_proj_weight" in keys
+        assert {"encoder.layers.encoder_layer_0.mlp.0.weight", "encoder.layers.encoder_layer_0.mlp.3.bias",
+                "encoder.ln.weight", "heads.head.weight"} <= set(keys)
     with pytest.raises(ValueError, match="no pretrained weights"):
         getattr(models, name)(weights="DEFAULT")
 
@@ -408,6 +414,27 @@ def test_torchvision_models_train_a_step(name):
         opt.step()
         losses.append(float(loss))
     assert losses[-1] < losses[0]
+
+
+def test_a_small_vision_transformer_trains():
+    """torchvision's VisionTransformer at 32x32 (patches of 8, 2 blocks): its loss falls on 4 samples."""
+    from minidl.vision import models
+
+    minidl.manual_seed(0)
+    model = models.VisionTransformer(32, 8, 2, 4, 64, 128, num_classes=4)
+    model.heads.head.weight.data = minidl.randn(4, 64) * 0.02   # (torchvision zero-initialises the head)
+    opt = minidl.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = minidl.randn(4, 3, 32, 32), minidl.tensor([0, 1, 2, 3])
+    losses = []
+    for _ in range(8):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.8 * losses[0], losses
+    with pytest.raises(ValueError, match="wrong image size: expected 32"):
+        model(minidl.randn(1, 3, 16, 16))
 
 
 def test_resnet50_forward_and_backward():
