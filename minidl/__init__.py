@@ -53,6 +53,8 @@ globals().update(ops.FUNCTIONS)
 from . import linalg, special  # noqa: E402,F401  (torch.linalg's most used functions; torch.special's names)
 from . import fft  # noqa: E402,F401  (torch.fft: the discrete Fourier transforms, with gradients)
 from . import hub  # noqa: E402,F401  (torch.hub: load_state_dict_from_url)
+from . import func  # noqa: E402,F401  (torch.func: functional_call, grad, vjp, jacrev, hessian, vmap)
+vmap = func.vmap
 stft, istft = fft.stft, fft.istft
 
 det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet

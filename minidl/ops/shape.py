@@ -48,7 +48,10 @@ class Permute(Function):
         return a.transpose(self.dims)
 
     def backward(self, g):
-        return g.transpose(tuple(np.argsort(self.dims)))
+        inverse = [0] * len(self.dims)
+        for i, d in enumerate(self.dims):
+            inverse[d] = i
+        return g.transpose(inverse)
 
     def backward_graph(self, g):
         return g.permute(*np.argsort(self.dims).tolist())
@@ -166,13 +169,14 @@ def permute(self, *dims):
 
 
 def transpose(self, dim0, dim1):
-    dim0 = normalize_dim(dim0, self.ndim, "transpose")
-    dim1 = normalize_dim(dim1, self.ndim, "transpose")
-    if self.ndim == 0:
+    n = self.ndim
+    dim0 = normalize_dim(dim0, n, "transpose")
+    dim1 = normalize_dim(dim1, n, "transpose")
+    if n == 0:
         return self.reshape(())
-    dims = list(range(self.ndim))
+    dims = list(range(n))
     dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
-    return self.permute(*dims)
+    return Permute.apply(self, dims=tuple(dims))   # (valid by construction: not through permute's checks)
 
 
 def t(self):
