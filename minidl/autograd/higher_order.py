@@ -12,6 +12,8 @@ convolution, pooling, normalisation and recurrent families, the fused attention,
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .function import _check_versions, _topological_order, enable_grad
 
 
@@ -30,9 +32,14 @@ def sum_to(g, shape):
 
 
 def saved_input(fn, i, array):
-    """Input i of fn as a tensor: the one recorded (so gradients flow into it), or a constant of its array."""
+    """Input i of fn as a tensor: the one recorded (so gradients flow into it), or a constant of its array. A Python
+    number the op took (on the GPU wrapped around a NumPy scalar, which would read as a CPU tensor) comes back as
+    the number."""
     t = fn.inputs[i] if i < len(fn.inputs) else None
     if t is not None:
+        data = t._data
+        if isinstance(data, np.generic) and not t.requires_grad:
+            return data.item()
         return t
     from .tensor import Tensor
 

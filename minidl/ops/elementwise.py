@@ -9,6 +9,7 @@ are wrapped, dtypes promoted with torch's rules (_promotion.py) and the shapes c
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -70,6 +71,11 @@ class Sub(Function):
         return sum_to(g, self.shapes[0]), sum_to(-g, self.shapes[1])
 
 
+def _conj_of(x):
+    """A tensor's conjugate (itself when real), or a number as it is (backward_graph's saved scalars)."""
+    return x.conj() if isinstance(x, Tensor) else x
+
+
 def _conj(a):
     """a's complex conjugate, a itself when real: a product's gradient takes the other factor conjugated (torch's
     convention for complex tensors, ops/complexops.py)."""
@@ -89,8 +95,8 @@ class Mul(Function):
 
     def backward_graph(self, g):
         a, b = saved_input(self, 0, self.a), saved_input(self, 1, self.b)
-        return (sum_to(g * b.conj(), self.a.shape) if self.needs_input_grad[0] else None,
-                sum_to(g * a.conj(), self.b.shape) if self.needs_input_grad[1] else None)
+        return (sum_to(g * _conj_of(b), self.a.shape) if self.needs_input_grad[0] else None,
+                sum_to(g * _conj_of(a), self.b.shape) if self.needs_input_grad[1] else None)
 
 
 class Div(Function):
@@ -136,9 +142,9 @@ class Pow(Function):
         a, b = saved_input(self, 0, self.a), saved_input(self, 1, self.b)
         ga = sum_to(g * b * a ** (b - 1), self.a.shape) if self.needs_input_grad[0] else None
         gb = None
-        if self.needs_input_grad[1]:
-            positive = a > 0
-            gb = sum_to(g * (a ** b) * a.where(positive, a.new_ones(())).log(), self.b.shape)
+        if self.needs_input_grad[1]:   # (a may be a number: 2 ** x)
+            log_a = a.where(a > 0, a.new_ones(())).log() if isinstance(a, Tensor) else (math.log(a) if a > 0 else 0.0)
+            gb = sum_to(g * (a ** b) * log_a, self.b.shape)
         return ga, gb
 
 

@@ -129,3 +129,28 @@ def test_functions_without_a_tensor_op_backward_say_so():
         y = F.linear(minidl.randn(2, 3, requires_grad=True), minidl.randn(4, 3, requires_grad=True))
     with pytest.raises(NotImplementedError, match="AutocastLinear"):
         minidl.autograd.grad(y.float().sum(), y.grad_fn.inputs[0], create_graph=True)
+
+
+def test_double_backward_through_python_numbers_as_the_gpu_wraps_them():
+    """On the GPU a Python number beside a tensor is wrapped as a tensor around a NumPy scalar (binary's scalar
+    path); backward_graph takes it as the number (saved_input), not as a CPU tensor. Made here by hand: x^3 * 2 /
+    4 + 1 - 0.5 + 2^x + x^x, second derivative against torch's."""
+    from minidl.autograd.tensor import Tensor
+    from minidl.ops.elementwise import Add, Div, Mul, Pow, Sub
+
+    def wrapped(v):
+        o = Tensor._make(None)
+        o._data = np.float64(v)
+        return o
+
+    x = minidl.tensor([0.5, 1.5, 2.0], dtype=minidl.float64, requires_grad=True)
+    y = Sub.apply(Add.apply(Div.apply(Mul.apply(Pow.apply(x, wrapped(3.0)), wrapped(2.0)), wrapped(4.0)),
+                            wrapped(1.0)), wrapped(0.5)) + Pow.apply(wrapped(2.0), x) + x ** x
+    (g,) = minidl.autograd.grad(y.sum(), x, create_graph=True)
+    (h,) = minidl.autograd.grad(g.sum(), x)
+    tx = torch.tensor([0.5, 1.5, 2.0], dtype=torch.float64, requires_grad=True)
+    ty = tx ** 3 * 2 / 4 + 1 - 0.5 + 2 ** tx + tx ** tx
+    (tg,) = torch.autograd.grad(ty.sum(), tx, create_graph=True)
+    (th,) = torch.autograd.grad(tg.sum(), tx)
+    np.testing.assert_allclose(g.detach().numpy(), tg.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-12)

@@ -117,13 +117,22 @@ def test_in_place_and_noncontiguous_out(cp):
     assert rel_err(cp.asnumpy(out), expected) == 0.0
 
 
-def test_float64_is_refused(cp):
-    from minidl.primitives.cuda.activation import activation_forward
+def test_float64_runs_the_reference_on_host_copies(cp):
+    """No float64 kernel: float64 on the GPU runs the NumPy reference on host copies (cuda/_launch.on_host), in
+    float64, the result on the GPU."""
+    from minidl.primitives.cpu import activation as reference
+    from minidl.primitives.cuda.activation import activation_backward, activation_forward
 
     from minidl.primitives import ActivationDescriptor
 
-    with pytest.raises(TypeError, match="float32"):
-        activation_forward(cp.zeros(4, dtype=cp.float64), ActivationDescriptor("relu"))
+    x = np.linspace(-3, 3, 13)
+    for mode in ("relu", "tanh", "gelu", "leaky_relu"):
+        desc = ActivationDescriptor(mode)
+        y = activation_forward(cp.asarray(x), desc)
+        assert isinstance(y, cp.ndarray) and y.dtype == cp.float64
+        np.testing.assert_array_equal(y.get(), reference.activation_forward(x, desc))
+        dx = activation_backward(cp.asarray(x), y, cp.ones(13), desc)
+        np.testing.assert_array_equal(dx.get(), reference.activation_backward(x, y.get(), np.ones(13), desc))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
