@@ -148,40 +148,33 @@ def corrcoef(input):
     return c.clamp(-1, 1)
 
 
-def trapezoid(y, x=None, *, dx=None, dim=-1):
-    """The integral of y along dim by the trapezoidal rule, over sample points x (a tensor) or spacing dx (1)."""
-    d = normalize_dim(dim, y.ndim, "trapezoid")
+def _trapezoids(op, y, x, dx, dim):
+    """(the areas of the n - 1 trapezoids along dim, dim): the sample points x (a tensor) or the spacing dx (1)."""
+    d = normalize_dim(dim, y.ndim, op)
     n = y.shape[d]
-    if n == 0:
-        return y.sum(d)
-    left, right = y.narrow(d, 0, n - 1), y.narrow(d, 1, n - 1)
+    left, right = y.narrow(d, 0, max(n - 1, 0)), y.narrow(d, 1, max(n - 1, 0))
     if x is None:
-        return (left + right).sum(d) * ((1.0 if dx is None else dx) / 2)
+        return (left + right) * ((1.0 if dx is None else dx) / 2), d
     if x.ndim == 1:
         shape = [1] * y.ndim
         shape[d] = n - 1
         spacing = (x[1:] - x[:-1]).reshape(shape)
     else:
-        xd = normalize_dim(dim, x.ndim, "trapezoid")
+        xd = normalize_dim(dim, x.ndim, op)
         spacing = x.narrow(xd, 1, n - 1) - x.narrow(xd, 0, n - 1)
-    return ((left + right) * spacing).sum(d) / 2
+    return (left + right) * spacing / 2, d
+
+
+def trapezoid(y, x=None, *, dx=None, dim=-1):
+    """The integral of y along dim by the trapezoidal rule, over sample points x (a tensor) or spacing dx (1)."""
+    areas, d = _trapezoids("trapezoid", y, x, dx, dim)
+    return areas.sum(d)
 
 
 def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     """The running integrals of trapezoid (one fewer than the samples along dim)."""
-    d = normalize_dim(dim, y.ndim, "cumulative_trapezoid")
-    n = y.shape[d]
-    left, right = y.narrow(d, 0, max(n - 1, 0)), y.narrow(d, 1, max(n - 1, 0))
-    if x is None:
-        return ((left + right) * ((1.0 if dx is None else dx) / 2)).cumsum(d)
-    if x.ndim == 1:
-        shape = [1] * y.ndim
-        shape[d] = n - 1
-        spacing = (x[1:] - x[:-1]).reshape(shape)
-    else:
-        xd = normalize_dim(dim, x.ndim, "cumulative_trapezoid")
-        spacing = x.narrow(xd, 1, n - 1) - x.narrow(xd, 0, n - 1)
-    return ((left + right) * spacing / 2).cumsum(d)
+    areas, d = _trapezoids("cumulative_trapezoid", y, x, dx, dim)
+    return areas.cumsum(d)
 
 
 __all__ = ["quantile", "nanquantile", "nanmedian", "cov", "corrcoef", "trapezoid", "cumulative_trapezoid"]

@@ -14,6 +14,7 @@ import math
 import numbers
 
 from .lr_scheduler import LambdaLR, LRScheduler, _number
+from .lr_scheduler_sequences import _load_schedulers_state, _schedulers_state
 
 
 def _iters(cls, value) -> int:
@@ -183,16 +184,7 @@ class ChainedScheduler(LRScheduler):
         self._last_lr = [group["lr"] for group in self.optimizer.param_groups]
 
     def state_dict(self):
-        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [scheduler.state_dict() for scheduler in self._schedulers]
-        return state
+        return _schedulers_state(self)
 
     def load_state_dict(self, state_dict):
-        state = dict(state_dict)
-        saved = state.pop("_schedulers", None)
-        if saved is None or len(saved) != len(self._schedulers):
-            raise ValueError(f"ChainedScheduler.load_state_dict: expected the states of {len(self._schedulers)} "
-                             "schedulers under '_schedulers'")
-        self.__dict__.update(state)
-        for scheduler, sub in zip(self._schedulers, saved):
-            scheduler.load_state_dict(sub)
+        _load_schedulers_state(self, state_dict)

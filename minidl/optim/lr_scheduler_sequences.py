@@ -92,19 +92,28 @@ class SequentialLR(LRScheduler):
         self._last_lr = scheduler.get_last_lr()
 
     def state_dict(self):
-        state = {key: value for key, value in self.__dict__.items() if key not in ("optimizer", "_schedulers")}
-        state["_schedulers"] = [scheduler.state_dict() for scheduler in self._schedulers]
-        return state
+        return _schedulers_state(self)
 
     def load_state_dict(self, state_dict):
-        state = dict(state_dict)
-        saved = state.pop("_schedulers", None)
-        if saved is None or len(saved) != len(self._schedulers):
-            raise ValueError(f"SequentialLR.load_state_dict: expected the states of {len(self._schedulers)} "
-                             "schedulers under '_schedulers'")
-        self.__dict__.update(state)
-        for scheduler, sub in zip(self._schedulers, saved):
-            scheduler.load_state_dict(sub)
+        _load_schedulers_state(self, state_dict)
+
+
+def _schedulers_state(owner):
+    """The state of a scheduler made of schedulers (SequentialLR, ChainedScheduler): its own, and theirs."""
+    state = {key: value for key, value in owner.__dict__.items() if key not in ("optimizer", "_schedulers")}
+    state["_schedulers"] = [scheduler.state_dict() for scheduler in owner._schedulers]
+    return state
+
+
+def _load_schedulers_state(owner, state_dict):
+    state = dict(state_dict)
+    saved = state.pop("_schedulers", None)
+    if saved is None or len(saved) != len(owner._schedulers):
+        raise ValueError(f"{type(owner).__name__}.load_state_dict: expected the states of {len(owner._schedulers)} "
+                         "schedulers under '_schedulers'")
+    owner.__dict__.update(state)
+    for scheduler, sub in zip(owner._schedulers, saved):
+        scheduler.load_state_dict(sub)
 
 
 class CosineAnnealingWarmRestarts(LRScheduler):

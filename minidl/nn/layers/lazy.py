@@ -33,7 +33,25 @@ class _Lazy:
         return self.forward(input, *args, **kwargs)
 
 
-class _LazyConv(_Lazy):
+class _LazyConvolution(_Lazy):
+    """What the lazy convolutions and transposed convolutions share: no initialisation before the first input,
+    then the weight made from the input's channels."""
+
+    def reset_parameters(self):
+        if self.in_channels:   # (nothing to initialise before the first input)
+            super().reset_parameters()
+
+    def _materialize(self, input, leading):
+        """A convolution's weight from the input's channels: leading(C) + kernel_size, initialised."""
+        self.in_channels = self._input_channels(input)
+        if self.in_channels % self.groups:
+            raise ValueError(f"{type(self).__name__}: the input's {self.in_channels} channels are not divisible by "
+                             f"groups ({self.groups})")
+        self.weight.data = self.weight.new_empty(leading(self.in_channels) + tuple(self.kernel_size))
+        self.reset_parameters()
+
+
+class _LazyConv(_LazyConvolution):
     def __init__(self, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True,
                  padding_mode="zeros", device=None, dtype=None):
         self.cls_to_become.__init__(self, groups, out_channels, kernel_size, stride, padding, dilation, groups, bias,
@@ -41,21 +59,11 @@ class _LazyConv(_Lazy):
         self.in_channels = 0
         self.weight.data = self.weight.new_empty((out_channels, 0) + tuple(self.kernel_size))
 
-    def reset_parameters(self):
-        if self.in_channels:   # (nothing to initialise before the first input)
-            super().reset_parameters()
-
     def initialize_parameters(self, input):
-        self.in_channels = self._input_channels(input)
-        if self.in_channels % self.groups:
-            raise ValueError(f"{type(self).__name__}: the input's {self.in_channels} channels are not divisible by "
-                             f"groups ({self.groups})")
-        self.weight.data = self.weight.new_empty((self.out_channels, self.in_channels // self.groups)
-                                                 + tuple(self.kernel_size))
-        self.reset_parameters()
+        self._materialize(input, lambda c: (self.out_channels, c // self.groups))
 
 
-class _LazyConvTranspose(_Lazy):
+class _LazyConvTranspose(_LazyConvolution):
     def __init__(self, out_channels, kernel_size, stride=1, padding=0, output_padding=0, groups=1, bias=True,
                  dilation=1, padding_mode="zeros", device=None, dtype=None):
         self.cls_to_become.__init__(self, groups, out_channels, kernel_size, stride, padding, output_padding, groups,
@@ -63,18 +71,8 @@ class _LazyConvTranspose(_Lazy):
         self.in_channels = 0
         self.weight.data = self.weight.new_empty((0, out_channels // groups) + tuple(self.kernel_size))
 
-    def reset_parameters(self):
-        if self.in_channels:
-            super().reset_parameters()
-
     def initialize_parameters(self, input):
-        self.in_channels = self._input_channels(input)
-        if self.in_channels % self.groups:
-            raise ValueError(f"{type(self).__name__}: the input's {self.in_channels} channels are not divisible by "
-                             f"groups ({self.groups})")
-        self.weight.data = self.weight.new_empty((self.in_channels, self.out_channels // self.groups)
-                                                 + tuple(self.kernel_size))
-        self.reset_parameters()
+        self._materialize(input, lambda c: (c, self.out_channels // self.groups))
 
 
 class _LazyNorm(_Lazy):
@@ -91,10 +89,9 @@ class _LazyNorm(_Lazy):
 
 
 def _lazy(name, mixin, base):
-    cls = type(name, (mixin, base), {"cls_to_become": base, "__module__": __name__,
-                                     "__doc__": f"nn.{name}: nn.{base.__name__} with its input channels read from the "
-                                                "first input."})
-    return cls
+    return type(name, (mixin, base), {"cls_to_become": base, "__module__": __name__,
+                                      "__doc__": f"nn.{name}: nn.{base.__name__} with its input channels read from the "
+                                                 "first input."})
 
 
 LazyConv1d, LazyConv2d, LazyConv3d = (_lazy(f"LazyConv{n}d", _LazyConv, b) for n, b in
