@@ -1,10 +1,12 @@
 """minidl.ops: every operation on tensors, grouped by what it computes.
 
-    elementwise  + - * / ** %, comparisons, exp/log/sqrt/abs/clamp/round/sin/cos, where
+    elementwise  + - * / ** %, comparisons, exp/log/sqrt/abs/clamp/round/sin/cos, where (their unary Functions in
+                 unary.py)
     mathops      the long tail of elementwise math (tan, erf, atan2, xlogy, ...) and torch's aliases
     logical      comparisons (== < ..., equal, isclose), logical_and/or/xor/not, bitwise ops, isnan, isin, ...
     reductions   sum, mean, var/std, max/min, amax/amin, argmax, logsumexp, norm, prod, cumsum, ...
     sorting      sort, topk, kthvalue, median, mode, unique, searchsorted
+    statistics   quantile, nanquantile, nanmedian, cov, corrcoef, trapezoid (composed of the others)
     shape        reshape/view, squeeze/unsqueeze, permute/transpose, expand, repeat, flip, roll, tril
     joining      cat, stack, split, chunk, unbind, hstack/vstack
     indexing     t[key], t[key] = v, gather, index_select, masked_fill, scatter, take
