@@ -204,6 +204,11 @@ from minidl.ops import elementwise
 print(tu.python_source(elementwise.Mul))
 
 # %% [markdown]
+# Three details beside the rule itself: `_conj` conjugates a complex factor (for real numbers it does
+# nothing); `mixed` notes a float32 times a 16-bit tensor, whose 16-bit gradient is cast back to its own
+# dtype; and `backward_graph` is the same backward written with tensor operations instead of arrays, which
+# the tape records when you ask for second derivatives (`create_graph=True`, minidl/autograd/higher_order.py).
+#
 # `unbroadcast` is the array version of "sum over paths": if `b` was broadcast (say a bias of
 # shape `(3,)` added to every row of a `(5, 3)` matrix), each element of `b` was used five times,
 # so its gradient is the sum of five gradients.
