@@ -57,33 +57,28 @@ _QUIET = dict(divide="ignore", invalid="ignore")
 
 
 class Log(Function):
+    """log(a); the gradient is 1 / a. Log1p is the same with log1p (accurate for small a) and 1 / (1 + a)."""
+
+    _function, _shift = "log", 0
+
     def forward(self, a):
         self.a = a
         with np.errstate(**_QUIET):
-            return get_array_module(a).log(a)
+            return getattr(get_array_module(a), self._function)(a)
 
     def backward(self, g):
         with np.errstate(**_QUIET):
-            return g / self.a
+            return g / (self.a + self._shift if self._shift else self.a)
 
     def backward_graph(self, g):
-        return g / saved_input(self, 0, self.a)
+        a = saved_input(self, 0, self.a)
+        return g / (a + self._shift if self._shift else a)
 
 
-class Log1p(Function):
+class Log1p(Log):
     """log(1 + a), accurate for small a (not log of a rounded 1 + a); the gradient is 1 / (1 + a)."""
 
-    def forward(self, a):
-        self.a = a
-        with np.errstate(**_QUIET):
-            return get_array_module(a).log1p(a)
-
-    def backward(self, g):
-        with np.errstate(**_QUIET):
-            return g / (1 + self.a)
-
-    def backward_graph(self, g):
-        return g / (1 + saved_input(self, 0, self.a))
+    _function, _shift = "log1p", 1
 
 
 class Sqrt(Function):

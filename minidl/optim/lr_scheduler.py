@@ -346,10 +346,7 @@ class OneCycleLR(LRScheduler):
             base_moms = _per_group("base_momentum", base_momentum, groups)
             if last_epoch == -1:
                 for group, top, low in zip(groups, max_moms, base_moms):
-                    if self.use_beta1:
-                        group["betas"] = (top, *group["betas"][1:])
-                    else:
-                        group["momentum"] = top
+                    _set_momentum(group, top, self.use_beta1)
                     group["max_momentum"] = top
                     group["base_momentum"] = low
         super().__init__(optimizer, last_epoch)
@@ -377,20 +374,25 @@ class OneCycleLR(LRScheduler):
                 start_step = end_step
             lrs.append(lr)
             if self.cycle_momentum:
-                if self.use_beta1:
-                    group["betas"] = (momentum, *group["betas"][1:])
-                else:
-                    group["momentum"] = momentum
+                _set_momentum(group, momentum, self.use_beta1)
         return lrs
 
 
-def _per_group(name, value, groups):
+def _per_group(name, value, groups, cls="OneCycleLR"):
     """One value per parameter group: a list of the right length, or a scalar repeated."""
     if isinstance(value, (list, tuple)):
         if len(value) != len(groups):
-            raise ValueError(f"OneCycleLR: expected {len(groups)} values for {name} (one per group), got {len(value)}")
+            raise ValueError(f"{cls}: expected {len(groups)} values for {name} (one per group), got {len(value)}")
         return list(value)
     return [value] * len(groups)
+
+
+def _set_momentum(group, momentum, use_beta1):
+    """A group's momentum, or Adam's beta1 (the cycling schedules move it opposite to the lr)."""
+    if use_beta1:
+        group["betas"] = (momentum, *group["betas"][1:])
+    else:
+        group["momentum"] = momentum
 
 
 class ReduceLROnPlateau:

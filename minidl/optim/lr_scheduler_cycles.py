@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 
-from .lr_scheduler import LambdaLR, LRScheduler, _number
+from .lr_scheduler import LambdaLR, LRScheduler, _number, _per_group, _set_momentum
 from .lr_scheduler_sequences import _load_schedulers_state, _schedulers_state
 
 
@@ -86,7 +86,8 @@ class CyclicLR(LRScheduler):
                  gamma=1.0, scale_fn=None, scale_mode="cycle", cycle_momentum=True, base_momentum=0.8,
                  max_momentum=0.9, last_epoch=-1):
         groups = optimizer.param_groups
-        base_lrs, self.max_lrs = self._per_group("base_lr", base_lr, groups), self._per_group("max_lr", max_lr, groups)
+        base_lrs, self.max_lrs = _per_group("base_lr", base_lr, groups, "CyclicLR"), _per_group("max_lr", max_lr, groups,
+                                                                                                "CyclicLR")
         if last_epoch == -1:
             for lr, group in zip(base_lrs, groups):
                 group["lr"] = lr
@@ -109,24 +110,13 @@ class CyclicLR(LRScheduler):
             if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
                 raise ValueError("CyclicLR: optimizer must support momentum or beta1 with `cycle_momentum` enabled")
             self.use_beta1 = "betas" in optimizer.defaults
-            self.base_momentums = self._per_group("base_momentum", base_momentum, groups)
-            self.max_momentums = self._per_group("max_momentum", max_momentum, groups)
+            self.base_momentums = _per_group("base_momentum", base_momentum, groups, "CyclicLR")
+            self.max_momentums = _per_group("max_momentum", max_momentum, groups, "CyclicLR")
             if last_epoch == -1:
                 for m, group in zip(self.max_momentums, groups):
-                    if self.use_beta1:
-                        group["betas"] = (m, *group["betas"][1:])
-                    else:
-                        group["momentum"] = m
+                    _set_momentum(group, m, self.use_beta1)
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
-
-    @staticmethod
-    def _per_group(name, value, groups):
-        if isinstance(value, (list, tuple)):
-            if len(value) != len(groups):
-                raise ValueError(f"CyclicLR: expected {len(groups)} values for {name} (one per group), got {len(value)}")
-            return list(value)
-        return [value] * len(groups)
 
     def scale_fn(self, x):
         if self._scale_fn_custom is not None:
@@ -145,11 +135,7 @@ class CyclicLR(LRScheduler):
         lrs = [b + (m - b) * scale * self.scale_fn(where) for b, m in zip(self.base_lrs, self.max_lrs)]
         if self.cycle_momentum:
             for group, b, m in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
-                momentum = m - (m - b) * scale * self.scale_fn(where)
-                if self.use_beta1:
-                    group["betas"] = (momentum, *group["betas"][1:])
-                else:
-                    group["momentum"] = momentum
+                _set_momentum(group, m - (m - b) * scale * self.scale_fn(where), self.use_beta1)
         return lrs
 
     def state_dict(self):

@@ -150,47 +150,27 @@ class ResNet(nn.Module):
         return self.fc(self.avgpool(x).flatten(1))
 
 
-def resnet18(*, weights=None, **kwargs):
-    return ResNet(BasicBlock, [2, 2, 2, 2], **_no_pretrained("resnet18", weights, kwargs))
+def _resnet(name, block, layers, groups=1, width_per_group=64):
+    """torchvision's builder `name`(*, weights=None, **kwargs) of a ResNet of this shape."""
+    def build(*, weights=None, **kwargs):
+        kwargs = _no_pretrained(name, weights, kwargs)
+        kwargs.setdefault("groups", groups)
+        kwargs.setdefault("width_per_group", width_per_group)
+        return ResNet(block, layers, **kwargs)
+
+    build.__name__ = build.__qualname__ = name
+    return build
 
 
-def resnet34(*, weights=None, **kwargs):
-    return ResNet(BasicBlock, [3, 4, 6, 3], **_no_pretrained("resnet34", weights, kwargs))
-
-
-def resnet50(*, weights=None, **kwargs):
-    return ResNet(Bottleneck, [3, 4, 6, 3], **_no_pretrained("resnet50", weights, kwargs))
-
-
-def resnet101(*, weights=None, **kwargs):
-    return ResNet(Bottleneck, [3, 4, 23, 3], **_no_pretrained("resnet101", weights, kwargs))
-
-
-def resnet152(*, weights=None, **kwargs):
-    return ResNet(Bottleneck, [3, 8, 36, 3], **_no_pretrained("resnet152", weights, kwargs))
-
-
-def _resnet_shaped(name, layers, groups, width, weights, kwargs):
-    kwargs = _no_pretrained(name, weights, kwargs)
-    kwargs.setdefault("groups", groups)
-    kwargs.setdefault("width_per_group", width)
-    return ResNet(Bottleneck, layers, **kwargs)
-
-
-def resnext50_32x4d(*, weights=None, **kwargs):
-    return _resnet_shaped("resnext50_32x4d", [3, 4, 6, 3], 32, 4, weights, kwargs)
-
-
-def resnext101_32x8d(*, weights=None, **kwargs):
-    return _resnet_shaped("resnext101_32x8d", [3, 4, 23, 3], 32, 8, weights, kwargs)
-
-
-def wide_resnet50_2(*, weights=None, **kwargs):
-    return _resnet_shaped("wide_resnet50_2", [3, 4, 6, 3], 1, 128, weights, kwargs)
-
-
-def wide_resnet101_2(*, weights=None, **kwargs):
-    return _resnet_shaped("wide_resnet101_2", [3, 4, 23, 3], 1, 128, weights, kwargs)
+resnet18 = _resnet("resnet18", BasicBlock, [2, 2, 2, 2])
+resnet34 = _resnet("resnet34", BasicBlock, [3, 4, 6, 3])
+resnet50 = _resnet("resnet50", Bottleneck, [3, 4, 6, 3])
+resnet101 = _resnet("resnet101", Bottleneck, [3, 4, 23, 3])
+resnet152 = _resnet("resnet152", Bottleneck, [3, 8, 36, 3])
+resnext50_32x4d = _resnet("resnext50_32x4d", Bottleneck, [3, 4, 6, 3], groups=32, width_per_group=4)
+resnext101_32x8d = _resnet("resnext101_32x8d", Bottleneck, [3, 4, 23, 3], groups=32, width_per_group=8)
+wide_resnet50_2 = _resnet("wide_resnet50_2", Bottleneck, [3, 4, 6, 3], width_per_group=128)
+wide_resnet101_2 = _resnet("wide_resnet101_2", Bottleneck, [3, 4, 23, 3], width_per_group=128)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -235,40 +215,19 @@ def _vgg_features(cfg, batch_norm):
     return nn.Sequential(*layers)
 
 
-def _vgg(name, cfg, batch_norm, weights, kwargs):
-    return VGG(_vgg_features(_VGG_CFGS[cfg], batch_norm), **_no_pretrained(name, weights, kwargs))
+def _vgg(name, cfg, batch_norm):
+    """torchvision's builder `name`(*, weights=None, **kwargs) of a VGG of configuration cfg."""
+    def build(*, weights=None, **kwargs):
+        return VGG(_vgg_features(_VGG_CFGS[cfg], batch_norm), **_no_pretrained(name, weights, kwargs))
+
+    build.__name__ = build.__qualname__ = name
+    return build
 
 
-def vgg11(*, weights=None, **kwargs):
-    return _vgg("vgg11", "A", False, weights, kwargs)
-
-
-def vgg11_bn(*, weights=None, **kwargs):
-    return _vgg("vgg11_bn", "A", True, weights, kwargs)
-
-
-def vgg13(*, weights=None, **kwargs):
-    return _vgg("vgg13", "B", False, weights, kwargs)
-
-
-def vgg13_bn(*, weights=None, **kwargs):
-    return _vgg("vgg13_bn", "B", True, weights, kwargs)
-
-
-def vgg16(*, weights=None, **kwargs):
-    return _vgg("vgg16", "D", False, weights, kwargs)
-
-
-def vgg16_bn(*, weights=None, **kwargs):
-    return _vgg("vgg16_bn", "D", True, weights, kwargs)
-
-
-def vgg19(*, weights=None, **kwargs):
-    return _vgg("vgg19", "E", False, weights, kwargs)
-
-
-def vgg19_bn(*, weights=None, **kwargs):
-    return _vgg("vgg19_bn", "E", True, weights, kwargs)
+vgg11, vgg11_bn = _vgg("vgg11", "A", False), _vgg("vgg11_bn", "A", True)
+vgg13, vgg13_bn = _vgg("vgg13", "B", False), _vgg("vgg13_bn", "B", True)
+vgg16, vgg16_bn = _vgg("vgg16", "D", False), _vgg("vgg16_bn", "D", True)
+vgg19, vgg19_bn = _vgg("vgg19", "E", False), _vgg("vgg19_bn", "E", True)
 
 
 class AlexNet(nn.Module):
@@ -459,30 +418,22 @@ class VisionTransformer(nn.Module):
         return self.heads(self.encoder(x)[:, 0])
 
 
-def _vit(name, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, weights, kwargs):
-    kwargs = _no_pretrained(name, weights, kwargs)
-    image_size = kwargs.pop("image_size", 224)
-    return VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, **kwargs)
+def _vit(name, patch_size, num_layers, num_heads, hidden_dim, mlp_dim):
+    """torchvision's builder `name`(*, weights=None, **kwargs) of a ViT of this size (image_size 224 unless given)."""
+    def build(*, weights=None, **kwargs):
+        kwargs = _no_pretrained(name, weights, kwargs)
+        image_size = kwargs.pop("image_size", 224)
+        return VisionTransformer(image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim, **kwargs)
+
+    build.__name__ = build.__qualname__ = name
+    return build
 
 
-def vit_b_16(*, weights=None, **kwargs):
-    return _vit("vit_b_16", 16, 12, 12, 768, 3072, weights, kwargs)
-
-
-def vit_b_32(*, weights=None, **kwargs):
-    return _vit("vit_b_32", 32, 12, 12, 768, 3072, weights, kwargs)
-
-
-def vit_l_16(*, weights=None, **kwargs):
-    return _vit("vit_l_16", 16, 24, 16, 1024, 4096, weights, kwargs)
-
-
-def vit_l_32(*, weights=None, **kwargs):
-    return _vit("vit_l_32", 32, 24, 16, 1024, 4096, weights, kwargs)
-
-
-def vit_h_14(*, weights=None, **kwargs):
-    return _vit("vit_h_14", 14, 32, 16, 1280, 5120, weights, kwargs)
+vit_b_16 = _vit("vit_b_16", 16, 12, 12, 768, 3072)
+vit_b_32 = _vit("vit_b_32", 32, 12, 12, 768, 3072)
+vit_l_16 = _vit("vit_l_16", 16, 24, 16, 1024, 4096)
+vit_l_32 = _vit("vit_l_32", 32, 24, 16, 1024, 4096)
+vit_h_14 = _vit("vit_h_14", 14, 32, 16, 1280, 5120)
 
 
 def __getattr__(name):

@@ -1,32 +1,26 @@
 """Layers over nn/functional/longtail.py (torch's names, arguments and reprs): ChannelShuffle, Softmax2d, RReLU,
 AlphaDropout, FeatureAlphaDropout, LPPool1d, LPPool2d, MultiMarginLoss, MultiLabelMarginLoss,
-TripletMarginWithDistanceLoss."""
+TripletMarginWithDistanceLoss. The stateless ones come from composite.py's _simple, the dropouts are Dropout's."""
 from __future__ import annotations
 
 from .. import functional as F
 from ..module import Module
-from .composite import _Loss
+from .composite import _Loss, _simple
+from .dropout import Dropout
 
 
-class ChannelShuffle(Module):
-    def __init__(self, groups):
-        super().__init__()
-        self.groups = groups
-
-    def forward(self, input):
-        return F.channel_shuffle(input, self.groups)
-
-    def extra_repr(self):
-        return f"groups={self.groups}"
+def _softmax2d(input):
+    if input.ndim not in (3, 4):
+        raise ValueError(f"Softmax2d: expected input of 3 or 4 dims, got {input.ndim}")
+    return F.softmax(input, -3)
 
 
-class Softmax2d(Module):
-    """softmax over the channels at every position of (N, C, H, W) or (C, H, W)."""
-
-    def forward(self, input):
-        if input.ndim not in (3, 4):
-            raise ValueError(f"Softmax2d: expected input of 3 or 4 dims, got {input.ndim}")
-        return F.softmax(input, -3)
+ChannelShuffle = _simple("ChannelShuffle", F.channel_shuffle, [("groups", None)])
+Softmax2d = _simple("Softmax2d", _softmax2d, doc="softmax over the channels at every position of (N, C, H, W) or (C, H, W)")
+LPPool1d = _simple("LPPool1d", F.lp_pool1d, [("norm_type", None), ("kernel_size", None), ("stride", None),
+                                             ("ceil_mode", False)])
+LPPool2d = _simple("LPPool2d", F.lp_pool2d, [("norm_type", None), ("kernel_size", None), ("stride", None),
+                                             ("ceil_mode", False)])
 
 
 class RReLU(Module):
@@ -41,42 +35,14 @@ class RReLU(Module):
         return f"lower={self.lower}, upper={self.upper}"
 
 
-class AlphaDropout(Module):
-    _fn = staticmethod(F.alpha_dropout)
-
-    def __init__(self, p=0.5, inplace=False):
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"{type(self).__name__}: dropout probability has to be between 0 and 1, but got {p}")
-        self.p, self.inplace = p, inplace
-
-    def forward(self, input):
-        return self._fn(input, self.p, self.training)
-
-    def extra_repr(self):
-        return f"p={self.p}, inplace={self.inplace}"
+def _dropout(name, fn):
+    """A Dropout layer (its p, its checks and repr) whose forward is fn(input, p, training)."""
+    return type(name, (Dropout,), {"forward": lambda self, input: fn(input, self.p, self.training),
+                                   "__module__": __name__, "__doc__": f"torch.nn.{name} (F.{fn.__name__})"})
 
 
-class FeatureAlphaDropout(AlphaDropout):
-    _fn = staticmethod(F.feature_alpha_dropout)
-
-
-class LPPool1d(Module):
-    _fn = staticmethod(F.lp_pool1d)
-
-    def __init__(self, norm_type, kernel_size, stride=None, ceil_mode=False):
-        super().__init__()
-        self.norm_type, self.kernel_size, self.stride, self.ceil_mode = norm_type, kernel_size, stride, ceil_mode
-
-    def forward(self, input):
-        return self._fn(input, float(self.norm_type), self.kernel_size, self.stride, self.ceil_mode)
-
-    def extra_repr(self):
-        return f"norm_type={self.norm_type}, kernel_size={self.kernel_size}, stride={self.stride}, ceil_mode={self.ceil_mode}"
-
-
-class LPPool2d(LPPool1d):
-    _fn = staticmethod(F.lp_pool2d)
+AlphaDropout = _dropout("AlphaDropout", F.alpha_dropout)
+FeatureAlphaDropout = _dropout("FeatureAlphaDropout", F.feature_alpha_dropout)
 
 
 class MultiMarginLoss(_Loss):
