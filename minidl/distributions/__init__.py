@@ -6,6 +6,10 @@ log_prob, entropy and rsample are differentiable (a policy gradient, a VAE's rep
     Bernoulli(probs= | logits=)        sample, log_prob, entropy, mean, variance
     Normal(loc, scale)                 sample, rsample, log_prob, entropy, mean, stddev, variance, cdf
     Uniform(low, high)                 sample, rsample, log_prob, entropy, mean, variance
+    Exponential(rate), Laplace(loc, scale)   sample, rsample, log_prob, entropy, mean, variance
+    MultivariateNormal(loc, covariance_matrix= | scale_tril= | precision_matrix=)
+                                       sample, rsample, log_prob, entropy, mean, variance (through the Cholesky factor)
+    Independent(base, n)               the base's last n batch dims as one event (log_prob and entropy summed)
 
 Samples are drawn from minidl's seeded generator (minidl.manual_seed) and never carry a gradient, except
 rsample's, which is loc + scale * eps (Normal) or low + (high - low) * u (Uniform).
@@ -20,7 +24,8 @@ from ..autograd.tensor import Tensor
 from .. import _device
 from ..ops import creation
 
-__all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Normal", "Uniform", "kl_divergence"]
+__all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Normal", "Uniform", "Exponential",
+           "Laplace", "MultivariateNormal", "Independent", "kl_divergence"]
 
 
 def _as_tensor(value, like=None):
@@ -260,6 +265,176 @@ class Uniform(Distribution):
     @property
     def variance(self):
         return (self.high - self.low) ** 2 / 12
+
+
+class Exponential(Distribution):
+    """rate * exp(-rate x) on x >= 0; rsample by inverting the CDF of a uniform draw."""
+
+    has_rsample = True
+
+    def __init__(self, rate, validate_args=None):
+        self.rate = _as_tensor(rate)
+        super().__init__(self.rate.shape)
+
+    def rsample(self, sample_shape=()):
+        u = creation.rand(self._extended(sample_shape), dtype=self.rate.dtype, device=self.rate.device)
+        return -(1 - u).log() / self.rate
+
+    def sample(self, sample_shape=()):
+        return self.rsample(sample_shape).detach()
+
+    def log_prob(self, value):
+        return self.rate.log() - self.rate * _as_tensor(value, self.rate)
+
+    def entropy(self):
+        return 1.0 - self.rate.log()
+
+    @property
+    def mean(self):
+        return 1 / self.rate
+
+    @property
+    def variance(self):
+        return self.rate ** -2
+
+
+class Laplace(Distribution):
+    """exp(-|x - loc| / scale) / (2 scale); rsample by inverting the CDF."""
+
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args=None):
+        self.loc = _as_tensor(loc, scale if isinstance(scale, Tensor) else None)
+        self.scale = _as_tensor(scale, self.loc)
+        shape = tuple(np.broadcast_shapes(self.loc.shape, self.scale.shape))
+        self.loc, self.scale = self.loc.expand(shape), self.scale.expand(shape)
+        super().__init__(shape)
+
+    def rsample(self, sample_shape=()):
+        u = creation.rand(self._extended(sample_shape), dtype=self.loc.dtype, device=self.loc.device) * 2 - 1
+        u = u.clamp(-1 + 1e-7, 1 - 1e-7)   # (torch's eps: log(0) nowhere)
+        return self.loc - self.scale * u.sign() * (1 - u.abs()).log()
+
+    def sample(self, sample_shape=()):
+        return self.rsample(sample_shape).detach()
+
+    def log_prob(self, value):
+        return -(2 * self.scale).log() - (_as_tensor(value, self.loc) - self.loc).abs() / self.scale
+
+    def entropy(self):
+        return 1 + (2 * self.scale).log()
+
+    @property
+    def mean(self):
+        return self.loc
+
+    @property
+    def variance(self):
+        return 2 * self.scale ** 2
+
+
+class MultivariateNormal(Distribution):
+    """N(loc, Sigma) over the last dim, Sigma given as covariance_matrix, its Cholesky factor scale_tril, or its
+    inverse precision_matrix; everything goes through scale_tril L (Sigma = L L^T): rsample = loc + L eps,
+    log_prob by a triangular solve, log det Sigma = 2 sum log diag L."""
+
+    has_rsample = True
+
+    def __init__(self, loc, covariance_matrix=None, precision_matrix=None, scale_tril=None, validate_args=None):
+        from .. import linalg
+
+        given = [m is not None for m in (covariance_matrix, precision_matrix, scale_tril)]
+        if sum(given) != 1:
+            raise ValueError("MultivariateNormal: exactly one of covariance_matrix, precision_matrix or scale_tril "
+                             "may be specified")
+        self.loc = _as_tensor(loc)
+        if scale_tril is not None:
+            tril = scale_tril
+        elif covariance_matrix is not None:
+            tril = linalg.cholesky(covariance_matrix)
+        else:
+            tril = linalg.cholesky(linalg.inv(precision_matrix))
+        if tril.ndim < 2 or tril.shape[-1] != self.loc.shape[-1]:
+            raise ValueError(f"MultivariateNormal: the matrix must be (..., {self.loc.shape[-1]}, "
+                             f"{self.loc.shape[-1]}) for loc of shape {tuple(self.loc.shape)}")
+        batch = tuple(np.broadcast_shapes(self.loc.shape[:-1], tril.shape[:-2]))
+        n = self.loc.shape[-1]
+        self.loc = self.loc.expand(*batch, n)
+        self.scale_tril = tril.expand(*batch, n, n)
+        super().__init__(batch, (n,))
+
+    def rsample(self, sample_shape=()):
+        eps = creation.randn(self._extended(sample_shape), dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + (self.scale_tril @ eps.unsqueeze(-1)).squeeze(-1)
+
+    def sample(self, sample_shape=()):
+        return self.rsample(sample_shape).detach()
+
+    def _half_log_det(self):
+        return self.scale_tril.diagonal(dim1=-2, dim2=-1).log().sum(-1)
+
+    def log_prob(self, value):
+        from .. import linalg
+
+        diff = _as_tensor(value, self.loc) - self.loc
+        tril = self.scale_tril.expand(*diff.shape[:-1], *self.scale_tril.shape[-2:])
+        z = linalg.solve_triangular(tril, diff.unsqueeze(-1), upper=False).squeeze(-1)
+        n = self.loc.shape[-1]
+        return -0.5 * (z * z).sum(-1) - self._half_log_det() - 0.5 * n * math.log(2 * math.pi)
+
+    def entropy(self):
+        n = self.loc.shape[-1]
+        return 0.5 * n * (1.0 + math.log(2 * math.pi)) + self._half_log_det()
+
+    @property
+    def mean(self):
+        return self.loc
+
+    @property
+    def covariance_matrix(self):
+        return self.scale_tril @ self.scale_tril.mT
+
+    @property
+    def variance(self):
+        return (self.scale_tril ** 2).sum(-1)
+
+
+class Independent(Distribution):
+    """The base distribution with its last `reinterpreted_batch_ndims` batch dims counted as one event: log_prob and
+    entropy summed over them (a diagonal Gaussian over a vector: Independent(Normal(mu, sigma), 1))."""
+
+    def __init__(self, base_distribution, reinterpreted_batch_ndims, validate_args=None):
+        n = reinterpreted_batch_ndims
+        if n > len(base_distribution.batch_shape):
+            raise ValueError(f"Independent: reinterpreted_batch_ndims ({n}) is more than the base's batch dims "
+                             f"{base_distribution.batch_shape}")
+        self.base_dist, self.reinterpreted_batch_ndims = base_distribution, n
+        batch = base_distribution.batch_shape
+        super().__init__(batch[:len(batch) - n], batch[len(batch) - n:] + base_distribution.event_shape)
+        self.has_rsample = base_distribution.has_rsample
+
+    def _summed(self, t):
+        return t.sum(tuple(range(-self.reinterpreted_batch_ndims, 0))) if self.reinterpreted_batch_ndims else t
+
+    def sample(self, sample_shape=()):
+        return self.base_dist.sample(sample_shape)
+
+    def rsample(self, sample_shape=()):
+        return self.base_dist.rsample(sample_shape)
+
+    def log_prob(self, value):
+        return self._summed(self.base_dist.log_prob(value))
+
+    def entropy(self):
+        return self._summed(self.base_dist.entropy())
+
+    @property
+    def mean(self):
+        return self.base_dist.mean
+
+    @property
+    def variance(self):
+        return self.base_dist.variance
 
 
 def kl_divergence(p, q):
