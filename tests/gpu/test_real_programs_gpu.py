@@ -202,3 +202,15 @@ def test_session_10_long_tail_on_the_gpu():
     assert total.device.type == "cuda"
     np.testing.assert_allclose(float(total), np.sqrt(sum(float((g.cpu().numpy() ** 2).sum()) for g in grads)),
                                rtol=1e-12)
+
+
+def test_multivariate_normal_on_the_gpu():
+    """MultivariateNormal's log_prob, entropy and their gradients (through cholesky and solve_triangular on CuPy)."""
+    a = RNG.standard_normal((3, 3))
+    cov = a @ a.T + 3 * np.eye(3)
+
+    def dist(mu, c):
+        d = minidl.distributions.MultivariateNormal(mu, covariance_matrix=c)
+        return d.log_prob(minidl.tensor(np.arange(12.0).reshape(4, 3) / 10, device=mu.device)) + d.entropy()
+
+    _both(dist, RNG.standard_normal(3), cov)
