@@ -229,8 +229,6 @@ def _kw(name, value=None):
 
 SKIPS = [
     # (op key, short condition for the docs, predicate, reason)
-    ("nn.functional.embedding", "sparse=True", _kw("sparse", True),
-     "sparse gradients are not implemented (minidl has no sparse tensors); NotImplementedError says so"),
     ("nn.functional.batch_norm", "momentum < 0", lambda d: d["kwargs"].get("momentum", 0.1) is not None
      and d["kwargs"].get("momentum", 0.1) < 0,
      "the batch-norm primitive refuses a momentum outside [0, 1] (ValueError): the running average would "
@@ -241,8 +239,6 @@ SKIPS = [
     ("linalg.matrix_norm", "ord 'nuc', 2, -2",
      lambda d: (d["args"][0] if d["args"] else d["kwargs"].get("ord", "fro")) in ("nuc", 2, -2),
      "these norms need singular values (an SVD), which minidl.linalg does not have yet; NotImplementedError says so"),
-    ("nn.functional.embedding_bag", "sparse=True", _kw("sparse", True),
-     "sparse gradients are not implemented (minidl has no sparse tensors); NotImplementedError says so"),
     ("nn.functional.grid_sample", "mode='bicubic' or padding_mode='reflection'",
      lambda d: d["kwargs"].get("mode") == "bicubic" or d["kwargs"].get("padding_mode") == "reflection",
      "minidl's grid_sample has bilinear and nearest sampling with zeros or border padding; NotImplementedError names "

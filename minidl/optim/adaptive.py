@@ -102,6 +102,33 @@ class Adamax(_Adaptive):
             p._data -= lr / (1 - b1 ** state["step"]) * m / u
 
 
+class SparseAdam(_Adaptive):
+    """torch.optim.SparseAdam: Adam whose moments and parameters change only where the gradient is (torch: the
+    entries of a sparse gradient, an Embedding(sparse=True)'s looked-up rows). minidl's gradients are dense: the
+    rows (the entries, for a 1-D parameter) with a nonzero gradient count as looked up; a row looked up whose
+    gradient sums to exactly zero is skipped, where torch would still decay its moments."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, maximize=False):
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, maximize=maximize))
+
+    def _update_group(self, group):
+        lr, eps = float(group["lr"]), float(group["eps"])
+        b1, b2 = (float(b) for b in group["betas"])
+        for p, g, xp, state in self._each(group):
+            touched = (g != 0).any(axis=tuple(range(1, g.ndim))) if g.ndim > 1 else g != 0
+            if not bool(touched.any()):
+                continue
+            if not state:
+                state["step"], state["exp_avg"], state["exp_avg_sq"] = 0, self._zeros_like(p), self._zeros_like(p)
+            state["step"] += 1
+            m, v = state["exp_avg"]._data, state["exp_avg_sq"]._data
+            gt = g[touched]
+            m[touched] = m[touched] + (gt - m[touched]) * (1 - b1)
+            v[touched] = v[touched] + (gt * gt - v[touched]) * (1 - b2)
+            step_size = lr * math.sqrt(1 - b2 ** state["step"]) / (1 - b1 ** state["step"])
+            p._data[touched] -= step_size * m[touched] / (xp.sqrt(v[touched]) + eps)
+
+
 class NAdam(_Adaptive):
     def __init__(self, params, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, momentum_decay=4e-3,
                  decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False, differentiable=False):

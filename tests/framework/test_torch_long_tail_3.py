@@ -199,3 +199,29 @@ def test_total_norm_and_clipping_with_it_match_torch():
         results.append([q.grad.numpy() for q in params])
     for ours, theirs in zip(*results):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+def test_sparse_embeddings_with_sparse_adam_match_torch():
+    """Embedding(sparse=True) (a dense gradient here, the values of torch's sparse one) with optim.SparseAdam, which
+    updates only the rows looked up, beside Adam on a linear layer: the embedding after six steps as torch's."""
+    w = RNG.standard_normal((20, 4)).astype(np.float32)
+    lin = RNG.standard_normal((3, 4)).astype(np.float32)
+    results = []
+    for lib in (minidl, torch):
+        emb = lib.nn.Embedding(20, 4, sparse=True)
+        emb.weight.data = lib.tensor(w.copy())
+        head = lib.nn.Linear(4, 3)
+        head.weight.data, head.bias.data = lib.tensor(lin.copy()), lib.zeros(3)
+        sparse_opt, dense_opt = lib.optim.SparseAdam(list(emb.parameters()), lr=0.05), lib.optim.Adam(head.parameters(), lr=0.05)
+        draws = np.random.default_rng(1)
+        for _ in range(6):
+            loss = (head(emb(lib.tensor(draws.integers(0, 20, (8,))))) ** 2).mean()
+            sparse_opt.zero_grad()
+            dense_opt.zero_grad()
+            loss.backward()
+            sparse_opt.step()
+            dense_opt.step()
+        results.append(emb.weight.detach().numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
+    bag = minidl.nn.EmbeddingBag(10, 3, mode="sum", sparse=True)
+    assert bag(minidl.tensor([[1, 2], [3, 3]])).shape == (2, 3)

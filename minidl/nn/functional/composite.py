@@ -505,8 +505,6 @@ def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type=2, scale
     op = "embedding_bag"
     if mode not in ("sum", "mean", "max"):
         raise ValueError(f"{op}: mode has to be one of sum, mean or max, got {mode!r}")
-    if sparse:
-        raise NotImplementedError(f"{op}: sparse gradients are not implemented in minidl (use sparse=False)")
     if per_sample_weights is not None and mode != "sum":
         raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
                                   f"supported for mode='sum' (got mode='{mode}'). Please open a feature request on "

@@ -52,12 +52,11 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 
     max_norm: the rows looked up whose norm_type-norm exceeds max_norm are first rescaled to norm
     max_norm, in place in weight (as torch). scale_grad_by_freq: each row's gradient is divided by
-    the number of times its index occurs in input. sparse gradients are not implemented."""
+    the number of times its index occurs in input. sparse=True: minidl's gradient stays a dense array (the values of
+    torch's sparse gradient, zeros elsewhere); optim.SparseAdam updates only the rows it touches."""
     op = "embedding"
     _check_tensor(op, "input", input)
     _check_float_tensor(op, "weight", weight)
-    if sparse:
-        raise NotImplementedError(f"{op}: sparse gradients are not implemented in minidl (use sparse=False)")
     if input.dtype.kind not in "iu":
         raise TypeError(f"{op}: input must hold integer indices, got dtype {input.dtype}")
     if weight.ndim != 2:

@@ -418,8 +418,6 @@ class EmbeddingBag(Module):
         super().__init__()
         from ...ops.creation import randn
 
-        if sparse:
-            raise NotImplementedError("EmbeddingBag: sparse gradients are not implemented in minidl (use sparse=False)")
         self.num_embeddings, self.embedding_dim, self.max_norm, self.norm_type = (num_embeddings, embedding_dim,
                                                                                   max_norm, norm_type)
         self.scale_grad_by_freq, self.mode, self.sparse = scale_grad_by_freq, mode, sparse

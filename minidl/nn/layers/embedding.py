@@ -20,14 +20,14 @@ class Embedding(Module):
                  norm_type=2.0, scale_grad_by_freq=False, sparse=False, _weight=None, _freeze=False,
                  device=None, dtype=None):
         super().__init__()
-        if sparse:
-            raise NotImplementedError("Embedding: sparse gradients are not implemented in minidl (use sparse=False)")
         if padding_idx is not None:
             if not -num_embeddings <= padding_idx < num_embeddings:
                 raise ValueError(f"Embedding: padding_idx {padding_idx} is out of range for {num_embeddings} embeddings")
             padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         self.max_norm, self.norm_type, self.scale_grad_by_freq = max_norm, norm_type, scale_grad_by_freq
+        self.sparse = sparse   # (minidl's gradients are dense: sparse=True gives the same values as a dense array;
+        #                        optim.SparseAdam updates only the rows they touch)
         if _weight is None:
             self.weight = Parameter(
                 empty(num_embeddings, embedding_dim, dtype=dtype, device=None if device is None else Device(device)),
