@@ -214,3 +214,21 @@ def test_multivariate_normal_on_the_gpu():
         return d.log_prob(minidl.tensor(np.arange(12.0).reshape(4, 3) / 10, device=mu.device)) + d.entropy()
 
     _both(dist, RNG.standard_normal(3), cov)
+
+
+def test_sparse_adam_on_the_gpu():
+    """Embedding(sparse=True) + SparseAdam (boolean row masks on CuPy arrays): the same rows move as on the CPU."""
+    w = RNG.standard_normal((12, 3))
+    results = []
+    for device in ("cpu", "cuda"):
+        emb = nn.Embedding(12, 3, sparse=True).double().to(device)
+        emb.weight.data = minidl.tensor(w.copy(), device=device)
+        opt = minidl.optim.SparseAdam(list(emb.parameters()), lr=0.1)
+        for step in range(3):
+            idx = minidl.tensor([step, step + 1, 5], device=device)
+            opt.zero_grad()
+            (emb(idx) ** 2).sum().backward()
+            opt.step()
+        results.append(emb.weight.detach().cpu().numpy())
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-12)
+    assert np.array_equal(results[0][6:], w[6:])   # rows never looked up never moved
