@@ -46,7 +46,7 @@ TABLE = (
     (elementwise, "m", "__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __pow__ __rpow__ "
                        "__neg__ __pos__ __floordiv__ __mod__ where=tensor_where clip=clamp"),
     (elementwise, "mf", "add sub mul div pow float_power neg remainder square lerp abs exp log log1p sqrt rsqrt sign clamp maximum "
-                        "minimum round floor ceil trunc sin cos"),
+                        "minimum round floor ceil trunc fix=trunc sin cos"),
     (elementwise, "f", "where clip=clamp"),
     (mathops, "mf", "tan sinh cosh asin acos atan asinh acosh atanh arcsin arccos arctan arcsinh arccosh arctanh exp2 "
                     "expm1 log2 log10 reciprocal sinc deg2rad rad2deg frac logit erf erfc erfinv lgamma atan2 arctan2 hypot "
@@ -73,17 +73,20 @@ TABLE = (
     (joining, "f", "cat concat concatenate stack hstack vstack dstack column_stack atleast_1d atleast_2d atleast_3d "
                    "cartesian_prod block_diag"),
     (indexing, "m", "__getitem__ __setitem__ index_fill"),
-    (indexing, "mf", "gather index_select masked_fill masked_select narrow nonzero argwhere scatter scatter_add "
+    (indexing, "mf", "gather index_select masked_fill masked_select narrow narrow_copy nonzero argwhere scatter scatter_add "
                      "scatter_reduce "
                      "index_add index_copy index_put masked_scatter select take take_along_dim"),
     (linalg, "m", "__matmul__=matmul __rmatmul__=rmatmul"),
     (linalg, "mf", "matmul mm bmm mv dot inner vdot outer ger tensordot kron cross addmm addmv baddbmm addbmm "
                    "diagonal diag trace"),
-    (linalg, "f", "einsum cdist diag_embed"),
+    (linalg, "f", "einsum cdist"),
+    (linalg, "mf", "diag_embed"),
     (conversion, "m", "to cpu cuda type type_as float=as_float double=as_double half=as_half bfloat16=as_bfloat16 "
                       "long=as_long int=as_int bool=as_bool byte=as_byte char=as_char short=as_short contiguous is_contiguous stride new_zeros new_ones "
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
-    (conversion, "mf", "clone is_complex is_nonzero"),
+    (conversion, "mf", "clone is_complex is_nonzero isreal"),
+    (conversion, "m", "get_device is_signed share_memory_ is_shared"),
+    (mathops, "mf", "gcd lcm ldexp renorm"),
     (complexops, "f", "view_as_complex view_as_real polar complex"),
     (complexops, "mf", "conj angle"),
     (complexops, "pf", "real imag"),
@@ -93,9 +96,10 @@ TABLE = (
                    "copy_ uniform_ normal_ bernoulli_ exponential_ random_ erfinv_ scatter_ scatter_add_ scatter_reduce_ "
                    "index_add_ "
                    "index_fill_ index_copy_ index_put_ masked_scatter_ "
-                   "nan_to_num_ unsqueeze_ squeeze_ t_ "
+                   "nan_to_num_ unsqueeze_ squeeze_ t_ tril_ triu_ fill_diagonal_ cauchy_ log_normal_ geometric_ "
                    "transpose_"),
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),
+    (creation, "m", "bernoulli multinomial"),
     (creation, "f", "tensor as_tensor asarray empty_strided from_numpy zeros ones full empty zeros_like ones_like full_like empty_like arange "
                     "linspace eye rand randn randint randperm rand_like randn_like randint_like normal bernoulli "
                     "multinomial tril_indices triu_indices meshgrid hann_window hamming_window blackman_window "

@@ -371,3 +371,29 @@ def storage_offset(t):
 def detach(input):
     """minidl.detach(t) is t.detach() (the tape's own method, autograd/tensor.py)."""
     return input.detach()
+
+
+def get_device(self):
+    """The CUDA device index, or -1 on the CPU (torch's Tensor.get_device)."""
+    return self.device.index if self.is_cuda else -1
+
+
+def is_signed(self):
+    return self.dtype.kind in "fic" or self.dtype.name == "bfloat16"
+
+
+def isreal(self):
+    """True where the element has no imaginary part (everywhere for a real tensor)."""
+    from .creation import ones_like
+
+    return (self.imag == 0) if self.is_complex() else ones_like(self, dtype=bool_)
+
+
+def share_memory_(self):
+    """A no-op (torch moves the storage to shared memory for multiprocessing; minidl's DataLoader workers send
+    arrays): the tensor itself."""
+    return self
+
+
+def is_shared(self):
+    return False

@@ -316,6 +316,11 @@ def gather(self, dim, index):
     return GetItem.apply(self, key=tuple(grids))
 
 
+def narrow_copy(self, dim, start, length):
+    """narrow(dim, start, length) as a new tensor (not a view)."""
+    return self.narrow(dim, start, length).clone()
+
+
 def narrow(self, dim, start, length):
     """The slice [start, start + length) along dim, sharing memory (torch.narrow)."""
     d = dim_index(self, dim, "narrow")

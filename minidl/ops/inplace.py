@@ -210,6 +210,58 @@ def bernoulli_(self, p=0.5, *, generator=None):
     return _random_fill(self, "bernoulli_", lambda xp, u: u < probs)
 
 
+def tril_(self, diagonal=0):
+    return self._inplace("tril_", lambda t: t.tril(diagonal))
+
+
+def triu_(self, diagonal=0):
+    return self._inplace("triu_", lambda t: t.triu(diagonal))
+
+
+def fill_diagonal_(self, fill_value, wrap=False):
+    """The main diagonal := fill_value (all dims equal, or a tall 2-D matrix: its first square, or with wrap every
+    N + 1 rows again, as torch's)."""
+    if self.ndim < 2 or (self.ndim > 2 and len(set(self.shape)) != 1):
+        raise RuntimeError(f"fill_diagonal_: dimensions must be larger than 1 (and all equal above 2-D), got shape "
+                           f"{tuple(self.shape)}")
+    xp = get_array_module(self._data)
+    mask = xp.zeros(self.shape, dtype=bool)
+    if self.ndim == 2:   # positions every cols + 1 elements of the row-major storage (numpy.fill_diagonal's)
+        rows, cols = self.shape
+        flat = xp.arange(0, rows * cols, cols + 1) if wrap else xp.arange(min(rows, cols)) * (cols + 1)
+        mask.reshape(-1)[flat] = True
+    else:
+        n = self.shape[0]
+        mask[(xp.arange(n),) * self.ndim] = True
+    keep = Tensor._make(mask)
+    return self._inplace("fill_diagonal_", lambda t: t.masked_fill(keep, fill_value))
+
+
+def cauchy_(self, median=0.0, sigma=1.0, *, generator=None):
+    """Each element := a draw of Cauchy(median, sigma): median + sigma tan(pi (u - 1/2))."""
+    return _random_fill(self, "cauchy_", lambda xp, u: median + sigma * xp.tan(np.pi * (u - 0.5)))
+
+
+def log_normal_(self, mean=1.0, std=2.0, *, generator=None):
+    """Each element := exp of a draw of Normal(mean, std)."""
+    from .. import random
+
+    self._check_inplace("log_normal_")
+    z = random.normal_array(self.shape, mean, std, np.float64, self.device)
+    self._data[...] = get_array_module(self._data).exp(z).astype(self.dtype, copy=False)
+    self._version += 1
+    return self
+
+
+def geometric_(self, p, *, generator=None):
+    """Each element := the number of Bernoulli(p) trials up to the first success: ceil(log(1 - u) / log(1 - p))."""
+    if not 0 < p <= 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1], but got p={p}")
+    if p == 1:
+        return self.fill_(1)
+    return _random_fill(self, "geometric_", lambda xp, u: xp.maximum(xp.ceil(xp.log1p(-u) / np.log1p(-p)), 1))
+
+
 def exponential_(self, lambd=1.0, *, generator=None):
     """Each element := a draw of Exponential(lambd): -log(1 - u) / lambd."""
     if lambd <= 0:

@@ -414,3 +414,36 @@ def addcdiv(input, tensor1, tensor2, *, value=1):
     if not _dtypes.is_floating(tensor1.dtype) and not _dtypes.is_floating(tensor2.dtype):
         raise RuntimeError("addcdiv: integer division with addcdiv is no longer supported, use torch.div")
     return input + (tensor1 / tensor2 if value == 1 else tensor1 / tensor2 * value)
+
+
+def gcd(input, other):
+    """The greatest common divisor, elementwise (integers)."""
+    return _integer_binary("gcd", input, other)
+
+
+def lcm(input, other):
+    """The least common multiple, elementwise (integers)."""
+    return _integer_binary("lcm", input, other)
+
+
+def _integer_binary(name, input, other):
+    from .creation import tensor
+
+    other = other if isinstance(other, Tensor) else tensor(other, dtype=input.dtype, device=input.device)
+    if input.dtype.kind not in "iu" or other.dtype.kind not in "iu":
+        raise RuntimeError(f'"{name}_cpu" not implemented for \'{input.dtype if input.dtype.kind not in "iu" else other.dtype}\'')
+    xp = get_array_module(input._data)
+    return Tensor._make(getattr(xp, name)(input._data, other._data))
+
+
+def ldexp(input, other):
+    """input * 2 ** other (differentiable in input)."""
+    return input * (2.0 ** other.float() if isinstance(other, Tensor) else 2.0 ** other)
+
+
+def renorm(input, p, dim, maxnorm):
+    """Each sub-tensor along dim (input.select(dim, i)) whose p-norm exceeds maxnorm scaled down to norm maxnorm
+    (torch.renorm: maxnorm / (norm + 1e-7), differentiated through the norm)."""
+    others = tuple(d for d in range(input.ndim) if d != dim % input.ndim)
+    norms = input.abs().pow(p).sum(others, keepdim=True).pow(1.0 / p)
+    return input * where(norms > maxnorm, maxnorm / (norms + 1e-7), norms.new_ones(()))

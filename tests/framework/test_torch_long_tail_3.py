@@ -225,3 +225,29 @@ def test_sparse_embeddings_with_sparse_adam_match_torch():
     np.testing.assert_allclose(results[0], results[1], rtol=1e-5, atol=1e-6)
     bag = minidl.nn.EmbeddingBag(10, 3, mode="sum", sparse=True)
     assert bag(minidl.tensor([[1, 2], [3, 3]])).shape == (2, 3)
+
+
+def test_more_tensor_methods_match_torch():
+    for rows, cols, wrap in [(3, 3, False), (5, 3, False), (7, 3, True), (3, 5, False), (3, 5, True)]:
+        ours, theirs = minidl.zeros(rows, cols), torch.zeros(rows, cols)
+        ours.fill_diagonal_(2.0, wrap)
+        theirs.fill_diagonal_(2.0, wrap)
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    _compare(lambda lib, a: (a * 1).tril_(-1) + (a * 2).triu_(1), RNG.standard_normal((4, 4)))
+    _compare(lambda lib, a: a.renorm(2, 0, 1.0), RNG.standard_normal((3, 4)))
+    _compare(lambda lib, a: lib.ldexp(a, lib.tensor([2, 3, 1])), RNG.standard_normal(3))
+    assert minidl.gcd(minidl.tensor([12, 18]), minidl.tensor([8, 27])).tolist() == [4, 9]
+    assert minidl.tensor([4, 6]).lcm(minidl.tensor([6, 4])).tolist() == [12, 12]
+    assert minidl.tensor([1.5, -2.5]).fix().tolist() == [1.0, -2.0]
+    assert minidl.zeros(2).get_device() == -1 and minidl.zeros(2).is_signed()
+    assert not minidl.zeros(2, dtype=minidl.uint8).is_signed() and minidl.tensor([1.0]).isreal().tolist() == [True]
+    assert minidl.arange(6).narrow_copy(0, 1, 3).tolist() == [1, 2, 3]
+    t = minidl.zeros(3)
+    assert t.share_memory_() is t and not t.is_shared()
+    minidl.manual_seed(0)
+    assert abs(float(minidl.empty(100000).cauchy_().median())) < 0.02
+    assert abs(float(minidl.empty(100000).log_normal_(0.0, 0.5).log().std()) - 0.5) < 0.01
+    assert abs(float(minidl.empty(100000).geometric_(0.25).mean()) - 4.0) < 0.05
+    assert minidl.tensor([0.2, 0.8]).bernoulli().shape == (2,)
+    assert minidl.tensor([[0.2, 0.8]]).multinomial(3, replacement=True).shape == (1, 3)
+    assert minidl.tensor([[1.0, 2.0]]).diag_embed().shape == (1, 2, 2)
