@@ -10,12 +10,13 @@ from .dataloader import DataLoader, default_collate
 from ._workers import get_worker_info
 from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
                       WeightedRandomSampler)
-from .dataset import ArrayDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
+from .dataset import (ArrayDataset, ChainDataset, ConcatDataset, Dataset, IterableDataset, StackDataset, Subset,
+                      TensorDataset, random_split)
 from .distributed import DistributedSampler  # noqa: F401,E402
 from .datasets import (CIFAR10, MNIST, BPTTIterator, CharCorpus, DatasetNotFoundError, UnsafePickleError,
                        WordCorpus, batchify, data_root)
 
 __all__ = ["transforms", "DataLoader", "default_collate", "get_worker_info", "Sampler", "SequentialSampler",
            "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "ArrayDataset", "Dataset", "Subset",
-           "TensorDataset", "random_split", "CIFAR10", "MNIST", "BPTTIterator", "CharCorpus",
+           "ConcatDataset", "ChainDataset", "StackDataset", "IterableDataset", "TensorDataset", "random_split", "CIFAR10", "MNIST", "BPTTIterator", "CharCorpus",
            "DatasetNotFoundError", "UnsafePickleError", "WordCorpus", "batchify", "data_root"]

@@ -41,6 +41,10 @@ class Dataset:
         """
         return None
 
+    def __add__(self, other):
+        """dataset_a + dataset_b: their concatenation (torch's Dataset.__add__)."""
+        return ConcatDataset([self, other])
+
 
 class IterableDataset(Dataset):
     """A stream of samples (torch.utils.data.IterableDataset): define __iter__; DataLoader batches what it
@@ -121,6 +125,73 @@ class Subset(Dataset):
         # A subset of a subset composes the index maps instead of copying data.
         indices = self.indices if inner_indices is None else inner_indices[self.indices]
         return arrays, indices
+
+
+class ConcatDataset(Dataset):
+    """The datasets one after another (torch.utils.data.ConcatDataset); `cumulative_sizes` as torch's."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("ConcatDataset: datasets should not be an empty iterable")
+        for d in self.datasets:
+            if isinstance(d, IterableDataset):
+                raise TypeError("ConcatDataset does not support IterableDataset (use ChainDataset)")
+        self.cumulative_sizes = np.cumsum([len(d) for d in self.datasets]).tolist()
+
+    def __len__(self):
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, index):
+        if index < 0:
+            if -index > len(self):
+                raise ValueError("absolute value of index should not exceed dataset length")
+            index += len(self)
+        which = int(np.searchsorted(self.cumulative_sizes, index, side="right"))
+        if which >= len(self.datasets):
+            raise IndexError(f"ConcatDataset: index {index} out of range for length {len(self)}")
+        start = self.cumulative_sizes[which - 1] if which else 0
+        return self.datasets[which][index - start]
+
+
+class ChainDataset(IterableDataset):
+    """Iterable datasets one after another (torch.utils.data.ChainDataset)."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+
+    def __iter__(self):
+        for d in self.datasets:
+            yield from d
+
+    def __len__(self):
+        try:
+            return sum(len(d) for d in self.datasets)
+        except NotImplementedError as e:   # (a stream without a length: a TypeError, as len() of torch's)
+            raise TypeError(str(e)) from None
+
+
+class StackDataset(Dataset):
+    """Samples from several datasets of one length side by side: a tuple (positional) or a dict (keywords)
+    (torch.utils.data.StackDataset)."""
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError("StackDataset: supported either tuple-like (positional) or dict-like (keyword) input, "
+                             "not both")
+        self.datasets = args or kwargs
+        lengths = {len(d) for d in (args or kwargs.values())}
+        if len(lengths) != 1:
+            raise ValueError(f"StackDataset: size mismatch between datasets ({sorted(lengths)})")
+        self._length = lengths.pop()
+
+    def __len__(self):
+        return self._length
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
 
 
 def _split_lengths(n: int, lengths) -> list[int]:

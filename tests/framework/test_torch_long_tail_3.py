@@ -251,3 +251,55 @@ def test_more_tensor_methods_match_torch():
     assert minidl.tensor([0.2, 0.8]).bernoulli().shape == (2,)
     assert minidl.tensor([[0.2, 0.8]]).multinomial(3, replacement=True).shape == (1, 3)
     assert minidl.tensor([[1.0, 2.0]]).diag_embed().shape == (1, 2, 2)
+
+
+def test_datasets_combined_and_sequences_unpacked_as_torch():
+    data = minidl.data
+    a, b = data.TensorDataset(minidl.arange(3)), data.TensorDataset(minidl.arange(10, 15))
+    both = a + b
+    assert isinstance(both, data.ConcatDataset) and len(both) == 8 and both.cumulative_sizes == [3, 8]
+    assert [int(both[i][0]) for i in (0, 2, 3, -1)] == [0, 2, 10, 14]
+    assert [batch[0].tolist() for batch in data.DataLoader(both, batch_size=4)] == [[0, 1, 2, 10], [11, 12, 13, 14]]
+    stacked = data.StackDataset(x=a, y=a)
+    assert len(stacked) == 3 and int(stacked[1]["y"][0]) == 1
+    with pytest.raises(ValueError, match="size mismatch"):
+        data.StackDataset(a, b)
+
+    class Stream(data.IterableDataset):
+        def __init__(self, n):
+            self.n = n
+
+        def __iter__(self):
+            return iter(range(self.n))
+
+    assert list(data.ChainDataset([Stream(2), Stream(3)])) == [0, 1, 0, 1, 2]
+    seqs = [RNG.standard_normal((n, 2)) for n in (4, 2, 3)]
+    for lib in (minidl, torch):
+        tensors = [lib.tensor(s) for s in seqs]
+        rnn = lib.nn.utils.rnn
+        unpacked = rnn.unpack_sequence(rnn.pack_sequence(tensors, enforce_sorted=False))
+        unpadded = rnn.unpad_sequence(rnn.pad_sequence(tensors, batch_first=True), lib.tensor([4, 2, 3]),
+                                      batch_first=True)
+        for got in (unpacked, unpadded):
+            assert all(np.array_equal(g.numpy(), s) for g, s in zip(got, seqs))
+        assert rnn.invert_permutation(lib.tensor([2, 0, 1])).tolist() == [1, 2, 0]
+
+
+@pytest.mark.parametrize("name,args", [("relu_", ()), ("elu_", (0.5,)), ("leaky_relu_", (0.2,)),
+                                       ("hardtanh_", (-0.5, 0.5)), ("selu_", ()), ("celu_", (0.7,)),
+                                       ("threshold_", (0.1, -1.0))])
+def test_functional_in_place_forms_match_torch(name, args):
+    x = RNG.standard_normal((2, 3, 4))
+    got = []
+    for lib in (minidl, torch):
+        leaf = lib.tensor(x, requires_grad=True)
+        y = leaf * 1
+        assert getattr(lib.nn.functional, name)(y, *args) is y
+        (y * y).sum().backward()
+        got.append((y.detach().numpy(), leaf.grad.numpy()))
+    for ours, theirs in zip(*got):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-12)
+    x4 = minidl.tensor(RNG.standard_normal((1, 2, 4, 4)))
+    values, indices = minidl.nn.functional.max_pool2d_with_indices(x4, 2)
+    tv, ti = torch.nn.functional.max_pool2d_with_indices(torch.tensor(x4.numpy()), 2)
+    assert np.array_equal(values.numpy(), tv.numpy()) and np.array_equal(indices.numpy(), ti.numpy())

@@ -232,3 +232,15 @@ def test_sparse_adam_on_the_gpu():
         results.append(emb.weight.detach().cpu().numpy())
     np.testing.assert_allclose(results[1], results[0], rtol=1e-12)
     assert np.array_equal(results[0][6:], w[6:])   # rows never looked up never moved
+
+
+def test_session_10_tensor_methods_on_the_gpu():
+    """fill_diagonal_, tril_ / triu_ in a graph, renorm and the in-place functional forms on CuPy arrays."""
+    import minidl.nn.functional as F
+
+    a = RNG.standard_normal((5, 3))
+    _both(lambda t: (t * 1).tril_(-1) + (t * 2).triu_(1) + t.renorm(2, 0, 1.0) + F.leaky_relu_(t * 1, 0.2), a)
+    z = minidl.zeros(7, 3, device="cuda").fill_diagonal_(2.0, wrap=True)
+    expected = np.zeros((7, 3))
+    np.fill_diagonal(expected, 2.0, wrap=True)
+    np.testing.assert_array_equal(z.cpu().numpy(), expected)

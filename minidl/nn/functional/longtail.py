@@ -178,5 +178,54 @@ def pdist(input, p=2):
     return cdist(input, input, p=p)[rows, cols]
 
 
+# ------------------------------------------------------------------------------------------------ in-place forms
+def _in_place(name, fn):
+    """F.<name>_(input, ...): fn's result written into input (a Tensor in-place op: the tape records it as
+    torch's does)."""
+    def inplace(input, *args, **kwargs):
+        return input._inplace(f"{name}_", lambda t: fn(t, *args, **kwargs))
+
+    inplace.__name__ = inplace.__qualname__ = f"{name}_"
+    inplace.__doc__ = f"torch.nn.functional.{name}_: {name}, in place."
+    return inplace
+
+
+def _with_indices(fn):
+    def with_indices(input, *args, **kwargs):
+        kwargs["return_indices"] = True
+        return fn(input, *args, **kwargs)
+
+    with_indices.__name__ = with_indices.__qualname__ = f"{fn.__name__}_with_indices"
+    return with_indices
+
+
+def _late(name):   # (the functions of nn.functional, looked up when called: this module is imported inside it)
+    def call(*args, **kwargs):
+        from .. import functional as F
+
+        return getattr(F, name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+relu_ = _in_place("relu", _late("relu"))
+elu_ = _in_place("elu", _late("elu"))
+leaky_relu_ = _in_place("leaky_relu", _late("leaky_relu"))
+hardtanh_ = _in_place("hardtanh", _late("hardtanh"))
+selu_ = _in_place("selu", _late("selu"))
+celu_ = _in_place("celu", _late("celu"))
+threshold_ = _in_place("threshold", _late("threshold"))
+rrelu_ = _in_place("rrelu", rrelu)
+max_pool1d_with_indices = _with_indices(_late("max_pool1d"))
+max_pool2d_with_indices = _with_indices(_late("max_pool2d"))
+max_pool3d_with_indices = _with_indices(_late("max_pool3d"))
+adaptive_max_pool1d_with_indices = _with_indices(_late("adaptive_max_pool1d"))
+adaptive_max_pool2d_with_indices = _with_indices(_late("adaptive_max_pool2d"))
+adaptive_max_pool3d_with_indices = _with_indices(_late("adaptive_max_pool3d"))
+
 FUNCTIONS = ["channel_shuffle", "alpha_dropout", "feature_alpha_dropout", "rrelu", "lp_pool1d", "lp_pool2d",
-             "multi_margin_loss", "multilabel_margin_loss", "triplet_margin_with_distance_loss", "pdist"]
+             "multi_margin_loss", "multilabel_margin_loss", "triplet_margin_with_distance_loss", "pdist", "relu_", "elu_",
+             "leaky_relu_", "hardtanh_", "selu_", "celu_", "threshold_", "rrelu_", "max_pool1d_with_indices",
+             "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_max_pool1d_with_indices",
+             "adaptive_max_pool2d_with_indices", "adaptive_max_pool3d_with_indices"]

@@ -191,3 +191,27 @@ def pack_sequence(sequences, enforce_sorted=True):
     """PackedSequence of a list of tensors (L_i, *) (by default in decreasing order of length)."""
     padded = pad_sequence(sequences)  # checks that they are tensors of one trailing shape
     return pack_padded_sequence(padded, [s.shape[0] for s in sequences], enforce_sorted=enforce_sorted)
+
+
+def unpad_sequence(padded_sequences, lengths, batch_first=False):
+    """The list of sequences (L_i, *) a padded batch holds (pad_sequence's inverse)."""
+    padded = padded_sequences if batch_first else padded_sequences.transpose(0, 1)
+    lengths = _host_ints("lengths", "unpad_sequence", lengths)
+    return [padded[b, :int(n)] for b, n in enumerate(lengths)]
+
+
+def unpack_sequence(packed_sequences):
+    """The list of sequences a PackedSequence holds, in its original order (pack_sequence's inverse)."""
+    padded, lengths = pad_packed_sequence(packed_sequences, batch_first=True)
+    return unpad_sequence(padded, lengths, batch_first=True)
+
+
+def invert_permutation(permutation):
+    """The permutation that undoes `permutation` (a 1-D int64 tensor), or None for None."""
+    if permutation is None:
+        return None
+    from ...ops.creation import arange
+
+    out = permutation.new_empty(permutation.shape)
+    out[permutation] = arange(permutation.numel(), device=permutation.device)
+    return out
