@@ -36,14 +36,17 @@ class Activation(Function):
     def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
         x, mode, coef = self.inputs[0], self.desc.mode, self.desc.coef
         zero = dy.new_zeros(())
+        # A piecewise-linear activation's dx depends on x only through its mask: the derivative in x is zero, and
+        # torch records it (x * 0 here) so that x's producers (a bias before a ReLU in a WGAN-GP critic) receive a
+        # zero gradient, not None (which an optimizer with momentum would treat differently).
         if mode == "relu":
-            return dy.where(x > 0, zero)
+            return dy.where(x > 0, zero) + x * 0
         if mode == "leaky_relu":
-            return dy.where(x > 0, dy * coef)
+            return dy.where(x > 0, dy * coef) + x * 0
         if mode == "elu":
             return dy.where(x > 0, dy * coef * x.exp())
         if mode == "clipped_relu":
-            return dy.where((x > 0) & (x < coef), zero)
+            return dy.where((x > 0) & (x < coef), zero) + x * 0
         if mode == "sigmoid":
             y = x.sigmoid()
             return dy * y * (1 - y)

@@ -131,6 +131,9 @@ class Relayout(Function):
     def backward(self, g):
         return g
 
+    def backward_graph(self, g):
+        return g
+
 
 class _ToDevice(Function):
     """Copy to another device; the gradient is copied back."""

@@ -244,3 +244,32 @@ def test_session_10_tensor_methods_on_the_gpu():
     expected = np.zeros((7, 3))
     np.fill_diagonal(expected, 2.0, wrap=True)
     np.testing.assert_array_equal(z.cpu().numpy(), expected)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_second_derivatives_through_convolutions_on_the_gpu(channels_last):
+    """WGAN-GP on a convolutional critic and a transposed convolution's Hessian-vector product (the convolutions'
+    double backward, nn/functional/convolution.py) in float32 on the GPU's kernels (TF32 off) against float64 on
+    the CPU."""
+    rng = np.random.default_rng(9)
+    xs, w1, b1, w2, wt = (rng.standard_normal(s) for s in ((2, 4, 9, 8), (6, 2, 3, 3), (6,), (3, 6, 3, 3),
+                                                          (3, 2, 3, 3)))
+    results = []
+    old = minidl.backends.cudnn.allow_tf32
+    minidl.backends.cudnn.allow_tf32 = False
+    try:
+        for device, dtype in (("cpu", minidl.float64), ("cuda", minidl.float32)):
+            x = minidl.tensor(xs, device=device, dtype=dtype, requires_grad=True)
+            if channels_last:
+                x = x.to(memory_format=minidl.channels_last)
+            a, b, c, t = (minidl.tensor(v, device=device, dtype=dtype, requires_grad=True)
+                          for v in (w1, b1, w2, wt))
+            h = F.leaky_relu(F.conv2d(x, a, b, stride=2, padding=1, groups=2), 0.2)
+            d = F.conv_transpose2d(F.conv2d(h, c, padding=1).tanh(), t, stride=2, output_padding=1)
+            (g,) = minidl.autograd.grad(d.sum(), x, create_graph=True)
+            ((g.pow(2).sum((1, 2, 3)).sqrt() - 1) ** 2).mean().backward()
+            results.append([v.detach().cpu().numpy().astype(np.float64) for v in (g, a.grad, b.grad, c.grad, t.grad)])
+    finally:
+        minidl.backends.cudnn.allow_tf32 = old
+    for gpu, cpu in zip(results[1], results[0]):
+        np.testing.assert_allclose(gpu, cpu, rtol=2e-4, atol=2e-4 * np.abs(cpu).max())

@@ -73,6 +73,59 @@ class Convolution(Function):
                   else plan.backward_bias(dy))
         return (dx, dw, db) if self.has_bias else (dx, dw)
 
+    def backward_graph(self, dy):   # (the backward as tensor ops, for create_graph=True: autograd/higher_order.py)
+        """dx and dw as ops of their own, so a gradient taken with create_graph=True (WGAN-GP's penalty through a
+        convolutional critic, a Hessian-vector product of a CNN) can be differentiated again. Both are linear in
+        each argument: dx is the transposed convolution of dy with w (ConvolutionTranspose), dw is
+        ConvolutionBackwardFilter(x, dy); their own backwards are convolutions of the same plan."""
+        x, w = self.inputs[0], self.inputs[1]
+        plan = _graph_plan(self.plan, x.shape, w.shape)
+        dy = dy.contiguous()
+        dx = ConvolutionTranspose.apply(dy, w.contiguous(), plan=plan) if self.needs_input_grad[0] else None
+        dw = ConvolutionBackwardFilter.apply(x.contiguous(), dy, plan=plan) if self.needs_input_grad[1] else None
+        if not self.has_bias:
+            return dx, dw
+        return dx, dw, (dy.sum((0,) + tuple(range(2, dy.ndim))) if self.needs_input_grad[2] else None)
+
+
+class ConvolutionBackwardFilter(Function):
+    """dw = the filter gradient of the convolution `plan` describes, for input x and output gradient dy, as an op:
+    Convolution's backward_graph records it. It is linear in x and in dy: <g, dw(x, dy)> = <conv(x, g), dy>, so
+    its gradients are plan.backward_data(g, dy) for x and plan.forward(x, g) for dy."""
+
+    def forward(self, x, dy, plan=None):
+        self.plan, self.x, self.dy = plan, x, dy
+        return plan.backward_filter(x, dy)
+
+    def backward(self, g):
+        g = _contiguous(g)
+        dx = self.plan.backward_data(g, self.dy) if self.needs_input_grad[0] else None
+        ddy = self.plan.forward(self.x, g) if self.needs_input_grad[1] else None
+        return dx, ddy
+
+    def backward_graph(self, g):
+        x, dy = self.inputs
+        g = g.contiguous()
+        return (ConvolutionTranspose.apply(dy, g, plan=self.plan) if self.needs_input_grad[0] else None,
+                Convolution.apply(x, g, plan=self.plan) if self.needs_input_grad[1] else None)
+
+
+def _contiguous(a):
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)   # (NEP 18: a CuPy array stays CuPy)
+
+
+def _graph_plan(plan, x_shape, w_shape):
+    """The channels-first plan of `plan`'s problem, which the ops of a recorded backward run on (tensors are
+    channels-first): `plan` itself when it is one, else made once and kept on it."""
+    if plan.layout == "NCHW":
+        return plan
+    nchw = getattr(plan, "graph_plan", None)
+    if nchw is None:
+        nchw = plan.graph_plan = P.ConvolutionPlan(
+            tuple(x_shape), tuple(w_shape), plan.desc, device="cuda" if plan.is_cuda else "cpu", dtype=plan.dtype,
+            policy=plan.policy, math=plan.problem.math)
+    return nchw
+
 
 def _channels_first_like(a, shape_nhwc):
     """A new channels-first array (N, C, *spatial) of the NHWC shape (N, *spatial, C), a's dtype and device (NumPy's
@@ -155,6 +208,7 @@ class ConvolutionReLU(Convolution):
     then the convolution's backward. Channels-first (NCHW) plans only."""
 
     _RELU = P.ActivationDescriptor("relu")
+    backward_graph = None   # (its ReLU mask is array code: create_graph=True names the op; conv2d + relu records)
 
     def forward(self, x, w, b=None, plan=None):
         self.plan, self.has_bias = plan, b is not None
@@ -296,6 +350,15 @@ class ConvolutionTranspose(Function):
         if self.has_bias and self.needs_input_grad[2]:
             db = dy.sum(axis=(0,) + tuple(range(2, dy.ndim)))
         return (dx, dw, db) if self.has_bias else (dx, dw)
+
+    def backward_graph(self, dy):   # (the backward as tensor ops, for create_graph=True: autograd/higher_order.py)
+        x, w = self.inputs[0], self.inputs[1]
+        dy = dy.contiguous()
+        dx = Convolution.apply(dy, w.contiguous(), plan=self.plan) if self.needs_input_grad[0] else None
+        dw = ConvolutionBackwardFilter.apply(dy, x.contiguous(), plan=self.plan) if self.needs_input_grad[1] else None
+        if not self.has_bias:
+            return dx, dw
+        return dx, dw, (dy.sum((0,) + tuple(range(2, dy.ndim))) if self.needs_input_grad[2] else None)
 
 
 def conv_transpose_nd(op, dims, input, weight, bias, stride, padding, output_padding, groups, dilation, plans=None):
