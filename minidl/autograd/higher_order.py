@@ -8,9 +8,10 @@ states its backward with minidl's own tensor ops (Mul's: g * b and g * a), with 
 is recorded as it is computed and `backward()` / `autograd.grad` can go through it again.
 
 A Function without `backward_graph` stops the pass with its name: its backward exists only as array code (the
-pooling, normalisation and recurrent families, the fused attention, most of the less common ops). The convolutions
-record theirs as ops of the same primitive: dx a transposed convolution, dw a ConvolutionBackwardFilter
-(nn/functional/convolution.py), each linear in both arguments, so their own gradients are convolutions again.
+normalisation and recurrent families, the fused attention, most of the less common ops). The convolutions and
+poolings record theirs as ops of the same primitives: a convolution's dx is a transposed convolution and its dw a
+ConvolutionBackwardFilter (nn/functional/convolution.py), a pooling's dx a PoolingBackward (pooling.py); each is
+linear in its gradient argument, so its own gradient is the forward primitive again (the adjoint).
 """
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def run_backward_graph(tensor, grad, capture=None):
                     "record, so it cannot be differentiated again (minidl's double backward covers the elementwise "
                     "arithmetic and math functions, relu / leaky_relu / elu / sigmoid / tanh, softmax and "
                     "log_softmax, sums and means, reshapes, permutes, expands, basic indexing, cat, matmul, "
-                    "linear, convolutions and the losses built from them). Compute this second derivative by finite differences, "
+                    "linear, convolutions, pooling and the losses built from them). Compute this second derivative by finite differences, "
                     "or write the model with those ops.")
             if len(grads_out) > 1 and any(g is None for g in grads_out):
                 ref = next(g for g in grads_out if g is not None)

@@ -248,8 +248,8 @@ def test_session_10_tensor_methods_on_the_gpu():
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_second_derivatives_through_convolutions_on_the_gpu(channels_last):
-    """WGAN-GP on a convolutional critic and a transposed convolution's Hessian-vector product (the convolutions'
-    double backward, nn/functional/convolution.py) in float32 on the GPU's kernels (TF32 off) against float64 on
+    """WGAN-GP on a convolutional critic with max / average / adaptive pooling and a transposed convolution (their
+    double backwards: nn/functional/convolution.py, pooling.py) in float32 on the GPU's kernels (TF32 off) against float64 on
     the CPU."""
     rng = np.random.default_rng(9)
     xs, w1, b1, w2, wt = (rng.standard_normal(s) for s in ((2, 4, 9, 8), (6, 2, 3, 3), (6,), (3, 6, 3, 3),
@@ -265,7 +265,10 @@ def test_second_derivatives_through_convolutions_on_the_gpu(channels_last):
             a, b, c, t = (minidl.tensor(v, device=device, dtype=dtype, requires_grad=True)
                           for v in (w1, b1, w2, wt))
             h = F.leaky_relu(F.conv2d(x, a, b, stride=2, padding=1, groups=2), 0.2)
+            h = F.max_pool2d(h, 3, stride=1, padding=1) + F.avg_pool2d(h, 3, stride=1, padding=1)
+            h = h.tanh() if not channels_last else h.tanh().contiguous(memory_format=minidl.channels_last)
             d = F.conv_transpose2d(F.conv2d(h, c, padding=1).tanh(), t, stride=2, output_padding=1)
+            d = d + F.adaptive_avg_pool2d(d, (2, 3)).sum() * 0.1
             (g,) = minidl.autograd.grad(d.sum(), x, create_graph=True)
             ((g.pow(2).sum((1, 2, 3)).sqrt() - 1) ** 2).mean().backward()
             results.append([v.detach().cpu().numpy().astype(np.float64) for v in (g, a.grad, b.grad, c.grad, t.grad)])

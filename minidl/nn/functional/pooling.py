@@ -38,6 +38,46 @@ class Pooling(Function):
             return _layout.from_nhwc(P.pooling_backward(self.x, self.y, _layout.nhwc(dy), self.desc, layout="NHWC"))
         return P.pooling_backward(self.x, self.y, dy, self.desc)
 
+    def backward_graph(self, dy, d_indices=None):   # (the backward as tensor ops: autograd/higher_order.py)
+        """dx as an op of its own (PoolingBackward), linear in dy; on channels-first arrays (tensors are)."""
+        x = self.inputs[0]
+        x_arr, y_arr = ((_layout.from_nhwc(self.x), _layout.from_nhwc(self.y)) if self.layout == "NHWC"
+                        else (self.x, self.y))
+        dx = PoolingBackward.apply(dy.contiguous(), x=_contiguous(x_arr), y=_contiguous(y_arr), desc=self.desc)
+        # max pooling's dx depends on x only through the argmax: a zero gradient, recorded as torch records it
+        return dx + x * 0 if self.desc.mode == "max" else dx
+
+
+class PoolingBackward(Function):
+    """dx = pooling_backward(x, y, dy) as an op (Pooling's backward_graph records it), with x and y constants.
+    It is linear in dy, and its own gradient is the adjoint: average pooling's is pooling_forward of g; max
+    pooling's takes, for each window, g at the window's argmax (max_pooling_forward_with_indices's positions)."""
+
+    def forward(self, dy, x=None, y=None, desc=None):
+        self.x, self.y, self.desc = x, y, desc
+        return P.pooling_backward(x, y, dy, desc)
+
+    def backward(self, g):
+        g = _contiguous(g)
+        if self.desc.mode != "max":
+            return P.pooling_forward(g, self.desc)
+        _, indices = P.max_pooling_forward_with_indices(self.x, self.desc)
+        xp = get_array_module(g)
+        N, C = g.shape[:2]
+        return xp.take_along_axis(g.reshape(N, C, -1), indices.reshape(N, C, -1), axis=2).reshape(indices.shape)
+
+    def backward_graph(self, g):
+        if self.desc.mode == "max":   # (the gather at the argmax as a tensor op)
+            _, indices = P.max_pooling_forward_with_indices(self.x, self.desc)
+            N, C = g.shape[:2]
+            return g.contiguous().reshape(N, C, -1).gather(2, Tensor._make(indices.reshape(N, C, -1))).reshape(
+                indices.shape)
+        return Pooling.apply(g.contiguous(), desc=self.desc)
+
+
+def _contiguous(a):
+    return a if a.flags.c_contiguous else get_array_module(a).ascontiguousarray(a)
+
 
 def _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode, dilation=1, return_indices=False):
     x, unbatched = _batched(op, input, dims)
@@ -221,6 +261,23 @@ class AdaptiveAvgPooling(Function):
 
     def backward(self, dy):
         return P.adaptive_avg_pooling_backward(dy, self.x_shape, self.output_size)
+
+    def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
+        return AdaptiveAvgPoolingBackward.apply(dy.contiguous(), x_shape=self.x_shape, output_size=self.output_size)
+
+
+class AdaptiveAvgPoolingBackward(Function):
+    """AdaptiveAvgPooling's dx as an op: linear in dy, its gradient is the adaptive average pooling of g."""
+
+    def forward(self, dy, x_shape=None, output_size=None):
+        self.output_size = output_size
+        return P.adaptive_avg_pooling_backward(dy, x_shape, output_size)
+
+    def backward(self, g):
+        return P.adaptive_avg_pooling_forward(_contiguous(g), self.output_size)
+
+    def backward_graph(self, g):
+        return AdaptiveAvgPooling.apply(g.contiguous(), output_size=self.output_size)
 
 
 def _adaptive_avg_pool(op, dims, input, output_size):
