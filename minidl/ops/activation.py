@@ -7,12 +7,17 @@ re-exports these and adds the other activations (relu6, leaky_relu, elu, gelu, a
 """
 from __future__ import annotations
 
+import math
+
 from .. import _layout
 from .. import primitives as P
 from ..amp import autocast_mode as _amp
 from ._checks import check_float_tensor
 from ._dims import normalize_dim
 from ..autograd.function import Function
+
+
+_SQRT_HALF, _INV_SQRT_2PI, _SQRT_2_OVER_PI = math.sqrt(0.5), 1 / math.sqrt(2 * math.pi), math.sqrt(2 / math.pi)
 
 
 class Activation(Function):
@@ -53,8 +58,14 @@ class Activation(Function):
         if mode == "tanh":
             y = x.tanh()
             return dy * (1 - y * y)
+        if mode == "gelu":       # d/dx x Phi(x) = Phi(x) + x phi(x)
+            cdf = 0.5 * (1 + (x * _SQRT_HALF).erf())
+            return dy * (cdf + x * (x * x * -0.5).exp() * _INV_SQRT_2PI)
+        if mode == "gelu_tanh":  # y = x (1 + t) / 2, t = tanh(k (x + 0.044715 x^3))
+            t = ((x + 0.044715 * x * x * x) * _SQRT_2_OVER_PI).tanh()
+            return dy * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x))
         raise NotImplementedError(f"create_graph=True through {mode}: its derivative is not written as tensor ops in "
-                                  "minidl (relu, leaky_relu, elu, hardtanh/relu6, sigmoid and tanh are)")
+                                  "minidl (relu, leaky_relu, elu, hardtanh/relu6, sigmoid, tanh and gelu are)")
 
 
 def apply_activation(op, input, mode, coef=None):

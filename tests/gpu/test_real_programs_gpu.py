@@ -276,3 +276,31 @@ def test_second_derivatives_through_convolutions_on_the_gpu(channels_last):
         minidl.backends.cudnn.allow_tf32 = old
     for gpu, cpu in zip(results[1], results[0]):
         np.testing.assert_allclose(gpu, cpu, rtol=2e-4, atol=2e-4 * np.abs(cpu).max())
+
+
+def test_second_derivatives_through_normalization_and_gelu_on_the_gpu():
+    """The gradient penalty through batch norm (training and eval), layer norm, RMS norm and gelu (exact and tanh)
+    after a convolution, with create_graph to the weights: float32 on the GPU against float64 on the CPU."""
+    rng = np.random.default_rng(10)
+    xs, cw, w, b = (rng.standard_normal(s) for s in ((3, 2, 5, 6), (4, 2, 3, 3), (4,), (4,)))
+    results = []
+    old = minidl.backends.cudnn.allow_tf32
+    minidl.backends.cudnn.allow_tf32 = False
+    try:
+        for device, dtype in (("cpu", minidl.float64), ("cuda", minidl.float32)):
+            x = minidl.tensor(xs, device=device, dtype=dtype, requires_grad=True)
+            c, g_, b_ = (minidl.tensor(v, device=device, dtype=dtype, requires_grad=True) for v in (cw, w, b))
+            h = F.conv2d(x, c, padding=1)
+            h = F.gelu(F.batch_norm(h, None, None, g_, b_, training=True))
+            h = F.gelu(F.layer_norm(h, (6,)), approximate="tanh")
+            rm = minidl.tensor([0.1, -0.2, 0.3, 0.0], device=device, dtype=dtype)
+            rv = minidl.tensor([1.5, 0.5, 2.0, 1.0], device=device, dtype=dtype)
+            h = F.rms_norm(F.batch_norm(h, rm, rv, g_, b_), (5, 6), eps=1e-6)
+            (g,) = minidl.autograd.grad((h ** 3).sum(), x, create_graph=True)   # (h ** 2 is constant under rms_norm)
+            penalty = ((g.pow(2).sum((1, 2, 3)).sqrt() - 1) ** 2).mean()
+            grads = minidl.autograd.grad(penalty, [c, g_, b_])
+            results.append([v.detach().cpu().numpy().astype(np.float64) for v in (g, penalty, *grads)])
+    finally:
+        minidl.backends.cudnn.allow_tf32 = old
+    for gpu, cpu in zip(results[1], results[0]):
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-3, atol=1e-3 * np.abs(cpu).max())

@@ -34,7 +34,7 @@ class BatchNormTraining(Function):
     def forward(self, x, gamma=None, beta=None, running_mean=None, running_var=None, momentum=0.1, eps=1e-5,
                 num_batches_tracked=None):
         self.layout, x = _layout_of(x)
-        self.x, self.gamma = x, gamma
+        self.x, self.gamma, self.eps = x, gamma, eps
         y, self.mean, self.invstd = P.batch_norm_forward_training(
             x, gamma, beta, running_mean, running_var, momentum=momentum, eps=eps, layout=self.layout,
             num_batches_tracked=num_batches_tracked)
@@ -44,6 +44,34 @@ class BatchNormTraining(Function):
         dx, dgamma, dbeta = P.batch_norm_backward(self.x, _in(self.layout, dy), self.gamma, self.mean, self.invstd,
                                                   layout=self.layout)
         return _back(self.layout, dx), dgamma, dbeta
+
+    def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
+        x, gamma = self.inputs[0], (self.inputs[1] if self.gamma is not None else None)
+        axes = (0,) + tuple(range(2, x.ndim))
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        dx, x_hat = _normalization_backward_graph(x, dy, None if gamma is None else gamma.reshape(shape), axes,
+                                                  self.eps, center=True)
+        return (dx, (dy * x_hat).sum(axes) if self.needs_input_grad[1] else None,
+                dy.sum(axes) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None)
+
+
+def _normalization_backward_graph(x, dy, scale, axes, eps, center):
+    """dx of y = x_hat * scale (+ shift), x_hat = (x - mean) / sqrt(var + eps) over `axes` (center=False: RMS norm,
+    x / sqrt(mean(x^2) + eps)), as tensor ops that recompute the statistics from x, so that the result is
+    differentiable again in x (create_graph=True). Returns (dx, x_hat):
+        g = dy * scale;  dx = rstd (g - mean(g) - x_hat mean(g x_hat))   (no mean(g) term for RMS)."""
+    if center:
+        xc = x - x.mean(axes, keepdim=True)
+        rstd = ((xc * xc).mean(axes, keepdim=True) + eps).rsqrt()
+    else:
+        xc = x
+        rstd = ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
+    x_hat = xc * rstd
+    g = dy if scale is None else dy * scale
+    inner = g - x_hat * (g * x_hat).mean(axes, keepdim=True)
+    if center:
+        inner = inner - g.mean(axes, keepdim=True)
+    return rstd * inner, x_hat
 
 
 class BatchNormInference(Function):
@@ -62,7 +90,8 @@ class BatchNormInference(Function):
         shape = (1, -1) + (1,) * (x.ndim - 2)
         self.axes = (0,) + tuple(range(2, x.ndim))
         self.invstd = (1.0 / xp.sqrt(running_var + x.dtype.type(eps))).reshape(shape)
-        self.x_hat = (x - running_mean.reshape(shape)) * self.invstd
+        self.running_mean = running_mean.reshape(shape)
+        self.x_hat = (x - self.running_mean) * self.invstd
         self.gamma, self.shape = gamma, shape
 
     def backward(self, dy):
@@ -71,6 +100,17 @@ class BatchNormInference(Function):
         dgamma = (dy * self.x_hat).sum(axis=self.axes) if self.gamma is not None else None
         dbeta = dy.sum(axis=self.axes) if self.needs_input_grad[2] else None
         return dx, dgamma, dbeta
+
+    def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
+        from ...autograd.tensor import Tensor
+
+        x, gamma = self.inputs[0], (self.inputs[1] if self.gamma is not None else None)
+        invstd = Tensor._make(self.invstd)                 # the running statistics are constants
+        scale = invstd if gamma is None else invstd * gamma.reshape(self.shape)
+        x_hat = (x - Tensor._make(self.running_mean)) * invstd
+        dgamma = (dy * x_hat).sum(self.axes) if gamma is not None and self.needs_input_grad[1] else None
+        dbeta = dy.sum(self.axes) if len(self.needs_input_grad) > 2 and self.needs_input_grad[2] else None
+        return dy * scale, dgamma, dbeta
 
 
 class BatchNormReLUTraining(Function):
@@ -237,7 +277,7 @@ class LayerNorm(Function):
 
     def forward(self, x, weight=None, bias=None, normalized_ndim=1, eps=1e-5, rms=False):
         self.x, self.weight, self.has_bias = x, weight, bias is not None
-        self.normalized_ndim, self.rms = normalized_ndim, rms
+        self.normalized_ndim, self.rms, self.eps = normalized_ndim, rms, eps
         y, self.mean, self.rstd = P.layer_norm_forward(x, weight, bias, normalized_ndim=normalized_ndim, eps=eps,
                                                        rms=rms)
         return y
@@ -249,6 +289,19 @@ class LayerNorm(Function):
         if self.weight is None:
             return (dx,)
         return (dx, dweight, dbias) if self.has_bias else (dx, dweight)
+
+    def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
+        x = self.inputs[0]
+        axes = tuple(range(x.ndim - self.normalized_ndim, x.ndim))
+        weight = self.inputs[1] if self.weight is not None else None
+        dx, x_hat = _normalization_backward_graph(x, dy, weight, axes, self.eps, center=not self.rms)
+        if weight is None:
+            return (dx,)
+        lead = tuple(range(x.ndim - self.normalized_ndim))
+        dw = (dy * x_hat).sum(lead) if lead else dy * x_hat
+        if not self.has_bias:
+            return dx, dw
+        return dx, dw, (dy.sum(lead) if lead else dy)
 
 
 def _normalized_shape(op, input, normalized_shape):
