@@ -8,7 +8,7 @@ states its backward with minidl's own tensor ops (Mul's: g * b and g * a), with 
 is recorded as it is computed and `backward()` / `autograd.grad` can go through it again.
 
 A Function without `backward_graph` stops the pass with its name: its backward exists only as array code (local
-response norm, dropout, embedding, the recurrent family, the fused attention, most of the less common ops). The
+response norm, embedding, the recurrent family, the fused attention, most of the less common ops). The
 normalisations write theirs from x with the statistics recomputed as tensor ops
 (normalization._normalization_backward_graph), so every order is exact. The convolutions and
 poolings record theirs as ops of the same primitives: a convolution's dx is a transposed convolution and its dw a
@@ -94,7 +94,7 @@ def run_backward_graph(tensor, grad, capture=None):
                     "record, so it cannot be differentiated again (minidl's double backward covers the elementwise "
                     "arithmetic and math functions, relu / leaky_relu / elu / sigmoid / tanh, softmax and "
                     "log_softmax, sums and means, reshapes, permutes, expands, basic indexing, cat, matmul, "
-                    "linear, convolutions, pooling, batch / layer / RMS norm, gelu and the losses built from "
+                    "linear, convolutions, pooling, batch / layer / RMS norm, gelu, dropout and the losses built from "
                     "them). Compute this second derivative by finite differences, "
                     "or write the model with those ops.")
             if len(grads_out) > 1 and any(g is None for g in grads_out):

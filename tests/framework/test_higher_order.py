@@ -279,6 +279,32 @@ def test_backward_with_create_graph_fills_grad_with_a_graph():
     _both(fn)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_second_derivatives_through_dropout_use_the_same_mask(channels_last):
+    """Dropout's double backward is dropout again with the same seed: the gradient penalty through a dropped-out
+    critic equals the one through the same critic with the forward's mask applied as a constant."""
+    rng = np.random.default_rng(11)
+    xs, w = rng.standard_normal((2, 3, 4, 5)), rng.standard_normal((3, 3, 1, 1))
+    x = minidl.tensor(xs, requires_grad=True)
+    if channels_last:
+        x = x.to(memory_format=minidl.channels_last)
+    wt = minidl.tensor(w, requires_grad=True)
+    minidl.manual_seed(3)
+    h = F.conv2d(x, wt).tanh()
+    y = F.dropout(h, 0.4)
+    mask = (y.detach().numpy() != 0) / 0.6
+    (g,) = minidl.autograd.grad((y ** 3).sum(), x, create_graph=True)
+    (gw,) = minidl.autograd.grad((g ** 2).sum(), wt)
+
+    x2, w2 = minidl.tensor(xs, requires_grad=True), minidl.tensor(w, requires_grad=True)
+    y2 = F.conv2d(x2, w2).tanh() * minidl.tensor(mask)
+    (g2,) = minidl.autograd.grad((y2 ** 3).sum(), x2, create_graph=True)
+    (gw2,) = minidl.autograd.grad((g2 ** 2).sum(), w2)
+    assert 0.2 < mask.mean() / (1 / 0.6) < 0.9   # some kept, some dropped
+    np.testing.assert_allclose(g.detach().numpy(), g2.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gw.numpy(), gw2.numpy(), rtol=1e-11, atol=1e-11)
+
+
 def test_functions_without_a_tensor_op_backward_say_so():
     x = minidl.randn(1, 1, 5, 5, requires_grad=True)
     with pytest.raises(NotImplementedError, match=r"create_graph=True: the gradient of LocalResponseNorm .* finite "

@@ -304,3 +304,22 @@ def test_second_derivatives_through_normalization_and_gelu_on_the_gpu():
         minidl.backends.cudnn.allow_tf32 = old
     for gpu, cpu in zip(results[1], results[0]):
         np.testing.assert_allclose(gpu, cpu, rtol=1e-3, atol=1e-3 * np.abs(cpu).max())
+
+
+def test_second_derivatives_through_dropout_on_the_gpu():
+    """Dropout's double backward on the GPU regenerates the forward's mask (Philox, same seed): the penalty through
+    a dropped-out critic equals the one with the forward's mask applied as a constant."""
+    rng = np.random.default_rng(12)
+    xs, w = rng.standard_normal((2, 3, 8, 8)), rng.standard_normal((3, 3, 1, 1))
+    x = minidl.tensor(xs, device="cuda", dtype=minidl.float32, requires_grad=True)
+    wt = minidl.tensor(w, device="cuda", dtype=minidl.float32, requires_grad=True)
+    y = F.dropout(F.conv2d(x, wt).tanh(), 0.4)
+    mask = minidl.tensor((y.detach().cpu().numpy() != 0) / np.float32(0.6), device="cuda")
+    (g,) = minidl.autograd.grad((y ** 3).sum(), x, create_graph=True)
+    (gw,) = minidl.autograd.grad((g ** 2).sum(), wt)
+    x2 = minidl.tensor(xs, device="cuda", dtype=minidl.float32, requires_grad=True)
+    w2 = minidl.tensor(w, device="cuda", dtype=minidl.float32, requires_grad=True)
+    (g2,) = minidl.autograd.grad(((F.conv2d(x2, w2).tanh() * mask) ** 3).sum(), x2, create_graph=True)
+    (gw2,) = minidl.autograd.grad((g2 ** 2).sum(), w2)
+    np.testing.assert_allclose(g.detach().cpu().numpy(), g2.detach().cpu().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gw.cpu().numpy(), gw2.cpu().numpy(), rtol=1e-4, atol=1e-4)

@@ -29,6 +29,15 @@ class Dropout(Function):
             return _layout.from_nhwc(P.dropout_backward(_layout.nhwc(dy), self.p, self.seed))
         return P.dropout_backward(dy, self.p, self.seed)
 
+    def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
+        """dx = dy * keep / (1 - p) is this op again, on dy in x's memory format (the mask follows the memory
+        position) with the same seed: the same mask."""
+        from ...ops.conversion import channels_last, channels_last_3d
+
+        dy = (dy.contiguous(memory_format=channels_last if dy.ndim == 4 else channels_last_3d) if self.cl
+              else dy.contiguous())
+        return Dropout.apply(dy, p=self.p, seed=self.seed)
+
 
 def dropout(input, p=0.5, training=True, inplace=False):
     op = "dropout"
