@@ -141,7 +141,8 @@ POOLS = {
 def test_second_derivatives_through_pooling_match_torch(pool, channels_last):
     """A gradient penalty and a Hessian-vector product through each pooling op after a convolution with bias
     (a critic's conv + pool): the pools' double backward (PoolingBackward, AdaptiveAvgPoolingBackward). The
-    bias before a max pool receives torch's zero-through-the-argmax term. Third order through the average pools."""
+    bias before a max pool receives torch's zero-through-the-argmax term. Then third order (max pooling's: a gather
+    at the argmax)."""
     rng = np.random.default_rng(7)
     xs, w, b, v = (rng.standard_normal(s) for s in ((2, 3, 9, 10), (4, 3, 3, 3), (4,), (4, 3, 3, 3)))
 
@@ -158,10 +159,7 @@ def test_second_derivatives_through_pooling_match_torch(pool, channels_last):
         (g,) = lib.autograd.grad((y ** 3).sum(), x, create_graph=True)
         penalty = ((g.pow(2).sum((1, 2, 3)).sqrt() - 1) ** 2).mean()
         gw, gb = lib.autograd.grad(penalty, [wt, bt], create_graph=True)
-        out = [g, penalty, gw, gb]
-        if "avg" in pool:
-            out += lib.autograd.grad((gw * lib.tensor(v)).sum(), [wt, bt])
-        return out
+        return [g, penalty, gw, gb, *lib.autograd.grad((gw * lib.tensor(v)).sum(), [wt, bt])]
 
     _both(fn)
 
