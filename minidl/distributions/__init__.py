@@ -36,6 +36,15 @@ def _as_tensor(value, like=None):
     return creation.tensor(value, dtype=dtype if dtype is not None else np.float32, device=device)
 
 
+def _broadcast_pair(a, b):
+    """Two parameters (loc and scale, low and high) as tensors of one dtype and device (a number takes the other's),
+    expanded to their broadcast shape: (a, b, shape)."""
+    a = _as_tensor(a, b if isinstance(b, Tensor) else None)
+    b = _as_tensor(b, a)
+    shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+    return a.expand(shape), b.expand(shape), shape
+
+
 def _shape(sample_shape):
     if isinstance(sample_shape, int):
         return (sample_shape,)
@@ -179,10 +188,7 @@ class Normal(Distribution):
     has_rsample = True
 
     def __init__(self, loc, scale, validate_args=None):
-        self.loc = _as_tensor(loc, scale if isinstance(scale, Tensor) else None)
-        self.scale = _as_tensor(scale, self.loc)
-        shape = tuple(np.broadcast_shapes(self.loc.shape, self.scale.shape))
-        self.loc, self.scale = self.loc.expand(shape), self.scale.expand(shape)
+        self.loc, self.scale, shape = _broadcast_pair(loc, scale)
         super().__init__(shape)
 
     def rsample(self, sample_shape=()):
@@ -237,10 +243,7 @@ class Uniform(Distribution):
     has_rsample = True
 
     def __init__(self, low, high, validate_args=None):
-        self.low = _as_tensor(low, high if isinstance(high, Tensor) else None)
-        self.high = _as_tensor(high, self.low)
-        shape = tuple(np.broadcast_shapes(self.low.shape, self.high.shape))
-        self.low, self.high = self.low.expand(shape), self.high.expand(shape)
+        self.low, self.high, shape = _broadcast_pair(low, high)
         super().__init__(shape)
 
     def rsample(self, sample_shape=()):
@@ -304,10 +307,7 @@ class Laplace(Distribution):
     has_rsample = True
 
     def __init__(self, loc, scale, validate_args=None):
-        self.loc = _as_tensor(loc, scale if isinstance(scale, Tensor) else None)
-        self.scale = _as_tensor(scale, self.loc)
-        shape = tuple(np.broadcast_shapes(self.loc.shape, self.scale.shape))
-        self.loc, self.scale = self.loc.expand(shape), self.scale.expand(shape)
+        self.loc, self.scale, shape = _broadcast_pair(loc, scale)
         super().__init__(shape)
 
     def rsample(self, sample_shape=()):

@@ -283,6 +283,9 @@ class ConvolutionPlan:
         # on such a twin: the channels-first plan whose weight gradient reads NCHW arrays as they are (a TF32
         # wgrad on wgmma), so that the layer hands it the untransposed x and dy; None otherwise
         self.channels_first_wgrad = None
+        # on an NHWC plan: the channels-first plan of the same problem that a recorded backward (create_graph=True)
+        # runs its ops on (nn.functional.convolution._graph_plan); None until asked
+        self.graph_plan = None
         self.algos: dict = {}
         self._impls: dict = {}   # per direction: the backend, or HalfInFloat32 around it (16-bit data)
         self.algos["forward"] = self._resolve("forward", algo, strict=True)

@@ -476,7 +476,7 @@ else:
 
 # %% [markdown]
 # What the table says: the fused kernel replaces the plain algorithm's memory-bound chain (PyTorch's
-# unfused "math" backend, in `benchmarks/results/gpu_attention.md`, is about 10x slower at T = 1024) with
+# unfused "math" backend, in `benchmarks/results/gpu_attention.md`, is 7-9x slower at T = 1024) with
 # one compute-bound kernel, and comes within 1.5x of FlashAttention-2 (1.25x and 1.44x in the H100 run
 # saved here). cuDNN's fused attention is faster still on Hopper: it uses `wgmma` (Hopper's warpgroup MMA)
 # and TMA, where the kernel timed above used the Ampere-era `mma.sync` that tutorial 7 describes.

@@ -98,7 +98,7 @@ class ConvolutionBackwardFilter(Function):
         return plan.backward_filter(x, dy)
 
     def backward(self, g):
-        g = _contiguous(g)
+        g = _layout.to_contiguous(g)
         dx = self.plan.backward_data(g, self.dy) if self.needs_input_grad[0] else None
         ddy = self.plan.forward(self.x, g) if self.needs_input_grad[1] else None
         return dx, ddy
@@ -110,16 +110,12 @@ class ConvolutionBackwardFilter(Function):
                 Convolution.apply(x, g, plan=self.plan) if self.needs_input_grad[1] else None)
 
 
-def _contiguous(a):
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)   # (NEP 18: a CuPy array stays CuPy)
-
-
 def _graph_plan(plan, x_shape, w_shape):
     """The channels-first plan of `plan`'s problem, which the ops of a recorded backward run on (tensors are
     channels-first): `plan` itself when it is one, else made once and kept on it."""
     if plan.layout == "NCHW":
         return plan
-    nchw = getattr(plan, "graph_plan", None)
+    nchw = plan.graph_plan
     if nchw is None:
         nchw = plan.graph_plan = P.ConvolutionPlan(
             tuple(x_shape), tuple(w_shape), plan.desc, device="cuda" if plan.is_cuda else "cpu", dtype=plan.dtype,

@@ -5,6 +5,7 @@ from ... import random
 from ... import _layout
 from ... import primitives as P
 from ...autograd.function import Function
+from ...ops.conversion import Relayout
 from ._checks import _check_float_tensor
 
 
@@ -32,11 +33,7 @@ class Dropout(Function):
     def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
         """dx = dy * keep / (1 - p) is this op again, on dy in x's memory format (the mask follows the memory
         position) with the same seed: the same mask."""
-        from ...ops.conversion import channels_last, channels_last_3d
-
-        dy = (dy.contiguous(memory_format=channels_last if dy.ndim == 4 else channels_last_3d) if self.cl
-              else dy.contiguous())
-        return Dropout.apply(dy, p=self.p, seed=self.seed)
+        return Dropout.apply(Relayout.apply(dy, channels_last=self.cl), p=self.p, seed=self.seed)
 
 
 def dropout(input, p=0.5, training=True, inplace=False):

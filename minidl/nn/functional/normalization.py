@@ -102,8 +102,6 @@ class BatchNormInference(Function):
         return dx, dgamma, dbeta
 
     def backward_graph(self, dy):   # (the backward as tensor ops: autograd/higher_order.py)
-        from ...autograd.tensor import Tensor
-
         x, gamma = self.inputs[0], (self.inputs[1] if self.gamma is not None else None)
         invstd = Tensor._make(self.invstd)                 # the running statistics are constants
         scale = invstd if gamma is None else invstd * gamma.reshape(self.shape)

@@ -43,7 +43,8 @@ class Pooling(Function):
         x = self.inputs[0]
         x_arr, y_arr = ((_layout.from_nhwc(self.x), _layout.from_nhwc(self.y)) if self.layout == "NHWC"
                         else (self.x, self.y))
-        dx = PoolingBackward.apply(dy.contiguous(), x=_contiguous(x_arr), y=_contiguous(y_arr), desc=self.desc)
+        dx = PoolingBackward.apply(dy.contiguous(), x=_layout.to_contiguous(x_arr), y=_layout.to_contiguous(y_arr),
+                                   desc=self.desc)
         # max pooling's dx depends on x only through the argmax: a zero gradient, recorded as torch records it
         return dx + x * 0 if self.desc.mode == "max" else dx
 
@@ -58,7 +59,7 @@ class PoolingBackward(Function):
         return P.pooling_backward(x, y, dy, desc)
 
     def backward(self, g):
-        g = _contiguous(g)
+        g = _layout.to_contiguous(g)
         if self.desc.mode != "max":
             return P.pooling_forward(g, self.desc)
         _, indices = P.max_pooling_forward_with_indices(self.x, self.desc)
@@ -73,10 +74,6 @@ class PoolingBackward(Function):
             return g.contiguous().reshape(N, C, -1).gather(2, Tensor._make(indices.reshape(N, C, -1))).reshape(
                 indices.shape)
         return Pooling.apply(g.contiguous(), desc=self.desc)
-
-
-def _contiguous(a):
-    return a if a.flags.c_contiguous else get_array_module(a).ascontiguousarray(a)
 
 
 def _pool(op, dims, mode, input, kernel_size, stride, padding, ceil_mode, dilation=1, return_indices=False):
@@ -274,7 +271,7 @@ class AdaptiveAvgPoolingBackward(Function):
         return P.adaptive_avg_pooling_backward(dy, x_shape, output_size)
 
     def backward(self, g):
-        return P.adaptive_avg_pooling_forward(_contiguous(g), self.output_size)
+        return P.adaptive_avg_pooling_forward(_layout.to_contiguous(g), self.output_size)
 
     def backward_graph(self, g):
         return AdaptiveAvgPooling.apply(g.contiguous(), output_size=self.output_size)
