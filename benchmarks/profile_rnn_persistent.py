@@ -1,7 +1,8 @@
 """Where the time of a persistent RNN step goes: the kernels of kernels/rnn_persistent.cu timed alone
 (CUDA events around the launch) over several sequence lengths, whole and with one part switched off at
 compile time (PERSIST_ABLATE_BARRIER / _STAGE / _PRODUCT: the results are then wrong, only the time
-counts) or the barrier's spin loop backing off (PERSIST_BACKOFF=ns). The slope over T is the cost of one
+counts), the barrier's spin loop backing off (PERSIST_BACKOFF=ns), or "late arrive" (PERSIST_LATE_ARRIVE: every
+output of a step written before the CTA arrives at the barrier, as before the split barrier; results still right). The slope over T is the cost of one
 step. One layer, one direction, fp32 (--math tf32 or bf16: the recurrent product in that math).
 
     python3 benchmarks/profile_rnn_persistent.py [--mode lstm] [--batch 32] [--hidden 512]
@@ -21,7 +22,8 @@ VARIANTS = {"whole": (), "no barrier": ("-DPERSIST_ABLATE_BARRIER",), "no stagin
             "no product": ("-DPERSIST_ABLATE_PRODUCT",), "no mma (loads and splits kept)": ("-DPERSIST_ABLATE_MMA",),
             "no barrier, staging, product": ("-DPERSIST_ABLATE_BARRIER", "-DPERSIST_ABLATE_STAGE",
                                              "-DPERSIST_ABLATE_PRODUCT"),
-            "backoff 32 ns": ("-DPERSIST_BACKOFF=32",), "backoff 128 ns": ("-DPERSIST_BACKOFF=128",)}
+            "backoff 32 ns": ("-DPERSIST_BACKOFF=32",), "backoff 128 ns": ("-DPERSIST_BACKOFF=128",),
+            "late arrive": ("-DPERSIST_LATE_ARRIVE",)}
 
 
 def main():

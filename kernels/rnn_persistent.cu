@@ -166,6 +166,17 @@ __device__ __forceinline__ void grid_wait(const unsigned int* counter, unsigned 
     __syncthreads();
 }
 
+// The split barrier (the default): a CTA arrives (grid_arrive) as soon as it has written what the other CTAs read at
+// the next step (the exchanged state or gate gradients), writes the rest of its step's outputs (hs, cs, y, the gate
+// record, dgates) while the others arrive, and only then waits (grid_wait): those writes leave the critical path,
+// and the fence before the arrival waits for fewer stores. PERSIST_LATE_ARRIVE (benchmarks/profile_rnn_persistent.py
+// "late arrive") writes everything first, then runs grid_barrier: the A/B of the two.
+#ifdef PERSIST_LATE_ARRIVE
+constexpr bool split_barrier = false;
+#else
+constexpr bool split_barrier = true;
+#endif
+
 // The rare path of issue_chunk, out of line so that it costs the common one no registers.
 __device__ __noinline__ void stage_chunk_scalar(float* buf, const float* A, long long lda, int B, int K, int k0)
 {
@@ -530,7 +541,8 @@ __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : 
 template <int MODE>
 __device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
                                    const int* lengths, int T, int B, int H, int U, long long y_ld, int relu,
-                                   int math, unsigned int* barrier, const unsigned int* below, bool arrive_last)
+                                   int math, unsigned int* barrier, const unsigned int* below, bool arrive_last,
+                                   bool y_first)
 {
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
@@ -595,21 +607,23 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         } else {
             block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         }
+        // The cell, in two passes around the barrier's arrival (split_barrier): first what the other CTAs read at the
+        // next step (the state: its bfloat16 exchange, or hs; y too where the layer above reads it as fp32), then,
+        // while they may already be staging it, the rest: hs, cs, y and the gate record, from shared memory (h_own,
+        // c_own, and the record stashed over this step's gx, which only this thread reads: `stash`).
         unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * state;
+        const bool hs_first = xc == nullptr;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
             const long long i = b * (long long)H + j;
             float* y = dir.y + ((long long)t * B + b) * y_ld + j;
-            float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * B + b) * 4 * H + j;
-            const float* gxe = gx + b * R + u;     // gate g at gxe[g * U]
-            const float* ghe = red + b * RP + u;   // likewise
+            float* gxe = gx + b * R + u;           // gate g at gxe[g * U]; then the record's entry g (stash)
+            float* ghe = red + b * RP + u;         // likewise; the GRU's fourth record entry at ghe[0]
             if (!step_is_valid(lengths, b, t)) {  // the state passes through; y and the record are 0
-                dir.hs[out + i] = h_own[e];
                 if (xc != nullptr) xc[i] = bf16_bits(h_own[e]);
-                if (MODE == MODE_LSTM) dir.cs[out + i] = c_own[e];
-                *y = 0.0f;
-                if (MODE != MODE_RNN && keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = 0.0f;
+                if (hs_first) dir.hs[out + i] = h_own[e];
+                if (y_first) *y = 0.0f;
                 continue;
             }
             float h_new;
@@ -621,25 +635,49 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 }
                 lstm_cell_value(pre, c_own[e], act, c_new, h_new);
                 c_own[e] = c_new;
-                dir.cs[out + i] = c_new;
-                if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = act[g];
+                for (int g = 0; g < 4; ++g) gxe[g * U] = act[g];
             } else if (MODE == MODE_GRU) {
                 float saved[4];
                 h_new = gru_cell_value(
                     gxe[0] + bias_at(dir.b_ih, j), gxe[U] + bias_at(dir.b_ih, H + j),
                     gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), ghe[0] + bias_at(dir.b_hh, j),
                     ghe[U] + bias_at(dir.b_hh, H + j), ghe[2 * U] + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
-                if (keep != nullptr) for (int g = 0; g < 4; ++g) keep[g * H] = saved[g];
+                for (int g = 0; g < 3; ++g) gxe[g * U] = saved[g];
+                ghe[0] = saved[3];
             } else {
                 h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + ghe[0] + bias_at(dir.b_hh, j), relu);
             }
             h_own[e] = h_new;
             if (xc != nullptr) xc[i] = bf16_bits(h_new);
-            dir.hs[out + i] = h_new;
-            *y = h_new;
+            if (hs_first) dir.hs[out + i] = h_new;
+            if (y_first) *y = h_new;
         }
-        if (s + 1 < T) grid_barrier(barrier, per_direction, s);
-        else if (arrive_last) grid_arrive(barrier);   // the layer above waits for this last step too
+        const bool more = s + 1 < T;
+        if (split_barrier && (more || arrive_last)) grid_arrive(barrier);   // (the layer above waits for the last step)
+        else __syncthreads();   // (the stash is read by the thread that wrote it; h_own and c_own likewise)
+        for (int e = threadIdx.x; e < B * U; e += PT) {
+            const int b = e / U, u = e % U, j = j0 + u;
+            if (j >= H) continue;
+            const long long i = b * (long long)H + j;
+            const bool valid = step_is_valid(lengths, b, t);
+            if (!hs_first) dir.hs[out + i] = h_own[e];
+            if (MODE == MODE_LSTM) dir.cs[out + i] = c_own[e];
+            if (!y_first) dir.y[((long long)t * B + b) * y_ld + j] = valid ? h_own[e] : 0.0f;
+            float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * B + b) * 4 * H + j;
+            float* gxe = gx + b * R + u;
+            if (MODE != MODE_RNN && keep != nullptr) {
+                for (int g = 0; g < 3; ++g) keep[g * H] = valid ? gxe[g * U] : 0.0f;
+                keep[3 * H] = valid ? (MODE == MODE_LSTM ? gxe[3 * U] : red[b * RP + u]) : 0.0f;
+            }
+            if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gxe[g * U] = 0.0f;  // (no fetch refills it)
+        }
+        if (split_barrier) {
+            if (more) grid_wait(barrier, per_direction * (unsigned int)(s + 1));
+        } else if (more) {
+            grid_barrier(barrier, per_direction, s);
+        } else if (arrive_last) {
+            grid_arrive(barrier);
+        }
     }
 }
 
@@ -653,7 +691,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
 template <int MODE>
 __device__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
                                     const int* lengths, int T, int B, int H, int U, long long dy_ld, int relu,
-                                    int math, unsigned int* barrier, const unsigned int* above)
+                                    int math, unsigned int* barrier, const unsigned int* above, bool x_shared)
 {
     constexpr int G = gate_count<MODE>();
     // ops per element: [gate records (4, LSTM/GRU)], state(s), dy
@@ -749,18 +787,23 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             }
             break;
         }
-        // this step's dgates_h, rounded to bfloat16, for the next step's product (math = 2): slot s & 1
+        // this step's dgates_h, rounded to bfloat16, for the next step's product (math = 2): slot s & 1. As in the
+        // forward, two passes around the barrier's arrival: first what the other CTAs read (the exchange, or the fp32
+        // dgates_h; dgates_x too where the layer below reads it as fp32: x_first), then the rest, stashed over this
+        // step's ops (which only this thread reads): LSTM dgates at q = 0..3, GRU dgates_x at 0..2 and dgates_h at 3..5.
         unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * (long long)B * GH;
+        const bool h_first = xc == nullptr, x_first = h_first || x_shared;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
             const float dh = direct[e] + (s > 0 || KX ? red[b * RP + u] : 0.0f);
             const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
             const long long xrow = b * (long long)GH + j;            // (b, gate 0, unit j) of the exchange slot
+            float* stash = ops + b * NOPS * U + u;                    // entry q at stash[q * U]
             if (!step_is_valid(lengths, b, t)) {  // dh (and dc) pass through to the step before
                 for (int g = 0; g < G; ++g) {
-                    dir.dgates_x[row + g * H] = 0.0f;
-                    dir.dgates_h[row + g * H] = 0.0f;
+                    if (x_first) dir.dgates_x[row + g * H] = 0.0f;
+                    if (h_first) dir.dgates_h[row + g * H] = 0.0f;
                     if (xc != nullptr) xc[xrow + g * H] = 0;
                 }
                 direct[e] = dh;
@@ -768,14 +811,15 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             }
             float op[NOPS];  // this unit's operands (see fetch)
 #pragma unroll
-            for (int q = 0; q < NOPS; ++q) op[q] = ops[(b * NOPS + q) * U + u];
+            for (int q = 0; q < NOPS; ++q) op[q] = stash[q * U];
             const float d = dh + op[NOPS - 1];
             if (MODE == MODE_LSTM) {
                 float dgate[4], dc_prev;
                 lstm_cell_grad(d, dcarry[e], op, op[4], op[5], dgate, dc_prev);
                 for (int g = 0; g < 4; ++g) {
-                    dir.dgates_x[row + g * H] = dgate[g];
+                    if (x_first) dir.dgates_x[row + g * H] = dgate[g];
                     if (xc != nullptr) xc[xrow + g * H] = bf16_bits(dgate[g]);
+                    stash[g * U] = dgate[g];
                 }
                 dcarry[e] = dc_prev;
                 direct[e] = 0.0f;
@@ -783,18 +827,39 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                 float dgate_x[3], dgate_h[3];
                 direct[e] = gru_cell_grad(d, op, op[4], dgate_x, dgate_h);
                 for (int g = 0; g < 3; ++g) {
-                    dir.dgates_x[row + g * H] = dgate_x[g];
-                    dir.dgates_h[row + g * H] = dgate_h[g];
+                    if (x_first) dir.dgates_x[row + g * H] = dgate_x[g];
+                    if (h_first) dir.dgates_h[row + g * H] = dgate_h[g];
                     if (xc != nullptr) xc[xrow + g * H] = bf16_bits(dgate_h[g]);
+                    stash[g * U] = dgate_x[g];
+                    stash[(3 + g) * U] = dgate_h[g];
                 }
             } else {
                 const float dgate = rnn_cell_grad(d, op[0], relu);
-                dir.dgates_x[row] = dgate;
+                if (x_first) dir.dgates_x[row] = dgate;
                 if (xc != nullptr) xc[xrow] = bf16_bits(dgate);
+                stash[0] = dgate;
                 direct[e] = 0.0f;
             }
         }
-        grid_barrier(barrier, per_direction, s);
+        if (h_first && x_first) {   // nothing left to write
+            grid_barrier(barrier, per_direction, s);
+            continue;
+        }
+        if (split_barrier) grid_arrive(barrier);
+        else __syncthreads();
+        for (int e = threadIdx.x; e < B * U; e += PT) {
+            const int b = e / U, u = e % U, j = j0 + u;
+            if (j >= H) continue;
+            const long long row = ((long long)t * B + b) * GH + j;
+            const float* stash = ops + b * NOPS * U + u;
+            const bool valid = step_is_valid(lengths, b, t);
+            for (int g = 0; g < G; ++g) {
+                if (!x_first) dir.dgates_x[row + g * H] = valid ? stash[g * U] : 0.0f;
+                if (MODE == MODE_GRU && !h_first) dir.dgates_h[row + g * H] = valid ? stash[(3 + g) * U] : 0.0f;
+            }
+        }
+        if (split_barrier) grid_wait(barrier, per_direction * (unsigned int)(s + 1));
+        else grid_barrier(barrier, per_direction, s);
     }
 }
 
@@ -810,10 +875,10 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         const int group = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                       \
         if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
             persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, \
-                                     barrier + 1, wave ? barrier : nullptr, false);                         \
-        else                                                                                                \
+                                     barrier + 1, wave ? barrier : nullptr, false, false);                  \
+        else  /* (the layer above reads y itself where it has no exchange slots to read: y_first) */        \
             persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, barrier,  \
-                                     nullptr, wave != 0);                                                   \
+                                     nullptr, wave != 0, wave != 0 && d1.xh == nullptr);                    \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
@@ -824,10 +889,10 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         const int group = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                       \
         if (group)  /* direction 1, or (wave) the lower layer, which waits for the upper one's counter */    \
             persistent_backward<MODE>(d1, wave ? 0 : 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, \
-                                      barrier + 1, wave ? barrier : nullptr);                               \
-        else                                                                                                \
+                                      barrier + 1, wave ? barrier : nullptr, false);                        \
+        else  /* (the layer below reads dgates_x itself where it has no exchange slots to read: x_shared) */ \
             persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, barrier, \
-                                      nullptr);                                                             \
+                                      nullptr, wave != 0 && d1.xh == nullptr);                              \
     }
 PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
 PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)
