@@ -40,14 +40,15 @@ def _time(fn, before, repeats):
     return statistics.median(times)
 
 
-def bench(mode, B, math, wave, repeats):
-    """(forward ms, backward ms) of a 2x512 layer stack with WAVEFRONT = wave."""
+def bench(mode, B, math, wave, repeats, partial=True):
+    """(forward ms, backward ms) of a 2x512 layer stack with WAVEFRONT = wave and PARTIAL_BACKWARD = partial."""
     import cupy
 
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
     from minidl.primitives.cuda import rnn_persistent
 
     rnn_persistent.WAVEFRONT = wave
+    rnn_persistent.PARTIAL_BACKWARD = partial
     rng = np.random.default_rng(0)
     desc = RNNDescriptor(mode, H, H, 2, algo="persistent")
     weights = [tuple(cupy.asarray((rng.uniform(-1, 1, s.shape) / np.sqrt(H)).astype(np.float32)) for s in entry)

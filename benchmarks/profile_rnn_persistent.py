@@ -35,6 +35,8 @@ def main():
     parser.add_argument("--math", default="fp32", choices=("fp32", "tf32", "bf16"))
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--variants", default=None, help="comma-separated names of VARIANTS (default: all)")
+    parser.add_argument("--staged-backward", action="store_true",
+                        help="the staged backward instead of the partial-sum one (rnn_persistent.PARTIAL_BACKWARD off)")
     parser.add_argument("--no-bf16-exchange", action="store_true",
                         help="bf16: stage the backward's gate gradients as fp32 (rnn_persistent.EXCHANGE_BF16 off)")
     args = parser.parse_args()
@@ -45,6 +47,7 @@ def main():
 
     rnn_persistent.UNITS = args.units
     rnn_persistent.EXCHANGE_BF16 = not args.no_bf16_exchange
+    rnn_persistent.PARTIAL_BACKWARD = not args.staged_backward
     options = ()   # the variant's compile flags, read by the get_kernel below at every launch
     timings = {}
     real_launch, real_get_kernel = rnn_persistent._launch, rnn_persistent.get_kernel

@@ -109,6 +109,7 @@ struct DirBackward {
     const float* w_ih;     // (G*H, H): the upper layer's input weights, or nullptr
     const float* x;        // the upper layer's dgates_x (T, B, G*H), or nullptr
     const unsigned short* xh;  // the upper layer's exchange slots (T, B, G*H) bfloat16, read instead of x; or nullptr
+    float* part;           // the partial-sum backward (persistent_backward_partial): (2, CTAs, B, H) fp32, or nullptr
 };
 
 __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
@@ -681,6 +682,44 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     }
 }
 
+// The backward cell's operands at step t for the CTA's units j0 .. j0 + units - 1, copied asynchronously (cp.async)
+// into ops: operand q of unit u of row b at ops[(b * NOPS + q) * U + u], so that each run of units is one copy. The
+// operands: the gate record (4, LSTM/GRU), the state(s) (LSTM c_in, c_out; GRU h_in; RNN h_out), dy.
+template <int MODE>
+struct BackwardOperands {
+    static constexpr int NREC = MODE == MODE_RNN ? 0 : 4;
+    static constexpr int NSTATE = MODE == MODE_LSTM ? 2 : 1;
+    static constexpr int NOPS = NREC + NSTATE + 1;
+};
+
+template <int MODE>
+__device__ __forceinline__ void fetch_cell_operands(float* ops, const DirBackward& dir, int t, int direction, int T,
+                                                    int B, int H, int U, int j0, int units, bool vec, long long dy_ld)
+{
+    constexpr int NREC = BackwardOperands<MODE>::NREC, NSTATE = BackwardOperands<MODE>::NSTATE;
+    constexpr int NOPS = BackwardOperands<MODE>::NOPS;
+    const long long state = (long long)B * H;
+    for (int i = threadIdx.x; i < B * NOPS; i += PT) {
+        const int b = i / NOPS, q = i % NOPS;
+        const long long bj = b * (long long)H + j0;
+        const float* src;
+        if (q < NREC) {
+            src = dir.saved + ((long long)t * B + b) * 4 * H + q * H + j0;
+        } else if (q < NREC + NSTATE) {
+            const bool entering = MODE == MODE_RNN ? false : q == NREC;  // RNN reads the state it made
+            const int index = entering ? (direction ? t + 1 : t) : (direction ? t : t + 1);
+            src = (MODE == MODE_LSTM ? dir.cs : dir.hs) + index * state + bj;
+        } else {
+            if (dir.dy == nullptr) {
+                for (int u = 0; u < units; ++u) ops[i * U + u] = 0.0f;
+                continue;
+            }
+            src = dir.dy + ((long long)t * B + b) * dy_ld + j0;
+        }
+        fetch_run(ops + i * U, src, units, vec);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Backward, steps in the reverse of the forward order. Shared memory: W (RP x KP, RP = round4(U),
 // KP = G*H rounded up to 8, + 8) with W[u][k] = W_hh[k, j0 + u], the ring, red, then `direct` and `dcarry` (B x U each:
@@ -694,10 +733,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                                     int math, unsigned int* barrier, const unsigned int* above, bool x_shared)
 {
     constexpr int G = gate_count<MODE>();
-    // ops per element: [gate records (4, LSTM/GRU)], state(s), dy
-    constexpr int NREC = MODE == MODE_RNN ? 0 : 4;
-    constexpr int NSTATE = MODE == MODE_LSTM ? 2 : 1;  // LSTM c_in, c_out; GRU h_in; RNN h_out
-    constexpr int NOPS = NREC + NSTATE + 1;
+    constexpr int NOPS = BackwardOperands<MODE>::NOPS;   // the cell's operands per unit (fetch_cell_operands)
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     // The wavefront's lower layer: W's rows also hold W_ih of the layer above (its columns for these units), from
@@ -713,7 +749,6 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     const int j0 = c * U;
     const int units = min(U, H - j0);    // the last CTA may own fewer
     const bool vec = U % 4 == 0 && units == U && H % 4 == 0;  // runs of units are 16-byte aligned
-    const long long state = (long long)B * H;
 
     for (int i = threadIdx.x; i < RP * KP; i += PT) {
         const int u = i / KP, k = i % KP;
@@ -733,27 +768,8 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 
     for (int s = 0; s <= T; ++s) {
         const int t = direction ? s : T - 1 - s;  // (for s < T) the step whose cell runs now
-        auto fetch = [&]() {  // the cell's operands at step t: operand q of unit u at ops[(b * NOPS + q) * U + u]
-            if (s == T) return;
-            for (int i = threadIdx.x; i < B * NOPS; i += PT) {
-                const int b = i / NOPS, q = i % NOPS;
-                const long long bj = b * (long long)H + j0;
-                const float* src;
-                if (q < NREC) {
-                    src = dir.saved + ((long long)t * B + b) * 4 * H + q * H + j0;
-                } else if (q < NREC + NSTATE) {
-                    const bool entering = MODE == MODE_RNN ? false : q == NREC;  // RNN reads the state it made
-                    const int index = entering ? (direction ? t + 1 : t) : (direction ? t : t + 1);
-                    src = (MODE == MODE_LSTM ? dir.cs : dir.hs) + index * state + bj;
-                } else {
-                    if (dir.dy == nullptr) {
-                        for (int u = 0; u < units; ++u) ops[i * U + u] = 0.0f;
-                        continue;
-                    }
-                    src = dir.dy + ((long long)t * B + b) * dy_ld + j0;
-                }
-                fetch_run(ops + i * U, src, units, vec);
-            }
+        auto fetch = [&]() {  // the cell's operands at step t
+            if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, H, U, j0, units, vec, dy_ld);
         };
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh [+ the wavefront's dy
         // at t: the upper layer's dgates_x[t] @ W_ih, once its CTAs are past their step s].
@@ -863,6 +879,165 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// The partial-sum backward (dir.part set; the launcher's PARTIAL_BACKWARD: U % 4 == 0, H % 8 == 0, no wavefront).
+// The backward above stages, at every step, all of the last step's dgates_h (B x G*H) into every CTA, because the
+// CTA's dh[b, j] = sum_k dgates_h[b, k] W_hh[k, j] needs every k: 128 CTAs x 256 KB through L2 a step (LSTM 512, B32,
+// fp32). Here the sum is split by k instead: CTA c holds the G*U ROWS of W_hh of its own units (as the forward does),
+// and right after its cell multiplies its own gate gradients (B x G*U, never leaving the CTA) by them: a partial dh
+// for all H units, (B x H), written to part[slot][c]. After the barrier each CTA sums, for its own units, the CTAs'
+// partials in a fixed order (deterministic): B x U floats from each, 64 KB a step in all instead of 256 KB, and the
+// product reads no staged operand. Shared memory: Wt (HP x KPW, Wt[j][g*U + u] = W_hh[g*H + j0 + u, j], KPW = G*U
+// rounded up to 16, + 8; bf16: halves), dgs (BP x PKCP: this step's dgates_h of the CTA's units, the product's A),
+// red (the gather's partial sums), direct, dcarry, ops (as above).
+// ---------------------------------------------------------------------------------------------
+template <int MODE>
+__device__ __noinline__ void persistent_backward_partial(const DirBackward& dir, int direction, int c, int per_direction,
+                                            const int* lengths, int T, int B, int H, int U, long long dy_ld, int relu,
+                                            int math, unsigned int* barrier)
+{
+    constexpr int G = gate_count<MODE>();
+    constexpr int NOPS = BackwardOperands<MODE>::NOPS;
+    extern __shared__ float4 smem4[];
+    float* smem = reinterpret_cast<float*>(smem4);
+    const int GU = G * U, KW = round_up(GU, 16), KPW = KW + 8, HP = round_up(H, 8), BP = round_up(B, 16);
+    float* Wt = smem;
+    float* dgs = Wt + (math == 2 ? HP * KPW / 2 : HP * KPW);
+    float* red = dgs + BP * PKCP;
+    float* direct = red + RED;
+    float* dcarry = direct + B * U;
+    float* ops = dcarry + B * U;
+    const int j0 = c * U;                 // (the launcher: H % U == 0, so every CTA owns U units)
+    const int GH = G * H;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g8 = lane >> 2, t4 = lane & 3;
+
+    for (int i = threadIdx.x; i < HP * KPW; i += PT) {
+        const int j = i / KPW, r = i % KPW, g = r / U, u = r % U;
+        const float v = j < H && r < GU ? dir.w_hh[(long long)(g * H + j0 + u) * H + j] : 0.0f;
+        stage_w(Wt, i, v, math);
+    }
+    for (int i = threadIdx.x; i < BP * PKCP; i += PT) dgs[i] = 0.0f;   // rows past B, columns past G*U stay zero
+    for (int e = threadIdx.x; e < B * U; e += PT) {
+        const int b = e / U, j = j0 + e % U;
+        direct[e] = dir.dh[b * (long long)H + j];
+        if (MODE == MODE_LSTM) dcarry[e] = dir.dc[b * (long long)H + j];
+    }
+    // The gather: thread (task, subset) sums the float4 runs of its task (row b, units 4q .. 4q + 3) over the sources
+    // subset, subset + NS, ...; the NS subsets are then added in order by the cell's thread.
+    const int tasks = B * (U / 4), NS = max(1, PT / tasks), BU = B * U;
+    const int MT = BP / 16, NT = HP / 8, tiles = MT * NT;
+    const long long slot_floats = (long long)per_direction * B * H;
+
+    for (int s = 0; s <= T; ++s) {
+        const int t = direction ? s : T - 1 - s;   // (for s < T) the step whose cell runs now
+        if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, H, U, j0, U, true, dy_ld);
+        cp_async_commit();
+        if (s > 0) {   // the partials the CTAs wrote at step s - 1 (slot (s - 1) & 1), for this CTA's units
+            const float* from = dir.part + ((s - 1) & 1) * slot_floats + j0;
+            for (int task = threadIdx.x % tasks; task < tasks && threadIdx.x < NS * tasks; task += PT) {
+                const int b = task / (U / 4), q = task % (U / 4), subset = threadIdx.x / tasks;
+                float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (int src = subset; src < per_direction; src += NS) {
+                    const float4 v = __ldcg(reinterpret_cast<const float4*>(
+                        from + ((long long)src * B + b) * H + 4 * q));
+                    sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+                }
+                *reinterpret_cast<float4*>(red + subset * BU + b * U + 4 * q) = sum;
+            }
+        }
+        cp_async_wait<0>();
+        __syncthreads();
+        if (s == T) {  // dh, dc now hold the gradients of the initial state
+            for (int e = threadIdx.x; e < BU; e += PT) {
+                const int b = e / U, j = j0 + e % U;
+                float rec = 0.0f;
+                if (T > 0) for (int k = 0; k < NS; ++k) rec += red[k * BU + e];
+                dir.dh[b * (long long)H + j] = direct[e] + rec;
+                if (MODE == MODE_LSTM) dir.dc[b * (long long)H + j] = dcarry[e];
+            }
+            break;
+        }
+        for (int e = threadIdx.x; e < BU; e += PT) {
+            const int b = e / U, u = e % U;
+            float rec = 0.0f;
+            if (s > 0) for (int k = 0; k < NS; ++k) rec += red[k * BU + e];
+            const float dh = direct[e] + rec;
+            float* stash = ops + b * NOPS * U + u;   // entry q at stash[q * U]; then the dgates to write (below)
+            float* a = dgs + b * PKCP + u;           // gate g's gradient (dgates_h) at a[g * U]
+            if (!step_is_valid(lengths, b, t)) {  // dh (and dc) pass through to the step before
+                for (int g = 0; g < G; ++g) a[g * U] = 0.0f;
+                direct[e] = dh;
+                continue;
+            }
+            float op[NOPS];
+#pragma unroll
+            for (int q = 0; q < NOPS; ++q) op[q] = stash[q * U];
+            const float d = dh + op[NOPS - 1];
+            if (MODE == MODE_LSTM) {
+                float dgate[4], dc_prev;
+                lstm_cell_grad(d, dcarry[e], op, op[4], op[5], dgate, dc_prev);
+                for (int g = 0; g < 4; ++g) a[g * U] = stash[g * U] = dgate[g];
+                dcarry[e] = dc_prev;
+                direct[e] = 0.0f;
+            } else if (MODE == MODE_GRU) {
+                float dgate_x[3], dgate_h[3];
+                direct[e] = gru_cell_grad(d, op, op[4], dgate_x, dgate_h);
+                for (int g = 0; g < 3; ++g) {
+                    stash[g * U] = dgate_x[g];
+                    a[g * U] = stash[(3 + g) * U] = dgate_h[g];
+                }
+            } else {
+                const float dgate = rnn_cell_grad(d, op[0], relu);
+                a[0] = stash[0] = dgate;
+                direct[e] = 0.0f;
+            }
+        }
+        __syncthreads();
+        // The partial dh of this CTA's gates for all H units: (B x G*U) @ (G*U x H), tiles of 16 x 8, at most 4 a warp
+        // at a time (product_chunk with one accumulator each), written to part[s & 1][c] as they are done.
+        float* to = dir.part + (s & 1) * slot_floats + (long long)c * B * H;
+        for (int first = warp; first < tiles; first += 4 * NWARPS) {
+            int a_off[4], w_off[4], my_tiles = 0;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int tile = first + q * NWARPS, mt = tile / NT, nt = tile % NT;
+                my_tiles += tile < tiles;
+                a_off[q] = (mt * 16 + g8) * PKCP + 2 * t4;
+                w_off[q] = (nt * 8 + g8) * KPW + 2 * t4;
+            }
+            float acc[4][4] = {};
+            if (math == 2) {
+                product_chunk_bf16<1, false>(acc, dgs, Wt, 0, KW / 16, 0, 1, a_off, w_off, my_tiles);
+            } else {
+                product_chunk<1>(acc, dgs, Wt, 0, KW / 8, 0, 1, a_off, w_off, my_tiles, math);
+            }
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int tile = first + q * NWARPS, mt = tile / NT, nt = tile % NT;
+                const int row = mt * 16 + g8, col = nt * 8 + 2 * t4;
+                if (tile >= tiles || col >= H) continue;
+                if (row < B) *reinterpret_cast<float2*>(to + (long long)row * H + col) = make_float2(acc[q][0], acc[q][1]);
+                if (row + 8 < B) {
+                    *reinterpret_cast<float2*>(to + (long long)(row + 8) * H + col) = make_float2(acc[q][2], acc[q][3]);
+                }
+            }
+        }
+        grid_arrive(barrier);
+        // (the split barrier) the step's dgates, from the stash, while the other CTAs arrive
+        for (int e = threadIdx.x; e < BU; e += PT) {
+            const int b = e / U, u = e % U, j = j0 + u;
+            const long long row = ((long long)t * B + b) * GH + j;
+            const float* stash = ops + b * NOPS * U + u;
+            const bool valid = step_is_valid(lengths, b, t);
+            for (int g = 0; g < G; ++g) {
+                dir.dgates_x[row + g * H] = valid ? stash[g * U] : 0.0f;
+                if (MODE == MODE_GRU) dir.dgates_h[row + g * H] = valid ? stash[(3 + g) * U] : 0.0f;
+            }
+        }
+        grid_wait(barrier, per_direction * (unsigned int)(s + 1));
+    }
+}
+
 // The kernels: one per mode and pass, each for both directions (d1 unused when there is one).
 // Grid: directions * ceil(H / U) CTAs of PT threads; dynamic shared memory from the launcher
 // (minidl/primitives/cuda/rnn_persistent.py), which also zeroes `barrier` (one counter per direction).
@@ -887,7 +1062,10 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     {                                                                                                       \
         const int per_direction = (H + U - 1) / U;                                                          \
         const int group = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                       \
-        if (group)  /* direction 1, or (wave) the lower layer, which waits for the upper one's counter */    \
+        if ((group ? d1 : d0).part != nullptr)  /* the partial-sum backward (never a wavefront) */          \
+            persistent_backward_partial<MODE>(group ? d1 : d0, group, c, per_direction, lengths, T, B, H, U,   \
+                                              dy_ld, relu, math, barrier + group);                          \
+        else if (group)  /* direction 1, or (wave) the lower layer, which waits for the upper one's counter */ \
             persistent_backward<MODE>(d1, wave ? 0 : 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, \
                                       barrier + 1, wave ? barrier : nullptr, false);                        \
         else  /* (the layer below reads dgates_x itself where it has no exchange slots to read: x_shared) */ \

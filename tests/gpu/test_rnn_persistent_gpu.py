@@ -347,3 +347,70 @@ def test_wavefront_one_and_two_steps(mode, T, math, monkeypatch):
     _assert_close(results[True], want, desc, tol=tol)
     if math == "fp32":
         _assert_close(results[True], results[False], desc, tol=2e-5)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("math", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("H,B,bidirectional,padded", [(48, 5, True, True), (64, 37, False, False), (512, 32, False, False)])
+def test_partial_sum_backward_matches_the_staged_backward(mode, math, H, B, bidirectional, padded, monkeypatch):
+    """The partial-sum backward (each CTA multiplies its own gate gradients by its own rows of W_hh; the CTAs sum each
+    other's partial dh) against the staged one (each CTA stages every CTA's gate gradients and multiplies them by its
+    columns of W_hh), one launch per layer, 4 or 8 units a CTA. The same products summed in another order (and in
+    bf16, the staged path's exchange chunks regroup them again): ~1e-6 in fp32; a partial read from the wrong slot or
+    CTA, or a missing barrier, shows at the size of the gradients. Then: bit for bit run to run."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    monkeypatch.setattr(rnn_persistent, "WAVEFRONT", False)
+    monkeypatch.setattr(rnn_persistent, "UNITS", 8 if H == 512 else 4)
+    rng = np.random.default_rng(zlib.crc32(repr((mode, math, H, B)).encode()))
+    lengths = np.sort(rng.integers(1, 12, B))[::-1].copy() if padded else None
+    if padded:
+        lengths[0] = 11
+    desc = _desc(mode, 16, H, 2, bidirectional, True, "persistent")
+    case = _case(desc, 11, B, rng)
+    plans = {}
+    results = {}
+    for partial in (True, False, True):
+        monkeypatch.setattr(rnn_persistent, "PARTIAL_BACKWARD", partial)
+        plans[partial] = rnn_persistent.plan(mode, B, H, desc.num_directions)[0].backward.partial
+        got = _run_math(desc, case, lengths, math)
+        if partial in results:   # the second partial run: the same bits
+            for key in ("dx", "dh0", "dc0"):
+                if got[key] is not None:
+                    np.testing.assert_array_equal(got[key], results[True][key], err_msg=key)
+        results[partial] = got
+    assert plans == {True: True, False: False}
+    tol = 1e-5 if math == "fp32" else 2e-4
+    for key in ("dx", "dh0", "dc0"):
+        if results[True][key] is not None:
+            assert rel_err(results[True][key], results[False][key]) <= tol, key
+    for a, b in zip(results[True]["dweights"], results[False]["dweights"]):
+        for u, v in zip(a, b):
+            if u is not None:
+                assert rel_err(u, v) <= tol
+
+
+def test_partial_sum_backward_inside_a_cuda_graph(monkeypatch):
+    """Captured once, replayed on new data: equal to an eager run (its two slots of partial sums are allocated at
+    capture and reused by every replay)."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    monkeypatch.setattr(rnn_persistent, "WAVEFRONT", False)
+    monkeypatch.setattr(rnn_persistent, "UNITS", 4)
+    rng = np.random.default_rng(22)
+    desc = _desc("lstm", 24, 64, 2, False, True, "persistent")
+    assert rnn_persistent.plan("lstm", 8, 64, 1)[0].backward.partial
+    x, h0, c0, weights, dy, dhy, dcy = (_to_gpu(a) for a in _case(desc, 10, 8, rng))
+
+    def run():
+        y, hy, cy, reserve = rnn_forward(x, h0, c0, weights, desc)
+        dx, dh0, dc0, dweights = rnn_backward(dy, dhy, dcy, reserve)
+        return y, hy, cy, dx, dh0, dc0, dweights
+
+    run()
+    replayed, eager = _replayed_and_eager(run, x, rng)
+    for got, want in zip(replayed[:6], eager[:6]):
+        assert rel_err(got, want) <= 1e-5
+    for got, want in zip(replayed[6], eager[6]):
+        for g, w in zip(got, want):
+            assert rel_err(g, w) <= 1e-5

@@ -52,6 +52,10 @@ UNITS_WAVE = None       # the same for the wavefront (wave_plan)
 WAVEFRONT = "auto"
 GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 EXCHANGE_BF16 = True    # bf16: stage each step's state (forward) and gate gradients (backward) as bfloat16 (False: fp32)
+# The partial-sum backward (kernels/rnn_persistent.cu, persistent_backward_partial): each CTA multiplies its own gate
+# gradients by its own rows of W_hh and the CTAs sum each other's partial dh, instead of each CTA staging every CTA's
+# gate gradients. Where it applies (units % 4 == 0, hidden % 8 == 0, hidden % units == 0) and True; False: never.
+PARTIAL_BACKWARD = True
 KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "rnn_relu": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "lstm": ("lstm_persistent_forward", "lstm_persistent_backward"),
@@ -60,11 +64,13 @@ KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
 
 class Pass(NamedTuple):
     """One persistent launch of a layer: `units` hidden units per CTA, `blocks` CTAs in all (both
-    directions), `smem` bytes of dynamic shared memory."""
+    directions), `smem` bytes of dynamic shared memory; `partial`: the backward by partial sums
+    (PARTIAL_BACKWARD)."""
 
     units: int
     blocks: int
     smem: int
+    partial: bool = False
 
 
 class Plan(NamedTuple):
@@ -82,10 +88,15 @@ def _smem_limit(device_id: int) -> int:
 
 
 def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str = "fp32",
-               input_columns: int = 0) -> int:
+               input_columns: int = 0, partial: bool = False) -> int:
     """Dynamic shared memory of a CTA owning `units` hidden units (the layout in rnn_persistent.cu). bf16 keeps W
-    as halves; input_columns: the wavefront's upper layer, whose W rows also hold its W_ih (H columns)."""
+    as halves; input_columns: the wavefront's upper layer, whose W rows also hold its W_ih (H columns); partial: the
+    partial-sum backward (W_hh's G*U rows transposed, H x (G*U rounded up to 16, + 8), and one buffer of the ring)."""
     G = GATES[mode]
+    if partial:
+        w = _round(H, 8) * (_round(G * units, 16) + 8)
+        rest = _round(B, 16) * PKCP + RED_FLOATS + (2 + BACKWARD_OPS) * B * units
+        return ((w // 2 if math == "bf16" else w) + rest) * FLOAT_BYTES
     ring = NBUF * _round(B, 16) * PKCP + RED_FLOATS
     if backward:   # (the wavefront's lower layer: input_columns = G*H, the upper layer's W_ih columns)
         w = _round(units, 8) * (_round(_round(G * H, 16) + input_columns if input_columns else G * H, 8) + 8)
@@ -106,6 +117,10 @@ def _pass(mode, B, H, D, units, backward):
     if D * per_direction > sms:
         return None, (f"{D * per_direction} CTAs (units={units}) would not all be resident on {sms} SMs, "
                       "which the grid-wide barrier needs")
+    if backward and partial_applies(B, H, units):
+        smem = smem_bytes(mode, B, H, units, True, partial=True)
+        if smem <= _smem_limit(cupy.cuda.runtime.getDevice()):
+            return Pass(units, D * per_direction, smem, True), None
     rows = units if backward else GATES[mode] * units
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, (f"batch {B} x {rows} rows of W_hh per CTA is more than the {MAX_TILES} mma tiles (16 x 8) "
@@ -117,6 +132,12 @@ def _pass(mode, B, H, D, units, backward):
                       f"hidden_size {H}, batch {B}) need {smem // 1024} KB of shared memory per CTA; this GPU "
                       f"has {limit // 1024} KB")
     return Pass(units, D * per_direction, smem), None
+
+
+def partial_applies(B: int, H: int, units: int) -> bool:
+    """Whether the partial-sum backward can run: its gather reads runs of 4 units (16 bytes), its product writes
+    tiles of 8 units, every CTA owns the same count, and the gather's sums fit the partial-sum buffer."""
+    return bool(PARTIAL_BACKWARD) and units % 4 == 0 and H % 8 == 0 and H % units == 0 and B * units <= RED_FLOATS
 
 
 def plan(mode: str, B: int, H: int, D: int, units=None):
@@ -242,14 +263,15 @@ def forward_wave(mode, launch, lower, upper, y_lower, y_upper, lengths, T, B, H,
     _launch_forward(mode, launch, structs, lengths, T, B, H, 1, math, 1)
 
 
-def _backward_struct(run, dout, column, dh, dc, exchange, slots=2, above=None, above_exchange=None):
+def _backward_struct(run, dout, column, dh, dc, exchange, slots=2, above=None, above_exchange=None, part=None):
     """DirBackward's words (kernels/rnn_persistent.cu) for one run (rnn.py's _BackwardDirection); `above`: the
-    wavefront's upper layer's run, whose input gradient this (lower) layer's product adds."""
+    wavefront's upper layer's run, whose input gradient this (lower) layer's product adds; `part`: the partial-sum
+    backward's two slots of every CTA's partial dh."""
     hs, cs, saved = run.record
     dy = 0 if dout is None else _ptr(dout) + column * FLOAT_BYTES
     return (_ptr(run.w_hh), _ptr(hs), _ptr(cs), _ptr(saved), dy, _ptr(run.dgates_x), _ptr(run.dgates_h), _ptr(dh),
             _ptr(dc), _ptr(exchange), slots, 0 if above is None else _ptr(above.w_ih),
-            0 if above is None else _ptr(above.dgates_x), _ptr(above_exchange))
+            0 if above is None else _ptr(above.dgates_x), _ptr(above_exchange), _ptr(part))
 
 
 def _gate_exchange(math, B, H, G, slots=2):
@@ -270,11 +292,19 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
     their records) in one launch. dh, dc: lists of the (B, H) arrays holding dhy/dcy on entry and
     receiving dh0/dc0 (dc None unless LSTM)."""
     D = len(directions)
-    exchange = [_gate_exchange(math, B, H, GATES[mode]) for _ in directions]   # (alive until the launch is queued)
-    structs = [_backward_struct(run, dout, d * H, dh[d], dc[d], exchange[d]) for d, run in enumerate(directions)]
+    launch = the_plan.backward
+    if launch.partial:   # two slots of (CTAs, B, H) partial sums per direction; no exchange
+        per_direction = launch.blocks // D
+        part = [cupy.empty(2 * per_direction * B * H, dtype=cupy.float32) for _ in directions]
+        exchange = [None] * D
+    else:
+        part = [None] * D
+        exchange = [_gate_exchange(math, B, H, GATES[mode]) for _ in directions]   # (alive until the launch is queued)
+    structs = [_backward_struct(run, dout, d * H, dh[d], dc[d], exchange[d], part=part[d])
+               for d, run in enumerate(directions)]
     if D == 1:
-        structs.append((0,) * 14)
-    _launch_backward(mode, the_plan.backward, structs, lengths, T, B, H, D, math, 0)
+        structs.append((0,) * 15)
+    _launch_backward(mode, launch, structs, lengths, T, B, H, D, math, 0)
 
 
 def backward_wave(mode, launch, upper, lower, dout, lengths, dh, dc, T, B, H, math="fp32"):
