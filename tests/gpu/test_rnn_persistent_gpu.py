@@ -355,9 +355,12 @@ def test_wavefront_one_and_two_steps(mode, T, math, monkeypatch):
 def test_partial_sum_backward_matches_the_staged_backward(mode, math, H, B, bidirectional, padded, monkeypatch):
     """The partial-sum backward (each CTA multiplies its own gate gradients by its own rows of W_hh; the CTAs sum each
     other's partial dh) against the staged one (each CTA stages every CTA's gate gradients and multiplies them by its
-    columns of W_hh), one launch per layer, 4 or 8 units a CTA. The same products summed in another order (and in
-    bf16, the staged path's exchange chunks regroup them again): ~1e-6 in fp32; a partial read from the wrong slot or
-    CTA, or a missing barrier, shows at the size of the gradients. Then: bit for bit run to run."""
+    columns of W_hh), one launch per layer, 4 or 8 units a CTA. The same products summed in another order: ~1e-6 in
+    fp32. In TF32 and bf16 the operands are rounded at every step, and a last-bit difference of an fp32 gate gradient
+    can move it across a rounding boundary (one TF32 or bf16 unit, which the recurrence carries on): there the two
+    agree to the math's error, as the persistent and standard TF32 paths do (2e-3; measured 2.9e-4 for the vanilla RNN
+    at 512 in TF32). A partial read from the wrong slot or CTA, or a missing barrier, shows at the size of the
+    gradients. Then: bit for bit run to run."""
     from minidl.primitives.cuda import rnn_persistent
 
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", False)
@@ -380,7 +383,7 @@ def test_partial_sum_backward_matches_the_staged_backward(mode, math, H, B, bidi
                     np.testing.assert_array_equal(got[key], results[True][key], err_msg=key)
         results[partial] = got
     assert plans == {True: True, False: False}
-    tol = 1e-5 if math == "fp32" else 2e-4
+    tol = {"fp32": 1e-5, "tf32": 2e-3, "bf16": 5e-3}[math]
     for key in ("dx", "dh0", "dc0"):
         if results[True][key] is not None:
             assert rel_err(results[True][key], results[False][key]) <= tol, key
