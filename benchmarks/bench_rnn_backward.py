@@ -38,6 +38,7 @@ def main():
             for B in (32, 64):
                 staged = bench(mode, B, math, False, args.repeats, partial=False)[1]
                 partial = bench(mode, B, math, False, args.repeats, partial=True)[1]
+                rnn_persistent.WAVEFRONT = True
                 fits = rnn_persistent.wave_plan(mode, B, H, math, backward=True)[0] is not None
                 wave = bench(mode, B, math, True, args.repeats, partial=False)[1] if fits else None
                 wave_cells = f"{wave:.3f} | {partial / wave:.2f}x" if wave else "(does not fit) | "

@@ -69,6 +69,7 @@ constexpr int PKCPH = PKC_H + 16; // its padded row in halves: 136 words, 8 mod 
 constexpr int NBUF = 3;           // chunk buffers: NBUF - 1 chunks in flight while one is multiplied
 constexpr int RED = 4096;         // floats of the partial-sum buffer
 constexpr int MODE_RNN = 0, MODE_LSTM = 1, MODE_GRU = 2;
+constexpr int GATHER = 8;         // the partial-sum backward: loads of other CTAs' partials in flight per thread
 
 // Per-direction arguments, picked by the CTA's direction.
 struct DirForward {
@@ -937,10 +938,18 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
             for (int task = threadIdx.x % tasks; task < tasks && threadIdx.x < NS * tasks; task += PT) {
                 const int b = task / (U / 4), q = task % (U / 4), subset = threadIdx.x / tasks;
                 float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                for (int src = subset; src < per_direction; src += NS) {
-                    const float4 v = __ldcg(reinterpret_cast<const float4*>(
-                        from + ((long long)src * B + b) * H + 4 * q));
-                    sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+                // GATHER loads issued before any is added: one L2 round trip per GATHER sources, not one per source
+                for (int src0 = subset; src0 < per_direction; src0 += GATHER * NS) {
+                    float4 v[GATHER];
+#pragma unroll
+                    for (int k = 0; k < GATHER; ++k) {
+                        const int src = src0 + k * NS;
+                        v[k] = src < per_direction ? __ldcg(reinterpret_cast<const float4*>(
+                                                         from + ((long long)src * B + b) * H + 4 * q))
+                                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    }
+#pragma unroll
+                    for (int k = 0; k < GATHER; ++k) sum.x += v[k].x, sum.y += v[k].y, sum.z += v[k].z, sum.w += v[k].w;
                 }
                 *reinterpret_cast<float4*>(red + subset * BU + b * U + 4 * q) = sum;
             }
