@@ -31,7 +31,8 @@ def main():
     parser.add_argument("--mode", default="lstm")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--units", type=int, default=None)
+    parser.add_argument("--units", default=None,
+                        help="hidden units per CTA: N for both passes, or F,B (forward, backward)")
     parser.add_argument("--math", default="fp32", choices=("fp32", "tf32", "bf16"))
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--variants", default=None, help="comma-separated names of VARIANTS (default: all)")
@@ -45,7 +46,8 @@ def main():
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
     from minidl.primitives.cuda import rnn_persistent
 
-    rnn_persistent.UNITS = args.units
+    units = None if args.units is None else tuple(int(u) for u in args.units.split(","))
+    rnn_persistent.UNITS = None if units is None else (units * 2 if len(units) == 1 else units)
     rnn_persistent.EXCHANGE_BF16 = not args.no_bf16_exchange
     rnn_persistent.PARTIAL_BACKWARD = not args.staged_backward
     options = ()   # the variant's compile flags, read by the get_kernel below at every launch
