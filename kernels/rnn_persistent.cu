@@ -886,9 +886,9 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 // CTA's dh[b, j] = sum_k dgates_h[b, k] W_hh[k, j] needs every k: 128 CTAs x 256 KB through L2 a step (LSTM 512, B32,
 // fp32). Here the sum is split by k instead: CTA c holds the G*U ROWS of W_hh of its own units (as the forward does),
 // and right after its cell multiplies its own gate gradients (B x G*U, never leaving the CTA) by them: a partial dh
-// for all H units, (B x H), written to part[slot][c]. After the barrier each CTA sums, for its own units, the CTAs'
-// partials in a fixed order (deterministic): B x U floats from each, 64 KB a step in all instead of 256 KB, and the
-// product reads no staged operand. Shared memory: Wt (HP x KPW, Wt[j][g*U + u] = W_hh[g*H + j0 + u, j], KPW = G*U
+// for all H units, (B x H), written to part[slot] (laid out by the CTA that reads it). After the barrier each CTA sums,
+// for its own units, the CTAs' partials in a fixed order (deterministic): B x U floats from each, one contiguous block
+// of 64 KB a step in all instead of 256 KB, and the product reads no staged operand. Shared memory: Wt (HP x KPW, Wt[j][g*U + u] = W_hh[g*H + j0 + u, j], KPW = G*U
 // rounded up to 16, + 8; bf16: halves), dgs (BP x PKCP: this step's dgates_h of the CTA's units, the product's A),
 // red (the gather's partial sums), direct, dcarry, ops (as above).
 // ---------------------------------------------------------------------------------------------
@@ -934,7 +934,7 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
         if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, H, U, j0, U, true, dy_ld);
         cp_async_commit();
         if (s > 0) {   // the partials the CTAs wrote at step s - 1 (slot (s - 1) & 1), for this CTA's units
-            const float* from = dir.part + ((s - 1) & 1) * slot_floats + j0;
+            const float* from = dir.part + ((s - 1) & 1) * slot_floats + (long long)c * per_direction * BU;
             for (int task = threadIdx.x % tasks; task < tasks && threadIdx.x < NS * tasks; task += PT) {
                 const int b = task / (U / 4), q = task % (U / 4), subset = threadIdx.x / tasks;
                 float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -945,7 +945,7 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
                     for (int k = 0; k < GATHER; ++k) {
                         const int src = src0 + k * NS;
                         v[k] = src < per_direction ? __ldcg(reinterpret_cast<const float4*>(
-                                                         from + ((long long)src * B + b) * H + 4 * q))
+                                                         from + (long long)src * BU + b * U + 4 * q))
                                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                     }
 #pragma unroll
@@ -1003,8 +1003,10 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
         }
         __syncthreads();
         // The partial dh of this CTA's gates for all H units: (B x G*U) @ (G*U x H), tiles of 16 x 8, at most 4 a warp
-        // at a time (product_chunk with one accumulator each), written to part[s & 1][c] as they are done.
-        float* to = dir.part + (s & 1) * slot_floats + (long long)c * B * H;
+        // at a time (product_chunk with one accumulator each), written as they are done to part[s & 1], where the
+        // partials each CTA gathers lie together: [its CTA][this CTA][b][u] (B x U floats from each source in a row).
+        float* to = dir.part + (s & 1) * slot_floats + (long long)c * BU;
+        const long long per_dest = (long long)per_direction * BU;
         for (int first = warp; first < tiles; first += 4 * NWARPS) {
             int a_off[4], w_off[4], my_tiles = 0;
 #pragma unroll
@@ -1025,10 +1027,9 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
                 const int tile = first + q * NWARPS, mt = tile / NT, nt = tile % NT;
                 const int row = mt * 16 + g8, col = nt * 8 + 2 * t4;
                 if (tile >= tiles || col >= H) continue;
-                if (row < B) *reinterpret_cast<float2*>(to + (long long)row * H + col) = make_float2(acc[q][0], acc[q][1]);
-                if (row + 8 < B) {
-                    *reinterpret_cast<float2*>(to + (long long)(row + 8) * H + col) = make_float2(acc[q][2], acc[q][3]);
-                }
+                float* at = to + (col / U) * per_dest + row * U + col % U;   // (col, col + 1: one CTA's, U % 4 == 0)
+                if (row < B) *reinterpret_cast<float2*>(at) = make_float2(acc[q][0], acc[q][1]);
+                if (row + 8 < B) *reinterpret_cast<float2*>(at + 8 * U) = make_float2(acc[q][2], acc[q][3]);
             }
         }
         grid_arrive(barrier);
