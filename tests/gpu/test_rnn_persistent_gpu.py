@@ -375,7 +375,8 @@ def test_partial_sum_backward_matches_the_staged_backward(mode, math, H, B, bidi
     results = {}
     for partial in (True, False, True):
         monkeypatch.setattr(rnn_persistent, "PARTIAL_BACKWARD", partial)
-        plans[partial] = rnn_persistent.plan(mode, B, H, desc.num_directions)[0].backward.partial
+        the_plan = rnn_persistent.plan(mode, B, H, desc.num_directions)[0]
+        plans[partial] = the_plan.partial is not None and rnn_persistent.use_partial(mode, B, math)
         got = _run_math(desc, case, lengths, math)
         if partial in results:   # the second partial run: the same bits
             for key in ("dx", "dh0", "dc0"):
@@ -395,14 +396,14 @@ def test_partial_sum_backward_matches_the_staged_backward(mode, math, H, B, bidi
 
 def test_partial_sum_backward_inside_a_cuda_graph(monkeypatch):
     """Captured once, replayed on new data: equal to an eager run (its two slots of partial sums are allocated at
-    capture and reused by every replay)."""
+    capture and reused by every replay). Two layers, fp32: "auto" takes the partial sums, not the wavefront."""
     from minidl.primitives.cuda import rnn_persistent
 
-    monkeypatch.setattr(rnn_persistent, "WAVEFRONT", False)
     monkeypatch.setattr(rnn_persistent, "UNITS", 4)
     rng = np.random.default_rng(22)
     desc = _desc("lstm", 24, 64, 2, False, True, "persistent")
-    assert rnn_persistent.plan("lstm", 8, 64, 1)[0].backward.partial
+    assert rnn_persistent.plan("lstm", 8, 64, 1)[0].partial is not None and rnn_persistent.use_partial("lstm", 8, "fp32")
+    assert rnn_persistent.wave_plan("lstm", 8, 64, "fp32", backward=True)[0] is None
     x, h0, c0, weights, dy, dhy, dcy = (_to_gpu(a) for a in _case(desc, 10, 8, rng))
 
     def run():

@@ -54,8 +54,9 @@ GATES = {"rnn_tanh": 1, "rnn_relu": 1, "lstm": 4, "gru": 3}
 EXCHANGE_BF16 = True    # bf16: stage each step's state (forward) and gate gradients (backward) as bfloat16 (False: fp32)
 # The partial-sum backward (kernels/rnn_persistent.cu, persistent_backward_partial): each CTA multiplies its own gate
 # gradients by its own rows of W_hh and the CTAs sum each other's partial dh, instead of each CTA staging every CTA's
-# gate gradients. Where it applies (units % 4 == 0, hidden % 8 == 0, hidden % units == 0) and True; False: never.
-PARTIAL_BACKWARD = True
+# gate gradients. It runs where it fits (Plan.partial) and use_partial says so: "auto" where it measured faster, True
+# always, False never.
+PARTIAL_BACKWARD = "auto"
 KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "rnn_relu": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "lstm": ("lstm_persistent_forward", "lstm_persistent_backward"),
@@ -74,8 +75,11 @@ class Pass(NamedTuple):
 
 
 class Plan(NamedTuple):
+    """The forward's launch, the staged backward's, and the partial-sum backward's where it fits (else None)."""
+
     forward: Pass
     backward: Pass
+    partial: Pass | None = None
 
 
 def _round(x: int, m: int) -> int:
@@ -107,7 +111,7 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str 
     return ((w // 2 if math == "bf16" else w) + ring + rest) * FLOAT_BYTES
 
 
-def _pass(mode, B, H, D, units, backward):
+def _pass(mode, B, H, D, units, backward, partial=False):
     sms = sm_count()
     # The fewest units per CTA that keep one CTA per SM. (Backward's mma tiles are 8 columns of W_hh wide,
     # so 4 units leave half of each empty; yet 8 units, in half the CTAs, measured slower: 31 vs 29 us per
@@ -117,10 +121,13 @@ def _pass(mode, B, H, D, units, backward):
     if D * per_direction > sms:
         return None, (f"{D * per_direction} CTAs (units={units}) would not all be resident on {sms} SMs, "
                       "which the grid-wide barrier needs")
-    if backward and partial_applies(B, H, units):
+    if partial:
+        if not partial_applies(B, H, units):
+            return None, "units % 4, hidden % 8 or hidden % units is not 0"
         smem = smem_bytes(mode, B, H, units, True, partial=True)
-        if smem <= _smem_limit(cupy.cuda.runtime.getDevice()):
-            return Pass(units, D * per_direction, smem, True), None
+        if smem > _smem_limit(cupy.cuda.runtime.getDevice()):
+            return None, f"{smem // 1024} KB of shared memory"
+        return Pass(units, D * per_direction, smem, True), None
     rows = units if backward else GATES[mode] * units
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, (f"batch {B} x {rows} rows of W_hh per CTA is more than the {MAX_TILES} mma tiles (16 x 8) "
@@ -137,7 +144,18 @@ def _pass(mode, B, H, D, units, backward):
 def partial_applies(B: int, H: int, units: int) -> bool:
     """Whether the partial-sum backward can run: its gather reads runs of 4 units (16 bytes), its product writes
     tiles of 8 units, every CTA owns the same count, and the gather's sums fit the partial-sum buffer."""
-    return bool(PARTIAL_BACKWARD) and units % 4 == 0 and H % 8 == 0 and H % units == 0 and B * units <= RED_FLOATS
+    return units % 4 == 0 and H % 8 == 0 and H % units == 0 and B * units <= RED_FLOATS
+
+
+def use_partial(mode: str, B: int, math: str) -> bool:
+    """Whether the backward runs by partial sums where it fits (PARTIAL_BACKWARD). "auto": the LSTM and the GRU, in
+    bf16 up to batch 32. Measured per step of one 512 layer (H200, benchmarks/results/gpu_rnn.md): LSTM B32 7.9 / 7.4
+    / 7.6 us against the staged 16.6 / 15.2 / 9.9 (fp32 / TF32 / bf16), B64 15.0 / 12.7 / 12.8 against 24.0 / 20.3 /
+    12.8. The vanilla RNN's staged backward reads B x H floats a CTA, what the partials would write and read again:
+    there it measured slower (1.1-1.8x)."""
+    if PARTIAL_BACKWARD == "auto":
+        return GATES[mode] > 1 and (math != "bf16" or B <= 32)
+    return bool(PARTIAL_BACKWARD)
 
 
 def plan(mode: str, B: int, H: int, D: int, units=None):
@@ -153,7 +171,7 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
     backward, reason = _pass(mode, B, H, D, backward_units, True)
     if backward is None:
         return None, reason
-    return Plan(forward, backward), None
+    return Plan(forward, backward, _pass(mode, B, H, D, backward_units, True, partial=True)[0]), None
 
 
 def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool = False):
@@ -173,6 +191,12 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         # each layer gets half the SMs and the lower layer's product doubles; measured (2x512, T35, H200): the GRU's
         # bf16 backward 0.804 -> 0.780 ms at B32, 1.042 -> 1.073 at B64, where every other case gained 5-65%
         return None, "the GRU's bf16 backward measured no faster as a wavefront"
+    if WAVEFRONT == "auto" and backward and math != "bf16" and use_partial(mode, B, math):
+        # the wavefront's backward stages every CTA's gate gradients; measured (2x512, T35, H200): LSTM B32 fp32 1.538
+        # ms against 1.086 by partial sums one layer at a time, TF32 1.227 against 0.800 (bf16: 0.755 against 0.754)
+        one_layer = plan(mode, B, H, 1)[0]
+        if one_layer is not None and one_layer.partial is not None:
+            return None, "the partial-sum backward, one launch per layer, measured faster"
     sms = sm_count()
     units = units or UNITS_WAVE or -(-H // (sms // 2))
     per_layer = -(-H // units)
@@ -292,8 +316,9 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
     their records) in one launch. dh, dc: lists of the (B, H) arrays holding dhy/dcy on entry and
     receiving dh0/dc0 (dc None unless LSTM)."""
     D = len(directions)
-    launch = the_plan.backward
-    if launch.partial:   # two slots of (CTAs, B, H) partial sums per direction; no exchange
+    partial = the_plan.partial is not None and use_partial(mode, B, math)
+    launch = the_plan.partial if partial else the_plan.backward
+    if partial:   # two slots of (CTAs, B, H) partial sums per direction; no exchange
         per_direction = launch.blocks // D
         part = [cupy.empty(2 * per_direction * B * H, dtype=cupy.float32) for _ in directions]
         exchange = [None] * D
