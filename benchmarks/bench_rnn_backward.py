@@ -26,6 +26,7 @@ def main():
     ap.add_argument("--modes", default="lstm,gru,rnn_tanh")
     ap.add_argument("--maths", default="fp32,tf32,bf16")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--commit", default=None, help="the commit to name (default: git's HEAD here)")
     args = ap.parse_args()
     import cupy
 
@@ -47,7 +48,7 @@ def main():
                 print(rows[-1], flush=True)
     rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD = "auto", True
     lines = [f"# The persistent RNN's backward: staged, partial sums, wavefront ({device})", "",
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_commit()}, CuPy "
+             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_commit(args.commit)}, CuPy "
              f"{cupy.__version__}; median of {args.repeats} runs (CUDA events), ms of rnn_backward (both layers, the "
              "weight gradients included) after an untimed forward. Produced by "
              "`python3 benchmarks/bench_rnn_backward.py`.", "",

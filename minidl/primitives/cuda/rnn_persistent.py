@@ -191,9 +191,12 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         # each layer gets half the SMs and the lower layer's product doubles; measured (2x512, T35, H200): the GRU's
         # bf16 backward 0.804 -> 0.780 ms at B32, 1.042 -> 1.073 at B64, where every other case gained 5-65%
         return None, "the GRU's bf16 backward measured no faster as a wavefront"
-    if WAVEFRONT == "auto" and backward and math != "bf16" and use_partial(mode, B, math):
-        # the wavefront's backward stages every CTA's gate gradients; measured (2x512, T35, H200): LSTM B32 fp32 1.538
-        # ms against 1.086 by partial sums one layer at a time, TF32 1.227 against 0.800 (bf16: 0.755 against 0.754)
+    if WAVEFRONT == "auto" and backward and (math == "fp32" or (mode == "lstm" and math == "tf32")) \
+            and use_partial(mode, B, math):
+        # the wavefront's backward stages every CTA's gate gradients; measured (2x512, T35, B32, H200), ms, wavefront
+        # against partial sums one layer at a time: LSTM fp32 1.538 / 1.086, TF32 1.227 / 0.800, bf16 0.755 / 0.754;
+        # GRU fp32 1.219 / 1.036, TF32 1.133 / 1.459, bf16 0.957 / 0.871 (but "auto" keeps the GRU's bf16 backward off
+        # the wavefront, above)
         one_layer = plan(mode, B, H, 1)[0]
         if one_layer is not None and one_layer.partial is not None:
             return None, "the partial-sum backward, one launch per layer, measured faster"
