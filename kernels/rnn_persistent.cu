@@ -16,6 +16,9 @@
 //   backward  dh[b, j] = sum_k dgates_h[b, k] W_hh[k, j]  for its j: the COLUMNS of W_hh it needs,
 //             U x G*H, sit in shared memory; the cell's backward follows, again for its own units.
 //             The LSTM's dc and the part of dh that skips W_hh (GRU: z * dh) never leave the CTA.
+//             (That is the staged backward. The LSTM and the GRU mostly run the partial-sum backward instead,
+//             persistent_backward_partial below: the G*U rows of the forward, each CTA's own dgates times them, and
+//             the CTAs' partial dh summed by the owner of each unit.)
 // So each step is: stage the state written by every CTA at the last step (L2 -> shared memory, in
 // chunks of PKC columns through a ring of NBUF buffers filled by cp.async, so that the next chunks are in
 // flight while one is multiplied), a small product on the tensor cores (mma.sync TF32, three of them per

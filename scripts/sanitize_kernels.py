@@ -32,24 +32,31 @@ def rnn_cases():
     from minidl.primitives.cuda import rnn_persistent
 
     rng = np.random.default_rng(0)
-    rnn_persistent.WAVEFRONT = True   # two unidirectional layers: the wavefront, forward and backward (not GRU forward)
-    # one bidirectional layer (both directions in one launch), or two unidirectional ones (the wavefront)
-    for mode in ("lstm", "gru", "rnn_tanh"):
-        for bidirectional, layers in ((False, 2), (True, 1)):
-            for math in ("fp32", "tf32", "bf16"):
-                desc = RNNDescriptor(mode, 24, 40, layers, bidirectional, algo="persistent")
-                T, B = 5, 7
-                w = [tuple(cupy.asarray((rng.uniform(-0.3, 0.3, s.shape)).astype(np.float32)) for s in e)
-                     for e in desc.weight_shapes()]
-                x = cupy.asarray(rng.standard_normal((T, B, 24)).astype(np.float32))
-                dy = cupy.asarray(rng.standard_normal((T, B, desc.num_directions * 40)).astype(np.float32))
-                lengths = np.array([5, 2, 5, 1, 4, 3, 5])
-                for padded in (lengths, None):   # (padded: the wavefront's upper layer reads y, else the exchange)
-                    _, _, _, reserve = rnn_forward(x, None, None, w, desc, seq_lengths=padded, math=math)
-                    rnn_backward(dy, None, None, reserve)
-                cupy.cuda.Device().synchronize()
-                print(f"rnn persistent {mode} layers={layers} bidirectional={bidirectional} {math}: ran")
-    rnn_persistent.WAVEFRONT = "auto"
+    # one bidirectional layer (both directions in one launch), or two unidirectional ones (the wavefront); then the
+    # partial-sum backward (4 units a CTA, one launch per layer)
+    for mode, bidirectional, layers, math, partial in [
+            (mode, bidirectional, layers, math, partial) for partial in (False, True)
+            for mode in ("lstm", "gru", "rnn_tanh") for bidirectional, layers in ((False, 2), (True, 1))
+            for math in ("fp32", "tf32", "bf16")]:
+        if partial and mode == "rnn_tanh":
+            continue
+        rnn_persistent.WAVEFRONT = not partial   # (the wavefront forward and backward; not the GRU's forward)
+        rnn_persistent.PARTIAL_BACKWARD = partial
+        rnn_persistent.UNITS = 4 if partial else None
+        desc = RNNDescriptor(mode, 24, 40, layers, bidirectional, algo="persistent")
+        T, B = 5, 7
+        w = [tuple(cupy.asarray((rng.uniform(-0.3, 0.3, s.shape)).astype(np.float32)) for s in e)
+             for e in desc.weight_shapes()]
+        x = cupy.asarray(rng.standard_normal((T, B, 24)).astype(np.float32))
+        dy = cupy.asarray(rng.standard_normal((T, B, desc.num_directions * 40)).astype(np.float32))
+        lengths = np.array([5, 2, 5, 1, 4, 3, 5])
+        for padded in (lengths, None):   # (padded: the wavefront's upper layer reads y, else the exchange)
+            _, _, _, reserve = rnn_forward(x, None, None, w, desc, seq_lengths=padded, math=math)
+            rnn_backward(dy, None, None, reserve)
+        cupy.cuda.Device().synchronize()
+        print(f"rnn persistent {mode} layers={layers} bidirectional={bidirectional} {math}"
+              f"{' partial-sum backward' if partial else ''}: ran")
+    rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD, rnn_persistent.UNITS = "auto", "auto", None
 
 
 def attention_cases():

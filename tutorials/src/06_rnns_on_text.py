@@ -682,6 +682,31 @@ if persistent_rows:
 # 0.679 -> 0.605 ms, backward 0.871 -> 0.714; the vanilla RNN's backward 18-28% faster, its forward 2-21%. Each
 # layer now has half the SMs, so a step whose time is its product (fp32, TF32) gains less or nothing. Against
 # cuDNN's kernels alone (both graphed), bf16 went from 1.75-2.7x to 1.44-2.02x: closer, not there.
+#
+# **The backward by partial sums.** A backward step needs, for each unit j, `dh[b, j] = sum_k dgates[b, k] *
+# W_hh[k, j]`, a sum over all 4H gates. There are two ways to split that sum over the CTAs.
+# - **Staged** (the first backward kernel): each CTA keeps the U *columns* of `W_hh` for its units. It then has to
+#   stage all of `dgates`, B x 4H floats, in every CTA at every step: 256 KB a CTA at B = 32, H = 512 in fp32.
+# - **Partial sums** (`persistent_backward_partial`): each CTA keeps the same 4U *rows* the forward keeps. Right
+#   after its cell it multiplies its own gate gradients, which never left it, by those rows. That gives a partial
+#   `dh` for all H units, which it writes where each unit's owner will read it.
+#   - After the barrier each CTA adds up, in a fixed order, the partials for its own units: U floats a row from each
+#     CTA, 64 KB a CTA a step in every math. The fixed order keeps the result the same bits run to run.
+#   - The sum is the same as the staged one, regrouped.
+#
+# Measured on an H200 (benchmarks/results/gpu_rnn.md, `profile_rnn_persistent.py`; not this notebook's run), one
+# LSTM layer of 512 at batch 32, staged against partial sums:
+#
+# | math | staged | partial sums |
+# | --- | ---: | ---: |
+# | fp32 | 16.6 µs a step | 7.9 µs |
+# | TF32 | 15.2 µs | 7.4 µs |
+# | bf16 | 9.9 µs | 7.6 µs |
+#
+# The first layout of the partials, by the CTA that *wrote* them, was no faster in bf16. Each reader then gathered 16
+# bytes from each of 128 places. Laid out by the CTA that *reads* them, one contiguous block each, every math gained:
+# how data lies in memory decides what a transfer costs. The vanilla RNN keeps the staged backward. Its `dgates` is
+# B x H, exactly the bytes the partials would write and then read again.
 
 # %% [markdown]
 # ## Exercises
@@ -702,5 +727,7 @@ if persistent_rows:
 # 7. `lstm_layer_persistent_numpy` reads all of `h` in every "CTA". Count the bytes all CTAs read per
 #    step for B = 64, H = 512 and 128 CTAs, and compare them with the bytes of `W_hh` the standard
 #    algorithm reads. Which algorithm moves more, and why is the persistent one faster anyway?
-# 8. Write the backward pass of `lstm_layer_persistent_numpy` the way kernels/rnn_persistent.cu splits
-#    it: which part of `W_hh` must a CTA keep to compute `dh` for its own units?
+# 8. Write the backward pass of `lstm_layer_persistent_numpy` both ways kernels/rnn_persistent.cu splits it. Staged:
+#    each "CTA" keeps the columns of `W_hh` for its units and reads all of `dgates`. Partial sums: each keeps its
+#    rows, writes a partial `dh` for every unit, and sums the partials of its own units. Check that both give the
+#    reference's `dh`, and count the floats each way moves between CTAs per step for B = 32, H = 512, 128 CTAs.

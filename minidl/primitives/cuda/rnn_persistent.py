@@ -21,6 +21,12 @@ that, `plan` says why and the
 standard algorithm runs (RNNDescriptor algo="auto"). Where the limit falls on this GPU, by hidden size
 and batch, is the table benchmarks/bench_gpu_rnn.py prints from `plan`.
 
+The partial-sum backward (`Plan.partial`, `use_partial`): each CTA keeps the forward's G*U rows of W_hh instead of
+U columns, multiplies its own gate gradients by them, and the CTAs sum each other's partial dh for their units (two
+slots of CTAs x B x H floats, laid out by reader). A CTA writes and reads B x H floats a step where the staged backward
+reads B x G*H: half the L2 traffic for the LSTM in fp32 and TF32, the same as bf16's staged exchange
+(benchmarks/bench_rnn_backward.py).
+
 The wavefront (`wave_plan`, `forward_wave`, `backward_wave`): two stacked layers of one direction in one launch, half
 the SMs each, the upper layer's step t beside the lower layer's step t + 1 (forward; backward the other way round);
 measured A/B by benchmarks/bench_rnn_wavefront.py.
