@@ -27,6 +27,7 @@ from . import ops  # noqa: E402  (binds every operation onto Tensor: minidl/ops/
 from .ops.conversion import (  # noqa: F401
     channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format,
 )
+from .ops.sparse import sparse_coo, strided  # noqa: F401  (Tensor.layout's values)
 from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state  # noqa: F401
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
 from ._dtypes import complex64, complex128, finfo, iinfo  # noqa: F401
@@ -54,6 +55,7 @@ from . import linalg, special  # noqa: E402,F401  (torch.linalg's most used func
 from . import fft  # noqa: E402,F401  (torch.fft: the discrete Fourier transforms, with gradients)
 from . import hub  # noqa: E402,F401  (torch.hub: load_state_dict_from_url)
 from . import func  # noqa: E402,F401  (torch.func: functional_call, grad, vjp, jacrev, hessian, vmap)
+from . import sparse  # noqa: E402,F401  (torch.sparse: mm, sum of sparse COO tensors)
 vmap = func.vmap
 stft, istft = fft.stft, fft.istft
 

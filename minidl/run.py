@@ -75,6 +75,7 @@ TORCH_MODULES = {
     "torch.distributions": "minidl.distributions",
     "torch.utils.hooks": "minidl.nn.module",
     "torch.fft": "minidl.fft",
+    "torch.sparse": "minidl.sparse",
     "torch.func": "minidl.func",
     "torch.hub": "minidl.hub",
     "torch.autograd.functional": "minidl.autograd.functional",

@@ -16,6 +16,7 @@
     inplace      x += y, add_, mul_, clamp_, fill_, copy_, zero_, scatter_, unsqueeze_, ...
     activation   relu, sigmoid, tanh, softmax, log_softmax (Tensor methods; nn.functional has the rest)
     creation     tensor, zeros, ones, arange, randn, ... (the factories)
+    sparse       sparse COO tensors: sparse_coo_tensor, to_sparse / to_dense, the sparse-dense product
 
 Each family file holds its Functions (forward and backward side by side, on NumPy or CuPy arrays) and
 their function forms. The autograd core (minidl/autograd: Tensor's storage, grad, version counter,
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from . import (
     activation, complexops, conversion, creation, elementwise, indexing, inplace, joining, linalg, logical, mathops,
-    reductions, shape, sorting, statistics,
+    reductions, shape, sorting, sparse, statistics,
 )
 from ._checks import check_float_tensor, check_tensor  # noqa: F401  (for the layers above: nn, ...)
 from ._dims import normalize_dim, normalize_dims  # noqa: F401
@@ -99,6 +100,9 @@ TABLE = (
                    "nan_to_num_ unsqueeze_ squeeze_ t_ tril_ triu_ fill_diagonal_ cauchy_ log_normal_ geometric_ "
                    "transpose_"),
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),
+    (sparse, "m", "to_sparse to_dense"),
+    (sparse, "p", "is_sparse layout"),
+    (sparse, "f", "sparse_coo_tensor spmm"),
     (creation, "m", "bernoulli multinomial"),
     (creation, "f", "tensor as_tensor asarray empty_strided from_numpy zeros ones full empty zeros_like ones_like full_like empty_like arange "
                     "linspace eye rand randn randint randperm rand_like randn_like randint_like normal bernoulli "

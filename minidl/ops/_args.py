@@ -34,6 +34,8 @@ def operand(self, other, op, dtype=None):
         return Tensor._make(xp.full((), other, dtype=dt))
     if isinstance(other, (np.ndarray, list, tuple)) or is_cuda_array(other):
         return Tensor(other, device=self.device)
+    if getattr(other, "is_sparse", False) is True:   # a sparse COO tensor (ops/sparse.py) beside a dense one: dense
+        return operand(self, other.to_dense(), op, dtype)
     raise TypeError(f"{op}: unsupported operand of type {type(other).__name__} (expected a Tensor or a number)")
 
 

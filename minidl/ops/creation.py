@@ -23,6 +23,17 @@ def _shape(size, op="size"):
     return size
 
 
+def _size_arg(size, kwargs, op):
+    """The factories' shape: positional (d0, d1, ...) / ((d0, d1, ...),), or torch's keyword size=(d0, d1, ...)."""
+    if kwargs:
+        if set(kwargs) != {"size"} or size:
+            extra = sorted(set(kwargs) - {"size"})
+            raise TypeError(f"{op}() got an unexpected keyword argument {extra[0]!r}" if extra else
+                            f"{op}(): the size given both positionally and as size=")
+        return (kwargs["size"],)
+    return size
+
+
 def _finish(array, requires_grad):
     t = Tensor._make(array)
     if requires_grad:
@@ -105,13 +116,13 @@ def _with_device(fn, device):
         return fn()
 
 
-def zeros(*size, dtype=None, device=None, requires_grad=False):
-    s = _shape(size, "zeros")
+def zeros(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+    s = _shape(_size_arg(size, kwargs, "zeros"), "zeros")
     return _finish(_with_device(lambda: _xp(device).zeros(s, dtype=_dt(dtype)), device), requires_grad)
 
 
-def ones(*size, dtype=None, device=None, requires_grad=False):
-    s = _shape(size, "ones")
+def ones(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+    s = _shape(_size_arg(size, kwargs, "ones"), "ones")
     return _finish(_with_device(lambda: _xp(device).ones(s, dtype=_dt(dtype)), device), requires_grad)
 
 
@@ -128,8 +139,8 @@ def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     return _finish(_with_device(lambda: _xp(device).full(s, fill_value, dtype=np.dtype(dtype)), device), requires_grad)
 
 
-def empty(*size, dtype=None, device=None, requires_grad=False):
-    s = _shape(size, "empty")
+def empty(*size, dtype=None, device=None, requires_grad=False, **kwargs):
+    s = _shape(_size_arg(size, kwargs, "empty"), "empty")
     return _finish(_with_device(lambda: _xp(device).empty(s, dtype=_dt(dtype)), device), requires_grad)
 
 
@@ -197,15 +208,16 @@ def _unit_uniform(rng, shape, dt):
     return x.astype(dt)
 
 
-def rand(*size, generator=None, dtype=None, device=None, requires_grad=False):
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False, **kwargs):
     """Uniform on [0, 1), from minidl's seeded generator (see manual_seed) or `generator`."""
-    dt, shape = _float_dtype("rand", dtype), _shape(size, "rand")
+    dt, shape = _float_dtype("rand", dtype), _shape(_size_arg(size, kwargs, "rand"), "rand")
     return _finish(_draw(generator, device, lambda rng: _unit_uniform(rng, shape, dt)), requires_grad)
 
 
-def randn(*size, generator=None, dtype=None, device=None, requires_grad=False):
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False, **kwargs):
     """Standard normal, from minidl's seeded generator or `generator`. A complex dtype: real and imaginary parts
     each of variance 1/2 (torch's complex normal, E|z|^2 = 1)."""
+    size = _size_arg(size, kwargs, "randn")
     if dtype is not None and _dt(dtype).kind == "c":
         part = _dt(dtype).type(0).real.dtype   # float32 for complex64
         re, im = (randn(*size, generator=generator, dtype=part, device=device) for _ in range(2))

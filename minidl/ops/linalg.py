@@ -18,6 +18,8 @@ from ..autograd.tensor import Tensor
 from ._args import operand, promote
 from ._dims import normalize_dim
 from .joining import stack
+from .sparse import SparseTensor
+from .sparse import mm as sparse_mm
 
 
 # ------------------------------------------------------------------------------------------------
@@ -281,7 +283,11 @@ def matmul(input, other, *, out=None):
 
         return write_out(out, matmul(a, b), "matmul")
     if not isinstance(a, Tensor):
+        if isinstance(a, SparseTensor):   # a sparse COO operand: the sparse-dense product (ops/sparse.py)
+            return sparse_mm(a, b)
         a = Tensor(a)
+    if not isinstance(b, Tensor) and isinstance(b, SparseTensor):
+        return sparse_mm(a, b)
     b = operand(a, b, "matmul")   # also checks the devices
     if _amp.regions:
         a, b = _amp.cast_inputs("matmul", a, b)

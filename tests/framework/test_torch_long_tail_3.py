@@ -303,3 +303,17 @@ def test_functional_in_place_forms_match_torch(name, args):
     values, indices = minidl.nn.functional.max_pool2d_with_indices(x4, 2)
     tv, ti = torch.nn.functional.max_pool2d_with_indices(torch.tensor(x4.numpy()), 2)
     assert np.array_equal(values.numpy(), tv.numpy()) and np.array_equal(indices.numpy(), ti.numpy())
+
+
+def test_factories_take_size_as_a_keyword():
+    """torch.empty(size=(2, 3)) (pytorch/examples gat), zeros/ones/rand/randn(size=...): the same shapes as torch;
+    a size given twice, or an unknown keyword, is a TypeError naming it."""
+    import torch
+
+    for name in ("empty", "zeros", "ones", "rand", "randn"):
+        assert tuple(getattr(minidl, name)(size=(2, 3)).shape) == tuple(getattr(torch, name)(size=(2, 3)).shape)
+    np.testing.assert_array_equal(minidl.ones(size=[4]).numpy(), torch.ones(size=[4]).numpy())
+    with pytest.raises(TypeError, match="both positionally"):
+        minidl.zeros(2, size=(2,))
+    with pytest.raises(TypeError, match="'shape'"):
+        minidl.zeros(shape=(2,))

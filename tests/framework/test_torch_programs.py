@@ -442,3 +442,48 @@ def test_sdpa_backend_selection_as_programs_write_it(tmp_path):
         "    b = F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
         "print('same', bool(torch.allclose(a, b)), torch.backends.cuda.flash_sdp_enabled())\n")
     assert "same True True" in ok(run(program, cwd=tmp_path))
+
+
+def _synthetic_cora(folder, V=120, D=30, C=3):
+    """A Cora-format citation graph: three classes, each with its own typical binary features (10% flipped), and
+    300 citations, 80% of them inside a class, so that both the features and the neighbourhoods carry the label."""
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, C, V)
+    ids = rng.choice(100000, V, replace=False)
+    prototypes = rng.random((C, D)) < 0.25
+    with open(folder / "cora.content", "w") as f:
+        for i in range(V):
+            features = (prototypes[labels[i]] ^ (rng.random(D) < 0.1)).astype(int)
+            f.write("\t".join([str(ids[i])] + [str(v) for v in features] + [f"class_{labels[i]}"]) + "\n")
+    with open(folder / "cora.cites", "w") as f:
+        for _ in range(300):
+            a = rng.integers(0, V)
+            b = rng.choice(np.flatnonzero(labels == labels[a]) if rng.random() < 0.8 else np.arange(V))
+            f.write(f"{ids[b]}\t{ids[a]}\n")
+
+
+def test_gcn_example_with_sparse_tensors(tmp_path):
+    """pytorch/examples gcn on a synthetic Cora-format graph: sparse COO features and adjacency (to_sparse,
+    sparse_coo_tensor with dtype=int64, eye + sparse, sparse @ dense @ sparse, torch.spmm). It learns as torch does
+    on the same data (torch: train loss 0.88 -> 0.26 over 60 epochs, test accuracy 0.90; minidl 0.78 -> 0.28, 0.97,
+    the initial weights differing)."""
+    _synthetic_cora(tmp_path / "cora")
+    out = ok(run(PROGRAMS / "gcn.py", "--data", tmp_path / "cora", "--epochs", 60, "--val-every", 20, cwd=tmp_path))
+    losses = [float(line.split("loss_train: ")[1].split()[0]) for line in out.splitlines() if line.startswith("Epoch")]
+    assert len(losses) == 3 and losses[-1] < 0.6 * losses[0], out
+    accuracy = float(out.split("Test set results: loss ")[1].split("accuracy ")[1].split()[0])
+    assert accuracy >= 0.8, out
+
+
+def test_gat_example_on_the_same_graph(tmp_path):
+    """pytorch/examples gat on the synthetic Cora-format graph: 8 concatenated heads, `torch.empty(size=...)`,
+    xavier_normal_ of a 3-D tensor, `.mT`, `torch.where` masking, ELU. It learns as torch does on the same data
+    (torch: train loss 0.92 -> 0.67 over 60 epochs, test accuracy 0.90; minidl 0.86 -> 0.54, 0.87)."""
+    _synthetic_cora(tmp_path / "cora")
+    out = ok(run(PROGRAMS / "gat.py", "--data", tmp_path / "cora", "--epochs", 60, "--val-every", 20,
+                 "--concat-heads", cwd=tmp_path))
+    losses = [float(line.split("loss_train: ")[1].split()[0]) for line in out.splitlines() if line.startswith("Epoch")]
+    assert len(losses) == 3 and losses[-1] < 0.85 * losses[0], out
+    accuracy = float(out.split("Test set results: loss ")[1].split("accuracy ")[1].split()[0])
+    assert accuracy >= 0.75, out

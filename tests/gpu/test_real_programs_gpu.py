@@ -324,3 +324,31 @@ def test_second_derivatives_through_dropout_on_the_gpu():
     (gw2,) = minidl.autograd.grad((g2 ** 2).sum(), w2)
     np.testing.assert_allclose(g.detach().cpu().numpy(), g2.detach().cpu().numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(gw.cpu().numpy(), gw2.cpu().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_sparse_coo_products_on_the_gpu():
+    """Session 11's sparse COO tensors (ops/sparse.py): built on the GPU from repeated indices, multiplied from both
+    sides (scatter_add of gathered rows), added to a dense tensor; values and gradients to the dense operand and to
+    the entries as on the CPU."""
+    indices = np.stack([RNG.integers(0, 6, 12), RNG.integers(0, 5, 12)])
+    indices[:, -1] = indices[:, 0]   # a repeated coordinate
+
+    def products(values, right, left):
+        s = minidl.sparse_coo_tensor(minidl.tensor(indices, device=values.device), values, (6, 5))
+        return s @ right, left @ s, minidl.spmm(s.coalesce(), right), (left.t() @ left[:, :5] + s).sum(0), s.to_dense()
+
+    _both(products, RNG.standard_normal(12), RNG.standard_normal((5, 3)), RNG.standard_normal((4, 6)))
+
+
+def test_gcn_and_gat_programs_run_on_the_gpu(tmp_path):
+    """The two graph programs of tests/torch_programs run through minidl.run on the GPU (torch.accelerator finds it):
+    sparse features and adjacency on the device, and the attention network's dense masking."""
+    from tests.framework.test_torch_programs import PROGRAMS, _synthetic_cora, ok, run
+
+    _synthetic_cora(tmp_path / "cora")
+    for program, extra in (("gcn.py", ()), ("gat.py", ("--concat-heads",))):
+        out = ok(run(PROGRAMS / program, "--data", tmp_path / "cora", "--epochs", 40, "--val-every", 20, *extra,
+                     cwd=tmp_path))
+        assert "Using cuda" in out, out
+        accuracy = float(out.split("Test set results: loss ")[1].split("accuracy ")[1].split()[0])
+        assert accuracy >= 0.7, out
