@@ -724,6 +724,48 @@ __device__ __forceinline__ void fetch_cell_operands(float* ops, const DirBackwar
     }
 }
 
+// The backward cell of one unit (kernels/rnn_cell.cuh), for both backwards: d = dh + dy at this step; op its
+// operands (fetch_cell_operands). Out: the gradients of the gates' input pre-activations (dgate_x) and of their
+// recurrent ones (dgate_h, what multiplies W_hh; the same but for the GRU's n gate, which r scales); dcarry (the
+// LSTM's dc) and direct (the part of the step before's dh that skips W_hh: the GRU's z * dh, else 0) updated.
+template <int MODE>
+__device__ __forceinline__ void cell_backward(float d, const float* op, float& dcarry, float& direct, int relu,
+                                              float (&dgate_x)[4], float (&dgate_h)[4])
+{
+    if (MODE == MODE_LSTM) {
+        float dc_prev;
+        lstm_cell_grad(d, dcarry, op, op[4], op[5], dgate_x, dc_prev);
+        dcarry = dc_prev;
+        direct = 0.0f;
+        for (int g = 0; g < 4; ++g) dgate_h[g] = dgate_x[g];
+    } else if (MODE == MODE_GRU) {
+        direct = gru_cell_grad(d, op, op[4], dgate_x, dgate_h);
+    } else {
+        dgate_x[0] = dgate_h[0] = rnn_cell_grad(d, op[0], relu);
+        direct = 0.0f;
+    }
+}
+
+// The gate gradients a step's cells stashed over their operands (stash entry g: dgate_x of gate g; the GRU's dgate_h
+// at 3 + g), written to dgates_x (unless `x_done`) and the GRU's dgates_h (unless `h_done`): 0 past a sequence's end.
+template <int MODE>
+__device__ __forceinline__ void write_stashed_dgates(const DirBackward& dir, const float* ops, const int* lengths,
+                                                     int t, int B, int H, int U, int j0, bool x_done, bool h_done)
+{
+    constexpr int G = gate_count<MODE>(), NOPS = BackwardOperands<MODE>::NOPS;
+    for (int e = threadIdx.x; e < B * U; e += PT) {
+        const int b = e / U, u = e % U, j = j0 + u;
+        if (j >= H) continue;
+        const long long row = ((long long)t * B + b) * G * H + j;
+        const float* stash = ops + b * NOPS * U + u;
+        const bool valid = step_is_valid(lengths, b, t);
+        for (int g = 0; g < G; ++g) {
+            if (!x_done) dir.dgates_x[row + g * H] = valid ? stash[g * U] : 0.0f;
+            if (MODE == MODE_GRU && !h_done) dir.dgates_h[row + g * H] = valid ? stash[(3 + g) * U] : 0.0f;
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Backward, steps in the reverse of the forward order. Shared memory: W (RP x KP, RP = round4(U),
 // KP = G*H rounded up to 8, + 8) with W[u][k] = W_hh[k, j0 + u], the ring, red, then `direct` and `dcarry` (B x U each:
@@ -832,33 +874,14 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             float op[NOPS];  // this unit's operands (see fetch)
 #pragma unroll
             for (int q = 0; q < NOPS; ++q) op[q] = stash[q * U];
-            const float d = dh + op[NOPS - 1];
-            if (MODE == MODE_LSTM) {
-                float dgate[4], dc_prev;
-                lstm_cell_grad(d, dcarry[e], op, op[4], op[5], dgate, dc_prev);
-                for (int g = 0; g < 4; ++g) {
-                    if (x_first) dir.dgates_x[row + g * H] = dgate[g];
-                    if (xc != nullptr) xc[xrow + g * H] = bf16_bits(dgate[g]);
-                    stash[g * U] = dgate[g];
-                }
-                dcarry[e] = dc_prev;
-                direct[e] = 0.0f;
-            } else if (MODE == MODE_GRU) {
-                float dgate_x[3], dgate_h[3];
-                direct[e] = gru_cell_grad(d, op, op[4], dgate_x, dgate_h);
-                for (int g = 0; g < 3; ++g) {
-                    if (x_first) dir.dgates_x[row + g * H] = dgate_x[g];
-                    if (h_first) dir.dgates_h[row + g * H] = dgate_h[g];
-                    if (xc != nullptr) xc[xrow + g * H] = bf16_bits(dgate_h[g]);
-                    stash[g * U] = dgate_x[g];
-                    stash[(3 + g) * U] = dgate_h[g];
-                }
-            } else {
-                const float dgate = rnn_cell_grad(d, op[0], relu);
-                if (x_first) dir.dgates_x[row] = dgate;
-                if (xc != nullptr) xc[xrow] = bf16_bits(dgate);
-                stash[0] = dgate;
-                direct[e] = 0.0f;
+            float dgx[4], dgh[4];
+            cell_backward<MODE>(dh + op[NOPS - 1], op, dcarry[e], direct[e], relu, dgx, dgh);
+            for (int g = 0; g < G; ++g) {
+                if (x_first) dir.dgates_x[row + g * H] = dgx[g];
+                if (MODE == MODE_GRU && h_first) dir.dgates_h[row + g * H] = dgh[g];
+                if (xc != nullptr) xc[xrow + g * H] = bf16_bits(dgh[g]);
+                stash[g * U] = dgx[g];
+                if (MODE == MODE_GRU) stash[(3 + g) * U] = dgh[g];
             }
         }
         if (h_first && x_first) {   // nothing left to write
@@ -867,17 +890,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         }
         if (split_barrier) grid_arrive(barrier);
         else __syncthreads();
-        for (int e = threadIdx.x; e < B * U; e += PT) {
-            const int b = e / U, u = e % U, j = j0 + u;
-            if (j >= H) continue;
-            const long long row = ((long long)t * B + b) * GH + j;
-            const float* stash = ops + b * NOPS * U + u;
-            const bool valid = step_is_valid(lengths, b, t);
-            for (int g = 0; g < G; ++g) {
-                if (!x_first) dir.dgates_x[row + g * H] = valid ? stash[g * U] : 0.0f;
-                if (MODE == MODE_GRU && !h_first) dir.dgates_h[row + g * H] = valid ? stash[(3 + g) * U] : 0.0f;
-            }
-        }
+        write_stashed_dgates<MODE>(dir, ops, lengths, t, B, H, U, j0, x_first, h_first);
         if (split_barrier) grid_wait(barrier, per_direction * (unsigned int)(s + 1));
         else grid_barrier(barrier, per_direction, s);
     }
@@ -912,7 +925,6 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
     float* dcarry = direct + B * U;
     float* ops = dcarry + B * U;
     const int j0 = c * U;                 // (the launcher: H % U == 0, so every CTA owns U units)
-    const int GH = G * H;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g8 = lane >> 2, t4 = lane & 3;
 
     for (int i = threadIdx.x; i < HP * KPW; i += PT) {
@@ -984,24 +996,12 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
             float op[NOPS];
 #pragma unroll
             for (int q = 0; q < NOPS; ++q) op[q] = stash[q * U];
-            const float d = dh + op[NOPS - 1];
-            if (MODE == MODE_LSTM) {
-                float dgate[4], dc_prev;
-                lstm_cell_grad(d, dcarry[e], op, op[4], op[5], dgate, dc_prev);
-                for (int g = 0; g < 4; ++g) a[g * U] = stash[g * U] = dgate[g];
-                dcarry[e] = dc_prev;
-                direct[e] = 0.0f;
-            } else if (MODE == MODE_GRU) {
-                float dgate_x[3], dgate_h[3];
-                direct[e] = gru_cell_grad(d, op, op[4], dgate_x, dgate_h);
-                for (int g = 0; g < 3; ++g) {
-                    stash[g * U] = dgate_x[g];
-                    a[g * U] = stash[(3 + g) * U] = dgate_h[g];
-                }
-            } else {
-                const float dgate = rnn_cell_grad(d, op[0], relu);
-                a[0] = stash[0] = dgate;
-                direct[e] = 0.0f;
+            float dgx[4], dgh[4];
+            cell_backward<MODE>(dh + op[NOPS - 1], op, dcarry[e], direct[e], relu, dgx, dgh);
+            for (int g = 0; g < G; ++g) {
+                a[g * U] = dgh[g];
+                stash[g * U] = dgx[g];
+                if (MODE == MODE_GRU) stash[(3 + g) * U] = dgh[g];
             }
         }
         __syncthreads();
@@ -1037,16 +1037,7 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
         }
         grid_arrive(barrier);
         // (the split barrier) the step's dgates, from the stash, while the other CTAs arrive
-        for (int e = threadIdx.x; e < BU; e += PT) {
-            const int b = e / U, u = e % U, j = j0 + u;
-            const long long row = ((long long)t * B + b) * GH + j;
-            const float* stash = ops + b * NOPS * U + u;
-            const bool valid = step_is_valid(lengths, b, t);
-            for (int g = 0; g < G; ++g) {
-                dir.dgates_x[row + g * H] = valid ? stash[g * U] : 0.0f;
-                if (MODE == MODE_GRU) dir.dgates_h[row + g * H] = valid ? stash[(3 + g) * U] : 0.0f;
-            }
-        }
+        write_stashed_dgates<MODE>(dir, ops, lengths, t, B, H, U, j0, false, false);
         grid_wait(barrier, per_direction * (unsigned int)(s + 1));
     }
 }
