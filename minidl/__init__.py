@@ -182,4 +182,7 @@ def __getattr__(name):
         return getattr(importlib.import_module("minidl.utils.serialization"), name)
     if name == "from_dlpack":
         return importlib.import_module("minidl.utils.dlpack").from_dlpack
+    form = importlib.import_module("minidl._torch_forms").resolve(name)   # torch.conv2d, torch.dropout, ...
+    if form is not None:
+        return form
     raise AttributeError(f"module 'minidl' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """minidl.nn: Module and Parameter, layers, losses, init and functional (PyTorch's names)."""
 from .. import backends  # noqa: F401  (so that `minidl.backends.cudnn` is reachable after `import minidl.nn`)
 from . import attention, functional, init, utils  # noqa: F401
-from .module import Module, Parameter, _IncompatibleKeys  # noqa: F401
+from .module import Buffer, Module, Parameter, _IncompatibleKeys  # noqa: F401
 from .layers.container import ModuleDict, ModuleList, Sequential  # noqa: F401
 from .layers.activation import (  # noqa: F401
     ELU, GELU, LeakyReLU, LogSoftmax, ReLU, ReLU6, Sigmoid, Softmax, Softplus, Tanh,
@@ -29,7 +29,7 @@ from .layers.padding import (  # noqa: F401
     ReflectionPad2d, ReflectionPad3d, ReplicationPad1d, ReplicationPad2d, ReplicationPad3d, ZeroPad1d, ZeroPad2d,
     ZeroPad3d,
 )
-from .layers.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell  # noqa: F401
+from .layers.rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase  # noqa: F401
 from .layers.transformer import (  # noqa: F401
     MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
     TransformerEncoderLayer,

@@ -41,6 +41,25 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+class _BufferMeta(type):
+    """isinstance(t, nn.Buffer) is true of the tensors nn.Buffer made (as torch's, they are plain tensors)."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, Tensor) and getattr(obj, "_is_buffer", False) is True
+
+
+class Buffer(metaclass=_BufferMeta):
+    """nn.Buffer(t, persistent=True): a tensor that, assigned to a Module attribute, is registered as a buffer
+    (`self.mask = nn.Buffer(torch.ones(4))` is `self.register_buffer("mask", torch.ones(4))`). Shares t's array."""
+
+    def __new__(cls, data=None, *, persistent=True):
+        if data is None:
+            data = np.empty((0,), dtype=np.float32)
+        t = Tensor(data._data if isinstance(data, Tensor) else Tensor(data)._data)
+        t._is_buffer, t._buffer_persistent = True, bool(persistent)
+        return t
+
+
 class RemovableHandle:
     """What register_*_hook returns (torch.utils.hooks.RemovableHandle): remove() unregisters the hook; also a
     context manager that removes it on exit."""
@@ -228,6 +247,14 @@ class Module:
             self._check_initialized()
             self._remove_from(name, ("_parameters", "_buffers"))  # a replaced child keeps its place
             self._modules[name] = value
+        elif getattr(value, "_is_buffer", False) is True:   # nn.Buffer(t): registered as register_buffer would
+            self._check_initialized()
+            self._remove_from(name, ("_parameters", "_modules"))
+            self._buffers[name] = value
+            if value._buffer_persistent:
+                self._non_persistent_buffers.discard(name)
+            else:
+                self._non_persistent_buffers.add(name)
         elif "_parameters" in self.__dict__ and name in self._parameters:
             if value is not None:
                 raise TypeError(

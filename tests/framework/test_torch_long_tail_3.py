@@ -317,3 +317,67 @@ def test_factories_take_size_as_a_keyword():
         minidl.zeros(2, size=(2,))
     with pytest.raises(TypeError, match="'shape'"):
         minidl.zeros(shape=(2,))
+
+
+def _forms_cases(lib):
+    """(name, call) pairs of torch's top-level forms of nn.functional, on float64 inputs from one generator."""
+    rng = np.random.default_rng(11)
+    t = lambda *shape: lib.tensor(rng.standard_normal(shape))   # noqa: E731
+    x4, w4, b4 = t(2, 3, 6, 6), t(4, 3, 3, 3), t(4)
+    x3, w3 = t(2, 3, 8), t(4, 3, 3)
+    mean, var = t(3), lib.tensor(rng.random(3) + 0.5)
+    weight, bias = t(3), t(3)
+    table, ids = t(7, 5), lib.tensor(np.array([[0, 3, 6], [2, 2, 1]]))
+    return [
+        ("conv2d", lambda: lib.conv2d(x4, w4, b4, 1, 1)),
+        ("conv1d", lambda: lib.conv1d(x3, w3, None, 2)),
+        ("conv_transpose2d", lambda: lib.conv_transpose2d(x4, w4.transpose(0, 1), None, 2)),
+        ("max_pool2d", lambda: lib.max_pool2d(x4, 2)),
+        ("avg_pool1d", lambda: lib.avg_pool1d(x3, 2)),
+        ("adaptive_avg_pool1d", lambda: lib.adaptive_avg_pool1d(x3, 3)),
+        ("selu", lambda: lib.selu(x3)),
+        ("celu", lambda: lib.celu(x3, 0.7)),
+        ("hardshrink", lambda: lib.hardshrink(x3, 0.3)),
+        ("threshold", lambda: lib.threshold(x3, 0.1, -2.0)),
+        ("prelu", lambda: lib.prelu(x3, lib.tensor([0.25]).double())),
+        ("pdist", lambda: lib.pdist(x3.reshape(2, -1))),
+        ("cosine_similarity", lambda: lib.cosine_similarity(x3, x3.flip(0))),
+        ("pixel_shuffle", lambda: lib.pixel_shuffle(t(1, 4, 2, 2), 2)),
+        ("dropout eval", lambda: lib.dropout(x3, 0.5, False)),
+        ("batch_norm", lambda: lib.batch_norm(x4, weight, bias, mean, var, False, 0.1, 1e-5, True)),
+        ("instance_norm", lambda: lib.instance_norm(x4, weight, bias, None, None, True, 0.1, 1e-5, True)),
+        ("layer_norm", lambda: lib.layer_norm(x4, (6, 6), None, None, 1e-5, True)),
+        ("group_norm", lambda: lib.group_norm(t(2, 4, 3), 2, None, None, 1e-5, True)),
+        ("embedding", lambda: lib.embedding(table, ids)),
+        ("embedding padding_idx", lambda: lib.embedding(table, ids, 2)),
+    ]
+
+
+def test_torch_top_level_forms_of_functional_match_torch():
+    """torch.conv2d(...), torch.dropout(input, p, train), torch.batch_norm(input, weight, bias, mean, var, ...),
+    torch.embedding(weight, indices), ...: the same values as torch's, with torch's argument order."""
+    ours, theirs = _forms_cases(minidl), _forms_cases(torch)
+    for (name, mine), (_, reference) in zip(ours, theirs):
+        np.testing.assert_allclose(mine().detach().numpy(), reference().detach().numpy(), rtol=1e-10, atol=1e-12,
+                                   err_msg=name)
+    train = minidl.dropout(minidl.ones(1000, dtype=minidl.float64), 0.5, True)
+    assert set(np.unique(train.numpy())) <= {0.0, 2.0} and 300 < int((train == 0).sum()) < 700
+    with pytest.raises(AttributeError, match="no attribute 'conv4d'"):
+        minidl.conv4d
+
+
+def test_nn_buffer_and_the_rnn_base_classes():
+    """nn.Buffer(t) assigned to a module attribute registers a buffer (persistent or not) as register_buffer does;
+    nn.RNNBase / nn.RNNCellBase are the recurrent layers' bases (isinstance checks in init code)."""
+    class WithBuffers(minidl.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kept = minidl.nn.Buffer(minidl.ones(2))
+            self.scratch = minidl.nn.Buffer(minidl.zeros(3), persistent=False)
+
+    m = WithBuffers()
+    assert list(m.state_dict()) == ["kept"] and [n for n, _ in m.named_buffers()] == ["kept", "scratch"]
+    assert isinstance(m.kept, minidl.nn.Buffer) and not isinstance(minidl.ones(1), minidl.nn.Buffer)
+    assert not m.kept.requires_grad and type(m.kept) is minidl.Tensor
+    assert isinstance(minidl.nn.LSTM(2, 3), minidl.nn.RNNBase) and isinstance(minidl.nn.GRUCell(2, 3),
+                                                                              minidl.nn.RNNCellBase)
