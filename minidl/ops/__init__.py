@@ -107,7 +107,12 @@ TABLE = (
     (creation, "f", "tensor as_tensor asarray empty_strided from_numpy zeros ones full empty zeros_like ones_like full_like empty_like arange "
                     "linspace eye rand randn randint randperm rand_like randn_like randint_like normal bernoulli "
                     "multinomial tril_indices triu_indices meshgrid hann_window hamming_window blackman_window "
-                    "bartlett_window kaiser_window"),
+                    "bartlett_window kaiser_window logspace range=torch_range"),
+    (joining, "f", "combinations"),
+    (linalg, "mf", "diagflat dist addr adjoint"),
+    (linalg, "f", "vander"),
+    (statistics, "mf", "histogram"),
+    (statistics, "f", "trapz"),
 )
 
 

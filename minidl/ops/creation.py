@@ -179,6 +179,29 @@ def linspace(start, end, steps, dtype=None, device=None, requires_grad=False):
     )
 
 
+def logspace(start, end, steps, base=10.0, dtype=None, device=None, requires_grad=False):
+    """base ** linspace(start, end, steps) (torch.logspace), computed in float64 and rounded once to dtype."""
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"logspace: steps must be an int >= 0, got {steps!r}")
+    return _finish(_with_device(
+        lambda: (float(base) ** _xp(device).linspace(start, end, steps, dtype=np.float64)).astype(_dt(dtype)),
+        device), requires_grad)
+
+
+def torch_range(start=0, end=None, step=1, dtype=None, device=None, requires_grad=False):
+    """torch.range (deprecated in torch, still met in old programs): start .. end INCLUDED, in the default float
+    dtype unless told: arange(start, end + step, step) as torch computes the count, floor((end - start) / step) + 1."""
+    if end is None:
+        start, end = 0, start
+    count = int(np.floor((end - start) / step)) + 1
+    if count < 0:
+        raise RuntimeError(f"range: upper bound and larger bound inconsistent with step sign ({start}, {end}, {step})")
+    values = lambda: (start + step * _xp(device).arange(count, dtype=np.float64)).astype(  # noqa: E731
+        _dt(dtype) if dtype is not None else get_default_dtype())
+    return _finish(_with_device(values, device), requires_grad)
+
+
 def _float_dtype(op, dtype):
     dt = _dt(dtype)
     if dt.kind not in "fV" and dt.name != "bfloat16":

@@ -292,6 +292,21 @@ def cartesian_prod(*tensors):
     return stack([g.reshape(-1) for g in meshgrid(*tensors, indexing="ij")], dim=1)
 
 
+def combinations(input, r=2, with_replacement=False):
+    """The r-element combinations of a 1-D tensor's elements, as rows (torch.combinations; itertools' order), with
+    gradients (the rows are picked by index)."""
+    import itertools
+
+    if not isinstance(input, Tensor) or input.ndim != 1:
+        raise RuntimeError(f"combinations: expects a 1-D tensor, got {getattr(input, 'shape', type(input).__name__)}")
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = np.array(list(pick(np.arange(input.shape[0]), r)), dtype=np.int64).reshape(-1, r)
+    if r == 0 or rows.size == 0:
+        return input[:0] if r != 0 else input.new_empty((0,))
+    index = Tensor(rows.reshape(-1), device=input.device)
+    return input.index_select(0, index).reshape(rows.shape)
+
+
 def block_diag(*tensors):
     """The tensors (0-d, 1-d as one row, or 2-d) on the diagonal of one matrix, zeros elsewhere
     (torch.block_diag), with gradients."""

@@ -484,6 +484,43 @@ def diag(t, diagonal=0):
     raise RuntimeError(f"diag(): Supports 1D or 2D tensors. Got {t.ndim}D")
 
 
+def diagflat(input, offset=0):
+    """The flattened input on the `offset` diagonal of a square matrix (torch.diagflat)."""
+    return diag(input.reshape(-1), offset)
+
+
+def dist(input, other, p=2):
+    """The p-norm of input - other, broadcast (torch.dist)."""
+    return (input - other).norm(p)
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):
+    """beta * input + alpha * outer(vec1, vec2) (torch.addr)."""
+    product = outer(vec1, vec2)
+    return (input if beta == 1 else input * beta) + (product if alpha == 1 else product * alpha)
+
+
+def adjoint(input):
+    """The conjugate transpose of the last two dimensions (torch.adjoint; a real tensor's is its .mT)."""
+    return input.transpose(-2, -1).conj() if input.is_complex() else input.transpose(-2, -1)
+
+
+def vander(x, N=None, increasing=False):
+    """The Vandermonde matrix of a 1-D x: columns x^(N-1) ... x^0, or x^0 ... x^(N-1) when increasing
+    (torch.vander; N defaults to len(x)), with gradients."""
+    from .joining import stack
+
+    if x.ndim != 1:
+        raise RuntimeError(f"vander: x must be a one-dimensional tensor, got {x.ndim}-D")
+    n = x.shape[0] if N is None else int(N)
+    if n < 0:
+        raise RuntimeError(f"vander: N must be non-negative, got {n}")
+    if n == 0:
+        return x.new_empty((x.shape[0], 0))
+    powers = [x ** k if k > 1 else (x if k == 1 else x * 0 + 1) for k in range(n)]
+    return stack(powers if increasing else powers[::-1], dim=1)
+
+
 def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     """Batches of vectors (..., m) -> matrices with each vector on the `offset` diagonal of dims dim1, dim2 of the
     result (torch.diag_embed)."""

@@ -177,4 +177,27 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     return areas.cumsum(d)
 
 
-__all__ = ["quantile", "nanquantile", "nanmedian", "cov", "corrcoef", "trapezoid", "cumulative_trapezoid"]
+def trapz(y, x=None, *, dx=None, dim=-1):
+    """torch.trapz, trapezoid's older name."""
+    return trapezoid(y, x, dx=dx, dim=dim)
+
+
+def histogram(input, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
+    """(hist, bin_edges) of a float tensor (torch.histogram): `bins` equal bins over `range` (default the data's
+    min..max) or the given edges (a 1-D tensor); weighted counts with weight, a density with density=True. No
+    gradient (as torch's). Computed by NumPy's histogram on the host."""
+    if input.dtype.kind != "f":
+        raise RuntimeError(f"histogram: input must be a floating-point tensor, got {input.dtype}")
+    host = input.detach()._host_array().reshape(-1).astype(np.float64)
+    edges = bins.detach()._host_array().astype(np.float64) if isinstance(bins, Tensor) else int(bins)
+    w = None if weight is None else weight.detach()._host_array().reshape(-1).astype(np.float64)
+    lo_hi = None if range is None else (float(range[0]), float(range[1]))
+    if lo_hi is None and not isinstance(bins, Tensor) and host.size:
+        lo_hi = (float(host.min()), float(host.max()))
+    hist, bin_edges = np.histogram(host, bins=edges, range=lo_hi, weights=w, density=density)
+    make = lambda a: Tensor(a.astype(input.dtype), device=input.device)  # noqa: E731
+    return make(hist), make(bin_edges)
+
+
+__all__ = ["quantile", "nanquantile", "nanmedian", "cov", "corrcoef", "trapezoid", "cumulative_trapezoid", "trapz",
+           "histogram"]

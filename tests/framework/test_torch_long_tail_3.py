@@ -381,3 +381,54 @@ def test_nn_buffer_and_the_rnn_base_classes():
     assert not m.kept.requires_grad and type(m.kept) is minidl.Tensor
     assert isinstance(minidl.nn.LSTM(2, 3), minidl.nn.RNNBase) and isinstance(minidl.nn.GRUCell(2, 3),
                                                                               minidl.nn.RNNCellBase)
+
+
+@pytest.mark.parametrize("case", ["combinations", "combinations_r3_repl", "diagflat", "dist", "addr", "trapz", "adjoint",
+                                  "vander"])
+def test_more_of_torchs_long_tail_matches_torch(case):
+    """combinations, diagflat, dist, addr, trapz, adjoint and vander: values and the gradient of a weighted sum.
+    (torch's own vander has no working backward in 2.13, "modified by an inplace operation": its gradient is taken
+    from the same matrix built by powers.)"""
+    x = np.random.default_rng(12).standard_normal(5)
+    fns = {
+        "combinations": lambda lib, t: lib.combinations(t, 2),
+        "combinations_r3_repl": lambda lib, t: lib.combinations(t, 3, with_replacement=True),
+        "diagflat": lambda lib, t: lib.diagflat(t[:3], 1),
+        "dist": lambda lib, t: lib.dist(t, t.flip(0) * 2, 3),
+        "addr": lambda lib, t: lib.addr(lib.ones(5, 5, dtype=lib.float64), t, t.flip(0), beta=0.5, alpha=2),
+        "trapz": lambda lib, t: lib.trapz(t.reshape(1, 5) * t.reshape(5, 1)),
+        "adjoint": lambda lib, t: lib.adjoint(t.reshape(1, 5)),
+        "vander": lambda lib, t: (lib.vander(t, 4) if lib is minidl else
+                                  lib.stack([t ** 3, t ** 2, t, lib.ones_like(t)], dim=1)),
+    }
+    got = []
+    for lib in (minidl, torch):
+        t = lib.tensor(x, requires_grad=True)
+        out = fns[case](lib, t)
+        w = lib.tensor(np.random.default_rng(3).standard_normal(tuple(out.shape)))
+        (out * w).sum().backward()
+        got.append((out.detach().numpy(), t.grad.numpy()))
+    for ours, theirs in zip(*got):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    if case == "vander":   # the values against torch's own, increasing and N defaulted too
+        for kwargs in ({}, {"N": 3, "increasing": True}):
+            np.testing.assert_allclose(minidl.vander(minidl.tensor(x), **kwargs).numpy(),
+                                       torch.vander(torch.tensor(x), **kwargs).numpy(), rtol=1e-12)
+
+
+def test_logspace_range_and_histogram_match_torch():
+    np.testing.assert_allclose(minidl.logspace(-1, 2, 7, base=2.0).numpy(), torch.logspace(-1, 2, 7, base=2.0).numpy(),
+                               rtol=1e-6)
+    with pytest.warns(UserWarning):   # (torch's deprecation of its range)
+        want = torch.range(1, 4, 0.5)
+    got = minidl.range(1, 4, 0.5)
+    assert got.dtype == minidl.float32 and np.array_equal(got.numpy(), want.numpy())
+    x = np.random.default_rng(13).standard_normal(50)
+    for kwargs in ({"bins": 6}, {"bins": 4, "range": (-1.0, 1.0)}, {"bins": 5, "density": True}):
+        h, e = minidl.histogram(minidl.tensor(x), **kwargs)
+        th, te = torch.histogram(torch.tensor(x), **kwargs)
+        np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(e.numpy(), te.numpy(), rtol=1e-12)
+    edges = torch.tensor([-2.0, 0.0, 0.5, 2.0], dtype=torch.float64)
+    np.testing.assert_allclose(minidl.histogram(minidl.tensor(x), minidl.tensor(edges.numpy()))[0].numpy(),
+                               torch.histogram(torch.tensor(x), edges)[0].numpy())
