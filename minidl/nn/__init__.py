@@ -46,4 +46,5 @@ from .layers.longtail import (  # noqa: F401,E402  (more of the long tail: nn/la
     AlphaDropout, ChannelShuffle, FeatureAlphaDropout, LPPool1d, LPPool2d, MultiLabelMarginLoss, MultiMarginLoss,
     RReLU, Softmax2d, TripletMarginWithDistanceLoss,
 )
+from .layers.adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: F401,E402
 from .module import RemovableHandle  # noqa: F401,E402

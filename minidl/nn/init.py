@@ -144,8 +144,21 @@ def xavier_normal_(tensor, gain: float = 1.0):
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / float(fan_in + fan_out)))
 
 
+def _zero_elements(tensor) -> bool:
+    """torch's rule for the fan-based initialisers: a tensor with no elements (a 0-wide layer) is left as it is,
+    with a warning, instead of dividing by a zero fan."""
+    if tensor.numel() == 0:
+        import warnings
+
+        warnings.warn("Initializing zero-element tensors is a no-op", UserWarning, stacklevel=3)
+        return True
+    return False
+
+
 def kaiming_uniform_(tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
     """He: U(-bound, bound) with bound = gain * sqrt(3 / fan); `a` is the leaky-ReLU slope for the gain."""
+    if _zero_elements(tensor):
+        return tensor
     fan = _calculate_correct_fan(tensor, mode)
     std = calculate_gain(nonlinearity, a) / math.sqrt(fan)
     bound = math.sqrt(3.0) * std
@@ -154,6 +167,8 @@ def kaiming_uniform_(tensor, a: float = 0, mode: str = "fan_in", nonlinearity: s
 
 def kaiming_normal_(tensor, a: float = 0, mode: str = "fan_in", nonlinearity: str = "leaky_relu"):
     """He: N(0, std^2) with std = gain / sqrt(fan)."""
+    if _zero_elements(tensor):
+        return tensor
     fan = _calculate_correct_fan(tensor, mode)
     return normal_(tensor, 0.0, calculate_gain(nonlinearity, a) / math.sqrt(fan))
 

@@ -1,6 +1,8 @@
 """torch.nn's long tail (minidl/nn/layers/composite.py) against torch: the same reprs and state-dict keys,
 and the same outputs and input gradients with copied weights. The functions underneath are checked sample by
 sample by PyTorch's OpInfo (tests/test_opinfo.py); this file checks the layers around them."""
+import contextlib
+
 import numpy as np
 import pytest
 import torch
@@ -169,3 +171,32 @@ def test_affine_grid_and_grid_sample_match_torch_with_gradients(align_corners):
     (my * minidl.tensor(c)).sum().backward()
     np.testing.assert_allclose(mt.grad.numpy(), tt.grad.numpy(), rtol=1e-8, atol=1e-10)
     np.testing.assert_allclose(mx.grad.numpy(), tx.grad.numpy(), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("div_value,head_bias", [(2.0, False), (4.0, True)])
+def test_adaptive_log_softmax_with_loss_matches_torch(div_value, head_bias):
+    """nn.AdaptiveLogSoftmaxWithLoss with torch's weights loaded: output, loss, the input's and the head's
+    gradients, log_prob and predict; targets in the shortlist and in every cluster. div_value 4 leaves the last
+    cluster 0 wide (16 // 64), which torch allows (its zero-element weights are not initialised, with a warning)."""
+    rng = np.random.default_rng(14)
+    theirs = torch.nn.AdaptiveLogSoftmaxWithLoss(16, 30, [5, 12, 20], div_value=div_value, head_bias=head_bias)
+    theirs = theirs.double()
+    with pytest.warns(UserWarning, match="zero-element") if div_value == 4.0 else contextlib.nullcontext():
+        ours = minidl.nn.AdaptiveLogSoftmaxWithLoss(16, 30, [5, 12, 20], div_value=div_value, head_bias=head_bias)
+    ours = ours.double()
+    assert list(ours.state_dict()) == list(theirs.state_dict()) and repr(ours) == repr(theirs)
+    ours.load_state_dict({k: minidl.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    x, y = rng.standard_normal((9, 16)), np.array([0, 4, 5, 11, 12, 19, 20, 29, 3])
+    got = []
+    for lib, m in ((minidl, ours), (torch, theirs)):
+        xi = lib.tensor(x, requires_grad=True)
+        output, loss = m(xi, lib.tensor(y))
+        loss.backward()
+        got.append((output.detach().numpy(), loss.detach().numpy(), xi.grad.numpy(), m.head.weight.grad.numpy(),
+                    m.log_prob(xi).detach().numpy(), m.predict(xi).numpy(), m(xi[0], lib.tensor(y[0])).output.item()))
+    for a, b in zip(*got):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="cutoffs"):
+        minidl.nn.AdaptiveLogSoftmaxWithLoss(16, 30, [12, 5])
+    with pytest.raises(RuntimeError, match="target values"):
+        ours(minidl.tensor(x), minidl.tensor(np.array([0, 1, 2, 3, 4, 5, 6, 7, 30])))

@@ -29,6 +29,14 @@ def _gemm(a, b, trans_a=False, trans_b=False, bias=None, out_dtype=None):
                   out_dtype=out_dtype)
 
 
+def _rows(a):
+    """a as a matrix of its last dimension's rows (a 0-wide last dimension too, where reshape(-1, 0) is ambiguous)."""
+    rows = 1
+    for n in a.shape[:-1]:
+        rows *= n
+    return a.reshape(rows, a.shape[-1])
+
+
 class Linear(Function):
     """y = x @ W^T + b.  x (..., in), W (out, in), b (out,) -> y (..., out).
 
@@ -42,18 +50,18 @@ class Linear(Function):
 
     def forward(self, x, weight, bias=None):
         self.x, self.weight, self.has_bias = x, weight, bias is not None
-        x2 = x.reshape(-1, x.shape[-1])
+        x2 = _rows(x)
         y = _gemm(x2, weight, trans_b=True, bias=bias)   # the bias in the GEMM's epilogue: no launch of its own
         return y.reshape(x.shape[:-1] + (weight.shape[0],))
 
     def backward(self, dy):
         dx = dw = db = None
         dx_dtype, dw_dtype, db_dtype = self.grad_dtypes
-        dy2 = dy.reshape(-1, dy.shape[-1])
+        dy2 = _rows(dy)
         if self.needs_input_grad[0]:
             dx = _gemm(dy2, self.weight, out_dtype=dx_dtype).reshape(self.x.shape)
         if self.needs_input_grad[1]:
-            dw = _gemm(dy2, self.x.reshape(-1, self.x.shape[-1]), trans_a=True, out_dtype=dw_dtype)
+            dw = _gemm(dy2, _rows(self.x), trans_a=True, out_dtype=dw_dtype)
         if self.has_bias and self.needs_input_grad[2]:
             # the column sums of dy: on the GPU the bias gradient of a 1x1 convolution in channels-last
             # layout (a coalesced kernel; CuPy's sum over axis 0 walks each column with a stride); float64 has
