@@ -120,6 +120,8 @@ class SparseTensor:
     # ---- conversions ---------------------------------------------------------------------------
     def _flat(self):
         """Each entry's row-major position in the dense tensor (int64, nnz)."""
+        if not self.shape:   # a 0-d sparse tensor: every entry is the one element
+            return Tensor(np.zeros(self._nnz(), dtype=np.int64), device=self.device)
         flat = self._idx[0]
         for d in range(1, len(self.shape)):
             flat = flat * self.shape[d] + self._idx[d]
@@ -138,7 +140,8 @@ class SparseTensor:
         unique, inverse = np.unique(flat, return_inverse=True)
         values = Tensor(np.zeros(len(unique), dtype=self._val._data.dtype), device=self.device)
         values = values.scatter_add(0, Tensor(inverse.astype(np.int64), device=self.device), self._val)
-        coords = np.stack(np.unravel_index(unique, self.shape)).astype(np.int64) if self.shape else unique[None]
+        coords = (np.stack(np.unravel_index(unique, self.shape)).astype(np.int64) if self.shape
+                  else np.zeros((0, len(unique)), dtype=np.int64))
         return SparseTensor(Tensor(coords, device=self.device), values, self.shape, coalesced=True)
 
     def to_sparse(self):
@@ -248,7 +251,10 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, re
                       is_coalesced=None, check_invariants=None):
     """A sparse COO tensor from indices (ndim x nnz, any integer array or tensor) and values (nnz,); size: the dense
     shape (default: each dimension's largest index + 1). Repeated indices are kept (uncoalesced) and add up."""
-    values = values if isinstance(values, Tensor) else Tensor(np.asarray(values))
+    if not isinstance(values, Tensor):   # (torch.tensor's rules: Python floats become the default dtype)
+        from .creation import tensor
+
+        values = tensor(values)
     if device is not None:
         values = values.to(device)
     if dtype is not None:

@@ -124,3 +124,12 @@ def test_bad_sparse_input_says_what_is_wrong():
         s @ minidl.ones(4, 2)
     with pytest.raises(NotImplementedError, match="hybrid"):
         minidl.ones(2, 3).to_sparse(1)
+
+
+def test_python_values_take_the_default_dtype_and_a_0d_tensor_converts():
+    a = minidl.sparse_coo_tensor([[0, 0], [1, 1]], [1.0, 2.0], (2, 2))
+    b = torch.sparse_coo_tensor([[0, 0], [1, 1]], [1.0, 2.0], (2, 2))
+    assert str(a.dtype) == str(b.dtype).replace("torch.", "")
+    np.testing.assert_array_equal(a.coalesce().values().numpy(), b.coalesce().values().numpy())
+    s = minidl.tensor(3.0).to_sparse()
+    assert s._nnz() == 1 and s.coalesce()._nnz() == 1 and float(s.to_dense()) == 3.0
