@@ -475,6 +475,15 @@ def index_add(t, dim, index, source, *, alpha=1):
     if t.ndim == 0:                         # a scalar: source added once per index entry (each must be 0)
         hits = (index.reshape(-1) == 0).type(t.dtype).sum()
         return t + source.reshape(()) * hits * alpha
+    if not t.is_cuda:
+        # On the CPU a scatter-add (NumPy's add.at: O(k) memory, the sum in index order, deterministic): the index
+        # along dim, broadcast over the source's other dimensions.
+        shape = [1] * source.ndim
+        shape[dim] = -1
+        where = index.reshape(shape).expand(source.shape)
+        return t.scatter_add(dim, where, source * alpha if alpha != 1 else source)
+    # On the GPU a product with a (k x n) one-hot matrix: deterministic, as CuPy's atomic add.at is not, but k x n
+    # in memory (a deterministic segment sum would lift that; not written yet)
     n = t.shape[dim]
     onehot = (index.reshape(-1, 1) == Tensor(np.arange(n), device=t.device).reshape(1, -1)).type(t.dtype)   # (k, n)
     src = movedim(source, dim, -1)

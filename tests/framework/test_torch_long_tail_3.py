@@ -432,3 +432,19 @@ def test_logspace_range_and_histogram_match_torch():
     edges = torch.tensor([-2.0, 0.0, 0.5, 2.0], dtype=torch.float64)
     np.testing.assert_allclose(minidl.histogram(minidl.tensor(x), minidl.tensor(edges.numpy()))[0].numpy(),
                                torch.histogram(torch.tensor(x), edges)[0].numpy())
+
+
+def test_index_add_on_the_cpu_needs_no_index_by_size_matrix():
+    """index_add into a million-element tensor from 20 000 entries (repeats included): on the CPU a scatter-add, so
+    no 20 000 x 1 000 000 one-hot product (which cannot be allocated); values as torch's, the source's gradient alpha
+    everywhere; an index past the end is an error, as in torch."""
+    rng = np.random.default_rng(15)
+    index, source = rng.integers(0, 1_000_000, 20000), rng.standard_normal(20000)
+    src = minidl.tensor(source, requires_grad=True)
+    out = minidl.zeros(1_000_000, dtype=minidl.float64).index_add(0, minidl.tensor(index), src, alpha=2.0)
+    want = torch.zeros(1_000_000, dtype=torch.float64).index_add(0, torch.tensor(index), torch.tensor(source), alpha=2.0)
+    np.testing.assert_allclose(out.detach().numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+    out.sum().backward()
+    np.testing.assert_array_equal(src.grad.numpy(), np.full(20000, 2.0))
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        minidl.zeros(3).index_add(0, minidl.tensor([0, 3]), minidl.ones(2))
