@@ -46,7 +46,7 @@ def main():
                 rows.append(f"| {mode.upper()} 2x{H} T{T} B{B} | {math} | {staged:.3f} | {partial:.3f} "
                             f"| {partial / staged:.2f}x | {wave_cells} |")
                 print(rows[-1], flush=True)
-    rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD = "auto", True
+    rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD = "auto", "auto"
     lines = [f"# The persistent RNN's backward: staged, partial sums, wavefront ({device})", "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {git_commit(args.commit)}, CuPy "
              f"{cupy.__version__}; median of {args.repeats} runs (CUDA events), ms of rnn_backward (both layers, the "

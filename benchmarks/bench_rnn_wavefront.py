@@ -40,8 +40,9 @@ def _time(fn, before, repeats):
     return statistics.median(times)
 
 
-def bench(mode, B, math, wave, repeats, partial=True):
-    """(forward ms, backward ms) of a 2x512 layer stack with WAVEFRONT = wave and PARTIAL_BACKWARD = partial."""
+def bench(mode, B, math, wave, repeats, partial="auto"):
+    """(forward ms, backward ms) of a 2x512 layer stack with WAVEFRONT = wave and PARTIAL_BACKWARD = partial (its
+    policy by default: the per-layer backward is then partial sums where "auto" takes them)."""
     import cupy
 
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward

@@ -112,7 +112,7 @@ TABLE = (
     (linalg, "mf", "diagflat dist addr adjoint"),
     (linalg, "f", "vander"),
     (statistics, "mf", "histogram"),
-    (statistics, "f", "trapz"),
+    (statistics, "f", "trapz=trapezoid"),   # (torch.trapz: trapezoid's older name)
 )
 
 

@@ -517,7 +517,9 @@ def vander(x, N=None, increasing=False):
         raise RuntimeError(f"vander: N must be non-negative, got {n}")
     if n == 0:
         return x.new_empty((x.shape[0], 0))
-    powers = [x ** k if k > 1 else (x if k == 1 else x * 0 + 1) for k in range(n)]
+    from .creation import ones_like
+
+    powers = [ones_like(x) if k == 0 else x ** k for k in range(n)]   # (x ** 0's gradient would be 0 * x ** -1)
     return stack(powers if increasing else powers[::-1], dim=1)
 
 

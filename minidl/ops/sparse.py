@@ -26,6 +26,9 @@ import numpy as np
 
 from ..autograd.tensor import Tensor
 from .._dtypes import int64
+from ._promotion import promote_types
+from .creation import zeros
+from .joining import cat
 
 
 class Layout:
@@ -121,7 +124,7 @@ class SparseTensor:
     def _flat(self):
         """Each entry's row-major position in the dense tensor (int64, nnz)."""
         if not self.shape:   # a 0-d sparse tensor: every entry is the one element
-            return Tensor(np.zeros(self._nnz(), dtype=np.int64), device=self.device)
+            return zeros(self._nnz(), dtype=int64, device=self.device)
         flat = self._idx[0]
         for d in range(1, len(self.shape)):
             flat = flat * self.shape[d] + self._idx[d]
@@ -129,7 +132,7 @@ class SparseTensor:
 
     def to_dense(self):
         """The dense tensor: zeros with the entries added in (repeated ones add up). With gradients to values."""
-        out = Tensor(np.zeros(self.numel(), dtype=self._val._data.dtype), device=self.device)
+        out = zeros(self.numel(), dtype=self.dtype, device=self.device)
         return out.scatter_add(0, self._flat(), self._val).reshape(self.shape)
 
     def coalesce(self):
@@ -138,7 +141,7 @@ class SparseTensor:
             return self
         flat = self._flat()._host_array()
         unique, inverse = np.unique(flat, return_inverse=True)
-        values = Tensor(np.zeros(len(unique), dtype=self._val._data.dtype), device=self.device)
+        values = zeros(len(unique), dtype=self.dtype, device=self.device)
         values = values.scatter_add(0, Tensor(inverse.astype(np.int64), device=self.device), self._val)
         coords = (np.stack(np.unravel_index(unique, self.shape)).astype(np.int64) if self.shape
                   else np.zeros((0, len(unique)), dtype=np.int64))
@@ -197,8 +200,8 @@ class SparseTensor:
         if isinstance(other, SparseTensor):
             if other.shape != self.shape:
                 raise RuntimeError(f"add: sparse sizes {self.shape} and {other.shape} differ")
-            dtype = np.result_type(self._val._data.dtype, other._val._data.dtype)
-            return SparseTensor(_cat1(self._idx, other._idx), _cat0(self._val.type(dtype), other._val.type(dtype)),
+            dtype = promote_types(self.dtype, other.dtype)   # (torch's promotion: int64 with float32 is float32)
+            return SparseTensor(cat([self._idx, other._idx], 1), cat([self._val.type(dtype), other._val.type(dtype)]),
                                 self.shape)
         return self.to_dense() + other    # sparse + dense: a dense tensor, as in torch
 
@@ -233,18 +236,6 @@ class SparseTensor:
         if dim is None:
             return self._val.sum(dtype=dtype) if dtype is not None else self._val.sum()
         return self.to_dense().sum(dim, keepdim=keepdim)
-
-
-def _cat0(a, b):
-    from .joining import cat
-
-    return cat([a, b], 0)
-
-
-def _cat1(a, b):
-    from .joining import cat
-
-    return cat([a, b], 1)
 
 
 def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, requires_grad=False,
@@ -315,7 +306,7 @@ def mm(a, b):
     if isinstance(b, SparseTensor):                # dense @ sparse = (sparse^T @ dense^T)^T
         if b.ndim != 2:
             raise RuntimeError(f"mm: the sparse operand must be 2-D, got size {b.shape}")
-        return mm(b.t(), a.t() if a.ndim == 2 else a).t() if a.ndim == 2 else mm(b.t(), a)
+        return mm(b.t(), a.t()).t() if a.ndim == 2 else mm(b.t(), a)
     if not isinstance(a, SparseTensor):   # two dense matrices (torch.spmm takes them too): the dense product
         from .linalg import mm as dense_mm
 
@@ -328,13 +319,13 @@ def mm(a, b):
         raise RuntimeError(f"mm: sizes {a.shape} (sparse) and {tuple(b.shape)} cannot be multiplied")
     if b.is_cuda != a.is_cuda:
         raise RuntimeError(f"mm: expected both tensors on the same device, got {a.device} and {b.device}")
-    dtype = np.result_type(a._val._data.dtype, b._data.dtype)
+    dtype = promote_types(a.dtype, b.dtype)
     rows, cols = a._idx[0], a._idx[1]
     values = a._val.type(dtype)
     b = b.type(dtype)
     gathered = b.index_select(0, cols)                                     # (nnz, K) or (nnz,)
     contribution = gathered * (values.unsqueeze(1) if b.ndim == 2 else values)
-    out = Tensor(np.zeros((a.shape[0],) + tuple(b.shape[1:]), dtype=dtype), device=b.device)
+    out = zeros((a.shape[0],) + tuple(b.shape[1:]), dtype=dtype, device=b.device)   # (allocated on b's device)
     index = rows.unsqueeze(1).expand(contribution.shape) if b.ndim == 2 else rows
     return out.scatter_add(0, index, contribution)
 

@@ -177,11 +177,6 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     return areas.cumsum(d)
 
 
-def trapz(y, x=None, *, dx=None, dim=-1):
-    """torch.trapz, trapezoid's older name."""
-    return trapezoid(y, x, dx=dx, dim=dim)
-
-
 def histogram(input, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
     """(hist, bin_edges) of a float tensor (torch.histogram): `bins` equal bins over `range` (default the data's
     min..max) or the given edges (a 1-D tensor); weighted counts with weight, a density with density=True. No
@@ -199,5 +194,5 @@ def histogram(input, bins=100, *, range=None, weight=None, density=False):  # no
     return make(hist), make(bin_edges)
 
 
-__all__ = ["quantile", "nanquantile", "nanmedian", "cov", "corrcoef", "trapezoid", "cumulative_trapezoid", "trapz",
+__all__ = ["quantile", "nanquantile", "nanmedian", "cov", "corrcoef", "trapezoid", "cumulative_trapezoid",
            "histogram"]

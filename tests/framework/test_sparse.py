@@ -19,9 +19,8 @@ def _case(rng, M=5, N=4, nnz=9):
     return np.stack([rows, cols]), rng.standard_normal(nnz), (M, N)
 
 
-def _both(indices, values, size, requires_grad=False):
-    return [lib.sparse_coo_tensor(lib.tensor(indices), lib.tensor(values, requires_grad=requires_grad), size)
-            for lib in (minidl, torch)]
+def _both(indices, values, size):
+    return [lib.sparse_coo_tensor(lib.tensor(indices), lib.tensor(values), size) for lib in (minidl, torch)]
 
 
 def test_construction_coalesce_and_to_dense_match_torch():

@@ -398,21 +398,26 @@ def test_torchvision_models_have_torchvisions_parameters(name):
         getattr(models, name)(weights="DEFAULT")
 
 
+def _train_losses(model, opt, steps):
+    """The cross-entropy losses of `steps` steps on 4 random 32x32 images of classes 0..3."""
+    x, y = minidl.randn(4, 3, 32, 32), minidl.tensor([0, 1, 2, 3])
+    losses = []
+    for _ in range(steps):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
 @pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2"])
 def test_torchvision_models_train_a_step(name):
     from minidl.vision import models
 
     minidl.manual_seed(0)
     model = getattr(models, name)(num_classes=5).eval()   # running statistics: a smooth loss on 4 samples
-    opt = minidl.optim.SGD(model.parameters(), lr=0.01)
-    x, y = minidl.randn(4, 3, 32, 32), minidl.tensor([0, 1, 2, 3])
-    losses = []
-    for _ in range(4):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
+    losses = _train_losses(model, minidl.optim.SGD(model.parameters(), lr=0.01), 4)
     assert losses[-1] < losses[0]
 
 
@@ -423,15 +428,7 @@ def test_a_small_vision_transformer_trains():
     minidl.manual_seed(0)
     model = models.VisionTransformer(32, 8, 2, 4, 64, 128, num_classes=4)
     model.heads.head.weight.data = minidl.randn(4, 64) * 0.02   # (torchvision zero-initialises the head)
-    opt = minidl.optim.AdamW(model.parameters(), lr=1e-3)
-    x, y = minidl.randn(4, 3, 32, 32), minidl.tensor([0, 1, 2, 3])
-    losses = []
-    for _ in range(8):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
+    losses = _train_losses(model, minidl.optim.AdamW(model.parameters(), lr=1e-3), 8)
     assert losses[-1] < 0.8 * losses[0], losses
     with pytest.raises(ValueError, match="wrong image size: expected 32"):
         model(minidl.randn(1, 3, 16, 16))

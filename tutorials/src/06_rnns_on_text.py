@@ -707,6 +707,10 @@ if persistent_rows:
 # bytes from each of 128 places. Laid out by the CTA that *reads* them, one contiguous block each, every math gained:
 # how data lies in memory decides what a transfer costs. The vanilla RNN keeps the staged backward. Its `dgates` is
 # B x H, exactly the bytes the partials would write and then read again.
+#
+# This notebook's saved outputs (full mode, H200, commit 1335945) predate the wavefront, the split barrier and the
+# partial sums: the persistent times printed above are those of the staged backward, one launch per layer. The
+# kernels as they are now were measured by the benchmarks (benchmarks/results/gpu_rnn.md), not by this notebook.
 
 # %% [markdown]
 # ## Exercises

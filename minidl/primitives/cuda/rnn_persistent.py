@@ -71,13 +71,11 @@ KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
 
 class Pass(NamedTuple):
     """One persistent launch of a layer: `units` hidden units per CTA, `blocks` CTAs in all (both
-    directions), `smem` bytes of dynamic shared memory; `partial`: the backward by partial sums
-    (PARTIAL_BACKWARD)."""
+    directions), `smem` bytes of dynamic shared memory."""
 
     units: int
     blocks: int
     smem: int
-    partial: bool = False
 
 
 class Plan(NamedTuple):
@@ -133,7 +131,7 @@ def _pass(mode, B, H, D, units, backward, partial=False):
         smem = smem_bytes(mode, B, H, units, True, partial=True)
         if smem > _smem_limit(cupy.cuda.runtime.getDevice()):
             return None, f"{smem // 1024} KB of shared memory"
-        return Pass(units, D * per_direction, smem, True), None
+        return Pass(units, D * per_direction, smem), None
     rows = units if backward else GATES[mode] * units
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, (f"batch {B} x {rows} rows of W_hh per CTA is more than the {MAX_TILES} mma tiles (16 x 8) "
