@@ -890,7 +890,8 @@ extern "C" __global__ void convolution_backward_bias(const float* __restrict__ d
 // column sums. The kernel above walks each channel's column with a stride of K; here a block of 32 x 8
 // threads covers 32 adjacent channels (one coalesced row segment per warp) and 8 rows at a time, over a
 // chunk of rows; the chunks' fp32 sums go to partial[chunk][K], and convolution_backward_bias_finish adds
-// them in order (deterministic) and writes db in the data's type. kind: 0 float32, 1 float16, 2 bfloat16.
+// them in order (deterministic) and writes db in out_kind's type (the data's, or float32 for 16-bit data: an
+// autocast Linear's float32 bias, whose gradient needs no cast then). kind, out_kind: 0 float32, 1 float16, 2 bfloat16.
 // One element of 16-bit or float32 storage as fp32 (half_load of elementwise_common.cuh for kinds 1, 2).
 __device__ __forceinline__ float load_kind(const void* p, long long i, int kind)
 {
@@ -917,7 +918,7 @@ __device__ __forceinline__ void bias_finish_column(const float* partial, int chu
 
 extern "C" __global__ void __launch_bounds__(256) convolution_backward_bias_nhwc(
     const void* __restrict__ dy, float* __restrict__ partial, long long rows, int K, long long rows_per_chunk, int kind,
-    unsigned int* arrivals, void* db, float alpha, float beta)
+    unsigned int* arrivals, void* db, float alpha, float beta, int out_kind)
 {
     __shared__ float part[8][33];
     __shared__ bool last;
@@ -942,7 +943,7 @@ extern "C" __global__ void __launch_bounds__(256) convolution_backward_bias_nhwc
     __syncthreads();
     if (!last) return;
     __threadfence();
-    if (threadIdx.y == 0 && k < K) bias_finish_column(partial, gridDim.y, K, k, db, alpha, beta, kind);
+    if (threadIdx.y == 0 && k < K) bias_finish_column(partial, gridDim.y, K, k, db, alpha, beta, out_kind);
     if (threadIdx.x == 0 && threadIdx.y == 0) arrivals[blockIdx.x] = 0u;
 }
 

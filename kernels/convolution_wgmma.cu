@@ -87,7 +87,7 @@ struct ConvRowsProblem {
     T* out;                    // (N, P, Q, K)
     const void* bias;
     long long ldc_col;
-    int vec_c, relu;
+    int vec_c, relu, bias_f32;   // bias_f32: the epilogue's bias is float32 (never here: 0)
 
     __device__ int tiles() const { return tiles_n * tiles_p * tiles_q * tiles_k; }
     __device__ Tile tile(int t) const
@@ -157,7 +157,7 @@ struct ConvWgradProblem {
     const TensorMap* map_out;  // (register stores only)
     const void* bias;
     long long ldc_col;
-    int vec_c, relu;
+    int vec_c, relu, bias_f32;   // bias_f32: the epilogue's bias is float32 (never here: 0)
 
     __device__ int tiles() const { return g.splits * tiles_m * tiles_n; }
     __device__ Tile tile(int t) const
@@ -223,7 +223,7 @@ struct ConvWgradNchwProblem {
     const TensorMap* map_out;  // (register stores only)
     const void* bias;
     long long ldc_col;         // R * S: one input channel to the next in dw
-    int vec_c, relu;
+    int vec_c, relu, bias_f32;   // bias_f32: the epilogue's bias is float32 (never here: 0)
 
     __device__ int tiles() const { return g.splits * tiles_m * tiles_n; }
     __device__ Tile tile(int t) const
@@ -260,6 +260,7 @@ __device__ __forceinline__ void set_epilogue(Problem& p, float alpha, float beta
     p.beta = beta;
     p.out = static_cast<decltype(p.out)>(out);
     p.bias = bias;
+    p.bias_f32 = 0;   // (a convolution's bias is of the data's type)
     p.ldc_col = 1;
     p.vec_c = g.vec_c;
     p.relu = g.relu;

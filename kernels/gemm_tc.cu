@@ -73,7 +73,7 @@
 //    element by element through registers instead (correct, slower).
 //
 // 6. Epilogue: C[b*stride_c + m*ldc_row + n*ldc_col] = alpha * (acc + bias) + beta * C, the bias optional
-//    (nn.Linear's: element (m, n) at bias[m*bias_row + n*bias_col], of C's type) (C is not read when
+//    (nn.Linear's: element (m, n) at bias[m*bias_row + n*bias_col], of C's type, or float32 when bias_f32) (C is not read when
 //    beta == 0, so NaN there is ignored, as in cuDNN), converted to C's type (round to nearest even).
 //
 // Grid: x = tile index (grouped order), z = batch. Block: 128 threads. Dynamic shared memory:
@@ -288,8 +288,8 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
                                              const typename Storage<KIND>::T* B, long long ldb, long long stride_b,
                                              float beta, typename Storage<KIND>::T* C, long long ldc_row,
                                              long long ldc_col, long long stride_c, int vec_a, int vec_b, int vec_c,
-                                             const typename Storage<KIND>::T* bias, long long bias_row,
-                                             long long bias_col)
+                                             const void* bias, long long bias_row, long long bias_col,
+                                             int bias_f32)
 {
     using Cfg = Config<KIND, BM, BN, BK_BYTES, TRANS_A, TRANS_B>;
     using T = typename Cfg::T;
@@ -398,9 +398,9 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
                 T* dst = C + m * ldc_row + n * ldc_col;
                 float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
                 if (bias != nullptr) {
-                    const T* bm = bias + m * bias_row + n * bias_col;
-                    if (n < N) v0 += load_c<KIND>(bm);
-                    if (n + 1 < N) v1 += load_c<KIND>(bm + bias_col);
+                    const long long bi = m * bias_row + n * bias_col;
+                    if (n < N) v0 += load_bias<KIND>(bias, bi, bias_f32);
+                    if (n + 1 < N) v1 += load_bias<KIND>(bias, bi + bias_col, bias_f32);
                 }
                 v0 *= alpha;
                 v1 *= alpha;
@@ -425,12 +425,13 @@ __device__ __forceinline__ void gemm_tc_body(int M, int N, int K, float alpha,
 }  // namespace minidl_tc
 
 // The scalar arguments, one struct passed by value (minidl/primitives/cuda/gemm.py's TC_PARAMS builds it once per
-// problem: CuPy hands a kernel one 104-byte argument for a fraction of the host time of 17 NumPy scalars, as
+// problem: CuPy hands a kernel one 112-byte argument for a fraction of the host time of 17 NumPy scalars, as
 // kernels/gemm.cu's SgemmParams). Members by size, so that no padding differs from NumPy's.
 struct GemmTcParams {
     long long lda, stride_a, ldb, stride_b, ldc_row, ldc_col, stride_c, bias_row, bias_col;
     int M, N, K, vec_a, vec_b, vec_c;
     float alpha, beta;
+    int bias_f32, pad;   // bias_f32: the bias is float32 while C is 16-bit (an autocast Linear's); pad: 8-byte size
 };
 
 // One kernel template; the launcher asks NVRTC for just the instantiation it needs (name expression
@@ -444,7 +445,7 @@ __global__ void __launch_bounds__(minidl_tc::THREADS, 2)
     minidl_tc::gemm_tc_body<KIND, BM, BM, BK_BYTES, TRANS_A, TRANS_B>(
         q.M, q.N, q.K, q.alpha, static_cast<const T*>(A), q.lda, q.stride_a, static_cast<const T*>(B), q.ldb,
         q.stride_b, q.beta, static_cast<T*>(C), q.ldc_row, q.ldc_col, q.stride_c, q.vec_a, q.vec_b, q.vec_c,
-        static_cast<const T*>(bias), q.bias_row, q.bias_col);
+        bias, q.bias_row, q.bias_col, q.bias_f32);
 }
 
 #ifndef __CUDACC_RTC__

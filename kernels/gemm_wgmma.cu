@@ -36,6 +36,7 @@ struct GemmArgs {
     long long ldc_row, ldc_col, stride_c;
     int use_map_c, M, N, K, batch, a_batched, b_batched, vec_c;
     float alpha, beta;
+    int bias_f32, pad;   // bias_f32: the bias is float32 while C is 16-bit (an autocast Linear's); pad: 8-byte size
 };
 
 template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int MI, int OUT>
@@ -53,7 +54,7 @@ struct GemmProblem {
     float alpha, beta;
     T* C;
     long long ldc_row, ldc_col, stride_c;
-    int vec_c, relu;
+    int vec_c, relu, bias_f32;
     const void* bias;
 
     __device__ int tiles() const { return tiles_m * tiles_n * batch; }
@@ -130,7 +131,8 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.stride_c = q.stride_c;
     p.vec_c = q.vec_c;
     p.relu = 0;
-    p.bias = bias;   // per column n, of C's type (nn.Linear's), or null
+    p.bias = bias;   // per column n, of C's type or float32 (q.bias_f32) (nn.Linear's), or null
+    p.bias_f32 = q.bias_f32;
     wgmma_run<KIND, BN, TRANS_A, TRANS_B, OUT, STAGED && OUT != KIND_TF32, MI>(p);
 }
 

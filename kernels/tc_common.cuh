@@ -41,6 +41,13 @@ __device__ __forceinline__ float load_c<KIND_BF16>(const unsigned short* p)
 {
     return __uint_as_float(((unsigned)*p) << 16);
 }
+// Element i of a GEMM's bias: of C's storage type, or float32 (f32 != 0: an autocast layer's float32 bias added to
+// its 16-bit product in the epilogue, in fp32 before the one rounding, with no cast launched before the GEMM).
+template <int KIND>
+__device__ __forceinline__ float load_bias(const void* bias, long long i, int f32)
+{
+    return f32 ? static_cast<const float*>(bias)[i] : load_c<KIND>(static_cast<const typename Storage<KIND>::T*>(bias) + i);
+}
 template <int KIND>
 __device__ __forceinline__ void store_c(typename Storage<KIND>::T* p, float v);
 template <>

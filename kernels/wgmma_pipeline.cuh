@@ -272,7 +272,7 @@ __device__ __forceinline__ unsigned pick4(const unsigned (&v)[4], int i)
 // every column, the TMA store clips what lies outside the tensor).
 template <int KIND, int BN, bool TO_SMEM = false>
 __device__ __forceinline__ void store_row_16byte(const float (&acc)[BN / 2], int h, unsigned short* row, int cols,
-                                                 int t, float alpha, const unsigned short* bias, bool relu,
+                                                 int t, float alpha, const void* bias, int bias_f32, bool relu,
                                                  unsigned smem_row = 0)
 {
 #pragma unroll
@@ -284,8 +284,8 @@ __device__ __forceinline__ void store_row_16byte(const float (&acc)[BN / 2], int
                 float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
                 if (bias != nullptr) {
                     const int n = min(8 * j + 2 * t, cols - 1);  // (a column past `cols` is never stored)
-                    v0 += minidl_tc::load_c<KIND>(bias + n);
-                    v1 += minidl_tc::load_c<KIND>(bias + min(n + 1, cols - 1));
+                    v0 += minidl_tc::load_bias<KIND>(bias, n, bias_f32);
+                    v1 += minidl_tc::load_bias<KIND>(bias, min(n + 1, cols - 1), bias_f32);
                 }
                 v0 *= alpha;
                 v1 *= alpha;
@@ -351,7 +351,11 @@ __device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const
     using OutT = typename minidl_tc::Storage<OUT_KIND>::T;
     const int g = lane >> 2, t = lane & 3;
     const int cols = tl.cols;
-    const OutT* bias = p.bias != nullptr ? static_cast<const OutT*>(p.bias) + tl.n0 : nullptr;
+    // the bias from the tile's first column: of C's type, or float32 (p.bias_f32, 16-bit C: an autocast Linear's)
+    const int bias_f32 = p.bias_f32;
+    const void* bias = p.bias == nullptr ? nullptr
+                       : bias_f32       ? static_cast<const void*>(static_cast<const float*>(p.bias) + tl.n0)
+                                        : static_cast<const void*>(static_cast<const OutT*>(p.bias) + tl.n0);
     if constexpr (STAGED && OUT_KIND != KIND_TF32) {
         if (p.map_out != nullptr && p.beta == 0.0f) {
             const bool issuer = threadIdx.x == 128;    // consumer warpgroup 0, thread 0
@@ -362,7 +366,7 @@ __device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int mm = (c * MI + i) * 64 + warp * 16 + g + h * 8;
-                    store_row_16byte<OUT_KIND, BN, true>(acc[i], h, nullptr, cols, t, p.alpha, bias, p.relu,
+                    store_row_16byte<OUT_KIND, BN, true>(acc[i], h, nullptr, cols, t, p.alpha, bias, bias_f32, p.relu,
                                                          c_smem + mm * BN * 2);
                 }
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // visible to the copy engine
@@ -379,7 +383,7 @@ __device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const
                 for (int h = 0; h < 2; ++h)
                     store_row_16byte<OUT_KIND, BN>(
                         acc[i], h, static_cast<OutT*>(p.row(tl, (c * MI + i) * 64 + warp * 16 + g + h * 8)), cols, t,
-                        p.alpha, bias, p.relu);
+                        p.alpha, bias, bias_f32, p.relu);
             return;
         }
     }
@@ -399,7 +403,7 @@ __device__ __forceinline__ void epilogue(const Problem& p, const Tile& tl, const
                 OutT* dst = row + n * ldc_col;
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    if (bias != nullptr && n + e < cols) v[e] += minidl_tc::load_c<OUT_KIND>(bias + n + e);
+                    if (bias != nullptr && n + e < cols) v[e] += minidl_tc::load_bias<OUT_KIND>(bias, n + e, bias_f32);
                     v[e] *= alpha;
                     if (beta != 0.0f && n + e < cols) v[e] += beta * minidl_tc::load_c<OUT_KIND>(dst + e * ldc_col);
                     if (p.relu) v[e] = fmaxf(v[e], 0.0f);

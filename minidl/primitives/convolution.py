@@ -201,22 +201,32 @@ def convolution_backward_filter(x, dy, desc, w_shape, *, algo="auto", layout="NC
     return impl.convolution_backward_filter(x, dy, problem, algo, alpha, beta, out)
 
 
-def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
+def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=None, out_dtype=None):
     """db = alpha * (dy summed over the batch and every spatial position) + beta * out. Shape (K,).
 
     dy: (N, K, *out) for "NCHW" or (N, *out, K) for "NHWC", with 1 to 3 spatial dims.
+    out_dtype: None (db in dy's dtype), or float32 for float16/bfloat16 dy without out: the fp32 sums as they are
+    (the gradient of an autocast Linear's float32 bias, with no cast after).
     """
     if out is None and beta == 0 and type(layout) is str:
         # The usual call (every nn.Linear's bias gradient on the GPU): a shape, dtype, layout and array type seen
         # before passed every check then; its backend and problem were kept (_BIAS_PLANS).
-        found = _BIAS_PLANS.get((dy.shape, dy.dtype, layout, type(dy)))
+        found = _BIAS_PLANS.get((dy.shape, dy.dtype, layout, type(dy), out_dtype))
         if found is not None:
-            return found[0].convolution_backward_bias(dy, found[1], alpha, beta, None)
+            return found[0].convolution_backward_bias(dy, found[1], alpha, beta, None, out_dtype)
     op = "convolution_backward_bias"
-    key = (dy.shape, dy.dtype, layout, type(dy))
+    key = (dy.shape, dy.dtype, layout, type(dy), out_dtype)
     layout = normalize_layout(op, layout)
     check_same_device(op, dy=dy, out=out)
     dtype = check_float_or_half(op, dy=dy, out=out)
+    if out_dtype is not None:
+        if np.dtype(out_dtype) == dtype:
+            out_dtype = None
+        elif np.dtype(out_dtype) != np.float32 or dtype.itemsize != 2 or out is not None:
+            raise ValueError(f"{op}: out_dtype={np.dtype(out_dtype)} is for a float32 db of float16/bfloat16 dy "
+                             f"(without out=), got dy of {dtype}" + (" and out=" if out is not None else ""))
+        else:
+            out_dtype = np.dtype(np.float32)
     if dy.ndim not in (3, 4, 5):
         raise ValueError(f"{op}: dy must be 3-D, 4-D or 5-D (N, K, *spatial) or (N, *spatial, K), "
                          f"got shape {shape_str(dy.shape)}")
@@ -234,10 +244,10 @@ def convolution_backward_bias(dy, *, layout="NCHW", alpha=1.0, beta=0.0, out=Non
         if len(_BIAS_PLANS) >= 1024:
             _BIAS_PLANS.clear()
         _BIAS_PLANS[key] = (impl, problem)
-    return impl.convolution_backward_bias(dy, problem, alpha, beta, out)
+    return impl.convolution_backward_bias(dy, problem, alpha, beta, out, out_dtype)
 
 
-_BIAS_PLANS: dict = {}   # (dy's shape, dtype, layout argument, array type) -> (backend, problem) of a checked call
+_BIAS_PLANS: dict = {}   # (dy's shape, dtype, layout argument, array type, out_dtype) -> (backend, problem) of a checked call
 
 
 # ----------------------------------------------------------------------------------------------

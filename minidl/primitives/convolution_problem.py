@@ -253,8 +253,8 @@ class HalfInFloat32:
                                                    None)
         return self._finish(dw, alpha, beta, out, dy.dtype)
 
-    def convolution_backward_bias(self, dy, problem, alpha, beta, out):
-        return self.impl.convolution_backward_bias(dy, problem, alpha, beta, out)
+    def convolution_backward_bias(self, dy, problem, alpha, beta, out, out_dtype=None):
+        return self.impl.convolution_backward_bias(dy, problem, alpha, beta, out, out_dtype)
 
 
 def _half_needs_float32(impl, direction, problem) -> bool:

@@ -60,6 +60,11 @@ def _check_dtypes(op: str, **arrays) -> np.dtype:
     return first
 
 
+def _wide_bias(a, bias) -> bool:
+    """A float32 bias of a float16/bfloat16 product (added in fp32 before the rounding)."""
+    return bias.dtype == np.float32 and a.dtype.itemsize == 2 and a.dtype.kind in "fV"
+
+
 def _op_shape(shape, trans):
     return (shape[-1], shape[-2]) if trans else (shape[-2], shape[-1])
 
@@ -73,7 +78,8 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     inputs' dtype. beta != 0 needs out. math: "fp32" or "tf32" (float32 arrays; see the module
     docstring). On the GPU: float32 (either math), float16, bfloat16; float64 with use_cublas=True.
     bias: None or (N,) of the inputs' dtype, added to every row of the product (nn.Linear's bias; on the
-    GPU in the GEMM's epilogue, with no launch of its own).
+    GPU in the GEMM's epilogue, with no launch of its own). With float16/bfloat16 inputs the bias may also be
+    float32 (an autocast Linear's parameter as it is): added to the fp32 sums before the one rounding to 16 bits.
     out_dtype: None (the inputs' dtype), or float32 for float16/bfloat16 inputs: the fp32 accumulators as they
     are, not rounded to 16 bits (an autocast layer's float32 gradients; no out= or bias then).
     """
@@ -88,7 +94,7 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
                              + (" and out=" if out is not None else "") + (" and a bias" if bias is not None else ""))
     if (out is None and beta == 0 and type(a) is type(b) and a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype
             and math in GEMM_MATH_MODES and a.shape[0 if trans_a else 1] == b.shape[1 if trans_b else 0]
-            and (bias is None or (type(bias) is type(a) and bias.dtype == a.dtype
+            and (bias is None or (type(bias) is type(a) and (bias.dtype == a.dtype or _wide_bias(a, bias))
                                   and bias.shape == (b.shape[0 if trans_b else 1],)))):
         # The common call, already valid (issue 23: a Linear layer runs three per step): two matrices of one
         # float dtype whose inner dimensions agree (and a bias of their columns), no out to blend into; on the
@@ -128,8 +134,9 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
 
     if bias is not None:
         check_same_device(op, a=a, bias=bias)
-        if tuple(bias.shape) != (N,) or bias.dtype != dtype:
-            raise ValueError(f"{op}: bias must be ({N},) of dtype {dtype} for an op(b) of {N} columns, got "
+        if tuple(bias.shape) != (N,) or not (bias.dtype == dtype or _wide_bias(a, bias)):
+            wide = " (or float32)" if dtype.itemsize == 2 else ""
+            raise ValueError(f"{op}: bias must be ({N},) of dtype {dtype}{wide} for an op(b) of {N} columns, got "
                              f"{shape_str(bias.shape)} of {bias.dtype}")
     if is_cuda_array(a) and dtype == np.float64 and not use_cublas:
         raise TypeError(f"{op}: the GPU kernels are float32, float16 and bfloat16, got {dtype} "

@@ -612,10 +612,11 @@ def test_dtypes_where_selects_16_bit_floats_bit_for_bit(md):
 @pytest.mark.parametrize("md,td", HALF)
 @pytest.mark.parametrize("shape,bias", [((6, 5), True), ((2, 3, 5), False)])
 def test_autocast_linear_is_one_op_with_float32_gradients(md, td, shape, bias):
-    """F.linear under autocast is one op (AutocastLinear): y in the 16-bit dtype, bit for bit what autocast's
-    casts and the 16-bit GEMM give; each gradient in its input's dtype, the fp32 sums of the 16-bit products not
-    rounded to 16 bits (torch rounds them, then casts): equal to float32 math on the 16-bit operands, and within
-    the 16-bit rounding of torch.autocast's."""
+    """F.linear under autocast is one op (AutocastLinear): y in the 16-bit dtype, bit for bit the 16-bit GEMM of the
+    cast x and W with the float32 bias added to its fp32 sums before the one rounding (no cast of the bias: torch
+    rounds it to 16 bits first, so the two differ by at most that rounding); each gradient in its input's dtype,
+    the fp32 sums of the 16-bit products not rounded to 16 bits (torch rounds them, then casts): equal to float32
+    math on the 16-bit operands, and within the 16-bit rounding of torch.autocast's."""
     rng = np.random.default_rng(0)
     lin = nn.Linear(5, 4, bias=bias)
     x = minidl.tensor(rng.standard_normal(shape).astype(np.float32), requires_grad=True)
@@ -627,7 +628,7 @@ def test_autocast_linear_is_one_op_with_float32_gradients(md, td, shape, bias):
     x16, w16 = (_np(t.detach()).astype(md) for t in (x, lin.weight))
     want_y = (x16.astype(np.float32).reshape(-1, 5) @ w16.astype(np.float32).T)
     if bias:
-        want_y = want_y + _np(lin.bias.detach()).astype(md).astype(np.float32)
+        want_y = want_y + _np(lin.bias.detach())          # float32, as it is
     assert (_np(y).reshape(-1, 4).astype(np.float32) == want_y.astype(md).astype(np.float32)).all()
     dy16 = dy.astype(md).astype(np.float32).reshape(-1, 4)
     assert x.grad.dtype == lin.weight.grad.dtype == minidl.float32
@@ -636,6 +637,7 @@ def test_autocast_linear_is_one_op_with_float32_gradients(md, td, shape, bias):
     np.testing.assert_allclose(_np(x.grad).reshape(-1, 5), dy16 @ w16.astype(np.float32), rtol=1e-6, atol=1e-6)
     if bias:
         assert lin.bias.grad.dtype == minidl.float32
+        np.testing.assert_allclose(_np(lin.bias.grad), dy16.sum(axis=0), rtol=1e-6, atol=1e-6)
     # against torch.autocast (its gradients rounded to 16 bits before their cast back)
     tl = torch.nn.Linear(5, 4, bias=bias)
     with torch.no_grad():

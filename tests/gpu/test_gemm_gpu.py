@@ -160,6 +160,43 @@ def test_tensor_core_gemm_bias_epilogue(dtype, M, N, K, kernel):
     assert rel_err(cupy.asnumpy(got).astype(np.float64), unfused) <= tol
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("M, N, K", [(64, 40, 32), (1000, 1536, 384), (48, 1000, 200)])
+@pytest.mark.parametrize("kernel", ["auto", "mma_sync"])
+def test_tensor_core_gemm_float32_bias_of_half_operands(dtype, M, N, K, kernel):
+    """A float32 bias with 16-bit operands (an autocast Linear's, not cast): added to the fp32 sums before the one
+    rounding, on wgmma and on mma.sync. Each element's product is 1 (exactly) plus a bias just above half a unit in
+    the last place of 1: the sum rounds up, where a bias first rounded to 16 bits (h exactly) would tie and round
+    to even (1.0); the random rows match the NumPy reference at the output's rounding."""
+    import cupy
+    import ml_dtypes
+
+    import minidl.primitives as P
+    from minidl.primitives import _common
+
+    np_dtype = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    half_ulp = 2.0 ** (-8 if dtype == "bfloat16" else -11)
+    rng = np.random.default_rng(M + K)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K)).astype(np.float32)
+    a[:8] = 0.0                   # rows 0-7 of a are e_0 and column 0 of b is 1: their products are exactly 1
+    a[:8, 0] = b[:, 0] = 1.0
+    b16 = b.astype(np_dtype)
+    bias = np.full(N, half_ulp * (1 + 2.0 ** -12), np.float32)
+    bias[N // 2:] = rng.standard_normal(N - N // 2).astype(np.float32)
+    previous = _common.tensor_core_gemm
+    P.set_tensor_core_gemm(kernel)
+    try:
+        got = P.gemm(cupy.asarray(a.astype(np_dtype)), cupy.asarray(b16), trans_b=True, bias=cupy.asarray(bias))
+    finally:
+        P.set_tensor_core_gemm(previous)
+    assert got.dtype == np_dtype
+    got = cupy.asnumpy(got).astype(np.float32)
+    np.testing.assert_array_equal(got[:8, :N // 2], np.float32(1.0 + 2 * half_ulp))   # rounded up, once
+    want = P.gemm(a.astype(np_dtype), b16, trans_b=True, bias=bias).astype(np.float32)   # the NumPy reference
+    assert rel_err(got.astype(np.float64), want.astype(np.float64)) <= (2e-3 if dtype == "float16" else 1e-2)
+
+
 def test_linear_layer_runs_its_bias_in_the_gemm():
     """nn.Linear on the GPU: no separate add launch for the bias; values as torch's."""
     import cupy

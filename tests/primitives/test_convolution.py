@@ -727,6 +727,27 @@ def test_a_rotated_filters_winograd_transform_is_the_forwards_permuted():
     assert not np.allclose(G @ g[::-1, ::-1] @ G.T, G @ g @ G.T)
 
 
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_backward_bias_out_dtype_float32_of_half_dy(layout):
+    """out_dtype=float32 with 16-bit dy: the fp32 sums as they are (an autocast Linear's float32 bias gradient), not
+    rounded to 16 bits; the same dtype is the default; anything else says what out_dtype is for."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    dy = rng.standard_normal((6, 3, 7)).astype(ml_dtypes.bfloat16)
+    db = P.convolution_backward_bias(dy, layout=layout, out_dtype=np.float32)
+    axes = (0, 1) if layout == "NHWC" else (0, 2)
+    want = dy.astype(np.float32).sum(axis=axes)
+    assert db.dtype == np.float32
+    np.testing.assert_allclose(db, want, rtol=1e-6, atol=1e-6)
+    assert not np.array_equal(db, want.astype(ml_dtypes.bfloat16).astype(np.float32))   # (not rounded to 16 bits)
+    assert P.convolution_backward_bias(dy, layout=layout, out_dtype=dy.dtype).dtype == dy.dtype
+    with pytest.raises(ValueError, match="out_dtype=float16 is for a float32 db"):
+        P.convolution_backward_bias(dy, layout=layout, out_dtype=np.float16)
+    with pytest.raises(ValueError, match="out_dtype=float32 is for a float32 db of float16/bfloat16 dy"):
+        P.convolution_backward_bias(dy.astype(np.float64), layout=layout, out_dtype=np.float32)
+
+
 def test_backward_bias_usual_call_is_remembered_and_still_checked():
     """The usual call (no out, beta 0) of a shape seen before skips the checks it passed then (the front keeps its
     backend and problem): the same sums as the first call; a new shape, dtype or a bad one is checked again."""
@@ -735,7 +756,7 @@ def test_backward_bias_usual_call_is_remembered_and_still_checked():
     rng = np.random.default_rng(4)
     dy = rng.standard_normal((6, 1, 5)).astype(np.float32)
     first = P.convolution_backward_bias(dy, layout="NHWC")
-    assert (dy.shape, dy.dtype, "NHWC", np.ndarray) in conv_front._BIAS_PLANS
+    assert (dy.shape, dy.dtype, "NHWC", np.ndarray, None) in conv_front._BIAS_PLANS
     again = P.convolution_backward_bias(dy * 2, layout="NHWC")
     np.testing.assert_allclose(first, dy.sum(axis=(0, 1)), rtol=1e-6)
     np.testing.assert_allclose(again, 2 * dy.sum(axis=(0, 1)), rtol=1e-6)

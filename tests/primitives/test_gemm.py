@@ -93,3 +93,22 @@ def test_gemm_bias_errors(rng):
         gemm(a, b, bias=np.zeros(4))
     with pytest.raises(ValueError, match=r"gemm: bias must be \(5,\) of dtype float64"):
         gemm(a, b, bias=np.zeros(5, np.float32))
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_gemm_float32_bias_of_half_operands_is_added_before_the_rounding(half, rng):
+    """A float32 bias with float16/bfloat16 a and b (an autocast Linear's bias as it is): added to the fp32 sums,
+    then rounded once to the 16-bit result; a 16-bit bias of the other kind is refused, naming both choices."""
+    import ml_dtypes
+
+    dtype = np.dtype(ml_dtypes.bfloat16) if half == "bfloat16" else np.dtype(np.float16)
+    a = rng.standard_normal((5, 7)).astype(dtype)
+    b = rng.standard_normal((6, 7)).astype(dtype)
+    bias = (rng.standard_normal(6) * 1e-3 + 1.0).astype(np.float32)   # values a 16-bit cast would change
+    got = gemm(a, b, trans_b=True, bias=bias)
+    exact = a.astype(np.float32) @ b.astype(np.float32).T + bias
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.astype(np.float32), exact.astype(dtype).astype(np.float32))
+    other = np.float16 if half == "bfloat16" else ml_dtypes.bfloat16
+    with pytest.raises(ValueError, match=rf"gemm: bias must be \(6,\) of dtype {half} \(or float32\)"):
+        gemm(a, b, trans_b=True, bias=bias.astype(other))

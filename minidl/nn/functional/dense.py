@@ -66,8 +66,14 @@ class Linear(Function):
             # the column sums of dy: on the GPU the bias gradient of a 1x1 convolution in channels-last
             # layout (a coalesced kernel; CuPy's sum over axis 0 walks each column with a stride); float64 has
             # no kernel there and is summed by the array library
-            db = P.convolution_backward_bias(dy2.reshape(dy2.shape[0], 1, dy2.shape[1]), layout="NHWC") \
-                if is_cuda_array(dy2) and dy2.dtype != np.float64 else dy2.sum(axis=0)
+            # (an autocast layer's float32 bias of 16-bit dy: the kernel writes its fp32 sums as they are, no cast)
+            if is_cuda_array(dy2) and dy2.dtype != np.float64:
+                db = P.convolution_backward_bias(dy2.reshape(dy2.shape[0], 1, dy2.shape[1]), layout="NHWC",
+                                                 out_dtype=db_dtype)
+            elif dy2.dtype.itemsize == 2:   # 16-bit dy summed in fp32 (as the GPU kernel), rounded once
+                db = dy2.sum(axis=0, dtype=np.float32).astype(dy2.dtype if db_dtype is None else db_dtype)
+            else:
+                db = dy2.sum(axis=0)
             if db_dtype is not None and db.dtype != db_dtype:
                 db = P.cast(db, db_dtype)
         return (dx, dw, db) if self.has_bias else (dx, dw)
@@ -92,14 +98,19 @@ class AutocastLinear(Linear):
     own dtype straight from its GEMM (gemm's out_dtype: the fp32 sums stored as they are, not rounded to 16 bits
     and cast). torch records the same step as a cast op per float32 input and an addmm, and its backward adds a
     cast back per input: here one tape record instead of up to four, and no casts of dx and dW. A parameter's
-    cast is made once per autocast region (autocast_mode.cast_array), as torch's autocast caches its weight casts."""
+    cast is made once per autocast region (autocast_mode.cast_array), as torch's autocast caches its weight casts.
+    A float32 bias is not cast at all: the GEMM's epilogue adds it to the fp32 sums before the one rounding to 16
+    bits, and its gradient comes out of the bias-gradient kernel in float32 (torch casts it to 16 bits, then the
+    gradient back: two launches per layer and step that minidl does not make)."""
 
     backward_graph = None   # (its products run in 16 bits: create_graph=True says so instead of a float32 graph)
 
     def forward(self, x, weight, bias=None, dtype=None, weight16=None):
         """weight16: the weight already in `dtype` (autocast's per-region cast of a parameter), or None."""
         self.grad_dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return super().forward(_as(x, dtype), _as(weight, dtype) if weight16 is None else weight16, _as(bias, dtype))
+        keep = bias is None or bias.dtype == np.float32   # (the epilogue reads a float32 bias as it is)
+        return super().forward(_as(x, dtype), _as(weight, dtype) if weight16 is None else weight16,
+                               bias if keep else _as(bias, dtype))
 
 
 def linear(input, weight, bias=None):

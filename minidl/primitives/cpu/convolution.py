@@ -177,12 +177,15 @@ def _algorithm(op, table, algo):
     return fn
 
 
-def convolution_backward_bias(dy, problem, alpha, beta, out):
-    """db[k] = alpha * sum of dy over the batch and every output position + beta * out. Shape (K,)."""
+def convolution_backward_bias(dy, problem, alpha, beta, out, out_dtype=None):
+    """db[k] = alpha * sum of dy over the batch and every output position + beta * out. Shape (K,).
+    out_dtype float32 (16-bit dy, no out): the fp32 sums, not rounded to dy's dtype."""
     (dy,) = _operands(problem, dy, tf32=False)
     dy_cf = _channels_first(dy, problem)
     reduce_axes = (0,) + tuple(range(2, dy_cf.ndim))
     db = dy_cf.sum(axis=reduce_axes)
+    if out_dtype is not None:
+        return np.float32(alpha) * db.astype(np.float32)
     return _blend_result("convolution_backward_bias", db, problem, out, alpha, beta)
 
 

@@ -606,38 +606,41 @@ def _bias_split(rows: int, K: int):
     return col_tiles, per_chunk, max(1, math.ceil(rows / per_chunk))
 
 
-def convolution_backward_bias_nhwc(dy, K, alpha, beta, out):
+def convolution_backward_bias_nhwc(dy, K, alpha, beta, out, out_dtype=None):
     """Channels-last db: column sums of dy viewed as (rows, K), in fp32 chunks (convolution_backward_bias_nhwc)
-    added in order by convolution_backward_bias_finish, which writes db in dy's dtype (blended with out)."""
+    added in order by convolution_backward_bias_finish, which writes db in dy's dtype (blended with out), or in
+    out_dtype (float32 for 16-bit dy, no out: the fp32 sums rounded once, to float32)."""
     dy = cupy.ascontiguousarray(dy)
     rows = dy.size // K if K else 0
-    db = out if out is not None and out.flags.c_contiguous and out.dtype == dy.dtype else cupy.empty((K,), dy.dtype)
+    db_dtype = dy.dtype if out_dtype is None else out_dtype
+    db = out if out is not None and out.flags.c_contiguous and out.dtype == dy.dtype else cupy.empty((K,), db_dtype)
     if out is not None and db is not out and beta != 0:
         db[...] = out
     if K:
         col_tiles, per_chunk, chunks = _bias_split(rows, K)
-        kind = np.int32(STORAGE_KINDS[dy.dtype])
+        kind, out_kind = np.int32(STORAGE_KINDS[dy.dtype]), np.int32(STORAGE_KINDS[db.dtype])
         partial = cupy.empty((chunks, K), dtype=cupy.float32)
         arrivals = arrival_counters(col_tiles)   # the last block of each column tile writes db: one launch
         get_kernel("convolution", "convolution_backward_bias_nhwc")(
             (col_tiles, chunks), (32, 8), (dy, partial, np.int64(rows), np.int32(K), np.int64(per_chunk), kind,
                                           null_pointer() if arrivals is None else arrivals, db, np.float32(alpha),
-                                          np.float32(beta)))
+                                          np.float32(beta), out_kind))
         if arrivals is None:
             get_kernel("convolution", "convolution_backward_bias_finish")(
                 ((K + 255) // 256,), (256,), (partial, np.int32(chunks), np.int32(K), db, np.float32(alpha),
-                                              np.float32(beta), kind))
+                                              np.float32(beta), out_kind))
     return db if out is None or db is out else finish(db, out)
 
 
-def convolution_backward_bias(dy, problem, alpha, beta, out):
-    """db[k] = alpha * sum of dy over the batch and every output position + beta * out."""
+def convolution_backward_bias(dy, problem, alpha, beta, out, out_dtype=None):
+    """db[k] = alpha * sum of dy over the batch and every output position + beta * out (out_dtype: float32 for
+    16-bit dy, without out: db in float32)."""
     if problem.layout == "NHWC" and dy.dtype in STORAGE_KINDS:
-        return convolution_backward_bias_nhwc(dy, problem.K, alpha, beta, out)
+        return convolution_backward_bias_nhwc(dy, problem.K, alpha, beta, out, out_dtype)
     if dy.dtype in HALF_KINDS:  # NCHW: summed in fp32, rounded once to the data's dtype
         db = dy.astype(cupy.float32).sum(axis=(0,) + tuple(range(2, dy.ndim))) * np.float32(alpha)
         if out is None:
-            return db.astype(dy.dtype)
+            return db.astype(dy.dtype if out_dtype is None else out_dtype)
         if beta != 0:
             db += np.float32(beta) * out.astype(cupy.float32)
         out[...] = db.astype(out.dtype)

@@ -167,7 +167,7 @@ _tc_kernels: dict = {}
 TC_PARAMS = np.dtype([(name, np.int64) for name in ("lda", "stride_a", "ldb", "stride_b", "ldc_row", "ldc_col",
                                                      "stride_c", "bias_row", "bias_col")]
                      + [(name, np.int32) for name in ("M", "N", "K", "vec_a", "vec_b", "vec_c")]
-                     + [("alpha", np.float32), ("beta", np.float32)])
+                     + [("alpha", np.float32), ("beta", np.float32), ("bias_f32", np.int32), ("pad", np.int32)])
 _tc_record = _Records(TC_PARAMS)   # GemmTcParams records
 
 
@@ -217,7 +217,8 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     (default row-major, ldc_row = N), of the same dtype (fp32 accumulation, rounded once at the end).
     Strides and leading dimensions are in elements. tile: 128 or 64 (default: tc_tile); bk_bytes: 64
     or 128, the k step of the shared-memory pipeline (default: TC_BK_BYTES for 128-tiles, 64 for 64-tiles).
-    bias: None or an array of N of C's dtype, added to every row before alpha (in the epilogue).
+    bias: None or an array of N of C's dtype, added to every row before alpha (in the epilogue); or of float32 with
+    16-bit C (an autocast Linear's float32 bias: added to the fp32 sums before the one rounding, no cast launched).
     out_dtype: float32 with 16-bit A and B (C then float32): only the wgmma kernel stores its accumulators as
     they are; returns None, launching nothing, where it declines (the caller rounds through 16 bits instead).
     """
@@ -232,13 +233,14 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
         ldc_row = N
     a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
     bias_ptr = 0 if bias is None else _pointer(bias)
+    bias_f32 = int(bias is not None and dtype.itemsize == 2 and bias.dtype == np.float32)
     # On an H100/H200, Hopper's wgmma kernel (gemm_wgmma.py says when it declines); an explicit tile or
     # k step asks for this mma.sync kernel itself. 16-bit data into float32 C (out_dtype): wgmma's OUT argument
     # alone; the mma.sync kernel has none, so there the caller rounds through 16 bits instead.
     if tile is None and bk_bytes is None and gemm_wgmma(
             M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, dtype=dtype, trans_a=bool(trans_a), trans_b=bool(trans_b),
             alpha=alpha, beta=beta, ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a,
-            stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr,
+            stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr, bias_f32=bias_f32,
             out_dtype=None if out_dtype is None else np.dtype(out_dtype)):
         return C
     if out_dtype is not None:
@@ -256,7 +258,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     tiles = math.ceil(M / tile) * math.ceil(N / tile)
     smem = tc_smem_bytes(dtype.itemsize, tile, trans_a, trans_b, bk_bytes)
     params = _tc_record((lda, stride_a, ldb, stride_b, ldc_row, ldc_col, stride_c, 0, 1, M, N, K, vec_a, vec_b,
-                         vec_c, float(alpha), float(beta)))
+                         vec_c, float(alpha), float(beta), bias_f32, 0))
     size, bias_arg = dtype.itemsize, np.uint64(bias_ptr)
     for first in range(0, batch, TC_MAX_GRID_Z):
         count = min(TC_MAX_GRID_Z, batch - first)
@@ -312,7 +314,7 @@ _PLANNED_SIZE = 1024
 
 
 def _planned_key(a, b, trans_a, trans_b, alpha, beta, bias, math, out_dtype):
-    return (a.shape, b.shape, a.dtype, trans_a, trans_b, alpha, beta, bias is None, math, out_dtype,
+    return (a.shape, b.shape, a.dtype, trans_a, trans_b, alpha, beta, None if bias is None else bias.dtype, math, out_dtype,
             a.data.ptr & 15, b.data.ptr & 15, _common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE,
             _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS, cupy.cuda.runtime.getDevice())
 
@@ -320,7 +322,7 @@ def _planned_key(a, b, trans_a, trans_b, alpha, beta, bias, math, out_dtype):
 def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
          bias=None, out_dtype=None):
     """Backend of minidl.primitives.gemm on the GPU. a, b: 2-D or 3-D (batched) arrays of one dtype; bias:
-    None or (N,) of their dtype, added in the GEMM's epilogue (cuBLAS: added after). out_dtype: float32 for
+    None or (N,) of their dtype (or float32 for 16-bit a and b), added in the GEMM's epilogue (cuBLAS: added after). out_dtype: float32 for
     16-bit a and b (the wgmma kernel stores its fp32 accumulators; elsewhere the result is rounded to 16 bits
     and cast)."""
     if (out is None and not use_cublas and a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous
@@ -351,7 +353,7 @@ def _gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math, bias, out_
         check_no_cublas_capture("gemm with use_cublas=True (Linear under backends.cuda.use_cublas)")
         product = cupy.matmul(op_a, op_b)
         if bias is not None:
-            product += bias
+            product += bias if bias.dtype == product.dtype else bias.astype(product.dtype)
         product = blend("gemm", product, out, alpha, beta)
         return product if out_dtype is None else product.astype(out_dtype)
     if a.dtype != np.float32 or math == "tf32":

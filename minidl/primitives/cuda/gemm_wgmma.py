@@ -109,7 +109,7 @@ NO_MAP = np.zeros(1, dtype=tma.MAP_DTYPE)   # the output-map argument when the e
 GEMM_ARGS = np.dtype([("ldc_row", np.int64), ("ldc_col", np.int64), ("stride_c", np.int64)]
                      + [(name, np.int32) for name in ("use_map_c", "M", "N", "K", "batch", "a_batched", "b_batched",
                                                       "vec_c")]
-                     + [("alpha", np.float32), ("beta", np.float32)])
+                     + [("alpha", np.float32), ("beta", np.float32), ("bias_f32", np.int32), ("pad", np.int32)])
 _GEMM_ARGS_BYTES = np.dtype((np.void, GEMM_ARGS.itemsize))
 
 
@@ -193,11 +193,12 @@ def launch_plan(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0) -> 
 
 
 def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_b, alpha, beta, ldc_row,
-               ldc_col, batch, stride_a, stride_b, stride_c, bias_ptr=0, out_dtype=None) -> bool:
+               ldc_col, batch, stride_a, stride_b, stride_c, bias_ptr=0, bias_f32=0, out_dtype=None) -> bool:
     """C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] on wgmma, with gemm_tc's arguments (raw pointers,
     strides in elements). Returns False, launching nothing, when the kernel does not take the problem
     (and raises instead when set_tensor_core_gemm("wgmma") asked for this kernel). bias_ptr: 0, or the
-    device pointer of N values of C's dtype added to every row in the epilogue (before alpha). out_dtype: C's
+    device pointer of N values of C's dtype (bias_f32 = 1: of float32, with 16-bit C) added to every row in the epilogue
+    (before alpha). out_dtype: C's
     dtype (default the data's; float32 for 16-bit data: the fp32 accumulators stored as they are)."""
     choice = _common.tensor_core_gemm
     if choice == "mma_sync":
@@ -207,7 +208,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     # the copies and the store width) is launched from its plan; only the tensor maps take the new addresses.
     key = (M, N, K, lda, ldb, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
            stride_c, a_ptr % 16, b_ptr % 16, c_ptr % 16, choice, EPILOGUE, _common.tf32_tma_type, TILE_SHAPES,
-           TILE_WIDTHS, cupy.cuda.runtime.getDevice(), out_dtype)
+           TILE_WIDTHS, cupy.cuda.runtime.getDevice(), out_dtype, bias_f32)
     global last_plan
     plan = last_plan = _launches.get(key)
     if plan is not None:
@@ -272,7 +273,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi, KINDS[out])
     grid = (min(tiles, sm_count()),)
     args = np.array([(ldc_row, ldc_col, stride_c, int(staged), M, N, K, batch, int(a_batch > 1),
-                      int(b_batch > 1), int(vec_c), alpha, beta)], dtype=GEMM_ARGS).view(_GEMM_ARGS_BYTES)
+                      int(b_batch > 1), int(vec_c), alpha, beta, int(bias_f32), 0)], dtype=GEMM_ARGS).view(_GEMM_ARGS_BYTES)
     smem = smem_bytes(bn, staged, mi)
     kernel(grid, (THREADS,), (map_a, map_b, map_c, args, np.uint64(c_ptr), np.uint64(bias_ptr)), shared_mem=smem)
     if not keep:   # (a launch that read copies made here needs them made again: no plan)
