@@ -13,6 +13,7 @@ import importlib
 from ._device import Device
 from ._device import Device as device
 from .autograd.function import enable_grad, is_grad_enabled, no_grad, set_grad_enabled  # noqa: F401
+from .autograd.anomaly_mode import is_anomaly_check_nan_enabled, is_anomaly_enabled  # noqa: F401,E402
 from .autograd.grad_mode import inference_mode, is_inference_mode_enabled  # noqa: F401
 from .autograd.tensor import (  # noqa: F401
     Tensor, bfloat16, bool_, float16, float32, float64, get_default_dtype, int8, int16, int32, int64,

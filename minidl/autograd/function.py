@@ -19,6 +19,8 @@ import numpy as np
 
 from .. import _layout
 from .._dtypes import DIFFERENTIABLE_SET
+from . import anomaly_mode as _anomaly
+from .anomaly_mode import MODE as _ANOMALY
 
 # ------------------------------------------------------------------------------------------------
 # Grad mode (per thread, as in PyTorch)
@@ -155,6 +157,8 @@ class Function:
         if record:   # (list comprehensions: cheaper than tuple(generator) on a path every op takes)
             fn.inputs = tuple([t if isinstance(t, Tensor) else None for t in inputs])
             fn._input_versions = tuple([t._vbox[0] if isinstance(t, Tensor) else 0 for t in inputs])
+        if _ANOMALY[0] and record:
+            fn._anomaly_stack = _anomaly.forward_stack()
         outputs = fn.forward(*arrays, **params)
         single = not isinstance(outputs, tuple)
         if single:
@@ -260,6 +264,8 @@ class _CtxFunction(Function):
         args = [Tensor._make(a) if t else a for a, t in zip(arrays, self.is_tensor)]
         with no_grad():
             out = user_cls.forward(self.ctx, *args)
+        # (the forward's tensors, so that backward_graph can map what ctx saved back to the tape's tensors)
+        self.args, self.outs = args, (out if isinstance(out, tuple) else (out,))
         if isinstance(out, tuple):
             return tuple(o._data for o in out)
         return out._data
@@ -274,6 +280,25 @@ class _CtxFunction(Function):
             raise RuntimeError(f"{self.user_cls.__name__}.backward returned {len(result)} gradients for "
                                f"{len(self.is_tensor)} inputs to forward (return None for inputs without one)")
         return tuple(r._data if isinstance(r, Tensor) and t else None for r, t in zip(result, self.is_tensor))
+
+    def backward_graph(self, *grads):
+        """The user's backward on the tape's own tensors (backward(create_graph=True), autograd/higher_order.py): what
+        ctx saved is mapped back from the forward's wrappers to this op's inputs and outputs, and the backward runs
+        with grad mode on, so a backward written in tensor ops is recorded and can be differentiated again (as
+        torch's custom Functions; one written in array code is not)."""
+        mapped = {id(w): t for w, t in zip(self.args, self.inputs) if t is not None}
+        mapped.update({id(w): ref() for w, ref in zip(self.outs, self._output_refs) if ref() is not None})
+        saved, ctx = self.ctx.saved_tensors, self.ctx
+        ctx.saved_tensors = tuple(mapped.get(id(t), t) for t in saved)
+        try:
+            result = self.user_cls.backward(ctx, *grads)
+        finally:
+            ctx.saved_tensors = saved
+        result = result if isinstance(result, tuple) else (result,)
+        if len(result) != len(self.is_tensor):
+            raise RuntimeError(f"{self.user_cls.__name__}.backward returned {len(result)} gradients for "
+                               f"{len(self.is_tensor)} inputs to forward (return None for inputs without one)")
+        return tuple(r if t else None for r, t in zip(result, self.is_tensor))
 
     @property
     def name(self) -> str:
@@ -480,7 +505,7 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
                     grads_out[k] = _run_hooks(t, grads_out[k])
                 if t._retains_grad:
                     _accumulate_leaf(t, grads_out[k], run_hooks=False)
-            grads_in = fn.backward(*grads_out)
+            grads_in = fn.backward(*grads_out) if not _ANOMALY[0] else _anomaly.checked_backward(fn, grads_out)
             if not isinstance(grads_in, tuple):
                 grads_in = (grads_in,)
             if len(grads_in) != len(fn.inputs):

@@ -94,8 +94,8 @@ def run_backward_graph(tensor, grad, capture=None):
                     "record, so it cannot be differentiated again (minidl's double backward covers the elementwise "
                     "arithmetic and math functions, relu / leaky_relu / elu / sigmoid / tanh, softmax and "
                     "log_softmax, sums and means, reshapes, permutes, expands, basic indexing, cat, matmul, "
-                    "linear, convolutions, pooling, batch / layer / RMS norm, gelu, dropout and the losses built from "
-                    "them). Compute this second derivative by finite differences, "
+                    "linear, convolutions, pooling, batch / layer / RMS norm, gelu, dropout, the losses built from "
+                    "them, and custom Functions whose backward is written in tensor ops). Compute this second derivative by finite differences, "
                     "or write the model with those ops.")
             if len(grads_out) > 1 and any(g is None for g in grads_out):
                 ref = next(g for g in grads_out if g is not None)

@@ -1,4 +1,5 @@
-"""gradcheck: compare autograd's gradients with central finite differences, in float64.
+"""gradcheck: compare autograd's gradients with central finite differences, in float64 (the cheap check of minidl's
+own tests; torch.autograd.gradcheck's, which builds the whole Jacobian both ways, is minidl.autograd.gradcheck).
 
 The check (Chainer's `check_backward` idea): pick a random array c for each output and look at the
 scalar L(x) = sum_k sum(fn(x)_k * c_k). Autograd gives dL/dx_i for every input x_i in one backward
@@ -25,9 +26,9 @@ ELEMENTWISE_LIMIT = 256
 DEFAULT_DIRECTIONS = 16
 
 
-class GradcheckError(RuntimeError):
-    """Autograd and finite differences disagree. The message names the input, the element (or
-    direction) where they disagree most, and both values."""
+# Autograd and finite differences disagree (torch.autograd.gradcheck's error, also raised by this check: its message
+# names the input, the element (or direction) where they disagree most, and both values).
+from ..autograd.gradcheck import GradcheckError  # noqa: E402
 
 
 def _as_outputs(result):

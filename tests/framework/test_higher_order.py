@@ -337,3 +337,49 @@ def test_double_backward_through_python_numbers_as_the_gpu_wraps_them():
     (th,) = torch.autograd.grad(tg.sum(), tx)
     np.testing.assert_allclose(g.detach().numpy(), tg.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(h.numpy(), th.numpy(), rtol=1e-12)
+
+
+def test_custom_function_written_in_tensor_ops_has_a_second_derivative_as_torch():
+    """A torch-style Function (static forward/backward on a ctx) whose backward uses tensor ops: create_graph=True
+    records that backward on the tape's own tensors (what ctx saved, the input and the output, mapped back), so the
+    gradient can be differentiated again, as torch's. The tutorials' LegendrePolynomial3 and an exp that saves its
+    output."""
+    import torch
+
+    def legendre(base):
+        class P3(base):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return 0.5 * (5 * x ** 3 - 3 * x)
+
+            @staticmethod
+            def backward(ctx, g):
+                (x,) = ctx.saved_tensors
+                return g * 1.5 * (5 * x ** 2 - 1)
+        return P3
+
+    def exp(base):
+        class Exp(base):
+            @staticmethod
+            def forward(ctx, x):
+                y = x.exp()
+                ctx.save_for_backward(y)
+                return y
+
+            @staticmethod
+            def backward(ctx, g):
+                (y,) = ctx.saved_tensors
+                return g * y
+        return Exp
+
+    values = np.array([-0.7, 0.2, 1.3])
+    for make in (legendre, exp):
+        results = []
+        for lib, base in ((minidl, minidl.autograd.Function), (torch, torch.autograd.Function)):
+            x = lib.tensor(values, requires_grad=True)
+            (g,) = lib.autograd.grad(make(base).apply(x).sum(), x, create_graph=True)
+            (gg,) = lib.autograd.grad((g * g).sum(), x)
+            results.append((g.detach().numpy(), gg.numpy()))
+        np.testing.assert_allclose(results[0][0], results[1][0], rtol=1e-12)
+        np.testing.assert_allclose(results[0][1], results[1][1], rtol=1e-12)
