@@ -81,6 +81,10 @@ TORCH_MODULES = {
     "torch.autograd.functional": "minidl.autograd.functional",
     "torch.nn.utils.parametrize": "minidl.nn.utils.parametrize",
     "torch.nn.utils.parametrizations": "minidl.nn.utils.parametrizations",
+    "torch.nn.utils.prune": "minidl.nn.utils.prune",
+    "torch.nn.utils.fusion": "minidl.nn.utils.fusion",
+    "torch.nn.utils.stateless": "minidl.func",
+    "torch.autograd.anomaly_mode": "minidl.autograd.anomaly_mode",
 }
 
 # PyTorch names outside minidl's scope, with the reason the message gives.

@@ -14,6 +14,7 @@ ones, so an optimizer created before the move still updates the model's weights.
 from __future__ import annotations
 
 from collections import OrderedDict, namedtuple
+from collections.abc import MutableMapping
 
 import numpy as np
 
@@ -79,6 +80,35 @@ class RemovableHandle:
 
     def __exit__(self, *exc):
         self.remove()
+
+
+class _HookView(MutableMapping):
+    """A module's hooks of one kind as torch's OrderedDict id -> hook (Module._forward_pre_hooks): reads the registry
+    register_*_hook fills; deleting an id unregisters that hook."""
+
+    def __init__(self, hooks: dict, kind: str):
+        self._hooks, self._kind = hooks, kind
+
+    def _entries(self):
+        return self._hooks.get(self._kind, {})
+
+    def __getitem__(self, key):
+        return self._entries()[key][0]
+
+    def __setitem__(self, key, hook):
+        self._hooks.setdefault(self._kind, OrderedDict())[key] = (hook, {"with_kwargs": False})
+
+    def __delitem__(self, key):
+        del self._entries()[key]
+
+    def __iter__(self):
+        return iter(list(self._entries()))
+
+    def __len__(self):
+        return len(self._entries())
+
+    def __repr__(self):
+        return f"OrderedDict({list(self.items())!r})"
 
 
 class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
@@ -160,6 +190,16 @@ class Module:
 
     def register_backward_hook(self, hook):
         return self.register_full_backward_hook(hook)
+
+    @property
+    def _forward_pre_hooks(self):
+        """torch's registry of forward pre-hooks, id -> hook (what nn.utils.prune looks through; deleting an entry
+        unregisters the hook)."""
+        return _HookView(self.__dict__.setdefault("_hooks", {}), "forward_pre")
+
+    @property
+    def _forward_hooks(self):
+        return _HookView(self.__dict__.setdefault("_hooks", {}), "forward")
 
     def _call_with_hooks(self, hooks, args, kwargs):
         for hook, options in list(hooks.get("forward_pre", {}).values()):

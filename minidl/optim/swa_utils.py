@@ -26,6 +26,7 @@ averaging functions receive that int as `num_averaged`.
 from __future__ import annotations
 
 import copy
+import math
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from .._device import Device
 from ..ops.creation import tensor
 from ..autograd.function import no_grad
 from ..nn.module import Module
+from .lr_scheduler import LRScheduler
 
 
 def _check_decay(decay):
@@ -217,3 +219,44 @@ def update_bn(loader, model, device=None) -> None:
         for module, momentum in momenta.items():
             module.momentum = momentum
         model.train(was_training)
+
+
+class SWALR(LRScheduler):
+    """The learning rate of the SWA phase (torch.optim.swa_utils.SWALR): each group's lr moves from where it is to
+    swa_lr over anneal_epochs steps, along a cosine ("cos") or a straight line ("linear"), then stays at swa_lr:
+
+        lr_t = swa_lr * alpha_t + lr_0 * (1 - alpha_t),   alpha_t = anneal(min(1, t / anneal_epochs))
+
+    computed step to step from the previous lr as torch does, so it follows whatever lr the optimizer had when the
+    scheduler was made. swa_lr: one value, or one per parameter group."""
+
+    def __init__(self, optimizer, swa_lr, anneal_epochs=10, anneal_strategy="cos", last_epoch=-1):
+        groups = optimizer.param_groups
+        swa_lrs = list(swa_lr) if isinstance(swa_lr, (list, tuple)) else [swa_lr] * len(groups)
+        if len(swa_lrs) != len(groups):
+            raise ValueError(f"swa_lr must have the same length as optimizer.param_groups: swa_lr has "
+                             f"{len(swa_lrs)}, optimizer.param_groups has {len(groups)}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must by one of 'cos' or 'linear', instead got {anneal_strategy}")
+        if isinstance(anneal_epochs, bool) or not isinstance(anneal_epochs, int) or anneal_epochs < 0:
+            raise ValueError(f"anneal_epochs must be equal or greater than 0, got {anneal_epochs}")
+        for lr, group in zip(swa_lrs, groups):
+            group["swa_lr"] = float(lr)
+        self.anneal_strategy, self.anneal_epochs = anneal_strategy, anneal_epochs
+        super().__init__(optimizer, last_epoch)
+
+    def anneal_func(self, t: float) -> float:
+        return t if self.anneal_strategy == "linear" else (1 - math.cos(math.pi * t)) / 2
+
+    @staticmethod
+    def _get_initial_lr(lr, swa_lr, alpha):
+        return swa_lr if alpha == 1 else (lr - alpha * swa_lr) / (1 - alpha)
+
+    def get_lr(self):
+        step = self._step_count - 1
+        if self.anneal_epochs == 0:
+            step = max(1, step)
+        prev_alpha = self.anneal_func(max(0.0, min(1.0, (step - 1) / max(1, self.anneal_epochs))))
+        prev_lrs = [self._get_initial_lr(g["lr"], g["swa_lr"], prev_alpha) for g in self.optimizer.param_groups]
+        alpha = self.anneal_func(max(0.0, min(1.0, step / max(1, self.anneal_epochs))))
+        return [g["swa_lr"] * alpha + lr * (1 - alpha) for g, lr in zip(self.optimizer.param_groups, prev_lrs)]

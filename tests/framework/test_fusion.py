@@ -135,3 +135,40 @@ def test_fuse_modules_keeps_keys_parameters_and_training_steps(rng):
     plain.eval(), fused.eval()
     x = minidl.tensor(rng.standard_normal((3, 1, 10, 10)).astype(np.float32))
     np.testing.assert_array_equal(plain(x).detach().numpy(), fused(x).detach().numpy())
+
+
+def test_fuse_conv_bn_eval_and_fuse_linear_bn_eval_fold_the_statistics_as_torch():
+    """torch.nn.utils.fusion: an eval-mode batch norm folded into the conv (or linear) before it: the fused layer's
+    weight and bias equal torch's, and its output equals bn(layer(x)); training-mode modules are refused."""
+    import torch.nn.utils.fusion  # noqa: F401
+
+    rng = np.random.default_rng(0)
+    w, b, x = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal(4), rng.standard_normal((2, 3, 6, 6))
+    stats = dict(running_mean=[.1, .2, -.3, .4], running_var=[1., 2., .5, .3], weight=[1., -1., 2., .5],
+                 bias=[0., .1, .2, .3])
+    results = []
+    for lib in (minidl, torch):
+        conv, bn = lib.nn.Conv2d(3, 4, 3), lib.nn.BatchNorm2d(4)
+        lin, bn1 = lib.nn.Linear(3, 4), lib.nn.BatchNorm1d(4)
+        with lib.no_grad():
+            for layer in (conv, lin):
+                layer.weight.copy_(lib.tensor(w if layer is conv else w[:, :, 0, 0], dtype=lib.float32))
+                layer.bias.copy_(lib.tensor(b, dtype=lib.float32))
+            for norm in (bn, bn1):
+                for name, value in stats.items():
+                    getattr(norm, name).copy_(lib.tensor(value))
+        with pytest.raises(AssertionError, match="Fusion only for eval!"):
+            lib.nn.utils.fusion.fuse_conv_bn_eval(conv, bn)
+        for m in (conv, bn, lin, bn1):
+            m.eval()
+        fused = lib.nn.utils.fusion.fuse_conv_bn_eval(conv, bn)
+        fused_lin = lib.nn.utils.fusion.fuse_linear_bn_eval(lin, bn1)
+        X, X2 = lib.tensor(x, dtype=lib.float32), lib.tensor(x[0, :, 0, :5].T.copy(), dtype=lib.float32)
+        results.append([t.detach().numpy() for t in (fused.weight, fused.bias, fused(X), bn(conv(X)),
+                                                      fused_lin.weight, fused_lin.bias, fused_lin(X2), bn1(lin(X2)))])
+        assert type(fused.weight).__name__ == "Parameter" and fused is not conv
+    ours, theirs = results
+    np.testing.assert_allclose(ours[2], ours[3], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ours[6], ours[7], rtol=1e-5, atol=1e-5)
+    for a, t in zip(ours, theirs):
+        np.testing.assert_allclose(a, t, rtol=1e-5, atol=1e-5)

@@ -158,3 +158,32 @@ def test_errors_name_the_problem():
     avg = swa_utils.AveragedModel(mine)
     with pytest.raises(ValueError, match="made from"):
         avg.update_parameters(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("strategy,anneal_epochs", [("cos", 5), ("linear", 3), ("cos", 0)])
+def test_swalr_follows_torch_from_the_current_lr_to_swa_lr(strategy, anneal_epochs):
+    import torch.optim.swa_utils
+
+    schedules = []
+    for lib, SWALR in ((minidl, minidl.optim.swa_utils.SWALR), (torch, torch.optim.swa_utils.SWALR)):
+        p, q = lib.nn.Parameter(lib.zeros(2)), lib.nn.Parameter(lib.zeros(2))
+        opt = lib.optim.SGD([{"params": [p]}, {"params": [q], "lr": 0.3}], lr=0.1)
+        sched = SWALR(opt, swa_lr=[0.05, 0.01], anneal_epochs=anneal_epochs, anneal_strategy=strategy)
+        lrs = []
+        for _ in range(8):
+            opt.step()
+            sched.step()
+            lrs.append([g["lr"] for g in opt.param_groups])
+        schedules.append(np.array(lrs))
+    np.testing.assert_allclose(schedules[0], schedules[1], rtol=1e-12)
+    assert schedules[0][-1].tolist() == [0.05, 0.01]
+
+
+def test_swalr_rejects_what_torch_rejects():
+    opt = minidl.optim.SGD([minidl.nn.Parameter(minidl.zeros(2))], lr=0.1)
+    with pytest.raises(ValueError, match="anneal_strategy must by one of 'cos' or 'linear'"):
+        minidl.optim.swa_utils.SWALR(opt, swa_lr=0.05, anneal_strategy="step")
+    with pytest.raises(ValueError, match="anneal_epochs must be equal or greater than 0"):
+        minidl.optim.swa_utils.SWALR(opt, swa_lr=0.05, anneal_epochs=-1)
+    with pytest.raises(ValueError, match="swa_lr must have the same length as optimizer.param_groups"):
+        minidl.optim.swa_utils.SWALR(opt, swa_lr=[0.05, 0.1])

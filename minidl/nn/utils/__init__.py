@@ -188,8 +188,11 @@ def _pnorm(xp, a, p):
     return xp.sum(xp.abs(a) ** p) ** (1.0 / p)
 from . import rnn  # noqa: E402,F401  (minidl.nn.utils.rnn: packed sequences)
 from . import fusion  # noqa: E402,F401  (minidl.nn.utils.fusion: fuse_modules)
-from .fusion import fuse_modules  # noqa: E402,F401
+from .fusion import (  # noqa: E402,F401
+    fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval, fuse_linear_bn_weights, fuse_modules,
+)
 from .weight_norm import (  # noqa: E402,F401  (torch.nn.utils.weight_norm / spectral_norm: the hook API)
     remove_spectral_norm, remove_weight_norm, spectral_norm, weight_norm,
 )
 from . import parametrize, parametrizations  # noqa: E402,F401  (the parametrization API)
+from . import prune  # noqa: E402,F401  (torch.nn.utils.prune: masks over parameters)

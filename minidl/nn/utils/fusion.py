@@ -27,7 +27,8 @@ from ..layers.normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
 from ..layers.container import Sequential
 from ..module import Module
 
-__all__ = ["fuse_modules", "BatchNormReLU1d", "BatchNormReLU2d", "BatchNormReLU3d", "ConvReLU2d"]
+__all__ = ["fuse_modules", "BatchNormReLU1d", "BatchNormReLU2d", "BatchNormReLU3d", "ConvReLU2d", "fuse_conv_bn_eval",
+           "fuse_conv_bn_weights", "fuse_linear_bn_eval", "fuse_linear_bn_weights"]
 
 
 class BatchNormReLU1d(BatchNorm1d):
@@ -81,3 +82,66 @@ def fuse_modules(model: Module) -> Module:
                 seq._modules[first] = _adopt(a, _FUSED[type(a)])
                 seq._modules[second] = Identity()
     return model
+
+
+# -- Folding an eval-mode batch norm into the layer before it (torch.nn.utils.fusion) -------------------------------
+# In eval mode batch norm is an affine map per channel, y = gamma (x - mean) / sqrt(var + eps) + beta, so after a
+# convolution or a linear layer it can be folded into that layer's weight and bias: W' = W * s (s = gamma /
+# sqrt(var + eps), per output channel), b' = (b - mean) * s + beta. One layer instead of two at inference.
+
+def fuse_conv_bn_weights(conv_w, conv_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b, transpose=False):
+    """(weight, bias) Parameters of the convolution that computes conv then batch norm (eval mode). transpose: a
+    transposed convolution's weight, (C_in, C_out, ...), scaled along its second dimension."""
+    from ... import ones_like, rsqrt, zeros_like
+    from ..module import Parameter
+
+    w_dtype = conv_w.dtype
+    b_dtype = conv_b.dtype if conv_b is not None else w_dtype
+    conv_b = zeros_like(bn_rm) if conv_b is None else conv_b
+    bn_w = ones_like(bn_rm) if bn_w is None else bn_w
+    bn_b = zeros_like(bn_rm) if bn_b is None else bn_b
+    scale = rsqrt(bn_rv + bn_eps)
+    shape = ([1, -1] if transpose else [-1, 1]) + [1] * (conv_w.ndim - 2)
+    fused_w = (conv_w * (bn_w * scale).reshape(shape)).to(dtype=w_dtype)
+    fused_b = ((conv_b - bn_rm) * scale * bn_w + bn_b).to(dtype=b_dtype)
+    return Parameter(fused_w, conv_w.requires_grad), Parameter(fused_b, conv_b.requires_grad)
+
+
+def fuse_conv_bn_eval(conv, bn, transpose=False):
+    """A copy of `conv` (eval mode) whose output is bn(conv(x)) for `bn` in eval mode."""
+    import copy
+
+    if conv.training or bn.training:
+        raise AssertionError("Fusion only for eval!")
+    if bn.running_mean is None or bn.running_var is None:
+        raise AssertionError("fuse_conv_bn_eval: the batch norm has no running statistics (track_running_stats)")
+    fused = copy.deepcopy(conv)
+    fused.weight, fused.bias = fuse_conv_bn_weights(fused.weight, fused.bias, bn.running_mean, bn.running_var,
+                                                    bn.eps, bn.weight, bn.bias, transpose)
+    return fused
+
+
+def fuse_linear_bn_weights(linear_w, linear_b, bn_rm, bn_rv, bn_eps, bn_w, bn_b):
+    """(weight, bias) Parameters of the linear layer that computes linear then batch norm (eval mode)."""
+    from ... import rsqrt, zeros_like
+    from ..module import Parameter
+
+    linear_b = zeros_like(bn_rm) if linear_b is None else linear_b
+    scale = bn_w * rsqrt(bn_rv + bn_eps)
+    fused_w = linear_w * scale.unsqueeze(-1)
+    fused_b = (linear_b - bn_rm) * scale + bn_b
+    return Parameter(fused_w, linear_w.requires_grad), Parameter(fused_b, linear_b.requires_grad)
+
+
+def fuse_linear_bn_eval(linear, bn):
+    """A copy of `linear` (eval mode) whose output is bn(linear(x)) for a BatchNorm1d `bn` in eval mode."""
+    import copy
+
+    if linear.training or bn.training:
+        raise AssertionError("Fusion only for eval!")
+    if linear.out_features != bn.num_features:
+        raise AssertionError("To fuse, linear.out_features must equal bn.num_features")
+    fused = copy.deepcopy(linear)
+    fused.weight, fused.bias = fuse_linear_bn_weights(fused.weight, fused.bias, bn.running_mean, bn.running_var,
+                                                      bn.eps, bn.weight, bn.bias)
+    return fused
