@@ -95,6 +95,18 @@ def normal_array(shape, mean, std, dtype, device="cpu"):
     return (rng.standard_normal(shape, dtype=np.float64) * std + mean).astype(dtype)
 
 
+def standard_gamma_array(concentration, dtype, device="cpu"):
+    """Gamma(concentration, 1) variates, one per element of the concentration array (on its device)."""
+    rng = _rng_for(device)
+    return rng.standard_gamma(concentration.astype(np.float64)).astype(dtype)
+
+
+def poisson_array(rate, dtype, device="cpu"):
+    """Poisson(rate) counts, one per element of the rate array (on its device), as `dtype`."""
+    rng = _rng_for(device)
+    return rng.poisson(rate.astype(np.float64)).astype(dtype)
+
+
 def integers_array(low, high, shape, dtype, device="cpu"):
     rng = _rng_for(device)
     if _device.Device(device).type == "cpu":

@@ -1,5 +1,5 @@
 """minidl.special: torch.special's names for functions minidl has (most live in ops/mathops.py), so that
-`torch.special.erf(x)` runs. Not here: the Bessel, zeta, polygamma and erfinv families."""
+`torch.special.erf(x)` runs. Not here: the Bessel and zeta families, erfcx, i0."""
 from __future__ import annotations
 
 from .autograd.tensor import Tensor
@@ -17,6 +17,39 @@ erf, erfc, expm1, exp2, log1p, logit, sinc, logsumexp = (_method(n) for n in
                                                          ("erf", "erfc", "expm1", "exp2", "log1p", "logit", "sinc",
                                                           "logsumexp"))
 gammaln = _method("gammaln", "lgamma")
+digamma = psi = _method("digamma")
+
+
+def polygamma(n, input):
+    return input.polygamma(n)
+
+
+def multigammaln(input, p):
+    return input.mvlgamma(p)
+
+
+def ndtr(input):
+    """The standard normal CDF, 0.5 erfc(-x / sqrt(2))."""
+    return 0.5 * (-input * 0.7071067811865476).erfc()
+
+
+def log_ndtr(input):
+    """log of the standard normal CDF (its log directly, not a log of a rounded-to-0 CDF, for x down to ~ -37)."""
+    return ndtr(input).log()
+
+
+def ndtri(input):
+    """The inverse of the standard normal CDF, sqrt(2) erfinv(2p - 1)."""
+    return (2 * input - 1).erfinv() * 1.4142135623730951
+
+
+def xlog1py(input, other):
+    """x * log1p(y), 0 where x is 0 (and y is not NaN), as torch.special.xlog1py."""
+    from .ops import where
+
+    other = other if isinstance(other, Tensor) else input.new_tensor(other)
+    zero = (input == 0) & ~other.isnan()
+    return where(zero, input.new_zeros(()), input * where(zero, other.new_zeros(()), other).log1p())
 expit = _method("expit", "sigmoid")
 xlogy = _method("xlogy")
 
@@ -37,4 +70,5 @@ def entr(input):
 
 
 __all__ = ["erf", "erfc", "expm1", "exp2", "log1p", "logit", "sinc", "logsumexp", "gammaln", "expit", "xlogy",
-           "softmax", "log_softmax", "entr", "Tensor"]
+           "softmax", "log_softmax", "entr", "digamma", "psi", "polygamma", "multigammaln", "ndtr", "log_ndtr", "ndtri",
+           "xlog1py", "Tensor"]

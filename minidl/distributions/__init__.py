@@ -10,6 +10,9 @@ log_prob, entropy and rsample are differentiable (a policy gradient, a VAE's rep
     MultivariateNormal(loc, covariance_matrix= | scale_tril= | precision_matrix=)
                                        sample, rsample, log_prob, entropy, mean, variance (through the Cholesky factor)
     Independent(base, n)               the base's last n batch dims as one event (log_prob and entropy summed)
+    Gamma, Chi2, Beta, Dirichlet       sample, log_prob, entropy, mean, variance (no rsample: continuous.py says why)
+    LogNormal, Gumbel, Cauchy, HalfNormal   sample, rsample, log_prob, entropy, mean, variance
+    Poisson(rate)                      sample, log_prob, mean, variance
 
 Samples are drawn from minidl's seeded generator (minidl.manual_seed) and never carry a gradient, except
 rsample's, which is loc + scale * eps (Normal) or low + (high - low) * u (Uniform).
@@ -25,7 +28,8 @@ from .. import _device
 from ..ops import creation
 
 __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Normal", "Uniform", "Exponential",
-           "Laplace", "MultivariateNormal", "Independent", "kl_divergence"]
+           "Laplace", "MultivariateNormal", "Independent", "kl_divergence", "Gamma", "Chi2", "Beta", "Dirichlet",
+           "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson"]
 
 
 def _as_tensor(value, like=None):
@@ -446,3 +450,8 @@ def kl_divergence(p, q):
     if isinstance(p, Categorical) and isinstance(q, Categorical):
         return (p.probs * (p.logits - q.logits)).sum(-1)
     raise NotImplementedError(f"kl_divergence: no formula for {type(p).__name__} and {type(q).__name__} in minidl")
+
+
+from .continuous import (  # noqa: E402,F401  (the gamma family, four transformed draws, Poisson)
+    Beta, Cauchy, Chi2, Dirichlet, Gamma, Gumbel, HalfNormal, LogNormal, Poisson,
+)

@@ -134,12 +134,46 @@ def _digamma(a):
 
 
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+_B2K = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510)   # Bernoulli numbers B_2k
+
+
+def _polygamma_cpu(n: int, a):
+    """psi^(n)(x), n >= 1, in float64: the recurrence psi^(n)(x) = psi^(n)(x + 1) - (-1)^n n! / x^(n+1) up to
+    x >= 20 + n, then the asymptotic series (-1)^(n+1) [(n-1)!/x^n + n!/(2 x^(n+1)) + sum_k B_2k (2k+n-1)! /
+    ((2k)! x^(2k+n))]; +inf (n odd) or NaN (n even) at the poles 0, -1, -2, ..."""
+    x = np.asarray(a, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        poles = (x <= 0) & (x == np.floor(x))
+        y, acc = np.where(poles | np.isnan(x), 1.0, x), np.zeros_like(x)
+        step = (-1.0) ** n * math.factorial(n)
+        while True:
+            small = y < 20.0 + n
+            if not small.any():
+                break
+            acc -= np.where(small, step / y ** (n + 1), 0.0)
+            y = np.where(small, y + 1, y)
+        series = math.factorial(n - 1) / y ** n + math.factorial(n) / (2 * y ** (n + 1))
+        for k, b in enumerate(_B2K, start=1):
+            series += b * math.factorial(2 * k + n - 1) / (math.factorial(2 * k) * y ** (2 * k + n))
+        out = (-1.0) ** (n + 1) * series + acc
+        out = np.where(poles, np.inf if n % 2 else np.nan, np.where(np.isnan(x), np.nan, out))
+    return out.astype(a.dtype, copy=False)
+
+
+def _polygamma(xp, n: int, a):
+    """psi^(n)(a): digamma for n = 0; on the GPU CuPy's cupyx.scipy.special."""
+    if xp is np:
+        return _digamma(a) if n == 0 else _polygamma_cpu(n, a)
+    from cupyx.scipy import special
+
+    return special.digamma(a) if n == 0 else special.polygamma(n, a)
 
 # name: (forward(xp, a), derivative(xp, a, out, g))
 UNARY = {
     "erf": (_special("erf"), lambda xp, a, o, g: g * _TWO_OVER_SQRT_PI * xp.exp(-a * a)),
     "erfc": (_special("erfc"), lambda xp, a, o, g: -g * _TWO_OVER_SQRT_PI * xp.exp(-a * a)),
     "lgamma": (_special("lgamma"), lambda xp, a, o, g: g * _special("digamma")(xp, a)),
+    "digamma": (_special("digamma"), lambda xp, a, o, g: g * _polygamma(xp, 1, a)),
     "erfinv": (_special("erfinv"), lambda xp, a, o, g: g * (math.sqrt(math.pi) / 2) * xp.exp(o * o)),
     "tan": (lambda xp, a: xp.tan(a), lambda xp, a, o, g: g * (1 + o * o)),
     "sinh": (lambda xp, a: xp.sinh(a), lambda xp, a, o, g: g * xp.cosh(a)),
@@ -289,6 +323,7 @@ erf = unary("erf")
 erfc = unary("erfc")
 erfinv = unary("erfinv")
 lgamma = unary("lgamma")
+digamma = unary("digamma")
 tan = unary("tan")
 sinh = unary("sinh")
 cosh = unary("cosh")
@@ -447,3 +482,48 @@ def renorm(input, p, dim, maxnorm):
     others = tuple(d for d in range(input.ndim) if d != dim % input.ndim)
     norms = input.abs().pow(p).sum(others, keepdim=True).pow(1.0 / p)
     return input * where(norms > maxnorm, maxnorm / (norms + 1e-7), norms.new_ones(()))
+
+
+class Polygamma(Function):
+    """psi^(n)(x), the n-th derivative of digamma (n = 0: digamma itself); its gradient is psi^(n+1)(x)."""
+
+    def forward(self, a, n=0):
+        xp = get_array_module(a)
+        self.n = n
+        self.a = a.astype(float32) if a.dtype in _dtypes.HALF_DTYPES else a
+        with quiet_float_errors(xp):
+            return _polygamma(xp, n, self.a).astype(a.dtype, copy=False)
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        with quiet_float_errors(xp):
+            return (g.astype(self.a.dtype, copy=False) * _polygamma(xp, self.n + 1, self.a)).astype(g.dtype, copy=False)
+
+
+def polygamma(n, input):
+    """torch.polygamma(n, input): the n-th derivative of digamma, elementwise (n an int >= 0)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"polygamma: n must be a non-negative integer, got {n!r}")
+    if not isinstance(input, Tensor):
+        raise TypeError(f"polygamma: input must be a Tensor, got {type(input).__name__}")
+    return Polygamma.apply(_as_float(input), n=int(n))
+
+
+def tensor_polygamma(self, n):
+    """Tensor.polygamma(n) (the tensor first, as torch's method)."""
+    return polygamma(n, self)
+
+
+def mvlgamma(input, p):
+    """The multivariate log-gamma function of dimension p (torch.mvlgamma, special.multigammaln):
+    sum_{i<p} lgamma(x - i/2) + p (p - 1) / 4 log(pi); every element must be > (p - 1) / 2."""
+    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+        raise ValueError(f"mvlgamma: p has to be greater than or equal to 1, got {p!r}")
+    x = _as_float(input)
+    if bool((x <= (p - 1) / 2).any()):
+        raise ValueError(f"mvlgamma: All elements must be greater than (p-1)/2 = {(p - 1) / 2}")
+    total = None
+    for i in range(p):
+        term = (x - i / 2).lgamma()
+        total = term if total is None else total + term
+    return total + p * (p - 1) / 4 * math.log(math.pi)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import minidl
+from tests.conftest import DEVICES
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((3, 3))
@@ -69,3 +70,86 @@ def test_samples_have_the_moments():
     assert abs(np.median(lap) - 1.0) < 0.02 and abs(lap.var() - 0.5) < 0.03
     with pytest.raises(ValueError, match="exactly one of covariance_matrix"):
         minidl.distributions.MultivariateNormal(minidl.zeros(3))
+
+
+GAMMA_FAMILY_CASES = [
+    ("Gamma", ([2.0, 0.7], [1.5, 3.0]), [0.3, 2.0]),
+    ("Chi2", ([3.0, 5.0],), [1.0, 4.0]),
+    ("Beta", ([2.0, 0.5], [3.0, 0.7]), [0.3, 0.9]),
+    ("Dirichlet", ([[1.0, 2.0, 3.0], [0.5, 0.5, 4.0]],), [[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]]),
+    ("LogNormal", ([0.1, -0.5], [0.7, 1.2]), [0.5, 2.0]),
+    ("Gumbel", ([0.1, -0.5], [0.7, 1.2]), [0.5, 2.0]),
+    ("Cauchy", ([0.1, -0.5], [0.7, 1.2]), [0.5, 2.0]),
+    ("HalfNormal", ([0.7, 1.2],), [0.5, 2.0]),
+    ("Poisson", ([2.5, 0.7],), [1.0, 3.0]),
+]
+
+
+@pytest.mark.parametrize("name,params,value", GAMMA_FAMILY_CASES, ids=[c[0] for c in GAMMA_FAMILY_CASES])
+def test_more_distributions_match_torch_with_gradients(name, params, value):
+    """log_prob, entropy, mean and variance as torch's, and the gradients of log_prob + entropy in the parameters
+    (through lgamma -> digamma -> polygamma for the gamma family)."""
+    results = []
+    for lib in (minidl, torch):
+        ps = [lib.tensor(np.array(p, dtype=np.float64), requires_grad=True) for p in params]
+        d = getattr(lib.distributions, name)(*ps)
+        out = [d.log_prob(lib.tensor(np.array(value)))] + ([] if name == "Poisson" else [d.entropy()])
+        sum(o.sum() for o in out).backward()
+        out += [d.mean, d.variance]
+        results.append([o.detach().numpy() for o in out] + [p.grad.numpy() for p in ps])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_more_distributions_sample_on_the_device_with_the_right_mean(device):
+    minidl.manual_seed(0)
+    D = minidl.distributions
+
+    def t(v):
+        return minidl.tensor(v, device=device)
+
+    cases = [D.Gamma(t([2.0, 5.0]), t([4.0, 1.0])), D.Beta(t([2.0]), t([6.0])), D.Dirichlet(t([1.0, 3.0])),
+             D.Poisson(t([3.0])), D.Gumbel(t([1.0]), t([2.0])), D.LogNormal(t([0.0]), t([0.5])), D.HalfNormal(t([2.0])),
+             D.Chi2(t([4.0]))]
+    for d in cases:
+        s = d.sample((20000,))
+        assert tuple(s.shape) == (20000,) + d.batch_shape + d.event_shape and s.device == d.mean.device
+        np.testing.assert_allclose(s.mean(0).cpu().numpy(), d.mean.cpu().numpy(), rtol=0.05)
+    with pytest.raises(NotImplementedError, match="Beta.rsample: a reparameterised gamma draw"):
+        D.Beta(t([2.0]), t([3.0])).rsample()
+    x = minidl.tensor([0.3], device=device, requires_grad=True)
+    D.Gumbel(x, t([1.0])).rsample((4,)).sum().backward()   # loc + noise: d/dloc = 4
+    assert float(x.grad.cpu().numpy()[0]) == 4.0
+
+
+def test_polygamma_digamma_mvlgamma_and_special_names_match_torch():
+    import torch.special as ts
+
+    import minidl.special as ms
+
+    x = np.array([0.3, 1.0, 2.5, 7.0, 30.0, -0.5, -2.7, 1e-3])
+    for n in range(4):
+        ours, theirs = minidl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+        a = ours.digamma() if n == 0 else minidl.polygamma(n, ours)
+        b = theirs.digamma() if n == 0 else torch.polygamma(n, theirs)
+        a.sum().backward()
+        b.sum().backward()
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-9)
+        np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-9)
+    assert minidl.tensor([2.0]).polygamma(1).item() == pytest.approx(torch.tensor([2.0]).polygamma(1).item())
+    y = np.array([1.5, 3.0])
+    np.testing.assert_allclose(minidl.mvlgamma(minidl.tensor(y), 2).numpy(), torch.mvlgamma(torch.tensor(y), 2).numpy())
+    z = np.array([-3.0, -0.5, 0.0, 1.2])
+    for name in ("ndtr", "log_ndtr", "digamma", "psi"):
+        np.testing.assert_allclose(getattr(ms, name)(minidl.tensor(z + 4)).numpy(),
+                                   getattr(ts, name)(torch.tensor(z + 4)).numpy(), rtol=1e-7)
+    p = np.array([0.1, 0.5, 0.9])
+    np.testing.assert_allclose(ms.ndtri(minidl.tensor(p)).numpy(), ts.ndtri(torch.tensor(p)).numpy(), rtol=1e-7)
+    u, v = np.array([0.0, 2.0, 0.0]), np.array([-1.0, 0.5, 3.0])
+    np.testing.assert_allclose(ms.xlog1py(minidl.tensor(u), minidl.tensor(v)).numpy(),
+                               ts.xlog1py(torch.tensor(u), torch.tensor(v)).numpy())
+    with pytest.raises(ValueError, match="polygamma: n must be a non-negative integer"):
+        minidl.polygamma(-1, minidl.tensor([1.0]))
+    with pytest.raises(ValueError, match=r"All elements must be greater than \(p-1\)/2"):
+        minidl.mvlgamma(minidl.tensor([0.2]), 2)
