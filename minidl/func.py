@@ -3,6 +3,8 @@
     functional_call(model, params, args)   the model run with other tensors in place of its parameters/buffers
     grad(f)(x), grad_and_value(f)(x)        df/dx of a scalar f (recorded: create_graph, so transforms compose)
     vjp(f, *primals)                        (f(primals), the function cotangents -> vector-Jacobian products)
+    jvp(f, primals, tangents)               (f(primals), the Jacobian-vector product J tangents)
+    stack_module_state(models)              the models' parameters and buffers stacked (for vmap over an ensemble)
     jacrev(f)(x), jacfwd(f)(x), hessian(f)(x)
     vmap(f, in_dims, out_dims)(*args)       f over a batch dimension
 
@@ -19,7 +21,8 @@ from .autograd.function import enable_grad
 from .autograd.function import grad as _grad
 from .autograd.tensor import Tensor
 
-__all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jacrev", "jacfwd", "hessian", "vmap"]
+__all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "vmap",
+           "stack_module_state"]
 
 
 @contextlib.contextmanager
@@ -154,6 +157,49 @@ def vjp(func, *primals, has_aux=False):
                      materialize_grads=True)
 
     return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)
+
+
+def jvp(func, primals, tangents, *, strict=False, has_aux=False):
+    """(func(*primals), J tangents): the Jacobian-vector product (torch.func.jvp). minidl has reverse mode only, so
+    J is built row by row (autograd.functional.jvp): right, and as costly as a Jacobian."""
+    if has_aux:
+        raise NotImplementedError("jvp: has_aux=True is not in minidl")
+    if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
+        raise RuntimeError("jvp: Expected primals and tangents to be tuples of tensors, e.g. jvp(f, (x,), (t,))")
+    if len(primals) != len(tangents):
+        raise RuntimeError(f"jvp: Expected primals and tangents to have the same length, got {len(primals)} and "
+                           f"{len(tangents)}")
+    return _functional.jvp(func, primals, tangents)
+
+
+def stack_module_state(models):
+    """(params, buffers): dicts name -> the models' tensors stacked along a new first dimension, for
+    vmap(functional_call) over an ensemble of models of one class (torch.func.stack_module_state). Stacked parameters
+    are new leaves that require grad; the models' own tensors are not touched."""
+    from .ops.joining import stack
+
+    models = list(models)
+    if not models:
+        raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
+    if len({m.training for m in models}) != 1:
+        raise RuntimeError("stack_module_state: Expected all models to have the same training/eval mode.")
+    if len({type(m) for m in models}) != 1:
+        raise RuntimeError("stack_module_state: Expected all models to be of the same class.")
+
+    def stacked(named):
+        tables = [dict(n) for n in named]
+        out = {}
+        for name in tables[0]:
+            tensors = [t[name] for t in tables]
+            grads = {t.requires_grad for t in tensors}
+            if len(grads) != 1:
+                raise RuntimeError(f"stack_module_state: Expected {name} from each model to have the same "
+                                   ".requires_grad")
+            value = stack([t.detach() for t in tensors])
+            out[name] = value.requires_grad_() if grads.pop() else value
+        return out
+
+    return (stacked([m.named_parameters() for m in models]), stacked([m.named_buffers() for m in models]))
 
 
 def jacrev(func, argnums=0, *, has_aux=False):

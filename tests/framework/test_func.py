@@ -84,3 +84,50 @@ def test_vmap_and_per_sample_gradients_match_torch():
         np.testing.assert_allclose(results[0][k], results[1][k], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="vmap: the batched arguments must share one batch size"):
         minidl.vmap(lambda a, b: a + b)(minidl.ones(2), minidl.ones(3))
+
+
+def test_stack_module_state_and_vmap_over_an_ensemble_as_torch():
+    """torch's model-ensembling recipe: stack_module_state, then vmap(functional_call) over the stacked parameters;
+    the predictions and the gradients of the stacked parameters equal torch's."""
+    import copy
+
+    torch.manual_seed(0)
+    theirs = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3)) for _ in range(5)]
+    ours = [minidl.nn.Sequential(minidl.nn.Linear(4, 8), minidl.nn.ReLU(), minidl.nn.Linear(8, 3)) for _ in range(5)]
+    for t, m in zip(theirs, ours):
+        m.load_state_dict({k: minidl.tensor(v.detach().numpy()) for k, v in t.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+    results = []
+    for lib, models in ((torch, theirs), (minidl, ours)):
+        params, buffers = lib.func.stack_module_state(models)
+        assert list(params) == ["0.weight", "0.bias", "2.weight", "2.bias"] and buffers == {}
+        assert tuple(params["0.weight"].shape) == (5, 8, 4) and params["0.weight"].requires_grad
+        base = copy.deepcopy(models[0])
+
+        def fmodel(p, b, x, base=base, lib=lib):
+            return lib.func.functional_call(base, (p, b), (x,))
+
+        out = lib.func.vmap(fmodel, in_dims=(0, 0, None))(params, buffers, lib.tensor(x))
+        out.pow(2).sum().backward()
+        results.append((out.detach().numpy(), params["0.weight"].grad.numpy(), params["2.bias"].grad.numpy()))
+        assert models[0][0].weight.grad is None   # the models' own parameters are untouched
+    for a, b in zip(*results):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="Expected all models to be of the same class"):
+        minidl.func.stack_module_state([ours[0], minidl.nn.Linear(4, 8)])
+    with pytest.raises(RuntimeError, match="Expected at least one model, got 0"):
+        minidl.func.stack_module_state([])
+
+
+def test_func_jvp_is_the_jacobian_times_the_tangent_as_torch():
+    def f(lib):
+        return lambda a, b: ((a * b).sin(), a.exp().sum())
+
+    a, b = np.array([0.3, 1.2]), np.array([2.0, -1.0])
+    ta, tb = np.array([1.0, 0.0]), np.array([0.5, 0.5])
+    out, jv = minidl.func.jvp(f(minidl), (minidl.tensor(a), minidl.tensor(b)), (minidl.tensor(ta), minidl.tensor(tb)))
+    tout, tjv = torch.func.jvp(f(torch), (torch.tensor(a), torch.tensor(b)), (torch.tensor(ta), torch.tensor(tb)))
+    for ours, theirs in zip(out + jv, tout + tjv):
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="Expected primals and tangents to be tuples"):
+        minidl.func.jvp(f(minidl), minidl.tensor(a), minidl.tensor(ta))

@@ -487,3 +487,15 @@ def test_gat_example_on_the_same_graph(tmp_path):
     assert len(losses) == 3 and losses[-1] < 0.85 * losses[0], out
     accuracy = float(out.split("Test set results: loss ")[1].split("accuracy ")[1].split()[0])
     assert accuracy >= 0.75, out
+
+
+def test_pruning_tutorial_prints_what_torch_prints(tmp_path):
+    """The pruning tutorial's steps (random / L1 / Ln-structured / iterative / global / custom pruning, remove, a few
+    training steps of a pruned LeNet) on fixed weights: the same output, line for line, as the program on PyTorch."""
+    out = ok(run(PROGRAMS / "pruning_tutorial.py", cwd=tmp_path))
+    env = dict(os.environ, PYTHONPATH="")
+    ref = subprocess.run([sys.executable, str(PROGRAMS / "pruning_tutorial.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    assert out.splitlines() == ref.stdout.splitlines()
+    assert "Global sparsity: 20.00%" in out and "fc1.weight_orig zeros where masked: True" in out
