@@ -13,10 +13,14 @@
 //
 // Backward, dx (layer_norm_backward_data): one warp per row; the two row means <g> and <g xhat> (g = dy
 // weight) in one pass, then dx = rstd (g - <g> - xhat <g xhat>) in a second.
-// Backward, dweight and dbias (layer_norm_backward_params + layer_norm_params_finish): column sums over
-// the rows of dy xhat and dy. Blocks of 32 x 8 threads own 32 columns of one chunk of rows (32 threads
-// read 32 consecutive columns of a row: coalesced), reduce their 8 partial sums in shared memory and write
-// one partial row per chunk; the second kernel adds the chunks up. Deterministic: no atomics.
+// Backward, dweight and dbias (layer_norm_backward_params): column sums over the rows of dy xhat and dy.
+// Blocks of 32 x 8 threads own 32 columns of one chunk of rows (32 threads read 32 consecutive columns of a
+// row: coalesced), reduce their 8 partial sums in shared memory and write one partial row per chunk; the last
+// block of each column tile to finish adds the chunks up, in chunk order (one launch; `arrivals`: the blocks of a
+// column tile count themselves there after a fence, the threadFenceReduction pattern, as the convolution's bias
+// gradient does, and the last one sets the count back to zero). Without `arrivals` (a CUDA graph capture before
+// the counters exist) layer_norm_params_finish adds them in a second launch: the same order, the same bits.
+// Deterministic: the atomics only count; the sums are ordered.
 #include "tc_common.cuh"
 
 namespace minidl_layer_norm {
@@ -130,12 +134,32 @@ __global__ void layer_norm_backward_data(const typename minidl_tc::Storage<KIND>
 
 // Partial column sums of dy * xhat (-> part_w) and dy (-> part_b, when not null) over rows
 // [chunk * rows_per_chunk, +rows_per_chunk): block (32, 8), grid (ceil(n / 32), chunks).
+// Column `col` of dweight (and dbias) from the chunks' partial sums, added in chunk order (read through L2: other
+// blocks of this launch wrote them).
+template <int KIND>
+__device__ __forceinline__ void params_finish_column(const float* part_w, const float* part_b,
+                                                     typename minidl_tc::Storage<KIND>::T* dweight,
+                                                     typename minidl_tc::Storage<KIND>::T* dbias, int chunks, int n,
+                                                     int col)
+{
+    float w = 0.f, b = 0.f;
+    for (int c = 0; c < chunks; ++c) {
+        w += __ldcg(part_w + (long long)c * n + col);
+        if (part_b != nullptr) b += __ldcg(part_b + (long long)c * n + col);
+    }
+    minidl_tc::store_c<KIND>(dweight + col, w);
+    if (dbias != nullptr) minidl_tc::store_c<KIND>(dbias + col, b);
+}
+
 template <int KIND>
 __global__ void layer_norm_backward_params(const typename minidl_tc::Storage<KIND>::T* x,
                                            const typename minidl_tc::Storage<KIND>::T* dy, const float* mean,
                                            const float* rstd, float* part_w, float* part_b, long long rows, int n,
-                                           long long rows_per_chunk)
+                                           long long rows_per_chunk, unsigned int* arrivals,
+                                           typename minidl_tc::Storage<KIND>::T* dweight,
+                                           typename minidl_tc::Storage<KIND>::T* dbias)
 {
+    __shared__ bool last;
     using namespace minidl_tc;
     __shared__ float sw[8][33], sb[8][33];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -164,6 +188,15 @@ __global__ void layer_norm_backward_params(const typename minidl_tc::Storage<KIN
         part_w[(long long)blockIdx.y * n + col] = w;
         if (part_b != nullptr) part_b[(long long)blockIdx.y * n + col] = b;
     }
+    if (arrivals == nullptr) return;          // layer_norm_params_finish follows
+    __threadfence();
+    __syncthreads();
+    if (tx == 0 && ty == 0) last = atomicAdd(arrivals + blockIdx.x, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (ty == 0 && col < n) params_finish_column<KIND>(part_w, part_b, dweight, dbias, gridDim.y, n, col);
+    if (tx == 0 && ty == 0) arrivals[blockIdx.x] = 0u;
 }
 
 template <int KIND>
@@ -172,14 +205,7 @@ __global__ void layer_norm_params_finish(const float* part_w, const float* part_
                                          typename minidl_tc::Storage<KIND>::T* dbias, int chunks, int n)
 {
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= n) return;
-    float w = 0.f, b = 0.f;
-    for (int c = 0; c < chunks; ++c) {
-        w += part_w[(long long)c * n + col];
-        if (part_b != nullptr) b += part_b[(long long)c * n + col];
-    }
-    minidl_tc::store_c<KIND>(dweight + col, w);
-    if (dbias != nullptr) minidl_tc::store_c<KIND>(dbias + col, b);
+    if (col < n) params_finish_column<KIND>(part_w, part_b, dweight, dbias, chunks, n, col);
 }
 
 #if defined(MINIDL_INSTANTIATE_ALL) && !defined(__CUDACC_RTC__)

@@ -2,8 +2,8 @@
 float16 and bfloat16 (fp32 statistics). Arguments were validated by minidl/primitives/layer_norm.py.
 
 Forward and dx run one warp per row (WARPS_PER_BLOCK rows per block, a grid-stride loop over the
-rows); dweight/dbias are column sums over the rows, split into `chunks` of rows whose partial sums a
-second launch adds up (deterministic, no atomics).
+rows); dweight/dbias are column sums over the rows, split into `chunks` of rows whose partial sums the last block
+of each column tile adds up in order (one launch; deterministic: the atomics only count the blocks).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_template_kernel
-from ._launch import STORAGE_KINDS as KINDS, grid_stride_blocks, null_pointer, sm_count
+from ._launch import STORAGE_KINDS as KINDS, arrival_counters, grid_stride_blocks, null_pointer, sm_count
 
 WARPS_PER_BLOCK = 4
 PARAM_ROWS = (32, 8)   # block of layer_norm_backward_params: 32 columns x 8 row lanes
@@ -77,11 +77,15 @@ def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=Fal
     chunks = max(1, min((rows + 31) // 32, (4 * sm_count() + col_blocks - 1) // col_blocks))
     rows_per_chunk = (rows + chunks - 1) // chunks
     chunks = (rows + rows_per_chunk - 1) // rows_per_chunk
-    part_w = cupy.empty((chunks, n), dtype=cupy.float32)
-    part_b = cupy.empty((chunks, n), dtype=cupy.float32) if dbias is not None else None
+    # the partial sums of dweight and dbias in one allocation: rows [0, chunks) and [chunks, 2 chunks)
+    part = cupy.empty((2 * chunks if dbias is not None else chunks, n), dtype=cupy.float32)
+    part_w, part_b = part[:chunks], (part[chunks:] if dbias is not None else None)
+    arrivals = arrival_counters(col_blocks)   # the last block of each column tile writes dweight, dbias: one launch
     _kernel("layer_norm_backward_params", x.dtype)(
         (col_blocks, chunks), PARAM_ROWS,
-        (x, dy, mean_arg, rstd, part_w, _ptr(part_b), np.int64(rows), np.int32(n), np.int64(rows_per_chunk)))
-    _kernel("layer_norm_params_finish", x.dtype)(
-        ((n + 255) // 256,), (256,), (part_w, _ptr(part_b), dweight, _ptr(dbias), np.int32(chunks), np.int32(n)))
+        (x, dy, mean_arg, rstd, part_w, _ptr(part_b), np.int64(rows), np.int32(n), np.int64(rows_per_chunk),
+         null_pointer() if arrivals is None else arrivals, dweight, _ptr(dbias)))
+    if arrivals is None:
+        _kernel("layer_norm_params_finish", x.dtype)(
+            ((n + 255) // 256,), (256,), (part_w, _ptr(part_b), dweight, _ptr(dbias), np.int32(chunks), np.int32(n)))
     return dx, dweight, dbias
