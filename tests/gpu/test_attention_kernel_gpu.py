@@ -210,6 +210,44 @@ def test_layer_norm_kernel(dtype, kind, shape, ndim):
             assert a.dtype == cx.dtype and rel_err(a.get().astype(np.float64), a64) <= tol * 2
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_layer_norm_parameter_gradients_in_one_launch_and_without_counters_the_same_bits(dtype):
+    """dweight and dbias: the last block of each column tile adds the chunks up (one launch with the data gradient's:
+    two in all); with no arrival counters (what a CUDA graph capture before their first use gets) the second kernel
+    adds them in the same order: the same bits. Many rows, so that there are several chunks."""
+    import cupy
+
+    from minidl import profiler
+    from minidl.primitives.cuda import _launch
+
+    shape = (3000, 96)
+    (x, dy, w, b), (cx, cdy, cw, cb) = _arrays([shape, shape, shape[1:], shape[1:]], dtype, 5)
+    _, mean, rstd = P.layer_norm_forward(cx, cw, cb)
+    with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
+        one = P.layer_norm_backward(cx, cdy, cw, mean, rstd)
+        cupy.cuda.Device().synchronize()
+    launches = {r["name"]: r["launches"] for r in prof.key_averages()}
+    assert launches["layer_norm_backward"] == 2
+    saved = dict(_launch._ARRIVALS)
+    _launch._ARRIVALS.clear()
+    try:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:   # no counters yet: while capturing, arrival_counters gives None
+            stream.begin_capture()
+            two = P.layer_norm_backward(cx, cdy, cw, mean, rstd)
+            graph = stream.end_capture()
+            graph.launch(stream)
+            stream.synchronize()
+    finally:
+        _launch._ARRIVALS.clear()
+        _launch._ARRIVALS.update(saved)
+    for a, c in zip(one[1:], two[1:]):
+        assert (a.get().view(np.uint8) == c.get().view(np.uint8)).all()
+    _, _, db64 = P.layer_norm_backward(x, dy, w, mean.get().astype(np.float64), rstd.get().astype(np.float64))
+    assert rel_err(one[2].get().astype(np.float64), db64) <= (1e-5 if dtype == "float32" else TOL[dtype])
+    assert int(_launch.arrival_counters(1).max()) == 0   # every launch set its counts back
+
+
 def _gpt_block_step(dtype_autocast, d_model=128, heads=4):
     """A pre-norm Transformer block (d_model 128, 4 heads of 32: a head dim the kernel takes) with a causal
     mask and dropout, a linear head and Adam."""
