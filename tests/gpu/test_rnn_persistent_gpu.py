@@ -309,13 +309,15 @@ def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per
             assert rel_err(g, w) <= 2 * max(rel_err(b, w), {"tf32": 2e-3, "bf16": 1e-2}[math])
 
 
-def test_wavefront_is_deterministic_and_capturable():
-    """Run to run the same bits; inside a CUDA graph, a replay on new data equals an eager run on it."""
+def test_wavefront_is_deterministic_and_capturable(monkeypatch):
+    """Run to run the same bits; inside a CUDA graph, a replay on new data equals an eager run on it. (WAVEFRONT =
+    True: "auto" runs the LSTM's forward one layer at a time, and this checks the wavefront both ways.)"""
     from minidl.primitives.cuda import rnn_persistent
 
+    monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)
     rng = np.random.default_rng(31)
     desc = _desc("lstm", 32, 64, 2, False, True, "persistent")
-    assert rnn_persistent.wave_plan("lstm", 8, 64, "bf16")[0] is not None
+    assert all(rnn_persistent.wave_plan("lstm", 8, 64, "bf16", backward=b)[0] is not None for b in (False, True))
     x, h0, c0, weights, dy, dhy, dcy = (_to_gpu(a) for a in _case(desc, 12, 8, rng))
 
     def run():

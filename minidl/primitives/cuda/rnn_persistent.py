@@ -191,11 +191,14 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         return None, "rnn_persistent.WAVEFRONT is off"
     if mode == "gru" and not backward:
         return None, "the GRU's n gate adds r * (its recurrent part) to its input part: one product cannot hold both"
-    if WAVEFRONT == "auto" and mode == "lstm" and not backward:
-        # since the split barrier (session 11) one launch per layer, on all the SMs, is the faster LSTM forward;
-        # measured (2x512, T35, H200, benchmarks/bench_rnn_wavefront.py at d7b9563), ms, per layer / wavefront: fp32
-        # B32 0.985 / 1.016, B64 1.281 / 1.352; TF32 0.948 / 1.010, 1.120 / 1.137; bf16 0.779 / 0.871, 0.852 / 0.963
-        return None, "the LSTM's forward measured faster one launch per layer"
+    if WAVEFRONT == "auto" and mode == "lstm" and not backward and math != "bf16":
+        # since the split barrier (session 11) one launch per layer, on all the SMs, is the faster LSTM forward in fp32
+        # and TF32; measured (2x512, T35, H200), ms, per layer / wavefront, eager forward (bench_rnn_wavefront.py at
+        # d7b9563): fp32 B32 0.985 / 1.016, B64 1.281 / 1.352; TF32 0.948 / 1.010, 1.120 / 1.137. Replayed from a
+        # graph with the backward (bench_gpu_rnn.py) the two tie in fp32 and TF32 (within 1%), while in bf16, whose
+        # product is cheap and whose steps are the barrier's, the wavefront's overlap of the two layers wins: fwd+bwd
+        # 1.164 against 1.251 ms at T35 B32 (eager forward alone said the opposite, 0.871 / 0.779): bf16 keeps it
+        return None, "the LSTM's forward (fp32, TF32) measured faster one launch per layer"
     if WAVEFRONT == "auto" and mode == "gru" and math == "bf16":
         # each layer gets half the SMs and the lower layer's product doubles; measured (2x512, T35, H200): the GRU's
         # bf16 backward 0.804 -> 0.780 ms at B32, 1.042 -> 1.073 at B64, where every other case gained 5-65%
