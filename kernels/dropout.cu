@@ -156,6 +156,70 @@ extern "C" __global__ void philox_advance(unsigned long long* generator, unsigne
     generator[1] = offset + ((count + 3ull) & ~3ull);
 }
 
+// Random numbers from the same stream (minidl's GPU generator: rand, randn, normal_, uniform_, bernoulli_ and the
+// initialisers draw here, from the device's (seed, offset) state, so that get_rng_state / set_rng_state restore a GPU
+// stream exactly and a CUDA graph replays fresh numbers). Element i is global index g = offset + i, as for dropout:
+//   philox_uniform: u = (word(g) >> 8) * 2^-24, in [0, 1) (24 random bits; exact in float and double)
+//   philox_normal:  Box-Muller on the pair of words (g & ~1, g | 1) (one Philox block holds both):
+//                   u1 = ((word >> 8) + 1) * 2^-24 in (0, 1], u2 = (word >> 8) * 2^-24,
+//                   z = sqrt(-2 log u1) * (g even ? cos(2 pi u2) : sin(2 pi u2)), in the output's precision.
+// `state`: the (seed, offset) claimed by philox_advance, or null (then seed and offset are the arguments). f64: the
+// output is double (else float). One thread per element (a Philox block per element: 4x the arithmetic of sharing
+// one between four threads, still far below the memory time of the store).
+__device__ __forceinline__ unsigned int philox_word(uint4 r, unsigned int i)
+{
+    return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+}
+
+__device__ __forceinline__ uint4 philox_block(unsigned long long g, uint2 key)
+{
+    const unsigned long long q = g >> 2;
+    return philox4x32_10(make_uint4((unsigned int)q, (unsigned int)(q >> 32), 0u, 0u), key);
+}
+
+extern "C" __global__ void philox_uniform(const unsigned long long* state, void* out, long long n,
+                                          unsigned long long offset, unsigned long long seed, int f64)
+{
+    if (state != nullptr) {
+        seed = state[0];
+        offset += state[1];
+    }
+    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const unsigned long long g = offset + (unsigned long long)i;
+        const unsigned int bits = philox_word(philox_block(g, key), (unsigned int)(g & 3)) >> 8;
+        if (f64)
+            static_cast<double*>(out)[i] = bits * 5.9604644775390625e-8;
+        else
+            static_cast<float*>(out)[i] = bits * 5.9604644775390625e-8f;
+    }
+}
+
+extern "C" __global__ void philox_normal(const unsigned long long* state, void* out, long long n,
+                                         unsigned long long offset, unsigned long long seed, int f64)
+{
+    if (state != nullptr) {
+        seed = state[0];
+        offset += state[1];
+    }
+    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const unsigned long long g = offset + (unsigned long long)i;
+        const uint4 r = philox_block(g, key);
+        const unsigned int pair = (unsigned int)(g & 2);
+        const unsigned int b1 = philox_word(r, pair) >> 8, b2 = philox_word(r, pair | 1) >> 8;
+        if (f64) {
+            const double u1 = (b1 + 1.0) * 5.9604644775390625e-8, u2 = b2 * 5.9604644775390625e-8;
+            const double radius = sqrt(-2.0 * log(u1));
+            static_cast<double*>(out)[i] = radius * ((g & 1) ? sinpi(2.0 * u2) : cospi(2.0 * u2));
+        } else {
+            const float u1 = (b1 + 1.0f) * 5.9604644775390625e-8f, u2 = b2 * 5.9604644775390625e-8f;
+            const float radius = sqrtf(-2.0f * logf(u1));
+            static_cast<float*>(out)[i] = radius * ((g & 1) ? sinpif(2.0f * u2) : cospif(2.0f * u2));
+        }
+    }
+}
+
 // Philox itself, for tests: out[4*j .. 4*j+3] = Philox4x32-10(counters[4*j .. 4*j+3], keys[2*j .. 2*j+1]).
 extern "C" __global__ void philox4x32_10_kernel(const unsigned int* counters, const unsigned int* keys,
                                                 unsigned int* out, long long count)

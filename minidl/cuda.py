@@ -1,6 +1,8 @@
 """minidl.cuda: is the GPU path usable, a few device-wide helpers, and CUDA graphs (as torch.cuda)."""
 from __future__ import annotations
 
+import numpy as np
+
 from . import _device
 from ._graphs import (  # noqa: F401  (CUDA graphs: see minidl/_graphs.py)
     CUDAGraph, CUDAGraphStep, graph, graph_pool_handle, graphed_step, is_current_stream_capturing,
@@ -70,12 +72,71 @@ def precompile(families=None) -> list:
 
 
 def manual_seed(seed: int) -> None:
-    """Seed the GPU generator (as torch.cuda.manual_seed); does nothing without a GPU, as torch."""
+    """Seed the GPU generators (as torch.cuda.manual_seed: every GPU's Philox state (seed, 0), and CuPy's generator for
+    the integer draws); does nothing without a GPU, as torch."""
     if is_available():
-        _device.require_cuda("cuda.manual_seed").random.seed(int(seed))
+        from . import random
+
+        random.seed_cuda(int(seed))
 
 
 manual_seed_all = manual_seed
+
+
+def _state_device(device):
+    index = current_device() if device is None or device == "cuda" else _device.Device(device).index
+    return _device.Device(f"cuda:{index}")
+
+
+def get_rng_state(device="cuda"):
+    """The GPU generator's state (torch.cuda.get_rng_state): a uint8 tensor on the CPU holding the 16 bytes of the
+    device's Philox (seed, offset), the stream rand, randn, normal_, uniform_, bernoulli_ and dropout draw from. It
+    reads the device (a synchronisation): for checkpoints, not inside a training step. CuPy's generator, which
+    randint, randperm and multinomial use on the GPU, is not in it."""
+    from . import random
+    from .autograd.tensor import Tensor
+
+    _device.require_cuda("cuda.get_rng_state")
+    state = _device.move_array(random.philox_state(_state_device(device)), "cpu")
+    return Tensor._make(state.view(np.uint8).copy())
+
+
+def set_rng_state(new_state, device="cuda") -> None:
+    """Restore a state get_rng_state returned (in place: a captured CUDA graph keeps drawing from the same array)."""
+    from . import random
+
+    _device.require_cuda("cuda.set_rng_state")
+    raw = np.ascontiguousarray(np.asarray(getattr(new_state, "_data", new_state)))
+    if raw.dtype != np.uint8 or raw.size != 16:
+        raise RuntimeError(f"cuda.set_rng_state: expected the 16-byte uint8 state cuda.get_rng_state() returns "
+                           f"(minidl's Philox (seed, offset); torch's CUDA states are laid out the same way only by "
+                           f"chance), got {raw.size} values of {raw.dtype}")
+    values = raw.reshape(-1).view(np.uint64)
+    state = random.philox_state(_state_device(device))
+    state[0], state[1] = values[0], values[1]
+
+
+def get_rng_state_all() -> list:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+def initial_seed() -> int:
+    from . import random
+
+    return random.cuda_initial_seed()
+
+
+def seed() -> None:
+    """Seed the GPU generators with a fresh random seed (torch.cuda.seed)."""
+    manual_seed(int(np.random.SeedSequence().entropy % (2**63 - 1)))
+
+
+seed_all = seed
 
 
 class Event:

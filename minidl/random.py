@@ -21,9 +21,10 @@ _philox_states: dict = {}  # Device -> (2,) uint64 array (seed, offset), NumPy o
 
 
 def manual_seed(seed: int):
-    """Seed every generator minidl uses (CPU, GPU, dropout's Philox states)."""
-    global _cpu_rng, _seed
+    """Seed every generator minidl uses (CPU, GPU: the Philox states and CuPy's)."""
+    global _cpu_rng, _seed, _cuda_seed
     _seed = int(seed)
+    _cuda_seed = None
     _cpu_rng = np.random.default_rng(_seed)
     if _device.cuda_unavailable_reason() is None:
         _device._cupy.random.seed(_seed)
@@ -34,22 +35,42 @@ def manual_seed(seed: int):
     return _seed
 
 
+_cuda_seed = None   # cuda.manual_seed's seed for GPU states made after it (None: manual_seed's)
+
+
+def seed_cuda(seed: int) -> None:
+    """Seed the GPU generators only (torch.cuda.manual_seed_all): every GPU's Philox state (seed, 0), and CuPy's."""
+    global _cuda_seed
+    _cuda_seed = int(seed)
+    _device.require_cuda("cuda.manual_seed").random.seed(_cuda_seed)
+    for device, state in _philox_states.items():
+        if device.type == "cuda":
+            state[0] = np.uint64(_cuda_seed & 0xFFFFFFFFFFFFFFFF)
+            state[1] = np.uint64(0)
+
+
 def philox_state(device):
-    """The dropout generator of `device`: a (2,) uint64 array (seed, offset) on it, advanced in place
-    by every dropout call there (minidl.primitives.philox_advance)."""
+    """The Philox generator of `device`: a (2,) uint64 array (seed, offset) on it, advanced in place by every dropout
+    call there and, on a GPU, by every uniform and normal draw (CudaGenerator; minidl.primitives.philox_advance)."""
     device = _device.Device(device)
     state = _philox_states.get(device)
     if state is None:
-        _device.check_not_capturing("dropout (first call on a device)",
+        _device.check_not_capturing("the first random draw (dropout, rand, randn, ...) on a device",
                                     "its generator state is created with a copy from the host; run the "
                                     "step once eagerly before capturing")
-        host = np.array([_seed & 0xFFFFFFFFFFFFFFFF, 0], dtype=np.uint64)
+        first = _cuda_seed if device.type == "cuda" and _cuda_seed is not None else _seed
+        host = np.array([first & 0xFFFFFFFFFFFFFFFF, 0], dtype=np.uint64)
         state = _philox_states[device] = _device.move_array(host, device)
     return state
 
 
 def initial_seed() -> int:
     return _seed
+
+
+def cuda_initial_seed() -> int:
+    """The seed the GPU generators were last given (cuda.manual_seed's, else manual_seed's)."""
+    return _seed if _cuda_seed is None else _cuda_seed
 
 
 def seed() -> int:
@@ -71,28 +92,63 @@ def next_seed() -> int:
     return int(_cpu_rng.integers(0, 2**63 - 1))
 
 
+class CudaGenerator:
+    """minidl's generator of one GPU, as torch's: counter-based Philox4x32-10 with its (seed, offset) state on the
+    device (philox_state, the state dropout draws from too). random() and standard_normal() (what rand, randn,
+    normal_, uniform_, bernoulli_, exponential_ and the initialisers use) claim `count` counters with one launch
+    (philox_advance) and fill the array from them with another (philox_uniform / philox_normal): no host read, so
+    cuda.get_rng_state / set_rng_state restore the stream exactly and a CUDA graph replays fresh numbers. Integer
+    draws and the rest (randint, randperm, multinomial, gamma, poisson) are CuPy's generator's (cupy.random, seeded by
+    manual_seed), which that state does not hold."""
+
+    def __init__(self, device):
+        self.device = _device.Device(device)
+
+    def _fill(self, op, size, dtype):
+        from . import primitives as P
+
+        shape = () if size is None else (tuple(size) if hasattr(size, "__len__") else (int(size),))
+        dtype = np.dtype(dtype)
+        n = 1
+        for d in shape:
+            n *= int(d)
+        claimed = P.philox_advance(philox_state(self.device), n)
+        out = getattr(P, op)(shape, claimed, dtype=np.float64 if dtype == np.float64 else np.float32)
+        return out if out.dtype == dtype else out.astype(dtype)
+
+    def random(self, size=None, dtype=np.float64):
+        """Uniform on [0, 1) (24 random bits, as torch's float32 draws)."""
+        return self._fill("philox_uniform", size, dtype)
+
+    def standard_normal(self, size=None, dtype=np.float64):
+        return self._fill("philox_normal", size, dtype)
+
+    def __getattr__(self, name):   # randint, permutation, choice, standard_gamma, poisson, ...: CuPy's generator
+        return getattr(_device.require_cuda().random, name)
+
+
+_cuda_generators: dict = {}   # Device -> CudaGenerator
+
+
 def _rng_for(device):
     device = _device.Device(device)
     if device.type == "cpu":
         return _cpu_rng
-    cupy = _device.require_cuda()
-    return cupy.random
+    _device.require_cuda()
+    generator = _cuda_generators.get(device)
+    if generator is None:
+        generator = _cuda_generators[device] = CudaGenerator(device)
+    return generator
 
 
 def uniform_array(shape, low, high, dtype, device="cpu"):
     dtype = np.dtype(dtype)
-    rng = _rng_for(device)
-    if _device.Device(device).type == "cpu":
-        return (rng.random(shape, dtype=np.float64) * (high - low) + low).astype(dtype)
-    return (rng.random(shape, dtype=np.float64) * (high - low) + low).astype(dtype)
+    return (_rng_for(device).random(shape, dtype=np.float64) * (high - low) + low).astype(dtype)
 
 
 def normal_array(shape, mean, std, dtype, device="cpu"):
     dtype = np.dtype(dtype)
-    rng = _rng_for(device)
-    if _device.Device(device).type == "cpu":
-        return (rng.standard_normal(shape) * std + mean).astype(dtype)
-    return (rng.standard_normal(shape, dtype=np.float64) * std + mean).astype(dtype)
+    return (_rng_for(device).standard_normal(shape, dtype=np.float64) * std + mean).astype(dtype)
 
 
 def standard_gamma_array(concentration, dtype, device="cpu"):

@@ -88,3 +88,27 @@ def tf32_off():
         yield
     if torch_flags is not None:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = torch_flags
+
+
+def captured_without_arrival_counters(fn):
+    """fn() recorded into a CUDA graph on a fresh stream with minidl's arrival counters cleared, so that the one-launch
+    reductions (the last block adds the chunks) take their two-launch form, then replayed once: its result. The
+    counters are put back after."""
+    import cupy
+
+    from minidl.primitives.cuda import _launch
+
+    saved = dict(_launch._ARRIVALS)
+    try:
+        _launch._ARRIVALS.clear()
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:   # while capturing, arrival_counters gives None (no array can be zeroed inside a capture)
+            stream.begin_capture()
+            result = fn()
+            graph = stream.end_capture()
+            graph.launch(stream)
+            stream.synchronize()
+    finally:
+        _launch._ARRIVALS.clear()
+        _launch._ARRIVALS.update(saved)
+    return result

@@ -24,6 +24,12 @@ offset) on x's device; the mask then uses offset = base offset + `offset`, read 
 (by the kernel on the GPU). `philox_advance(state, count)` hands out such arrays from a generator
 state without a host read: it returns a copy of state and advances state's offset by count (rounded
 up to 4). A captured graph replays the advance too, so each replay draws fresh masks.
+
+The same stream gives random numbers (minidl's GPU generator, minidl/random.py, draws rand and randn here):
+    philox_uniform:  u = (word >> 8) * 2^-24 of each element's index, uniform on [0, 1)
+    philox_normal:   Box-Muller on the word pair (g & ~1, g | 1) of index g: u1 = ((word >> 8) + 1) * 2^-24,
+                     u2 = (word >> 8) * 2^-24, z = sqrt(-2 log u1) * (cos if g is even else sin)(2 pi u2)
+The NumPy reference draws the same words (uniform: the same bits; normal: within the last bits of log and sin).
 """
 from __future__ import annotations
 
@@ -32,7 +38,8 @@ import numpy as np
 from .._dtypes import is_half
 from ._common import backend, check_float_or_half, computes_half_in_float32, is_cuda_array, shape_str
 
-__all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance"]
+__all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance", "philox_uniform",
+           "philox_normal"]
 
 
 def _check_args(op: str, p, seed, offset) -> float:
@@ -141,3 +148,32 @@ def philox4x32(counter_words, key_words):
     from .cpu import dropout as cpu_impl
 
     return cpu_impl.philox4x32(counter_words, key_words)
+
+
+def _philox_fill(op, shape, seed, offset, dtype, device):
+    try:
+        shape = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{op}: shape must be a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in shape):
+        raise ValueError(f"{op}: shape must not have negative sizes, got {shape}")
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"{op}: dtype must be float32 or float64, got {dtype}")
+    _check_args(op, 0.0, seed, offset)
+    on_gpu = is_cuda_array(seed) if hasattr(seed, "shape") else str(device).startswith("cuda")
+    if hasattr(seed, "shape") and not on_gpu and str(device).startswith("cuda"):
+        raise ValueError(f"{op}: the generator state is a host array but device={device!r}")
+    return getattr(backend("dropout", on_gpu), op)(shape, _seed_arg(seed), offset=int(offset), dtype=dtype)
+
+
+def philox_uniform(shape, seed, *, offset=0, dtype=np.float32, device="cpu"):
+    """Uniform numbers on [0, 1) of `shape`: element i is (word(offset + i) >> 8) * 2^-24 of the Philox stream of
+    `seed` (an int, or a (2,) uint64 state array (seed, base offset), on the device it draws on). float32 or float64;
+    the CPU and the GPU give the same bits."""
+    return _philox_fill("philox_uniform", shape, seed, offset, dtype, device)
+
+
+def philox_normal(shape, seed, *, offset=0, dtype=np.float32, device="cpu"):
+    """Standard normal numbers of `shape` from the Philox stream of `seed` (Box-Muller; see the module docstring)."""
+    return _philox_fill("philox_normal", shape, seed, offset, dtype, device)

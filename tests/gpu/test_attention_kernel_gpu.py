@@ -14,7 +14,7 @@ import minidl.nn as nn
 import minidl.nn.functional as F
 import minidl.primitives as P
 from minidl._dtypes import bfloat16
-from tests.conftest import rel_err
+from tests.conftest import captured_without_arrival_counters, rel_err
 
 pytestmark = pytest.mark.gpu
 # Norm-wise relative error against float64 on the same (rounded) inputs. P and dS are rounded to the data
@@ -228,19 +228,7 @@ def test_layer_norm_parameter_gradients_in_one_launch_and_without_counters_the_s
         cupy.cuda.Device().synchronize()
     launches = {r["name"]: r["launches"] for r in prof.key_averages()}
     assert launches["layer_norm_backward"] == 2
-    saved = dict(_launch._ARRIVALS)
-    _launch._ARRIVALS.clear()
-    try:
-        stream = cupy.cuda.Stream(non_blocking=True)
-        with stream:   # no counters yet: while capturing, arrival_counters gives None
-            stream.begin_capture()
-            two = P.layer_norm_backward(cx, cdy, cw, mean, rstd)
-            graph = stream.end_capture()
-            graph.launch(stream)
-            stream.synchronize()
-    finally:
-        _launch._ARRIVALS.clear()
-        _launch._ARRIVALS.update(saved)
+    two = captured_without_arrival_counters(lambda: P.layer_norm_backward(cx, cdy, cw, mean, rstd))
     for a, c in zip(one[1:], two[1:]):
         assert (a.get().view(np.uint8) == c.get().view(np.uint8)).all()
     _, _, db64 = P.layer_norm_backward(x, dy, w, mean.get().astype(np.float64), rstd.get().astype(np.float64))

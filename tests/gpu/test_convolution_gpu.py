@@ -13,7 +13,7 @@ import pytest
 from minidl.primitives.convolution import (ConvolutionDescriptor, convolution_backward_bias,
                                            convolution_backward_data, convolution_backward_filter,
                                            convolution_forward, convolution_output_shape)
-from tests.conftest import rel_err
+from tests.conftest import captured_without_arrival_counters, rel_err
 
 pytestmark = pytest.mark.gpu
 
@@ -241,19 +241,7 @@ def test_gpu_backward_bias_channels_last_column_sums(dtype, rows, K):
     # finish kernel, what runs inside a capture that has no counters yet): the same bits
     from minidl.primitives.cuda import _launch
 
-    saved = dict(_launch._ARRIVALS)
-    try:
-        _launch._ARRIVALS.clear()
-        stream = cupy.cuda.Stream(non_blocking=True)
-        with stream:
-            stream.begin_capture()
-            two = convolution_backward_bias(dy, layout="NHWC")
-            graph = stream.end_capture()
-            graph.launch(stream)
-            stream.synchronize()
-    finally:
-        _launch._ARRIVALS.clear()
-        _launch._ARRIVALS.update(saved)
+    two = captured_without_arrival_counters(lambda: convolution_backward_bias(dy, layout="NHWC"))
     assert (cupy.asnumpy(two).view(np.uint8) == cupy.asnumpy(first).view(np.uint8)).all()
     counters = _launch.arrival_counters(1)
     assert int(counters.max()) == 0   # every launch set its counts back

@@ -118,3 +118,67 @@ def test_half_kernels_equal_the_float32_reference_rounded_once(cp, dtype, offset
     want = dropout_forward(x_host.reshape(-1)[1:], 0.3, seed, offset=offset)
     assert (cp.asnumpy(dropout_forward(flat, 0.3, seed, offset=offset)).view(np.uint16) == want.view(np.uint16)).all()
     assert dropout_forward(cp.asarray(x_host)[0, 0, 0], 0.3, seed).shape == ()   # 0-d stays 0-d
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_philox_fills_match_the_numpy_reference(cp, dtype):
+    """The GPU's uniform draw is the CPU reference's bits; its normal draw agrees to the last bits of log and sin."""
+    from minidl import primitives as P
+
+    for offset in (0, 3, 8):
+        u = P.philox_uniform((7, 33), 123, offset=offset, dtype=dtype, device="cuda")
+        assert np.array_equal(u.get(), P.philox_uniform((7, 33), 123, offset=offset, dtype=dtype))
+        z = P.philox_normal((7, 33), 123, offset=offset, dtype=dtype, device="cuda")
+        want = P.philox_normal((7, 33), 123, offset=offset, dtype=dtype)
+        np.testing.assert_allclose(z.get(), want, rtol=1e-5 if dtype == "float32" else 1e-12,
+                                   atol=1e-5 if dtype == "float32" else 1e-12)
+    state = cp.asarray(np.array([123, 8], dtype=np.uint64))
+    assert np.array_equal(P.philox_uniform((5,), state).get(), P.philox_uniform((5,), 123, offset=8))
+
+
+def test_gpu_generator_is_philox_its_state_restores_and_a_graph_draws_fresh_numbers(cp):
+    """rand / randn on the GPU draw from the device's Philox state: manual_seed repeats them, cuda.get_rng_state /
+    set_rng_state restore the stream exactly (dropout's too), cuda.manual_seed reseeds the GPU only, and randn inside
+    a captured CUDA graph gives new numbers at each replay (the state advances on the device), the numbers an eager
+    run from the same state gives."""
+    import minidl
+
+    minidl.manual_seed(4)
+    first = minidl.randn(3, 5, device="cuda").cpu().numpy()
+    minidl.manual_seed(4)
+    assert np.array_equal(minidl.randn(3, 5, device="cuda").cpu().numpy(), first)
+    saved = minidl.cuda.get_rng_state()
+    assert saved.dtype == minidl.uint8 and tuple(saved.shape) == (16,) and saved.device == minidl.device("cpu")
+    a = (minidl.rand(4, device="cuda").cpu().numpy(), minidl.randn(6, device="cuda").cpu().numpy(),
+         minidl.nn.functional.dropout(minidl.ones(64, device="cuda"), 0.5).cpu().numpy())
+    minidl.cuda.set_rng_state(saved)
+    b = (minidl.rand(4, device="cuda").cpu().numpy(), minidl.randn(6, device="cuda").cpu().numpy(),
+         minidl.nn.functional.dropout(minidl.ones(64, device="cuda"), 0.5).cpu().numpy())
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    minidl.manual_seed(4)
+    cpu_first = minidl.rand(3).numpy()
+    minidl.manual_seed(4)
+    minidl.cuda.manual_seed(99)   # the GPU's stream only
+    assert minidl.cuda.initial_seed() == 99 and minidl.initial_seed() == 4
+    assert np.array_equal(minidl.rand(3).numpy(), cpu_first)
+    assert not np.array_equal(minidl.randn(3, 5, device="cuda").cpu().numpy(), first)
+    with pytest.raises(RuntimeError, match="expected the 16-byte uint8 state"):
+        minidl.cuda.set_rng_state(minidl.zeros(3, dtype=minidl.uint8))
+
+    out = minidl.zeros(2, 8, device="cuda")
+    minidl.randn(1, device="cuda")   # (the state exists before the capture)
+    start = minidl.cuda.get_rng_state()
+    g = minidl.cuda.CUDAGraph()
+    with minidl.cuda.graph(g):
+        out.copy_(minidl.randn(2, 8, device="cuda"))
+    replays = []
+    for _ in range(2):
+        g.replay()
+        replays.append(out.cpu().numpy().copy())
+    assert not np.array_equal(replays[0], replays[1])
+    minidl.cuda.set_rng_state(start)
+    eager = [minidl.randn(2, 8, device="cuda").cpu().numpy() for _ in range(2)]
+    # (a capture records the launches without running them: the state was still `start` at the first replay)
+    np.testing.assert_array_equal(replays[0], eager[0])
+    np.testing.assert_array_equal(replays[1], eager[1])

@@ -124,3 +124,26 @@ def test_errors():
         dropout_forward(np.ones(3, dtype=np.int64), 0.5, seed=0)
     with pytest.raises(ValueError, match="philox4x32: needs 4 counter words and 2 key words"):
         philox4x32((0, 0, 0), (0, 0))
+
+
+def test_philox_uniform_and_normal_are_the_stream_dropout_draws_from():
+    """philox_uniform gives u = (word >> 8) * 2^-24 of each index: dropout keeps exactly where u >= p; a draw at an
+    offset is the slice of a longer draw; a (seed, offset) state array gives the draw at that offset; the moments are
+    right (uniform mean 1/2, variance 1/12; normal mean 0, variance 1, within a few standard errors)."""
+    from minidl.primitives import philox_normal, philox_uniform
+
+    u = philox_uniform((50,), 9, offset=8, dtype=np.float64)
+    assert np.array_equal(dropout_mask((50,), 0.3, 9, offset=8), u >= 0.3)
+    for draw in (philox_uniform, philox_normal):
+        long = draw((40,), 5, offset=4)
+        assert np.array_equal(draw((10,), 5, offset=10), long[6:16])
+        assert np.array_equal(draw((2, 4), np.array([5, 4], dtype=np.uint64)), long[:8].reshape(2, 4))
+        assert draw((3, 0), 1).shape == (3, 0) and draw((), 1).shape == ()
+    big_u, big_z = philox_uniform((200_000,), 11), philox_normal((200_000,), 11, dtype=np.float64)
+    assert big_u.dtype == np.float32 and 0 <= big_u.min() and big_u.max() < 1
+    assert abs(big_u.mean() - 0.5) < 0.005 and abs(big_u.var() - 1 / 12) < 0.002
+    assert abs(big_z.mean()) < 0.01 and abs(big_z.var() - 1) < 0.01 and big_z.dtype == np.float64
+    with pytest.raises(TypeError, match="philox_normal: dtype must be float32 or float64"):
+        philox_normal((3,), 1, dtype=np.float16)
+    with pytest.raises(ValueError, match="philox_uniform: shape must not have negative sizes"):
+        philox_uniform((-1,), 1)

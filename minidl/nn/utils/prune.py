@@ -22,7 +22,6 @@ import numbers
 from abc import ABC, abstractmethod
 
 from ...autograd.function import no_grad
-from ...autograd.tensor import Tensor
 
 __all__ = ["BasePruningMethod", "PruningContainer", "Identity", "RandomUnstructured", "L1Unstructured",
            "RandomStructured", "LnStructured", "CustomFromMask", "identity", "random_unstructured", "l1_unstructured",
@@ -188,8 +187,8 @@ def _count(amount, total: int, what: str) -> int:
     return round(amount * total)
 
 
-class RandomUnstructured(BasePruningMethod):
-    """`amount` entries chosen at random (minidl's generator: minidl.manual_seed makes it reproducible)."""
+class _Unstructured(BasePruningMethod):
+    """`amount` entries: those of lowest score (_scores(t), one per entry)."""
 
     PRUNING_TYPE = "unstructured"
 
@@ -201,31 +200,26 @@ class RandomUnstructured(BasePruningMethod):
         k = _count(self.amount, t.numel(), "parameters")
         mask = default_mask.clone()
         if k:
-            chosen = _ops().topk(_ops().rand(t.numel(), device=t.device), k).indices
-            mask.view(-1)[chosen] = 0
+            mask.view(-1)[_ops().topk(self._scores(t), k, largest=False).indices] = 0
         return mask
+
+
+class RandomUnstructured(_Unstructured):
+    """`amount` entries chosen at random (minidl's generator: minidl.manual_seed makes it reproducible)."""
+
+    def _scores(self, t):
+        return _ops().rand(t.numel(), device=t.device)
 
     @classmethod
     def apply(cls, module, name, amount):
         return super().apply(module, name, amount=amount)
 
 
-class L1Unstructured(BasePruningMethod):
+class L1Unstructured(_Unstructured):
     """The `amount` entries of smallest absolute value (of importance_scores when given)."""
 
-    PRUNING_TYPE = "unstructured"
-
-    def __init__(self, amount):
-        _count(amount, 1 << 62, "parameters")
-        self.amount = amount
-
-    def compute_mask(self, t, default_mask):
-        k = _count(self.amount, t.numel(), "parameters")
-        mask = default_mask.clone()
-        if k:
-            smallest = _ops().topk(t.abs().reshape(-1), k, largest=False).indices
-            mask.view(-1)[smallest] = 0
-        return mask
+    def _scores(self, t):
+        return t.abs().reshape(-1)
 
     @classmethod
     def apply(cls, module, name, amount, importance_scores=None):

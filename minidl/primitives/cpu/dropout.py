@@ -38,22 +38,59 @@ def philox4x32(counter_words, key_words):
     return tuple(np.asarray(c, dtype=np.uint32) for c in np.broadcast_arrays(c0, c1, c2, c3))
 
 
-def dropout_mask(shape, p, seed, offset=0):
-    """Boolean keep-mask of `shape`: element i (offset + flat index) is kept iff u_i >= p."""
-    n = int(np.prod(shape, dtype=np.int64))
+def _words(n, seed, offset):
+    """The Philox words of global indices offset .. offset + n - 1, in order (uint32)."""
     if n == 0:
-        return np.zeros(shape, dtype=bool)
-    # One Philox call makes 4 words, for elements 4b .. 4b+3: generate whole blocks, then cut.
+        return np.zeros(0, dtype=np.uint32)
+    # One Philox call makes 4 words, for indices 4b .. 4b+3: generate whole blocks, then cut.
     first_block, last_block = offset >> 2, (offset + n - 1) >> 2
     blocks = np.arange(last_block - first_block + 1, dtype=np.uint64) + np.uint64(first_block)
     key = (seed & 0xFFFFFFFF, seed >> 32)
     words = philox4x32((blocks & _MASK32, blocks >> _SHIFT32, 0, 0), key)
     stream = np.stack(words, axis=1).reshape(-1)  # word (i & 3) of block (i >> 2), in order of i
     start = offset & 3
-    bits24 = stream[start:start + n] >> np.uint32(8)
+    return stream[start:start + n]
+
+
+def dropout_mask(shape, p, seed, offset=0):
+    """Boolean keep-mask of `shape`: element i (offset + flat index) is kept iff u_i >= p."""
+    n = int(np.prod(shape, dtype=np.int64))
+    if n == 0:
+        return np.zeros(shape, dtype=bool)
+    bits24 = _words(n, seed, offset) >> np.uint32(8)
     # u = bits24 * 2^-24 >= p  <=>  bits24 >= p * 2^24 (exact in float64: a power-of-two scaling).
     keep = bits24.astype(np.float64) * 2.0**-24 >= p
     return keep.reshape(shape)
+
+
+def philox_uniform(shape, seed, *, offset=0, dtype=np.float32):
+    """u = (word(offset + i) >> 8) * 2^-24 for each element i (C order): uniform on [0, 1)."""
+    seed, offset = _seed_and_offset(seed, offset)
+    dtype = np.dtype(dtype).type
+    n = int(np.prod(shape, dtype=np.int64))
+    bits24 = _words(n, seed, offset) >> np.uint32(8)
+    return (bits24.astype(dtype) * dtype(2.0**-24)).reshape(shape)
+
+
+def philox_normal(shape, seed, *, offset=0, dtype=np.float32):
+    """Box-Muller on the word pairs (g & ~1, g | 1) of each global index g = offset + i (the kernel's mapping), in
+    the output's precision: standard normal numbers."""
+    seed, offset = _seed_and_offset(seed, offset)
+    dtype = np.dtype(dtype).type
+    n = int(np.prod(shape, dtype=np.int64))
+    if n == 0:
+        return np.zeros(shape, dtype=dtype)
+    g = np.arange(n, dtype=np.uint64) + np.uint64(offset)
+    base = offset & ~1                                   # the words of every pair the elements touch
+    words = _words(int(g[-1] | np.uint64(1)) - base + 1, seed, base) >> np.uint32(8)
+    first = (g & ~np.uint64(1)) - np.uint64(base)
+    one, scale = dtype(1), dtype(2.0**-24)
+    u1 = (words[first].astype(dtype) + one) * scale
+    u2 = words[first + np.uint64(1)].astype(dtype) * scale
+    radius = np.sqrt(dtype(-2) * np.log(u1))
+    angle = dtype(2 * np.pi) * u2
+    z = np.where((g & np.uint64(1)) == 1, radius * np.sin(angle), radius * np.cos(angle))
+    return z.astype(dtype).reshape(shape)
 
 
 def _seed_and_offset(seed, offset):

@@ -1,7 +1,7 @@
 """CuPy launchers of kernels/dropout.cu: dropout with a Philox4x32-10 mask regenerated from
 (seed, offset), identical to the NumPy reference's mask; float32, and float16/bfloat16 in place (the
-_half kernels). Arguments were validated by
-minidl/primitives/dropout.py.
+_half kernels); and the uniform and normal numbers of the same stream (philox_uniform, philox_normal: minidl's
+GPU generator). Arguments were validated by minidl/primitives/dropout.py.
 """
 from __future__ import annotations
 
@@ -93,3 +93,24 @@ def philox4x32(counter_words, key_words):
         kernel = get_kernel("dropout", "philox4x32_10_kernel")
         kernel(((count + THREADS - 1) // THREADS,), (THREADS,), (counters, keys, out, np.int64(count)))
     return tuple(out[:, k].reshape(shape) for k in range(4))
+
+
+def _philox_fill(name, shape, seed, offset, dtype):
+    out = cupy.empty(shape, dtype=dtype)
+    n = out.size
+    if n:
+        device_state = isinstance(seed, cupy.ndarray)
+        get_kernel("dropout", name)((grid_stride_blocks(n),), (THREADS,),
+                                    (seed if device_state else null_pointer(), out, np.int64(n), np.uint64(offset),
+                                     np.uint64(0 if device_state else int(seed)), np.int32(out.dtype == np.float64)))
+    return out
+
+
+def philox_uniform(shape, seed, *, offset=0, dtype=np.float32):
+    """Uniform [0, 1) numbers of the Philox stream (kernels/dropout.cu's philox_uniform)."""
+    return _philox_fill("philox_uniform", shape, seed, offset, dtype)
+
+
+def philox_normal(shape, seed, *, offset=0, dtype=np.float32):
+    """Standard normal numbers of the Philox stream, by Box-Muller (kernels/dropout.cu's philox_normal)."""
+    return _philox_fill("philox_normal", shape, seed, offset, dtype)
