@@ -156,9 +156,10 @@ extern "C" __global__ void philox_advance(unsigned long long* generator, unsigne
     generator[1] = offset + ((count + 3ull) & ~3ull);
 }
 
-// Random numbers from the same stream (minidl's GPU generator: rand, randn, normal_, uniform_, bernoulli_ and the
-// initialisers draw here, from the device's (seed, offset) state, so that get_rng_state / set_rng_state restore a GPU
+// Random numbers from the same stream (minidl's GPU generator: rand, randn, normal_, uniform_, bernoulli_, randint,
+// randperm and the initialisers draw here, from the device's (seed, offset) state, so that get_rng_state / set_rng_state restore a GPU
 // stream exactly and a CUDA graph replays fresh numbers). Element i is global index g = offset + i, as for dropout:
+//   philox_bits:    word(g) itself (uint32)
 //   philox_uniform: u = (word(g) >> 8) * 2^-24, in [0, 1) (24 random bits; exact in float and double)
 //   philox_normal:  Box-Muller on the pair of words (g & ~1, g | 1) (one Philox block holds both):
 //                   u1 = ((word >> 8) + 1) * 2^-24 in (0, 1], u2 = (word >> 8) * 2^-24,
@@ -175,6 +176,21 @@ __device__ __forceinline__ uint4 philox_block(unsigned long long g, uint2 key)
 {
     const unsigned long long q = g >> 2;
     return philox4x32_10(make_uint4((unsigned int)q, (unsigned int)(q >> 32), 0u, 0u), key);
+}
+
+// The raw words (randint and randperm: word % range, and the order of the words).
+extern "C" __global__ void philox_bits(const unsigned long long* state, unsigned int* out, long long n,
+                                      unsigned long long offset, unsigned long long seed)
+{
+    if (state != nullptr) {
+        seed = state[0];
+        offset += state[1];
+    }
+    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const unsigned long long g = offset + (unsigned long long)i;
+        out[i] = philox_word(philox_block(g, key), (unsigned int)(g & 3));
+    }
 }
 
 extern "C" __global__ void philox_uniform(const unsigned long long* state, void* out, long long n,

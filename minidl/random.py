@@ -95,11 +95,11 @@ def next_seed() -> int:
 class CudaGenerator:
     """minidl's generator of one GPU, as torch's: counter-based Philox4x32-10 with its (seed, offset) state on the
     device (philox_state, the state dropout draws from too). random() and standard_normal() (what rand, randn,
-    normal_, uniform_, bernoulli_, exponential_ and the initialisers use) claim `count` counters with one launch
+    normal_, uniform_, bernoulli_, exponential_ and the initialisers use) and randint() / permutation() claim `count` counters with one launch
     (philox_advance) and fill the array from them with another (philox_uniform / philox_normal): no host read, so
-    cuda.get_rng_state / set_rng_state restore the stream exactly and a CUDA graph replays fresh numbers. Integer
-    draws and the rest (randint, randperm, multinomial, gamma, poisson) are CuPy's generator's (cupy.random, seeded by
-    manual_seed), which that state does not hold."""
+    cuda.get_rng_state / set_rng_state restore the stream exactly and a CUDA graph replays fresh numbers. randint and
+    randperm use the raw words (philox_bits). The rest (multinomial's choice, gamma, poisson, ranges past 2^32) are
+    CuPy's generator's (cupy.random, seeded by manual_seed), which that state does not hold."""
 
     def __init__(self, device):
         self.device = _device.Device(device)
@@ -123,7 +123,28 @@ class CudaGenerator:
     def standard_normal(self, size=None, dtype=np.float64):
         return self._fill("philox_normal", size, dtype)
 
-    def __getattr__(self, name):   # randint, permutation, choice, standard_gamma, poisson, ...: CuPy's generator
+    def _bits(self, shape):
+        from . import primitives as P
+
+        n = 1
+        for d in shape:
+            n *= int(d)
+        return P.philox_bits(shape, P.philox_advance(philox_state(self.device), n))
+
+    def randint(self, low, high=None, size=None, dtype=np.int64):
+        """low + word % (high - low) (ranges up to 2^32; the bias of the modulo is below range / 2^32)."""
+        low, high = (0, low) if high is None else (low, high)
+        span = int(high) - int(low)
+        if not 0 < span <= 1 << 32:
+            return _device.require_cuda().random.randint(low, high, size=size, dtype=dtype)
+        shape = () if size is None else (tuple(size) if hasattr(size, "__len__") else (int(size),))
+        return ((self._bits(shape).astype(np.int64) % span) + int(low)).astype(dtype)
+
+    def permutation(self, n):
+        """The order of n random words (argsort: ties, rare below n ~ 2^16, keep the index order)."""
+        return self._bits((int(n),)).argsort().astype(np.int64)
+
+    def __getattr__(self, name):   # choice, standard_gamma, poisson, ...: CuPy's generator
         return getattr(_device.require_cuda().random, name)
 
 

@@ -38,8 +38,8 @@ import numpy as np
 from .._dtypes import is_half
 from ._common import backend, check_float_or_half, computes_half_in_float32, is_cuda_array, shape_str
 
-__all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance", "philox_uniform",
-           "philox_normal"]
+__all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance", "philox_bits",
+           "philox_uniform", "philox_normal"]
 
 
 def _check_args(op: str, p, seed, offset) -> float:
@@ -150,21 +150,38 @@ def philox4x32(counter_words, key_words):
     return cpu_impl.philox4x32(counter_words, key_words)
 
 
-def _philox_fill(op, shape, seed, offset, dtype, device):
+def _philox_shape(op, shape):
     try:
         shape = tuple(int(d) for d in shape)
     except TypeError:
         raise TypeError(f"{op}: shape must be a tuple of ints, got {shape!r}") from None
     if any(d < 0 for d in shape):
         raise ValueError(f"{op}: shape must not have negative sizes, got {shape}")
-    dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise TypeError(f"{op}: dtype must be float32 or float64, got {dtype}")
+    return shape
+
+
+def _philox_backend(op, seed, offset, device):
     _check_args(op, 0.0, seed, offset)
     on_gpu = is_cuda_array(seed) if hasattr(seed, "shape") else str(device).startswith("cuda")
     if hasattr(seed, "shape") and not on_gpu and str(device).startswith("cuda"):
         raise ValueError(f"{op}: the generator state is a host array but device={device!r}")
-    return getattr(backend("dropout", on_gpu), op)(shape, _seed_arg(seed), offset=int(offset), dtype=dtype)
+    return backend("dropout", on_gpu)
+
+
+def philox_bits(shape, seed, *, offset=0, device="cpu"):
+    """The raw uint32 word of each element's index (offset + flat index) in the Philox stream of `seed` (randint's and
+    randperm's material: word % range, the order of the words)."""
+    return _philox_backend("philox_bits", seed, offset, device).philox_bits(
+        _philox_shape("philox_bits", shape), _seed_arg(seed), offset=int(offset))
+
+
+def _philox_fill(op, shape, seed, offset, dtype, device):
+    shape = _philox_shape(op, shape)
+    dtype = np.dtype(dtype)
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"{op}: dtype must be float32 or float64, got {dtype}")
+    return getattr(_philox_backend(op, seed, offset, device), op)(shape, _seed_arg(seed), offset=int(offset),
+                                                                  dtype=dtype)
 
 
 def philox_uniform(shape, seed, *, offset=0, dtype=np.float32, device="cpu"):

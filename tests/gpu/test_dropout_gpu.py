@@ -134,6 +134,7 @@ def test_philox_fills_match_the_numpy_reference(cp, dtype):
                                    atol=1e-5 if dtype == "float32" else 1e-12)
     state = cp.asarray(np.array([123, 8], dtype=np.uint64))
     assert np.array_equal(P.philox_uniform((5,), state).get(), P.philox_uniform((5,), 123, offset=8))
+    assert np.array_equal(P.philox_bits((3, 7), state).get(), P.philox_bits((3, 7), 123, offset=8))
 
 
 def test_gpu_generator_is_philox_its_state_restores_and_a_graph_draws_fresh_numbers(cp):
@@ -149,13 +150,17 @@ def test_gpu_generator_is_philox_its_state_restores_and_a_graph_draws_fresh_numb
     assert np.array_equal(minidl.randn(3, 5, device="cuda").cpu().numpy(), first)
     saved = minidl.cuda.get_rng_state()
     assert saved.dtype == minidl.uint8 and tuple(saved.shape) == (16,) and saved.device == minidl.device("cpu")
-    a = (minidl.rand(4, device="cuda").cpu().numpy(), minidl.randn(6, device="cuda").cpu().numpy(),
-         minidl.nn.functional.dropout(minidl.ones(64, device="cuda"), 0.5).cpu().numpy())
+    def draws():
+        return (minidl.rand(4, device="cuda").cpu().numpy(), minidl.randn(6, device="cuda").cpu().numpy(),
+                minidl.nn.functional.dropout(minidl.ones(64, device="cuda"), 0.5).cpu().numpy(),
+                minidl.randint(3, 10, (50,), device="cuda").cpu().numpy(), minidl.randperm(40, device="cuda").cpu().numpy())
+
+    a = draws()
     minidl.cuda.set_rng_state(saved)
-    b = (minidl.rand(4, device="cuda").cpu().numpy(), minidl.randn(6, device="cuda").cpu().numpy(),
-         minidl.nn.functional.dropout(minidl.ones(64, device="cuda"), 0.5).cpu().numpy())
+    b = draws()
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y)
+    assert a[3].min() >= 3 and a[3].max() < 10 and sorted(a[4].tolist()) == list(range(40))
     minidl.manual_seed(4)
     cpu_first = minidl.rand(3).numpy()
     minidl.manual_seed(4)

@@ -130,9 +130,10 @@ def test_philox_uniform_and_normal_are_the_stream_dropout_draws_from():
     """philox_uniform gives u = (word >> 8) * 2^-24 of each index: dropout keeps exactly where u >= p; a draw at an
     offset is the slice of a longer draw; a (seed, offset) state array gives the draw at that offset; the moments are
     right (uniform mean 1/2, variance 1/12; normal mean 0, variance 1, within a few standard errors)."""
-    from minidl.primitives import philox_normal, philox_uniform
+    from minidl.primitives import philox_bits, philox_normal, philox_uniform
 
     u = philox_uniform((50,), 9, offset=8, dtype=np.float64)
+    assert np.array_equal((philox_bits((50,), 9, offset=8) >> 8) * 2.0**-24, u)
     assert np.array_equal(dropout_mask((50,), 0.3, 9, offset=8), u >= 0.3)
     for draw in (philox_uniform, philox_normal):
         long = draw((40,), 5, offset=4)

@@ -63,6 +63,12 @@ def dropout_mask(shape, p, seed, offset=0):
     return keep.reshape(shape)
 
 
+def philox_bits(shape, seed, *, offset=0):
+    """The uint32 word of each element's index (offset + flat index)."""
+    seed, offset = _seed_and_offset(seed, offset)
+    return _words(int(np.prod(shape, dtype=np.int64)), seed, offset).reshape(shape)
+
+
 def philox_uniform(shape, seed, *, offset=0, dtype=np.float32):
     """u = (word(offset + i) >> 8) * 2^-24 for each element i (C order): uniform on [0, 1)."""
     seed, offset = _seed_and_offset(seed, offset)

@@ -106,6 +106,18 @@ def _philox_fill(name, shape, seed, offset, dtype):
     return out
 
 
+def philox_bits(shape, seed, *, offset=0):
+    """The uint32 words of the Philox stream (kernels/dropout.cu's philox_bits)."""
+    out = cupy.empty(shape, dtype=cupy.uint32)
+    n = out.size
+    if n:
+        device_state = isinstance(seed, cupy.ndarray)
+        get_kernel("dropout", "philox_bits")((grid_stride_blocks(n),), (THREADS,),
+                                             (seed if device_state else null_pointer(), out, np.int64(n),
+                                              np.uint64(offset), np.uint64(0 if device_state else int(seed))))
+    return out
+
+
 def philox_uniform(shape, seed, *, offset=0, dtype=np.float32):
     """Uniform [0, 1) numbers of the Philox stream (kernels/dropout.cu's philox_uniform)."""
     return _philox_fill("philox_uniform", shape, seed, offset, dtype)
