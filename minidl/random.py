@@ -95,8 +95,9 @@ def next_seed() -> int:
 class CudaGenerator:
     """minidl's generator of one GPU, as torch's: counter-based Philox4x32-10 with its (seed, offset) state on the
     device (philox_state, the state dropout draws from too). random() and standard_normal() (what rand, randn,
-    normal_, uniform_, bernoulli_, exponential_ and the initialisers use) and randint() / permutation() claim `count` counters with one launch
-    (philox_advance) and fill the array from them with another (philox_uniform / philox_normal): no host read, so
+    normal_, uniform_, bernoulli_, exponential_ and the initialisers use) and randint() / permutation() claim their
+    counters with one launch (philox_advance) and fill the array from them with another (philox_uniform /
+    philox_normal / philox_bits): no host read, so
     cuda.get_rng_state / set_rng_state restore the stream exactly and a CUDA graph replays fresh numbers. randint and
     randperm use the raw words (philox_bits). The rest (multinomial's choice, gamma, poisson, ranges past 2^32) are
     CuPy's generator's (cupy.random, seeded by manual_seed), which that state does not hold."""
@@ -104,15 +105,21 @@ class CudaGenerator:
     def __init__(self, device):
         self.device = _device.Device(device)
 
-    def _fill(self, op, size, dtype):
+    def _claim(self, size):
+        """(shape, the (seed, offset) claimed for its elements on the device)."""
         from . import primitives as P
 
         shape = () if size is None else (tuple(size) if hasattr(size, "__len__") else (int(size),))
-        dtype = np.dtype(dtype)
         n = 1
         for d in shape:
             n *= int(d)
-        claimed = P.philox_advance(philox_state(self.device), n)
+        return shape, P.philox_advance(philox_state(self.device), n)
+
+    def _fill(self, op, size, dtype):
+        from . import primitives as P
+
+        shape, claimed = self._claim(size)
+        dtype = np.dtype(dtype)
         out = getattr(P, op)(shape, claimed, dtype=np.float64 if dtype == np.float64 else np.float32)
         return out if out.dtype == dtype else out.astype(dtype)
 
@@ -123,13 +130,10 @@ class CudaGenerator:
     def standard_normal(self, size=None, dtype=np.float64):
         return self._fill("philox_normal", size, dtype)
 
-    def _bits(self, shape):
+    def _bits(self, size):
         from . import primitives as P
 
-        n = 1
-        for d in shape:
-            n *= int(d)
-        return P.philox_bits(shape, P.philox_advance(philox_state(self.device), n))
+        return P.philox_bits(*self._claim(size))
 
     def randint(self, low, high=None, size=None, dtype=np.int64):
         """low + word % (high - low) (ranges up to 2^32; the bias of the modulo is below range / 2^32)."""
@@ -137,8 +141,7 @@ class CudaGenerator:
         span = int(high) - int(low)
         if not 0 < span <= 1 << 32:
             return _device.require_cuda().random.randint(low, high, size=size, dtype=dtype)
-        shape = () if size is None else (tuple(size) if hasattr(size, "__len__") else (int(size),))
-        return ((self._bits(shape).astype(np.int64) % span) + int(low)).astype(dtype)
+        return ((self._bits(size).astype(np.int64) % span) + int(low)).astype(dtype)
 
     def permutation(self, n):
         """The order of n random words (argsort: ties, rare below n ~ 2^16, keep the index order)."""
