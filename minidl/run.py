@@ -82,6 +82,7 @@ TORCH_MODULES = {
     "torch.nn.utils.parametrize": "minidl.nn.utils.parametrize",
     "torch.nn.utils.parametrizations": "minidl.nn.utils.parametrizations",
     "torch.nn.utils.prune": "minidl.nn.utils.prune",
+    "torch.distributions.transforms": "minidl.distributions.transforms",
     "torch.nn.utils.fusion": "minidl.nn.utils.fusion",
     "torch.nn.utils.stateless": "minidl.func",
     "torch.autograd.anomaly_mode": "minidl.autograd.anomaly_mode",

@@ -13,6 +13,8 @@ log_prob, entropy and rsample are differentiable (a policy gradient, a VAE's rep
     Gamma, Chi2, Beta, Dirichlet       sample, log_prob, entropy, mean, variance (no rsample: continuous.py says why)
     LogNormal, Gumbel, Cauchy, HalfNormal   sample, rsample, log_prob, entropy, mean, variance
     Poisson(rate)                      sample, log_prob, mean, variance
+    TransformedDistribution(base, [transforms])   sample, rsample, log_prob (transforms.py: Exp, Affine, Sigmoid,
+                                       Tanh, Power, Compose)
 
 Samples are drawn from minidl's seeded generator (minidl.manual_seed) and never carry a gradient, except
 rsample's, which is loc + scale * eps (Normal) or low + (high - low) * u (Uniform).
@@ -29,7 +31,7 @@ from ..ops import creation
 
 __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Normal", "Uniform", "Exponential",
            "Laplace", "MultivariateNormal", "Independent", "kl_divergence", "Gamma", "Chi2", "Beta", "Dirichlet",
-           "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson"]
+           "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson", "TransformedDistribution", "transforms"]
 
 
 def _as_tensor(value, like=None):
@@ -454,4 +456,9 @@ def kl_divergence(p, q):
 
 from .continuous import (  # noqa: E402,F401  (the gamma family, four transformed draws, Poisson)
     Beta, Cauchy, Chi2, Dirichlet, Gamma, Gumbel, HalfNormal, LogNormal, Poisson,
+)
+from . import transforms  # noqa: E402,F401
+from .transforms import (  # noqa: E402,F401  (TransformedDistribution: a squashed Gaussian policy, ...)
+    AbsTransform, AffineTransform, ComposeTransform, ExpTransform, PowerTransform, SigmoidTransform, TanhTransform,
+    Transform, TransformedDistribution,
 )

@@ -153,3 +153,39 @@ def test_polygamma_digamma_mvlgamma_and_special_names_match_torch():
         minidl.polygamma(-1, minidl.tensor([1.0]))
     with pytest.raises(ValueError, match=r"All elements must be greater than \(p-1\)/2"):
         minidl.mvlgamma(minidl.tensor([0.2]), 2)
+
+
+def test_transformed_distributions_match_torch_and_the_tanh_cache_keeps_log_prob_finite():
+    """TransformedDistribution with Tanh (a squashed Gaussian policy), Affine + Sigmoid, and Exp: log_prob and its
+    gradients as torch's. With TanhTransform(cache_size=1), log_prob of a sample takes x back from the cache: finite
+    where tanh(x) rounded to 1 and atanh would give inf."""
+    mu, sig = np.array([0.3, -1.0, 2.5]), np.array([0.5, 1.2, 0.8])
+    results = []
+    for lib in (minidl, torch):
+        D = lib.distributions
+        m, s = lib.tensor(mu, requires_grad=True), lib.tensor(sig, requires_grad=True)
+        squashed = D.TransformedDistribution(D.Normal(m, s), [D.transforms.TanhTransform(cache_size=1)])
+        squeezed = D.TransformedDistribution(D.Normal(m, s), [D.transforms.AffineTransform(1.0, 2.0),
+                                                              D.transforms.SigmoidTransform()])
+        lognormal = D.TransformedDistribution(D.Normal(m, s), D.transforms.ExpTransform())
+        lps = [squashed.log_prob(lib.tensor(np.array([0.1, -0.7, 0.95]))),
+               squeezed.log_prob(lib.tensor(np.array([0.2, 0.5, 0.9]))),
+               lognormal.log_prob(lib.tensor(np.array([0.5, 1.0, 3.0])))]
+        sum(lp.sum() for lp in lps).backward()
+        results.append([lp.detach().numpy() for lp in lps] + [m.grad.numpy(), s.grad.numpy()])
+        assert squashed.has_rsample and tuple(squashed.batch_shape) == (3,) and tuple(squashed.event_shape) == ()
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+    D = minidl.distributions
+    tanh = D.transforms.TanhTransform(cache_size=1)
+    base = D.Normal(minidl.tensor([20.0, 0.5]), minidl.tensor([1.0, 1.0]))
+    policy = D.TransformedDistribution(base, [tanh])
+    x = minidl.tensor([20.0, 0.5], requires_grad=True)
+    y = tanh(x)
+    assert float(y[0]) == 1.0 and np.isinf(float(y[0].atanh()))
+    lp = policy.log_prob(y)
+    want = base.log_prob(x) - tanh.log_abs_det_jacobian(x, y)
+    assert np.isfinite(lp.detach().numpy()).all()
+    np.testing.assert_allclose(lp.detach().numpy(), want.detach().numpy())
+    lp.sum().backward()
+    assert np.isfinite(x.grad.numpy()).all()
