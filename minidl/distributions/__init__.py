@@ -15,6 +15,7 @@ log_prob, entropy and rsample are differentiable (a policy gradient, a VAE's rep
     Poisson(rate)                      sample, log_prob, mean, variance
     TransformedDistribution(base, [transforms])   sample, rsample, log_prob (transforms.py: Exp, Affine, Sigmoid,
                                        Tanh, Power, Compose)
+    MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical, StudentT, Geometric, Binomial (mixtures.py)
 
 Samples are drawn from minidl's seeded generator (minidl.manual_seed) and never carry a gradient, except
 rsample's, which is loc + scale * eps (Normal) or low + (high - low) * u (Uniform).
@@ -31,7 +32,8 @@ from ..ops import creation
 
 __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Normal", "Uniform", "Exponential",
            "Laplace", "MultivariateNormal", "Independent", "kl_divergence", "Gamma", "Chi2", "Beta", "Dirichlet",
-           "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson", "TransformedDistribution", "transforms"]
+           "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson", "TransformedDistribution", "transforms", "MixtureSameFamily", "RelaxedBernoulli",
+           "RelaxedOneHotCategorical", "StudentT", "Geometric", "Binomial"]
 
 
 def _as_tensor(value, like=None):
@@ -456,6 +458,9 @@ def kl_divergence(p, q):
 
 from .continuous import (  # noqa: E402,F401  (the gamma family, four transformed draws, Poisson)
     Beta, Cauchy, Chi2, Dirichlet, Gamma, Gumbel, HalfNormal, LogNormal, Poisson,
+)
+from .mixtures import (  # noqa: E402,F401  (mixtures, the relaxed discrete distributions, StudentT, two counts)
+    Binomial, Geometric, MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical, StudentT,
 )
 from . import transforms  # noqa: E402,F401
 from .transforms import (  # noqa: E402,F401  (TransformedDistribution: a squashed Gaussian policy, ...)
