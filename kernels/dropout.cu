@@ -31,21 +31,41 @@ __device__ __forceinline__ float dropout_value(float x, unsigned int word, unsig
     return (word >> 8) >= threshold ? x * scale : 0.0f;
 }
 
+// Helpers of every kernel here: word i of a Philox block, the block of global index g, the stream's key and first
+// index (from the claimed state when given).
+__device__ __forceinline__ unsigned int philox_word(uint4 r, unsigned int i)
+{
+    return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
+}
+
+__device__ __forceinline__ uint4 philox_block(unsigned long long g, uint2 key)
+{
+    const unsigned long long q = g >> 2;
+    return philox4x32_10(make_uint4((unsigned int)q, (unsigned int)(q >> 32), 0u, 0u), key);
+}
+
+// The stream's key, and its first index in `offset`: the claimed (seed, offset) when `state` is given.
+__device__ __forceinline__ uint2 philox_stream(const unsigned long long* state, unsigned long long seed,
+                                               unsigned long long& offset)
+{
+    if (state != nullptr) {
+        seed = state[0];
+        offset += state[1];
+    }
+    return make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+}
+
 // y[i] = mask(offset + i) * x[i] * scale for i < n. vectorized != 0 promises 16-byte aligned
 // pointers and offset % 4 == 0.
 __device__ __forceinline__ void dropout_apply(const float* x, float* y, long long n, unsigned long long offset,
                                               unsigned long long seed, const unsigned long long* state,
                                               unsigned int threshold, float scale, int vectorized)
 {
-    if (state != nullptr) {  // (seed, offset) read on the device: see the header
-        seed = state[0];
-        offset += state[1];
-        vectorized = vectorized && (offset & 3ull) == 0;
-    }
+    const uint2 key = philox_stream(state, seed, offset);   // (seed, offset) read on the device: see the header
+    if (state != nullptr) vectorized = vectorized && (offset & 3ull) == 0;
     const unsigned long long first_group = offset >> 2;
     const unsigned long long last_group = (offset + (unsigned long long)n - 1) >> 2;
     const long long groups = (long long)(last_group - first_group + 1);
-    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
 
     const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
@@ -94,14 +114,10 @@ __device__ __forceinline__ void dropout_apply_half(const unsigned short* x, unsi
                                                    const unsigned long long* state, unsigned int threshold,
                                                    float scale, int kind)
 {
-    if (state != nullptr) {
-        seed = state[0];
-        offset += state[1];
-    }
+    const uint2 key = philox_stream(state, seed, offset);
     const unsigned long long first_group = offset >> 2;
     const unsigned long long last_group = (offset + (unsigned long long)n - 1) >> 2;
     const long long groups = (long long)(last_group - first_group + 1);
-    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
     const long long stride = (long long)gridDim.x * blockDim.x;
     const bool vec = (offset & 3ull) == 0 &&
                      ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(y)) & 7ull) == 0;
@@ -167,26 +183,11 @@ extern "C" __global__ void philox_advance(unsigned long long* generator, unsigne
 // `state`: the (seed, offset) claimed by philox_advance, or null (then seed and offset are the arguments). f64: the
 // output is double (else float). One thread per element (a Philox block per element: 4x the arithmetic of sharing
 // one between four threads, still far below the memory time of the store).
-__device__ __forceinline__ unsigned int philox_word(uint4 r, unsigned int i)
-{
-    return i == 0 ? r.x : i == 1 ? r.y : i == 2 ? r.z : r.w;
-}
-
-__device__ __forceinline__ uint4 philox_block(unsigned long long g, uint2 key)
-{
-    const unsigned long long q = g >> 2;
-    return philox4x32_10(make_uint4((unsigned int)q, (unsigned int)(q >> 32), 0u, 0u), key);
-}
-
 // The raw words (randint and randperm: word % range, and the order of the words).
 extern "C" __global__ void philox_bits(const unsigned long long* state, unsigned int* out, long long n,
                                       unsigned long long offset, unsigned long long seed)
 {
-    if (state != nullptr) {
-        seed = state[0];
-        offset += state[1];
-    }
-    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+    const uint2 key = philox_stream(state, seed, offset);
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const unsigned long long g = offset + (unsigned long long)i;
         out[i] = philox_word(philox_block(g, key), (unsigned int)(g & 3));
@@ -196,11 +197,7 @@ extern "C" __global__ void philox_bits(const unsigned long long* state, unsigned
 extern "C" __global__ void philox_uniform(const unsigned long long* state, void* out, long long n,
                                           unsigned long long offset, unsigned long long seed, int f64)
 {
-    if (state != nullptr) {
-        seed = state[0];
-        offset += state[1];
-    }
-    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+    const uint2 key = philox_stream(state, seed, offset);
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const unsigned long long g = offset + (unsigned long long)i;
         const unsigned int bits = philox_word(philox_block(g, key), (unsigned int)(g & 3)) >> 8;
@@ -214,11 +211,7 @@ extern "C" __global__ void philox_uniform(const unsigned long long* state, void*
 extern "C" __global__ void philox_normal(const unsigned long long* state, void* out, long long n,
                                          unsigned long long offset, unsigned long long seed, int f64)
 {
-    if (state != nullptr) {
-        seed = state[0];
-        offset += state[1];
-    }
-    const uint2 key = make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
+    const uint2 key = philox_stream(state, seed, offset);
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const unsigned long long g = offset + (unsigned long long)i;
         const uint4 r = philox_block(g, key);

@@ -226,14 +226,6 @@ class L1Unstructured(_Unstructured):
         return super().apply(module, name, amount=amount, importance_scores=importance_scores)
 
 
-def _structured_checks(t, dim):
-    if t.ndim <= 1:
-        raise ValueError("Structured pruning can only be applied to multidimensional tensors. Found tensor of shape "
-                         f"{tuple(t.shape)} with {t.ndim} dims")
-    if dim >= t.ndim or dim < -t.ndim:
-        raise IndexError(f"Invalid index {dim} for tensor of size {tuple(t.shape)}")
-
-
 def _channel_mask(t, dim, keep):
     """Zeros like t, with ones in the channels along dim where `keep` (a bool tensor of t.shape[dim]) holds."""
     mask = _ops().zeros_like(t)
@@ -243,8 +235,8 @@ def _channel_mask(t, dim, keep):
     return mask
 
 
-class RandomStructured(BasePruningMethod):
-    """`amount` whole channels along `dim`, at random."""
+class _Structured(BasePruningMethod):
+    """`amount` whole channels along `dim`: those _keep(t, dim, channels, k) does not keep."""
 
     PRUNING_TYPE = "structured"
 
@@ -253,43 +245,43 @@ class RandomStructured(BasePruningMethod):
         self.amount, self.dim = amount, dim
 
     def compute_mask(self, t, default_mask):
-        _structured_checks(t, self.dim)
-        channels = t.shape[self.dim]
+        if t.ndim <= 1:
+            raise ValueError("Structured pruning can only be applied to multidimensional tensors. Found tensor of "
+                             f"shape {tuple(t.shape)} with {t.ndim} dims")
+        if self.dim >= t.ndim or self.dim < -t.ndim:
+            raise IndexError(f"Invalid index {self.dim} for tensor of size {tuple(t.shape)}")
+        dim = self.dim % t.ndim
+        channels = t.shape[dim]
         k = _count(self.amount, channels, "channels")
         if k == 0:
             return default_mask
+        return _channel_mask(t, dim, self._keep(t, dim, channels, k)) * default_mask.to(dtype=t.dtype)
+
+
+class RandomStructured(_Structured):
+    """`amount` whole channels along `dim`, at random."""
+
+    def _keep(self, t, dim, channels, k):
         prob = _ops().rand(channels, device=t.device)
-        threshold = _ops().kthvalue(prob, k).values
-        return _channel_mask(t, self.dim, prob > threshold) * default_mask.to(dtype=t.dtype)
+        return prob > _ops().kthvalue(prob, k).values
 
     @classmethod
     def apply(cls, module, name, amount, dim=-1):
         return super().apply(module, name, amount=amount, dim=dim)
 
 
-class LnStructured(BasePruningMethod):
+class LnStructured(_Structured):
     """The `amount` channels along `dim` of smallest L_n norm (n: an int, float, inf, -inf, "fro" or "nuc")."""
 
-    PRUNING_TYPE = "structured"
-
     def __init__(self, amount, n, dim=-1):
-        _count(amount, 1 << 62, "channels")
-        self.amount, self.n, self.dim = amount, n, dim
+        super().__init__(amount, dim)
+        self.n = n
 
-    def compute_mask(self, t, default_mask):
-        _structured_checks(t, self.dim)
-        channels = t.shape[self.dim]
-        k = _count(self.amount, channels, "channels")
-        if k == 0:
-            return default_mask
-        dim = self.dim if self.dim >= 0 else t.ndim + self.dim
-        others = [d for d in range(t.ndim) if d != dim]
-        n = 2 if self.n == "fro" else self.n
-        norms = t.norm(p=n, dim=others)
-        kept = _ops().topk(norms, channels - k, largest=True).indices
+    def _keep(self, t, dim, channels, k):
+        norms = t.norm(p=2 if self.n == "fro" else self.n, dim=[d for d in range(t.ndim) if d != dim])
         keep = _ops().zeros(channels, dtype=_ops().bool, device=t.device)
-        keep[kept] = True
-        return _channel_mask(t, dim, keep) * default_mask.to(dtype=t.dtype)
+        keep[_ops().topk(norms, channels - k, largest=True).indices] = True
+        return keep
 
     @classmethod
     def apply(cls, module, name, amount, n, dim, importance_scores=None):
