@@ -224,19 +224,26 @@ def test_mixtures_relaxed_student_t_geometric_binomial_match_torch():
         np.testing.assert_allclose(ours, theirs, rtol=1e-8, atol=1e-12, equal_nan=True)
 
 
-def test_mixture_and_relaxed_samples():
+@pytest.mark.parametrize("device", DEVICES)
+def test_mixture_and_relaxed_samples(device):
     minidl.manual_seed(0)
     D = minidl.distributions
-    gmm = D.MixtureSameFamily(D.Categorical(logits=minidl.tensor([0.0, 1.0])),
-                              D.Normal(minidl.tensor([-2.0, 3.0]), minidl.tensor([0.5, 0.5])))
+
+    def t(v, **kw):
+        return minidl.tensor(v, device=device, **kw)
+
+    gmm = D.MixtureSameFamily(D.Categorical(logits=t([0.0, 1.0])), D.Normal(t([-2.0, 3.0]), t([0.5, 0.5])))
     s = gmm.sample((20000,))
     assert tuple(s.shape) == (20000,) and abs(float(s.mean()) - float(gmm.mean)) < 0.1
-    assert abs(float(D.StudentT(minidl.tensor([5.0])).sample((20000,)).var()) - 5 / 3) < 0.2
-    assert abs(float(D.Geometric(minidl.tensor([0.3])).sample((20000,)).mean()) - 7 / 3) < 0.1
-    assert abs(float(D.Binomial(10, minidl.tensor([0.3])).sample((20000,)).mean()) - 3.0) < 0.05
-    logits = minidl.tensor([0.0, 1.0, 2.0], requires_grad=True)
-    y = D.RelaxedOneHotCategorical(minidl.tensor(0.5), logits=logits).rsample((4,))
-    np.testing.assert_allclose(y.sum(-1).detach().numpy(), 1.0, rtol=1e-6)
+    assert abs(float(D.StudentT(t([5.0])).sample((20000,)).var()) - 5 / 3) < 0.2
+    assert abs(float(D.Geometric(t([0.3])).sample((20000,)).mean()) - 7 / 3) < 0.1
+    assert abs(float(D.Binomial(10, t([0.3])).sample((20000,)).mean()) - 3.0) < 0.05
+    squashed = D.TransformedDistribution(D.Normal(t([0.0, 1.0]), t([1.0, 0.5])), [D.transforms.TanhTransform(1)])
+    a = squashed.rsample((5,))
+    assert a.device == s.device and np.isfinite(squashed.log_prob(a).detach().cpu().numpy()).all()
+    logits = t([0.0, 1.0, 2.0], requires_grad=True)
+    y = D.RelaxedOneHotCategorical(t(0.5), logits=logits).rsample((4,))
+    np.testing.assert_allclose(y.sum(-1).detach().cpu().numpy(), 1.0, rtol=1e-6)
     (y[:, 2]).sum().backward()          # differentiable in the logits
     assert logits.grad is not None and float(logits.grad.abs().sum()) > 0
     with pytest.raises(ValueError, match="must end with the mixture's 3 components"):
