@@ -35,6 +35,19 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def pin_to_cpu(cpu) -> str:
+    """Run this process (both frameworks of a benchmark alike) on one CPU, `cpu` (an int), or leave it free (None);
+    returns what to say of it in a report. On the shared GPU hosts an unpinned eager step moves between cores and its
+    time is bimodal; pinned, torch's char_gpt step ran 24% faster and minidl's 2% (benchmarks/results/
+    gpu_gpt_step.md, session 12), so an eager ratio should say which it was."""
+    if cpu is None:
+        return "not pinned to a CPU"
+    import os
+
+    os.sched_setaffinity(0, {int(cpu)})
+    return f"pinned to CPU {int(cpu)} (os.sched_setaffinity)"
+
+
 def write_report(text: str, out=None) -> None:
     """Print a report and, given a path, write it there (folders made, one trailing newline)."""
     print(text)

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from benchmarks._report import git_commit, write_report  # noqa: E402
+from benchmarks._report import git_commit, pin_to_cpu, write_report  # noqa: E402
 
 VOCAB, BLOCK, LAYERS, HEADS, EMBD, BATCH, DROPOUT = 65, 256, 6, 6, 384, 64, 0.2
 ROUNDS = 3
@@ -172,7 +172,9 @@ def main(argv=None):
     parser.add_argument("--commit")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--no-gc-freeze", action="store_true", help="leave the setup's objects to the collector")
+    parser.add_argument("--pin", type=int, default=None, help="run on this one CPU (both frameworks): see _report.pin_to_cpu")
     args = parser.parse_args(argv)
+    pinned = pin_to_cpu(args.pin)
     import cupy
     import torch
 
@@ -184,8 +186,9 @@ def main(argv=None):
              f"torch {torch.__version__}, CuPy {cupy.__version__}. {LAYERS} layers, {HEADS} heads, d={EMBD}, "
              f"context {BLOCK}, batch {BATCH}, AdamW, clip 1.0, dropout {DROPOUT}; ms per eager step over "
              f"{args.steps} steps, fastest of {ROUNDS} interleaved rounds"
-             f"{'' if args.no_gc_freeze else ', the setup gc.freeze()d (see the script)'}. Produced by "
-             f"`python3 benchmarks/bench_gpt_step.py{' --no-gc-freeze' if args.no_gc_freeze else ''}`.", "",
+             f"{'' if args.no_gc_freeze else ', the setup gc.freeze()d (see the script)'}; {pinned}. Produced by "
+             f"`python3 benchmarks/bench_gpt_step.py{' --no-gc-freeze' if args.no_gc_freeze else ''}"
+             f"{'' if args.pin is None else f' --pin {args.pin}'}`.", "",
              "| math | minidl eager | torch eager | ratio (eager) | minidl graphed (char_gpt.py's step) | "
              "graphed / torch eager |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]

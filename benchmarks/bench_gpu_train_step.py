@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 import minidl  # noqa: E402
-from benchmarks._report import git_commit, write_report  # noqa: E402
+from benchmarks._report import git_commit, pin_to_cpu, write_report  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------
@@ -363,7 +363,9 @@ def main():
     ap.add_argument("--channels-last", action="store_true", help="CNNs and batches in channels_last on both sides")
     ap.add_argument("--rnn-wavefront", choices=("auto", "off"), default="auto",
                     help="the persistent RNN's wavefront (rnn_persistent.WAVEFRONT): its policy, or never (an A/B)")
+    ap.add_argument("--pin", type=int, default=None, help="run on this one CPU (both frameworks): see _report.pin_to_cpu")
     args = ap.parse_args()
+    pinned = pin_to_cpu(args.pin)
 
     import cupy
     import torch
@@ -425,7 +427,8 @@ def main():
            if args.rounds > 1 else ""),
         f"- command: `python3 benchmarks/bench_gpu_train_step.py --math {args.math}"
         + (" --channels-last" if args.channels_last else "") + (f" --rounds {args.rounds}" if args.rounds > 1 else "")
-        + (" --no-gc-freeze" if args.no_gc_freeze else "") + "`"
+        + (" --no-gc-freeze" if args.no_gc_freeze else "") + ("" if args.pin is None else f" --pin {args.pin}") + "`"
+        + f"; {pinned}"
         + ("" if args.no_gc_freeze else "; the objects that exist after the imports gc.freeze()d (see the script)"),
         "- GPU ops / step (eager rows): kernels, memsets and copies of one step as torch.profiler's CUPTI tracing "
         "counts them (it sees CuPy's and our kernels too), mean of 3 steps; a graphed step runs the same "
