@@ -15,7 +15,10 @@ log_prob, entropy and rsample are differentiable (a policy gradient, a VAE's rep
     Poisson(rate)                      sample, log_prob, mean, variance
     TransformedDistribution(base, [transforms])   sample, rsample, log_prob (transforms.py: Exp, Affine, Sigmoid,
                                        Tanh, Power, Compose)
-    MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical, StudentT, Geometric, Binomial (mixtures.py)
+    StudentT, Weibull, Pareto (continuous.py); MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical
+                                       (mixtures.py); Poisson, Geometric, Binomial, NegativeBinomial, Multinomial
+                                       (counts.py); LowRankMultivariateNormal; kl_divergence for the pairs torch
+                                       registers most (register_kl adds more)
 
 Samples are drawn from minidl's seeded generator (minidl.manual_seed) and never carry a gradient, except
 rsample's, which is loc + scale * eps (Normal) or low + (high - low) * u (Uniform).
@@ -33,7 +36,8 @@ from ..ops import creation
 __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Normal", "Uniform", "Exponential",
            "Laplace", "MultivariateNormal", "Independent", "kl_divergence", "Gamma", "Chi2", "Beta", "Dirichlet",
            "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson", "TransformedDistribution", "transforms", "MixtureSameFamily", "RelaxedBernoulli",
-           "RelaxedOneHotCategorical", "StudentT", "Geometric", "Binomial"]
+           "RelaxedOneHotCategorical", "StudentT", "Geometric", "Binomial", "NegativeBinomial", "Multinomial",
+           "Weibull", "Pareto", "LowRankMultivariateNormal", "register_kl"]
 
 
 def _as_tensor(value, like=None):
@@ -445,23 +449,123 @@ class Independent(Distribution):
         return self.base_dist.variance
 
 
+class LowRankMultivariateNormal(MultivariateNormal):
+    """N(loc, W W^T + diag(D)) with a low-rank factor W = cov_factor (..., n, r) and diagonal D = cov_diag (..., n):
+    a MultivariateNormal of that covariance (through its Cholesky factor: O(n^3), where torch works with the
+    capacitance matrix; the same numbers)."""
+
+    def __init__(self, loc, cov_factor, cov_diag, validate_args=None):
+        self.cov_factor, self.cov_diag = _as_tensor(cov_factor), _as_tensor(cov_diag)
+        cov = self.cov_factor @ self.cov_factor.mT + self.cov_diag.diag_embed()
+        super().__init__(loc, covariance_matrix=cov)
+
+
+_KL: dict = {}   # (type of p, type of q) -> kl(p, q)
+
+
+def register_kl(type_p, type_q):
+    """Decorator registering kl(p, q) for p of type_p and q of type_q (torch.distributions.register_kl); the most
+    specific registered pair of the two classes' MROs is used."""
+    def decorator(fn):
+        _KL[(type_p, type_q)] = fn
+        return fn
+    return decorator
+
+
 def kl_divergence(p, q):
-    """KL(p || q) for two Normals or two Categoricals (the pairs torch registers that programs use most)."""
-    if isinstance(p, Normal) and isinstance(q, Normal):
-        var_ratio = (p.scale / q.scale) ** 2
-        t1 = ((p.loc - q.loc) / q.scale) ** 2
-        return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
-    if isinstance(p, Categorical) and isinstance(q, Categorical):
-        return (p.probs * (p.logits - q.logits)).sum(-1)
-    raise NotImplementedError(f"kl_divergence: no formula for {type(p).__name__} and {type(q).__name__} in minidl")
+    """KL(p || q) by the formula registered for their types (register_kl): Normal, Categorical, OneHotCategorical,
+    Bernoulli, Beta, Gamma, Dirichlet, Exponential, Laplace, Poisson, Uniform, MultivariateNormal, and Independent
+    pairs of any of them, as torch's."""
+    for tp in type(p).__mro__:
+        for tq in type(q).__mro__:
+            fn = _KL.get((tp, tq))
+            if fn is not None:
+                return fn(p, q)
+    raise NotImplementedError(f"kl_divergence: no formula for {type(p).__name__} and {type(q).__name__} in minidl "
+                              "(register one with minidl.distributions.register_kl)")
 
 
-from .continuous import (  # noqa: E402,F401  (the gamma family, four transformed draws, Poisson)
-    Beta, Cauchy, Chi2, Dirichlet, Gamma, Gumbel, HalfNormal, LogNormal, Poisson,
+def _softplus(x):
+    from ..nn import functional as F
+
+    return F.softplus(x)
+
+
+@register_kl(Normal, Normal)
+def _kl_normal_normal(p, q):
+    var_ratio = (p.scale / q.scale) ** 2
+    t1 = ((p.loc - q.loc) / q.scale) ** 2
+    return 0.5 * (var_ratio + t1 - 1 - var_ratio.log())
+
+
+@register_kl(Categorical, Categorical)
+def _kl_categorical_categorical(p, q):
+    from ..ops import where
+
+    t = p.probs * (p.logits - q.logits)
+    return where(p.probs == 0, t.new_zeros(()), t).sum(-1)
+
+
+@register_kl(OneHotCategorical, OneHotCategorical)
+def _kl_onehot_onehot(p, q):
+    return _kl_categorical_categorical(p._categorical, q._categorical)
+
+
+@register_kl(Bernoulli, Bernoulli)
+def _kl_bernoulli_bernoulli(p, q):
+    t1 = p.probs * (_softplus(-q.logits) - _softplus(-p.logits))
+    t2 = (1 - p.probs) * (_softplus(q.logits) - _softplus(p.logits))
+    return t1 + t2
+
+
+@register_kl(Exponential, Exponential)
+def _kl_exponential_exponential(p, q):
+    ratio = q.rate / p.rate
+    return -ratio.log() + ratio - 1
+
+
+@register_kl(Laplace, Laplace)
+def _kl_laplace_laplace(p, q):
+    scale_ratio = p.scale / q.scale
+    diff = (p.loc - q.loc).abs()
+    return -scale_ratio.log() + diff / q.scale + scale_ratio * (-diff / p.scale).exp() - 1
+
+
+@register_kl(Uniform, Uniform)
+def _kl_uniform_uniform(p, q):
+    from ..ops import where
+
+    result = ((q.high - q.low) / (p.high - p.low)).log()
+    outside = (q.low > p.low) | (q.high < p.high)
+    return where(outside, result.new_full((), float("inf")), result)
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_mvn_mvn(p, q):
+    from .. import linalg
+
+    n = p.loc.shape[-1]
+    lq = q.scale_tril.expand(*p.scale_tril.shape) if q.scale_tril.ndim < p.scale_tril.ndim else q.scale_tril
+    lp = p.scale_tril.expand(*lq.shape) if p.scale_tril.ndim < lq.ndim else p.scale_tril
+    term2 = linalg.solve_triangular(lq, lp, upper=False).pow(2).sum((-2, -1))
+    diff = (q.loc - p.loc).unsqueeze(-1)
+    term3 = linalg.solve_triangular(lq.expand(*diff.shape[:-2], n, n), diff, upper=False).pow(2).sum((-2, -1))
+    return q._half_log_det() - p._half_log_det() + 0.5 * (term2 + term3 - n)
+
+
+@register_kl(Independent, Independent)
+def _kl_independent_independent(p, q):
+    if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
+        raise NotImplementedError("kl_divergence: two Independent distributions over different event dims")
+    return p._summed(kl_divergence(p.base_dist, q.base_dist))
+
+
+from .continuous import (  # noqa: E402,F401  (the gamma family, StudentT, transformed uniform and normal draws)
+    Beta, Cauchy, Chi2, Dirichlet, Gamma, Gumbel, HalfNormal, LogNormal, Pareto, StudentT, Weibull,
 )
-from .mixtures import (  # noqa: E402,F401  (mixtures, the relaxed discrete distributions, StudentT, two counts)
-    Binomial, Geometric, MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical, StudentT,
-)
+from .counts import Binomial, Geometric, Multinomial, NegativeBinomial, Poisson  # noqa: E402,F401
+from .mixtures import MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical  # noqa: E402,F401
+from . import kl_more  # noqa: E402,F401  (KL formulas of the gamma family and Poisson, registered there)
 from . import transforms  # noqa: E402,F401
 from .transforms import (  # noqa: E402,F401  (TransformedDistribution: a squashed Gaussian policy, ...)
     AbsTransform, AffineTransform, ComposeTransform, ExpTransform, PowerTransform, SigmoidTransform, TanhTransform,

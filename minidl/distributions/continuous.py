@@ -1,5 +1,6 @@
-"""More of torch.distributions: the gamma family (Gamma, Chi2, Beta, Dirichlet), four distributions that are a
-transform of a uniform or normal draw (LogNormal, Gumbel, Cauchy, HalfNormal), and Poisson.
+"""More of torch.distributions: the gamma family (Gamma, Chi2, Beta, Dirichlet, and StudentT, drawn through a
+chi-squared), and distributions that are a transform of a uniform or normal draw (LogNormal, Gumbel, Cauchy,
+HalfNormal, Weibull, Pareto).
 
 log_prob, entropy, mean and variance are Tensor operations (differentiable in the parameters: lgamma's gradient is
 digamma, digamma's is polygamma(1, .)). The transformed four have rsample (the draw is a differentiable function of
@@ -293,25 +294,120 @@ class HalfNormal(Distribution):
         return self.scale ** 2 * (1 - 2 / math.pi)
 
 
-class Poisson(Distribution):
-    """Poisson(rate): rate^k exp(-rate) / k! on k = 0, 1, 2, ... (samples are float counts, as torch's)."""
+class StudentT(Distribution):
+    """Student's t with df degrees of freedom, location and scale; sampled as loc + scale * N(0, 1) / sqrt(chi2/df)."""
 
-    def __init__(self, rate, validate_args=None):
-        self.rate = _as_tensor(rate)
-        super().__init__(self.rate.shape)
+    def __init__(self, df, loc=0.0, scale=1.0, validate_args=None):
+        df = _as_tensor(df)
+        loc, scale, _ = _broadcast_pair(_as_tensor(loc, df), _as_tensor(scale, df))
+        shape = tuple(np.broadcast_shapes(df.shape, loc.shape))
+        self.df, self.loc, self.scale = df.expand(shape), loc.expand(shape), scale.expand(shape)
+        super().__init__(shape)
 
     def sample(self, sample_shape=()):
-        r = self.rate.detach().expand(self._extended(sample_shape)).contiguous()._data
-        return Tensor._make(random.poisson_array(r, r.dtype, self.rate.device))
+        shape = self._extended(sample_shape)
+        z = creation.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        chi2 = Chi2(self.df.detach()).sample(sample_shape)
+        return (self.loc + self.scale * z * (chi2 / self.df).rsqrt()).detach()
 
     def log_prob(self, value):
-        value = _as_tensor(value, self.rate)
-        return value.xlogy(self.rate) - self.rate - (value + 1).lgamma()
+        y = (_as_tensor(value, self.loc) - self.loc) / self.scale
+        df = self.df
+        z = self.scale.log() + 0.5 * df.log() + 0.5 * math.log(math.pi) + (0.5 * df).lgamma() - \
+            (0.5 * (df + 1)).lgamma()
+        return -0.5 * (df + 1) * (y * y / df).log1p() - z
+
+    def entropy(self):
+        df = self.df
+        lbeta = (0.5 * df).lgamma() + math.lgamma(0.5) - (0.5 * (df + 1)).lgamma()
+        return self.scale.log() + 0.5 * (df + 1) * ((0.5 * (df + 1)).digamma() - (0.5 * df).digamma()) + \
+            0.5 * df.log() + lbeta
 
     @property
     def mean(self):
-        return self.rate
+        from ..ops import where
+
+        return where(self.df > 1, self.loc, self.loc.new_full((), float("nan")))
 
     @property
     def variance(self):
-        return self.rate
+        from ..ops import where
+
+        var = self.scale ** 2 * self.df / (self.df - 2)
+        var = where(self.df > 2, var, var.new_full((), float("inf")))
+        return where(self.df > 1, var, var.new_full((), float("nan")))
+
+
+class Weibull(Distribution):
+    """Weibull(scale lambda, concentration k): (k / lambda) (x / lambda)^(k-1) exp(-(x / lambda)^k) on x >= 0;
+    rsample = lambda (-log(1 - u))^(1/k)."""
+
+    has_rsample = True
+
+    def __init__(self, scale, concentration, validate_args=None):
+        self.scale, self.concentration, shape = _broadcast_pair(scale, concentration)
+        super().__init__(shape)
+
+    def rsample(self, sample_shape=()):
+        u = creation.rand(self._extended(sample_shape), dtype=self.scale.dtype, device=self.scale.device)
+        return self.scale * (-(-u).log1p()).pow(1 / self.concentration)
+
+    def sample(self, sample_shape=()):
+        return self.rsample(sample_shape).detach()
+
+    def log_prob(self, value):
+        z = _as_tensor(value, self.scale) / self.scale
+        k = self.concentration
+        return (k / self.scale).log() + (k - 1) * z.log() - z.pow(k)
+
+    def entropy(self):
+        k = self.concentration
+        return EULER_GAMMA * (1 - 1 / k) + (self.scale / k).log() + 1
+
+    @property
+    def mean(self):
+        return self.scale * (1 + 1 / self.concentration).lgamma().exp()
+
+    @property
+    def variance(self):
+        k = self.concentration
+        return self.scale ** 2 * ((1 + 2 / k).lgamma().exp() - (1 + 1 / k).lgamma().exp() ** 2)
+
+
+class Pareto(Distribution):
+    """Pareto(scale x_m, alpha): alpha x_m^alpha / x^(alpha+1) on x >= x_m; rsample = x_m exp(E), E ~ Exponential(alpha)."""
+
+    has_rsample = True
+
+    def __init__(self, scale, alpha, validate_args=None):
+        self.scale, self.alpha, shape = _broadcast_pair(scale, alpha)
+        super().__init__(shape)
+
+    def rsample(self, sample_shape=()):
+        u = creation.rand(self._extended(sample_shape), dtype=self.scale.dtype, device=self.scale.device)
+        return self.scale * (-(-u).log1p() / self.alpha).exp()
+
+    def sample(self, sample_shape=()):
+        return self.rsample(sample_shape).detach()
+
+    def log_prob(self, value):
+        value = _as_tensor(value, self.scale)
+        return self.alpha.log() + self.alpha * self.scale.log() - (self.alpha + 1) * value.log()
+
+    def entropy(self):
+        return (self.scale / self.alpha).log() + 1 / self.alpha + 1
+
+    @property
+    def mean(self):
+        from ..ops import where
+
+        a = self.alpha.clamp(min=1)
+        return where(self.alpha > 1, a * self.scale / (a - 1), self.alpha.new_full((), float("inf")))
+
+    @property
+    def variance(self):
+        from ..ops import where
+
+        a = self.alpha.clamp(min=2)
+        var = self.scale ** 2 * a / ((a - 1) ** 2 * (a - 2))
+        return where(self.alpha > 2, var, self.alpha.new_full((), float("inf")))

@@ -1,10 +1,9 @@
-"""More of torch.distributions: mixtures (MixtureSameFamily: a Gaussian mixture, a mixture density network's output),
-the relaxed (Gumbel-softmax / Concrete) distributions of discrete variables (RelaxedBernoulli, RelaxedOneHotCategorical:
-differentiable samples, for a discrete VAE), StudentT, and two counts (Geometric, Binomial).
+"""More of torch.distributions: mixtures (MixtureSameFamily: a Gaussian mixture, a mixture density network's output)
+and the relaxed (Gumbel-softmax / Concrete) distributions of discrete variables (RelaxedBernoulli,
+RelaxedOneHotCategorical: differentiable samples, for a discrete VAE).
 
 As the rest of the package: Tensor operations, so log_prob and rsample are differentiable; samples from minidl's
-generator. StudentT's samples use gamma draws (no rsample, as the gamma family in continuous.py); Binomial's are
-NumPy's / CuPy's binomial draws.
+generator.
 """
 from __future__ import annotations
 
@@ -12,13 +11,10 @@ import math
 
 import numpy as np
 
-from .. import _device, random
-from ..autograd.tensor import Tensor
 from ..ops import creation
-from . import Bernoulli, Categorical, Distribution, _as_tensor, _broadcast_pair
-from .continuous import Chi2
+from . import Bernoulli, Categorical, Distribution, _as_tensor
 
-__all__ = ["MixtureSameFamily", "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT", "Geometric", "Binomial"]
+__all__ = ["MixtureSameFamily", "RelaxedBernoulli", "RelaxedOneHotCategorical"]
 
 
 def _softplus(x):
@@ -139,115 +135,3 @@ class RelaxedBernoulli(Distribution):
         diff = self.logits - x * self.temperature
         logit_density = self.temperature.log() + diff - 2 * _softplus(diff)
         return logit_density - (-_softplus(-x) - _softplus(x))
-
-
-class StudentT(Distribution):
-    """Student's t with df degrees of freedom, location and scale; sampled as loc + scale * N(0, 1) / sqrt(chi2/df)."""
-
-    def __init__(self, df, loc=0.0, scale=1.0, validate_args=None):
-        df = _as_tensor(df)
-        loc, scale, _ = _broadcast_pair(_as_tensor(loc, df), _as_tensor(scale, df))
-        shape = tuple(np.broadcast_shapes(df.shape, loc.shape))
-        self.df, self.loc, self.scale = df.expand(shape), loc.expand(shape), scale.expand(shape)
-        super().__init__(shape)
-
-    def sample(self, sample_shape=()):
-        shape = self._extended(sample_shape)
-        z = creation.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
-        chi2 = Chi2(self.df.detach()).sample(sample_shape)
-        return (self.loc + self.scale * z * (chi2 / self.df).rsqrt()).detach()
-
-    def log_prob(self, value):
-        y = (_as_tensor(value, self.loc) - self.loc) / self.scale
-        df = self.df
-        z = self.scale.log() + 0.5 * df.log() + 0.5 * math.log(math.pi) + (0.5 * df).lgamma() - \
-            (0.5 * (df + 1)).lgamma()
-        return -0.5 * (df + 1) * (y * y / df).log1p() - z
-
-    def entropy(self):
-        df = self.df
-        lbeta = (0.5 * df).lgamma() + math.lgamma(0.5) - (0.5 * (df + 1)).lgamma()
-        return self.scale.log() + 0.5 * (df + 1) * ((0.5 * (df + 1)).digamma() - (0.5 * df).digamma()) + \
-            0.5 * df.log() + lbeta
-
-    @property
-    def mean(self):
-        from ..ops import where
-
-        return where(self.df > 1, self.loc, self.loc.new_full((), float("nan")))
-
-    @property
-    def variance(self):
-        from ..ops import where
-
-        var = self.scale ** 2 * self.df / (self.df - 2)
-        var = where(self.df > 2, var, var.new_full((), float("inf")))
-        return where(self.df > 1, var, var.new_full((), float("nan")))
-
-
-class Geometric(Distribution):
-    """The number of failures before the first success (k = 0, 1, ...), success probability `probs` (or sigmoid of
-    `logits`): P(k) = (1 - p)^k p."""
-
-    def __init__(self, probs=None, logits=None, validate_args=None):
-        self._bernoulli = Bernoulli(probs=probs, logits=logits)
-        self.probs, self.logits = self._bernoulli.probs, self._bernoulli.logits
-        super().__init__(self.probs.shape)
-
-    def sample(self, sample_shape=()):
-        tiny = float(np.finfo(self.probs._data.dtype).tiny)
-        u = creation.rand(self._extended(sample_shape), dtype=self.probs.dtype,
-                          device=self.probs.device).clamp(min=tiny)
-        return (u.log() / (-self.probs.detach()).log1p()).floor()
-
-    def log_prob(self, value):
-        value = _as_tensor(value, self.probs)
-        p = self.probs
-        return value * (-p).log1p() + p.log()
-
-    def entropy(self):
-        return self._bernoulli.entropy() / self.probs
-
-    @property
-    def mean(self):
-        return 1.0 / self.probs - 1.0
-
-    @property
-    def variance(self):
-        return (1.0 / self.probs - 1.0) / self.probs
-
-
-class Binomial(Distribution):
-    """The number of successes in total_count trials of probability `probs` (or sigmoid of `logits`)."""
-
-    def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
-        self._bernoulli = Bernoulli(probs=probs, logits=logits)
-        self.probs, self.logits = self._bernoulli.probs, self._bernoulli.logits
-        count = _as_tensor(total_count, self.probs)
-        shape = tuple(np.broadcast_shapes(count.shape, self.probs.shape))
-        self.total_count, self.probs, self.logits = count.expand(shape), self.probs.expand(shape), \
-            self.logits.expand(shape)
-        super().__init__(shape)
-
-    def sample(self, sample_shape=()):
-        shape = self._extended(sample_shape)
-        n = self.total_count.detach().expand(shape).contiguous()._data
-        p = self.probs.detach().expand(shape).contiguous()._data
-        rng = random.cpu_generator() if self.probs.device.type == "cpu" else \
-            _device.require_cuda("Binomial.sample").random   # (CuPy's generator: not in cuda.get_rng_state)
-        return Tensor._make(rng.binomial(n.astype(np.int64), p).astype(p.dtype))
-
-    def log_prob(self, value):
-        k = _as_tensor(value, self.probs)
-        n, logits = self.total_count, self.logits
-        log_comb = (n + 1).lgamma() - (k + 1).lgamma() - (n - k + 1).lgamma()
-        # k log p + (n - k) log(1 - p) = k logits - n softplus(logits), written stably
-        return log_comb + k * logits - n * _softplus(logits)
-
-    @property
-    def mean(self):
-        return self.total_count * self.probs
-
-    @property
-    def variance(self):
-        return self.total_count * self.probs * (1 - self.probs)
