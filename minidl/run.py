@@ -34,7 +34,7 @@ TORCH_MODULES = {
     "torch.nn": "minidl.nn",
     "torch.nn.functional": "minidl.nn.functional",
     "torch.nn.init": "minidl.nn.init",
-    "torch.nn.parameter": "minidl.nn",
+    "torch.nn.parameter": "minidl.nn.parameter",
     "torch.nn.modules": "minidl.nn",
     "torch.nn.utils": "minidl.nn.utils",
     "torch.nn.utils.rnn": "minidl.nn.utils.rnn",

@@ -42,6 +42,37 @@ class Parameter(Tensor):
         return "Parameter containing:\n" + super().__repr__()
 
 
+class UninitializedParameter(Parameter):
+    """A lazy layer's parameter before its first input (torch.nn.parameter.UninitializedParameter): an empty Parameter
+    that the first forward fills in place, after which it is a plain Parameter (the same object, so an optimizer made
+    before steps it)."""
+
+    cls_to_become = Parameter
+
+    def __repr__(self):
+        return "<UninitializedParameter>"
+
+
+def is_lazy(param) -> bool:
+    """Whether a parameter is still a lazy layer's uninitialized one (torch.nn.parameter.is_lazy)."""
+    return isinstance(param, UninitializedParameter)
+
+
+def mark_uninitialized(module):
+    """A lazy layer's parameters become UninitializedParameters until its first input (materialize_parameters)."""
+    for p in module._parameters.values():
+        if p is not None:
+            p.__class__ = UninitializedParameter
+    return module
+
+
+def materialize_parameters(module):
+    """The lazy layer's parameters, filled by its first input, are Parameters again (the same objects)."""
+    for p in module._parameters.values():
+        if isinstance(p, UninitializedParameter):
+            p.__class__ = UninitializedParameter.cls_to_become
+
+
 class _BufferMeta(type):
     """isinstance(t, nn.Buffer) is true of the tensors nn.Buffer made (as torch's, they are plain tensors)."""
 

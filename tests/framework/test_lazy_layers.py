@@ -71,3 +71,22 @@ def test_lazy_layer_messages():
         minidl.nn.LazyConv2d(4, 3)(minidl.randn(5))
     with pytest.raises(ValueError, match="LazyConv2d: the input's 3 channels are not divisible by groups \\(2\\)"):
         minidl.nn.LazyConv2d(4, 3, groups=2)(minidl.randn(1, 3, 5, 5))
+
+
+@pytest.mark.parametrize("make,shape", [(lambda nn: nn.LazyLinear(3), (2, 5)), (lambda nn: nn.LazyConv2d(4, 3), (2, 3, 8, 8)),
+                                        (lambda nn: nn.LazyBatchNorm2d(), (2, 3, 4, 4))])
+def test_lazy_parameters_are_uninitialized_parameters_until_the_first_input(make, shape):
+    """As torch's: isinstance(p, nn.parameter.UninitializedParameter) and nn.parameter.is_lazy(p) before the first
+    forward, plain Parameters (the same objects) after it."""
+    import torch
+
+    verdicts = []
+    for lib in (minidl, torch):
+        m = make(lib.nn)
+        before = list(m.parameters())
+        first = [isinstance(p, lib.nn.parameter.UninitializedParameter) and lib.nn.parameter.is_lazy(p) for p in before]
+        m(lib.randn(*shape))
+        after = list(m.parameters())
+        verdicts.append((first, [isinstance(p, lib.nn.parameter.UninitializedParameter) for p in after],
+                         [type(p).__name__ for p in after], all(a is b for a, b in zip(before, after))))
+    assert verdicts[0][:3] == verdicts[1][:3] and verdicts[0][0] == [True, True] and verdicts[0][3]

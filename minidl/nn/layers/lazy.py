@@ -7,6 +7,7 @@ nn.LazyLinear is in layers/linear.py (it came first); d2l.ai's models are writte
 from __future__ import annotations
 
 from ...autograd.function import no_grad
+from ..module import mark_uninitialized, materialize_parameters
 from .composite import InstanceNorm1d, InstanceNorm2d, InstanceNorm3d
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d, ConvTranspose3d
 from .normalization import BatchNorm1d, BatchNorm2d, BatchNorm3d
@@ -29,6 +30,7 @@ class _Lazy:
     def forward(self, input, *args, **kwargs):
         with no_grad():
             self.initialize_parameters(input)
+        materialize_parameters(self)
         self.__class__ = self.cls_to_become
         return self.forward(input, *args, **kwargs)
 
@@ -58,6 +60,7 @@ class _LazyConv(_LazyConvolution):
                                     padding_mode, device, dtype)   # (a placeholder input size, replaced below)
         self.in_channels = 0
         self.weight.data = self.weight.new_empty((out_channels, 0) + tuple(self.kernel_size))
+        mark_uninitialized(self)
 
     def initialize_parameters(self, input):
         self._materialize(input, lambda c: (self.out_channels, c // self.groups))
@@ -70,6 +73,7 @@ class _LazyConvTranspose(_LazyConvolution):
                                     bias, dilation, padding_mode, device, dtype)
         self.in_channels = 0
         self.weight.data = self.weight.new_empty((0, out_channels // groups) + tuple(self.kernel_size))
+        mark_uninitialized(self)
 
     def initialize_parameters(self, input):
         self._materialize(input, lambda c: (c, self.out_channels // self.groups))
@@ -79,6 +83,7 @@ class _LazyNorm(_Lazy):
     # (torch's lazy instance norms default to affine=True, track_running_stats=True too, unlike InstanceNorm*d)
     def __init__(self, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, device=None, dtype=None):
         self.cls_to_become.__init__(self, 0, eps, momentum, affine, track_running_stats, device, dtype)
+        mark_uninitialized(self)
 
     def initialize_parameters(self, input):
         c = self.num_features = self._input_channels(input)

@@ -9,7 +9,7 @@ from ..._device import Device
 from ...autograd.function import no_grad
 from ...ops import normalize_dim
 from ...ops.creation import empty
-from ..module import Module, Parameter
+from ..module import Module, Parameter, mark_uninitialized, materialize_parameters
 
 
 def _factory(device, dtype):
@@ -144,6 +144,7 @@ class LazyLinear(Linear):
 
     def __init__(self, out_features: int, bias: bool = True, device=None, dtype=None):
         super().__init__(0, out_features, bias, device, dtype)
+        mark_uninitialized(self)   # (torch's UninitializedParameter until the first input)
 
     def reset_parameters(self):
         if self.in_features:   # (nothing to initialise before the first input)
@@ -156,5 +157,6 @@ class LazyLinear(Linear):
             self.in_features = input.shape[-1]
             self.weight.data = self.weight.new_empty((self.out_features, self.in_features))
             self.reset_parameters()
+        materialize_parameters(self)
         self.__class__ = Linear
         return Linear.forward(self, input)
