@@ -339,6 +339,15 @@ def norm(A, ord=None, dim=None, keepdim=False, *, dtype=None):
     return matrix_norm(A, ord, (-2, -1) if dim is None else dim, keepdim, dtype=dtype)
 
 
+def cross(input, other, *, dim=-1, out=None):
+    """The cross product of 3-vectors along dim (default the last), broadcasting the others (torch.linalg.cross)."""
+    from ..ops.linalg import cross as _vector_cross
+    from ..ops.shape import broadcast_tensors
+
+    input, other = broadcast_tensors(input, other)
+    return _vector_cross(input, other, dim)
+
+
 def logdet(A):
     sign, logabs = slogdet(A)
     from ..ops import where

@@ -75,7 +75,7 @@ TABLE = (
                    "cartesian_prod block_diag"),
     (indexing, "m", "__getitem__ __setitem__ index_fill"),
     (indexing, "mf", "gather index_select masked_fill masked_select narrow narrow_copy nonzero argwhere scatter scatter_add "
-                     "scatter_reduce "
+                     "scatter_reduce index_reduce "
                      "index_add index_copy index_put masked_scatter select take take_along_dim"),
     (linalg, "m", "__matmul__=matmul __rmatmul__=rmatmul"),
     (linalg, "mf", "matmul mm bmm mv dot inner vdot outer ger tensordot kron cross addmm addmv baddbmm addbmm "
@@ -87,7 +87,7 @@ TABLE = (
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
     (conversion, "m", "get_device is_signed share_memory_ is_shared"),
-    (mathops, "mf", "gcd lcm ldexp renorm digamma mvlgamma"),
+    (mathops, "mf", "gcd lcm ldexp renorm digamma mvlgamma frexp"),
     (mathops, "f", "polygamma"),
     (mathops, "m", "polygamma=tensor_polygamma"),
     (complexops, "f", "view_as_complex view_as_real polar complex"),
@@ -97,7 +97,7 @@ TABLE = (
     (inplace, "m", "__iadd__ __isub__ __imul__ __itruediv__ __ipow__ add_ sub_ mul_ div_ pow_ neg_ exp_ log_ sqrt_ "
                    "abs_ relu_ sigmoid_ tanh_ addcmul_ addcdiv_ lerp_ masked_fill_ clamp_ clip_=clamp_ fill_ zero_ "
                    "copy_ uniform_ normal_ bernoulli_ exponential_ random_ erfinv_ scatter_ scatter_add_ scatter_reduce_ "
-                   "index_add_ "
+                   "index_add_ index_reduce_ "
                    "index_fill_ index_copy_ index_put_ masked_scatter_ "
                    "nan_to_num_ unsqueeze_ squeeze_ t_ tril_ triu_ fill_diagonal_ cauchy_ log_normal_ geometric_ "
                    "transpose_"),

@@ -568,6 +568,23 @@ def scatter_add(self, dim, index, src):
 SCATTER_REDUCTIONS = ("sum", "prod", "mean", "amax", "amin")
 
 
+def index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    """out = self with slice i of source (along dim) combined into slice index[i] by `reduce`: "prod", "mean", "amax"
+    or "amin" (torch.index_reduce): scatter_reduce with index spread over source's other dims."""
+    if reduce not in ("prod", "mean", "amax", "amin"):
+        raise ValueError(f"index_reduce: reduce must be one of ('prod', 'mean', 'amax', 'amin'), got {reduce!r}")
+    if not isinstance(source, Tensor) or not isinstance(index, Tensor):
+        raise TypeError("index_reduce: index and source must be Tensors")
+    d = dim_index(self, dim, "index_reduce")
+    if index.ndim != 1 or index.shape[0] != source.shape[d]:
+        raise IndexError(f"index_reduce: index must be 1-D with one entry per slice of source along dim {d} "
+                         f"({source.shape[d]}), got shape {tuple(index.shape)}")
+    shape = [1] * source.ndim
+    shape[d] = -1
+    return scatter_reduce(self, d, index.reshape(shape).expand(*source.shape), source, reduce,
+                          include_self=include_self)
+
+
 def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     """out = self with each src[i][j] combined into out[index[i][j]][j] (dim=0) by `reduce`: "sum", "prod",
     "mean", "amax" or "amin" (torch.scatter_reduce); include_self=False leaves self's value out where values land."""

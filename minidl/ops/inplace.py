@@ -20,7 +20,7 @@ from .._device import get_array_module
 from ..autograd.function import is_grad_enabled
 from ..autograd.tensor import Tensor, get_default_dtype, to_array
 from ._args import operand
-from .indexing import SetItem, _scatter, index_add, index_copy, index_put, masked_scatter, scatter_reduce
+from .indexing import SetItem, _scatter, index_add, index_copy, index_put, index_reduce, masked_scatter, scatter_reduce
 from .mathops import nan_to_num
 
 
@@ -314,6 +314,11 @@ def scatter_add_(self, dim, index, src):
 def scatter_reduce_(self, dim, index, src, reduce, *, include_self=True):
     return self._inplace("scatter_reduce_", lambda t: scatter_reduce(t, dim, index, src, reduce,
                                                                        include_self=include_self), src)
+
+
+def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
+    return self._inplace("index_reduce_", lambda t: index_reduce(t, dim, index, source, reduce,
+                                                                 include_self=include_self), source)
 
 
 def index_add_(self, dim, index, source, *, alpha=1):

@@ -527,3 +527,15 @@ def mvlgamma(input, p):
         term = (x - i / 2).lgamma()
         total = term if total is None else total + term
     return total + p * (p - 1) / 4 * math.log(math.pi)
+
+
+def frexp(input):
+    """(mantissa, exponent) with input = mantissa * 2^exponent, |mantissa| in [0.5, 1) (torch.frexp; no gradient)."""
+    from ..autograd.return_types import namedtuple
+
+    if not isinstance(input, Tensor) or not _dtypes.is_floating(input.dtype):
+        raise TypeError("frexp: input must be a floating-point Tensor")
+    xp = get_array_module(input._data)
+    mantissa, exponent = xp.frexp(input._data)
+    result = namedtuple("frexp", ["mantissa", "exponent"])
+    return result(Tensor._make(mantissa.astype(input._data.dtype)), Tensor._make(exponent.astype(np.int32)))

@@ -448,3 +448,35 @@ def test_index_add_on_the_cpu_needs_no_index_by_size_matrix():
     np.testing.assert_array_equal(src.grad.numpy(), np.full(20000, 2.0))
     with pytest.raises(RuntimeError, match="out of bounds"):
         minidl.zeros(3).index_add(0, minidl.tensor([0, 3]), minidl.ones(2))
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce_matches_torch_values_and_gradients(reduce, include_self):
+    """torch.index_reduce (and index_reduce_): slice i of source combined into slice index[i] of self along dim, with
+    an index that repeats; values and both gradients as torch's (distinct values: no ties)."""
+    rng = np.random.default_rng(3)
+    base, src = rng.standard_normal((5, 3)), rng.standard_normal((3, 4)) + 0.5
+    index = np.array([3, 0, 3, 1])
+    results = []
+    for lib in (minidl, torch):
+        s, t = lib.tensor(base, requires_grad=True), lib.tensor(src, requires_grad=True)
+        out = s.transpose(0, 1).index_reduce(1, lib.tensor(index), t, reduce, include_self=include_self)
+        (out * lib.tensor(np.arange(15.0).reshape(3, 5))).sum().backward()
+        inplace = s.detach().clone().transpose(0, 1).contiguous()
+        inplace.index_reduce_(1, lib.tensor(index), t.detach(), reduce, include_self=include_self)
+        results.append((out.detach().numpy(), s.grad.numpy(), t.grad.numpy(), inplace.numpy()))
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_frexp_and_linalg_cross_as_torch():
+    x = np.array([0.3, -5.0, 8.0, 0.0, 1e-310])
+    m, e = minidl.frexp(minidl.tensor(x))
+    tm, te = torch.frexp(torch.tensor(x))
+    np.testing.assert_array_equal(m.numpy(), tm.numpy())
+    np.testing.assert_array_equal(e.numpy(), te.numpy())
+    assert e.dtype == minidl.int32
+    a, b = np.random.default_rng(0).standard_normal((2, 4, 3)), np.random.default_rng(1).standard_normal((1, 4, 3))
+    np.testing.assert_allclose(minidl.linalg.cross(minidl.tensor(a), minidl.tensor(b)).numpy(),
+                               torch.linalg.cross(torch.tensor(a), torch.tensor(b)).numpy(), rtol=1e-12)
