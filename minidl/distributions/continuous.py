@@ -375,7 +375,8 @@ class Weibull(Distribution):
 
 
 class Pareto(Distribution):
-    """Pareto(scale x_m, alpha): alpha x_m^alpha / x^(alpha+1) on x >= x_m; rsample = x_m exp(E), E ~ Exponential(alpha)."""
+    """Pareto(scale x_m, alpha): alpha x_m^alpha / x^(alpha+1) on x >= x_m; rsample = x_m exp(E) for
+    E ~ Exponential(alpha)."""
 
     has_rsample = True
 

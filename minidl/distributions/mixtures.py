@@ -54,15 +54,20 @@ class MixtureSameFamily(Distribution):
         index = index.expand(tuple(k.shape) + (1,) + tuple(self.event_shape))
         return comps.gather(k.ndim, index).squeeze(k.ndim)
 
+    def _mixture_probs(self):
+        """The mixture weights with a trailing 1 per event dim (to weight the components' means and variances)."""
+        probs = self.mixture_distribution.probs
+        return probs.reshape(tuple(probs.shape) + (1,) * self._event_ndims)
+
     @property
     def mean(self):
-        probs = self.mixture_distribution.probs.reshape(self.mixture_distribution.probs.shape + (1,) * self._event_ndims)
+        probs = self._mixture_probs()
         return (probs * self.component_distribution.mean).sum(-1 - self._event_ndims)
 
     @property
     def variance(self):
         """The law of total variance: E[Var(x | k)] + Var(E[x | k])."""
-        probs = self.mixture_distribution.probs.reshape(self.mixture_distribution.probs.shape + (1,) * self._event_ndims)
+        probs = self._mixture_probs()
         axis = -1 - self._event_ndims
         mean_cond = self.component_distribution.mean
         mean = (probs * mean_cond).sum(axis, keepdim=True)

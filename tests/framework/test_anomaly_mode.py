@@ -148,3 +148,34 @@ def test_gradcheck_several_inputs_and_outputs_and_its_input_rules():
         minidl.autograd.gradcheck(lambda a: a * 2, (x32,), eps=1e-2, atol=1e-2, rtol=1e-2)
     with pytest.raises(NotImplementedError, match="check_forward_ad"):
         minidl.autograd.gradcheck(lambda a: a * 2, (a,), check_forward_ad=True)
+
+
+def test_forward_ad_dual_tensors_give_torch_jvps():
+    """torch.autograd.forward_ad's dual_level / make_dual / unpack_dual: the tangent of an output is J t, through
+    elementwise math, a matmul, softmax and an nn.Linear + tanh model; a tensor that depends on no dual has no
+    tangent; outside a dual level make_dual says what to do."""
+    import torch.autograd.forward_ad as tfw
+
+    from minidl.autograd import forward_ad as mfw
+
+    rng = np.random.default_rng(0)
+    x0, t0, w0 = rng.standard_normal(3), rng.standard_normal(3), rng.standard_normal((3, 4))
+    lin_w, lin_b = rng.standard_normal((2, 4)), rng.standard_normal(2)
+    results = []
+    for lib, fw in ((minidl, mfw), (torch, tfw)):
+        layer = lib.nn.Linear(4, 2).double()
+        with lib.no_grad():
+            layer.weight.copy_(lib.tensor(lin_w))
+            layer.bias.copy_(lib.tensor(lin_b))
+        with fw.dual_level():
+            x = fw.make_dual(lib.tensor(x0), lib.tensor(t0))
+            y = lib.nn.functional.softmax((x.sin() * x).exp() @ lib.tensor(w0), -1)
+            z = layer(y).tanh()
+            out = [fw.unpack_dual(y), fw.unpack_dual(z)]
+            assert fw.unpack_dual(lib.tensor(w0)).tangent is None
+            np.testing.assert_array_equal(fw.unpack_dual(x).tangent.numpy(), t0)
+        results.append([a.detach().numpy() for pair in out for a in pair])
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    with pytest.raises(RuntimeError, match="no dual level is open"):
+        mfw.make_dual(minidl.tensor(x0), minidl.tensor(t0))

@@ -73,7 +73,8 @@ def test_lazy_layer_messages():
         minidl.nn.LazyConv2d(4, 3, groups=2)(minidl.randn(1, 3, 5, 5))
 
 
-@pytest.mark.parametrize("make,shape", [(lambda nn: nn.LazyLinear(3), (2, 5)), (lambda nn: nn.LazyConv2d(4, 3), (2, 3, 8, 8)),
+@pytest.mark.parametrize("make,shape", [(lambda nn: nn.LazyLinear(3), (2, 5)),
+                                        (lambda nn: nn.LazyConv2d(4, 3), (2, 3, 8, 8)),
                                         (lambda nn: nn.LazyBatchNorm2d(), (2, 3, 4, 4))])
 def test_lazy_parameters_are_uninitialized_parameters_until_the_first_input(make, shape):
     """As torch's: isinstance(p, nn.parameter.UninitializedParameter) and nn.parameter.is_lazy(p) before the first
