@@ -37,7 +37,7 @@ __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Nor
            "Laplace", "MultivariateNormal", "Independent", "kl_divergence", "Gamma", "Chi2", "Beta", "Dirichlet",
            "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson", "TransformedDistribution", "transforms",
            "MixtureSameFamily", "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT", "Geometric", "Binomial", "NegativeBinomial", "Multinomial",
-           "Weibull", "Pareto", "LowRankMultivariateNormal", "register_kl"]
+           "Weibull", "Pareto", "LowRankMultivariateNormal", "register_kl", "constraints", "utils"]
 
 
 def _as_tensor(value, like=None):
@@ -566,7 +566,7 @@ from .continuous import (  # noqa: E402,F401  (the gamma family, StudentT, trans
 from .counts import Binomial, Geometric, Multinomial, NegativeBinomial, Poisson  # noqa: E402,F401
 from .mixtures import MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical  # noqa: E402,F401
 from . import kl_more  # noqa: E402,F401  (KL formulas of the gamma family and Poisson, registered there)
-from . import transforms  # noqa: E402,F401
+from . import constraints, transforms, utils  # noqa: E402,F401
 from .transforms import (  # noqa: E402,F401  (TransformedDistribution: a squashed Gaussian policy, ...)
     AbsTransform, AffineTransform, ComposeTransform, ExpTransform, PowerTransform, SigmoidTransform, TanhTransform,
     Transform, TransformedDistribution,

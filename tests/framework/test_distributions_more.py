@@ -309,3 +309,41 @@ def test_register_kl_and_count_samples():
     counts = D.Multinomial(5, probs=minidl.tensor([0.2, 0.3, 0.5])).sample((4,))
     assert tuple(counts.shape) == (4, 3) and (counts.sum(-1).numpy() == 5).all()
     assert abs(float(D.Weibull(minidl.tensor([1.5]), minidl.tensor([2.0])).sample((20000,)).mean()) - 1.3293) < 0.03
+
+
+def test_constraints_utils_and_the_kl_module_as_torch():
+    """torch.distributions.constraints' checks, .utils' helpers and the .kl module's names, for programs that write
+    their own Distribution subclasses."""
+    import torch.distributions.constraints as TC
+    import torch.distributions.utils as TU
+
+    from minidl.distributions import constraints as C, utils as U
+
+    x = np.array([-1.0, 0.0, 0.5, 1.0, 2.0])
+    for name in ("real", "positive", "nonnegative", "unit_interval", "boolean", "nonnegative_integer",
+                 "positive_integer"):
+        np.testing.assert_array_equal(getattr(C, name).check(minidl.tensor(x)).numpy(),
+                                      getattr(TC, name).check(torch.tensor(x)).numpy())
+    for make in ("interval", "half_open_interval", "integer_interval"):
+        np.testing.assert_array_equal(getattr(C, make)(0, 1).check(minidl.tensor(x)).numpy(),
+                                      getattr(TC, make)(0, 1).check(torch.tensor(x)).numpy())
+    for make in ("greater_than", "greater_than_eq", "less_than"):
+        np.testing.assert_array_equal(getattr(C, make)(0.5).check(minidl.tensor(x)).numpy(),
+                                      getattr(TC, make)(0.5).check(torch.tensor(x)).numpy())
+    s = np.array([[0.2, 0.8], [0.5, 0.6]])
+    np.testing.assert_array_equal(C.simplex.check(minidl.tensor(s)).numpy(), TC.simplex.check(torch.tensor(s)).numpy())
+    spd = np.array([[[2.0, 0.5], [0.5, 1.0]], [[1.0, 2.0], [2.0, 1.0]]])
+    np.testing.assert_array_equal(C.positive_definite.check(minidl.tensor(spd)).numpy(),
+                                  TC.positive_definite.check(torch.tensor(spd)).numpy())
+    assert C.is_dependent(C.dependent) and not C.is_dependent(C.real)
+    p = np.array([0.2, 0.7])
+    for binary in (True, False):
+        np.testing.assert_allclose(U.probs_to_logits(minidl.tensor(p), binary).numpy(),
+                                   TU.probs_to_logits(torch.tensor(p), binary).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(U.logits_to_probs(minidl.tensor(p), binary).numpy(),
+                                   TU.logits_to_probs(torch.tensor(p), binary).numpy(), rtol=1e-12)
+    a, b = U.broadcast_all(minidl.tensor([1.0, 2.0]), 3.0)
+    assert a.shape == b.shape == (2,) and b.numpy().tolist() == [3.0, 3.0]
+    from torch.distributions import kl as tkl
+
+    assert hasattr(tkl, "kl_divergence") and hasattr(minidl.distributions, "register_kl")
