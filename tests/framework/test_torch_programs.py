@@ -499,3 +499,15 @@ def test_pruning_tutorial_prints_what_torch_prints(tmp_path):
     assert ref.returncode == 0, ref.stderr[-2000:]
     assert out.splitlines() == ref.stdout.splitlines()
     assert "Global sparsity: 20.00%" in out and "fc1.weight_orig zeros where masked: True" in out
+
+
+def test_mixture_density_network_and_squashed_policy_print_what_torch_prints(tmp_path):
+    """A mixture density network (MixtureSameFamily of Normals, Adam) and a soft-actor-critic style policy step
+    (TransformedDistribution with a cached TanhTransform) on fixed weights: the same output as on PyTorch."""
+    out = ok(run(PROGRAMS / "mixture_density.py", cwd=tmp_path))
+    env = dict(os.environ, PYTHONPATH="")
+    ref = subprocess.run([sys.executable, str(PROGRAMS / "mixture_density.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    assert out.splitlines() == ref.stdout.splitlines()
+    assert "mdn step 59" in out and out.count("actor step") == 3
