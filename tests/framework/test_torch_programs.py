@@ -511,3 +511,16 @@ def test_mixture_density_network_and_squashed_policy_print_what_torch_prints(tmp
     assert ref.returncode == 0, ref.stderr[-2000:]
     assert out.splitlines() == ref.stdout.splitlines()
     assert "mdn step 59" in out and out.count("actor step") == 3
+
+
+def test_autograd_tools_print_what_torch_prints(tmp_path):
+    """Forward-mode AD (dual tensors, dual parameters through functional_call, torch.func.jvp), gradcheck and
+    gradgradcheck of a custom Function, a second derivative through it, and anomaly detection: the same output as on
+    PyTorch."""
+    out = ok(run(PROGRAMS / "autograd_tools.py", cwd=tmp_path))
+    env = dict(os.environ, PYTHONPATH="")
+    ref = subprocess.run([sys.executable, str(PROGRAMS / "autograd_tools.py")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    assert out.splitlines() == ref.stdout.splitlines()
+    assert "gradgradcheck True" in out and "anomaly found: True True" in out
