@@ -711,6 +711,19 @@ if persistent_rows:
 # This notebook's saved outputs (full mode, H200, commit 1335945) predate the wavefront, the split barrier and the
 # partial sums: the persistent times printed above are those of the staged backward, one launch per layer. The
 # kernels as they are now were measured by the benchmarks (benchmarks/results/gpu_rnn.md), not by this notebook.
+#
+# **A policy is a measurement, and it goes stale.** Once the split barrier made each step cheaper, the LSTM's
+# forward measured 3-13% faster one launch per layer than as a wavefront, timed alone and eagerly. Replayed from a
+# CUDA graph together with its backward, the way a training step runs, the per-layer forward was no faster in fp32 and
+# TF32, and 7% slower in bf16. In bf16 a step's product is cheap, so its time is the barrier's, and overlapping the
+# two layers is what pays. So the policy (`rnn_persistent.wave_plan`) now takes one launch per layer for the fp32 and
+# TF32 forward, and keeps the wavefront for bf16. Measure a choice where it will run.
+#
+# **Why cuDNN still wins in bf16.** Summed kernel by kernel (torch's profiler, which sees CuPy's kernels too), our
+# bf16 forward and backward take 1.13x cuDNN's. In fp32 and TF32 they take 0.52x and 0.65x. But cuDNN's kernels add up
+# to 35-50% more than the wall time of its graphed step. It runs a small GEMM and a cell kernel per layer and step,
+# on several streams, so layer 1's step t runs beside layer 0's step t + 1. Our persistent kernels hold every SM for
+# the whole sequence, so nothing runs beside them. The wavefront buys back that overlap for two layers.
 
 # %% [markdown]
 # ## Exercises
