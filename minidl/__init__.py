@@ -34,7 +34,8 @@ from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled
 from ._dtypes import complex64, complex128, finfo, iinfo  # noqa: F401
 from .ops import can_cast, promote_types, result_type  # noqa: F401
 from .backends import (  # noqa: F401
-    are_deterministic_algorithms_enabled, is_deterministic_algorithms_warn_only_enabled, use_deterministic_algorithms,
+    are_deterministic_algorithms_enabled, get_num_interop_threads, get_num_threads, is_deterministic_algorithms_warn_only_enabled,
+    set_num_interop_threads, set_num_threads, use_deterministic_algorithms,
 )
 from . import cuda  # noqa: F401
 

@@ -198,3 +198,39 @@ def are_deterministic_algorithms_enabled() -> bool:
 
 def is_deterministic_algorithms_warn_only_enabled() -> bool:
     return _deterministic["warn_only"]
+
+
+_threads = {"intra": None, "interop": None}
+
+
+def set_num_threads(n: int) -> None:
+    """torch.set_num_threads: the CPU threads minidl's NumPy kernels may use. NumPy's BLAS sizes its thread pool when it
+    loads (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS); with threadpoolctl installed this limits that pool now, without
+    it the number is recorded (get_num_threads) and the pool keeps its size."""
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"set_num_threads: expected a positive number of threads, got {n}")
+    _threads["intra"] = n
+    try:
+        import threadpoolctl
+    except ImportError:
+        return
+    threadpoolctl.threadpool_limits(n)
+
+
+def get_num_threads() -> int:
+    """What set_num_threads recorded, else the CPUs this process may run on."""
+    import os
+
+    if _threads["intra"] is not None:
+        return _threads["intra"]
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def set_num_interop_threads(n: int) -> None:
+    """Recorded (minidl runs one op at a time on the CPU: there is no inter-op pool)."""
+    _threads["interop"] = int(n)
+
+
+def get_num_interop_threads() -> int:
+    return _threads["interop"] or 1

@@ -49,18 +49,105 @@ def get_device_name(index: int = 0) -> str:
     return cupy.cuda.runtime.getDeviceProperties(index)["name"].decode()
 
 
-def memory_allocated() -> int:
+def _pool():
+    """CuPy's default memory pool, or None without a GPU (then the memory functions report 0, as torch's do before
+    CUDA is initialised)."""
+    return _device._cupy.get_default_memory_pool() if is_available() else None
+
+
+def memory_allocated(device=None) -> int:
     """Bytes currently held by live arrays in CuPy's memory pool."""
-    return _device.require_cuda("cuda.memory_allocated").get_default_memory_pool().used_bytes()
+    pool = _pool()
+    return 0 if pool is None else pool.used_bytes()
 
 
-def memory_reserved() -> int:
+def memory_reserved(device=None) -> int:
     """Bytes the memory pool holds from the driver (live plus cached for reuse)."""
-    return _device.require_cuda("cuda.memory_reserved").get_default_memory_pool().total_bytes()
+    pool = _pool()
+    return 0 if pool is None else pool.total_bytes()
+
+
+def max_memory_allocated(device=None) -> int:
+    """An upper bound of the peak of memory_allocated since the start or the last reset_peak_memory_stats: the bytes
+    the pool holds (it keeps freed blocks for reuse, so what was once in use is still held). CuPy's pool records no
+    peak of its own, and counting every allocation in Python would cost each eager op a few µs."""
+    return memory_reserved(device)
+
+
+max_memory_reserved = max_memory_allocated
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    """Start the peak over from the memory now in use: the pool's cached blocks are given back to the driver."""
+    pool = _pool()
+    if pool is not None:
+        pool.free_all_blocks()
+
+
+reset_max_memory_allocated = reset_peak_memory_stats
+
+
+def memory_stats(device=None) -> dict:
+    """torch's memory_stats keys that minidl can fill (from CuPy's pool)."""
+    used, held = memory_allocated(device), memory_reserved(device)
+    return {"allocated_bytes.all.current": used, "allocated_bytes.all.peak": held,
+            "reserved_bytes.all.current": held, "reserved_bytes.all.peak": held}
+
+
+def memory_summary(device=None, abbreviated=False) -> str:
+    used, held = memory_allocated(device), memory_reserved(device)
+    return (f"minidl CUDA memory (CuPy's pool): allocated {used / 2**20:.1f} MiB, reserved {held / 2**20:.1f} MiB "
+            f"(the peak of allocated is at most the reserved)")
+
+
+def set_per_process_memory_fraction(fraction, device=None) -> None:
+    """Limit the pool to this fraction of the GPU's memory (CuPy's MemoryPool.set_limit)."""
+    if not 0 <= float(fraction) <= 1:
+        raise ValueError(f"cuda.set_per_process_memory_fraction: fraction must be in [0, 1], got {fraction}")
+    _device.require_cuda("cuda.set_per_process_memory_fraction").get_default_memory_pool().set_limit(
+        fraction=float(fraction))
 
 
 def empty_cache() -> None:
-    _device.require_cuda("cuda.empty_cache").get_default_memory_pool().free_all_blocks()
+    pool = _pool()
+    if pool is not None:
+        pool.free_all_blocks()
+
+
+class _DeviceProperties:
+    """What torch.cuda.get_device_properties returns, from the driver's cudaDeviceProp."""
+
+    def __init__(self, props):
+        self.name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        self.major, self.minor = int(props["major"]), int(props["minor"])
+        self.total_memory = int(props["totalGlobalMem"])
+        self.multi_processor_count = int(props["multiProcessorCount"])
+
+    def __repr__(self):
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
+
+
+def _index(device) -> int:
+    return current_device() if device is None else (device if isinstance(device, int) else
+                                                     _device.Device(device).index)
+
+
+def get_device_properties(device=None):
+    cupy = _device.require_cuda("cuda.get_device_properties")
+    return _DeviceProperties(cupy.cuda.runtime.getDeviceProperties(_index(device)))
+
+
+def get_device_capability(device=None) -> tuple:
+    """(major, minor) compute capability: (9, 0) on an H100 / H200."""
+    props = get_device_properties(device)
+    return props.major, props.minor
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """bfloat16 on this GPU: compute capability 8.0 and later (minidl's bf16 kernels need mma.sync of sm_80); False
+    without a GPU, as torch's."""
+    return is_available() and get_device_capability()[0] >= 8
 
 
 def precompile(families=None) -> list:

@@ -90,6 +90,7 @@ TORCH_MODULES = {
     "torch.nn.utils.stateless": "minidl.func",
     "torch.autograd.anomaly_mode": "minidl.autograd.anomaly_mode",
     "torch.autograd.forward_ad": "minidl.autograd.forward_ad",
+    "torch.autograd.profiler": "minidl.autograd.profiler",
 }
 
 # PyTorch names outside minidl's scope, with the reason the message gives.

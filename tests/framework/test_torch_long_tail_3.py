@@ -480,3 +480,37 @@ def test_frexp_and_linalg_cross_as_torch():
     a, b = np.random.default_rng(0).standard_normal((2, 4, 3)), np.random.default_rng(1).standard_normal((1, 4, 3))
     np.testing.assert_allclose(minidl.linalg.cross(minidl.tensor(a), minidl.tensor(b)).numpy(),
                                torch.linalg.cross(torch.tensor(a), torch.tensor(b)).numpy(), rtol=1e-12)
+
+
+def test_cuda_memory_and_device_queries_without_a_gpu_and_cpu_threads_and_the_old_profiler():
+    """What training scripts call for logging and setup: on a machine without a GPU the memory queries report 0 and
+    is_bf16_supported is False (as torch's; nanoGPT's train.py asks it); set_num_threads / get_num_threads;
+    torch.autograd.profiler.profile and record_function on minidl's profiler (enabled=False records nothing)."""
+    if minidl.cuda.is_available():
+        pytest.skip("a GPU is present: tests/gpu/test_framework_gpu.py checks these there")
+    assert minidl.cuda.memory_allocated() == minidl.cuda.max_memory_allocated() == minidl.cuda.memory_reserved() == 0
+    assert minidl.cuda.is_bf16_supported() is False
+    assert set(minidl.cuda.memory_stats()) >= {"allocated_bytes.all.current", "reserved_bytes.all.peak"}
+    minidl.cuda.reset_peak_memory_stats()
+    assert "allocated 0.0 MiB" in minidl.cuda.memory_summary()
+    with pytest.raises(RuntimeError, match="cuda.get_device_properties: the CUDA path is not available"):
+        minidl.cuda.get_device_properties(0)
+    before = minidl.get_num_threads()
+    try:
+        minidl.set_num_threads(1)
+        assert minidl.get_num_threads() == 1
+        with pytest.raises(ValueError, match="expected a positive number of threads"):
+            minidl.set_num_threads(0)
+    finally:
+        minidl.set_num_threads(before)
+    from minidl.autograd import profiler
+
+    x = minidl.tensor(np.ones((4, 3), np.float32), requires_grad=True)
+    with profiler.profile(record_shapes=True) as prof:
+        with profiler.record_function("model"):
+            y = minidl.nn.functional.linear(x, minidl.tensor(np.ones((2, 3), np.float32))).sum()
+        y.backward()
+    names = {row["name"] for row in prof.key_averages()}
+    assert "model" in names and "gemm" in names
+    with profiler.profile(enabled=False) as nothing:
+        assert nothing is None

@@ -214,3 +214,24 @@ def test_the_sync_check_catches_a_sync():
         state["loss"].item()
 
     assert not _spin_then(step_and_read)
+
+
+def test_cuda_device_and_memory_queries_as_torch():
+    """torch.cuda's device queries against torch's on the same GPU (nanoGPT's train.py asks is_bf16_supported), and
+    the memory queries moving with an allocation: the peak (an upper bound: the pool's held bytes) covers what was
+    allocated, and reset_peak_memory_stats brings it back to what is in use."""
+    props, theirs = minidl.cuda.get_device_properties(0), torch.cuda.get_device_properties(0)
+    assert (props.name, props.major, props.minor, props.multi_processor_count) == \
+        (theirs.name, theirs.major, theirs.minor, theirs.multi_processor_count)
+    assert abs(props.total_memory - theirs.total_memory) < 2**30
+    assert minidl.cuda.get_device_capability() == torch.cuda.get_device_capability()
+    assert minidl.cuda.is_bf16_supported() == torch.cuda.is_bf16_supported() is True
+    minidl.cuda.reset_peak_memory_stats()
+    before = minidl.cuda.memory_allocated()
+    x = minidl.zeros(1 << 20, device="cuda")   # 4 MiB
+    assert minidl.cuda.memory_allocated() >= before + 4 * 2**20
+    assert minidl.cuda.max_memory_allocated() >= minidl.cuda.memory_allocated()
+    del x
+    minidl.cuda.reset_peak_memory_stats()
+    assert minidl.cuda.max_memory_allocated() == minidl.cuda.memory_reserved() >= minidl.cuda.memory_allocated()
+    assert "MiB" in minidl.cuda.memory_summary()
