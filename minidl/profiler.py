@@ -41,7 +41,60 @@ from dataclasses import dataclass, field
 
 from . import _device
 
-__all__ = ["profile", "ProfilerActivity", "record_function", "FunctionEvent", "EventList"]
+__all__ = ["profile", "ProfilerActivity", "ProfilerAction", "record_function", "schedule", "tensorboard_trace_handler",
+           "FunctionEvent", "EventList"]
+
+
+class ProfilerAction:
+    """What a schedule asks of a step (torch.profiler.ProfilerAction)."""
+
+    NONE, WARMUP, RECORD, RECORD_AND_SAVE = "none", "warmup", "record", "record_and_save"
+
+
+def schedule(*, wait, warmup, active, repeat=0, skip_first=0):
+    """torch.profiler.schedule: after skip_first steps, cycles of `wait` idle steps, `warmup` steps (run, not
+    recorded) and `active` recorded steps, the last of which hands the profile to on_trace_ready; `repeat` cycles
+    (0: as many as there are steps)."""
+    if wait < 0 or warmup < 0 or active <= 0 or repeat < 0 or skip_first < 0:
+        raise ValueError("schedule: wait, warmup, repeat and skip_first must be >= 0 and active > 0")
+
+    def action(step):
+        if step < skip_first:
+            return ProfilerAction.NONE
+        step -= skip_first
+        cycle = wait + warmup + active
+        if repeat > 0 and step // cycle >= repeat:
+            return ProfilerAction.NONE
+        at = step % cycle
+        if at < wait:
+            return ProfilerAction.NONE
+        if at < wait + warmup:
+            return ProfilerAction.WARMUP
+        return ProfilerAction.RECORD if at < cycle - 1 else ProfilerAction.RECORD_AND_SAVE
+
+    return action
+
+
+def tensorboard_trace_handler(dir_name, worker_name=None, use_gzip=False):
+    """An on_trace_ready that writes each cycle's Chrome trace into dir_name (worker_name.<ns>.pt.trace.json), the
+    file TensorBoard's profiler plugin and Perfetto read."""
+    import os
+    import socket
+
+    def handler(prof):
+        os.makedirs(dir_name, exist_ok=True)
+        worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"
+        path = os.path.join(dir_name, f"{worker}.{time.time_ns()}.pt.trace.json")
+        prof.export_chrome_trace(path)
+        if use_gzip:
+            import gzip
+            import shutil
+
+            with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.remove(path)
+
+    return handler
 
 
 class ProfilerActivity:
@@ -139,7 +192,8 @@ class profile:
     record_shapes: keep each call's input shapes (key_averages(group_by_input_shape=True)).
     """
 
-    def __init__(self, activities=None, record_shapes=False, with_stack=False, profile_memory=False):
+    def __init__(self, activities=None, record_shapes=False, with_stack=False, profile_memory=False, schedule=None,
+                 on_trace_ready=None):
         if activities is None:
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if _device.cuda_unavailable_reason() is None
                                                    else [])
@@ -159,6 +213,11 @@ class profile:
         self._t0 = 0
         self._gpu_origin = None
         self._finished = False
+        # schedule (torch.profiler.schedule): what to do at each step; record only in its RECORD steps, and hand the
+        # profile to on_trace_ready at the end of each RECORD_AND_SAVE step (its results cover that cycle)
+        self.schedule, self.on_trace_ready = schedule, on_trace_ready
+        self._action = ProfilerAction.RECORD if schedule is None else schedule(0)
+        self._in_trace_ready = False
 
     # -- context ---------------------------------------------------------------------------------
     def __enter__(self):
@@ -205,10 +264,27 @@ class profile:
         return False
 
     def step(self):
-        """Mark the end of a training step: launches_per_step() counts between two marks."""
+        """Mark the end of a training step: launches_per_step() counts between two marks. With a schedule: the next
+        step's action, and on_trace_ready(self) after a RECORD_AND_SAVE step."""
         self._step_launches.append(self._launches - self._step_start_launches)
         self._step_start_launches = self._launches
         self._step += 1
+        if self.schedule is None:
+            return
+        if self._action == ProfilerAction.RECORD_AND_SAVE:
+            self._trace_ready()
+        self._action = self.schedule(self._step)
+
+    def _trace_ready(self):
+        """Hand the cycle's events to on_trace_ready (results readable inside it), then start the next cycle."""
+        self._resolve_gpu_times()
+        if self.on_trace_ready is not None:
+            self._in_trace_ready = True
+            try:
+                self.on_trace_ready(self)
+            finally:
+                self._in_trace_ready = False
+        self.events = []
 
     def _wrap(self, name, fn):
         prof = self
@@ -233,6 +309,8 @@ class profile:
         return recorded
 
     def _record(self, name, kind, fn, args, kwargs):
+        if self._action not in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
+            return fn(*args, **kwargs)   # (a schedule's wait or warm-up step)
         gpu = _on_gpu(args, kwargs)
         ev = FunctionEvent(name, _shapes(args, kwargs) if self.record_shapes else [], device="cuda" if gpu else "cpu",
                            step=self._step, kind=kind)
@@ -252,7 +330,7 @@ class profile:
 
     # -- results ---------------------------------------------------------------------------------
     def _check_finished(self, op):
-        if not self._finished:
+        if not self._finished and not self._in_trace_ready:
             raise RuntimeError(f"profile.{op}: call it after the `with profile(...)` block has ended")
 
     def key_averages(self, group_by_input_shape=False) -> "EventList":

@@ -91,3 +91,29 @@ def test_launch_counter_forwards_attribute_writes_to_its_kernel():
     wrapped.max_dynamic_shared_size_bytes = 200_000
     assert kernel.max_dynamic_shared_size_bytes == 200_000 and wrapped.max_dynamic_shared_size_bytes == 200_000
     assert wrapped() == "launched"
+
+
+def test_schedule_records_only_active_steps_and_hands_each_cycle_to_on_trace_ready(tmp_path):
+    """torch.profiler.schedule(wait, warmup, active, repeat) with on_trace_ready: only the active steps are recorded,
+    each cycle's profile is handed over at its last active step (its results readable there), and
+    tensorboard_trace_handler writes one trace file a cycle; the same counts as torch's on this program."""
+    from minidl import profiler
+
+    x = minidl.tensor(np.ones((8, 4), np.float32), requires_grad=True)
+    w = minidl.tensor(np.ones((3, 4), np.float32))
+    cycles = []
+
+    def ready(prof):
+        cycles.append(sum(row["count"] for row in prof.key_averages() if row["name"] == "gemm"))
+        profiler.tensorboard_trace_handler(str(tmp_path), worker_name="w")(prof)
+
+    plan = profiler.schedule(wait=1, warmup=1, active=2, repeat=2)
+    assert [plan(i) for i in range(9)] == ["none", "warmup", "record", "record_and_save"] * 2 + ["none"]
+    with profiler.profile(activities=[profiler.ProfilerActivity.CPU], schedule=plan, on_trace_ready=ready) as prof:
+        for _ in range(10):
+            minidl.nn.functional.linear(x, w).relu().sum().backward()
+            prof.step()
+    assert cycles == [4, 4]   # 2 active steps x 2 GEMMs (forward, and dx: w needs no gradient), per cycle
+    assert len(list(tmp_path.glob("w.*.pt.trace.json"))) == 2
+    with pytest.raises(ValueError, match="active > 0"):
+        profiler.schedule(wait=1, warmup=0, active=0)
