@@ -489,27 +489,28 @@ def test_gat_example_on_the_same_graph(tmp_path):
     assert accuracy >= 0.75, out
 
 
+def _same_output_as_torch(program, tmp_path):
+    """The program's output through minidl.run, checked line for line against the same program on PyTorch itself."""
+    out = ok(run(PROGRAMS / program, cwd=tmp_path))
+    env = dict(os.environ, PYTHONPATH="")
+    ref = subprocess.run([sys.executable, str(PROGRAMS / program)], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    assert out.splitlines() == ref.stdout.splitlines()
+    return out
+
+
 def test_pruning_tutorial_prints_what_torch_prints(tmp_path):
     """The pruning tutorial's steps (random / L1 / Ln-structured / iterative / global / custom pruning, remove, a few
     training steps of a pruned LeNet) on fixed weights: the same output, line for line, as the program on PyTorch."""
-    out = ok(run(PROGRAMS / "pruning_tutorial.py", cwd=tmp_path))
-    env = dict(os.environ, PYTHONPATH="")
-    ref = subprocess.run([sys.executable, str(PROGRAMS / "pruning_tutorial.py")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert ref.returncode == 0, ref.stderr[-2000:]
-    assert out.splitlines() == ref.stdout.splitlines()
+    out = _same_output_as_torch("pruning_tutorial.py", tmp_path)
     assert "Global sparsity: 20.00%" in out and "fc1.weight_orig zeros where masked: True" in out
 
 
 def test_mixture_density_network_and_squashed_policy_print_what_torch_prints(tmp_path):
     """A mixture density network (MixtureSameFamily of Normals, Adam) and a soft-actor-critic style policy step
     (TransformedDistribution with a cached TanhTransform) on fixed weights: the same output as on PyTorch."""
-    out = ok(run(PROGRAMS / "mixture_density.py", cwd=tmp_path))
-    env = dict(os.environ, PYTHONPATH="")
-    ref = subprocess.run([sys.executable, str(PROGRAMS / "mixture_density.py")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert ref.returncode == 0, ref.stderr[-2000:]
-    assert out.splitlines() == ref.stdout.splitlines()
+    out = _same_output_as_torch("mixture_density.py", tmp_path)
     assert "mdn step 59" in out and out.count("actor step") == 3
 
 
@@ -517,10 +518,5 @@ def test_autograd_tools_print_what_torch_prints(tmp_path):
     """Forward-mode AD (dual tensors, dual parameters through functional_call, torch.func.jvp), gradcheck and
     gradgradcheck of a custom Function, a second derivative through it, and anomaly detection: the same output as on
     PyTorch."""
-    out = ok(run(PROGRAMS / "autograd_tools.py", cwd=tmp_path))
-    env = dict(os.environ, PYTHONPATH="")
-    ref = subprocess.run([sys.executable, str(PROGRAMS / "autograd_tools.py")], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert ref.returncode == 0, ref.stderr[-2000:]
-    assert out.splitlines() == ref.stdout.splitlines()
+    out = _same_output_as_torch("autograd_tools.py", tmp_path)
     assert "gradgradcheck True" in out and "anomaly found: True True" in out
