@@ -63,6 +63,7 @@ stft, istft = fft.stft, fft.istft
 
 det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet
 matrix_power, matrix_exp, cholesky_solve = linalg.matrix_power, linalg.matrix_exp, linalg.cholesky_solve
+lu, lu_solve, lu_unpack = linalg.factorizations.torch_lu, linalg.factorizations.torch_lu_solve, linalg.lu_unpack
 
 
 def cholesky(input, upper=False):
@@ -107,7 +108,8 @@ def numel(t):
 for _name, _fn in (("det", det), ("inverse", inverse), ("slogdet", slogdet), ("logdet", logdet), ("svd", svd),
                    ("qr", qr), ("cholesky", cholesky), ("cholesky_solve", cholesky_solve),
                    ("cholesky_inverse", cholesky_inverse), ("pinverse", pinverse), ("matrix_power", matrix_power),
-                   ("matrix_exp", matrix_exp), ("triangular_solve", triangular_solve)):
+                   ("matrix_exp", matrix_exp), ("triangular_solve", triangular_solve), ("lu", lu),
+                   ("lu_solve", lu_solve)):
     setattr(Tensor, _name, _fn)
 del _name, _fn
 

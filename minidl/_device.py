@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _meta
+
 # One definition of "which array module" for the whole library: the primitive library's (the lowest layer).
 from .primitives import get_array_module, is_cuda_array  # noqa: F401
 
@@ -58,12 +60,12 @@ class Device:
             spec = f"cuda:{spec}"
         text = str(spec).strip().lower()
         kind, _, idx = text.partition(":")
-        if kind not in ("cpu", "cuda"):
-            raise ValueError(f"unknown device {spec!r}: use 'cpu', 'cuda' or 'cuda:N'")
-        if kind == "cpu":
+        if kind not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"unknown device {spec!r}: use 'cpu', 'cuda', 'cuda:N' or 'meta'")
+        if kind in ("cpu", "meta"):
             if idx not in ("", "0"):
-                raise ValueError(f"unknown device {spec!r}: the CPU has no index")
-            self.type, self.index = "cpu", None
+                raise ValueError(f"unknown device {spec!r}: the {kind} device has no index")
+            self.type, self.index = kind, None
         else:
             if idx and not idx.isdigit():
                 raise ValueError(f"unknown device {spec!r}: the index after 'cuda:' must be a number >= 0")
@@ -72,7 +74,7 @@ class Device:
             self.index = int(idx) if idx else (_cupy.cuda.runtime.getDevice() if _cupy is not None else 0)
 
     def __str__(self):
-        return "cpu" if self.type == "cpu" else f"cuda:{self.index}"
+        return self.type if self.index is None else f"cuda:{self.index}"
 
     def __repr__(self):
         return f"device(type='{self.type}'" + ("" if self.index is None else f", index={self.index}") + ")"
@@ -87,6 +89,20 @@ class Device:
     def __hash__(self):
         return hash((self.type, self.index))
 
+    def __enter__(self):
+        """`with minidl.device("meta"):` (torch's): factories and layers without device= make their tensors here."""
+        from .ops import creation
+
+        self._outer = creation._default_device
+        creation.set_default_device(self)
+        return self
+
+    def __exit__(self, *exc):
+        from .ops import creation
+
+        creation.set_default_device(self._outer)
+        return False
+
 
 CPU = Device("cpu")
 
@@ -99,15 +115,19 @@ def require_cuda(op: str = "to('cuda')"):
     return _cupy
 
 
+META = Device("meta")
+
+
 def device_of(array) -> Device:
     if is_cuda_array(array):
         return Device(f"cuda:{array.device.id}")
-    return CPU
+    return META if type(array) is _meta.MetaArray else CPU
 
 
 def array_module(device) -> object:
-    """numpy for the CPU, cupy for a GPU."""
-    return np if Device(device).type == "cpu" else require_cuda()
+    """numpy for the CPU, cupy for a GPU (the meta device's factories make shape-only arrays)."""
+    kind = Device(device).type
+    return np if kind == "cpu" else (_meta.xp if kind == "meta" else require_cuda())
 
 
 def move_array(array, device):
@@ -119,6 +139,10 @@ def move_array(array, device):
         if _layout.is_channels_last(array):
             return _layout.from_nhwc(move_array(_layout.nhwc(array), device))
     device = Device(device)
+    if type(array) is _meta.MetaArray or device.type == "meta":
+        if device.type != "meta":
+            raise _meta.copy_out_error(device)
+        return array if type(array) is _meta.MetaArray else _meta.MetaArray(array.shape, array.dtype)
     if device.type == "cpu":
         if is_cuda_array(array):
             check_not_capturing("to('cpu')", "it copies a GPU array to the host and waits for it")

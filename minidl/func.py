@@ -1,22 +1,24 @@
 """torch.func: function transforms, built on minidl's tape.
 
     functional_call(model, params, args)   the model run with other tensors in place of its parameters/buffers
-    grad(f)(x), grad_and_value(f)(x)        df/dx of a scalar f (recorded: create_graph, so transforms compose)
+    grad(f)(x), grad_and_value(f)(x)        df/dx of a scalar f
     vjp(f, *primals)                        (f(primals), the function cotangents -> vector-Jacobian products)
     jvp(f, primals, tangents)               (f(primals), the Jacobian-vector product J tangents)
     stack_module_state(models)              the models' parameters and buffers stacked (for vmap over an ensemble)
     jacrev(f)(x), jacfwd(f)(x), hessian(f)(x)
     vmap(f, in_dims, out_dims)(*args)       f over a batch dimension
 
-minidl has reverse mode only: jacfwd computes the same Jacobian as jacrev. vmap runs f once per batch entry and
-stacks the results (torch's semantics, not its speed: no batching rule per op). Second derivatives go as far as
-the ops have their backward written as tensor ops (minidl/autograd/higher_order.py lists them).
+Arguments and results may be tensors or dicts, tuples and lists of them (torch's pytrees). minidl has reverse mode
+only: jacfwd computes the same Jacobian as jacrev, and jvp uses two backward passes. vmap runs f once per batch
+entry and stacks the results (torch's semantics, not its speed: no batching rule per op). A transform records the
+graph of its derivative only when another transform around it will differentiate it again (hessian, grad(grad(f)));
+those second derivatives go as far as the ops have their backward written as tensor ops
+(minidl/autograd/higher_order.py lists them).
 """
 from __future__ import annotations
 
 import contextlib
 
-from .autograd import functional as _functional
 from .autograd.function import enable_grad
 from .autograd.function import grad as _grad
 from .autograd.tensor import Tensor
@@ -83,6 +85,29 @@ def _argnums_tuple(argnums):
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
+# How many differentiating transforms (grad, vjp, jacrev, jvp, hessian) are running their function now. A transform
+# called inside another one records the graph of its derivative (create_graph), so that the outer one can
+# differentiate it again (hessian = jacrev(jacrev(f)), grad(grad(f))); at the top level, or under vmap alone, it does
+# not, and then f may use ops whose backward is not itself differentiable (nll_loss in per-sample gradients).
+_depth = 0
+
+
+@contextlib.contextmanager
+def _differentiating():
+    global _depth
+    _depth += 1
+    try:
+        yield
+    finally:
+        _depth -= 1
+
+
+def _keep_graph(starts):
+    """create_graph for a transform's derivative: inside another transform, or when an argument it starts from is part
+    of a graph that goes on (MAML: grad(inner_loss)(params) with params that require grad)."""
+    return _depth > 0 or any(t.requires_grad for t in starts)
+
+
 def _prepared(tree, leaves):
     """tree (a tensor, or dicts / tuples / lists of them) with each tensor made a differentiable start (a fresh leaf,
     or a view of a tensor that already requires grad, so that its graph goes on); the new tensors appended to
@@ -95,7 +120,7 @@ def _prepared(tree, leaves):
         return {k: _prepared(v, leaves) for k, v in tree.items()}
     if isinstance(tree, (tuple, list)):
         return type(tree)(_prepared(v, leaves) for v in tree)
-    raise TypeError(f"grad: differentiated arguments must be tensors (or dicts, tuples, lists of them), got "
+    raise TypeError(f"torch.func: differentiated arguments must be tensors (or dicts, tuples, lists of them), got "
                     f"{type(tree).__name__}")
 
 
@@ -108,25 +133,58 @@ def _rebuilt(tree, values):
     return type(tree)(_rebuilt(v, values) for v in tree)
 
 
+def _chosen_arguments(args, argnums):
+    """(args with the differentiated ones made starts, the starts in order, the originals' tensors, a function that
+    puts a flat list of per-start results back into the arguments' structure: one tree for an int argnums, a tuple of
+    trees for a tuple)."""
+    nums = _argnums_tuple(argnums)
+    for i in nums:
+        if not -len(args) <= i < len(args):
+            raise RuntimeError(f"torch.func: argnums {i} is out of range for a function called with {len(args)} "
+                               "positional arguments")
+    args, starts, originals, spans = list(args), [], [], []
+    for i in nums:
+        originals.extend(_leaves(args[i]))
+        begin = len(starts)
+        args[i] = _prepared(args[i], starts)
+        spans.append((i, begin, len(starts)))
+
+    def structured(flat):
+        per_arg = [_rebuilt(args[i], iter(flat[a:b])) for i, a, b in spans]
+        return per_arg[0] if isinstance(argnums, int) else tuple(per_arg)
+
+    return args, starts, originals, structured
+
+
+def _evaluated(func, args, kwargs, argnums, has_aux, who):
+    """func run on args with the differentiated ones made starts: (value, aux, the starts, the function that puts
+    per-start results back into the arguments' structure, whether the derivative keeps its graph)."""
+    args, starts, originals, structured = _chosen_arguments(args, argnums)
+    keep = _keep_graph(originals)
+    with enable_grad(), _differentiating():
+        out = func(*args, **kwargs)
+    if has_aux and not (isinstance(out, tuple) and len(out) == 2):
+        raise RuntimeError(f"{who}(f)(*args): output of function f should be a tuple: (output, aux) if has_aux is "
+                           "True")
+    value, aux = out if has_aux else (out, None)
+    return value, aux, starts, structured, keep
+
+
 def grad_and_value(func, argnums=0, has_aux=False):
     """x -> (df/dx, f(x)) for a function returning a one-element tensor (or (it, aux) with has_aux); x may be a dict,
-    tuple or list of tensors (a model's parameters): the gradient has its structure. The gradient keeps its graph,
-    so grad(grad(f)) gives second derivatives."""
+    tuple or list of tensors (a model's parameters): the gradient has its structure. Inside another transform the
+    gradient keeps its graph, so grad(grad(f)) gives second derivatives."""
     def wrapper(*args, **kwargs):
-        nums = _argnums_tuple(argnums)
-        args, leaves, spans = list(args), [], []
-        for i in nums:
-            start = len(leaves)
-            args[i] = _prepared(args[i], leaves)
-            spans.append((start, len(leaves)))
+        value, aux, starts, structured, keep = _evaluated(func, args, kwargs, argnums, has_aux, "grad_and_value")
+        if not isinstance(value, Tensor) or value.numel() != 1:
+            shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise RuntimeError(f"grad(f)(*args): Expected f(*args) to return a scalar Tensor, got {shape} "
+                               "(torch.func.grad's rule: use vjp or jacrev for other outputs)")
         with enable_grad():
-            out = func(*args, **kwargs)
-            value, aux = (out if has_aux else (out, None))
-            if not isinstance(value, Tensor) or value.numel() != 1:
-                raise RuntimeError("grad: the function must return a one-element tensor (torch.func.grad's rule)")
-            grads = _grad(value, leaves, create_graph=True, allow_unused=True, materialize_grads=True)
-        per_arg = [_rebuilt(args[i], iter(grads[a:b])) for i, (a, b) in zip(nums, spans)]
-        g = per_arg[0] if isinstance(argnums, int) else tuple(per_arg)
+            grads = _grad(value, starts, create_graph=keep, allow_unused=True, materialize_grads=True)
+        g = structured(list(grads))
+        if not keep:
+            value = value.detach()
         return (g, (value, aux)) if has_aux else (g, value)
 
     return wrapper
@@ -144,40 +202,107 @@ def grad(func, argnums=0, has_aux=False):
 
 
 def vjp(func, *primals, has_aux=False):
-    """(func(*primals), vjp_fn): vjp_fn(cotangents) gives the vector-Jacobian product with respect to each primal."""
-    xs = [p.detach().requires_grad_(True) if not p.requires_grad else p.view_as(p) for p in primals]
-    with enable_grad():
+    """(func(*primals), vjp_fn): vjp_fn(cotangents) gives the vector-Jacobian product with respect to each primal, as
+    a tuple with the primals' structure (each primal a tensor, or dicts, tuples, lists of tensors); the cotangents
+    have the output's structure."""
+    starts, originals = [], []
+    for p in primals:
+        originals.extend(_leaves(p))
+    xs = [_prepared(p, starts) for p in primals]
+    created_inside = _depth > 0
+    with enable_grad(), _differentiating():
         out = func(*xs)
     value, aux = out if has_aux else (out, None)
-    outs = value if isinstance(value, tuple) else (value,)
+    outs = _leaves(value)
 
     def vjp_fn(*cotangents):
-        cots = cotangents[0] if len(cotangents) == 1 and isinstance(cotangents[0], tuple) else cotangents
-        return _grad(list(outs), xs, list(cots), retain_graph=True, create_graph=True, allow_unused=True,
-                     materialize_grads=True)
+        cots = cotangents[0] if len(cotangents) == 1 and len(outs) > 1 else cotangents
+        cots = _leaves(cots)
+        if len(cots) != len(outs):
+            raise RuntimeError(f"vjp_fn: Expected {len(outs)} cotangent tensor(s), one per output tensor, got "
+                               f"{len(cots)}")
+        keep = created_inside or _keep_graph(originals)
+        with enable_grad():
+            grads = _grad(outs, starts, cots, retain_graph=True, create_graph=keep, allow_unused=True,
+                          materialize_grads=True)
+        return tuple(_rebuilt(xs, iter(grads)))
 
     return (value, vjp_fn, aux) if has_aux else (value, vjp_fn)
 
 
+def _jacobian_times(outs, starts, tangents, keep):
+    """J t for each of `outs` (J the Jacobian with respect to `starts`, t the tangents, one per start). The
+    double-backward trick first (u -> J^T u is linear in u, so J t = d<J^T u, t>/du: two passes); where an op's
+    backward is not differentiable, one backward pass per output element instead."""
+    from .autograd.function import grad as grad_
+
+    try:
+        us = [o.new_zeros(o.shape).requires_grad_(True) for o in outs]
+        with enable_grad():
+            gs = grad_(outs, starts, us, retain_graph=True, create_graph=True, allow_unused=True)
+            dot = None
+            for g, t in zip(gs, tangents):
+                if g is not None and g.requires_grad:
+                    term = (g * t).sum()
+                    dot = term if dot is None else dot + term
+            if dot is None:
+                return [o.new_zeros(o.shape) for o in outs]
+            return list(grad_([dot], us, retain_graph=True, create_graph=keep, allow_unused=True,
+                              materialize_grads=True))
+    except NotImplementedError:
+        pass
+    results = []
+    for o in outs:
+        flat, entries = o.reshape(-1), []
+        for k in range(flat.numel()):
+            with enable_grad():
+                gs = grad_([flat[k]], starts, retain_graph=True, create_graph=keep, allow_unused=True,
+                           materialize_grads=True)
+            entry = None
+            for g, t in zip(gs, tangents):
+                term = (g * t).sum()
+                entry = term if entry is None else entry + term
+            entries.append(entry)
+        results.append(_stack(entries, dim=0).reshape(o.shape) if entries else o.new_zeros(o.shape))
+    return results
+
+
 def jvp(func, primals, tangents, *, strict=False, has_aux=False):
-    """(func(*primals), J tangents): the Jacobian-vector product (torch.func.jvp). minidl has reverse mode only, so
-    J is built row by row (autograd.functional.jvp): right, and as costly as a Jacobian."""
-    if has_aux:
-        raise NotImplementedError("jvp: has_aux=True is not in minidl")
+    """(func(*primals), J tangents): the Jacobian-vector product (torch.func.jvp); primals and tangents are tuples of
+    the same structure (tensors, or dicts, tuples, lists of them). minidl has reverse mode only: J t comes from two
+    backward passes (the double-backward trick), or one per output element where an op's backward is not
+    differentiable; the numbers are forward mode's."""
     if not isinstance(primals, tuple) or not isinstance(tangents, tuple):
         raise RuntimeError("jvp: Expected primals and tangents to be tuples of tensors, e.g. jvp(f, (x,), (t,))")
     if len(primals) != len(tangents):
         raise RuntimeError(f"jvp: Expected primals and tangents to have the same length, got {len(primals)} and "
                            f"{len(tangents)}")
-    return _functional.jvp(func, primals, tangents)
+    ts = _leaves(tangents)
+    starts, originals = [], _leaves(primals)
+    if len(ts) != len(originals):
+        raise RuntimeError(f"jvp: Expected the tangents to have the primals' structure: {len(originals)} primal "
+                           f"tensors, {len(ts)} tangent tensors")
+    for p, t in zip(originals, ts):
+        if tuple(p.shape) != tuple(t.shape):
+            raise RuntimeError(f"jvp: Expected primal and tangent to have the same shape, got {tuple(p.shape)} and "
+                               f"{tuple(t.shape)}")
+    keep = _keep_graph(originals)
+    xs = [_prepared(p, starts) for p in primals]
+    with enable_grad(), _differentiating():
+        out = func(*xs)
+    value, aux = out if has_aux else (out, None)
+    outs = _leaves(value)
+    products = _jacobian_times(outs, starts, ts, keep)
+    tangent_out = _rebuilt(value, iter(products))
+    if not keep:
+        value = _rebuilt(value, iter([o.detach() for o in outs]))
+    return (value, tangent_out, aux) if has_aux else (value, tangent_out)
 
 
 def stack_module_state(models):
     """(params, buffers): dicts name -> the models' tensors stacked along a new first dimension, for
     vmap(functional_call) over an ensemble of models of one class (torch.func.stack_module_state). Stacked parameters
     are new leaves that require grad; the models' own tensors are not touched."""
-    from .ops.joining import stack
-
     models = list(models)
     if not models:
         raise RuntimeError("stack_module_state: Expected at least one model, got 0.")
@@ -195,39 +320,60 @@ def stack_module_state(models):
             if len(grads) != 1:
                 raise RuntimeError(f"stack_module_state: Expected {name} from each model to have the same "
                                    ".requires_grad")
-            value = stack([t.detach() for t in tensors])
+            value = _stack([t.detach() for t in tensors], dim=0)
             out[name] = value.requires_grad_() if grads.pop() else value
         return out
 
     return (stacked([m.named_parameters() for m in models]), stacked([m.named_buffers() for m in models]))
 
 
-def jacrev(func, argnums=0, *, has_aux=False):
-    """x -> the Jacobian of func at x (output.shape + input.shape), by reverse mode."""
-    if has_aux:
-        raise NotImplementedError("jacrev: has_aux=True is not in minidl")
-
-    def wrapper(*args):
-        nums = _argnums_tuple(argnums)
-
-        def partial(*chosen):
-            full = list(args)
-            for i, c in zip(nums, chosen):
-                full[i] = c
-            return func(*full)
-
-        chosen = tuple(args[i] for i in nums)
-        return _functional.jacobian(partial, chosen[0] if isinstance(argnums, int) else chosen, create_graph=True)
+def jacrev(func, argnums=0, *, has_aux=False, chunk_size=None, _preallocate_and_copy=False):
+    """x -> the Jacobian of func at x, by reverse mode: one backward pass per output element. For an output tensor
+    of shape o and an input of shape i, a tensor of shape o + i; outputs and differentiated arguments may be dicts,
+    tuples and lists of tensors (the result nests output structure, then input structure, as torch's); with a tuple
+    argnums, a tuple per output."""
+    def wrapper(*args, **kwargs):
+        value, aux, starts, structured, keep = _evaluated(func, args, kwargs, argnums, has_aux, "jacrev")
+        outs = _leaves(value)
+        if not outs:
+            raise RuntimeError("jacrev(f)(*args): Expected f to return a tensor (or dicts, tuples, lists of them)")
+        jacobians = []
+        for o in outs:
+            flat, rows = o.reshape(-1), [[] for _ in starts]
+            for k in range(flat.numel()):
+                with enable_grad():
+                    gs = _grad([flat[k]], starts, retain_graph=True, create_graph=keep, allow_unused=True,
+                               materialize_grads=True)
+                for i, g in enumerate(gs):
+                    rows[i].append(g)
+            per_start = []
+            for i, x in enumerate(starts):
+                shape = tuple(o.shape) + tuple(x.shape)
+                per_start.append(_stack(rows[i], dim=0).reshape(shape) if rows[i]
+                                 else x.new_zeros(shape))
+            jacobians.append(structured(per_start))
+        result = _rebuilt(value, iter(jacobians))
+        return (result, aux) if has_aux else result
 
     return wrapper
 
 
-jacfwd = jacrev   # (no forward mode in minidl: the same Jacobian by reverse mode)
+def _stack(tensors, dim):
+    from .ops.joining import stack
+
+    return stack(tensors, dim=dim)
+
+
+def jacfwd(func, argnums=0, has_aux=False, *, randomness="error"):
+    """The Jacobian, as torch.func.jacfwd gives it. minidl has reverse mode only: computed by jacrev, the same
+    numbers."""
+    return jacrev(func, argnums, has_aux=has_aux)
 
 
 def hessian(func, argnums=0):
-    """x -> the Hessian of a scalar func (the Jacobian of its gradient)."""
-    return jacrev(grad(func, argnums), argnums)
+    """x -> the second derivatives of func at x: the Jacobian of its Jacobian (torch's jacfwd(jacrev(f))), so for an
+    output of shape o and an input of shape i, a tensor of shape o + i + i."""
+    return jacfwd(jacrev(func, argnums), argnums)
 
 
 def _leaves(tree):
@@ -254,11 +400,9 @@ def _entry(tree, dim, i):
 
 
 def _stacked(results, dim):
-    from .ops.joining import stack
-
     first = results[0]
     if isinstance(first, Tensor):
-        return stack(results, dim=dim)
+        return _stack(results, dim=dim)
     if isinstance(first, dict):
         return {k: _stacked([r[k] for r in results], dim) for k in first}
     if isinstance(first, (tuple, list)):

@@ -158,6 +158,10 @@ def _rng_for(device):
     device = _device.Device(device)
     if device.type == "cpu":
         return _cpu_rng
+    if device.type == "meta":   # draws of the right shape and no numbers (an initialiser on a meta parameter)
+        from . import _meta
+
+        return _meta.rng
     _device.require_cuda()
     generator = _cuda_generators.get(device)
     if generator is None:

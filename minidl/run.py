@@ -77,6 +77,7 @@ TORCH_MODULES = {
     "torch.fft": "minidl.fft",
     "torch.sparse": "minidl.sparse",
     "torch.func": "minidl.func",
+    "functorch": "minidl.func",   # torch.func's name before PyTorch 2.0 (functorch.vmap, grad, jvp, jacrev)
     "torch.hub": "minidl.hub",
     "torch.autograd.functional": "minidl.autograd.functional",
     "torch.nn.utils.parametrize": "minidl.nn.utils.parametrize",
@@ -257,7 +258,7 @@ class TorchFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname, path=None, target=None):
         root = fullname.partition(".")[0]
-        if root not in ("torch", "torchvision"):
+        if root not in ("torch", "torchvision", "functorch"):
             return None
         if fullname not in TORCH_MODULES and not _out_of_scope_module(fullname):
             raise MissingTorchModule(fullname)
@@ -282,10 +283,13 @@ def install():
     if _finder is not None:
         return
     for name in list(sys.modules):  # a real torch imported earlier would shadow the hook
-        if name.partition(".")[0] in ("torch", "torchvision"):
+        if name.partition(".")[0] in ("torch", "torchvision", "functorch"):
             _saved_modules[name] = sys.modules.pop(name)
     _finder = TorchFinder()
     sys.meta_path.insert(0, _finder)
+    from .autograd.return_types import Size
+
+    Size.spelling = "torch"   # print(x.shape) reads torch.Size([...]), as the program's author saw it
 
 
 def uninstall():
@@ -295,6 +299,9 @@ def uninstall():
         return
     sys.meta_path.remove(_finder)
     _finder = None
+    from .autograd.return_types import Size
+
+    Size.spelling = "minidl"
     for name in list(sys.modules):
         if isinstance(sys.modules[name], _TorchModule):
             del sys.modules[name]

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 
-from .function import enable_grad, grad
+from .function import _DUAL_LEVELS, enable_grad, grad, no_grad
 from .return_types import namedtuple
 
-__all__ = ["dual_level", "make_dual", "unpack_dual", "UnpackedDualTensor", "enter_dual_level", "exit_dual_level"]
+__all__ = ["dual_level", "make_dual", "unpack_dual", "UnpackedDualTensor", "enter_dual_level", "exit_dual_level",
+           "apply_with_jvp"]
 
 UnpackedDualTensor = namedtuple("UnpackedDualTensor", ["primal", "tangent"])
-_levels: list = []   # one list of (dual tensor, tangent) per open level, innermost last
+_levels = _DUAL_LEVELS   # one list of (dual tensor, tangent) per open level, innermost last
 
 
 def enter_dual_level() -> int:
@@ -62,13 +63,15 @@ def make_dual(tensor, tangent, *, level=None):
         raise ValueError(f"forward_ad.make_dual: the tangent must be a Tensor of the primal's shape "
                          f"{tuple(tensor.shape)}, got {tuple(getattr(tangent, 'shape', ()))}")
     dual = tensor.detach().requires_grad_(True)
-    duals.append((dual, tangent.detach()))
+    duals.append((dual, tangent))   # (the tangent itself: unpack_dual gives back the same object, as torch's)
     return dual
 
 
 def unpack_dual(tensor, *, level=None):
     """(primal, tangent) of `tensor`: the tangent is J t, summed over the dual tensors it was computed from (None when
     it depends on none of them)."""
+    if not _levels and level is None:   # outside every dual level a tensor has no tangent (torch's answer)
+        return UnpackedDualTensor(tensor, None)
     duals = _current("unpack_dual", level)
     for dual, tangent in duals:
         if tensor is dual:
@@ -85,10 +88,34 @@ def unpack_dual(tensor, *, level=None):
         dot = None
         for g, (_, t) in zip(grads, duals):
             if g is not None and g.requires_grad:
-                term = (g * t).sum()
+                term = (g * t.detach()).sum()
                 dot = term if dot is None else dot + term
     if dot is None:
         return UnpackedDualTensor(tensor.detach(), None)
     # (retain_graph: the same output, or another computed from it, may be unpacked again)
     (jvp,) = grad([dot], [v], retain_graph=True, allow_unused=True, materialize_grads=True)
     return UnpackedDualTensor(tensor.detach(), jvp.detach())
+
+
+def apply_with_jvp(cls, inputs, ctx_class):
+    """A custom Function that defines jvp(ctx, *tangents) and no backward, applied inside a dual level (torch's
+    forward-mode custom Functions): forward runs on the primals, jvp on the inputs' tangents (zeros for an input
+    without one), and the output is a new dual tensor of that tangent."""
+    from .tensor import Tensor
+
+    primals, tangents = [], []
+    for t in inputs:
+        if isinstance(t, Tensor):
+            primal, tangent = unpack_dual(t)
+            primals.append(primal)
+            tangents.append(tangent if tangent is not None else t.detach() * 0)
+        else:
+            primals.append(t)
+    ctx = ctx_class(tuple(isinstance(t, Tensor) and t.requires_grad for t in inputs))
+    with no_grad():
+        out = cls.forward(ctx, *primals)
+        tangent_out = cls.jvp(ctx, *tangents)
+    if isinstance(out, tuple):
+        tangent_out = tangent_out if isinstance(tangent_out, tuple) else (tangent_out,)
+        return tuple(make_dual(o, t) for o, t in zip(out, tangent_out))
+    return make_dual(out, tangent_out)

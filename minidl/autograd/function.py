@@ -140,6 +140,10 @@ class Function:
         if ctx_style is None:
             ctx_style = _CTX_STYLE[cls] = _is_ctx_style(cls)
         if ctx_style:  # a Function written in PyTorch's style (static forward(ctx, ...))
+            if _DUAL_LEVELS and hasattr(cls, "jvp") and cls.backward is Function.backward:
+                from .forward_ad import apply_with_jvp   # forward mode through the user's jvp (no backward to use)
+
+                return apply_with_jvp(cls, inputs, FunctionCtx)
             return _CtxFunction.apply(*inputs, user_cls=cls)
         fn = cls()
         arrays, needs, any_grad = [], [], False
@@ -212,6 +216,7 @@ class Function:
 
 _CTX_STYLE: dict = {}   # Function class -> whether it is written in PyTorch's ctx style (checked once per class)
 _TENSOR = []
+_DUAL_LEVELS: list = []   # forward_ad's open dual levels (forward_ad.py keeps them; Function.apply reads them)
 
 
 def _tensor_class():

@@ -88,6 +88,31 @@ def _analytical(outputs, diff_inputs, j):
     return rows
 
 
+def _forward(func, inputs, i):
+    """(x.numel(), o.numel()) float64 Jacobians of every tensor output with respect to input i, by forward mode: one
+    dual pass per element of x, its tangent one-hot (the path a custom Function's jvp takes)."""
+    from . import forward_ad
+
+    Tensor = _tensor_class()
+    x = inputs[i]
+    columns = None
+    for k in range(x._data.size):
+        onehot = np.zeros(x._data.size, dtype=np.float64)
+        onehot[k] = 1.0
+        tangent = Tensor._make(_device.move_array(onehot.reshape(x._data.shape).astype(x._data.dtype), x.device))
+        with forward_ad.dual_level():
+            args = list(inputs)
+            args[i] = forward_ad.make_dual(x, tangent)
+            outs = [o for o in _outputs(func, args) if isinstance(o, Tensor)]
+            tangents = [forward_ad.unpack_dual(o).tangent for o in outs]
+        if columns is None:
+            columns = [np.zeros((x._data.size, o._data.size)) for o in outs]
+        for j, t in enumerate(tangents):
+            if t is not None:
+                columns[j][k] = _to_host(t._data).astype(np.float64).reshape(-1)
+    return columns or []
+
+
 def _fail(message, raise_exception):
     if raise_exception:
         raise GradcheckError(message)
@@ -100,12 +125,14 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
               masked=None):
     """True when the analytical Jacobians of func at inputs match their finite-difference estimates (see the module
     docstring); otherwise raises GradcheckError (or returns False with raise_exception=False). fast_mode is taken as
-    the full check; the batched and forward-mode checks are not in minidl and say so."""
+    the full check. check_forward_ad compares the forward-mode Jacobian (autograd.forward_ad: a custom Function's
+    jvp, or the double-backward trick) with the same finite differences; the batched checks are not in minidl and
+    say so."""
     Tensor = _tensor_class()
-    if check_forward_ad or check_batched_grad or check_batched_forward_grad:
-        raise NotImplementedError("gradcheck: check_forward_ad, check_batched_grad and check_batched_forward_grad "
-                                  "need forward-mode AD or vmap over the backward, which minidl does not have; leave "
-                                  "them False (the backward check runs)")
+    if check_batched_grad or check_batched_forward_grad:
+        raise NotImplementedError("gradcheck: check_batched_grad and check_batched_forward_grad need vmap over the "
+                                  "backward, which minidl does not have (its vmap is a loop); leave them False (the "
+                                  "backward and forward-mode checks run)")
     inputs = _as_tuple(inputs)
     diff = [(i, t) for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.requires_grad]
     if not diff:
@@ -118,11 +145,20 @@ def gradcheck(func, inputs, *, eps=1e-6, atol=1e-5, rtol=1e-3, raise_exception=T
             warnings.warn(f"Input #{i} requires gradient and is not a double precision floating point or complex. "
                           "This check will likely fail if all the inputs are not of double precision floating "
                           "point or complex.", stacklevel=2)
+    if not (check_backward_ad or check_forward_ad):
+        return True
+    numerical = {i: _numerical(func, inputs, x, eps) for i, x in diff}
+    if check_forward_ad:
+        for i, x in diff:
+            for j, column_jacobian in enumerate(_forward(func, inputs, i)):
+                if not np.allclose(column_jacobian, numerical[i][j], rtol=rtol, atol=atol):
+                    return _fail(f"Jacobian computed with forward mode mismatch for output {j} with respect to "
+                                 f"input {i},\nnumerical:{numerical[i][j]}\nanalytical:{column_jacobian}\n",
+                                 raise_exception)
     if not check_backward_ad:
         return True
     outputs = [o for o in _outputs(func, inputs) if isinstance(o, Tensor)]
     diff_inputs = [t for _, t in diff]
-    numerical = {i: _numerical(func, inputs, x, eps) for i, x in diff}
     for j, o in enumerate(outputs):
         if not o.requires_grad:
             for i, _ in diff:

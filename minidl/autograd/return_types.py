@@ -21,13 +21,17 @@ class Size(tuple):
     def __add__(self, other):
         return Size(tuple.__add__(self, tuple(other)))
 
+    # Under `python -m minidl.run` (a PyTorch program's output compared with torch's), "torch": both forms read
+    # torch.Size([2, 5]) as PyTorch prints them.
+    spelling = "minidl"
+
     def __repr__(self):
-        return f"minidl.Size({list(self)})"
+        return f"{Size.spelling}.Size({list(self)})"
 
     def __str__(self):
         # str() (and f-strings) keep the plain tuple form, so error messages read "shape (2, 5)";
         # repr() is torch's form. (PyTorch prints torch.Size([2, 5]) for both.)
-        return tuple.__repr__(self)
+        return self.__repr__() if Size.spelling == "torch" else tuple.__repr__(self)
 
     def __reduce__(self):
         return (Size, (tuple(self),))

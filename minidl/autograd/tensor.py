@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from .. import _device, _dtypes
+from .. import _device, _dtypes, _meta
 from .._device import Device, is_cuda_array
 from .._dtypes import bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8  # noqa: F401
 from .function import is_grad_enabled, run_backward
@@ -76,7 +76,7 @@ def to_array(data, dtype=None, device=None):
     """Anything array-like -> an array of the right dtype on the right device."""
     if isinstance(data, Tensor):
         arr = data._data
-    elif is_cuda_array(data) or isinstance(data, np.ndarray):
+    elif is_cuda_array(data) or isinstance(data, (np.ndarray, _meta.MetaArray)):
         arr = data
     else:
         try:
@@ -205,6 +205,11 @@ class Tensor:
     @property
     def is_cuda(self) -> bool:
         return type(self._data) is not np.ndarray and is_cuda_array(self._data)
+
+    @property
+    def is_meta(self) -> bool:
+        """On the meta device: a shape and a dtype, no values (minidl/_meta.py)."""
+        return type(self._data) is _meta.MetaArray
 
     @property
     def ndim(self):
@@ -458,6 +463,13 @@ class Tensor:
         return (self[i] for i in range(self.shape[0]))
 
     def __repr__(self):
+        if self.is_meta:   # torch's form: no values to show
+            extras = [f"device='meta'", f"size={tuple(self.shape)}"]
+            if self.dtype not in (_default_dtype, int64, bool_):
+                extras.append(f"dtype={Size.spelling}.{self.dtype.name}")
+            if self.requires_grad:
+                extras.append("requires_grad=True")
+            return "tensor(..., " + ", ".join(extras) + ")"
         host = self._host_array()
         options = dict(separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, max_line_width=80)
         if _dtypes.is_floating(host.dtype):
@@ -473,8 +485,8 @@ class Tensor:
         extras = []
         if self.is_cuda:
             extras.append(f"device='{self.device}'")
-        if self.dtype not in (float32, int64, bool_):
-            extras.append(f"dtype=minidl.{self.dtype.name}")
+        if self.dtype not in (_default_dtype, int64, bool_):
+            extras.append(f"dtype={Size.spelling}.{self.dtype.name}")
         if self._ctx is not None:
             extras.append(f"grad_fn=<{self._ctx.name}Backward>")
         elif self.requires_grad:

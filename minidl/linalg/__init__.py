@@ -17,7 +17,8 @@ matrix_exp, multi_dot, cond, vecdot.
 
 The gradients through the inverse assume an invertible matrix (for a singular one torch switches to an SVD
 formula; minidl returns inf/nan there); those of eigh and svd assume distinct eigen / singular values, as torch's.
-Not here: eig / eigvals (non-symmetric, complex results), ldl / lu factorizations, householder_product.
+The LU factorization (lu_factor, lu, lu_unpack, lu_solve) and the general eig / eigvals are in factorizations.py.
+Not here: ldl factorizations, householder_product, eig's gradient.
 """
 from __future__ import annotations
 
@@ -358,4 +359,7 @@ def logdet(A):
 from .solvers import (  # noqa: E402,F401  (the solvers and what is composed from them: minidl/linalg/solvers.py)
     cholesky, cholesky_ex, cholesky_solve, cond, lstsq, matmul, matrix_exp, matrix_power, matrix_rank, multi_dot, pinv,
     solve_triangular, vecdot,
+)
+from .factorizations import (  # noqa: E402,F401  (LU and the general eigen-decomposition: factorizations.py)
+    eig, eigvals, lu, lu_factor, lu_factor_ex, lu_solve, lu_unpack,
 )

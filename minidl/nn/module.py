@@ -13,13 +13,14 @@ ones, so an optimizer created before the move still updates the model's weights.
 """
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict, namedtuple
 from collections.abc import MutableMapping
 
 import numpy as np
 
 from .._dtypes import bfloat16, is_floating
-from .. import _device, _layout
+from .. import _device, _layout, _meta
 from .._device import Device, is_cuda_array, parse_to_args
 from ..autograd.function import no_grad
 from ..autograd.tensor import Tensor
@@ -628,25 +629,32 @@ class Module:
                 child.state_dict(destination, prefix + name + ".", keep_vars)
         return destination
 
-    def _state_targets(self):
-        """name -> the Parameter / buffer tensor a state dict entry of that name is copied into."""
-        targets = OrderedDict()
+    def _state_slots(self):
+        """name -> (module, "_parameters" or "_buffers", local name) of each tensor a state dict entry of that name
+        is loaded into."""
+        slots = OrderedDict()
         for mod_prefix, mod in self.named_modules(remove_duplicate=False):
             base = mod_prefix + ("." if mod_prefix else "")
             for name, p in mod._parameters.items():
                 if p is not None:
-                    targets[base + name] = p
+                    slots[base + name] = (mod, "_parameters", name)
             for name, b in mod._buffers.items():
                 if b is not None and name not in mod._non_persistent_buffers:
-                    targets[base + name] = b
-        return targets
+                    slots[base + name] = (mod, "_buffers", name)
+        return slots
 
-    def load_state_dict(self, state_dict, strict: bool = True):
+    def _state_targets(self):
+        """name -> the Parameter / buffer tensor a state dict entry of that name is copied into."""
+        return OrderedDict((key, getattr(mod, kind)[name]) for key, (mod, kind, name) in self._state_slots().items())
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """Copy values into this module's parameters and buffers (in place, converting dtype and device).
 
         Everything is checked first and nothing is written unless all checks pass: missing and
         unexpected keys (when strict) and shape mismatches (always) raise one RuntimeError listing them.
-        Returns _IncompatibleKeys(missing_keys, unexpected_keys).
+        With assign=True the state dict's tensors themselves become the parameters and buffers (their dtype and
+        device; a parameter keeps its requires_grad), as torch's: the way to give weights to a model built on the
+        meta device. Returns _IncompatibleKeys(missing_keys, unexpected_keys).
         """
         if not hasattr(state_dict, "items"):
             raise TypeError(f"load_state_dict: expected a dict-like state_dict, got {type(state_dict).__name__}")
@@ -686,6 +694,9 @@ class Module:
             raise RuntimeError(
                 f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
             )
+        if assign:
+            self._assign_state(state_dict, arrays)
+            return _IncompatibleKeys(missing, unexpected)
         # Convert everything (dtype, device) before the first write: a failure leaves the module as it was.
         converted = {}
         for key, array in arrays.items():
@@ -701,9 +712,47 @@ class Module:
                 ) from None
         with no_grad():
             for key, array in converted.items():
+                if targets[key].is_meta and not isinstance(array, _meta.MetaArray):
+                    warnings.warn(f"for {key}: copying from a non-meta parameter in the checkpoint to a meta parameter "
+                                  "in the current model, which is a no-op. (Did you mean to pass `assign=True` to "
+                                  "assign items in the state dictionary to their corresponding key in the module "
+                                  "instead of copying them in place?)", stacklevel=2)
                 # Write into the existing array: optimizers holding this Parameter see the new values.
                 targets[key]._data[...] = array
         return _IncompatibleKeys(missing, unexpected)
+
+    def _assign_state(self, state_dict, arrays):
+        """load_state_dict(assign=True): each checked entry becomes the module's tensor of that name."""
+        slots = self._state_slots()
+        for key in arrays:
+            mod, kind, name = slots[key]
+            value = state_dict[key]
+            value = value if isinstance(value, Tensor) else Tensor._make(arrays[key])
+            old = getattr(mod, kind)[name]
+            if kind == "_parameters":
+                value = value if isinstance(value, Parameter) else Parameter(value.detach(),
+                                                                            requires_grad=old.requires_grad)
+            getattr(mod, kind)[name] = value
+
+    def to_empty(self, *, device, recurse: bool = True):
+        """Every parameter and buffer replaced by an uninitialised array of its shape and dtype on `device` (torch's
+        Module.to_empty): how a model built on the meta device gets memory, before its weights are loaded."""
+        device = Device(device)
+        if device.type == "cuda":
+            _device.require_cuda("Module.to_empty(device='cuda')")
+        xp = _device.array_module(device)
+        modules = self.modules() if recurse else [self]
+        with no_grad():
+            for mod in modules:
+                for t in list(mod._parameters.values()) + list(mod._buffers.values()):
+                    if t is not None:
+                        if device.type == "cuda":
+                            with xp.cuda.Device(device.index):
+                                t._data = xp.empty(t.shape, dtype=t.dtype)
+                        else:
+                            t._data = xp.empty(t.shape, dtype=t.dtype)
+                        t.grad = None
+        return self
 
     # --------------------------------------------------------------------------------------------
     # repr

@@ -98,7 +98,7 @@ def _astype(a, dtype):
     if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
         a = a.real
     if not isinstance(a, (np.ndarray, np.generic)):
-        return primitives.cast(a, dtype)
+        return a.astype(dtype) if _device.device_of(a).type == "meta" else primitives.cast(a, dtype)
     with np.errstate(over="ignore"):
         return a.astype(dtype)
 

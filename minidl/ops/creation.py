@@ -109,7 +109,7 @@ def _dt(dtype):
 
 def _with_device(fn, device):
     device = device if device is not None else _default_device
-    if device is None or _device.Device(device).type == "cpu":
+    if device is None or _device.Device(device).type in ("cpu", "meta"):
         return fn()
     cupy = _device.require_cuda()
     with cupy.cuda.Device(_device.Device(device).index):
@@ -214,7 +214,7 @@ def _draw(generator, device, fn):
     """fn(rng): a draw from `generator` (a minidl.Generator) or the global generator of `device`."""
     device = device or _default_device or "cpu"
     rng = random.rng_of(generator, device)
-    return fn(rng) if _device.Device(device).type == "cpu" else _with_device(lambda: fn(rng), device)
+    return fn(rng) if _device.Device(device).type != "cuda" else _with_device(lambda: fn(rng), device)
 
 
 _DIGITS = {"float16": 11, "bfloat16": 8, "float32": 24}   # significand bits: values k / 2**digits are exact

@@ -113,6 +113,9 @@ def check_arrays(op: str, **arrays) -> None:
         if a is not None and type(a) is not np.ndarray and type(a) not in _CUDA_TYPES and not (
                 isinstance(a, (np.ndarray, np.generic)) or is_cuda_array(a)):
             hint = " (pass tensor._data, or use minidl.nn.functional)" if type(a).__name__ in ("Tensor", "Parameter") else ""
+            if type(a).__name__ == "MetaArray":
+                hint = (": the array of a tensor on the meta device, which has a shape and no values; give the module "
+                        "a real device with module.to_empty(device='cpu') (or 'cuda') and load its weights first")
             raise TypeError(f"{op}: {name} must be a numpy.ndarray or cupy.ndarray, got {type(a).__name__}{hint}")
 
 

@@ -131,3 +131,113 @@ def test_func_jvp_is_the_jacobian_times_the_tangent_as_torch():
         np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-12)
     with pytest.raises(RuntimeError, match="Expected primals and tangents to be tuples"):
         minidl.func.jvp(f(minidl), minidl.tensor(a), minidl.tensor(ta))
+
+
+def _both(fn, *arrays):
+    """fn(lib, *tensors) on minidl and on torch, float64 tensors made from the same arrays."""
+    return fn(minidl, *[minidl.tensor(a) for a in arrays]), fn(torch, *[torch.tensor(a) for a in arrays])
+
+
+def _same_tree(ours, theirs, rtol=1e-10):
+    if isinstance(theirs, torch.Tensor):
+        assert tuple(ours.shape) == tuple(theirs.shape)
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=rtol, atol=1e-12)
+    elif isinstance(theirs, dict):
+        assert list(ours) == list(theirs)
+        for k in theirs:
+            _same_tree(ours[k], theirs[k], rtol)
+    else:
+        assert type(ours) is type(theirs) and len(ours) == len(theirs)
+        for a, b in zip(ours, theirs):
+            _same_tree(a, b, rtol)
+
+
+W, B, V = RNG.standard_normal((4, 3)), RNG.standard_normal(4), RNG.standard_normal(3)
+
+
+def test_jacrev_nests_outputs_then_inputs_with_argnums_dicts_and_aux_as_torch():
+    """The Jacobian tutorial's forms: argnums an int or a tuple, a dict of parameters as the input, two outputs, and
+    has_aux: the shapes (output + input) and values of torch.func.jacrev."""
+    def run(lib, w, b, v):
+        predict = lambda w, b, x: lib.nn.functional.linear(x, w, b).tanh()   # noqa: E731
+        two = lambda p, x: ((p["w"] @ x).sin(), (p["b"] * x.sum()).exp())   # noqa: E731
+        aux = lambda x: (x.exp(), x.sum())   # noqa: E731
+        return (lib.func.jacrev(predict, argnums=2)(w, b, v), lib.func.jacrev(predict, argnums=(0, 1))(w, b, v),
+                lib.func.jacrev(two)({"w": w, "b": b}, v), lib.func.jacrev(aux, has_aux=True)(v),
+                lib.func.jacfwd(predict, argnums=1)(w, b, v))
+
+    ours, theirs = _both(run, W, B, V)
+    _same_tree(ours, theirs)
+
+
+def test_hessian_of_a_vector_function_is_output_by_input_by_input_as_torch():
+    """torch.func.hessian is jacfwd(jacrev(f)): for predict (4 outputs of a 3-vector) a (4, 3, 3) tensor, and
+    vmapped over a batch, one per row."""
+    def run(lib, w, b, v, xs):
+        predict = lambda w, b, x: lib.nn.functional.linear(x, w, b).tanh()   # noqa: E731
+        return (lib.func.hessian(predict, argnums=2)(w, b, v),
+                lib.func.vmap(lib.func.hessian(predict, argnums=2), in_dims=(None, None, 0))(w, b, xs),
+                lib.func.hessian(lambda x: (x ** 3).sum())(v))
+
+    ours, theirs = _both(run, W, B, V, RNG.standard_normal((2, 3)))
+    assert tuple(ours[0].shape) == (4, 3, 3) and tuple(ours[1].shape) == (2, 4, 3, 3)
+    _same_tree(ours, theirs)
+
+
+def test_grad_at_the_top_level_needs_no_second_derivative():
+    """Per-sample gradients through nll_loss, whose backward is array code (not differentiable again): grad alone,
+    or under vmap, records no graph of the gradient, so it works, and the gradient does not require grad. Under
+    another transform it does record (grad of grad)."""
+    logits, target = RNG.standard_normal((3, 5)), np.array([1, 4, 0])
+
+    def run(lib, x, t):
+        loss = lambda x, t: lib.nn.functional.nll_loss(lib.log_softmax(x, dim=-1), t)   # noqa: E731
+        per_row = lib.func.vmap(lib.func.grad(lambda x, t: loss(x.unsqueeze(0), t.unsqueeze(0))))(x, t)
+        return lib.func.grad(loss)(x, t), per_row
+
+    ours, theirs = _both(run, logits, target)
+    _same_tree(ours, theirs)
+    assert not ours[0].requires_grad
+    assert float(minidl.func.grad(minidl.func.grad(lambda t: t.sin()))(minidl.tensor(0.5))) == pytest.approx(
+        -np.sin(0.5))
+
+
+def test_grad_keeps_the_graph_when_its_input_is_part_of_one():
+    """MAML with torch.func.grad: the inner gradient of parameters that require grad stays differentiable, so the
+    outer loss reaches them through the adapted weights."""
+    def run(lib, w0):
+        w = w0.clone().requires_grad_()
+        inner = lambda w: (w ** 3).sum()   # noqa: E731
+        adapted = w - 0.1 * lib.func.grad(inner)(w)
+        (adapted ** 2).sum().backward()
+        return w.grad
+
+    _same_tree(*_both(run, V))
+
+
+def test_vjp_and_jvp_take_dicts_of_parameters_as_torch():
+    """The NTK tutorial's vjp_fn(vec) -> (dict,) and jvp(f, (params,), (dict,)); jvp through nll_loss (whose
+    backward is not differentiable) takes one backward per output element instead of the double-backward trick."""
+    def run(lib, w, b, v, u):
+        f = lambda p: (p["w"] @ v).tanh() * p["b"]   # noqa: E731
+        params = {"w": w, "b": b}
+        out, vjp_fn = lib.func.vjp(f, params)
+        (cot,) = vjp_fn(u)
+        _, tangent = lib.func.jvp(f, (params,), (cot,))
+        g = lambda x: lib.nn.functional.nll_loss(lib.log_softmax(x, dim=-1).unsqueeze(0),   # noqa: E731
+                                                  lib.tensor([2]))
+        _, t2 = lib.func.jvp(g, (u,), (u * 2,))
+        return out, cot, tangent, t2
+
+    _same_tree(*_both(run, W, B, V, RNG.standard_normal(4)))
+
+
+def test_transforms_say_what_is_wrong():
+    with pytest.raises(RuntimeError, match="Expected f.*to return a scalar Tensor"):
+        minidl.func.grad(lambda x: x * 2)(minidl.ones(3))
+    with pytest.raises(RuntimeError, match="argnums 3 is out of range"):
+        minidl.func.jacrev(lambda x: x, argnums=3)(minidl.ones(3))
+    with pytest.raises(RuntimeError, match="same shape"):
+        minidl.func.jvp(lambda x: x, (minidl.ones(3),), (minidl.ones(2),))
+    with pytest.raises(RuntimeError, match="should be a tuple: \\(output, aux\\)"):
+        minidl.func.grad(lambda x: x.sum(), has_aux=True)(minidl.ones(3))

@@ -78,3 +78,55 @@ def test_older_top_level_svd_and_qr():
     Q, R = minidl.qr(minidl.tensor(a), some=False)
     assert Q.shape == (5, 5) and R.shape == (5, 3)
     np.testing.assert_allclose(Q.numpy() @ R.numpy(), a, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 5, 5), (5, 3), (3, 5)])
+def test_lu_factor_and_lu_match_torch(shape):
+    """Partial pivoting as LAPACK's (the same pivots), the factors to rounding, and for square matrices the gradient
+    of P L U's factors (torch's linalg_lu_backward)."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(shape)
+    (LU, piv), (tLU, tpiv) = minidl.linalg.lu_factor(minidl.tensor(a)), torch.linalg.lu_factor(torch.tensor(a))
+    np.testing.assert_array_equal(piv.numpy(), tpiv.numpy())
+    assert piv.dtype == np.int32
+    np.testing.assert_allclose(LU.numpy(), tLU.numpy(), rtol=1e-12, atol=1e-12)
+    if shape[-1] == shape[-2]:
+        _compare(lambda lib, x: tuple(lib.linalg.lu(x))[1:], [shape])
+    else:
+        for ours, theirs in zip(minidl.linalg.lu(minidl.tensor(a)), torch.linalg.lu(torch.tensor(a))):
+            np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("left,adjoint", [(True, False), (True, True), (False, False), (False, True)])
+def test_lu_solve_matches_torch_with_gradients(left, adjoint):
+    shape_b = (3, 4, 2) if left else (3, 2, 4)
+    _compare(lambda lib, a, b: lib.linalg.lu_solve(*lib.linalg.lu_factor(a), b, left=left, adjoint=adjoint),
+             [(3, 4, 4), shape_b])
+
+
+def test_lu_of_a_singular_matrix_reports_info_and_the_older_api():
+    s = np.array([[1.0, 2, 3], [2, 4, 6], [1, 0, 1]])
+    assert int(minidl.linalg.lu_factor_ex(minidl.tensor(s)).info) == int(torch.linalg.lu_factor_ex(torch.tensor(s)).info)
+    with pytest.raises(RuntimeError, match="singular U"):
+        minidl.linalg.lu_factor_ex(minidl.tensor(s), check_errors=True)
+    a, b = np.random.default_rng(2).standard_normal((4, 4)), np.random.default_rng(3).standard_normal((4, 2))
+    LU, piv = minidl.tensor(a).lu()
+    np.testing.assert_allclose(minidl.lu_solve(minidl.tensor(b), LU, piv).numpy(), np.linalg.solve(a, b), rtol=1e-10)
+    P, L, U = minidl.lu_unpack(LU, piv)
+    np.testing.assert_allclose((P @ L @ U).numpy(), a, atol=1e-12)
+    with pytest.raises(NotImplementedError, match="pivot=False"):
+        minidl.linalg.lu_factor(minidl.tensor(a), pivot=False)
+
+
+def test_eig_of_a_general_matrix_matches_torch():
+    """Complex eigenvalues of a non-symmetric matrix; each eigenvector satisfies A v = w v (their phases are
+    LAPACK's in both, but compared through the definition)."""
+    a = np.random.default_rng(4).standard_normal((5, 5))
+    w, v = minidl.linalg.eig(minidl.tensor(a))
+    tw = torch.linalg.eigvals(torch.tensor(a))
+    assert w.dtype == np.complex128
+    np.testing.assert_allclose(np.sort_complex(w.numpy()), np.sort_complex(tw.numpy()), rtol=1e-10)
+    np.testing.assert_allclose(a @ v.numpy(), v.numpy() * w.numpy()[None, :], atol=1e-10)
+    with pytest.raises(NotImplementedError, match="use linalg.eigh"):
+        x = minidl.tensor(a, requires_grad=True)
+        minidl.linalg.eigvals(x).real.sum().backward()

@@ -335,14 +335,23 @@ def test_iterable_dataset_and_sampler_checks():
         list(DataLoader(list(range(3)), sampler=Floats()))
 
 
-def test_runner_long_tail(tmp_path):
-    """torch.__version__, torch.compile, torch.cuda.amp, torch.nn.parallel.DataParallel, torch.distributions,
-    torch.multiprocessing and set_default_device, through `python -m minidl.run`."""
+def _through_runner(tmp_path, source):
+    """`python -m minidl.run` on a program of that source; it must succeed."""
     import subprocess
     import sys
 
     prog = tmp_path / "prog.py"
-    prog.write_text(
+    prog.write_text(source)
+    result = subprocess.run([sys.executable, "-m", "minidl.run", str(prog)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_runner_long_tail(tmp_path):
+    """torch.__version__, torch.compile, torch.cuda.amp, torch.nn.parallel.DataParallel, torch.distributions,
+    torch.multiprocessing and set_default_device, through `python -m minidl.run`."""
+    result = _through_runner(
+        tmp_path,
         "import torch, torch.nn as nn\n"
         "from torch.cuda.amp import GradScaler, autocast\n"
         "import torch.multiprocessing as mp\n"
@@ -354,8 +363,6 @@ def test_runner_long_tail(tmp_path):
         "print('state', sorted(model.state_dict()))\n"
         "print('sample', Categorical(logits=model(x)).sample().shape)\n"
         "print('ok', mp.get_start_method())\n")
-    result = subprocess.run([sys.executable, "-m", "minidl.run", str(prog)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
     assert "state ['module.bias', 'module.weight']" in result.stdout and "ok fork" in result.stdout
 
 
@@ -1154,3 +1161,17 @@ def test_scatter_reduce_extremes_by_sorting_match_the_ufuncs():
             ufunc.at(expected, tuple(grids), src)
             _extreme_at(np, got, tuple(grids), src, reduce)
             np.testing.assert_array_equal(got, expected)
+
+
+def test_runner_prints_shapes_as_torch_and_maps_functorch(tmp_path):
+    """Under the runner a shape prints as torch.Size([...]) (print(x.shape) is in most tutorials), and `functorch`
+    (torch.func's name before PyTorch 2.0) is minidl.func; outside it minidl's own spelling stays."""
+    result = _through_runner(
+        tmp_path,
+        "import torch, functorch\n"
+        "x = torch.zeros(2, 3)\n"
+        "print(x.shape, repr(x.size()), f'{x.shape}')\n"
+        "print(functorch.grad(lambda t: (t ** 2).sum())(torch.ones(2)))\n")
+    assert result.stdout.splitlines() == ["torch.Size([2, 3]) torch.Size([2, 3]) torch.Size([2, 3])",
+                                          "tensor([2., 2.])"]
+    assert str(minidl.zeros(2, 3).shape) == "(2, 3)" and repr(minidl.zeros(2).shape) == "minidl.Size([2])"

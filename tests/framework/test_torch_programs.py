@@ -75,7 +75,7 @@ def test_make_grid():
 def test_quickstart_tutorial(tmp_path):
     _synthetic_mnist(tmp_path / "data" / "FashionMNIST" / "raw")
     out = ok(run(PROGRAMS / "quickstart.py", cwd=tmp_path))
-    assert "Shape of X [N, C, H, W]: (12, 1, 28, 28)" in out and "Shape of y: (12,) int64" in out
+    assert "Shape of X [N, C, H, W]: torch.Size([12, 1, 28, 28])" in out and "Shape of y: torch.Size([12]) int64" in out
     assert out.count("Test Error:") == 5 and "Done!" in out and 'Predicted: "' in out
     assert (tmp_path / "model.pth").is_file()
 
@@ -214,7 +214,7 @@ def test_what_is_torch_nn_really(tmp_path):
     _synthetic_mnist_pickle(tmp_path / "data" / "mnist" / "mnist.pkl.gz")
     out = ok(run(PROGRAMS / "nn_really.py", "--epochs", 2, cwd=tmp_path))
     lines = out.splitlines()
-    assert "(640, 784)" in out          # print(x_train.shape): minidl prints a Size as a tuple (TORCH_COMPAT.md)
+    assert "torch.Size([640, 784])" in out   # print(x_train.shape), as torch prints it
     fits = [float(line.split()[1]) for line in lines if line.startswith(("0 ", "1 "))]
     assert len(fits) == 6                         # three fit() calls, two epochs each
     assert fits[1] < 0.1                          # logistic regression on the learnable data
@@ -520,3 +520,11 @@ def test_autograd_tools_print_what_torch_prints(tmp_path):
     PyTorch."""
     out = _same_output_as_torch("autograd_tools.py", tmp_path)
     assert "gradgradcheck True" in out and "anomaly found: True True" in out
+
+
+def test_func_tutorials_print_what_torch_prints(tmp_path):
+    """The torch.func tutorials (per-sample gradients, model ensembling over a meta-device skeleton, Jacobians and
+    Hessians, neural tangent kernels by both methods) and deferred initialisation on the meta device: the same
+    output as on PyTorch, every comparison the tutorials make True."""
+    out = _same_output_as_torch("func_tutorials.py", tmp_path)
+    assert " False" not in out and "ntk diagonal (3, 2, 3) True" in out and "assigned: cpu True True" in out

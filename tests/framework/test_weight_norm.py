@@ -115,3 +115,26 @@ def test_spectral_norm_parametrization_matches_torch_and_reloads():
     again.load_state_dict(m.state_dict())
     again.eval(), m.eval()
     assert rel_err(_D(again(minidl.tensor(x))), _D(m(minidl.tensor(x)))) < 1e-6
+
+
+def test_assigning_through_a_parametrization_without_right_inverse_is_refused_as_torch():
+    """A parametrization chain whose last module has no right_inverse cannot take an assigned value: torch raises
+    (minidl used to skip that module silently, leaving the weight not equal to what was assigned)."""
+    class Skew(nn.Module):
+        def forward(self, X):
+            return X.triu(1) - X.triu(1).transpose(-1, -2)
+
+        def right_inverse(self, A):
+            return A.triu(1)
+
+    class Double(nn.Module):
+        def forward(self, X):
+            return X * 2
+
+    layer = nn.Linear(3, 3)
+    nn.utils.parametrize.register_parametrization(layer, "weight", Skew())
+    nn.utils.parametrize.register_parametrization(layer, "weight", Double())
+    before = layer.parametrizations.weight.original.detach().numpy().copy()
+    with pytest.raises(RuntimeError, match="Double does not implement right_inverse"):
+        layer.weight = minidl.zeros(3, 3)
+    np.testing.assert_array_equal(layer.parametrizations.weight.original.detach().numpy(), before)

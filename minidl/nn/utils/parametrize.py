@@ -54,7 +54,11 @@ class ParametrizationList(ModuleList):
         """Set the original tensor(s) so that the parametrized tensor becomes `value`."""
         with no_grad():
             for module in reversed(list(self)):
-                value = module.right_inverse(value) if hasattr(module, "right_inverse") else value
+                if not hasattr(module, "right_inverse"):
+                    raise RuntimeError(f"parametrization {type(module).__name__} does not implement right_inverse, "
+                                       "so a value cannot be assigned to the parametrized tensor (give it a "
+                                       "right_inverse(value) that returns the original tensor)")
+                value = module.right_inverse(value)
             if self.ntensors == 1:
                 self.original.copy_(value)
             else:
