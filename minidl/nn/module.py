@@ -13,17 +13,17 @@ ones, so an optimizer created before the move still updates the model's weights.
 """
 from __future__ import annotations
 
-import warnings
-from collections import OrderedDict, namedtuple
+from collections import OrderedDict
 from collections.abc import MutableMapping
 
 import numpy as np
 
 from .._dtypes import bfloat16, is_floating
-from .. import _device, _layout, _meta
-from .._device import Device, is_cuda_array, parse_to_args
+from .. import _device, _layout
+from .._device import Device, parse_to_args
 from ..autograd.function import no_grad
 from ..autograd.tensor import Tensor
+from .state_dict import StateDict
 
 
 class Parameter(Tensor):
@@ -143,15 +143,6 @@ class _HookView(MutableMapping):
         return f"OrderedDict({list(self.items())!r})"
 
 
-class _IncompatibleKeys(namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])):
-    """What load_state_dict(strict=False) returns: keys it could not fill, keys it did not use."""
-
-    def __repr__(self):
-        if not self.missing_keys and not self.unexpected_keys:
-            return "<All keys matched successfully>"
-        return super().__repr__()
-
-
 def _addindent(text: str, spaces: int) -> str:
     lines = text.split("\n")
     if len(lines) == 1:
@@ -159,19 +150,7 @@ def _addindent(text: str, spaces: int) -> str:
     return lines[0] + "\n" + "\n".join(" " * spaces + line for line in lines[1:])
 
 
-def _raw_array(value):
-    """A state-dict value (Tensor, NumPy/CuPy array, or anything with __array__) -> an array."""
-    if isinstance(value, Tensor):
-        return value._data
-    if isinstance(value, np.ndarray) or is_cuda_array(value):
-        return value
-    try:
-        return np.asarray(value)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"load_state_dict: a value of type {type(value).__name__} is not an array ({e})") from None
-
-
-class Module:
+class Module(StateDict):
     """Base class of every layer and network. Subclasses set attributes in __init__ and define forward."""
 
     training: bool
@@ -607,132 +586,6 @@ class Module:
 
     def type(self, dtype):
         return self.to(dtype)
-
-    # --------------------------------------------------------------------------------------------
-    # state_dict / load_state_dict
-    # --------------------------------------------------------------------------------------------
-    def state_dict(self, destination=None, prefix: str = "", keep_vars: bool = False):
-        """OrderedDict of name -> tensor for every parameter and persistent buffer.
-
-        The tensors share memory with the module (as in PyTorch): copy them to snapshot the weights.
-        """
-        if destination is None:
-            destination = OrderedDict()
-        for name, p in self._parameters.items():
-            if p is not None:
-                destination[prefix + name] = p if keep_vars else p.detach()
-        for name, b in self._buffers.items():
-            if b is not None and name not in self._non_persistent_buffers:
-                destination[prefix + name] = b if keep_vars else b.detach()
-        for name, child in self._modules.items():
-            if child is not None:
-                child.state_dict(destination, prefix + name + ".", keep_vars)
-        return destination
-
-    def _state_slots(self):
-        """name -> (module, "_parameters" or "_buffers", local name) of each tensor a state dict entry of that name
-        is loaded into."""
-        slots = OrderedDict()
-        for mod_prefix, mod in self.named_modules(remove_duplicate=False):
-            base = mod_prefix + ("." if mod_prefix else "")
-            for name, p in mod._parameters.items():
-                if p is not None:
-                    slots[base + name] = (mod, "_parameters", name)
-            for name, b in mod._buffers.items():
-                if b is not None and name not in mod._non_persistent_buffers:
-                    slots[base + name] = (mod, "_buffers", name)
-        return slots
-
-    def _state_targets(self):
-        """name -> the Parameter / buffer tensor a state dict entry of that name is copied into."""
-        return OrderedDict((key, getattr(mod, kind)[name]) for key, (mod, kind, name) in self._state_slots().items())
-
-    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """Copy values into this module's parameters and buffers (in place, converting dtype and device).
-
-        Everything is checked first and nothing is written unless all checks pass: missing and
-        unexpected keys (when strict) and shape mismatches (always) raise one RuntimeError listing them.
-        With assign=True the state dict's tensors themselves become the parameters and buffers (their dtype and
-        device; a parameter keeps its requires_grad), as torch's: the way to give weights to a model built on the
-        meta device. Returns _IncompatibleKeys(missing_keys, unexpected_keys).
-        """
-        if not hasattr(state_dict, "items"):
-            raise TypeError(f"load_state_dict: expected a dict-like state_dict, got {type(state_dict).__name__}")
-        targets = self._state_targets()
-        missing = [k for k in targets if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in targets]
-        mismatched, arrays = [], {}
-        for key, target in targets.items():
-            if key not in state_dict:
-                continue
-            value = state_dict[key]
-            if value is None or isinstance(value, (str, bytes, dict, set)):
-                mismatched.append(f"type mismatch for {key}: expected a tensor (or an array) from checkpoint, got "
-                                  f"{type(value).__name__}")
-                continue
-            array = _raw_array(value)
-            if tuple(array.shape) != target.shape:
-                mismatched.append(
-                    f"size mismatch for {key}: copying a param with shape {tuple(array.shape)} from checkpoint, "
-                    f"the shape in current model is {target.shape}."
-                )
-            elif np.dtype(array.dtype).kind not in "biuf" and not is_floating(array.dtype):
-                # Strings, Python objects (a None would become NaN) or complex numbers cannot be a
-                # parameter's value; torch has no tensor of them to copy from.
-                mismatched.append(
-                    f"dtype mismatch for {key}: cannot copy a value of dtype {array.dtype} from checkpoint into "
-                    f"the {target.dtype} one in current model."
-                )
-            arrays[key] = array
-        errors = []
-        if strict and missing:
-            errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
-        if strict and unexpected:
-            errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
-        errors += mismatched
-        if errors:
-            raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
-            )
-        if assign:
-            self._assign_state(state_dict, arrays)
-            return _IncompatibleKeys(missing, unexpected)
-        # Convert everything (dtype, device) before the first write: a failure leaves the module as it was.
-        converted = {}
-        for key, array in arrays.items():
-            target = targets[key]
-            try:
-                if is_cuda_array(array) != target.is_cuda:
-                    array = _device.move_array(array, target.device)
-                converted[key] = array.astype(target.dtype, copy=False)
-            except (TypeError, ValueError, OverflowError) as e:
-                raise RuntimeError(
-                    f"Error(s) in loading state_dict for {type(self).__name__}:\n\tcannot convert {key} "
-                    f"(dtype {array.dtype}) to {target.dtype}: {e}"
-                ) from None
-        with no_grad():
-            for key, array in converted.items():
-                if targets[key].is_meta and not isinstance(array, _meta.MetaArray):
-                    warnings.warn(f"for {key}: copying from a non-meta parameter in the checkpoint to a meta parameter "
-                                  "in the current model, which is a no-op. (Did you mean to pass `assign=True` to "
-                                  "assign items in the state dictionary to their corresponding key in the module "
-                                  "instead of copying them in place?)", stacklevel=2)
-                # Write into the existing array: optimizers holding this Parameter see the new values.
-                targets[key]._data[...] = array
-        return _IncompatibleKeys(missing, unexpected)
-
-    def _assign_state(self, state_dict, arrays):
-        """load_state_dict(assign=True): each checked entry becomes the module's tensor of that name."""
-        slots = self._state_slots()
-        for key in arrays:
-            mod, kind, name = slots[key]
-            value = state_dict[key]
-            value = value if isinstance(value, Tensor) else Tensor._make(arrays[key])
-            old = getattr(mod, kind)[name]
-            if kind == "_parameters":
-                value = value if isinstance(value, Parameter) else Parameter(value.detach(),
-                                                                            requires_grad=old.requires_grad)
-            getattr(mod, kind)[name] = value
 
     def to_empty(self, *, device, recurse: bool = True):
         """Every parameter and buffer replaced by an uninitialised array of its shape and dtype on `device` (torch's
