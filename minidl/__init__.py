@@ -23,6 +23,7 @@ from .autograd.legacy import (  # noqa: F401
     BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor, ShortTensor,
 )
 from .autograd import return_types  # noqa: F401
+from .autograd.printing import get_printoptions, set_printoptions  # noqa: F401  (torch.set_printoptions)
 from .autograd.return_types import Size  # noqa: F401
 from . import ops  # noqa: E402  (binds every operation onto Tensor: minidl/ops/__init__.py's table)
 from .ops.conversion import (  # noqa: F401
@@ -56,6 +57,7 @@ globals().update(ops.FUNCTIONS)
 from . import linalg, special  # noqa: E402,F401  (torch.linalg's most used functions; torch.special's names)
 from . import fft  # noqa: E402,F401  (torch.fft: the discrete Fourier transforms, with gradients)
 from . import hub  # noqa: E402,F401  (torch.hub: load_state_dict_from_url)
+from . import compiler  # noqa: E402,F401  (torch.compiler: disable, is_compiling; no compiler in minidl)
 from . import func  # noqa: E402,F401  (torch.func: functional_call, grad, vjp, jacrev, hessian, vmap)
 from . import sparse  # noqa: E402,F401  (torch.sparse: mm, sum of sparse COO tensors)
 vmap = func.vmap
@@ -63,6 +65,7 @@ stft, istft = fft.stft, fft.istft
 
 det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet
 matrix_power, matrix_exp, cholesky_solve = linalg.matrix_power, linalg.matrix_exp, linalg.cholesky_solve
+chain_matmul = lambda *matrices: linalg.multi_dot(matrices)   # noqa: E731  (torch.chain_matmul: multi_dot's old name)
 lu, lu_solve, lu_unpack = linalg.factorizations.torch_lu, linalg.factorizations.torch_lu_solve, linalg.lu_unpack
 
 

@@ -46,6 +46,7 @@ TORCH_MODULES = {
     "torch.autograd": "minidl.autograd",
     "torch.cuda": "minidl.cuda",
     "torch.backends": "minidl.backends",
+    "torch.compiler": "minidl.compiler",
     "torch.backends.cudnn": "minidl.backends:cudnn",
     "torch.utils": "minidl.utils",
     "torch.utils.checkpoint": "minidl.utils.checkpoint",

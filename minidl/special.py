@@ -1,5 +1,5 @@
 """minidl.special: torch.special's names for functions minidl has (most live in ops/mathops.py), so that
-`torch.special.erf(x)` runs. Not here: the Bessel and zeta families, erfcx, i0."""
+`torch.special.erf(x)` runs. Not here: the zeta family, erfcx, the Bessel functions other than i0 / i0e / i1 / i1e."""
 from __future__ import annotations
 
 from .autograd.tensor import Tensor
@@ -17,6 +17,8 @@ erf, erfc, expm1, exp2, log1p, logit, sinc, logsumexp = (_method(n) for n in
                                                          ("erf", "erfc", "expm1", "exp2", "log1p", "logit", "sinc",
                                                           "logsumexp"))
 gammaln = _method("gammaln", "lgamma")
+round = _method("round")   # noqa: A001  (torch.special.round)
+from .ops.mathops import i0, i0e, i1, i1e  # noqa: E402  (the modified Bessel functions, with their gradients)
 digamma = psi = _method("digamma")
 
 
@@ -71,4 +73,4 @@ def entr(input):
 
 __all__ = ["erf", "erfc", "expm1", "exp2", "log1p", "logit", "sinc", "logsumexp", "gammaln", "expit", "xlogy",
            "softmax", "log_softmax", "entr", "digamma", "psi", "polygamma", "multigammaln", "ndtr", "log_ndtr", "ndtri",
-           "xlog1py", "Tensor"]
+           "xlog1py", "round", "i0", "i0e", "i1", "i1e", "Tensor"]

@@ -20,6 +20,7 @@ import numpy as np
 from .. import _device, _dtypes, _meta
 from .._device import Device, is_cuda_array
 from .._dtypes import bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8  # noqa: F401
+from . import printing
 from .function import is_grad_enabled, run_backward
 from .return_types import Size
 
@@ -36,28 +37,6 @@ class _HookHandle:
     def remove(self):
         if self._hook in self._hooks:
             self._hooks.remove(self._hook)
-
-
-def _float_formatter(values):
-    """PyTorch's way of printing floating tensors (torch/_tensor_str.py's _Formatter, precision 4): whole
-    numbers as `1.`, others with 4 decimals, scientific notation when the nonzero magnitudes span more than
-    1000x, exceed 1e8 or (not whole) go below 1e-4; every element padded to one width."""
-    finite = values[np.isfinite(values) & (values != 0)]
-    whole = bool(np.all(np.ceil(finite) == finite))
-    sci = False
-    if finite.size:
-        big, small = float(np.abs(finite).max()), float(np.abs(finite).min())
-        sci = big / small > 1000.0 or big > 1e8 or (not whole and small < 1e-4)
-
-    def text(v):
-        if not np.isfinite(v):
-            return "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
-        if sci:
-            return f"{v:.4e}"
-        return f"{v:.0f}." if whole else f"{v:.4f}"
-
-    width = max((len(text(v)) for v in values.flat), default=0)
-    return lambda v: text(v).rjust(width)
 
 
 def set_default_dtype(dtype):
@@ -464,24 +443,13 @@ class Tensor:
 
     def __repr__(self):
         if self.is_meta:   # torch's form: no values to show
-            extras = [f"device='meta'", f"size={tuple(self.shape)}"]
+            extras = ["device='meta'", f"size={tuple(self.shape)}"]
             if self.dtype not in (_default_dtype, int64, bool_):
                 extras.append(f"dtype={Size.spelling}.{self.dtype.name}")
             if self.requires_grad:
                 extras.append("requires_grad=True")
             return "tensor(..., " + ", ".join(extras) + ")"
-        host = self._host_array()
-        options = dict(separator=", ", prefix="tensor(", threshold=1000, edgeitems=3, max_line_width=80)
-        if _dtypes.is_floating(host.dtype):
-            host = host.astype(np.float64) if host.dtype != np.float64 else host
-            shown = host
-            if host.size > options["threshold"]:   # as torch: the format is chosen from the printed items only
-                for axis in range(host.ndim):
-                    if shown.shape[axis] > 2 * options["edgeitems"]:
-                        e = options["edgeitems"]
-                        shown = np.concatenate([shown.take(range(e), axis), shown.take(range(-e, 0), axis)], axis)
-            options["formatter"] = {"float_kind": _float_formatter(shown)}
-        body = np.array2string(host, **options).replace(", ..., ", ",  ..., ")
+        body = printing.body(self._host_array())   # (torch's format and print options: autograd/printing.py)
         extras = []
         if self.is_cuda:
             extras.append(f"device='{self.device}'")

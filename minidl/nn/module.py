@@ -202,6 +202,33 @@ class Module(StateDict):
     def register_backward_hook(self, hook):
         return self.register_full_backward_hook(hook)
 
+    def register_full_backward_pre_hook(self, hook, prepend=False):
+        """hook(module, grad_output) -> None or a new grad_output: called when the gradients of the module's outputs
+        have arrived, before those of its inputs are computed (torch's). A new grad_output replaces them."""
+        return self._add_hook("backward_pre", hook)
+
+    def register_state_dict_pre_hook(self, hook):
+        """hook(module, prefix, keep_vars), called before state_dict() collects this module's tensors."""
+        return self._add_hook("state_dict_pre", hook)
+
+    def register_state_dict_post_hook(self, hook):
+        """hook(module, state_dict, prefix, local_metadata) -> None, called after; it may change the dict in place."""
+        return self._add_hook("state_dict_post", hook)
+
+    def register_load_state_dict_pre_hook(self, hook):
+        """hook(module, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs), called
+        before loading (on a copy of the state dict, which it may change: renaming an old checkpoint's keys)."""
+        return self._add_hook("load_state_dict_pre", hook)
+
+    def register_load_state_dict_post_hook(self, hook):
+        """hook(module, incompatible_keys) -> None, called after loading; it may clear missing_keys or
+        unexpected_keys in place before the strict check."""
+        return self._add_hook("load_state_dict_post", hook)
+
+    def _hook_table(self, kind):
+        """(hook, options) of this module's hooks of one kind, in registration order."""
+        return self.__dict__.get("_hooks", {}).get(kind, {}).values()
+
     @property
     def _forward_pre_hooks(self):
         """torch's registry of forward pre-hooks, id -> hook (what nn.utils.prune looks through; deleting an entry
@@ -224,13 +251,15 @@ class Module(StateDict):
                     args = result if isinstance(result, tuple) else (result,)
         if hooks.get("backward"):
             args = self._attach_backward_hooks(hooks["backward"], args)
+        else:
+            self.__dict__["_backward_state"] = {"grads": {}, "grad_output": None, "expected": 0}
         output = self.forward(*args, **kwargs)
         for hook, options in list(hooks.get("forward", {}).values()):
             result = hook(self, args, kwargs, output) if options["with_kwargs"] else hook(self, args, output)
             if result is not None:
                 output = result
-        if hooks.get("backward"):
-            self._watch_output(output)
+        if hooks.get("backward") or hooks.get("backward_pre"):
+            output = self._watch_output(output)
         return output
 
     def _attach_backward_hooks(self, backward_hooks, args):
@@ -260,23 +289,41 @@ class Module(StateDict):
         return tuple(args)
 
     def _watch_output(self, output):
+        """The output's tensors that need gradients seen by the backward hooks: the pre-hooks get grad_output when it
+        has arrived (with one such tensor, through an identity op of its own, so that a new grad_output replaces
+        it), the full hooks get it with grad_input."""
         from ..autograd.tensor import Tensor
 
         state = self.__dict__.get("_backward_state")
-        outs = output if isinstance(output, (tuple, list)) else (output,)
+        single = isinstance(output, Tensor)
+        outs = (output,) if single else output if isinstance(output, (tuple, list)) else ()
         tensors = [o for o in outs if isinstance(o, Tensor) and o.requires_grad]
+        pre_hooks = self.__dict__["_hooks"].get("backward_pre", {})
+        if single and tensors and pre_hooks:
+            output = tensors[0] = output * 1   # (its own node: the hook's new grad_output flows from here)
         grads = {}
 
         for k, t in enumerate(tensors):
             def on_out(g, k=k):
                 grads[k] = g
-                state["grad_output"] = tuple(grads.get(j) for j in range(len(tensors)))
-                if state["expected"] == 0 and len(grads) == len(tensors):   # no input needs a gradient
-                    for hook, _ in list(self.__dict__["_hooks"]["backward"].values()):
+                if len(grads) < len(tensors):
+                    return None
+                grad_output = tuple(grads.get(j) for j in range(len(tensors)))
+                for hook, _ in list(pre_hooks.values()):
+                    result = hook(self, grad_output)
+                    if result is not None:
+                        if len(tensors) != 1:
+                            raise NotImplementedError(f"{type(self).__name__}: a backward pre-hook that returns a new "
+                                                      "grad_output is supported for modules with one output tensor")
+                        grad_output = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+                state["grad_output"] = grad_output
+                if state["expected"] == 0:   # no input needs a gradient
+                    for hook, _ in list(self.__dict__["_hooks"].get("backward", {}).values()):
                         hook(self, (None,), state["grad_output"])
-                return None
+                return grad_output[k] if len(tensors) == 1 else None
 
             t.register_hook(on_out)
+        return output
 
     # --------------------------------------------------------------------------------------------
     # Registration: attribute assignment routes Parameters, Modules and buffers to their registries
@@ -392,6 +439,15 @@ class Module(StateDict):
         self._modules[name] = module
 
     register_module = add_module
+
+    def get_parameter(self, target: str):
+        """The Parameter at a dotted path ("encoder.layers.0.linear1.weight"), as torch's."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if name not in mod._parameters:
+            raise AttributeError(f"{type(mod).__name__} has no parameter `{name}`" if not hasattr(mod, name) else
+                                 f"`{name}` is not an nn.Parameter")
+        return mod._parameters[name]
 
     def get_submodule(self, target: str):
         mod = self

@@ -52,6 +52,8 @@ class StateDict:
         """
         if destination is None:
             destination = OrderedDict()
+        for hook, _ in list(self._hook_table("state_dict_pre")):
+            hook(self, prefix, keep_vars)
         for name, p in self._parameters.items():
             if p is not None:
                 destination[prefix + name] = p if keep_vars else p.detach()
@@ -61,6 +63,9 @@ class StateDict:
         for name, child in self._modules.items():
             if child is not None:
                 child.state_dict(destination, prefix + name + ".", keep_vars)
+        for hook, _ in list(self._hook_table("state_dict_post")):
+            if hook(self, destination, prefix, {}) is not None:
+                raise RuntimeError("state_dict post-hook must return None (it may change the state dict in place)")
         return destination
 
     def _state_slots(self):
@@ -92,6 +97,15 @@ class StateDict:
         """
         if not hasattr(state_dict, "items"):
             raise TypeError(f"load_state_dict: expected a dict-like state_dict, got {type(state_dict).__name__}")
+        hooked = [(prefix, mod) for prefix, mod in self.named_modules()
+                  if mod._hook_table("load_state_dict_pre") or mod._hook_table("load_state_dict_post")]
+        hook_missing, hook_unexpected, hook_errors = [], [], []
+        if hooked:   # (torch's order: pre-hooks may rename keys of a copy of the state dict, post-hooks see the result)
+            state_dict = OrderedDict(state_dict)
+            for prefix, mod in hooked:
+                for hook, _ in list(mod._hook_table("load_state_dict_pre")):
+                    hook(mod, state_dict, prefix + "." if prefix else "", {}, strict, hook_missing, hook_unexpected,
+                         hook_errors)
         targets = self._state_targets()
         missing = [k for k in targets if k not in state_dict]
         unexpected = [k for k in state_dict if k not in targets]
@@ -118,19 +132,15 @@ class StateDict:
                     f"the {target.dtype} one in current model."
                 )
             arrays[key] = array
-        errors = []
-        if strict and missing:
-            errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
-        if strict and unexpected:
-            errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
-        errors += mismatched
-        if errors:
-            raise RuntimeError(
-                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
-            )
+        missing += [k for k in hook_missing if k not in missing]
+        unexpected += [k for k in hook_unexpected if k not in unexpected]
+        post_hooks = any(mod._hook_table("load_state_dict_post") for _, mod in hooked)
+        if mismatched or hook_errors or not post_hooks:
+            self._raise_load_errors(strict, missing, unexpected, mismatched + hook_errors)
+        result = _IncompatibleKeys(missing, unexpected)
         if assign:
             self._assign_state(state_dict, arrays)
-            return _IncompatibleKeys(missing, unexpected)
+            return self._after_load(hooked, result, strict)
         # Convert everything (dtype, device) before the first write: a failure leaves the module as it was.
         converted = {}
         for key, array in arrays.items():
@@ -153,7 +163,30 @@ class StateDict:
                                   "instead of copying them in place?)", stacklevel=2)
                 # Write into the existing array: optimizers holding this Parameter see the new values.
                 targets[key]._data[...] = array
-        return _IncompatibleKeys(missing, unexpected)
+        return self._after_load(hooked, result, strict)
+
+    def _raise_load_errors(self, strict, missing, unexpected, other_errors):
+        errors = []
+        if strict and missing:
+            errors.append("Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ".")
+        if strict and unexpected:
+            errors.append("Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ".")
+        errors += other_errors
+        if errors:
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
+            )
+
+    def _after_load(self, hooked, result, strict):
+        """The load-state-dict post-hooks, hook(module, incompatible_keys), which may clear missing or unexpected keys
+        in place; then the strict check on what is left (torch's order: the values are already written)."""
+        for _, mod in hooked:
+            for hook, _ in list(mod._hook_table("load_state_dict_post")):
+                if hook(mod, result) is not None:
+                    raise RuntimeError("load_state_dict post-hook must return None (it may change the incompatible "
+                                       "keys in place)")
+        self._raise_load_errors(strict, result.missing_keys, result.unexpected_keys, [])
+        return result
 
     def _assign_state(self, state_dict, arrays):
         """load_state_dict(assign=True): each checked entry becomes the module's tensor of that name."""

@@ -68,7 +68,7 @@ TABLE = (
     (statistics, "f", "trapezoid cumulative_trapezoid"),
     (shape, "m", "view view_as expand expand_as repeat reshape_as unfold sum_to_size"),
     (shape, "mf", "reshape flatten unflatten ravel squeeze unsqueeze permute transpose t movedim moveaxis swapaxes "
-                  "swapdims broadcast_to tile repeat_interleave flip fliplr flipud roll rot90 tril triu diff"),
+                  "swapdims broadcast_to tile repeat_interleave flip fliplr flipud roll rot90 tril triu diff as_strided"),
     (shape, "f", "broadcast_shapes broadcast_tensors"),
     (joining, "mf", "split chunk unbind tensor_split hsplit vsplit dsplit"),
     (joining, "f", "cat concat concatenate stack hstack vstack dstack column_stack atleast_1d atleast_2d atleast_3d "
@@ -87,7 +87,7 @@ TABLE = (
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
     (conversion, "m", "get_device is_signed share_memory_ is_shared"),
-    (mathops, "mf", "gcd lcm ldexp renorm digamma mvlgamma frexp"),
+    (mathops, "mf", "gcd lcm ldexp renorm digamma mvlgamma frexp i0 nextafter"),
     (mathops, "f", "polygamma"),
     (mathops, "m", "polygamma=tensor_polygamma"),
     (complexops, "f", "view_as_complex view_as_real polar complex"),
@@ -106,7 +106,7 @@ TABLE = (
     (sparse, "p", "is_sparse layout"),
     (sparse, "f", "sparse_coo_tensor spmm"),
     (creation, "m", "bernoulli multinomial"),
-    (creation, "f", "tensor as_tensor asarray empty_strided from_numpy zeros ones full empty zeros_like ones_like full_like empty_like arange "
+    (creation, "f", "tensor as_tensor asarray empty_strided from_numpy frombuffer zeros ones full empty zeros_like ones_like full_like empty_like arange "
                     "linspace eye rand randn randint randperm rand_like randn_like randint_like normal bernoulli "
                     "multinomial tril_indices triu_indices meshgrid hann_window hamming_window blackman_window "
                     "bartlett_window kaiser_window logspace range=torch_range"),
@@ -115,6 +115,7 @@ TABLE = (
     (linalg, "f", "vander"),
     (statistics, "mf", "histogram"),
     (statistics, "f", "trapz=trapezoid"),   # (torch.trapz: trapezoid's older name)
+    (statistics, "f", "gradient"),
 )
 
 

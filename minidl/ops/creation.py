@@ -54,6 +54,18 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
     return t
 
 
+def frombuffer(buffer, *, dtype, count=-1, offset=0, requires_grad=False):
+    """A 1-D tensor over an object that exposes the buffer protocol (bytes, bytearray, memoryview, mmap): no copy,
+    so writes to a writable buffer show in the tensor (torch.frombuffer; NumPy's frombuffer underneath)."""
+    dt = np.dtype(dtype)
+    try:
+        array = np.frombuffer(buffer, dtype=dt, count=count, offset=offset)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"frombuffer: cannot read {count if count >= 0 else 'all'} {dt} values at offset {offset} "
+                         f"from a {type(buffer).__name__} ({e})") from None
+    return _finish(array, requires_grad)
+
+
 def from_numpy(array: np.ndarray):
     """A tensor sharing memory with a NumPy array (no copy)."""
     if not isinstance(array, np.ndarray):

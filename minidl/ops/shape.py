@@ -402,6 +402,44 @@ def rot90(t, k=1, dims=(0, 1)):
     return t.clone()
 
 
+class AsStrided(Function):
+    """out[i0, i1, ...] = flat[offset + i0 s0 + i1 s1 + ...] of the input's values in row-major order; the
+    gradient adds each output's into the element it read (several outputs may read one)."""
+    saves_inputs = False
+
+    def forward(self, a, size=(), stride=(), offset=0):
+        xp = get_array_module(a)
+        flat = xp.ascontiguousarray(a).reshape(-1)
+        positions = xp.arange(flat.size, dtype=np.int64)
+        index = xp.lib.stride_tricks.as_strided(positions[offset:], shape=size,
+                                                strides=tuple(s * positions.itemsize for s in stride))
+        self.index, self.shape, self.size = index.copy(), a.shape, flat.size
+        return flat[self.index]
+
+    def backward(self, g):
+        xp = get_array_module(g)
+        out = xp.zeros(self.size, dtype=g.dtype)
+        xp.add.at(out, self.index.reshape(-1), g.reshape(-1))
+        return out.reshape(self.shape)
+
+
+def as_strided(input, size, stride, storage_offset=0):
+    """The elements at storage_offset + sum_k i_k stride[k] of the input's row-major values (torch.as_strided over a
+    contiguous tensor: sliding windows, overlapping patches). minidl returns a copy, not a view: writes to it do not
+    reach the input. Differentiable."""
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"as_strided: mismatch in length of strides ({len(stride)}) and shape ({len(size)})")
+    if any(s < 0 for s in stride) or storage_offset < 0:
+        raise RuntimeError(f"as_strided: negative strides {stride} or storage_offset {storage_offset}")
+    reach = storage_offset + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else -1
+    if reach >= input.numel():
+        raise RuntimeError(f"as_strided: setStorage: sizes {list(size)}, strides {list(stride)} and storage offset "
+                           f"{storage_offset} reach element {reach}, out of bounds for the {input.numel()} elements of "
+                           f"a tensor of shape {tuple(input.shape)}")
+    return AsStrided.apply(input, size=size, stride=stride, offset=int(storage_offset))
+
+
 def diff(t, n=1, dim=-1, prepend=None, append=None):
     dim = normalize_dim(dim, t.ndim, "diff")
     if prepend is not None or append is not None:

@@ -177,6 +177,72 @@ def cumulative_trapezoid(y, x=None, *, dx=None, dim=-1):
     return areas.cumsum(d)
 
 
+def _spacing_list(op, spacing, dims, t):
+    """torch.gradient's spacing, one entry per differentiated dim: a number (uniform steps) or a 1-D tensor of
+    coordinates."""
+    if spacing is None:
+        return [1.0] * len(dims)
+    if isinstance(spacing, (int, float)) or (isinstance(spacing, Tensor) and spacing.ndim == 0):
+        return [float(spacing)] * len(dims)
+    spacing = list(spacing)
+    if len(spacing) != len(dims):
+        raise RuntimeError(f"{op}: expected spacing to be unspecified, a scalar or a list of length {len(dims)} (the "
+                           f"dims differentiated), got a list of length {len(spacing)}")
+    for s, d in zip(spacing, dims):
+        if isinstance(s, Tensor) and s.ndim == 1 and s.shape[0] != t.shape[d]:
+            raise RuntimeError(f"{op}: the coordinates along dim {d} have {s.shape[0]} values for {t.shape[d]} "
+                               "samples")
+    return [float(s) if isinstance(s, (int, float)) or (isinstance(s, Tensor) and s.ndim == 0) else s
+            for s in spacing]
+
+
+def gradient(input, *, spacing=1, dim=None, edge_order=1):
+    """The derivative of sampled values along each dim (torch.gradient, NumPy's np.gradient): central differences
+    inside, one-sided ones of first or second order (edge_order) at the ends; spacing a number or the sample
+    coordinates (1-D tensors, uneven steps allowed). A tuple with one tensor per dim, differentiable (composed of
+    slices and arithmetic)."""
+    op = "torch.gradient"
+    if edge_order not in (1, 2):
+        raise RuntimeError(f"{op} only supports edge_order=1 and edge_order=2, got {edge_order}")
+    dims = list(range(input.ndim)) if dim is None else [normalize_dim(d, input.ndim, op)
+                                                         for d in ((dim,) if isinstance(dim, int) else dim)]
+    out = []
+    for d, h in zip(dims, _spacing_list(op, spacing, dims, input)):
+        n = input.shape[d]
+        if n < edge_order + 1:
+            raise RuntimeError(f"{op} expected each dimension size to be at least edge_order+1, got {n} along dim {d}")
+        f = lambda a, k: input.narrow(d, a, k)   # noqa: E731
+        if isinstance(h, float):
+            inner = (f(2, n - 2) - f(0, n - 2)) / (2 * h)
+            if edge_order == 1:
+                first, last = (f(1, 1) - f(0, 1)) / h, (f(n - 1, 1) - f(n - 2, 1)) / h
+            else:
+                first = (-1.5 * f(0, 1) + 2 * f(1, 1) - 0.5 * f(2, 1)) / h
+                last = (0.5 * f(n - 3, 1) - 2 * f(n - 2, 1) + 1.5 * f(n - 1, 1)) / h
+        else:
+            shape = [1] * input.ndim
+            shape[d] = -1
+            x = h.to(input.dtype).reshape(shape) if h.dtype != input.dtype else h.reshape(shape)
+            step = x.narrow(d, 1, n - 1) - x.narrow(d, 0, n - 1)
+            hd, hs = step.narrow(d, 0, n - 2), step.narrow(d, 1, n - 2)
+            inner = (hd * hd * f(2, n - 2) - hs * hs * f(0, n - 2) + (hs * hs - hd * hd) * f(1, n - 2)) / (
+                hs * hd * (hd + hs))
+            h0, h1 = step.narrow(d, 0, 1), step.narrow(d, n - 2, 1)
+            if edge_order == 1:
+                first, last = (f(1, 1) - f(0, 1)) / h0, (f(n - 1, 1) - f(n - 2, 1)) / h1
+            else:
+                a0, a1 = h0, step.narrow(d, 1, 1)
+                first = (-(2 * a0 + a1) / (a0 * (a0 + a1)) * f(0, 1) + (a0 + a1) / (a0 * a1) * f(1, 1)
+                         - a0 / (a1 * (a0 + a1)) * f(2, 1))
+                b1, b0 = h1, step.narrow(d, n - 3, 1)
+                last = (b1 / (b0 * (b0 + b1)) * f(n - 3, 1) - (b0 + b1) / (b0 * b1) * f(n - 2, 1)
+                        + (2 * b1 + b0) / (b1 * (b0 + b1)) * f(n - 1, 1))
+        from .joining import cat
+
+        out.append(cat([first, inner, last], d))
+    return tuple(out)
+
+
 def histogram(input, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
     """(hist, bin_edges) of a float tensor (torch.histogram): `bins` equal bins over `range` (default the data's
     min..max) or the given edges (a 1-D tensor); weighted counts with weight, a density with density=True. No
@@ -195,4 +261,4 @@ def histogram(input, bins=100, *, range=None, weight=None, density=False):  # no
 
 
 __all__ = ["quantile", "nanquantile", "nanmedian", "cov", "corrcoef", "trapezoid", "cumulative_trapezoid",
-           "histogram"]
+           "histogram", "gradient"]

@@ -308,3 +308,54 @@ def test_default_layer_init_ranges():
     emb = nn.Embedding(300, 20, padding_idx=3)
     assert abs(emb.weight.detach().numpy().std() - 1) < 0.05
     assert np.all(emb.weight.detach().numpy()[3] == 0)
+
+
+def test_backward_pre_hooks_state_dict_hooks_and_get_parameter_as_torch():
+    """register_full_backward_pre_hook (it sees grad_output and may replace it, before the input gradients and the
+    full backward hook), the state-dict pre/post hooks, a load pre-hook renaming an old checkpoint's keys, a load
+    post-hook clearing a missing key before the strict check, and get_parameter: the same calls and results as
+    torch's."""
+    import torch
+
+    def run(lib):
+        calls = []
+        lib.manual_seed(0)
+        model = lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.Tanh(), lib.nn.Linear(4, 2))
+        with lib.no_grad():
+            for i, p in enumerate(model.parameters()):
+                p.copy_(lib.tensor(np.sin(np.arange(p.numel()) + i).reshape(tuple(p.shape))))
+        layer = model[2]
+        layer.register_full_backward_pre_hook(lambda m, g: (calls.append(("pre", g[0].sum().item())), (g[0] * 2,))[1])
+        layer.register_full_backward_hook(lambda m, gi, go: calls.append(("full", go[0].sum().item(),
+                                                                          gi[0].sum().item())))
+        x = lib.tensor(np.cos(np.arange(6.0)).reshape(2, 3).astype(np.float32), requires_grad=True)
+        model(x).sum().backward()
+        calls.append(("x.grad", x.grad.sum().item()))
+        model.register_state_dict_pre_hook(lambda m, prefix, keep_vars: calls.append(("sd pre", prefix)))
+        model.register_state_dict_post_hook(lambda m, sd, prefix, meta: calls.append(("sd post", len(sd))))
+        state = model.state_dict()
+        old = {k.replace("0.", "first."): v for k, v in state.items() if k != "2.bias"}
+
+        def rename(module, sd, prefix, meta, strict, missing, unexpected, errors):
+            for k in [k for k in sd if k.startswith(prefix + "first.")]:
+                sd[prefix + "0." + k[len(prefix + "first."):]] = sd.pop(k)
+
+        def forgive(module, keys):
+            calls.append(("post", sorted(keys.missing_keys)))
+            keys.missing_keys.clear()
+
+        model.register_load_state_dict_pre_hook(rename)
+        model.register_load_state_dict_post_hook(forgive)
+        result = model.load_state_dict(old)
+        calls.append(("result", list(result.missing_keys), list(result.unexpected_keys)))
+        calls.append(("get_parameter", tuple(model.get_parameter("2.weight").shape)))
+        return calls
+
+    ours, theirs = run(minidl), run(torch)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert a[0] == b[0] and np.allclose([v for v in a[1:] if isinstance(v, float)],
+                                            [v for v in b[1:] if isinstance(v, float)], rtol=1e-6), (a, b)
+        assert [v for v in a[1:] if not isinstance(v, float)] == [v for v in b[1:] if not isinstance(v, float)], (a, b)
+    with pytest.raises(AttributeError, match="no parameter `nope`"):
+        minidl.nn.Linear(2, 2).get_parameter("nope")

@@ -1175,3 +1175,35 @@ def test_runner_prints_shapes_as_torch_and_maps_functorch(tmp_path):
     assert result.stdout.splitlines() == ["torch.Size([2, 3]) torch.Size([2, 3]) torch.Size([2, 3])",
                                           "tensor([2., 2.])"]
     assert str(minidl.zeros(2, 3).shape) == "(2, 3)" and repr(minidl.zeros(2).shape) == "minidl.Size([2])"
+
+
+def test_set_printoptions_prints_what_torch_prints(tmp_path):
+    """torch.set_printoptions (precision, sci_mode forced on and off, the short / full / default profiles,
+    threshold and edgeitems, linewidth): the program's output equals torch's, line for line."""
+    import subprocess
+    import sys
+
+    source = (
+        "import torch\n"
+        "x = torch.linspace(-2, 3, 7) / 3\n"
+        "big = torch.arange(2000.0).reshape(40, 50) / 7\n"
+        "print(x)\n"
+        "torch.set_printoptions(precision=2)\n"
+        "print(x)\n"
+        "torch.set_printoptions(sci_mode=True)\n"
+        "print(x)\n"
+        "torch.set_printoptions(sci_mode=False, precision=6)\n"
+        "print(x * 1e-6)\n"
+        "torch.set_printoptions(profile='short')\n"
+        "print(big)\n"
+        "torch.set_printoptions(threshold=5, edgeitems=1)\n"
+        "print(x)\n"
+        "torch.set_printoptions(profile='full', linewidth=120)\n"
+        "print(big[:2, :30])\n"
+        "torch.set_printoptions(profile='default')\n"
+        "print(big)\n")
+    ours = _through_runner(tmp_path, source).stdout
+    theirs = subprocess.run([sys.executable, str(tmp_path / "prog.py")], capture_output=True, text=True, timeout=120)
+    assert theirs.returncode == 0, theirs.stderr
+    assert ours.splitlines() == theirs.stdout.splitlines()
+    assert "1.67e-01" in ours and "-0.000001" in ours

@@ -1,0 +1,64 @@
+"""Session 13's additions for real programs, against torch in float64: torch.gradient (uniform and uneven spacing,
+both edge orders), as_strided (values and the gradient of overlapping windows), the modified Bessel functions i0 /
+i0e / i1 / i1e (through the series and the asymptotic ranges, with gradients), nextafter, frombuffer, chain_matmul,
+special.round and torch.compiler's marks."""
+import numpy as np
+import pytest
+import torch
+
+import minidl
+from tests.framework.test_torch_long_tail_3 import _compare
+
+RNG = np.random.default_rng(13)
+A = RNG.standard_normal((5, 6))
+X = np.sort(RNG.random(6)) * 3
+
+
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_gradient_matches_torch(edge_order):
+    _compare(lambda lib, t: lib.gradient(t, edge_order=edge_order), A)
+    _compare(lambda lib, t: lib.gradient(t, spacing=[2.0, 0.5], edge_order=edge_order), A)
+    _compare(lambda lib, t: lib.gradient(t, spacing=(lib.tensor(X),), dim=1, edge_order=edge_order), A)
+    _compare(lambda lib, t: lib.gradient(t, spacing=0.25, dim=0, edge_order=edge_order), A)
+    with pytest.raises(RuntimeError, match="at least edge_order\\+1"):
+        minidl.gradient(minidl.ones(2), edge_order=2)
+
+
+@pytest.mark.parametrize("size,stride,offset", [((2, 3), (1, 2), 1), ((3, 3), (4, 1), 0), ((4, 2), (2, 1), 2),
+                                                 ((2, 2, 2), (6, 3, 1), 0)])
+def test_as_strided_matches_torch(size, stride, offset):
+    """Windows that overlap read one element several times: its gradient is their sum."""
+    _compare(lambda lib, t: lib.as_strided(t, size, stride, offset), np.arange(12.0).reshape(3, 4) * 0.5)
+    with pytest.raises(RuntimeError, match="out of bounds for the 12 elements"):
+        minidl.as_strided(minidl.ones(3, 4), (4, 4), (4, 1))
+
+
+BESSEL_X = np.array([-800.0, -40, -30.5, -7.3, -1, -1e-3, 0, 1e-3, 0.5, 3, 29.99, 30, 31, 100, 700])
+
+
+@pytest.mark.parametrize("name", ["i0", "i0e", "i1", "i1e"])
+def test_modified_bessel_functions_match_torch(name):
+    """The power series up to |x| = 30 and Hankel's asymptotic series above, to double precision; i0 and i1
+    overflow where torch's do (|x| >~ 713), the scaled forms stay finite."""
+    x = BESSEL_X if name.endswith("e") else BESSEL_X[np.abs(BESSEL_X) < 700]
+    _compare(lambda lib, t: getattr(lib.special, name)(t), x, rtol=1e-12, atol=1e-300)
+    if name == "i0":
+        _compare(lambda lib, t: lib.i0(t) + t.i0(), x, rtol=1e-12, atol=1e-300)
+
+
+def test_small_torch_names():
+    a, b = minidl.tensor([1.0, 2.0]), minidl.tensor([2.0, 1.0])
+    ta, tb = torch.tensor([1.0, 2.0]), torch.tensor([2.0, 1.0])
+    assert minidl.nextafter(a, b).tolist() == torch.nextafter(ta, tb).tolist()
+    assert a.nextafter(0.0).tolist() == ta.nextafter(torch.tensor(0.0)).tolist()
+    buffer = bytearray(np.arange(4, dtype=np.float32).tobytes())
+    view = minidl.frombuffer(buffer, dtype=minidl.float32, count=2, offset=4)
+    assert view.tolist() == torch.frombuffer(buffer, dtype=torch.float32, count=2, offset=4).tolist() == [1.0, 2.0]
+    buffer[4:8] = np.float32(9).tobytes()
+    assert view.tolist() == [9.0, 2.0]   # (no copy, as torch's)
+    mats = [RNG.standard_normal((3, 3)) for _ in range(3)]
+    np.testing.assert_allclose(minidl.chain_matmul(*[minidl.tensor(m) for m in mats]).numpy(),
+                               mats[0] @ mats[1] @ mats[2], rtol=1e-12)
+    assert minidl.special.round(minidl.tensor([0.5, 1.5, 2.5])).tolist() == [0.0, 2.0, 2.0]
+    f = minidl.compiler.disable(lambda x: x + 1)
+    assert f(1) == 2 and minidl.compiler.disable()(len)("ab") == 2 and not minidl.compiler.is_compiling()
