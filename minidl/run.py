@@ -92,6 +92,7 @@ TORCH_MODULES = {
     "torch.nn.utils.stateless": "minidl.func",
     "torch.autograd.anomaly_mode": "minidl.autograd.anomaly_mode",
     "torch.autograd.forward_ad": "minidl.autograd.forward_ad",
+    "torch.autograd.graph": "minidl.autograd.graph",
     "torch.autograd.profiler": "minidl.autograd.profiler",
 }
 

@@ -194,6 +194,10 @@ class Function:
                 fn._output_meta = tuple([(o.shape, o.dtype) for o in outputs])
                 fn._output_refs = tuple([weakref.ref(t) for t in results])
                 fn._output_versions = [t._vbox[0] for t in results]
+            if _SAVED_HOOKS:
+                from .graph import pack_saved   # (what backward reads goes through the pack hook)
+
+                pack_saved(fn, inputs, results)
         return results[0] if single else tuple(results)
 
     def _release(self):
@@ -217,6 +221,7 @@ class Function:
 _CTX_STYLE: dict = {}   # Function class -> whether it is written in PyTorch's ctx style (checked once per class)
 _TENSOR = []
 _DUAL_LEVELS: list = []   # forward_ad's open dual levels (forward_ad.py keeps them; Function.apply reads them)
+_SAVED_HOOKS: list = []   # the open saved_tensors_hooks' (pack, unpack), innermost last (autograd/graph.py)
 
 
 def _tensor_class():
@@ -493,6 +498,10 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
                     "backward() if you need to call it twice."
                 )
             _check_versions(fn)
+            if "_packed" in fn.__dict__:   # saved under saved_tensors_hooks: back through the unpack hook
+                from .graph import unpack_saved
+
+                unpack_saved(fn)
             if not single and any(g is None for g in grads_out):   # unused outputs get a zero gradient
                 xp = _array_module(next(g for g in grads_out if g is not None))
                 grads_out = [

@@ -87,6 +87,10 @@ def run_backward_graph(tensor, grad, capture=None):
                 raise RuntimeError(f"backward(create_graph=True): the graph of {fn.name} was freed by an earlier "
                                    "backward(); pass retain_graph=True (or create_graph=True) to that one")
             _check_versions(fn)
+            if "_packed" in fn.__dict__:   # saved under saved_tensors_hooks: back through the unpack hook
+                from .graph import unpack_saved
+
+                unpack_saved(fn)
             method = getattr(fn, "backward_graph", None)
             if method is None:
                 raise NotImplementedError(

@@ -528,3 +528,11 @@ def test_func_tutorials_print_what_torch_prints(tmp_path):
     output as on PyTorch, every comparison the tutorials make True."""
     out = _same_output_as_torch("func_tutorials.py", tmp_path)
     assert " False" not in out and "ntk diagonal (3, 2, 3) True" in out and "assigned: cpu True True" in out
+
+
+def test_saved_tensors_hooks_tutorial_prints_what_torch_prints(tmp_path):
+    """torch.autograd.graph's saved-tensor hooks: what a product packs and unpacks, a pack hook that doubles the
+    saved value (the gradient of x.pow(2) doubles with it), saving to disk, save_on_cpu, a custom Function: the same
+    output as on PyTorch."""
+    out = _same_output_as_torch("saved_tensors_hooks.py", tmp_path)
+    assert out.count("Packing") == 2 and "tensor([ 4.,  8., 12.])" in out
