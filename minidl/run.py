@@ -193,6 +193,9 @@ def _resolve(spec):
     return getattr(target, attr) if attr else target
 
 
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"]   # (a module's own attribute dictionary)
+
+
 class _TorchModule(types.ModuleType):
     """The module a program sees as `torch...`: attributes come from the minidl module behind it."""
 
@@ -221,13 +224,23 @@ class _TorchModule(types.ModuleType):
             raise MissingTorchName(full, f"{self._minidl_spec.replace(':', '.')}.{name}") from None
 
     def __setattr__(self, name, value):
-        if name.startswith("__") or name in self.__dict__ or isinstance(value, types.ModuleType):
+        if name.startswith("__") or name in _MODULE_DICT.__get__(self) or isinstance(value, types.ModuleType):
             object.__setattr__(self, name, value)  # (the import system sets submodules here)
         else:  # torch.backends.cudnn.benchmark = True sets minidl's flag
             setattr(self._minidl_target, name, value)
 
     def __dir__(self):
         return sorted(set(dir(self._minidl_target)) | set(EXTRAS.get(self.__name__, {})))
+
+    @property
+    def __dict__(self):
+        """What `vars(module)` and `module.__dict__` show a program: the minidl module's names with the stand-in's
+        own (a copy: `models.__dict__[args.arch]()` picks a model by name, as the ImageNet example does)."""
+        own = _MODULE_DICT.__get__(self)
+        merged = {k: v for k, v in vars(self._minidl_target).items() if not k.startswith("_")}
+        merged.update(EXTRAS.get(self.__name__, {}))
+        merged.update(own)
+        return merged
 
 
 def _out_of_scope_class(torch_name):

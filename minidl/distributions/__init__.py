@@ -565,6 +565,9 @@ from .continuous import (  # noqa: E402,F401  (the gamma family, StudentT, trans
 )
 from .counts import Binomial, Geometric, Multinomial, NegativeBinomial, Poisson  # noqa: E402,F401
 from .mixtures import MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical  # noqa: E402,F401
+from .more import (  # noqa: E402,F401  (HalfCauchy, InverseGamma, FisherSnedecor, Kumaraswamy, ContinuousBernoulli, VonMises)
+    ContinuousBernoulli, FisherSnedecor, HalfCauchy, InverseGamma, Kumaraswamy, VonMises,
+)
 from . import kl_more  # noqa: E402,F401  (KL formulas of the gamma family and Poisson, registered there)
 from . import constraints, transforms, utils  # noqa: E402,F401
 from .transforms import (  # noqa: E402,F401  (TransformedDistribution: a squashed Gaussian policy, ...)

@@ -623,6 +623,13 @@ class Module(StateDict):
     def cuda(self, device=None):
         return self.to("cuda" if device is None else f"cuda:{device}")
 
+    def share_memory(self):
+        """Every parameter and buffer moved to shared memory (Tensor.share_memory_): Hogwild training, where
+        processes forked afterwards update one model in place."""
+        for t in list(self.parameters()) + list(self.buffers()):
+            t.share_memory_()
+        return self
+
     def cpu(self):
         return self.to("cpu")
 

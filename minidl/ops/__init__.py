@@ -87,6 +87,9 @@ TABLE = (
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
     (conversion, "m", "get_device is_signed share_memory_ is_shared"),
+    (conversion, "p", "is_xpu=not_this_device is_mps=not_this_device is_ipu=not_this_device is_hpu=not_this_device "
+                      "is_xla=not_this_device is_mkldnn=not_this_device is_quantized=not_this_device "
+                      "is_vulkan=not_this_device is_mtia=not_this_device is_maia=not_this_device"),
     (mathops, "mf", "gcd lcm ldexp renorm digamma mvlgamma frexp i0 nextafter"),
     (mathops, "f", "polygamma"),
     (mathops, "m", "polygamma=tensor_polygamma"),

@@ -393,10 +393,31 @@ def isreal(self):
 
 
 def share_memory_(self):
-    """A no-op (torch moves the storage to shared memory for multiprocessing; minidl's DataLoader workers send
-    arrays): the tensor itself."""
+    """The tensor's values moved into shared memory (an anonymous shared mapping), in place: processes forked after
+    this (torch.multiprocessing, the Hogwild example) see and make each other's in-place updates. A GPU tensor, or one
+    already shared, stays as it is (as torch's). Processes started by spawn get copies."""
+    if self.is_cuda or is_shared(self) or self.is_meta:
+        return self
+    import mmap
+
+    array = self._data
+    buffer = mmap.mmap(-1, max(array.nbytes, 1))
+    shared = np.frombuffer(buffer, dtype=array.dtype, count=array.size).reshape(array.shape)
+    shared[...] = array
+    self._data = shared
     return self
 
 
 def is_shared(self):
+    """Whether the values live in shared memory (share_memory_)."""
+    import mmap
+
+    base = self._data
+    while getattr(base, "base", None) is not None:
+        base = base.base
+    return isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)
+
+
+def not_this_device(self):
+    """False: is_xpu, is_mps and the other backends' predicates (minidl runs on the CPU and CUDA GPUs)."""
     return False

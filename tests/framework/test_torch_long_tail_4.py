@@ -62,3 +62,50 @@ def test_small_torch_names():
     assert minidl.special.round(minidl.tensor([0.5, 1.5, 2.5])).tolist() == [0.0, 2.0, 2.0]
     f = minidl.compiler.disable(lambda x: x + 1)
     assert f(1) == 2 and minidl.compiler.disable()(len)("ab") == 2 and not minidl.compiler.is_compiling()
+
+
+def test_share_memory_makes_forked_updates_visible():
+    """Hogwild: after Module.share_memory(), a process forked afterwards updates the parent's parameters in place
+    (torch.multiprocessing); other tensors are not shared."""
+    import minidl.multiprocessing as mp
+
+    model = minidl.nn.Linear(3, 2)
+    before = model.weight.detach().numpy().copy()
+    assert model.share_memory() is model and model.weight.is_shared() and not minidl.ones(2).is_shared()
+
+    def work(m):
+        with minidl.no_grad():
+            m.weight.add_(1.0)
+
+    process = mp.Process(target=work, args=(model,))
+    process.start()
+    process.join()
+    np.testing.assert_allclose(model.weight.detach().numpy(), before + 1.0)
+    assert not any(getattr(minidl.ones(1), name) for name in ("is_xpu", "is_mps", "is_quantized", "is_mkldnn"))
+
+
+def test_fake_data_and_models_by_name_through_the_runner(tmp_path):
+    """The ImageNet example's --dummy path: torchvision.datasets.FakeData (the same item on every read) through a
+    DataLoader, and a model picked from `models.__dict__` by name."""
+    from minidl.vision.datasets import FakeData
+
+    data = FakeData(size=4, image_size=(3, 8, 8), num_classes=5)
+    (img, label), (again, label2) = data[1], data[1]
+    assert img.shape == (8, 8, 3) and img.dtype == np.uint8 and np.array_equal(img, again) and label == label2 < 5
+    with pytest.raises(IndexError):
+        data[4]
+    from tests.framework.test_torch_long_tail import _through_runner
+
+    out = _through_runner(
+        tmp_path,
+        "import torch, torchvision.models as models, torchvision.datasets as datasets\n"
+        "import torchvision.transforms as transforms\n"
+        "names = sorted(n for n in models.__dict__ if n.islower() and not n.startswith('__')\n"
+        "               and callable(models.__dict__[n]))\n"
+        "print('resnet18' in names, 'vgg11' in names)\n"
+        "model = models.__dict__['resnet18'](num_classes=5)\n"
+        "loader = torch.utils.data.DataLoader(datasets.FakeData(4, (3, 32, 32), 5, transforms.ToTensor()),\n"
+        "                                     batch_size=2)\n"
+        "for images, target in loader:\n"
+        "    print(tuple(model(images).shape), target.dtype == torch.int64)\n").stdout
+    assert out.splitlines() == ["True True", "(2, 5) True", "(2, 5) True"]
