@@ -159,7 +159,7 @@ def move_array(array, device):
 
 
 def parse_to_args(op: str, args, kwargs, tensor_type):
-    """The (device, dtype) that `to(...)` asks for, as in PyTorch: `to(device)`, `to(dtype)`,
+    """The (device, dtype) that `to(...)` asks for, as in PyTorch: `to(device)` (a GPU index too), `to(dtype)`,
     `to(device, dtype)`, `to(other_tensor)`, or the keywords device=, dtype= (non_blocking is ignored).
     Either may be None (unchanged)."""
     kwargs = dict(kwargs)
@@ -170,8 +170,8 @@ def parse_to_args(op: str, args, kwargs, tensor_type):
     for a in args:
         if isinstance(a, tensor_type):
             device, dtype = a.device, a.dtype
-        elif isinstance(a, (Device, str)):
-            device = a
+        elif isinstance(a, (Device, str)) or (isinstance(a, int) and not isinstance(a, bool)):
+            device = a   # (an int is a GPU index: model.to(0) is model.to("cuda:0"), as torch's)
         else:
             dtype = a
     return device, dtype

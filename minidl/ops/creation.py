@@ -331,6 +331,9 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     for 2-D; without replacement each row gives distinct indices."""
     if input.ndim not in (1, 2):
         raise RuntimeError(f"multinomial: prob_dist must be 1 or 2 dim, got {input.ndim}")
+    if input.shape[-1] == 0:
+        raise RuntimeError(f"multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement "
+                           f"(the distribution of shape {tuple(input.shape)} has no categories)")
     w = np.asarray(_device.move_array(input._data, "cpu"), dtype=np.float64)
     rows = w.reshape(-1, w.shape[-1])
     if not np.all(np.isfinite(rows)) or (rows < 0).any():

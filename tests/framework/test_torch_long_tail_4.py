@@ -109,3 +109,23 @@ def test_fake_data_and_models_by_name_through_the_runner(tmp_path):
         "for images, target in loader:\n"
         "    print(tuple(model(images).shape), target.dtype == torch.int64)\n").stdout
     assert out.splitlines() == ["True True", "(2, 5) True", "(2, 5) True"]
+
+
+def test_to_an_int_is_a_gpu_index():
+    """model.to(gpu_id) (the DDP tutorial series' Trainer): an int is a GPU index, not a dtype."""
+    if not minidl.cuda.is_available():
+        with pytest.raises(RuntimeError, match="the CUDA path is not available"):
+            minidl.nn.Linear(2, 2).to(0)
+        with pytest.raises(RuntimeError, match="the CUDA path is not available"):
+            minidl.ones(2).to(0)
+    else:
+        assert str(minidl.ones(2).to(0).device) == "cuda:0"
+        assert str(minidl.nn.Linear(2, 2).to(0).weight.device) == "cuda:0"
+    assert minidl.ones(2).to(minidl.float64).dtype == np.float64
+
+
+def test_multinomial_of_an_empty_distribution_says_so():
+    with pytest.raises(RuntimeError, match="cannot sample n_sample > prob_dist.size\\(-1\\)"):
+        minidl.multinomial(minidl.ones(0), 1)
+    with pytest.raises(RuntimeError, match="cannot sample n_sample > prob_dist.size\\(-1\\)"):
+        torch.multinomial(torch.ones(0), 1)
