@@ -141,9 +141,9 @@ def test_missing_names_and_modules_say_which(tmp_path):
     r = run(prog, cwd=tmp_path)
     assert r.returncode == 1 and "uses_missing.py:3: y = torch.lobpcg(x)" in r.stderr
     assert "torch.lobpcg" in r.stderr and "docs/TORCH_COMPAT.md" in r.stderr
-    prog.write_text("import torch\nfrom torch.distributions import VonMises\n")
+    prog.write_text("import torch\nfrom torch.distributions import LKJCholesky\n")
     r = run(prog, cwd=tmp_path)
-    assert r.returncode == 1 and "torch.distributions.VonMises" in r.stderr and "does not provide" in r.stderr
+    assert r.returncode == 1 and "torch.distributions.LKJCholesky" in r.stderr and "does not provide" in r.stderr
     prog.write_text("import torch.nn as nn\nm = nn.Linear(2, 3)\nm.weight.foo_bar_()\n")
     r = run(prog, cwd=tmp_path)  # a missing Tensor method is an ordinary AttributeError, with its traceback
     assert r.returncode == 1 and "foo_bar_" in r.stderr
