@@ -66,6 +66,7 @@ stft, istft = fft.stft, fft.istft
 det, inverse, slogdet, logdet = linalg.det, linalg.inv, linalg.slogdet, linalg.logdet
 matrix_power, matrix_exp, cholesky_solve = linalg.matrix_power, linalg.matrix_exp, linalg.cholesky_solve
 chain_matmul = lambda *matrices: linalg.multi_dot(matrices)   # noqa: E731  (torch.chain_matmul: multi_dot's old name)
+geqrf, orgqr = linalg.geqrf, linalg.householder_product   # (torch.geqrf, torch.orgqr)
 lu, lu_solve, lu_unpack = linalg.factorizations.torch_lu, linalg.factorizations.torch_lu_solve, linalg.lu_unpack
 
 

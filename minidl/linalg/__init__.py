@@ -18,7 +18,7 @@ matrix_exp, multi_dot, cond, vecdot.
 The gradients through the inverse assume an invertible matrix (for a singular one torch switches to an SVD
 formula; minidl returns inf/nan there); those of eigh and svd assume distinct eigen / singular values, as torch's.
 The LU factorization (lu_factor, lu, lu_unpack, lu_solve) and the general eig / eigvals are in factorizations.py.
-Not here: ldl factorizations, householder_product, eig's gradient.
+householder_product and geqrf too. Not here: ldl factorizations, eig's gradient.
 """
 from __future__ import annotations
 
@@ -361,5 +361,5 @@ from .solvers import (  # noqa: E402,F401  (the solvers and what is composed fro
     solve_triangular, vecdot,
 )
 from .factorizations import (  # noqa: E402,F401  (LU and the general eigen-decomposition: factorizations.py)
-    eig, eigvals, lu, lu_factor, lu_factor_ex, lu_solve, lu_unpack,
+    eig, eigvals, geqrf, householder_product, lu, lu_factor, lu_factor_ex, lu_solve, lu_unpack,
 )

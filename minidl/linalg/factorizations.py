@@ -196,6 +196,49 @@ def eigvals(A, *, out=None):
     return eig(A).eigenvalues
 
 
+def householder_product(A, tau, *, out=None):
+    """The first k columns of H_1 H_2 ... H_k, H_i = I - tau_i v_i v_i^T, v_i the i-th column of A below the
+    diagonal with a 1 on it (LAPACK's orgqr: the Q of geqrf's reflectors). Composed of tensor ops, so its gradient
+    (in A and tau) is the tape's."""
+    from ..ops.creation import eye
+
+    if A.ndim < 2 or A.shape[-2] < A.shape[-1]:
+        raise RuntimeError(f"linalg.householder_product: A must be a batch of tall matrices (m >= n), got shape "
+                           f"{tuple(A.shape)}")
+    m, n = A.shape[-2], A.shape[-1]
+    k = tau.shape[-1]
+    if k > n or tuple(tau.shape[:-1]) != tuple(A.shape[:-2]):
+        raise RuntimeError(f"linalg.householder_product: tau of shape {tuple(tau.shape)} does not fit A of shape "
+                           f"{tuple(A.shape)} (tau.shape[-1] <= A.shape[-1], the same batch)")
+    identity = eye(m, dtype=A.dtype, device=A.device)
+    Q = identity.expand(*A.shape[:-2], m, m)
+    below = A.tril(-1) + eye(m, n, dtype=A.dtype, device=A.device)   # the reflectors, unit diagonal
+    for i in range(k):
+        v = below[..., :, i:i + 1]
+        Q = Q - (Q @ v) * tau[..., i:i + 1].unsqueeze(-1) @ v.mT
+    return Q[..., :, :n]
+
+
+def geqrf(input, *, out=None):
+    """(a, tau): the QR factorization in LAPACK's form (R on and above a's diagonal, the Householder vectors below
+    it), as torch.geqrf; no gradient, as torch's. NumPy's qr(mode="raw") on the CPU, CuPy's on the GPU."""
+    from ..autograd.tensor import Tensor
+
+    _floating("geqrf", input)
+    xp = get_array_module(input._data)
+    a = _work(input._data)
+    batch = a.shape[:-2]
+    flat = a.reshape((-1,) + a.shape[-2:])
+    hs, taus = [], []
+    for matrix in flat:
+        h, tau = xp.linalg.qr(matrix, mode="raw")
+        hs.append(h.T)
+        taus.append(tau)
+    h = xp.stack(hs).reshape(a.shape) if hs else xp.zeros(a.shape, a.dtype)
+    tau = xp.stack(taus).reshape(batch + (min(a.shape[-2:]),)) if taus else xp.zeros(batch + (0,), a.dtype)
+    return Tensor._make(h.astype(input.dtype)), Tensor._make(tau.astype(input.dtype))
+
+
 def torch_lu(A, pivot=True, get_infos=False, out=None):
     """torch.lu (deprecated in torch, met in older programs): (LU, pivots) or, with get_infos, (LU, pivots, infos)."""
     result = lu_factor_ex(A, pivot=pivot)

@@ -130,3 +130,16 @@ def test_eig_of_a_general_matrix_matches_torch():
     with pytest.raises(NotImplementedError, match="use linalg.eigh"):
         x = minidl.tensor(a, requires_grad=True)
         minidl.linalg.eigvals(x).real.sum().backward()
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 5, 5), (6, 2)])
+def test_geqrf_and_householder_product_match_torch(shape):
+    """geqrf's reflectors and tau (LAPACK's, through NumPy's qr(mode="raw")) and householder_product (orgqr) of them,
+    with the gradient of the product in both arguments."""
+    a = np.random.default_rng(2).standard_normal(shape)
+    (h, tau), (th, ttau) = minidl.geqrf(minidl.tensor(a)), torch.geqrf(torch.tensor(a))
+    np.testing.assert_allclose(h.numpy(), th.numpy(), atol=1e-12)
+    np.testing.assert_allclose(tau.numpy(), ttau.numpy(), atol=1e-12)
+    _compare(lambda lib, x, t: lib.linalg.householder_product(x, t), [shape, shape[:-2] + (shape[-1],)])
+    q = minidl.orgqr(h, tau).numpy()
+    np.testing.assert_allclose(q @ np.triu(h.numpy())[..., :shape[-1], :], a, atol=1e-12)   # Q R = A

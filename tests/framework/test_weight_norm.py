@@ -138,3 +138,48 @@ def test_assigning_through_a_parametrization_without_right_inverse_is_refused_as
     with pytest.raises(RuntimeError, match="Double does not implement right_inverse"):
         layer.weight = minidl.zeros(3, 3)
     np.testing.assert_array_equal(layer.parametrizations.weight.original.detach().numpy(), before)
+
+
+def _orthogonal_run(lib, shape, orthogonal_map, use_trivialization, base=None):
+    weight = np.sin(np.arange(np.prod(shape)) * 0.7 + 0.3).reshape(shape) + 2 * np.eye(*shape)   # (full rank)
+    layer = lib.nn.Linear(shape[1], shape[0], bias=False, dtype=lib.float64)
+    with lib.no_grad():
+        layer.weight.copy_(lib.tensor(weight))
+    lib.nn.utils.parametrizations.orthogonal(layer, orthogonal_map=orthogonal_map,
+                                             use_trivialization=use_trivialization)
+    if base is not None:   # a non-square weight's base is completed with random columns: torch's, copied
+        with lib.no_grad():
+            layer.parametrizations.weight[0].base.copy_(lib.tensor(base))
+    start = layer.weight.detach().numpy().copy()
+    x = lib.tensor(np.cos(np.arange(shape[1] * 3).reshape(3, shape[1]) * 0.5))
+    (layer(x) ** 3).sum().backward()
+    original = layer.parametrizations.weight.original
+    base = layer.parametrizations.weight[0].base if use_trivialization else None
+    return (start, original.detach().numpy(), original.grad.numpy(), sorted(layer.state_dict()),
+            None if base is None else base.detach().numpy())
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (5, 3), (3, 5)])
+@pytest.mark.parametrize("orthogonal_map", ["matrix_exp", "cayley", "householder"])
+@pytest.mark.parametrize("use_trivialization", [True, False])
+def test_orthogonal_parametrization_matches_torch(shape, orthogonal_map, use_trivialization):
+    """nn.utils.parametrizations.orthogonal: the weight it starts from (the orthonormalised weight), the original
+    it stores, the gradient reaching the original through each map, and torch's state-dict names."""
+    theirs = _orthogonal_run(torch, shape, orthogonal_map, use_trivialization)
+    ours = _orthogonal_run(minidl, shape, orthogonal_map, use_trivialization, base=theirs[4])
+    for a, b in zip(ours[:3], theirs[:3]):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    assert ours[3] == theirs[3]
+    w = ours[0] if shape[0] >= shape[1] else ours[0].T
+    np.testing.assert_allclose(w.T @ w, np.eye(min(shape)), atol=1e-12)
+
+
+def test_orthogonal_assignment_and_errors():
+    layer = nn.utils.parametrizations.orthogonal(nn.Linear(3, 3, bias=False))
+    q = np.linalg.qr(np.random.default_rng(1).standard_normal((3, 3)))[0].astype(np.float32)
+    layer.weight = minidl.tensor(q)
+    np.testing.assert_allclose(layer.weight.detach().numpy(), q, atol=1e-5)
+    with pytest.raises(ValueError, match="orthogonal_map has to be one of"):
+        nn.utils.parametrizations.orthogonal(nn.Linear(3, 3), orthogonal_map="qr")
+    with pytest.raises(ValueError, match="expected a matrix"):
+        nn.utils.parametrizations.orthogonal(nn.Linear(3, 3), name="bias")

@@ -41,7 +41,12 @@ class ParametrizationList(ModuleList):
         self.unsafe = unsafe
         first = modules[0]
         with no_grad():
-            new = first.right_inverse(original) if hasattr(first, "right_inverse") else original
+            new = original
+            if hasattr(first, "right_inverse"):
+                try:
+                    new = first.right_inverse(original)
+                except NotImplementedError:   # (as torch: the original stays as it is)
+                    pass
         if isinstance(new, (tuple, list)):
             self.ntensors = len(new)
             for i, t in enumerate(new):
