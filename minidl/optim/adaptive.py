@@ -13,13 +13,23 @@ RAdam (Liu et al. 2020: Adam whose adaptive step is switched on once its varianc
     rho_t = rho_inf - 2 t b2^t / (1 - b2^t);  if rho_t > 5: Adam's step times the rectification r_t,
     else plain momentum SGD with bias-corrected m.
 
+Adafactor (Shazeer & Stern 2018; torch 2.5's form): a matrix's second moment kept factored, one row and one column
+    of statistics instead of a full matrix (memory m + n, not m n)
+    rho_t = min(lr, 1 / sqrt(t));  alpha = max(eps2, RMS(p)) rho_t;  p *= 1 - lr weight_decay
+    row = lerp(row, mean_j g^2, t^beta2_decay);  col = lerp(col, mean_i g^2, t^beta2_decay)
+    v = row col / mean(row) (a vector parameter: v = lerp(v, g^2, t^beta2_decay));  u = g / sqrt(max(v, eps1^2))
+    p -= alpha / max(1, RMS(u) / d) u
+
 They run on NumPy or CuPy arrays alike (one array op at a time; no multi-tensor kernel yet).
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .._device import get_array_module
+from ..autograd.tensor import Tensor
 from .optimizer import Optimizer
 
 
@@ -245,3 +255,59 @@ class ASGD(_Adaptive):
             t = state["step"]
             state["eta"] = lr / ((1 + lambd * lr * t) ** alpha)
             state["mu"] = 1 / max(1, t - t0)
+
+
+class Adafactor(_Adaptive):
+    def __init__(self, params, lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, *, foreach=None,
+                 maximize=False):
+        if not 0.0 >= beta2_decay:
+            raise ValueError(f"Adafactor: beta2_decay should be <= 0 but is: {beta2_decay}")
+        if eps[0] is not None and not 0.0 <= eps[0] or not 0.0 <= eps[1]:
+            raise ValueError(f"Adafactor: epsilons should be >= 0 but are: {eps}")
+        if not 1.0 <= d:
+            raise ValueError(f"Adafactor: clipping threshold d should be >= 1 but is: {d}")
+        super().__init__(params, dict(lr=lr, beta2_decay=beta2_decay, eps=tuple(eps), d=d, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def _check_hyperparameters(self, group):
+        for key in ("lr", "weight_decay"):
+            if float(group[key]) < 0:
+                raise ValueError(f"Adafactor: invalid {key} {group[key]} (must be >= 0)")
+
+    def _update_group(self, group):
+        lr, decay, wd, d = float(group["lr"]), float(group["beta2_decay"]), float(group["weight_decay"]), group["d"]
+        eps1, eps2 = group["eps"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            g = self._grad_of(p, group.get("maximize", False))
+            xp = get_array_module(p._data)
+            state = self.state.setdefault(p, {})
+            if not state:
+                state["step"] = 0
+                if g.ndim > 1:
+                    state["row_var"] = Tensor._make(xp.zeros(g.shape[:-1] + (1,), dtype=g.dtype))
+                    state["col_var"] = Tensor._make(xp.zeros(g.shape[:-2] + (1,) + g.shape[-1:], dtype=g.dtype))
+                else:
+                    state["variance"] = self._zeros_like(p)
+            state["step"] += 1
+            t = float(state["step"])
+            weight = t ** decay
+            e1 = float(np.finfo(p._data.dtype).eps) if eps1 is None else float(eps1)
+            rho = min(lr, 1 / math.sqrt(t))
+            alpha = max(eps2, float(xp.linalg.norm(p._data.reshape(-1))) / math.sqrt(p._data.size)) * rho
+            if wd != 0:
+                p._data *= 1 - lr * wd
+            squared = g * g
+            if g.ndim > 1:
+                row, col = state["row_var"]._data, state["col_var"]._data
+                row += (squared.mean(axis=-1, keepdims=True) - row) * weight
+                col += (squared.mean(axis=-2, keepdims=True) - col) * weight
+                estimate = (row @ col) / xp.maximum(row.mean(axis=-2, keepdims=True), e1)
+            else:
+                v = state["variance"]._data
+                v += (squared - v) * weight
+                estimate = v.copy()
+            update = g / xp.sqrt(xp.maximum(estimate, e1 * e1))
+            denom = max(1.0, float(xp.linalg.norm(update.reshape(-1))) / (math.sqrt(update.size) * d))
+            p._data -= (alpha / denom) * update

@@ -1,4 +1,4 @@
-"""Adagrad, Adamax, NAdam and RAdam against torch: the same parameters after several steps on the same
+"""Adagrad, Adamax, NAdam, RAdam, Rprop, ASGD and Adafactor against torch: the same parameters after several steps on the same
 loss, for each option, and state dicts with torch's keys."""
 import numpy as np
 import pytest
@@ -15,6 +15,8 @@ CASES = [
     ("RAdam", {}), ("RAdam", dict(lr=0.01, weight_decay=0.1)), ("RAdam", dict(weight_decay=0.1, decoupled_weight_decay=True)),
     ("Rprop", {}), ("Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.2))), ("Rprop", dict(maximize=True)),
     ("ASGD", {}), ("ASGD", dict(lr=0.05, lambd=1e-3, alpha=0.5, t0=3, weight_decay=0.01)),
+    ("Adafactor", {}), ("Adafactor", dict(lr=0.05, beta2_decay=-0.5, eps=(1e-6, 1e-2), d=1.5, weight_decay=0.1)),
+    ("Adafactor", dict(maximize=True)),
 ]
 
 
