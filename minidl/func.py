@@ -7,6 +7,7 @@
     stack_module_state(models)              the models' parameters and buffers stacked (for vmap over an ensemble)
     jacrev(f)(x), jacfwd(f)(x), hessian(f)(x)
     vmap(f, in_dims, out_dims)(*args)       f over a batch dimension
+    make_functional(model), make_functional_with_buffers, combine_state_for_ensemble   (functorch's legacy API)
 
 Arguments and results may be tensors or dicts, tuples and lists of them (torch's pytrees). minidl has reverse mode
 only: jacfwd computes the same Jacobian as jacrev, and jvp uses two backward passes. vmap runs f once per batch
@@ -24,7 +25,7 @@ from .autograd.function import grad as _grad
 from .autograd.tensor import Tensor
 
 __all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "vmap",
-           "stack_module_state"]
+           "stack_module_state", "make_functional", "make_functional_with_buffers", "combine_state_for_ensemble"]
 
 
 @contextlib.contextmanager
@@ -428,3 +429,58 @@ def vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
         return _stacked(results, out_dims)
 
     return wrapper
+
+
+class FunctionalModule:
+    """functorch's make_functional result: func(params, *args) runs a copy of the model with `params` (a tuple in
+    the order of named_parameters) in place of its parameters; with buffers, func(params, buffers, *args)."""
+
+    def __init__(self, model, with_buffers):
+        import copy
+
+        self.stateless_model = copy.deepcopy(model)
+        self.param_names = [n for n, _ in self.stateless_model.named_parameters()]
+        self.buffer_names = [n for n, _ in self.stateless_model.named_buffers()] if with_buffers else []
+        self.with_buffers = with_buffers
+
+    def __call__(self, params, *args, **kwargs):
+        buffers = ()
+        if self.with_buffers:
+            buffers, args = args[0], args[1:]
+        if len(params) != len(self.param_names):
+            raise RuntimeError(f"make_functional: expected {len(self.param_names)} parameters, got {len(params)}")
+        tensors = dict(zip(self.param_names, params))
+        tensors.update(zip(self.buffer_names, buffers))
+        return functional_call(self.stateless_model, tensors, args, kwargs)
+
+    forward = __call__
+
+
+def _functional(model, with_buffers, disable_autograd_tracking):
+    fmodel = FunctionalModule(model, with_buffers)
+    params = tuple(p.detach() if disable_autograd_tracking else p for p in fmodel.stateless_model.parameters())
+    if not with_buffers:
+        return fmodel, params
+    return fmodel, params, tuple(b for _, b in fmodel.stateless_model.named_buffers())
+
+
+def make_functional(model, disable_autograd_tracking=False):
+    """(func, params) of a model (functorch's legacy API): func(params, *args) == model(*args) with those params;
+    params are a copy's, unrelated to the model's own tensors."""
+    return _functional(model, False, disable_autograd_tracking)
+
+
+def make_functional_with_buffers(model, disable_autograd_tracking=False):
+    """(func, params, buffers): func(params, buffers, *args)."""
+    return _functional(model, True, disable_autograd_tracking)
+
+
+def combine_state_for_ensemble(models):
+    """(func, params, buffers) for vmap over an ensemble (functorch's legacy form of stack_module_state): each of
+    params and buffers stacked along a new first dimension, func(params, buffers, *args) one model's call."""
+    models = list(models)
+    if not models:
+        raise RuntimeError("combine_state_for_ensemble: Expected at least one model, got 0.")
+    params, buffers = stack_module_state(models)
+    fmodel = FunctionalModule(models[0], True)
+    return fmodel, tuple(params[n] for n in fmodel.param_names), tuple(buffers[n] for n in fmodel.buffer_names)

@@ -536,3 +536,10 @@ def test_saved_tensors_hooks_tutorial_prints_what_torch_prints(tmp_path):
     output as on PyTorch."""
     out = _same_output_as_torch("saved_tensors_hooks.py", tmp_path)
     assert out.count("Packing") == 2 and "tensor([ 4.,  8., 12.])" in out
+
+
+def test_functorch_legacy_api_prints_what_torch_prints(tmp_path):
+    """`import functorch` with make_functional / make_functional_with_buffers / combine_state_for_ensemble, vmap
+    and grad: the same output as on PyTorch (whose functorch warns that the API is deprecated, on stderr)."""
+    out = _same_output_as_torch("functorch_legacy.py", tmp_path)
+    assert out.splitlines()[0] == "True 6 3" and out.splitlines()[-1] == "(3, 5, 2) True"
