@@ -49,4 +49,4 @@ from .layers.longtail import (  # noqa: F401,E402  (more of the long tail: nn/la
     RReLU, Softmax2d, TripletMarginWithDistanceLoss,
 )
 from .layers.adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: F401,E402
-from .module import RemovableHandle  # noqa: F401,E402
+from .hooks import RemovableHandle  # noqa: F401,E402
