@@ -29,14 +29,22 @@ from . import ops  # noqa: E402  (binds every operation onto Tensor: minidl/ops/
 from .ops.conversion import (  # noqa: F401
     channels_last, channels_last_3d, contiguous_format, memory_format, preserve_format,
 )
-from .ops.sparse import sparse_coo, strided  # noqa: F401  (Tensor.layout's values)
+from .ops.sparse import Layout as layout, sparse_coo, strided  # noqa: F401  (Tensor.layout's values, their type)
+
+import math as _math  # noqa: E402
+import numpy as _np  # noqa: E402
+
+pi, e, inf, nan, newaxis = _math.pi, _math.e, _math.inf, _math.nan, None   # (torch.pi, ..., torch.newaxis)
+dtype = _np.dtype   # (isinstance(t.dtype, torch.dtype): minidl's dtypes are NumPy's)
+short, uint16, uint32, uint64 = _np.dtype("int16"), _np.dtype("uint16"), _np.dtype("uint32"), _np.dtype("uint64")
 from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state  # noqa: F401
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
 from ._dtypes import complex64, complex128, finfo, iinfo  # noqa: F401
 from .ops import can_cast, promote_types, result_type  # noqa: F401
 from .backends import (  # noqa: F401
     are_deterministic_algorithms_enabled, get_num_interop_threads, get_num_threads, is_deterministic_algorithms_warn_only_enabled,
-    set_num_interop_threads, set_num_threads, use_deterministic_algorithms,
+    set_num_interop_threads, set_num_threads, use_deterministic_algorithms, set_deterministic_debug_mode,
+    get_deterministic_debug_mode,
 )
 from . import cuda  # noqa: F401
 
@@ -176,6 +184,19 @@ def get_default_device():
     from .ops import creation
 
     return creation.default_device()
+
+
+def set_default_tensor_type(t):
+    """torch.set_default_tensor_type (deprecated in torch, met in older programs): "torch.FloatTensor" /
+    "torch.DoubleTensor" set the default float dtype, "torch.cuda.FloatTensor" also the default device."""
+    name = t if isinstance(t, str) else getattr(t, "__name__", str(t))
+    kinds = {"FloatTensor": float32, "DoubleTensor": float64}
+    kind = name.rpartition(".")[2]
+    if kind not in kinds:
+        raise TypeError(f"set_default_tensor_type: only floating-point types are supported as the default type, got "
+                        f"{name!r} (torch.FloatTensor, torch.DoubleTensor or their torch.cuda forms)")
+    set_default_dtype(kinds[kind])
+    set_default_device("cuda" if ".cuda." in name or name.startswith("cuda.") else None)
 
 
 # Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.

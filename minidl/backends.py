@@ -196,6 +196,21 @@ def are_deterministic_algorithms_enabled() -> bool:
     return _deterministic["mode"]
 
 
+def set_deterministic_debug_mode(debug_mode) -> None:
+    """torch.set_deterministic_debug_mode: "default" / 0 off, "warn" / 1 and "error" / 2 on (as
+    use_deterministic_algorithms with warn_only for "warn")."""
+    levels = {"default": 0, "warn": 1, "error": 2}
+    level = levels.get(debug_mode, debug_mode)
+    if level not in (0, 1, 2):
+        raise RuntimeError(f"invalid value of debug_mode, expected one of `default`, `warn`, `error`, but got "
+                           f"{debug_mode}")
+    use_deterministic_algorithms(level > 0, warn_only=level == 1)
+
+
+def get_deterministic_debug_mode() -> int:
+    return 0 if not _deterministic["mode"] else (1 if _deterministic["warn_only"] else 2)
+
+
 def is_deterministic_algorithms_warn_only_enabled() -> bool:
     return _deterministic["warn_only"]
 

@@ -94,3 +94,6 @@ def _out_of_scope(op):
 
 
 load, list, help = _out_of_scope("load"), _out_of_scope("list"), _out_of_scope("help")  # noqa: A001
+
+
+load_url = load_state_dict_from_url   # (torch.utils.model_zoo.load_url, its older name)

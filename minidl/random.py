@@ -9,6 +9,8 @@ calls gives the same masks on either device.
 """
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from . import _device
@@ -300,3 +302,19 @@ def rng_of(generator, device):
         raise RuntimeError("a CPU minidl.Generator cannot draw CUDA numbers (as in torch: Expected a 'cuda' "
                            "device type for generator)")
     return generator.rng
+
+
+@contextlib.contextmanager
+def fork_rng(devices=None, enabled=True, _caller="fork_rng", _devices_kw="devices", device_type="cuda"):
+    """The random state as it was when the block began, restored when it ends (torch.random.fork_rng): draws
+    inside the block do not change the draws after it. The CPU generator and the Philox streams (the CPU's
+    dropout stream and each GPU's) used so far."""
+    if not enabled:
+        yield
+        return
+    cpu_state, philox = get_rng_state(), get_philox_states()
+    try:
+        yield
+    finally:
+        set_rng_state(cpu_state)
+        set_philox_states(philox)

@@ -640,3 +640,16 @@ def _array_module(a):
     from .._device import get_array_module
 
     return get_array_module(a)
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, grad_variables=None, inputs=None):
+    """torch.autograd.backward: the gradients of several tensors accumulated into the leaves' .grad in one call
+    (each tensor's backward with its grad_tensor, the graph kept until the last)."""
+    tensors = (tensors,) if hasattr(tensors, "_data") else tuple(tensors)
+    grads = grad_tensors if grad_tensors is not None else grad_variables
+    grads = (None,) * len(tensors) if grads is None else ((grads,) if hasattr(grads, "_data") else tuple(grads))
+    if len(grads) != len(tensors):
+        raise RuntimeError(f"backward: got {len(grads)} grad_tensors for {len(tensors)} tensors")
+    keep = create_graph if retain_graph is None else retain_graph
+    for k, (t, g) in enumerate(zip(tensors, grads)):
+        t.backward(g, retain_graph=keep or k + 1 < len(tensors), create_graph=create_graph, inputs=inputs)

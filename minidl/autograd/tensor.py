@@ -220,6 +220,15 @@ class Tensor:
     def mT(self):
         return self.transpose(-2, -1)
 
+    @property
+    def H(self):
+        """The conjugate transpose of a matrix (of a real one, its transpose)."""
+        return self.T.conj() if self.is_complex() else self.T
+
+    @property
+    def mH(self):
+        return self.mT.conj() if self.is_complex() else self.mT
+
     def dim(self):
         return self._data.ndim
 

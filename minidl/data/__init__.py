@@ -6,7 +6,7 @@
     for xb, yb in loader: ...                       # minidl Tensors, cut on the GPU
 """
 from . import transforms
-from .dataloader import DataLoader, default_collate
+from .dataloader import DataLoader, default_collate, default_convert
 from ._workers import get_worker_info
 from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
                       WeightedRandomSampler)
@@ -16,7 +16,7 @@ from .distributed import DistributedSampler  # noqa: F401,E402
 from .datasets import (CIFAR10, MNIST, BPTTIterator, CharCorpus, DatasetNotFoundError, UnsafePickleError,
                        WordCorpus, batchify, data_root)
 
-__all__ = ["transforms", "DataLoader", "default_collate", "get_worker_info", "Sampler", "SequentialSampler",
+__all__ = ["transforms", "DataLoader", "default_collate", "default_convert", "get_worker_info", "Sampler", "SequentialSampler",
            "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler", "ArrayDataset", "Dataset", "Subset",
            "ConcatDataset", "ChainDataset", "StackDataset", "IterableDataset", "TensorDataset", "random_split", "CIFAR10", "MNIST", "BPTTIterator", "CharCorpus",
            "DatasetNotFoundError", "UnsafePickleError", "WordCorpus", "batchify", "data_root"]

@@ -107,6 +107,12 @@ def _to_tensors(structure, device=None):
     return structure
 
 
+def default_convert(data):
+    """One sample's NumPy arrays (nested in dicts, tuples and lists) as tensors, nothing stacked
+    (torch.utils.data.default_convert: the collate_fn of a DataLoader with batch_size=None)."""
+    return _to_tensors(data)
+
+
 def default_collate(batch):
     """A list of samples -> a batch of minidl tensors with the samples' structure.
 

@@ -246,6 +246,32 @@ class Module(ModuleHooks, StateDict):
                                  f"`{name}` is not an nn.Parameter")
         return mod._parameters[name]
 
+    def get_buffer(self, target: str):
+        """The buffer at a dotted path ("bn.running_mean"), as torch's."""
+        module_path, _, name = target.rpartition(".")
+        mod = self.get_submodule(module_path)
+        if name not in mod._buffers:
+            raise AttributeError(f"{type(mod).__name__} has no buffer `{name}`" if not hasattr(mod, name) else
+                                 f"`{name}` is not a buffer")
+        return mod._buffers[name]
+
+    def set_submodule(self, target: str, module, strict: bool = False):
+        """The submodule at a dotted path replaced by `module` (with strict, the path must exist already)."""
+        parent_path, _, name = target.rpartition(".")
+        parent = self.get_submodule(parent_path)
+        if strict and name not in parent._modules:
+            raise AttributeError(f"{type(parent).__name__} has no attribute `{name}`")
+        if not isinstance(module, Module):
+            raise ValueError(f"`{target}` must be set to a Module, got {type(module).__name__}")
+        setattr(parent, name, module)
+
+    def compile(self, *args, **kwargs):
+        """Module.compile (torch.compile in place): minidl has no compiler, so the module stays as it is
+        (minidl.compile says so once)."""
+        from .. import compile as compile_model
+
+        compile_model(self, *args, **kwargs)
+
     def get_submodule(self, target: str):
         mod = self
         for part in target.split(".") if target else []:
@@ -429,6 +455,11 @@ class Module(ModuleHooks, StateDict):
 
     def cpu(self):
         return self.to("cpu")
+
+    def _no_backend(self, name):
+        raise RuntimeError(f"Module.{name}(): minidl runs on the CPU and CUDA GPUs only (use .to('cuda') or .cpu())")
+
+    xpu = ipu = mtia = lambda self, device=None: self._no_backend("xpu/ipu/mtia")   # noqa: E731
 
     def float(self):
         return self.to(np.float32)

@@ -45,7 +45,7 @@ from .linalg import matmul  # noqa: F401
 
 TABLE = (
     (elementwise, "m", "__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __pow__ __rpow__ "
-                       "__neg__ __pos__ __floordiv__ __mod__ where=tensor_where clip=clamp"),
+                       "__neg__ __pos__ __floordiv__ __mod__ __rfloordiv__ __rmod__ __abs__ where=tensor_where clip=clamp"),
     (elementwise, "mf", "add sub mul div pow float_power neg remainder square lerp abs exp log log1p sqrt rsqrt sign clamp maximum "
                         "minimum round floor ceil trunc fix=trunc sin cos"),
     (elementwise, "f", "where clip=clamp"),
@@ -54,9 +54,11 @@ TABLE = (
                     "logaddexp logaddexp2 xlogy fmod copysign multiply divide true_divide subtract negative positive "
                     "absolute sgn greater greater_equal less less_equal not_equal floor_divide fmax fmin clamp_min "
                     "clamp_max nan_to_num addcmul addcdiv"),
-    (logical, "m", "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __invert__ __and__ __or__"),
+    (logical, "m", "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __invert__ __and__ __or__ __xor__ __rand__=__and__ "
+                   "__ror__=__or__ __rxor__=__xor__ __lshift__ __rshift__ __rlshift__ __rrshift__"),
     (logical, "mf", "eq ne lt le gt ge isnan isfinite equal isclose allclose "
-                    "logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_not isinf isposinf "
+                    "logical_and logical_or logical_xor logical_not bitwise_and bitwise_or bitwise_not bitwise_xor "
+                    "bitwise_left_shift bitwise_right_shift isinf isposinf "
                     "isneginf signbit heaviside"),
     (logical, "f", "isin"),
     (reductions, "mf", "sum mean var std max min argmax argmin amax amin aminmax logsumexp norm any all prod nansum "
@@ -86,7 +88,8 @@ TABLE = (
                       "long=as_long int=as_int bool=as_bool byte=as_byte char=as_char short=as_short contiguous is_contiguous stride new_zeros new_ones "
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
-    (conversion, "m", "get_device is_signed share_memory_ is_shared"),
+    (conversion, "m", "get_device is_signed share_memory_ is_shared apply_ map_ resize_ resize_as_ new_empty_strided "
+                      "record_stream"),
     (conversion, "p", "is_xpu=not_this_device is_mps=not_this_device is_ipu=not_this_device is_hpu=not_this_device "
                       "is_xla=not_this_device is_mkldnn=not_this_device is_quantized=not_this_device "
                       "is_vulkan=not_this_device is_mtia=not_this_device is_maia=not_this_device"),
@@ -103,7 +106,10 @@ TABLE = (
                    "index_add_ index_reduce_ "
                    "index_fill_ index_copy_ index_put_ masked_scatter_ "
                    "nan_to_num_ unsqueeze_ squeeze_ t_ tril_ triu_ fill_diagonal_ cauchy_ log_normal_ geometric_ "
-                   "transpose_"),
+                   "transpose_ sin_ cos_ tan_ sinh_ cosh_ asin_ acos_ atan_ log2_ log10_ floor_ ceil_ trunc_ frac_ "
+                   "sign_ round_ square_ reciprocal_ rsqrt_ log1p_ expm1_ erf_ erfc_ logit_ atan2_ hypot_ remainder_ "
+                   "fmod_ floor_divide_ clamp_min_ clamp_max_ copysign_ xlogy_ logical_not_ addmm_ baddbmm_ addmv_ "
+                   "addbmm_"),
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),
     (sparse, "m", "to_sparse to_dense"),
     (sparse, "p", "is_sparse layout"),

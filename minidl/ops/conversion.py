@@ -421,3 +421,58 @@ def is_shared(self):
 def not_this_device(self):
     """False: is_xpu, is_mps and the other backends' predicates (minidl runs on the CPU and CUDA GPUs)."""
     return False
+
+
+def apply_(self, callable):
+    """Each element replaced by callable(element), a Python function (torch.Tensor.apply_: CPU tensors only, slow)."""
+    if self.is_cuda:
+        raise TypeError("apply_ is only implemented on CPU tensors (a Python function runs per element)")
+    flat = self._data.reshape(-1)
+    for i, v in enumerate(flat.tolist()):
+        flat[i] = callable(v)
+    self._version += 1
+    return self
+
+
+def map_(self, tensor, callable):
+    """Each element replaced by callable(element, the other's element), the other broadcast to this shape."""
+    if self.is_cuda or tensor.is_cuda:
+        raise TypeError("map_ is only implemented on CPU tensors (a Python function runs per element)")
+    other = np.broadcast_to(tensor._data, self.shape).reshape(-1).tolist()
+    flat = self._data.reshape(-1)
+    for i, (a, b) in enumerate(zip(flat.tolist(), other)):
+        flat[i] = callable(a, b)
+    self._version += 1
+    return self
+
+
+def resize_(self, *sizes, memory_format=None):
+    """This tensor given a new shape in place: the first elements kept in row-major order, new ones uninitialised
+    (zeros in minidl), as torch's resize_. A tensor that requires grad cannot be resized (torch's rule)."""
+    if self.requires_grad:
+        raise RuntimeError("cannot resize variables that require grad")
+    shape = shape_arg(sizes)
+    xp = get_array_module(self._data)
+    flat = self._data.reshape(-1)
+    n = int(np.prod(shape, dtype=np.int64))
+    out = xp.zeros(n, dtype=self._data.dtype)
+    out[:min(n, flat.size)] = flat[:min(n, flat.size)]
+    self._data = out.reshape(shape)
+    self._version += 1
+    return self
+
+
+def resize_as_(self, other, memory_format=None):
+    return resize_(self, *other.shape)
+
+
+def new_empty_strided(self, size, stride, *, dtype=None, device=None, requires_grad=False):
+    """A new uninitialised tensor of size (minidl's arrays are dense: the strides are not kept)."""
+    out = self.new_empty(tuple(size), dtype=dtype, device=device)
+    return out.requires_grad_(True) if requires_grad else out
+
+
+def record_stream(self, stream):
+    """Nothing to do: minidl allocates and runs on one CUDA stream per device, so no other stream can still be
+    reading this tensor when its memory is reused (torch needs the record for its multi-stream allocator)."""
+    return None

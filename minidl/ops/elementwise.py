@@ -381,6 +381,18 @@ def __mod__(self, o):
     return Tensor._make(self._data % o._data)
 
 
+def __rfloordiv__(self, o):
+    return __floordiv__(operand(self, o, "floor_divide"), self)
+
+
+def __rmod__(self, o):
+    return __mod__(operand(self, o, "remainder"), self)
+
+
+def __abs__(self):
+    return self.abs()
+
+
 def remainder(self, other):
     """Python's modulo, the sign of the divisor (torch.remainder), with its gradient."""
     return self % other

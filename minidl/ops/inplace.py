@@ -381,3 +381,25 @@ def t_(self):
 
 def transpose_(self, dim0, dim1):
     return _inplace_shape(self, "transpose_", lambda t: t.transpose(dim0, dim1))
+
+
+# --- In-place forms of out-of-place ops (t.sin_() is t's value replaced by t.sin(), recorded as any in-place op) --
+def _inplace_of(method):
+    def inplace(self, *args, **kwargs):
+        return self._inplace(f"{method}_", lambda t: getattr(t, method)(*args, **kwargs),
+                             other=next((a for a in args if isinstance(a, Tensor)), None))
+
+    inplace.__name__ = f"{method}_"
+    inplace.__doc__ = f"self = self.{method}(...), in place (torch's Tensor.{method}_)."
+    return inplace
+
+
+sin_, cos_, tan_, sinh_, cosh_ = (_inplace_of(m) for m in ("sin", "cos", "tan", "sinh", "cosh"))
+asin_, acos_, atan_, log2_, log10_ = (_inplace_of(m) for m in ("asin", "acos", "atan", "log2", "log10"))
+floor_, ceil_, trunc_, frac_, sign_ = (_inplace_of(m) for m in ("floor", "ceil", "trunc", "frac", "sign"))
+round_, square_, reciprocal_, rsqrt_ = (_inplace_of(m) for m in ("round", "square", "reciprocal", "rsqrt"))
+log1p_, expm1_, erf_, erfc_, logit_ = (_inplace_of(m) for m in ("log1p", "expm1", "erf", "erfc", "logit"))
+atan2_, hypot_, remainder_, fmod_ = (_inplace_of(m) for m in ("atan2", "hypot", "remainder", "fmod"))
+floor_divide_, clamp_min_, clamp_max_ = (_inplace_of(m) for m in ("floor_divide", "clamp_min", "clamp_max"))
+copysign_, xlogy_, logical_not_, addmm_ = (_inplace_of(m) for m in ("copysign", "xlogy", "logical_not", "addmm"))
+baddbmm_, addmv_, addbmm_ = (_inplace_of(m) for m in ("baddbmm", "addmv", "addbmm"))

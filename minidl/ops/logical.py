@@ -81,6 +81,14 @@ bitwise_and = _bitwise("bitwise_and", lambda a, b: a & b)
 
 bitwise_or = _bitwise("bitwise_or", lambda a, b: a | b)
 
+bitwise_xor = _bitwise("bitwise_xor", lambda a, b: a ^ b)
+
+bitwise_left_shift = _bitwise("bitwise_left_shift", lambda a, b: compare(a, b, lambda x, y: x << y,
+                                                                         "bitwise_left_shift"))
+
+bitwise_right_shift = _bitwise("bitwise_right_shift", lambda a, b: compare(a, b, lambda x, y: x >> y,
+                                                                           "bitwise_right_shift"))
+
 
 def bitwise_not(t):
     if _dtypes.is_floating(t.dtype):
@@ -149,6 +157,26 @@ def __and__(self, o):
 
 def __or__(self, o):
     return compare(self, o, lambda a, b: a | b, "bitwise_or")
+
+
+def __xor__(self, o):
+    return compare(self, o, lambda a, b: a ^ b, "bitwise_xor")
+
+
+def __lshift__(self, o):
+    return bitwise_left_shift(self, o)
+
+
+def __rshift__(self, o):
+    return bitwise_right_shift(self, o)
+
+
+def __rlshift__(self, o):
+    return bitwise_left_shift(_as_tensor_like(self, o), self)
+
+
+def __rrshift__(self, o):
+    return bitwise_right_shift(_as_tensor_like(self, o), self)
 
 
 def eq(self, o):

@@ -136,6 +136,9 @@ class LRScheduler:
         return [group["lr"] for group in self.optimizer.param_groups]
 
 
+_LRScheduler = LRScheduler   # (the base class's older name, which custom schedulers still subclass)
+
+
 class LambdaLR(LRScheduler):
     """lr = initial_lr * lr_lambda(epoch); one function, or one per group."""
 

@@ -50,6 +50,27 @@ class _Required:
 required = _Required()
 
 
+_STEP_PRE_HOOKS: dict = {}    # register_optimizer_step_pre_hook: every optimizer's
+_STEP_POST_HOOKS: dict = {}
+
+
+def register_optimizer_step_pre_hook(hook):
+    """hook(optimizer, args, kwargs) before every optimizer's step (torch.optim.optimizer's global hook)."""
+    from ..nn.hooks import RemovableHandle
+
+    handle = RemovableHandle({"pre": _STEP_PRE_HOOKS}, "pre")
+    _STEP_PRE_HOOKS[handle.id] = hook
+    return handle
+
+
+def register_optimizer_step_post_hook(hook):
+    from ..nn.hooks import RemovableHandle
+
+    handle = RemovableHandle({"post": _STEP_POST_HOOKS}, "post")
+    _STEP_POST_HOOKS[handle.id] = hook
+    return handle
+
+
 class Optimizer:
     """Base class. Subclasses call `super().__init__(params, defaults)` and implement `_update_group`.
 
@@ -179,6 +200,39 @@ class Optimizer:
         On the multi-tensor GPU path both are read by the kernel (no host sync); the per-parameter
         path reads found_inf on the host.
         """
+        for hook in list(_STEP_PRE_HOOKS.values()) + list(self._step_hooks("pre").values()):
+            result = hook(self, (closure,), {})
+            if result is not None:
+                raise RuntimeError("optimizer step pre-hook must return None (minidl does not take new arguments "
+                                   "from it)")
+        loss = self._apply_step(closure, grad_scale, found_inf)
+        for hook in list(_STEP_POST_HOOKS.values()) + list(self._step_hooks("post").values()):
+            hook(self, (closure,), {})
+        return loss
+
+    def _step_hooks(self, kind):
+        return self.__dict__.setdefault("_step_hook_tables", {"pre": {}, "post": {}})[kind]
+
+    def register_step_pre_hook(self, hook):
+        """hook(optimizer, args, kwargs) -> None, called before each step() (torch's; an EMA or a logger).
+        Returns a handle whose remove() unregisters it."""
+        from ..nn.hooks import RemovableHandle
+
+        table = self._step_hooks("pre")
+        handle = RemovableHandle({"pre": table}, "pre")
+        table[handle.id] = hook
+        return handle
+
+    def register_step_post_hook(self, hook):
+        """hook(optimizer, args, kwargs) -> None, called after each step()."""
+        from ..nn.hooks import RemovableHandle
+
+        table = self._step_hooks("post")
+        handle = RemovableHandle({"post": table}, "post")
+        table[handle.id] = hook
+        return handle
+
+    def _apply_step(self, closure, grad_scale, found_inf):
         loss = None
         if closure is not None:
             with enable_grad():

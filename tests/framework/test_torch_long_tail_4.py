@@ -129,3 +129,64 @@ def test_multinomial_of_an_empty_distribution_says_so():
         minidl.multinomial(minidl.ones(0), 1)
     with pytest.raises(RuntimeError, match="cannot sample n_sample > prob_dist.size\\(-1\\)"):
         torch.multinomial(torch.ones(0), 1)
+
+
+INPLACE = ["sin", "cos", "tan", "sinh", "cosh", "asin", "acos", "atan", "log2", "log10", "floor", "ceil", "trunc", "frac",
+           "sign", "round", "square", "reciprocal", "rsqrt", "log1p", "expm1", "erf", "erfc", "logit"]
+
+
+@pytest.mark.parametrize("name", INPLACE)
+def test_derived_inplace_ops_match_torch_with_gradients(name):
+    """t.<op>_() changes t in place as t.<op>() computes it, recorded on the tape (the gradient reaches the leaf
+    through it), and refuses an integer tensor where the result is a float."""
+    x = np.array([0.2, 0.45, 0.7])
+    got = []
+    for lib in (minidl, torch):
+        leaf = lib.tensor(x, requires_grad=True)
+        y = leaf * 1.0
+        assert getattr(y, f"{name}_")() is y
+        (y * lib.tensor([1.0, 2.0, 3.0], dtype=lib.float64)).sum().backward()
+        got.append((y.detach().numpy(), leaf.grad.numpy()))
+    np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-12)
+    np.testing.assert_allclose(got[0][1], got[1][1], rtol=1e-12, atol=1e-12)
+
+
+def test_binary_inplace_ops_dunders_and_small_tensor_methods_match_torch():
+    a, b = np.array([-1.5, 0.3, 2.7]), np.array([0.5, -2.0, 1.0])
+    for method in ("atan2_", "hypot_", "remainder_", "fmod_", "copysign_", "clamp_min_", "clamp_max_"):
+        other = 0.5 if method.startswith("clamp") else None
+        ours = getattr(minidl.tensor(a), method)(other if other is not None else minidl.tensor(b))
+        theirs = getattr(torch.tensor(a), method)(other if other is not None else torch.tensor(b))
+        np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-12, err_msg=method)
+    i = np.array([2, 3, 5])
+    for expr in (lambda L, t: abs(L.tensor(a)), lambda L, t: 7 % t, lambda L, t: 7 // t, lambda L, t: t ^ 6,
+                 lambda L, t: 6 ^ t, lambda L, t: t << 1, lambda L, t: 1 << t, lambda L, t: t >> 1, lambda L, t: 3 & t,
+                 lambda L, t: 3 | t, lambda L, t: L.bitwise_xor(t, L.tensor([1, 1, 1]))):
+        np.testing.assert_array_equal(expr(minidl, minidl.tensor(i)).numpy(), expr(torch, torch.tensor(i)).numpy())
+    m, tm = minidl.arange(6.0), torch.arange(6.0)
+    np.testing.assert_array_equal(m.resize_(2, 2).numpy(), tm.resize_(2, 2).numpy())
+    with pytest.raises(RuntimeError, match="cannot resize variables that require grad"):
+        minidl.ones(2, requires_grad=True).resize_(3)
+    assert minidl.tensor([1.0, 2.0]).apply_(lambda v: v * 10).tolist() == [10.0, 20.0]
+    assert minidl.tensor([1.0, 2.0]).map_(minidl.tensor([3.0, 4.0]), lambda x, y: x + y).tolist() == [4.0, 6.0]
+    assert minidl.ones(2, 3).H.shape == (3, 2) and minidl.ones(4, 2, 3).mH.shape == (4, 3, 2)
+    assert minidl.ones(1).record_stream(None) is None
+    with pytest.raises(RuntimeError, match="CPU and CUDA GPUs only"):
+        minidl.nn.Linear(2, 2).xpu()
+
+
+def test_default_tensor_type_and_deterministic_debug_mode():
+    try:
+        minidl.set_default_tensor_type("torch.DoubleTensor")
+        assert minidl.zeros(1).dtype == np.float64
+        with pytest.raises(TypeError, match="only floating-point types"):
+            minidl.set_default_tensor_type("torch.LongTensor")
+    finally:
+        minidl.set_default_tensor_type("torch.FloatTensor")
+    assert minidl.zeros(1).dtype == np.float32
+    try:
+        minidl.set_deterministic_debug_mode("warn")
+        assert minidl.get_deterministic_debug_mode() == 1 and minidl.are_deterministic_algorithms_enabled()
+    finally:
+        minidl.set_deterministic_debug_mode(0)
+    assert not minidl.are_deterministic_algorithms_enabled()

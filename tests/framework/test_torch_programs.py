@@ -543,3 +543,17 @@ def test_functorch_legacy_api_prints_what_torch_prints(tmp_path):
     and grad: the same output as on PyTorch (whose functorch warns that the API is deprecated, on stderr)."""
     out = _same_output_as_torch("functorch_legacy.py", tmp_path)
     assert out.splitlines()[0] == "True 6 3" and out.splitlines()[-1] == "(3, 5, 2) True"
+
+
+def test_names_in_passing_print_what_torch_prints(tmp_path):
+    """A program of the small names real programs use in passing (constants, _LRScheduler, step hooks,
+    autograd.backward, fork_rng, dunder operators, benchmark.Timer, ...): the same output as on PyTorch."""
+    out = _same_output_as_torch("names_in_passing.py", tmp_path)
+    assert "['pre', 'post', 'pre', 'post', 'pre', 'post', 'pre']" in out
+
+
+def test_nn_modules_internals_print_what_torch_prints(tmp_path):
+    """torch.nn.modules.loss._Loss as a custom loss's base, _BatchNorm / _ConvNd / _DropoutNd isinstance checks and
+    nn.modules.utils._pair through the runner: the same output as on PyTorch."""
+    out = _same_output_as_torch("nn_modules_internals.py", tmp_path)
+    assert "['BatchNorm2d'] [True, False]" in out

@@ -15,6 +15,7 @@ from ..._device import Device
 from ...ops.creation import full, ones, zeros
 from .. import functional as F
 from ..module import Module, Parameter
+from .loss import _Loss
 from .normalization import _NormBase
 from .pooling import _AdaptiveAvgPoolNd
 
@@ -198,12 +199,6 @@ class PairwiseDistance(Module):
 
 
 # ------------------------------------------------------------------------------------------------ losses
-class _Loss(Module):
-    def __init__(self, size_average=None, reduce=None, reduction="mean"):
-        super().__init__()
-        self.reduction = reduction
-
-
 class CTCLoss(_Loss):
     """nn.CTCLoss(blank=0, reduction='mean', zero_infinity=False): F.ctc_loss (nn/functional/ctc.py)."""
 
@@ -429,6 +424,18 @@ class EmbeddingBag(Module):
                                           device=None if device is None else Device(device)))
             if padding_idx is not None:
                 self.weight.data[padding_idx] = 0
+
+    @classmethod
+    def from_pretrained(cls, embeddings, freeze=True, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
+                        mode="mean", sparse=False, include_last_offset=False, padding_idx=None):
+        """An EmbeddingBag holding `embeddings` (rows, dim) as its weight; freeze=True: not trained."""
+        if embeddings.ndim != 2:
+            raise ValueError(f"EmbeddingBag.from_pretrained: embeddings must be 2-D, got shape {tuple(embeddings.shape)}")
+        bag = cls(embeddings.shape[0], embeddings.shape[1], max_norm=max_norm, norm_type=norm_type,
+                  scale_grad_by_freq=scale_grad_by_freq, mode=mode, sparse=sparse, _weight=embeddings,
+                  include_last_offset=include_last_offset, padding_idx=padding_idx)
+        bag.weight.requires_grad_(not freeze)
+        return bag
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,

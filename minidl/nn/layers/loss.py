@@ -5,24 +5,38 @@ from .. import functional as F
 from ..module import Module
 
 
+def legacy_reduction(size_average, reduce, reduction):
+    """torch's _Reduction.legacy_get_string: the old size_average / reduce flags, where a program passes them, decide
+    the reduction ("none" when reduce is False, else "mean" or "sum" by size_average)."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return "none" if not reduce else ("mean" if size_average else "sum")
+
+
 class _Loss(Module):
-    def __init__(self, reduction: str = "mean"):
+    """The base of the losses (torch.nn.modules.loss._Loss, which custom losses subclass): `reduction`, from the
+    legacy size_average / reduce flags when given."""
+
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
+        reduction = legacy_reduction(size_average, reduce, reduction)
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
         self.reduction = reduction
 
 
 class _WeightedLoss(_Loss):
-    def __init__(self, weight=None, reduction: str = "mean"):
-        super().__init__(reduction)
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
+        super().__init__(size_average, reduce, reduction)
         self.register_buffer("weight", weight)  # a buffer, as in PyTorch: moved by to(), saved in state_dict
 
 
 class CrossEntropyLoss(_WeightedLoss):
     def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None,
                  reduction: str = "mean", label_smoothing: float = 0.0):
-        super().__init__(weight, reduction)
+        super().__init__(weight, reduction=reduction)
         self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
 
     def forward(self, input, target):
@@ -32,7 +46,7 @@ class CrossEntropyLoss(_WeightedLoss):
 
 class NLLLoss(_WeightedLoss):
     def __init__(self, weight=None, size_average=None, ignore_index: int = -100, reduce=None, reduction: str = "mean"):
-        super().__init__(weight, reduction)
+        super().__init__(weight, reduction=reduction)
         self.ignore_index = ignore_index
 
     def forward(self, input, target):
@@ -41,7 +55,7 @@ class NLLLoss(_WeightedLoss):
 
 class MSELoss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
-        super().__init__(reduction)
+        super().__init__(reduction=reduction)
 
     def forward(self, input, target):
         return F.mse_loss(input, target, reduction=self.reduction)
@@ -49,7 +63,7 @@ class MSELoss(_Loss):
 
 class L1Loss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
-        super().__init__(reduction)
+        super().__init__(reduction=reduction)
 
     def forward(self, input, target):
         return F.l1_loss(input, target, reduction=self.reduction)
@@ -57,7 +71,7 @@ class L1Loss(_Loss):
 
 class BCELoss(_Loss):
     def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean"):
-        super().__init__(reduction)
+        super().__init__(reduction=reduction)
         self.register_buffer("weight", weight)
 
     def forward(self, input, target):
@@ -66,7 +80,7 @@ class BCELoss(_Loss):
 
 class BCEWithLogitsLoss(_Loss):
     def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean", pos_weight=None):
-        super().__init__(reduction)
+        super().__init__(reduction=reduction)
         self.register_buffer("weight", weight)
         self.register_buffer("pos_weight", pos_weight)
 
@@ -77,7 +91,7 @@ class BCEWithLogitsLoss(_Loss):
 
 class SmoothL1Loss(_Loss):
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean", beta: float = 1.0):
-        super().__init__(reduction)
+        super().__init__(reduction=reduction)
         self.beta = beta
 
     def forward(self, input, target):
