@@ -7,14 +7,14 @@ from __future__ import annotations
 import collections.abc
 import itertools
 
-from .layers.composite import _InstanceNorm  # noqa: F401
-from .layers.conv import _ConvNd, _ConvTransposeNd  # noqa: F401
-from .layers.dropout import Dropout as _DropoutNd  # noqa: F401  (torch's base of the dropout layers)
-from .layers.loss import _Loss, _WeightedLoss  # noqa: F401
-from .layers.normalization import _BatchNorm, _NormBase  # noqa: F401
-from .layers.padding import _PadNd  # noqa: F401
-from .layers.pooling import _AdaptiveAvgPoolNd, _AvgPoolNd, _MaxPoolNd, _MaxUnpoolNd  # noqa: F401
-from .module import _addindent  # noqa: F401
+from .composite import _InstanceNorm  # noqa: F401
+from .conv import _ConvNd, _ConvTransposeNd  # noqa: F401
+from .dropout import Dropout as _DropoutNd  # noqa: F401  (torch's base of the dropout layers)
+from .loss import _Loss, _WeightedLoss  # noqa: F401
+from .normalization import _BatchNorm, _NormBase  # noqa: F401
+from .padding import _PadNd  # noqa: F401
+from .pooling import _AdaptiveAvgPoolNd, _AvgPoolNd, _MaxPoolNd, _MaxUnpoolNd  # noqa: F401
+from ..module import _addindent  # noqa: F401
 
 
 def _ntuple(n, name="parse"):
@@ -38,6 +38,6 @@ def _reverse_repeat_tuple(t, n):
 
 
 def __getattr__(name):
-    from .. import nn
+    from ... import nn
 
     return getattr(nn, name)
