@@ -258,15 +258,16 @@ class Cauchy(Distribution):
         return creation.full(self.batch_shape, float("inf"), dtype=self.loc.dtype, device=self.loc.device)
 
 
-class HalfNormal(Distribution):
-    """|X| for X ~ Normal(0, scale)."""
+class _Folded(Distribution):
+    """|X| for X ~ base(0, scale), a distribution symmetric about 0: twice its density on x >= 0 (HalfNormal,
+    HalfCauchy)."""
 
     has_rsample = True
 
-    def __init__(self, scale, validate_args=None):
+    def __init__(self, scale, base):
         self.scale = _as_tensor(scale)
-        self.base_dist = Normal(creation.zeros(self.scale.shape, dtype=self.scale.dtype, device=self.scale.device),
-                                self.scale)
+        self.base_dist = base(creation.zeros(self.scale.shape, dtype=self.scale.dtype, device=self.scale.device),
+                              self.scale)
         super().__init__(self.scale.shape)
 
     def rsample(self, sample_shape=()):
@@ -281,6 +282,13 @@ class HalfNormal(Distribution):
 
         inside = self.base_dist.log_prob(value) + math.log(2)
         return where(value >= 0, inside, inside.new_full((), float("-inf")))
+
+
+class HalfNormal(_Folded):
+    """|X| for X ~ Normal(0, scale)."""
+
+    def __init__(self, scale, validate_args=None):
+        super().__init__(scale, Normal)
 
     def entropy(self):
         return 0.5 * math.log(math.pi / 2) + self.scale.log() + 0.5

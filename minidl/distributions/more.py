@@ -15,33 +15,18 @@ from .. import _dtypes
 from ..ops import creation
 from ..ops import where
 from . import Distribution, _as_tensor, _broadcast_pair
-from .continuous import EULER_GAMMA, Cauchy, Gamma, _gamma_draw, _NoRsample, _uniform
+from .continuous import EULER_GAMMA, Cauchy, Gamma, _Folded, _gamma_draw, _NoRsample, _uniform
 
 
 def _full_like(t, value):
     return t.new_full((), value)
 
 
-class HalfCauchy(Distribution):
+class HalfCauchy(_Folded):
     """|X| for X ~ Cauchy(0, scale)."""
 
-    has_rsample = True
-
     def __init__(self, scale, validate_args=None):
-        self.scale = _as_tensor(scale)
-        self.base_dist = Cauchy(self.scale.new_zeros(self.scale.shape), self.scale)
-        super().__init__(self.scale.shape)
-
-    def rsample(self, sample_shape=()):
-        return self.base_dist.rsample(sample_shape).abs()
-
-    def sample(self, sample_shape=()):
-        return self.rsample(sample_shape).detach()
-
-    def log_prob(self, value):
-        value = _as_tensor(value, self.scale)
-        inside = self.base_dist.log_prob(value) + math.log(2)
-        return where(value >= 0, inside, _full_like(inside, float("-inf")))
+        super().__init__(scale, Cauchy)
 
     def cdf(self, value):
         """2 F_cauchy(x) - 1 = (2 / pi) atan(x / scale)."""

@@ -237,23 +237,21 @@ class Module(ModuleHooks, StateDict):
 
     register_module = add_module
 
-    def get_parameter(self, target: str):
-        """The Parameter at a dotted path ("encoder.layers.0.linear1.weight"), as torch's."""
+    def _registered(self, target, registry, what):
         module_path, _, name = target.rpartition(".")
         mod = self.get_submodule(module_path)
-        if name not in mod._parameters:
-            raise AttributeError(f"{type(mod).__name__} has no parameter `{name}`" if not hasattr(mod, name) else
-                                 f"`{name}` is not an nn.Parameter")
-        return mod._parameters[name]
+        if name not in getattr(mod, registry):
+            raise AttributeError(f"{type(mod).__name__} has no {what} `{name}`" if not hasattr(mod, name) else
+                                 f"`{name}` is not a {what}")
+        return getattr(mod, registry)[name]
+
+    def get_parameter(self, target: str):
+        """The Parameter at a dotted path ("encoder.layers.0.linear1.weight"), as torch's."""
+        return self._registered(target, "_parameters", "parameter")
 
     def get_buffer(self, target: str):
         """The buffer at a dotted path ("bn.running_mean"), as torch's."""
-        module_path, _, name = target.rpartition(".")
-        mod = self.get_submodule(module_path)
-        if name not in mod._buffers:
-            raise AttributeError(f"{type(mod).__name__} has no buffer `{name}`" if not hasattr(mod, name) else
-                                 f"`{name}` is not a buffer")
-        return mod._buffers[name]
+        return self._registered(target, "_buffers", "buffer")
 
     def set_submodule(self, target: str, module, strict: bool = False):
         """The submodule at a dotted path replaced by `module` (with strict, the path must exist already)."""

@@ -212,8 +212,10 @@ class CTCLoss(_Loss):
 
 
 class KLDivLoss(_Loss):
+    reductions = ("mean", "sum", "none", "batchmean")
+
     def __init__(self, size_average=None, reduce=None, reduction="mean", log_target=False):
-        super().__init__(reduction=reduction)
+        super().__init__(size_average, reduce, reduction)
         self.log_target = log_target
 
     def forward(self, input, target):

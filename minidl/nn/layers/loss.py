@@ -19,11 +19,14 @@ class _Loss(Module):
     """The base of the losses (torch.nn.modules.loss._Loss, which custom losses subclass): `reduction`, from the
     legacy size_average / reduce flags when given."""
 
+    reductions = ("mean", "sum", "none")   # (the ones this loss takes: KLDivLoss adds "batchmean")
+
     def __init__(self, size_average=None, reduce=None, reduction: str = "mean"):
         super().__init__()
         reduction = legacy_reduction(size_average, reduce, reduction)
-        if reduction not in ("mean", "sum", "none"):
-            raise ValueError(f"{type(self).__name__}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        if reduction not in self.reductions:
+            raise ValueError(f"{type(self).__name__}: reduction must be one of {', '.join(map(repr, self.reductions))}, "
+                             f"got {reduction!r}")
         self.reduction = reduction
 
 
