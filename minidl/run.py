@@ -86,6 +86,7 @@ TORCH_MODULES = {
     "torchvision": "minidl.vision",
     "torchvision.datasets": "minidl.vision.datasets",
     "torchvision.transforms": "minidl.vision.transforms",
+    "torchvision.transforms.functional": "minidl.vision.functional",
     "torchvision.utils": "minidl.vision.utils",
     "torchvision.models": "minidl.vision.models",
     "torch.amp": "minidl.amp",

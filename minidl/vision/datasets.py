@@ -1,9 +1,87 @@
 """torchvision.datasets' names: MNIST, FashionMNIST, CIFAR10 (minidl.data's datasets, same signatures:
-`MNIST(root, train=True, transform=None, target_transform=None, download=False)`), and FakeData."""
+`MNIST(root, train=True, transform=None, target_transform=None, download=False)`), ImageFolder / DatasetFolder
+(a folder per class) and FakeData."""
 import numpy as np
 
 from ..data.datasets import CIFAR10, MNIST, FashionMNIST  # noqa: F401
 from ..data.dataset import Dataset  # noqa: F401
+
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+def pil_loader(path):
+    """The image at path as an RGB PIL image (torchvision's default loader)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError("ImageFolder needs Pillow to read images: pip install pillow (the project's `vision` "
+                          "extra)") from None
+    with open(path, "rb") as f:
+        return Image.open(f).convert("RGB")
+
+
+default_loader = pil_loader
+
+
+class DatasetFolder(Dataset):
+    """Samples in root/<class>/.../<file>: the classes are the sorted subfolder names, class_to_idx their indices,
+    samples (path, class index) pairs in sorted order, targets the indices (torchvision.datasets.DatasetFolder)."""
+
+    def __init__(self, root, loader, extensions=None, transform=None, target_transform=None, is_valid_file=None,
+                 allow_empty=False):
+        import os
+
+        self.root, self.loader = os.fspath(root), loader
+        self.transform, self.target_transform = transform, target_transform
+        if (extensions is None) == (is_valid_file is None):
+            raise ValueError("DatasetFolder: both extensions and is_valid_file cannot be None or not None at the "
+                             "same time")
+        if is_valid_file is None:
+            suffixes = tuple(e.lower() for e in extensions)
+            is_valid_file = lambda path: path.lower().endswith(suffixes)   # noqa: E731
+        if not os.path.isdir(self.root):
+            raise FileNotFoundError(f"DatasetFolder: {self.root} is not a folder (expected root/<class>/<files>)")
+        self.classes = sorted(e.name for e in os.scandir(self.root) if e.is_dir())
+        if not self.classes:
+            raise FileNotFoundError(f"Couldn't find any class folder in {self.root}.")
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.samples = []
+        for c in self.classes:
+            found = 0
+            for folder, _, files in sorted(os.walk(os.path.join(self.root, c), followlinks=True)):
+                for name in sorted(files):
+                    path = os.path.join(folder, name)
+                    if is_valid_file(path):
+                        self.samples.append((path, self.class_to_idx[c]))
+                        found += 1
+            if not found and not allow_empty:
+                raise FileNotFoundError(f"Found no valid file for the class {c}. Supported extensions are: "
+                                        f"{', '.join(extensions or ())}")
+        self.imgs = self.samples
+        self.targets = [t for _, t in self.samples]
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        path, target = self.samples[index]
+        sample = self.loader(path)
+        if self.transform is not None:
+            sample = self.transform(sample)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return sample, target
+
+
+class ImageFolder(DatasetFolder):
+    """Images in root/<class>/<image>: torchvision.datasets.ImageFolder (RGB PIL images through Pillow, which the
+    transforms take as they are)."""
+
+    def __init__(self, root, transform=None, target_transform=None, loader=default_loader, is_valid_file=None,
+                 allow_empty=False):
+        super().__init__(root, loader, IMG_EXTENSIONS if is_valid_file is None else None, transform,
+                         target_transform, is_valid_file, allow_empty)
 
 
 class FakeData(Dataset):
@@ -40,7 +118,7 @@ class FakeData(Dataset):
 
 def __getattr__(name):
     raise AttributeError(
-        f"minidl.vision.datasets has no {name!r} (torchvision.datasets.{name}); minidl has MNIST, FashionMNIST, CIFAR10 and FakeData. "
+        f"minidl.vision.datasets has no {name!r} (torchvision.datasets.{name}); minidl has MNIST, FashionMNIST, CIFAR10, FakeData, ImageFolder and DatasetFolder. "
         "docs/TORCH_COMPAT.md lists what exists. A torchvision dataset object (when torchvision is installed) "
         "works with minidl's DataLoader as it is."
     )

@@ -297,9 +297,19 @@ class Lambda:
         return "Lambda()"
 
 
+from . import functional  # noqa: E402,F401  (torchvision.transforms.functional)
+from .augment import (  # noqa: E402,F401  (the random augmentations and the remaining transforms: augment.py)
+    ColorJitter, ConvertImageDtype, GaussianBlur, Grayscale, RandomAffine, RandomApply, RandomChoice, RandomErasing,
+    RandomGrayscale, RandomOrder, RandomResizedCrop, RandomRotation, RandomVerticalFlip, ToPILImage,
+)
+from .functional import InterpolationMode  # noqa: E402,F401
+
+
 def __getattr__(name):
     raise AttributeError(
         f"minidl.vision.transforms has no {name!r} (torchvision.transforms.{name}); it has Compose, ToTensor, "
-        "PILToTensor, Normalize, Pad, RandomCrop, CenterCrop, RandomHorizontalFlip, Resize, Lambda. docs/TORCH_COMPAT.md "
-        "lists what exists; minidl.data.transforms has the batched GPU transforms."
+        "PILToTensor, Normalize, Pad, RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, Resize, "
+        "RandomResizedCrop, RandomRotation, RandomAffine, ColorJitter, Grayscale, RandomGrayscale, GaussianBlur, "
+        "RandomErasing, RandomApply, RandomChoice, RandomOrder, ToPILImage, ConvertImageDtype, Lambda (no AutoAugment "
+        "policies). docs/TORCH_COMPAT.md lists what exists; minidl.data.transforms has the batched GPU transforms."
     )
