@@ -6,7 +6,7 @@ import builtins
 
 import numpy as np
 
-from .. import _device, _dtypes, _layout, primitives
+from .. import _device, _dtypes, _layout, _meta, primitives
 from .._device import Device, get_array_module
 from .. import _dtypes as _dtypes_module
 from .._dtypes import bfloat16, bool_, float16, float32, float64, int32, int64
@@ -98,7 +98,7 @@ def _astype(a, dtype):
     if a.dtype.kind == "c" and np.dtype(dtype).kind != "c":
         a = a.real
     if not isinstance(a, (np.ndarray, np.generic)):
-        return a.astype(dtype) if _device.device_of(a).type == "meta" else primitives.cast(a, dtype)
+        return a.astype(dtype) if builtins.type(a) is _meta.MetaArray else primitives.cast(a, dtype)   # (CuPy: the kernel)
     with np.errstate(over="ignore"):
         return a.astype(dtype)
 
