@@ -3,7 +3,7 @@
 (a folder per class) and FakeData."""
 import numpy as np
 
-from ..data.datasets import CIFAR10, MNIST, FashionMNIST  # noqa: F401
+from ..data.datasets import CIFAR10, CIFAR100, MNIST, FashionMNIST  # noqa: F401
 from ..data.dataset import Dataset  # noqa: F401
 
 
@@ -118,7 +118,7 @@ class FakeData(Dataset):
 
 def __getattr__(name):
     raise AttributeError(
-        f"minidl.vision.datasets has no {name!r} (torchvision.datasets.{name}); minidl has MNIST, FashionMNIST, CIFAR10, FakeData, ImageFolder and DatasetFolder. "
+        f"minidl.vision.datasets has no {name!r} (torchvision.datasets.{name}); minidl has MNIST, FashionMNIST, CIFAR10, CIFAR100, FakeData, ImageFolder and DatasetFolder. "
         "docs/TORCH_COMPAT.md lists what exists. A torchvision dataset object (when torchvision is installed) "
         "works with minidl's DataLoader as it is."
     )

@@ -551,3 +551,31 @@ def test_bptt_on_gpu():
     inputs, targets = next(iter(BPTTIterator(data, 5, device="cuda")))
     assert isinstance(inputs._data, cupy.ndarray)
     np.testing.assert_array_equal(targets._data.get(), data[1:6])
+
+
+def test_cifar100_reads_the_official_python_layout(tmp_path):
+    """A CIFAR-100 release in the official layout (cifar-100-python/{train, test, meta}, pickles of uint8 planes,
+    fine and coarse labels, the fine label names as bytes), written here with the release's keys."""
+    import pickle
+
+    import minidl.vision.datasets as tv
+
+    folder = tmp_path / "cifar-100-python"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    planes = rng.integers(0, 256, (5, 3072), dtype=np.uint8)
+    split = {b"data": planes, b"fine_labels": [3, 99, 0, 7, 42], b"coarse_labels": [1, 19, 0, 2, 4],
+             b"filenames": [b"x.png"] * 5}
+    for name in ("train", "test"):
+        (folder / name).write_bytes(pickle.dumps(split, protocol=2))
+    (folder / "meta").write_bytes(pickle.dumps({b"fine_label_names": [f"class{i}".encode() for i in range(100)],
+                                                b"coarse_label_names": [b"sc"] * 20}, protocol=2))
+    ds = tv.CIFAR100(tmp_path, train=False, transform=minidl.vision.transforms.ToTensor())
+    assert len(ds) == 5 and ds.targets.tolist() == [3, 99, 0, 7, 42] and ds.coarse_targets.tolist()[1] == 19
+    assert ds.classes[42] == "class42" and ds.class_to_idx["class99"] == 99
+    image, label = ds[1]
+    assert tuple(image.shape) == (3, 32, 32) and label == 99
+    np.testing.assert_allclose(image.numpy() * 255, planes[1].reshape(3, 32, 32), atol=1e-4)   # R, G, B planes
+    (folder / "train").write_bytes(pickle.dumps({b"data": planes, b"fine_labels": [0] * 5}, protocol=2))
+    with pytest.raises(ValueError, match="lacks \\['coarse_labels'\\]"):
+        tv.CIFAR100(tmp_path, train=True)

@@ -100,3 +100,18 @@ def test_image_folder_lists_classes_and_files(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="Found no valid file for the class empty"):
         datasets.ImageFolder(tmp_path)
+
+
+def test_transforms_v2_converts_images_and_dtypes():
+    from minidl.vision import transforms_v2 as v2
+
+    image = v2.ToImage()(IMG)
+    assert image.dtype == np.uint8 and tuple(image.shape) == (3, 6, 6)
+    np.testing.assert_array_equal(image.numpy(), np.moveaxis(IMG, 2, 0))
+    scaled = v2.ToDtype(minidl.float32, scale=True)(image)
+    np.testing.assert_allclose(scaled.numpy(), np.moveaxis(IMG, 2, 0) / 255.0, rtol=1e-6)
+    assert v2.ToDtype(minidl.float32)(image).numpy().max() == IMG.max()   # (no scale: the values as they are)
+    pipeline = v2.Compose([v2.ToImage(), v2.RandomResizedCrop((4, 4)), v2.ToDtype({minidl.Tensor: minidl.float32,
+                                                                                    "others": None}, scale=True)])
+    out = pipeline(IMG)
+    assert tuple(out.shape) == (3, 4, 4) and out.dtype == np.float32
