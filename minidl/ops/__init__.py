@@ -90,7 +90,7 @@ TABLE = (
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
     (conversion, "m", "get_device is_signed share_memory_ is_shared apply_ map_ resize_ resize_as_ new_empty_strided "
                       "record_stream"),
-    (conversion, "p", "is_xpu=not_this_device is_mps=not_this_device is_ipu=not_this_device is_hpu=not_this_device "
+    (conversion, "p", "is_cpu is_xpu=not_this_device is_mps=not_this_device is_ipu=not_this_device is_hpu=not_this_device "
                       "is_xla=not_this_device is_mkldnn=not_this_device is_quantized=not_this_device "
                       "is_vulkan=not_this_device is_mtia=not_this_device is_maia=not_this_device"),
     (mathops, "mf", "gcd lcm ldexp renorm digamma mvlgamma frexp i0 nextafter"),

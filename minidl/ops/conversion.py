@@ -418,6 +418,11 @@ def is_shared(self):
     return isinstance(base.obj if isinstance(base, memoryview) else base, mmap.mmap)
 
 
+def is_cpu(self):
+    """On the host: neither a GPU tensor nor a meta one (torch.Tensor.is_cpu)."""
+    return not self.is_cuda and not self.is_meta
+
+
 def not_this_device(self):
     """False: is_xpu, is_mps and the other backends' predicates (minidl runs on the CPU and CUDA GPUs)."""
     return False

@@ -235,3 +235,44 @@ def test_cuda_device_and_memory_queries_as_torch():
     minidl.cuda.reset_peak_memory_stats()
     assert minidl.cuda.max_memory_allocated() == minidl.cuda.memory_reserved() >= minidl.cuda.memory_allocated()
     assert "MiB" in minidl.cuda.memory_summary()
+
+
+def test_session13_meta_as_strided_and_saved_tensor_hooks_on_the_gpu():
+    """Session 13's additions on the GPU path, against torch on the same GPU: a meta skeleton made real on the GPU by
+    to_empty, then loaded; as_strided's values and the gradient of overlapping windows (CuPy's add.at); save_on_cpu
+    moving what a GPU graph saves to the host and back, with the gradients unchanged."""
+    minidl.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).to("cuda")
+    x = minidl.randn(4, 6, device="cuda")
+    model = nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).to("meta").to_empty(device="cuda")
+    assert model[0].weight.is_cuda and not model[0].weight.is_meta
+    model.load_state_dict(ref.state_dict())
+    np.testing.assert_array_equal(model(x).detach().cpu().numpy(), ref(x).detach().cpu().numpy())
+
+    base = np.arange(12.0).reshape(3, 4) * 0.5
+    ours = minidl.tensor(base, device="cuda", requires_grad=True)
+    theirs = torch.tensor(base, device="cuda", requires_grad=True)
+    w = np.linspace(-1, 1, 2 * 3 * 3).reshape(2, 3, 3)
+    yo = minidl.as_strided(ours, (2, 3, 3), (2, 1, 2), 1)
+    yt = torch.as_strided(theirs, (2, 3, 3), (2, 1, 2), 1)
+    np.testing.assert_array_equal(yo.detach().cpu().numpy(), yt.detach().cpu().numpy())
+    (yo * minidl.tensor(w, device="cuda")).sum().backward()
+    (yt * torch.tensor(w, device="cuda")).sum().backward()
+    np.testing.assert_allclose(ours.grad.cpu().numpy(), theirs.grad.cpu().numpy(), rtol=1e-12)
+
+    packed = []
+    a = minidl.randn(8, 8, device="cuda", requires_grad=True)
+    plain = (a.tanh() @ a).sum()
+    plain.backward()
+    want = a.grad.cpu().numpy()
+    a.grad = None
+    with minidl.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t.device) or t.cpu(),
+                                                   lambda t: t.to("cuda")):
+        hooked = (a.tanh() @ a).sum()
+    hooked.backward()
+    assert packed and all(str(d).startswith("cuda") for d in packed)
+    np.testing.assert_allclose(a.grad.cpu().numpy(), want, rtol=1e-6)
+    a.grad = None
+    with minidl.autograd.graph.save_on_cpu():
+        (a.tanh() @ a).sum().backward()
+    np.testing.assert_allclose(a.grad.cpu().numpy(), want, rtol=1e-6)
