@@ -5,6 +5,11 @@ without the profiler, then cProfile over N steps; the functions by cumulative an
     python3 benchmarks/profile_gpt_host.py [--fp32] [--steps 10] [--top 40]
     python3 benchmarks/profile_gpt_host.py --model 0 --math tf32      # the MNIST CNN with TF32 (issue 23)
     python3 benchmarks/profile_gpt_host.py --dump $OUT/gpt_bf16.prof   # raw stats, to sort and read elsewhere
+    python3 benchmarks/profile_gpt_host.py --model 1 --sync-each       # as bench_gpu_train_step.py times it
+
+--sync-each waits for the GPU after every step, as the benchmark's rows do (each step starts on an idle GPU), and
+also prints the median host time of a step so; a step whose host time grows under it waits for the GPU somewhere
+(the profile then shows where: the waiting call's own time).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--model", type=int, default=None, help="index into bench_gpu_train_step.MODELS")
     ap.add_argument("--math", choices=("fp32", "tf32", "bf16"), default="fp32")
+    ap.add_argument("--sync-each", action="store_true", help="wait for the GPU after each step (the benchmark's way)")
     ap.add_argument("--dump", default=None, help="also write the raw cProfile stats here (pstats.Stats reads them)")
     args = ap.parse_args()
     import cupy
@@ -49,13 +55,23 @@ def main():
         ours()
     cupy.cuda.Device().synchronize()
     wall = (time.perf_counter() - start) / args.steps
+    host = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        ours()
+        host.append(time.perf_counter() - t0)
+        cupy.cuda.Device().synchronize()
+    host = sorted(host)[len(host) // 2]
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(args.steps):
         ours()
+        if args.sync_each:
+            cupy.cuda.Device().synchronize()
     cupy.cuda.Device().synchronize()
     profile.disable()
-    print(f"{label}: {wall * 1e3:.2f} ms per step (no profiler)")
+    print(f"{label}: {wall * 1e3:.2f} ms per step back to back, host {host * 1e3:.2f} ms (median) when each step "
+          f"starts on an idle GPU (no profiler)")
     if args.dump:
         profile.dump_stats(args.dump)
     for key in ("cumulative", "tottime"):
