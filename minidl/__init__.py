@@ -20,7 +20,7 @@ from .autograd.tensor import (  # noqa: F401
     set_default_dtype, uint8,
 )
 from .autograd.legacy import (  # noqa: F401
-    BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor, ShortTensor,
+    BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor, ShortTensor,
 )
 from .autograd import return_types  # noqa: F401
 from .autograd.printing import get_printoptions, set_printoptions  # noqa: F401  (torch.set_printoptions)

@@ -104,8 +104,9 @@ class CudaGenerator:
     randperm use the raw words (philox_bits). The rest (multinomial's choice, gamma, poisson, ranges past 2^32) are
     CuPy's generator's (cupy.random, seeded by manual_seed), which that state does not hold."""
 
-    def __init__(self, device):
+    def __init__(self, device, state=None):
         self.device = _device.Device(device)
+        self.state = state   # a minidl.Generator(device="cuda")'s own (seed, offset); None: the device's global one
 
     def _claim(self, size):
         """(shape, the (seed, offset) claimed for its elements on the device)."""
@@ -115,7 +116,8 @@ class CudaGenerator:
         n = 1
         for d in shape:
             n *= int(d)
-        return shape, P.philox_advance(philox_state(self.device), n)
+        state = philox_state(self.device) if self.state is None else self.state
+        return shape, P.philox_advance(state, n)
 
     def _fill(self, op, size, dtype):
         from . import primitives as P
@@ -144,6 +146,10 @@ class CudaGenerator:
         if not 0 < span <= 1 << 32:
             return _device.require_cuda().random.randint(low, high, size=size, dtype=dtype)
         return ((self._bits(size).astype(np.int64) % span) + int(low)).astype(dtype)
+
+    def integers(self, low, high=None, size=None, dtype=np.int64):
+        """NumPy's name for randint (what a draw with a minidl.Generator calls)."""
+        return self.randint(low, high, size, dtype)
 
     def permutation(self, n):
         """The order of n random words (argsort: ties, rare below n ~ 2^16, keep the index order)."""
@@ -257,20 +263,35 @@ def set_philox_states(states: dict) -> None:
 class Generator:
     """torch.Generator: an independent, seedable random stream. `minidl.Generator().manual_seed(0)` can be
     passed as `generator=` to rand/randn/randint/randperm/normal/multinomial/bernoulli, to the samplers and to
-    DataLoader (which continue its stream from epoch to epoch). CPU generators only (NumPy's PCG64)."""
+    DataLoader (which continue its stream from epoch to epoch).
+
+    A CPU generator is NumPy's PCG64. A CUDA generator (`Generator(device="cuda")`, as diffusers' pipelines seed
+    theirs) is a Philox (seed, offset) pair on that GPU of its own, drawn from as the global GPU stream is
+    (CudaGenerator): the same seed gives the numbers `cuda.manual_seed` with that seed gives, and get_state /
+    set_state are the 16 bytes `cuda.get_rng_state` returns. The draws CuPy's generator makes on the GPU (gamma,
+    poisson, multinomial) do not take a generator."""
 
     def __init__(self, device="cpu"):
         self.device = _device.Device(device)
-        if self.device.type != "cpu":
-            raise NotImplementedError("minidl.Generator: only CPU generators exist; draw on the CPU and move the "
-                                      "result, or use the global CUDA stream (minidl.manual_seed)")
-        self._seed = int(np.random.SeedSequence().entropy % (2**63))
-        self.rng = np.random.default_rng(self._seed)
+        if self.device.type not in ("cpu", "cuda"):
+            raise RuntimeError(f"minidl.Generator: no generator for the {self.device.type} device (cpu or cuda)")
+        if self.device.type == "cuda":
+            _device.require_cuda("Generator(device='cuda')")
+            self._cuda_state = _device.move_array(np.zeros(2, dtype=np.uint64), self.device)
+            self.rng = CudaGenerator(self.device, self._cuda_state)
+        self.manual_seed(int(np.random.SeedSequence().entropy % (2**63)))
 
     def manual_seed(self, seed):
         self._seed = int(seed)
-        self.rng = np.random.default_rng(self._seed)
+        if self.device.type == "cuda":
+            self._write_cuda_state(self._seed & 0xFFFFFFFFFFFFFFFF, 0)
+        else:
+            self.rng = np.random.default_rng(self._seed)
         return self
+
+    def _write_cuda_state(self, seed, offset):
+        """In place (a CUDA graph that captured draws from this generator keeps reading the same array)."""
+        self._cuda_state.set(np.array([seed, offset], dtype=np.uint64))
 
     def seed(self):
         return self.manual_seed(int(np.random.SeedSequence().entropy % (2**63)))._seed
@@ -279,28 +300,47 @@ class Generator:
         return self._seed
 
     def get_state(self):
+        """A uint8 tensor on the CPU: PCG64's state (CPU), or the 16 bytes of the Philox (seed, offset) (CUDA; reads
+        the device, a synchronisation)."""
         from .autograd.tensor import Tensor
 
+        if self.device.type == "cuda":
+            return Tensor._make(_device.move_array(self._cuda_state, "cpu").view(np.uint8).copy())
         state = self.rng.bit_generator.state
         return Tensor._make(np.frombuffer(repr(state).encode(), dtype=np.uint8).copy())
 
     def set_state(self, state):
+        raw = np.ascontiguousarray(np.asarray(getattr(state, "_data", state)))
+        if self.device.type == "cuda":
+            if raw.dtype != np.uint8 or raw.size != 16:
+                raise RuntimeError(f"Generator.set_state: a CUDA generator's state is the 16 bytes get_state() "
+                                   f"returns, got {raw.size} values of {raw.dtype}")
+            seed, offset = raw.reshape(-1).view(np.uint64)
+            self._write_cuda_state(seed, offset)
+            return self
         import ast
 
-        self.rng.bit_generator.state = ast.literal_eval(bytes(np.asarray(getattr(state, "_data", state))).decode())
+        self.rng.bit_generator.state = ast.literal_eval(bytes(raw).decode())
         return self
+
+    def __repr__(self):
+        return f"<minidl.Generator object, device={self.device}>"
 
 
 def rng_of(generator, device):
-    """The NumPy/CuPy generator to draw from: `generator` (a minidl.Generator, CPU only) or the global one of
-    `device`."""
+    """The NumPy/CuPy generator to draw from: `generator` (a minidl.Generator of the same device type as the draw)
+    or the global one of `device`."""
     if generator is None:
         return _rng_for(device)
     if not isinstance(generator, Generator):
         raise TypeError(f"generator must be a minidl.Generator, got {type(generator).__name__}")
-    if _device.Device(device).type != "cpu":
-        raise RuntimeError("a CPU minidl.Generator cannot draw CUDA numbers (as in torch: Expected a 'cuda' "
-                           "device type for generator)")
+    wanted = _device.Device(device).type
+    if wanted == "meta":
+        return _rng_for(device)
+    if generator.device.type != wanted:
+        raise RuntimeError(f"Expected a '{wanted}' device type for generator but found '{generator.device.type}' "
+                           f"(as in torch: a {generator.device.type.upper()} minidl.Generator draws "
+                           f"{generator.device.type.upper()} numbers only)")
     return generator.rng
 
 

@@ -181,16 +181,25 @@ def cuda(self, device=None):
 
 LEGACY_NAMES = {"float32": "FloatTensor", "float64": "DoubleTensor", "float16": "HalfTensor", "int64": "LongTensor",
                 "int32": "IntTensor", "int16": "ShortTensor", "int8": "CharTensor", "uint8": "ByteTensor",
-                "bool": "BoolTensor"}   # Tensor.type()'s names, as torch's
+                "bool": "BoolTensor", "bfloat16": "BFloat16Tensor"}   # Tensor.type()'s names, as torch's
 
 
 def type(self, dtype=None):
-    """type() -> 'torch.FloatTensor' etc. (PyTorch's names); type(dtype or FloatTensor or
-    'torch.FloatTensor') -> this tensor in that dtype."""
+    """type() -> 'torch.FloatTensor' etc. (PyTorch's names); type(dtype) -> this tensor in that dtype;
+    type(FloatTensor or 'torch.FloatTensor', or a torch.cuda form) -> in that dtype, on that device (as torch's:
+    x.type(torch.cuda.FloatTensor) moves x to the GPU, x.type(torch.FloatTensor) to the CPU)."""
     if dtype is None:
         return ("torch.cuda." if self.is_cuda else "torch.") + LEGACY_NAMES.get(self.dtype.name, self.dtype.name)
     if isinstance(dtype, str) and dtype.rpartition(".")[2] in LEGACY_NAMES.values():
-        dtype = next(k for k, v in LEGACY_NAMES.items() if v == dtype.rpartition(".")[2])
+        name = dtype.rpartition(".")[2]
+        on = "cuda" if dtype.startswith(("torch.cuda.", "cuda.")) else "cpu"
+        dtype = next(k for k, v in LEGACY_NAMES.items() if v == name)
+        moved = self if str(self.device).startswith(on) else self.to(on)
+        return type(moved, dtype)
+    legacy_device = getattr(dtype, "device", None)
+    if isinstance(legacy_device, str) and hasattr(dtype, "legacy_name"):   # a legacy class (autograd/legacy.py)
+        moved = self if str(self.device).startswith(legacy_device) else self.to(legacy_device)
+        return type(moved, dtype.dtype)
     try:
         dtype = np.dtype(getattr(dtype, "dtype", dtype))
     except TypeError:

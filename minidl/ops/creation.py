@@ -345,6 +345,9 @@ def multinomial(input, num_samples, replacement=False, *, generator=None):
     if not replacement and num_samples > (rows > 0).sum(axis=1).min():
         raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples without replacement")
     rng = generator.rng if generator is not None else random.cpu_generator()
+    if generator is not None and generator.device.type == "cuda":   # the rows are drawn on the host: a NumPy
+        words = _device.move_array(generator.rng._bits((4,)), "cpu")  # generator seeded from the CUDA generator's stream
+        rng = np.random.default_rng([int(w) for w in words])
     out = np.empty((rows.shape[0], int(num_samples)), dtype=np.int64)
     for i, row in enumerate(rows):
         out[i] = rng.choice(row.size, size=int(num_samples), replace=bool(replacement), p=row / row.sum())

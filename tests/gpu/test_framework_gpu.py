@@ -276,3 +276,98 @@ def test_session13_meta_as_strided_and_saved_tensor_hooks_on_the_gpu():
     with minidl.autograd.graph.save_on_cpu():
         (a.tanh() @ a).sum().backward()
     np.testing.assert_allclose(a.grad.cpu().numpy(), want, rtol=1e-6)
+
+
+def test_streams_order_work_as_torch_streams():
+    """A side stream (torch's pattern: wait for the producer, compute, make the consumer wait): the block's kernels go
+    to the side stream, the current stream comes back after it, events recorded on our Stream objects time and order
+    the work, and the result equals the default stream's."""
+    cuda = minidl.cuda
+    x = minidl.randn(512, 512, device="cuda")
+    want = (x @ x).relu().sum(0).cpu().numpy()
+    default = cuda.current_stream()
+    assert default == cuda.default_stream() and default.cuda_stream == 0
+    side = cuda.Stream()
+    assert side.cuda_stream != 0 and side != default and "cuda_stream=0x" in repr(side)
+    side.wait_stream(default)
+    start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+    with cuda.stream(side):
+        assert cuda.current_stream() == side
+        start.record(side)
+        y = (x @ x).relu().sum(0)
+        end.record(side)
+    assert cuda.current_stream() == default
+    default.wait_stream(side)
+    np.testing.assert_allclose(y.cpu().numpy(), want, rtol=1e-5)
+    end.synchronize()
+    assert end.query() and side.query() and start.elapsed_time(end) > 0
+    ev = side.record_event()
+    default.wait_event(ev)
+    with side:   # a Stream is its own context, as torch.Stream's (torch's device-generic stream)
+        z = y * 2
+    side.synchronize()
+    np.testing.assert_allclose(z.cpu().numpy(), 2 * want, rtol=1e-5)
+    ext = cuda.ExternalStream(side.cuda_stream)
+    assert ext == side
+    assert cuda.Stream(priority=-1).priority == -1
+
+
+def test_streams_device_queries_and_out_of_memory_as_torch():
+    cuda = minidl.cuda
+    free, total = cuda.mem_get_info()
+    tfree, ttotal = torch.cuda.mem_get_info()
+    assert total == ttotal and 0 < free <= total
+    assert cuda.get_arch_list() == [f"sm_{torch.cuda.get_device_capability()[0]}{torch.cuda.get_device_capability()[1]}"]
+    assert cuda.is_initialized() and cuda.is_tf32_supported()
+    with cuda.device(0):
+        assert cuda.current_device() == 0
+    with cuda.device_of(minidl.ones(1, device="cuda")):
+        assert cuda.current_device() == 0
+    with pytest.raises(cuda.OutOfMemoryError):
+        minidl.empty(2**46, device="cuda")   # 256 TiB
+    depth = cuda.nvtx.range_push("step")
+    cuda.nvtx.mark("inside")
+    assert cuda.nvtx.range_pop() == depth == 0
+
+
+def test_a_cuda_generator_is_a_philox_stream_of_its_own():
+    """Generator(device="cuda"), as diffusers' pipelines seed theirs: the same seed gives the global GPU stream's
+    numbers for that seed, its draws leave the global stream where it was, get_state / set_state replay it, and a
+    generator of the other device is refused with torch's message."""
+    g = minidl.Generator(device="cuda").manual_seed(1234)
+    assert str(g.device) == "cuda:0" and g.initial_seed() == 1234
+    minidl.cuda.manual_seed(77)
+    before = minidl.cuda.get_rng_state()
+    a = minidl.randn(3, 5, generator=g, device="cuda")
+    u = minidl.rand(100, generator=g, device="cuda")
+    k = minidl.randint(0, 10, (50,), generator=g, device="cuda")
+    p = minidl.randperm(20, generator=g, device="cuda")
+    assert a.is_cuda and u.is_cuda and k.is_cuda and p.is_cuda
+    assert np.array_equal(minidl.cuda.get_rng_state().numpy(), before.numpy())   # the global stream did not move
+    minidl.cuda.manual_seed(1234)
+    np.testing.assert_array_equal(minidl.randn(3, 5, device="cuda").cpu().numpy(), a.cpu().numpy())
+    assert sorted(p.cpu().numpy().tolist()) == list(range(20)) and 0 <= int(k.min()) and int(k.max()) < 10
+    assert 0 <= float(u.min()) and float(u.max()) < 1
+    state = g.get_state()
+    again = minidl.rand(7, generator=g, device="cuda").cpu().numpy()
+    g.set_state(state)
+    np.testing.assert_array_equal(minidl.rand(7, generator=g, device="cuda").cpu().numpy(), again)
+    m1 = minidl.multinomial(minidl.ones(10, device="cuda"), 5, generator=g.manual_seed(3))
+    m2 = minidl.multinomial(minidl.ones(10, device="cuda"), 5, generator=g.manual_seed(3))
+    np.testing.assert_array_equal(m1.cpu().numpy(), m2.cpu().numpy())
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'cuda'"):
+        minidl.rand(2, generator=g)
+
+
+def test_legacy_cuda_types_move_and_check_as_torch():
+    """The older programs' `Tensor = torch.cuda.FloatTensor` idiom on the GPU, beside torch's on the same GPU."""
+    for lib in (minidl, torch):
+        Tensor = lib.cuda.FloatTensor   # noqa: N806
+        host = lib.ones(2, 3)
+        moved = host.type(Tensor)
+        assert moved.is_cuda and isinstance(moved, lib.cuda.FloatTensor) and not isinstance(moved, lib.FloatTensor)
+        assert moved.type() == "torch.cuda.FloatTensor"
+        assert moved.type(lib.FloatTensor).is_cuda is False
+        assert host.type("torch.cuda.LongTensor").is_cuda and host.type("torch.cuda.LongTensor").dtype == lib.int64
+        made = Tensor(4, 1).fill_(1.0)
+        assert made.is_cuda and made.shape == (4, 1)

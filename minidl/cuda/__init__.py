@@ -1,12 +1,17 @@
-"""minidl.cuda: is the GPU path usable, a few device-wide helpers, and CUDA graphs (as torch.cuda)."""
+"""minidl.cuda: is the GPU path usable, a few device-wide helpers, streams (streams.py), NVTX ranges (nvtx.py) and
+CUDA graphs (as torch.cuda)."""
 from __future__ import annotations
 
 import numpy as np
 
-from . import _device
-from ._graphs import (  # noqa: F401  (CUDA graphs: see minidl/_graphs.py)
+from .. import _device
+from .._graphs import (  # noqa: F401  (CUDA graphs: see minidl/_graphs.py)
     CUDAGraph, CUDAGraphStep, graph, graph_pool_handle, graphed_step, is_current_stream_capturing,
     make_graphed_callables,
+)
+from . import nvtx  # noqa: F401
+from .streams import (  # noqa: F401
+    ExternalStream, Stream, StreamContext, current_stream, default_stream, device, device_of, set_stream, stream,
 )
 
 
@@ -153,7 +158,7 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 def precompile(families=None) -> list:
     """Compile every CUDA kernel family now, so that no later call (or timing) includes a compile."""
     _device.require_cuda("cuda.precompile")
-    from .primitives.cuda import precompile
+    from ..primitives.cuda import precompile
 
     return precompile(families)
 
@@ -162,7 +167,7 @@ def manual_seed(seed: int) -> None:
     """Seed the GPU generators (as torch.cuda.manual_seed: every GPU's Philox state (seed, 0), and CuPy's generator for
     the integer draws); does nothing without a GPU, as torch."""
     if is_available():
-        from . import random
+        from .. import random
 
         random.seed_cuda(int(seed))
 
@@ -180,8 +185,8 @@ def get_rng_state(device="cuda"):
     device's Philox (seed, offset), the stream rand, randn, normal_, uniform_, bernoulli_ and dropout draw from. It
     reads the device (a synchronisation): for checkpoints, not inside a training step. CuPy's generator, which
     randint, randperm and multinomial use on the GPU, is not in it."""
-    from . import random
-    from .autograd.tensor import Tensor
+    from .. import random
+    from ..autograd.tensor import Tensor
 
     _device.require_cuda("cuda.get_rng_state")
     state = _device.move_array(random.philox_state(_state_device(device)), "cpu")
@@ -190,7 +195,7 @@ def get_rng_state(device="cuda"):
 
 def set_rng_state(new_state, device="cuda") -> None:
     """Restore a state get_rng_state returned (in place: a captured CUDA graph keeps drawing from the same array)."""
-    from . import random
+    from .. import random
 
     _device.require_cuda("cuda.set_rng_state")
     raw = np.ascontiguousarray(np.asarray(getattr(new_state, "_data", new_state)))
@@ -213,7 +218,7 @@ def set_rng_state_all(new_states) -> None:
 
 
 def initial_seed() -> int:
-    from . import random
+    from .. import random
 
     return random.cuda_initial_seed()
 
@@ -239,7 +244,8 @@ class Event:
         self._event = cupy.cuda.Event(block=blocking, disable_timing=not enable_timing)
 
     def record(self, stream=None):
-        self._event.record(stream)
+        """Record on `stream` (a minidl.cuda.Stream; the current stream when None)."""
+        self._event.record(getattr(stream, "_stream", stream))
 
     def synchronize(self):
         self._event.synchronize()
@@ -249,10 +255,107 @@ class Event:
 
     def wait(self, stream=None):
         cupy = _device.require_cuda("cuda.Event.wait")
-        (stream or cupy.cuda.get_current_stream()).wait_event(self._event)
+        (getattr(stream, "_stream", stream) or cupy.cuda.get_current_stream()).wait_event(self._event)
 
     def elapsed_time(self, end_event) -> float:
         if not (self.enable_timing and end_event.enable_timing):
             raise RuntimeError("cuda.Event.elapsed_time: both events must be created with enable_timing=True")
         cupy = _device.require_cuda("cuda.Event.elapsed_time")
         return float(cupy.cuda.get_elapsed_time(self._event, end_event._event))
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) bytes of the GPU as the driver sees them (cudaMemGetInfo): free does not count what minidl's
+    memory pool holds for reuse (see memory_reserved)."""
+    cupy = _device.require_cuda("cuda.mem_get_info")
+    with cupy.cuda.Device(_index(device)):
+        free, total = cupy.cuda.runtime.memGetInfo()
+    return int(free), int(total)
+
+
+class _NoGpuOutOfMemoryError(RuntimeError):
+    """torch.cuda.OutOfMemoryError where there is no GPU path (nothing raises it there)."""
+
+
+
+
+def is_initialized() -> bool:
+    """True once the GPU is usable (minidl initialises CUDA lazily, at the first GPU array; torch's likewise)."""
+    return is_available()
+
+
+def init() -> None:
+    """Initialise CUDA now (torch.cuda.init); raises with the reason when the GPU path is not there."""
+    _device.require_cuda("cuda.init").cuda.runtime.getDeviceCount()
+
+
+def get_arch_list() -> list:
+    """The architectures minidl's kernels are compiled for: at run time for this GPU by NVRTC, so sm_<major><minor>
+    of the current GPU ([] without one)."""
+    if not is_available():
+        return []
+    major, minor = get_device_capability()
+    return [f"sm_{major}{minor}"]
+
+
+def is_tf32_supported() -> bool:
+    return is_available() and get_device_capability()[0] >= 8
+
+
+def can_device_access_peer(device, peer_device) -> bool:
+    cupy = _device.require_cuda("cuda.can_device_access_peer")
+    return bool(cupy.cuda.runtime.deviceCanAccessPeer(_index(device), _index(peer_device)))
+
+
+_sync_debug_mode = 0
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    """Accepted for torch's programs ("default" / 0); minidl does not warn on synchronising calls ("warn" and
+    "error" raise, so that a program relying on them learns it)."""
+    global _sync_debug_mode
+    mode = {"default": 0, "warn": 1, "error": 2}.get(debug_mode, debug_mode)
+    if mode not in (0, 1, 2):
+        raise RuntimeError(f"cuda.set_sync_debug_mode: expected 'default', 'warn', 'error' or 0-2, got {debug_mode!r}")
+    if mode:
+        raise NotImplementedError("cuda.set_sync_debug_mode: minidl has no sync debug mode (tests/gpu's "
+                                  "test_training_step_never_waits_for_the_gpu shows how to check a step for syncs)")
+    _sync_debug_mode = mode
+
+
+def get_sync_debug_mode() -> int:
+    return _sync_debug_mode
+
+
+def ipc_collect() -> None:
+    """Nothing to collect: minidl shares no GPU memory between processes."""
+
+
+memory_cached = memory_reserved             # torch's old names
+max_memory_cached = max_memory_reserved
+reset_max_memory_cached = reset_peak_memory_stats
+
+
+def _legacy_cuda_types():
+    from ..autograd.legacy import cuda_typed
+
+    return {name: cuda_typed(name) for name in ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor",
+                                                "LongTensor", "IntTensor", "ShortTensor", "CharTensor",
+                                                "ByteTensor", "BoolTensor")}
+
+
+globals().update(_legacy_cuda_types())   # torch.cuda.FloatTensor, ...: see autograd/legacy.py
+
+
+def __getattr__(name):
+    if name == "OutOfMemoryError":
+        # CuPy's, where CuPy is, so that `except torch.cuda.OutOfMemoryError:` catches what a failed allocation
+        # raises (looked up late: importing minidl does not import CuPy). Unlike torch's it is a MemoryError, not a
+        # RuntimeError: a program that catches RuntimeError and looks for "out of memory" does not catch it.
+        cupy = _device._load_cupy()
+        return cupy.cuda.memory.OutOfMemoryError if cupy is not None else _NoGpuOutOfMemoryError
+    if name == "amp":   # torch.cuda.amp.autocast / GradScaler reached as attributes (imported late: amp imports nn)
+        from ..amp import cuda_amp
+
+        return cuda_amp
+    raise AttributeError(f"module 'minidl.cuda' has no attribute {name!r}")
