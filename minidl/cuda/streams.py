@@ -83,8 +83,13 @@ class ExternalStream(Stream):
     """A stream created elsewhere (another library's cudaStream_t, as an integer), as torch.cuda.ExternalStream."""
 
     def __init__(self, stream_ptr, device=None):
+        import warnings
+
         cupy = _device.require_cuda("cuda.ExternalStream")
-        super().__init__(device, _cupy_stream=cupy.cuda.ExternalStream(int(stream_ptr)))
+        with warnings.catch_warnings():   # CuPy 14 deprecates ExternalStream for objects with __cuda_stream__; a
+            warnings.simplefilter("ignore", DeprecationWarning)   # bare pointer, as torch takes, still needs it
+            external = cupy.cuda.ExternalStream(int(stream_ptr))
+        super().__init__(device, _cupy_stream=external)
 
 
 def _wrap(cupy_stream):

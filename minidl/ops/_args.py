@@ -69,11 +69,16 @@ def can_view(array, shape) -> bool:
         return True
     if not isinstance(array, np.ndarray):
         return False
-    v = array.view()
     try:
-        v.shape = shape  # raises when a copy would be needed
-    except AttributeError:
+        np.reshape(array, shape, copy=False)   # raises when a copy would be needed (NumPy >= 2.1)
+    except ValueError:
         return False
+    except TypeError:   # NumPy < 2.1 has no copy argument: setting the shape of a view raises instead
+        v = array.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            return False
     return True
 
 

@@ -25,8 +25,8 @@ def test_legacy_types_check_dtype_and_device_as_torch():
     assert minidl.BFloat16Tensor([1.5]).type() == torch.BFloat16Tensor([1.5]).type() == "torch.BFloat16Tensor"
 
 
-def test_the_older_gan_programs_type_idiom_runs_on_the_cpu():
-    """eriklindernoren/PyTorch-GAN's lines, with cuda False (here) and the tensor type chosen from it."""
+def test_the_older_gan_programs_type_idiom_runs():
+    """eriklindernoren/PyTorch-GAN's lines: the tensor type chosen from cuda.is_available() (on the GPU in the GPU suite)."""
     cuda = minidl.cuda.is_available()
     Tensor = minidl.cuda.FloatTensor if cuda else minidl.FloatTensor   # noqa: N806 - the programs' name
     imgs = minidl.tensor(np.arange(6.0).reshape(2, 3))
@@ -34,7 +34,7 @@ def test_the_older_gan_programs_type_idiom_runs_on_the_cpu():
     real = minidl.autograd.Variable(imgs.type(Tensor))
     z = minidl.autograd.Variable(Tensor(np.random.default_rng(0).normal(0, 1, (2, 4))))
     assert valid.tolist() == [[1.0], [1.0]] and real.dtype == minidl.float32 and z.shape == (2, 4)
-    assert isinstance(real, Tensor) and not real.is_cuda
+    assert isinstance(real, Tensor) and real.is_cuda == cuda
 
 
 @pytest.mark.skipif(GPU_AVAILABLE, reason="the answers without a GPU")
