@@ -557,3 +557,11 @@ def test_nn_modules_internals_print_what_torch_prints(tmp_path):
     nn.modules.utils._pair through the runner: the same output as on PyTorch."""
     out = _same_output_as_torch("nn_modules_internals.py", tmp_path)
     assert "['BatchNorm2d'] [True, False]" in out
+
+
+def test_cuda_idioms_print_what_torch_prints(tmp_path):
+    """The legacy torch.cuda.FloatTensor idiom of the older GAN programs, NVTX ranges, a stream context of None, a
+    device generator and an OutOfMemoryError except clause, in a program written for either device: the same output
+    as on PyTorch (here on the CPU; tests/gpu/test_framework_gpu.py runs the GPU forms)."""
+    out = _same_output_as_torch("cuda_idioms.py", tmp_path)
+    assert out.splitlines()[-2:] == ["too big 4", "fits 2"]
