@@ -203,7 +203,8 @@ def _inverse_affine(h, w, angle, translate, scale, shear, center):
 
 def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=0, center=None):
     """The image rotated (degrees, clockwise, as torchvision's affine), translated (pixels), scaled and sheared
-    (degrees) about its centre; outside pixels are `fill`. Nearest or bilinear sampling."""
+    (degrees) about its centre (or `center`, (x, y) from the upper-left corner); outside pixels are `fill` (None: 0).
+    Nearest or bilinear sampling."""
     interpolation = str(getattr(interpolation, "value", interpolation)).lower()
     if interpolation not in ("nearest", "bilinear"):
         raise NotImplementedError(f"affine / rotate: interpolation {interpolation!r} is not implemented (nearest, "
@@ -211,12 +212,14 @@ def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=0,
     shear = (shear, 0.0) if isinstance(shear, numbers.Number) else tuple(shear) + (0.0,) * (2 - len(tuple(shear)))
     x, back = _to_chw(img)
     h, w = x.shape[-2:]
-    center = ((w - 1) * 0.5, (h - 1) * 0.5) if center is None else center
+    # center: (x, y) with the origin at the image's upper-left corner, as torchvision's; in pixel-index coordinates
+    # (pixel i's centre at i) that is half a pixel less
+    center = ((w - 1) * 0.5, (h - 1) * 0.5) if center is None else (center[0] - 0.5, center[1] - 0.5)
     m = _inverse_affine(h, w, angle, translate, scale, shear, center)
     ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
     sx = m[0, 0] * xs + m[0, 1] * ys + m[0, 2]
     sy = m[1, 0] * xs + m[1, 1] * ys + m[1, 2]
-    fill = np.broadcast_to(np.asarray(fill, dtype=np.float64).reshape(-1, 1, 1), x.shape[-3:])
+    fill = np.broadcast_to(np.asarray(0.0 if fill is None else fill, dtype=np.float64).reshape(-1, 1, 1), x.shape[-3:])
     if interpolation == "nearest":
         ix, iy = np.round(sx).astype(np.int64), np.round(sy).astype(np.int64)
         inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
@@ -269,6 +272,119 @@ def erase(img, i, j, h, w, v, inplace=False):
     return out
 
 
+def get_dimensions(img):
+    """[channels, height, width] (torchvision's get_dimensions)."""
+    x, _ = _to_chw(img)
+    return [int(x.shape[-3]), int(x.shape[-2]), int(x.shape[-1])]
+
+
+def get_image_size(img):
+    """[width, height] (torchvision's order)."""
+    _, h, w = get_dimensions(img)
+    return [w, h]
+
+
+def get_image_num_channels(img):
+    return get_dimensions(img)[0]
+
+
+def _require_uint8(img, op):
+    dtype = img.dtype if isinstance(img, Tensor) else np.asarray(img).dtype
+    if dtype != np.uint8:
+        raise TypeError(f"{op}: only uint8 images are supported (a PIL image, a uint8 array or a uint8 tensor), got "
+                        f"{dtype}; apply it before ToTensor / ConvertImageDtype, as in torchvision")
+
+
+def invert(img):
+    """bound - img: 255 - x for uint8, 1 - x for floats."""
+    x, back = _to_chw(img)
+    return back(_bound(img) - x)
+
+
+def posterize(img, bits):
+    """Keep the top `bits` bits of each uint8 value (x & ~(2**(8 - bits) - 1))."""
+    _require_uint8(img, "posterize")
+    if not 0 <= int(bits) <= 8:
+        raise ValueError(f"posterize: bits must be in [0, 8], got {bits}")
+    x, back = _to_chw(img)
+    mask = 0xFF & ~((1 << (8 - int(bits))) - 1)
+    return back(np.bitwise_and(x.astype(np.int64), mask).astype(np.float64))
+
+
+def solarize(img, threshold):
+    """Every value >= threshold inverted (bound - x)."""
+    if threshold > _bound(img):
+        raise TypeError(f"solarize: the threshold ({threshold}) should be less than the bound of the image "
+                        f"({_bound(img):g})")
+    x, back = _to_chw(img)
+    return back(np.where(x >= threshold, _bound(img) - x, x))
+
+
+def adjust_sharpness(img, sharpness_factor):
+    """A blend with the image smoothed by the 3x3 kernel [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13 (its border pixels
+    kept): factor 0 gives the smoothed image, 1 the original, 2 twice as sharp (torchvision's formula)."""
+    if sharpness_factor < 0:
+        raise ValueError(f"adjust_sharpness: sharpness_factor ({sharpness_factor}) is not non-negative")
+    x, back = _to_chw(img)
+    h, w = x.shape[-2:]
+    if h <= 2 or w <= 2:
+        return back(x)
+    weights = np.ones((3, 3))
+    weights[1, 1] = 5.0
+    weights /= weights.sum()
+    smooth = sum(weights[i, j] * x[..., i:i + h - 2, j:j + w - 2] for i in range(3) for j in range(3))
+    if not isinstance(img, Tensor) or img.dtype.kind != "f":
+        smooth = np.round(smooth)
+    degenerate = x.copy()
+    degenerate[..., 1:-1, 1:-1] = smooth
+    return back(_blend(x, degenerate, sharpness_factor, _bound(img)))
+
+
+def autocontrast(img):
+    """Each channel stretched so that its minimum becomes 0 and its maximum the bound (a flat channel kept)."""
+    x, back = _to_chw(img)
+    bound = _bound(img)
+    low, high = x.min(axis=(-2, -1), keepdims=True), x.max(axis=(-2, -1), keepdims=True)
+    flat = high == low
+    scale = np.where(flat, 1.0, bound / np.where(flat, 1.0, high - low))
+    low = np.where(flat, 0.0, low)
+    if bound == 255.0:   # uint8: PIL's table, x * scale - low * scale truncated (its rounding, to the last bit)
+        return back(np.clip(np.trunc(x * scale + (-low * scale)), 0.0, 255.0))
+    return back(np.clip((x - low) * scale, 0.0, bound))
+
+
+def equalize(img):
+    """Histogram equalisation of each channel of a uint8 image (torchvision's lookup table: the cumulative
+    histogram divided by step = (pixels but the last level's) // 255; a channel with step 0 is kept)."""
+    _require_uint8(img, "equalize")
+    x, back = _to_chw(img)
+    values = x.astype(np.int64)
+    flat = values.reshape(-1, values.shape[-2] * values.shape[-1])
+    out = np.empty_like(flat)
+    for c, channel in enumerate(flat):
+        hist = np.bincount(channel, minlength=256)
+        step = hist[hist != 0][:-1].sum() // 255
+        if step == 0:
+            out[c] = channel
+            continue
+        lut = (np.cumsum(hist) + step // 2) // step
+        lut = np.clip(np.concatenate([[0], lut[:-1]]), 0, 255)
+        out[c] = lut[channel]
+    return back(out.reshape(values.shape).astype(np.float64))
+
+
+def adjust_gamma(img, gamma, gain=1.0):
+    """gain * img ** gamma on values in [0, 1] (uint8 images through [0, 1] and back, as torchvision converts)."""
+    if gamma < 0:
+        raise ValueError(f"adjust_gamma: gamma ({gamma}) is not non-negative")
+    x, back = _to_chw(img)
+    bound = _bound(img)
+    y = np.clip(gain * (x / bound) ** gamma, 0.0, 1.0)
+    return back(np.floor(y * (256.0 - 1e-3)) if bound == 255.0 else y)
+
+
 __all__ = ["InterpolationMode", "to_tensor", "to_pil_image", "normalize", "resize", "crop", "center_crop",
            "resized_crop", "hflip", "vflip", "rgb_to_grayscale", "adjust_brightness", "adjust_contrast",
-           "adjust_saturation", "adjust_hue", "affine", "rotate", "gaussian_blur", "erase"]
+           "adjust_saturation", "adjust_hue", "affine", "rotate", "gaussian_blur", "erase", "get_dimensions",
+           "get_image_size", "get_image_num_channels", "invert", "posterize", "solarize", "adjust_sharpness",
+           "autocontrast", "equalize", "adjust_gamma"]

@@ -302,6 +302,7 @@ from .augment import (  # noqa: E402,F401  (the random augmentations and the rem
     ColorJitter, ConvertImageDtype, GaussianBlur, Grayscale, RandomAffine, RandomApply, RandomChoice, RandomErasing,
     RandomGrayscale, RandomOrder, RandomResizedCrop, RandomRotation, RandomVerticalFlip, ToPILImage,
 )
+from .autoaugment import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide  # noqa: E402,F401
 from .functional import InterpolationMode  # noqa: E402,F401
 
 
@@ -310,6 +311,6 @@ def __getattr__(name):
         f"minidl.vision.transforms has no {name!r} (torchvision.transforms.{name}); it has Compose, ToTensor, "
         "PILToTensor, Normalize, Pad, RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, Resize, "
         "RandomResizedCrop, RandomRotation, RandomAffine, ColorJitter, Grayscale, RandomGrayscale, GaussianBlur, "
-        "RandomErasing, RandomApply, RandomChoice, RandomOrder, ToPILImage, ConvertImageDtype, Lambda (no AutoAugment "
-        "policies). docs/TORCH_COMPAT.md lists what exists; minidl.data.transforms has the batched GPU transforms."
+        "RandomErasing, RandomApply, RandomChoice, RandomOrder, ToPILImage, ConvertImageDtype, Lambda, AutoAugment, "
+        "RandAugment, TrivialAugmentWide (no AugMix). docs/TORCH_COMPAT.md lists what exists; minidl.data.transforms has the batched GPU transforms."
     )

@@ -1,0 +1,125 @@
+"""AutoAugment, RandAugment and TrivialAugmentWide (vision/autoaugment.py) and the operations they are made of
+(vision/functional.py). torchvision cannot be imported beside the CPU torch here; its PIL path is the oracle for
+the uint8 operations instead (torchvision's tensor formulas were written to match PIL's): invert, posterize,
+solarize, autocontrast and equalize must equal PIL's ImageOps exactly, sharpness PIL's ImageEnhance within one
+level. The policies are checked by forcing their random draws."""
+import math
+
+import numpy as np
+import pytest
+from PIL import Image, ImageEnhance, ImageOps
+
+import minidl
+from minidl.vision import autoaugment as AA
+from minidl.vision import functional as F
+from minidl.vision import transforms
+
+IMG = np.random.default_rng(0).integers(0, 256, (16, 20, 3), dtype=np.uint8)
+LOW_CONTRAST = (np.random.default_rng(1).integers(60, 140, (16, 20, 3))).astype(np.uint8)
+
+
+@pytest.mark.parametrize("img", [IMG, LOW_CONTRAST, IMG[..., 0]], ids=["rgb", "low-contrast", "gray"])
+def test_uint8_operations_equal_pils(img):
+    pil = Image.fromarray(img)
+    np.testing.assert_array_equal(F.invert(img), np.asarray(ImageOps.invert(pil)))
+    for bits in (1, 4, 7, 8):
+        np.testing.assert_array_equal(F.posterize(img, bits), np.asarray(ImageOps.posterize(pil, bits)))
+    for threshold in (0, 100, 128, 255):
+        np.testing.assert_array_equal(F.solarize(img, threshold), np.asarray(ImageOps.solarize(pil, threshold)))
+    np.testing.assert_array_equal(F.autocontrast(img), np.asarray(ImageOps.autocontrast(pil)))
+    np.testing.assert_array_equal(F.equalize(img), np.asarray(ImageOps.equalize(pil)))
+    for factor in (0.0, 0.5, 1.0, 1.9):
+        ours = F.adjust_sharpness(img, factor).astype(int)
+        theirs = np.asarray(ImageEnhance.Sharpness(pil).enhance(factor)).astype(int)
+        assert np.abs(ours - theirs).max() <= 1, factor
+        np.testing.assert_array_equal(ours[0], img[0])   # the border is kept
+
+
+def test_operations_on_tensors_keep_their_kind_and_refuse_what_torchvision_refuses():
+    t = minidl.tensor(np.moveaxis(IMG, 2, 0).copy())
+    np.testing.assert_array_equal(F.equalize(t).numpy(), np.moveaxis(F.equalize(IMG), 2, 0))
+    np.testing.assert_array_equal(F.invert(t).numpy(), 255 - t.numpy())
+    x = transforms.ToTensor()(IMG)
+    np.testing.assert_allclose(F.invert(x).numpy(), 1 - x.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(F.solarize(x, 0.5).numpy(), np.where(x.numpy() >= 0.5, 1 - x.numpy(), x.numpy()))
+    np.testing.assert_allclose(F.adjust_gamma(x, 2.0).numpy(), x.numpy() ** 2, rtol=1e-6)
+    with pytest.raises(TypeError, match="only uint8 images"):
+        F.posterize(x, 4)
+    with pytest.raises(TypeError, match="threshold"):
+        F.solarize(x, 128)
+    assert F.get_image_size(IMG) == [20, 16] and F.get_dimensions(t) == [3, 16, 20]
+
+
+def test_shear_is_about_the_upper_left_corner_as_torchvisions():
+    """ShearX by m (torchvision's center=[0, 0], the image's corner): output (x, y) samples input
+    (x + m (y + 1/2), y), pixel centres at half-integers from the corner. A column-index image shows the source."""
+    cols = np.tile(np.arange(20, dtype=np.uint8), (16, 1))
+    out = AA.apply_op(cols, "ShearX", 0.3)
+    for r in range(16):
+        src = np.arange(20) + 0.3 * (r + 0.5)
+        inside = np.round(src) < 20
+        np.testing.assert_array_equal(out[r][inside], np.round(src[inside]).astype(np.uint8))
+        assert (out[r][~inside] == 0).all()   # the fill
+    rows = cols.T.copy()   # (20, 16), rows' index
+    np.testing.assert_array_equal(AA.apply_op(rows, "ShearY", 0.3).T, AA.apply_op(cols, "ShearX", 0.3)[:16, :20])
+
+
+def test_magnitude_tables_are_torchvisions():
+    table, signed = AA.magnitudes("Posterize", 10, (32, 32))
+    assert table.tolist() == [8, 8, 7, 7, 6, 6, 5, 5, 4, 4] and not signed
+    table, _ = AA.magnitudes("Posterize", 31, (0, 0), wide=True)
+    assert table[0] == 8 and table[-1] == 2
+    table, signed = AA.magnitudes("TranslateX", 10, (16, 20))   # TranslateX scales with the width
+    assert signed and math.isclose(table[-1], 150.0 / 331.0 * 20)
+    assert math.isclose(AA.magnitudes("TranslateY", 10, (16, 20))[0][-1], 150.0 / 331.0 * 16)
+    assert AA.magnitudes("Solarize", 10, (1, 1))[0].tolist()[::9] == [255.0, 0.0]
+    assert AA.magnitudes("Rotate", 31, (1, 1), wide=True)[0][-1] == 135.0
+    assert AA.magnitudes("Equalize", 10, (1, 1)) == (None, False)
+
+
+def test_autoaugment_applies_the_drawn_sub_policy(monkeypatch):
+    """CIFAR-10's sub-policy 1 is (Rotate 0.7 bin 2, TranslateX 0.3 bin 9); with both probabilities drawn 0 and signs
+    (1, 0) it is a rotation by +30 * 2 / 9 degrees, then a translation by -int(150 / 331 * width)."""
+    t = transforms.AutoAugment(transforms.AutoAugmentPolicy.CIFAR10)
+    monkeypatch.setattr(AA.AutoAugment, "get_params", staticmethod(lambda n: (1, np.zeros(2), np.array([1, 0]))))
+    want = F.affine(F.rotate(IMG, 30.0 * 2 / 9), 0.0, (-int(150 / 331 * 20), 0), 1.0, (0.0, 0.0))
+    np.testing.assert_array_equal(t(IMG), want)
+    monkeypatch.setattr(AA.AutoAugment, "get_params", staticmethod(lambda n: (1, np.ones(2), np.array([1, 0]))))
+    np.testing.assert_array_equal(t(IMG), IMG)   # probabilities drawn above p: nothing applied
+    imagenet = transforms.AutoAugment()
+    monkeypatch.setattr(AA.AutoAugment, "get_params", staticmethod(lambda n: (2, np.zeros(2), np.zeros(2))))
+    np.testing.assert_array_equal(imagenet(IMG), F.equalize(F.equalize(IMG)))   # (Equalize 0.8, Equalize 0.6)
+
+
+def test_policies_run_on_every_image_kind_and_explain_float_input():
+    minidl.manual_seed(0)
+    pil, t = Image.fromarray(IMG), minidl.tensor(np.moveaxis(IMG, 2, 0).copy())
+    for aug in (transforms.AutoAugment(), transforms.AutoAugment("svhn"), transforms.RandAugment(num_ops=3),
+                transforms.TrivialAugmentWide(), transforms.RandAugment(fill=128)):
+        for _ in range(20):
+            assert aug(IMG).shape == IMG.shape and aug(pil).dtype == np.uint8   # a PIL image comes back as an array
+            out = aug(t)
+            assert out.shape == t.shape and out.dtype == minidl.uint8
+    with pytest.raises(TypeError, match="put it before ToTensor"):
+        transforms.TrivialAugmentWide()(transforms.ToTensor()(IMG))
+    with pytest.raises(ValueError, match="magnitude"):
+        transforms.RandAugment(magnitude=31)
+    pipeline = transforms.Compose([transforms.RandAugment(), transforms.ToTensor()])
+    assert pipeline(IMG).shape == (3, 16, 20)
+
+
+def test_rand_augment_draws_its_operations_uniformly():
+    """Over many single-operation draws, each of the 14 operations is chosen about 1/14 of the time (recorded
+    through apply_op)."""
+    seen = []
+    real = AA.apply_op
+    AA.apply_op = lambda img, op, *a, **k: seen.append(op) or img
+    try:
+        minidl.manual_seed(0)
+        aug = transforms.RandAugment(num_ops=1)
+        for _ in range(2800):
+            aug(IMG[:4, :4])
+    finally:
+        AA.apply_op = real
+    counts = np.array([seen.count(op) for op in AA._RAND_OPS])
+    assert counts.sum() == 2800 and counts.min() > 140 and counts.max() < 260   # 200 expected, ~4 sigma
