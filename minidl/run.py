@@ -87,6 +87,7 @@ TORCH_MODULES = {
     "torchvision.datasets": "minidl.vision.datasets",
     "torchvision.transforms": "minidl.vision.transforms",
     "torchvision.transforms.functional": "minidl.vision.functional",
+    "torchvision.transforms.autoaugment": "minidl.vision.autoaugment",
     "torchvision.transforms.v2": "minidl.vision.transforms_v2",
     "torchvision.transforms.v2.functional": "minidl.vision.functional",
     "torchvision.utils": "minidl.vision.utils",

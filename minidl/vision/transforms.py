@@ -302,6 +302,7 @@ from .augment import (  # noqa: E402,F401  (the random augmentations and the rem
     ColorJitter, ConvertImageDtype, GaussianBlur, Grayscale, RandomAffine, RandomApply, RandomChoice, RandomErasing,
     RandomGrayscale, RandomOrder, RandomResizedCrop, RandomRotation, RandomVerticalFlip, ToPILImage,
 )
+from . import autoaugment  # noqa: E402,F401  (torchvision.transforms.autoaugment)
 from .autoaugment import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide  # noqa: E402,F401
 from .functional import InterpolationMode  # noqa: E402,F401
 
