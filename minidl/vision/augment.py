@@ -205,14 +205,15 @@ class RandomApply:
 
 
 class RandomChoice:
-    """One of the transforms, picked at random (with probabilities p)."""
+    """One of the transforms, picked at random (with probabilities p). Several inputs are passed on together (v2's
+    form: RandomChoice([MixUp(...), CutMix(...)])(images, labels))."""
 
     def __init__(self, transforms, p=None):
         self.transforms, self.p = list(transforms), p
 
-    def __call__(self, img):
+    def __call__(self, *inputs):
         weights = None if self.p is None else np.asarray(self.p, dtype=np.float64) / np.sum(self.p)
-        return self.transforms[int(_rng().choice(len(self.transforms), p=weights))](img)
+        return self.transforms[int(_rng().choice(len(self.transforms), p=weights))](*inputs)
 
 
 class RandomOrder:

@@ -26,7 +26,7 @@ from ..ops.creation import zeros
 __all__ = ["ResNet", "BasicBlock", "Bottleneck", "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
            "resnext50_32x4d", "resnext101_32x8d", "wide_resnet50_2", "wide_resnet101_2", "VGG", "vgg11", "vgg11_bn",
            "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn", "AlexNet", "alexnet", "MobileNetV2",
-           "mobilenet_v2", "VisionTransformer", "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14"]
+           "mobilenet_v2", "VisionTransformer", "vit_b_16", "vit_b_32", "vit_l_16", "vit_l_32", "vit_h_14", "get_model", "list_models"]
 
 
 def _no_pretrained(name, weights, kwargs):
@@ -434,6 +434,29 @@ vit_b_32 = _vit("vit_b_32", 32, 12, 12, 768, 3072)
 vit_l_16 = _vit("vit_l_16", 16, 24, 16, 1024, 4096)
 vit_l_32 = _vit("vit_l_32", 32, 24, 16, 1024, 4096)
 vit_h_14 = _vit("vit_h_14", 14, 32, 16, 1280, 5120)
+
+
+def list_models(module=None, include=None, exclude=None):
+    """The names of the models get_model builds, sorted (torchvision.models.list_models; include / exclude:
+    fnmatch patterns)."""
+    import fnmatch
+
+    names = sorted(n for n in __all__ if n[0].islower() and n not in ("get_model", "list_models"))
+    if include is not None:
+        names = [n for n in names if any(fnmatch.fnmatch(n, p) for p in ([include] if isinstance(include, str)
+                                                                        else include))]
+    if exclude is not None:
+        names = [n for n in names if not any(fnmatch.fnmatch(n, p) for p in ([exclude] if isinstance(exclude, str)
+                                                                            else exclude))]
+    return names
+
+
+def get_model(name, **config):
+    """The model `name` built with config (torchvision.models.get_model("resnet50", weights=None, num_classes=10))."""
+    name = name.lower()
+    if name not in list_models():
+        raise ValueError(f"get_model: unknown model {name!r}; minidl.vision.models has {', '.join(list_models())}")
+    return globals()[name](**config)
 
 
 def __getattr__(name):

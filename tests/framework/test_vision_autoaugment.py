@@ -1,8 +1,9 @@
-"""AutoAugment, RandAugment and TrivialAugmentWide (vision/autoaugment.py) and the operations they are made of
+"""AutoAugment, RandAugment and TrivialAugmentWide (vision/autoaugment.py), the operations they are made of
 (vision/functional.py). torchvision cannot be imported beside the CPU torch here; its PIL path is the oracle for
 the uint8 operations instead (torchvision's tensor formulas were written to match PIL's): invert, posterize,
 solarize, autocontrast and equalize must equal PIL's ImageOps exactly, sharpness PIL's ImageEnhance within one
-level. The policies are checked by forcing their random draws."""
+level. The policies are checked by forcing their random draws. Also v2's MixUp / CutMix on a batch and
+models.get_model / list_models."""
 import math
 
 import numpy as np
@@ -123,3 +124,56 @@ def test_rand_augment_draws_its_operations_uniformly():
         AA.apply_op = real
     counts = np.array([seen.count(op) for op in AA._RAND_OPS])
     assert counts.sum() == 2800 and counts.min() > 140 and counts.max() < 260   # 200 expected, ~4 sigma
+
+
+def test_mixup_mixes_images_and_one_hot_labels_by_one_ratio(monkeypatch):
+    from minidl.vision import transforms_v2 as v2
+
+    x, y = minidl.rand(6, 3, 5, 5), minidl.tensor([0, 1, 2, 3, 0, 1])
+    monkeypatch.setattr(v2._BatchMix, "_lam", lambda self: 0.3)
+    xm, ym = v2.MixUp(alpha=0.2, num_classes=4)(x, y)
+    xs, onehot = x.numpy(), np.eye(4, dtype=np.float32)[y.numpy()]
+    np.testing.assert_allclose(xm.numpy(), 0.3 * xs + 0.7 * np.roll(xs, 1, axis=0), rtol=1e-6)
+    np.testing.assert_allclose(ym.numpy(), 0.3 * onehot + 0.7 * np.roll(onehot, 1, axis=0), rtol=1e-6)
+    loss = minidl.nn.functional.cross_entropy(minidl.zeros(6, 4), ym)   # soft targets: log 4 for uniform logits
+    assert abs(float(loss) - np.log(4)) < 1e-6
+    with pytest.raises(ValueError, match="num_classes is needed"):
+        v2.MixUp()(x, y)
+    with pytest.raises(ValueError, match=r"\(B, C, H, W\)"):
+        v2.MixUp(num_classes=4)(x[0], y)
+
+
+def test_cutmix_pastes_one_box_and_weights_the_labels_by_its_area():
+    from minidl.vision import transforms_v2 as v2
+
+    minidl.manual_seed(3)
+    x = minidl.tensor(np.arange(4.0).reshape(4, 1, 1, 1) * np.ones((4, 1, 8, 10)))   # image i is all i
+    y = minidl.tensor([0, 1, 2, 3])
+    for _ in range(20):
+        xm, ym = v2.CutMix(num_classes=4)(x, y)
+        for i in range(4):
+            img = xm.numpy()[i, 0]
+            pasted = img == (i - 1) % 4
+            assert ((img == i) | pasted).all()
+            if pasted.any():   # one rectangle
+                rows, cols = np.nonzero(pasted.any(1))[0], np.nonzero(pasted.any(0))[0]
+                assert pasted[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].all()
+            share = pasted.mean()
+            np.testing.assert_allclose(ym.numpy()[i, (i - 1) % 4], share, atol=1e-6)
+            np.testing.assert_allclose(ym.numpy()[i, i], 1 - share, atol=1e-6)
+    pick = v2.RandomChoice([v2.MixUp(num_classes=4), v2.CutMix(num_classes=4)])
+    assert pick(x, y)[1].shape == (4, 4)
+
+
+def test_get_model_and_list_models_as_torchvisions():
+    from minidl.vision import models
+
+    assert "resnet18" in models.list_models() and models.list_models(include="vgg1?") == ["vgg11", "vgg13",
+                                                                                          "vgg16", "vgg19"]
+    assert "vgg11_bn" not in models.list_models(exclude="*_bn")
+    net = models.get_model("ResNet18", weights=None, num_classes=7)
+    assert net.fc.out_features == 7
+    with pytest.raises(ValueError, match="unknown model 'resnet7'"):
+        models.get_model("resnet7")
+    with pytest.raises(ValueError, match="no pretrained weights"):
+        models.get_model("alexnet", weights="DEFAULT")
