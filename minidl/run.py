@@ -88,6 +88,7 @@ TORCH_MODULES = {
     "torchvision.transforms": "minidl.vision.transforms",
     "torchvision.transforms.functional": "minidl.vision.functional",
     "torchvision.transforms.autoaugment": "minidl.vision.autoaugment",
+    "torchvision.transforms.transforms": "minidl.vision.transforms",
     "torchvision.transforms.v2": "minidl.vision.transforms_v2",
     "torchvision.transforms.v2.functional": "minidl.vision.functional",
     "torchvision.utils": "minidl.vision.utils",

@@ -1,6 +1,7 @@
 """torchvision's automatic augmentation policies: AutoAugment (Cubuk et al., 2018: 25 sub-policies of two operations
-learned on ImageNet, CIFAR-10 or SVHN), RandAugment (Cubuk et al., 2019: N random operations at one magnitude) and
-TrivialAugmentWide (Müller and Hutter, 2021: one random operation at a random magnitude).
+learned on ImageNet, CIFAR-10 or SVHN), RandAugment (Cubuk et al., 2019: N random operations at one magnitude),
+TrivialAugmentWide (Müller and Hutter, 2021: one random operation at a random magnitude) and AugMix (Hendrycks et
+al., 2020: random chains of operations, mixed).
 
 Each operation is one of minidl.vision.functional's (affine shears and translations, rotate, the colour
 adjustments, posterize, solarize, autocontrast, equalize, invert) with torchvision's magnitude tables, so a
@@ -234,3 +235,56 @@ class TrivialAugmentWide(_Policy):
     def __repr__(self):
         return (f"TrivialAugmentWide(num_magnitude_bins={self.num_magnitude_bins}, interpolation="
                 f"{self.interpolation}, fill={self.fill})")
+
+
+class AugMix(_Policy):
+    """AugMix (Hendrycks et al., 2020): mixture_width chains of 1-3 random operations (chain_depth fixes it), each at a
+    random bin below severity; the chains mixed with Dirichlet(alpha) weights, and the result mixed with the original
+    by a Beta(alpha, alpha) ratio (torchvision's: the Dirichlet of (alpha, alpha) for that ratio). all_ops=False
+    leaves out the colour operations that overlap ImageNet-C's corruptions (brightness, color, contrast, sharpness)."""
+
+    _BINS = 10
+
+    def __init__(self, severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=True, interpolation="bilinear",
+                 fill=None):
+        super().__init__(interpolation, fill)
+        if not 1 <= severity <= self._BINS:
+            raise ValueError(f"AugMix: the severity must be between [1, {self._BINS}], got {severity}")
+        self.severity, self.mixture_width, self.chain_depth = severity, mixture_width, chain_depth
+        self.alpha, self.all_ops = alpha, all_ops
+        self.ops = ["ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Posterize", "Solarize", "AutoContrast",
+                    "Equalize"] + (["Brightness", "Color", "Contrast", "Sharpness"] if all_ops else [])
+
+    @staticmethod
+    def _table(op, size):
+        """AugMix's own ranges: translations up to a third of the side, posterize from 4 bits down to 0."""
+        if op in ("TranslateX", "TranslateY"):
+            return np.linspace(0.0, (size[1] if op == "TranslateX" else size[0]) / 3.0, AugMix._BINS), True
+        if op == "Posterize":
+            return 4 - np.round(np.arange(AugMix._BINS) / ((AugMix._BINS - 1) / 4)).astype(np.int64), False
+        return magnitudes(op, AugMix._BINS, size)
+
+    def __call__(self, img):
+        img, fill = self._check(img)
+        rng = _random.cpu_generator()
+        chw, back = F._to_chw(img)
+        _, h, w = F.get_dimensions(img)
+        m = rng.dirichlet([self.alpha, self.alpha])
+        weights = rng.dirichlet([self.alpha] * self.mixture_width) * m[1]
+        mix = m[0] * chw
+        for i in range(self.mixture_width):
+            aug = img
+            depth = self.chain_depth if self.chain_depth > 0 else int(rng.integers(1, 4))
+            for _ in range(depth):
+                op = self.ops[int(rng.integers(len(self.ops)))]
+                table, signed = self._table(op, (h, w))
+                magnitude = float(table[int(rng.integers(self.severity))]) if table is not None else 0.0
+                if signed and rng.integers(2):
+                    magnitude = -magnitude
+                aug = apply_op(aug, op, magnitude, self.interpolation, fill)
+            mix = mix + weights[i] * F._to_chw(aug)[0]
+        return back(np.floor(mix))   # (uint8: truncated, as torchvision's .to(dtype))
+
+    def __repr__(self):
+        return (f"AugMix(severity={self.severity}, mixture_width={self.mixture_width}, chain_depth={self.chain_depth}, "
+                f"alpha={self.alpha}, all_ops={self.all_ops}, interpolation={self.interpolation}, fill={self.fill})")

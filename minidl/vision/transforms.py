@@ -303,7 +303,8 @@ from .augment import (  # noqa: E402,F401  (the random augmentations and the rem
     RandomGrayscale, RandomOrder, RandomResizedCrop, RandomRotation, RandomVerticalFlip, ToPILImage,
 )
 from . import autoaugment  # noqa: E402,F401  (torchvision.transforms.autoaugment)
-from .autoaugment import AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide  # noqa: E402,F401
+from . import transforms  # noqa: E402,F401  (torchvision.transforms.transforms: this module, its classes' home)
+from .autoaugment import AugMix, AutoAugment, AutoAugmentPolicy, RandAugment, TrivialAugmentWide  # noqa: E402,F401
 from .functional import InterpolationMode  # noqa: E402,F401
 
 
@@ -313,5 +314,5 @@ def __getattr__(name):
         "PILToTensor, Normalize, Pad, RandomCrop, CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, Resize, "
         "RandomResizedCrop, RandomRotation, RandomAffine, ColorJitter, Grayscale, RandomGrayscale, GaussianBlur, "
         "RandomErasing, RandomApply, RandomChoice, RandomOrder, ToPILImage, ConvertImageDtype, Lambda, AutoAugment, "
-        "RandAugment, TrivialAugmentWide (no AugMix). docs/TORCH_COMPAT.md lists what exists; minidl.data.transforms has the batched GPU transforms."
+        "RandAugment, TrivialAugmentWide, AugMix. docs/TORCH_COMPAT.md lists what exists; minidl.data.transforms has the batched GPU transforms."
     )

@@ -177,3 +177,20 @@ def test_get_model_and_list_models_as_torchvisions():
         models.get_model("resnet7")
     with pytest.raises(ValueError, match="no pretrained weights"):
         models.get_model("alexnet", weights="DEFAULT")
+
+
+def test_augmix_mixes_its_chains_with_the_original_convexly(monkeypatch):
+    """With every operation an inversion, each chain of odd or even length gives 255 - x or x; whatever the draws,
+    the result is x mixed convexly with 255 - x: out = a + b x with a = 127.5 (1 - b), truncated to uint8."""
+    gray = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    monkeypatch.setattr(AA, "apply_op", lambda img, op, *a, **k: F.invert(img))
+    minidl.manual_seed(1)
+    for _ in range(10):
+        out = transforms.AugMix(chain_depth=1)(gray).astype(float).ravel()
+        b, a = np.polyfit(gray.astype(float).ravel(), out, 1)
+        assert np.abs(out - (a + b * gray.ravel())).max() < 1.0 and abs(a - 127.5 * (1 - b)) < 1.0
+    monkeypatch.setattr(AA, "apply_op", lambda img, *a, **k: img)
+    np.testing.assert_allclose(transforms.AugMix()(gray), gray, atol=1)   # identity chains: the image back
+    with pytest.raises(ValueError, match="severity"):
+        transforms.AugMix(severity=11)
+    assert AA.AugMix._table("TranslateX", (16, 30))[0][-1] == 10.0 and AA.AugMix._table("Posterize", (1, 1))[0][0] == 4
