@@ -37,7 +37,9 @@ import numpy as _np  # noqa: E402
 pi, e, inf, nan, newaxis = _math.pi, _math.e, _math.inf, _math.nan, None   # (torch.pi, ..., torch.newaxis)
 dtype = _np.dtype   # (isinstance(t.dtype, torch.dtype): minidl's dtypes are NumPy's)
 short, uint16, uint32, uint64 = _np.dtype("int16"), _np.dtype("uint16"), _np.dtype("uint32"), _np.dtype("uint64")
-from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state  # noqa: F401
+from .random import (  # noqa: F401
+    Generator, default_generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state,
+)
 from .amp.autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
 from ._dtypes import complex64, complex128, finfo, iinfo  # noqa: F401
 from .ops import can_cast, promote_types, result_type  # noqa: F401
@@ -189,7 +191,7 @@ def get_default_device():
 def set_default_tensor_type(t):
     """torch.set_default_tensor_type (deprecated in torch, met in older programs): "torch.FloatTensor" /
     "torch.DoubleTensor" set the default float dtype, "torch.cuda.FloatTensor" also the default device."""
-    name = t if isinstance(t, str) else getattr(t, "__name__", str(t))
+    name = t if isinstance(t, str) else getattr(t, "legacy_name", getattr(t, "__name__", str(t)))
     kinds = {"FloatTensor": float32, "DoubleTensor": float64}
     kind = name.rpartition(".")[2]
     if kind not in kinds:
@@ -197,6 +199,37 @@ def set_default_tensor_type(t):
                         f"{name!r} (torch.FloatTensor, torch.DoubleTensor or their torch.cuda forms)")
     set_default_dtype(kinds[kind])
     set_default_device("cuda" if ".cuda." in name or name.startswith("cuda.") else None)
+
+
+def set_flush_denormal(mode) -> bool:
+    """torch.set_flush_denormal: whether flushing subnormal floats to zero could be set. NumPy gives no control of the
+    CPU's FTZ/DAZ flags, so minidl cannot, and says so (False, as torch on a CPU without the flags)."""
+    return False
+
+
+_warn_always = False
+
+
+def set_warn_always(b: bool) -> None:
+    """torch.set_warn_always: while on, warnings are shown every time they are raised (Python shows one once per
+    place by default). minidl has no once-only warnings of its own, so this is a warnings filter "always" for the
+    whole process, broader than torch's (which repeats torch's TORCH_WARN_ONCE warnings only); off removes it."""
+    import warnings
+
+    global _warn_always
+    _warn_always = True if b else False   # (bool is minidl.bool here, the dtype)
+    warnings.filters[:] = [f for f in warnings.filters if f is not _ALWAYS[0]]
+    if _warn_always:
+        warnings.simplefilter("always")
+        _ALWAYS[0] = warnings.filters[0]
+    getattr(warnings, "_filters_mutated", lambda: None)()   # (the warnings module caches its decisions)
+
+
+_ALWAYS = [None]   # the filter set_warn_always added
+
+
+def is_warn_always_enabled() -> bool:
+    return _warn_always
 
 
 # Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.

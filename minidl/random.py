@@ -327,6 +327,45 @@ class Generator:
         return f"<minidl.Generator object, device={self.device}>"
 
 
+class _DefaultGenerator(Generator):
+    """torch.default_generator: minidl's global CPU generator as a Generator object (what draws without a generator=
+    use). Seeding it seeds the CPU stream as minidl.manual_seed does (the GPU streams are left alone, as torch's);
+    get_state / set_state are get_rng_state / set_rng_state."""
+
+    def __init__(self):
+        self.device = _device.Device("cpu")
+
+    @property
+    def rng(self):
+        return _cpu_rng
+
+    @property
+    def _seed(self):
+        return _seed
+
+    def manual_seed(self, seed):
+        global _cpu_rng, _seed
+        _seed = int(seed)
+        _cpu_rng = np.random.default_rng(_seed)
+        cpu = _philox_states.get(_device.Device("cpu"))
+        if cpu is not None:
+            cpu[0], cpu[1] = np.uint64(_seed & 0xFFFFFFFFFFFFFFFF), np.uint64(0)
+        return self
+
+    def get_state(self):
+        return get_rng_state()
+
+    def set_state(self, state):
+        set_rng_state(state)
+        return self
+
+    def __repr__(self):
+        return "<minidl.Generator object (the default CPU generator)>"
+
+
+default_generator = _DefaultGenerator()
+
+
 def rng_of(generator, device):
     """The NumPy/CuPy generator to draw from: `generator` (a minidl.Generator of the same device type as the draw)
     or the global one of `device`."""

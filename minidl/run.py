@@ -204,10 +204,29 @@ class _Accelerator:
 # (packaging.version reads it as 2.13.0 with a local label).
 TORCH_VERSION = "2.13.0+minidl"
 
+class _TorchVersion:
+    """torch.version: the API level minidl follows, and the CUDA the GPU path runs (CuPy's runtime), None without
+    one, as a CPU build of torch says."""
+
+    __version__ = TORCH_VERSION
+    git_version = "minidl"
+    hip = None
+    debug = False
+
+    @property
+    def cuda(self):
+        from . import _device
+
+        if _device.cuda_unavailable_reason() is not None:
+            return None
+        v = _device._cupy.cuda.runtime.runtimeGetVersion()
+        return f"{v // 1000}.{v % 1000 // 10}"
+
+
 EXTRAS = {
     "torch.backends": {"mps": _NotAvailable("torch.backends.mps")},
     "torch": {"accelerator": _Accelerator(), "xpu": _NotAvailable("torch.xpu"), "mps": _NotAvailable("torch.mps"),
-              "__version__": TORCH_VERSION},
+              "__version__": TORCH_VERSION, "version": _TorchVersion()},
     "torchvision": {"__version__": "0.28.0+minidl"},
 }
 

@@ -29,7 +29,10 @@ def make_rng(generator=None, owner: str = "minidl.data") -> np.random.Generator:
         return np.random.default_rng(_seed_from_global_state())
     if isinstance(generator, np.random.Generator):
         return generator
-    if type(generator).__name__ == "Generator" and hasattr(generator, "rng"):   # minidl.Generator (torch's)
+    if hasattr(generator, "rng") and hasattr(generator, "manual_seed"):   # a minidl.Generator (torch's), or
+        if str(getattr(generator, "device", "cpu")) != "cpu":            # minidl.default_generator
+            raise RuntimeError(f"{owner}: Expected a 'cpu' device type for generator but found "
+                               f"'{generator.device}' (the data pipeline draws on the CPU, as torch's)")
         return generator.rng
     if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
         return np.random.default_rng(int(generator))

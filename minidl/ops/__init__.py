@@ -88,6 +88,14 @@ TABLE = (
                       "long=as_long int=as_int bool=as_bool byte=as_byte char=as_char short=as_short contiguous is_contiguous stride new_zeros new_ones "
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
+    (conversion, "m", "new"),
+    (elementwise, "mf", "rsub"),
+    (complexops, "mf", "conj_physical"),
+    (creation, "f", "scalar_tensor"),
+    (indexing, "f", "unravel_index"),
+    (joining, "f", "row_stack=vstack"),
+    (conversion, "mf", "is_same_size is_conj is_neg resolve_conj resolve_neg"),
+    (conversion, "f", "typename"),
     (conversion, "m", "get_device is_signed share_memory_ is_shared apply_ map_ resize_ resize_as_ new_empty_strided "
                       "record_stream"),
     (conversion, "p", "is_cpu is_xpu=not_this_device is_mps=not_this_device is_ipu=not_this_device is_hpu=not_this_device "
@@ -109,7 +117,13 @@ TABLE = (
                    "transpose_ sin_ cos_ tan_ sinh_ cosh_ asin_ acos_ atan_ log2_ log10_ floor_ ceil_ trunc_ frac_ "
                    "sign_ round_ square_ reciprocal_ rsqrt_ log1p_ expm1_ erf_ erfc_ logit_ atan2_ hypot_ remainder_ "
                    "fmod_ floor_divide_ clamp_min_ clamp_max_ copysign_ xlogy_ logical_not_ addmm_ baddbmm_ addmv_ "
-                   "addbmm_"),
+                   "addbmm_ " + " ".join(f"{m}_" for m in inplace.DERIVED_INPLACE)),
+    # torch's top-level in-place functions (torch.sigmoid_(x) is x.sigmoid_())
+    (inplace, "f", "abs_ sigmoid_ tanh_ exp_ log_ sqrt_ neg_ clamp_ clip_=clamp_ fill_ zero_ nan_to_num_ sin_ cos_ tan_ "
+                   "sinh_ cosh_ asin_ acos_ atan_ log2_ log10_ floor_ ceil_ trunc_ frac_ round_ square_ reciprocal_ "
+                   "rsqrt_ log1p_ expm1_ erf_ erfc_ logit_ clamp_min_ clamp_max_ xlogy_ addmv_ lcm_ gcd_ ldexp_ sinc_ "
+                   "i0_ deg2rad_ rad2deg_ fix_ exp2_ arccos_ arccosh_ arcsin_ arcsinh_ arctan_ arctanh_ acosh_ asinh_ "
+                   "atanh_ negative_"),
     (activation, "mf", "relu sigmoid tanh softmax log_softmax"),
     (sparse, "m", "to_sparse to_dense"),
     (sparse, "p", "is_sparse layout"),

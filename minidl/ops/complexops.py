@@ -172,6 +172,11 @@ def conj(self):
     return Conj.apply(self) if self.dtype in _REAL_OF else self
 
 
+def conj_physical(self):
+    """The conjugate, computed now (minidl's conj is never lazy, so it is conj)."""
+    return conj(self)
+
+
 def real(input):
     """The real part of a complex tensor (a real tensor is returned as it is, as torch does). A copy here, where torch
     returns a view."""

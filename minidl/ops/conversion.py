@@ -337,9 +337,48 @@ def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
     return _new(self, np.array(src, dtype=dtype or self.dtype), dtype, device, requires_grad)
 
 
+def new(self, *args, dtype=None, device=None):
+    """torch.Tensor.new, the legacy constructor older programs call: x.new(2, 3) or x.new(x.size()) an uninitialised
+    tensor of x's dtype and device, x.new([1, 2]) (a list, tuple or tensor) one holding that data, x.new() an empty
+    one."""
+    if len(args) == 1 and not isinstance(args[0], (int, np.integer)) and builtins.type(args[0]).__name__ != "Size":
+        return self.new_tensor(args[0], dtype=dtype, device=device)
+    return self.new_empty(*(args or (0,)), dtype=dtype, device=device)
+
+
 # ------------------------------------------------------------------------------------------------
 # Storage and type predicates
 # ------------------------------------------------------------------------------------------------
+
+
+def is_same_size(self, other):
+    return tuple(self.shape) == tuple(other.shape)
+
+
+def is_conj(self):
+    """False: minidl conjugates eagerly (torch's lazy conjugate bit is never set), so resolve_conj is the tensor."""
+    return False
+
+
+def is_neg(self):
+    """False: minidl negates eagerly (no lazy negative bit), so resolve_neg is the tensor."""
+    return False
+
+
+def resolve_conj(self):
+    return self
+
+
+def resolve_neg(self):
+    return self
+
+
+def typename(obj):
+    """torch.typename: a tensor's legacy type name ('torch.FloatTensor'), else the object's module.qualname."""
+    if isinstance(obj, Tensor):
+        return obj.type()
+    cls = builtins.type(obj)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def is_tensor(obj):

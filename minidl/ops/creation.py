@@ -138,6 +138,12 @@ def ones(*size, dtype=None, device=None, requires_grad=False, **kwargs):
     return _finish(_with_device(lambda: _xp(device).ones(s, dtype=_dt(dtype)), device), requires_grad)
 
 
+def scalar_tensor(s, dtype=None, device=None, requires_grad=False):
+    """A 0-d tensor of the number s in the default float dtype (torch.scalar_tensor)."""
+    return full((), float(s.item() if isinstance(s, Tensor) else s), dtype=dtype or get_default_dtype(),
+                device=device, requires_grad=requires_grad)
+
+
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
     s = _shape((size,), "full") if not isinstance(size, int) else _shape((size,), "full")
     if isinstance(fill_value, Tensor):

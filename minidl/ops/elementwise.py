@@ -406,6 +406,11 @@ def sub(self, o, alpha=1):
     return self - (o * alpha if alpha != 1 else o)
 
 
+def rsub(self, o, alpha=1):
+    """o - alpha * self (torch.rsub: sub with its operands swapped)."""
+    return o - (self * alpha if alpha != 1 else self)
+
+
 def mul(self, o):
     return self * o
 

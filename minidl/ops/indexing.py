@@ -593,3 +593,18 @@ def scatter_reduce(self, dim, index, src, reduce, *, include_self=True):
     if not isinstance(src, Tensor):
         raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
     return _scatter(self, dim, index, src, False, "scatter_reduce", reduce, include_self)
+
+
+def unravel_index(indices, shape):
+    """The coordinates of flat indices into `shape`, one int64 tensor per dimension (torch.unravel_index)."""
+    t = indices if isinstance(indices, Tensor) else Tensor._make(np.asarray(indices, dtype=np.int64))
+    if t.dtype.kind not in "iu":
+        raise TypeError(f"unravel_index: expected 'indices' to be an integer tensor, got {t.dtype}")
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    size = int(np.prod(shape))
+    xp = get_array_module(t._data)
+    flat = t._data.astype(np.int64)
+    if bool(((flat < -size) | (flat >= size)).any()):
+        raise RuntimeError(f"unravel_index: 'indices' must be in range [-{size}, {size - 1}] for shape {shape}")
+    coords = xp.unravel_index(flat % max(size, 1), shape)
+    return tuple(Tensor._make(c.astype(np.int64)) for c in coords)

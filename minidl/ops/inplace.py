@@ -403,3 +403,12 @@ atan2_, hypot_, remainder_, fmod_ = (_inplace_of(m) for m in ("atan2", "hypot", 
 floor_divide_, clamp_min_, clamp_max_ = (_inplace_of(m) for m in ("floor_divide", "clamp_min", "clamp_max"))
 copysign_, xlogy_, logical_not_, addmm_ = (_inplace_of(m) for m in ("copysign", "xlogy", "logical_not", "addmm"))
 baddbmm_, addmv_, addbmm_ = (_inplace_of(m) for m in ("baddbmm", "addmv", "addbmm"))
+# The comparisons (x.gt_(0): x becomes 1 where it was > 0, 0 elsewhere, in its own dtype), the other arithmetic,
+# logical, bitwise and special functions, and the arc- spellings: each name's in-place form, bound in ops/__init__.
+DERIVED_INPLACE = (
+    "eq ne lt le gt ge greater greater_equal less less_equal not_equal divide multiply subtract true_divide "
+    "logical_and logical_or logical_xor bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift "
+    "bitwise_right_shift cumsum cumprod addr float_power heaviside sgn lcm gcd ldexp lgamma digamma polygamma "
+    "mvlgamma sinc i0 deg2rad rad2deg fix exp2 nextafter arccos arccosh arcsin arcsinh arctan arctan2 arctanh acosh "
+    "asinh atanh absolute negative renorm").split()
+globals().update({f"{_m}_": _inplace_of(_m) for _m in DERIVED_INPLACE})

@@ -1,0 +1,137 @@
+"""Session 14's long tail of torch names, each against torch 2.13 on the CPU: the derived in-place forms (the
+comparisons, the arithmetic and special functions, the arc- spellings) and torch's top-level in-place functions,
+the legacy Tensor.new, typename, unravel_index, scalar_tensor, rsub, row_stack, the lazy-bit predicates,
+default_generator, set_warn_always and torch.version under the runner."""
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import minidl
+from minidl.ops import inplace
+
+X = np.array([[-1.5, 0.25, 2.0], [0.5, -0.75, 3.0]])
+POS = np.array([[0.2, 0.5, 0.9], [0.1, 0.3, 0.7]])
+
+
+def _check(op, data, *args, rtol=1e-12, **kwargs):
+    ours, theirs = minidl.tensor(data.copy()), torch.tensor(data.copy())
+    r1, r2 = getattr(ours, op)(*args, **kwargs), getattr(theirs, op)(*[
+        torch.tensor(a._data) if isinstance(a, minidl.Tensor) else a for a in args], **kwargs)
+    assert r1 is ours and r2 is theirs   # in place: the tensor itself comes back
+    np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=rtol, atol=1e-12)
+    assert ours.dtype == minidl.tensor(data).dtype
+
+
+@pytest.mark.parametrize("op", ["eq_", "ne_", "lt_", "le_", "gt_", "ge_", "greater_", "less_equal_", "not_equal_"])
+def test_comparisons_in_place_keep_the_dtype_as_torch(op):
+    _check(op, X, 0.5)
+    _check(op, X, minidl.tensor(X[::-1].copy()))
+
+
+@pytest.mark.parametrize("op,args", [("divide_", (2.0,)), ("multiply_", (3.0,)), ("subtract_", (1.0,)),
+                                     ("true_divide_", (4.0,)), ("float_power_", (2.0,)), ("sgn_", ()),
+                                     ("absolute_", ()), ("negative_", ()), ("deg2rad_", ()), ("rad2deg_", ()),
+                                     ("fix_", ()), ("exp2_", ()), ("sinc_", ()), ("i0_", ()), ("cumsum_", (1,)),
+                                     ("cumprod_", (0,)), ("heaviside_", (minidl.tensor(np.ones((2, 3))),)),
+                                     ("arctan_", ()), ("asinh_", ()), ("renorm_", (2, 0, 1.0))])
+def test_arithmetic_in_place_as_torch(op, args):
+    _check(op, X, *args)
+
+
+@pytest.mark.parametrize("op,args", [("arcsin_", ()), ("arccos_", ()), ("atanh_", ()), ("arctanh_", ()),
+                                     ("lgamma_", ()), ("digamma_", ()), ("polygamma_", (1,)), ("mvlgamma_", (1,)),
+                                     ("nextafter_", (minidl.tensor(np.ones((2, 3))),))])
+def test_special_functions_in_place_as_torch(op, args):
+    _check(op, POS, *args, rtol=1e-7)
+
+
+def test_integer_in_place_forms_and_top_level_in_place_functions():
+    for op, arg in (("bitwise_and_", 3), ("bitwise_or_", 8), ("bitwise_xor_", 5), ("bitwise_left_shift_", 1),
+                    ("gcd_", minidl.tensor([4, 4, 8])), ("lcm_", minidl.tensor([4, 3, 8]))):
+        _check(op, np.array([5, 6, 12]), arg)
+    _check("bitwise_not_", np.array([5, 6, 12]))
+    _check("logical_and_", np.array([1.0, 0.0, 2.0]), minidl.tensor([1.0, 1.0, 0.0]))
+    for name in ("sigmoid_", "exp_", "sin_", "square_", "arcsinh_", "nan_to_num_", "zero_"):
+        a, b = minidl.tensor(X.copy()), torch.tensor(X.copy())
+        assert getattr(minidl, name)(a) is a
+        getattr(torch, name)(b)
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+    a, b = minidl.tensor(X.copy()), torch.tensor(X.copy())
+    minidl.clamp_(a, -1, 1), torch.clamp_(b, -1, 1)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert len(inplace.DERIVED_INPLACE) == len(set(inplace.DERIVED_INPLACE))
+
+
+def test_an_in_place_comparison_inside_a_graph_is_recorded_with_a_zero_gradient():
+    for lib in (minidl, torch):
+        w = lib.tensor([1.0, -2.0, 3.0], requires_grad=True)
+        y = w * 2
+        y.multiply_(3)
+        y.sum().backward()
+        assert w.grad.tolist() == [6.0, 6.0, 6.0]
+
+
+def test_legacy_new_typename_and_small_constructors_as_torch():
+    for lib in (minidl, torch):
+        x = lib.zeros(2)
+        assert x.new((2, 3)).tolist() == [2.0, 3.0] and x.new([2, 3]).tolist() == [2.0, 3.0]
+        assert tuple(x.new(2, 3).shape) == (2, 3) and tuple(x.new(lib.zeros(1, 4).size()).shape) == (1, 4)
+        assert tuple(x.new().shape) == (0,) and x.new(2).dtype == lib.float32
+        assert lib.typename(x) == "torch.FloatTensor" and lib.typename(3) == "int"
+        assert [t.tolist() for t in lib.unravel_index(lib.tensor([4, 7, -1]), (2, 4))] == [[1, 1, 1], [0, 3, 3]]
+        assert lib.scalar_tensor(3).item() == 3.0 and lib.scalar_tensor(3).dtype == lib.float32
+        assert lib.rsub(lib.tensor([1.0, 2.0]), 5, alpha=2).tolist() == [3.0, 1.0]
+        assert tuple(lib.row_stack([lib.ones(2), lib.zeros(2)]).shape) == (2, 2)
+        assert lib.is_same_size(x, lib.ones(2)) and not x.is_conj() and not x.is_neg()
+        assert x.resolve_conj() is not None and lib.conj_physical(x).tolist() == [0.0, 0.0]
+    assert minidl.typename(minidl.nn.Linear(1, 1)) == "minidl.nn.layers.linear.Linear"
+    with pytest.raises(RuntimeError, match="must be in range"):
+        minidl.unravel_index(minidl.tensor([8]), (2, 4))
+    assert minidl.set_flush_denormal(True) is False   # not settable from NumPy: said, not pretended
+
+
+def test_default_generator_is_the_global_cpu_stream():
+    g = minidl.default_generator
+    g.manual_seed(5)
+    a = minidl.rand(3)
+    minidl.manual_seed(5)
+    np.testing.assert_array_equal(minidl.rand(3).numpy(), a.numpy())
+    assert g.initial_seed() == 5
+    state = g.get_state()
+    c = minidl.rand(2)
+    g.set_state(state)
+    np.testing.assert_array_equal(minidl.rand(2).numpy(), c.numpy())
+    a, b = minidl.data.random_split(range(10), [5, 5], generator=g)
+    assert sorted(list(a.indices) + list(b.indices)) == list(range(10))
+    assert minidl.rand(2, generator=g).shape == (2,)
+
+
+def test_set_warn_always_repeats_warnings():
+    """Python's default shows a warning once per place; with set_warn_always(True) every time, and once again after
+    it is turned off."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        try:
+            minidl.set_warn_always(True)
+            assert minidl.is_warn_always_enabled()
+            for _ in range(3):
+                minidl.nn.init.kaiming_uniform_(minidl.empty(0, 3))   # "Initializing zero-element tensors is a no-op"
+        finally:
+            minidl.set_warn_always(False)
+        for _ in range(3):
+            minidl.nn.init.kaiming_uniform_(minidl.empty(0, 3))
+    assert len(seen) == 4 and "zero-element" in str(seen[0].message)
+    assert not minidl.is_warn_always_enabled()
+
+
+def test_torch_version_under_the_runner(tmp_path):
+    prog = tmp_path / "v.py"
+    prog.write_text("import torch\nprint(torch.version.__version__, torch.version.cuda is None or '.' in "
+                    "torch.version.cuda, torch.version.hip)\n")
+    out = subprocess.run([sys.executable, "-m", "minidl.run", str(prog)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2.13.0+minidl", "True", "None"]
