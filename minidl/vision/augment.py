@@ -240,6 +240,61 @@ class GaussianBlur:
         return F.gaussian_blur(img, self.kernel_size, [s, s])
 
 
+class _RandomOp:
+    """With probability p, one of transforms.functional's operations (the Random<Op> transforms of torchvision)."""
+
+    def __init__(self, p=0.5):
+        self.p = float(p)
+
+    def __call__(self, img):
+        return self.apply(img) if _rng().random() < self.p else img
+
+    def __repr__(self):
+        return f"{type(self).__name__}(p={self.p})"
+
+
+class RandomInvert(_RandomOp):
+    def apply(self, img):
+        return F.invert(img)
+
+
+class RandomAutocontrast(_RandomOp):
+    def apply(self, img):
+        return F.autocontrast(img)
+
+
+class RandomEqualize(_RandomOp):
+    def apply(self, img):
+        return F.equalize(img)
+
+
+class RandomPosterize(_RandomOp):
+    def __init__(self, bits, p=0.5):
+        super().__init__(p)
+        self.bits = bits
+
+    def apply(self, img):
+        return F.posterize(img, self.bits)
+
+
+class RandomSolarize(_RandomOp):
+    def __init__(self, threshold, p=0.5):
+        super().__init__(p)
+        self.threshold = threshold
+
+    def apply(self, img):
+        return F.solarize(img, self.threshold)
+
+
+class RandomAdjustSharpness(_RandomOp):
+    def __init__(self, sharpness_factor, p=0.5):
+        super().__init__(p)
+        self.sharpness_factor = sharpness_factor
+
+    def apply(self, img):
+        return F.adjust_sharpness(img, self.sharpness_factor)
+
+
 class RandomErasing:
     """On a tensor (C, H, W), with probability p: a rectangle of area in `scale` (fraction of the image) and aspect
     ratio in `ratio` set to value (a number, per-channel values, or "random" for normal noise)."""

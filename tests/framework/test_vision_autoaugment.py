@@ -194,3 +194,17 @@ def test_augmix_mixes_its_chains_with_the_original_convexly(monkeypatch):
     with pytest.raises(ValueError, match="severity"):
         transforms.AugMix(severity=11)
     assert AA.AugMix._table("TranslateX", (16, 30))[0][-1] == 10.0 and AA.AugMix._table("Posterize", (1, 1))[0][0] == 4
+
+
+def test_random_colour_operations_apply_with_their_probability():
+    minidl.manual_seed(0)
+    for t, op in ((transforms.RandomInvert(), F.invert), (transforms.RandomEqualize(), F.equalize),
+                  (transforms.RandomAutocontrast(), F.autocontrast), (transforms.RandomPosterize(3), lambda i:
+                  F.posterize(i, 3)), (transforms.RandomSolarize(100), lambda i: F.solarize(i, 100)),
+                  (transforms.RandomAdjustSharpness(2.0), lambda i: F.adjust_sharpness(i, 2.0))):
+        outs = [t(IMG) for _ in range(200)]
+        applied = sum(not np.array_equal(o, IMG) for o in outs)
+        assert 70 < applied < 130, (t, applied)   # p = 0.5
+        assert all(np.array_equal(o, IMG) or np.array_equal(o, op(IMG)) for o in outs)
+    assert np.array_equal(transforms.RandomInvert(p=1.0)(IMG), 255 - IMG)
+    assert repr(transforms.RandomEqualize(p=0.3)) == "RandomEqualize(p=0.3)"
