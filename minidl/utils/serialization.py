@@ -1,4 +1,4 @@
-"""minidl.save / minidl.load: checkpoints without pickle.
+"""minidl.save / minidl.load: checkpoints without pickle (and, asked for, a whole object with it).
 
 A checkpoint (a model's or an optimizer's state dict, or any nesting of dicts, lists and tuples of
 tensors, arrays, numbers, strings, bools and None) is written as a zip file in NumPy's .npz style:
@@ -9,6 +9,11 @@ tensors, arrays, numbers, strings, bools and None) is written as a zip file in N
 Why not pickle (what torch.save uses)? Unpickling runs code named by the file, so loading an untrusted
 pickle can do anything. Reading .npy arrays and JSON can only ever produce arrays and plain values, and
 `load` refuses files that would need unpickling (a pickle, or a .npy holding Python objects).
+
+A whole object that is not plain data (a model saved as torch.save(model), an optimizer, a custom class) is written
+with pickle instead, as torch.save does, in the same zip (object.pkl, with structure.json saying so), and `load`
+reads such a file only when asked with weights_only=False, as torch.load does since PyTorch 2.6: the caller vouches
+for the file. Everything else in this module is unchanged by it.
 
 Saving is atomic: the zip is written to a temporary file in the target's directory, flushed and
 fsync'ed, then renamed over the target with os.replace. A crash (or an error) mid-save leaves the
@@ -39,8 +44,13 @@ from .. import _device
 from ..autograd.tensor import Tensor
 
 FORMAT_NAME = "minidl.checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: a whole object pickled (PICKLE_ENTRY); plain data is still written as version 1
 STRUCTURE_ENTRY = "structure.json"
+PICKLE_ENTRY = "object.pkl"
+
+
+class _NeedsPickle(TypeError):
+    """What _encode raises for an object that is not plain data: save pickles the whole object instead."""
 
 
 class CheckpointError(ValueError):
@@ -99,13 +109,13 @@ def _encode(obj, arrays: list, where: str):
         items = []
         for k, v in obj.items():
             if not isinstance(k, (str, int, float, bool, tuple)) and k is not None:
-                raise TypeError(f"save: dict key {k!r} at {where} is a {type(k).__name__}; keys must be str, int, float, bool, None or tuples")
+                raise _NeedsPickle(f"save: dict key {k!r} at {where} is a {type(k).__name__}; keys must be str, int, float, bool, None or tuples")
             items.append([_encode(k, arrays, f"{where} key"), _encode(v, arrays, f"{where}[{k!r}]")])
         return {"type": "dict", "items": items}
-    raise TypeError(
-        f"save: cannot store a {type(obj).__name__} at {where}: minidl.save writes tensors, arrays, numbers, "
-        "strings, bools, None and dicts/lists/tuples of them, and never pickles arbitrary objects "
-        "(save obj.state_dict() instead of a whole model or optimizer)"
+    raise _NeedsPickle(
+        f"save: cannot store a {type(obj).__name__} at {where} as plain data: minidl.save writes tensors, arrays, "
+        "numbers, strings, bools, None and dicts/lists/tuples of them without pickle (save obj.state_dict() instead "
+        "of a whole model or optimizer)"
     )
 
 
@@ -114,7 +124,7 @@ BFLOAT16_SUFFIX = ".bfloat16.npy"
 
 def _add_array(array: np.ndarray, arrays: list, where: str) -> str:
     if array.dtype.hasobject:
-        raise TypeError(f"save: the array at {where} holds Python objects (dtype {array.dtype}); they would need pickle")
+        raise _NeedsPickle(f"save: the array at {where} holds Python objects (dtype {array.dtype}); they would need pickle")
     if array.dtype == bfloat16:
         # .npy has no bfloat16 type (it would read back as raw void bytes): store the bits as uint16
         # and let the entry's name say how to view them.
@@ -203,7 +213,9 @@ def _current_umask() -> int:
 
 
 def save(obj, f, format: str = "minidl", **torch_kwargs) -> None:
-    """Write obj (a state dict or a nesting of tensors, arrays and plain values) to the path f.
+    """Write obj (a state dict or a nesting of tensors, arrays and plain values) to the path f. Anything else (a
+    whole model, as torch.save(model, path) saves it) is pickled into the checkpoint, which minidl.load then reads
+    only with weights_only=False (see the module's docstring).
 
     f may also be a writable binary file object (then the write is not atomic: the caller owns it).
     format="torch": PyTorch's zip format (minidl/utils/torch_format.py), which torch.load reads, with
@@ -220,9 +232,24 @@ def save(obj, f, format: str = "minidl", **torch_kwargs) -> None:
         write = lambda fh: fh.write(buffer.getvalue())  # noqa: E731
     else:
         arrays: list = []
-        structure = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "object": _encode(obj, arrays, "obj")}
-        # Everything is encoded before the file is touched: an unsupported object changes nothing on disk.
-        write = lambda fh: _write_zip(fh, structure, arrays)  # noqa: E731
+        try:
+            structure = {"format": FORMAT_NAME, "version": 1, "object": _encode(obj, arrays, "obj")}
+            pickled = None
+        except _NeedsPickle as plain_data_error:
+            import pickle
+
+            cls = type(obj)
+            structure = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pickled": PICKLE_ENTRY,
+                         "class": f"{cls.__module__}.{cls.__qualname__}"}
+            arrays = []
+            try:
+                pickled = pickle.dumps(obj, protocol=torch_kwargs.get("pickle_protocol", pickle.DEFAULT_PROTOCOL))
+            except (pickle.PicklingError, TypeError, AttributeError) as e:   # a lambda, a local class, a lock ...
+                raise TypeError(f"{plain_data_error}; and pickle cannot store it either ({type(e).__name__}: "
+                                f"{e})") from None
+        # Everything is encoded before the file is touched: an object that cannot be saved changes nothing on disk.
+        write = (lambda fh: _write_zip(fh, structure, arrays)) if pickled is None else (  # noqa: E731
+            lambda fh: _write_zip(fh, structure, arrays, pickled))
     if hasattr(f, "write"):
         write(f)
         return
@@ -300,11 +327,13 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def _write_zip(fileobj, structure: dict, arrays: list) -> None:
+def _write_zip(fileobj, structure: dict, arrays: list, pickled: bytes | None = None) -> None:
     with zipfile.ZipFile(fileobj, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for name, array in arrays:
             with zf.open(name, mode="w", force_zip64=True) as entry:
                 np.lib.format.write_array(entry, np.asarray(array), allow_pickle=False)
+        if pickled is not None:
+            zf.writestr(PICKLE_ENTRY, pickled)
         zf.writestr(STRUCTURE_ENTRY, json.dumps(structure, allow_nan=False))
 
 
@@ -359,8 +388,9 @@ def _npy_error(e, entry, name, what) -> "CheckpointError":
 def load(f, map_location=None, weights_only=None):
     """Read a checkpoint written by minidl.save.
 
-    weights_only: accepted for PyTorch's signature; minidl's loading is always "weights only" (it
-    never unpickles), whatever the value.
+    weights_only: a checkpoint of plain data (tensors, state dicts) is read the same whatever its value, without
+    unpickling. A whole object that save pickled (a model saved as torch.save(model)) is read only with
+    weights_only=False, the caller vouching for the file, as torch.load asks since PyTorch 2.6.
 
     map_location: None puts each tensor back on the device it was saved from (the CPU if that GPU is
     not available here); 'cpu', 'cuda' or 'cuda:N' puts every tensor there.
@@ -372,7 +402,7 @@ def load(f, map_location=None, weights_only=None):
     else:
         name, fh, owned = os.fspath(f), open(f, "rb"), True
     try:
-        return _load_from(fh, name, place)
+        return _load_from(fh, name, place, weights_only, map_location)
     except CheckpointError as e:
         message = str(e)
         if not message.startswith("load:"):
@@ -388,7 +418,7 @@ def load(f, map_location=None, weights_only=None):
             fh.close()
 
 
-def _load_from(fh, name, place):
+def _load_from(fh, name, place, weights_only=None, map_location=None):
     start = fh.tell()
     head = fh.read(2)
     fh.seek(start)
@@ -424,6 +454,8 @@ def _load_from(fh, name, place):
             raise CheckpointError(f"load: {name}: format version {version!r} is not an integer")
         if version > FORMAT_VERSION:
             raise CheckpointError(f"load: {name} has format version {version}; this minidl reads up to {FORMAT_VERSION}")
+        if "pickled" in structure:
+            return _unpickle(zf, structure, names, name, weights_only, map_location)
         if "object" not in structure:
             raise CheckpointError(f"load: {name}: {STRUCTURE_ENTRY} has no 'object'")
 
@@ -445,6 +477,26 @@ def _load_from(fh, name, place):
                     raise _npy_error(e, entry, name, "is not a valid .npy array") from None
 
         return _decode(structure["object"], read_array, place, "obj")
+
+
+def _unpickle(zf, structure, names, name, weights_only, map_location):
+    """A whole object save pickled: read only when the caller passed weights_only=False."""
+    what = structure.get("class", "object")
+    if weights_only is not False:
+        raise CheckpointError(
+            f"load: {name} holds a whole {what}, saved with pickle (torch.save(model) / minidl.save of something "
+            "that is not plain data). Unpickling runs code the file names, so it is read only when you ask: "
+            "minidl.load(f, weights_only=False), for a file you trust (torch.load asks the same since PyTorch 2.6). "
+            "Saving model.state_dict() instead avoids the question.")
+    entry = structure["pickled"]
+    if entry not in names:
+        raise CheckpointError(f"load: {name} refers to a missing entry {entry!r}")
+    import pickle
+
+    obj = pickle.loads(zf.read(entry))
+    if map_location is not None and hasattr(obj, "to") and callable(obj.to):   # a model or a tensor: moved whole
+        obj = obj.to(_placement(map_location)("cpu"))
+    return obj
 
 
 def _placed(obj, place):

@@ -13,6 +13,7 @@ import minidl
 from minidl import optim
 from minidl.utils import serialization
 from minidl.utils.serialization import CheckpointError
+from minidl.utils.serialization import CheckpointError
 from tests.conftest import DEVICES, GPU_AVAILABLE
 
 
@@ -120,10 +121,43 @@ def test_unsupported_objects_raise_before_touching_the_file(tmp_path):
 
     with pytest.raises(TypeError, match=r"Model at obj\['net'\]"):
         minidl.save({"net": Model()}, path)
-    with pytest.raises(TypeError, match="Python objects"):
-        minidl.save({"a": np.array([{"x": 1}], dtype=object)}, path)
+    with pytest.raises(TypeError, match="Python objects.*pickle cannot store it either"):
+        minidl.save({"a": np.array([lambda: 1], dtype=object)}, path)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["keep.ckpt"]
+
+
+class _Net(minidl.nn.Module):   # (module level: pickle finds a class by its name)
+    def __init__(self):
+        super().__init__()
+        self.fc = minidl.nn.Linear(3, 2)
+        self.bn = minidl.nn.BatchNorm1d(2)
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+def test_a_whole_model_is_pickled_and_read_back_only_when_asked(tmp_path):
+    """torch.save(model, path) as torch does it (pickle); load refuses it unless weights_only=False, as torch.load
+    since 2.6, and then gives the model back: its class, parameters, buffers and training flag."""
+    net = _Net()
+    net(minidl.randn(5, 3))   # running statistics move
+    net.eval()
+    path = tmp_path / "model.pth"
+    minidl.save(net, path)
+    with pytest.raises(CheckpointError, match=r"holds a whole .*_Net, saved with pickle.*weights_only=False"):
+        minidl.load(path)
+    with pytest.raises(CheckpointError, match="weights_only=False"):
+        minidl.load(path, weights_only=True)
+    back = minidl.load(path, weights_only=False)
+    assert type(back) is _Net and not back.training
+    x = minidl.randn(4, 3)
+    np.testing.assert_array_equal(back(x).detach().numpy(), net(x).detach().numpy())
+    np.testing.assert_array_equal(back.bn.running_mean.numpy(), net.bn.running_mean.numpy())
+    moved = minidl.load(path, weights_only=False, map_location="cpu")
+    assert str(moved.fc.weight.device) == "cpu"
+    minidl.save({"sd": net.state_dict()}, path)   # plain data: read without the flag, as before
+    assert set(minidl.load(path)["sd"]) == set(net.state_dict())
 
 
 def test_crash_mid_save_leaves_the_previous_file_intact(tmp_path, monkeypatch):
