@@ -75,6 +75,7 @@ TORCH_MODULES = {
     "torch.utils.benchmark": "minidl.utils.benchmark",
     "torch.utils.hooks": "minidl.nn.hooks",
     "torch.utils.model_zoo": "minidl.hub",
+    "torch.serialization": "minidl.utils.serialization",
     "torch.utils.checkpoint": "minidl.utils.checkpoint",
     "torch.utils.tensorboard": "minidl.utils.tensorboard",
     "torch.testing": "minidl.testing",

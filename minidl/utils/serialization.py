@@ -11,9 +11,11 @@ pickle can do anything. Reading .npy arrays and JSON can only ever produce array
 `load` refuses files that would need unpickling (a pickle, or a .npy holding Python objects).
 
 A whole object that is not plain data (a model saved as torch.save(model), an optimizer, a custom class) is written
-with pickle instead, as torch.save does, in the same zip (object.pkl, with structure.json saying so), and `load`
-reads such a file only when asked with weights_only=False, as torch.load does since PyTorch 2.6: the caller vouches
-for the file. Everything else in this module is unchanged by it.
+with pickle instead, as torch.save does, in the same zip (object.pkl, with structure.json saying so; GPU arrays as
+host copies that load puts back on a GPU). `load` reads it as torch.load does since PyTorch 2.6: by default with a
+restricted unpickler that builds only tensors, parameters, arrays, OrderedDicts and the classes the caller allows
+(`safe_globals([Net, nn.Conv2d])`, `add_safe_globals`), and with plain pickle only under weights_only=False, the
+caller vouching for the file.
 
 Saving is atomic: the zip is written to a temporary file in the target's directory, flushed and
 fsync'ed, then renamed over the target with os.replace. A crash (or an error) mid-save leaves the
@@ -243,7 +245,7 @@ def save(obj, f, format: str = "minidl", **torch_kwargs) -> None:
                          "class": f"{cls.__module__}.{cls.__qualname__}"}
             arrays = []
             try:
-                pickled = pickle.dumps(obj, protocol=torch_kwargs.get("pickle_protocol", pickle.DEFAULT_PROTOCOL))
+                pickled = _Pickler.dumps(obj, protocol=torch_kwargs.get("pickle_protocol", pickle.DEFAULT_PROTOCOL))
             except (pickle.PicklingError, TypeError, AttributeError) as e:   # a lambda, a local class, a lock ...
                 raise TypeError(f"{plain_data_error}; and pickle cannot store it either ({type(e).__name__}: "
                                 f"{e})") from None
@@ -389,8 +391,9 @@ def load(f, map_location=None, weights_only=None):
     """Read a checkpoint written by minidl.save.
 
     weights_only: a checkpoint of plain data (tensors, state dicts) is read the same whatever its value, without
-    unpickling. A whole object that save pickled (a model saved as torch.save(model)) is read only with
-    weights_only=False, the caller vouching for the file, as torch.load asks since PyTorch 2.6.
+    unpickling. A whole object that save pickled (a model saved as torch.save(model)) is read, as torch.load reads it
+    since PyTorch 2.6, by a restricted unpickler that builds tensors, arrays and the classes allowed with
+    safe_globals / add_safe_globals; weights_only=False unpickles it plainly, the caller vouching for the file.
 
     map_location: None puts each tensor back on the device it was saved from (the CPU if that GPU is
     not available here); 'cpu', 'cuda' or 'cuda:N' puts every tensor there.
@@ -479,21 +482,123 @@ def _load_from(fh, name, place, weights_only=None, map_location=None):
         return _decode(structure["object"], read_array, place, "obj")
 
 
+# ------------------------------------------------------------------------------------------------
+# Whole objects: pickled by save, unpickled by load (restricted unless weights_only=False)
+# ------------------------------------------------------------------------------------------------
+
+_SAFE_GLOBALS: list = []   # what add_safe_globals / safe_globals allowed (objects: classes, functions)
+
+
+def add_safe_globals(safe_globals) -> None:
+    """Allow these classes or functions in a pickled checkpoint read with weights_only=True (torch's name)."""
+    _SAFE_GLOBALS.extend(safe_globals)
+
+
+def get_safe_globals() -> list:
+    return list(_SAFE_GLOBALS)
+
+
+def clear_safe_globals() -> None:
+    _SAFE_GLOBALS.clear()
+
+
+class safe_globals:  # noqa: N801 - torch's name
+    """`with safe_globals([Net, nn.Conv2d]):` the loads inside may build these (torch.serialization.safe_globals)."""
+
+    def __init__(self, globals_list):
+        self.globals_list = list(globals_list)
+
+    def __enter__(self):
+        self._before = list(_SAFE_GLOBALS)
+        _SAFE_GLOBALS.extend(self.globals_list)
+
+    def __exit__(self, *exc):
+        _SAFE_GLOBALS[:] = self._before
+        return False
+
+
+def _rebuild_array(host, device_index):
+    """A pickled GPU array: back on that GPU, or where map_location says (the CPU without a GPU)."""
+    target = _UNPICKLE_PLACE[-1](f"cuda:{device_index}")
+    return host if target.type == "cpu" else _device.move_array(host, target)
+
+
+_UNPICKLE_PLACE: list = []   # the map_location of the load under way (a stack: loads may nest)
+
+
+class _Pickler:
+    """pickle.Pickler with GPU arrays written as host copies and their device (see _rebuild_array)."""
+
+    @staticmethod
+    def dumps(obj, protocol):
+        import pickle
+
+        class Pickler(pickle.Pickler):
+            def reducer_override(self, value):
+                if _device.is_cuda_array(value):
+                    return _rebuild_array, (_device.move_array(value, "cpu"), int(value.device.id))
+                return NotImplemented
+
+        buffer = io.BytesIO()
+        Pickler(buffer, protocol=protocol).dump(obj)
+        return buffer.getvalue()
+
+
+def _always_safe():
+    """(module, name) pairs a restricted load builds without being told: containers, arrays, tensors, and the plain
+    data classes minidl's layers hold (their descriptors)."""
+    return {("collections", "OrderedDict"), ("builtins", "dict"), ("builtins", "set"), ("builtins", "frozenset"),
+            ("builtins", "slice"), ("builtins", "complex"), ("numpy", "ndarray"), ("numpy", "dtype"),
+            ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "_reconstruct"),
+            ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar"),
+            ("minidl.autograd.tensor", "Tensor"), ("minidl.nn.module", "Parameter"), ("minidl.nn.parameter", "Buffer"),
+            ("minidl.utils.serialization", "_rebuild_array"),
+            ("minidl.primitives.convolution_problem", "ConvolutionDescriptor"),
+            ("minidl.primitives.rnn", "RNNDescriptor")}
+
+
+def _restricted_loads(payload, name):
+    import pickle
+
+    allowed_pairs = _always_safe()
+    allowed_objects = {id(o) for o in _SAFE_GLOBALS}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, qualname):
+            if (module, qualname) in allowed_pairs:
+                return super().find_class(module, qualname)
+            try:
+                found = super().find_class(module, qualname)
+            except (ImportError, AttributeError) as e:
+                raise CheckpointError(f"load: {name} names {module}.{qualname}, which cannot be imported here "
+                                      f"({type(e).__name__}: {e})") from None
+            if id(found) in allowed_objects:
+                return found
+            raise CheckpointError(
+                f"load: {name}: weights-only load refused {module}.{qualname}: a restricted load builds tensors, "
+                f"arrays and the classes you allow. If you trust this file, allow it: `with "
+                f"minidl.serialization.safe_globals([{qualname}]): minidl.load(f)` (torch.serialization's names), "
+                f"or load with weights_only=False")
+
+    return Unpickler(io.BytesIO(payload)).load()
+
+
 def _unpickle(zf, structure, names, name, weights_only, map_location):
-    """A whole object save pickled: read only when the caller passed weights_only=False."""
-    what = structure.get("class", "object")
-    if weights_only is not False:
-        raise CheckpointError(
-            f"load: {name} holds a whole {what}, saved with pickle (torch.save(model) / minidl.save of something "
-            "that is not plain data). Unpickling runs code the file names, so it is read only when you ask: "
-            "minidl.load(f, weights_only=False), for a file you trust (torch.load asks the same since PyTorch 2.6). "
-            "Saving model.state_dict() instead avoids the question.")
+    """A whole object save pickled: a restricted unpickler unless weights_only=False (torch.load's rule)."""
     entry = structure["pickled"]
     if entry not in names:
         raise CheckpointError(f"load: {name} refers to a missing entry {entry!r}")
-    import pickle
+    payload = zf.read(entry)
+    _UNPICKLE_PLACE.append(_placement(map_location))
+    try:
+        if weights_only is False:
+            import pickle
 
-    obj = pickle.loads(zf.read(entry))
+            obj = pickle.loads(payload)
+        else:
+            obj = _restricted_loads(payload, name)
+    finally:
+        _UNPICKLE_PLACE.pop()
     if map_location is not None and hasattr(obj, "to") and callable(obj.to):   # a model or a tensor: moved whole
         obj = obj.to(_placement(map_location)("cpu"))
     return obj

@@ -137,27 +137,60 @@ class _Net(minidl.nn.Module):   # (module level: pickle finds a class by its nam
         return self.bn(self.fc(x))
 
 
-def test_a_whole_model_is_pickled_and_read_back_only_when_asked(tmp_path):
-    """torch.save(model, path) as torch does it (pickle); load refuses it unless weights_only=False, as torch.load
-    since 2.6, and then gives the model back: its class, parameters, buffers and training flag."""
+def test_a_whole_model_is_pickled_and_read_back_as_torch_load_does(tmp_path):
+    """torch.save(model, path) as torch does it (pickle); load reads it as torch.load since 2.6: a restricted
+    unpickler that builds tensors and arrays and only the classes allowed (safe_globals / add_safe_globals), or plain
+    pickle under weights_only=False. The model comes back whole: class, parameters, buffers, training flag."""
+    from minidl.utils.serialization import add_safe_globals, clear_safe_globals, get_safe_globals, safe_globals
+
     net = _Net()
     net(minidl.randn(5, 3))   # running statistics move
     net.eval()
     path = tmp_path / "model.pth"
     minidl.save(net, path)
-    with pytest.raises(CheckpointError, match=r"holds a whole .*_Net, saved with pickle.*weights_only=False"):
+    with pytest.raises(CheckpointError, match=r"weights-only load refused .*_Net.*safe_globals\(\[_Net\]\)"):
         minidl.load(path)
-    with pytest.raises(CheckpointError, match="weights_only=False"):
-        minidl.load(path, weights_only=True)
-    back = minidl.load(path, weights_only=False)
-    assert type(back) is _Net and not back.training
+    with pytest.raises(CheckpointError, match=r"refused minidl\.nn\.layers\.linear\.Linear"):
+        with safe_globals([_Net]):
+            minidl.load(path)
     x = minidl.randn(4, 3)
-    np.testing.assert_array_equal(back(x).detach().numpy(), net(x).detach().numpy())
-    np.testing.assert_array_equal(back.bn.running_mean.numpy(), net.bn.running_mean.numpy())
+    for back in (minidl.load(path, weights_only=False), _load_allowed(path, safe_globals)):
+        assert type(back) is _Net and not back.training
+        np.testing.assert_array_equal(back(x).detach().numpy(), net(x).detach().numpy())
+        np.testing.assert_array_equal(back.bn.running_mean.numpy(), net.bn.running_mean.numpy())
+    assert get_safe_globals() == []   # the context restored the list
+    add_safe_globals([_Net, minidl.nn.Linear, minidl.nn.BatchNorm1d])
+    try:
+        assert type(minidl.load(path)) is _Net
+    finally:
+        clear_safe_globals()
     moved = minidl.load(path, weights_only=False, map_location="cpu")
     assert str(moved.fc.weight.device) == "cpu"
-    minidl.save({"sd": net.state_dict()}, path)   # plain data: read without the flag, as before
+    minidl.save({"sd": net.state_dict()}, path)   # plain data: read without any of it, as before
     assert set(minidl.load(path)["sd"]) == set(net.state_dict())
+
+
+def _load_allowed(path, safe_globals):
+    with safe_globals([_Net, minidl.nn.Linear, minidl.nn.BatchNorm1d]):
+        return minidl.load(path)
+
+
+def test_a_restricted_load_refuses_a_pickle_that_calls_a_function(tmp_path):
+    """A crafted checkpoint whose pickle would call os.system: the restricted load names it and runs nothing."""
+    import zipfile
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned > " + str(tmp_path / "pwned"),))
+
+    path = tmp_path / "evil.pth"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("object.pkl", pickle.dumps(Evil()))
+        zf.writestr("structure.json", json.dumps({"format": "minidl.checkpoint", "version": 2,
+                                                  "pickled": "object.pkl", "class": "x.Evil"}))
+    with pytest.raises(CheckpointError, match=r"refused (posix|os|nt)\.system"):
+        minidl.load(path)
+    assert not (tmp_path / "pwned").exists()
 
 
 def test_crash_mid_save_leaves_the_previous_file_intact(tmp_path, monkeypatch):

@@ -371,3 +371,23 @@ def test_legacy_cuda_types_move_and_check_as_torch():
         assert host.type("torch.cuda.LongTensor").is_cuda and host.type("torch.cuda.LongTensor").dtype == lib.int64
         made = Tensor(4, 1).fill_(1.0)
         assert made.is_cuda and made.shape == (4, 1)
+
+
+def test_a_whole_gpu_model_saved_with_pickle_comes_back_on_the_gpu_or_where_asked(tmp_path):
+    """torch.save(model) of a model on the GPU: its arrays are pickled as host copies with their device, and come back
+    on that GPU (a restricted load with the classes allowed), or on the CPU with map_location="cpu"; the outputs
+    equal the original's."""
+    from minidl.utils.serialization import safe_globals
+
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).to("cuda")
+    x = minidl.randn(2, 1, 8, 8, device="cuda")
+    want = net(x).detach().cpu().numpy()
+    path = tmp_path / "gpu_model.pth"
+    minidl.save(net, path)
+    with safe_globals([nn.Sequential, nn.Conv2d, nn.ReLU, nn.Flatten, nn.Linear]):
+        back = minidl.load(path)
+    assert back[0].weight.is_cuda
+    np.testing.assert_allclose(back(x).detach().cpu().numpy(), want, rtol=1e-5, atol=1e-6)
+    host = minidl.load(path, weights_only=False, map_location="cpu")
+    assert not host[0].weight.is_cuda
+    np.testing.assert_allclose(host(x.cpu()).detach().numpy(), want, rtol=1e-4, atol=1e-5)

@@ -72,6 +72,11 @@ class _ConvNd(Module):
         self.channels_last = False  # set by Module.to(memory_format=channels_last): NHWC kernels and results
         self.reset_parameters()
 
+    def __getstate__(self):   # pickle / deepcopy: the plans are per-device caches, made again on first use
+        state = self.__dict__.copy()
+        state["_conv_plans"] = {}
+        return state
+
     def reset_parameters(self):
         # PyTorch's default: kaiming_uniform_(a=sqrt(5)) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)), same for the bias.
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
@@ -159,6 +164,11 @@ class _ConvTransposeNd(Module):
             self.register_parameter("bias", None)
         self._conv_plans: dict = {}
         self.reset_parameters()
+
+    def __getstate__(self):   # pickle / deepcopy: the plans are per-device caches, made again on first use
+        state = self.__dict__.copy()
+        state["_conv_plans"] = {}
+        return state
 
     reset_parameters = _ConvNd.reset_parameters   # torch's default init, read from the stored weight's fans
 
