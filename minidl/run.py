@@ -60,6 +60,7 @@ TORCH_MODULES = {
     "torch.nn.modules.channelshuffle": "minidl.nn.layers.torch_modules",
     "torch.nn.modules.utils": "minidl.nn.layers.torch_modules",
     "torch.nn.utils": "minidl.nn.utils",
+    "torch.nn.grad": "minidl.nn.grad",
     "torch.nn.utils.rnn": "minidl.nn.utils.rnn",
     "torch.nn.attention": "minidl.nn.attention",
     "torch.optim": "minidl.optim",
@@ -124,6 +125,7 @@ TORCH_MODULES = {
     "torch.autograd.anomaly_mode": "minidl.autograd.anomaly_mode",
     "torch.autograd.forward_ad": "minidl.autograd.forward_ad",
     "torch.autograd.graph": "minidl.autograd.graph",
+    "torch.autograd.function": "minidl.autograd.function",
     "torch.autograd.profiler": "minidl.autograd.profiler",
 }
 

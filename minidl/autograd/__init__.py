@@ -1,6 +1,6 @@
 """The autograd core: Tensor (storage, grad, the version counter, backward), Function (an op = forward +
 backward) and the tape, and the grad modes. The operations themselves are in minidl.ops."""
-from .function import Function, FunctionCtx, backward, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, unbroadcast  # noqa: F401
+from .function import Function, FunctionCtx, backward, once_differentiable, enable_grad, grad, is_grad_enabled, no_grad, set_grad_enabled, unbroadcast  # noqa: F401
 from .tensor import Tensor  # noqa: F401
 from .legacy import Variable  # noqa: F401
 from . import return_types  # noqa: F401

@@ -260,6 +260,36 @@ class FunctionCtx:
         pass
 
 
+def once_differentiable(backward):
+    """Decorates a custom Function's backward that can be differentiated once only (torch's): it runs with grad
+    mode off, and a second derivative through it (backward(create_graph=True), then again) raises instead of
+    giving a silent zero."""
+    import functools
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        with no_grad():
+            result = backward(ctx, *grads)
+        if not is_grad_enabled() or not any(getattr(g, "requires_grad", False) for g in grads):
+            return result   # the usual backward, or one whose gradients carry no graph (torch's rule)
+        from .tensor import Tensor
+
+        def guard(r):
+            return _OnceDifferentiable.apply(r.detach().requires_grad_()) if isinstance(r, Tensor) else r
+
+        return tuple(guard(r) for r in result) if isinstance(result, tuple) else guard(result)
+
+    return wrapper
+
+
+class _OnceDifferentiable(Function):
+    def forward(self, x):
+        return x
+
+    def backward(self, g):
+        raise RuntimeError("trying to differentiate twice a function that was marked with @once_differentiable")
+
+
 class _CtxFunction(Function):
     """Runs a user Function written in PyTorch's style (tutorials' LegendrePolynomial3): forward and
     backward are static methods taking a ctx and Tensors; this node converts arrays to Tensors and
@@ -285,7 +315,7 @@ class _CtxFunction(Function):
 
         with no_grad():
             result = self.user_cls.backward(self.ctx, *(Tensor._make(g) for g in grads))
-        result = result if isinstance(result, tuple) else (result,)
+        result = self._trimmed(result)
         if len(result) != len(self.is_tensor):
             raise RuntimeError(f"{self.user_cls.__name__}.backward returned {len(result)} gradients for "
                                f"{len(self.is_tensor)} inputs to forward (return None for inputs without one)")
@@ -304,11 +334,18 @@ class _CtxFunction(Function):
             result = self.user_cls.backward(ctx, *grads)
         finally:
             ctx.saved_tensors = saved
-        result = result if isinstance(result, tuple) else (result,)
+        result = self._trimmed(result)
         if len(result) != len(self.is_tensor):
             raise RuntimeError(f"{self.user_cls.__name__}.backward returned {len(result)} gradients for "
                                f"{len(self.is_tensor)} inputs to forward (return None for inputs without one)")
         return tuple(r if t else None for r, t in zip(result, self.is_tensor))
+
+    def _trimmed(self, result):
+        """backward's results as a tuple; trailing Nones past the forward's inputs dropped (torch allows them: a
+        backward written for forward's optional arguments, called without them)."""
+        result = result if isinstance(result, tuple) else (result,)
+        n = len(self.is_tensor)
+        return result[:n] if len(result) > n and all(r is None for r in result[n:]) else result
 
     @property
     def name(self) -> str:

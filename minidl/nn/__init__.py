@@ -1,6 +1,6 @@
 """minidl.nn: Module and Parameter, layers, losses, init and functional (PyTorch's names)."""
 from .. import backends  # noqa: F401  (so that `minidl.backends.cudnn` is reachable after `import minidl.nn`)
-from . import attention, functional, init, utils  # noqa: F401
+from . import attention, functional, grad, init, utils  # noqa: F401
 from .module import Buffer, Module, Parameter, UninitializedParameter, is_lazy  # noqa: F401
 from .state_dict import _IncompatibleKeys  # noqa: F401
 from . import parameter  # noqa: E402,F401  (torch.nn.parameter)

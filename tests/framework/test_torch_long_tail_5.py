@@ -135,3 +135,60 @@ def test_torch_version_under_the_runner(tmp_path):
                     "torch.version.cuda, torch.version.hip)\n")
     out = subprocess.run([sys.executable, "-m", "minidl.run", str(prog)], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["2.13.0+minidl", "True", "None"]
+
+
+@pytest.mark.parametrize("dims,ish,wsh,kw", [
+    (2, (2, 4, 7, 8), (6, 2, 3, 3), dict(stride=2, padding=1, groups=2)),
+    (1, (2, 3, 9), (4, 3, 2), dict(dilation=2)),
+    (3, (1, 2, 4, 5, 5), (3, 2, 2, 3, 3), dict(padding=(1, 0, 1))),
+    (2, (1, 2, 8, 8), (3, 2, 3, 3), dict(stride=3)),   # an input size the stride leaves ambiguous
+])
+def test_nn_grad_convolution_gradients_as_torch(dims, ish, wsh, kw):
+    """torch.nn.grad.conv{1,2,3}d_input / _weight: the primitive's backward_data and backward_filter as functions,
+    against torch's in float64, and differentiable again (a gradient of a sum of the input gradient)."""
+    rng = np.random.default_rng(dims)
+    x, w = rng.standard_normal(ish), rng.standard_normal(wsh)
+    go = rng.standard_normal(tuple(getattr(torch.nn.functional, f"conv{dims}d")(
+        torch.tensor(x), torch.tensor(w), **kw).shape))
+    for part in ("input", "weight"):
+        ours_fn, theirs_fn = (getattr(lib.nn.grad, f"conv{dims}d_{part}") for lib in (minidl, torch))
+        if part == "input":
+            wo, wt = minidl.tensor(w, requires_grad=True), torch.tensor(w, requires_grad=True)
+            ours, theirs = ours_fn(ish, wo, minidl.tensor(go), **kw), theirs_fn(ish, wt, torch.tensor(go), **kw)
+            leaf_o, leaf_t = wo, wt
+        else:
+            xo, xt = minidl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+            ours, theirs = ours_fn(xo, wsh, minidl.tensor(go), **kw), theirs_fn(xt, wsh, torch.tensor(go), **kw)
+            leaf_o, leaf_t = xo, xt
+        np.testing.assert_allclose(ours.detach().numpy(), theirs.detach().numpy(), rtol=1e-10, atol=1e-12)
+        (ours * ours).sum().backward()
+        (theirs * theirs).sum().backward()
+        np.testing.assert_allclose(leaf_o.grad.numpy(), leaf_t.grad.numpy(), rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="grad_output has shape"):
+        minidl.nn.grad.conv2d_input((1, 2, 8, 8), minidl.ones(3, 2, 3, 3), minidl.ones(1, 3, 5, 5))
+
+
+def test_once_differentiable_refuses_a_second_derivative_as_torch():
+    for lib in (minidl, torch):
+        class Square(lib.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                ctx.save_for_backward(x)
+                return x * x
+
+            @staticmethod
+            @(minidl.autograd.function if lib is minidl else torch.autograd.function).once_differentiable
+            def backward(ctx, g):
+                x, = ctx.saved_tensors
+                return 2 * x * g
+
+        x = lib.tensor([1.5, -2.0], requires_grad=True)
+        v = lib.ones(2, requires_grad=True)   # a gradient that carries a graph: the backward is recorded
+        (gx,) = lib.autograd.grad(Square.apply(x), x, grad_outputs=v, create_graph=True)
+        assert gx.tolist() == [3.0, -4.0]
+        with pytest.raises(RuntimeError, match="differentiate twice a function that was marked with "
+                                               "@once_differentiable"):
+            gx.sum().backward()
+        y = lib.tensor([3.0], requires_grad=True)
+        Square.apply(y).sum().backward()   # once: fine
+        assert y.grad.tolist() == [6.0]

@@ -565,3 +565,12 @@ def test_cuda_idioms_print_what_torch_prints(tmp_path):
     as on PyTorch (here on the CPU; tests/gpu/test_framework_gpu.py runs the GPU forms)."""
     out = _same_output_as_torch("cuda_idioms.py", tmp_path)
     assert out.splitlines()[-2:] == ["too big 4", "fits 2"]
+
+
+def test_conv_bn_fusion_prints_what_torch_prints(tmp_path):
+    """The custom-Function tutorial "Fusing Convolution and Batch Norm" in its style: once_differentiable, gradcheck
+    of three custom Functions, torch.nn.grad.conv2d_input / conv2d_weight in a fused backward, Adadelta + StepLR:
+    the same output as on PyTorch."""
+    out = _same_output_as_torch("conv_bn_fusion.py", tmp_path)
+    assert out.splitlines()[:4] == ["Conv2D gradcheck: True", "BatchNorm gradcheck: True",
+                                    "FusedConvBN2DFunction gradcheck: True", "nn.grad against autograd: True"]
