@@ -9,5 +9,7 @@
 
 See docs/DESIGN.md, "Mixed precision".
 """
-from .autocast_mode import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: F401
+from .autocast_mode import (  # noqa: F401
+    autocast, custom_bwd, custom_fwd, get_autocast_dtype, is_autocast_available, is_autocast_enabled,
+)
 from .grad_scaler import GradScaler, OptState  # noqa: F401

@@ -268,3 +268,60 @@ def _autocast_cast_class():
             pass
 
     return AutocastCast
+
+
+def _cast_floats(value, dtype, device_type):
+    """value with every floating-point tensor on device_type cast to dtype (inside lists, tuples and dicts too)."""
+    from ..autograd.tensor import Tensor
+
+    if isinstance(value, Tensor):
+        on_type = (value.is_cuda and device_type == "cuda") or (not value.is_cuda and device_type == "cpu")
+        return value.type(dtype) if on_type and value.dtype.kind in "fV" and value.dtype != dtype else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast_floats(v, dtype, device_type) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast_floats(v, dtype, device_type) for k, v in value.items()}
+    return value
+
+
+def custom_fwd(fwd=None, *, device_type="cuda", cast_inputs=None):
+    """Decorates a custom Function's forward for autocast (torch.amp.custom_fwd). Without cast_inputs the forward
+    runs in the autocast state of its caller, and custom_bwd's backward will run in that same state. With
+    cast_inputs (e.g. torch.float32) inside an autocast region: the floating-point inputs on device_type are cast
+    to it and the forward runs with autocast off (an op that must run in one precision)."""
+    if fwd is None:
+        return functools.partial(custom_fwd, device_type=device_type, cast_inputs=cast_inputs)
+    _check_device_type("custom_fwd", device_type)
+
+    @functools.wraps(fwd)
+    def decorate_fwd(ctx, *args, **kwargs):
+        ctx._fwd_used_autocast = is_autocast_enabled(device_type)
+        ctx._dtype = get_autocast_dtype(device_type)
+        if cast_inputs is None or not ctx._fwd_used_autocast:
+            return fwd(ctx, *args, **kwargs)
+        ctx._fwd_used_autocast = False
+        with autocast(device_type, enabled=False):
+            return fwd(ctx, *_cast_floats(args, np.dtype(cast_inputs), device_type),
+                       **_cast_floats(kwargs, np.dtype(cast_inputs), device_type))
+
+    return decorate_fwd
+
+
+def custom_bwd(bwd=None, *, device_type="cuda"):
+    """Decorates a custom Function's backward: it runs in the autocast state its custom_fwd forward ran in."""
+    if bwd is None:
+        return functools.partial(custom_bwd, device_type=device_type)
+    _check_device_type("custom_bwd", device_type)
+
+    @functools.wraps(bwd)
+    def decorate_bwd(ctx, *args, **kwargs):
+        used = getattr(ctx, "_fwd_used_autocast", False)
+        with autocast(device_type, dtype=getattr(ctx, "_dtype", None), enabled=used):
+            return bwd(ctx, *args, **kwargs)
+
+    return decorate_bwd
+
+
+def is_autocast_available(device_type: str) -> bool:
+    """Whether autocast can be used on this device type (torch.amp.is_autocast_available): cuda and cpu."""
+    return device_type in POLICIES

@@ -3,6 +3,8 @@ minidl.amp: what `python -m minidl.run` gives a program for `torch.cuda.amp`."""
 from __future__ import annotations
 
 from .autocast_mode import autocast as _autocast
+from .autocast_mode import custom_bwd as _custom_bwd
+from .autocast_mode import custom_fwd as _custom_fwd
 from .grad_scaler import GradScaler as _GradScaler
 
 
@@ -24,10 +26,10 @@ class GradScaler(_GradScaler):
                          growth_interval=growth_interval, enabled=enabled)
 
 
-def custom_fwd(fwd=None, **kwargs):
-    """torch.cuda.amp.custom_fwd: the function as it is (minidl casts at each op)."""
-    return fwd if fwd is not None else (lambda f: f)
+def custom_fwd(fwd=None, *, cast_inputs=None):
+    """torch.cuda.amp.custom_fwd: minidl.amp.custom_fwd for cuda."""
+    return _custom_fwd(fwd, device_type="cuda", cast_inputs=cast_inputs)
 
 
-def custom_bwd(bwd):
-    return bwd
+def custom_bwd(bwd=None):
+    return _custom_bwd(bwd, device_type="cuda")

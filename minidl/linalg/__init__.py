@@ -18,7 +18,9 @@ matrix_exp, multi_dot, cond, vecdot.
 The gradients through the inverse assume an invertible matrix (for a singular one torch switches to an SVD
 formula; minidl returns inf/nan there); those of eigh and svd assume distinct eigen / singular values, as torch's.
 The LU factorization (lu_factor, lu, lu_unpack, lu_solve) and the general eig / eigvals are in factorizations.py.
-householder_product and geqrf too. Not here: ldl factorizations, eig's gradient.
+householder_product and geqrf too. inv and solve raise LinAlgError for a singular matrix (on the CPU, where LAPACK
+reports it); inv_ex / solve_ex return its info instead; tensorinv, tensorsolve, vander and diagonal are in
+solvers.py. Not here: ldl factorizations, eig's gradient.
 """
 from __future__ import annotations
 
@@ -36,6 +38,23 @@ slogdet_result = namedtuple("slogdet", ["sign", "logabsdet"])
 eigh_result = namedtuple("eigh", ["eigenvalues", "eigenvectors"])
 qr_result = namedtuple("qr", ["Q", "R"])
 svd_result = namedtuple("svd", ["U", "S", "Vh"])
+
+
+class LinAlgError(RuntimeError):
+    """torch.linalg.LinAlgError: a matrix the operation cannot handle (a singular one in inv and solve)."""
+
+
+def _singular(op, a):
+    """The LinAlgError for a singular input of op, naming the first zero pivot as torch does (getrf's info)."""
+    xp = get_array_module(a)
+    from .factorizations import lu_factor_ex
+    from ..autograd.tensor import Tensor
+
+    info = lu_factor_ex(Tensor._make(xp.asarray(a))).info._host_array().reshape(-1)
+    k = int(info[info > 0][0]) if (info > 0).any() else 0
+    what = "inversion" if op == "inv" else "solve"
+    return LinAlgError(f"linalg.{op}: The diagonal element {k} is zero, the {what} could not be completed because "
+                       "the input matrix is singular.")
 
 
 def _mT(a):
@@ -59,7 +78,10 @@ class Inv(Function):
 
     def forward(self, a):
         xp = get_array_module(a)
-        self.out = xp.linalg.inv(_work(a))
+        try:
+            self.out = xp.linalg.inv(_work(a))
+        except np.linalg.LinAlgError:
+            raise _singular("inv", a) from None
         return self.out.astype(a.dtype, copy=False)
 
     def backward(self, g):
@@ -99,7 +121,10 @@ class Solve(Function):
         xp = get_array_module(a)
         self.a, self.vector = _work(a), vector
         bb = _work(b)[..., None] if vector else _work(b)
-        self.x = xp.linalg.solve(self.a, bb)
+        try:
+            self.x = xp.linalg.solve(self.a, bb)
+        except np.linalg.LinAlgError:
+            raise _singular("solve", a) from None
         out = self.x[..., 0] if vector else self.x
         self.shapes = (a.shape, b.shape)
         return out.astype(a.dtype, copy=False)
@@ -357,8 +382,8 @@ def logdet(A):
 
 
 from .solvers import (  # noqa: E402,F401  (the solvers and what is composed from them: minidl/linalg/solvers.py)
-    cholesky, cholesky_ex, cholesky_solve, cond, lstsq, matmul, matrix_exp, matrix_power, matrix_rank, multi_dot, pinv,
-    solve_triangular, vecdot,
+    cholesky, cholesky_ex, cholesky_solve, cond, diagonal, inv_ex, lstsq, matmul, matrix_exp, matrix_power, matrix_rank,
+    multi_dot, pinv, solve_ex, solve_triangular, tensorinv, tensorsolve, vander, vecdot,
 )
 from .factorizations import (  # noqa: E402,F401  (LU and the general eigen-decomposition: factorizations.py)
     eig, eigvals, geqrf, householder_product, lu, lu_factor, lu_factor_ex, lu_solve, lu_unpack,

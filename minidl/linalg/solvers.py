@@ -15,6 +15,8 @@ from ..ops.mathops import quiet_float_errors
 from . import _floating, _mT, _square, _work, inv, matrix_norm, solve, svdvals
 
 cholesky_ex_result = namedtuple("cholesky_ex", ["L", "info"])
+inv_ex_result = namedtuple("linalg_inv_ex", ["inverse", "info"])
+solve_ex_result = namedtuple("linalg_solve_ex", ["result", "info"])
 lstsq_result = namedtuple("lstsq", ["solution", "residuals", "rank", "singular_values"])
 
 
@@ -266,3 +268,79 @@ def vecdot(x, y, *, dim=-1, out=None):
 
 def matmul(input, other, *, out=None):
     return input @ other
+
+
+def _ex(op, A, solve_all, check_errors):
+    """(result, info) of an _ex form: info per matrix (> 0: the first zero pivot, LAPACK's getrf), the result of
+    the plain op where every matrix is invertible (with its gradient), NaN for the singular ones otherwise."""
+    from ..autograd.tensor import Tensor
+    from . import LinAlgError
+    from .factorizations import lu_factor_ex
+
+    info = lu_factor_ex(A).info
+    bad = info._host_array() != 0
+    if check_errors and bad.any():
+        raise LinAlgError(f"linalg.{op}: The diagonal element {int(info._host_array().max())} is zero, the "
+                          f"{'inversion' if op == 'inv_ex' else 'solve'} could not be completed because the input "
+                          "matrix is singular.")
+    if not bad.any():
+        return solve_all(A), info
+    xp = get_array_module(A._data)
+    ok = Tensor._make(xp.asarray(~bad))
+    safe = A.detach().masked_fill(~ok.reshape(ok.shape + (1, 1)), 0.0) + \
+        Tensor._make(xp.eye(A.shape[-1], dtype=A.dtype)) * (~ok).type(A.dtype).reshape(ok.shape + (1, 1))
+    result = solve_all(safe).detach()
+    shape = ok.shape + (1,) * (result.ndim - ok.ndim)
+    return result.masked_fill(~ok.reshape(shape), float("nan")), info
+
+
+def inv_ex(A, *, check_errors=False, out=None):
+    """(inverse, info): info > 0 marks a singular matrix (its inverse NaN here, where torch's holds infs);
+    check_errors=True raises LinAlgError instead (torch.linalg.inv_ex)."""
+    _square("inv_ex", A)
+    return inv_ex_result(*_ex("inv_ex", A, inv, check_errors))
+
+
+def solve_ex(A, B, *, left=True, check_errors=False, out=None):
+    """(result, info) of solve(A, B), as inv_ex: info > 0 for a singular A (torch.linalg.solve_ex)."""
+    _square("solve_ex", A)
+    return solve_ex_result(*_ex("solve_ex", A, lambda M: solve(M, B, left=left), check_errors))
+
+
+def tensorinv(A, ind=2, *, out=None):
+    """The inverse of A read as a matrix of shape (prod(A.shape[:ind]), prod(A.shape[ind:])), shaped
+    A.shape[ind:] + A.shape[:ind] (torch.linalg.tensorinv)."""
+    rows, cols = int(np.prod(A.shape[:ind])), int(np.prod(A.shape[ind:]))
+    if ind <= 0 or rows != cols:
+        raise RuntimeError(f"linalg.tensorinv: expected a positive ind whose leading and trailing dimensions have the "
+                           f"same product, got ind={ind} for shape {tuple(A.shape)}")
+    return inv(A.reshape(rows, cols)).reshape(tuple(A.shape[ind:]) + tuple(A.shape[:ind]))
+
+
+def tensorsolve(A, B, dims=None, *, out=None):
+    """X with tensordot(A, X, X.ndim) = B (torch.linalg.tensorsolve); dims: A's dimensions moved to the end first."""
+    if dims is not None:
+        dims = [d % A.ndim for d in dims]
+        A = A.permute(*[d for d in range(A.ndim) if d not in dims], *dims)
+    rest = tuple(A.shape[B.ndim:])
+    n = int(np.prod(rest))
+    if int(np.prod(A.shape[:B.ndim])) != n or tuple(A.shape[:B.ndim]) != tuple(B.shape):
+        raise RuntimeError(f"linalg.tensorsolve: expected A's leading dimensions {tuple(A.shape[:B.ndim])} to be B's "
+                           f"shape {tuple(B.shape)}, with as many elements as the rest {rest}")
+    return solve(A.reshape(n, n), B.reshape(n)).reshape(rest)
+
+
+def vander(x, *, N=None):
+    """The Vandermonde matrix of x with increasing powers x^0 ... x^(N-1) (torch.linalg.vander)."""
+    n = x.shape[-1] if N is None else int(N)
+    if n < 0:
+        raise ValueError(f"linalg.vander: N must be non-negative, got {N}")
+    from ..ops.creation import arange
+
+    powers = arange(n, device=x.device)
+    return x.unsqueeze(-1) ** powers.type(x.dtype if x.dtype.kind in "fc" else powers.dtype)
+
+
+def diagonal(A, *, offset=0, dim1=-2, dim2=-1):
+    """torch.linalg.diagonal: A.diagonal with the matrix dimensions last by default."""
+    return A.diagonal(offset, dim1, dim2)

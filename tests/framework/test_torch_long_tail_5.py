@@ -192,3 +192,88 @@ def test_once_differentiable_refuses_a_second_derivative_as_torch():
         y = lib.tensor([3.0], requires_grad=True)
         Square.apply(y).sum().backward()   # once: fine
         assert y.grad.tolist() == [6.0]
+
+
+@pytest.mark.parametrize("cast", [None, "float32"])
+def test_custom_fwd_and_bwd_follow_torchs_autocast_rules(cast):
+    """A custom Function under CPU autocast (bfloat16), as torch.amp.custom_fwd / custom_bwd: without cast_inputs
+    the forward's matmul runs in bfloat16 and the backward sees autocast on; with cast_inputs=float32 the inputs are
+    cast, the forward runs in float32 with autocast off, and so does the backward."""
+    seen = {}
+    results = {}
+    for lib in (minidl, torch):
+        dtype = None if cast is None else getattr(lib, cast)
+
+        class MatMul(lib.autograd.Function):
+            @staticmethod
+            @lib.amp.custom_fwd(device_type="cpu", cast_inputs=dtype)
+            def forward(ctx, a, b):
+                ctx.save_for_backward(a, b)
+                seen[(lib.__name__, "fwd")] = lib.is_autocast_enabled("cpu")
+                return a @ b
+
+            @staticmethod
+            @lib.amp.custom_bwd(device_type="cpu")
+            def backward(ctx, g):
+                a, b = ctx.saved_tensors
+                seen[(lib.__name__, "bwd")] = lib.is_autocast_enabled("cpu")
+                return g @ b.t(), a.t() @ g
+
+        a = lib.tensor(np.linspace(-1, 1, 6).reshape(2, 3), dtype=lib.float32, requires_grad=True)
+        b = lib.tensor(np.linspace(0, 2, 12).reshape(3, 4), dtype=lib.float32, requires_grad=True)
+        with lib.autocast("cpu", dtype=lib.bfloat16):
+            y = MatMul.apply(a, b)
+        y.float().sum().backward()
+        results[lib.__name__] = (str(y.dtype).replace("torch.", ""), a.grad.dtype == lib.float32)
+    assert results["minidl"] == results["torch"]
+    assert seen[("minidl", "fwd")] == seen[("torch", "fwd")] == (cast is None)
+    assert seen[("minidl", "bwd")] == seen[("torch", "bwd")] == (cast is None)
+    assert minidl.amp.is_autocast_available("cpu") and minidl.amp.is_autocast_available("cuda")
+
+
+def test_linalg_ex_forms_and_singular_errors_as_torch():
+    """inv / solve of a singular matrix raise LinAlgError (a RuntimeError) naming the zero pivot, as torch's; the _ex
+    forms return info per matrix instead (check_errors=True raises), and their results equal inv / solve elsewhere,
+    with gradients."""
+    for lib in (minidl, torch):
+        A = lib.tensor([[1.0, 2.0], [2.0, 4.0]], dtype=lib.float64)
+        with pytest.raises(lib.linalg.LinAlgError, match="The diagonal element 2 is zero"):
+            lib.linalg.inv(A)
+        with pytest.raises(RuntimeError, match="singular"):
+            lib.linalg.solve(A, lib.ones(2, dtype=lib.float64))
+        with pytest.raises(RuntimeError, match="singular"):
+            lib.linalg.inv_ex(A, check_errors=True)
+        batch = lib.stack([lib.eye(2, dtype=lib.float64) * 2, A])
+        inv, info = lib.linalg.inv_ex(batch)
+        assert info.tolist() == [0, 2] and inv[0].tolist() == [[0.5, 0.0], [0.0, 0.5]]
+        assert not bool(lib.isfinite(inv[1]).all())
+    M = np.array([[3.0, 1.0], [1.0, 2.0]])
+    for lib in (minidl, torch):
+        m = lib.tensor(M, requires_grad=True)
+        b = lib.tensor([1.0, -1.0], dtype=lib.float64)
+        r, info = lib.linalg.solve_ex(m, b)
+        r.sum().backward()
+        assert info.item() == 0
+        if lib is minidl:
+            ours = (r.detach().numpy(), m.grad.numpy())
+        else:
+            np.testing.assert_allclose(ours[0], r.detach().numpy(), rtol=1e-12)
+            np.testing.assert_allclose(ours[1], m.grad.numpy(), rtol=1e-12)
+
+
+def test_tensorinv_tensorsolve_vander_diagonal_as_torch():
+    M = np.linspace(1, 2, 36).reshape(6, 6) + np.eye(6) * 3
+    B = np.arange(6.0).reshape(2, 3)
+    out = {}
+    for lib in (minidl, torch):
+        T = lib.tensor(M).reshape(2, 3, 6)
+        out[lib.__name__] = [lib.linalg.tensorinv(T, ind=2).numpy(),
+                             lib.linalg.tensorsolve(lib.tensor(M).reshape(2, 3, 2, 3), lib.tensor(B)).numpy(),
+                             lib.linalg.tensorsolve(lib.tensor(M).reshape(2, 3, 3, 2).permute(2, 3, 0, 1),
+                                                    lib.tensor(B), dims=(0, 1)).numpy(),
+                             lib.linalg.vander(lib.tensor([1.0, 2.0, 3.0]), N=4).numpy(),
+                             lib.linalg.vander(lib.tensor([2, 3])).numpy(),
+                             lib.linalg.diagonal(lib.arange(24.0).reshape(2, 3, 4), offset=1).numpy()]
+    for ours, theirs in zip(out["minidl"], out["torch"]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10)
+        assert ours.dtype == theirs.dtype
