@@ -25,7 +25,8 @@ from .autograd.function import grad as _grad
 from .autograd.tensor import Tensor
 
 __all__ = ["functional_call", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian", "vmap",
-           "stack_module_state", "make_functional", "make_functional_with_buffers", "combine_state_for_ensemble"]
+           "stack_module_state", "make_functional", "make_functional_with_buffers", "combine_state_for_ensemble",
+           "linearize", "functionalize"]
 
 
 @contextlib.contextmanager
@@ -484,3 +485,26 @@ def combine_state_for_ensemble(models):
     params, buffers = stack_module_state(models)
     fmodel = FunctionalModule(models[0], True)
     return fmodel, tuple(params[n] for n in fmodel.param_names), tuple(buffers[n] for n in fmodel.buffer_names)
+
+
+def linearize(func, *primals):
+    """(func(*primals), jvp_fn): jvp_fn(*tangents) is the Jacobian-vector product of func at primals
+    (torch.func.linearize). minidl evaluates each jvp_fn call with jvp at the same primals (torch traces the linear
+    function once); the values are the same."""
+    output = func(*primals)
+
+    def jvp_fn(*tangents):
+        if len(tangents) != len(primals):
+            raise RuntimeError(f"linearize: expected {len(primals)} tangents (one per primal), got {len(tangents)}")
+        return jvp(func, primals, tangents)[1]
+
+    return output, jvp_fn
+
+
+def functionalize(func, *, remove="mutations"):
+    """torch.func.functionalize: func with its mutations and views removed for tracing. minidl does not trace, and a
+    functionalized function computes exactly what func computes (mutations of its inputs included), so this is func
+    itself."""
+    if remove not in ("mutations", "mutations_and_views"):
+        raise RuntimeError(f"functionalize: remove must be 'mutations' or 'mutations_and_views', got {remove!r}")
+    return func

@@ -85,3 +85,58 @@ def _close(actual, expected, rtol, atol, equal_nan, check_device, check_dtype, m
         f"Greatest absolute difference: {finite[worst]} at index {tuple(int(i) for i in worst)} (up to {atol} "
         f"allowed)\nGreatest relative difference: {rel[worst_rel]} at index {tuple(int(i) for i in worst_rel)} "
         f"(up to {rtol} allowed)")
+
+
+def assert_allclose(actual, expected, rtol=None, atol=None, equal_nan=True, msg=""):
+    """torch.testing.assert_allclose, the deprecated form of assert_close: numbers and arrays become tensors of the
+    other side's kind, NaNs are equal by default, and dtypes need not match."""
+    import warnings
+
+    from .autograd.tensor import Tensor
+
+    warnings.warn("testing.assert_allclose() is deprecated since torch 1.12; use testing.assert_close()",
+                  FutureWarning, stacklevel=2)
+    if not isinstance(actual, Tensor):
+        actual = Tensor(np.asarray(actual))
+    if not isinstance(expected, Tensor):
+        expected = Tensor(np.asarray(expected, dtype=actual.dtype))
+    assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=equal_nan, check_dtype=False,
+                 msg=msg or None)
+
+
+def make_tensor(*shape, dtype, device, low=None, high=None, requires_grad=False, noncontiguous=False,
+                exclude_zero=False, memory_format=None):
+    """A tensor of random values for tests (torch.testing.make_tensor): floating and integer values uniform in
+    [low, high) (default [-9, 9] and [-9, 10)), booleans at random; exclude_zero replaces zeros by the smallest
+    positive step; noncontiguous gives a strided view of the same values."""
+    from . import random as _random
+    from .ops.creation import tensor as _tensor
+
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = tuple(shape[0])
+    dtype = np.dtype(dtype)
+    rng = _random.cpu_generator()
+    if dtype == np.bool_:
+        values = rng.integers(0, 2, size=shape).astype(bool)
+    elif dtype.kind in "iu":
+        lo = -9 if low is None else int(np.ceil(low))
+        hi = 10 if high is None else int(np.ceil(high))
+        lo = max(lo, 0) if dtype.kind == "u" else lo
+        values = rng.integers(lo, hi, size=shape).astype(dtype)
+    else:
+        lo, hi = (-9.0 if low is None else float(low)), (9.0 if high is None else float(high))
+        if dtype.kind == "c":
+            part = rng.uniform(lo, hi, size=shape + (2,))
+            values = (part[..., 0] + 1j * part[..., 1]).astype(dtype)
+        else:
+            values = rng.uniform(lo, hi, size=shape).astype(dtype)
+    if exclude_zero:
+        tiny = 1 if dtype.kind in "iub" else np.finfo(np.float32 if dtype.kind == "V" else dtype).tiny
+        values = np.where(values == 0, values.dtype.type(tiny), values)
+    t = _tensor(values, dtype=dtype, device=device)
+    if noncontiguous and t.numel() > 1:
+        doubled = t.repeat_interleave(2, dim=-1) if t.ndim else t
+        t = doubled[..., ::2] if t.ndim else t
+    if memory_format is not None:
+        t = t.contiguous(memory_format=memory_format)
+    return t.requires_grad_(True) if requires_grad else t

@@ -277,3 +277,39 @@ def test_tensorinv_tensorsolve_vander_diagonal_as_torch():
     for ours, theirs in zip(out["minidl"], out["torch"]):
         np.testing.assert_allclose(ours, theirs, rtol=1e-10)
         assert ours.dtype == theirs.dtype
+
+
+def test_nn_utils_skip_init_convert_memory_format_and_clip_grad_norm_as_torch():
+    for lib in (minidl, torch):
+        m = lib.nn.utils.skip_init(lib.nn.Linear, 5, 1)
+        assert type(m).__name__ == "Linear" and tuple(m.weight.shape) == (1, 5) and not m.weight.is_meta
+        with pytest.raises(RuntimeError, match="'device' arg"):
+            lib.nn.utils.skip_init(lib.nn.ReLU)
+        c = lib.nn.Sequential(lib.nn.Conv2d(3, 4, 3), lib.nn.Linear(2, 2))
+        assert lib.nn.utils.convert_conv2d_weight_memory_format(c, lib.channels_last) is c
+        assert c[0].weight.is_contiguous(memory_format=lib.channels_last) and not c[0].weight.is_contiguous()
+        p = lib.nn.Parameter(lib.ones(3))
+        p.grad = lib.ones(3) * 4
+        with pytest.warns(FutureWarning):
+            norm = lib.nn.utils.clip_grad_norm([p], 1.0)
+        assert abs(float(norm) - 48 ** 0.5) < 1e-5 and abs(float(p.grad.norm()) - 1.0) < 1e-5
+
+
+def test_func_linearize_functionalize_and_testing_helpers_as_torch():
+    f = lambda x: (x ** 2).sin() * x   # noqa: E731
+    got = {}
+    for lib in (minidl, torch):
+        x = lib.tensor([0.5, 1.0, -2.0], dtype=lib.float64)
+        out, jf = lib.func.linearize(f, x)
+        got[lib.__name__] = (out.detach().numpy(), jf(lib.tensor([1.0, 0.0, 2.0], dtype=lib.float64)).numpy(),
+                             lib.func.functionalize(f)(x).numpy())
+        t = lib.testing.make_tensor(2, 3, dtype=lib.float32, device="cpu", low=0, high=1)
+        assert tuple(t.shape) == (2, 3) and t.dtype == lib.float32 and bool(((t >= 0) & (t < 1)).all())
+        n = lib.testing.make_tensor((4, 5), dtype=lib.int64, device="cpu", noncontiguous=True, exclude_zero=True)
+        assert not n.is_contiguous() and bool((n != 0).all()) and tuple(n.shape) == (4, 5)
+        with pytest.warns(FutureWarning):
+            lib.testing.assert_allclose(lib.tensor([1.0, float("nan")]), [1.0, float("nan")])
+        with pytest.raises(AssertionError), pytest.warns(FutureWarning):
+            lib.testing.assert_allclose(lib.tensor([1.0]), [1.5])
+    for ours, theirs in zip(got["minidl"], got["torch"]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)

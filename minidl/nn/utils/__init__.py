@@ -196,3 +196,49 @@ from .weight_norm import (  # noqa: E402,F401  (torch.nn.utils.weight_norm / spe
 )
 from . import parametrize, parametrizations  # noqa: E402,F401  (the parametrization API)
 from . import prune  # noqa: E402,F401  (torch.nn.utils.prune: masks over parameters)
+
+
+def clip_grad_norm(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+    """torch.nn.utils.clip_grad_norm, the deprecated name of clip_grad_norm_ (torch warns; so does minidl)."""
+    import warnings
+
+    warnings.warn("nn.utils.clip_grad_norm is now deprecated in favor of nn.utils.clip_grad_norm_.", FutureWarning,
+                  stacklevel=2)
+    return clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)
+
+
+def skip_init(module_cls, *args, **kwargs):
+    """The module built without running its initialisers (torch.nn.utils.skip_init): made on the meta device, then
+    given uninitialised memory on `device` (the CPU by default), for weights that are about to be loaded."""
+    import inspect
+
+    from ..module import Module
+
+    if not (isinstance(module_cls, type) and issubclass(module_cls, Module)):
+        raise RuntimeError(f"Expected a Module; got {module_cls}")
+    if "device" not in inspect.signature(module_cls).parameters:
+        raise RuntimeError("Module must support a 'device' arg to skip initialization")
+    final_device = kwargs.pop("device", "cpu")
+    kwargs["device"] = "meta"
+    return module_cls(*args, **kwargs).to_empty(device=final_device)
+
+
+def _convert_conv_weights(module, memory_format, classes):
+    for m in module.modules():
+        if isinstance(m, classes):
+            m.weight.data = m.weight.data.contiguous(memory_format=memory_format)
+    return module
+
+
+def convert_conv2d_weight_memory_format(module, memory_format):
+    """Every Conv2d / ConvTranspose2d weight of module in memory_format (channels_last: the NHWC kernels' filters),
+    in place; the module is returned (torch.nn.utils.convert_conv2d_weight_memory_format)."""
+    from ..layers.conv import Conv2d, ConvTranspose2d
+
+    return _convert_conv_weights(module, memory_format, (Conv2d, ConvTranspose2d))
+
+
+def convert_conv3d_weight_memory_format(module, memory_format):
+    from ..layers.conv import Conv3d, ConvTranspose3d
+
+    return _convert_conv_weights(module, memory_format, (Conv3d, ConvTranspose3d))
