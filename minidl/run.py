@@ -118,6 +118,7 @@ TORCH_MODULES = {
     "torch.nn.utils.prune": "minidl.nn.utils.prune",
     "torch.distributions.transforms": "minidl.distributions.transforms",
     "torch.distributions.constraints": "minidl.distributions.constraints",
+    "torch.distributions.constraint_registry": "minidl.distributions.bijections",
     "torch.distributions.utils": "minidl.distributions.utils",
     "torch.distributions.kl": "minidl.distributions",
     "torch.nn.utils.fusion": "minidl.nn.utils.fusion",

@@ -37,7 +37,8 @@ __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Nor
            "Laplace", "MultivariateNormal", "Independent", "kl_divergence", "Gamma", "Chi2", "Beta", "Dirichlet",
            "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson", "TransformedDistribution", "transforms",
            "MixtureSameFamily", "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT", "Geometric", "Binomial", "NegativeBinomial", "Multinomial",
-           "Weibull", "Pareto", "LowRankMultivariateNormal", "register_kl", "constraints", "utils"]
+           "Weibull", "Pareto", "LowRankMultivariateNormal", "register_kl", "constraints", "utils",
+           "OneHotCategoricalStraightThrough", "ExponentialFamily", "biject_to", "transform_to"]
 
 
 def _as_tensor(value, like=None):
@@ -156,6 +157,49 @@ class OneHotCategorical(Distribution):
         return self.probs
 
 
+class OneHotCategoricalStraightThrough(OneHotCategorical):
+    """OneHotCategorical whose rsample is a one-hot draw with the straight-through gradient (Bengio et al., 2013):
+    sample + probs - probs.detach(), which equals the sample and passes the gradient to probs (world models such as
+    DreamerV2's discrete latents)."""
+
+    has_rsample = True
+
+    def rsample(self, sample_shape=()):
+        sample = self.sample(sample_shape)
+        return sample + (self.probs - self.probs.detach())
+
+
+class ExponentialFamily(Distribution):
+    """The base of distributions p(x) = h(x) exp(<theta, t(x)> - F(theta)) (torch.distributions.ExponentialFamily):
+    a subclass gives _natural_params (theta), _log_normalizer(*theta) (F) and _mean_carrier_measure (E[log h]);
+    entropy is then -<theta, grad F(theta)> + F(theta) - E[log h], by autograd (torch's Bregman formula)."""
+
+    @property
+    def _natural_params(self):
+        raise NotImplementedError(f"{type(self).__name__} does not define _natural_params")
+
+    def _log_normalizer(self, *natural_params):
+        raise NotImplementedError(f"{type(self).__name__} does not define _log_normalizer")
+
+    @property
+    def _mean_carrier_measure(self):
+        raise NotImplementedError(f"{type(self).__name__} does not define _mean_carrier_measure")
+
+    def entropy(self):
+        from ..autograd.function import enable_grad
+        from ..autograd.function import grad as _grad
+
+        result = -self._mean_carrier_measure
+        params = [p.detach().requires_grad_() for p in self._natural_params]
+        with enable_grad():
+            lg_normal = self._log_normalizer(*params)
+            gradients = _grad(lg_normal.sum(), params, create_graph=True)
+        result = result + lg_normal
+        for p, g in zip(params, gradients):
+            result = result - (p * g).reshape(tuple(self.batch_shape) + (-1,)).sum(-1)
+        return result
+
+
 class Bernoulli(Distribution):
     """1 with probability `probs` (or sigmoid(`logits`)), else 0."""
 
@@ -220,11 +264,13 @@ class Normal(Distribution):
         return 0.5 + 0.5 * math.log(2 * math.pi) + self.scale.log()
 
     def cdf(self, value):
+        """(1 + erf((value - loc) / (scale sqrt 2))) / 2, differentiable in value, loc and scale (as torch's)."""
         value = _as_tensor(value, self.loc)
-        z = ((value - self.loc) / (self.scale * math.sqrt(2))).detach()
-        xp = _device.get_array_module(z._data)
-        erf = _erf(xp, z._data)
-        return Tensor._make((0.5 * (1 + erf)).astype(z.dtype))
+        return 0.5 * (1 + ((value - self.loc) * (1 / math.sqrt(2)) / self.scale).erf())
+
+    def icdf(self, value):
+        value = _as_tensor(value, self.loc)
+        return self.loc + self.scale * (2 * value - 1).erfinv() * math.sqrt(2)
 
     @property
     def mean(self):
@@ -237,16 +283,6 @@ class Normal(Distribution):
     @property
     def variance(self):
         return self.scale * self.scale
-
-
-def _erf(xp, x):
-    """erf by Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7): NumPy has no erf of its own."""
-    sign = xp.sign(x)
-    a = xp.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t \
-        * xp.exp(-a * a)
-    return sign * y
 
 
 class Uniform(Distribution):
@@ -570,6 +606,12 @@ from .more import (  # noqa: E402,F401  (HalfCauchy, InverseGamma, FisherSnedeco
 )
 from . import kl_more  # noqa: E402,F401  (KL formulas of the gamma family and Poisson, registered there)
 from . import constraints, transforms, utils  # noqa: E402,F401
+from .bijections import (  # noqa: E402,F401  (more transforms; biject_to / transform_to: constraint -> transform)
+    CatTransform, CumulativeDistributionTransform, IndependentTransform, LowerCholeskyTransform,
+    PositiveDefiniteTransform, ReshapeTransform, SoftmaxTransform, SoftplusTransform, StackTransform,
+    StickBreakingTransform, biject_to, identity_transform, transform_to,
+)
+from . import bijections as constraint_registry  # noqa: E402,F401  (torch.distributions.constraint_registry)
 from .transforms import (  # noqa: E402,F401  (TransformedDistribution: a squashed Gaussian policy, ...)
     AbsTransform, AffineTransform, ComposeTransform, ExpTransform, PowerTransform, SigmoidTransform, TanhTransform,
     Transform, TransformedDistribution,

@@ -210,6 +210,8 @@ class ComposeTransform(Transform):
         return y
 
     def log_abs_det_jacobian(self, x, y):
+        if not self.parts:   # the identity: a zero per element
+            return x * 0
         total = 0
         for p in self.parts:
             y_p = p(x)
@@ -258,3 +260,10 @@ class TransformedDistribution(Distribution):
             y = x
         return log_prob + _sum_rightmost(self.base_dist.log_prob(y),
                                          event_dim - len(self.base_dist.event_shape))
+
+
+from .bijections import (  # noqa: E402,F401  (the vector and matrix transforms, and identity_transform)
+    CatTransform, CumulativeDistributionTransform, IndependentTransform, LowerCholeskyTransform,
+    PositiveDefiniteTransform, ReshapeTransform, SoftmaxTransform, SoftplusTransform, StackTransform,
+    StickBreakingTransform, identity_transform,
+)
