@@ -236,14 +236,15 @@ def _resize_axis(length_in, length_out):
 
 class Resize:
     """Resize to `size` (h, w), or the smaller edge to `size` keeping the aspect ratio (an int), with
-    bilinear (default) or nearest interpolation, no antialiasing: for small images (MNIST, CIFAR).
+    bilinear (default), nearest or bicubic interpolation, no antialiasing: for small images (MNIST, CIFAR).
     Equals torch.nn.functional.interpolate(mode='bilinear', align_corners=False, antialias=False)
     on a tensor; torchvision antialiases when shrinking, so results differ slightly there."""
 
     def __init__(self, size, interpolation="bilinear", max_size=None, antialias=None):
         interpolation = str(getattr(interpolation, "value", interpolation)).lower()
-        if interpolation not in ("bilinear", "nearest"):
-            raise NotImplementedError(f"Resize: interpolation {interpolation!r} is not implemented (bilinear, nearest)")
+        if interpolation not in ("bilinear", "nearest", "bicubic"):
+            raise NotImplementedError(f"Resize: interpolation {interpolation!r} is not implemented (bilinear, nearest, "
+                                      "bicubic)")
         sizes = [size] if isinstance(size, numbers.Integral) else list(size) if isinstance(size, (tuple, list)) else None
         if not sizes or len(sizes) > 2 or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1
                                                for s in sizes):
@@ -266,6 +267,12 @@ class Resize:
             rows = np.minimum(np.floor(np.arange(th) * (h / th)).astype(np.int64), h - 1)
             cols = np.minimum(np.floor(np.arange(tw) * (w / tw)).astype(np.int64), w - 1)
             out = x[..., rows[:, None], cols[None, :]]
+        elif self.interpolation == "bicubic":   # F.interpolate's bicubic (torchvision's on tensors), on the host
+            from ..nn.functional import interpolate
+
+            xf = Tensor._make(x.astype(np.float64)[None])
+            out = interpolate(xf, size=(th, tw), mode="bicubic", align_corners=False)._data[0]
+            out = np.round(out).clip(0, 255).astype(x.dtype) if x.dtype == np.uint8 else out.astype(x.dtype)
         else:
             r0, r1, fr = _resize_axis(h, th)
             c0, c1, fc = _resize_axis(w, tw)

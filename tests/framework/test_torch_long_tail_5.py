@@ -313,3 +313,19 @@ def test_func_linearize_functionalize_and_testing_helpers_as_torch():
             lib.testing.assert_allclose(lib.tensor([1.0]), [1.5])
     for ours, theirs in zip(got["minidl"], got["torch"]):
         np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kw", [dict(size=(8, 11), mode="bicubic"), dict(scale_factor=2, mode="bicubic"),
+                                dict(scale_factor=0.5, mode="bicubic"),
+                                dict(size=(3, 4), mode="bicubic", align_corners=True),
+                                dict(scale_factor=1.7, mode="bicubic", align_corners=False),
+                                dict(size=(3, 4), mode="area"), dict(scale_factor=2, mode="area")])
+def test_interpolate_bicubic_and_area_as_torch(kw):
+    x = np.random.default_rng(0).standard_normal((2, 3, 5, 7))
+    xo, xt = minidl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    yo, yt = minidl.nn.functional.interpolate(xo, **kw), torch.nn.functional.interpolate(xt, **kw)
+    (yo * yo).sum().backward()
+    (yt * yt).sum().backward()
+    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+    assert minidl.nn.Upsample(scale_factor=2, mode="bicubic")(minidl.ones(1, 1, 2, 2)).shape == (1, 1, 4, 4)

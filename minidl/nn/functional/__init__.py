@@ -38,7 +38,8 @@ after one of its functions, so `F.linear` is always the function):
     recurrent.py      the RNN/LSTM/GRU Functions (the layers are in nn/layers/rnn.py)
     longtail.py       more of it: channel_shuffle, alpha_dropout, rrelu, lp_pool*, the margin losses, pdist
     composite.py      the long tail composed of minidl's ops: silu, mish, hardswish, ..., normalize, group_norm,
-                      instance_norm, cosine_similarity, kl_div, huber_loss, ..., pixel_shuffle, interpolate
+                      instance_norm, cosine_similarity, kl_div, huber_loss, ..., pixel_shuffle
+    resample.py       interpolate (nearest, linear, bilinear, bicubic, trilinear, area), upsample
 
 This namespace holds the functions only. The autograd Functions behind them (Convolution, Pooling,
 CrossEntropy, ...) stay in their family's module (F.convolution.Convolution): several share a name
@@ -66,11 +67,13 @@ from . import recurrent  # noqa: F401  (the RNN Functions; nn/layers/rnn.py uses
 from . import composite  # noqa: E402
 from .composite import (  # noqa: F401  (the long tail, composed of the ops above: composite.py)
     adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d, affine_grid, celu, embedding_bag, grid_sample, gumbel_softmax, cosine_embedding_loss, cosine_similarity, gaussian_nll_loss, glu, group_norm, hardshrink, hardsigmoid,
-    hardswish, hardtanh, hinge_embedding_loss, huber_loss, instance_norm, interpolate, kl_div, logsigmoid,
+    hardswish, hardtanh, hinge_embedding_loss, huber_loss, instance_norm, kl_div, logsigmoid,
     margin_ranking_loss, mish, multilabel_soft_margin_loss, normalize, pairwise_distance, pixel_shuffle,
     pixel_unshuffle, poisson_nll_loss, prelu, selu, silu, soft_margin_loss, softmin, softshrink, softsign, tanhshrink,
-    threshold, triplet_margin_loss, upsample, upsample_bilinear, upsample_nearest,
+    threshold, triplet_margin_loss,
 )
+from . import resample  # noqa: E402
+from .resample import interpolate, upsample, upsample_bilinear, upsample_nearest  # noqa: F401  (resample.py)
 from . import longtail  # noqa: E402
 from .longtail import (  # noqa: F401  (more of the long tail: longtail.py)
     adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices, adaptive_max_pool3d_with_indices,
@@ -96,5 +99,6 @@ __all__ = [
     "dropout2d",
     "dropout3d",
     *composite.FUNCTIONS,
+    *resample.FUNCTIONS,
     *longtail.FUNCTIONS,
 ]
