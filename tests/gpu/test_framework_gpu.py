@@ -391,3 +391,65 @@ def test_a_whole_gpu_model_saved_with_pickle_comes_back_on_the_gpu_or_where_aske
     host = minidl.load(path, weights_only=False, map_location="cpu")
     assert not host[0].weight.is_cuda
     np.testing.assert_allclose(host(x.cpu()).detach().numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+def test_session14_convolution_gradients_bicubic_normal_cdf_and_custom_fwd_on_the_gpu():
+    """Session 14's additions on the GPU beside torch's: torch.nn.grad's convolution gradients (the primitive's
+    backward directions), F.interpolate bicubic and area with their gradients, Normal.cdf / icdf, and a custom
+    Function under CUDA autocast with custom_fwd(cast_inputs=float32)."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, 4, 9, 8)).astype(np.float32), rng.standard_normal((6, 2, 3, 3)).astype(np.float32)
+    kw = dict(stride=2, padding=1, groups=2)
+    go = rng.standard_normal(tuple(torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), **kw).shape))
+    go = go.astype(np.float32)
+    minidl.backends.cudnn.allow_tf32 = False
+    try:
+        mi = minidl.nn.grad.conv2d_input(x.shape, minidl.tensor(w, device="cuda"), minidl.tensor(go, device="cuda"), **kw)
+        mw = minidl.nn.grad.conv2d_weight(minidl.tensor(x, device="cuda"), w.shape, minidl.tensor(go, device="cuda"), **kw)
+    finally:
+        minidl.backends.cudnn.allow_tf32 = True
+    ti = torch.nn.grad.conv2d_input(x.shape, torch.tensor(w, dtype=torch.float64), torch.tensor(go, dtype=torch.float64), **kw)
+    tw = torch.nn.grad.conv2d_weight(torch.tensor(x, dtype=torch.float64), w.shape, torch.tensor(go, dtype=torch.float64), **kw)
+    assert mi.is_cuda and mw.is_cuda
+    np.testing.assert_allclose(mi.cpu().numpy(), ti.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(mw.cpu().numpy(), tw.numpy(), rtol=1e-4, atol=1e-4)
+
+    img = rng.standard_normal((2, 3, 5, 7))
+    for mode_kw in (dict(size=(8, 11), mode="bicubic"), dict(scale_factor=0.5, mode="bicubic", align_corners=True),
+                    dict(size=(3, 4), mode="area")):
+        xo, xt = minidl.tensor(img, device="cuda", requires_grad=True), torch.tensor(img, device="cuda",
+                                                                                     requires_grad=True)
+        yo, yt = minidl.nn.functional.interpolate(xo, **mode_kw), torch.nn.functional.interpolate(xt, **mode_kw)
+        (yo * yo).sum().backward()
+        (yt * yt).sum().backward()
+        np.testing.assert_allclose(yo.detach().cpu().numpy(), yt.detach().cpu().numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(xo.grad.cpu().numpy(), xt.grad.cpu().numpy(), rtol=1e-10, atol=1e-12)
+
+    ours = minidl.distributions.Normal(minidl.tensor([0.5, -1.0], device="cuda"), minidl.tensor([2.0, 0.7], device="cuda"))
+    theirs = torch.distributions.Normal(torch.tensor([0.5, -1.0], device="cuda"), torch.tensor([2.0, 0.7], device="cuda"))
+    np.testing.assert_allclose(ours.cdf(minidl.tensor([1.3, -2.5], device="cuda")).cpu().numpy(),
+                               theirs.cdf(torch.tensor([1.3, -2.5], device="cuda")).cpu().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(ours.icdf(minidl.tensor([0.1, 0.975], device="cuda")).cpu().numpy(),
+                               theirs.icdf(torch.tensor([0.1, 0.975], device="cuda")).cpu().numpy(), rtol=1e-5)
+
+    class MatMul(minidl.autograd.Function):
+        @staticmethod
+        @minidl.amp.custom_fwd(device_type="cuda", cast_inputs=minidl.float32)
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a @ b
+
+        @staticmethod
+        @minidl.amp.custom_bwd(device_type="cuda")
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g @ b.t(), a.t() @ g
+
+    a = minidl.randn(4, 8, device="cuda", requires_grad=True)
+    b = minidl.randn(8, 3, device="cuda", requires_grad=True)
+    with minidl.autocast("cuda", dtype=minidl.bfloat16):
+        plain = a @ b
+        y = MatMul.apply(a, b)
+    assert plain.dtype == minidl.bfloat16 and y.dtype == minidl.float32
+    y.sum().backward()
+    np.testing.assert_allclose(a.grad.cpu().numpy(), np.ones((4, 3)) @ b.detach().cpu().numpy().T, rtol=1e-5)
