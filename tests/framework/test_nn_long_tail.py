@@ -114,8 +114,10 @@ def test_interpolate_and_group_norm_refuse_bad_arguments():
     x = minidl.ones(1, 4, 3, 3)
     with pytest.raises(ValueError, match="only one of size or scale_factor"):
         minidl.nn.functional.interpolate(x)
-    with pytest.raises(NotImplementedError, match="bicubic"):
-        minidl.nn.functional.interpolate(x, scale_factor=2, mode="bicubic")
+    with pytest.raises(NotImplementedError, match="mode 'lanczos' is not supported.*bicubic"):
+        minidl.nn.functional.interpolate(x, scale_factor=2, mode="lanczos")
+    with pytest.raises(ValueError, match="mode 'bicubic' expects 4-D input"):
+        minidl.nn.functional.interpolate(minidl.ones(1, 4, 3), scale_factor=2, mode="bicubic")
     with pytest.raises(ValueError, match="align_corners option can only be set"):
         minidl.nn.functional.interpolate(x, scale_factor=2, mode="nearest", align_corners=True)
     with pytest.raises(RuntimeError, match="divisible by num_groups"):

@@ -1,6 +1,6 @@
 """F.interpolate and the upsample functions: resizing the spatial dimensions of (N, C, *spatial), nearest
 (torch's floor rule and the "exact" half-pixel one), linear / bilinear / trilinear, bicubic (Keys' cubic convolution,
-A = -0.75, torch's), and area (adaptive average pooling). Each is written as tensor ops, so the gradient flows back to
+A = -0.75, torch's), and area (adaptive average pooling's windows). Each is written as tensor ops, so the gradient flows back to
 the input through the tape."""
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from ...autograd.tensor import Tensor
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
                 antialias=False):
     """Resize the spatial dims of (N, C, *spatial): mode 'nearest' / 'nearest-exact' (1-3 spatial dims), 'linear'
-    (1), 'bilinear' (2), 'bicubic' (2) or 'trilinear' (3), with align_corners as torch, or 'area' (adaptive average
-    pooling to the output size). Built from index_select, weighted sums and matrix products, so the gradient flows
+    (1), 'bilinear' (2), 'bicubic' (2) or 'trilinear' (3), with align_corners as torch, or 'area' (1-3: adaptive
+    average pooling to the output size). Built from index_select, weighted sums and matrix products, so the gradient flows
     back to the input."""
     spatial = input.ndim - 2
     if spatial < 1:
@@ -45,17 +45,15 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         scales = [None if recompute_scale_factor else float(f) for f in sf]
     if len(out_sizes) != spatial:
         raise ValueError(f"interpolate: size has {len(out_sizes)} entries for {spatial} spatial dims")
-    if mode == "area":   # the mean of each output cell's window: adaptive average pooling (torch's definition)
-        from . import pooling
-
-        return getattr(pooling, f"adaptive_avg_pool{spatial}d")(input, out_sizes)
-    half = input.dtype in _dtypes.HALF_DTYPES and mode in linear_modes
+    half = input.dtype in _dtypes.HALF_DTYPES and (mode in linear_modes or mode == "area")
     x = input.float() if half else input      # the weighted sums in float32, rounded once (as torch)
     for k in range(spatial):
         dim = 2 + k
         n_in, n_out = in_sizes[k], out_sizes[k]
         if mode == "bicubic":
             x = _cubic_axis(x, dim, n_in, n_out, bool(align_corners), scales[k])
+        elif mode == "area":
+            x = _area_axis(x, dim, n_in, n_out)
         elif mode in linear_modes:
             x = _linear_axis(x, dim, n_in, n_out, bool(align_corners), scales[k])
         else:
@@ -127,9 +125,23 @@ def _cubic_axis(x, dim, n_in, n_out, align_corners, scale):
     rows = np.arange(n_out)
     for offset, w in ((-1, far(t + 1)), (0, near(t)), (1, near(1 - t)), (2, far(2 - t))):
         np.add.at(weights, (rows, np.clip(base.astype(np.int64) + offset, 0, n_in - 1)), w)
+    return _apply_axis(x, dim, weights)
+
+
+def _area_axis(x, dim, n_in, n_out):
+    """One axis of 'area' resampling: output i the mean of inputs [floor(i n_in / n_out), ceil((i + 1) n_in / n_out))
+    (adaptive average pooling's windows; a rectangle's mean is the product of its two axes' means)."""
+    weights = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        lo, hi = (i * n_in) // n_out, -(-((i + 1) * n_in) // n_out)
+        weights[i, lo:hi] = 1.0 / (hi - lo)
+    return _apply_axis(x, dim, weights)
+
+
+def _apply_axis(x, dim, weights):
+    """x's dimension dim (length n_in) mapped through the (n_out, n_in) matrix weights: a matrix product."""
     W = Tensor(weights, dtype=x.dtype, device=x.device)
-    moved = x.movedim(dim, -1)
-    return (moved @ W.mT).movedim(-1, dim)
+    return (x.movedim(dim, -1) @ W.mT).movedim(-1, dim)
 
 
 FUNCTIONS = ["interpolate", "upsample", "upsample_nearest", "upsample_bilinear"]
