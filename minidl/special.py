@@ -1,5 +1,7 @@
-"""minidl.special: torch.special's names for functions minidl has (most live in ops/mathops.py), so that
-`torch.special.erf(x)` runs. Not here: the zeta family, erfcx, the Bessel functions other than i0 / i0e / i1 / i1e."""
+"""minidl.special: torch.special's names for functions minidl has (most live in ops/mathops.py; the incomplete gamma
+functions and the orthogonal polynomials in ops/special_fns.py), so that `torch.special.erf(x)` runs. Not here: the
+zeta family, erfcx, the Bessel functions other than i0 / i0e / i1 / i1e (modified_bessel_i0 / i1) and
+spherical_bessel_j0."""
 from __future__ import annotations
 
 from .autograd.tensor import Tensor
@@ -20,6 +22,24 @@ gammaln = _method("gammaln", "lgamma")
 round = _method("round")   # noqa: A001  (torch.special.round)
 from .ops.mathops import i0, i0e, i1, i1e  # noqa: E402  (the modified Bessel functions, with their gradients)
 digamma = psi = _method("digamma")
+erfinv = _method("erfinv")
+modified_bessel_i0, modified_bessel_i1 = i0, i1   # (torch.special's other names for I0 and I1)
+from .ops.special_fns import (  # noqa: E402  (P(a, x), Q(a, x) and the orthogonal polynomials)
+    chebyshev_polynomial_t, chebyshev_polynomial_u, chebyshev_polynomial_v, chebyshev_polynomial_w,
+    hermite_polynomial_h, hermite_polynomial_he, laguerre_polynomial_l, legendre_polynomial_p,
+    shifted_chebyshev_polynomial_t, shifted_chebyshev_polynomial_u, shifted_chebyshev_polynomial_v,
+    shifted_chebyshev_polynomial_w,
+)
+from .ops.special_fns import igamma as gammainc  # noqa: E402
+from .ops.special_fns import igammac as gammaincc  # noqa: E402
+
+
+def spherical_bessel_j0(input):
+    """j0(x) = sin(x) / x, 1 at 0."""
+    from .ops import where
+
+    safe = where(input == 0, input.new_full((), 1.0), input)
+    return where(input == 0, input.new_full((), 1.0), safe.sin() / safe)
 
 
 def polygamma(n, input):
@@ -73,4 +93,8 @@ def entr(input):
 
 __all__ = ["erf", "erfc", "expm1", "exp2", "log1p", "logit", "sinc", "logsumexp", "gammaln", "expit", "xlogy",
            "softmax", "log_softmax", "entr", "digamma", "psi", "polygamma", "multigammaln", "ndtr", "log_ndtr", "ndtri",
-           "xlog1py", "round", "i0", "i0e", "i1", "i1e", "Tensor"]
+           "xlog1py", "round", "i0", "i0e", "i1", "i1e", "Tensor", "erfinv", "modified_bessel_i0",
+           "modified_bessel_i1", "spherical_bessel_j0", "gammainc", "gammaincc", "chebyshev_polynomial_t",
+           "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w", "hermite_polynomial_h",
+           "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p", "shifted_chebyshev_polynomial_t",
+           "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from . import (
     activation, complexops, conversion, creation, elementwise, indexing, inplace, joining, linalg, logical, mathops,
-    reductions, shape, sorting, sparse, statistics,
+    reductions, shape, sorting, sparse, special_fns, statistics,
 )
 from ._checks import check_float_tensor, check_tensor  # noqa: F401  (for the layers above: nn, ...)
 from ._dims import normalize_dim, normalize_dims  # noqa: F401
@@ -89,6 +89,7 @@ TABLE = (
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
     (conversion, "m", "new"),
+    (special_fns, "mf", "igamma igammac"),
     (elementwise, "mf", "rsub"),
     (complexops, "mf", "conj_physical"),
     (creation, "f", "scalar_tensor"),
