@@ -89,6 +89,7 @@ TABLE = (
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
     (conversion, "m", "new"),
+    (joining, "mf", "select_scatter slice_scatter diagonal_scatter split_with_sizes unsafe_chunk unsafe_split"),
     (special_fns, "mf", "igamma igammac"),
     (elementwise, "mf", "rsub"),
     (complexops, "mf", "conj_physical"),
@@ -115,7 +116,7 @@ TABLE = (
                    "index_add_ index_reduce_ "
                    "index_fill_ index_copy_ index_put_ masked_scatter_ "
                    "nan_to_num_ unsqueeze_ squeeze_ t_ tril_ triu_ fill_diagonal_ cauchy_ log_normal_ geometric_ "
-                   "transpose_ sin_ cos_ tan_ sinh_ cosh_ asin_ acos_ atan_ log2_ log10_ floor_ ceil_ trunc_ frac_ "
+                   "transpose_ swapaxes_=transpose_ swapdims_=transpose_ sin_ cos_ tan_ sinh_ cosh_ asin_ acos_ atan_ log2_ log10_ floor_ ceil_ trunc_ frac_ "
                    "sign_ round_ square_ reciprocal_ rsqrt_ log1p_ expm1_ erf_ erfc_ logit_ atan2_ hypot_ remainder_ "
                    "fmod_ floor_divide_ clamp_min_ clamp_max_ copysign_ xlogy_ logical_not_ addmm_ baddbmm_ addmv_ "
                    "addbmm_ " + " ".join(f"{m}_" for m in inplace.DERIVED_INPLACE)),

@@ -328,3 +328,46 @@ def block_diag(*tensors):
         rows.append(cat([p for p in pieces if p.shape[1]] or [b], dim=1))
         left += b.shape[1]
     return cat(rows, dim=0)
+
+
+# ------------------------------------------------------------------------------------------------ the scatter forms
+def _index_tensor(positions, like):
+    return Tensor(np.asarray(positions, dtype=np.int64), device=like.device)
+
+
+def select_scatter(input, src, dim, index):
+    """input with input.select(dim, index) replaced by src (a new tensor; gradients to both)."""
+    dim = dim % input.ndim
+    index = index % input.shape[dim]
+    return input.index_copy(dim, _index_tensor([index], input), src.unsqueeze(dim))
+
+
+def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
+    """input with input[start:end:step] along dim replaced by src."""
+    dim = dim % input.ndim
+    positions = range(input.shape[dim])[slice(start, end, step)]
+    return input.index_copy(dim, _index_tensor(list(positions), input), src)
+
+
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    """input with input.diagonal(offset, dim1, dim2) replaced by src (src's last dimension along the diagonal)."""
+    d1, d2 = dim1 % input.ndim, dim2 % input.ndim
+    x = input.movedim((d1, d2), (-2, -1))
+    m, n = x.shape[-2:]
+    rows = np.arange(max(0, -offset), min(m, n - offset))
+    flat = x.reshape(tuple(x.shape[:-2]) + (m * n,)).index_copy(-1, _index_tensor(rows * n + rows + offset, input),
+                                                                src)
+    return flat.reshape(tuple(x.shape)).movedim((-2, -1), (d1, d2))
+
+
+def split_with_sizes(self, split_sizes, dim=0):
+    return self.split(list(split_sizes), dim)
+
+
+def unsafe_chunk(self, chunks, dim=0):
+    """chunk (torch's unsafe form skips the view checks minidl does not make)."""
+    return self.chunk(chunks, dim)
+
+
+def unsafe_split(self, split_size, dim=0):
+    return self.split(split_size, dim)

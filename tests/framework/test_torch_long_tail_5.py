@@ -378,3 +378,26 @@ def test_spherical_bessel_j0_erfinv_and_modified_bessel_names_as_torch():
                                torch.special.erfinv(torch.tensor([0.5, -0.9])).numpy(), rtol=1e-6)
     np.testing.assert_allclose(minidl.special.modified_bessel_i1(minidl.tensor(xs)).numpy(),
                                torch.special.modified_bessel_i1(torch.tensor(xs)).numpy(), rtol=1e-6)
+
+
+def test_scatter_forms_split_aliases_and_swapaxes_in_place_as_torch():
+    x0 = np.random.default_rng(0).standard_normal((3, 4, 5))
+    outs = {}
+    for lib in (minidl, torch):
+        x = lib.tensor(x0, requires_grad=True)
+        s1 = lib.tensor(np.arange(15.0).reshape(3, 5), requires_grad=True)
+        s2 = lib.tensor(np.arange(30.0).reshape(3, 2, 5), requires_grad=True)
+        s3 = lib.tensor(np.arange(15.0).reshape(5, 3), requires_grad=True)
+        a = lib.select_scatter(x, s1, 1, -2)
+        b = lib.slice_scatter(x, s2, 1, 1, 4, 2)
+        c = lib.diagonal_scatter(x, s3, 1, 0, 1)
+        (a.sum() + (b * b).sum() + (c * 3).sum()).backward()
+        outs[lib.__name__] = [a.detach().numpy(), b.detach().numpy(), c.detach().numpy(), x.grad.numpy(),
+                              s1.grad.numpy(), s2.grad.numpy(), s3.grad.numpy(),
+                              [tuple(p.shape) for p in lib.arange(10.0).split_with_sizes([3, 7])],
+                              len(lib.arange(10.0).unsafe_chunk(3)), tuple(lib.ones(2, 3).swapaxes_(0, 1).shape)]
+    for ours, theirs in zip(outs["minidl"], outs["torch"]):
+        if isinstance(ours, np.ndarray):
+            np.testing.assert_array_equal(ours, theirs)
+        else:
+            assert ours == theirs
