@@ -45,7 +45,7 @@ from .layers.composite import (  # noqa: F401,E402  (torch.nn's long tail: nn/la
     Tanhshrink, Threshold, TripletMarginLoss, Upsample, UpsamplingBilinear2d, UpsamplingNearest2d,
 )
 from .layers.longtail import (  # noqa: F401,E402  (more of the long tail: nn/layers/longtail.py)
-    AlphaDropout, ChannelShuffle, FeatureAlphaDropout, LPPool1d, LPPool2d, MultiLabelMarginLoss, MultiMarginLoss,
+    AlphaDropout, ChannelShuffle, FeatureAlphaDropout, LPPool1d, LPPool2d, LPPool3d, MultiLabelMarginLoss, MultiMarginLoss,
     RReLU, Softmax2d, TripletMarginWithDistanceLoss,
 )
 from .layers.adaptive import AdaptiveLogSoftmaxWithLoss  # noqa: F401,E402

@@ -401,3 +401,16 @@ def test_scatter_forms_split_aliases_and_swapaxes_in_place_as_torch():
             np.testing.assert_array_equal(ours, theirs)
         else:
             assert ours == theirs
+
+
+def test_lp_pool3d_as_torch():
+    x = np.abs(np.random.default_rng(0).standard_normal((2, 3, 4, 6, 5)))
+    xo, xt = minidl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    a = minidl.nn.LPPool3d(2, (2, 3, 2), stride=(2, 2, 1))(xo)
+    b = torch.nn.LPPool3d(2, (2, 3, 2), stride=(2, 2, 1))(xt)
+    a.sum().backward()
+    b.sum().backward()
+    np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(minidl.nn.functional.lp_pool3d(minidl.tensor(x), 3, 2).numpy(),
+                               torch.nn.functional.lp_pool3d(torch.tensor(x), 3, 2).numpy(), rtol=1e-12)

@@ -78,6 +78,7 @@ from . import longtail  # noqa: E402
 from .longtail import (  # noqa: F401  (more of the long tail: longtail.py)
     adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices, adaptive_max_pool3d_with_indices,
     alpha_dropout, celu_, channel_shuffle, elu_, feature_alpha_dropout, hardtanh_, leaky_relu_, lp_pool1d, lp_pool2d,
+    lp_pool3d,
     max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices, multi_margin_loss,
     multilabel_margin_loss, pdist, relu_, rrelu, rrelu_, selu_, threshold_, triplet_margin_with_distance_loss,
 )

@@ -4,7 +4,7 @@ tape's through the parts; torch's names, arguments and formulas):
     vision       channel_shuffle (ShuffleNet)
     dropout      alpha_dropout, feature_alpha_dropout (SELU networks: the mean and variance kept)
     activation   rrelu (randomized leaky ReLU)
-    pooling      lp_pool1d, lp_pool2d (the power-average pool)
+    pooling      lp_pool1d, lp_pool2d, lp_pool3d (the power-average pool)
     losses       multi_margin_loss, multilabel_margin_loss, triplet_margin_with_distance_loss
     distances    pdist (the distances between the rows of one matrix)
 """
@@ -93,6 +93,14 @@ def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
     kh, kw = (kernel_size, kernel_size) if isinstance(kernel_size, int) else kernel_size
     out = avg_pool2d(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
     return (out.sign() * out.abs().relu() * (kh * kw)).pow(1.0 / norm_type)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    from .pooling import avg_pool3d
+
+    kd, kh, kw = (kernel_size,) * 3 if isinstance(kernel_size, int) else kernel_size
+    out = avg_pool3d(input.pow(norm_type), kernel_size, stride, 0, ceil_mode)
+    return (out.sign() * out.abs().relu() * (kd * kh * kw)).pow(1.0 / norm_type)
 
 
 # ------------------------------------------------------------------------------------------------ losses
@@ -224,7 +232,7 @@ adaptive_max_pool1d_with_indices = _with_indices(_late("adaptive_max_pool1d"))
 adaptive_max_pool2d_with_indices = _with_indices(_late("adaptive_max_pool2d"))
 adaptive_max_pool3d_with_indices = _with_indices(_late("adaptive_max_pool3d"))
 
-FUNCTIONS = ["channel_shuffle", "alpha_dropout", "feature_alpha_dropout", "rrelu", "lp_pool1d", "lp_pool2d",
+FUNCTIONS = ["channel_shuffle", "alpha_dropout", "feature_alpha_dropout", "rrelu", "lp_pool1d", "lp_pool2d", "lp_pool3d",
              "multi_margin_loss", "multilabel_margin_loss", "triplet_margin_with_distance_loss", "pdist", "relu_", "elu_",
              "leaky_relu_", "hardtanh_", "selu_", "celu_", "threshold_", "rrelu_", "max_pool1d_with_indices",
              "max_pool2d_with_indices", "max_pool3d_with_indices", "adaptive_max_pool1d_with_indices",

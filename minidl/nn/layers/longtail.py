@@ -1,5 +1,5 @@
 """Layers over nn/functional/longtail.py (torch's names, arguments and reprs): ChannelShuffle, Softmax2d, RReLU,
-AlphaDropout, FeatureAlphaDropout, LPPool1d, LPPool2d, MultiMarginLoss, MultiLabelMarginLoss,
+AlphaDropout, FeatureAlphaDropout, LPPool1d, LPPool2d, LPPool3d, MultiMarginLoss, MultiLabelMarginLoss,
 TripletMarginWithDistanceLoss. The stateless ones come from composite.py's _simple, the dropouts are Dropout's."""
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ Softmax2d = _simple("Softmax2d", _softmax2d, doc="softmax over the channels at e
 LPPool1d = _simple("LPPool1d", F.lp_pool1d, [("norm_type", None), ("kernel_size", None), ("stride", None),
                                              ("ceil_mode", False)])
 LPPool2d = _simple("LPPool2d", F.lp_pool2d, [("norm_type", None), ("kernel_size", None), ("stride", None),
+                                             ("ceil_mode", False)])
+LPPool3d = _simple("LPPool3d", F.lp_pool3d, [("norm_type", None), ("kernel_size", None), ("stride", None),
                                              ("ceil_mode", False)])
 
 
