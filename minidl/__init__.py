@@ -234,7 +234,7 @@ def is_warn_always_enabled() -> bool:
 
 # Sub-packages load on first use, so `import minidl` stays light and never needs CuPy.
 _SUBMODULES = ("nn", "optim", "data", "utils", "primitives", "autograd", "backends", "amp", "profiler",
-               "multiprocessing", "distributions", "testing")
+               "multiprocessing", "distributions", "testing", "jit")
 
 
 def __getattr__(name):

@@ -77,6 +77,7 @@ TORCH_MODULES = {
     "torch.utils.hooks": "minidl.nn.hooks",
     "torch.utils.model_zoo": "minidl.hub",
     "torch.serialization": "minidl.utils.serialization",
+    "torch.jit": "minidl.jit",
     "torch.utils.checkpoint": "minidl.utils.checkpoint",
     "torch.utils.tensorboard": "minidl.utils.tensorboard",
     "torch.testing": "minidl.testing",
@@ -133,7 +134,6 @@ TORCH_MODULES = {
 # PyTorch names outside minidl's scope, with the reason the message gives.
 OUT_OF_SCOPE = {
     "onnx": "ONNX export is outside minidl's scope (save weights with minidl.save / state_dict instead)",
-    "jit": "TorchScript (torch.jit) is outside minidl's scope",
     "fx": "torch.fx graph capture is outside minidl's scope",
     "quantization": "quantization is outside minidl's scope",
     "ao": "torch.ao (quantization, pruning) is outside minidl's scope",

@@ -414,3 +414,13 @@ def test_lp_pool3d_as_torch():
     np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-12)
     np.testing.assert_allclose(minidl.nn.functional.lp_pool3d(minidl.tensor(x), 3, 2).numpy(),
                                torch.nn.functional.lp_pool3d(torch.tensor(x), 3, 2).numpy(), rtol=1e-12)
+
+
+def test_jit_archives_are_refused_with_the_way_out(tmp_path):
+    net = minidl.nn.Linear(2, 2)
+    assert minidl.jit.script(net) is net and minidl.jit.trace(net, (minidl.ones(1, 2),)) is net
+    with pytest.raises(NotImplementedError, match=r"state_dict"):
+        minidl.jit.save(minidl.jit.script(net), str(tmp_path / "m.pt"))
+    with pytest.raises(NotImplementedError, match="TorchScript archives"):
+        minidl.jit.load(str(tmp_path / "m.pt"))
+    assert not isinstance(net, minidl.jit.ScriptModule)

@@ -574,3 +574,10 @@ def test_conv_bn_fusion_prints_what_torch_prints(tmp_path):
     out = _same_output_as_torch("conv_bn_fusion.py", tmp_path)
     assert out.splitlines()[:4] == ["Conv2D gradcheck: True", "BatchNorm gradcheck: True",
                                     "FusedConvBN2DFunction gradcheck: True", "nn.grad against autograd: True"]
+
+
+def test_jit_idioms_print_what_torch_prints(tmp_path):
+    """TorchScript's marks in model code (jit.script of a helper and of a model, is_scripting guards, ignore / unused,
+    Final, trace, fork / wait), run eagerly as torch does under PYTORCH_JIT=0: the same output as on PyTorch."""
+    out = _same_output_as_torch("jit_idioms.py", tmp_path)
+    assert out.splitlines()[0].startswith("Block(4) True")
