@@ -41,7 +41,7 @@ import contextlib
 
 from .primitives import convolution as _conv
 
-__all__ = ["cudnn", "cuda"]
+__all__ = ["cudnn", "cuda", "cpu", "mkldnn", "mkl", "openmp", "nnpack", "opt_einsum"]
 
 
 class _CudnnFlags:
@@ -155,11 +155,53 @@ class _CudaFlags:
         finally:
             self.use_cublas, self.check_indices = previous
 
+    def is_built(self) -> bool:
+        """Whether minidl can run CUDA here: CuPy importable (torch's: built with CUDA)."""
+        from . import _device
+
+        return _device._load_cupy() is not None
+
+    def is_flash_attention_available(self) -> bool:
+        """minidl's fused attention kernel (kernels/attention.cu) runs on any CUDA GPU minidl runs on."""
+        from . import _device
+
+        return _device.cuda_unavailable_reason() is None
+
     def __repr__(self):
         return f"cuda(use_cublas={self.use_cublas}, check_indices={self.check_indices})"
 
 
 cuda = _CudaFlags()
+
+
+class _NotUsed:
+    """A torch.backends library minidl does not use (mkldnn, mkl, openmp, nnpack, ...): is_available() False, and
+    its `enabled` flag accepted."""
+
+    def __init__(self, name):
+        self.name, self.enabled = name, False
+
+    def is_available(self) -> bool:
+        return False
+
+    @contextlib.contextmanager
+    def flags(self, enabled=False, **kwargs):
+        yield
+
+    def __repr__(self):
+        return f"<minidl.backends.{self.name}: not used by minidl>"
+
+
+mkldnn, mkl, openmp, nnpack, opt_einsum = (_NotUsed(n) for n in ("mkldnn", "mkl", "openmp", "nnpack", "opt_einsum"))
+
+
+class _Cpu:
+    def get_cpu_capability(self) -> str:
+        """torch's vector-instruction level; minidl's CPU path is NumPy's, which chooses its own: 'NUMPY'."""
+        return "NUMPY"
+
+
+cpu = _Cpu()
 
 
 def math_for_conv(dtype) -> str:

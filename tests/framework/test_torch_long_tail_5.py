@@ -424,3 +424,14 @@ def test_jit_archives_are_refused_with_the_way_out(tmp_path):
     with pytest.raises(NotImplementedError, match="TorchScript archives"):
         minidl.jit.load(str(tmp_path / "m.pt"))
     assert not isinstance(net, minidl.jit.ScriptModule)
+
+
+def test_backend_probes_answer():
+    """The names environment-probing code reads (torch.utils.collect_env style): answers, not AttributeErrors."""
+    b = minidl.backends
+    assert b.cuda.is_built() == (minidl._device._load_cupy() is not None)
+    assert b.cuda.is_flash_attention_available() == minidl.cuda.is_available()
+    assert not b.mkldnn.is_available() and not b.openmp.is_available() and not b.mkl.is_available()
+    assert b.cpu.get_cpu_capability() == "NUMPY" and b.opt_einsum.enabled is False
+    with b.mkldnn.flags(enabled=False):
+        pass
