@@ -453,3 +453,28 @@ def test_session14_convolution_gradients_bicubic_normal_cdf_and_custom_fwd_on_th
     assert plain.dtype == minidl.bfloat16 and y.dtype == minidl.float32
     y.sum().backward()
     np.testing.assert_allclose(a.grad.cpu().numpy(), np.ones((4, 3)) @ b.detach().cpu().numpy().T, rtol=1e-5)
+
+
+def test_session14_scatter_forms_incomplete_gamma_lp_pool3d_and_probes_on_the_gpu():
+    """More of session 14 on the GPU beside torch: select / slice / diagonal_scatter with gradients, igamma /
+    igammac (computed on the host, returned to the GPU) with the gradient in x, LPPool3d, the backend probes."""
+    x0 = np.random.default_rng(0).standard_normal((3, 4, 5))
+    outs = {}
+    for lib in (minidl, torch):
+        x = lib.tensor(x0, device="cuda", requires_grad=True)
+        s1 = lib.tensor(np.arange(15.0).reshape(3, 5), device="cuda", requires_grad=True)
+        s3 = lib.tensor(np.arange(15.0).reshape(5, 3), device="cuda", requires_grad=True)
+        a = lib.select_scatter(x, s1, 1, -2)
+        b = lib.slice_scatter(x, lib.ones(3, 2, 5, dtype=lib.float64, device="cuda"), 1, 1, 4, 2)
+        c = lib.diagonal_scatter(x, s3, 1, 0, 1)
+        (a.sum() + (b * b).sum() + (c * 3).sum()).backward()
+        xa = lib.tensor([0.2, 1.5, 12.0], device="cuda", requires_grad=True)
+        g = lib.igamma(lib.tensor([0.5, 1.0, 10.0], device="cuda"), xa) + 2 * lib.igammac(
+            lib.tensor([0.5, 1.0, 10.0], device="cuda"), xa)
+        g.sum().backward()
+        p = lib.nn.LPPool3d(2, 2)(lib.tensor(np.abs(x0).reshape(1, 3, 4, 5, 1).repeat(2, axis=-1), device="cuda"))
+        outs[lib.__name__] = [t.detach().cpu().numpy() for t in (a, b, c, x.grad, s1.grad, s3.grad, g, xa.grad, p)]
+        assert a.is_cuda and g.is_cuda
+    for ours, theirs in zip(outs["minidl"], outs["torch"]):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-8, atol=1e-10)
+    assert minidl.backends.cuda.is_built() and minidl.backends.cuda.is_flash_attention_available()
