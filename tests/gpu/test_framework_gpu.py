@@ -472,9 +472,11 @@ def test_session14_scatter_forms_incomplete_gamma_lp_pool3d_and_probes_on_the_gp
         g = lib.igamma(lib.tensor([0.5, 1.0, 10.0], device="cuda"), xa) + 2 * lib.igammac(
             lib.tensor([0.5, 1.0, 10.0], device="cuda"), xa)
         g.sum().backward()
-        p = lib.nn.LPPool3d(2, 2)(lib.tensor(np.abs(x0).reshape(1, 3, 4, 5, 1).repeat(2, axis=-1), device="cuda"))
+        volume = np.abs(x0).reshape(1, 3, 4, 5, 1).repeat(2, axis=-1).astype(np.float32)
+        p = lib.nn.LPPool3d(2, 2)(lib.tensor(volume, device="cuda"))
         outs[lib.__name__] = [t.detach().cpu().numpy() for t in (a, b, c, x.grad, s1.grad, s3.grad, g, xa.grad, p)]
         assert a.is_cuda and g.is_cuda
     for ours, theirs in zip(outs["minidl"], outs["torch"]):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-8, atol=1e-10)
+        float32 = ours.dtype == np.float32
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5 if float32 else 1e-8, atol=1e-6 if float32 else 1e-10)
     assert minidl.backends.cuda.is_built() and minidl.backends.cuda.is_flash_attention_available()
