@@ -9,4 +9,4 @@ Two kinds of transforms live in minidl, for two jobs:
   DataLoader holds the dataset there; no Python loop per sample. Use them to train fast (the
   examples and tutorials 04/05 do).
 """
-from . import datasets, models, transforms, utils  # noqa: F401
+from . import datasets, models, ops, transforms, utils  # noqa: F401

@@ -265,13 +265,12 @@ def _make_divisible(v, divisor=8, min_value=None):
     return new_v + divisor if new_v < 0.9 * v else new_v
 
 
-class Conv2dNormActivation(nn.Sequential):
-    """conv -> batch norm -> ReLU6 (torchvision.ops.misc.Conv2dNormActivation, as MobileNetV2 uses it)."""
+def _conv_bn_relu6(in_channels, out_channels, kernel_size=3, stride=1, groups=1):
+    """conv -> batch norm -> ReLU6: torchvision.ops.Conv2dNormActivation as MobileNetV2 builds it (vision/ops.py)."""
+    from .ops import Conv2dNormActivation
 
-    def __init__(self, in_channels, out_channels, kernel_size=3, stride=1, groups=1):
-        padding = (kernel_size - 1) // 2
-        super().__init__(nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, groups=groups, bias=False),
-                         nn.BatchNorm2d(out_channels), nn.ReLU6(inplace=True))
+    return Conv2dNormActivation(in_channels, out_channels, kernel_size, stride, groups=groups,
+                                norm_layer=nn.BatchNorm2d, activation_layer=nn.ReLU6)
 
 
 class InvertedResidual(nn.Module):
@@ -279,8 +278,8 @@ class InvertedResidual(nn.Module):
         super().__init__()
         hidden = int(round(inp * expand_ratio))
         self.use_res_connect = stride == 1 and inp == oup
-        layers = [Conv2dNormActivation(inp, hidden, kernel_size=1)] if expand_ratio != 1 else []
-        layers += [Conv2dNormActivation(hidden, hidden, stride=stride, groups=hidden),
+        layers = [_conv_bn_relu6(inp, hidden, kernel_size=1)] if expand_ratio != 1 else []
+        layers += [_conv_bn_relu6(hidden, hidden, stride=stride, groups=hidden),
                    nn.Conv2d(hidden, oup, 1, 1, 0, bias=False), nn.BatchNorm2d(oup)]
         self.conv = nn.Sequential(*layers)
         self.out_channels = oup
@@ -296,13 +295,13 @@ class MobileNetV2(nn.Module):
                     [6, 320, 1, 1]]
         input_channel = _make_divisible(32 * width_mult, round_nearest)
         self.last_channel = _make_divisible(1280 * max(1.0, width_mult), round_nearest)
-        features = [Conv2dNormActivation(3, input_channel, stride=2)]
+        features = [_conv_bn_relu6(3, input_channel, stride=2)]
         for t, c, n, s in settings:
             output_channel = _make_divisible(c * width_mult, round_nearest)
             for i in range(n):
                 features.append(InvertedResidual(input_channel, output_channel, s if i == 0 else 1, t))
                 input_channel = output_channel
-        features.append(Conv2dNormActivation(input_channel, self.last_channel, kernel_size=1))
+        features.append(_conv_bn_relu6(input_channel, self.last_channel, kernel_size=1))
         self.features = nn.Sequential(*features)
         self.classifier = nn.Sequential(nn.Dropout(p=dropout), nn.Linear(self.last_channel, num_classes))
         _init_conv_bn_linear(self)   # kaiming's default nonlinearity (leaky_relu, a=0) has ReLU's gain
