@@ -38,7 +38,7 @@ __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Nor
            "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson", "TransformedDistribution", "transforms",
            "MixtureSameFamily", "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT", "Geometric", "Binomial", "NegativeBinomial", "Multinomial",
            "Weibull", "Pareto", "LowRankMultivariateNormal", "register_kl", "constraints", "utils",
-           "OneHotCategoricalStraightThrough", "ExponentialFamily", "biject_to", "transform_to"]
+           "OneHotCategoricalStraightThrough", "ExponentialFamily", "biject_to", "transform_to", "LogisticNormal"]
 
 
 def _as_tensor(value, like=None):
@@ -611,6 +611,7 @@ from .bijections import (  # noqa: E402,F401  (more transforms; biject_to / tran
     PositiveDefiniteTransform, ReshapeTransform, SoftmaxTransform, SoftplusTransform, StackTransform,
     StickBreakingTransform, biject_to, identity_transform, transform_to,
 )
+from .bijections import LogisticNormal  # noqa: E402,F401
 from . import bijections as constraint_registry  # noqa: E402,F401  (torch.distributions.constraint_registry)
 from .transforms import (  # noqa: E402,F401  (TransformedDistribution: a squashed Gaussian policy, ...)
     AbsTransform, AffineTransform, ComposeTransform, ExpTransform, PowerTransform, SigmoidTransform, TanhTransform,

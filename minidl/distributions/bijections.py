@@ -73,6 +73,12 @@ class StickBreakingTransform(Transform):
         x = x - self._offset(x.shape[-1], x)
         return (-x + _F().logsigmoid(x) + y[..., :-1].log()).sum(-1)
 
+    def forward_shape(self, shape):
+        return tuple(shape[:-1]) + (shape[-1] + 1,)
+
+    def inverse_shape(self, shape):
+        return tuple(shape[:-1]) + (shape[-1] - 1,)
+
 
 class SoftplusTransform(Transform):
     def _call(self, x):
@@ -133,6 +139,12 @@ class ReshapeTransform(Transform):
         from ..ops.creation import zeros
 
         return zeros(tuple(x.shape[:x.ndim - len(self.in_shape)]), dtype=x.dtype, device=x.device)
+
+    def forward_shape(self, shape):
+        return tuple(shape[:len(shape) - len(self.in_shape)]) + self.out_shape
+
+    def inverse_shape(self, shape):
+        return tuple(shape[:len(shape) - len(self.out_shape)]) + self.in_shape
 
 
 class IndependentTransform(Transform):
@@ -281,3 +293,34 @@ biject_to.register(constraints._IndependentConstraint, lambda c: IndependentTran
     biject_to(c.base_constraint), c.reinterpreted_batch_ndims))
 transform_to.register(constraints._IndependentConstraint, lambda c: IndependentTransform(
     transform_to(c.base_constraint), c.reinterpreted_batch_ndims))
+
+
+def _logistic_normal():   # (a class over TransformedDistribution and Normal, imported when the package is complete)
+    from . import Independent, Normal
+    from .transforms import TransformedDistribution
+
+    class LogisticNormal(TransformedDistribution):
+        """The distribution on the simplex of StickBreakingTransform(x), x ~ Normal(loc, scale) over the last
+        dimension (torch.distributions.LogisticNormal; K - 1 parameters for K categories)."""
+
+        has_rsample = True
+
+        def __init__(self, loc, scale, validate_args=None):
+            base = Normal(loc, scale)
+            if not base.batch_shape:
+                base = Normal(loc.reshape(1) if hasattr(loc, "reshape") else loc,
+                              scale.reshape(1) if hasattr(scale, "reshape") else scale)
+            super().__init__(Independent(base, 1), StickBreakingTransform())
+
+        @property
+        def loc(self):
+            return self.base_dist.base_dist.loc
+
+        @property
+        def scale(self):
+            return self.base_dist.base_dist.scale
+
+    return LogisticNormal
+
+
+LogisticNormal = _logistic_normal()

@@ -76,6 +76,13 @@ class Transform:
     def log_abs_det_jacobian(self, x, y):
         raise NotImplementedError(f"{type(self).__name__} does not define log_abs_det_jacobian")
 
+    def forward_shape(self, shape):
+        """The shape of y for an x of `shape` (the same, unless the transform changes it)."""
+        return tuple(shape)
+
+    def inverse_shape(self, shape):
+        return tuple(shape)
+
     def __repr__(self):
         return f"{type(self).__name__}()"
 
@@ -231,6 +238,8 @@ class TransformedDistribution(Distribution):
                 raise ValueError(f"transforms must be a Transform or a list of Transforms, got {type(t).__name__}")
         event_dim = max([len(base_distribution.event_shape)] + [t.event_dim for t in self.transforms])
         shape = tuple(base_distribution.batch_shape) + tuple(base_distribution.event_shape)
+        for t in self.transforms:   # (a stick-breaking transform adds one to the last dimension)
+            shape = t.forward_shape(shape)
         cut = len(shape) - event_dim
         super().__init__(shape[:cut], shape[cut:])
 

@@ -142,3 +142,21 @@ def test_normal_cdf_and_icdf_are_exact_and_differentiable_as_torch():
         out.append([c.detach().numpy(), q.detach().numpy(), loc.grad.numpy(), scale.grad.numpy()])
     for a, b in zip(*out):
         _close(a, b, rtol=1e-12)
+
+
+def test_logistic_normal_as_torch():
+    loc = np.array([[0.3, -0.2, 0.5], [0.0, 1.0, -1.0]])
+    scale = np.array([[1.0, 0.5, 2.0], [0.3, 0.3, 0.3]])
+    v = np.array([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    out = []
+    for lib in (minidl, torch):
+        l, s = lib.tensor(loc, requires_grad=True), lib.tensor(scale, requires_grad=True)
+        d = lib.distributions.LogisticNormal(l, s)
+        lp = d.log_prob(lib.tensor(v))
+        lp.sum().backward()
+        sample = d.rsample((5,))
+        assert tuple(sample.shape) == (5, 2, 4) and bool(((sample.sum(-1) - 1).abs() < 1e-9).all())
+        out.append([tuple(d.batch_shape), tuple(d.event_shape), lp.detach().numpy(), l.grad.numpy(), s.grad.numpy()])
+    assert out[0][:2] == out[1][:2]
+    for a, b in zip(out[0][2:], out[1][2:]):
+        _close(a, b)
