@@ -240,6 +240,38 @@ class GaussianBlur:
         return F.gaussian_blur(img, self.kernel_size, [s, s])
 
 
+class RandomPerspective:
+    """With probability p, a perspective warp: each corner moved inwards by up to distortion_scale of half the
+    image's side (torchvision's get_params), bilinear by default."""
+
+    def __init__(self, distortion_scale=0.5, p=0.5, interpolation="bilinear", fill=0):
+        if not 0 <= distortion_scale <= 1:
+            raise ValueError(f"RandomPerspective: distortion_scale must be in [0, 1], got {distortion_scale}")
+        self.distortion_scale, self.p, self.interpolation, self.fill = distortion_scale, float(p), interpolation, fill
+
+    @staticmethod
+    def get_params(width, height, distortion_scale):
+        """(startpoints, endpoints): the image's corners, and each corner moved inwards at random."""
+        rng = _rng()
+        dw, dh = int(distortion_scale * (width // 2)), int(distortion_scale * (height // 2))
+        near = lambda limit: int(rng.integers(0, limit + 1))   # noqa: E731
+        far = lambda size, limit: int(rng.integers(size - limit - 1, size))   # noqa: E731
+        endpoints = [[near(dw), near(dh)], [far(width, dw), near(dh)], [far(width, dw), far(height, dh)],
+                     [near(dw), far(height, dh)]]
+        startpoints = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+        return startpoints, endpoints
+
+    def __call__(self, img):
+        if _rng().random() >= self.p:
+            return img
+        h, w = _hw(img)
+        start, end = self.get_params(w, h, self.distortion_scale)
+        return F.perspective(img, start, end, self.interpolation, self.fill)
+
+    def __repr__(self):
+        return f"RandomPerspective(p={self.p})"
+
+
 class _RandomOp:
     """With probability p, one of transforms.functional's operations (the Random<Op> transforms of torchvision)."""
 

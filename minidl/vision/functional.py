@@ -201,14 +201,39 @@ def _inverse_affine(h, w, angle, translate, scale, shear, center):
     return matrix
 
 
+def _interpolation(op, interpolation):
+    interpolation = str(getattr(interpolation, "value", interpolation)).lower()
+    if interpolation not in ("nearest", "bilinear"):
+        raise NotImplementedError(f"{op}: interpolation {interpolation!r} is not implemented (nearest, bilinear)")
+    return interpolation
+
+
+def _sample(x, sx, sy, interpolation, fill):
+    """x (..., C, H, W) read at the input positions (sx, sy) (pixel-index coordinates) of each output pixel: nearest
+    or bilinear, `fill` outside the image."""
+    h, w = x.shape[-2:]
+    fill = np.broadcast_to(np.asarray(0.0 if fill is None else fill, dtype=np.float64).reshape(-1, 1, 1), x.shape[-3:])
+    if interpolation == "nearest":
+        ix, iy = np.round(sx).astype(np.int64), np.round(sy).astype(np.int64)
+        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
+        return np.where(inside, x[..., np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)], fill)
+    x0, y0 = np.floor(sx).astype(np.int64), np.floor(sy).astype(np.int64)
+    fx, fy = sx - x0, sy - y0
+    out = 0.0
+    for dy, wy in ((0, 1 - fy), (1, fy)):
+        for dx, wx in ((0, 1 - fx), (1, fx)):
+            xi, yi = x0 + dx, y0 + dy
+            inside = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)
+            value = np.where(inside, x[..., np.clip(yi, 0, h - 1), np.clip(xi, 0, w - 1)], fill)
+            out = out + value * (wx * wy)
+    return out
+
+
 def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=0, center=None):
     """The image rotated (degrees, clockwise, as torchvision's affine), translated (pixels), scaled and sheared
     (degrees) about its centre (or `center`, (x, y) from the upper-left corner); outside pixels are `fill` (None: 0).
     Nearest or bilinear sampling."""
-    interpolation = str(getattr(interpolation, "value", interpolation)).lower()
-    if interpolation not in ("nearest", "bilinear"):
-        raise NotImplementedError(f"affine / rotate: interpolation {interpolation!r} is not implemented (nearest, "
-                                  "bilinear)")
+    interpolation = _interpolation("affine / rotate", interpolation)
     shear = (shear, 0.0) if isinstance(shear, numbers.Number) else tuple(shear) + (0.0,) * (2 - len(tuple(shear)))
     x, back = _to_chw(img)
     h, w = x.shape[-2:]
@@ -219,22 +244,32 @@ def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=0,
     ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
     sx = m[0, 0] * xs + m[0, 1] * ys + m[0, 2]
     sy = m[1, 0] * xs + m[1, 1] * ys + m[1, 2]
-    fill = np.broadcast_to(np.asarray(0.0 if fill is None else fill, dtype=np.float64).reshape(-1, 1, 1), x.shape[-3:])
-    if interpolation == "nearest":
-        ix, iy = np.round(sx).astype(np.int64), np.round(sy).astype(np.int64)
-        inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-        out = np.where(inside, x[..., np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)], fill)
-    else:
-        x0, y0 = np.floor(sx).astype(np.int64), np.floor(sy).astype(np.int64)
-        fx, fy = sx - x0, sy - y0
-        out = 0.0
-        for dy, wy in ((0, 1 - fy), (1, fy)):
-            for dx, wx in ((0, 1 - fx), (1, fx)):
-                xi, yi = x0 + dx, y0 + dy
-                inside = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)
-                value = np.where(inside, x[..., np.clip(yi, 0, h - 1), np.clip(xi, 0, w - 1)], fill)
-                out = out + value * (wx * wy)
-    return back(out)
+    return back(_sample(x, sx, sy, interpolation, fill))
+
+
+def _perspective_coefficients(startpoints, endpoints):
+    """The 8 coefficients of the projective map from an output point (an endpoint) to its input point (a
+    startpoint): the least-squares solution of the 8 equations the four point pairs give (torchvision's)."""
+    rows, rhs = [], []
+    for (x, y), (u, v) in zip(endpoints, startpoints):
+        rows.append([x, y, 1, 0, 0, 0, -u * x, -u * y])
+        rows.append([0, 0, 0, x, y, 1, -v * x, -v * y])
+        rhs += [u, v]
+    return np.linalg.lstsq(np.asarray(rows, dtype=np.float64), np.asarray(rhs, dtype=np.float64), rcond=None)[0]
+
+
+def perspective(img, startpoints, endpoints, interpolation="bilinear", fill=None):
+    """The image warped so that its four corners `startpoints` ([x, y], top-left, top-right, bottom-right,
+    bottom-left) go to `endpoints` (torchvision's perspective: pixel centres at half-integers from the corner)."""
+    interpolation = _interpolation("perspective", interpolation)
+    c = _perspective_coefficients(startpoints, endpoints)
+    x, back = _to_chw(img)
+    h, w = x.shape[-2:]
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64) + 0.5
+    denominator = c[6] * xs + c[7] * ys + 1.0
+    sx = (c[0] * xs + c[1] * ys + c[2]) / denominator - 0.5
+    sy = (c[3] * xs + c[4] * ys + c[5]) / denominator - 0.5
+    return back(_sample(x, sx, sy, interpolation, fill))
 
 
 def rotate(img, angle, interpolation="nearest", expand=False, center=None, fill=0):
@@ -387,4 +422,4 @@ __all__ = ["InterpolationMode", "to_tensor", "to_pil_image", "normalize", "resiz
            "resized_crop", "hflip", "vflip", "rgb_to_grayscale", "adjust_brightness", "adjust_contrast",
            "adjust_saturation", "adjust_hue", "affine", "rotate", "gaussian_blur", "erase", "get_dimensions",
            "get_image_size", "get_image_num_channels", "invert", "posterize", "solarize", "adjust_sharpness",
-           "autocontrast", "equalize", "adjust_gamma"]
+           "autocontrast", "equalize", "adjust_gamma", "perspective"]

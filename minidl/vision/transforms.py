@@ -308,7 +308,8 @@ from . import functional  # noqa: E402,F401  (torchvision.transforms.functional)
 from .augment import (  # noqa: E402,F401  (the random augmentations and the remaining transforms: augment.py)
     ColorJitter, ConvertImageDtype, GaussianBlur, Grayscale, RandomAffine, RandomApply, RandomChoice, RandomErasing,
     RandomGrayscale, RandomOrder, RandomResizedCrop, RandomRotation, RandomVerticalFlip, ToPILImage,
-    RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, RandomPosterize, RandomSolarize,
+    RandomAdjustSharpness, RandomAutocontrast, RandomEqualize, RandomInvert, RandomPerspective, RandomPosterize,
+    RandomSolarize,
 )
 from . import autoaugment  # noqa: E402,F401  (torchvision.transforms.autoaugment)
 from . import transforms  # noqa: E402,F401  (torchvision.transforms.transforms: this module, its classes' home)
@@ -323,5 +324,5 @@ def __getattr__(name):
         "RandomResizedCrop, RandomRotation, RandomAffine, ColorJitter, Grayscale, RandomGrayscale, GaussianBlur, "
         "RandomErasing, RandomApply, RandomChoice, RandomOrder, ToPILImage, ConvertImageDtype, Lambda, AutoAugment, "
         "RandAugment, TrivialAugmentWide, AugMix, RandomInvert, RandomPosterize, RandomSolarize, RandomAdjustSharpness, "
-        "RandomAutocontrast, RandomEqualize. docs/TORCH_COMPAT.md lists what exists; minidl.data.transforms has the batched GPU transforms."
+        "RandomAutocontrast, RandomEqualize, RandomPerspective. docs/TORCH_COMPAT.md lists what exists; minidl.data.transforms has the batched GPU transforms."
     )

@@ -208,3 +208,35 @@ def test_random_colour_operations_apply_with_their_probability():
         assert all(np.array_equal(o, IMG) or np.array_equal(o, op(IMG)) for o in outs)
     assert np.array_equal(transforms.RandomInvert(p=1.0)(IMG), 255 - IMG)
     assert repr(transforms.RandomEqualize(p=0.3)) == "RandomEqualize(p=0.3)"
+
+
+def test_perspective_maps_the_corners_and_reduces_to_its_special_cases():
+    start = [[0, 0], [19, 0], [19, 15], [0, 15]]
+    np.testing.assert_array_equal(F.perspective(IMG, start, start, "nearest"), IMG)   # identity
+    shifted = [[x + 2, y + 1] for x, y in start]   # a translation: affine's
+    np.testing.assert_array_equal(F.perspective(IMG, start, shifted, "nearest"), F.affine(IMG, 0, (2, 1), 1.0, 0.0))
+    end = [[3, 1], [17, 2], [18, 14], [1, 13]]
+    cols = np.tile(np.arange(20, dtype=np.float64), (16, 1))[..., None]
+    rows = np.tile(np.arange(16, dtype=np.float64)[:, None], (1, 20))[..., None]
+    for (ex, ey), (sx, sy) in zip(end, start):   # each moved corner reads its original corner
+        assert abs(F.perspective(cols, start, end)[ey, ex, 0] - sx) < 0.6
+        assert abs(F.perspective(rows, start, end)[ey, ex, 0] - sy) < 0.6
+    minidl.manual_seed(0)
+    for _ in range(10):
+        s, e = transforms.RandomPerspective.get_params(20, 16, 0.5)
+        assert s == start and all(0 <= x < 20 and 0 <= y < 16 for x, y in e)
+        assert e[0][0] <= 5 and e[1][0] >= 14   # within distortion_scale of half the side
+    assert transforms.RandomPerspective(p=1.0)(IMG).shape == IMG.shape
+
+
+def test_perspective_against_torchvision_where_it_imports():
+    TF = pytest.importorskip("torchvision.transforms.functional")
+    import torch
+
+    x = np.random.default_rng(2).uniform(size=(3, 16, 20)).astype(np.float32)
+    start, end = [[0, 0], [19, 0], [19, 15], [0, 15]], [[3, 1], [17, 2], [18, 14], [1, 13]]
+    for mode in ("nearest", "bilinear"):
+        theirs = TF.perspective(torch.tensor(x), start, end, interpolation=TF.InterpolationMode(mode), fill=0).numpy()
+        ours = F.perspective(minidl.tensor(x), start, end, mode, 0).numpy()
+        agree = np.isclose(ours, theirs, atol=1e-3).mean()
+        assert agree > (0.97 if mode == "nearest" else 0.99), (mode, agree)   # (torchvision rounds its map to fp32)
