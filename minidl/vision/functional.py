@@ -209,30 +209,36 @@ def _interpolation(op, interpolation):
 
 
 def _sample(x, sx, sy, interpolation, fill):
-    """x (..., C, H, W) read at the input positions (sx, sy) (pixel-index coordinates) of each output pixel: nearest
-    or bilinear, `fill` outside the image."""
+    """x (..., C, H, W) read at the input positions (sx, sy) (pixel-index coordinates) of each output pixel, nearest
+    or bilinear, as torchvision's grid transform: zeros outside the image; with a fill, nearest puts the fill where
+    the read fell outside, and bilinear blends value * m + fill * (1 - m), m the inside share of the read (which
+    also scales the border's zero-padded value, as torchvision's does)."""
     h, w = x.shape[-2:]
-    fill = np.broadcast_to(np.asarray(0.0 if fill is None else fill, dtype=np.float64).reshape(-1, 1, 1), x.shape[-3:])
     if interpolation == "nearest":
         ix, iy = np.round(sx).astype(np.int64), np.round(sy).astype(np.int64)
         inside = (ix >= 0) & (ix < w) & (iy >= 0) & (iy < h)
-        return np.where(inside, x[..., np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)], fill)
+        out = np.where(inside, x[..., np.clip(iy, 0, h - 1), np.clip(ix, 0, w - 1)], 0.0)
+        return out if fill is None else np.where(inside, out, _fill_of(fill, x))
     x0, y0 = np.floor(sx).astype(np.int64), np.floor(sy).astype(np.int64)
     fx, fy = sx - x0, sy - y0
-    out = 0.0
+    out, share = 0.0, 0.0
     for dy, wy in ((0, 1 - fy), (1, fy)):
         for dx, wx in ((0, 1 - fx), (1, fx)):
             xi, yi = x0 + dx, y0 + dy
             inside = (xi >= 0) & (xi < w) & (yi >= 0) & (yi < h)
-            value = np.where(inside, x[..., np.clip(yi, 0, h - 1), np.clip(xi, 0, w - 1)], fill)
-            out = out + value * (wx * wy)
-    return out
+            out = out + np.where(inside, x[..., np.clip(yi, 0, h - 1), np.clip(xi, 0, w - 1)], 0.0) * (wx * wy)
+            share = share + inside * (wx * wy)
+    return out if fill is None else out * share + (1.0 - share) * _fill_of(fill, x)
 
 
-def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=0, center=None):
+def _fill_of(fill, x):
+    return np.broadcast_to(np.asarray(fill, dtype=np.float64).reshape(-1, 1, 1), x.shape[-3:])
+
+
+def affine(img, angle, translate, scale, shear, interpolation="nearest", fill=None, center=None):
     """The image rotated (degrees, clockwise, as torchvision's affine), translated (pixels), scaled and sheared
-    (degrees) about its centre (or `center`, (x, y) from the upper-left corner); outside pixels are `fill` (None: 0).
-    Nearest or bilinear sampling."""
+    (degrees) about its centre (or `center`, (x, y) from the upper-left corner); outside pixels are `fill` (None:
+    zeros, without torchvision's fill blend). Nearest or bilinear sampling."""
     interpolation = _interpolation("affine / rotate", interpolation)
     shear = (shear, 0.0) if isinstance(shear, numbers.Number) else tuple(shear) + (0.0,) * (2 - len(tuple(shear)))
     x, back = _to_chw(img)
@@ -272,7 +278,7 @@ def perspective(img, startpoints, endpoints, interpolation="bilinear", fill=None
     return back(_sample(x, sx, sy, interpolation, fill))
 
 
-def rotate(img, angle, interpolation="nearest", expand=False, center=None, fill=0):
+def rotate(img, angle, interpolation="nearest", expand=False, center=None, fill=None):
     """The image rotated by angle degrees counter-clockwise (torchvision's rotate; affine's angle is clockwise)."""
     if expand:
         raise NotImplementedError("rotate: expand=True is not implemented (the output keeps the input's size)")

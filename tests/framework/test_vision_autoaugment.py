@@ -240,3 +240,20 @@ def test_perspective_against_torchvision_where_it_imports():
         ours = F.perspective(minidl.tensor(x), start, end, mode, 0).numpy()
         agree = np.isclose(ours, theirs, atol=1e-3).mean()
         assert agree > (0.97 if mode == "nearest" else 0.99), (mode, agree)   # (torchvision rounds its map to fp32)
+
+
+def test_affine_and_rotate_against_torchvision_where_they_import():
+    TF = pytest.importorskip("torchvision.transforms.functional")
+    import torch
+
+    x = np.random.default_rng(3).uniform(size=(3, 16, 20)).astype(np.float32)
+    for mode in ("nearest", "bilinear"):
+        im = TF.InterpolationMode(mode)
+        for fill in (None, 0.0, 0.5):
+            theirs = TF.affine(torch.tensor(x), angle=17.0, translate=[2, -1], scale=0.9, shear=[5.0, 3.0],
+                               interpolation=im, fill=fill).numpy()
+            ours = F.affine(minidl.tensor(x), 17.0, (2, -1), 0.9, (5.0, 3.0), mode, fill).numpy()
+            assert np.isclose(ours, theirs, atol=1e-4).mean() > 0.98, (mode, fill)
+            theirs = TF.rotate(torch.tensor(x), 33.0, interpolation=im, fill=fill).numpy()
+            ours = F.rotate(minidl.tensor(x), 33.0, mode, fill=fill).numpy()
+            assert np.isclose(ours, theirs, atol=1e-4).mean() > 0.98, ("rotate", mode, fill)
