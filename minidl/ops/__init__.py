@@ -88,7 +88,7 @@ TABLE = (
                       "long=as_long int=as_int bool=as_bool byte=as_byte char=as_char short=as_short contiguous is_contiguous stride new_zeros new_ones "
                       "new_empty new_full new_tensor pin_memory is_pinned data_ptr storage_offset"),
     (conversion, "mf", "clone is_complex is_nonzero isreal"),
-    (conversion, "m", "new"),
+    (conversion, "m", "new untyped_storage storage"),
     (joining, "mf", "select_scatter slice_scatter diagonal_scatter split_with_sizes unsafe_chunk unsafe_split"),
     (special_fns, "mf", "igamma igammac"),
     (elementwise, "mf", "rsub"),

@@ -419,6 +419,80 @@ def storage_offset(t):
     return (data_ptr(t) - data_ptr(t._base)) // t._data.itemsize
 
 
+class UntypedStorage:
+    """The memory under a tensor (torch's untyped_storage()): the whole allocation its array views, in bytes. minidl
+    has no storage objects of its own; this one describes the NumPy / CuPy buffer, for the code that reads it
+    (data_ptr to tell whether two tensors share memory, nbytes to count it)."""
+
+    def __init__(self, array):
+        root = array
+        while getattr(root, "base", None) is not None and hasattr(root.base, "dtype"):
+            root = root.base
+        self._root = root
+
+    def data_ptr(self):
+        a = self._root
+        return builtins.int(a.data.ptr) if hasattr(a, "data") and hasattr(a.data, "ptr") else builtins.int(
+            a.__array_interface__["data"][0])
+
+    def nbytes(self):
+        return builtins.int(self._root.nbytes)
+
+    def size(self):
+        return self.nbytes()
+
+    def __len__(self):
+        return self.size()
+
+    def element_size(self):
+        return 1
+
+    @property
+    def device(self):
+        from .. import _device
+
+        return _device.device_of(self._root)
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    def __repr__(self):
+        return f"<minidl.UntypedStorage of {self.nbytes()} bytes on {self.device}>"
+
+
+class TypedStorage(UntypedStorage):
+    """torch's storage(): the same memory, counted in elements of the tensor's dtype (deprecated in torch, which
+    warns; so does minidl)."""
+
+    def __init__(self, array):
+        super().__init__(array)
+        self.dtype = array.dtype
+
+    def size(self):
+        return self.nbytes() // self.dtype.itemsize
+
+    def element_size(self):
+        return self.dtype.itemsize
+
+    def tolist(self):
+        from .. import _device
+
+        return _device.move_array(self._root, "cpu").reshape(-1).view(self.dtype).tolist()
+
+
+def untyped_storage(self):
+    return UntypedStorage(self._data)
+
+
+def storage(self):
+    import warnings
+
+    warnings.warn("TypedStorage is deprecated. It will be removed in the future and UntypedStorage will be the only "
+                  "storage class (as in torch: use tensor.untyped_storage())", UserWarning, stacklevel=2)
+    return TypedStorage(self._data)
+
+
 def detach(input):
     """minidl.detach(t) is t.detach() (the tape's own method, autograd/tensor.py)."""
     return input.detach()

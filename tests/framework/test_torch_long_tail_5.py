@@ -435,3 +435,14 @@ def test_backend_probes_answer():
     assert b.cpu.get_cpu_capability() == "NUMPY" and b.opt_einsum.enabled is False
     with b.mkldnn.flags(enabled=False):
         pass
+
+
+def test_storages_tell_shared_memory_and_sizes_as_torch():
+    for lib in (minidl, torch):
+        x = lib.arange(12.0).reshape(3, 4)
+        v, y = x[1:], lib.ones(3)
+        assert x.untyped_storage().data_ptr() == v.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
+        assert x.untyped_storage().nbytes() == v.untyped_storage().nbytes() == 48
+        with pytest.warns(UserWarning, match="TypedStorage is deprecated"):
+            s = v.storage()
+        assert (len(s), s.size(), s.element_size(), s.tolist()[:3]) == (12, 12, 4, [0.0, 1.0, 2.0])
