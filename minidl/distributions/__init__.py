@@ -38,7 +38,8 @@ __all__ = ["Distribution", "Categorical", "OneHotCategorical", "Bernoulli", "Nor
            "LogNormal", "Gumbel", "Cauchy", "HalfNormal", "Poisson", "TransformedDistribution", "transforms",
            "MixtureSameFamily", "RelaxedBernoulli", "RelaxedOneHotCategorical", "StudentT", "Geometric", "Binomial", "NegativeBinomial", "Multinomial",
            "Weibull", "Pareto", "LowRankMultivariateNormal", "register_kl", "constraints", "utils",
-           "OneHotCategoricalStraightThrough", "ExponentialFamily", "biject_to", "transform_to", "LogisticNormal"]
+           "OneHotCategoricalStraightThrough", "ExponentialFamily", "biject_to", "transform_to", "LogisticNormal",
+           "GeneralizedPareto"]
 
 
 def _as_tensor(value, like=None):
@@ -602,7 +603,7 @@ from .continuous import (  # noqa: E402,F401  (the gamma family, StudentT, trans
 from .counts import Binomial, Geometric, Multinomial, NegativeBinomial, Poisson  # noqa: E402,F401
 from .mixtures import MixtureSameFamily, RelaxedBernoulli, RelaxedOneHotCategorical  # noqa: E402,F401
 from .more import (  # noqa: E402,F401  (HalfCauchy, InverseGamma, FisherSnedecor, Kumaraswamy, ContinuousBernoulli, VonMises)
-    ContinuousBernoulli, FisherSnedecor, HalfCauchy, InverseGamma, Kumaraswamy, VonMises,
+    ContinuousBernoulli, FisherSnedecor, GeneralizedPareto, HalfCauchy, InverseGamma, Kumaraswamy, VonMises,
 )
 from . import kl_more  # noqa: E402,F401  (KL formulas of the gamma family and Poisson, registered there)
 from . import constraints, transforms, utils  # noqa: E402,F401

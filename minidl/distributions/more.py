@@ -306,3 +306,70 @@ class VonMises(Distribution):
         from ..ops.mathops import i0e, i1e
 
         return 1 - i1e(self.concentration) / i0e(self.concentration)
+
+
+class GeneralizedPareto(Distribution):
+    """GeneralizedPareto(loc, scale, concentration xi): the tails' distribution, P(X > x) = (1 + xi z)^(-1/xi) with
+    z = (x - loc) / scale (exp(-z) at xi = 0, the exponential; xi = -1 is uniform). rsample by the inverse cdf."""
+
+    has_rsample = True
+
+    def __init__(self, loc, scale, concentration, validate_args=None):
+        like = next((v for v in (loc, scale, concentration) if hasattr(v, "shape")), None)
+        loc, scale, conc = (_as_tensor(v, like) for v in (loc, scale, concentration))
+        zero = loc * 0 + scale * 0 + conc * 0   # (the broadcast shape)
+        self.loc, self.scale, self.concentration = loc + zero, scale + zero, conc + zero
+        super().__init__(tuple(self.loc.shape))
+
+    def _safe(self):
+        """(xi is 0, xi with 1 where it is 0): the xi = 0 case is its own formula, selected by where."""
+        at_zero = self.concentration.abs() <= 1e-8
+        return at_zero, where(at_zero, _full_like(self.concentration, 1.0), self.concentration)
+
+    def rsample(self, sample_shape=()):
+        return self.icdf(_uniform(self, self.loc, sample_shape))
+
+    def sample(self, sample_shape=()):
+        return self.rsample(sample_shape).detach()
+
+    def log_prob(self, value):
+        z = (_as_tensor(value, self.loc) - self.loc) / self.scale
+        at_zero, xi = self._safe()
+        y = 1 / xi + 1
+        nonzero = where(y == 0, y, y * (xi * z).log1p())
+        return -self.scale.log() - where(at_zero, z, nonzero)
+
+    def log_survival_function(self, value):
+        z = (_as_tensor(value, self.loc) - self.loc) / self.scale
+        at_zero, xi = self._safe()
+        return where(at_zero, -z, -(xi * z).log1p() / xi)
+
+    def log_cdf(self, value):
+        return (-self.log_survival_function(value).exp()).log1p()
+
+    def cdf(self, value):
+        return self.log_cdf(value).exp()
+
+    def icdf(self, value):
+        log_u = (-_as_tensor(value, self.loc)).log1p()
+        at_zero, xi = self._safe()
+        return where(at_zero, self.loc - self.scale * log_u, self.loc + self.scale / xi * (-xi * log_u).expm1())
+
+    @property
+    def mean(self):
+        valid = self.concentration < 1
+        xi = where(valid, self.concentration, _full_like(self.concentration, 0.5))
+        return where(valid, self.loc + self.scale / (1 - xi), _full_like(self.loc, math.nan))
+
+    @property
+    def variance(self):
+        valid = self.concentration < 0.5
+        xi = where(valid, self.concentration, _full_like(self.concentration, 0.25))
+        return where(valid, self.scale ** 2 / ((1 - xi) ** 2 * (1 - 2 * xi)), _full_like(self.loc, math.nan))
+
+    @property
+    def mode(self):
+        return self.loc
+
+    def entropy(self):
+        return self.scale.log() + self.concentration + 1

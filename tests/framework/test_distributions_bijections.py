@@ -160,3 +160,20 @@ def test_logistic_normal_as_torch():
     assert out[0][:2] == out[1][:2]
     for a, b in zip(out[0][2:], out[1][2:]):
         _close(a, b)
+
+
+def test_generalized_pareto_as_torch():
+    """In float32: torch's own GeneralizedPareto fails in float64 (isclose against a float32 zero)."""
+    loc, scale, conc = (np.array(a, np.float32) for a in ([0.1, 0.0, -1.0], [2.0, 1.0, 0.5], [0.4, 0.0, -0.3]))
+    v, u = np.array([1.5, 0.7, -0.9], np.float32), np.array([0.2, 0.5, 0.9], np.float32)
+    out = []
+    for lib in (minidl, torch):
+        l, s, c = (lib.tensor(a, requires_grad=True) for a in (loc, scale, conc))
+        d = lib.distributions.GeneralizedPareto(l, s, c)
+        lp, cdf, q = d.log_prob(lib.tensor(v)), d.cdf(lib.tensor(v)), d.icdf(lib.tensor(u))
+        (lp.sum() + cdf.sum() + q.sum()).backward()
+        assert tuple(d.rsample((4,)).shape) == (4, 3)
+        out.append([t.detach().numpy() for t in (lp, cdf, q, d.mean, d.variance, d.entropy(), l.grad, s.grad,
+                                                  c.grad)])
+    for a, b in zip(*out):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
