@@ -446,3 +446,25 @@ def test_storages_tell_shared_memory_and_sizes_as_torch():
         with pytest.warns(UserWarning, match="TypedStorage is deprecated"):
             s = v.storage()
         assert (len(s), s.size(), s.element_size(), s.tolist()[:3]) == (12, 12, 4, [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("nesterov,adjust", [(True, None), (False, "match_rms_adamw")])
+def test_muon_steps_equal_torchs(nesterov, adjust):
+    """torch.optim.Muon: momentum, the bf16 Newton-Schulz orthogonalisation (tall and wide matrices), decoupled
+    weight decay and the learning-rate adjustment: the parameters after three steps equal torch's."""
+    rng = np.random.default_rng(0)
+    w = [rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((3, 7)).astype(np.float32)]
+    grads = [[rng.standard_normal(a.shape).astype(np.float32) for a in w] for _ in range(3)]
+    res = []
+    for lib in (minidl, torch):
+        ps = [lib.nn.Parameter(lib.tensor(a.copy())) for a in w]
+        opt = lib.optim.Muon(ps, lr=0.02, weight_decay=0.01, nesterov=nesterov, adjust_lr_fn=adjust)
+        for gs in grads:
+            for p, g in zip(ps, gs):
+                p.grad = lib.tensor(g)
+            opt.step()
+        res.append([p.detach().numpy().copy() for p in ps])
+    for ours, theirs in zip(*res):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="only supports 2D parameters"):
+        minidl.optim.Muon([minidl.nn.Parameter(minidl.ones(3))])

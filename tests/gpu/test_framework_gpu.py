@@ -480,3 +480,18 @@ def test_session14_scatter_forms_incomplete_gamma_lp_pool3d_and_probes_on_the_gp
         float32 = ours.dtype == np.float32
         np.testing.assert_allclose(ours, theirs, rtol=1e-5 if float32 else 1e-8, atol=1e-6 if float32 else 1e-10)
     assert minidl.backends.cuda.is_built() and minidl.backends.cuda.is_flash_attention_available()
+
+
+def test_muon_on_the_gpu_equals_torchs():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 32)).astype(np.float32)
+    grads = [rng.standard_normal(w.shape).astype(np.float32) for _ in range(3)]
+    res = []
+    for lib in (minidl, torch):
+        p = lib.nn.Parameter(lib.tensor(w.copy(), device="cuda"))
+        opt = lib.optim.Muon([p], lr=0.02)
+        for g in grads:
+            p.grad = lib.tensor(g, device="cuda")
+            opt.step()
+        res.append(p.detach().cpu().numpy())
+    np.testing.assert_allclose(res[0], res[1], rtol=1e-5, atol=1e-5)
