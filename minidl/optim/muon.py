@@ -7,7 +7,8 @@ by a few Newton-Schulz iterations, so that every direction of the update moves a
     p *= 1 - lr weight_decay;  p -= lr sqrt(max(1, rows / cols)) X    ("original"; "match_rms_adamw": 0.2 sqrt(max))
 
 The iteration runs in bfloat16, as torch's: each product is computed in float32 and rounded to bfloat16 once (what
-the bf16 GEMM does), so the updates equal torch's. Only 2-D parameters (torch's rule); use another optimizer for
+the bf16 GEMM does), so the updates equal torch's up to a product whose float32 sum, added in another order,
+rounds to the neighbouring bfloat16. Only 2-D parameters (torch's rule); use another optimizer for
 the others, as Muon's users do (AdamW for embeddings, biases and norms)."""
 from __future__ import annotations
 

@@ -451,7 +451,8 @@ def test_storages_tell_shared_memory_and_sizes_as_torch():
 @pytest.mark.parametrize("nesterov,adjust", [(True, None), (False, "match_rms_adamw")])
 def test_muon_steps_equal_torchs(nesterov, adjust):
     """torch.optim.Muon: momentum, the bf16 Newton-Schulz orthogonalisation (tall and wide matrices), decoupled
-    weight decay and the learning-rate adjustment: the parameters after three steps equal torch's."""
+    weight decay and the learning-rate adjustment: the parameters after three steps equal torch's, up to a bf16
+    rounding of the update."""
     rng = np.random.default_rng(0)
     w = [rng.standard_normal((6, 4)).astype(np.float32), rng.standard_normal((3, 7)).astype(np.float32)]
     grads = [[rng.standard_normal(a.shape).astype(np.float32) for a in w] for _ in range(3)]
@@ -464,7 +465,10 @@ def test_muon_steps_equal_torchs(nesterov, adjust):
                 p.grad = lib.tensor(g)
             opt.step()
         res.append([p.detach().numpy().copy() for p in ps])
-    for ours, theirs in zip(*res):
-        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)
+    for ours, theirs, start in zip(*res, w):
+        # within a bf16 rounding of the update per step (float32 sums in another order can round a product the
+        # other way): 3 steps x lr x ratio x 2^-8
+        np.testing.assert_allclose(ours, theirs, atol=2e-4)
+        assert np.abs(ours - start).max() > 100 * np.abs(ours - theirs).max()   # they moved, and moved alike
     with pytest.raises(ValueError, match="only supports 2D parameters"):
         minidl.optim.Muon([minidl.nn.Parameter(minidl.ones(3))])

@@ -494,4 +494,5 @@ def test_muon_on_the_gpu_equals_torchs():
             p.grad = lib.tensor(g, device="cuda")
             opt.step()
         res.append(p.detach().cpu().numpy())
-    np.testing.assert_allclose(res[0], res[1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res[0], res[1], atol=2e-4)   # (a bf16 rounding of the update per step)
+    assert np.abs(res[0] - w).max() > 100 * np.abs(res[0] - res[1]).max()
