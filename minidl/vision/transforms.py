@@ -225,22 +225,13 @@ class RandomHorizontalFlip:
         return f"RandomHorizontalFlip(p={self.p})"
 
 
-def _resize_axis(length_in, length_out):
-    """Bilinear source positions (align_corners=False): left index, right index, right weight."""
-    scale = length_in / length_out
-    src = np.maximum((np.arange(length_out) + 0.5) * scale - 0.5, 0.0)
-    lo = np.minimum(np.floor(src).astype(np.int64), length_in - 1)
-    hi = np.minimum(lo + 1, length_in - 1)
-    return lo, hi, (src - lo).astype(np.float64)
-
-
 class Resize:
-    """Resize to `size` (h, w), or the smaller edge to `size` keeping the aspect ratio (an int), with
-    bilinear (default), nearest or bicubic interpolation, no antialiasing: for small images (MNIST, CIFAR).
-    Equals torch.nn.functional.interpolate(mode='bilinear', align_corners=False, antialias=False)
-    on a tensor; torchvision antialiases when shrinking, so results differ slightly there."""
+    """Resize to `size` (h, w), or the smaller edge to `size` keeping the aspect ratio (an int), with bilinear
+    (default), bicubic or nearest interpolation. antialias (True by default, as torchvision's since 0.17; and PIL's,
+    which torchvision uses for PIL images) widens the filter when shrinking: F.interpolate(antialias=True), which
+    reproduces PIL's resampling. uint8 images are rounded back to uint8."""
 
-    def __init__(self, size, interpolation="bilinear", max_size=None, antialias=None):
+    def __init__(self, size, interpolation="bilinear", max_size=None, antialias=True):
         interpolation = str(getattr(interpolation, "value", interpolation)).lower()
         if interpolation not in ("bilinear", "nearest", "bicubic"):
             raise NotImplementedError(f"Resize: interpolation {interpolation!r} is not implemented (bilinear, nearest, "
@@ -250,6 +241,7 @@ class Resize:
                                                for s in sizes):
             raise ValueError(f"Resize: size must be an int >= 1 or a pair (h, w) of them, got {size!r}")
         self.size, self.interpolation = size, interpolation
+        self.antialias = True if antialias is None else bool(antialias)
 
     def _target(self, h, w):
         if isinstance(self.size, numbers.Integral) or len(self.size) == 1:
@@ -267,18 +259,13 @@ class Resize:
             rows = np.minimum(np.floor(np.arange(th) * (h / th)).astype(np.int64), h - 1)
             cols = np.minimum(np.floor(np.arange(tw) * (w / tw)).astype(np.int64), w - 1)
             out = x[..., rows[:, None], cols[None, :]]
-        elif self.interpolation == "bicubic":   # F.interpolate's bicubic (torchvision's on tensors), on the host
+        else:   # F.interpolate on the host, in float64
             from ..nn.functional import interpolate
 
-            xf = Tensor._make(x.astype(np.float64)[None])
-            out = interpolate(xf, size=(th, tw), mode="bicubic", align_corners=False)._data[0]
-            out = np.round(out).clip(0, 255).astype(x.dtype) if x.dtype == np.uint8 else out.astype(x.dtype)
-        else:
-            r0, r1, fr = _resize_axis(h, th)
-            c0, c1, fc = _resize_axis(w, tw)
-            xf = x.astype(np.float64)
-            top = xf[..., r0, :] * (1 - fr)[:, None] + xf[..., r1, :] * fr[:, None]
-            out = top[..., c0] * (1 - fc) + top[..., c1] * fc
+            lead = x.shape[:-2]
+            xf = Tensor._make(x.astype(np.float64).reshape((-1, 1) + x.shape[-2:]))
+            out = interpolate(xf, size=(th, tw), mode=self.interpolation, align_corners=False,
+                              antialias=self.antialias)._data.reshape(lead + (th, tw))
             out = np.round(out).clip(0, 255).astype(x.dtype) if x.dtype == np.uint8 else out.astype(x.dtype)
         if is_tensor:
             return Tensor._make(np.ascontiguousarray(out))

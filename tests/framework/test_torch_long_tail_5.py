@@ -472,3 +472,19 @@ def test_muon_steps_equal_torchs(nesterov, adjust):
         assert np.abs(ours - start).max() > 100 * np.abs(ours - theirs).max()   # they moved, and moved alike
     with pytest.raises(ValueError, match="only supports 2D parameters"):
         minidl.optim.Muon([minidl.nn.Parameter(minidl.ones(3))])
+
+
+@pytest.mark.parametrize("kw", [dict(size=(10, 7), mode="bilinear"), dict(size=(10, 7), mode="bicubic"),
+                                dict(scale_factor=0.3, mode="bilinear"), dict(size=(50, 40), mode="bicubic"),
+                                dict(size=(20, 60), mode="bilinear")])
+def test_interpolate_antialias_as_torch(kw):
+    x = np.random.default_rng(0).standard_normal((2, 3, 37, 29))
+    xo, xt = minidl.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    yo = minidl.nn.functional.interpolate(xo, antialias=True, **kw)
+    yt = torch.nn.functional.interpolate(xt, antialias=True, **kw)
+    (yo * yo).sum().backward()
+    (yt * yt).sum().backward()
+    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="anti-alias"):
+        minidl.nn.functional.interpolate(xo, size=(3, 3), mode="nearest", antialias=True)

@@ -34,11 +34,12 @@ def test_to_tensor_and_normalize_as_torchvision():
 @pytest.mark.parametrize("size", [(9, 4), (3, 11), 6])
 def test_resize_matches_interpolate(size):
     img = RNG.standard_normal((2, 7, 8)).astype(np.float32)
-    out = T.Resize(size)(minidl.tensor(img))
     target = size if isinstance(size, tuple) else (6, int(6 * 8 / 7))
-    ref = torch.nn.functional.interpolate(torch.tensor(img)[None], size=target, mode="bilinear",
-                                          align_corners=False, antialias=False)[0]
-    np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    for antialias in (True, False):   # (True: torchvision's default, PIL's resampling)
+        out = T.Resize(size, antialias=antialias)(minidl.tensor(img))
+        ref = torch.nn.functional.interpolate(torch.tensor(img)[None], size=target, mode="bilinear",
+                                              align_corners=False, antialias=antialias)[0]
+        np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
     near = T.Resize(size, interpolation="nearest")(minidl.tensor(img))
     ref = torch.nn.functional.interpolate(torch.tensor(img)[None], size=target, mode="nearest")[0]
     np.testing.assert_array_equal(near.numpy(), ref.numpy())

@@ -257,3 +257,15 @@ def test_affine_and_rotate_against_torchvision_where_they_import():
             theirs = TF.rotate(torch.tensor(x), 33.0, interpolation=im, fill=fill).numpy()
             ours = F.rotate(minidl.tensor(x), 33.0, mode, fill=fill).numpy()
             assert np.isclose(ours, theirs, atol=1e-4).mean() > 0.98, ("rotate", mode, fill)
+
+
+@pytest.mark.parametrize("interpolation,pil", [("bilinear", Image.BILINEAR), ("bicubic", Image.BICUBIC)])
+def test_resize_antialiased_like_pils(interpolation, pil):
+    """Shrinking a uint8 image: Resize's default antialiasing gives PIL's resampling (within one level: PIL rounds
+    in fixed point); without it, a strided image's aliasing shows."""
+    big = np.random.default_rng(4).integers(0, 256, (90, 70, 3)).astype(np.uint8)
+    ours = transforms.Resize((23, 17), interpolation=interpolation)(big).astype(int)
+    theirs = np.asarray(Image.fromarray(big).resize((17, 23), pil)).astype(int)
+    assert np.abs(ours - theirs).max() <= 1
+    plain = transforms.Resize((23, 17), interpolation=interpolation, antialias=False)(big).astype(int)
+    assert np.abs(plain - theirs).max() > 10

@@ -31,8 +31,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if mode not in linear_modes and align_corners is not None:
         raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear | "
                          "bicubic | trilinear")
-    if antialias:
-        raise NotImplementedError("interpolate: antialias=True is not supported in minidl")
+    if antialias and (mode not in ("bilinear", "bicubic") or spatial != 2):
+        raise ValueError("interpolate: anti-alias option is only supported for bilinear and bicubic modes on 4-D "
+                         "input, as torch's")
     in_sizes = tuple(input.shape[2:])
     if (size is None) == (scale_factor is None):
         raise ValueError("only one of size or scale_factor should be defined")
@@ -50,7 +51,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     for k in range(spatial):
         dim = 2 + k
         n_in, n_out = in_sizes[k], out_sizes[k]
-        if mode == "bicubic":
+        if antialias and not align_corners:
+            x = _antialiased_axis(x, dim, n_in, n_out, scales[k], mode)
+        elif mode == "bicubic":
             x = _cubic_axis(x, dim, n_in, n_out, bool(align_corners), scales[k])
         elif mode == "area":
             x = _area_axis(x, dim, n_in, n_out)
@@ -125,6 +128,34 @@ def _cubic_axis(x, dim, n_in, n_out, align_corners, scale):
     rows = np.arange(n_out)
     for offset, w in ((-1, far(t + 1)), (0, near(t)), (1, near(1 - t)), (2, far(2 - t))):
         np.add.at(weights, (rows, np.clip(base.astype(np.int64) + offset, 0, n_in - 1)), w)
+    return _apply_axis(x, dim, weights)
+
+
+def _antialiased_axis(x, dim, n_in, n_out, scale, mode):
+    """One axis resampled with the filter widened by the downscale factor (a triangle for bilinear, Keys' cubic with
+    a = -0.5 for bicubic), each output's weights normalised: PIL's resampling, which torch's antialias=True
+    reproduces. Upscaling it is the plain filter."""
+    s = (1.0 / scale) if scale else n_in / n_out
+    size = 2 if mode == "bilinear" else 4
+    support = size * 0.5 * s if s >= 1.0 else size * 0.5
+    inv = 1.0 / s if s >= 1.0 else 1.0
+
+    def kernel(d):
+        d = np.abs(d)
+        if mode == "bilinear":
+            return np.maximum(0.0, 1.0 - d)
+        a = -0.5
+        return np.where(d < 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                        np.where(d < 2, ((d - 5) * d + 8) * d * a - 4 * a, 0.0))
+
+    weights = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        center = s * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), n_in)
+        w = kernel((np.arange(lo, hi) - center + 0.5) * inv)
+        total = w.sum()
+        weights[i, lo:hi] = w / total if total != 0 else w
     return _apply_axis(x, dim, weights)
 
 
