@@ -1,7 +1,7 @@
 """minidl.special: torch.special's names for functions minidl has (most live in ops/mathops.py; the incomplete gamma
-functions and the orthogonal polynomials in ops/special_fns.py), so that `torch.special.erf(x)` runs. Not here: the
-zeta family, erfcx, the Bessel functions other than i0 / i0e / i1 / i1e (modified_bessel_i0 / i1) and
-spherical_bessel_j0."""
+functions, zeta, erfcx and the orthogonal polynomials in ops/special_fns.py), so that `torch.special.erf(x)` runs.
+Not here: the Bessel functions other than i0 / i0e / i1 / i1e (modified_bessel_i0 / i1) and spherical_bessel_j0
+(J, Y, K), airy_ai."""
 from __future__ import annotations
 
 from .autograd.tensor import Tensor
@@ -30,6 +30,7 @@ from .ops.special_fns import (  # noqa: E402  (P(a, x), Q(a, x) and the orthogon
     shifted_chebyshev_polynomial_t, shifted_chebyshev_polynomial_u, shifted_chebyshev_polynomial_v,
     shifted_chebyshev_polynomial_w,
 )
+from .ops.special_fns import erfcx, zeta  # noqa: E402,F401
 from .ops.special_fns import igamma as gammainc  # noqa: E402
 from .ops.special_fns import igammac as gammaincc  # noqa: E402
 
@@ -97,4 +98,5 @@ __all__ = ["erf", "erfc", "expm1", "exp2", "log1p", "logit", "sinc", "logsumexp"
            "modified_bessel_i1", "spherical_bessel_j0", "gammainc", "gammaincc", "chebyshev_polynomial_t",
            "chebyshev_polynomial_u", "chebyshev_polynomial_v", "chebyshev_polynomial_w", "hermite_polynomial_h",
            "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p", "shifted_chebyshev_polynomial_t",
-           "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w"]
+           "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w",
+           "zeta", "erfcx"]

@@ -173,3 +173,73 @@ shifted_chebyshev_polynomial_t = _shifted("shifted_chebyshev_polynomial_t", cheb
 shifted_chebyshev_polynomial_u = _shifted("shifted_chebyshev_polynomial_u", chebyshev_polynomial_u)
 shifted_chebyshev_polynomial_v = _shifted("shifted_chebyshev_polynomial_v", chebyshev_polynomial_v)
 shifted_chebyshev_polynomial_w = _shifted("shifted_chebyshev_polynomial_w", chebyshev_polynomial_w)
+
+
+# ------------------------------------------------------------------------------------------------ zeta, erfcx
+_ZETA_A = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+           -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15, 1.8152105401943546773e17,
+           -7.1661652561756670113e18)
+
+
+def _hurwitz(x, q):
+    """zeta(x, q) = sum over k >= 0 of (k + q)^-x, by Euler-Maclaurin summation (Cephes' zeta): nine terms, then the
+    integral and twelve Bernoulli corrections."""
+    if math.isnan(x) or math.isnan(q):
+        return math.nan
+    if x == 1.0:
+        return math.inf
+    if x < 1.0:
+        return math.nan
+    if q <= 0.0:
+        if q == math.floor(q):
+            return math.inf
+        if x != math.floor(x):
+            return math.nan
+    s, a, i, b = q ** -x, q, 0, 0.0
+    while i < 9 or a <= 9.0:
+        i += 1
+        a += 1.0
+        b = a ** -x
+        s += b
+        if abs(b / s) < 1.1e-16:
+            return s
+    w = a
+    s += b * w / (x - 1.0) - 0.5 * b
+    factor, k = 1.0, 0.0
+    for coefficient in _ZETA_A:
+        factor *= x + k
+        b /= w
+        t = factor * b / coefficient
+        s += t
+        if abs(t / s) < 1.1e-16:
+            break
+        k += 1.0
+        factor *= x + k
+        b /= w
+        k += 1.0
+    return s
+
+
+def zeta(input, other):
+    """The Hurwitz zeta function zeta(x, q) (torch.special.zeta; no gradient, as torch's), computed on the host in
+    float64 and returned on input's device."""
+    x, q = _pair(input, other)
+    host = np.vectorize(_hurwitz, otypes=[np.float64])(_device.move_array(x._data, "cpu").astype(np.float64),
+                                                       _device.move_array(q._data, "cpu").astype(np.float64))
+    dtype = np.result_type(x.dtype, q.dtype)
+    dtype = dtype if dtype.kind == "f" else np.dtype(get_default_dtype())
+    return Tensor._make(_device.move_array(np.asarray(host, dtype=dtype), _device.device_of(x._data)))
+
+
+def erfcx(input):
+    """exp(x^2) erfc(x), without its overflow: the product below x = 26, the asymptotic series
+    (1 / (x sqrt(pi))) (1 - 1/(2x^2) + 3/(4x^4) - 15/(8x^6) + 105/(16x^8)) above; differentiable (as torch's)."""
+    from .elementwise import where
+
+    x = input
+    small = x.clamp(max=26.0)
+    direct = (small * small).exp() * small.erfc()
+    big = x.clamp(min=26.0)
+    inv2 = 1.0 / (big * big)
+    series = (1 - inv2 * (0.5 - inv2 * (0.75 - inv2 * (1.875 - inv2 * 6.5625)))) / (big * math.sqrt(math.pi))
+    return where(x <= 26.0, direct, series)

@@ -488,3 +488,17 @@ def test_interpolate_antialias_as_torch(kw):
     np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="anti-alias"):
         minidl.nn.functional.interpolate(xo, size=(3, 3), mode="nearest", antialias=True)
+
+
+def test_zeta_and_erfcx_as_torch():
+    x, q = np.array([2.0, 3.5, 1.5, 10.0, 2.0, 4.0, 1.0, 0.5]), np.array([1.0, 0.5, 2.0, 3.0, -1.5, 7.2, 2.0, 1.0])
+    ours = minidl.special.zeta(minidl.tensor(x), minidl.tensor(q)).numpy()
+    theirs = torch.special.zeta(torch.tensor(x), torch.tensor(q)).numpy()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-14)   # (inf at x = 1 and nan below, as torch's)
+    xs = np.array([-3.0, -0.5, 0.0, 0.7, 5.0, 25.0, 26.5, 40.0, 1e3])
+    xo, xt = minidl.tensor(xs, requires_grad=True), torch.tensor(xs, requires_grad=True)
+    yo, yt = minidl.special.erfcx(xo), torch.special.erfcx(xt)
+    yo.sum().backward()
+    yt.sum().backward()
+    np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-9)
