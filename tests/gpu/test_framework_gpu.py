@@ -496,3 +496,27 @@ def test_muon_on_the_gpu_equals_torchs():
         res.append(p.detach().cpu().numpy())
     np.testing.assert_allclose(res[0], res[1], atol=2e-4)   # (a bf16 rounding of the update per step)
     assert np.abs(res[0] - w).max() > 100 * np.abs(res[0] - res[1]).max()
+
+
+def test_session14_antialias_erfcx_zeta_and_generalized_pareto_on_the_gpu():
+    x = np.random.default_rng(0).standard_normal((2, 3, 37, 29))
+    xo, xt = minidl.tensor(x, device="cuda", requires_grad=True), torch.tensor(x, device="cuda", requires_grad=True)
+    yo = minidl.nn.functional.interpolate(xo, size=(10, 7), mode="bicubic", antialias=True)
+    yt = torch.nn.functional.interpolate(xt, size=(10, 7), mode="bicubic", antialias=True)
+    (yo * yo).sum().backward()
+    (yt * yt).sum().backward()
+    np.testing.assert_allclose(yo.detach().cpu().numpy(), yt.detach().cpu().numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(xo.grad.cpu().numpy(), xt.grad.cpu().numpy(), rtol=1e-10, atol=1e-12)
+    xs = np.array([-3.0, 0.0, 5.0, 26.5, 40.0])
+    np.testing.assert_allclose(minidl.special.erfcx(minidl.tensor(xs, device="cuda")).cpu().numpy(),
+                               torch.special.erfcx(torch.tensor(xs, device="cuda")).cpu().numpy(), rtol=1e-12)
+    z = minidl.special.zeta(minidl.tensor([2.0, 3.5], device="cuda"), minidl.tensor([1.0, 0.5], device="cuda"))
+    assert z.is_cuda
+    np.testing.assert_allclose(z.cpu().numpy(), torch.special.zeta(torch.tensor([2.0, 3.5]),
+                                                                   torch.tensor([1.0, 0.5])).numpy(), rtol=1e-14)
+    d = minidl.distributions.GeneralizedPareto(minidl.tensor([0.1], device="cuda"), minidl.tensor([2.0], device="cuda"),
+                                               minidl.tensor([0.4], device="cuda"))
+    t = torch.distributions.GeneralizedPareto(torch.tensor([0.1], device="cuda"), torch.tensor([2.0], device="cuda"),
+                                              torch.tensor([0.4], device="cuda"))
+    np.testing.assert_allclose(d.log_prob(minidl.tensor([1.5], device="cuda")).cpu().numpy(),
+                               t.log_prob(torch.tensor([1.5], device="cuda")).cpu().numpy(), rtol=1e-5)
