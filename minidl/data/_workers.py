@@ -35,7 +35,10 @@ def _worker_loop(dataset, collate, tasks, results, worker_id, num_workers, seed,
     global _worker_info
     from .. import random as minidl_random
 
-    minidl_random.manual_seed(seed)
+    # The CPU streams only: a worker is a forked process, and CUDA cannot be touched in the child of a process that
+    # initialised it (seeding CuPy's generator there fails with cudaErrorInitializationError; torch's worker seeding
+    # leaves CUDA alone in a forked child as well)
+    minidl_random.default_generator.manual_seed(seed)
     np.random.seed(seed % 2**32)
     _pyrandom.seed(seed)
     _worker_info = WorkerInfo(worker_id, num_workers, seed, dataset)
