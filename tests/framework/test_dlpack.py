@@ -78,8 +78,8 @@ def test_utils_names_as_torch():
 def test_jax_both_ways():
     jnp = pytest.importorskip("jax.numpy", reason="JAX is not installed")
     a = jnp.arange(6.0).reshape(2, 3)
-    x = minidl.from_dlpack(a)
-    assert x.numpy().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    x = minidl.from_dlpack(a)   # (on a GPU machine JAX's arrays live on the GPU: so does x, zero copy)
+    assert x.cpu().numpy().tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
     import jax
 
     b = jax.dlpack.from_dlpack(minidl.ones(2, 2))
