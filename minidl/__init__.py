@@ -242,8 +242,8 @@ def __getattr__(name):
         return importlib.import_module(f"minidl.{name}")
     if name in ("save", "load"):
         return getattr(importlib.import_module("minidl.utils.serialization"), name)
-    if name == "OutOfMemoryError":   # torch.OutOfMemoryError (torch.cuda's, a RuntimeError)
-        return importlib.import_module("minidl._device").OutOfMemoryError
+    if name == "OutOfMemoryError":   # torch.OutOfMemoryError: torch.cuda's (minidl/cuda/__init__.py)
+        return importlib.import_module("minidl.cuda").OutOfMemoryError
     if name == "serialization":   # torch.serialization: safe_globals, add_safe_globals, ...
         return importlib.import_module("minidl.utils.serialization")
     if name == "from_dlpack":

@@ -27,34 +27,7 @@ def _load_cupy():
             _cupy = cupy
         except Exception as e:  # ImportError, or a CUDA library that fails to load
             _cupy_error = f"CuPy is not installed or failed to import ({type(e).__name__}: {e})"
-        else:
-            try:
-                _translate_out_of_memory(_cupy)
-            except Exception:  # noqa: BLE001 - CuPy's own error type stays, the GPU path works the same
-                pass
     return _cupy
-
-
-class OutOfMemoryError(RuntimeError):
-    """A GPU allocation failed (torch.cuda.OutOfMemoryError, a RuntimeError as torch's): raised for CuPy's own
-    out-of-memory error by the allocator minidl installs, so `except torch.cuda.OutOfMemoryError:` catches a real
-    failure and a program can raise one with a message too."""
-
-
-def _translate_out_of_memory(cupy):
-    """CuPy's default allocator (its memory pool's malloc), with its OutOfMemoryError re-raised as minidl's (the
-    original chained). One Python frame per allocation; a CUDA graph's private pool (_graphs.py) is used instead
-    inside a capture."""
-    malloc = cupy.get_default_memory_pool().malloc
-    cupy_error = cupy.cuda.memory.OutOfMemoryError
-
-    def allocate(size):
-        try:
-            return malloc(size)
-        except cupy_error as e:
-            raise OutOfMemoryError(f"CUDA out of memory. {e}") from e
-
-    cupy.cuda.set_allocator(allocate)
 
 
 def cuda_unavailable_reason() -> str | None:

@@ -273,7 +273,10 @@ def mem_get_info(device=None) -> tuple:
     return int(free), int(total)
 
 
-OutOfMemoryError = _device.OutOfMemoryError   # (a RuntimeError; CuPy's allocation failures are raised as it)
+class _NoGpuOutOfMemoryError(RuntimeError):
+    """torch.cuda.OutOfMemoryError where there is no GPU path (nothing raises it there)."""
+
+
 
 
 def is_initialized() -> bool:
@@ -345,6 +348,14 @@ globals().update(_legacy_cuda_types())   # torch.cuda.FloatTensor, ...: see auto
 
 
 def __getattr__(name):
+    if name == "OutOfMemoryError":
+        # CuPy's, where CuPy is, so that `except torch.cuda.OutOfMemoryError:` catches what a failed allocation
+        # raises (looked up late: importing minidl does not import CuPy). Unlike torch's it is a MemoryError, not a
+        # RuntimeError: a program that catches RuntimeError and looks for "out of memory" does not catch it, and
+        # building one takes CuPy's (size, total) arguments, not a message. Re-raising CuPy's error as a class of
+        # minidl's would take an allocator hook: a Python frame in every allocation (tried in session 14, and left).
+        cupy = _device._load_cupy()
+        return cupy.cuda.memory.OutOfMemoryError if cupy is not None else _NoGpuOutOfMemoryError
     if name == "amp":   # torch.cuda.amp.autocast / GradScaler reached as attributes (imported late: amp imports nn)
         from ..amp import cuda_amp
 

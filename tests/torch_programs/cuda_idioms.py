@@ -39,11 +39,17 @@ with torch.cuda.stream(None):
     print(round(net(real).sum().item(), 4))
 g = torch.Generator(device=device).manual_seed(7)
 print(g.initial_seed(), tuple(torch.rand(2, 3, generator=g, device=device).shape))
+def try_batch(n):
+    if n > 3:   # (what a real out-of-memory looks like to the program: an error on a big batch)
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+
 for batch in (4, 2):
     try:
-        if batch > 3:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        try_batch(batch)
         print("fits", batch)
         break
     except torch.cuda.OutOfMemoryError:
-        print("too big", batch)
+        print("out of memory", batch)
+    except RuntimeError as e:
+        print("too big" if "out of memory" in str(e) else "error", batch)
