@@ -4,7 +4,8 @@ are made of (Conv2dNormActivation, SqueezeExcitation, MLP, StochasticDepth, Froz
 Boxes are (N, 4) tensors in (x1, y1, x2, y2) unless said otherwise. The box functions are tensor ops, so they are
 differentiable where torchvision's are (the IoU losses of detectors train through generalized_box_iou). nms and
 batched_nms decide on the host (greedy, in order of decreasing score, as torchvision's CPU kernel) and return int64
-indices on the boxes' device. Not here: roi_align / roi_pool, deform_conv2d, the detection models."""
+indices on the boxes' device. roi_align finds its sample points on the host and gathers with tensor ops. Not here:
+roi_pool, ps_roi_align, deform_conv2d, the detection models."""
 from __future__ import annotations
 
 import math
@@ -141,6 +142,96 @@ def batched_nms(boxes, scores, idxs, iou_threshold):
         return Tensor(np.zeros(0, dtype=np.int64), device=boxes.device)
     offsets = idxs.type(boxes.dtype) * (boxes.max() + 1)
     return nms(boxes + offsets[:, None], scores, iou_threshold)
+
+
+def _rois(boxes, like):
+    """(K, 5) rows (batch index, x1, y1, x2, y2) as a float64 host array: from such a tensor, or from a list of
+    (L, 4) box tensors, one per image."""
+    if isinstance(boxes, (list, tuple)):
+        rows = [np.concatenate([np.full((len(b), 1), i), b.detach()._host_array()], 1) for i, b in enumerate(boxes)]
+        return np.concatenate(rows, 0).astype(np.float64) if rows else np.zeros((0, 5))
+    return boxes.detach()._host_array().astype(np.float64)
+
+
+def _bilinear_taps(y, x, height, width):
+    """torchvision's roi_align sampling of one point: four (flat index, weight) taps, none outside the map."""
+    if y < -1.0 or y > height or x < -1.0 or x > width:
+        return []
+    y, x = max(y, 0.0), max(x, 0.0)
+    y0, x0 = int(y), int(x)
+    if y0 >= height - 1:
+        y0 = y1 = height - 1
+        y = float(y0)
+    else:
+        y1 = y0 + 1
+    if x0 >= width - 1:
+        x0 = x1 = width - 1
+        x = float(x0)
+    else:
+        x1 = x0 + 1
+    ly, lx = y - y0, x - x0
+    return [(y0 * width + x0, (1 - ly) * (1 - lx)), (y0 * width + x1, (1 - ly) * lx),
+            (y1 * width + x0, ly * (1 - lx)), (y1 * width + x1, ly * lx)]
+
+
+def roi_align(input, boxes, output_size, spatial_scale=1.0, sampling_ratio=-1, aligned=False):
+    """Each region's features pooled to output_size by averaging bilinear samples on a regular grid in each bin
+    (He et al., Mask R-CNN; torchvision's sampling rules: sampling_ratio <= 0 takes ceil(bin size) samples a side,
+    aligned=True shifts the boxes by half a pixel). (K, C, out_h, out_w); differentiable in input (not in boxes, as
+    torchvision's). The sample positions are found on the host, the features gathered with tensor ops."""
+    out_h, out_w = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    n, channels, height, width = input.shape
+    rois = _rois(boxes, input)
+    if len(rois) and (rois[:, 0].min() < 0 or rois[:, 0].max() >= n):
+        bad = int(rois[:, 0].max() if rois[:, 0].max() >= n else rois[:, 0].min())
+        raise IndexError(f"roi_align: a box refers to image {bad}, but the input holds {n} images (boxes are rows "
+                         "(batch index, x1, y1, x2, y2), or a list of (L, 4) tensors, one per image)")
+    index, weight, cell = [], [], []
+    offset = 0.5 if aligned else 0.0
+    for k, (b, x1, y1, x2, y2) in enumerate(rois):
+        sx, sy = x1 * spatial_scale - offset, y1 * spatial_scale - offset
+        rw, rh = x2 * spatial_scale - offset - sx, y2 * spatial_scale - offset - sy
+        if not aligned:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        bh, bw = rh / out_h, rw / out_w
+        gh = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rh / out_h))
+        gw = sampling_ratio if sampling_ratio > 0 else int(math.ceil(rw / out_w))
+        count = max(gh * gw, 1)
+        base = int(b) * height * width
+        for ph in range(out_h):
+            for pw in range(out_w):
+                target = (k * out_h + ph) * out_w + pw
+                for iy in range(gh):
+                    y = sy + ph * bh + (iy + 0.5) * bh / gh
+                    for ix in range(gw):
+                        x = sx + pw * bw + (ix + 0.5) * bw / gw
+                        for flat, w in _bilinear_taps(y, x, height, width):
+                            index.append(base + flat)
+                            weight.append(w / count)
+                            cell.append(target)
+    cells = len(rois) * out_h * out_w
+    if not index:
+        return input.new_zeros(len(rois), channels, out_h, out_w)
+    features = input.permute(1, 0, 2, 3).reshape(channels, n * height * width)
+    taps = features.index_select(1, Tensor(np.asarray(index, dtype=np.int64), device=input.device))
+    taps = taps * Tensor(np.asarray(weight), dtype=input.dtype, device=input.device)
+    pooled = input.new_zeros(channels, cells).index_add(1, Tensor(np.asarray(cell, dtype=np.int64),
+                                                                  device=input.device), taps)
+    return pooled.reshape(channels, len(rois), out_h, out_w).permute(1, 0, 2, 3)
+
+
+class RoIAlign(nn.Module):
+    def __init__(self, output_size, spatial_scale, sampling_ratio, aligned=False):
+        super().__init__()
+        self.output_size, self.spatial_scale = output_size, spatial_scale
+        self.sampling_ratio, self.aligned = sampling_ratio, aligned
+
+    def forward(self, input, rois):
+        return roi_align(input, rois, self.output_size, self.spatial_scale, self.sampling_ratio, self.aligned)
+
+    def extra_repr(self):
+        return (f"output_size={self.output_size}, spatial_scale={self.spatial_scale}, "
+                f"sampling_ratio={self.sampling_ratio}, aligned={self.aligned}")
 
 
 def sigmoid_focal_loss(inputs, targets, alpha=0.25, gamma=2.0, reduction="none"):
@@ -299,7 +390,7 @@ class MLP(nn.Sequential):
         super().__init__(*layers)
 
 
-__all__ = ["box_area", "box_iou", "generalized_box_iou", "distance_box_iou", "complete_box_iou", "box_convert",
+__all__ = ["roi_align", "RoIAlign", "box_area", "box_iou", "generalized_box_iou", "distance_box_iou", "complete_box_iou", "box_convert",
            "clip_boxes_to_image", "remove_small_boxes", "nms", "batched_nms", "sigmoid_focal_loss",
            "stochastic_depth", "StochasticDepth", "Permute", "FrozenBatchNorm2d", "Conv2dNormActivation",
            "Conv3dNormActivation", "SqueezeExcitation", "MLP"]

@@ -121,3 +121,41 @@ def test_against_torchvision_where_it_imports():
     x, y = RNG.standard_normal((4, 3)), (RNG.uniform(size=(4, 3)) > 0.5).astype(np.float64)
     np.testing.assert_allclose(ops.sigmoid_focal_loss(minidl.tensor(x), minidl.tensor(y)).numpy(),
                                tv.sigmoid_focal_loss(torch.tensor(x), torch.tensor(y)).numpy(), rtol=1e-12)
+
+
+def test_roi_align_averages_bilinear_samples_over_each_bin():
+    """On a map whose value is its x coordinate, bilinear samples are exact, so each bin's value is its centre's x;
+    a constant map stays constant; the gradient spreads each bin's weight (summing to one) over the map."""
+    h, w = 12, 16
+    xs = np.tile(np.arange(w, dtype=np.float64), (h, 1))
+    feat = minidl.tensor(np.stack([xs, xs * 0 + 7.0])[None], requires_grad=True)
+    box = [0.0, 2.0, 2.0, 13.0, 9.0]   # (batch index, x1, y1, x2, y2)
+    for aligned in (False, True):
+        out = ops.roi_align(feat, minidl.tensor([box]), (3, 4), sampling_ratio=2, aligned=aligned)
+        shift = 0.5 if aligned else 0.0
+        start, bin_w = box[1] - shift, (box[3] - box[1]) / 4
+        np.testing.assert_allclose(out.detach().numpy()[0, 0], np.tile(start + (np.arange(4) + 0.5) * bin_w, (3, 1)),
+                                   rtol=1e-12)
+        np.testing.assert_allclose(out.detach().numpy()[0, 1], 7.0, rtol=1e-12)
+    feat.grad = None
+    ops.roi_align(feat, [minidl.tensor([box[1:]])], 2, sampling_ratio=-1).sum().backward()
+    np.testing.assert_allclose(feat.grad.numpy().sum(axis=(0, 2, 3)), [4.0, 4.0])   # 2 x 2 bins, weights sum to 1
+    with pytest.raises(IndexError, match="image 3"):
+        ops.roi_align(feat, minidl.tensor([[3.0, 1.0, 1.0, 4.0, 4.0]]), 2)
+
+
+def test_roi_align_against_torchvision_where_it_imports():
+    tv = pytest.importorskip("torchvision.ops")
+    x = np.random.default_rng(5).standard_normal((2, 3, 10, 12))
+    boxes = np.array([[0, 1.0, 1.0, 6.0, 5.0], [1, 0.5, 2.0, 11.5, 9.5], [0, 3.0, 3.0, 3.5, 3.2],
+                      [1, -2.0, -1.0, 4.0, 20.0]])
+    for ratio in (-1, 2):
+        for aligned in (False, True):
+            ours = minidl.tensor(x, requires_grad=True)
+            theirs = torch.tensor(x, requires_grad=True)
+            a = ops.roi_align(ours, minidl.tensor(boxes), (3, 2), 0.5, ratio, aligned)
+            b = tv.roi_align(theirs, torch.tensor(boxes), (3, 2), 0.5, ratio, aligned)
+            (a * a).sum().backward()
+            (b * b).sum().backward()
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(ours.grad.numpy(), theirs.grad.numpy(), rtol=1e-10, atol=1e-12)
