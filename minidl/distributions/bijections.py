@@ -18,7 +18,10 @@ from __future__ import annotations
 import math
 
 from . import constraints
-from .transforms import AffineTransform, ComposeTransform, ExpTransform, SigmoidTransform, Transform, _sum_rightmost
+from .transforms import (
+    AffineTransform, ComposeTransform, ExpTransform, SigmoidTransform, Transform, TransformedDistribution,
+    _sum_rightmost,
+)
 
 
 def _F():
@@ -295,32 +298,25 @@ transform_to.register(constraints._IndependentConstraint, lambda c: IndependentT
     transform_to(c.base_constraint), c.reinterpreted_batch_ndims))
 
 
-def _logistic_normal():   # (a class over TransformedDistribution and Normal, imported when the package is complete)
-    from . import Independent, Normal
-    from .transforms import TransformedDistribution
+class LogisticNormal(TransformedDistribution):
+    """The distribution on the simplex of StickBreakingTransform(x), x ~ Normal(loc, scale) over the last dimension
+    (torch.distributions.LogisticNormal; K - 1 parameters for K categories)."""
 
-    class LogisticNormal(TransformedDistribution):
-        """The distribution on the simplex of StickBreakingTransform(x), x ~ Normal(loc, scale) over the last
-        dimension (torch.distributions.LogisticNormal; K - 1 parameters for K categories)."""
+    has_rsample = True
 
-        has_rsample = True
+    def __init__(self, loc, scale, validate_args=None):
+        from . import Independent, Normal
 
-        def __init__(self, loc, scale, validate_args=None):
-            base = Normal(loc, scale)
-            if not base.batch_shape:
-                base = Normal(loc.reshape(1) if hasattr(loc, "reshape") else loc,
-                              scale.reshape(1) if hasattr(scale, "reshape") else scale)
-            super().__init__(Independent(base, 1), StickBreakingTransform())
+        base = Normal(loc, scale)
+        if not base.batch_shape:
+            base = Normal(loc.reshape(1) if hasattr(loc, "reshape") else loc,
+                          scale.reshape(1) if hasattr(scale, "reshape") else scale)
+        super().__init__(Independent(base, 1), StickBreakingTransform())
 
-        @property
-        def loc(self):
-            return self.base_dist.base_dist.loc
+    @property
+    def loc(self):
+        return self.base_dist.base_dist.loc
 
-        @property
-        def scale(self):
-            return self.base_dist.base_dist.scale
-
-    return LogisticNormal
-
-
-LogisticNormal = _logistic_normal()
+    @property
+    def scale(self):
+        return self.base_dist.base_dist.scale

@@ -54,25 +54,25 @@ def _weight_grad(op, dims, input, weight_size, grad_output, stride, padding, dil
     return ConvolutionBackwardFilter.apply(input.contiguous(), grad_output.contiguous(), plan=plan)
 
 
-def conv1d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    return _input_grad("conv1d_input", 1, input_size, weight, grad_output, stride, padding, dilation, groups)
+def _input_form(dims):
+    def fn(input_size, weight, grad_output, stride=1, padding=0, dilation=1, groups=1):
+        return _input_grad(f"conv{dims}d_input", dims, input_size, weight, grad_output, stride, padding, dilation,
+                           groups)
+
+    fn.__name__ = f"conv{dims}d_input"
+    fn.__doc__ = f"The gradient of conv{dims}d's input (of shape input_size) for grad_output, with filter weight."
+    return fn
 
 
-def conv2d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    return _input_grad("conv2d_input", 2, input_size, weight, grad_output, stride, padding, dilation, groups)
+def _weight_form(dims):
+    def fn(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
+        return _weight_grad(f"conv{dims}d_weight", dims, input, weight_size, grad_output, stride, padding, dilation,
+                            groups)
+
+    fn.__name__ = f"conv{dims}d_weight"
+    fn.__doc__ = f"The gradient of conv{dims}d's filter (of shape weight_size) for input and grad_output."
+    return fn
 
 
-def conv3d_input(input_size, weight, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    return _input_grad("conv3d_input", 3, input_size, weight, grad_output, stride, padding, dilation, groups)
-
-
-def conv1d_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    return _weight_grad("conv1d_weight", 1, input, weight_size, grad_output, stride, padding, dilation, groups)
-
-
-def conv2d_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    return _weight_grad("conv2d_weight", 2, input, weight_size, grad_output, stride, padding, dilation, groups)
-
-
-def conv3d_weight(input, weight_size, grad_output, stride=1, padding=0, dilation=1, groups=1):
-    return _weight_grad("conv3d_weight", 3, input, weight_size, grad_output, stride, padding, dilation, groups)
+conv1d_input, conv2d_input, conv3d_input = (_input_form(d) for d in (1, 2, 3))
+conv1d_weight, conv2d_weight, conv3d_weight = (_weight_form(d) for d in (1, 2, 3))

@@ -407,9 +407,14 @@ def is_pinned(t, device=None):
     return False
 
 
+def _pointer(a):
+    """The address of a NumPy or CuPy array's first element."""
+    return builtins.int(a.data.ptr) if hasattr(a, "data") and hasattr(a.data, "ptr") else builtins.int(
+        a.__array_interface__["data"][0])
+
+
 def data_ptr(t):
-    a = t._data
-    return builtins.int(a.data.ptr) if hasattr(a, "data") and hasattr(a.data, "ptr") else builtins.int(a.__array_interface__["data"][0])
+    return _pointer(t._data)
 
 
 def storage_offset(t):
@@ -431,9 +436,7 @@ class UntypedStorage:
         self._root = root
 
     def data_ptr(self):
-        a = self._root
-        return builtins.int(a.data.ptr) if hasattr(a, "data") and hasattr(a.data, "ptr") else builtins.int(
-            a.__array_interface__["data"][0])
+        return _pointer(self._root)
 
     def nbytes(self):
         return builtins.int(self._root.nbytes)

@@ -93,11 +93,12 @@ class IncompleteGamma(Function):
         if self.needs_input_grad[0]:
             raise NotImplementedError("igamma / igammac: the derivative with respect to the first argument (a) is "
                                       "not implemented, as in torch; differentiate with respect to x")
+        from .mathops import _special   # (log Gamma on the array's own device: no host copy)
+
         xp = _device.get_array_module(g)
         a, x = self.a.astype(np.float64), self.x.astype(np.float64)
-        lgamma = _device.move_array(np.vectorize(math.lgamma)(_device.move_array(a, "cpu")), _device.device_of(x))
         with np.errstate(all="ignore"):
-            density = xp.exp((a - 1.0) * xp.log(x) - x - lgamma)
+            density = xp.exp((a - 1.0) * xp.log(x) - x - _special("lgamma")(xp, a))
         dx = (-density if self.upper else density) * g
         from ..autograd.function import unbroadcast
 
@@ -136,7 +137,7 @@ def _polynomial(name, first, step):
             return x * 0 if d < 0 else terms[d]
         from .joining import stack
 
-        table = stack(terms[:max(top, 0) + 1] if top >= 1 else terms[:1], dim=0)
+        table = stack(terms[:max(top, 0) + 1], dim=0)   # P_0 .. P_top (P_0 alone when every degree is <= 0)
         index = Tensor(np.clip(degrees.astype(np.int64), 0, None), device=x.device)
         shape = np.broadcast_shapes(tuple(x.shape), tuple(index.shape))
         picked = table.expand((table.shape[0],) + shape).gather(0, index.expand(shape).unsqueeze(0)).squeeze(0)

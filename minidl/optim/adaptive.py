@@ -295,7 +295,8 @@ class Adafactor(_Adaptive):
             weight = t ** decay
             e1 = float(np.finfo(p._data.dtype).eps) if eps1 is None else float(eps1)
             rho = min(lr, 1 / math.sqrt(t))
-            alpha = max(eps2, float(xp.linalg.norm(p._data.reshape(-1))) / math.sqrt(p._data.size)) * rho
+            # (alpha and the clipping denominator stay arrays on the parameter's device: no host read per step)
+            alpha = xp.maximum(xp.sqrt((p._data * p._data).sum()) / math.sqrt(p._data.size), eps2) * rho
             if wd != 0:
                 p._data *= 1 - lr * wd
             squared = g * g
@@ -309,5 +310,5 @@ class Adafactor(_Adaptive):
                 v += (squared - v) * weight
                 estimate = v.copy()
             update = g / xp.sqrt(xp.maximum(estimate, e1 * e1))
-            denom = max(1.0, float(xp.linalg.norm(update.reshape(-1))) / (math.sqrt(update.size) * d))
-            p._data -= (alpha / denom) * update
+            denom = xp.maximum(xp.sqrt((update * update).sum()) / (math.sqrt(update.size) * d), 1.0)
+            p._data -= ((alpha / denom) * update).astype(p._data.dtype, copy=False)

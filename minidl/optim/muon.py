@@ -34,7 +34,8 @@ def _orthogonalized(xp, u, coefficients, steps, eps):
     tall = x.shape[0] > x.shape[1]
     if tall:
         x = x.T
-    x = _bf16(xp, x / _bf16(xp, xp.asarray(max(float(xp.sqrt((x * x).sum())), eps), dtype=np.float32)))
+    norm = _bf16(xp, xp.maximum(xp.sqrt((x * x).sum()), np.float32(eps)))   # (on the device: no host read)
+    x = _bf16(xp, x / norm)
     for _ in range(steps):
         gram = _bf16(xp, x @ x.T)
         update = _bf16(xp, c * (gram @ gram) + b * gram)

@@ -245,7 +245,7 @@ def save(obj, f, format: str = "minidl", **torch_kwargs) -> None:
                          "class": f"{cls.__module__}.{cls.__qualname__}"}
             arrays = []
             try:
-                pickled = _Pickler.dumps(obj, protocol=torch_kwargs.get("pickle_protocol", pickle.DEFAULT_PROTOCOL))
+                pickled = _pickled(obj, protocol=torch_kwargs.get("pickle_protocol", pickle.DEFAULT_PROTOCOL))
             except (pickle.PicklingError, TypeError, AttributeError) as e:   # a lambda, a local class, a lock ...
                 raise TypeError(f"{plain_data_error}; and pickle cannot store it either ({type(e).__name__}: "
                                 f"{e})") from None
@@ -526,22 +526,19 @@ def _rebuild_array(host, device_index):
 _UNPICKLE_PLACE: list = []   # the map_location of the load under way (a stack: loads may nest)
 
 
-class _Pickler:
-    """pickle.Pickler with GPU arrays written as host copies and their device (see _rebuild_array)."""
+def _pickled(obj, protocol):
+    """pickle.dumps with GPU arrays written as host copies and their device (see _rebuild_array)."""
+    import pickle
 
-    @staticmethod
-    def dumps(obj, protocol):
-        import pickle
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, value):
+            if _device.is_cuda_array(value):
+                return _rebuild_array, (_device.move_array(value, "cpu"), int(value.device.id))
+            return NotImplemented
 
-        class Pickler(pickle.Pickler):
-            def reducer_override(self, value):
-                if _device.is_cuda_array(value):
-                    return _rebuild_array, (_device.move_array(value, "cpu"), int(value.device.id))
-                return NotImplemented
-
-        buffer = io.BytesIO()
-        Pickler(buffer, protocol=protocol).dump(obj)
-        return buffer.getvalue()
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=protocol).dump(obj)
+    return buffer.getvalue()
 
 
 def _always_safe():

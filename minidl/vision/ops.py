@@ -144,7 +144,7 @@ def batched_nms(boxes, scores, idxs, iou_threshold):
     return nms(boxes + offsets[:, None], scores, iou_threshold)
 
 
-def _rois(boxes, like):
+def _rois(boxes):
     """(K, 5) rows (batch index, x1, y1, x2, y2) as a float64 host array: from such a tensor, or from a list of
     (L, 4) box tensors, one per image."""
     if isinstance(boxes, (list, tuple)):
@@ -181,7 +181,7 @@ def roi_align(input, boxes, output_size, spatial_scale=1.0, sampling_ratio=-1, a
     torchvision's). The sample positions are found on the host, the features gathered with tensor ops."""
     out_h, out_w = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
     n, channels, height, width = input.shape
-    rois = _rois(boxes, input)
+    rois = _rois(boxes)
     if len(rois) and (rois[:, 0].min() < 0 or rois[:, 0].max() >= n):
         bad = int(rois[:, 0].max() if rois[:, 0].max() >= n else rois[:, 0].min())
         raise IndexError(f"roi_align: a box refers to image {bad}, but the input holds {n} images (boxes are rows "

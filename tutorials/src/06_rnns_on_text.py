@@ -712,6 +712,10 @@ if persistent_rows:
 # partial sums: the persistent times printed above are those of the staged backward, one launch per layer. The
 # kernels as they are now were measured by the benchmarks (benchmarks/results/gpu_rnn.md), not by this notebook.
 #
+# The two paragraphs below quote benchmarks/results/gpu_rnn.md (its session 12 section, measured on an H200 with
+# `benchmarks/bench_rnn_wavefront.py`, `benchmarks/bench_gpu_rnn.py` and torch's profiler), not the outputs printed
+# in this notebook, whose saved run (full mode) predates the kernels they describe.
+#
 # **A policy is a measurement, and it goes stale.** Once the split barrier made each step cheaper, the LSTM's
 # forward measured 3-13% faster one launch per layer than as a wavefront, timed alone and eagerly. Replayed from a
 # CUDA graph together with its backward, the way a training step runs, the per-layer forward was no faster in fp32 and

@@ -116,19 +116,18 @@ def _cubic_axis(x, dim, n_in, n_out, align_corners, scale):
         src = (pos + 0.5) * s - 0.5
     base = np.floor(src)
     t = src - base
-    a = -0.75
-
-    def near(d):   # |d| <= 1
-        return ((a + 2) * d - (a + 3)) * d * d + 1
-
-    def far(d):    # 1 < |d| < 2
-        return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
-
     weights = np.zeros((n_out, n_in))
     rows = np.arange(n_out)
-    for offset, w in ((-1, far(t + 1)), (0, near(t)), (1, near(1 - t)), (2, far(2 - t))):
-        np.add.at(weights, (rows, np.clip(base.astype(np.int64) + offset, 0, n_in - 1)), w)
+    for offset, d in ((-1, t + 1), (0, t), (1, 1 - t), (2, 2 - t)):
+        np.add.at(weights, (rows, np.clip(base.astype(np.int64) + offset, 0, n_in - 1)), _keys_cubic(d, -0.75))
     return _apply_axis(x, dim, weights)
+
+
+def _keys_cubic(d, a):
+    """Keys' cubic convolution kernel at distance d: a = -0.75 for torch's bicubic, -0.5 for PIL's (antialias)."""
+    d = np.abs(d)
+    return np.where(d <= 1, ((a + 2) * d - (a + 3)) * d * d + 1,
+                    np.where(d < 2, ((a * d - 5 * a) * d + 8 * a) * d - 4 * a, 0.0))
 
 
 def _antialiased_axis(x, dim, n_in, n_out, scale, mode):
@@ -141,12 +140,7 @@ def _antialiased_axis(x, dim, n_in, n_out, scale, mode):
     inv = 1.0 / s if s >= 1.0 else 1.0
 
     def kernel(d):
-        d = np.abs(d)
-        if mode == "bilinear":
-            return np.maximum(0.0, 1.0 - d)
-        a = -0.5
-        return np.where(d < 1, ((a + 2) * d - (a + 3)) * d * d + 1,
-                        np.where(d < 2, ((d - 5) * d + 8) * d * a - 4 * a, 0.0))
+        return np.maximum(0.0, 1.0 - np.abs(d)) if mode == "bilinear" else _keys_cubic(d, -0.5)
 
     weights = np.zeros((n_out, n_in))
     for i in range(n_out):
