@@ -16,6 +16,7 @@ import minidl
 import minidl.nn as nn
 import minidl.nn.functional as F
 from tests.conftest import rel_err
+from tests.framework.test_optim_adaptive import CASES as ADAPTIVE_CASES
 
 pytestmark = pytest.mark.gpu
 
@@ -520,3 +521,46 @@ def test_session14_antialias_erfcx_zeta_and_generalized_pareto_on_the_gpu():
                                               torch.tensor([0.4], device="cuda"))
     np.testing.assert_allclose(d.log_prob(minidl.tensor([1.5], device="cuda")).cpu().numpy(),
                                t.log_prob(torch.tensor([1.5], device="cuda")).cpu().numpy(), rtol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------
+# The adaptive optimizers on the GPU: the same parameters as torch's on its GPU, and no host read per step
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, kwargs", ADAPTIVE_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(ADAPTIVE_CASES)])
+def test_adaptive_optimizers_on_the_gpu_equal_torchs(name, kwargs):
+    """Adafactor's factored second moment (a matrix and a vector), Rprop's sign steps, ASGD's averages: float64 on both
+    GPUs, eight steps on the same loss, and the state on the device it came from."""
+    rng = np.random.default_rng(0)
+    w0, b0, x = rng.standard_normal((5, 3)), rng.standard_normal(3), rng.standard_normal((6, 5))
+    res = []
+    for lib in (minidl, torch):
+        w = lib.tensor(w0, device="cuda", requires_grad=True)
+        b = lib.tensor(b0, device="cuda", requires_grad=True)
+        xs = lib.tensor(x, device="cuda")
+        opt = getattr(lib.optim, name)([w, b], **kwargs)
+        for _ in range(8):
+            opt.zero_grad()
+            ((xs @ w + b).tanh() ** 2).sum().backward()
+            opt.step()
+        res.append((w.detach().cpu().numpy(), b.detach().cpu().numpy()))
+        if lib is minidl:
+            for value in opt.state[w].values():
+                if isinstance(value, minidl.Tensor) and value.dim() > 0:
+                    assert value.is_cuda, f"{name}: optimizer state left the GPU"
+    rtol = 1e-6 if name == "ASGD" else 1e-8
+    for ours, theirs in zip(*res):
+        np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=1e-10)
+    assert np.abs(res[0][0] - w0).max() > 1e-3
+
+
+@pytest.mark.parametrize("name", ["Adafactor", "Muon"])
+def test_adafactor_and_muon_steps_never_wait_for_the_gpu(name):
+    """Their norms (Adafactor's row and column factors, Muon's Newton-Schulz scale) stay device arrays: a step queues
+    behind a running kernel without reading anything back."""
+    p = minidl.nn.Parameter(minidl.randn(64, 32, device="cuda"))
+    opt = getattr(minidl.optim, name)([p], lr=0.01)
+    p.grad = minidl.randn(64, 32, device="cuda")
+    opt.step()
+    opt.step()
+    assert _spin_then(opt.step), f"{name}.step waited for the GPU (a host read of a norm)"
