@@ -5,6 +5,11 @@ rows end). Same model, weights and settings as bench_gpt_step.py (bf16 autocast 
 each round, interleaved rounds, the fastest round of each phase kept.
 
     python3 benchmarks/probe_gpt_phases.py [--fp32] [--steps 30] [--rounds 3] [--pin 3]
+    python3 benchmarks/probe_gpt_phases.py --modules     # also: the forward's host time by module class
+
+--modules times every module's forward with forward pre/post hooks (exclusive time: a module's own code, its
+children's taken out; CausalSelfAttention's own is the split, reshapes, transposes and scaled_dot_product_attention,
+Block's the two residual adds), in a separate pass after the phase rounds (the hooks cost time on both sides).
 """
 from __future__ import annotations
 
@@ -42,12 +47,41 @@ def phased(lib, model, opt, x, y, vocab, amp, sync):
     return t1 - t0, t2 - t1, t3 - t2, t4 - t3
 
 
+def module_times(lib, model, x, y, vocab, amp, sync, steps):
+    """Exclusive host seconds per module class over `steps` forward passes (forward pre/post hooks)."""
+    totals, stack, handles = {}, [], []
+
+    def pre(module, args):
+        stack.append([time.perf_counter(), 0.0])
+
+    def post(module, args, output):
+        start, children = stack.pop()
+        spent = time.perf_counter() - start
+        name = {"Attn": "CausalSelfAttention", "GPT": "CharGPT"}.get(type(module).__name__, type(module).__name__)
+        totals[name] = totals.get(name, 0.0) + spent - children
+        if stack:
+            stack[-1][1] += spent
+        return None
+
+    for m in model.modules():
+        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_hook(post))
+    for _ in range(steps):
+        with lib.autocast("cuda", dtype=lib.bfloat16, enabled=amp):
+            lib.nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+        sync()
+    for h in handles:
+        h.remove()
+    return {k: v / steps for k, v in totals.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fp32", action="store_true", help="no autocast (TF32 off on both sides)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pin", type=int, default=None)
+    ap.add_argument("--modules", action="store_true", help="also the forward's host time by module class")
     args = ap.parse_args(argv)
     print(pin_to_cpu(args.pin))
     import cupy
@@ -90,6 +124,14 @@ def main(argv=None):
         a = best["minidl"][k] if k < 4 else sum(best["minidl"])
         b = best["torch"][k] if k < 4 else sum(best["torch"])
         print(f"| {phase} | {a * 1e3:.2f} | {b * 1e3:.2f} | {a / b:.2f} |")
+    if args.modules:
+        times = {name: module_times(lib, m, x, y, bench.VOCAB, amp, sync, args.steps)
+                 for name, (lib, m, o, x, y, sync) in sides.items()}
+        print("\nforward host ms per step by module class (exclusive: children taken out; hooks on)")
+        print("| module | minidl | torch | ratio |\n| --- | ---: | ---: | ---: |")
+        for cls in sorted(times["minidl"], key=lambda c: -times["minidl"][c]):
+            a, b = times["minidl"][cls], times["torch"].get(cls, float("nan"))
+            print(f"| {cls} | {a * 1e3:.3f} | {b * 1e3:.3f} | {a / b:.2f} |")
 
 
 if __name__ == "__main__":

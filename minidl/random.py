@@ -66,6 +66,25 @@ def philox_state(device):
     return state
 
 
+_states_by_device_id: dict = {}   # -1 (the CPU) or a CUDA device id -> the same arrays as _philox_states holds
+
+
+def philox_state_of(array):
+    """philox_state of the device `array` (NumPy or CuPy) lives on, found by its device id: no Device object is made
+    (every dropout call asks). The generator arrays are made once per device and changed only in place, so the
+    id's entry stays the device's state."""
+    if type(array) is np.ndarray:
+        key = -1
+    else:
+        key = getattr(getattr(array, "data", None), "device_id", None)
+        if key is None:   # (not a NumPy or CuPy array: the general lookup)
+            return philox_state(_device.device_of(array))
+    state = _states_by_device_id.get(key)
+    if state is None:
+        state = _states_by_device_id[key] = philox_state(_device.device_of(array))
+    return state
+
+
 def initial_seed() -> int:
     return _seed
 

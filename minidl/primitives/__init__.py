@@ -18,3 +18,4 @@ from .multi_tensor import *  # noqa: F401,F403
 from .attention import *  # noqa: F401,F403
 from .cast import *  # noqa: F401,F403
 from .layout import *  # noqa: F401,F403
+from .embedding import *  # noqa: F401,F403

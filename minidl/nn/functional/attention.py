@@ -157,7 +157,7 @@ def _fused(query, key, value, attn_mask, dropout_p, is_causal, scale):
     seed = 0
     if dropout_p > 0.0:
         B, H, L, _ = q4.shape
-        seed = P.philox_advance(random.philox_state(query.device), B * H * L * k4.shape[2])
+        seed = P.philox_advance(random.philox_state_of(query._data), B * H * L * k4.shape[2])
     # float32 on the GPU: fp32 accuracy (3xTF32 products) unless cuda.matmul.allow_tf32 asks for TF32
     math_mode = backends.math_for_matmul(q4.dtype) if q4.is_cuda and q4.dtype == np.float32 else "fp32"
     out = ScaledDotProductAttention.apply(q4, k4, v4, mask=mask, causal=is_causal, scale=scale,

@@ -44,7 +44,8 @@ def dropout(input, p=0.5, training=True, inplace=False):
     if not training or p == 0.0:
         return input
     # Claim this call's counters on the device: no host value is frozen into a captured CUDA graph.
-    claimed = P.philox_advance(random.philox_state(input.device), input.numel())
+    data = input._data
+    claimed = P.philox_advance(random.philox_state_of(data), data.size)
     return Dropout.apply(input, p=float(p), seed=claimed)
 
 

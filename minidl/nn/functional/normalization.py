@@ -316,6 +316,19 @@ def _normalized_shape(op, input, normalized_shape):
 def _norm(op, input, normalized_shape, weight, bias, eps, rms):
     if _amp.regions:
         (input,) = _amp.cast_inputs(op, input)   # float32 under autocast, as torch
+    n = normalized_shape[0] if type(normalized_shape) is tuple and len(normalized_shape) == 1 else normalized_shape
+    if (type(n) is int and isinstance(input, Tensor) and isinstance(weight, Tensor) and eps is not None
+            and (bias is None or isinstance(bias, Tensor))):
+        # The usual call (nn.LayerNorm over the last dimension, its weight and bias of the input's dtype, on its
+        # device): what the checks below would accept, tested on the arrays directly (issue 23: an op's host cost).
+        x, w = input._data, weight._data
+        if (x.dtype in FLOATING_SET and w.dtype == x.dtype and type(w) is type(x) and x.ndim
+                and x.shape[-1] == n and w.shape == (n,)):
+            if bias is None:
+                return LayerNorm.apply(input, weight, normalized_ndim=1, eps=float(eps), rms=rms)
+            b = bias._data
+            if b.dtype == x.dtype and type(b) is type(x) and b.shape == w.shape and not rms:
+                return LayerNorm.apply(input, weight, bias, normalized_ndim=1, eps=float(eps), rms=rms)
     _check_float_tensor(op, "input", input)
     shape = _normalized_shape(op, input, normalized_shape)
     for name, t in (("weight", weight), ("bias", bias)):

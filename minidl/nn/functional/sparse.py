@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._dtypes import is_half
-from ... import _dtypes, _device, backends
+from ... import _device, backends
+from ... import primitives as P
 from ..._device import get_array_module, is_cuda_array
 from ...autograd.function import Function
 from ...autograd.tensor import Tensor
@@ -12,38 +12,26 @@ from ._checks import _check_float_tensor, _check_same_device, _check_tensor
 
 
 class Embedding(Function):
-    """out[...] = weight[indices[...]]; backward scatters dy rows back with add (repeated indices sum).
-    The padding_idx row gets no gradient (it stays the padding vector). `bad` (GPU only, see
-    embedding()) flags out-of-range indices, already replaced by 0 in `indices`: their rows are NaN."""
+    """out[...] = weight[indices[...]] (the embedding primitive, minidl/primitives/embedding.py); backward adds dy's
+    rows back into the rows their indices name (repeated indices sum). The padding_idx row gets no gradient (it
+    stays the padding vector). On the GPU an out-of-range index (see embedding()) gives a NaN row and no gradient."""
 
-    def forward(self, weight, indices=None, padding_idx=None, bad=None, scale_grad_by_freq=False):
+    def forward(self, weight, indices=None, padding_idx=None, scale_grad_by_freq=False):
         self.indices, self.padding_idx, self.num = indices, padding_idx, weight.shape[0]
         self.scale_grad_by_freq = scale_grad_by_freq
         self.weight_shape = weight.shape
-        out = weight[indices]
-        if bad is not None:
-            # _dtypes.where keeps bfloat16 (CuPy's where would return float32 for it)
-            out = _dtypes.where(get_array_module(out), bad[..., None], weight.dtype.type(np.nan), out)
-        return out
+        return P.embedding_forward(weight, indices, padding_idx=padding_idx)
 
     def backward(self, dy):
+        if not self.scale_grad_by_freq:
+            return P.embedding_backward(dy, self.indices, self.num, padding_idx=self.padding_idx)
         xp = get_array_module(dy)
-        # Half gradients are summed in float32 (repeated indices add up; no half atomics needed on the GPU).
-        acc = np.float32 if is_half(dy.dtype) else dy.dtype
-        dw = xp.zeros(self.weight_shape, dtype=acc)
+        # each row's gradient divided by how often its index occurs in this batch (torch), then the primitive's sum
         flat_idx = self.indices.reshape(-1)
-        rows = dy.reshape(-1, self.weight_shape[1]).astype(acc, copy=False)
-        if self.scale_grad_by_freq:
-            # each row's gradient divided by how often its index occurs in this batch (torch)
-            counts = xp.bincount(flat_idx, minlength=self.weight_shape[0]).astype(dy.dtype)
-            rows = rows / counts[flat_idx][:, None]
-        if xp is np:
-            np.add.at(dw, flat_idx, rows)
-        else:
-            xp.add.at(dw, flat_idx, rows)
-        if self.padding_idx is not None:
-            dw[self.padding_idx] = 0
-        return dw.astype(dy.dtype, copy=False)
+        inside = (flat_idx >= 0) & (flat_idx < self.num)
+        counts = xp.bincount(xp.where(inside, flat_idx, 0), minlength=self.num).astype(dy.dtype)
+        scaled = dy / counts[xp.where(inside, self.indices, 0)][..., None]
+        return P.embedding_backward(scaled, self.indices, self.num, padding_idx=self.padding_idx)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,
@@ -64,29 +52,24 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     _check_same_device(op, input=input, weight=weight)
     num = weight.shape[0]
     idx = input._data
-    bad = (idx < 0) | (idx >= num)
+    # On the GPU the check stays on the device unless minidl.backends.cuda.check_indices asks for the host read: the
+    # primitive reads no row for an out-of-range index and gives it a NaN row (and no gradient).
     if not is_cuda_array(idx) or backends.cuda.check_indices:
         if is_cuda_array(idx):
             _device.check_not_capturing(f"{op} with minidl.backends.cuda.check_indices=True",
                                         "the eager index check reads a flag back from the GPU")
-        if idx.size and bool(bad.any()):  # on the GPU: one value read back, so one sync
+        if idx.size and bool(((idx < 0) | (idx >= num)).any()):  # on the GPU: one value read back, so one sync
             raise ValueError(
                 f"{op}: index out of range: input {input.shape} holds values in [{int(idx.min())}, {int(idx.max())}] "
                 f"but weight {weight.shape} has {num} rows"
             )
-        bad = None
-    else:
-        # On the GPU the check stays on the device (see minidl.backends.cuda.check_indices): bad indices
-        # read row 0 instead of memory past the table, and their output rows are NaN.
-        idx = get_array_module(idx).where(bad, 0, idx)
     if padding_idx is not None:
         if not -num <= padding_idx < num:
             raise ValueError(f"{op}: padding_idx {padding_idx} must be within [{-num}, {num - 1}]")
         padding_idx = padding_idx % num
     if max_norm is not None:
         _embedding_renorm_(weight, idx, float(max_norm), float(norm_type))
-    return Embedding.apply(weight, indices=idx, padding_idx=padding_idx, bad=bad,
-                           scale_grad_by_freq=bool(scale_grad_by_freq))
+    return Embedding.apply(weight, indices=idx, padding_idx=padding_idx, scale_grad_by_freq=bool(scale_grad_by_freq))
 
 
 def _embedding_renorm_(weight, idx, max_norm, norm_type):

@@ -1,0 +1,67 @@
+"""The embedding primitive's NumPy reference: the lookup and its gradient against torch's embedding (values and
+the weight's gradient, repeated indices and padding_idx included), NaN rows and no gradient for out-of-range
+indices, 16-bit gradients summed in float32, and the errors at the boundary."""
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from minidl import primitives as P
+
+
+@pytest.mark.parametrize("index_dtype", [np.int64, np.int32])
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_lookup_and_gradient_equal_torchs(index_dtype, padding_idx):
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((7, 5))
+    idx = rng.integers(0, 7, (4, 6)).astype(index_dtype)
+    idx[0, :3] = 3            # the padding row, several times
+    dout = rng.standard_normal((4, 6, 5))
+    tw = torch.tensor(weight, requires_grad=True)
+    ty = torch.nn.functional.embedding(torch.tensor(idx.astype(np.int64)), tw, padding_idx=padding_idx)
+    ty.backward(torch.tensor(dout))
+    out = P.embedding_forward(weight, idx, padding_idx=padding_idx)
+    dw = P.embedding_backward(dout, idx, 7, padding_idx=padding_idx)
+    np.testing.assert_array_equal(out, ty.detach().numpy())
+    np.testing.assert_allclose(dw, tw.grad.numpy(), rtol=1e-13, atol=1e-13)
+    assert out.dtype == weight.dtype and dw.shape == weight.shape
+    if padding_idx is not None:
+        assert (dw[padding_idx] == 0).all()
+
+
+def test_out_of_range_indices_give_nan_rows_and_no_gradient():
+    weight = np.arange(12, dtype=np.float32).reshape(4, 3)
+    idx = np.array([[0, 4], [-1, 2]])
+    out = P.embedding_forward(weight, idx)
+    assert np.isnan(out[0, 1]).all() and np.isnan(out[1, 0]).all()
+    np.testing.assert_array_equal(out[0, 0], weight[0])
+    np.testing.assert_array_equal(out[1, 1], weight[2])
+    dw = P.embedding_backward(np.ones((2, 2, 3), np.float32), idx, 4)
+    np.testing.assert_array_equal(dw, [[1] * 3, [0] * 3, [1] * 3, [0] * 3])
+
+
+def test_sixteen_bit_gradients_are_summed_in_float32():
+    bf16 = ml_dtypes.bfloat16
+    idx = np.zeros(300, dtype=np.int64)        # 300 additions of 1/256 into one row: bf16 sums would stall
+    dout = np.full((300, 2), 1 / 256, dtype=bf16)
+    dw = P.embedding_backward(dout, idx, 2)
+    assert dw.dtype == bf16
+    np.testing.assert_allclose(dw[0].astype(np.float32), 300 / 256, rtol=4e-3)
+    out = P.embedding_forward(np.ones((3, 2), dtype=bf16), np.array([2, 0]))
+    assert out.dtype == bf16 and out.shape == (2, 2)
+
+
+def test_errors_name_the_op_and_the_shapes():
+    w = np.zeros((4, 3), np.float32)
+    with pytest.raises(TypeError, match="embedding_forward: indices must be integers, got dtype float32"):
+        P.embedding_forward(w, np.zeros(2, np.float32))
+    with pytest.raises(ValueError, match=r"embedding_forward: weight must be 2-D .* got shape \(4, 3, 1\)"):
+        P.embedding_forward(w[..., None], np.zeros(2, np.int64))
+    with pytest.raises(TypeError, match="embedding_forward: weight must be float32 or float64, got int64"):
+        P.embedding_forward(np.zeros((4, 3), np.int64), np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match=r"embedding_forward: padding_idx must be None or an int in \[0, 4\), got 4"):
+        P.embedding_forward(w, np.zeros(2, np.int64), padding_idx=4)
+    with pytest.raises(ValueError, match=r"embedding_backward: dout must have shape indices.shape \+ \(dim,\)"):
+        P.embedding_backward(np.zeros((3, 3), np.float32), np.zeros(2, np.int64), 4)
+    with pytest.raises(TypeError, match="embedding_forward: weight must be a numpy.ndarray or cupy.ndarray"):
+        P.embedding_forward([[1.0]], np.zeros(1, np.int64))
