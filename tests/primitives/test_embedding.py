@@ -65,3 +65,18 @@ def test_errors_name_the_op_and_the_shapes():
         P.embedding_backward(np.zeros((3, 3), np.float32), np.zeros(2, np.int64), 4)
     with pytest.raises(TypeError, match="embedding_forward: weight must be a numpy.ndarray or cupy.ndarray"):
         P.embedding_forward([[1.0]], np.zeros(1, np.int64))
+
+
+def test_functional_embedding_over_the_primitive_equals_torchs_with_scale_grad_by_freq():
+    """F.embedding's backward with scale_grad_by_freq divides each row by its index's count, then runs the
+    primitive's sum: 2-D indices (the counts indexed with the indices' own shape)."""
+    import minidl
+
+    rng = np.random.default_rng(2)
+    w0, ids = rng.standard_normal((9, 4)), rng.integers(0, 9, (5, 7))
+    grads = []
+    for lib in (minidl, torch):
+        w = lib.tensor(w0, requires_grad=True)
+        lib.nn.functional.embedding(lib.tensor(ids), w, padding_idx=1, scale_grad_by_freq=True).pow(2).sum().backward()
+        grads.append(w.grad.numpy())
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12, atol=1e-14)

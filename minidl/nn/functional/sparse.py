@@ -27,10 +27,9 @@ class Embedding(Function):
             return P.embedding_backward(dy, self.indices, self.num, padding_idx=self.padding_idx)
         xp = get_array_module(dy)
         # each row's gradient divided by how often its index occurs in this batch (torch), then the primitive's sum
-        flat_idx = self.indices.reshape(-1)
-        inside = (flat_idx >= 0) & (flat_idx < self.num)
-        counts = xp.bincount(xp.where(inside, flat_idx, 0), minlength=self.num).astype(dy.dtype)
-        scaled = dy / counts[xp.where(inside, self.indices, 0)][..., None]
+        idx = xp.where((self.indices >= 0) & (self.indices < self.num), self.indices, 0)   # (out-of-range: no gradient)
+        counts = xp.bincount(idx.reshape(-1), minlength=self.num).astype(dy.dtype)
+        scaled = dy / counts[idx][..., None]
         return P.embedding_backward(scaled, self.indices, self.num, padding_idx=self.padding_idx)
 
 

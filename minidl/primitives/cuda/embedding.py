@@ -7,7 +7,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_template_kernel
-from ._launch import STORAGE_KINDS as KINDS, grid_stride_blocks
+from ._launch import STORAGE_KINDS as KINDS, contiguous, grid_stride_blocks
 
 WARPS = 8   # rows (one warp each) per block
 _INDEX = {np.dtype(np.int64): "long long", np.dtype(np.int32): "int"}
@@ -23,7 +23,7 @@ def _indices(indices):
     ctype = _INDEX.get(indices.dtype)
     if ctype is None:
         indices, ctype = indices.astype(cupy.int64), "long long"
-    return cupy.ascontiguousarray(indices), ctype
+    return contiguous(indices), ctype   # (a 0-d index stays 0-d)
 
 
 def embedding_forward(weight, indices, *, padding_idx=None):
