@@ -158,15 +158,22 @@ def linear(input, weight, bias=None):
 def _autocast_linear_takes(input, weight, bias, low) -> bool:
     """Whether AutocastLinear takes F.linear's arguments under autocast: tensors of float32 or the 16-bit dtype
     `low` on one device, of fitting shapes (anything else goes the general way, and its checks explain it)."""
-    tensors = (input, weight) if bias is None else (input, weight, bias)
-    if not all(isinstance(t, Tensor) and t.dtype in (float32, low) for t in tensors):
+    if not (isinstance(input, Tensor) and isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor))):
         return False
-    if weight.ndim != 2 or input.ndim < 1 or input.shape[-1] != weight.shape[1]:
+    x, w = input._data, weight._data   # (the arrays' own attributes: no Tensor property calls, no Device objects)
+    b = None if bias is None else bias._data
+    if x.dtype not in (float32, low) or w.dtype not in (float32, low) or (b is not None and b.dtype not in (float32, low)):
         return False
-    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+    if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[1] or (b is not None and b.shape != (w.shape[0],)):
         return False
-    device = tensors[0]._data.device   # 'cpu' for a NumPy array, else a cupy.cuda.Device (not hashable)
-    return all(t._data.device == device for t in tensors[1:])
+    if type(w) is not type(x) or (b is not None and type(b) is not type(x)):
+        return False
+    if type(x) is np.ndarray:
+        return True
+    try:   # CuPy: one GPU for the three
+        return w.data.device_id == x.data.device_id and (b is None or b.data.device_id == x.data.device_id)
+    except AttributeError:   # (another array type, e.g. the meta device's: the general way)
+        return False
 
 
 def bilinear(input1, input2, weight, bias=None):
