@@ -6,6 +6,7 @@ each round, interleaved rounds, the fastest round of each phase kept.
 
     python3 benchmarks/probe_gpt_phases.py [--fp32] [--steps 30] [--rounds 3] [--pin 3]
     python3 benchmarks/probe_gpt_phases.py --modules     # also: the forward's host time by module class
+    python3 benchmarks/probe_gpt_phases.py --backward    # also: minidl's backward by Function class, and the engine's own
 
 --modules times every module's forward with forward pre/post hooks (exclusive time: a module's own code, its
 children's taken out; CausalSelfAttention's own is the split, reshapes, transposes and scaled_dot_product_attention,
@@ -75,6 +76,50 @@ def module_times(lib, model, x, y, vocab, amp, sync, steps):
     return {k: v / steps for k, v in totals.items()}
 
 
+def backward_times(minidl, model, opt, x, y, vocab, amp, sync, steps):
+    """minidl's backward pass: host seconds per step in each Function class's backward (wrapped for the run), and
+    in the tape's own loop (the backward's wall time less the sum of the nodes')."""
+    from minidl.autograd.function import Function
+
+    def subclasses(c):
+        for sub in c.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    totals, counts, wrapped = {}, {}, []
+    for cls in set(subclasses(Function)):
+        original = cls.__dict__.get("backward")
+        if original is None or isinstance(original, (staticmethod, classmethod)) or not callable(original):
+            continue
+
+        def timed(self, *grads, _original=original):
+            start = time.perf_counter()
+            try:
+                return _original(self, *grads)
+            finally:
+                name = type(self).__name__
+                totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
+                counts[name] = counts.get(name, 0) + 1
+
+        wrapped.append((cls, original))
+        cls.backward = timed
+    whole = 0.0
+    try:
+        for _ in range(steps):
+            with minidl.autocast("cuda", dtype=minidl.bfloat16, enabled=amp):
+                loss = minidl.nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+            opt.zero_grad()
+            start = time.perf_counter()
+            loss.backward()
+            whole += time.perf_counter() - start
+            sync()
+    finally:
+        for cls, original in wrapped:
+            cls.backward = original
+    nodes = sum(totals.values())
+    return ({k: (v / steps, counts[k] / steps) for k, v in totals.items()}, whole / steps, (whole - nodes) / steps)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fp32", action="store_true", help="no autocast (TF32 off on both sides)")
@@ -82,6 +127,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pin", type=int, default=None)
     ap.add_argument("--modules", action="store_true", help="also the forward's host time by module class")
+    ap.add_argument("--backward", action="store_true", help="also minidl's backward by Function class")
     args = ap.parse_args(argv)
     print(pin_to_cpu(args.pin))
     import cupy
@@ -132,6 +178,16 @@ def main(argv=None):
         for cls in sorted(times["minidl"], key=lambda c: -times["minidl"][c]):
             a, b = times["minidl"][cls], times["torch"].get(cls, float("nan"))
             print(f"| {cls} | {a * 1e3:.3f} | {b * 1e3:.3f} | {a / b:.2f} |")
+
+
+    if args.backward:
+        lib, m, o, x, y, sync = sides["minidl"]
+        per_class, whole, engine = backward_times(lib, m, o, x, y, bench.VOCAB, amp, sync, args.steps)
+        print(f"\nminidl's backward: {whole * 1e3:.2f} ms a step, of which the tape's own loop {engine * 1e3:.2f} ms "
+              "(the rest in the nodes' backward methods; timers on)")
+        print("| Function | calls a step | ms a step | us a call |\n| --- | ---: | ---: | ---: |")
+        for name, (t, n) in sorted(per_class.items(), key=lambda kv: -kv[1][0]):
+            print(f"| {name} | {n:.0f} | {t * 1e3:.3f} | {t / n * 1e6:.1f} |")
 
 
 if __name__ == "__main__":

@@ -202,15 +202,13 @@ class Function:
 
     def _release(self):
         """Drop everything saved for backward (called after backward unless retain_graph)."""
-        keep = {"needs_input_grad", "_output_meta", "_output_refs", "_input_versions",
-                "_output_versions"}
-        for key in list(self.__dict__):
-            if key not in keep:
-                del self.__dict__[key]
-        # Dropping the inputs frees the intermediate activations; a second backward() reaching this
+        d = self.__dict__
+        # (one new dict of what stays, instead of deleting the rest key by key: this runs for every node of every
+        # backward pass). Dropping the inputs frees the intermediate activations; a second backward() reaching this
         # Function raises (see run_backward) instead of silently stopping here.
-        self.inputs = ()
-        self._released = True
+        self.__dict__ = {"needs_input_grad": d.get("needs_input_grad", ()), "_output_meta": d.get("_output_meta"),
+                         "_output_refs": d.get("_output_refs"), "_input_versions": d.get("_input_versions"),
+                         "_output_versions": d.get("_output_versions"), "inputs": (), "_released": True}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -528,14 +526,21 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
             single = grads_out is not None and len(grads_out) == 1   # the usual op: one output, no generator
             if grads_out is None or (grads_out[0] is None if single else all(g is None for g in grads_out)):
                 continue
-            if getattr(fn, "_released", False):
+            fd = fn.__dict__   # (this loop runs for every node of every backward pass: attributes read once)
+            if "_released" in fd:
                 raise RuntimeError(
                     f"backward: trying to go through the graph of {fn.name} a second time; its saved "
                     "arrays were freed after the first backward. Pass retain_graph=True to the first "
                     "backward() if you need to call it twice."
                 )
-            _check_versions(fn)
-            if "_packed" in fn.__dict__:   # saved under saved_tensors_hooks: back through the unpack hook
+            inputs = fn.inputs
+            if fn.saves_inputs and not fn.saves_output:   # the in-place check's usual case, inline
+                for t, v in zip(inputs, fn._input_versions):
+                    if t is not None and t._vbox[0] != v:
+                        _check_versions(fn)   # (raises, naming the tensor)
+            else:
+                _check_versions(fn)
+            if "_packed" in fd:   # saved under saved_tensors_hooks: back through the unpack hook
                 from .graph import unpack_saved
 
                 unpack_saved(fn)
@@ -557,28 +562,31 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
                 if t._retains_grad:
                     _accumulate_leaf(t, grads_out[k], run_hooks=False)
             grads_in = fn.backward(*grads_out) if not _ANOMALY[0] else _anomaly.checked_backward(fn, grads_out)
-            if not isinstance(grads_in, tuple):
-                grads_in = (grads_in,)
-            if len(grads_in) != len(fn.inputs):
+            if type(grads_in) is not tuple:
+                grads_in = grads_in if isinstance(grads_in, tuple) else (grads_in,)
+            if len(grads_in) != len(inputs):
                 raise RuntimeError(
-                    f"{fn.name}.backward returned {len(grads_in)} gradients for {len(fn.inputs)} inputs"
+                    f"{fn.name}.backward returned {len(grads_in)} gradients for {len(inputs)} inputs"
                 )
-            for inp, g in zip(fn.inputs, grads_in):
+            for inp, g in zip(inputs, grads_in):
                 if inp is None or g is None or not inp.requires_grad:
                     continue
-                if g.shape != inp._data.shape and tuple(g.shape) != tuple(inp.shape):
+                data = inp._data
+                if g.shape != data.shape and tuple(g.shape) != tuple(inp.shape):
                     raise RuntimeError(
                         f"{fn.name}.backward returned a gradient of shape {tuple(g.shape)} for an input "
                         f"of shape {tuple(inp.shape)}"
                     )
-                if g.dtype != inp._data.dtype:
-                    if g.dtype.kind == "c" and inp._data.dtype.kind != "c":
+                gd = g.dtype
+                if gd is not data.dtype and gd != data.dtype:
+                    if gd.kind == "c" and data.dtype.kind != "c":
                         g = g.real   # a real input of a complex op: the real part (torch's convention)
                     with np.errstate(over="ignore"):   # (a float32 gradient past float16's range is inf, quietly)
-                        g = g.astype(inp._data.dtype)
-                if inp._ctx is None and capture is not None:   # autograd.grad: no leaf's .grad changes
+                        g = g.astype(data.dtype)
+                ctx = inp._ctx
+                if ctx is None and capture is not None:   # autograd.grad: no leaf's .grad changes
                     _captured(capture, inp, g)
-                elif inp._ctx is None:
+                elif ctx is None:
                     # The leaf may keep g itself (no copy) when nothing else can reach it: it owns its memory
                     # and the only references are this frame's g and grads_in's slot (PyTorch's AccumulateGrad
                     # steals a gradient the same way, by its use count). A gradient returned twice, kept by
@@ -586,7 +594,9 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
                     refs = sys.getrefcount(g)
                     _accumulate_leaf(inp, g, owned=refs <= _FRESH_REFS and g.base is None)
                 else:
-                    slots = pending.setdefault(id(inp._ctx), [None] * len(inp._ctx._output_meta))
+                    slots = pending.get(id(ctx))
+                    if slots is None:
+                        slots = pending[id(ctx)] = [None] * len(ctx._output_meta)
                     prev = slots[inp._out_index]
                     slots[inp._out_index] = g if prev is None else prev + g
             if not retain_graph:
