@@ -75,8 +75,8 @@ TABLE = (
     (joining, "mf", "split chunk unbind tensor_split hsplit vsplit dsplit"),
     (joining, "f", "cat concat concatenate stack hstack vstack dstack column_stack atleast_1d atleast_2d atleast_3d "
                    "cartesian_prod block_diag"),
-    (indexing, "m", "__getitem__ __setitem__ index_fill"),
-    (indexing, "mf", "gather index_select masked_fill masked_select narrow narrow_copy nonzero argwhere scatter scatter_add "
+    (indexing, "m", "__getitem__ __setitem__"),
+    (indexing, "mf", "index_fill gather index_select masked_fill masked_select narrow narrow_copy nonzero argwhere scatter scatter_add "
                      "scatter_reduce index_reduce "
                      "index_add index_copy index_put masked_scatter select take take_along_dim"),
     (linalg, "m", "__matmul__=matmul __rmatmul__=rmatmul"),

@@ -502,3 +502,16 @@ def test_zeta_and_erfcx_as_torch():
     yt.sum().backward()
     np.testing.assert_allclose(yo.detach().numpy(), yt.detach().numpy(), rtol=1e-12)
     np.testing.assert_allclose(xo.grad.numpy(), xt.grad.numpy(), rtol=1e-9)
+
+
+def test_top_level_index_fill_equals_torchs():
+    """torch.index_fill(input, dim, index, value): the function form of Tensor.index_fill, with its gradient."""
+    x = np.arange(12.0).reshape(3, 4)
+    outs = []
+    for lib in (minidl, torch):
+        t = lib.tensor(x, requires_grad=True)
+        y = lib.index_fill(t, 1, lib.tensor([0, 2]), -1.5)
+        (y * lib.tensor(x)).sum().backward()
+        outs.append((y.detach().numpy(), t.grad.numpy()))
+    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
