@@ -80,3 +80,27 @@ def test_functional_embedding_over_the_primitive_equals_torchs_with_scale_grad_b
         lib.nn.functional.embedding(lib.tensor(ids), w, padding_idx=1, scale_grad_by_freq=True).pow(2).sum().backward()
         grads.append(w.grad.numpy())
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("max_norm", [None, 0.9])
+def test_nn_embedding_options_and_sparse_adam_equal_torchs(max_norm):
+    """nn.Embedding over the primitive with torch's other options: max_norm (the looked-up rows renormalised in place
+    first), padding_idx, and sparse=True trained by SparseAdam (minidl keeps a dense gradient with the sparse one's
+    values): the weights after three steps equal torch's."""
+    import minidl
+
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal((12, 5))
+    batches = [rng.integers(0, 12, (4, 6)) for _ in range(3)]
+    finals = []
+    for lib in (minidl, torch):
+        emb = lib.nn.Embedding(12, 5, padding_idx=2, max_norm=max_norm, sparse=True).double()
+        with lib.no_grad():
+            emb.weight.copy_(lib.tensor(w0))
+        opt = lib.optim.SparseAdam(list(emb.parameters()), lr=0.1)
+        for ids in batches:
+            opt.zero_grad()
+            (emb(lib.tensor(ids)) ** 2).sum().backward()
+            opt.step()
+        finals.append(emb.weight.detach().numpy().copy())
+    np.testing.assert_allclose(finals[0], finals[1], rtol=1e-12, atol=1e-12)
