@@ -231,7 +231,6 @@ def main(argv=None):
     launch_ex = libcuda.cuLaunchKernelEx
     launch_ex.argtypes = [ctypes.POINTER(_Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     launch_ex.restype = ctypes.c_int
-    max_clusters = ctypes.c_int(-1)
     print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: H {H}, cluster {CS} CTAs of 512 threads, "
           f"{U} units each", flush=True)
 
@@ -288,7 +287,6 @@ def main(argv=None):
             slope = (per_T[72] - per_T[8]) / 64
             print(f"  B {B} {name:26s} " + " ".join(f"T={T}: {v:8.1f} us" for T, v in per_T.items())
                   + f"   {slope:.2f} us a step", flush=True)
-    del max_clusters
     return 0
 
 

@@ -165,7 +165,7 @@ def main(argv=None):
                 best[name][k] = min(best[name][k], statistics.median(r[k] for r in runs))
     print(f"{'bf16 autocast' if amp else 'fp32'}: host ms per phase (median of {args.steps} steps, best of "
           f"{args.rounds} rounds)")
-    print(f"| phase | minidl | torch | ratio |\n| --- | ---: | ---: | ---: |")
+    print("| phase | minidl | torch | ratio |\n| --- | ---: | ---: | ---: |")
     for k, phase in enumerate(PHASES + ("total",)):
         a = best["minidl"][k] if k < 4 else sum(best["minidl"])
         b = best["torch"][k] if k < 4 else sum(best["torch"])

@@ -78,7 +78,7 @@ def main(argv=None):
             exec(stmt, g)
     cupy.cuda.Device().synchronize()
     torch.cuda.synchronize()
-    print(f"| call | us |\n| --- | ---: |")
+    print("| call | us |\n| --- | ---: |")
     for name, stmt in rows:
         best = float("inf")
         for _ in range(5):

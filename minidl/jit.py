@@ -39,15 +39,11 @@ ignore = unused = export = _decorator_or_identity
 
 
 def interface(obj):
+    """The class or function itself (an interface is only a type annotation for TorchScript)."""
     return obj
 
 
-def _overload(func):
-    return func
-
-
-def _overload_method(func):
-    return func
+_overload = _overload_method = interface
 
 
 def is_scripting() -> bool:

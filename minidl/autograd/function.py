@@ -534,12 +534,7 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
                     "backward() if you need to call it twice."
                 )
             inputs = fn.inputs
-            if fn.saves_inputs and not fn.saves_output:   # the in-place check's usual case, inline
-                for t, v in zip(inputs, fn._input_versions):
-                    if t is not None and t._vbox[0] != v:
-                        _check_versions(fn)   # (raises, naming the tensor)
-            else:
-                _check_versions(fn)
+            _check_versions(fn)
             if "_packed" in fd:   # saved under saved_tensors_hooks: back through the unpack hook
                 from .graph import unpack_saved
 
@@ -562,8 +557,8 @@ def _run_backward(tensor, grad_array, retain_graph, capture=None):
                 if t._retains_grad:
                     _accumulate_leaf(t, grads_out[k], run_hooks=False)
             grads_in = fn.backward(*grads_out) if not _ANOMALY[0] else _anomaly.checked_backward(fn, grads_out)
-            if type(grads_in) is not tuple:
-                grads_in = grads_in if isinstance(grads_in, tuple) else (grads_in,)
+            if not isinstance(grads_in, tuple):
+                grads_in = (grads_in,)
             if len(grads_in) != len(inputs):
                 raise RuntimeError(
                     f"{fn.name}.backward returned {len(grads_in)} gradients for {len(inputs)} inputs"
@@ -607,7 +602,7 @@ def _check_versions(fn):
     """Raise (as PyTorch) when an array that fn's backward reads was changed in place after forward."""
     if fn.saves_inputs and not fn.saves_output:   # the usual case, checked without building a list
         for t, v in zip(fn.inputs, fn._input_versions):
-            if t is not None and t._version != v:
+            if t is not None and t._vbox[0] != v:   # (the counter itself: no property call per input)
                 break
         else:
             return

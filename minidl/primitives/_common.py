@@ -78,12 +78,14 @@ class Checked:
     """The argument signatures a primitive's checks passed before (issue 23: a training step calls a primitive
     with the same shapes every step, and its checks cost more than its launch). A front builds its key with
     `key(arrays, *params)`: each array's type, shape and dtype, then the scalar arguments the checks read; the
-    checks run only for a key not seen yet (and, for an argument that is not an array, always)."""
+    checks run only for a key not seen yet (and, for an argument that is not an array, always). A front may keep
+    what its checks found out with the key (`add(key, value)`, `get(key)`: attention's whether the fused kernel
+    takes the call)."""
 
     __slots__ = ("seen",)
 
     def __init__(self):
-        self.seen = set()
+        self.seen = {}
 
     @staticmethod
     def key(arrays, *params):
@@ -100,11 +102,15 @@ class Checked:
     def __contains__(self, key) -> bool:
         return key is not None and key in self.seen
 
-    def add(self, key) -> None:
+    def get(self, key):
+        """What add() kept with this key (None for a key not seen, or None)."""
+        return None if key is None else self.seen.get(key)
+
+    def add(self, key, value=True) -> None:
         if key is not None:
             if len(self.seen) >= 4096:
                 self.seen.clear()
-            self.seen.add(key)
+            self.seen[key] = value
 
 
 def check_arrays(op: str, **arrays) -> None:

@@ -80,21 +80,13 @@ def _check(op, q, k, v, mask, causal, scale, dropout_p):
     return (B, H, L, D), (HK, S)
 
 
-_forward_signatures: dict = {}    # Checked.key of a call whose checks passed -> whether the fused kernel takes it
-_backward_signatures: dict = {}
+_forward_checked, _backward_checked = Checked(), Checked()   # signatures checked -> whether the fused kernel takes them
 
 
 def _plain(causal, scale, dropout_p, math) -> bool:
     """The scalar arguments are of the kinds a signature key holds (anything else goes through the checks)."""
     return (type(causal) is bool and (scale is None or type(scale) in (int, float)) and type(dropout_p) in (int, float)
             and type(math) is str)
-
-
-def _remember(signatures, key, fused):
-    if key is not None:
-        if len(signatures) >= 4096:
-            signatures.clear()
-        signatures[key] = fused
 
 
 def attention_kernel_reason(q, k, v) -> str | None:
@@ -149,12 +141,12 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=None, dropout_p
     # A signature whose checks passed before (every step of a model calls with the same shapes) skips them, and
     # keeps whether the fused kernel takes it (issue 23: the checks cost more than the launch).
     key = Checked.key((q, k, v, mask), causal, scale, dropout_p, math) if _plain(causal, scale, dropout_p, math) else None
-    fused = _forward_signatures.get(key) if key is not None else None
+    fused = _forward_checked.get(key)
     if fused is None:
         _check(op, q, k, v, mask, causal, scale, dropout_p)
         _check_math(op, math)
         fused = attention_kernel_reason(q, k, v) is None
-        _remember(_forward_signatures, key, fused)
+        _forward_checked.add(key, fused)
     scale = 1.0 / sqrt(q.shape[-1]) if scale is None else float(scale)
     if fused:
         return backend("attention", True).attention_forward(q, k, v, mask, causal=bool(causal), scale=scale,
@@ -172,7 +164,7 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     op = "attention_backward"
     key = (Checked.key((q, k, v, out, dout, lse, mask), causal, scale, dropout_p, math)
            if _plain(causal, scale, dropout_p, math) else None)
-    fused = _backward_signatures.get(key) if key is not None else None
+    fused = _backward_checked.get(key)
     if fused is None:
         (B, H, L, _), (_, S) = _check(op, q, k, v, mask, causal, scale, dropout_p)
         _check_math(op, math)
@@ -183,7 +175,7 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
             if tuple(a.shape) != shape:
                 raise ValueError(f"{op}: {name} has shape {shape_str(a.shape)}, expected {shape_str(shape)}")
         fused = attention_kernel_reason(q, k, v) is None and dout.dtype == q.dtype and out.dtype == q.dtype
-        _remember(_backward_signatures, key, fused)
+        _backward_checked.add(key, fused)
     scale = 1.0 / sqrt(q.shape[-1]) if scale is None else float(scale)
     if fused:
         return backend("attention", True).attention_backward(q, k, v, out, dout, lse, mask, causal=bool(causal),

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._dtypes import is_half
-from ._common import backend, check_float_or_half, computes_half_in_float32, is_cuda_array, shape_str
+from ._common import Checked, backend, check_float_or_half, computes_half_in_float32, is_cuda_array, shape_str
 
 __all__ = ["dropout_forward", "dropout_backward", "dropout_mask", "philox4x32", "philox_advance", "philox_bits",
            "philox_uniform", "philox_normal"]
@@ -79,7 +79,7 @@ def _run(name, a, p, seed, offset):
     return getattr(backend("dropout", a), name)(a, p, seed, offset=offset)
 
 
-_checked_calls: set = set()   # the signatures of dropout's usual call (a claimed generator state, offset 0) checked
+_checked_calls = Checked()   # the signatures of dropout's usual call (a claimed generator state, offset 0) checked
 
 
 def _checked_run(op, name, a, p, seed, offset):
@@ -95,10 +95,7 @@ def _checked_run(op, name, a, p, seed, offset):
     if int(offset) + a.size > 2**64:
         raise ValueError(f"{op}: offset {offset} + {name}.size {a.size} runs past the 2**64 counter space")
     _check_state_device(op, a, seed)
-    if key is not None:
-        if len(_checked_calls) >= 4096:
-            _checked_calls.clear()
-        _checked_calls.add(key)
+    _checked_calls.add(key)
     return _run(op, a, p, _seed_arg(seed), int(offset))
 
 

@@ -85,19 +85,6 @@ class RandomResizedCrop:
         return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
 
 
-class RandomVerticalFlip:
-    """Mirror top-bottom with probability p."""
-
-    def __init__(self, p=0.5):
-        self.p = float(p)
-
-    def __call__(self, img):
-        return F.vflip(img) if _rng().random() < self.p else img
-
-    def __repr__(self):
-        return f"RandomVerticalFlip(p={self.p})"
-
-
 class RandomAffine:
     """A random rotation (degrees), translation (fractions of the size), scale and shear (degrees)."""
 
@@ -283,6 +270,13 @@ class _RandomOp:
 
     def __repr__(self):
         return f"{type(self).__name__}(p={self.p})"
+
+
+class RandomVerticalFlip(_RandomOp):
+    """Mirror top-bottom with probability p."""
+
+    def apply(self, img):
+        return F.vflip(img)
 
 
 class RandomInvert(_RandomOp):

@@ -19,7 +19,6 @@ class Embedding(Function):
     def forward(self, weight, indices=None, padding_idx=None, scale_grad_by_freq=False):
         self.indices, self.padding_idx, self.num = indices, padding_idx, weight.shape[0]
         self.scale_grad_by_freq = scale_grad_by_freq
-        self.weight_shape = weight.shape
         return P.embedding_forward(weight, indices, padding_idx=padding_idx)
 
     def backward(self, dy):
