@@ -7,6 +7,8 @@ each round, interleaved rounds, the fastest round of each phase kept.
     python3 benchmarks/probe_gpt_phases.py [--fp32] [--steps 30] [--rounds 3] [--pin 3]
     python3 benchmarks/probe_gpt_phases.py --modules     # also: the forward's host time by module class
     python3 benchmarks/probe_gpt_phases.py --backward    # also: minidl's backward by Function class, and the engine's own
+    python3 benchmarks/probe_gpt_phases.py --model mnist [--math tf32]   # issue 23's small CNNs (mnist, cifar) instead:
+        bench_gpu_train_step.py's models, batches and SGD; fp32 or TF32, no clipping phase
 
 --modules times every module's forward with forward pre/post hooks (exclusive time: a module's own code, its
 children's taken out; CausalSelfAttention's own is the split, reshapes, transposes and scaled_dot_product_attention,
@@ -31,16 +33,25 @@ from benchmarks._report import pin_to_cpu  # noqa: E402
 PHASES = ("forward", "backward", "clip", "step")
 
 
-def phased(lib, model, opt, x, y, vocab, amp, sync):
-    """One eager step of `lib`, returning the host seconds of each phase."""
-    t0 = time.perf_counter()
+def _loss(lib, model, x, y, vocab, amp):
+    """The step's forward with its loss: char_gpt's (logits flattened, under bf16 autocast unless --fp32), or a
+    CNN's (vocab None: the logits as they are, no autocast)."""
+    if vocab is None:
+        return lib.nn.functional.cross_entropy(model(x), y)
     with lib.autocast("cuda", dtype=lib.bfloat16, enabled=amp):
-        loss = lib.nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+        return lib.nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+
+
+def phased(lib, model, opt, x, y, vocab, amp, sync):
+    """One eager step of `lib`, returning the host seconds of each phase (the CNNs: no clipping)."""
+    t0 = time.perf_counter()
+    loss = _loss(lib, model, x, y, vocab, amp)
     t1 = time.perf_counter()
     opt.zero_grad()
     loss.backward()
     t2 = time.perf_counter()
-    lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    if vocab is not None:
+        lib.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     t3 = time.perf_counter()
     opt.step()
     t4 = time.perf_counter()
@@ -68,8 +79,7 @@ def module_times(lib, model, x, y, vocab, amp, sync, steps):
         handles.append(m.register_forward_pre_hook(pre))
         handles.append(m.register_forward_hook(post))
     for _ in range(steps):
-        with lib.autocast("cuda", dtype=lib.bfloat16, enabled=amp):
-            lib.nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+        _loss(lib, model, x, y, vocab, amp)
         sync()
     for h in handles:
         h.remove()
@@ -106,8 +116,7 @@ def backward_times(minidl, model, opt, x, y, vocab, amp, sync, steps):
     whole = 0.0
     try:
         for _ in range(steps):
-            with minidl.autocast("cuda", dtype=minidl.bfloat16, enabled=amp):
-                loss = minidl.nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+            loss = _loss(minidl, model, x, y, vocab, amp)
             opt.zero_grad()
             start = time.perf_counter()
             loss.backward()
@@ -128,6 +137,9 @@ def main(argv=None):
     ap.add_argument("--pin", type=int, default=None)
     ap.add_argument("--modules", action="store_true", help="also the forward's host time by module class")
     ap.add_argument("--backward", action="store_true", help="also minidl's backward by Function class")
+    ap.add_argument("--model", choices=("gpt", "mnist", "cifar"), default="gpt",
+                    help="char_gpt (default), or bench_gpu_train_step.py's MNIST CNN or small CIFAR CNN")
+    ap.add_argument("--math", choices=("fp32", "tf32"), default="fp32", help="the CNNs' math (char_gpt: --fp32)")
     args = ap.parse_args(argv)
     print(pin_to_cpu(args.pin))
     import cupy
@@ -138,32 +150,51 @@ def main(argv=None):
     import minidl
     from char_gpt import CharGPT
 
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    amp = not args.fp32
-    minidl.manual_seed(0)
-    model = CharGPT(bench.VOCAB, bench.BLOCK, bench.LAYERS, bench.HEADS, bench.EMBD, bench.DROPOUT).to("cuda")
-    twin = bench.torch_twin(model)
-    opt = minidl.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
-    topt = torch.optim.AdamW(twin.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
-    ids = np.random.default_rng(0).integers(0, bench.VOCAB, (bench.BATCH, bench.BLOCK + 1))
+    tf32 = args.model != "gpt" and args.math == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    minidl.backends.cuda.matmul.allow_tf32 = minidl.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = args.model != "gpt"   # (as bench_gpu_train_step.py)
+    if args.model == "gpt":
+        amp, vocab = not args.fp32, bench.VOCAB
+        minidl.manual_seed(0)
+        model = CharGPT(bench.VOCAB, bench.BLOCK, bench.LAYERS, bench.HEADS, bench.EMBD, bench.DROPOUT).to("cuda")
+        twin = bench.torch_twin(model)
+        opt = minidl.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+        topt = torch.optim.AdamW(twin.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+        ids = np.random.default_rng(0).integers(0, bench.VOCAB, (bench.BATCH, bench.BLOCK + 1))
+        x_host, y_host = ids[:, :-1], ids[:, 1:]
+    else:
+        from bench_gpu_train_step import MODELS
+
+        amp, vocab = False, None
+        build, make_batch, _ = MODELS[list(MODELS)[0 if args.model == "mnist" else 1]]
+        torch.manual_seed(0)
+        twin = build(torch.nn).cuda()
+        model = build(minidl.nn)
+        model.load_state_dict({k: v.detach().cpu().numpy() for k, v in twin.state_dict().items()})
+        model = model.to("cuda")
+        opt = minidl.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        topt = torch.optim.SGD(twin.parameters(), lr=0.01, momentum=0.9)
+        x_host, y_host = make_batch(np.random.default_rng(0))
     sides = {
-        "minidl": (minidl, model, opt, minidl.tensor(ids[:, :-1], device="cuda"), minidl.tensor(ids[:, 1:], device="cuda"),
+        "minidl": (minidl, model, opt, minidl.tensor(x_host, device="cuda"), minidl.tensor(y_host, device="cuda"),
                    cupy.cuda.Device().synchronize),
-        "torch": (torch, twin, topt, torch.tensor(ids[:, :-1], device="cuda"), torch.tensor(ids[:, 1:], device="cuda"),
+        "torch": (torch, twin, topt, torch.tensor(x_host, device="cuda"), torch.tensor(y_host, device="cuda"),
                   torch.cuda.synchronize),
     }
     for lib, m, o, x, y, sync in sides.values():
         for _ in range(3):
-            phased(lib, m, o, x, y, bench.VOCAB, amp, sync)
+            phased(lib, m, o, x, y, vocab, amp, sync)
     gc.collect()
     gc.freeze()
     best = {name: [float("inf")] * 4 for name in sides}
     for _ in range(args.rounds):
         for name, (lib, m, o, x, y, sync) in sides.items():
-            runs = [phased(lib, m, o, x, y, bench.VOCAB, amp, sync) for _ in range(args.steps)]
+            runs = [phased(lib, m, o, x, y, vocab, amp, sync) for _ in range(args.steps)]
             for k in range(4):
                 best[name][k] = min(best[name][k], statistics.median(r[k] for r in runs))
-    print(f"{'bf16 autocast' if amp else 'fp32'}: host ms per phase (median of {args.steps} steps, best of "
+    what = args.model if args.model != "gpt" else "char_gpt"
+    print(f"{what}, {'bf16 autocast' if amp else 'TF32' if tf32 else 'fp32'}: host ms per phase (median of {args.steps} steps, best of "
           f"{args.rounds} rounds)")
     print("| phase | minidl | torch | ratio |\n| --- | ---: | ---: | ---: |")
     for k, phase in enumerate(PHASES + ("total",)):
@@ -171,7 +202,7 @@ def main(argv=None):
         b = best["torch"][k] if k < 4 else sum(best["torch"])
         print(f"| {phase} | {a * 1e3:.2f} | {b * 1e3:.2f} | {a / b:.2f} |")
     if args.modules:
-        times = {name: module_times(lib, m, x, y, bench.VOCAB, amp, sync, args.steps)
+        times = {name: module_times(lib, m, x, y, vocab, amp, sync, args.steps)
                  for name, (lib, m, o, x, y, sync) in sides.items()}
         print("\nforward host ms per step by module class (exclusive: children taken out; hooks on)")
         print("| module | minidl | torch | ratio |\n| --- | ---: | ---: | ---: |")
@@ -182,7 +213,7 @@ def main(argv=None):
 
     if args.backward:
         lib, m, o, x, y, sync = sides["minidl"]
-        per_class, whole, engine = backward_times(lib, m, o, x, y, bench.VOCAB, amp, sync, args.steps)
+        per_class, whole, engine = backward_times(lib, m, o, x, y, vocab, amp, sync, args.steps)
         print(f"\nminidl's backward: {whole * 1e3:.2f} ms a step, of which the tape's own loop {engine * 1e3:.2f} ms "
               "(the rest in the nodes' backward methods; timers on)")
         print("| Function | calls a step | ms a step | us a call |\n| --- | ---: | ---: | ---: |")
