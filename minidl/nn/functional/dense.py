@@ -125,15 +125,19 @@ def linear(input, weight, bias=None):
             return AutocastLinear.apply(input, weight, bias, dtype=low, weight16=weight16)
         input, weight, bias = _amp.cast_inputs(op, input, weight, bias)
     if isinstance(input, Tensor) and isinstance(weight, Tensor) and (bias is None or isinstance(bias, Tensor)):
-        # The common CPU call, already valid (issue 23: the host cost of a step): what the checks below
-        # would accept, tested on the arrays directly; anything else goes through them for its message.
+        # The common call, already valid (issue 23: the host cost of a step): what the checks below would accept,
+        # tested on the arrays directly (one array type; on the GPU, one device); anything else goes through them
+        # for its message.
         x, w = input._data, weight._data
-        if (type(x) is np.ndarray and type(w) is np.ndarray and x.dtype == w.dtype and x.dtype.kind == "f"
-                and w.ndim == 2 and x.ndim >= 1 and x.shape[-1] == w.shape[1]):
+        kind = type(x)
+        if (kind is type(w) and x.dtype == w.dtype and x.dtype.kind == "f" and w.ndim == 2 and x.ndim >= 1
+                and x.shape[-1] == w.shape[1]
+                and (kind is np.ndarray or (is_cuda_array(x) and x.data.device_id == w.data.device_id))):
             if bias is None:
                 return Linear.apply(input, weight)
             bd = bias._data
-            if type(bd) is np.ndarray and bd.dtype == x.dtype and bd.shape == (w.shape[0],):
+            if (type(bd) is kind and bd.dtype == x.dtype and bd.shape == (w.shape[0],)
+                    and (kind is np.ndarray or bd.data.device_id == x.data.device_id)):
                 return Linear.apply(input, weight, bias)
     _check_float_tensor(op, "input", input)
     _check_float_tensor(op, "weight", weight)

@@ -92,8 +92,17 @@ def _pointer(a) -> int:
     return int(a) if isinstance(a, (int, np.integer)) else a.data.ptr
 
 
-def _aligned(a, ld: int, stride: int, batch: int) -> bool:
-    return _pointer(a) % 16 == 0 and ld % 4 == 0 and (batch == 1 or stride % 4 == 0)
+# Launch plans (issue 23: the host cost of an eager step). A training step multiplies the same problems every step
+# on operands at addresses that change: everything a launch needs but the addresses (kernel, grid, the parameter
+# record, the split-K reduction's arguments) is worked out once per problem and kept; a later call of the same problem
+# is its plan launched on the new addresses. `last_launch` is the (launch function, plan) the latest sgemm / gemm_tc
+# call ran (gemm() keeps it for its planned 2-D problems); `launches` counts the GEMM launches, so that gemm() plans
+# only a call that was one GEMM.
+_PLANS_SIZE = 4096
+_sgemm_plans: dict = {}
+_tc_plans: dict = {}
+last_launch = None
+launches = 0
 
 
 def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0,
@@ -112,42 +121,70 @@ def sgemm(M, N, K, A, lda, B, ldb, C, *, trans_a=False, trans_b=False, alpha=1.0
     """
     if M == 0 or N == 0 or batch == 0:
         return C
+    global last_launch, launches
+    a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
+    bias_ptr = 0 if bias is None else _pointer(bias)
     if ldc_row is None:
         ldc_row = N
-    bias_row, bias_col = 0, 1
+    key = (M, N, K, lda, ldb, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b, stride_c,
+           min_k_per_split, bias is None, a_ptr % 16, b_ptr % 16, cupy.cuda.runtime.getDevice())
+    plan = _sgemm_plans.get(key)
+    if plan is None:
+        if len(_sgemm_plans) >= _PLANS_SIZE:
+            _sgemm_plans.clear()
+        plan = _sgemm_plans[key] = _sgemm_plan(M, N, K, lda, ldb, trans_a, trans_b, alpha, beta, ldc_row, ldc_col,
+                                               batch, stride_a, stride_b, stride_c, min_k_per_split, a_ptr, b_ptr)
+    launch_sgemm(plan, a_ptr, b_ptr, c_ptr, bias_ptr, workspace)
+    last_launch, launches = (launch_sgemm, plan), launches + 1
+    return C
+
+
+def _sgemm_plan(M, N, K, lda, ldb, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
+                stride_c, min_k_per_split, a_ptr, b_ptr):
+    """What an sgemm launch of this problem needs but the addresses: (swapped, kernel, grid, parameter record,
+    split-K workspace elements, the reduction's (kernel, grid, scalars) or None)."""
+    bias_row, bias_col, swapped = 0, 1, False
     if M <= 64 < N:
         # Few rows, many columns: compute the transpose C^T = op(B)^T op(A)^T instead, so that the
         # short side lands on the tile's narrow N dimension (128 x 64) instead of wasting 128 rows.
-        M, N, A, B, lda, ldb = N, M, B, A, ldb, lda
+        M, N, lda, ldb, a_ptr, b_ptr = N, M, ldb, lda, b_ptr, a_ptr
         trans_a, trans_b = not trans_b, not trans_a
         stride_a, stride_b = stride_b, stride_a
         ldc_row, ldc_col = ldc_col, ldc_row
         bias_row, bias_col = bias_col, bias_row       # the user's columns are now the kernel's rows
+        swapped = True
     bn = tile_n(N)
-    name = "gemm_" + ("t" if trans_a else "n") + ("t" if trans_b else "n") + f"_bn{bn}"
-    kernel = get_kernel("gemm", name)
+    kernel = get_kernel("gemm", "gemm_" + ("t" if trans_a else "n") + ("t" if trans_b else "n") + f"_bn{bn}")
     splits, k_per_split = split_k_plan(M, N, K, batch, min_k_per_split) if K > 0 else (1, TILE_K)
-    partial = None
-    if splits > 1:
-        need = splits * batch * M * N
-        partial = workspace if workspace is not None and workspace.size >= need else \
-            cupy.empty(need, dtype=cupy.float32)
     grid = (math.ceil(M / TILE), math.ceil(N / bn), batch * splits)
-    vec_a = int(_aligned(A, lda, stride_a, batch))
-    vec_b = int(_aligned(B, ldb, stride_b, batch))
-    i64 = np.int64
-    A, B, C_arg = (np.uint64(_pointer(a)) for a in (A, B, C))
-    bias_arg = np.uint64(0 if bias is None else _pointer(bias))
+    vec_a = int(a_ptr % 16 == 0 and lda % 4 == 0 and (batch == 1 or stride_a % 4 == 0))
+    vec_b = int(b_ptr % 16 == 0 and ldb % 4 == 0 and (batch == 1 or stride_b % 4 == 0))
     params = _params((lda, stride_a, ldb, stride_b, ldc_row, ldc_col, stride_c, bias_row, bias_col, M, N, K, batch,
                       splits, k_per_split, vec_a, vec_b, float(alpha), float(beta)))
-    kernel(grid, (THREADS,), (params, A, B, C_arg, partial, bias_arg))
+    reduce = None
     if splits > 1:
-        reduce = get_kernel("gemm", "gemm_splitk_reduce")
-        reduce((grid_stride_blocks(batch * M * N),), (THREADS,),
-               (partial, np.int32(splits), np.int32(batch), np.int32(M), np.int32(N), np.float32(alpha),
-                np.float32(beta), C_arg, i64(ldc_row), i64(ldc_col), i64(stride_c), bias_arg, i64(bias_row),
-                i64(bias_col)))
-    return C
+        i64 = np.int64
+        reduce = (get_kernel("gemm", "gemm_splitk_reduce"), (grid_stride_blocks(batch * M * N),),
+                  (np.int32(splits), np.int32(batch), np.int32(M), np.int32(N), np.float32(alpha), np.float32(beta)),
+                  (i64(ldc_row), i64(ldc_col), i64(stride_c)), (i64(bias_row), i64(bias_col)))
+    return swapped, kernel, grid, params, splits * batch * M * N if splits > 1 else 0, reduce
+
+
+def launch_sgemm(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0, workspace=None) -> None:
+    """Launch an sgemm plan on operands at these addresses (split-K: partial sums in `workspace` when it is big
+    enough, else in a new array)."""
+    swapped, kernel, grid, params, need, reduce = plan
+    if swapped:
+        a_ptr, b_ptr = b_ptr, a_ptr
+    partial = None
+    if need:
+        partial = workspace if workspace is not None and workspace.size >= need else \
+            cupy.ndarray((need,), dtype=np.float32)
+    c_arg, bias_arg = np.uint64(c_ptr), np.uint64(bias_ptr)
+    kernel(grid, (THREADS,), (params, np.uint64(a_ptr), np.uint64(b_ptr), c_arg, partial, bias_arg))
+    if reduce is not None:
+        reduce_kernel, reduce_grid, head, c_layout, bias_layout = reduce
+        reduce_kernel(reduce_grid, (THREADS,), (partial, *head, c_arg, *c_layout, bias_arg, *bias_layout))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -226,23 +263,37 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
         return C
     if K == 0:
         raise ValueError("gemm_tc: K = 0 (an empty reduction) is the caller's case: the product is zero")
-    dtype = np.dtype(dtype if dtype is not None else C.dtype)
-    if dtype not in TC_KINDS:
-        raise TypeError(f"gemm_tc: the tensor-core GEMM takes float32 (TF32), float16 or bfloat16, got {dtype}")
+    global last_launch, launches
+    dtype = C.dtype if dtype is None else dtype
     if ldc_row is None:
         ldc_row = N
     a_ptr, b_ptr, c_ptr = _pointer(A), _pointer(B), _pointer(C)
     bias_ptr = 0 if bias is None else _pointer(bias)
-    bias_f32 = int(bias is not None and dtype.itemsize == 2 and bias.dtype == np.float32)
+    bias_f32 = int(bias is not None and bias.dtype == np.float32 and np.dtype(dtype).itemsize == 2)
+    key = (M, N, K, lda, ldb, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
+           stride_c, tile, bk_bytes, bias_f32, out_dtype, a_ptr % 16, b_ptr % 16, c_ptr % 16,
+           _common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE, _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS,
+           cupy.cuda.runtime.getDevice())
+    plan = _tc_plans.get(key)
+    if plan is not None:   # this problem ran on the mma.sync kernel before (wgmma declined it)
+        launch_tc(plan, a_ptr, b_ptr, c_ptr, bias_ptr)
+        last_launch, launches = (launch_tc, plan), launches + 1
+        return C
+    dtype = np.dtype(dtype)
+    if dtype not in TC_KINDS:
+        raise TypeError(f"gemm_tc: the tensor-core GEMM takes float32 (TF32), float16 or bfloat16, got {dtype}")
     # On an H100/H200, Hopper's wgmma kernel (gemm_wgmma.py says when it declines); an explicit tile or
     # k step asks for this mma.sync kernel itself. 16-bit data into float32 C (out_dtype): wgmma's OUT argument
     # alone; the mma.sync kernel has none, so there the caller rounds through 16 bits instead.
-    if tile is None and bk_bytes is None and gemm_wgmma(
-            M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, dtype=dtype, trans_a=bool(trans_a), trans_b=bool(trans_b),
-            alpha=alpha, beta=beta, ldc_row=ldc_row, ldc_col=ldc_col, batch=batch, stride_a=stride_a,
-            stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr, bias_f32=bias_f32,
-            out_dtype=None if out_dtype is None else np.dtype(out_dtype)):
-        return C
+    if tile is None and bk_bytes is None:
+        _wgmma.last_plan = None
+        if gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, dtype=dtype, trans_a=bool(trans_a),
+                      trans_b=bool(trans_b), alpha=alpha, beta=beta, ldc_row=ldc_row, ldc_col=ldc_col, batch=batch,
+                      stride_a=stride_a, stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr, bias_f32=bias_f32,
+                      out_dtype=None if out_dtype is None else np.dtype(out_dtype)):
+            plan = _wgmma.last_plan   # (None where it copied an operand first: nothing to plan)
+            last_launch, launches = (None if plan is None else (_wgmma.launch_plan, plan)), launches + 1
+            return C
     if out_dtype is not None:
         return None
     tile = tile or tc_tile(M, N, batch)
@@ -259,13 +310,27 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     smem = tc_smem_bytes(dtype.itemsize, tile, trans_a, trans_b, bk_bytes)
     params = _tc_record((lda, stride_a, ldb, stride_b, ldc_row, ldc_col, stride_c, 0, 1, M, N, K, vec_a, vec_b,
                          vec_c, float(alpha), float(beta), bias_f32, 0))
-    size, bias_arg = dtype.itemsize, np.uint64(bias_ptr)
-    for first in range(0, batch, TC_MAX_GRID_Z):
-        count = min(TC_MAX_GRID_Z, batch - first)
-        kernel((tiles, 1, count), (TC_THREADS,),
-               (params, np.uint64(a_ptr + first * stride_a * size), np.uint64(b_ptr + first * stride_b * size),
-                np.uint64(c_ptr + first * stride_c * size), bias_arg), shared_mem=smem)
+    # the batch runs on grid z, in chunks of at most TC_MAX_GRID_Z: (first matrix, count, its byte offsets)
+    size = dtype.itemsize
+    chunks = tuple((min(TC_MAX_GRID_Z, batch - first), first * stride_a * size, first * stride_b * size,
+                    first * stride_c * size) for first in range(0, batch, TC_MAX_GRID_Z))
+    plan = (kernel, tiles, smem, params, chunks)
+    if len(_tc_plans) >= _PLANS_SIZE:
+        _tc_plans.clear()
+    _tc_plans[key] = plan
+    launch_tc(plan, a_ptr, b_ptr, c_ptr, bias_ptr)
+    last_launch, launches = (launch_tc, plan), launches + 1
     return C
+
+
+def launch_tc(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0) -> None:
+    """Launch a gemm_tc (mma.sync) plan on operands at these addresses."""
+    kernel, tiles, smem, params, chunks = plan
+    bias_arg = np.uint64(bias_ptr)
+    for count, a_off, b_off, c_off in chunks:
+        kernel((tiles, 1, count), (TC_THREADS,),
+               (params, np.uint64(a_ptr + a_off), np.uint64(b_ptr + b_off), np.uint64(c_ptr + c_off), bias_arg),
+               shared_mem=smem)
 
 
 def strided_gemm(M, N, K, A, lda, B, ldb, C, *, math="fp32", trans_a=False, trans_b=False, alpha=1.0,
@@ -304,9 +369,9 @@ def _gemm_output(out, shape, dtype, beta, *inputs):
 
 
 # Planned 2-D GEMMs (issue 23: the host cost of an eager step). A training step multiplies the same shapes every
-# step; once a problem has run on a wgmma plan (gemm_wgmma's, which needs no operand copies), its next call goes
-# from here straight to that plan: an output array and one launch, skipping the layers between (views,
-# contiguity, the output's shape, gemm_tc's dispatch and the 26-entry key of gemm_wgmma's own cache).
+# step; once a problem has run as one launch plan (sgemm's, gemm_tc's or gemm_wgmma's, with no operand copies), its
+# next call goes from here straight to that plan: an output array and the plan's launch, skipping the layers between
+# (views, contiguity, the output's shape, the dispatch between the kernels and their own plan keys).
 # Key: what decides the plan (shapes and dtype of C-contiguous operands, the flags, alpha, beta, the operands'
 # 16-byte alignment, the kernel settings); an output made here is always 16-byte aligned, as the first call's.
 _planned: dict = {}
@@ -325,21 +390,23 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     None or (N,) of their dtype (or float32 for 16-bit a and b), added in the GEMM's epilogue (cuBLAS: added after). out_dtype: float32 for
     16-bit a and b (the wgmma kernel stores its fp32 accumulators; elsewhere the result is rounded to 16 bits
     and cast)."""
+    global last_launch
     if (out is None and not use_cublas and a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous
             and b.flags.c_contiguous and (bias is None or bias.flags.c_contiguous)):
         key = _planned_key(a, b, trans_a, trans_b, alpha, beta, bias, math, out_dtype)
         found = _planned.get(key)
         if found is not None:
-            shape, dtype, plan = found
-            c = cupy.empty(shape, dtype=dtype)
-            _wgmma.launch_plan(plan, a.data.ptr, b.data.ptr, c.data.ptr, 0 if bias is None else bias.data.ptr)
+            shape, dtype, launch, plan = found
+            c = cupy.ndarray(shape, dtype=dtype)
+            launch(plan, a.data.ptr, b.data.ptr, c.data.ptr, 0 if bias is None else bias.data.ptr)
             return c
-        _wgmma.last_plan = None
+        last_launch, before = None, launches
         c = _gemm(a, b, trans_a, trans_b, alpha, beta, None, use_cublas, math, bias, out_dtype)
-        if _wgmma.last_plan is not None and c.flags.c_contiguous:   # it ran on a plan, with no copies
+        if last_launch is not None and launches == before + 1 and c.flags.c_contiguous and c.data.ptr & 15 == 0:
+            # it ran as one plan, with no copies: the next call of this problem launches that plan
             if len(_planned) >= _PLANNED_SIZE:
                 _planned.clear()
-            _planned[key] = (c.shape, c.dtype, _wgmma.last_plan)
+            _planned[key] = (c.shape, c.dtype, *last_launch)
         return c
     return _gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math, bias, out_dtype)
 
@@ -384,6 +451,7 @@ def _gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math, bias, out_
 def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias=None, out_dtype=None):
     """The tensor-core path of `gemm` (float32 in TF32 math, float16, bfloat16). out_dtype (float32, 16-bit
     a and b, out None): into float32 on wgmma; where it declines, rounded through a 16-bit result."""
+    global last_launch
     M, K = (a.shape[-1], a.shape[-2]) if trans_a else (a.shape[-2], a.shape[-1])
     N = b.shape[-2] if trans_b else b.shape[-1]
     batch = max(a.shape[0] if a.ndim == 3 else 1, b.shape[0] if b.ndim == 3 else 1)
@@ -406,6 +474,7 @@ def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias=None, out_dty
             gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], half, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                     beta=beta, batch=batch, **strides)
             target = cast(half, out_dtype)
+            last_launch = None   # (two launches: gemm() plans none of them)
         elif out_dtype is None:
             gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, trans_a=trans_a, trans_b=trans_b,
                     alpha=alpha, beta=beta, batch=batch, bias=bias, **strides)
