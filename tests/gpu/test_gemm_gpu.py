@@ -214,3 +214,38 @@ def test_linear_layer_runs_its_bias_in_the_gemm():
     w, b = layer.weight.detach().cpu().numpy(), layer.bias.detach().cpu().numpy()
     expected = x.cpu().numpy().astype(np.float64) @ w.T.astype(np.float64) + b
     assert rel_err(y.detach().cpu().numpy(), expected) <= TOL
+
+
+@pytest.mark.parametrize("M, N, K, bias", [(300, 50, 70, True),     # one launch
+                                           (40, 300, 90, True),     # few rows: the kernel computes C^T (swapped)
+                                           (40, 36, 5000, False),   # split-K: a reduction launch and its workspace
+                                           (20, 300, 4000, True)])  # both
+def test_sgemm_launch_plans_serve_new_addresses(M, N, K, bias):
+    """cuda/gemm.py's launch plans (issue 23): sgemm keeps a plan per problem and operand alignment, and gemm() plans a
+    2-D problem that ran as one: later calls of the problem on arrays at new addresses (the pool's next blocks) are
+    right, the plans are not made again, and an operand one element past a 16-byte boundary (the scalar loads) is
+    another plan, also right."""
+    import cupy
+
+    from minidl.primitives.cuda import gemm as cuda_gemm
+
+    rng = np.random.default_rng(M + N + K)
+    cuda_gemm._planned.clear()
+    cuda_gemm._sgemm_plans.clear()
+    for step in range(4):
+        a, b = _stored(rng, M, K, False), _stored(rng, K, N, True)
+        c = rng.standard_normal(N).astype(np.float32) if bias else None
+        if step == 3:   # C-contiguous a, 4 bytes past a 16-byte boundary
+            flat = cupy.asarray(np.concatenate([np.zeros(1, np.float32), a.reshape(-1)]))
+            ga = flat[1:].reshape(M, K)
+            assert ga.flags.c_contiguous and ga.data.ptr % 16 == 4
+        else:
+            ga = cupy.asarray(a)
+        keep = [cupy.zeros(step * 1000 + 3, cupy.float32)]   # moves the pool's next blocks
+        got = gemm(ga, cupy.asarray(b), trans_b=True, bias=None if c is None else cupy.asarray(c))
+        want = _ref(a, b, False, True) + (0 if c is None else c.astype(np.float64))
+        assert rel_err(cupy.asnumpy(got), want) <= TOL, step
+        assert len(cuda_gemm._sgemm_plans) == (1 if step < 3 else 2), step
+        assert len(cuda_gemm._planned) == (1 if step < 3 else 2), step
+        del keep
+

@@ -306,3 +306,32 @@ def test_matmul_batched_on_our_gemm(allow_tf32, tol):
     assert rel_err(y.detach().cpu().numpy(), ty.detach().numpy()) <= tol
     assert rel_err(a.grad.cpu().numpy(), ta.grad.numpy()) <= tol
     assert rel_err(b.grad.cpu().numpy(), tb.grad.numpy()) <= tol
+
+
+def test_gemm_tc_launch_plans_serve_new_addresses():
+    """The mma.sync kernel's launch plans (cuda/gemm.py, issue 23; set_tensor_core_gemm("mma_sync")): a bfloat16
+    product with a float32 bias and a TF32 one, each called three times on arrays at new addresses, right every time,
+    one plan each."""
+    import cupy
+
+    from minidl.primitives import set_tensor_core_gemm
+    from minidl.primitives.cuda import gemm as cuda_gemm
+
+    rng = np.random.default_rng(5)
+    set_tensor_core_gemm("mma_sync")
+    try:
+        cuda_gemm._tc_plans.clear()
+        for dtype, math, tol in ((ml_dtypes.bfloat16, "fp32", 2e-2), (np.float32, "tf32", 5e-3)):
+            before = len(cuda_gemm._tc_plans)
+            for step in range(3):
+                a = rng.standard_normal((150, 96)).astype(dtype)
+                b = rng.standard_normal((70, 96)).astype(dtype)
+                c = rng.standard_normal(70).astype(np.float32)
+                keep = [cupy.zeros(step * 777 + 5, cupy.float32)]   # moves the pool's next blocks
+                got = gemm(_gpu(a), _gpu(b), trans_b=True, math=math, bias=cupy.asarray(c))
+                want = a.astype(np.float64) @ b.astype(np.float64).T + c
+                assert rel_err(_host(got).astype(np.float64), want) <= tol, (dtype, step)
+                assert len(cuda_gemm._tc_plans) == before + 1, (dtype, step)
+                del keep
+    finally:
+        set_tensor_core_gemm("auto")
