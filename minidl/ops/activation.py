@@ -68,9 +68,18 @@ class Activation(Function):
                                   "minidl (relu, leaky_relu, elu, hardtanh/relu6, sigmoid, tanh and gelu are)")
 
 
+_DESCRIPTORS: dict = {}   # (mode, coef) -> its ActivationDescriptor, made (and checked) once
+
+
 def apply_activation(op, input, mode, coef=None):
     check_float_tensor(op, "input", input)
-    return Activation.apply(input, desc=P.ActivationDescriptor(mode, coef))
+    plain = coef is None or type(coef) in (int, float)   # (anything else is described, and checked, each call)
+    desc = _DESCRIPTORS.get((mode, coef)) if plain else None
+    if desc is None:
+        desc = P.ActivationDescriptor(mode, coef)
+        if plain and len(_DESCRIPTORS) < 256:   # (a coef swept over many values is described each call instead)
+            _DESCRIPTORS[(mode, coef)] = desc
+    return Activation.apply(input, desc=desc)
 
 
 def relu(input, inplace=False):

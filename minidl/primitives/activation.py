@@ -23,14 +23,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._dtypes import is_half
+import numpy as np
+
+from .._dtypes import HALF_DTYPES, is_half
 from ._common import (
-    backend, check_blend_out, check_float, check_float_or_half, check_same_device, computes_half_in_float32,
-    is_cuda_array, shape_str,
+    FLOAT_DTYPES, _CUDA_TYPES, backend, check_blend_out, check_float, check_float_or_half, check_same_device,
+    computes_half_in_float32, is_cuda_array, shape_str,
 )
 
 __all__ = ["ActivationDescriptor", "activation_forward", "activation_backward", "ACTIVATION_MODES", "add_relu_forward",
            "add_relu_backward"]
+
+_GPU_DTYPES = frozenset((*FLOAT_DTYPES, *HALF_DTYPES))   # what the GPU's activation kernels take as it is
 
 # mode -> default coef (None: the mode has no parameter)
 ACTIVATION_MODES = {
@@ -89,8 +93,23 @@ def _forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
     return backend("activation", x).activation_forward(x, desc, alpha=alpha, beta=beta, out=out)
 
 
+def _usual(*arrays) -> bool:
+    """Whether the arrays are the usual call's (issue 23: every ReLU of a network, every step), decided in a few
+    comparisons: one array type, one shape and one float dtype a backend takes as it is (NumPy: float32 / float64;
+    CuPy: those and float16 / bfloat16, which the GPU's kernels take natively). Anything else goes through the checks,
+    which raise naming the op, and the half-precision wrapper."""
+    first = arrays[0]
+    kind, shape, dtype = type(first), first.shape, first.dtype
+    for a in arrays[1:]:
+        if type(a) is not kind or a.shape != shape or a.dtype != dtype:
+            return False
+    return (dtype in FLOAT_DTYPES) if kind is np.ndarray else (kind in _CUDA_TYPES and dtype in _GPU_DTYPES)
+
+
 def activation_forward(x, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
     """y = alpha * f(x) + beta * out, elementwise. x: any shape; y: the same shape."""
+    if out is None and alpha == 1.0 and beta == 0.0 and type(desc) is ActivationDescriptor and _usual(x):
+        return backend("activation", type(x) is not np.ndarray).activation_forward(x, desc)
     op = "activation_forward"
     _check_descriptor(op, desc)
     check_same_device(op, x=x, out=out)
@@ -110,6 +129,9 @@ def _backward(x, y, dy, desc, *, alpha=1.0, beta=0.0, out=None):
 
 def activation_backward(x, y, dy, desc: ActivationDescriptor, *, alpha=1.0, beta=0.0, out=None):
     """dx = alpha * dy * f'(x) + beta * out. x, y (= f(x)), dy, dx: all the same shape."""
+    if (out is None and alpha == 1.0 and beta == 0.0 and type(desc) is ActivationDescriptor and x is not None
+            and y is not None and dy is not None and _usual(x, y, dy)):
+        return backend("activation", type(x) is not np.ndarray).activation_backward(x, y, dy, desc)
     op = "activation_backward"
     _check_descriptor(op, desc)
     if x is None or y is None or dy is None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import (
+    Checked,
     backend, check_arrays, check_float_or_half, check_same_device, computes_half_in_float32, gpu_half_data,
     normalize_layout, shape_str,
 )
@@ -117,8 +118,29 @@ def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var,
                              momentum, eps, mode, layout, num_batches_tracked)
 
 
+# The argument signatures whose checks passed (issue 23: a layer calls with the same ones every step), with the
+# layout they normalised to: their later calls go straight to the backend.
+_training_checked, _backward_checked = Checked(), Checked()
+
+
 def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout,
                       num_batches_tracked=None):
+    key = Checked.key((x, gamma, beta_, running_mean, running_var, num_batches_tracked), op, momentum, eps, mode,
+                      layout)
+    checked_layout = _training_checked.get(key)
+    if checked_layout is None:
+        layout = _check_training(op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout,
+                                 num_batches_tracked)
+        _training_checked.add(key, layout)
+    else:
+        layout = checked_layout
+    return getattr(backend("batch_norm", x), op)(
+        x, gamma, beta_, running_mean, running_var, momentum=float(momentum), eps=float(eps), mode=mode, layout=layout,
+        num_batches_tracked=num_batches_tracked)
+
+
+def _check_training(op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout, num_batches_tracked):
+    """The training forward's checks (raising naming the op); returns the normalised layout."""
     check_arrays(op, x=x, gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
     layout = normalize_layout(op, layout)
     arrays = dict(gamma=gamma, beta_=beta_, running_mean=running_mean, running_var=running_var)
@@ -141,9 +163,7 @@ def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, 
         if num_batches_tracked.dtype != np.int64 or num_batches_tracked.shape != ():
             raise TypeError(f"{op}: num_batches_tracked must be a 0-d int64 array (a layer's counter), got "
                             f"{num_batches_tracked.dtype} of shape {shape_str(num_batches_tracked.shape)}")
-    return getattr(backend("batch_norm", x), op)(
-        x, gamma, beta_, running_mean, running_var, momentum=float(momentum), eps=float(eps), mode=mode, layout=layout,
-        num_batches_tracked=num_batches_tracked)
+    return layout
 
 
 @computes_half_in_float32(mixed_dtypes=True, native=gpu_half_data(1))
@@ -196,6 +216,21 @@ def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, m
 
 
 def _backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
+    key = Checked.key((x, dy, gamma, beta_, saved_mean, saved_invstd), op, mode, layout)
+    checked_layout = _backward_checked.get(key)
+    if checked_layout is None:
+        layout = _check_backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout)
+        _backward_checked.add(key, layout)
+    else:
+        layout = checked_layout
+    if op == "batch_norm_relu_backward":
+        return backend("batch_norm", x).batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, mode=mode,
+                                                    layout=layout)
+    return backend("batch_norm", x).batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, mode=mode, layout=layout)
+
+
+def _check_backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
+    """The backward's checks (raising naming the op); returns the normalised layout."""
     check_arrays(op, x=x, dy=dy, gamma=gamma, saved_mean=saved_mean, saved_invstd=saved_invstd)
     layout = normalize_layout(op, layout)
     if saved_mean is None or saved_invstd is None:
@@ -208,7 +243,4 @@ def _backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
         raise ValueError(f"{op}: dy has shape {shape_str(dy.shape)}, but x has shape {shape_str(x.shape)}")
     check_same_device(op, x=x, dy=dy, **arrays)
     check_float_or_half(op, half_with_float32=True, x=x, dy=dy, **arrays)
-    if op == "batch_norm_relu_backward":
-        return backend("batch_norm", x).batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, mode=mode,
-                                                    layout=layout)
-    return backend("batch_norm", x).batch_norm_backward(x, dy, gamma, saved_mean, saved_invstd, mode=mode, layout=layout)
+    return layout

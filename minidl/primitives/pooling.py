@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ._common import (  # pooling_output_shape: here for the public API, in _common for the backends
     pooling_output_shape,
-    as_tuple, backend, check_arrays, check_blend_out, check_float, check_float_or_half, check_same_device,
+    Checked, as_tuple, backend, check_arrays, check_blend_out, check_float, check_float_or_half, check_same_device,
     computes_half_in_float32, gpu_half_data, is_cuda_array, normalize_layout, shape_str,
 )
 
@@ -120,9 +120,20 @@ def _checked_output_shape(op: str, x_shape, desc, layout) -> tuple:
     return y_shape
 
 
+# The usual calls' signatures (no blending) whose checks passed, with the layout they normalised to (issue 23: a
+# layer pools the same shapes every step).
+_forward_checked, _backward_checked = Checked(), Checked()
+
+
 @computes_half_in_float32(native=gpu_half_data(1, blends=False))
 def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     """Pool x (N, C, *spatial) or (N, *spatial, C); y has pooling_output_shape(x.shape, desc, layout)."""
+    usual = out is None and alpha == 1.0 and beta == 0.0 and type(desc) is PoolingDescriptor
+    if usual:   # (a signature checked before: straight to the backend, with the layout it normalised to)
+        key = Checked.key((x,), desc, layout)
+        checked_layout = _forward_checked.get(key)
+        if checked_layout is not None:
+            return backend("pooling", x).pooling_forward(x, desc, layout=checked_layout)
     op = "pooling_forward"
     check_arrays(op, x=x, out=out)
     if not isinstance(desc, PoolingDescriptor):
@@ -133,6 +144,8 @@ def pooling_forward(x, desc: PoolingDescriptor, *, layout="NCHW", alpha=1.0, bet
     dtype = check_float_or_half(op, x=x)
     y_shape = _checked_output_shape(op, x.shape, desc, layout)
     check_blend_out(op, out, y_shape, dtype, beta)
+    if usual:
+        _forward_checked.add(key, layout)
     return backend("pooling", x).pooling_forward(x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
 
 
@@ -143,6 +156,12 @@ def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=
     Max pooling recomputes each window's argmax from x (first maximum wins); y is accepted, as in
     cuDNN, and checked for shape. Average pooling reads only dy and the shapes.
     """
+    usual = out is None and alpha == 1.0 and beta == 0.0 and type(desc) is PoolingDescriptor
+    if usual:
+        key = Checked.key((x, y, dy), desc, layout)
+        checked_layout = _backward_checked.get(key)
+        if checked_layout is not None:
+            return backend("pooling", x).pooling_backward(x, y, dy, desc, layout=checked_layout)
     op = "pooling_backward"
     check_arrays(op, x=x, y=y, dy=dy, out=out)
     if not isinstance(desc, PoolingDescriptor):
@@ -161,6 +180,8 @@ def pooling_backward(x, y, dy, desc: PoolingDescriptor, *, layout="NCHW", alpha=
                 f"gives {shape_str(y_shape)}"
             )
     check_blend_out(op, out, x.shape, dtype, beta)
+    if usual:
+        _backward_checked.add(key, layout)
     return backend("pooling", x).pooling_backward(x, y, dy, desc, layout=layout, alpha=alpha, beta=beta, out=out)
 
 

@@ -390,13 +390,11 @@ def _relu_in_place(y):
     return cupy.maximum(y, 0, out=y)
 
 
-def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=(), transformed_filter=None):
-    """The forward F(2x2,3x3) convolution of `inp`; for backward_data inp = dy, out = dx.
-
-    transformed_filter: a list the caller keeps from a forward to the backward_data of the same, unchanged w (the
-    framework's Convolution node: autograd's version check guarantees it). The forward appends its U (w's address,
-    U in memory of its own); the backward_data that finds it there takes its filters from it, with the input and
-    output transforms permuted (kernels/convolution.cu: a rotated filter is a permuted U), and no filter transform."""
+@functools.lru_cache(maxsize=512)
+def _winograd_plan(g, direction):
+    """What _winograd's launches of a problem's direction need but the addresses and alpha / beta (issue 23: made once
+    per problem, not every step): (cin, cout, tiles, U's and V's floats, the filter transform's grid and scalars,
+    the input transform's, the output transform's)."""
     cin, cout, tiles = _winograd_sizes(g, direction)
     if direction == "forward":
         in_h, in_w, out_h, out_w = g.H, g.W, g.P, g.Q
@@ -405,29 +403,44 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=(), 
         in_h, in_w, out_h, out_w = g.P, g.Q, g.H, g.W
         pad_h, pad_w = 2 - g.pad[1], 2 - g.pad[2]
     tiles_h, tiles_w = math.ceil(out_h / 2), math.ceil(out_w / 2)
+    cl, i32 = _flag(g.channels_last), np.int32
+    filter_transform = ((math.ceil(cout * cin / 256),), (i32(g.K), i32(g.C), _flag(direction != "forward"), cl))
+    input_transform = ((grid_stride_blocks(cin * tiles),),
+                       (i32(g.N), i32(cin), i32(in_h), i32(in_w), i32(pad_h), i32(pad_w), i32(tiles_h), i32(tiles_w),
+                        cl))
+    output_transform = ((grid_stride_blocks(cout * tiles),),
+                        (i32(g.N), i32(cout), i32(out_h), i32(out_w), i32(tiles_h), i32(tiles_w)))
+    return cin, cout, tiles, 16 * cout * cin, 16 * cin * tiles, filter_transform, input_transform, output_transform
+
+
+def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=(), transformed_filter=None):
+    """The forward F(2x2,3x3) convolution of `inp`; for backward_data inp = dy, out = dx.
+
+    transformed_filter: a list the caller keeps from a forward to the backward_data of the same, unchanged w (the
+    framework's Convolution node: autograd's version check guarantees it). The forward appends its U (w's address,
+    U in memory of its own); the backward_data that finds it there takes its filters from it, with the input and
+    output transforms permuted (kernels/convolution.cu: a rotated filter is a permuted U), and no filter transform.
+    The workspace holds [U unless kept or own | V (16 x cin x tiles) | M (16 x cout x tiles)], passed as addresses."""
+    cin, cout, tiles, u_floats, v_floats, filter_transform, input_transform, output_transform = \
+        _winograd_plan(g, direction)
     kept = None
     if direction == "backward_data" and transformed_filter:
         ptr, U = transformed_filter[0]
-        kept = U if ptr == w.data.ptr and U.size == 16 * cout * cin else None
+        kept = U if ptr == w.data.ptr and U.size == u_floats else None
         transformed_filter.clear()   # (used once: the memory goes back with it)
     own_u = kept is None and direction == "forward" and transformed_filter is not None
-    u_size = 0 if kept is not None or own_u else 16 * cout * cin
-    ws = handle.workspace(4 * (u_size + 16 * (cin * tiles + cout * tiles)))
-    V = ws[u_size: u_size + 16 * cin * tiles]
-    M = ws[u_size + 16 * cin * tiles: u_size + 16 * (cin * tiles + cout * tiles)]
-    cl = _flag(g.channels_last)
+    u_size = 0 if kept is not None or own_u else u_floats
+    ws = handle.workspace(4 * (u_size + v_floats + 16 * cout * tiles)).data.ptr
+    V, M = ws + 4 * u_size, ws + 4 * (u_size + v_floats)
     if kept is None:
-        U = cupy.empty(16 * cout * cin, dtype=cupy.float32) if own_u else ws[:u_size]
-        get_kernel("convolution", "convolution_winograd_filter_transform")(
-            (math.ceil(cout * cin / 256),), (256,),
-            (w, U, np.int32(g.K), np.int32(g.C), _flag(direction != "forward"), cl))
+        U = cupy.ndarray((u_floats,), dtype=cupy.float32) if own_u else ws
+        grid, scalars = filter_transform
+        get_kernel("convolution", "convolution_winograd_filter_transform")(grid, (256,), (w, U, *scalars))
         if own_u:   # (the latest forward's only: a list handed to two forwards keeps the second's)
             transformed_filter[:] = [(w.data.ptr, U)]
     permute = _flag(kept is not None)
-    get_kernel("convolution", "convolution_winograd_input_transform")(
-        (grid_stride_blocks(cin * tiles),), (256,),
-        (inp, V, np.int32(g.N), np.int32(cin), np.int32(in_h), np.int32(in_w), np.int32(pad_h),
-         np.int32(pad_w), np.int32(tiles_h), np.int32(tiles_w), cl, permute))
+    grid, scalars = input_transform
+    get_kernel("convolution", "convolution_winograd_input_transform")(grid, (256,), (inp, V, *scalars, permute))
     # 16 GEMMs: M[xi] (cout, tiles) = U[xi] (cout, cin) @ V[xi] (cin, tiles); the forward's U is (cin, cout): read
     # transposed
     if kept is None:
@@ -436,10 +449,9 @@ def _winograd(inp, w, bias, out, g, handle, direction, alpha, beta, options=(), 
     else:
         sgemm(cout, tiles, cin, kept, cout, V, tiles, M, trans_a=True, batch=16, stride_a=cout * cin,
               stride_b=cin * tiles, stride_c=cout * tiles)
+    grid, scalars = output_transform
     get_kernel("convolution", "convolution_winograd_output_transform", options)(
-        (grid_stride_blocks(cout * tiles),), (256,),
-        (M, out, bias, np.int32(g.N), np.int32(cout), np.int32(out_h), np.int32(out_w), np.int32(tiles_h),
-         np.int32(tiles_w), np.float32(alpha), np.float32(beta), cl, permute))
+        grid, (256,), (M, out, bias, *scalars, np.float32(alpha), np.float32(beta), _flag(g.channels_last), permute))
 
 
 # ----------------------------------------------------------------------------------------------
