@@ -32,16 +32,19 @@ def _rows_n(x, normalized_ndim):
 
 
 def _ptr(a):
-    return null_pointer() if a is None else cupy.ascontiguousarray(a)
+    """An optional array argument: a null pointer for None, an address as it is, else the C-contiguous array."""
+    return null_pointer() if a is None else a if type(a) is int else cupy.ascontiguousarray(a)
 
 
 def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5, rms=False):
     x = cupy.ascontiguousarray(x)
     rows, n = _rows_n(x, normalized_ndim)
     lead = x.shape[:x.ndim - normalized_ndim]
-    y = cupy.empty_like(x)
-    mean = None if rms else cupy.empty(lead, dtype=cupy.float32)
-    rstd = cupy.empty(lead, dtype=cupy.float32)
+    y = cupy.ndarray(x.shape, dtype=x.dtype)
+    if rms:
+        mean, rstd = None, cupy.ndarray(lead, dtype=cupy.float32)
+    else:   # the two statistics in one allocation (each allocation costs more host time than a view)
+        mean, rstd = cupy.ndarray((2, *lead), dtype=cupy.float32)
     if rows and n:
         blocks = grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16)
         _kernel("layer_norm_forward", x.dtype)(
@@ -54,7 +57,7 @@ def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5
 def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=False, has_bias=True):
     x, dy = cupy.ascontiguousarray(x), cupy.ascontiguousarray(dy)
     rows, n = _rows_n(x, normalized_ndim)
-    dx = cupy.empty_like(x)
+    dx = cupy.ndarray(x.shape, dtype=x.dtype)
     mean_arg = null_pointer() if mean is None else cupy.ascontiguousarray(mean, dtype=cupy.float32)
     rstd = cupy.ascontiguousarray(rstd, dtype=cupy.float32)
     if rows and n:
@@ -77,9 +80,11 @@ def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=Fal
     chunks = max(1, min((rows + 31) // 32, (4 * sm_count() + col_blocks - 1) // col_blocks))
     rows_per_chunk = (rows + chunks - 1) // chunks
     chunks = (rows + rows_per_chunk - 1) // rows_per_chunk
-    # the partial sums of dweight and dbias in one allocation: rows [0, chunks) and [chunks, 2 chunks)
-    part = cupy.empty((2 * chunks if dbias is not None else chunks, n), dtype=cupy.float32)
-    part_w, part_b = part[:chunks], (part[chunks:] if dbias is not None else None)
+    # the partial sums of dweight and dbias in one allocation: rows [0, chunks) and [chunks, 2 chunks), passed by
+    # address (no views made)
+    part = cupy.ndarray((2 * chunks if dbias is not None else chunks, n), dtype=cupy.float32)
+    part_w = part.data.ptr
+    part_b = part_w + 4 * chunks * n if dbias is not None else None
     arrivals = arrival_counters(col_blocks)   # the last block of each column tile writes dweight, dbias: one launch
     _kernel("layer_norm_backward_params", x.dtype)(
         (col_blocks, chunks), PARAM_ROWS,
