@@ -45,7 +45,7 @@ def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
     mode, coef = _mode_and_coef(desc)
     if x.dtype in _HALF_KINDS:
         x = contiguous(x)
-        y = cupy.empty(x.shape, dtype=x.dtype)
+        y = cupy.ndarray(x.shape, dtype=x.dtype)
         if x.size:
             get_kernel("activation", "activation_forward_half")(
                 (grid_stride_blocks(x.size),), (THREADS,),
@@ -57,7 +57,7 @@ def activation_forward(x, desc, *, alpha=1.0, beta=0.0, out=None):
 def _backward_half(x, y, dy, mode, coef):
     dy = contiguous(dy)
     x = contiguous(x if x is not None else y)
-    dx = cupy.empty(dy.shape, dtype=dy.dtype)
+    dx = cupy.ndarray(dy.shape, dtype=dy.dtype)
     if dy.size:
         get_kernel("activation", "activation_backward_half")(
             (grid_stride_blocks(dy.size),), (THREADS,),
@@ -130,7 +130,7 @@ def activation_backward(x, y, dy, desc, *, alpha=1.0, beta=0.0, out=None):
 
 def _elementwise(name, first, second):
     first, second = as_kernel_input(name, first), as_kernel_input(name, second)
-    out = cupy.empty(first.shape, dtype=cupy.float32)
+    out = cupy.ndarray(first.shape, dtype=cupy.float32)
     n = first.size
     if n > 0:
         vectorized = int(is_aligned(first, second, out))

@@ -165,8 +165,8 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
     (q, q_rows), (k, k_rows), (v, v_rows) = _rows(q), _rows(k), _rows(v)
     B, H, L, D = q.shape
     HK, S = k.shape[1], k.shape[2]
-    out = cupy.empty(q.shape, dtype=q.dtype)
-    lse = cupy.empty((B, H, L), dtype=cupy.float32)
+    out = cupy.ndarray(q.shape, dtype=q.dtype)
+    lse = cupy.ndarray((B, H, L), dtype=cupy.float32)
     if B * H * L == 0:
         return out, lse
     if S == 0:
@@ -224,9 +224,9 @@ def _gradients_like(q, k, v):
     reshapes back to (B, T, 3 * H * D) are views (no copies). Contiguous otherwise."""
     packed = _packed((q, k, v)) if q.size else None
     if packed is None:
-        return tuple(cupy.empty(a.shape, dtype=a.dtype) for a in (q, k, v))
+        return tuple(cupy.ndarray(a.shape, dtype=a.dtype) for a in (q, k, v))
     step, nbytes = packed
-    parent = cupy.empty(nbytes // q.itemsize, dtype=q.dtype)
+    parent = cupy.ndarray(nbytes // q.itemsize, dtype=q.dtype)
     return tuple(cupy.ndarray(a.shape, dtype=a.dtype, memptr=parent.data + i * step, strides=a.strides)
                  for i, a in enumerate((q, k, v)))
 
@@ -250,7 +250,7 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
         return dq, dk, dv
     kind = KINDS[q.dtype]
     rows = B * H * L
-    delta = cupy.empty((B, H, L), dtype=cupy.float32)
+    delta = cupy.ndarray((B, H, L), dtype=cupy.float32)
     _kernel("attention_delta", f"{kind}")(((rows + 3) // 4,), (128,),
                                           (out, dout, delta, np.int64(rows), np.int32(D), np.int32(H), np.int32(L),
                                            *d_rows))

@@ -130,15 +130,15 @@ def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var
     for name, a in (("running_mean", running_mean), ("running_var", running_var)):
         if a is not None and (a.dtype != cupy.float32 or not a.flags.c_contiguous):
             raise TypeError(f"{op}: {name} must be a C-contiguous float32 array (it is updated in place)")
-    y = cupy.empty(x.shape, dtype=x.dtype)
-    saved_mean = cupy.empty(param_shape, dtype=cupy.float32)
-    saved_invstd = cupy.empty(param_shape, dtype=cupy.float32)
+    y = cupy.ndarray(x.shape, dtype=x.dtype)
+    saved_mean = cupy.ndarray(param_shape, dtype=cupy.float32)
+    saved_invstd = cupy.ndarray(param_shape, dtype=cupy.float32)
     if x.size == 0:
         return y, saved_mean, saved_invstd   # (the front refuses an empty training batch)
 
     kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
-    partial = cupy.empty((3, splits, C), dtype=cupy.float32)
-    affine = cupy.empty((3, C), dtype=cupy.float32)
+    partial = cupy.ndarray((3, splits, C), dtype=cupy.float32)
+    affine = cupy.ndarray((3, C), dtype=cupy.float32)
     statistics = (np.float32(eps), np.float32(momentum), _pointer(gamma, op), _pointer(beta_, op),
                   null_pointer() if running_mean is None else running_mean,
                   null_pointer() if running_var is None else running_var, saved_mean, saved_invstd, affine,
@@ -170,10 +170,10 @@ def batch_norm_relu_forward_inference(x, gamma, beta_, running_mean, running_var
 def _forward_inference(op, apply_name, x, gamma, beta_, running_mean, running_var, eps, mode, layout):
     x = as_storage_input(op, x)
     outer, C, inner = _view(x.shape, mode, layout)
-    y = cupy.empty(x.shape, dtype=x.dtype)
+    y = cupy.ndarray(x.shape, dtype=x.dtype)
     if x.size == 0:
         return y
-    affine = cupy.empty((3, C), dtype=cupy.float32)
+    affine = cupy.ndarray((3, C), dtype=cupy.float32)
     prepare = get_kernel("batch_norm", "batch_norm_inference_affine")
     prepare((-(-C // THREADS),), (THREADS,),
             (as_kernel_input(op, running_mean), as_kernel_input(op, running_var), _pointer(gamma, op),
@@ -200,16 +200,16 @@ def _backward(op, relu, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, lay
     saved_mean = as_kernel_input(op, saved_mean)
     saved_invstd = as_kernel_input(op, saved_invstd)
     outer, C, inner = _view(x.shape, mode, layout)
-    dx = cupy.empty(x.shape, dtype=x.dtype)
-    dgamma = None if gamma is None else cupy.empty(saved_mean.shape, dtype=cupy.float32)
-    dbeta = None if gamma is None else cupy.empty(saved_mean.shape, dtype=cupy.float32)
+    dx = cupy.ndarray(x.shape, dtype=x.dtype)
+    dgamma = None if gamma is None else cupy.ndarray(saved_mean.shape, dtype=cupy.float32)
+    dbeta = None if gamma is None else cupy.ndarray(saved_mean.shape, dtype=cupy.float32)
     if x.size == 0:
         return dx, dgamma, dbeta
 
     kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
-    partial = cupy.empty((2, splits, C), dtype=cupy.float32)
+    partial = cupy.ndarray((2, splits, C), dtype=cupy.float32)
     mask = (_pointer(gamma, op), _pointer(beta_, op), saved_invstd) if relu else ()
-    coef = cupy.empty((4, C), dtype=cupy.float32)
+    coef = cupy.ndarray((4, C), dtype=cupy.float32)
     count, gamma_ptr = np.float32(outer * inner), _pointer(gamma, op)
     outputs = (null_pointer() if dgamma is None else dgamma, null_pointer() if dbeta is None else dbeta, coef)
     arrivals = arrival_counters(grid[0])

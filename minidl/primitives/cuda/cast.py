@@ -15,7 +15,7 @@ def cast(x, dtype):
     in_kind, out_kind = KINDS.get(x.dtype), KINDS.get(dtype)
     if in_kind is None or out_kind is None or not x.flags.c_contiguous:
         return x.astype(dtype)
-    y = cupy.empty(x.shape, dtype=dtype)
+    y = cupy.ndarray(x.shape, dtype=dtype)
     n = x.size
     if n:
         get_kernel("cast", "cast")((grid_stride_blocks(n),), (THREADS,),

@@ -625,13 +625,13 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out, out_dtype=None):
     dy = cupy.ascontiguousarray(dy)
     rows = dy.size // K if K else 0
     db_dtype = dy.dtype if out_dtype is None else out_dtype
-    db = out if out is not None and out.flags.c_contiguous and out.dtype == dy.dtype else cupy.empty((K,), db_dtype)
+    db = out if out is not None and out.flags.c_contiguous and out.dtype == dy.dtype else cupy.ndarray((K,), db_dtype)
     if out is not None and db is not out and beta != 0:
         db[...] = out
     if K:
         col_tiles, per_chunk, chunks = _bias_split(rows, K)
         kind, out_kind = np.int32(STORAGE_KINDS[dy.dtype]), np.int32(STORAGE_KINDS[db.dtype])
-        partial = cupy.empty((chunks, K), dtype=cupy.float32)
+        partial = cupy.ndarray((chunks, K), dtype=cupy.float32)
         arrivals = arrival_counters(col_tiles)   # the last block of each column tile writes db: one launch
         get_kernel("convolution", "convolution_backward_bias_nhwc")(
             (col_tiles, chunks), (32, 8), (dy, partial, np.int64(rows), np.int32(K), np.int64(per_chunk), kind,

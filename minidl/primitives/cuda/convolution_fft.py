@@ -102,7 +102,7 @@ def _spectrum(a, shape, offset=(0, 0)):
 def _products(a, b, I, J, L, a_si, a_sl, b_sl, b_sj, conj_a, conj_b):
     """out[i, j, f] = sum_l op(a(i, l, f)) op(b(l, j, f)) by kernels/convolution_tc.cu."""
     F = a.shape[-1] * a.shape[-2]
-    out = cupy.empty((I, J) + tuple(a.shape[-2:]), dtype=cupy.complex64)
+    out = cupy.ndarray((I, J) + tuple(a.shape[-2:]), dtype=cupy.complex64)
     kernel = get_kernel("convolution_tc", "convolution_fft_products", options=("-DCONV_TC_KIND=-1",))
     a, b = cupy.ascontiguousarray(a, dtype=cupy.complex64), cupy.ascontiguousarray(b, dtype=cupy.complex64)
     grid = (math.ceil(F / THREADS), math.ceil(I / TI), math.ceil(J / TJ))

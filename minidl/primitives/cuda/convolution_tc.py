@@ -193,16 +193,16 @@ def _output(op, out, shape_nhwc, dtype, beta, layout, *inputs):
     """(target, original): the contiguous NHWC array the kernel writes, and the user's array to copy
     it into afterwards (None when the kernel writes the user's `out` itself)."""
     if out is None:
-        return cupy.empty(shape_nhwc, dtype=dtype), None
+        return cupy.ndarray(shape_nhwc, dtype=dtype), None
     if out.dtype != dtype:
         raise TypeError(f"{op}: out has dtype {out.dtype}, expected {dtype}")
     if layout == "NCHW":
-        target = _to_nhwc(out) if beta != 0 else cupy.empty(shape_nhwc, dtype=dtype)
+        target = _to_nhwc(out) if beta != 0 else cupy.ndarray(shape_nhwc, dtype=dtype)
         return target, out
     overlaps = any(a is not None and cupy.may_share_memory(out, a) for a in inputs)
     if out.flags.c_contiguous and not overlaps:
         return out, None
-    target = out.copy(order="C") if beta != 0 else cupy.empty(shape_nhwc, dtype=dtype)
+    target = out.copy(order="C") if beta != 0 else cupy.ndarray(shape_nhwc, dtype=dtype)
     return target, out
 
 
@@ -213,7 +213,7 @@ def _channels_first_output(out, shape, layout, dtype, *inputs):
     channels-first memory: what a training layer on NCHW tensors hands its NHWC plan (nn.functional.convolution)."""
     if layout == "NCHW":
         if out is None:
-            y = cupy.empty(tuple(int(s) for s in shape), dtype=dtype)
+            y = cupy.ndarray(tuple(int(s) for s in shape), dtype=dtype)
         elif out.dtype == dtype and out.flags.c_contiguous and not _overlaps(out, inputs):
             y = out
         else:
@@ -360,7 +360,7 @@ def _filter_gradient_channels_first(x, dy, problem, alpha, beta, out):
     if not reads_channels_first("backward_filter", problem, g) or not g["N"] * g["P"] * g["Q"] * problem.K * problem.C:
         return None
     if out is None:
-        dw = cupy.empty(problem.w_shape, dtype=cupy.float32)
+        dw = cupy.ndarray(problem.w_shape, dtype=cupy.float32)
     elif (out.dtype == cupy.float32 and out.flags.c_contiguous and tuple(out.shape) == tuple(problem.w_shape)
           and not _overlaps(out, (x, dy))):
         dw = out

@@ -255,7 +255,7 @@ def convolution_backward_filter(x, dy, dw, g, dtype, alpha, beta, workspace, red
            _common.tf32_tma_type, TILE_WIDTHS, cupy.cuda.runtime.getDevice())
     plan = _planned(key, lambda: _wgrad_plan(g, dtype, x.itemsize, x.shape[-1], dw, padded, alpha_k, beta_k))
     target_shape = plan[-1]
-    target = dw if target_shape is None else cupy.empty(target_shape, dtype=dw.dtype)
+    target = dw if target_shape is None else cupy.ndarray(target_shape, dtype=dw.dtype)
     _wgrad_launch(plan[:-1], dy, x, target, alpha_k, beta_k, workspace, reduce_kernel)
     if target_shape is not None:
         grad = target[..., :g["C"]]
@@ -324,7 +324,7 @@ def convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, workspace, reduc
     shift = plan[-1]
     if shift is not None:   # x once per filter column, moved by that column's offset (TMA boxes start 16-byte aligned)
         rows, W, Q, S, step, first = shift
-        xs = cupy.empty(S * rows * Q, dtype=cupy.float32)
+        xs = cupy.ndarray(S * rows * Q, dtype=cupy.float32)
         get_kernel("convolution_wgmma", "convolution_wgmma_shift_columns")(
             (grid_stride_blocks(rows * Q // 4),), (256,),
             (x, xs, np.int64(rows), np.int32(W), np.int32(Q), np.int32(S), np.int32(step), np.int32(first)))

@@ -30,7 +30,7 @@ def _launch(name, a, p, seed, offset):
     float32 kernel takes its float4 flag), into a new array of a's dtype."""
     half = a.dtype in _HALF_KINDS
     a = contiguous(a) if half else as_kernel_input(name, a)
-    result = cupy.empty(a.shape, dtype=a.dtype)
+    result = cupy.ndarray(a.shape, dtype=a.dtype)
     n = a.size
     if n == 0:
         return result
@@ -74,7 +74,7 @@ def dropout_backward(dy, p, seed, *, offset=0):
 
 def philox_advance(state, count):
     """claimed = state (a copy, new array), then state[1] += count rounded up to 4, on the device."""
-    claimed = cupy.empty(2, dtype=cupy.uint64)
+    claimed = cupy.ndarray(2, dtype=cupy.uint64)
     kernel = get_kernel("dropout", "philox_advance")
     kernel((1,), (1,), (state, claimed, np.uint64(int(count))))
     return claimed
@@ -96,7 +96,7 @@ def philox4x32(counter_words, key_words):
 
 
 def _philox_fill(name, shape, seed, offset, dtype):
-    out = cupy.empty(shape, dtype=dtype)
+    out = cupy.ndarray(shape, dtype=dtype)
     n = out.size
     if n:
         device_state = isinstance(seed, cupy.ndarray)
@@ -108,7 +108,7 @@ def _philox_fill(name, shape, seed, offset, dtype):
 
 def philox_bits(shape, seed, *, offset=0):
     """The uint32 words of the Philox stream (kernels/dropout.cu's philox_bits)."""
-    out = cupy.empty(shape, dtype=cupy.uint32)
+    out = cupy.ndarray(shape, dtype=cupy.uint32)
     n = out.size
     if n:
         device_state = isinstance(seed, cupy.ndarray)

@@ -34,7 +34,7 @@ def embedding_forward(weight, indices, *, padding_idx=None):
     weight = cupy.ascontiguousarray(weight)
     indices, ctype = _indices(indices)
     dim = weight.shape[1]
-    out = cupy.empty(indices.shape + (dim,), dtype=weight.dtype)
+    out = cupy.ndarray(indices.shape + (dim,), dtype=weight.dtype)
     n = indices.size
     if n and dim:
         vec = (dim * weight.itemsize) % 16 == 0 and weight.data.ptr % 16 == 0

@@ -358,13 +358,13 @@ def _gemm_output(out, shape, dtype, beta, *inputs):
     """(target, original) as _launch.kernel_output, for any dtype: the C-contiguous array the kernel
     writes, and the user's `out` to copy it into afterwards (None when the kernel writes `out` itself)."""
     if out is None:
-        return cupy.empty(shape, dtype=dtype), None
+        return cupy.ndarray(shape, dtype=dtype), None
     if out.dtype != dtype:
         raise TypeError(f"gemm: out has dtype {out.dtype}, expected {dtype}")
     overlaps = any(cupy.may_share_memory(out, a) for a in inputs)
     if out.flags.c_contiguous and not overlaps:
         return out, None
-    scratch = out.copy(order="C") if beta != 0 else cupy.empty(shape, dtype=dtype)
+    scratch = out.copy(order="C") if beta != 0 else cupy.ndarray(shape, dtype=dtype)
     return scratch, out
 
 
@@ -470,7 +470,7 @@ def _gemm_tc_arrays(a, b, trans_a, trans_b, alpha, beta, out, bias=None, out_dty
         if out_dtype is not None and gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], target, dtype=a.dtype,
                                              trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, batch=batch,
                                              out_dtype=out_dtype, **strides) is None:
-            half = cupy.empty(out_shape, dtype=a.dtype)   # (wgmma declined: the mma.sync kernel stores 16 bits)
+            half = cupy.ndarray(out_shape, dtype=a.dtype)   # (wgmma declined: the mma.sync kernel stores 16 bits)
             gemm_tc(M, N, K, a, a.shape[-1], b, b.shape[-1], half, trans_a=trans_a, trans_b=trans_b, alpha=alpha,
                     beta=beta, batch=batch, **strides)
             target = cast(half, out_dtype)

@@ -153,7 +153,7 @@ def _padded_copy(ptr, rows, cols, ld, stride, batch, itemsize):
     if batched:
         shape, strides = (batch,) + shape, (stride,) + strides
     ld_out = -(-cols // (16 // itemsize)) * (16 // itemsize)
-    out = cupy.empty(shape[:-1] + (ld_out,), dtype=bits)
+    out = cupy.ndarray(shape[:-1] + (ld_out,), dtype=bits)
     out[..., :cols] = _view(ptr, shape, strides, bits)
     return out, out.data.ptr, ld_out, (rows * ld_out if batched else 0)
 
@@ -164,7 +164,7 @@ def _k_major_copy(ptr, rows, k, ld, stride, batch, dtype):
     never read: the map's extent is K). Returns (copy, pointer, leading dimension, batch stride)."""
     ld_out = -(-k // 4) * 4
     count = batch if batch > 1 and stride != 0 else 1   # a broadcast operand (stride 0): one matrix
-    out = cupy.empty((count, rows, ld_out) if count > 1 else (rows, ld_out), dtype=np.float32)
+    out = cupy.ndarray((count, rows, ld_out) if count > 1 else (rows, ld_out), dtype=np.float32)
     kernel = get_kernel("gemm_wgmma", "gemm_wgmma_transpose")
     i32, i64 = np.int32, np.int64
     kernel((math.ceil(rows / 32), math.ceil(k / 32), count), (32, 8),

@@ -47,7 +47,7 @@ class Handle:
         count = max(1, (int(nbytes) + 3) // 4)
         if self._workspace is None or self._workspace.size < count:
             self._workspace = None
-            self._workspace = cupy.empty(count, dtype=cupy.float32)
+            self._workspace = cupy.ndarray(count, dtype=cupy.float32)
         return self._workspace
 
     @property

@@ -68,8 +68,8 @@ def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=Fal
     if weight is None:
         return dx, None, None
     shape = x.shape[x.ndim - normalized_ndim:]
-    dweight = cupy.empty(shape, dtype=weight.dtype)
-    dbias = cupy.empty(shape, dtype=weight.dtype) if has_bias and not rms else None
+    dweight = cupy.ndarray(shape, dtype=weight.dtype)
+    dbias = cupy.ndarray(shape, dtype=weight.dtype) if has_bias and not rms else None
     if not rows:
         dweight.fill(0)
         if dbias is not None:

@@ -37,7 +37,7 @@ def layout_transform(x, layout: str, out=None):
         return out
     if (x.data.ptr | (0 if out is None else out.data.ptr)) % 4 and single is not None:
         expression, grid = single   # pairs need 4-byte aligned rows: one element at a time
-    y = cupy.empty(out_shape, dtype=x.dtype) if out is None else out
+    y = cupy.ndarray(out_shape, dtype=x.dtype) if out is None else out
     if grid is not None:
         get_template_kernel("layout", expression)(grid, (32, 8), (x, y, *args))
     return y

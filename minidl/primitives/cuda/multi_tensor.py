@@ -69,7 +69,7 @@ def tensor_table(columns, aux=None):
     if _capturing():
         pinned = cupy.cuda.alloc_pinned_memory(max(host_rows.nbytes, 1))
         np.frombuffer(pinned, np.int64, host_rows.size)[...] = host_rows.ravel()
-        table = cupy.empty((n, TABLE_COLS), dtype=cupy.int64)
+        table = cupy.ndarray((n, TABLE_COLS), dtype=cupy.int64)
         if n:
             runtime = cupy.cuda.runtime
             runtime.memcpyAsync(table.data.ptr, pinned.ptr, host_rows.nbytes, runtime.memcpyHostToDevice,
@@ -172,7 +172,7 @@ def multi_tensor_l2norm(tensors, max_norm=None):
     if n == 0:
         return total_norm, clip_coef
     grid, block = _grid(chunks)
-    partial = cupy.empty(grid[0], dtype=cupy.float32)
+    partial = cupy.ndarray(grid[0], dtype=cupy.float32)
     get_kernel("multi_tensor", "multi_tensor_l2norm_partial")(grid, block, (table, np.int32(n), np.int64(chunks), partial))
     get_kernel("multi_tensor", "multi_tensor_l2norm_finalize")(
         (1,), (THREADS,), (partial, np.int32(grid[0]), np.float32(0.0 if max_norm is None else max_norm), total_norm,

@@ -66,7 +66,7 @@ def _data_and_output(op, x, out, shape, beta, *inputs):
     if x.dtype in HALF_KINDS and out is None:
         import cupy
 
-        return as_storage_input(op, x), cupy.empty(shape, dtype=x.dtype), None
+        return as_storage_input(op, x), cupy.ndarray(shape, dtype=x.dtype), None
     x = as_kernel_input(op, x)
     return (x,) + kernel_output(op, out, shape, beta, x, *inputs)
 
@@ -180,8 +180,8 @@ def max_pooling_forward_with_indices(x, desc, *, layout="NCHW"):
     op = "max_pooling_forward_with_indices"
     x = as_kernel_input(op, x)
     y_shape = pooling_output_shape(x.shape, desc, layout)
-    y = cupy.empty(y_shape, dtype=cupy.float32)
-    indices = cupy.empty(y_shape, dtype=cupy.int64)
+    y = cupy.ndarray(y_shape, dtype=cupy.float32)
+    indices = cupy.ndarray(y_shape, dtype=cupy.int64)
     shape_args = _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout, desc.dilation)
     if y.size:
         kernel = get_kernel("pooling", "max_pooling_forward_with_indices")
@@ -220,7 +220,7 @@ def max_unpooling_backward(dx, indices, *, layout="NCHW"):
     op = "max_unpooling_backward"
     dx = as_kernel_input(op, dx)
     indices = cupy.ascontiguousarray(indices, dtype=cupy.int64)
-    dy = cupy.empty(indices.shape, dtype=cupy.float32)
+    dy = cupy.ndarray(indices.shape, dtype=cupy.float32)
     _, _, x_spatial = _split_shape(dx.shape, layout)
     if dy.size:
         kernel = get_kernel("pooling", "max_unpooling_backward")

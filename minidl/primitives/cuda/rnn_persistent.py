@@ -269,7 +269,7 @@ def _forward_struct(run, y, column, exchange, slots=2, x=None, xh=None):
 
 def _exchange(math, B, H, slots=2):
     """bf16: the CTAs stage h from the second step on as bfloat16 (DirForward::xchg, `slots` slots of (B, H))."""
-    return cupy.empty(slots * B * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+    return cupy.ndarray(slots * B * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
 
 
 def _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, wave):
@@ -316,7 +316,7 @@ def _backward_struct(run, dout, column, dh, dc, exchange, slots=2, above=None, a
 def _gate_exchange(math, B, H, G, slots=2):
     """bf16: each step's dgates_h goes to the other CTAs as bfloat16 (DirBackward::xchg, `slots` slots of (B, G*H)):
     the product rounds it to bfloat16 anyway, and staging it is half the backward step's memory traffic."""
-    return cupy.empty(slots * B * G * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+    return cupy.ndarray(slots * B * G * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
 
 
 def _launch_backward(mode, launch, structs, lengths, T, B, H, D, math, wave):
@@ -335,7 +335,7 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
     launch = the_plan.partial if partial else the_plan.backward
     if partial:   # two slots of (CTAs, B, H) partial sums per direction; no exchange
         per_direction = launch.blocks // D
-        part = [cupy.empty(2 * per_direction * B * H, dtype=cupy.float32) for _ in directions]
+        part = [cupy.ndarray(2 * per_direction * B * H, dtype=cupy.float32) for _ in directions]
         exchange = [None] * D
     else:
         part = [None] * D

@@ -127,9 +127,9 @@ def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_in
     rows = outer * inner
     kind = np.int32(STORAGE_KINDS[x.dtype])   # 16-bit logits read as they are (the loss and stats are float32)
     w = contiguous(weight.astype(cupy.float32, copy=False)) if weight is not None else None
-    loss_rows = cupy.empty(rows, dtype=cupy.float32)
-    weight_rows = cupy.empty(rows, dtype=cupy.float32)
-    stats = cupy.empty((rows, 2), dtype=cupy.float32)
+    loss_rows = cupy.ndarray(rows, dtype=cupy.float32)
+    weight_rows = cupy.ndarray(rows, dtype=cupy.float32)
+    stats = cupy.ndarray((rows, 2), dtype=cupy.float32)
     wp = w if w is not None else null_pointer()
     block, vec4 = _ce_block(x, C, inner)
     if rows:
@@ -149,7 +149,7 @@ def cross_entropy_forward(x, target, weight=None, *, reduction="mean", ignore_in
                 (grid_stride_blocks(rows),), (THREADS,),
                 (x, t, wp, loss_rows, weight_rows, stats, np.int64(rows), np.int32(C), np.int64(inner),
                  np.int64(ignore_index), np.float32(label_smoothing), kind))
-    sums = cupy.empty(2, dtype=cupy.float32)    # the reduced loss and the mean's denominator (also for "none")
+    sums = cupy.ndarray(2, dtype=cupy.float32)    # the reduced loss and the mean's denominator (also for "none")
     get_kernel("softmax", "cross_entropy_reduce")(
         (1,), (CE_REDUCE_THREADS,), (loss_rows, weight_rows, np.int64(rows), np.int32(reduction == "mean"), sums))
     if reduction == "none":
@@ -166,7 +166,7 @@ def cross_entropy_backward(x, target, stats, dloss, denom, weight=None, *, reduc
                                                 ignore_index=ignore_index, label_smoothing=label_smoothing)
     x, t = contiguous(x), _int64(target)
     outer, C, inner = _ce_split(x)
-    dx = cupy.empty(x.shape, dtype=x.dtype)   # 16-bit logits: their gradient rounded once, in the kernel
+    dx = cupy.ndarray(x.shape, dtype=x.dtype)   # 16-bit logits: their gradient rounded once, in the kernel
     if dx.size == 0:
         return dx
     kind = np.int32(STORAGE_KINDS[x.dtype])
