@@ -5,6 +5,7 @@ GPU generator). Arguments were validated by minidl/primitives/dropout.py.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import cupy
@@ -14,6 +15,7 @@ from ._compile import get_kernel
 from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, as_kernel_input, contiguous, grid_stride_blocks, is_aligned, null_pointer, on_host
 
 
+@functools.lru_cache(maxsize=64)   # (a layer's p, every step: the NumPy scalars made once)
 def _threshold_and_scale(p: float):
     """keep <=> (word >> 8) >= threshold, threshold = ceil(p * 2^24): the exact integer form of
     u >= p for u = (word >> 8) * 2^-24 (p * 2^24 is exact in float64, so no rounding of p)."""
@@ -35,7 +37,7 @@ def _launch(name, a, p, seed, offset):
     if n == 0:
         return result
     offset = int(offset)
-    threshold, scale = _threshold_and_scale(p)
+    threshold, scale = _threshold_and_scale(float(p))
     if isinstance(seed, cupy.ndarray):
         # Device-resident (seed, offset): the kernel reads them (a CUDA graph replays with the values
         # the array holds then). Offsets from philox_advance are multiples of 4; the kernel turns the
