@@ -124,9 +124,10 @@ def _graph_plan(plan, x_shape, w_shape):
 
 
 def _channels_first_like(a, shape_nhwc):
-    """A new channels-first array (N, C, *spatial) of the NHWC shape (N, *spatial, C), a's dtype and device (NumPy's
-    empty_like hands a CuPy array to CuPy: NEP 18)."""
-    return np.empty_like(a, shape=(shape_nhwc[0], shape_nhwc[-1], *shape_nhwc[1:-1]), order="C")
+    """A new channels-first array (N, C, *spatial) of the NHWC shape (N, *spatial, C), of a's type (NumPy's or CuPy's
+    ndarray, made by its own constructor: empty_like's dispatch costs more host time than the array) and dtype."""
+    make = np.empty if isinstance(a, np.ndarray) else type(a)
+    return make((shape_nhwc[0], shape_nhwc[-1], *shape_nhwc[1:-1]), dtype=a.dtype)
 
 
 def _kernel_layout_shape(shape, layout):
