@@ -309,13 +309,11 @@ def convolution_backward_data(w, dy, problem, alpha, beta, out):
     M, N = g["N"] * g["H"] * g["W"], g["C"]
     work = M * N and g["N"] * g["P"] * g["Q"]
     if work:
-        # the GEMM-ready filters: (C, R, S, K), rows = input channel, reduction (r, s, k) contiguous. Two launches of
-        # the planned layout transform (issue 23: CuPy's copy of a transposed view costs ~5x their host time):
-        # (K, taps, C) -> (K, C, taps), the channels-first filter; seen as (1, K, C * taps) -> (1, C * taps, K)
-        K, C = g["K"], g["C"]
-        taps = w.size // (K * C)
-        first = layout_transform(w.reshape(K, taps, C), "NCHW")
-        wt = layout_transform(first.reshape(1, K, C * taps), "NHWC").reshape(C, g["R"], g["S"], K)
+        # the GEMM-ready filters: (C, R, S, K), rows = input channel, reduction (r, s, k) contiguous
+        nbytes = w.size * w.itemsize
+        wt = get_handle().workspace(nbytes).view(cupy.uint8)[:nbytes].view(dtype).reshape(g["C"], g["R"], g["S"],
+                                                                                          g["K"])
+        wt[...] = w.reshape(g["K"], g["R"], g["S"], g["C"]).transpose(3, 1, 2, 0)
         why = _wgmma.reason("backward_data", g, problem.dtype, (wt, dy))
         if why is None:
             direct = _channels_first_output(out, problem.x_shape, layout, dtype, wt, dy)
