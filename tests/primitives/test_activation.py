@@ -188,3 +188,23 @@ def test_fast_erfc_is_within_its_bound_and_float32_gelu_is_accurate():
     exact_dx = dy * (cdf + x64 * np.exp(-0.5 * x64 * x64) / math.sqrt(2 * math.pi))
     # near x = -0.75 the slope Phi(x) + x phi(x) crosses 0: there the bound is absolute, 1e-7 in slope units
     assert (np.abs(dx - exact_dx) <= 5e-7 * np.abs(exact_dx) + 1e-7 * np.abs(dy)).all()
+
+
+def test_the_usual_call_is_told_in_a_few_comparisons_and_others_are_still_checked():
+    """activation_forward / _backward take the usual call (one array type, shape and float dtype, no blending)
+    straight to the backend (issue 23); anything else still meets the checks: a dy of another shape or dtype, a
+    desc that is not a descriptor, integer data."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    desc = ActivationDescriptor("relu")
+    y = activation_forward(x, desc)
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    np.testing.assert_array_equal(activation_backward(x, y, x, desc), np.where(x > 0, x, 0))
+    with pytest.raises(ValueError, match=r"activation_backward: x \(2, 3\), y \(2, 3\) and dy \(3, 2\)"):
+        activation_backward(x, y, x.reshape(3, 2), desc)
+    with pytest.raises(TypeError, match="activation_backward: all arrays must have the same dtype"):
+        activation_backward(x, y, x.astype(np.float64), desc)
+    with pytest.raises(TypeError, match="activation_forward: desc"):
+        activation_forward(x, "relu")
+    with pytest.raises(TypeError, match="activation_forward: x must be float32 or float64"):
+        activation_forward(x.astype(np.int32), desc)

@@ -230,3 +230,25 @@ def test_a_batchnorm_layer_counts_as_torch_does():
     with pytest.raises(ValueError):
         ours(minidl.tensor(x[:, :2]))   # wrong channels: nothing changes (torch would count it first)
     assert int(ours.num_batches_tracked.item()) == 3
+
+
+def test_a_signature_checked_once_still_refuses_a_bad_call(rng):
+    """The fronts keep the signatures whose checks passed (issue 23: the same ones every step) and skip the checks for
+    them: a signature seen before gives what its first call gave (with the layout as normalised then: "nhwc"), and a
+    call that differs in any checked way (a parameter's shape, dy's shape) is checked, and refused, as ever."""
+    x, gamma, beta_, rm, rv = make(rng, (4, 5, 5, 3), 3, np.float32)
+    runs = []
+    for _ in range(2):
+        state = (rm.copy(), rv.copy())
+        y, mean, invstd = batch_norm_forward_training(x, gamma, beta_, *state, layout="nhwc")
+        dx, dgamma, dbeta = batch_norm_backward(x, y, gamma, mean, invstd, layout="nhwc")
+        runs.append((y, mean, invstd, dx, dgamma, dbeta, *state))
+    for first, second in zip(*runs):
+        np.testing.assert_array_equal(first, second)
+    op = "batch_norm_forward_training"
+    with pytest.raises(ValueError, match=rf"{op}: gamma has shape \(4\), but x \(4, 5, 5, 3\) \(NHWC, mode=spatial\)"):
+        batch_norm_forward_training(x, np.ones(4, np.float32), beta_, rm, rv, layout="nhwc")
+    with pytest.raises(ValueError, match=r"batch_norm_backward: dy has shape \(4, 5, 5, 2\), but x has shape"):
+        batch_norm_backward(x, y[..., :2], gamma, mean, invstd, layout="nhwc")
+    with pytest.raises(ValueError, match=rf"{op}: momentum must be in \[0, 1\]"):
+        batch_norm_forward_training(x, gamma, beta_, rm, rv, momentum=-0.5, layout="nhwc")

@@ -276,3 +276,20 @@ def test_max_pool_with_nan_and_inf_matches_torch(kernel, stride, padding, rng):
     np.testing.assert_array_equal(np.isnan(y), np.isnan(y_ref))
     np.testing.assert_allclose(y[~np.isnan(y)], y_ref[~np.isnan(y_ref)], rtol=1e-6)
     np.testing.assert_allclose(dx, dx_ref, rtol=1e-6, atol=1e-7)
+
+
+def test_a_signature_checked_once_still_refuses_a_bad_call():
+    """pooling_forward / pooling_backward skip their checks for a signature that passed them before (issue 23): the
+    second call of a signature equals the first, with the layout as normalised then ("nhwc"), and a call whose dy or
+    x no longer fits is refused as ever."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
+    desc = PoolingDescriptor("max", (2, 2))
+    ys = [pooling_forward(x, desc, layout="nhwc") for _ in range(2)]
+    np.testing.assert_array_equal(ys[0], ys[1])
+    dxs = [pooling_backward(x, ys[0], ys[0] * 2, desc, layout="nhwc") for _ in range(2)]
+    np.testing.assert_array_equal(dxs[0], dxs[1])
+    with pytest.raises(ValueError, match=r"pooling_backward: dy has shape \(2, 3, 2, 3\), but pooling x"):
+        pooling_backward(x, ys[0], ys[0][:, :, :2], desc, layout="nhwc")
+    with pytest.raises(ValueError, match="pooling_forward: x must have 4 dims"):
+        pooling_forward(x[0], desc, layout="nhwc")
