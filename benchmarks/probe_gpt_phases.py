@@ -7,6 +7,7 @@ each round, interleaved rounds, the fastest round of each phase kept.
     python3 benchmarks/probe_gpt_phases.py [--fp32] [--steps 30] [--rounds 3] [--pin 3]
     python3 benchmarks/probe_gpt_phases.py --modules     # also: the forward's host time by module class
     python3 benchmarks/probe_gpt_phases.py --backward    # also: minidl's backward by Function class, and the engine's own
+    python3 benchmarks/probe_gpt_phases.py --forward     # also: minidl's forward by Function class, and the layers around
     python3 benchmarks/probe_gpt_phases.py --model mnist [--math tf32]   # issue 23's small CNNs (mnist, cifar) instead:
         bench_gpu_train_step.py's models, batches and SGD; fp32 or TF32, no clipping phase
 
@@ -86,9 +87,12 @@ def module_times(lib, model, x, y, vocab, amp, sync, steps):
     return {k: v / steps for k, v in totals.items()}
 
 
-def backward_times(minidl, model, opt, x, y, vocab, amp, sync, steps):
-    """minidl's backward pass: host seconds per step in each Function class's backward (wrapped for the run), and
-    in the tape's own loop (the backward's wall time less the sum of the nodes')."""
+def node_times(minidl, method, model, opt, x, y, vocab, amp, sync, steps):
+    """minidl's Function nodes in one phase: host seconds per step in each Function class's `method` ("forward" or
+    "backward", wrapped for the run; exclusive: a method called from another's, as AutocastLinear.forward calls
+    Linear.forward, is taken out of its caller's), the phase's wall time, and the rest of it (the wall time less the
+    methods': for the backward the tape's own loop, for the forward the modules, functionals and the tape's records
+    around the ops)."""
     from minidl.autograd.function import Function
 
     def subclasses(c):
@@ -96,35 +100,48 @@ def backward_times(minidl, model, opt, x, y, vocab, amp, sync, steps):
             yield sub
             yield from subclasses(sub)
 
-    totals, counts, wrapped = {}, {}, []
+    totals, counts, wrapped, stack = {}, {}, [], []
     for cls in set(subclasses(Function)):
-        original = cls.__dict__.get("backward")
+        original = cls.__dict__.get(method)
         if original is None or isinstance(original, (staticmethod, classmethod)) or not callable(original):
             continue
 
-        def timed(self, *grads, _original=original):
+        def timed(self, *args, _original=original, **kwargs):
+            # (a node's own class takes the time of every method of it on the stack: AutocastLinear's forward and
+            # the Linear.forward it calls are one AutocastLinear; a call counts once, at its outermost method)
+            outermost = all(owner is not self for owner, _ in stack)
+            stack.append([self, 0.0])
             start = time.perf_counter()
             try:
-                return _original(self, *grads)
+                return _original(self, *args, **kwargs)
             finally:
+                spent = time.perf_counter() - start
+                children = stack.pop()[1]
+                if stack and stack[-1][0] is not self:
+                    stack[-1][1] += spent   # another node's method called this one: out of that one's own time
                 name = type(self).__name__
-                totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
-                counts[name] = counts.get(name, 0) + 1
+                own = spent - children if outermost else 0.0
+                totals[name] = totals.get(name, 0.0) + own
+                counts[name] = counts.get(name, 0) + outermost
 
         wrapped.append((cls, original))
-        cls.backward = timed
+        setattr(cls, method, timed)
     whole = 0.0
     try:
         for _ in range(steps):
+            start = time.perf_counter()
             loss = _loss(minidl, model, x, y, vocab, amp)
+            if method == "forward":
+                whole += time.perf_counter() - start
             opt.zero_grad()
             start = time.perf_counter()
             loss.backward()
-            whole += time.perf_counter() - start
+            if method == "backward":
+                whole += time.perf_counter() - start
             sync()
     finally:
         for cls, original in wrapped:
-            cls.backward = original
+            setattr(cls, method, original)
     nodes = sum(totals.values())
     return ({k: (v / steps, counts[k] / steps) for k, v in totals.items()}, whole / steps, (whole - nodes) / steps)
 
@@ -137,6 +154,8 @@ def main(argv=None):
     ap.add_argument("--pin", type=int, default=None)
     ap.add_argument("--modules", action="store_true", help="also the forward's host time by module class")
     ap.add_argument("--backward", action="store_true", help="also minidl's backward by Function class")
+    ap.add_argument("--forward", action="store_true", help="also minidl's forward by Function class (its forward "
+                                                           "methods: the primitive fronts and launchers inside them)")
     ap.add_argument("--model", choices=("gpt", "mnist", "cifar"), default="gpt",
                     help="char_gpt (default), or bench_gpu_train_step.py's MNIST CNN or small CIFAR CNN")
     ap.add_argument("--math", choices=("fp32", "tf32"), default="fp32", help="the CNNs' math (char_gpt: --fp32)")
@@ -211,14 +230,18 @@ def main(argv=None):
             print(f"| {cls} | {a * 1e3:.3f} | {b * 1e3:.3f} | {a / b:.2f} |")
 
 
-    if args.backward:
+    for method, asked, rest in (("forward", args.forward, "the modules, functionals and the tape's records around "
+                                                          "the ops"),
+                                ("backward", args.backward, "the tape's own loop")):
+        if not asked:
+            continue
         lib, m, o, x, y, sync = sides["minidl"]
-        per_class, whole, engine = backward_times(lib, m, o, x, y, vocab, amp, sync, args.steps)
-        print(f"\nminidl's backward: {whole * 1e3:.2f} ms a step, of which the tape's own loop {engine * 1e3:.2f} ms "
-              "(the rest in the nodes' backward methods; timers on)")
+        per_class, whole, other = node_times(lib, method, m, o, x, y, vocab, amp, sync, args.steps)
+        print(f"\nminidl's {method}: {whole * 1e3:.2f} ms a step, of which {rest} {other * 1e3:.2f} ms (the rest in the "
+              f"nodes' {method} methods, exclusive; timers on)")
         print("| Function | calls a step | ms a step | us a call |\n| --- | ---: | ---: | ---: |")
         for name, (t, n) in sorted(per_class.items(), key=lambda kv: -kv[1][0]):
-            print(f"| {name} | {n:.0f} | {t * 1e3:.3f} | {t / n * 1e6:.1f} |")
+            print(f"| {name} | {n:.0f} | {t * 1e3:.3f} | {t / max(n, 1e-9) * 1e6:.1f} |")
 
 
 if __name__ == "__main__":
