@@ -19,8 +19,8 @@ What is recorded, exactly:
     between two CUDA events recorded on the current stream before and after the call;
   * user ranges: `with minidl.profiler.record_function("name"):`;
   * kernel launches: each launch of a kernel of kernels/*.cu (every kernel the primitive library
-    launches goes through minidl/primitives/cuda/_compile.get_kernel, which hands out counting
-    kernels while a profile is active), attributed to the primitive call that made it. NOT counted:
+    launches is a minidl/primitives/cuda/_launch.Kernel, whose launch counts itself while a profile is
+    active, also when a launcher kept the kernel in a launch plan made before the profile), attributed to the primitive call that made it. NOT counted:
     CuPy's own kernels (array arithmetic written with CuPy in the framework: loss formulas, the
     per-parameter optimizer path, `x + y` of Tensors, fills and copies) and cuBLAS calls (Linear
     with backends.cuda.use_cublas). The step's `other_launches` column is therefore a lower bound
@@ -28,7 +28,7 @@ What is recorded, exactly:
 
 How: entering a profile replaces the public functions in the `minidl.primitives` namespace by timing
 wrappers and puts them back on exit, so nothing is measured, wrapped or slowed when no profile is
-active (the only check left on the launch path is one global read in get_kernel).
+active (the only check left on the launch path is one global read in Kernel.__call__).
 CUDA events cost a few µs of host time per call; host times under the CUDA activity include them.
 On the CPU path (NumPy) only host times are recorded.
 """
@@ -159,30 +159,11 @@ def _on_gpu(args, kwargs) -> bool:
     return False
 
 
-class _LaunchCounter:
-    """What get_kernel hands out while profiling: counts each launch, then launches."""
-
-    __slots__ = ("kernel",)
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-
-    def __call__(self, *args, **kwargs):
-        if _active is not None:
-            _active._launches += 1
-        return self.kernel(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.kernel, name)
-
-    def __setattr__(self, name, value):
-        # A launcher that compiles its kernel while a profile is active sets attributes on what get_kernel
-        # gave it (max_dynamic_shared_size_bytes of the wgmma GEMM, the tensor-core GEMM, attention): they
-        # belong to the kernel itself.
-        if name == "kernel":
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self.kernel, name, value)
+def _count_launch():
+    """What every kernel launch calls while a profile is active (primitives/_common.launch_counter, read by
+    _launch.Kernel.__call__): one more launch for the active profile."""
+    if _active is not None:
+        _active._launches += 1
 
 
 class profile:
@@ -244,7 +225,7 @@ class profile:
                 self._saved_methods[(cls, method)] = original
                 setattr(cls, method, self._wrap_method(name, original))
         _active = self
-        P._common.kernel_wrapper = _LaunchCounter   # get_kernel counts launches from now on
+        P._common.launch_counter = _count_launch   # every kernel launch is counted from now on
         return self
 
     def __exit__(self, *exc):
@@ -255,7 +236,7 @@ class profile:
         for (cls, method), original in self._saved_methods.items():
             setattr(cls, method, original)
         self._saved, self._saved_methods = {}, {}
-        P._common.kernel_wrapper = None
+        P._common.launch_counter = None
         _active = None
         if self._launches != self._step_start_launches or not self._step_launches:
             self._step_launches.append(self._launches - self._step_start_launches)

@@ -17,8 +17,9 @@ from .._dtypes import HALF_DTYPES, float32, is_half
 # ----------------------------------------------------------------------------------------------
 
 
-# Set by minidl.profiler while a profile is active: get_kernel hands out wrapper(kernel), a launch counter.
-kernel_wrapper = None
+# Set by minidl.profiler while a profile is active: a function of no arguments that every kernel launch calls
+# (_launch.Kernel.__call__), so that launches are counted wherever the launcher keeps its kernels (launch plans).
+launch_counter = None
 
 # Which tensor-core GEMM kernel the GPU runs (minidl.primitives.set_tensor_core_gemm): "auto" = wgmma
 # (kernels/gemm_wgmma.cu) on an sm_90 GPU where the operands allow it, else mma.sync (gemm_tc.cu).

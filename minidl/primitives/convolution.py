@@ -290,9 +290,6 @@ class ConvolutionPlan:
         # the NHWC plan a channels-first training layer runs instead (nn.functional.convolution._tensor_core_twin):
         # None until asked, False where none applies
         self.nhwc_twin = None
-        # on such a twin: the channels-first plan whose weight gradient reads NCHW arrays as they are (a TF32
-        # wgrad on wgmma), so that the layer hands it the untransposed x and dy; None otherwise
-        self.channels_first_wgrad = None
         # on an NHWC plan: the channels-first plan of the same problem that a recorded backward (create_graph=True)
         # runs its ops on (nn.functional.convolution._graph_plan); None until asked
         self.graph_plan = None

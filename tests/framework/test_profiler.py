@@ -75,22 +75,21 @@ def test_profile_errors():
         prof.key_averages().table(sort_by="speed")
 
 
-def test_launch_counter_forwards_attribute_writes_to_its_kernel():
-    """A kernel compiled while a profile is active comes wrapped; a launcher that then sets an attribute on it
-    (max_dynamic_shared_size_bytes) sets the kernel's (it raised AttributeError in a fresh process)."""
-    from minidl.profiler import _LaunchCounter
+def test_a_profile_counts_launches_only_while_it_is_active():
+    """The launch counter every kernel launch calls (primitives/_common.launch_counter) is set on entering a profile,
+    counts into that profile, and is cleared on leaving it (a launch after that counts nowhere)."""
+    from minidl import profiler
+    from minidl.primitives import _common
 
-    class Kernel:
-        max_dynamic_shared_size_bytes = 0
-
-        def __call__(self, *args, **kwargs):
-            return "launched"
-
-    kernel = Kernel()
-    wrapped = _LaunchCounter(kernel)
-    wrapped.max_dynamic_shared_size_bytes = 200_000
-    assert kernel.max_dynamic_shared_size_bytes == 200_000 and wrapped.max_dynamic_shared_size_bytes == 200_000
-    assert wrapped() == "launched"
+    assert _common.launch_counter is None
+    with profiler.profile(activities=[profiler.ProfilerActivity.CPU]) as prof:
+        counter = _common.launch_counter
+        counter()
+        counter()
+    assert _common.launch_counter is None
+    assert prof._launches == 2 and prof.launches_per_step() == [2]
+    counter()   # no active profile: nothing to count into
+    assert prof._launches == 2
 
 
 def test_schedule_records_only_active_steps_and_hands_each_cycle_to_on_trace_ready(tmp_path):

@@ -219,13 +219,14 @@ def test_a_training_conv_on_tensor_cores_transposes_once_per_direction(monkeypat
     """Conv2d training on implicit_gemm_tc (bf16, TF32): the layer's channels-first plan gets an NHWC twin, and the
     Convolution Function transposes x and w once in the forward and dy once for both backward directions, where
     each direction used to transpose its own inputs: the same kernels on the same values, so the same bits as the
-    channels-first plan for y, dx, dw and db, and fewer copies."""
+    channels-first plan for y, dx, dw and db, and fewer copies. Except TF32 on Hopper, whose channels-first plan
+    takes its weight gradient from x and dy as they are: no twin there (it would save no copy)."""
     import cupy
 
     import minidl
     import minidl.nn as nn
     from minidl.nn.functional import convolution as conv_module
-    from minidl.primitives.cuda import layout as layout_launcher
+    from tests.gpu.launches import kernel_launches, layout_launches
 
     def run(twin):
         if not twin:
@@ -234,44 +235,47 @@ def test_a_training_conv_on_tensor_cores_transposes_once_per_direction(monkeypat
         layer = nn.Conv2d(32, 32, 3, padding=1).to("cuda")
         x = minidl.randn(4, 32, 12, 12, device="cuda").type(getattr(minidl, dtype)).requires_grad_(x_grad)
         copies = []   # transposes: layout_transform launches, and CuPy copies of non-contiguous views
-        real, real_kernel = cupy.ascontiguousarray, layout_launcher.get_template_kernel
+        real = cupy.ascontiguousarray
         monkeypatch.setattr(cupy, "ascontiguousarray", lambda a, *k, **kw: copies.append(
             a.flags.c_contiguous is False) or real(a, *k, **kw))
-        monkeypatch.setattr(layout_launcher, "get_template_kernel", lambda *a: copies.append(True) or real_kernel(*a))
-        with minidl.backends.cudnn.flags(allow_tf32=True), minidl.autocast("cuda", dtype=minidl.bfloat16,
-                                                                            enabled=dtype == "bfloat16"):
-            y = layer(x)
-        y.backward(minidl.ones_like(y))
+        with kernel_launches() as names:
+            with minidl.backends.cudnn.flags(allow_tf32=True), minidl.autocast("cuda", dtype=minidl.bfloat16,
+                                                                                enabled=dtype == "bfloat16"):
+                y = layer(x)
+            y.backward(minidl.ones_like(y))
         monkeypatch.setattr(cupy, "ascontiguousarray", real)
-        monkeypatch.setattr(layout_launcher, "get_template_kernel", real_kernel)
         plan = next(iter(layer._conv_plans.values()))
         out = [cupy.asnumpy(a) for a in (y._data, layer.weight.grad._data, layer.bias.grad._data)]
         if x_grad:
             out.append(cupy.asnumpy(x.grad._data))
-        return out, sum(copies), plan
+        return out, sum(copies) + layout_launches(names), plan
 
     with_twin, n_twin, plan = run(True)
     without, n_plain, _ = run(False)
     for a, b in zip(with_twin, without):
         assert a.dtype == b.dtype and (a.view(np.uint8) == b.view(np.uint8)).all()
-    # (TF32 on Hopper: both plans take dw from the channels-first arrays; without dx the twin saves nothing)
-    assert 0 < n_twin <= n_plain and (n_twin < n_plain or (dtype == "float32" and not x_grad)), (n_twin, n_plain)
-    assert plan.nhwc_twin and plan.nhwc_twin.layout == "NHWC"
+    if dtype == "float32" and plan.reads_channels_first("backward_filter"):   # TF32 on Hopper: no twin
+        assert plan.nhwc_twin is False and n_twin == n_plain, (n_twin, n_plain)
+    else:
+        assert 0 < n_twin < n_plain, (n_twin, n_plain)
+        assert plan.nhwc_twin and plan.nhwc_twin.layout == "NHWC"
 
 
 def test_a_tf32_training_conv_takes_its_weight_gradient_from_the_channels_first_arrays():
-    """TF32 Conv2d training on Hopper: the NHWC twin's weight gradient comes from the layer's channels-first x and dy
-    (the base plan's wgmma wgrad, no transposes) and y and dx come out channels-first from the kernels: 3 copies per
-    layer and step (x, w, dy), 2 when x needs no gradient; y, dx, dw, db match float64 at TF32's tolerance."""
+    """TF32 Conv2d training on Hopper runs the layer's channels-first plan (no NHWC twin): the weight gradient comes
+    from x and dy as they are (the wgmma wgrad, no transposes), y and dx come out channels-first from the kernels,
+    backward data's (C, R, S, K) filters are one transpose of the (K, C, R, S) ones: 4 copies per layer and step (x
+    and w in the forward, the filters and dy in backward data), 2 when x needs no gradient; y, dx, dw, db match
+    float64 at TF32's tolerance."""
     import cupy
 
     import minidl
     import minidl.nn as nn
-    from minidl.primitives.cuda import layout as layout_launcher
+    from tests.gpu.launches import kernel_launches, layout_launches
 
     if cupy.cuda.Device().compute_capability != "90":
         pytest.skip("the channels-first TF32 wgrad runs on wgmma (compute capability 9.0)")
-    for x_grad, copies_expected in ((True, 3), (False, 2)):
+    for x_grad, copies_expected in ((True, 4), (False, 2)):
         minidl.manual_seed(4)
         layer = nn.Conv2d(64, 128, 3, padding=1)
         x = minidl.randn(4, 64, 16, 16, requires_grad=x_grad)
@@ -283,18 +287,14 @@ def test_a_tf32_training_conv_takes_its_weight_gradient_from_the_channels_first_
         y64.backward(gy.double())
         layer.to("cuda")
         xc = x.detach().to("cuda").requires_grad_(x_grad)
-        copies = []
-        real = layout_launcher.get_template_kernel
-        layout_launcher.get_template_kernel = lambda *a: copies.append(a) or real(*a)
-        try:
+        gyc = gy.to("cuda")
+        with kernel_launches() as names:
             with minidl.backends.cudnn.flags(allow_tf32=True):
                 y = layer(xc)
-                y.backward(gy.to("cuda"))
-        finally:
-            layout_launcher.get_template_kernel = real
+                y.backward(gyc)
         plan = next(iter(layer._conv_plans.values()))
-        assert plan.nhwc_twin and plan.nhwc_twin.channels_first_wgrad is plan
-        assert len(copies) == copies_expected, copies
+        assert plan.nhwc_twin is False and plan.reads_channels_first("backward_filter")
+        assert layout_launches(names) == copies_expected, names
         pairs = [(y, y64), (layer.weight.grad, ref.weight.grad), (layer.bias.grad, ref.bias.grad)]
         if x_grad:
             pairs.append((xc.grad, x64.grad))

@@ -223,23 +223,18 @@ def test_tf32_filter_gradient_from_channels_first_arrays(problem):
     beta blend into a poisoned-free prior, and a fresh result is (K, C, R, S) float32."""
     import cupy
 
-    from minidl.primitives.cuda import layout as layout_launcher
+    from tests.gpu.launches import kernel_launches, layout_launches
 
     dtype, tol = KINDS["tf32"]
     desc, x, w, dy = _setup(problem, "NCHW", seed=len(problem[0]) + 7)
     (gx, x64), (gw, w64), (gdy, dy64) = (_to_gpu(a, dtype) for a in (x, w, dy))
     want = _run("backward_filter", "direct", desc, x64, w64, dy64, "NCHW")
-    transposes = []
-    real = layout_launcher.get_template_kernel
-    layout_launcher.get_template_kernel = lambda *a: transposes.append(a) or real(*a)
-    try:
+    prior, prior64 = _to_gpu(np.random.default_rng(5).standard_normal(w.shape), dtype)
+    with kernel_launches() as names:
         got = _run("backward_filter", "implicit_gemm_tc", desc, gx, gw, gdy, "NCHW", math="tf32")
-        prior, prior64 = _to_gpu(np.random.default_rng(5).standard_normal(w.shape), dtype)
         blended = _run("backward_filter", "implicit_gemm_tc", desc, gx, gw, gdy, "NCHW", math="tf32", alpha=0.5,
                        beta=-0.75, out=prior)
-    finally:
-        layout_launcher.get_template_kernel = real
-    assert transposes == []
+    assert layout_launches(names) == 0 and any("wgmma_nchw" in n for n in names), names
     assert got.shape == w.shape and got.dtype == cupy.float32
     assert rel_err(cupy.asnumpy(got), want) <= tol
     assert blended is prior

@@ -216,6 +216,27 @@ def test_linear_layer_runs_its_bias_in_the_gemm():
     assert rel_err(y.detach().cpu().numpy(), expected) <= TOL
 
 
+def test_the_profiler_counts_the_launches_of_a_plan_made_before_it():
+    """A launcher keeps its kernel in a launch plan (cuda/gemm.py's, made on the first call of a problem): a profile
+    begun after the plan still counts each of its launches, and none once it has ended."""
+    import cupy
+
+    import minidl
+    from minidl import profiler
+    from minidl.primitives import _common
+
+    layer = minidl.nn.Linear(64, 32).to("cuda")
+    x = minidl.randn(16, 64).to("cuda")
+    layer(x)   # the problem's plan, made outside any profile
+    with profiler.profile(activities=[profiler.ProfilerActivity.CUDA]) as prof:
+        assert _common.launch_counter is not None
+        layer(x)
+        layer(x)
+        cupy.cuda.Device().synchronize()
+    assert _common.launch_counter is None
+    assert sum(r["launches"] for r in prof.key_averages() if r["name"] == "gemm") == 2
+
+
 @pytest.mark.parametrize("M, N, K, bias", [(300, 50, 70, True),     # one launch
                                            (40, 300, 90, True),     # few rows: the kernel computes C^T (swapped)
                                            (40, 36, 5000, False),   # split-K: a reduction launch and its workspace

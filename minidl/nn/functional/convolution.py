@@ -17,7 +17,8 @@ class Convolution(Function):
     """y = conv(x, w) + b over the convolution primitive; x, w, y have PyTorch's channels-first shapes.
 
     `plan` is the P.ConvolutionPlan of these shapes (described and resolved once: the layer keeps one
-    per input shape); forward and backward run its directions. plan.layout "NHWC" runs the
+    per input shape; a training layer on tensor cores may hand its NHWC twin instead, _tensor_core_twin); forward
+    and backward run its directions. plan.layout "NHWC" runs the
     channels-last kernels on the (N, *spatial, C) arrays and (K, *kernel, C/groups) filters. A tensor in
     channels_last memory (minidl._layout) already is that array: no copy, and the result comes back
     channels_last too (out_cl). A channels-first tensor is transposed on the way in, and y (dx) is written
@@ -25,18 +26,14 @@ class Convolution(Function):
     tensor-core kernels write directly (elsewhere the primitive copies its result into it).
     """
 
-    x_first = None   # (ConvolutionReLU's plans are channels-first: never kept)
     kept = None      # the forward's transformed filters for backward_data (ConvolutionPlan.forward), or None
 
     def forward(self, x, w, b=None, plan=None, out_cl=False):
         self.plan, self.has_bias, self.out_cl = plan, b is not None, out_cl
         self.w_cl = not w.flags.c_contiguous and _layout.strictly_channels_last(w)
-        # a twin plan whose weight gradient reads the channels-first arrays as they are keeps x as it came
-        self.x_first = (x if plan.channels_first_wgrad is not None and self.needs_input_grad[1] and not out_cl
-                        and not self.w_cl and x.flags.c_contiguous else None)
         if plan.layout == "NHWC":
             x, w = _layout.nhwc(x), _layout.nhwc(w)
-        self.x, self.w = (x if self.x_first is None else None), w
+        self.x, self.w = x, w
         if plan.layout == "NHWC" and not out_cl:   # the NHWC plan writes channels-first memory: no transpose after
             y = _channels_first_like(x, plan.problem.y_shape)
             plan.forward(x, w, b, out=_layout.nhwc_view(y))
@@ -48,9 +45,7 @@ class Convolution(Function):
 
     def backward(self, dy):
         plan, nhwc = self.plan, self.plan.layout == "NHWC"
-        first = self.x_first is not None and dy.flags.c_contiguous   # dw from channels-first x and dy
-        dy_first = dy
-        if nhwc and (self.needs_input_grad[0] or not first):
+        if nhwc:
             dy = _layout.nhwc(dy)
         dx = dw = db = None
         if self.needs_input_grad[0]:
@@ -61,16 +56,11 @@ class Convolution(Function):
                 dx = plan.backward_data(self.w, dy, transformed_filter=self.kept)
                 dx = _layout.from_nhwc(dx) if nhwc else dx
         if self.needs_input_grad[1]:
-            if first:
-                dw = plan.channels_first_wgrad.backward_filter(self.x_first, dy_first)
-            else:
-                x = self.x if self.x is not None else _layout.nhwc(self.x_first)
-                dw = plan.backward_filter(x, dy)
-                if nhwc:  # in the filter's own memory format, so an optimizer updates both alike
-                    dw = _layout.from_nhwc(dw) if self.w_cl else _layout.nchw(dw)
+            dw = plan.backward_filter(self.x, dy)
+            if nhwc:  # in the filter's own memory format, so an optimizer updates both alike
+                dw = _layout.from_nhwc(dw) if self.w_cl else _layout.nchw(dw)
         if self.has_bias and self.needs_input_grad[2]:
-            db = (plan.channels_first_wgrad.backward_bias(dy_first) if nhwc and dy is dy_first
-                  else plan.backward_bias(dy))
+            db = plan.backward_bias(dy)
         return (dx, dw, db) if self.has_bias else (dx, dw)
 
     def backward_graph(self, dy):   # (the backward as tensor ops, for create_graph=True: autograd/higher_order.py)
@@ -184,9 +174,17 @@ def _tensor_core_twin(plan, algo, policy, math):
     GPU time). With the twin the Convolution Function transposes instead, once each: x and w in the forward (kept
     for the backward), dy once for both backward directions; y and dx come back written channels-first by the kernels
     (an `out` view, Convolution.forward), dw is transposed back (4 copies). The same kernels on the same values: the
-    same results."""
+    same results.
+
+    No twin where the channels-first plan needs no more copies than a twin would: TF32 on Hopper with a weight
+    gradient that reads x and dy as they are (plan.reads_channels_first). That plan transposes x and w in its forward
+    and dy in backward data, writes y and dx channels-first, and makes backward data's (C, R, S, K) filters from the
+    channels-first ones in one transpose: 4 copies, a twin's 3 plus its copy of those filters, and the layer stays
+    out of the layout business (no transposes of its own, no second plan)."""
     if algo not in ("auto", "implicit_gemm_tc") or any(
             plan.algorithm(d) != "implicit_gemm_tc" for d in ("forward", "backward_data", "backward_filter")):
+        return False
+    if plan.reads_channels_first("backward_filter"):
         return False
     p = plan.problem
     twin = P.ConvolutionPlan(_kernel_layout_shape(p.x_shape, "NHWC"), _kernel_layout_shape(p.w_shape, "NHWC"),
@@ -194,8 +192,6 @@ def _tensor_core_twin(plan, algo, policy, math):
                              policy=policy, math=math)
     if any(twin.algorithm(d) != "implicit_gemm_tc" for d in ("backward_data", "backward_filter")):
         return False
-    if plan.reads_channels_first("backward_filter"):   # TF32 on wgmma: dw from x and dy as they are (3 copies)
-        twin.channels_first_wgrad = plan
     return twin
 
 

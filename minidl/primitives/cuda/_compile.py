@@ -107,19 +107,15 @@ def get_module(family: str, options: tuple = (), name_expressions: tuple = ()) -
 
 
 def get_kernel(family: str, name: str, options: tuple = (), name_expressions: tuple = ()):
-    """A `__global__` function of kernels/<family>.cu (for templates, pass its name expression).
-
-    While a minidl.profiler.profile is active the kernel comes wrapped in its launch counter
-    (_common.kernel_wrapper, which the profiler sets and clears: the primitive library never imports
-    the profiler above it). Every launcher asks for its kernel here right before launching it, so
-    every launch is counted; the check is one global read when no profile is active. The kernel is a
-    _launch.Kernel: CuPy's RawKernel, launched with its arguments packed in one buffer."""
+    """A `__global__` function of kernels/<family>.cu (for templates, pass its name expression), as a
+    _launch.Kernel: CuPy's RawKernel, launched with its arguments packed in one buffer. A launcher may keep
+    what this returns in a launch plan (the kernel is the same object every time for the same key); every launch
+    goes through Kernel.__call__, which is where minidl.profiler counts them."""
     key = (family, name, options, name_expressions, cupy.cuda.runtime.getDevice())
     kernel = _functions.get(key)
     if kernel is None:
         kernel = _functions[key] = Kernel(get_module(family, options, name_expressions).get_function(name))
-    wrapper = _common.kernel_wrapper
-    return kernel if wrapper is None else wrapper(kernel)
+    return kernel
 
 
 def get_template_kernel(family: str, expression: str):

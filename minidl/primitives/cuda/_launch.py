@@ -20,6 +20,7 @@ import cupy
 import numpy as np
 
 from ..._dtypes import by_dtype
+from .. import _common
 
 THREADS = 256  # threads per block of the elementwise / grid-stride kernels
 
@@ -257,6 +258,8 @@ class Kernel:
         return entry
 
     def __call__(self, grid, block, args, shared_mem=0, **kwargs):
+        if _common.launch_counter is not None:   # a minidl.profiler.profile is active: count this launch
+            _common.launch_counter()
         if kwargs or self._layout is None:
             return self.kernel(grid, block, args, shared_mem=shared_mem, **kwargs)
         values = [a.data.ptr if a.__class__ is _ndarray else
@@ -287,7 +290,7 @@ def _dims(d):
 
 
 def function_pointer(kernel) -> int:
-    """The CUfunction of what get_kernel handed out (a Kernel, or the profiler's launch counter around one)."""
+    """The CUfunction of what get_kernel handed out (a Kernel, or anything that wraps one as `.kernel`)."""
     while not isinstance(kernel, Kernel):
         kernel = kernel.kernel
     return kernel.ptr

@@ -644,6 +644,17 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out, out_dtype=None):
     return db if out is None or db is out else finish(db, out)
 
 
+_bias_kernels: dict = {}   # device -> convolution_backward_bias (every training step of a layer with a bias launches it)
+
+
+def _bias_kernel():
+    device = cupy.cuda.runtime.getDevice()
+    kernel = _bias_kernels.get(device)
+    if kernel is None:
+        kernel = _bias_kernels[device] = get_kernel("convolution", "convolution_backward_bias")
+    return kernel
+
+
 def convolution_backward_bias(dy, problem, alpha, beta, out, out_dtype=None):
     """db[k] = alpha * sum of dy over the batch and every output position + beta * out (out_dtype: float32 for
     16-bit dy, without out: db in float32)."""
@@ -662,7 +673,7 @@ def convolution_backward_bias(dy, problem, alpha, beta, out, out_dtype=None):
     dy = _input(dy)
     db, original = kernel_output("convolution_backward_bias", out, (problem.K,), beta, dy)
     if problem.K:
-        get_kernel("convolution", "convolution_backward_bias")((problem.K,), (256,), (
+        _bias_kernel()((problem.K,), (256,), (
             dy, db, np.int32(problem.N), np.int32(problem.K), np.int32(math.prod(problem.out_size)), np.float32(alpha),
             np.float32(beta)))
     return finish(db, original)

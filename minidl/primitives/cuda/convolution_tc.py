@@ -277,7 +277,7 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
     """y = alpha * (conv(x, w) + bias) + beta * out on tensor cores (fprop implicit GEMM)."""
     layout, dtype = problem.layout, x.dtype
     g, x, w = _operands(problem, x, w)
-    bias = None if bias is None else cupy.ascontiguousarray(bias)
+    bias = bias if bias is None or bias.flags.c_contiguous else cupy.ascontiguousarray(bias)
     M, N = g["N"] * g["P"] * g["Q"], g["K"]
     why = _wgmma.reason("forward", g, problem.dtype, (x, w, bias)) if M and N else "no work"
     if why is None:
@@ -302,18 +302,31 @@ def convolution_forward(x, w, problem, bias, alpha, beta, out):
     return _result(y, original, layout)
 
 
+def _dgrad_filters(w, g, layout):
+    """The GEMM-ready filters of backward data: (C, R, S, K), rows = input channel, the reduction (r, s, k) contiguous.
+    From channels-first filters (K, C, R, S) that is one 2-D transpose, (K, C*R*S) -> (C*R*S, K): one launch of the
+    layout kernel (the (1, K, C*R*S) array as channels-first, to channels-last); from NHWC ones (K, R, S, C) a copy of
+    a transposed view into the workspace."""
+    C, R, S, K = g["C"], g["R"], g["S"], g["K"]
+    if layout == "NCHW":
+        return layout_transform(w.reshape(1, K, C * R * S), "NHWC").reshape(C, R, S, K)
+    nbytes = w.size * w.itemsize
+    wt = get_handle().workspace(nbytes).view(cupy.uint8)[:nbytes].view(w.dtype).reshape(C, R, S, K)
+    wt[...] = w.reshape(K, R, S, C).transpose(3, 1, 2, 0)
+    return wt
+
+
 def convolution_backward_data(w, dy, problem, alpha, beta, out):
     """dx = alpha * conv_transpose(dy, w) + beta * out on tensor cores (dgrad implicit GEMM)."""
     layout, dtype = problem.layout, dy.dtype
-    g, w, dy = _operands(problem, w, dy)
+    if layout == "NCHW":   # the filters go straight to (C, R, S, K) (_dgrad_filters): no NHWC copy of them
+        g, dy = _operands(problem, dy)
+    else:
+        g, w, dy = _operands(problem, w, dy)
     M, N = g["N"] * g["H"] * g["W"], g["C"]
     work = M * N and g["N"] * g["P"] * g["Q"]
     if work:
-        # the GEMM-ready filters: (C, R, S, K), rows = input channel, reduction (r, s, k) contiguous
-        nbytes = w.size * w.itemsize
-        wt = get_handle().workspace(nbytes).view(cupy.uint8)[:nbytes].view(dtype).reshape(g["C"], g["R"], g["S"],
-                                                                                          g["K"])
-        wt[...] = w.reshape(g["K"], g["R"], g["S"], g["C"]).transpose(3, 1, 2, 0)
+        wt = _dgrad_filters(w, g, layout)
         why = _wgmma.reason("backward_data", g, problem.dtype, (wt, dy))
         if why is None:
             direct = _channels_first_output(out, problem.x_shape, layout, dtype, wt, dy)
@@ -346,11 +359,29 @@ def reads_channels_first(direction: str, problem, g=None) -> bool:
             and _wgmma.nchw_filter_gradient_reason(g or _geometry(problem), problem.dtype) is None)
 
 
+_reduce_kernels: dict = {}   # (dtype, device) -> convolution_tc_splitk_reduce_<kind>
+
+
+def _reduce_kernel(dtype):
+    key = (dtype, cupy.cuda.runtime.getDevice())
+    kernel = _reduce_kernels.get(key)
+    if kernel is None:
+        suffix, kind, _ = KINDS[dtype]
+        kernel = _reduce_kernels[key] = get_kernel("convolution_tc", f"convolution_tc_splitk_reduce_{suffix}",
+                                                   options=(f"-DCONV_TC_KIND={kind}",))
+    return kernel
+
+
 def _splitk_reduce(dtype):
-    """The kernel that adds up a weight gradient's split-K partial sums (fetched when a split happens)."""
-    suffix, kind, _ = KINDS[dtype]
-    return lambda: get_kernel("convolution_tc", f"convolution_tc_splitk_reduce_{suffix}",
-                              options=(f"-DCONV_TC_KIND={kind}",))
+    """What hands out the kernel that adds up a weight gradient's split-K partial sums (fetched when a split happens,
+    then kept)."""
+    return lambda: _reduce_kernel(dtype)
+
+
+def _scratch(nbytes: int):
+    """Scratch for the split-K partial sums of the channels-first weight gradient: a new float32 array from CuPy's
+    pool (stream-ordered, as the Handle's workspace; under graph capture from the graph's pool)."""
+    return cupy.ndarray(max(1, (int(nbytes) + 3) // 4), dtype=cupy.float32)
 
 
 def _filter_gradient_channels_first(x, dy, problem, alpha, beta, out):
@@ -367,8 +398,7 @@ def _filter_gradient_channels_first(x, dy, problem, alpha, beta, out):
     else:
         return None
     x, dy = cupy.ascontiguousarray(x), cupy.ascontiguousarray(dy)
-    if not _wgmma.convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, get_handle().workspace,
-                                                   _splitk_reduce("float32")):
+    if not _wgmma.convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, _scratch, _splitk_reduce("float32")):
         return None
     return dw
 

@@ -103,9 +103,10 @@ def _shape(**fields) -> np.ndarray:
     return np.array([tuple(fields.get(name, 0) for name in SHAPE_FIELDS)], dtype=SHAPE_DTYPE).view(_SHAPE_BYTES)
 
 
-# fprop / dgrad launch plans: a training step launches the same problems every step on arrays at new addresses
-# (CuPy's pool), so the geometry, the ConvShape record and the tensor-map recipes are made once per problem (and the
-# output's 16-byte alignment, which decides the store path); a launch re-addresses the maps (tma.MapRecipe).
+# Launch plans: a training step launches the same problems every step on arrays at new addresses (CuPy's pool), so
+# the kernel (compiled, its shared memory opted in), the geometry, the ConvShape record and the tensor-map recipes are
+# made once per problem (and the output's 16-byte alignment, which decides the store path); a launch finds each map
+# by its array's address (_map) and enters no file but this one and _launch.py's.
 _row_plans: dict = {}
 _PLAN_CACHE_SIZE = 1024
 
@@ -158,12 +159,17 @@ def _rows_launch(name, dtype, in_arr, in_dims, w_arr, w_rows, out, out_dims, tap
            cupy.cuda.runtime.getDevice())
     plan = _planned(key, lambda: _rows_plan(name, dtype, in_arr.itemsize, in_dims, w_rows, out, out_dims, taps, offs,
                                             steps, tap_steps, alpha, beta, relu, nchw))
-    expression, bn, staged, mi, grid, recipe_in, recipe_w, recipe_out, middle = plan
-    kernel = _kernel(expression, bn, staged, mi)
+    kernel, smem, grid, recipe_in, recipe_w, recipe_out, middle = plan
     kernel(grid, (THREADS,),
-           (recipe_in.at(in_arr.data.ptr), recipe_w.at(w_arr.data.ptr),
-            NO_MAP if recipe_out is None else recipe_out.at(out.data.ptr), *middle, out,
-            np.uint64(0) if bias is None else bias), shared_mem=smem_bytes(bn, staged, mi))
+           (_map(recipe_in, in_arr), _map(recipe_w, w_arr), NO_MAP if recipe_out is None else _map(recipe_out, out),
+            *middle, out, np.uint64(0) if bias is None else bias), shared_mem=smem)
+
+
+def _map(recipe, a):
+    """The tensor map of `recipe`'s shape for the array a: the one made for a's address before (recipe.maps, where a
+    steady training loop finds every map), else made now (tma.MapRecipe.at)."""
+    found = recipe.maps.get(a.data.ptr)
+    return found if found is not None else recipe.at(a.data.ptr)
 
 
 def _rows_plan(name, dtype, size, in_dims, w_rows, out, out_dims, taps, offs, steps, tap_steps, alpha, beta, relu,
@@ -195,8 +201,8 @@ def _rows_plan(name, dtype, size, in_dims, w_rows, out, out_dims, taps, offs, st
                                    swizzle=tma.SWIZZLE_NONE)
     tiles = tiles_m * math.ceil(w_rows / bn)
     middle = (np.int32(staged), shape, np.float32(alpha), np.float32(beta))
-    return (f"{name}<{kind}, {bn}, {str(staged).lower()}, {mi}>", bn, staged, mi, (min(tiles, sm_count()),),
-            recipe_in, recipe_w, recipe_out, middle)
+    return (_kernel(f"{name}<{kind}, {bn}, {str(staged).lower()}, {mi}>", bn, staged, mi), smem_bytes(bn, staged, mi),
+            (min(tiles, sm_count()),), recipe_in, recipe_w, recipe_out, middle)
 
 
 _UNASKED = object()
@@ -293,8 +299,9 @@ def _wgrad_plan(g, dtype, size, C, dw, padded, alpha_k, beta_k):
                    sw=g["sw"], tap_h=g["dh"], tap_w=g["dw"], BNI=bni, BP=bp, BQ=bq, splits=splits,
                    vec_c=vec_c if splits == 1 else 1)
     name = "convolution_backward_filter_wgmma"
-    expression = f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}, {mi}>"
-    return expression, bn, mi, (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape, target_shape
+    kernel = _kernel(f"{name}<{KINDS[dtype]}, {bn}, {int(splits > 1)}, {mi}>", bn, False, mi)
+    return (kernel, smem_bytes(bn, False, mi), (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape,
+            target_shape)
 
 
 def nchw_filter_gradient_reason(g: dict, dtype: str) -> str | None:
@@ -323,11 +330,10 @@ def convolution_backward_filter_nchw(x, dy, dw, g, alpha, beta, workspace, reduc
     plan = _planned(key, lambda: _wgrad_nchw_plan(g, dw))
     shift = plan[-1]
     if shift is not None:   # x once per filter column, moved by that column's offset (TMA boxes start 16-byte aligned)
-        rows, W, Q, S, step, first = shift
+        shift_kernel, grid, rows, W, Q, S, step, first = shift
         xs = cupy.ndarray(S * rows * Q, dtype=cupy.float32)
-        get_kernel("convolution_wgmma", "convolution_wgmma_shift_columns")(
-            (grid_stride_blocks(rows * Q // 4),), (256,),
-            (x, xs, np.int64(rows), np.int32(W), np.int32(Q), np.int32(S), np.int32(step), np.int32(first)))
+        shift_kernel(grid, (256,), (x, xs, np.int64(rows), np.int32(W), np.int32(Q), np.int32(S), np.int32(step),
+                                    np.int32(first)))
         x = xs
     _wgrad_launch(plan[:-1], dy, x, dw, alpha, beta, workspace, reduce_kernel)
     return True
@@ -346,11 +352,10 @@ def _planned(key, make):
 def _wgrad_launch(plan, dy, x, target, alpha, beta, workspace, reduce_kernel):
     """A weight-gradient kernel into `target`, through fp32 partial sums in `workspace` when split (then added up in
     a fixed order by reduce_kernel(), which applies alpha and beta)."""
-    expression, bn, mi, grid, splits, recipe_dy, recipe_x, shape = plan
+    kernel, smem, grid, splits, recipe_dy, recipe_x, shape = plan
     out = target if splits == 1 else workspace(4 * splits * target.size)
-    _kernel(expression, bn, False, mi)(grid, (THREADS,), (recipe_dy.at(dy.data.ptr), recipe_x.at(x.data.ptr), shape,
-                                                          np.float32(alpha), np.float32(beta), out),
-                                       shared_mem=smem_bytes(bn, False, mi))
+    kernel(grid, (THREADS,), (_map(recipe_dy, dy), _map(recipe_x, x), shape, np.float32(alpha), np.float32(beta), out),
+           shared_mem=smem)
     if splits > 1:
         reduce_kernel()((grid_stride_blocks(target.size),), (256,),
                         (out, np.int32(splits), np.int64(target.size), np.float32(alpha), np.float32(beta), target))
@@ -374,9 +379,12 @@ def _wgrad_nchw_plan(g, dw):
     vec_c = int(R * S == 1 and splits == 1 and C % 2 == 0 and dw.data.ptr % 8 == 0)   # pairs only where contiguous
     shape = _shape(N=N, H=H, W=W, C=C, K=K, R=R, S=S, P=P, Q=Q, off_h=-g["ph"], off_w=-g["pw"], sh=1, sw=1,
                    tap_h=g["dh"], tap_w=g["dw"], splits=splits, vec_c=vec_c)
+    if shift is not None:
+        shift_kernel = get_kernel("convolution_wgmma", "convolution_wgmma_shift_columns")
+        shift = (shift_kernel, (grid_stride_blocks(shift[0] * Q // 4),), *shift)
     name = "convolution_backward_filter_wgmma_nchw"
-    return (f"{name}<{bn}, {mi}>", bn, mi, (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape,
-            shift)
+    kernel = _kernel(f"{name}<{bn}, {mi}>", bn, False, mi)
+    return kernel, smem_bytes(bn, False, mi), (min(tiles * splits, sm_count()),), splits, recipe_dy, recipe_x, shape, shift
 
 
 def _declined(op: str, why: str) -> bool:

@@ -28,24 +28,25 @@ def layout_transform(x, layout: str, out=None):
         plan = _plans[key] = _plan(x.itemsize, x.shape, layout)
         if len(_plans) > _PLAN_CACHE_SIZE:
             _plans.pop(next(iter(_plans)))
-    expression, grid, args, out_shape, single = plan
-    if expression is None or not x.flags.c_contiguous:
+    kernel, grid, args, out_shape, single = plan
+    if kernel is None or not x.flags.c_contiguous:
         view = to_channels_last(x, "NHWC") if layout == "NHWC" else to_channels_first(x, "NHWC")
         if out is None:
             return cupy.ascontiguousarray(view)
         out[...] = view
         return out
     if (x.data.ptr | (0 if out is None else out.data.ptr)) % 4 and single is not None:
-        expression, grid = single   # pairs need 4-byte aligned rows: one element at a time
+        kernel, grid = single   # pairs need 4-byte aligned rows: one element at a time
     y = cupy.ndarray(out_shape, dtype=x.dtype) if out is None else out
     if grid is not None:
-        get_template_kernel("layout", expression)(grid, (32, 8), (x, y, *args))
+        kernel(grid, (32, 8), (x, y, *args))
     return y
 
 
 def _plan(itemsize: int, shape: tuple, layout: str):
-    """(kernel expression, grid, scalar arguments, output shape, the one-element-a-time (expression, grid) when the
-    plan moves pairs); expression None: not an element size the kernel copies; grid None: nothing to copy."""
+    """(kernel, grid, scalar arguments, output shape, the one-element-a-time (kernel, grid) when the plan moves
+    pairs); kernel None: not an element size the kernel copies; grid None: nothing to copy. The kernels are the
+    template's instantiations, fetched here once (get_template_kernel), so a launch enters no other file."""
     out_shape = (shape[0], *shape[2:], shape[1]) if layout == "NHWC" else (shape[0], shape[-1], *shape[1:-1])
     element = _ELEMENT.get(itemsize)
     if element is None:
@@ -56,9 +57,10 @@ def _plan(itemsize: int, shape: tuple, layout: str):
         spatial *= s
     rows, cols = (shape[1], spatial) if layout == "NHWC" else (spatial, shape[-1])
     if batch * rows * cols == 0:
-        return f"{KERNEL}<{element}>", None, None, out_shape, None
+        return get_template_kernel("layout", f"{KERNEL}<{element}>"), None, None, out_shape, None
     args = (np.int64(batch), np.int32(rows), np.int32(cols))
-    single = f"{KERNEL}<{element}>", (-(-cols // 32), -(-rows // 32), min(batch, 65535))
+    single = get_template_kernel("layout", f"{KERNEL}<{element}>"), (-(-cols // 32), -(-rows // 32), min(batch, 65535))
     if itemsize == 2 and rows % 2 == 0 and cols % 2 == 0:   # 4-byte pairs: 64 x 64 tiles
-        return f"{PAIRS}<unsigned int>", (-(-cols // 64), -(-rows // 64), min(batch, 65535)), args, out_shape, single
+        return (get_template_kernel("layout", f"{PAIRS}<unsigned int>"), (-(-cols // 64), -(-rows // 64),
+                min(batch, 65535)), args, out_shape, single)
     return (*single, args, out_shape, None)

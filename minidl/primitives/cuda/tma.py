@@ -109,30 +109,31 @@ class MapRecipe:
     encodes it in full (cuTensorMapEncodeTiled); later calls rewrite the address of that template
     (cuTensorMapReplaceAddress, ~1 us), and encode again only where the driver refuses the new address."""
 
-    __slots__ = ("args", "_template", "_maps")
+    __slots__ = ("args", "_template", "maps")
 
     def __init__(self, dtype: str, dims, strides_bytes, box, element_strides=None, swizzle: int = SWIZZLE_128B):
         element_strides = tuple(element_strides or (1,) * len(dims))
         self.args = (dtype, tuple(dims), tuple(strides_bytes), tuple(box), element_strides, swizzle)
         self._template = None   # (buffer, its address, a view of it)
-        self._maps = {}         # pointer -> its map: a step's operands come back at the same few addresses
+        self.maps = {}          # pointer -> its map: a step's operands come back at the same few addresses (a launch
+                                # plan may look a map up here itself, and call at() only when it is missing)
 
     def at(self, pointer: int) -> np.ndarray:
         """The map of this shape for the tensor at `pointer` (an array the caller must not change: the launch
         copies its bytes, and the next call for this pointer returns the same array)."""
-        found = self._maps.get(pointer)
+        found = self.maps.get(pointer)
         if found is not None:
             return found
-        if len(self._maps) >= _MAPS_PER_RECIPE:
-            self._maps.clear()
+        if len(self.maps) >= _MAPS_PER_RECIPE:
+            self.maps.clear()
         template = self._template
         if template is not None:
             with _lock:   # the template buffer is rewritten in place
                 if _replace_function()(template[1], pointer) == 0:
-                    found = self._maps[pointer] = template[2].copy()
+                    found = self.maps[pointer] = template[2].copy()
                     return found
         dtype, dims, strides_bytes, box, element_strides, swizzle = self.args
         template = _encode(dtype, pointer, dims, strides_bytes, box, element_strides, swizzle)
         self._template = template
-        found = self._maps[pointer] = template[2].copy()
+        found = self.maps[pointer] = template[2].copy()
         return found
