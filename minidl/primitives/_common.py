@@ -81,7 +81,7 @@ class Checked:
     `key(arrays, *params)`: each array's type, shape and dtype, then the scalar arguments the checks read; the
     checks run only for a key not seen yet (and, for an argument that is not an array, always). A front may keep
     what its checks found out with the key (`add(key, value)`, `get(key)`: attention's whether the fused kernel
-    takes the call)."""
+    takes the call; `value(key, check)` does both: batch norm's normalised layout)."""
 
     __slots__ = ("seen",)
 
@@ -112,6 +112,16 @@ class Checked:
             if len(self.seen) >= 4096:
                 self.seen.clear()
             self.seen[key] = value
+
+    def value(self, key, check):
+        """What the checks found out for this signature (a normalised layout, ...): kept from the signature's first
+        call, when check() runs and returns it (check() runs on every call whose key is None: an argument that is
+        not an array, which the checks then name)."""
+        found = None if key is None else self.seen.get(key)
+        if found is None:
+            found = check()
+            self.add(key, found)
+        return found
 
 
 def check_arrays(op: str, **arrays) -> None:

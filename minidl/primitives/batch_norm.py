@@ -127,13 +127,8 @@ def _forward_training(op, x, gamma, beta_, running_mean, running_var, momentum, 
                       num_batches_tracked=None):
     key = Checked.key((x, gamma, beta_, running_mean, running_var, num_batches_tracked), op, momentum, eps, mode,
                       layout)
-    checked_layout = _training_checked.get(key)
-    if checked_layout is None:
-        layout = _check_training(op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout,
-                                 num_batches_tracked)
-        _training_checked.add(key, layout)
-    else:
-        layout = checked_layout
+    layout = _training_checked.value(key, lambda: _check_training(
+        op, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout, num_batches_tracked))
     return getattr(backend("batch_norm", x), op)(
         x, gamma, beta_, running_mean, running_var, momentum=float(momentum), eps=float(eps), mode=mode, layout=layout,
         num_batches_tracked=num_batches_tracked)
@@ -217,12 +212,8 @@ def batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, *, m
 
 def _backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout):
     key = Checked.key((x, dy, gamma, beta_, saved_mean, saved_invstd), op, mode, layout)
-    checked_layout = _backward_checked.get(key)
-    if checked_layout is None:
-        layout = _check_backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, layout)
-        _backward_checked.add(key, layout)
-    else:
-        layout = checked_layout
+    layout = _backward_checked.value(key, lambda: _check_backward(op, x, dy, gamma, beta_, saved_mean, saved_invstd,
+                                                                   mode, layout))
     if op == "batch_norm_relu_backward":
         return backend("batch_norm", x).batch_norm_relu_backward(x, dy, gamma, beta_, saved_mean, saved_invstd, mode=mode,
                                                     layout=layout)

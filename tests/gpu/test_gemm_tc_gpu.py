@@ -335,3 +335,31 @@ def test_gemm_tc_launch_plans_serve_new_addresses():
                 del keep
     finally:
         set_tensor_core_gemm("auto")
+
+
+def test_gemm_tc_keeps_the_wgmma_plan_of_a_problem_it_served():
+    """A problem gemm_tc hands to the wgmma kernel (Hopper) is kept in gemm_tc's own plans as (wgmma's launch, its
+    plan): the next call of it, on arrays at new addresses, launches that plan with no second lookup, and is right."""
+    import cupy
+
+    from minidl.primitives.cuda import gemm as cuda_gemm
+    from minidl.primitives.cuda import gemm_wgmma
+
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("the wgmma kernel runs on compute capability 9.0")
+    rng = np.random.default_rng(6)
+    cuda_gemm._tc_plans.clear()
+    M, N, K = 256, 192, 128
+    for step in range(3):
+        a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+        b = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+        keep = [cupy.zeros(step * 999 + 7, cupy.float32)]   # moves the pool's next blocks
+        ga, gb = _gpu(a), _gpu(b)
+        c = cupy.zeros((M, N), dtype=ga.dtype)
+        cuda_gemm.gemm_tc(M, N, K, ga, K, gb, K, c, trans_b=True)
+        want = a.astype(np.float64) @ b.astype(np.float64).T
+        assert rel_err(_host(c).astype(np.float64), want) <= 2e-2, step
+        assert len(cuda_gemm._tc_plans) == 1
+        launch, plan = next(iter(cuda_gemm._tc_plans.values()))
+        assert launch is gemm_wgmma.launch_plan and plan is gemm_wgmma.last_plan
+        del keep

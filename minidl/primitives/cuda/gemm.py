@@ -274,10 +274,10 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
            stride_c, tile, bk_bytes, bias_f32, out_dtype, a_ptr % 16, b_ptr % 16, c_ptr % 16,
            _common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE, _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS,
            cupy.cuda.runtime.getDevice())
-    plan = _tc_plans.get(key)
-    if plan is not None:   # this problem ran on the mma.sync kernel before (wgmma declined it)
-        launch_tc(plan, a_ptr, b_ptr, c_ptr, bias_ptr)
-        last_launch, launches = (launch_tc, plan), launches + 1
+    planned = _tc_plans.get(key)
+    if planned is not None:   # this problem ran before: (launch function, plan) of the wgmma or the mma.sync kernel
+        planned[0](planned[1], a_ptr, b_ptr, c_ptr, bias_ptr)
+        last_launch, launches = planned, launches + 1
         return C
     dtype = np.dtype(dtype)
     if dtype not in TC_KINDS:
@@ -286,13 +286,14 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     # k step asks for this mma.sync kernel itself. 16-bit data into float32 C (out_dtype): wgmma's OUT argument
     # alone; the mma.sync kernel has none, so there the caller rounds through 16 bits instead.
     if tile is None and bk_bytes is None:
-        _wgmma.last_plan = None
         if gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, dtype=dtype, trans_a=bool(trans_a),
                       trans_b=bool(trans_b), alpha=alpha, beta=beta, ldc_row=ldc_row, ldc_col=ldc_col, batch=batch,
                       stride_a=stride_a, stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr, bias_f32=bias_f32,
                       out_dtype=None if out_dtype is None else np.dtype(out_dtype)):
             plan = _wgmma.last_plan   # (None where it copied an operand first: nothing to plan)
             last_launch, launches = (None if plan is None else (_wgmma.launch_plan, plan)), launches + 1
+            if last_launch is not None:   # the next call of this problem launches wgmma's plan from here
+                _keep_tc_plan(key, last_launch)
             return C
     if out_dtype is not None:
         return None
@@ -314,13 +315,17 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     size = dtype.itemsize
     chunks = tuple((min(TC_MAX_GRID_Z, batch - first), first * stride_a * size, first * stride_b * size,
                     first * stride_c * size) for first in range(0, batch, TC_MAX_GRID_Z))
-    plan = (kernel, tiles, smem, params, chunks)
+    last_launch, launches = (launch_tc, (kernel, tiles, smem, params, chunks)), launches + 1
+    _keep_tc_plan(key, last_launch)
+    launch_tc(last_launch[1], a_ptr, b_ptr, c_ptr, bias_ptr)
+    return C
+
+
+def _keep_tc_plan(key, planned) -> None:
+    """Keep gemm_tc's (launch function, plan) of a problem: the wgmma kernel's or the mma.sync kernel's."""
     if len(_tc_plans) >= _PLANS_SIZE:
         _tc_plans.clear()
-    _tc_plans[key] = plan
-    launch_tc(plan, a_ptr, b_ptr, c_ptr, bias_ptr)
-    last_launch, launches = (launch_tc, plan), launches + 1
-    return C
+    _tc_plans[key] = planned
 
 
 def launch_tc(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0) -> None:

@@ -188,8 +188,11 @@ last_plan = None   # the plan gemm_wgmma's latest call launched from or made (No
 def launch_plan(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0) -> None:
     """Launch a plan of gemm_wgmma on operands at new addresses (what a planned problem's call comes down to)."""
     kernel, grid, smem, recipe_a, recipe_b, recipe_c, args = plan
-    kernel(grid, (THREADS,), (recipe_a.at(a_ptr), recipe_b.at(b_ptr), NO_MAP if recipe_c is None else recipe_c.at(c_ptr),
-                              args, np.uint64(c_ptr), np.uint64(bias_ptr)), shared_mem=smem)
+    map_a, map_b = recipe_a.maps.get(a_ptr), recipe_b.maps.get(b_ptr)   # (maps made before for these addresses)
+    kernel(grid, (THREADS,), (recipe_a.at(a_ptr) if map_a is None else map_a,
+                              recipe_b.at(b_ptr) if map_b is None else map_b,
+                              NO_MAP if recipe_c is None else recipe_c.at(c_ptr), args, np.uint64(c_ptr),
+                              np.uint64(bias_ptr)), shared_mem=smem)
 
 
 def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_b, alpha, beta, ldc_row,
