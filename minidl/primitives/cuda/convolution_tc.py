@@ -7,9 +7,10 @@ What is covered (anything else reports not_supported, with the reason):
   * dtypes: float32 with math="tf32" (TF32 tensor cores, fp32 accumulation), float16 and bfloat16
     (fp16/bf16 tensor cores, fp32 accumulation; outputs rounded to the data's dtype);
   * 1-D and 2-D convolutions, groups = 1, any padding, stride and dilation, any channel counts;
-  * both layouts: NHWC runs directly; NCHW is transposed to NHWC on the way in and back on the way
-    out (x, w and y, or their gradients: three extra copies, measured in
-    benchmarks/results/gpu_conv_tc.md);
+  * both layouts: NHWC runs directly; NCHW is transposed to NHWC on the way in (backward data's
+    filters go straight from (K, C, R, S) to (C, R, S, K), one transpose) and back on the way out,
+    except where Hopper's kernels write channels-first memory themselves (forward, backward data) or
+    read it as it is (the TF32 weight gradient); measured in benchmarks/results/gpu_conv_tc.md;
   * the 16-byte cp.async path needs C (forward, backward filter) or K (backward data, and backward
     filter) to be a multiple of 4 (float32) or 8 (half) and 16-byte-aligned arrays; otherwise the
     same kernels gather element by element (correct, slower).
