@@ -97,6 +97,8 @@ def cases(torch):
         ("a @ b (no grad)", lambda: ma @ mb, lambda: ta @ tb, 20000),
         ("a.sum()", lambda: ma.sum(), lambda: ta.sum(), 20000),
         ("a + b (a requires grad)", lambda: mg + mb, lambda: tg + tb, 20000),
+        ("a.transpose(0, 1) (a requires grad)", lambda: mg.transpose(0, 1), lambda: tg.transpose(0, 1), 20000),
+        ("a.permute(1, 0) (a requires grad)", lambda: mg.permute(1, 0), lambda: tg.permute(1, 0), 20000),
         ("relu(x).sum().backward()", relu_fb(mg, MF), relu_fb(tg, TF), 5000),
         ("MLP step (8-16-4, SGD)", mlp(mnn, MF, minidl.optim, minidl.tensor),
          mlp(tnn, TF, torch.optim, torch.tensor), 1000),

@@ -91,12 +91,20 @@ def shape_arg(shape):
 def resolve_shape(old, new):
     """The shape `new` (ints, one of them may be -1) for a tensor of shape `old`, checked. The usual call (plain
     non-negative ints of the same element count) is decided in one loop and one product."""
-    for s in new:
-        if type(s) is not int or s < 0:
+    unknown = -1
+    for i, s in enumerate(new):
+        if type(s) is not int or s < -1 or (s == -1 and unknown >= 0):
             break
-    else:
-        if math.prod(new) == math.prod(old):
-            return tuple(new)
+        if s == -1:
+            unknown = i
+    else:   # plain ints, at most one of them -1 (x.view(n, -1)): one product each side
+        if unknown < 0:
+            if math.prod(new) == math.prod(old):
+                return tuple(new)
+        else:
+            known, size = -math.prod(new), math.prod(old)
+            if known and size % known == 0:
+                return tuple(size // known if s == -1 else s for s in new)
     for s in new:
         if isinstance(s, bool) or not isinstance(s, (numbers.Integral, Tensor)):
             raise TypeError(f"shape entries must be ints, got {type(s).__name__} {s!r}")

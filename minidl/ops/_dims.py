@@ -31,8 +31,9 @@ def normalize_dim(dim, ndim: int, op: str) -> int:
     """dim in [-max(ndim,1), max(ndim,1)) -> its non-negative form; otherwise IndexError naming op.
 
     A 0-d tensor (ndim 0) accepts dim -1 and 0 (both mean 'the tensor itself'), as in PyTorch."""
-    dim = _as_int_dim(dim, op)
-    n = max(ndim, 1)
+    if dim.__class__ is not int:   # (a plain int, the usual dim, skips the ABC checks: ~1 us an op)
+        dim = _as_int_dim(dim, op)
+    n = ndim if ndim > 1 else 1
     if not -n <= dim < n:
         raise IndexError(
             f"{op}: Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})"
@@ -43,11 +44,12 @@ def normalize_dim(dim, ndim: int, op: str) -> int:
 def normalize_dims(dims, ndim: int, op: str, allow_repeats: bool = False) -> tuple:
     """An int, or a sequence of ints -> a tuple of normalised dims (each checked; no repeats unless
     allow_repeats). None is left to the caller (it usually means 'every dim')."""
-    if isinstance(dims, numbers.Integral) and not isinstance(dims, bool):
+    if dims.__class__ is int or (isinstance(dims, numbers.Integral) and not isinstance(dims, bool)):
         return (normalize_dim(dims, ndim, op),)
     if not isinstance(dims, (tuple, list)):
         raise TypeError(f"{op}: dims must be an int or a tuple of ints, got {type(dims).__name__}")
-    out = tuple(normalize_dim(d, ndim, op) for d in dims)
+    n = ndim if ndim > 1 else 1
+    out = tuple(d % n if d.__class__ is int and -n <= d < n else normalize_dim(d, ndim, op) for d in dims)
     if not allow_repeats and len(set(out)) != len(out):
         repeated = sorted({d for d in out if out.count(d) > 1})
         raise ValueError(f"{op}: dim {repeated[0]} appears multiple times in the list of dims {tuple(dims)}")

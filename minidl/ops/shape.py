@@ -95,7 +95,7 @@ class Repeat(Function):
 def reshape(self, *shape):
     shape = shape_arg(shape)
     try:
-        target = resolve_shape(self.shape, shape)
+        target = resolve_shape(self._data.shape, shape)   # (the array's plain tuple: no Size made)
     except ValueError as e:
         raise ValueError(f"reshape: cannot reshape a tensor of shape {self.shape} to {shape}: {e}") from None
     return Reshape.apply(self, shape=target)
@@ -106,7 +106,7 @@ def view(self, *shape):
     after transpose/permute; use reshape() (copies when needed) or contiguous().view()."""
     shape = shape_arg(shape)
     try:
-        target = resolve_shape(self.shape, shape)
+        target = resolve_shape(self._data.shape, shape)
     except ValueError as e:
         raise RuntimeError(f"view: shape {list(shape)} is invalid for input of size {self.numel()}: {e}") from None
     if not can_view(self._data, target):
@@ -154,6 +154,11 @@ def unsqueeze(self, dim):
 
 
 def permute(self, *dims):
+    n = self._data.ndim
+    if n > 1 and len(dims) == n:   # the usual call: a permutation of range(n) as plain ints (one set, one test)
+        normal = tuple([d % n if d.__class__ is int and -n <= d < n else -1 for d in dims])
+        if len(set(normal)) == n and -1 not in normal:
+            return Permute.apply(self, dims=normal)
     dims = shape_arg(dims)
     if len(dims) != self.ndim:
         raise ValueError(
@@ -169,7 +174,7 @@ def permute(self, *dims):
 
 
 def transpose(self, dim0, dim1):
-    n = self.ndim
+    n = self._data.ndim
     dim0 = normalize_dim(dim0, n, "transpose")
     dim1 = normalize_dim(dim1, n, "transpose")
     if n == 0:
