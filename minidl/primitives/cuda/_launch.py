@@ -72,9 +72,9 @@ def kernel_output(op: str, out, shape, beta: float, *inputs):
     writes a scratch array holding a copy of `out` (needed when beta != 0), and finish() copies
     it back.
     """
+    if out is None:   # (the usual call: a new array; a shape of ints, as an array's, goes to CuPy as it is)
+        return cupy.ndarray(shape if shape.__class__ is tuple else tuple(map(int, shape)), dtype=cupy.float32), None
     shape = tuple(map(int, shape))
-    if out is None:
-        return cupy.ndarray(shape, dtype=cupy.float32), None
     if tuple(out.shape) != shape:
         raise ValueError(f"{op}: out has shape {tuple(out.shape)}, expected {shape}")
     if out.dtype != cupy.float32:

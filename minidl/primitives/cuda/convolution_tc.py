@@ -72,7 +72,16 @@ def vector_path(direction: str, problem) -> bool:
 
 
 def _geometry(problem) -> dict:
-    """The problem as the kernels see it: 2-D, NHWC (1-D gets H = R = P = 1)."""
+    """The problem as the kernels see it: 2-D, NHWC (1-D gets H = R = P = 1). Made once per problem and kept on it
+    (a training step asks for it in every direction, every step); callers read it and never change it."""
+    g = problem.__dict__.get("_tc_geometry")
+    if g is None:
+        g = _make_geometry(problem)
+        object.__setattr__(problem, "_tc_geometry", g)   # (the problem is a frozen dataclass: not one of its fields)
+    return g
+
+
+def _make_geometry(problem) -> dict:
     lead = 2 - problem.spatial_dims
     H, W = (1,) * lead + tuple(problem.in_size)
     R, S = (1,) * lead + tuple(problem.kernel_size)
