@@ -44,10 +44,11 @@ def normalize_dim(dim, ndim: int, op: str) -> int:
 def normalize_dims(dims, ndim: int, op: str, allow_repeats: bool = False) -> tuple:
     """An int, or a sequence of ints -> a tuple of normalised dims (each checked; no repeats unless
     allow_repeats). None is left to the caller (it usually means 'every dim')."""
-    if dims.__class__ is int or (isinstance(dims, numbers.Integral) and not isinstance(dims, bool)):
-        return (normalize_dim(dims, ndim, op),)
-    if not isinstance(dims, (tuple, list)):
-        raise TypeError(f"{op}: dims must be an int or a tuple of ints, got {type(dims).__name__}")
+    if dims.__class__ is not tuple and not isinstance(dims, list):   # (a tuple, the usual dims, tested first)
+        if dims.__class__ is int or (isinstance(dims, numbers.Integral) and not isinstance(dims, bool)):
+            return (normalize_dim(dims, ndim, op),)
+        if not isinstance(dims, tuple):   # (a tuple subclass: torch.Size-like)
+            raise TypeError(f"{op}: dims must be an int or a tuple of ints, got {type(dims).__name__}")
     n = ndim if ndim > 1 else 1
     out = tuple(d % n if d.__class__ is int and -n <= d < n else normalize_dim(d, ndim, op) for d in dims)
     if not allow_repeats and len(set(out)) != len(out):

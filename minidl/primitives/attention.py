@@ -89,6 +89,26 @@ def _plain(causal, scale, dropout_p, math) -> bool:
             and type(math) is str)
 
 
+def _forward_fused(op, q, k, v, mask, causal, scale, dropout_p, math) -> bool:
+    """The forward's checks (raising naming the op); returns whether the fused kernel takes the call."""
+    _check(op, q, k, v, mask, causal, scale, dropout_p)
+    _check_math(op, math)
+    return attention_kernel_reason(q, k, v) is None
+
+
+def _backward_fused(op, q, k, v, out, dout, lse, mask, causal, scale, dropout_p, math) -> bool:
+    """The backward's checks (raising naming the op); returns whether the fused kernel takes the call."""
+    (B, H, L, _), _ = _check(op, q, k, v, mask, causal, scale, dropout_p)
+    _check_math(op, math)
+    check_arrays(op, out=out, dout=dout, lse=lse)
+    check_same_device(op, q=q, out=out, dout=dout, lse=lse)
+    Dv = v.shape[-1]
+    for name, a, shape in (("out", out, (B, H, L, Dv)), ("dout", dout, (B, H, L, Dv)), ("lse", lse, (B, H, L))):
+        if tuple(a.shape) != shape:
+            raise ValueError(f"{op}: {name} has shape {shape_str(a.shape)}, expected {shape_str(shape)}")
+    return attention_kernel_reason(q, k, v) is None and dout.dtype == q.dtype and out.dtype == q.dtype
+
+
 def attention_kernel_reason(q, k, v) -> str | None:
     """Why kernels/attention.cu cannot run this problem (None when it can): the reference's array code
     runs it instead."""
@@ -141,12 +161,7 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=None, dropout_p
     # A signature whose checks passed before (every step of a model calls with the same shapes) skips them, and
     # keeps whether the fused kernel takes it (issue 23: the checks cost more than the launch).
     key = Checked.key((q, k, v, mask), causal, scale, dropout_p, math) if _plain(causal, scale, dropout_p, math) else None
-    fused = _forward_checked.get(key)
-    if fused is None:
-        _check(op, q, k, v, mask, causal, scale, dropout_p)
-        _check_math(op, math)
-        fused = attention_kernel_reason(q, k, v) is None
-        _forward_checked.add(key, fused)
+    fused = _forward_checked.value(key, lambda: _forward_fused(op, q, k, v, mask, causal, scale, dropout_p, math))
     scale = 1.0 / sqrt(q.shape[-1]) if scale is None else float(scale)
     if fused:
         return backend("attention", True).attention_forward(q, k, v, mask, causal=bool(causal), scale=scale,
@@ -164,18 +179,8 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
     op = "attention_backward"
     key = (Checked.key((q, k, v, out, dout, lse, mask), causal, scale, dropout_p, math)
            if _plain(causal, scale, dropout_p, math) else None)
-    fused = _backward_checked.get(key)
-    if fused is None:
-        (B, H, L, _), (_, S) = _check(op, q, k, v, mask, causal, scale, dropout_p)
-        _check_math(op, math)
-        check_arrays(op, out=out, dout=dout, lse=lse)
-        check_same_device(op, q=q, out=out, dout=dout, lse=lse)
-        Dv = v.shape[-1]
-        for name, a, shape in (("out", out, (B, H, L, Dv)), ("dout", dout, (B, H, L, Dv)), ("lse", lse, (B, H, L))):
-            if tuple(a.shape) != shape:
-                raise ValueError(f"{op}: {name} has shape {shape_str(a.shape)}, expected {shape_str(shape)}")
-        fused = attention_kernel_reason(q, k, v) is None and dout.dtype == q.dtype and out.dtype == q.dtype
-        _backward_checked.add(key, fused)
+    fused = _backward_checked.value(key, lambda: _backward_fused(op, q, k, v, out, dout, lse, mask, causal, scale,
+                                                                 dropout_p, math))
     scale = 1.0 / sqrt(q.shape[-1]) if scale is None else float(scale)
     if fused:
         return backend("attention", True).attention_backward(q, k, v, out, dout, lse, mask, causal=bool(causal),
