@@ -59,13 +59,44 @@ def main(argv=None):
     lin, tlin = minidl.nn.Linear(256, 64).to("cuda"), torch.nn.Linear(256, 64).cuda()
     xl, txl = minidl.randn(32, 256, device="cuda", requires_grad=True), torch.randn(32, 256, device="cuda", requires_grad=True)
     relu_desc, xid, xld, lwd, lbd = P.ActivationDescriptor("relu"), xi._data, xl._data, lin.weight._data, lin.bias._data
+    # the MNIST CNN's other layers: batch norm (front, launcher, forward and backward), the generic pooling path
+    # (W = 14: no 2x2 fast path), cross-entropy
+    from minidl.primitives.cuda import batch_norm as cuda_bn, pooling as cuda_pool, softmax as cuda_softmax
+    bnw, bnb, bnm, bnv = (p._data for p in (bn.weight, bn.bias, bn.running_mean, bn.running_var))
+    bn_y, bn_mean, bn_invstd = cuda_bn.batch_norm_forward_training(xid, bnw, bnb, bnm, bnv)
+    x14, tx14 = minidl.randn(8, 16, 14, 14, device="cuda", requires_grad=True), \
+        torch.randn(8, 16, 14, 14, device="cuda", requires_grad=True)
+    pool_desc, x14d = P.PoolingDescriptor(mode="max", kernel_size=(2, 2), stride=(2, 2), padding=(0, 0)), x14._data
+    y14d = cuda_pool.pooling_forward(x14d, pool_desc)
+    logits, tlogits = minidl.randn(32, 10, device="cuda", requires_grad=True), \
+        torch.randn(32, 10, device="cuda", requires_grad=True)
+    labels, tlabels = minidl.randint(0, 10, (32,), device="cuda"), torch.randint(0, 10, (32,), device="cuda")
+    ce_loss, ce_stats, ce_denom = cuda_softmax.cross_entropy_forward(logits._data, labels._data)
+    # the MNIST CNN's second convolution in TF32 (issue 23: its step's TF32 rows), 32 -> 64 channels, 3x3, stride 1:
+    # the module's forward + backward, and the plan's three directions (on Hopper: wgmma, channels-first)
+    conv32, tconv32 = minidl.nn.Conv2d(32, 64, 3, padding=1, bias=False).to("cuda"), \
+        torch.nn.Conv2d(32, 64, 3, padding=1, bias=False).cuda()
+    x32, tx32 = minidl.randn(8, 32, 8, 8, device="cuda", requires_grad=True), \
+        torch.randn(8, 32, 8, 8, device="cuda", requires_grad=True)
+    tf32_plan = P.ConvolutionPlan((8, 32, 8, 8), (64, 32, 3, 3), P.ConvolutionDescriptor(padding=1), device="cuda",
+                                  math="tf32")
+    x32d, w32d = x32._data, conv32.weight._data
+    dy32d = tf32_plan.forward(x32d, w32d)
+    # char_gpt's attention (issue 25), small and fp32: the functional, forward and forward + backward
+    q = minidl.randn(4, 2, 16, 32, device="cuda", requires_grad=True)
+    tq = torch.randn(4, 2, 16, 32, device="cuda", requires_grad=True)
     g = dict(minidl=minidl, torch=torch, F=F, P=P, cupy=cupy, np=np, x=x, ln=ln, drop=drop, emb=emb, ids=ids, tx=tx,
              tln=tln, tdrop=tdrop, temb=temb, tids=tids, xd=xd, wd=wd, bd=bd, LayerNormFn=LayerNormFn,
              cuda_layer_norm=cuda_layer_norm,
              empty_shape=(B, T), f32=cupy.float32,
              xi=xi, txi=txi, relu=relu, trelu=trelu, pool=pool, tpool=tpool, bn=bn, tbn=tbn, conv=conv, tconv=tconv,
              lin=lin, tlin=tlin, xl=xl, txl=txl, relu_desc=relu_desc, xid=xid, xld=xld, lwd=lwd, lbd=lbd,
-             Activation=Activation, LinearFn=LinearFn, cuda_activation=cuda_activation, cuda_gemm=cuda_gemm)
+             Activation=Activation, LinearFn=LinearFn, cuda_activation=cuda_activation, cuda_gemm=cuda_gemm,
+             cuda_bn=cuda_bn, cuda_pool=cuda_pool, cuda_softmax=cuda_softmax, bnw=bnw, bnb=bnb, bnm=bnm, bnv=bnv,
+             bn_mean=bn_mean, bn_invstd=bn_invstd, x14=x14, tx14=tx14, pool_desc=pool_desc, x14d=x14d, y14d=y14d,
+             logits=logits, tlogits=tlogits, labels=labels, tlabels=tlabels, ce_stats=ce_stats, ce_denom=ce_denom,
+             ce_dloss=cupy.ones((), dtype=cupy.float32), q=q, tq=tq, conv32=conv32, tconv32=tconv32, x32=x32,
+             tx32=tx32, tf32_plan=tf32_plan, x32d=x32d, w32d=w32d, dy32d=dy32d)
     rows = [
         ("torch: ReLU module", "trelu(txi)"),
         ("ReLU module", "relu(xi)"),
@@ -77,6 +108,32 @@ def main(argv=None):
         ("MaxPool2d module", "pool(xi)"),
         ("torch: BatchNorm2d module (training)", "tbn(txi)"),
         ("BatchNorm2d module (training)", "bn(xi)"),
+        ("P.batch_norm_forward_training (front)", "P.batch_norm_forward_training(xid, bnw, bnb, bnm, bnv)"),
+        ("cuda batch_norm_forward_training (launcher)", "cuda_bn.batch_norm_forward_training(xid, bnw, bnb, bnm, bnv)"),
+        ("P.batch_norm_backward (front)", "P.batch_norm_backward(xid, xid, bnw, bn_mean, bn_invstd)"),
+        ("cuda batch_norm_backward (launcher)", "cuda_bn.batch_norm_backward(xid, xid, bnw, bn_mean, bn_invstd)"),
+        ("torch: BatchNorm2d forward + backward", "tbn(txi).backward(txi)"),
+        ("BatchNorm2d forward + backward", "bn(xi).backward(xi)"),
+        ("torch: MaxPool2d 14x14 module", "tpool(tx14)"),
+        ("MaxPool2d 14x14 module", "pool(x14)"),
+        ("P.pooling_forward 14x14 (front)", "P.pooling_forward(x14d, pool_desc)"),
+        ("cuda pooling_forward 14x14 (launcher)", "cuda_pool.pooling_forward(x14d, pool_desc)"),
+        ("cuda pooling_backward 14x14 (launcher)", "cuda_pool.pooling_backward(x14d, y14d, y14d, pool_desc)"),
+        ("torch: MaxPool2d 14x14 forward + backward", "tpool(tx14).backward(tpool(tx14))"),
+        ("MaxPool2d 14x14 forward + backward", "pool(x14).backward(pool(x14))"),
+        ("torch: F.cross_entropy", "torch.nn.functional.cross_entropy(tlogits, tlabels)"),
+        ("F.cross_entropy", "F.cross_entropy(logits, labels)"),
+        ("cuda cross_entropy_forward (launcher)", "cuda_softmax.cross_entropy_forward(logits._data, labels._data)"),
+        ("cuda cross_entropy_backward (launcher)", "cuda_softmax.cross_entropy_backward(logits._data, labels._data, ce_stats, ce_dloss, ce_denom)"),
+        ("torch: F.cross_entropy forward + backward", "torch.nn.functional.cross_entropy(tlogits, tlabels).backward()"),
+        ("F.cross_entropy forward + backward", "F.cross_entropy(logits, labels).backward()"),
+        ("torch: Conv2d 32->64 TF32 forward + backward",
+         "with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):\n    y = tconv32(tx32); y.backward(y)"),
+        ("Conv2d 32->64 TF32 forward + backward",
+         "with minidl.backends.cudnn.flags(allow_tf32=True):\n    y = conv32(x32); y.backward(y)"),
+        ("TF32 plan.forward", "tf32_plan.forward(x32d, w32d)"),
+        ("TF32 plan.backward_data", "tf32_plan.backward_data(w32d, dy32d)"),
+        ("TF32 plan.backward_filter", "tf32_plan.backward_filter(x32d, dy32d)"),
         ("torch: Conv2d module", "tconv(txi)"),
         ("Conv2d module", "conv(xi)"),
         ("torch: Linear module (fp32)", "tlin(txl)"),
@@ -111,6 +168,11 @@ def main(argv=None):
         ("x.transpose(1, 2)", "x.transpose(1, 2)"),
         ("torch: x.split(16, dim=2)", "tx.split(16, dim=2)"),
         ("x.split(16, dim=2)", "x.split(16, dim=2)"),
+        ("torch: SDPA causal", "torch.nn.functional.scaled_dot_product_attention(tq, tq, tq, is_causal=True)"),
+        ("SDPA causal", "F.scaled_dot_product_attention(q, q, q, is_causal=True)"),
+        ("torch: SDPA causal forward + backward",
+         "torch.nn.functional.scaled_dot_product_attention(tq, tq, tq, is_causal=True).backward(tq)"),
+        ("SDPA causal forward + backward", "F.scaled_dot_product_attention(q, q, q, is_causal=True).backward(q)"),
         ("torch: GELU", "torch.nn.functional.gelu(tx)"),
         ("GELU", "F.gelu(x)"),
     ]

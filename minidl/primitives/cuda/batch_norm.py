@@ -32,8 +32,10 @@ def _view(x_shape, mode, layout):
     return math.prod(x_shape[:-1]), x_shape[-1], 1
 
 
-def _vec_mode(C, inner, *arrays):
-    if not is_aligned(*arrays):
+def _vec_mode(C, inner, aligned: bool):
+    """The elementwise passes' float4 mode: 1 along the planes (inner % 4 == 0), 2 along the channels (NHWC rows,
+    C % 4 == 0), 0 scalar; aligned: whether every array the pass reads or writes starts on a 16-byte boundary."""
+    if not aligned:
         return 0
     if inner % 4 == 0:
         return 1
@@ -81,28 +83,57 @@ _REDUCTION_KERNELS = {
 }
 
 
-def _run_reduction(kind, grid, block, inputs, partial, outer, C, inner, chunks, chunk_len, stats: bool, family=None,
-                   extra=(), finish=()):
-    """Pass 1 (partial sums per split); `finish` = (arrivals, the finalize's arguments): with counters the
-    last block of each channel (tile) runs the finalize too, in the same launch."""
-    family = family or ("batch_norm_stats" if stats else "batch_norm_grads")
-    kernel = _kernel(_REDUCTION_KERNELS[family, kind], inputs[0])
+def _reduction_args(kind, aligned, outer, C, inner, chunks, chunk_len):
+    """The reduction kernel's shape arguments (after its arrays and partial sums); aligned: whether the arrays it
+    streams (x, and dy) start on 16-byte boundaries (the planes kernel's float4 loads)."""
     if kind == "planes":
-        streamed = inputs[:1] if stats else inputs[:2]   # x (and dy): the arrays read with float4
-        vectorized = int(inner % 4 == 0 and is_aligned(*streamed))
-        kernel(grid, block, (*inputs, partial, np.int32(outer), np.int32(C), np.int64(inner), np.int32(chunks),
-                             np.int64(chunk_len), np.int32(vectorized), *extra, *finish))
-    else:
-        kernel(grid, block, (*inputs, partial, np.int64(outer), np.int32(C), *extra, *finish))
+        return (np.int32(outer), np.int32(C), np.int64(inner), np.int32(chunks), np.int64(chunk_len),
+                np.int32(inner % 4 == 0 and aligned))
+    return np.int64(outer), np.int32(C)
 
 
-def _apply(name, inputs, target, table, outer, C, inner, extra=()):
+def _apply_args(aligned, outer, C, inner):
+    """(grid, shape arguments) of an elementwise pass (apply, dx) over the whole of x."""
     total = outer * C * inner
-    vec_mode = _vec_mode(C, inner, *inputs, target)
+    vec_mode = _vec_mode(C, inner, aligned)
     work = total // 4 if vec_mode else total
-    kernel = _kernel(name, target)
-    kernel((grid_stride_blocks(max(work, 1)),), (THREADS,),
-           (*inputs, target, table, np.int64(total), np.int32(C), np.int64(inner), np.int32(vec_mode), *extra))
+    return (grid_stride_blocks(max(work, 1)),), (np.int64(total), np.int32(C), np.int64(inner), np.int32(vec_mode))
+
+
+# Launch plans (issue 23: a layer normalises the same shapes every step). Per (op, shape, dtype, mode, layout,
+# whether x and dy start on 16-byte boundaries (the outputs are new, so aligned), device): everything a training
+# forward or a backward launches but the addresses: the reduction's kernel, grid and shape arguments, the
+# elementwise pass's. Made for non-empty x only.
+_plans: dict = {}
+
+
+def _param_shape(x_shape, mode, layout):
+    return x_shape[1:] if mode == "per_activation" else (x_shape[1] if layout == "NCHW" else x_shape[-1],)
+
+
+class _Plan:
+    __slots__ = ("param_shape", "C", "partial_shape", "grid", "block", "reduction", "reduction_args", "apply",
+                 "apply_grid", "apply_args", "count")
+
+
+def _plan(op, family, apply_name, x, aligned, mode, layout):
+    key = (op, x.shape, x.dtype, mode, layout, aligned, cupy.cuda.runtime.getDevice())
+    plan = _plans.get(key)
+    if plan is None:
+        outer, C, inner = _view(x.shape, mode, layout)
+        kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
+        plan = _Plan()
+        plan.param_shape = _param_shape(x.shape, mode, layout)
+        plan.C, plan.grid, plan.block, plan.count = C, grid, block, np.float32(outer * inner)
+        plan.partial_shape = (3 if family == "batch_norm_stats" else 2, splits, C)
+        plan.reduction = _kernel(_REDUCTION_KERNELS[family, kind], x)
+        plan.reduction_args = _reduction_args(kind, aligned, outer, C, inner, chunks, chunk_len)
+        plan.apply = _kernel(apply_name, x)
+        plan.apply_grid, plan.apply_args = _apply_args(aligned, outer, C, inner)
+        if len(_plans) >= 1024:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
 
 
 def batch_norm_forward_training(x, gamma, beta_, running_mean, running_var, *, momentum=0.1, eps=1e-5,
@@ -123,33 +154,33 @@ def batch_norm_relu_forward_training(x, gamma, beta_, running_mean, running_var,
 def _forward_training(op, apply_name, x, gamma, beta_, running_mean, running_var, momentum, eps, mode, layout,
                       num_batches_tracked):
     x = as_storage_input(op, x)
-    outer, C, inner = _view(x.shape, mode, layout)
-    param_shape = (x.shape[1:] if mode == "per_activation"
-                   else (x.shape[1] if layout == "NCHW" else x.shape[-1],))
     # The running statistics are updated in place, so they must be the caller's own arrays.
     for name, a in (("running_mean", running_mean), ("running_var", running_var)):
         if a is not None and (a.dtype != cupy.float32 or not a.flags.c_contiguous):
             raise TypeError(f"{op}: {name} must be a C-contiguous float32 array (it is updated in place)")
     y = cupy.ndarray(x.shape, dtype=x.dtype)
-    saved_mean = cupy.ndarray(param_shape, dtype=cupy.float32)
-    saved_invstd = cupy.ndarray(param_shape, dtype=cupy.float32)
-    if x.size == 0:
-        return y, saved_mean, saved_invstd   # (the front refuses an empty training batch)
+    if x.size == 0:   # (the front refuses an empty training batch)
+        param_shape = _param_shape(x.shape, mode, layout)
+        return y, cupy.ndarray(param_shape, dtype=cupy.float32), cupy.ndarray(param_shape, dtype=cupy.float32)
+    plan = _plan(op, "batch_norm_stats", apply_name, x, not x.data.ptr % 16, mode, layout)
+    saved_mean = cupy.ndarray(plan.param_shape, dtype=cupy.float32)
+    saved_invstd = cupy.ndarray(plan.param_shape, dtype=cupy.float32)
 
-    kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
-    partial = cupy.ndarray((3, splits, C), dtype=cupy.float32)
-    affine = cupy.ndarray((3, C), dtype=cupy.float32)
+    partial = cupy.ndarray(plan.partial_shape, dtype=cupy.float32)
+    affine = cupy.ndarray((3, plan.C), dtype=cupy.float32)
     statistics = (np.float32(eps), np.float32(momentum), _pointer(gamma, op), _pointer(beta_, op),
                   null_pointer() if running_mean is None else running_mean,
                   null_pointer() if running_var is None else running_var, saved_mean, saved_invstd, affine,
                   null_pointer() if num_batches_tracked is None else num_batches_tracked)
-    arrivals = arrival_counters(grid[0])
-    _run_reduction(kind, grid, block, (x,), partial, outer, C, inner, chunks, chunk_len, stats=True,
-                   finish=(null_pointer() if arrivals is None else arrivals,) + statistics)
+    # pass 1, the statistics; with arrival counters its last block of each channel (tile) also runs the finalize
+    arrivals = arrival_counters(plan.grid[0])
+    plan.reduction(plan.grid, plan.block, (x, partial, *plan.reduction_args,
+                                           null_pointer() if arrivals is None else arrivals, *statistics))
     if arrivals is None:
         finalize = get_kernel("batch_norm", "batch_norm_finalize_stats")
-        finalize((-(-C // THREADS),), (THREADS,), (partial, np.int32(splits), np.int32(C), *statistics))
-    _apply(apply_name, (x,), y, affine, outer, C, inner)
+        finalize((-(-plan.C // THREADS),), (THREADS,),
+                 (partial, np.int32(plan.partial_shape[1]), np.int32(plan.C), *statistics))
+    plan.apply(plan.apply_grid, (THREADS,), (x, y, affine, *plan.apply_args))
     return y, saved_mean, saved_invstd
 
 
@@ -178,7 +209,8 @@ def _forward_inference(op, apply_name, x, gamma, beta_, running_mean, running_va
     prepare((-(-C // THREADS),), (THREADS,),
             (as_kernel_input(op, running_mean), as_kernel_input(op, running_var), _pointer(gamma, op),
              _pointer(beta_, op), np.float32(eps), np.int32(C), affine))
-    _apply(apply_name, (x,), y, affine, outer, C, inner)
+    grid, shape_args = _apply_args(is_aligned(x), outer, C, inner)
+    _kernel(apply_name, x)(grid, (THREADS,), (x, y, affine, *shape_args))
     return y
 
 
@@ -199,27 +231,28 @@ def _backward(op, relu, x, dy, gamma, beta_, saved_mean, saved_invstd, mode, lay
         raise TypeError(f"{op}: dy is {dy.dtype} but x is {x.dtype}")
     saved_mean = as_kernel_input(op, saved_mean)
     saved_invstd = as_kernel_input(op, saved_invstd)
-    outer, C, inner = _view(x.shape, mode, layout)
     dx = cupy.ndarray(x.shape, dtype=x.dtype)
     dgamma = None if gamma is None else cupy.ndarray(saved_mean.shape, dtype=cupy.float32)
     dbeta = None if gamma is None else cupy.ndarray(saved_mean.shape, dtype=cupy.float32)
     if x.size == 0:
         return dx, dgamma, dbeta
+    plan = _plan(op, "batch_norm_relu_grads" if relu else "batch_norm_grads",
+                 "batch_norm_relu_backward_dx" if relu else "batch_norm_backward_dx", x,
+                 not (x.data.ptr % 16 or dy.data.ptr % 16), mode, layout)
 
-    kind, grid, block, splits, chunks, chunk_len = _reduction_plan(outer, C, inner)
-    partial = cupy.ndarray((2, splits, C), dtype=cupy.float32)
-    mask = (_pointer(gamma, op), _pointer(beta_, op), saved_invstd) if relu else ()
-    coef = cupy.ndarray((4, C), dtype=cupy.float32)
-    count, gamma_ptr = np.float32(outer * inner), _pointer(gamma, op)
+    partial = cupy.ndarray(plan.partial_shape, dtype=cupy.float32)
+    gamma_ptr = _pointer(gamma, op)
+    mask = (gamma_ptr, _pointer(beta_, op), saved_invstd) if relu else ()
+    coef = cupy.ndarray((4, plan.C), dtype=cupy.float32)
     outputs = (null_pointer() if dgamma is None else dgamma, null_pointer() if dbeta is None else dbeta, coef)
-    arrivals = arrival_counters(grid[0])
-    _run_reduction(kind, grid, block, (x, dy, saved_mean), partial, outer, C, inner, chunks, chunk_len, stats=False,
-                   family="batch_norm_relu_grads" if relu else None, extra=mask,
-                   finish=(null_pointer() if arrivals is None else arrivals, count, gamma_ptr, saved_invstd, *outputs))
+    arrivals = arrival_counters(plan.grid[0])
+    plan.reduction(plan.grid, plan.block,
+                   (x, dy, saved_mean, partial, *plan.reduction_args, *mask,
+                    null_pointer() if arrivals is None else arrivals, plan.count, gamma_ptr, saved_invstd, *outputs))
     if arrivals is None:
         finalize = get_kernel("batch_norm", "batch_norm_finalize_grads")
-        finalize((-(-C // THREADS),), (THREADS,),
-                 (partial, np.int32(splits), np.int32(C), count, gamma_ptr, saved_mean, saved_invstd, *outputs))
-    _apply("batch_norm_relu_backward_dx" if relu else "batch_norm_backward_dx", (x, dy), dx, coef, outer, C, inner,
-           extra=mask)
+        finalize((-(-plan.C // THREADS),), (THREADS,),
+                 (partial, np.int32(plan.partial_shape[1]), np.int32(plan.C), plan.count, gamma_ptr, saved_mean,
+                  saved_invstd, *outputs))
+    plan.apply(plan.apply_grid, (THREADS,), (x, dy, dx, coef, *plan.apply_args, *mask))
     return dx, dgamma, dbeta

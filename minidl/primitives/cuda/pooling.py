@@ -13,6 +13,7 @@ from .._common import pooling_output_shape
 
 import math
 
+import cupy
 import numpy as np
 
 from ._compile import get_kernel, get_template_kernel
@@ -64,8 +65,6 @@ def _data_and_output(op, x, out, shape, beta, *inputs):
     """(x, target, original): 16-bit data as it is with a new output of its dtype (the primitive sends 16-bit
     calls with `out` through float32 copies); float32 through as_kernel_input and kernel_output."""
     if x.dtype in HALF_KINDS and out is None:
-        import cupy
-
         return as_storage_input(op, x), cupy.ndarray(shape, dtype=x.dtype), None
     x = as_kernel_input(op, x)
     return (x,) + kernel_output(op, out, shape, beta, x, *inputs)
@@ -93,15 +92,49 @@ def uses_k2s2(x_shape, y_shape, desc, layout, backward=False, arrays=()) -> bool
     return w % 4 == 0 and ow * 2 == w and rows_ok and is_aligned(*arrays)
 
 
-def _launch_k2s2(name, arrays, target, x_shape, y_shape, mode, alpha, beta):
-    pairs = math.prod(y_shape) // 2
-    if pairs == 0:
+# Launch plans (issue 23: a layer pools the same shapes every step): per (direction, x's shape and dtype, descriptor,
+# layout, USE_K2S2, device) the output's shape, whether the 2x2 fast path takes the shapes (the arrays' alignment is
+# checked per call), its kernel, grid and shape arguments, and the generic kernel's.
+_plans: dict = {}
+
+
+def _plan(direction, x, desc, layout):
+    key = (direction, x.shape, x.dtype, desc, layout, USE_K2S2, cupy.cuda.runtime.getDevice())
+    plan = _plans.get(key)
+    if plan is None:
+        y_shape = pooling_output_shape(x.shape, desc, layout)
+        backward = direction == "backward"
+        if uses_k2s2(x.shape, y_shape, desc, layout, backward=backward):
+            pairs = math.prod(y_shape) // 2
+            fast = (_kernel("pooling_backward_k2s2" if backward else "pooling_forward_k2s2", x),
+                    (grid_stride_blocks(max(pairs, 1)),),
+                    (np.int32(x.shape[2]), np.int32(x.shape[3]), np.int32(y_shape[2]), np.int32(MODES[desc.mode])),
+                    (np.int64(pairs), np.int64(math.prod(x.shape))), pairs)
+        else:
+            fast = None
+        work = math.prod(x.shape if backward else y_shape)
+        generic = (_kernel("pooling_backward" if backward else "pooling_forward", x),
+                   (grid_stride_blocks(max(work, 1)),),
+                   _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout, desc.dilation)
+                   + (np.int32(MODES[desc.mode]),), work)
+        plan = (y_shape, fast, generic)
+        if len(_plans) >= 1024:
+            _plans.clear()
+        _plans[key] = plan
+    return plan
+
+
+def _run(plan, arrays, target, alpha, beta):
+    """Launch a direction's plan (fast: whether the arrays are aligned for the 2x2 path's float4 loads)."""
+    _, fast, generic = plan
+    if fast is not None and is_aligned(*arrays, target):
+        kernel, grid, head, tail, pairs = fast
+        if pairs:
+            kernel(grid, (THREADS,), (*arrays, target, *head, np.float32(alpha), np.float32(beta), *tail))
         return
-    kernel = _kernel(name, target)
-    kernel((grid_stride_blocks(pairs),), (THREADS,),
-           (*arrays, target, np.int32(x_shape[2]), np.int32(x_shape[3]), np.int32(y_shape[2]),
-            np.int32(MODES[mode]), np.float32(alpha), np.float32(beta), np.int64(pairs),
-            np.int64(math.prod(x_shape))))
+    kernel, grid, shape_args, work = generic
+    if work:
+        kernel(grid, (THREADS,), (*arrays, target, *shape_args, np.float32(alpha), np.float32(beta)))
 
 
 def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
@@ -110,14 +143,9 @@ def pooling_forward(x, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=None):
     if x.dtype == np.float64:   # no float64 kernel: the NumPy reference on host copies
         from ..cpu import pooling as reference
         return on_host(reference.pooling_forward, x, desc, layout=layout, alpha=alpha, beta=beta, out=out)
-    y_shape = pooling_output_shape(x.shape, desc, layout)
-    x, target, original = _data_and_output(op, x, out, y_shape, beta)
-    if uses_k2s2(x.shape, y_shape, desc, layout, arrays=(x, target)):
-        _launch_k2s2("pooling_forward_k2s2", (x,), target, x.shape, y_shape, desc.mode, alpha, beta)
-        return finish(target, original)
-    shape_args = _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout, desc.dilation)
-    _launch("pooling_forward", (x,), target, shape_args,
-            (np.int32(MODES[desc.mode]), np.float32(alpha), np.float32(beta)), target.size)
+    plan = _plan("forward", x, desc, layout)
+    x, target, original = _data_and_output(op, x, out, plan[0], beta)
+    _run(plan, (x,), target, alpha, beta)
     return finish(target, original)
 
 
@@ -129,14 +157,10 @@ def pooling_backward(x, y, dy, desc, *, layout="NCHW", alpha=1.0, beta=0.0, out=
     if x.dtype == np.float64:
         from ..cpu import pooling as reference
         return on_host(reference.pooling_backward, x, y, dy, desc, layout=layout, alpha=alpha, beta=beta, out=out)
+    plan = _plan("backward", x, desc, layout)
     dy = as_storage_input(op, dy) if dy.dtype in HALF_KINDS and out is None else as_kernel_input(op, dy)
     x, target, original = _data_and_output(op, x, out, x.shape, beta, dy)
-    if uses_k2s2(x.shape, dy.shape, desc, layout, backward=True, arrays=(x, dy, target)):
-        _launch_k2s2("pooling_backward_k2s2", (x, dy), target, x.shape, dy.shape, desc.mode, alpha, beta)
-        return finish(target, original)
-    shape_args = _shape_args(x.shape, dy.shape, desc.kernel_size, desc.stride, desc.padding, layout, desc.dilation)
-    _launch("pooling_backward", (x, dy), target, shape_args,
-            (np.int32(MODES[desc.mode]), np.float32(alpha), np.float32(beta)), target.size)
+    _run(plan, (x, dy), target, alpha, beta)
     return finish(target, original)
 
 
@@ -175,8 +199,6 @@ def adaptive_avg_pooling_backward(dy, x_shape, output_size, *, layout="NCHW", al
 
 def max_pooling_forward_with_indices(x, desc, *, layout="NCHW"):
     """(y, indices int64): max pooling and each maximum's flat position within its (n, c) plane."""
-    import cupy
-
     op = "max_pooling_forward_with_indices"
     x = as_kernel_input(op, x)
     y_shape = pooling_output_shape(x.shape, desc, layout)
