@@ -122,6 +122,9 @@ def _kernel(name: str, template_args: str, smem: int = 0, family: str = "attenti
     return kernel
 
 
+_NO_MASK = (null_pointer(),) + (np.int64(0),) * 4   # the mask arguments of a call without one (_mask_args)
+
+
 def _mask_args(mask, shape):
     """(pointer, 4 element strides) of an fp32 mask broadcast to (B, H, L, S); a bool mask becomes 0 / -inf."""
     if mask is None:
@@ -161,7 +164,57 @@ def _precise(math_mode) -> str:
     return "false" if math_mode == "tf32" else "true"
 
 
+# Launch plans (issue 25: a GPT's attention runs the same shapes every step). Per the operands' shapes, strides and
+# dtype, the flags, the math and the device: the kernels, grids, shared memory, the shape arguments, and each
+# operand's stride arguments where the kernels read it in place (its strides allow it; its start is checked per
+# call). Calls without a mask only; with one (its arrays change), and wherever a call differs from its plan (an
+# operand that must be copied, gradients that cannot be laid out as the plan's), the general path below runs.
+_plans: dict = {}
+
+
+def _keep(key, plan):
+    if len(_plans) >= 1024:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
+def _in_place_strides(a):
+    """The batch / head / row stride arguments of an operand read in place, or None where its strides rule that out
+    (the conditions of _rows, all but the start's alignment, which each call checks)."""
+    sb, sh, sl, sd = a.strides
+    if sd != a.itemsize or sb % 16 or sh % 16 or sl % 16 or min(sb, sh, sl) < 0:
+        return None
+    return _strides(a)
+
+
+def _planned_operands(arrays, strides):
+    """The operands' stride arguments, concatenated, when every operand is read in place as its plan says (None
+    otherwise)."""
+    found = ()
+    for a, s in zip(arrays, strides):
+        if s is None or a.data.ptr % 16:
+            return None
+        found += s
+    return found
+
+
 def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=0.0, seed=0, offset=0, math="fp32"):
+    if mask is None:
+        key = ("forward", q.shape, q.strides, k.shape, k.strides, v.shape, v.strides, q.dtype, causal, dropout_p > 0,
+               math, _common.tensor_core_gemm, cupy.cuda.runtime.getDevice())
+        plan = _plans.get(key)
+        if plan is None and q.size and k.size:
+            plan = _keep(key, _forward_plan(q, k, v, causal, dropout_p, math))
+        if plan is not None:
+            kernel, grid, block, smem, heads, strides = plan
+            rows = _planned_operands((q, k, v), strides)
+            if rows is not None:
+                out = cupy.ndarray(q.shape, dtype=q.dtype)
+                lse = cupy.ndarray(q.shape[:3], dtype=cupy.float32)
+                kernel(grid, block, (q, k, v, out, lse, *heads, np.float32(scale), *_NO_MASK,
+                                     *_dropout_args(dropout_p, seed, offset), *rows), shared_mem=smem)
+                return out, lse
     (q, q_rows), (k, k_rows), (v, v_rows) = _rows(q), _rows(k), _rows(v)
     B, H, L, D = q.shape
     HK, S = k.shape[1], k.shape[2]
@@ -173,8 +226,16 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
         out.fill(0)
         lse.fill(cupy.inf)
         return out, lse
-    kind = KINDS[q.dtype]
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
+    kernel, warps, block_m, smem = _forward_kernel(KINDS[q.dtype], D, causal, mask, dropout_p, math)
+    kernel(((L + block_m - 1) // block_m, B * H), (32 * warps,),
+           (q, k, v, out, lse, np.int32(H), np.int32(HK), np.int32(L), np.int32(S), np.float32(scale),
+            *mask_args, *_dropout_args(dropout_p, seed, offset), *q_rows, *k_rows, *v_rows), shared_mem=smem)
+    return out, lse
+
+
+def _forward_kernel(kind, D, causal, mask, dropout_p, math):
+    """(kernel, warps, block_m, smem) of the forward pass."""
     if kind == 0:
         smem, warps, block_m = forward_smem_bytes_f32(D), 4, BLOCK_M_F32
         kernel = _kernel("attention_forward_tf32", f"{_precise(math)}, {D}, {_flags(causal, mask, dropout_p)}", smem)
@@ -185,10 +246,103 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
     else:
         smem, (warps, mt), block_m = forward_smem_bytes(D), forward_config(D), BLOCK_M
         kernel = _kernel("attention_forward", f"{kind}, {D}, {warps}, {mt}, {_flags(causal, mask, dropout_p)}", smem)
-    kernel(((L + block_m - 1) // block_m, B * H), (32 * warps,),
-           (q, k, v, out, lse, np.int32(H), np.int32(HK), np.int32(L), np.int32(S), np.float32(scale),
-            *mask_args, *_dropout_args(dropout_p, seed, offset), *q_rows, *k_rows, *v_rows), shared_mem=smem)
-    return out, lse
+    return kernel, warps, block_m, smem
+
+
+def _forward_plan(q, k, v, causal, dropout_p, math):
+    B, H, L, D = q.shape
+    HK, S = k.shape[1], k.shape[2]
+    kernel, warps, block_m, smem = _forward_kernel(KINDS[q.dtype], D, causal, None, dropout_p, math)
+    return (kernel, ((L + block_m - 1) // block_m, B * H), (32 * warps,), smem,
+            (np.int32(H), np.int32(HK), np.int32(L), np.int32(S)), tuple(_in_place_strides(a) for a in (q, k, v)))
+
+
+def _backward_kernel(kind, D, causal, mask, dropout_p, math):
+    """(kernel, smem) of the backward pass's main kernel."""
+    if kind == 0:
+        smem = backward_smem_bytes_f32(D)
+        kernel = _kernel("attention_backward_tf32", f"{_precise(math)}, {D}, {_flags(causal, mask, dropout_p)}", smem)
+    elif kernel_family(kind, D, "backward") == "wgmma":
+        smem = backward_smem_bytes_wgmma(D)
+        kernel = _kernel("attention_backward_wgmma", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem,
+                         family="attention_wgmma")
+    else:
+        smem = backward_smem_bytes(D)
+        kernel = _kernel("attention_backward", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem)
+    return kernel, smem
+
+
+def _backward_plan(q, k, v, dout, causal, dropout_p, math):
+    B, H, L, D = q.shape
+    HK, S = k.shape[1], k.shape[2]
+    kind = KINDS[q.dtype]
+    strides = tuple(_in_place_strides(a) for a in (q, k, v, dout))
+    # the gradients' layout: q, k, v's when they are the pieces of one array (their pointers' step, checked per
+    # call), else contiguous
+    packed = _packed((q, k, v)) if None not in strides[:3] else None
+    grad_strides = tuple(_strides(a) if packed else tuple(np.int64(s // a.itemsize) for s in _contiguous_strides(a)[:3])
+                         for a in (q, k, v))
+    rows = B * H * L
+    kernel, smem = _backward_kernel(kind, D, causal, None, dropout_p, math)
+    return (strides, packed, grad_strides,
+            (_kernel("attention_delta", f"{kind}"), ((rows + 3) // 4,), (np.int64(rows), np.int32(D), np.int32(H),
+                                                                      np.int32(L))),
+            (kernel, ((S + BLOCK_N - 1) // BLOCK_N, B * HK), smem,
+             (np.int32(H), np.int32(HK), np.int32(L), np.int32(S))),
+            (_kernel("attention_dq_finish", f"{kind}"), (grid_stride_blocks(q.size),),
+             (np.int64(q.size),), (np.int32(D), np.int32(H), np.int32(L))))
+
+
+def _contiguous_strides(a):
+    """The byte strides of a C-contiguous array of a's shape and dtype."""
+    strides, step = [], a.itemsize
+    for n in reversed(a.shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _f32(a):
+    """A C-contiguous float32 array of a's values (a itself when it is one)."""
+    return a if a.dtype == cupy.float32 and a.flags.c_contiguous else cupy.ascontiguousarray(a, dtype=cupy.float32)
+
+
+def _backward_planned(q, k, v, out, dout, lse, causal, scale, dropout_p, seed, offset, math):
+    """attention_backward from its plan, or None where the call differs from it (the general path runs then)."""
+    key = ("backward", q.shape, q.strides, k.shape, k.strides, v.shape, v.strides, dout.strides, q.dtype, causal,
+           dropout_p > 0, math, _common.tensor_core_gemm, cupy.cuda.runtime.getDevice())
+    plan = _plans.get(key)
+    if plan is None:
+        if not (q.size and k.size):
+            return None
+        plan = _keep(key, _backward_plan(q, k, v, dout, causal, dropout_p, math))
+    strides, packed, grad_strides, delta, main, finish = plan
+    rows = _planned_operands((q, k, v, dout), strides)
+    if rows is None:
+        return None
+    if packed is None:
+        dq, dk, dv = (cupy.ndarray(a.shape, dtype=a.dtype) for a in (q, k, v))
+    else:
+        step, nbytes = packed
+        if k.data.ptr - q.data.ptr != step or v.data.ptr - k.data.ptr != step:
+            return None
+        parent = cupy.ndarray(nbytes // q.itemsize, dtype=q.dtype)
+        dq, dk, dv = (cupy.ndarray(a.shape, dtype=a.dtype, memptr=parent.data + i * step, strides=a.strides)
+                      for i, a in enumerate((q, k, v)))
+    out, lse = cupy.ascontiguousarray(out), _f32(lse)
+    d_rows = rows[9:]
+    kernel, grid, shape_args = delta
+    delta_rows = cupy.ndarray(lse.shape, dtype=cupy.float32)
+    kernel(grid, (128,), (out, dout, delta_rows, *shape_args, *d_rows))
+    dq_acc = cupy.ndarray(q.shape, dtype=cupy.float32)
+    dq_acc.data.memset_async(0, dq_acc.nbytes)
+    kernel, grid, smem, heads = main
+    kernel(grid, (128,), (q, k, v, dout, lse, delta_rows, dq_acc, dk, dv, *heads, np.float32(scale), *_NO_MASK,
+                          *_dropout_args(dropout_p, seed, offset), *rows, *grad_strides[1], *grad_strides[2]),
+           shared_mem=smem)
+    kernel, grid, size_args, shape_args = finish
+    kernel(grid, (256,), (dq_acc, dq, *size_args, np.float32(scale), *shape_args, *grad_strides[0]))
+    return dq, dk, dv
 
 
 def _packed(arrays):
@@ -238,6 +392,10 @@ def _strides(a):
 
 def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scale=1.0, dropout_p=0.0, seed=0,
                        offset=0, math="fp32"):
+    if mask is None:
+        planned = _backward_planned(q, k, v, out, dout, lse, causal, scale, dropout_p, seed, offset, math)
+        if planned is not None:
+            return planned
     (q, q_rows), (k, k_rows), (v, v_rows), (dout, d_rows) = _rows(q), _rows(k), _rows(v), _rows(dout)
     out = cupy.ascontiguousarray(out)
     lse = cupy.ascontiguousarray(lse, dtype=cupy.float32)
@@ -256,16 +414,7 @@ def attention_backward(q, k, v, out, dout, lse, mask=None, *, causal=False, scal
                                            *d_rows))
     dq_acc = cupy.zeros((B, H, L, D), dtype=cupy.float32)
     mask_args, _keep_alive = _mask_args(mask, (B, H, L, S))
-    if kind == 0:
-        smem = backward_smem_bytes_f32(D)
-        kernel = _kernel("attention_backward_tf32", f"{_precise(math)}, {D}, {_flags(causal, mask, dropout_p)}", smem)
-    elif kernel_family(kind, D, "backward") == "wgmma":
-        smem = backward_smem_bytes_wgmma(D)
-        kernel = _kernel("attention_backward_wgmma", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem,
-                         family="attention_wgmma")
-    else:
-        smem = backward_smem_bytes(D)
-        kernel = _kernel("attention_backward", f"{kind}, {D}, {_flags(causal, mask, dropout_p)}", smem)
+    kernel, smem = _backward_kernel(kind, D, causal, mask, dropout_p, math)
     kernel(
         ((S + BLOCK_N - 1) // BLOCK_N, B * HK), (128,),
         (q, k, v, dout, lse, delta, dq_acc, dk, dv, np.int32(H), np.int32(HK), np.int32(L), np.int32(S),

@@ -36,61 +36,100 @@ def _ptr(a):
     return null_pointer() if a is None else a if type(a) is int else cupy.ascontiguousarray(a)
 
 
+# Launch plans (issue 25: a GPT block normalises the same shapes every step): per (direction, x's shape and dtype,
+# normalized_ndim, rms, whether there are a weight and a bias, device) the kernels, grids and shape arguments, so that
+# a call makes its arrays and launches.
+_plans: dict = {}
+
+
+def _keep(key, plan):
+    if len(_plans) >= 1024:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
+
+def _forward_plan(x, normalized_ndim, rms):
+    key = ("forward", x.shape, x.dtype, normalized_ndim, rms, cupy.cuda.runtime.getDevice())
+    plan = _plans.get(key)
+    if plan is None:
+        rows, n = _rows_n(x, normalized_ndim)
+        lead = x.shape[:x.ndim - normalized_ndim]
+        stats_shape = lead if rms else (2, *lead)   # mean and rstd in one allocation (views cost less than one)
+        plan = _keep(key, (stats_shape, _kernel("layer_norm_forward", x.dtype) if rows and n else None,
+                           (grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16),), (32 * WARPS_PER_BLOCK,),
+                           (np.int64(rows), np.int32(n))))
+    return plan
+
+
 def layer_norm_forward(x, weight=None, bias=None, *, normalized_ndim=1, eps=1e-5, rms=False):
     x = cupy.ascontiguousarray(x)
-    rows, n = _rows_n(x, normalized_ndim)
-    lead = x.shape[:x.ndim - normalized_ndim]
+    stats_shape, kernel, grid, block, shape_args = _forward_plan(x, normalized_ndim, rms)
     y = cupy.ndarray(x.shape, dtype=x.dtype)
-    if rms:
-        mean, rstd = None, cupy.ndarray(lead, dtype=cupy.float32)
-    else:   # the two statistics in one allocation (each allocation costs more host time than a view)
-        mean, rstd = cupy.ndarray((2, *lead), dtype=cupy.float32)
-    if rows and n:
-        blocks = grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16)
-        _kernel("layer_norm_forward", x.dtype)(
-            (blocks,), (32 * WARPS_PER_BLOCK,),
-            (x, _ptr(weight), _ptr(bias), y, null_pointer() if mean is None else mean, rstd, np.int64(rows),
-             np.int32(n), np.float32(eps), np.int32(bool(rms))))
+    stats = cupy.ndarray(stats_shape, dtype=cupy.float32)
+    mean, rstd = (None, stats) if rms else stats
+    if kernel is not None:
+        kernel(grid, block, (x, _ptr(weight), _ptr(bias), y, null_pointer() if mean is None else mean, rstd,
+                             *shape_args, np.float32(eps), np.int32(bool(rms))))
     return y, mean, rstd
+
+
+def _backward_plan(x, normalized_ndim, has_weight, has_bias):
+    key = ("backward", x.shape, x.dtype, normalized_ndim, has_weight, has_bias, cupy.cuda.runtime.getDevice())
+    plan = _plans.get(key)
+    if plan is None:
+        rows, n = _rows_n(x, normalized_ndim)
+        data = (_kernel("layer_norm_backward_data", x.dtype) if rows and n else None,
+                (grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16),), (32 * WARPS_PER_BLOCK,),
+                (np.int64(rows), np.int32(n)))
+        params = None
+        if has_weight and rows:
+            col_blocks = (n + 31) // 32
+            # enough chunks of rows to give every SM a few blocks, each chunk at least 32 rows long
+            chunks = max(1, min((rows + 31) // 32, (4 * sm_count() + col_blocks - 1) // col_blocks))
+            rows_per_chunk = (rows + chunks - 1) // chunks
+            chunks = (rows + rows_per_chunk - 1) // rows_per_chunk
+            params = (_kernel("layer_norm_backward_params", x.dtype), (col_blocks, chunks), chunks, n,
+                      (np.int64(rows), np.int32(n), np.int64(rows_per_chunk)),
+                      _kernel("layer_norm_params_finish", x.dtype), ((n + 255) // 256,),
+                      (np.int32(chunks), np.int32(n)))
+        plan = _keep(key, (data, params, x.shape[x.ndim - normalized_ndim:], rows))
+    return plan
+
+
+def _f32(a):
+    """A C-contiguous float32 array of a's values (a itself when it is one)."""
+    return a if a.dtype == cupy.float32 and a.flags.c_contiguous else cupy.ascontiguousarray(a, dtype=cupy.float32)
 
 
 def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=False, has_bias=True):
     x, dy = cupy.ascontiguousarray(x), cupy.ascontiguousarray(dy)
-    rows, n = _rows_n(x, normalized_ndim)
+    has_bias = has_bias and not rms and weight is not None
+    (kernel, grid, block, shape_args), params, shape, rows = _backward_plan(x, normalized_ndim, weight is not None,
+                                                                            has_bias)
     dx = cupy.ndarray(x.shape, dtype=x.dtype)
-    mean_arg = null_pointer() if mean is None else cupy.ascontiguousarray(mean, dtype=cupy.float32)
-    rstd = cupy.ascontiguousarray(rstd, dtype=cupy.float32)
-    if rows and n:
-        blocks = grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16)
-        _kernel("layer_norm_backward_data", x.dtype)(
-            (blocks,), (32 * WARPS_PER_BLOCK,),
-            (x, dy, _ptr(weight), mean_arg, rstd, dx, np.int64(rows), np.int32(n)))
+    mean_arg = null_pointer() if mean is None else _f32(mean)
+    rstd = _f32(rstd)
+    if kernel is not None:
+        kernel(grid, block, (x, dy, _ptr(weight), mean_arg, rstd, dx, *shape_args))
     if weight is None:
         return dx, None, None
-    shape = x.shape[x.ndim - normalized_ndim:]
     dweight = cupy.ndarray(shape, dtype=weight.dtype)
-    dbias = cupy.ndarray(shape, dtype=weight.dtype) if has_bias and not rms else None
+    dbias = cupy.ndarray(shape, dtype=weight.dtype) if has_bias else None
     if not rows:
         dweight.fill(0)
         if dbias is not None:
             dbias.fill(0)
         return dx, dweight, dbias
-    col_blocks = (n + 31) // 32
-    # enough chunks of rows to give every SM a few blocks, each chunk at least 32 rows long
-    chunks = max(1, min((rows + 31) // 32, (4 * sm_count() + col_blocks - 1) // col_blocks))
-    rows_per_chunk = (rows + chunks - 1) // chunks
-    chunks = (rows + rows_per_chunk - 1) // rows_per_chunk
+    kernel, grid, chunks, n, shape_args, finish, finish_grid, finish_args = params
     # the partial sums of dweight and dbias in one allocation: rows [0, chunks) and [chunks, 2 chunks), passed by
     # address (no views made)
     part = cupy.ndarray((2 * chunks if dbias is not None else chunks, n), dtype=cupy.float32)
     part_w = part.data.ptr
     part_b = part_w + 4 * chunks * n if dbias is not None else None
-    arrivals = arrival_counters(col_blocks)   # the last block of each column tile writes dweight, dbias: one launch
-    _kernel("layer_norm_backward_params", x.dtype)(
-        (col_blocks, chunks), PARAM_ROWS,
-        (x, dy, mean_arg, rstd, part_w, _ptr(part_b), np.int64(rows), np.int32(n), np.int64(rows_per_chunk),
-         null_pointer() if arrivals is None else arrivals, dweight, _ptr(dbias)))
+    arrivals = arrival_counters(grid[0])   # the last block of each column tile writes dweight, dbias: one launch
+    kernel(grid, PARAM_ROWS, (x, dy, mean_arg, rstd, part_w, _ptr(part_b), *shape_args,
+                              null_pointer() if arrivals is None else arrivals, dweight, _ptr(dbias)))
     if arrivals is None:
-        _kernel("layer_norm_params_finish", x.dtype)(
-            ((n + 255) // 256,), (256,), (part_w, _ptr(part_b), dweight, _ptr(dbias), np.int32(chunks), np.int32(n)))
+        finish(finish_grid, (256,), (part_w, _ptr(part_b), dweight, _ptr(dbias), *finish_args))
     return dx, dweight, dbias
