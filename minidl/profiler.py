@@ -109,11 +109,13 @@ _NOT_OPS = {"get_array_module", "is_cuda_array", "batch_norm_param_shape", "conv
             "multi_tensor_supported", "pooling_output_shape", "dropout_mask"}
 
 # Methods of primitive-library objects that run a primitive, recorded under the primitive's name:
-# a layer keeps a ConvolutionPlan per shape and calls it instead of convolution_forward(...).
+# a layer keeps a ConvolutionPlan per shape and calls it instead of convolution_forward(...); a Linear layer's GEMMs
+# run through GemmPlans (nn/functional/dense.py) instead of gemm(...).
 _METHODS = {("ConvolutionPlan", "forward"): "convolution_forward",
             ("ConvolutionPlan", "backward_data"): "convolution_backward_data",
             ("ConvolutionPlan", "backward_filter"): "convolution_backward_filter",
-            ("ConvolutionPlan", "backward_bias"): "convolution_backward_bias"}
+            ("ConvolutionPlan", "backward_bias"): "convolution_backward_bias",
+            ("GemmPlan", "__call__"): "gemm"}
 
 _active: "profile | None" = None
 

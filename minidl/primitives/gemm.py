@@ -23,7 +23,7 @@ from .._dtypes import FLOATING_SET
 from . import _common
 from ._common import backend, check_same_device, is_cuda_array, shape_str
 
-__all__ = ["gemm", "GEMM_MATH_MODES", "TENSOR_CORE_GEMMS", "set_tensor_core_gemm", "get_tensor_core_gemm"]
+__all__ = ["gemm", "GemmPlan", "GEMM_MATH_MODES", "TENSOR_CORE_GEMMS", "set_tensor_core_gemm", "get_tensor_core_gemm"]
 
 # The tensor-core GEMM kernels of the GPU path: "wgmma" (kernels/gemm_wgmma.cu: Hopper's warpgroup MMA fed
 # by TMA, H100/H200 only), "mma_sync" (kernels/gemm_tc.cu: Ampere's warp-level MMA, any GPU since sm_80);
@@ -144,3 +144,41 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
     return backend("gemm", a).gemm(a, b, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, out=out,
                                    use_cublas=use_cublas, math=math, bias=bias,
                                    **({} if out_dtype is None else {"out_dtype": out_dtype}))
+
+
+class GemmPlan:
+    """One kind of GEMM call (transposes, math, result dtype) for a caller that makes it again and again, as a
+    Linear layer makes three a step: cuBLASLt's matmul descriptor with the algorithm its heuristic chose.
+    plan(a, b, bias) is gemm(a, b, trans_a=..., trans_b=..., math=..., bias=bias, out_dtype=...).
+
+    The first call goes through gemm(), which checks the arguments and, on the GPU, plans the problem's launch
+    (kernel, grid, parameter record); the plan then keeps the backend's fast path for that problem
+    (cuda/gemm.py's planned_launch). A later call on arrays like the first's (array type, shapes, dtypes,
+    C-contiguous, the same 16-byte alignment and device, the kernel settings unchanged) makes the product by one
+    allocation and one launch, without gemm()'s checks and key; any other call goes through gemm() again (and plans
+    its own problem). The CPU has no fast path: every call is gemm()'s."""
+
+    __slots__ = ("trans_a", "trans_b", "math", "out_dtype", "_run")
+
+    def __init__(self, *, trans_a=False, trans_b=False, math="fp32", out_dtype=None):
+        if math not in GEMM_MATH_MODES:
+            raise ValueError(f"GemmPlan: unknown math {math!r}; use 'fp32' or 'tf32'")
+        self.trans_a, self.trans_b, self.math = bool(trans_a), bool(trans_b), math
+        self.out_dtype = None if out_dtype is None else np.dtype(out_dtype)
+        self._run = None
+
+    def __call__(self, a, b, bias=None):
+        run = self._run
+        if run is not None:
+            c = run(a, b, bias)
+            if c is not None:
+                return c
+        c = gemm(a, b, trans_a=self.trans_a, trans_b=self.trans_b, math=self.math, bias=bias, out_dtype=self.out_dtype)
+        if is_cuda_array(a):
+            self._run = backend("gemm", a).planned_launch(a, b, self.trans_a, self.trans_b, bias, self.math,
+                                                          self.out_dtype)
+        return c
+
+    def __repr__(self):
+        return (f"GemmPlan(trans_a={self.trans_a}, trans_b={self.trans_b}, math={self.math!r}, "
+                f"out_dtype={self.out_dtype})")

@@ -25,8 +25,21 @@ def _gemm(a, b, trans_a=False, trans_b=False, bias=None, out_dtype=None):
     on_gpu = is_cuda_array(a)
     use_cublas = on_gpu and (backends.cuda.use_cublas or a.dtype == np.float64)
     math = backends.math_for_matmul(a.dtype) if on_gpu else "fp32"  # the CPU path stays exact
+    if on_gpu and not use_cublas:   # (a layer's GEMMs, every step: through their plans, _PLANS)
+        key = (a.shape, b.shape, a.dtype, trans_a, trans_b, None if bias is None else bias.dtype, out_dtype, math)
+        plan = _PLANS.get(key)
+        if plan is None:
+            if len(_PLANS) >= 1024:
+                _PLANS.clear()
+            plan = _PLANS[key] = P.GemmPlan(trans_a=trans_a, trans_b=trans_b, math=math, out_dtype=out_dtype)
+        return plan(a, b, bias)
     return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas, math=math, bias=bias,
                   out_dtype=out_dtype)
+
+
+# The GEMM plans of the layers' calls on the GPU, by problem (shapes, dtype, transposes, bias dtype, result dtype,
+# math): a Linear layer's three GEMMs a step skip gemm()'s checks and key once planned (P.GemmPlan).
+_PLANS: dict = {}
 
 
 def _rows(a):

@@ -623,25 +623,41 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out, out_dtype=None):
     added in order by convolution_backward_bias_finish, which writes db in dy's dtype (blended with out), or in
     out_dtype (float32 for 16-bit dy, no out: the fp32 sums rounded once, to float32)."""
     dy = cupy.ascontiguousarray(dy)
-    rows = dy.size // K if K else 0
     db_dtype = dy.dtype if out_dtype is None else out_dtype
     db = out if out is not None and out.flags.c_contiguous and out.dtype == dy.dtype else cupy.ndarray((K,), db_dtype)
     if out is not None and db is not out and beta != 0:
         db[...] = out
     if K:
-        col_tiles, per_chunk, chunks = _bias_split(rows, K)
-        kind, out_kind = np.int32(STORAGE_KINDS[dy.dtype]), np.int32(STORAGE_KINDS[db.dtype])
+        kernel, grid, chunks, shape_args, finish_kernel, finish_grid = _bias_nhwc_plan(dy, K, db.dtype)
         partial = cupy.ndarray((chunks, K), dtype=cupy.float32)
-        arrivals = arrival_counters(col_tiles)   # the last block of each column tile writes db: one launch
-        get_kernel("convolution", "convolution_backward_bias_nhwc")(
-            (col_tiles, chunks), (32, 8), (dy, partial, np.int64(rows), np.int32(K), np.int64(per_chunk), kind,
-                                          null_pointer() if arrivals is None else arrivals, db, np.float32(alpha),
-                                          np.float32(beta), out_kind))
+        arrivals = arrival_counters(grid[0])   # the last block of each column tile writes db: one launch
+        kernel(grid, (32, 8), (dy, partial, *shape_args[:-1], null_pointer() if arrivals is None else arrivals, db,
+                               np.float32(alpha), np.float32(beta), shape_args[-1]))
         if arrivals is None:
-            get_kernel("convolution", "convolution_backward_bias_finish")(
-                ((K + 255) // 256,), (256,), (partial, np.int32(chunks), np.int32(K), db, np.float32(alpha),
-                                              np.float32(beta), out_kind))
+            finish_kernel(finish_grid, (256,), (partial, np.int32(chunks), np.int32(K), db, np.float32(alpha),
+                                                np.float32(beta), shape_args[-1]))
     return db if out is None or db is out else finish(db, out)
+
+
+_bias_nhwc_plans: dict = {}   # (dy's size and dtype, K, db's dtype, device) -> the launch (every Linear's bias, a step)
+
+
+def _bias_nhwc_plan(dy, K, db_dtype):
+    """(kernel, grid, chunks, shape arguments (rows, K, rows per chunk, dy's kind, then db's kind), the finishing
+    kernel, its grid) of convolution_backward_bias_nhwc for dy."""
+    key = (dy.size, dy.dtype, K, db_dtype, cupy.cuda.runtime.getDevice())
+    plan = _bias_nhwc_plans.get(key)
+    if plan is None:
+        rows = dy.size // K
+        col_tiles, per_chunk, chunks = _bias_split(rows, K)
+        plan = (get_kernel("convolution", "convolution_backward_bias_nhwc"), (col_tiles, chunks), chunks,
+                (np.int64(rows), np.int32(K), np.int64(per_chunk), np.int32(STORAGE_KINDS[dy.dtype]),
+                 np.int32(STORAGE_KINDS[db_dtype])),
+                get_kernel("convolution", "convolution_backward_bias_finish"), ((K + 255) // 256,))
+        if len(_bias_nhwc_plans) >= 1024:
+            _bias_nhwc_plans.clear()
+        _bias_nhwc_plans[key] = plan
+    return plan
 
 
 _bias_kernels: dict = {}   # device -> convolution_backward_bias (every training step of a layer with a bias launches it)

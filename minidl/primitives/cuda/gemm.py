@@ -385,8 +385,7 @@ _PLANNED_SIZE = 1024
 
 def _planned_key(a, b, trans_a, trans_b, alpha, beta, bias, math, out_dtype):
     return (a.shape, b.shape, a.dtype, trans_a, trans_b, alpha, beta, None if bias is None else bias.dtype, math, out_dtype,
-            a.data.ptr & 15, b.data.ptr & 15, _common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE,
-            _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS, cupy.cuda.runtime.getDevice())
+            a.data.ptr & 15, b.data.ptr & 15, *_settings(), cupy.cuda.runtime.getDevice())
 
 
 def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, use_cublas=False, math="fp32",
@@ -414,6 +413,53 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
             _planned[key] = (c.shape, c.dtype, *last_launch)
         return c
     return _gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math, bias, out_dtype)
+
+
+def _settings():
+    """The kernel settings a plan depends on (the planned key's last entries but the device)."""
+    return (_common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE, _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS)
+
+
+def planned_launch(a, b, trans_a, trans_b, bias, math, out_dtype):
+    """For a problem gemm() has planned (its call was one launch from a plan): a callable run(a, b, bias) that makes
+    this problem's product on arrays like these (array type, shapes, dtypes, C-contiguous, the same 16-byte alignment
+    and device), with the kernel settings of now, by one allocation and the plan's launch; it returns None for
+    anything else. None when gemm() has no plan for the problem. (minidl.primitives.GemmPlan's fast path.)"""
+    if not (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.c_contiguous
+            and (bias is None or bias.flags.c_contiguous)):
+        return None
+    if out_dtype is not None and out_dtype == a.dtype:
+        out_dtype = None
+    found = _planned.get(_planned_key(a, b, trans_a, trans_b, 1.0, 0.0, bias, math, out_dtype))
+    if found is None:
+        return None
+    shape, dtype, launch, plan = found
+    ndarray, settings = cupy.ndarray, _settings()
+    a_shape, b_shape, a_dtype, a_align, b_align, device = a.shape, b.shape, a.dtype, a.data.ptr & 15, \
+        b.data.ptr & 15, a.data.device_id
+    bias_key = None if bias is None else (bias.shape, bias.dtype)
+
+    def run(a, b, bias):
+        if (type(a) is not ndarray or type(b) is not ndarray or a.shape != a_shape or b.shape != b_shape
+                or a.dtype != a_dtype or b.dtype != a_dtype or a.data.ptr & 15 != a_align
+                or b.data.ptr & 15 != b_align or a.data.device_id != device or b.data.device_id != device
+                or not a.flags.c_contiguous or not b.flags.c_contiguous or _settings() != settings
+                or cupy.cuda.runtime.getDevice() != device):
+            return None
+        if bias is None:
+            if bias_key is not None:
+                return None
+            bias_ptr = 0
+        elif (type(bias) is not ndarray or (bias.shape, bias.dtype) != bias_key or bias.data.device_id != device
+              or not bias.flags.c_contiguous):
+            return None
+        else:
+            bias_ptr = bias.data.ptr
+        c = ndarray(shape, dtype=dtype)
+        launch(plan, a.data.ptr, b.data.ptr, c.data.ptr, bias_ptr)
+        return c
+
+    return run
 
 
 def _gemm(a, b, trans_a, trans_b, alpha, beta, out, use_cublas, math, bias, out_dtype):
