@@ -11,13 +11,25 @@ from ._compile import get_kernel
 from ._launch import STORAGE_KINDS as KINDS, THREADS, grid_stride_blocks
 
 
+_plans: dict = {}   # (size, dtype, target dtype, device) -> (kernel, grid, its arguments after the two arrays)
+
+
 def cast(x, dtype):
-    in_kind, out_kind = KINDS.get(x.dtype), KINDS.get(dtype)
-    if in_kind is None or out_kind is None or not x.flags.c_contiguous:
+    key = (x.size, x.dtype, dtype, cupy.cuda.runtime.getDevice())
+    plan = _plans.get(key)
+    if plan is None:
+        in_kind, out_kind = KINDS.get(x.dtype), KINDS.get(dtype)
+        n = x.size
+        plan = None if in_kind is None or out_kind is None else (
+            get_kernel("cast", "cast") if n else None, (grid_stride_blocks(n),),
+            (np.int64(n), np.int32(in_kind), np.int32(out_kind)))
+        if len(_plans) >= 1024:
+            _plans.clear()
+        _plans[key] = plan
+    if plan is None or not x.flags.c_contiguous:
         return x.astype(dtype)
     y = cupy.ndarray(x.shape, dtype=dtype)
-    n = x.size
-    if n:
-        get_kernel("cast", "cast")((grid_stride_blocks(n),), (THREADS,),
-                                   (x, y, np.int64(n), np.int32(in_kind), np.int32(out_kind)))
+    kernel, grid, args = plan
+    if kernel is not None:
+        kernel(grid, (THREADS,), (x, y, *args))
     return y
