@@ -149,23 +149,28 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
 class GemmPlan:
     """One kind of GEMM call (transposes, math, result dtype) for a caller that makes it again and again, as a
     Linear layer makes three a step: cuBLASLt's matmul descriptor with the algorithm its heuristic chose.
-    plan(a, b, bias) is gemm(a, b, trans_a=..., trans_b=..., math=..., bias=bias, out_dtype=...).
 
-    The first call goes through gemm(), which checks the arguments and, on the GPU, plans the problem's launch
-    (kernel, grid, parameter record); the plan then keeps the backend's fast path for that problem
+    plan(a, b, bias) is gemm() on the matrices of a's and b's rows: an array (..., n) is read as the
+    (prod(...), n) matrix of its last dim (a Linear layer's (batch, time, features) input is one GEMM's rows, as
+    torch's Linear reads it). The result is (..., N) with a's leading dims (op(a) = a's rows), or (M, N) with
+    trans_a (the rows summed over: a weight gradient).
+
+    The first call reshapes and goes through gemm(), which checks the arguments and, on the GPU, plans the
+    problem's launch (kernel, grid, parameter record); the plan then keeps the backend's fast path for these arrays
     (cuda/gemm.py's planned_launch). A later call on arrays like the first's (array type, shapes, dtypes,
     C-contiguous, the same 16-byte alignment and device, the kernel settings unchanged) makes the product by one
-    allocation and one launch, without gemm()'s checks and key; any other call goes through gemm() again (and plans
-    its own problem). The CPU has no fast path: every call is gemm()'s."""
+    allocation and one launch: no reshapes, none of gemm()'s checks, no key. Any other call goes through gemm()
+    again. The CPU has no fast path: every call is gemm()'s."""
 
-    __slots__ = ("trans_a", "trans_b", "math", "out_dtype", "_run")
+    __slots__ = ("trans_a", "trans_b", "math", "out_dtype", "use_cublas", "_run", "_tries")
 
-    def __init__(self, *, trans_a=False, trans_b=False, math="fp32", out_dtype=None):
+    def __init__(self, *, trans_a=False, trans_b=False, math="fp32", out_dtype=None, use_cublas=False):
         if math not in GEMM_MATH_MODES:
             raise ValueError(f"GemmPlan: unknown math {math!r}; use 'fp32' or 'tf32'")
         self.trans_a, self.trans_b, self.math = bool(trans_a), bool(trans_b), math
         self.out_dtype = None if out_dtype is None else np.dtype(out_dtype)
-        self._run = None
+        self.use_cublas = bool(use_cublas)
+        self._run, self._tries = None, 0
 
     def __call__(self, a, b, bias=None):
         run = self._run
@@ -173,12 +178,31 @@ class GemmPlan:
             c = run(a, b, bias)
             if c is not None:
                 return c
-        c = gemm(a, b, trans_a=self.trans_a, trans_b=self.trans_b, math=self.math, bias=bias, out_dtype=self.out_dtype)
-        if is_cuda_array(a):
-            self._run = backend("gemm", a).planned_launch(a, b, self.trans_a, self.trans_b, bias, self.math,
-                                                          self.out_dtype)
+        a2, b2 = _matrix("GemmPlan", a), _matrix("GemmPlan", b)
+        c = gemm(a2, b2, trans_a=self.trans_a, trans_b=self.trans_b, math=self.math, bias=bias,
+                 out_dtype=self.out_dtype, use_cublas=self.use_cublas)
+        if a.ndim != 2 and not self.trans_a:
+            c = c.reshape(a.shape[:-1] + (c.shape[-1],))
+        # (a few tries: a problem the backend does not plan, or arrays whose layout changes, stay on gemm())
+        if self._tries < 4 and not self.use_cublas and is_cuda_array(a):
+            self._tries += 1
+            self._run = backend("gemm", a).planned_launch(a2, b2, self.trans_a, self.trans_b, bias, self.math,
+                                                          self.out_dtype, shapes=(a.shape, b.shape, c.shape))
         return c
 
     def __repr__(self):
         return (f"GemmPlan(trans_a={self.trans_a}, trans_b={self.trans_b}, math={self.math!r}, "
-                f"out_dtype={self.out_dtype})")
+                f"out_dtype={self.out_dtype}, use_cublas={self.use_cublas})")
+
+
+def _matrix(op, a):
+    """a as the matrix of its last dim's rows: (..., n) -> (prod(...), n) (a 0-wide last dim too, where
+    reshape(-1, 0) is ambiguous)."""
+    if a.ndim == 2:
+        return a
+    if a.ndim == 0:
+        raise ValueError(f"{op}: a 0-d array is not a matrix")
+    rows = 1
+    for n in a.shape[:-1]:
+        rows *= n
+    return a.reshape(rows, a.shape[-1])

@@ -14,31 +14,32 @@ from ._checks import _check_float_tensor, _check_same_device, _check_same_dtype
 
 
 def _gemm(a, b, trans_a=False, trans_b=False, bias=None, out_dtype=None):
-    """op(a) @ op(b) for 2-D arrays through the primitive library's GEMM, in the math mode of
-    minidl.backends.cuda.matmul.allow_tf32 (math_for_matmul: "tf32" or "fp32", as torch).
+    """op(a) @ op(b) through the primitive library's GEMM, for the matrices of a's and b's rows (an (..., n) array is
+    the (prod(...), n) matrix of its last dim; the result (..., N) has a's leading dims, or is (M, N) with trans_a),
+    in the math mode of minidl.backends.cuda.matmul.allow_tf32 (math_for_matmul: "tf32" or "fp32", as torch).
 
     On the GPU: float32 on minidl's own SGEMM (kernels/gemm.cu), or with allow_tf32 on our TF32
     tensor-core GEMM (kernels/gemm_tc.cu); float16 / bfloat16 on the tensor cores; cuBLAS when
     minidl.backends.cuda.use_cublas is set or the arrays are float64 (our kernels have no float64).
     On the CPU it is NumPy's matmul (the BLAS), always exact (as torch's CPU path). out_dtype: float32 for
-    16-bit a and b (their fp32 sums, not rounded: AutocastLinear's gradients)."""
+    16-bit a and b (their fp32 sums, not rounded: AutocastLinear's gradients). Each problem runs through its
+    P.GemmPlan (_PLANS): on the GPU, once planned, one allocation and one launch."""
     on_gpu = is_cuda_array(a)
     use_cublas = on_gpu and (backends.cuda.use_cublas or a.dtype == np.float64)
     math = backends.math_for_matmul(a.dtype) if on_gpu else "fp32"  # the CPU path stays exact
-    if on_gpu and not use_cublas:   # (a layer's GEMMs, every step: through their plans, _PLANS)
-        key = (a.shape, b.shape, a.dtype, trans_a, trans_b, None if bias is None else bias.dtype, out_dtype, math)
-        plan = _PLANS.get(key)
-        if plan is None:
-            if len(_PLANS) >= 1024:
-                _PLANS.clear()
-            plan = _PLANS[key] = P.GemmPlan(trans_a=trans_a, trans_b=trans_b, math=math, out_dtype=out_dtype)
-        return plan(a, b, bias)
-    return P.gemm(a, b, trans_a=trans_a, trans_b=trans_b, use_cublas=use_cublas, math=math, bias=bias,
-                  out_dtype=out_dtype)
+    key = (a.shape, b.shape, a.dtype, trans_a, trans_b, None if bias is None else bias.dtype, out_dtype, math,
+           use_cublas, on_gpu)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) >= 1024:
+            _PLANS.clear()
+        plan = _PLANS[key] = P.GemmPlan(trans_a=trans_a, trans_b=trans_b, math=math, out_dtype=out_dtype,
+                                        use_cublas=use_cublas)
+    return plan(a, b, bias)
 
 
-# The GEMM plans of the layers' calls on the GPU, by problem (shapes, dtype, transposes, bias dtype, result dtype,
-# math): a Linear layer's three GEMMs a step skip gemm()'s checks and key once planned (P.GemmPlan).
+# The GEMM plans of the layers' calls, by problem (shapes, dtype, transposes, bias dtype, result dtype, math, cuBLAS,
+# device kind): a Linear layer's three GEMMs a step skip gemm()'s checks, key and the reshapes once planned.
 _PLANS: dict = {}
 
 
@@ -53,7 +54,8 @@ def _rows(a):
 class Linear(Function):
     """y = x @ W^T + b.  x (..., in), W (out, in), b (out,) -> y (..., out).
 
-    The leading dims of x are flattened into the rows of one GEMM: x2 (M, in) with M = prod(...).
+    The leading dims of x are the rows of one GEMM: x2 (M, in) with M = prod(...), as _gemm reads any (..., n)
+    array (no reshape made on the GPU's planned path).
     Forward:  y2 = x2 W^T + b             (gemm with trans_b: W is stored (out, in); b added in its epilogue)
     Backward: dx2 = dy2 W                 (plain gemm)
               dW  = dy2^T x2              (gemm with trans_a: sums over all M rows at once)
@@ -63,30 +65,29 @@ class Linear(Function):
 
     def forward(self, x, weight, bias=None):
         self.x, self.weight, self.has_bias = x, weight, bias is not None
-        x2 = _rows(x)
-        y = _gemm(x2, weight, trans_b=True, bias=bias)   # the bias in the GEMM's epilogue: no launch of its own
-        return y.reshape(x.shape[:-1] + (weight.shape[0],))
+        return _gemm(x, weight, trans_b=True, bias=bias)   # the bias in the GEMM's epilogue: no launch of its own
 
     def backward(self, dy):
         dx = dw = db = None
         dx_dtype, dw_dtype, db_dtype = self.grad_dtypes
-        dy2 = _rows(dy)
         if self.needs_input_grad[0]:
-            dx = _gemm(dy2, self.weight, out_dtype=dx_dtype).reshape(self.x.shape)
+            dx = _gemm(dy, self.weight, out_dtype=dx_dtype)
         if self.needs_input_grad[1]:
-            dw = _gemm(dy2, _rows(self.x), trans_a=True, out_dtype=dw_dtype)
+            dw = _gemm(dy, self.x, trans_a=True, out_dtype=dw_dtype)
         if self.has_bias and self.needs_input_grad[2]:
             # the column sums of dy: on the GPU the bias gradient of a 1x1 convolution in channels-last
-            # layout (a coalesced kernel; CuPy's sum over axis 0 walks each column with a stride); float64 has
-            # no kernel there and is summed by the array library
+            # layout (a coalesced kernel; CuPy's sum over axis 0 walks each column with a stride): dy (N, *spatial, K)
+            # as it is for 1-3 leading dims after the first, else its rows as (M, 1, K); float64 has no kernel there
+            # and is summed by the array library
             # (an autocast layer's float32 bias of 16-bit dy: the kernel writes its fp32 sums as they are, no cast)
-            if is_cuda_array(dy2) and dy2.dtype != np.float64:
-                db = P.convolution_backward_bias(dy2.reshape(dy2.shape[0], 1, dy2.shape[1]), layout="NHWC",
-                                                 out_dtype=db_dtype)
-            elif dy2.dtype.itemsize == 2:   # 16-bit dy summed in fp32 (as the GPU kernel), rounded once
-                db = dy2.sum(axis=0, dtype=np.float32).astype(dy2.dtype if db_dtype is None else db_dtype)
+            if is_cuda_array(dy) and dy.dtype != np.float64:
+                dyb = dy if 3 <= dy.ndim <= 5 else _rows(dy)
+                dyb = dyb if dyb is dy else dyb.reshape(dyb.shape[0], 1, dyb.shape[1])
+                db = P.convolution_backward_bias(dyb, layout="NHWC", out_dtype=db_dtype)
+            elif dy.dtype.itemsize == 2:   # 16-bit dy summed in fp32 (as the GPU kernel), rounded once
+                db = _rows(dy).sum(axis=0, dtype=np.float32).astype(dy.dtype if db_dtype is None else db_dtype)
             else:
-                db = dy2.sum(axis=0)
+                db = _rows(dy).sum(axis=0)
             if db_dtype is not None and db.dtype != db_dtype:
                 db = P.cast(db, db_dtype)
         return (dx, dw, db) if self.has_bias else (dx, dw)

@@ -420,11 +420,13 @@ def _settings():
     return (_common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE, _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS)
 
 
-def planned_launch(a, b, trans_a, trans_b, bias, math, out_dtype):
+def planned_launch(a, b, trans_a, trans_b, bias, math, out_dtype, shapes=None):
     """For a problem gemm() has planned (its call was one launch from a plan): a callable run(a, b, bias) that makes
     this problem's product on arrays like these (array type, shapes, dtypes, C-contiguous, the same 16-byte alignment
     and device), with the kernel settings of now, by one allocation and the plan's launch; it returns None for
-    anything else. None when gemm() has no plan for the problem. (minidl.primitives.GemmPlan's fast path.)"""
+    anything else. None when gemm() has no plan for the problem. shapes: (a's, b's, the result's) as the caller
+    passes and wants them, of the same sizes as a's, b's and the product's matrices (the launch reads addresses:
+    an (..., K) array is the matrix of its rows as it is). (minidl.primitives.GemmPlan's fast path.)"""
     if not (a.ndim == 2 and b.ndim == 2 and a.flags.c_contiguous and b.flags.c_contiguous
             and (bias is None or bias.flags.c_contiguous)):
         return None
@@ -435,8 +437,8 @@ def planned_launch(a, b, trans_a, trans_b, bias, math, out_dtype):
         return None
     shape, dtype, launch, plan = found
     ndarray, settings = cupy.ndarray, _settings()
-    a_shape, b_shape, a_dtype, a_align, b_align, device = a.shape, b.shape, a.dtype, a.data.ptr & 15, \
-        b.data.ptr & 15, a.data.device_id
+    a_shape, b_shape, shape = (a.shape, b.shape, shape) if shapes is None else shapes
+    a_dtype, a_align, b_align, device = a.dtype, a.data.ptr & 15, b.data.ptr & 15, a.data.device_id
     bias_key = None if bias is None else (bias.shape, bias.dtype)
 
     def run(a, b, bias):
