@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _common
 from ._common import is_cuda_array
 
 __all__ = ["multi_tensor_sgd", "multi_tensor_adam", "multi_tensor_rmsprop", "multi_tensor_zero", "multi_tensor_l2norm", "multi_tensor_scale",
@@ -40,10 +41,12 @@ def multi_tensor_supported(*arrays) -> bool:
     CuPy's own host-to-device copy is refused during capture)."""
     if not arrays:
         return False
+    cuda_types = _common._CUDA_TYPES
     for a in arrays:   # (runs over every parameter, gradient and state of a model each step: kept lean)
         if a is None:
             continue
-        if a.dtype != _FLOAT32 or not is_cuda_array(a) or not a.flags.c_contiguous:
+        # (CuPy's own contiguity flag: a.flags makes a Flags object at every read)
+        if a.dtype != _FLOAT32 or (type(a) not in cuda_types and not is_cuda_array(a)) or not a._c_contiguous:
             return False
     return True
 

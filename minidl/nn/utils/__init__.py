@@ -41,8 +41,8 @@ def _gradients(parameters, op):
     kind = type(grads[0]) if grads else None   # (one array type, and for CuPy one device id: no Device objects)
     same = all(type(g) is kind for g in grads)
     if same and grads and kind is not np.ndarray:
-        first = grads[0].device.id
-        same = all(g.device.id == first for g in grads)
+        first = grads[0].data.device_id
+        same = all(g.data.device_id == first for g in grads)
     if not same:
         devices = {str(_device.device_of(g)) for g in grads}
         raise ValueError(f"{op}: gradients live on several devices {sorted(devices)}; clip each device's "

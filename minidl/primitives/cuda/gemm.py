@@ -441,11 +441,11 @@ def planned_launch(a, b, trans_a, trans_b, bias, math, out_dtype, shapes=None):
     a_dtype, a_align, b_align, device = a.dtype, a.data.ptr & 15, b.data.ptr & 15, a.data.device_id
     bias_key = None if bias is None else (bias.shape, bias.dtype)
 
-    def run(a, b, bias):
+    def run(a, b, bias):   # (_c_contiguous: CuPy's own flag; a.flags makes a Flags object at every read)
         if (type(a) is not ndarray or type(b) is not ndarray or a.shape != a_shape or b.shape != b_shape
                 or a.dtype != a_dtype or b.dtype != a_dtype or a.data.ptr & 15 != a_align
                 or b.data.ptr & 15 != b_align or a.data.device_id != device or b.data.device_id != device
-                or not a.flags.c_contiguous or not b.flags.c_contiguous or _settings() != settings
+                or not a._c_contiguous or not b._c_contiguous or _settings() != settings
                 or cupy.cuda.runtime.getDevice() != device):
             return None
         if bias is None:
@@ -453,7 +453,7 @@ def planned_launch(a, b, trans_a, trans_b, bias, math, out_dtype, shapes=None):
                 return None
             bias_ptr = 0
         elif (type(bias) is not ndarray or (bias.shape, bias.dtype) != bias_key or bias.data.device_id != device
-              or not bias.flags.c_contiguous):
+              or not bias._c_contiguous):
             return None
         else:
             bias_ptr = bias.data.ptr

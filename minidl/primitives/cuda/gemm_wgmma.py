@@ -189,9 +189,10 @@ def launch_plan(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0) -> 
     """Launch a plan of gemm_wgmma on operands at new addresses (what a planned problem's call comes down to)."""
     kernel, grid, smem, recipe_a, recipe_b, recipe_c, args = plan
     map_a, map_b = recipe_a.maps.get(a_ptr), recipe_b.maps.get(b_ptr)   # (maps made before for these addresses)
+    map_c = NO_MAP if recipe_c is None else recipe_c.maps.get(c_ptr)
     kernel(grid, (THREADS,), (recipe_a.at(a_ptr) if map_a is None else map_a,
                               recipe_b.at(b_ptr) if map_b is None else map_b,
-                              NO_MAP if recipe_c is None else recipe_c.at(c_ptr), args, np.uint64(c_ptr),
+                              recipe_c.at(c_ptr) if map_c is None else map_c, args, np.uint64(c_ptr),
                               np.uint64(bias_ptr)), shared_mem=smem)
 
 
