@@ -100,6 +100,19 @@ def _addindent(text: str, spaces: int) -> str:
     return lines[0] + "\n" + "\n".join(" " * spaces + line for line in lines[1:])
 
 
+def _plain_walk(cls) -> bool:
+    """Whether Module's own walk of the tree gives cls's parameters (no override of named_parameters,
+    named_modules or _named_members on the way: then parameters() goes through them)."""
+    found = _PLAIN_WALK.get(cls)
+    if found is None:
+        found = _PLAIN_WALK[cls] = all(getattr(cls, name) is getattr(Module, name)
+                                       for name in ("named_parameters", "named_modules", "_named_members"))
+    return found
+
+
+_PLAIN_WALK: dict = {}
+
+
 class Module(ModuleHooks, StateDict):
     """Base class of every layer and network. Subclasses set attributes in __init__ and define forward."""
 
@@ -328,8 +341,33 @@ class Module(ModuleHooks, StateDict):
         yield from self._named_members("_parameters", prefix, recurse, remove_duplicate)
 
     def parameters(self, recurse: bool = True):
-        for _, p in self.named_parameters(recurse=recurse):
-            yield p
+        found = self._plain_parameters() if recurse else None
+        if found is None:
+            for _, p in self.named_parameters(recurse=recurse):
+                yield p
+            return
+        yield from found
+
+    def _plain_parameters(self):
+        """parameters() as a list: the same parameters in the same order as named_parameters (depth first, a shared
+        module or a tied weight once) without making their names, in one loop over a stack instead of a generator
+        per level (clip_grad_norm_(model.parameters()) walks the tree every step); None where a module on the way
+        has its own named_parameters, named_modules or _named_members (then those say what the parameters are)."""
+        found, seen_modules, seen, stack = [], set(), set(), [self]
+        plain = _PLAIN_WALK
+        while stack:
+            mod = stack.pop()
+            if mod is None or id(mod) in seen_modules:
+                continue
+            if not (plain.get(type(mod)) or _plain_walk(type(mod))):
+                return None
+            seen_modules.add(id(mod))
+            for p in mod._parameters.values():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    found.append(p)
+            stack.extend(reversed(mod._modules.values()))
+        return found
 
     def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
         yield from self._named_members("_buffers", prefix, recurse, remove_duplicate)
