@@ -55,11 +55,37 @@ __device__ __forceinline__ uint2 philox_stream(const unsigned long long* state, 
     return make_uint2((unsigned int)seed, (unsigned int)(seed >> 32));
 }
 
+// Claiming in the same launch (claimed != null, the forward pass of minidl.nn.functional.dropout): `state` is then
+// the device's generator itself, and the call claims its n counters as philox_advance would, without a launch of
+// its own. Block 0 stores the (seed, offset) every block read into `claimed` (what the backward pass regenerates the
+// mask from); each block, once all its threads are done, counts itself in arrivals[0], and the last one advances
+// the generator's offset by n rounded up to a multiple of 4, then sets the count back to 0. Every block read the
+// generator before it arrived, so the advance cannot change what any block of this launch draws.
+__device__ __forceinline__ void claim_counters(const unsigned long long* state, unsigned long long* claimed,
+                                               unsigned int* arrivals, long long n, unsigned long long base)
+{
+    if (claimed == nullptr) return;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        claimed[0] = state[0];
+        claimed[1] = base;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        if (atomicAdd(arrivals, 1u) == gridDim.x - 1) {
+            __threadfence();
+            const_cast<unsigned long long*>(state)[1] = base + (((unsigned long long)n + 3ull) & ~3ull);
+            arrivals[0] = 0u;
+        }
+    }
+}
+
 // y[i] = mask(offset + i) * x[i] * scale for i < n. vectorized != 0 promises 16-byte aligned
 // pointers and offset % 4 == 0.
 __device__ __forceinline__ void dropout_apply(const float* x, float* y, long long n, unsigned long long offset,
                                               unsigned long long seed, const unsigned long long* state,
-                                              unsigned int threshold, float scale, int vectorized)
+                                              unsigned int threshold, float scale, int vectorized,
+                                              unsigned long long* claimed, unsigned int* arrivals)
 {
     const uint2 key = philox_stream(state, seed, offset);   // (seed, offset) read on the device: see the header
     if (state != nullptr) vectorized = vectorized && (offset & 3ull) == 0;
@@ -88,13 +114,15 @@ __device__ __forceinline__ void dropout_apply(const float* x, float* y, long lon
             }
         }
     }
+    claim_counters(state, claimed, arrivals, n, offset);
 }
 
 extern "C" __global__ void dropout_forward(const float* x, float* y, long long n, unsigned long long offset,
                                            unsigned long long seed, const unsigned long long* state,
-                                           unsigned int threshold, float scale, int vectorized)
+                                           unsigned int threshold, float scale, int vectorized,
+                                           unsigned long long* claimed, unsigned int* arrivals)
 {
-    dropout_apply(x, y, n, offset, seed, state, threshold, scale, vectorized);
+    dropout_apply(x, y, n, offset, seed, state, threshold, scale, vectorized, claimed, arrivals);
 }
 
 // The backward pass is the same masked scaling applied to dy: the mask is regenerated, not stored.
@@ -102,7 +130,7 @@ extern "C" __global__ void dropout_backward(const float* dy, float* dx, long lon
                                            unsigned long long seed, const unsigned long long* state,
                                            unsigned int threshold, float scale, int vectorized)
 {
-    dropout_apply(dy, dx, n, offset, seed, state, threshold, scale, vectorized);
+    dropout_apply(dy, dx, n, offset, seed, state, threshold, scale, vectorized, nullptr, nullptr);
 }
 
 // float16 / bfloat16 data (kind 1 / 2; half_load / half_store of elementwise_common.cuh): the same mask and
@@ -112,7 +140,8 @@ extern "C" __global__ void dropout_backward(const float* dy, float* dx, long lon
 __device__ __forceinline__ void dropout_apply_half(const unsigned short* x, unsigned short* y, long long n,
                                                    unsigned long long offset, unsigned long long seed,
                                                    const unsigned long long* state, unsigned int threshold,
-                                                   float scale, int kind)
+                                                   float scale, int kind, unsigned long long* claimed,
+                                                   unsigned int* arrivals)
 {
     const uint2 key = philox_stream(state, seed, offset);
     const unsigned long long first_group = offset >> 2;
@@ -140,14 +169,15 @@ __device__ __forceinline__ void dropout_apply_half(const unsigned short* x, unsi
             if (i >= 0 && i < n) half_store(y, i, dropout_value(half_load(x, i, kind), words[w], threshold, scale), kind);
         }
     }
+    claim_counters(state, claimed, arrivals, n, offset);
 }
 
 extern "C" __global__ void dropout_forward_half(const unsigned short* x, unsigned short* y, long long n,
                                                 unsigned long long offset, unsigned long long seed,
                                                 const unsigned long long* state, unsigned int threshold, float scale,
-                                                int kind)
+                                                int kind, unsigned long long* claimed, unsigned int* arrivals)
 {
-    dropout_apply_half(x, y, n, offset, seed, state, threshold, scale, kind);
+    dropout_apply_half(x, y, n, offset, seed, state, threshold, scale, kind, claimed, arrivals);
 }
 
 extern "C" __global__ void dropout_backward_half(const unsigned short* dy, unsigned short* dx, long long n,
@@ -155,7 +185,7 @@ extern "C" __global__ void dropout_backward_half(const unsigned short* dy, unsig
                                                  const unsigned long long* state, unsigned int threshold,
                                                  float scale, int kind)
 {
-    dropout_apply_half(dy, dx, n, offset, seed, state, threshold, scale, kind);
+    dropout_apply_half(dy, dx, n, offset, seed, state, threshold, scale, kind, nullptr, nullptr);
 }
 
 // A device-resident Philox generator hands out counters: claimed = (seed, offset) of `generator`,

@@ -67,42 +67,53 @@ def _check_state(op, name, state):
 
 
 @computes_half_in_float32()
-def _in_float32(name, a, p, seed, offset):
+def _in_float32(name, a, p, seed, offset, **claim):
     """The NumPy reference on 16-bit data: computed in float32, rounded once (what the GPU's _half kernels
     compute directly)."""
-    return getattr(backend("dropout", a), name)(a, p, seed, offset=offset)
+    return getattr(backend("dropout", a), name)(a, p, seed, offset=offset, **claim)
 
 
-def _run(name, a, p, seed, offset):
+def _run(name, a, p, seed, offset, claim=False):
+    more = {"claim": True} if claim else {}
     if is_half(a.dtype) and not is_cuda_array(a):
-        return _in_float32(name, a, p, seed, offset)
-    return getattr(backend("dropout", a), name)(a, p, seed, offset=offset)
+        return _in_float32(name, a, p, seed, offset, **more)
+    return getattr(backend("dropout", a), name)(a, p, seed, offset=offset, **more)
 
 
-_checked_calls = Checked()   # the signatures of dropout's usual call (a claimed generator state, offset 0) checked
+_checked_calls = Checked()   # the signatures of dropout's usual calls (a generator or claimed state, offset 0) checked
 
 
-def _checked_run(op, name, a, p, seed, offset):
+def _checked_run(op, name, a, p, seed, offset, claim=False):
     """The checks both directions share (p, seed, offset, dtype, counter space, devices), then the run. The usual
-    call (minidl.nn.functional.dropout's: a claimed state array, offset 0) runs its checks once per signature."""
+    calls (minidl.nn.functional.dropout's: the generator to claim from, or a claimed state, offset 0) run their
+    checks once per signature."""
     key = None
     if type(offset) is int and offset == 0 and type(p) is float and type(seed) is not int and hasattr(seed, "shape"):
-        key = (op, type(a), a.dtype, p, type(seed), seed.shape, seed.dtype)
+        key = (op, type(a), a.dtype, p, type(seed), seed.shape, seed.dtype, claim)
         if key in _checked_calls:
-            return _run(op, a, p, seed, 0)
+            return _run(op, a, p, seed, 0, claim)
     p = _check_args(op, p, seed, offset)
     check_float_or_half(op, **{name: a})
     if int(offset) + a.size > 2**64:
         raise ValueError(f"{op}: offset {offset} + {name}.size {a.size} runs past the 2**64 counter space")
     _check_state_device(op, a, seed)
+    if claim:
+        if not hasattr(seed, "shape") or int(offset) != 0:
+            raise ValueError(f"{op}: claim=True takes the generator state (a (2,) uint64 array) as seed and offset "
+                             f"0, got seed {type(seed).__name__} and offset {offset}")
     _checked_calls.add(key)
-    return _run(op, a, p, _seed_arg(seed), int(offset))
+    return _run(op, a, p, _seed_arg(seed), int(offset), claim)
 
 
-def dropout_forward(x, p, seed, *, offset=0):
+def dropout_forward(x, p, seed, *, offset=0, claim=False):
     """y = x * keep / (1 - p), keep drawn from Philox(seed, offset + index). y has x's shape and dtype
-    (float16/bfloat16: the float32 product rounded once)."""
-    return _checked_run("dropout_forward", "x", x, p, seed, offset)
+    (float16/bfloat16: the float32 product rounded once).
+
+    claim=True: `seed` is a generator state (a (2,) uint64 array, minidl.random.philox_state), updated in place:
+    the call claims x.size of its counters as philox_advance(seed, x.size) would, draws the mask from what it
+    claimed, and returns (y, claimed), claimed being what dropout_backward needs as its seed. On the GPU the
+    claim is part of the dropout launch (no launch of its own), so it too is replayed by a CUDA graph."""
+    return _checked_run("dropout_forward", "x", x, p, seed, offset, bool(claim))
 
 
 def dropout_backward(dy, p, seed, *, offset=0):

@@ -187,3 +187,28 @@ def test_gpu_generator_is_philox_its_state_restores_and_a_graph_draws_fresh_numb
     # (a capture records the launches without running them: the state was still `start` at the first replay)
     np.testing.assert_array_equal(replays[0], eager[0])
     np.testing.assert_array_equal(replays[1], eager[1])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("n", [1, 1001, 300_000])
+def test_the_claiming_forward_claims_in_its_launch_as_the_reference_does(cp, dtype, n):
+    """dropout_forward(claim=True) on the GPU: the launch itself claims the counters (block 0 stores what it read,
+    the last block to finish advances the generator): the claimed state, the generator after, and y's bits equal
+    the NumPy reference's; a second call claims the next counters; each call is one launch."""
+    from minidl._dtypes import bfloat16
+    from minidl.primitives import dropout_forward
+    from tests.gpu.launches import kernel_launches
+
+    dt = bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    x_host = (np.random.default_rng(6).random(n) + 0.5).astype(dt)
+    state = cp.asarray(np.array([0x5EED, 4], dtype=np.uint64))
+    host_state = np.array([0x5EED, 4], dtype=np.uint64)
+    for _ in range(2):
+        with kernel_launches() as names:
+            y, claimed = dropout_forward(cp.asarray(x_host), 0.25, state, claim=True)
+        assert len(names) == 1 and names[0].startswith("dropout_forward"), names
+        y_ref, claimed_ref = dropout_forward(x_host, 0.25, host_state, claim=True)
+        np.testing.assert_array_equal(cp.asnumpy(claimed), claimed_ref)
+        np.testing.assert_array_equal(cp.asnumpy(state), host_state)
+        view = np.uint32 if dtype == "float32" else np.uint16
+        assert y.dtype == dt and (cp.asnumpy(y).view(view) == np.asarray(y_ref).view(view)).all()

@@ -148,3 +148,29 @@ def test_philox_uniform_and_normal_are_the_stream_dropout_draws_from():
         philox_normal((3,), 1, dtype=np.float16)
     with pytest.raises(ValueError, match="philox_uniform: shape must not have negative sizes"):
         philox_uniform((-1,), 1)
+
+
+@pytest.mark.parametrize("n", [0, 5, 16, 1001])
+def test_claiming_forward_is_philox_advance_then_dropout(n):
+    """claim=True takes the generator state itself: it claims x.size counters as philox_advance would (returning
+    them, for the backward) and draws from them; the state moves on by x.size rounded up to 4."""
+    from minidl.primitives import philox_advance
+
+    x = np.random.default_rng(5).standard_normal(n).astype(np.float32) + 3
+    state = np.array([0xABCDEF, 1236], dtype=np.uint64)   # an offset that is not a multiple of 4: what is claimed
+    reference_state = state.copy()
+    y, claimed = dropout_forward(x, 0.3, state, claim=True)
+    expected_claim = philox_advance(reference_state, n)
+    np.testing.assert_array_equal(claimed, expected_claim)
+    np.testing.assert_array_equal(state, reference_state)
+    assert int(state[1]) == 1236 + ((n + 3) & ~3)
+    np.testing.assert_array_equal(y, dropout_forward(x, 0.3, expected_claim))
+    np.testing.assert_array_equal(dropout_backward(np.ones_like(x), 0.3, claimed) != 0, y != 0)
+
+
+def test_claiming_needs_a_state_and_offset_zero():
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(ValueError, match="dropout_forward: claim=True takes the generator state"):
+        dropout_forward(x, 0.5, 7, claim=True)
+    with pytest.raises(ValueError, match="dropout_forward: claim=True takes the generator state .* offset 3"):
+        dropout_forward(x, 0.5, np.zeros(2, dtype=np.uint64), offset=3, claim=True)

@@ -11,16 +11,21 @@ from ._checks import _check_float_tensor
 
 class Dropout(Function):
     """y = x * keep / (1 - p) with keep drawn from Philox(seed); backward regenerates the same mask
-    from the seed, so nothing but two numbers is saved. `seed` is the (2,) uint64 (seed, offset) array
-    this call claimed from its device's generator (minidl.random.philox_state)."""
+    from the seed, so nothing but two numbers is saved. `generator`: the (2,) uint64 (seed, offset) state of the
+    input's device (minidl.random.philox_state), from which the forward claims its counters (on the GPU in the
+    dropout launch itself); `seed` is then the claimed (seed, offset), kept for the backward. (A call with `seed`
+    and no generator draws from that seed: backward_graph's.)"""
 
     saves_inputs = False  # backward regenerates the mask; it reads no input array
 
-    def forward(self, x, p=0.5, seed=0):
+    def forward(self, x, p=0.5, seed=0, generator=None):
         self.p, self.seed = p, seed
         # channels_last memory: drop over the NHWC view (the mask is a function of the memory position, so
         # the backward regenerates it on the NHWC view of dy)
         self.cl = x.ndim in (4, 5) and not x.flags.c_contiguous and _layout.strictly_channels_last(x)
+        if generator is not None:
+            y, self.seed = P.dropout_forward(_layout.nhwc(x) if self.cl else x, p, generator, claim=True)
+            return _layout.from_nhwc(y) if self.cl else y
         if self.cl:
             return _layout.from_nhwc(P.dropout_forward(_layout.nhwc(x), p, seed))
         return P.dropout_forward(x, p, seed)
@@ -43,10 +48,9 @@ def dropout(input, p=0.5, training=True, inplace=False):
         raise ValueError(f"{op}: p (the drop probability) must be in [0, 1], got {p}")
     if not training or p == 0.0:
         return input
-    # Claim this call's counters on the device: no host value is frozen into a captured CUDA graph.
-    data = input._data
-    claimed = P.philox_advance(random.philox_state_of(data), data.size)
-    return Dropout.apply(input, p=float(p), seed=claimed)
+    # The call claims its counters from the device's generator on the device (in the dropout launch on the GPU):
+    # no host value is frozen into a captured CUDA graph.
+    return Dropout.apply(input, p=float(p), generator=random.philox_state_of(input._data))
 
 
 def _feature_dropout(op, input, p, training, spatial):

@@ -124,7 +124,10 @@ def _apply_mask(a, p, seed, offset):
     return np.where(keep, a * scale, a.dtype.type(0))
 
 
-def dropout_forward(x, p, seed, *, offset=0):
+def dropout_forward(x, p, seed, *, offset=0, claim=False):
+    if claim:   # seed: the generator, whose x.size counters this call claims (the GPU kernel does it in its launch)
+        claimed = philox_advance(seed, x.size)
+        return _apply_mask(x, p, claimed, 0), claimed
     return _apply_mask(x, p, seed, offset)
 
 

@@ -12,7 +12,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, as_kernel_input, contiguous, grid_stride_blocks, is_aligned, null_pointer, on_host
+from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, arrival_counters, as_kernel_input, contiguous, \
+    grid_stride_blocks, is_aligned, null_pointer, on_host
 
 
 @functools.lru_cache(maxsize=64)   # (a layer's p, every step: the NumPy scalars made once)
@@ -27,13 +28,19 @@ def _threshold_and_scale(p: float):
 _HALF_KERNELS = {"dropout_forward": "dropout_forward_half", "dropout_backward": "dropout_backward_half"}
 
 
-def _launch(name, a, p, seed, offset):
+def _launch(name, a, p, seed, offset, claim=False):
     """The kernel `name` over a (float32; float16/bfloat16: its _half form, which takes the kind where the
-    float32 kernel takes its float4 flag), into a new array of a's dtype."""
+    float32 kernel takes its float4 flag), into a new array of a's dtype. claim (the forward pass): `seed` is the
+    device's generator, whose counters the launch claims itself (kernels/dropout.cu's claim_counters); returns
+    (result, the claimed state)."""
     half = a.dtype in _HALF_KINDS
     a = contiguous(a) if half else as_kernel_input(name, a)
-    result = cupy.ndarray(a.shape, dtype=a.dtype)
     n = a.size
+    arrivals = arrival_counters(1) if claim and n else None
+    if claim and arrivals is None:   # (nothing to draw, or a capture before any counters exist: two launches)
+        claimed = philox_advance(seed, n)
+        return _launch(name, a, p, claimed, 0), claimed
+    result = cupy.ndarray(a.shape, dtype=a.dtype)
     if n == 0:
         return result
     offset = int(offset)
@@ -51,19 +58,29 @@ def _launch(name, a, p, seed, offset):
         kernel, last = get_kernel("dropout", _HALF_KERNELS[name]), np.int32(_HALF_KINDS[a.dtype])
     else:
         kernel, last = get_kernel("dropout", name), np.int32(offset % 4 == 0 and is_aligned(a, result))
-    kernel((grid_stride_blocks(groups),), (THREADS,),
-           (a, result, np.int64(n), np.uint64(offset), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF), state,
-            threshold, scale, last))
+    args = (a, result, np.int64(n), np.uint64(offset), np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF), state,
+            threshold, scale, last)
+    if name == "dropout_forward":   # (the forward kernels take the claim's two arrays: null pointers unless claiming)
+        claimed = cupy.ndarray(2, dtype=cupy.uint64) if claim else None
+        kernel((grid_stride_blocks(groups),), (THREADS,),
+               (*args, null_pointer() if claimed is None else claimed,
+                null_pointer() if arrivals is None else arrivals))
+        return (result, claimed) if claim else result
+    kernel((grid_stride_blocks(groups),), (THREADS,), args)
     return result
 
 
-def dropout_forward(x, p, seed, *, offset=0):
+def dropout_forward(x, p, seed, *, offset=0, claim=False):
     """y = x * mask / (1 - p); the mask of element i is Philox4x32-10(seed, offset + i). `seed` is an
-    int, or a (2,) uint64 CuPy array (seed, base offset) read by the kernel."""
+    int, or a (2,) uint64 CuPy array (seed, base offset) read by the kernel; with claim=True, the device's
+    generator, whose counters this launch claims: returns (y, the claimed (seed, offset))."""
     if x.dtype == np.float64:   # no float64 kernel: the NumPy reference (the same Philox masks) on host copies
         from ..cpu import dropout as reference
+        if claim:
+            claimed = philox_advance(seed, x.size)
+            return on_host(reference.dropout_forward, x, p, claimed), claimed
         return on_host(reference.dropout_forward, x, p, seed, offset=offset)
-    return _launch("dropout_forward", x, p, seed, offset)
+    return _launch("dropout_forward", x, p, seed, offset, claim)
 
 
 def dropout_backward(dy, p, seed, *, offset=0):
