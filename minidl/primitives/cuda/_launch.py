@@ -44,6 +44,31 @@ def as_kernel_input(op: str, a):
     return contiguous(a)
 
 
+def float32_contiguous(a):
+    """a as a C-contiguous float32 array (a itself when it is one; else a converted copy): the statistics a
+    forward pass saved (layer norm's mean and rstd, attention's log-sum-exp), read by a backward kernel."""
+    return a if a.dtype == cupy.float32 and a._c_contiguous else cupy.ascontiguousarray(a, dtype=cupy.float32)
+
+
+class Plans(dict):
+    """A launcher's launch plans (issues 23 and 25: a training step calls a primitive with the same shapes every
+    step): everything a launch needs but the arrays' addresses, by what decides it (shapes, dtypes, flags, the
+    device), made on a key's first call. Emptied when `limit` plans are kept (a program that meets ever new
+    shapes). Read with get(key); keep(key, plan) stores one and returns it."""
+
+    __slots__ = ("limit",)
+
+    def __init__(self, limit: int = 1024):
+        super().__init__()
+        self.limit = limit
+
+    def keep(self, key, plan):
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = plan
+        return plan
+
+
 def on_host(fn, *args, out=None, **kwargs):
     """fn (the family's NumPy reference) on host copies of the CuPy arrays among args, its result back on the
     device, blended into `out` when given: the float64 path of the families whose kernels are float32 and 16-bit

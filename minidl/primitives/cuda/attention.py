@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import _common
 from ._compile import get_template_kernel
-from ._launch import STORAGE_KINDS as KINDS, grid_stride_blocks, null_pointer
+from ._launch import STORAGE_KINDS as KINDS, Plans, float32_contiguous, grid_stride_blocks, null_pointer
 from .gemm_wgmma import device_has_wgmma
 
 BLOCK_M = 128                            # queries per forward block (16-bit data)
@@ -169,14 +169,7 @@ def _precise(math_mode) -> str:
 # operand's stride arguments where the kernels read it in place (its strides allow it; its start is checked per
 # call). Calls without a mask only; with one (its arrays change), and wherever a call differs from its plan (an
 # operand that must be copied, gradients that cannot be laid out as the plan's), the general path below runs.
-_plans: dict = {}
-
-
-def _keep(key, plan):
-    if len(_plans) >= 1024:
-        _plans.clear()
-    _plans[key] = plan
-    return plan
+_plans = Plans()
 
 
 def _in_place_strides(a):
@@ -205,7 +198,7 @@ def attention_forward(q, k, v, mask=None, *, causal=False, scale=1.0, dropout_p=
                math, _common.tensor_core_gemm, cupy.cuda.runtime.getDevice())
         plan = _plans.get(key)
         if plan is None and q.size and k.size:
-            plan = _keep(key, _forward_plan(q, k, v, causal, dropout_p, math))
+            plan = _plans.keep(key, _forward_plan(q, k, v, causal, dropout_p, math))
         if plan is not None:
             kernel, grid, block, smem, heads, strides = plan
             rows = _planned_operands((q, k, v), strides)
@@ -302,11 +295,6 @@ def _contiguous_strides(a):
     return tuple(reversed(strides))
 
 
-def _f32(a):
-    """A C-contiguous float32 array of a's values (a itself when it is one)."""
-    return a if a.dtype == cupy.float32 and a.flags.c_contiguous else cupy.ascontiguousarray(a, dtype=cupy.float32)
-
-
 def _backward_planned(q, k, v, out, dout, lse, causal, scale, dropout_p, seed, offset, math):
     """attention_backward from its plan, or None where the call differs from it (the general path runs then)."""
     key = ("backward", q.shape, q.strides, k.shape, k.strides, v.shape, v.strides, dout.strides, q.dtype, causal,
@@ -315,7 +303,7 @@ def _backward_planned(q, k, v, out, dout, lse, causal, scale, dropout_p, seed, o
     if plan is None:
         if not (q.size and k.size):
             return None
-        plan = _keep(key, _backward_plan(q, k, v, dout, causal, dropout_p, math))
+        plan = _plans.keep(key, _backward_plan(q, k, v, dout, causal, dropout_p, math))
     strides, packed, grad_strides, delta, main, finish = plan
     rows = _planned_operands((q, k, v, dout), strides)
     if rows is None:
@@ -329,7 +317,7 @@ def _backward_planned(q, k, v, out, dout, lse, causal, scale, dropout_p, seed, o
         parent = cupy.ndarray(nbytes // q.itemsize, dtype=q.dtype)
         dq, dk, dv = (cupy.ndarray(a.shape, dtype=a.dtype, memptr=parent.data + i * step, strides=a.strides)
                       for i, a in enumerate((q, k, v)))
-    out, lse = cupy.ascontiguousarray(out), _f32(lse)
+    out, lse = cupy.ascontiguousarray(out), float32_contiguous(lse)
     d_rows = rows[9:]
     kernel, grid, shape_args = delta
     delta_rows = cupy.ndarray(lse.shape, dtype=cupy.float32)

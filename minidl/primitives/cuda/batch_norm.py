@@ -14,7 +14,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel, get_template_kernel
-from ._launch import STORAGE_KINDS, THREADS, arrival_counters, as_kernel_input, as_storage_input, \
+from ._launch import STORAGE_KINDS, THREADS, Plans, arrival_counters, as_kernel_input, as_storage_input, \
     grid_stride_blocks, is_aligned, null_pointer, sm_count
 
 ROW_TILE = (32, 8)           # blockDim of the "rows" kernels (channels x row groups)
@@ -104,7 +104,7 @@ def _apply_args(aligned, outer, C, inner):
 # whether x and dy start on 16-byte boundaries (the outputs are new, so aligned), device): everything a training
 # forward or a backward launches but the addresses: the reduction's kernel, grid and shape arguments, the
 # elementwise pass's. Made for non-empty x only.
-_plans: dict = {}
+_plans = Plans()
 
 
 def _param_shape(x_shape, mode, layout):
@@ -130,9 +130,7 @@ def _plan(op, family, apply_name, x, aligned, mode, layout):
         plan.reduction_args = _reduction_args(kind, aligned, outer, C, inner, chunks, chunk_len)
         plan.apply = _kernel(apply_name, x)
         plan.apply_grid, plan.apply_args = _apply_args(aligned, outer, C, inner)
-        if len(_plans) >= 1024:
-            _plans.clear()
-        _plans[key] = plan
+        _plans.keep(key, plan)
     return plan
 
 

@@ -8,10 +8,10 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import STORAGE_KINDS as KINDS, THREADS, grid_stride_blocks
+from ._launch import STORAGE_KINDS as KINDS, THREADS, Plans, grid_stride_blocks
 
 
-_plans: dict = {}   # (size, dtype, target dtype, device) -> (kernel, grid, its arguments after the two arrays)
+_plans = Plans()   # (size, dtype, target dtype, device) -> (kernel, grid, its arguments after the two arrays)
 
 
 def cast(x, dtype):
@@ -20,12 +20,9 @@ def cast(x, dtype):
     if plan is None:
         in_kind, out_kind = KINDS.get(x.dtype), KINDS.get(dtype)
         n = x.size
-        plan = None if in_kind is None or out_kind is None else (
+        plan = _plans.keep(key, None if in_kind is None or out_kind is None else (
             get_kernel("cast", "cast") if n else None, (grid_stride_blocks(n),),
-            (np.int64(n), np.int32(in_kind), np.int32(out_kind)))
-        if len(_plans) >= 1024:
-            _plans.clear()
-        _plans[key] = plan
+            (np.int64(n), np.int32(in_kind), np.int32(out_kind))))
     if plan is None or not x.flags.c_contiguous:
         return x.astype(dtype)
     y = cupy.ndarray(x.shape, dtype=dtype)

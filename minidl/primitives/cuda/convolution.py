@@ -29,8 +29,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import (HALF_KINDS, STORAGE_KINDS, arrival_counters, finish, grid_stride_blocks, kernel_output,
-                      null_pointer, sm_count)
+from ._launch import (HALF_KINDS, STORAGE_KINDS, Plans, arrival_counters, finish, grid_stride_blocks,
+                      kernel_output, null_pointer, sm_count)
 from .gemm import TILE, THREADS, sgemm, split_k_plan, split_k_workspace_bytes, tile_n
 from .handle import get_handle
 from . import convolution_fft as _fft
@@ -639,7 +639,7 @@ def convolution_backward_bias_nhwc(dy, K, alpha, beta, out, out_dtype=None):
     return db if out is None or db is out else finish(db, out)
 
 
-_bias_nhwc_plans: dict = {}   # (dy's size and dtype, K, db's dtype, device) -> the launch (every Linear's bias, a step)
+_bias_nhwc_plans = Plans()   # (dy's size and dtype, K, db's dtype, device) -> the launch (every Linear's bias, a step)
 
 
 def _bias_nhwc_plan(dy, K, db_dtype):
@@ -654,9 +654,7 @@ def _bias_nhwc_plan(dy, K, db_dtype):
                 (np.int64(rows), np.int32(K), np.int64(per_chunk), np.int32(STORAGE_KINDS[dy.dtype]),
                  np.int32(STORAGE_KINDS[db_dtype])),
                 get_kernel("convolution", "convolution_backward_bias_finish"), ((K + 255) // 256,))
-        if len(_bias_nhwc_plans) >= 1024:
-            _bias_nhwc_plans.clear()
-        _bias_nhwc_plans[key] = plan
+        _bias_nhwc_plans.keep(key, plan)
     return plan
 
 

@@ -13,7 +13,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_template_kernel
-from ._launch import STORAGE_KINDS as KINDS, arrival_counters, grid_stride_blocks, null_pointer, sm_count
+from ._launch import STORAGE_KINDS as KINDS, Plans, arrival_counters, float32_contiguous, grid_stride_blocks, \
+    null_pointer, sm_count
 
 WARPS_PER_BLOCK = 4
 PARAM_ROWS = (32, 8)   # block of layer_norm_backward_params: 32 columns x 8 row lanes
@@ -39,14 +40,7 @@ def _ptr(a):
 # Launch plans (issue 25: a GPT block normalises the same shapes every step): per (direction, x's shape and dtype,
 # normalized_ndim, rms, whether there are a weight and a bias, device) the kernels, grids and shape arguments, so that
 # a call makes its arrays and launches.
-_plans: dict = {}
-
-
-def _keep(key, plan):
-    if len(_plans) >= 1024:
-        _plans.clear()
-    _plans[key] = plan
-    return plan
+_plans = Plans()
 
 
 def _forward_plan(x, normalized_ndim, rms):
@@ -56,9 +50,9 @@ def _forward_plan(x, normalized_ndim, rms):
         rows, n = _rows_n(x, normalized_ndim)
         lead = x.shape[:x.ndim - normalized_ndim]
         stats_shape = lead if rms else (2, *lead)   # mean and rstd in one allocation (views cost less than one)
-        plan = _keep(key, (stats_shape, _kernel("layer_norm_forward", x.dtype) if rows and n else None,
-                           (grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16),), (32 * WARPS_PER_BLOCK,),
-                           (np.int64(rows), np.int32(n))))
+        plan = _plans.keep(key, (stats_shape, _kernel("layer_norm_forward", x.dtype) if rows and n else None,
+                                 (grid_stride_blocks(rows, WARPS_PER_BLOCK, blocks_per_sm=16),),
+                                 (32 * WARPS_PER_BLOCK,), (np.int64(rows), np.int32(n))))
     return plan
 
 
@@ -93,13 +87,8 @@ def _backward_plan(x, normalized_ndim, has_weight, has_bias):
                       (np.int64(rows), np.int32(n), np.int64(rows_per_chunk)),
                       _kernel("layer_norm_params_finish", x.dtype), ((n + 255) // 256,),
                       (np.int32(chunks), np.int32(n)))
-        plan = _keep(key, (data, params, x.shape[x.ndim - normalized_ndim:], rows))
+        plan = _plans.keep(key, (data, params, x.shape[x.ndim - normalized_ndim:], rows))
     return plan
-
-
-def _f32(a):
-    """A C-contiguous float32 array of a's values (a itself when it is one)."""
-    return a if a.dtype == cupy.float32 and a.flags.c_contiguous else cupy.ascontiguousarray(a, dtype=cupy.float32)
 
 
 def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=False, has_bias=True):
@@ -108,8 +97,8 @@ def layer_norm_backward(x, dy, weight, mean, rstd, *, normalized_ndim=1, rms=Fal
     (kernel, grid, block, shape_args), params, shape, rows = _backward_plan(x, normalized_ndim, weight is not None,
                                                                             has_bias)
     dx = cupy.ndarray(x.shape, dtype=x.dtype)
-    mean_arg = null_pointer() if mean is None else _f32(mean)
-    rstd = _f32(rstd)
+    mean_arg = null_pointer() if mean is None else float32_contiguous(mean)
+    rstd = float32_contiguous(rstd)
     if kernel is not None:
         kernel(grid, block, (x, dy, _ptr(weight), mean_arg, rstd, dx, *shape_args))
     if weight is None:

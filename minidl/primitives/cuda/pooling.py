@@ -17,7 +17,7 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel, get_template_kernel
-from ._launch import HALF_KINDS, STORAGE_KINDS, THREADS, as_kernel_input, as_storage_input, finish, \
+from ._launch import HALF_KINDS, STORAGE_KINDS, THREADS, Plans, as_kernel_input, as_storage_input, finish, \
     grid_stride_blocks, is_aligned, kernel_output, on_host
 
 MODES = {"max": 0, "avg_include_pad": 1, "avg_exclude_pad": 2}
@@ -95,7 +95,7 @@ def uses_k2s2(x_shape, y_shape, desc, layout, backward=False, arrays=()) -> bool
 # Launch plans (issue 23: a layer pools the same shapes every step): per (direction, x's shape and dtype, descriptor,
 # layout, USE_K2S2, device) the output's shape, whether the 2x2 fast path takes the shapes (the arrays' alignment is
 # checked per call), its kernel, grid and shape arguments, and the generic kernel's.
-_plans: dict = {}
+_plans = Plans()
 
 
 def _plan(direction, x, desc, layout):
@@ -117,10 +117,7 @@ def _plan(direction, x, desc, layout):
                    (grid_stride_blocks(max(work, 1)),),
                    _shape_args(x.shape, y_shape, desc.kernel_size, desc.stride, desc.padding, layout, desc.dilation)
                    + (np.int32(MODES[desc.mode]),), work)
-        plan = (y_shape, fast, generic)
-        if len(_plans) >= 1024:
-            _plans.clear()
-        _plans[key] = plan
+        plan = _plans.keep(key, (y_shape, fast, generic))
     return plan
 
 
