@@ -20,7 +20,8 @@ What is recorded, exactly:
   * user ranges: `with minidl.profiler.record_function("name"):`;
   * kernel launches: each launch of a kernel of kernels/*.cu (every kernel the primitive library
     launches is a minidl/primitives/cuda/_launch.Kernel, whose launch counts itself while a profile is
-    active, also when a launcher kept the kernel in a launch plan made before the profile), attributed to the primitive call that made it. NOT counted:
+    active, also when a launcher kept the kernel in a launch plan made before the profile), attributed
+    to the primitive call that made it. NOT counted:
     CuPy's own kernels (array arithmetic written with CuPy in the framework: loss formulas, the
     per-parameter optimizer path, `x + y` of Tensors, fills and copies) and cuBLAS calls (Linear
     with backends.cuda.use_cublas). The step's `other_launches` column is therefore a lower bound

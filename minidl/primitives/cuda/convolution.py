@@ -658,7 +658,8 @@ def _bias_nhwc_plan(dy, K, db_dtype):
     return plan
 
 
-_bias_kernels: dict = {}   # device -> convolution_backward_bias (every training step of a layer with a bias launches it)
+# device -> convolution_backward_bias (every training step of a layer with a bias launches it)
+_bias_kernels: dict = {}
 
 
 def _bias_kernel():
