@@ -18,7 +18,15 @@ with gc.callbacks, session 6; a minidl-only process has ~65,000 objects, and its
 both libraries) is never scanned again, and each framework's steps pay for their own garbage only.
 --no-gc-freeze measures without it.
 
-    python3 benchmarks/bench_gpt_step.py [--out benchmarks/results/gpu_gpt_step.md] [--steps 20]
+--pairs N (the measure issue 25 is read by since session 19): the hosts these benchmarks run on change speed
+within a run, by up to 2x over seconds (torch's own step read 9.8 to 19.8 ms in one session), so a round of 20
+steps of one framework and the next round of the other can meet different hosts. With --pairs, the two
+frameworks' eager steps alternate block by block (--block steps of minidl, the GPU synchronised, then as many
+of torch; the order swapped every pair so that neither always goes first), and the ratio of each adjacent pair
+is taken: a change of host speed slower than a pair (a few tens of ms) cancels in it. The table gives the median
+of the N ratios and their 25th-75th percentiles, beside the medians of each side's block times.
+
+    python3 benchmarks/bench_gpt_step.py [--out benchmarks/results/gpu_gpt_step.md] [--steps 20] [--pairs 40]
 """
 from __future__ import annotations
 
@@ -166,11 +174,41 @@ def time_steps(step, sync, steps: int) -> float:
     return (time.perf_counter() - t0) * 1e3 / steps
 
 
+def time_pairs(ours, theirs, sync_ours, sync_theirs, pairs: int, block: int):
+    """Per-pair ratios: `block` steps of each framework, back to back, alternating which goes first."""
+    def one(step, sync):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(block):
+            loss = step()
+        sync()
+        del loss
+        return (time.perf_counter() - t0) * 1e3 / block
+
+    for _ in range(3):
+        ours(), theirs()
+    a, b = [], []
+    for i in range(pairs):
+        if i % 2 == 0:
+            a.append(one(ours, sync_ours))
+            b.append(one(theirs, sync_theirs))
+        else:
+            b.append(one(theirs, sync_theirs))
+            a.append(one(ours, sync_ours))
+    a, b = np.array(a), np.array(b)
+    r = a / b
+    return float(np.median(a)), float(np.median(b)), float(np.median(r)), float(np.percentile(r, 25)), \
+        float(np.percentile(r, 75))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out")
     parser.add_argument("--commit")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--pairs", type=int, default=0,
+                        help="also N interleaved pairs of eager blocks, the median of their ratios (see the docstring)")
+    parser.add_argument("--block", type=int, default=2, help="steps per block with --pairs")
     parser.add_argument("--no-gc-freeze", action="store_true", help="leave the setup's objects to the collector")
     parser.add_argument("--pin", type=int, default=None, help="run on this one CPU (both frameworks): see _report.pin_to_cpu")
     args = parser.parse_args(argv)
@@ -188,10 +226,12 @@ def main(argv=None):
              f"{args.steps} steps, fastest of {ROUNDS} interleaved rounds"
              f"{'' if args.no_gc_freeze else ', the setup gc.freeze()d (see the script)'}; {pinned}. Produced by "
              f"`python3 benchmarks/bench_gpt_step.py{' --no-gc-freeze' if args.no_gc_freeze else ''}"
-             f"{'' if args.pin is None else f' --pin {args.pin}'}`.", "",
+             f"{'' if args.pin is None else f' --pin {args.pin}'}"
+             f"{f' --pairs {args.pairs} --block {args.block}' if args.pairs else ''}`.", "",
              "| math | minidl eager | torch eager | ratio (eager) | minidl graphed (char_gpt.py's step) | "
              "graphed / torch eager |",
              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    pair_rows = []
     for amp in (True, False):
         ours, theirs = make_steps(amp)
         ours_g = make_graphed_step(amp)
@@ -208,6 +248,23 @@ def main(argv=None):
                      f"**{best['ours'] / best['theirs']:.2f}** | {best['ours_g']:.2f} | "
                      f"**{best['ours_g'] / best['theirs']:.2f}** |")
         print(lines[-1], flush=True)
+        if args.pairs:
+            pair_rows.append(
+                (amp,) + time_pairs(ours, theirs, cupy.cuda.Device().synchronize, torch.cuda.synchronize,
+                                    args.pairs, args.block))
+            print(pair_rows[-1], flush=True)
+        del ours, theirs, ours_g, steps
+        gc.unfreeze()
+        gc.collect()
+    if pair_rows:
+        lines += ["", f"Interleaved pairs (`--pairs {args.pairs} --block {args.block}`): {args.block} eager steps of "
+                  "each framework back to back, alternating which goes first; the ratio of each pair (minidl / torch), "
+                  "then the median over the pairs. This is the measure that cancels the hosts' changes of speed.", "",
+                  "| math | minidl block median | torch block median | median of pair ratios | 25th-75th percentile |",
+                  "| --- | ---: | ---: | ---: | --- |"]
+        for amp, a, b, r, lo, hi in pair_rows:
+            lines.append(f"| {'bf16 autocast' if amp else 'fp32 (TF32 off)'} | {a:.2f} | {b:.2f} | **{r:.2f}** | "
+                         f"{lo:.2f}-{hi:.2f} |")
     lines += ["", "ms per step. Graphed: the forward and backward pass replay from a CUDA graph, clipping and AdamW "
               "run eagerly after each replay (what examples/char_gpt.py does on the GPU unless --no-graph)."]
     write_report("\n".join(lines), args.out)
