@@ -1,4 +1,4 @@
-// Multi-tensor kernels (SGD, Adam/AdamW, RMSprop, zeroing, L2 norm, scaling): one launch works on a whole list of tensors (every parameter of an
+// Multi-tensor kernels (SGD, Adam/AdamW, RMSprop, zeroing, L2 norm, scaling, casting): one launch works on a whole list of tensors (every parameter of an
 // optimizer's group, every gradient of a model) instead of one launch per tensor. The idea and the
 // chunking are apex's `multi_tensor_apply` (and torch's `fused=True` optimizers).
 //
@@ -348,4 +348,21 @@ extern "C" __global__ void multi_tensor_unscale(const long long* table, int n_te
         }
     }
     if (bad) *found_inf = 1.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Casting (autocast's per-region copies of the float32 parameters in 16 bits, all at once): the float32 tensors in
+// column [0] (param) rounded to nearest even into the float16 / bfloat16 arrays in column [2] (buf0), as
+// kernels/cast.cu's `cast` rounds (half_store): the same bits, one launch for the whole list.
+// ---------------------------------------------------------------------------------------------
+extern "C" __global__ void multi_tensor_cast(const long long* table, int n_tensors, long long total_chunks,
+                                             int out_kind)
+{
+    for (long long chunk = blockIdx.x; chunk < total_chunks; chunk += gridDim.x) {
+        const TensorRow row = row_of(table, tensor_of_chunk(table, n_tensors, chunk));
+        unsigned short* out = reinterpret_cast<unsigned short*>(row.buf0);
+        const long long begin = (chunk - row.first_chunk) * CHUNK;
+        const long long end = min(begin + CHUNK, row.numel);
+        for (long long i = begin + threadIdx.x; i < end; i += blockDim.x) half_store(out, i, row.param[i], out_kind);
+    }
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+import weakref
 
 import numpy as np
 
@@ -73,6 +74,8 @@ def _get():
         _state.cache_enabled = True
         _state.depth = 0
         _state.cache = {}
+        _state.last_casts = {}   # dtype -> [weakref of each parameter cast_array cast in the last region]
+        _state.batched = set()   # the dtypes whose casts this region made in one multi-tensor call already
     return _state
 
 
@@ -145,6 +148,7 @@ class autocast:
             _count_region(-1)
         st.enabled[self.device_type], st.dtype[self.device_type], st.cache_enabled = self._prev
         if st.depth == 0:
+            _remember_casts(st)
             st.cache.clear()
         return False
 
@@ -175,7 +179,13 @@ def cast_array(t, dtype):
     """t's data in dtype, cast once per autocast region for a parameter (the weight cache of _cast): an array, not an
     autograd op, for an op that takes the gradient back to t's dtype itself (nn.functional.dense.AutocastLinear).
     None when t is not cacheable (the op casts it then). Keyed by t's version too: changed in place within the
-    region, it is cast again."""
+    region, it is cast again.
+
+    The first parameter a region asks for that the last region cast too brings the casts of all the parameters
+    the last region cast, in one multi-tensor call (primitives.multi_tensor_cast: one launch on the GPU for the
+    whole model, instead of one per weight; issue 25): a training loop's regions cast the same weights. Each is
+    cast from its values at that moment, so the result is what casting it at its first use would give, unless
+    the region changes it in place before using it: its version then differs and it is cast again."""
     st = _get()
     if not (st.cache_enabled and t.is_leaf and t.requires_grad):
         return None
@@ -183,10 +193,54 @@ def cast_array(t, dtype):
     hit = st.cache.get(key)
     if hit is not None and hit[0] is t:
         return hit[1]
+    if dtype not in st.batched and dtype in st.last_casts and _cast_together(st, t, dtype):
+        hit = st.cache.get(key)
+        if hit is not None and hit[0] is t:
+            return hit[1]
     data = t._data
     array = data.astype(dtype) if type(data) is np.ndarray else primitives.cast(data, dtype)
     st.cache[key] = (t, array)   # keep t alive so its id is not reused within the region
     return array
+
+
+def _cast_together(st, t, dtype) -> bool:
+    """The casts of the parameters the last region cast to dtype (t among them), in one multi-tensor call, into the
+    cache; False where t was not among them or fewer than two still qualify (alive, float32, C-contiguous leaves
+    that require grad, on t's device)."""
+    last = st.last_casts[dtype]
+    if id(t) not in last:
+        return False
+    st.batched.add(dtype)
+    data = t._data
+    kind, on_device = type(data), getattr(getattr(data, "data", None), "device_id", None)
+    params = []
+    for ref in last.values():
+        p = ref()
+        if p is None or p._ctx is not None or not p.requires_grad:
+            continue
+        a = p._data
+        if (type(a) is not kind or a.dtype != float32
+                or not (a.flags.c_contiguous if kind is np.ndarray else a._c_contiguous)   # (CuPy's own flag)
+                or (on_device is not None and a.data.device_id != on_device)
+                or ("array", id(p), dtype, p._version) in st.cache):
+            continue
+        params.append(p)
+    if len(params) < 2:
+        return False
+    for p, array in zip(params, primitives.multi_tensor_cast([p._data for p in params], dtype)):
+        st.cache[("array", id(p), dtype, p._version)] = (p, array)
+    return True
+
+
+def _remember_casts(st):
+    """At the outermost region's exit: which parameters cast_array cast, per dtype (for the next region's
+    _cast_together), by weak reference: remembering a model does not keep it alive."""
+    casts = {}
+    for key, (t, _) in st.cache.items():
+        if key[0] == "array":
+            casts.setdefault(key[2], {})[id(t)] = weakref.ref(t)
+    st.last_casts = casts
+    st.batched = set()
 
 
 def _cast_op(t, dtype):

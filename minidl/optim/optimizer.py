@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import operator
 
 import numpy as np
 
@@ -69,6 +70,10 @@ def register_optimizer_step_post_hook(hook):
     handle = RemovableHandle({"post": _STEP_POST_HOOKS}, "post")
     _STEP_POST_HOOKS[handle.id] = hook
     return handle
+
+
+_STEP = operator.itemgetter("step")
+_DATA = operator.attrgetter("_data")
 
 
 class Optimizer:
@@ -308,6 +313,16 @@ class Optimizer:
         members = group["params"]
         steps = group._steps
         if steps is not None and steps.size == len(members):
+            # The usual step: every member's state still holds the very step tensor and array this method put
+            # there (identity, by C-level maps: this runs every step over every parameter); else the full check.
+            kept = getattr(group, "_step_arrays", None)
+            if kept is not None:
+                try:
+                    arrays = list(map(_DATA, map(_STEP, map(self.state.__getitem__, members))))
+                except (KeyError, AttributeError):
+                    arrays = None
+                if arrays is not None and len(arrays) == len(kept) and all(map(operator.is_, arrays, kept)):
+                    return steps
             fine = all(
                 isinstance(self.state.get(p, {}).get("step"), Tensor)
                 and address(self.state[p]["step"]._data) == address(steps) + 4 * i
@@ -325,6 +340,8 @@ class Optimizer:
             if p in self.state:
                 self.state[p]["step"] = Tensor._make(steps[i:i + 1].reshape(()))  # a 0-d view of the slot
         group._steps = steps
+        group._step_arrays = (None if any(p not in self.state for p in members) else
+                              [self.state[p]["step"]._data for p in members])
         return steps
 
     def _use_multi_tensor(self, group, params) -> bool:

@@ -464,6 +464,100 @@ def test_cached_weight_cast_survives_two_backward_passes():
     assert lin.weight.grad.dtype == minidl.float32
 
 
+def _two_layer_steps(steps, batched=True, poke=None):
+    """Losses and final weights of a few AdamW steps of a 3-layer MLP under bfloat16 autocast on the CPU; batched=False
+    turns the region's one-call weight casts off (cast_array casts each weight at its first use, as before);
+    poke(model) runs inside each region after its first layer, before the others are used."""
+    minidl.manual_seed(3)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 16), nn.GELU(), nn.Linear(16, 4))
+    opt = minidl.optim.AdamW(model.parameters(), lr=0.05)
+    x = minidl.randn(5, 8)
+    losses = []
+    for _ in range(steps):
+        if not batched:
+            autocast_mode._get().last_casts = {}
+        with minidl.autocast("cpu", dtype=minidl.bfloat16):
+            h = model[0](x)
+            if poke is not None:
+                poke(model)
+            for layer in list(model)[1:]:
+                h = layer(h)
+            loss = (h.float() ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.item()))
+    return losses, [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def test_a_regions_weight_casts_are_one_call_and_change_nothing(monkeypatch):
+    """From the second autocast region on, the first weight a region casts brings the casts of every weight the
+    last region cast, in one multi_tensor_cast call (one launch on the GPU), and the other layers find theirs in
+    the cache: the same losses and weights, bit for bit, as casting each weight at its first use."""
+    from minidl import primitives as P
+
+    calls = []
+    real = P.multi_tensor_cast
+    monkeypatch.setattr(P, "multi_tensor_cast", lambda tensors, dtype: calls.append(len(tensors)) or real(tensors, dtype))
+    got = _two_layer_steps(3)
+    assert calls == [3, 3]   # regions 2 and 3: the three weights at once (the float32 biases are not cast)
+    calls.clear()
+    want = _two_layer_steps(3, batched=False)
+    assert calls == []
+    assert got[0] == want[0]
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_weight_changed_in_place_before_its_use_is_cast_again():
+    """A weight the region changes in place after the one-call casts (its version moves on) is cast again at its
+    use: the layer sees its new values, as when each weight is cast at its first use."""
+    def poke(model):
+        with minidl.no_grad():
+            model[4].weight.mul_(0.5)
+
+    got = _two_layer_steps(3, poke=poke)
+    want = _two_layer_steps(3, batched=False, poke=poke)
+    assert got[0] == want[0]
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_remembered_casts_do_not_keep_a_model_alive():
+    import gc
+    import weakref
+
+    lin, other = nn.Linear(4, 4), nn.Linear(4, 4)
+    for _ in range(2):
+        with minidl.autocast("cpu"):
+            other(lin(minidl.randn(2, 4)))
+    gone = weakref.ref(lin.weight)
+    del lin
+    gc.collect()
+    assert gone() is None
+    with minidl.autocast("cpu"):   # the remembered list names a dead weight: the live one is cast alone
+        assert other(minidl.randn(2, 4)).dtype == minidl.bfloat16
+
+
+def test_multi_tensor_cast_equals_cast_bit_for_bit():
+    from minidl import primitives as P
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype(np.float32) * 1e3 for s in [(3,), (0,), (5, 7), (2, 3, 4)]]
+    arrays[0][:] = [np.inf, np.nan, 7e4]   # float16 overflows to inf, NaN stays NaN
+    for dtype in (minidl.float16, minidl.bfloat16):
+        out = P.multi_tensor_cast(arrays, dtype)
+        for a, b in zip(arrays, out):
+            want = P.cast(a, dtype)
+            assert b.dtype == dtype and b.shape == a.shape
+            np.testing.assert_array_equal(b.view(np.uint16), want.view(np.uint16))
+    with pytest.raises(TypeError, match="multi_tensor_cast: casts to float16 or bfloat16"):
+        P.multi_tensor_cast(arrays, np.float64)
+    with pytest.raises(TypeError, match="must be float32"):
+        P.multi_tensor_cast([np.zeros(3)], minidl.bfloat16)
+    assert P.multi_tensor_cast([], minidl.float16) == []
+
+
 # ------------------------------------------------------------------------------------------------
 # GradScaler vs torch.amp.GradScaler
 # ------------------------------------------------------------------------------------------------

@@ -212,3 +212,27 @@ def test_the_claiming_forward_claims_in_its_launch_as_the_reference_does(cp, dty
         np.testing.assert_array_equal(cp.asnumpy(state), host_state)
         view = np.uint32 if dtype == "float32" else np.uint16
         assert y.dtype == dt and (cp.asnumpy(y).view(view) == np.asarray(y_ref).view(view)).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_planned_calls_equal_the_reference_aligned_or_not(cp, dtype):
+    """The framework's calls (a device state as the seed, offset 0) run from a launch plan per shape: forward and
+    backward, on a 16-byte-aligned array and on a view one element in (float32: its float4 flag is decided per
+    call), called twice so that the second call runs from the plan; every result equals the NumPy reference."""
+    from minidl._dtypes import bfloat16
+    from minidl.primitives import dropout_backward, dropout_forward
+
+    dt = bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    view = np.uint32 if dtype == "float32" else np.uint16
+    host = (np.random.default_rng(8).random(4097) + 0.5).astype(dt)
+    seed_state = np.array([0xC0FFEE, 8], dtype=np.uint64)
+    base = cp.asarray(host)
+    for x in (base[:4096], base[1:]):   # (the second starts 4 or 2 bytes past a 16-byte boundary)
+        assert x.flags.c_contiguous
+        x_host = cp.asnumpy(x)
+        for _ in range(2):
+            y = dropout_forward(x, 0.4, cp.asarray(seed_state))
+            dx = dropout_backward(x, 0.4, cp.asarray(seed_state))
+            y_ref = dropout_forward(x_host, 0.4, seed_state)
+            assert (cp.asnumpy(y).view(view) == np.asarray(y_ref).view(view)).all()
+            assert (cp.asnumpy(dx).view(view) == np.asarray(y_ref).view(view)).all()

@@ -216,3 +216,58 @@ def test_grad_scaler_unscales_in_one_launch():
     assert float(found) == 1.0
     for p, g in zip(params[2:], _grads(0)[2:]):
         np.testing.assert_array_equal(p.grad.cpu().numpy(), (g * 4096.0) * np.float32(1.0 / 4096.0))
+
+
+def test_pointer_table_rows_equal_their_definition():
+    """tensor_table's rows (kernels/multi_tensor.cu's header: 5 pointers, numel, aux, first chunk) for columns that
+    are full, absent, or hold Nones, read back from the device; the same lists again give the cached table."""
+    cp = pytest.importorskip("cupy")
+    from minidl.primitives.cuda import multi_tensor as launcher
+
+    sizes = [7, 8192, 8193, 0, 1, 3 * 8192 + 5]
+    params = [cp.zeros(n, dtype=cp.float32) for n in sizes]
+    grads = [cp.zeros(n, dtype=cp.float32) for n in sizes]
+    holes = [None if t % 2 else cp.zeros(n, dtype=cp.float32) for t, n in enumerate(sizes)]
+    aux = [5, 0, 3, 9, 1, 2]
+    table, n, total = launcher.tensor_table((params, grads, holes, None), aux=aux)
+    rows, first = [], 0
+    for t, size in enumerate(sizes):
+        rows.append([params[t].data.ptr, grads[t].data.ptr, 0 if holes[t] is None else holes[t].data.ptr, 0, 0,
+                     size, aux[t], first])
+        first += -(-size // launcher.CHUNK)
+    assert (n, total) == (len(sizes), first)
+    np.testing.assert_array_equal(table.get(), np.array(rows, dtype=np.uint64).view(np.int64))
+    assert launcher.tensor_table((params, grads, holes, None), aux=aux)[0] is table
+    # the gradients alone (clip_grad_norm_'s call): the sizes come from the first column that has arrays
+    table, n, total = launcher.tensor_table((None, grads))
+    assert table.get()[:, 1].tolist() == [g.data.ptr for g in grads] and table.get()[:, 5].tolist() == sizes
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_multi_tensor_cast_equals_cast_in_one_launch(dtype):
+    """multi_tensor_cast: every array the bits of cast()'s (overflow to inf and NaN included), each a 256-byte-aligned
+    piece of one allocation, in one launch; under autocast a second region casts a model's weights that way."""
+    cp = pytest.importorskip("cupy")
+    from minidl._dtypes import bfloat16
+    from tests.gpu.launches import kernel_launches
+
+    dt = bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    host = [a * np.float32(1e3) for a in _params(4)]
+    host[0][:3] = [np.inf, np.nan, 7e4]
+    arrays = [cp.asarray(a) for a in host]
+    with kernel_launches() as names:
+        out = P.multi_tensor_cast(arrays, dt)
+    assert names == ["multi_tensor_cast"]
+    for a, b in zip(arrays, out):
+        assert b.dtype == dt and b.shape == a.shape and b.data.ptr % 256 == 0
+        np.testing.assert_array_equal(cp.asnumpy(b).view(np.uint16), cp.asnumpy(P.cast(a, dt)).view(np.uint16))
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)).to("cuda")
+    x = minidl.randn(4, 32, device="cuda")
+    outputs = []
+    for region in range(2):
+        with kernel_launches() as names:
+            with minidl.autocast("cuda", dtype=dt):
+                outputs.append(cp.asnumpy(model(x)._data).view(np.uint16))
+        # region 0 casts each weight (and x) at its use; region 1 the three weights in one launch, then x alone
+        assert names.count("multi_tensor_cast") == region and names.count("cast") == (4 if region == 0 else 1), names
+    np.testing.assert_array_equal(outputs[1], outputs[0])

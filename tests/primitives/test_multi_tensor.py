@@ -107,6 +107,34 @@ def test_multi_tensor_checks_name_the_op_and_shapes():
         P.multi_tensor_sgd([np.zeros(3, np.float32)], [], None, [0], np.zeros(4), nesterov=False, maximize=False)
 
 
+def test_usual_rows_check_agrees_with_the_general_checks(monkeypatch):
+    """_check_rows' quick path (C-level maps over an optimizer's lists) takes only what its general checks would send
+    to the kernels: full lists of one length, rows of one shape, C-contiguous float32 arrays of a CuPy type. Run
+    here with a stand-in array type registered as a CuPy type (the CPU has no CuPy)."""
+    from minidl.primitives import _common
+    from minidl.primitives import multi_tensor as mt
+
+    class FakeCuPy:
+        def __init__(self, shape, dtype=np.float32, contiguous=True):
+            self.shape, self.dtype, self._c_contiguous = shape, np.dtype(dtype), contiguous
+
+    monkeypatch.setattr(_common, "_CUDA_TYPES", _common._CUDA_TYPES | {FakeCuPy})
+    a = [FakeCuPy((3,)), FakeCuPy((4, 5))]
+    assert mt._usual_rows([a, [FakeCuPy((3,)), FakeCuPy((4, 5))]])
+    assert mt.multi_tensor_supported(*a)
+    for other in ([FakeCuPy((3,))],                                      # another length
+                  [FakeCuPy((3,)), FakeCuPy((5, 4))],                    # a row of another shape
+                  [FakeCuPy((3,)), FakeCuPy((4, 5), np.float16)],        # another dtype
+                  [FakeCuPy((3,)), FakeCuPy((4, 5), contiguous=False)],  # not contiguous
+                  [FakeCuPy((3,)), None],                                # a hole
+                  [FakeCuPy((3,)), np.zeros((4, 5), np.float32)]):       # another array type
+        assert not mt._usual_rows([a, other])
+    assert not mt.multi_tensor_supported(FakeCuPy((3,)), FakeCuPy((2,), np.float64))
+    assert mt.multi_tensor_supported(FakeCuPy((3,)), None)   # (Nones are skipped, as before)
+    with pytest.raises(ValueError, match="tensor 1 has different shapes"):
+        mt._check_rows("multi_tensor_sgd", params=a, grads=[FakeCuPy((3,)), FakeCuPy((5, 4))])
+
+
 @pytest.mark.parametrize("name", ["SGD", "Adam"])
 def test_step_with_grad_scale_and_found_inf_on_the_cpu(name):
     make = {"SGD": lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), "Adam": lambda ps: optim.Adam(ps, lr=0.01)}[name]

@@ -132,3 +132,9 @@ def multi_tensor_unscale(tensors, scale, found_inf):
             found_inf[...] = 1.0
         if inv is not None:
             a *= inv.astype(a.dtype)
+
+
+def multi_tensor_cast(tensors, dtype):
+    """Each array in dtype (float16 / bfloat16), rounded to nearest even: cast() of each."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return [a.astype(dtype) for a in tensors]

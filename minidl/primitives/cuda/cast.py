@@ -12,6 +12,7 @@ from ._launch import STORAGE_KINDS as KINDS, THREADS, Plans, grid_stride_blocks
 
 
 _plans = Plans()   # (size, dtype, target dtype, device) -> (kernel, grid, its arguments after the two arrays)
+_ASTYPE = ("astype",)   # the plan of a pair of dtypes the kernel does not take (float64, integers): CuPy's astype
 
 
 def cast(x, dtype):
@@ -20,10 +21,10 @@ def cast(x, dtype):
     if plan is None:
         in_kind, out_kind = KINDS.get(x.dtype), KINDS.get(dtype)
         n = x.size
-        plan = _plans.keep(key, None if in_kind is None or out_kind is None else (
+        plan = _plans.keep(key, _ASTYPE if in_kind is None or out_kind is None else (
             get_kernel("cast", "cast") if n else None, (grid_stride_blocks(n),),
             (np.int64(n), np.int32(in_kind), np.int32(out_kind))))
-    if plan is None or not x.flags.c_contiguous:
+    if plan is _ASTYPE or not x._c_contiguous:
         return x.astype(dtype)
     y = cupy.ndarray(x.shape, dtype=dtype)
     kernel, grid, args = plan
