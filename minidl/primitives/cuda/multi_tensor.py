@@ -81,7 +81,7 @@ def tensor_table(columns, aux=None):
     5 columns), and its table misses whenever the gradients were allocated anew (zero_grad's set_to_none, torch's
     default, every step): the pointers are read by C-level maps and a missing table is built by NumPy, not by
     Python loops over the rows (issue 25: the loops took ~4% of char_gpt's host time)."""
-    n = len(columns[1])
+    n = len(next((c for c in columns if c is not None), ()))
     columns = tuple(columns) + (None,) * (5 - len(columns))
     ptrs = []
     for column in columns:
