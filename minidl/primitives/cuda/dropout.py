@@ -35,6 +35,7 @@ _PLANNED_DTYPES = frozenset(d for d in (np.dtype(np.float32), *_HALF_KINDS) if n
 _plans = Plans()
 _ndarray = cupy.ndarray
 _ZERO_U64 = np.uint64(0)
+_NULL = null_pointer()
 
 
 def _planned(name, a, p, state, claim):
@@ -58,8 +59,8 @@ def _planned(name, a, p, state, claim):
     # (float32: the float4 flag; the kernel turns it off itself for an offset that is not a multiple of 4)
     last = kind if kind is not None else np.int32(not (a.data.ptr | result.data.ptr) & 15)
     args = (a, result, n, _ZERO_U64, _ZERO_U64, state, threshold, scale, last)
-    if not claim:
-        kernel(grid, (THREADS,), args)
+    if not claim:   # (the forward kernels take the claim's two arrays: null pointers here)
+        kernel(grid, (THREADS,), args if name == "dropout_backward" else (*args, _NULL, _NULL))
         return result
     claimed = _ndarray(2, dtype=cupy.uint64)
     kernel(grid, (THREADS,), (*args, claimed, arrivals))
