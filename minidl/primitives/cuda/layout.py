@@ -17,6 +17,7 @@ PAIRS = "layout_transform_pairs"   # 2-byte elements, even rows and columns: mov
 _ELEMENT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 _plans: dict = {}   # (itemsize, shape, layout, device) -> the launch, all but the addresses (_plan)
 _PLAN_CACHE_SIZE = 1024
+_NOTHING_TO_COPY = "an empty array's plan: no launch"   # (a kernel slot that is not None and is never called)
 
 
 def layout_transform(x, layout: str, out=None):
@@ -29,7 +30,7 @@ def layout_transform(x, layout: str, out=None):
         if len(_plans) > _PLAN_CACHE_SIZE:
             _plans.pop(next(iter(_plans)))
     kernel, grid, args, out_shape, single = plan
-    if kernel is None or not x.flags.c_contiguous:
+    if kernel is None or not x._c_contiguous:
         view = to_channels_last(x, "NHWC") if layout == "NHWC" else to_channels_first(x, "NHWC")
         if out is None:
             return cupy.ascontiguousarray(view)
@@ -56,8 +57,8 @@ def _plan(itemsize: int, shape: tuple, layout: str):
     for s in (shape[2:] if layout == "NHWC" else shape[1:-1]):
         spatial *= s
     rows, cols = (shape[1], spatial) if layout == "NHWC" else (spatial, shape[-1])
-    if batch * rows * cols == 0:
-        return get_template_kernel("layout", f"{KERNEL}<{element}>"), None, None, out_shape, None
+    if batch * rows * cols == 0:   # (nothing to copy: no kernel compiled for it)
+        return _NOTHING_TO_COPY, None, None, out_shape, None
     args = (np.int64(batch), np.int32(rows), np.int32(cols))
     single = get_template_kernel("layout", f"{KERNEL}<{element}>"), (-(-cols // 32), -(-rows // 32), min(batch, 65535))
     if itemsize == 2 and rows % 2 == 0 and cols % 2 == 0:   # 4-byte pairs: 64 x 64 tiles
