@@ -121,6 +121,8 @@ struct ConvRowsProblem {
     }
     // The tile's rows are the box (BN channels, BQ columns, BP rows, BNI images) of the output, in that order.
     __device__ void store(const Tile& tl, unsigned smem) const { tma_store(map_out, smem, tl.n0, tl.q0, tl.p0, tl.img0); }
+    template <class Acc>
+    __device__ bool split_fixup(const Tile&, Acc&) const { return true; }   // (no split-K)
 };
 
 // A weight-gradient tile t of the split-K grid (both wgrad problems below): its split, its first row m0 and its k
@@ -204,6 +206,8 @@ struct ConvWgradProblem {
         return out + (long long)tl.split * g.K * rsc * (g.splits > 1) + k * rsc + tl.n0;
     }
     __device__ void store(const Tile&, unsigned) const {}
+    template <class Acc>
+    __device__ bool split_fixup(const Tile&, Acc&) const { return true; }   // (split-K sums: a reduce kernel)
 };
 
 // wgrad, TF32, channels-first (see the top of the file): rows = output channels k, columns = input channels c of
@@ -250,6 +254,8 @@ struct ConvWgradNchwProblem {
         return out + (long long)tl.split * g.K * crs * (g.splits > 1) + k * crs + (long long)tl.c0 * g.R * g.S + tl.rs;
     }
     __device__ void store(const Tile&, unsigned) const {}
+    template <class Acc>
+    __device__ bool split_fixup(const Tile&, Acc&) const { return true; }   // (split-K sums: a reduce kernel)
 };
 
 template <class Problem>

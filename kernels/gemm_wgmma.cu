@@ -36,7 +36,9 @@ struct GemmArgs {
     long long ldc_row, ldc_col, stride_c;
     int use_map_c, M, N, K, batch, a_batched, b_batched, vec_c;
     float alpha, beta;
-    int bias_f32, pad;   // bias_f32: the bias is float32 while C is 16-bit (an autocast Linear's); pad: 8-byte size
+    int bias_f32;        // the bias is float32 while C is 16-bit (an autocast Linear's)
+    int splits, per_split;   // split-K: slices of the k steps, per_split steps each (1, 0: none)
+    int pad;             // (an 8-byte multiple in all)
 };
 
 template <int KIND, int BN, bool TRANS_A, bool TRANS_B, int MI, int OUT>
@@ -44,7 +46,7 @@ struct GemmProblem {
     using T = typename minidl_tc::Storage<OUT>::T;   // C's element
     using Cfg = Config<KIND, BN, false, MI>;
     struct Tile {
-        int b, m0, n0, kt0, kt1, cols;
+        int b, m0, n0, kt0, kt1, cols, split, id;   // split: which k slice; id: the output tile (batch, m, n)
     };
     const TensorMap* map_a;
     const TensorMap* map_b;
@@ -56,19 +58,90 @@ struct GemmProblem {
     long long ldc_row, ldc_col, stride_c;
     int vec_c, relu, bias_f32;
     const void* bias;
+    // split-K (the launcher's choice for a problem with too few output tiles to fill the GPU and a long K: a weight
+    // gradient dW = dy^T x over every row of a batch): `splits` slices of per_split k steps each; the slices' fp32
+    // sums meet in ws (float4 [tile][split][MI * BN / 8][256 consumer threads]), and counters holds one arrival
+    // count per output tile (zero between launches)
+    int splits, per_split;
+    float* ws;
+    unsigned* counters;
 
-    __device__ int tiles() const { return tiles_m * tiles_n * batch; }
+    __device__ int tiles() const { return tiles_m * tiles_n * batch * splits; }
     __device__ Tile tile(int t) const
     {
         Tile tl;
         int tm, tn;
-        grouped_tile(t, tiles_m, tiles_n, tl.b, tm, tn);
+        const int outputs = tiles_m * tiles_n * batch;
+        tl.split = t / outputs;   // every output tile's first slice first: one wave runs them all side by side
+        tl.id = t - tl.split * outputs;
+        grouped_tile(tl.id, tiles_m, tiles_n, tl.b, tm, tn);
         tl.m0 = tm * Cfg::TILE_M;
         tl.n0 = tn * BN;
-        tl.kt0 = 0;
-        tl.kt1 = (K + Cfg::BK - 1) / Cfg::BK;
+        const int k_steps = (K + Cfg::BK - 1) / Cfg::BK;
+        const int per = splits > 1 ? per_split : k_steps;
+        tl.kt0 = min(tl.split * per, k_steps);
+        tl.kt1 = min(tl.kt0 + per, k_steps);
         tl.cols = min(BN, N - tl.n0);
         return tl;
+    }
+    // Split-K's reduction, in the kernel (no launch of its own): every slice stores its fp32 sums in ws, and the
+    // slice that finishes last (the tile's arrival counter) adds them all up in slice order -- the same sums run to
+    // run whichever slice is last -- sets the counter back to zero, and goes on to the epilogue with them; the
+    // others skip it (false). Each consumer thread stores and reads back the accumulators it holds, so the sums
+    // need no exchange between threads; the stores are float4s, consecutive threads side by side (coalesced).
+    // (Compiled for tiles of at most 64 accumulators a thread, 128 x 128 and smaller: with 128 the extra code makes
+    // the compiler spill the accumulators of every launch; the launcher splits only with these tiles.)
+    static constexpr bool SPLITTABLE = MI * BN <= 128;
+    template <int NA>
+    __device__ bool split_fixup(const Tile& tl, float (&acc)[MI][NA]) const
+    {
+        if constexpr (!SPLITTABLE) {
+            return true;
+        } else {
+            if (splits == 1) return true;
+            __shared__ int last;
+            constexpr int V = MI * NA / 4;   // float4s per thread
+            const int tid = threadIdx.x - 128;  // consumer thread 0..255
+            float4* tile_ws = reinterpret_cast<float4*>(ws) + (long long)tl.id * splits * V * 256 + tid;
+            float4* mine = tile_ws + (long long)tl.split * V * 256;
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NA / 4; ++j)
+                    mine[(i * (NA / 4) + j) * 256] = make_float4(acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2],
+                                                                  acc[i][4 * j + 3]);
+            __threadfence();       // the sums are visible device-wide before this slice counts itself
+            consumers_sync();
+            if (tid == 0) {
+                const unsigned arrived = atomicAdd(counters + tl.id, 1u);
+                last = arrived == (unsigned)(splits - 1);
+                if (last) counters[tl.id] = 0u;   // every slice has counted: zero for the next launch
+            }
+            consumers_sync();
+            if (!last) return false;
+            __threadfence();
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NA / 4; ++j) {
+                    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    for (int sp = 0; sp < splits; ++sp) {
+                        const float4 v = sp == tl.split
+                                             ? make_float4(acc[i][4 * j], acc[i][4 * j + 1], acc[i][4 * j + 2],
+                                                           acc[i][4 * j + 3])
+                                             : __ldcg(tile_ws + ((long long)sp * V + i * (NA / 4) + j) * 256);
+                        sum.x += v.x;
+                        sum.y += v.y;
+                        sum.z += v.z;
+                        sum.w += v.w;
+                    }
+                    acc[i][4 * j] = sum.x;
+                    acc[i][4 * j + 1] = sum.y;
+                    acc[i][4 * j + 2] = sum.z;
+                    acc[i][4 * j + 3] = sum.w;
+                }
+            return true;
+        }
     }
     __device__ void load(const Tile& tl, int kt, unsigned a_dst, unsigned b_dst, unsigned bar) const
     {
@@ -108,7 +181,7 @@ template <int KIND, int BN, bool TRANS_A, bool TRANS_B, bool STAGED, int MI, int
 __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     gemm_wgmma(const __grid_constant__ minidl_wgmma::TensorMap map_a, const __grid_constant__ minidl_wgmma::TensorMap map_b,
                const __grid_constant__ minidl_wgmma::TensorMap map_c, const minidl_wgmma::GemmArgs q, void* C,
-               const void* bias)
+               const void* bias, float* ws, unsigned* counters)
 {
     using namespace minidl_wgmma;
     GemmProblem<KIND, BN, TRANS_A, TRANS_B, MI, OUT> p;
@@ -133,6 +206,10 @@ __global__ void __launch_bounds__(minidl_wgmma::THREADS, 1)
     p.relu = 0;
     p.bias = bias;   // per column n, of C's type or float32 (q.bias_f32) (nn.Linear's), or null
     p.bias_f32 = q.bias_f32;
+    p.splits = q.splits;
+    p.per_split = q.per_split;
+    p.ws = ws;
+    p.counters = counters;
     wgmma_run<KIND, BN, TRANS_A, TRANS_B, OUT, STAGED && OUT != KIND_TF32, MI>(p);
 }
 
@@ -165,7 +242,8 @@ extern "C" __global__ void gemm_wgmma_transpose(const float* __restrict__ in, fl
 #define MINIDL_WGMMA_INSTANCE(KIND, BN, TA, TB, ST, MI)                                                          \
     template __global__ void gemm_wgmma<KIND, BN, TA, TB, ST, MI>(                                                \
         const __grid_constant__ minidl_wgmma::TensorMap, const __grid_constant__ minidl_wgmma::TensorMap,         \
-        const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::GemmArgs, void*, const void*);
+        const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::GemmArgs, void*, const void*, float*,  \
+        unsigned*);
 MINIDL_WGMMA_INSTANCE(0, 256, false, true, false, 1)
 MINIDL_WGMMA_INSTANCE(0, 64, false, true, false, 2)
 MINIDL_WGMMA_INSTANCE(1, 128, true, false, true, 2)
@@ -174,5 +252,6 @@ MINIDL_WGMMA_INSTANCE(2, 256, false, false, false, 1)
 MINIDL_WGMMA_INSTANCE(2, 64, true, true, true, 1)
 template __global__ void gemm_wgmma<2, 128, true, false, false, 1, 0>(
     const __grid_constant__ minidl_wgmma::TensorMap, const __grid_constant__ minidl_wgmma::TensorMap,
-    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::GemmArgs, void*, const void*);
+    const __grid_constant__ minidl_wgmma::TensorMap, const minidl_wgmma::GemmArgs, void*, const void*, float*,
+    unsigned*);
 #endif

@@ -519,6 +519,7 @@ __device__ __forceinline__ void wgmma_run(const Problem& p)
 #pragma unroll
         for (int i = 0; i < MI; ++i) fence_acc(acc[i]);
         if (tl.kt1 > tl.kt0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+        if (!p.split_fixup(tl, acc)) continue;   // split-K: the tile's last slice to finish runs its epilogue
         epilogue<OUT_KIND, BN, STAGED, MI>(p, tl, acc, c, warp, lane, c_smem);
     }
     if (STAGED && threadIdx.x == 128) tma_store_wait<false>();  // the last stores, before the block's memory goes

@@ -290,3 +290,106 @@ def test_wgmma_bf16_data_into_float32_output(trans_a, trans_b, accumulate):
     got = C.get()
     assert got.dtype == np.float32
     assert rel_err(got, want) <= 1e-5   # fp32 accumulation of exact bf16 products: no output rounding to 16 bits
+
+
+def _split_problem(kind, out_float32, M=300, N=200, K=8200, seed=3):
+    """A weight gradient's shape (few output tiles, a long K) for the split-K tests: A stored (K, M), B (K, N) as a
+    Linear layer's dW = dy^T x reads them (TF32: both K-major, which TF32 wgmma reads without a transposed copy);
+    the stored operands, C's dtype, and a float64 reference of op(A) op(B)."""
+    dtype = KINDS[kind][0]
+    rng = np.random.default_rng(seed)
+    trans_a, trans_b = (False, True) if kind == "tf32" else (True, False)
+    a, b = _stored(rng, M, K, trans_a, dtype), _stored(rng, K, N, trans_b, dtype)
+    out = np.float32 if (out_float32 or kind == "tf32") else dtype
+    return a, b, np.dtype(out), _ref(a, b, trans_a, trans_b)
+
+
+def _run_split(a, b, out_dtype, beta=0.0, c0=None, bias=None):
+    import cupy
+
+    from minidl.primitives.cuda import gemm_wgmma as launcher
+
+    trans_a = a.dtype != np.float32
+    (K, M), N = (a.shape if trans_a else a.shape[::-1]), b.shape[1 if trans_a else 0]
+    A, B = _gpu(a), _gpu(b)
+    C = _gpu(np.full((M, N), np.nan, out_dtype) if c0 is None else c0.astype(out_dtype))
+    bias_arr = None if bias is None else cupy.asarray(bias.astype(np.float32))
+    assert launcher.gemm_wgmma(M, N, K, A.data.ptr, M if trans_a else K, B.data.ptr, N if trans_a else K, C.data.ptr,
+                               dtype=A.dtype, trans_a=trans_a, trans_b=not trans_a, alpha=1.0, beta=beta, ldc_row=N,
+                               ldc_col=1, batch=1, stride_a=0, stride_b=0, stride_c=0, out_dtype=out_dtype,
+                               bias_ptr=0 if bias_arr is None else bias_arr.data.ptr,
+                               bias_f32=int(bias_arr is not None and out_dtype.itemsize == 2))
+    split = launcher.last_plan[-1] if launcher.last_plan is not None else None
+    return _host(C), split
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("out_float32", [False, True])
+def test_split_k_sums_the_slices_in_the_kernel(kind, out_float32, monkeypatch):
+    """Split-K (GemmProblem::split_fixup): a weight gradient's shape runs in slices of K side by side; the slice
+    that finishes last adds all the slices' fp32 sums in slice order and stores the tile. Against float64 at the
+    kind's tolerance (fp32 output: 1e-5, nothing rounded to 16 bits), against the unsplit kernel (SPLIT_K off) to
+    fp32 rounding, bit for bit the same run to run (whichever slice finishes last), and the arrival counters are
+    zero again after the launch."""
+    import cupy
+
+    from minidl.primitives.cuda import _launch
+    from minidl.primitives.cuda import gemm_wgmma as launcher
+
+    a, b, out_dtype, want = _split_problem(kind, out_float32)
+    first, split = _run_split(a, b, out_dtype)
+    assert split is not None, "the problem was expected to run split"
+    tol = 1e-5 if out_dtype == np.float32 and kind != "tf32" else KINDS[kind][1]
+    assert rel_err(first.astype(np.float64), want) <= tol
+    again, _ = _run_split(a, b, out_dtype)
+    np.testing.assert_array_equal(again.view(np.uint8), first.view(np.uint8))
+    assert not _launch.arrival_counters(1).get().any()
+    monkeypatch.setattr(launcher, "SPLIT_K", False)
+    unsplit, none = _run_split(a, b, out_dtype)
+    assert none is None
+    assert rel_err(first.astype(np.float64), unsplit.astype(np.float64)) <= (1e-6 if out_dtype == np.float32 else tol)
+    cupy.cuda.Device().synchronize()
+
+
+@pytest.mark.parametrize("out_float32", [False, True])
+def test_split_k_epilogue_after_the_sum(out_float32):
+    """beta and the bias apply once, to the summed tile (the last slice's epilogue), not per slice."""
+    a, b, out_dtype, want = _split_problem("bf16", out_float32, M=200, N=136, K=6000, seed=5)
+    rng = np.random.default_rng(9)
+    c0 = rng.standard_normal(want.shape).astype(np.float32)
+    bias = rng.standard_normal(want.shape[1]).astype(np.float32)
+    c0_stored = c0.astype(out_dtype).astype(np.float64)
+    got, split = _run_split(a, b, out_dtype, beta=0.5, c0=c0, bias=bias)
+    assert split is not None
+    tol = 1e-5 if out_dtype == np.float32 else KINDS["bf16"][1]
+    assert rel_err(got.astype(np.float64), want + bias + 0.5 * c0_stored) <= tol
+
+
+def test_split_k_in_a_cuda_graph():
+    """Captured on a stream whose arrival counters exist (a warm-up launch on it made them), the split launch
+    replays on new inputs; on a fresh stream, whose counters cannot be made inside a capture, the capture takes
+    the problem unsplit. Both replays equal the float64 reference."""
+    import cupy
+
+    from minidl.primitives.cuda import gemm_wgmma as launcher
+
+    rng = np.random.default_rng(21)
+    M, N, K = 300, 200, 8200
+    a = _gpu(_stored(rng, M, K, True, ml_dtypes.bfloat16))
+    b = _gpu(_stored(rng, K, N, False, ml_dtypes.bfloat16))
+    for warm in (True, False):
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            if warm:
+                gemm(a, b, trans_a=True, out_dtype=np.float32)   # makes this stream's counters (and the plan)
+                assert launcher.last_plan[-1] is not None
+            stream.synchronize()
+            stream.begin_capture()
+            out = gemm(a, b, trans_a=True, out_dtype=np.float32)
+            graph = stream.end_capture()
+            new_a = _stored(rng, M, K, True, ml_dtypes.bfloat16)
+            a[...] = _gpu(new_a)
+            graph.launch(stream)
+            graph.launch(stream)   # (twice: the counters are zero again after each replay)
+            stream.synchronize()
+        assert rel_err(cupy.asnumpy(out).astype(np.float64), _ref(new_a, _host(b), True, False)) <= 1e-5, warm

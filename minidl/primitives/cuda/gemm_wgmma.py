@@ -26,7 +26,7 @@ import numpy as np
 from ..._dtypes import by_dtype
 from .. import _common
 from ._compile import get_kernel, get_template_kernel
-from ._launch import STORAGE_KINDS, sm_count
+from ._launch import STORAGE_KINDS, arrival_counters, sm_count
 from . import tma
 
 KINDS = STORAGE_KINDS   # KIND of kernels/gemm_wgmma.cu
@@ -85,6 +85,44 @@ def _tile_shape(M: int, N: int, batch: int, sms: int, tile_shapes, tile_widths) 
     return shapes[-1]
 
 
+# Split-K (kernels/gemm_wgmma.cu, GemmProblem::split_fixup): a problem whose output tiles leave SMs idle even at the
+# smallest tile (a weight gradient dW = dy^T x: out x in outputs, K = every row of the batch; char_gpt's are 18 to
+# 72 tiles of 128 x 64 on 132 SMs) runs its k steps in `splits` slices side by side; the slice of a tile that
+# finishes last adds the slices' fp32 sums up, in slice order, and stores the tile. No launch of its own: the
+# arrival counters (one per output tile) and a workspace of the slices' sums are the launch's only extras.
+SPLIT_K = True
+MIN_SPLIT_STEPS = 8    # k steps a slice gets at least (8 x 64 of K in 16 bits): the pipeline's fill is amortised
+MAX_SPLITS = 16
+
+
+def split_k_choice(M: int, N: int, K: int, bk: int) -> tuple[int, int, int, int] | None:
+    """(mi, bn, splits, k steps per slice) for a problem (batch 1) whose tiles cannot fill the GPU, or None (no
+    split). The tiles the kernel can split (mi * bn <= 128) among TILE_SHAPES; the first that gives
+    at least 3/4 of the SMs a slice, else the one that gives the most."""
+    return _split_k_choice(M, N, K, bk, sm_count(), TILE_SHAPES, TILE_WIDTHS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_k_choice(M, N, K, bk, sms, tile_shapes, tile_widths):
+    k_steps = -(-K // bk)
+    best, best_busy = None, 0.0
+    for mi, bn in tile_shapes:
+        if mi * bn > 128 or bn not in tile_widths:
+            continue
+        outputs = math.ceil(M / (BM * mi)) * math.ceil(N / bn)
+        splits = min(MAX_SPLITS, sms // outputs, k_steps // MIN_SPLIT_STEPS)
+        if splits < 2:
+            continue
+        per_split = -(-k_steps // splits)
+        splits = -(-k_steps // per_split)
+        busy = outputs * splits / sms
+        if busy > best_busy:
+            best, best_busy = (mi, bn, splits, per_split), busy
+        if busy >= 0.75:
+            break
+    return best
+
+
 @functools.lru_cache(maxsize=None)
 def device_has_wgmma(device_id: int) -> bool:
     """wgmma exists on compute capability 9.0 exactly (sm_90a: H100, H200), not before and not after."""
@@ -105,11 +143,13 @@ def _kernel(kind: int, bn: int, trans_a: bool, trans_b: bool, staged: bool, mi: 
 
 
 NO_MAP = np.zeros(1, dtype=tma.MAP_DTYPE)   # the output-map argument when the epilogue does not use one
+_NULL = np.uint64(0)   # an absent pointer argument (the split-K workspace and counters of an unsplit launch)
 # struct GemmArgs of kernels/gemm_wgmma.cu, field for field, passed to the kernel as its raw bytes
 GEMM_ARGS = np.dtype([("ldc_row", np.int64), ("ldc_col", np.int64), ("stride_c", np.int64)]
                      + [(name, np.int32) for name in ("use_map_c", "M", "N", "K", "batch", "a_batched", "b_batched",
                                                       "vec_c")]
-                     + [("alpha", np.float32), ("beta", np.float32), ("bias_f32", np.int32), ("pad", np.int32)])
+                     + [("alpha", np.float32), ("beta", np.float32)]
+                     + [(name, np.int32) for name in ("bias_f32", "splits", "per_split", "pad")])
 _GEMM_ARGS_BYTES = np.dtype((np.void, GEMM_ARGS.itemsize))
 
 
@@ -187,13 +227,27 @@ last_plan = None   # the plan gemm_wgmma's latest call launched from or made (No
 
 def launch_plan(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0) -> None:
     """Launch a plan of gemm_wgmma on operands at new addresses (what a planned problem's call comes down to)."""
-    kernel, grid, smem, recipe_a, recipe_b, recipe_c, args = plan
+    kernel, grid, smem, recipe_a, recipe_b, recipe_c, args, split = plan
     map_a, map_b = recipe_a.maps.get(a_ptr), recipe_b.maps.get(b_ptr)   # (maps made before for these addresses)
     map_c = NO_MAP if recipe_c is None else recipe_c.maps.get(c_ptr)
+    ws = counters = _NULL
+    if split is not None:
+        ws, counters, grid, args = _split_arrays(split, grid, args)
     kernel(grid, (THREADS,), (recipe_a.at(a_ptr) if map_a is None else map_a,
                               recipe_b.at(b_ptr) if map_b is None else map_b,
                               recipe_c.at(c_ptr) if map_c is None else map_c, args, np.uint64(c_ptr),
-                              np.uint64(bias_ptr)), shared_mem=smem)
+                              np.uint64(bias_ptr), ws, counters), shared_mem=smem)
+
+
+def _split_arrays(split, grid, args):
+    """(workspace, counters, grid, args) of a split-K launch: a new fp32 workspace for the slices' sums and the
+    stream's arrival counters; during a CUDA graph capture on a stream that has none yet (they cannot be zeroed
+    inside a capture), the problem unsplit instead (its own grid and arguments)."""
+    ws_floats, outputs, grid_unsplit, args_unsplit = split
+    counters = arrival_counters(outputs)
+    if counters is None:
+        return _NULL, _NULL, grid_unsplit, args_unsplit
+    return cupy.ndarray(ws_floats, dtype=np.float32), counters, grid, args
 
 
 def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_b, alpha, beta, ldc_row,
@@ -212,7 +266,7 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     # the copies and the store width) is launched from its plan; only the tensor maps take the new addresses.
     key = (M, N, K, lda, ldb, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
            stride_c, a_ptr % 16, b_ptr % 16, c_ptr % 16, choice, EPILOGUE, _common.tf32_tma_type, TILE_SHAPES,
-           TILE_WIDTHS, cupy.cuda.runtime.getDevice(), out_dtype, bias_f32)
+           TILE_WIDTHS, cupy.cuda.runtime.getDevice(), out_dtype, bias_f32, SPLIT_K)
     global last_plan
     plan = last_plan = _launches.get(key)
     if plan is not None:
@@ -249,12 +303,16 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
         keep.append(b)
     mi, bn = tile_shape(M, N, batch)
     bk = ROW_BYTES // dtype.itemsize
+    split = None
+    if SPLIT_K and batch == 1 and math.ceil(M / (BM * mi)) * math.ceil(N / bn) < sm_count():
+        split = split_k_choice(M, N, K, bk)
+        if split is not None:
+            mi, bn = split[:2]
     map_type = tma_data_type(dtype)
     a_batch = batch if batch > 1 and stride_a != 0 else 1
     b_batch = batch if batch > 1 and stride_b != 0 else 1
     recipe_a = _operand_map(map_type, not trans_a, M, K, lda, stride_a, a_batch, BM * mi, bk)
     recipe_b = _operand_map(map_type, trans_b, N, K, ldb, stride_b, b_batch, bn, bk)
-    map_a, map_b = recipe_a.at(a_ptr), recipe_b.at(b_ptr)
     out = dtype if out_dtype is None else np.dtype(out_dtype)   # C's dtype
     # C's stores: staged through shared memory and a TMA store; else 2 = 16-byte stores of 8 adjacent 16-bit
     # elements (rows 16-byte aligned), 1 = pairs, 0 = one by one
@@ -267,21 +325,30 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
     else:
         vec_c = np.int32(row_major and ldc_row % 2 == 0 and c_ptr % (2 * out.itemsize) == 0
                          and (batch == 1 or stride_c % 2 == 0))
-    map_c, recipe_c = NO_MAP, None
+    recipe_c = None
     if staged:
         c_stride = stride_c * out.itemsize if batch > 1 else max(16, ldc_row * M * out.itemsize)
         recipe_c = tma.MapRecipe(_TMA_TYPE_OF[out], (N, M, batch), (ldc_row * out.itemsize, c_stride),
                                  (bn, BM * mi, 1), swizzle=tma.SWIZZLE_NONE)
-        map_c = recipe_c.at(c_ptr)
     tiles = math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch
     kernel = _kernel(kind, bn, bool(trans_a), bool(trans_b), staged, mi, KINDS[out])
     grid = (min(tiles, sm_count()),)
-    args = np.array([(ldc_row, ldc_col, stride_c, int(staged), M, N, K, batch, int(a_batch > 1),
-                      int(b_batch > 1), int(vec_c), alpha, beta, int(bias_f32), 0)], dtype=GEMM_ARGS).view(_GEMM_ARGS_BYTES)
+
+    def arguments(splits, per_split):
+        return np.array([(ldc_row, ldc_col, stride_c, int(staged), M, N, K, batch, int(a_batch > 1), int(b_batch > 1),
+                          int(vec_c), alpha, beta, int(bias_f32), splits, per_split, 0)],
+                        dtype=GEMM_ARGS).view(_GEMM_ARGS_BYTES)
+
+    args = arguments(1, 0)
+    if split is not None:   # (workspace: each output tile's slices, TILE_M x bn fp32 sums each)
+        splits, per_split = split[2:]
+        split = (tiles * splits * BM * mi * bn, tiles, grid, args)
+        grid, args = (min(tiles * splits, sm_count()),), arguments(splits, per_split)
     smem = smem_bytes(bn, staged, mi)
-    kernel(grid, (THREADS,), (map_a, map_b, map_c, args, np.uint64(c_ptr), np.uint64(bias_ptr)), shared_mem=smem)
+    plan = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, args, split)
+    launch_plan(plan, a_ptr, b_ptr, c_ptr, bias_ptr)
     if not keep:   # (a launch that read copies made here needs them made again: no plan)
-        _launches[key] = last_plan = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, args)
+        _launches[key] = last_plan = plan
         if len(_launches) > _LAUNCH_CACHE_SIZE:
             _launches.popitem(last=False)
     return True
