@@ -330,9 +330,9 @@ def test_split_k_sums_the_slices_in_the_kernel(kind, out_float32, monkeypatch):
     """Split-K (GemmProblem::split_fixup): a weight gradient's shape runs in slices of K side by side; the slice
     that finishes last adds all the slices' fp32 sums in slice order and stores the tile. Against float64 at the
     kind's tolerance (fp32 output: 1e-5, nothing rounded to 16 bits), against the unsplit kernel (SPLIT_K off) to
-    fp32 rounding, bit for bit the same run to run (whichever slice finishes last), and the arrival counters are
-    zero again after the launch. (Split and unsplit differ by the order of the fp32 sums, and the tensor cores'
-    accumulation is not IEEE's round-to-nearest: 1e-4.)"""
+    1e-4 (the order of the fp32 sums differs, and the tensor cores' accumulation is not IEEE's round-to-nearest),
+    bit for bit the same run to run (whichever slice finishes last), and the arrival counters are zero again after
+    the launch."""
     import cupy
 
     from minidl.primitives.cuda import _launch
