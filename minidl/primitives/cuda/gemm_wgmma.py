@@ -71,9 +71,7 @@ TILE_SHAPES = ((1, 256), (2, 128), (1, 128), (2, 64), (1, 64))
 
 def tile_shape(M: int, N: int, batch: int = 1) -> tuple[int, int]:
     """(mi, bn): the first of TILE_SHAPES no wider than N needs that still gives every SM a tile; else the
-    smallest tile (a GPU with idle SMs loses more than small tiles cost). Of the two shapes that move the fewest
-    bytes per MMA (128 x 256, 256 x 128) the one whose tiles pad the problem less comes first: a Linear layer of
-    384 outputs fills 1.5 tiles 256 wide (a quarter of its MMAs on padding) and exactly 3 tiles 128 wide."""
+    smallest tile (a GPU with idle SMs loses more than small tiles cost)."""
     return _tile_shape(M, N, batch, sm_count(), TILE_SHAPES, TILE_WIDTHS)
 
 
@@ -81,13 +79,7 @@ def tile_shape(M: int, N: int, batch: int = 1) -> tuple[int, int]:
 def _tile_shape(M: int, N: int, batch: int, sms: int, tile_shapes, tile_widths) -> tuple[int, int]:
     cover = next((w for w in sorted(tile_widths) if N <= w), max(tile_widths))
     shapes = [(mi, bn) for mi, bn in tile_shapes if bn <= cover and bn in tile_widths]
-
-    def padded(shape):   # the MMA work of the tiles that cover the problem
-        mi, bn = shape
-        return math.ceil(M / (BM * mi)) * BM * mi * math.ceil(N / bn) * bn
-
-    widest = sorted((s for s in shapes if s[0] * s[1] == 256), key=padded)   # (stable: TILE_SHAPES' order on ties)
-    for mi, bn in widest + [s for s in shapes if s[0] * s[1] != 256]:
+    for mi, bn in shapes:
         if math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch >= sms:
             return mi, bn
     return shapes[-1]
