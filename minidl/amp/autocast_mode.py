@@ -74,7 +74,7 @@ def _get():
         _state.cache_enabled = True
         _state.depth = 0
         _state.cache = {}
-        _state.last_casts = {}   # dtype -> [weakref of each parameter cast_array cast in the last region]
+        _state.last_casts = {}   # dtype -> {id: weakref} of the parameters cast_array cast in the last region
         _state.batched = set()   # the dtypes whose casts this region made in one multi-tensor call already
     return _state
 

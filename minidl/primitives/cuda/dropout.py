@@ -39,7 +39,8 @@ _NULL = null_pointer()
 
 
 def _planned(name, a, p, state, claim):
-    """_launch's usual call from its plan, or None where the plan does not apply (a new plan is made first)."""
+    """_launch's usual call from its plan (made at a key's first call), or None where a claim finds no arrival counters
+    (a CUDA-graph capture before any exist: _launch's general path claims through philox_advance then)."""
     arrivals = None
     if claim:
         arrivals = arrival_counters(1)
