@@ -273,7 +273,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     key = (M, N, K, lda, ldb, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
            stride_c, tile, bk_bytes, bias_f32, out_dtype, a_ptr % 16, b_ptr % 16, c_ptr % 16,
            _common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE, _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS,
-           cupy.cuda.runtime.getDevice())
+           _wgmma.SPLIT_K, cupy.cuda.runtime.getDevice())
     planned = _tc_plans.get(key)
     if planned is not None:   # this problem ran before: (launch function, plan) of the wgmma or the mma.sync kernel
         planned[0](planned[1], a_ptr, b_ptr, c_ptr, bias_ptr)

@@ -71,7 +71,9 @@ TILE_SHAPES = ((1, 256), (2, 128), (1, 128), (2, 64), (1, 64))
 
 def tile_shape(M: int, N: int, batch: int = 1) -> tuple[int, int]:
     """(mi, bn): the first of TILE_SHAPES no wider than N needs that still gives every SM a tile; else the
-    smallest tile (a GPU with idle SMs loses more than small tiles cost)."""
+    smallest tile (a GPU with idle SMs loses more than small tiles cost). 128 x 128 goes before 128 x 256 where
+    its columns pad N less: a Linear layer of 384 or 1152 outputs (char_gpt's) ran 7-22% faster on it than on 128 x
+    256, whose last column of tiles is half padding (H200, M = 16384, session 19's probe: gpu_gemm_tc.md)."""
     return _tile_shape(M, N, batch, sm_count(), TILE_SHAPES, TILE_WIDTHS)
 
 
@@ -79,6 +81,9 @@ def tile_shape(M: int, N: int, batch: int = 1) -> tuple[int, int]:
 def _tile_shape(M: int, N: int, batch: int, sms: int, tile_shapes, tile_widths) -> tuple[int, int]:
     cover = next((w for w in sorted(tile_widths) if N <= w), max(tile_widths))
     shapes = [(mi, bn) for mi, bn in tile_shapes if bn <= cover and bn in tile_widths]
+    if (1, 256) in shapes and (1, 128) in shapes and -(-N // 128) * 128 < -(-N // 256) * 256:
+        shapes.remove((1, 128))
+        shapes.insert(shapes.index((1, 256)), (1, 128))
     for mi, bn in shapes:
         if math.ceil(M / (BM * mi)) * math.ceil(N / bn) * batch >= sms:
             return mi, bn
