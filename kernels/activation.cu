@@ -112,39 +112,14 @@ extern "C" __global__ void activation_forward(const float* x, float* out, long l
 }
 
 // float16 / bfloat16 (kind 1 / 2): y = f(x) in fp32, rounded once; no alpha / beta (the launcher sends those
-// calls through float32 copies). 8 elements (16 bytes) per load and store where every array is 16-byte aligned, two
-// loads in flight per thread (the float32 kernels' habits above: a GELU of char_gpt's 25 M elements ran at ~40% of
-// the bandwidth on 8-byte accesses one at a time); else 4 elements (8 bytes) where they are 8-byte aligned; then the
-// tail one by one (decided here, the same for the whole grid). Each element computed in fp32 and rounded once.
-__device__ __forceinline__ bool aligned_to(unsigned long long bytes, const void* a, const void* b,
-                                           const void* c = nullptr, const void* d = nullptr)
+// calls through float32 copies). Scalar 16-bit accesses in a grid-stride loop.
+// 16-bit data: 4 elements (8 bytes) per load and store where every array is 8-byte aligned (decided here, the same
+// for the whole grid), then the tail one by one; each element computed in fp32 and rounded once.
+__device__ __forceinline__ bool aligned8(const void* a, const void* b, const void* c = nullptr,
+                                         const void* d = nullptr)
 {
     return ((reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b) |
-             reinterpret_cast<unsigned long long>(c) | reinterpret_cast<unsigned long long>(d)) & (bytes - 1)) == 0;
-}
-
-struct Half8 {
-    float4 lo, hi;
-};
-
-__device__ __forceinline__ Half8 load8(const unsigned short* p, long long i, int kind)
-{
-    const uint4 w = reinterpret_cast<const uint4*>(p)[i];
-    return {make_float4(half_bits_to_float(w.x & 0xffffu, kind), half_bits_to_float(w.x >> 16, kind),
-                        half_bits_to_float(w.y & 0xffffu, kind), half_bits_to_float(w.y >> 16, kind)),
-            make_float4(half_bits_to_float(w.z & 0xffffu, kind), half_bits_to_float(w.z >> 16, kind),
-                        half_bits_to_float(w.w & 0xffffu, kind), half_bits_to_float(w.w >> 16, kind))};
-}
-
-__device__ __forceinline__ unsigned pack2(float a, float b, int kind)
-{
-    return float_to_half_bits(a, kind) | (float_to_half_bits(b, kind) << 16);
-}
-
-__device__ __forceinline__ void store8(unsigned short* p, long long i, float4 lo, float4 hi, int kind)
-{
-    reinterpret_cast<uint4*>(p)[i] = make_uint4(pack2(lo.x, lo.y, kind), pack2(lo.z, lo.w, kind),
-                                                pack2(hi.x, hi.y, kind), pack2(hi.z, hi.w, kind));
+             reinterpret_cast<unsigned long long>(c) | reinterpret_cast<unsigned long long>(d)) & 7) == 0;
 }
 
 extern "C" __global__ void activation_forward_half(const unsigned short* x, unsigned short* out, long long n,
@@ -152,42 +127,19 @@ extern "C" __global__ void activation_forward_half(const unsigned short* x, unsi
 {
     const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
-    long long done = 0;   // elements the vector loops cover
-    if (aligned_to(16, x, out)) {
-        const long long n8 = n / 8;
-        long long v = start;
-        for (; v + stride < n8; v += 2 * stride) {
-            const Half8 a = load8(x, v, kind), b = load8(x, v + stride, kind);
-            store8(out, v, activation_value4(mode, a.lo, coef), activation_value4(mode, a.hi, coef), kind);
-            store8(out, v + stride, activation_value4(mode, b.lo, coef), activation_value4(mode, b.hi, coef), kind);
-        }
-        for (; v < n8; v += stride) {
-            const Half8 a = load8(x, v, kind);
-            store8(out, v, activation_value4(mode, a.lo, coef), activation_value4(mode, a.hi, coef), kind);
-        }
-        done = n8 * 8;
-    } else if (aligned_to(8, x, out)) {
-        const long long n4 = n / 4;
-        for (long long v = start; v < n4; v += stride)
-            store4(out, v, activation_value4(mode, load4(x, v, kind), coef), kind);
-        done = n4 * 4;
+    const long long n_vec = aligned8(x, out) ? n / 4 : 0;
+    for (long long v = start; v < n_vec; v += stride) {
+        const float4 a = load4(x, v, kind);
+        store4(out, v, make_float4(activation_value(mode, a.x, coef), activation_value(mode, a.y, coef),
+                                   activation_value(mode, a.z, coef), activation_value(mode, a.w, coef)), kind);
     }
-    for (long long i = done + start; i < n; i += stride)
+    for (long long i = n_vec * 4 + start; i < n; i += stride)
         half_store(out, i, activation_value(mode, half_load(x, i, kind), coef), kind);
 }
 
-// The gradient of one element; y is computed from x only for the modes whose gradient reads it (elu, sigmoid, tanh)
-// when the caller did not keep it (has_y == 0).
 __device__ __forceinline__ float gradient_of(int mode, float a, float b, float g, float coef, int has_y)
 {
-    const bool reads_y = mode == ACT_ELU || mode == ACT_SIGMOID || mode == ACT_TANH;
-    return activation_gradient(mode, a, has_y ? b : (reads_y ? activation_value(mode, a, coef) : 0.0f), g, coef);
-}
-
-__device__ __forceinline__ float4 gradient_of4(int mode, float4 a, float4 b, float4 g, float coef, int has_y)
-{
-    return make_float4(gradient_of(mode, a.x, b.x, g.x, coef, has_y), gradient_of(mode, a.y, b.y, g.y, coef, has_y),
-                       gradient_of(mode, a.z, b.z, g.z, coef, has_y), gradient_of(mode, a.w, b.w, g.w, coef, has_y));
+    return activation_gradient(mode, a, has_y ? b : activation_value(mode, a, coef), g, coef);
 }
 
 extern "C" __global__ void activation_backward_half(const unsigned short* x, const unsigned short* y,
@@ -196,30 +148,19 @@ extern "C" __global__ void activation_backward_half(const unsigned short* x, con
 {
     const long long start = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const long long stride = (long long)gridDim.x * blockDim.x;
-    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    long long done = 0;
-    if (aligned_to(16, x, dy, out, has_y ? y : nullptr)) {
-        const long long n8 = n / 8;
-        for (long long v = start; v < n8; v += stride) {
-            const Half8 a = load8(x, v, kind), g = load8(dy, v, kind);
-            const Half8 b = has_y ? load8(y, v, kind) : Half8{zero, zero};
-            store8(out, v, gradient_of4(mode, a.lo, b.lo, g.lo, coef, has_y),
-                   gradient_of4(mode, a.hi, b.hi, g.hi, coef, has_y), kind);
-        }
-        done = n8 * 8;
-    } else if (aligned_to(8, x, dy, out, has_y ? y : nullptr)) {
-        const long long n4 = n / 4;
-        for (long long v = start; v < n4; v += stride) {
-            const float4 a = load4(x, v, kind), g = load4(dy, v, kind);
-            const float4 b = has_y ? load4(y, v, kind) : zero;
-            store4(out, v, gradient_of4(mode, a, b, g, coef, has_y), kind);
-        }
-        done = n4 * 4;
+    const long long n_vec = aligned8(x, dy, out, has_y ? y : nullptr) ? n / 4 : 0;
+    for (long long v = start; v < n_vec; v += stride) {
+        const float4 a = load4(x, v, kind), g = load4(dy, v, kind);
+        const float4 b = has_y ? load4(y, v, kind) : make_float4(0.f, 0.f, 0.f, 0.f);
+        store4(out, v, make_float4(gradient_of(mode, a.x, b.x, g.x, coef, has_y),
+                                   gradient_of(mode, a.y, b.y, g.y, coef, has_y),
+                                   gradient_of(mode, a.z, b.z, g.z, coef, has_y),
+                                   gradient_of(mode, a.w, b.w, g.w, coef, has_y)), kind);
     }
-    for (long long i = done + start; i < n; i += stride) {
+    for (long long i = n_vec * 4 + start; i < n; i += stride) {
         const float a = half_load(x, i, kind);
-        const float b = has_y ? half_load(y, i, kind) : 0.0f;
-        half_store(out, i, gradient_of(mode, a, b, half_load(dy, i, kind), coef, has_y), kind);
+        const float b = has_y ? half_load(y, i, kind) : activation_value(mode, a, coef);
+        half_store(out, i, activation_gradient(mode, a, b, half_load(dy, i, kind), coef), kind);
     }
 }
 
