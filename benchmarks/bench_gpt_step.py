@@ -162,8 +162,9 @@ def make_graphed_step(amp: bool):
     return lambda: step(x, y)
 
 
-def time_steps(step, sync, steps: int) -> float:
-    for _ in range(3):
+def time_steps(step, sync, steps: int, warmup: int = 3) -> float:
+    """ms per step over `steps` steps (after `warmup` untimed ones), the GPU synchronised before and after."""
+    for _ in range(warmup):
         step()
     sync()
     t0 = time.perf_counter()
@@ -176,25 +177,13 @@ def time_steps(step, sync, steps: int) -> float:
 
 def time_pairs(ours, theirs, sync_ours, sync_theirs, pairs: int, block: int):
     """Per-pair ratios: `block` steps of each framework, back to back, alternating which goes first."""
-    def one(step, sync):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(block):
-            loss = step()
-        sync()
-        del loss
-        return (time.perf_counter() - t0) * 1e3 / block
-
     for _ in range(3):
         ours(), theirs()
     a, b = [], []
+    sides = [(ours, sync_ours, a), (theirs, sync_theirs, b)]
     for i in range(pairs):
-        if i % 2 == 0:
-            a.append(one(ours, sync_ours))
-            b.append(one(theirs, sync_theirs))
-        else:
-            b.append(one(theirs, sync_theirs))
-            a.append(one(ours, sync_ours))
+        for step, sync, times in (sides if i % 2 == 0 else sides[::-1]):
+            times.append(time_steps(step, sync, block, warmup=0))
     a, b = np.array(a), np.array(b)
     r = a / b
     return float(np.median(a)), float(np.median(b)), float(np.median(r)), float(np.percentile(r, 25)), \

@@ -12,8 +12,8 @@ import cupy
 import numpy as np
 
 from ._compile import get_kernel
-from ._launch import HALF_KINDS as _HALF_KINDS, THREADS, Plans, arrival_counters, as_kernel_input, contiguous, \
-    grid_stride_blocks, is_aligned, null_pointer, on_host
+from ._launch import HALF_KINDS as _HALF_KINDS, STORAGE_KINDS, THREADS, Plans, arrival_counters, as_kernel_input, \
+    contiguous, grid_stride_blocks, is_aligned, null_pointer, on_host
 
 
 @functools.lru_cache(maxsize=64)   # (a layer's p, every step: the NumPy scalars made once)
@@ -26,7 +26,7 @@ def _threshold_and_scale(p: float):
 
 
 _HALF_KERNELS = {"dropout_forward": "dropout_forward_half", "dropout_backward": "dropout_backward_half"}
-_PLANNED_DTYPES = frozenset(d for d in (np.dtype(np.float32), *_HALF_KINDS) if not isinstance(d, str))
+_PLANNED_DTYPES = frozenset(d for d in STORAGE_KINDS if not isinstance(d, str))   # (the table's dtype keys)
 
 
 # Launch plans of the framework's calls (issue 25: char_gpt makes 13 dropout calls and 13 backward calls a step, of a

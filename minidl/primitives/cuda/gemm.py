@@ -272,8 +272,7 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
     bias_f32 = int(bias is not None and bias.dtype == np.float32 and np.dtype(dtype).itemsize == 2)
     key = (M, N, K, lda, ldb, dtype, trans_a, trans_b, alpha, beta, ldc_row, ldc_col, batch, stride_a, stride_b,
            stride_c, tile, bk_bytes, bias_f32, out_dtype, a_ptr % 16, b_ptr % 16, c_ptr % 16,
-           _common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE, _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS,
-           _wgmma.SPLIT_K, cupy.cuda.runtime.getDevice())
+           *_settings(), cupy.cuda.runtime.getDevice())
     planned = _tc_plans.get(key)
     if planned is not None:   # this problem ran before: (launch function, plan) of the wgmma or the mma.sync kernel
         planned[0](planned[1], a_ptr, b_ptr, c_ptr, bias_ptr)
@@ -416,8 +415,10 @@ def gemm(a, b, *, trans_a=False, trans_b=False, alpha=1.0, beta=0.0, out=None, u
 
 
 def _settings():
-    """The kernel settings a plan depends on (the planned key's last entries but the device)."""
-    return (_common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE, _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS)
+    """The kernel settings a plan depends on (the plan keys' last entries but the device): one list for gemm_tc's
+    plans, gemm()'s and GemmPlan's check, so that a new setting goes into all of them."""
+    return (_common.tensor_core_gemm, _common.tf32_tma_type, _wgmma.EPILOGUE, _wgmma.TILE_SHAPES, _wgmma.TILE_WIDTHS,
+            _wgmma.SPLIT_K)
 
 
 def planned_launch(a, b, trans_a, trans_b, bias, math, out_dtype, shapes=None):

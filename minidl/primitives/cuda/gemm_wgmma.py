@@ -308,11 +308,11 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
         keep.append(b)
     mi, bn = tile_shape(M, N, batch)
     bk = ROW_BYTES // dtype.itemsize
-    split = None
+    choice = None   # split-K's (mi, bn, splits, per_split)
     if SPLIT_K and batch == 1 and math.ceil(M / (BM * mi)) * math.ceil(N / bn) < sm_count():
-        split = split_k_choice(M, N, K, bk)
-        if split is not None:
-            mi, bn = split[:2]
+        choice = split_k_choice(M, N, K, bk)
+        if choice is not None:
+            mi, bn = choice[:2]
     map_type = tma_data_type(dtype)
     a_batch = batch if batch > 1 and stride_a != 0 else 1
     b_batch = batch if batch > 1 and stride_b != 0 else 1
@@ -345,8 +345,9 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
                         dtype=GEMM_ARGS).view(_GEMM_ARGS_BYTES)
 
     args = arguments(1, 0)
-    if split is not None:   # (workspace: each output tile's slices, TILE_M x bn fp32 sums each)
-        splits, per_split = split[2:]
+    split = None   # the plan's split-K part: (workspace floats, output tiles, the unsplit grid and arguments)
+    if choice is not None:   # (workspace: each output tile's slices, TILE_M x bn fp32 sums each)
+        splits, per_split = choice[2:]
         split = (tiles * splits * BM * mi * bn, tiles, grid, args)
         grid, args = (min(tiles * splits, sm_count()),), arguments(splits, per_split)
     smem = smem_bytes(bn, staged, mi)
