@@ -60,7 +60,41 @@ using minidl_tc::cp_async_commit;
 using minidl_tc::cp_async_wait;
 using minidl_tc::smem_addr;
 
-constexpr int PT = 512;           // threads per CTA (16 warps: 4 per scheduler, to hide latencies)
+// Phase timestamps (benchmarks/trace_rnn_persistent.py; compiled in only with -DPERSIST_TRACE): thread 0 of every CTA
+// notes clock64() at up to 16 marks of a step (MARK) and copies them to persist_trace[CTA][step][mark] at the step's end
+// (TRACE_STEP), for the first TRACE_STEPS steps. Only thread 0 writes and reads the marks: no barrier is added.
+#ifdef PERSIST_TRACE
+constexpr int TRACE_STEPS = 80, TRACE_MARKS = 16;
+__device__ long long persist_trace[132 * 2 * TRACE_STEPS * TRACE_MARKS];
+__shared__ long long trace_mark[TRACE_MARKS];
+#define MARK(p)                                          \
+    do {                                                 \
+        if (threadIdx.x == 0) trace_mark[p] = clock64(); \
+    } while (0)
+#define TRACE_STEP(s)                                                                                           \
+    do {                                                                                                        \
+        if (threadIdx.x == 0 && (s) < TRACE_STEPS && blockIdx.x < 264)                                          \
+            for (int m_ = 0; m_ < TRACE_MARKS; ++m_) {                                                          \
+                persist_trace[((long long)blockIdx.x * TRACE_STEPS + (s)) * TRACE_MARKS + m_] = trace_mark[m_]; \
+                trace_mark[m_] = 0;                                                                             \
+            }                                                                                                   \
+    } while (0)
+#else
+#define MARK(p) \
+    do {        \
+    } while (0)
+#define TRACE_STEP(s) \
+    do {              \
+    } while (0)
+#endif
+
+#ifndef PERSIST_PT        // (benchmarks/trace_rnn_persistent.py --pt / --nbuf compile other values, with the launcher's)
+#define PERSIST_PT 512
+#endif
+#ifndef PERSIST_NBUF
+#define PERSIST_NBUF 3
+#endif
+constexpr int PT = PERSIST_PT;    // threads per CTA (16 warps: 4 per scheduler, to hide latencies)
 constexpr int NWARPS = PT / 32;
 constexpr int PKC = 128;          // columns of the exchanged state per staged chunk
 constexpr int PKCP = PKC + 8;     // padded row of a chunk buffer: 8 mod 32 words, so the 64-bit fragment
@@ -69,7 +103,7 @@ constexpr int PKC_H = 2 * PKC;    // columns per staged chunk of the bfloat16 ex
                                   // bytes of an fp32 chunk, so half as many chunks (and barriers of the CTA) per step
 constexpr int PKCPH = PKC_H + 16; // its padded row in halves: 136 words, 8 mod 32 like PKCP, so a half-warp's 64-bit
                                   // loads of four rows hit 32 different banks; BP rows fill exactly one fp32 buffer
-constexpr int NBUF = 3;           // chunk buffers: NBUF - 1 chunks in flight while one is multiplied
+constexpr int NBUF = PERSIST_NBUF;  // chunk buffers: NBUF - 1 chunks in flight while one is multiplied
 constexpr int RED = 4096;         // floats of the partial-sum buffer
 constexpr int MODE_RNN = 0, MODE_LSTM = 1, MODE_GRU = 2;
 constexpr int GATHER = 8;         // the partial-sum backward: loads of other CTAs' partials in flight per thread
@@ -462,6 +496,7 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
     };
     float acc[4][4] = {};
     __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
+    MARK(1);
 #pragma unroll
     for (int c = 0; c < NBUF - 1; ++c) {
         if (c < chunks) issue(c);
@@ -471,6 +506,7 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
     for (int c = 0; c < chunks; ++c) {
         cp_async_wait<NBUF - 2>();  // chunk c (and everything before it) has landed, for this thread
         __syncthreads();            // ... and for every thread; and chunk c - 1 is no longer read
+        if (c == 0) MARK(2);
         const int next = c + NBUF - 1;
         if (next < chunks) issue(next);
         cp_async_commit();
@@ -501,6 +537,7 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
         }
 #endif
     }
+    MARK(3);
     cp_async_wait<0>();
 #pragma unroll
     for (int slot = 0; slot < 4; ++slot) {  // each tile's accumulators summed, into this k slice of red
@@ -523,6 +560,7 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
         at[8 * RP + 1] = v[3];
     }
     __syncthreads();
+    MARK(4);
     if (KS > 1) {
         for (int e = threadIdx.x; e < BP * RP; e += PT) {  // sum the partial tiles into slice 0
             float sum = red[e];
@@ -531,6 +569,7 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
         }
         __syncthreads();
     }
+    MARK(5);
 }
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -590,6 +629,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     // (block_product's first __syncthreads orders these writes before any read)
 
     for (int s = 0; s < T; ++s) {
+        MARK(0);
         const int t = direction ? T - 1 - s : s;
         const float* h_in = dir.hs + (direction ? t + 1 : t) * state;
         const long long out = (direction ? t : t + 1) * state;
@@ -606,6 +646,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                              H, H, KH};
         if (KX) {   // the wavefront's upper layer: the lower layer's y at t, once its CTAs are past step t
             grid_wait(below, per_direction * (unsigned int)(t + 1));
+            MARK(10);
             const Operand input = {dir.x + (long long)t * B * dir.x_ld, dir.xh == nullptr ? nullptr : dir.xh + t * state,
                                    dir.x_ld, KX, 0};
             block_product(input, own, B, BP, W, RP, KP, ring, red, math, fetch);
@@ -657,9 +698,11 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             if (hs_first) dir.hs[out + i] = h_new;
             if (y_first) *y = h_new;
         }
+        MARK(6);
         const bool more = s + 1 < T;
         if (split_barrier && (more || arrive_last)) grid_arrive(barrier);   // (the layer above waits for the last step)
         else __syncthreads();   // (the stash is read by the thread that wrote it; h_own and c_own likewise)
+        MARK(7);
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
@@ -676,6 +719,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             }
             if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gxe[g * U] = 0.0f;  // (no fetch refills it)
         }
+        MARK(8);
         if (split_barrier) {
             if (more) grid_wait(barrier, per_direction * (unsigned int)(s + 1));
         } else if (more) {
@@ -683,6 +727,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         } else if (arrive_last) {
             grid_arrive(barrier);
         }
+        MARK(9);
+        TRACE_STEP(s);
     }
 }
 
@@ -813,6 +859,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     }
 
     for (int s = 0; s <= T; ++s) {
+        MARK(0);
         const int t = direction ? s : T - 1 - s;  // (for s < T) the step whose cell runs now
         auto fetch = [&]() {  // the cell's operands at step t
             if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, H, U, j0, units, vec, dy_ld);
@@ -827,6 +874,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         }
         if (KX && s < T) {
             grid_wait(above, per_direction * (unsigned int)(s + 1));
+            MARK(10);
             input = {dir.x + (long long)t * B * GH, dir.xh == nullptr ? nullptr : dir.xh + s * (long long)B * GH, GH,
                      GH, KH};
         }
@@ -884,15 +932,22 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                 if (MODE == MODE_GRU) stash[(3 + g) * U] = dgh[g];
             }
         }
+        MARK(6);
         if (h_first && x_first) {   // nothing left to write
             grid_barrier(barrier, per_direction, s);
+            MARK(9);
+            TRACE_STEP(s);
             continue;
         }
         if (split_barrier) grid_arrive(barrier);
         else __syncthreads();
+        MARK(7);
         write_stashed_dgates<MODE>(dir, ops, lengths, t, B, H, U, j0, x_first, h_first);
+        MARK(8);
         if (split_barrier) grid_wait(barrier, per_direction * (unsigned int)(s + 1));
         else grid_barrier(barrier, per_direction, s);
+        MARK(9);
+        TRACE_STEP(s);
     }
 }
 
@@ -945,6 +1000,7 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
     const long long slot_floats = (long long)per_direction * B * H;
 
     for (int s = 0; s <= T; ++s) {
+        MARK(0);
         const int t = direction ? s : T - 1 - s;   // (for s < T) the step whose cell runs now
         if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, H, U, j0, U, true, dy_ld);
         cp_async_commit();
@@ -969,8 +1025,10 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
                 *reinterpret_cast<float4*>(red + subset * BU + b * U + 4 * q) = sum;
             }
         }
+        MARK(1);
         cp_async_wait<0>();
         __syncthreads();
+        MARK(2);
         if (s == T) {  // dh, dc now hold the gradients of the initial state
             for (int e = threadIdx.x; e < BU; e += PT) {
                 const int b = e / U, j = j0 + e % U;
@@ -1005,6 +1063,7 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
             }
         }
         __syncthreads();
+        MARK(6);
         // The partial dh of this CTA's gates for all H units: (B x G*U) @ (G*U x H), tiles of 16 x 8, at most 4 a warp
         // at a time (product_chunk with one accumulator each), written as they are done to part[s & 1], where the
         // partials each CTA gathers lie together: [its CTA][this CTA][b][u] (B x U floats from each source in a row).
@@ -1035,10 +1094,15 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
                 if (row + 8 < B) *reinterpret_cast<float2*>(at + 8 * U) = make_float2(acc[q][2], acc[q][3]);
             }
         }
+        MARK(3);
         grid_arrive(barrier);
+        MARK(7);
         // (the split barrier) the step's dgates, from the stash, while the other CTAs arrive
         write_stashed_dgates<MODE>(dir, ops, lengths, t, B, H, U, j0, false, false);
+        MARK(8);
         grid_wait(barrier, per_direction * (unsigned int)(s + 1));
+        MARK(9);
+        TRACE_STEP(s);
     }
 }
 
