@@ -450,41 +450,74 @@ struct Operand {
     int kw;
 };
 
-// red = sum over the operands of A_i @ W[:, kw_i : kw_i + K_i]^T (one operand; two for the wavefront's upper layer:
-// its input and its state). Each operand is staged in chunks of its own width (PKC fp32, PKC_H bfloat16 columns)
-// through the one ring; columns past an operand's K are staged as zero, so W's columns there never count.
-template <class Fetch>
-__device__ void block_product(const Operand op0, const Operand op1, int B, int BP, const float* W, int RP, int KP,
-                              float* ring, float* red, int math, Fetch fetch)
+// How a CTA's warps split the product's tiles and k steps (block_product), and this lane's fragment offsets: the same
+// at every step, so worked out once, before the step loop (a step's own share of the integer divisions it takes cost
+// ~0.7 us a step with 16 warps issuing them: benchmarks/trace_rnn_persistent.py, "entry sync").
+struct ProductGeometry {
+    int KS;           // k slices: their partial sums lie apart in red, `slice` floats each (product_at adds them)
+    int slice;        // BP * RP
+    int tg, kslice;   // this warp's tile group and k slice
+    int ncopy;        // accumulators per tile (4, 2 or 1)
+    int my_tiles;     // this warp's tiles (<= 4 / ncopy... at most 4)
+    int a_off[4], ah_off[4], w_off[4];
+    int red_off[4];   // where tile q's fragment (row g, columns 2t, 2t + 1) goes in a slice of red
+};
+
+__device__ __forceinline__ ProductGeometry product_geometry(int BP, int RP, int KP)
 {
+    ProductGeometry geo;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const int MT = BP / 16, NT = RP / 8, tiles = MT * NT;
     int TG = 1;  // the largest power of 2 <= min(NWARPS, tiles)
     while (TG * 2 <= NWARPS && TG * 2 <= tiles) TG *= 2;
-    const int KS = NWARPS / TG;
-    const int tg = warp % TG, kslice = warp / TG;
+    geo.KS = NWARPS / TG;
+    geo.slice = BP * RP;
+    geo.tg = warp % TG;
+    geo.kslice = warp / TG;
     const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
-    const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
+    geo.ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
+    geo.my_tiles = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int tile = geo.tg + q * TG, mt = tile / NT, nt = tile % NT;
+        geo.my_tiles += tile < tiles;
+        geo.a_off[q] = (mt * 16 + g) * PKCP + 2 * t;
+        geo.ah_off[q] = (mt * 16 + g) * PKCPH + 4 * t;
+        geo.w_off[q] = (nt * 8 + g) * KP + 2 * t;
+        geo.red_off[q] = (mt * 16 + g) * RP + nt * 8 + 2 * t;
+    }
+    return geo;
+}
+
+// The product's value at red's index i = b * RP + r: block_product leaves its KS k slices apart in red, and the reader
+// adds them, in slice order (the sum a separate pass over red would make, without that pass and its __syncthreads).
+__device__ __forceinline__ float product_at(const float* red, const ProductGeometry& geo, int i)
+{
+    float sum = red[i];
+    for (int s = 1; s < geo.KS; ++s) sum += red[s * geo.slice + i];
+    return sum;
+}
+
+// red (as product_at reads it) = sum over the operands of A_i @ W[:, kw_i : kw_i + K_i]^T (one operand; two for the
+// wavefront's upper layer: its input and its state). Each operand is staged in chunks of its own width (PKC fp32, PKC_H
+// bfloat16 columns) through the one ring; columns past an operand's K are staged as zero, so W's columns there never
+// count.
+template <class Fetch>
+__device__ void block_product(const ProductGeometry& geo, const Operand op0, const Operand op1, int B, int BP,
+                              const float* W, int RP, float* ring, float* red, int math, Fetch fetch)
+{
+    const int KS = geo.KS, kslice = geo.kslice, ncopy = geo.ncopy, my_tiles = geo.my_tiles;
     const int buffer = BP * PKCP;
     // the bfloat16 exchange: chunks of PKC_H halves, PKCPH a row (op1.K == 0: one operand)
     const bool half0 = math == 2 && op0.ah != nullptr, half1 = math == 2 && op1.ah != nullptr;
-    const int n0 = (op0.K + (half0 ? PKC_H : PKC) - 1) / (half0 ? PKC_H : PKC);
-    const int chunks = n0 + (op1.K + (half1 ? PKC_H : PKC) - 1) / (half1 ? PKC_H : PKC);
+    const int n0 = half0 ? (op0.K + PKC_H - 1) / PKC_H : (op0.K + PKC - 1) / PKC;
+    const int chunks = n0 + (half1 ? (op1.K + PKC_H - 1) / PKC_H : (op1.K + PKC - 1) / PKC);
     auto aligned = [](const Operand& o, bool half) {
         return half ? o.K % 8 == 0 && o.lda % 8 == 0 && (reinterpret_cast<unsigned long long>(o.ah) & 15) == 0
                     : o.K % 4 == 0 && o.lda % 4 == 0 && (reinterpret_cast<unsigned long long>(o.a) & 15) == 0;
     };
     const bool vec0 = aligned(op0, half0), vec1 = op1.K == 0 || aligned(op1, half1);
-    // This lane's fragment offsets for each of its tiles, worked out once (integer division is slow).
-    int a_off[4], ah_off[4], w_off[4], my_tiles = 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        const int tile = tg + q * TG, mt = tile / NT, nt = tile % NT;
-        my_tiles += tile < tiles;
-        a_off[q] = (mt * 16 + g) * PKCP + 2 * t;
-        ah_off[q] = (mt * 16 + g) * PKCPH + 4 * t;
-        w_off[q] = (nt * 8 + g) * KP + 2 * t;
-    }
+    const int (&a_off)[4] = geo.a_off, (&ah_off)[4] = geo.ah_off, (&w_off)[4] = geo.w_off;
     auto issue = [&](int c) {   // start staging chunk c (of both operands' chunks) into its ring buffer
         const bool second = c >= n0, half = second ? half1 : half0, vec = second ? vec1 : vec0;
         const int l = second ? c - n0 : c, K = second ? op1.K : op0.K;
@@ -541,9 +574,7 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
     cp_async_wait<0>();
 #pragma unroll
     for (int slot = 0; slot < 4; ++slot) {  // each tile's accumulators summed, into this k slice of red
-        if (slot % ncopy != 0) continue;
-        const int tile = tg + (slot / ncopy) * TG;
-        if (tile >= tiles) continue;
+        if (slot % ncopy != 0 || slot / ncopy >= my_tiles) continue;
         float v[4] = {acc[slot][0], acc[slot][1], acc[slot][2], acc[slot][3]};
 #pragma unroll
         for (int copy = 1; copy < 4; ++copy) {
@@ -552,23 +583,14 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
                 for (int e = 0; e < 4; ++e) v[e] += acc[slot + copy][e];
             }
         }
-        const int mt = tile / NT, nt = tile % NT;
-        float* at = red + (kslice * BP + mt * 16 + g) * RP + nt * 8 + 2 * t;
+        float* at = red + kslice * geo.slice + geo.red_off[slot / ncopy];
         at[0] = v[0];
         at[1] = v[1];
         at[8 * RP] = v[2];
         at[8 * RP + 1] = v[3];
     }
-    __syncthreads();
+    __syncthreads();   // (the KS slices stay apart: product_at adds them)
     MARK(4);
-    if (KS > 1) {
-        for (int e = threadIdx.x; e < BP * RP; e += PT) {  // sum the partial tiles into slice 0
-            float sum = red[e];
-            for (int s = 1; s < KS; ++s) sum += red[s * BP * RP + e];
-            red[e] = sum;
-        }
-        __syncthreads();
-    }
     MARK(5);
 }
 
@@ -627,6 +649,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gx[b * R + g * U + e % U] = 0.0f;
     }
     // (block_product's first __syncthreads orders these writes before any read)
+    const ProductGeometry geo = product_geometry(BP, RP, KP);
 
     for (int s = 0; s < T; ++s) {
         MARK(0);
@@ -649,9 +672,9 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             MARK(10);
             const Operand input = {dir.x + (long long)t * B * dir.x_ld, dir.xh == nullptr ? nullptr : dir.xh + t * state,
                                    dir.x_ld, KX, 0};
-            block_product(input, own, B, BP, W, RP, KP, ring, red, math, fetch);
+            block_product(geo, input, own, B, BP, W, RP, ring, red, math, fetch);
         } else {
-            block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
+            block_product(geo, own, Operand{}, B, BP, W, RP, ring, red, math, fetch);
         }
         // The cell, in two passes around the barrier's arrival (split_barrier): first what the other CTAs read at the
         // next step (the state: its bfloat16 exchange, or hs; y too where the layer above reads it as fp32), then,
@@ -665,7 +688,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             const long long i = b * (long long)H + j;
             float* y = dir.y + ((long long)t * B + b) * y_ld + j;
             float* gxe = gx + b * R + u;           // gate g at gxe[g * U]; then the record's entry g (stash)
-            float* ghe = red + b * RP + u;         // likewise; the GRU's fourth record entry at ghe[0]
+            // the recurrent product of gate g: product_at(red, geo, b * RP + u + g * U); the GRU's fourth record
+            // entry goes to red[b * RP + u]
             if (!step_is_valid(lengths, b, t)) {  // the state passes through; y and the record are 0
                 if (xc != nullptr) xc[i] = bf16_bits(h_own[e]);
                 if (hs_first) dir.hs[out + i] = h_own[e];
@@ -677,7 +701,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 float pre[4], act[4], c_new;
 #pragma unroll
                 for (int g = 0; g < 4; ++g) {
-                    pre[g] = gxe[g * U] + bias_at(dir.b_ih, g * H + j) + ghe[g * U] + bias_at(dir.b_hh, g * H + j);
+                    pre[g] = gxe[g * U] + bias_at(dir.b_ih, g * H + j) + product_at(red, geo, b * RP + u + g * U) +
+                             bias_at(dir.b_hh, g * H + j);
                 }
                 lstm_cell_value(pre, c_own[e], act, c_new, h_new);
                 c_own[e] = c_new;
@@ -686,12 +711,14 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 float saved[4];
                 h_new = gru_cell_value(
                     gxe[0] + bias_at(dir.b_ih, j), gxe[U] + bias_at(dir.b_ih, H + j),
-                    gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), ghe[0] + bias_at(dir.b_hh, j),
-                    ghe[U] + bias_at(dir.b_hh, H + j), ghe[2 * U] + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
+                    gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), product_at(red, geo, b * RP + u) + bias_at(dir.b_hh, j),
+                    product_at(red, geo, b * RP + u + U) + bias_at(dir.b_hh, H + j),
+                    product_at(red, geo, b * RP + u + 2 * U) + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
                 for (int g = 0; g < 3; ++g) gxe[g * U] = saved[g];
-                ghe[0] = saved[3];
+                red[b * RP + u] = saved[3];   // (read back by this thread, below)
             } else {
-                h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + ghe[0] + bias_at(dir.b_hh, j), relu);
+                h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + product_at(red, geo, b * RP + u) +
+                                       bias_at(dir.b_hh, j), relu);
             }
             h_own[e] = h_new;
             if (xc != nullptr) xc[i] = bf16_bits(h_new);
@@ -857,6 +884,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         direct[e] = j < H ? dir.dh[b * (long long)H + j] : 0.0f;
         if (MODE == MODE_LSTM) dcarry[e] = j < H ? dir.dc[b * (long long)H + j] : 0.0f;
     }
+    const ProductGeometry geo = product_geometry(BP, RP, KP);
 
     for (int s = 0; s <= T; ++s) {
         MARK(0);
@@ -879,9 +907,9 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                      GH, KH};
         }
         if (s > 0) {
-            block_product(own, input, B, BP, W, RP, KP, ring, red, math, fetch);
+            block_product(geo, own, input, B, BP, W, RP, ring, red, math, fetch);
         } else if (KX) {
-            block_product(input, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
+            block_product(geo, input, Operand{}, B, BP, W, RP, ring, red, math, fetch);
         } else {
             fetch();
             cp_async_commit();
@@ -892,7 +920,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             for (int e = threadIdx.x; e < B * U; e += PT) {
                 const int b = e / U, u = e % U, j = j0 + u;
                 if (j >= H) continue;
-                dir.dh[b * (long long)H + j] = direct[e] + red[b * RP + u];
+                dir.dh[b * (long long)H + j] = direct[e] + product_at(red, geo, b * RP + u);
                 if (MODE == MODE_LSTM) dir.dc[b * (long long)H + j] = dcarry[e];
             }
             break;
@@ -906,7 +934,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
-            const float dh = direct[e] + (s > 0 || KX ? red[b * RP + u] : 0.0f);
+            const float dh = direct[e] + (s > 0 || KX ? product_at(red, geo, b * RP + u) : 0.0f);
             const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
             const long long xrow = b * (long long)GH + j;            // (b, gate 0, unit j) of the exchange slot
             float* stash = ops + b * NOPS * U + u;                    // entry q at stash[q * U]
