@@ -450,51 +450,32 @@ struct Operand {
     int kw;
 };
 
-// How a CTA's warps split the product's tiles and k steps (block_product), and this lane's fragment offsets: the same
-// at every step, so worked out once, before the step loop (a step's own share of the integer divisions it takes cost
-// ~0.7 us a step with 16 warps issuing them: benchmarks/trace_rnn_persistent.py, "entry sync").
-struct ProductGeometry {
-    int KS;           // k slices: their partial sums lie apart in red, `slice` floats each (product_at adds them)
-    int slice;        // BP * RP
-    int tg, kslice;   // this warp's tile group and k slice
-    int ncopy;        // accumulators per tile (4, 2 or 1)
-    int my_tiles;     // this warp's tiles (<= 4 / ncopy... at most 4)
-    int a_off[4], ah_off[4], w_off[4];
-    int red_off[4];   // where tile q's fragment (row g, columns 2t, 2t + 1) goes in a slice of red
+// The k slices of a step's product (block_product): KS partial sums of `slice` floats each, left apart in red; the
+// reader adds them (product_at). The same at every step: the callers work it out once, before the step loop.
+struct Slices {
+    int KS;
+    int slice;   // BP * RP
 };
 
-__device__ __forceinline__ ProductGeometry product_geometry(int BP, int RP, int KP)
+// log2 of TG, the warps' tile groups: the largest power of 2 <= min(NWARPS, tiles); KS = NWARPS / TG k slices.
+__device__ __forceinline__ int tile_group_log2(int tiles)
 {
-    ProductGeometry geo;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
-    const int MT = BP / 16, NT = RP / 8, tiles = MT * NT;
-    int TG = 1;  // the largest power of 2 <= min(NWARPS, tiles)
-    while (TG * 2 <= NWARPS && TG * 2 <= tiles) TG *= 2;
-    geo.KS = NWARPS / TG;
-    geo.slice = BP * RP;
-    geo.tg = warp % TG;
-    geo.kslice = warp / TG;
-    const int per_warp = (tiles + TG - 1) / TG;  // <= 4 (the launcher's MAX_TILES)
-    geo.ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
-    geo.my_tiles = 0;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        const int tile = geo.tg + q * TG, mt = tile / NT, nt = tile % NT;
-        geo.my_tiles += tile < tiles;
-        geo.a_off[q] = (mt * 16 + g) * PKCP + 2 * t;
-        geo.ah_off[q] = (mt * 16 + g) * PKCPH + 4 * t;
-        geo.w_off[q] = (nt * 8 + g) * KP + 2 * t;
-        geo.red_off[q] = (mt * 16 + g) * RP + nt * 8 + 2 * t;
-    }
-    return geo;
+    int lg = 0;
+    while ((2 << lg) <= NWARPS && (2 << lg) <= tiles) ++lg;
+    return lg;
+}
+
+__device__ __forceinline__ Slices product_slices(int BP, int RP)
+{
+    return Slices{NWARPS >> tile_group_log2((BP / 16) * (RP / 8)), BP * RP};
 }
 
 // The product's value at red's index i = b * RP + r: block_product leaves its KS k slices apart in red, and the reader
 // adds them, in slice order (the sum a separate pass over red would make, without that pass and its __syncthreads).
-__device__ __forceinline__ float product_at(const float* red, const ProductGeometry& geo, int i)
+__device__ __forceinline__ float product_at(const float* red, const Slices& sl, int i)
 {
     float sum = red[i];
-    for (int s = 1; s < geo.KS; ++s) sum += red[s * geo.slice + i];
+    for (int s = 1; s < sl.KS; ++s) sum += red[s * sl.slice + i];
     return sum;
 }
 
@@ -503,10 +484,28 @@ __device__ __forceinline__ float product_at(const float* red, const ProductGeome
 // bfloat16 columns) through the one ring; columns past an operand's K are staged as zero, so W's columns there never
 // count.
 template <class Fetch>
-__device__ void block_product(const ProductGeometry& geo, const Operand op0, const Operand op1, int B, int BP,
-                              const float* W, int RP, float* ring, float* red, int math, Fetch fetch)
+__device__ void block_product(const Slices& sl, const Operand op0, const Operand op1, int B, int BP, const float* W,
+                              int RP, int KP, float* ring, float* red, int math, Fetch fetch)
 {
-    const int KS = geo.KS, kslice = geo.kslice, ncopy = geo.ncopy, my_tiles = geo.my_tiles;
+    // How the warps split the tiles and k steps, and this lane's fragment offsets, without an integer division (at 16
+    // warps a step, its ~10 divisions by run-time values cost ~0.7 us: benchmarks/trace_rnn_persistent.py's "entry
+    // sync"; kept in registers across the step loop instead, they made ptxas spill in the product's loops).
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int NT = RP >> 3, tiles = (BP >> 4) * NT, lg = tile_group_log2(tiles), TG = 1 << lg;
+    const int KS = sl.KS, tg = warp & (TG - 1), kslice = warp >> lg;
+    const int per_warp = (tiles + TG - 1) >> lg;  // <= 4 (the launcher's MAX_TILES)
+    const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
+    const float rnt = __fdividef(1.0f, (float)NT);  // (tile + 0.5) * rnt rounds down to tile / NT for tile, NT < 2^10
+    int a_off[4], ah_off[4], w_off[4], red_off[4], my_tiles = 0;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int tile = tg + (q << lg), mt = (int)((tile + 0.5f) * rnt), nt = tile - mt * NT;
+        my_tiles += tile < tiles;
+        a_off[q] = (mt * 16 + g) * PKCP + 2 * t;
+        ah_off[q] = (mt * 16 + g) * PKCPH + 4 * t;
+        w_off[q] = (nt * 8 + g) * KP + 2 * t;
+        red_off[q] = (mt * 16 + g) * RP + nt * 8 + 2 * t;
+    }
     const int buffer = BP * PKCP;
     // the bfloat16 exchange: chunks of PKC_H halves, PKCPH a row (op1.K == 0: one operand)
     const bool half0 = math == 2 && op0.ah != nullptr, half1 = math == 2 && op1.ah != nullptr;
@@ -517,7 +516,6 @@ __device__ void block_product(const ProductGeometry& geo, const Operand op0, con
                     : o.K % 4 == 0 && o.lda % 4 == 0 && (reinterpret_cast<unsigned long long>(o.a) & 15) == 0;
     };
     const bool vec0 = aligned(op0, half0), vec1 = op1.K == 0 || aligned(op1, half1);
-    const int (&a_off)[4] = geo.a_off, (&ah_off)[4] = geo.ah_off, (&w_off)[4] = geo.w_off;
     auto issue = [&](int c) {   // start staging chunk c (of both operands' chunks) into its ring buffer
         const bool second = c >= n0, half = second ? half1 : half0, vec = second ? vec1 : vec0;
         const int l = second ? c - n0 : c, K = second ? op1.K : op0.K;
@@ -583,7 +581,7 @@ __device__ void block_product(const ProductGeometry& geo, const Operand op0, con
                 for (int e = 0; e < 4; ++e) v[e] += acc[slot + copy][e];
             }
         }
-        float* at = red + kslice * geo.slice + geo.red_off[slot / ncopy];
+        float* at = red + kslice * sl.slice + red_off[slot / ncopy];
         at[0] = v[0];
         at[1] = v[1];
         at[8 * RP] = v[2];
@@ -649,7 +647,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gx[b * R + g * U + e % U] = 0.0f;
     }
     // (block_product's first __syncthreads orders these writes before any read)
-    const ProductGeometry geo = product_geometry(BP, RP, KP);
+    const Slices sl = product_slices(BP, RP);
 
     for (int s = 0; s < T; ++s) {
         MARK(0);
@@ -672,9 +670,9 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             MARK(10);
             const Operand input = {dir.x + (long long)t * B * dir.x_ld, dir.xh == nullptr ? nullptr : dir.xh + t * state,
                                    dir.x_ld, KX, 0};
-            block_product(geo, input, own, B, BP, W, RP, ring, red, math, fetch);
+            block_product(sl, input, own, B, BP, W, RP, KP, ring, red, math, fetch);
         } else {
-            block_product(geo, own, Operand{}, B, BP, W, RP, ring, red, math, fetch);
+            block_product(sl, own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         }
         // The cell, in two passes around the barrier's arrival (split_barrier): first what the other CTAs read at the
         // next step (the state: its bfloat16 exchange, or hs; y too where the layer above reads it as fp32), then,
@@ -688,7 +686,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             const long long i = b * (long long)H + j;
             float* y = dir.y + ((long long)t * B + b) * y_ld + j;
             float* gxe = gx + b * R + u;           // gate g at gxe[g * U]; then the record's entry g (stash)
-            // the recurrent product of gate g: product_at(red, geo, b * RP + u + g * U); the GRU's fourth record
+            // the recurrent product of gate g: product_at(red, sl, b * RP + u + g * U); the GRU's fourth record
             // entry goes to red[b * RP + u]
             if (!step_is_valid(lengths, b, t)) {  // the state passes through; y and the record are 0
                 if (xc != nullptr) xc[i] = bf16_bits(h_own[e]);
@@ -701,7 +699,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 float pre[4], act[4], c_new;
 #pragma unroll
                 for (int g = 0; g < 4; ++g) {
-                    pre[g] = gxe[g * U] + bias_at(dir.b_ih, g * H + j) + product_at(red, geo, b * RP + u + g * U) +
+                    pre[g] = gxe[g * U] + bias_at(dir.b_ih, g * H + j) + product_at(red, sl, b * RP + u + g * U) +
                              bias_at(dir.b_hh, g * H + j);
                 }
                 lstm_cell_value(pre, c_own[e], act, c_new, h_new);
@@ -711,13 +709,13 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 float saved[4];
                 h_new = gru_cell_value(
                     gxe[0] + bias_at(dir.b_ih, j), gxe[U] + bias_at(dir.b_ih, H + j),
-                    gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), product_at(red, geo, b * RP + u) + bias_at(dir.b_hh, j),
-                    product_at(red, geo, b * RP + u + U) + bias_at(dir.b_hh, H + j),
-                    product_at(red, geo, b * RP + u + 2 * U) + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
+                    gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), product_at(red, sl, b * RP + u) + bias_at(dir.b_hh, j),
+                    product_at(red, sl, b * RP + u + U) + bias_at(dir.b_hh, H + j),
+                    product_at(red, sl, b * RP + u + 2 * U) + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
                 for (int g = 0; g < 3; ++g) gxe[g * U] = saved[g];
                 red[b * RP + u] = saved[3];   // (read back by this thread, below)
             } else {
-                h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + product_at(red, geo, b * RP + u) +
+                h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + product_at(red, sl, b * RP + u) +
                                        bias_at(dir.b_hh, j), relu);
             }
             h_own[e] = h_new;
@@ -884,7 +882,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         direct[e] = j < H ? dir.dh[b * (long long)H + j] : 0.0f;
         if (MODE == MODE_LSTM) dcarry[e] = j < H ? dir.dc[b * (long long)H + j] : 0.0f;
     }
-    const ProductGeometry geo = product_geometry(BP, RP, KP);
+    const Slices sl = product_slices(BP, RP);
 
     for (int s = 0; s <= T; ++s) {
         MARK(0);
@@ -907,9 +905,9 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                      GH, KH};
         }
         if (s > 0) {
-            block_product(geo, own, input, B, BP, W, RP, ring, red, math, fetch);
+            block_product(sl, own, input, B, BP, W, RP, KP, ring, red, math, fetch);
         } else if (KX) {
-            block_product(geo, input, Operand{}, B, BP, W, RP, ring, red, math, fetch);
+            block_product(sl, input, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         } else {
             fetch();
             cp_async_commit();
@@ -920,7 +918,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             for (int e = threadIdx.x; e < B * U; e += PT) {
                 const int b = e / U, u = e % U, j = j0 + u;
                 if (j >= H) continue;
-                dir.dh[b * (long long)H + j] = direct[e] + product_at(red, geo, b * RP + u);
+                dir.dh[b * (long long)H + j] = direct[e] + product_at(red, sl, b * RP + u);
                 if (MODE == MODE_LSTM) dir.dc[b * (long long)H + j] = dcarry[e];
             }
             break;
@@ -934,7 +932,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
-            const float dh = direct[e] + (s > 0 || KX ? product_at(red, geo, b * RP + u) : 0.0f);
+            const float dh = direct[e] + (s > 0 || KX ? product_at(red, sl, b * RP + u) : 0.0f);
             const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
             const long long xrow = b * (long long)GH + j;            // (b, gate 0, unit j) of the exchange slot
             float* stash = ops + b * NOPS * U + u;                    // entry q at stash[q * U]
