@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 TRACE_STEPS, TRACE_MARKS = 80, 16   # kernels/rnn_persistent.cu
 # The marks of each kernel, in the order a step passes them (the kernel's MARK(n) numbers), and what lies between.
 FORWARD = [(0, "step start"), (10, "wait for the layer below"), (1, "entry sync"), (2, "first chunk landed"),
-           (3, "product"), (4, "slices to shared"), (5, "slices summed"), (6, "cell"), (7, "arrive"),
-           (8, "other outputs"), (9, "barrier wait")]
+           (3, "product"), (4, "slices to shared"), (5, "slices summed"), (11, "cell: operands (LSTM)"),
+           (12, "cell: math (LSTM)"), (6, "cell"), (7, "arrive"), (8, "other outputs"), (9, "barrier wait")]
 STAGED_BACKWARD = [(0, "step start"), (10, "wait for the layer above"), (1, "entry sync"), (2, "first chunk landed"),
                    (3, "product"), (4, "slices to shared"), (5, "slices summed"), (6, "cell"), (7, "arrive"),
                    (8, "other outputs"), (9, "barrier wait")]

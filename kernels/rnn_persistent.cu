@@ -450,14 +450,7 @@ struct Operand {
     int kw;
 };
 
-// The k slices of a step's product (block_product): KS partial sums of `slice` floats each, left apart in red; the
-// reader adds them (product_at). The same at every step: the callers work it out once, before the step loop.
-struct Slices {
-    int KS;
-    int slice;   // BP * RP
-};
-
-// log2 of TG, the warps' tile groups: the largest power of 2 <= min(NWARPS, tiles); KS = NWARPS / TG k slices.
+// log2 of TG, the warps' tile groups in block_product: the largest power of 2 <= min(NWARPS, tiles).
 __device__ __forceinline__ int tile_group_log2(int tiles)
 {
     int lg = 0;
@@ -465,34 +458,19 @@ __device__ __forceinline__ int tile_group_log2(int tiles)
     return lg;
 }
 
-__device__ __forceinline__ Slices product_slices(int BP, int RP)
-{
-    return Slices{NWARPS >> tile_group_log2((BP / 16) * (RP / 8)), BP * RP};
-}
-
-// The product's value at red's index i = b * RP + r: block_product leaves its KS k slices apart in red, and the reader
-// adds them, in slice order (the sum a separate pass over red would make, without that pass and its __syncthreads).
-__device__ __forceinline__ float product_at(const float* red, const Slices& sl, int i)
-{
-    float sum = red[i];
-    for (int s = 1; s < sl.KS; ++s) sum += red[s * sl.slice + i];
-    return sum;
-}
-
-// red (as product_at reads it) = sum over the operands of A_i @ W[:, kw_i : kw_i + K_i]^T (one operand; two for the
-// wavefront's upper layer: its input and its state). Each operand is staged in chunks of its own width (PKC fp32, PKC_H
-// bfloat16 columns) through the one ring; columns past an operand's K are staged as zero, so W's columns there never
-// count.
+// red = sum over the operands of A_i @ W[:, kw_i : kw_i + K_i]^T (one operand; two for the wavefront's upper layer:
+// its input and its state). Each operand is staged in chunks of its own width (PKC fp32, PKC_H bfloat16 columns)
+// through the one ring; columns past an operand's K are staged as zero, so W's columns there never count.
 template <class Fetch>
-__device__ void block_product(const Slices& sl, const Operand op0, const Operand op1, int B, int BP, const float* W,
-                              int RP, int KP, float* ring, float* red, int math, Fetch fetch)
+__device__ void block_product(const Operand op0, const Operand op1, int B, int BP, const float* W, int RP, int KP,
+                              float* ring, float* red, int math, Fetch fetch)
 {
-    // How the warps split the tiles and k steps, and this lane's fragment offsets, without an integer division (at 16
-    // warps a step, its ~10 divisions by run-time values cost ~0.7 us: benchmarks/trace_rnn_persistent.py's "entry
-    // sync"; kept in registers across the step loop instead, they made ptxas spill in the product's loops).
+    // How the warps split the tiles and k steps, and this lane's fragment offsets, without an integer division: with 16
+    // warps issuing them, the ~10 divisions by run-time values this took at every step were most of the ~0.8 us
+    // between a step's start and the product's first __syncthreads (benchmarks/trace_rnn_persistent.py, "entry sync").
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int NT = RP >> 3, tiles = (BP >> 4) * NT, lg = tile_group_log2(tiles), TG = 1 << lg;
-    const int KS = sl.KS, tg = warp & (TG - 1), kslice = warp >> lg;
+    const int KS = NWARPS >> lg, tg = warp & (TG - 1), kslice = warp >> lg;
     const int per_warp = (tiles + TG - 1) >> lg;  // <= 4 (the launcher's MAX_TILES)
     const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
     const float rnt = __fdividef(1.0f, (float)NT);  // (tile + 0.5) * rnt rounds down to tile / NT for tile, NT < 2^10
@@ -581,14 +559,22 @@ __device__ void block_product(const Slices& sl, const Operand op0, const Operand
                 for (int e = 0; e < 4; ++e) v[e] += acc[slot + copy][e];
             }
         }
-        float* at = red + kslice * sl.slice + red_off[slot / ncopy];
+        float* at = red + kslice * BP * RP + red_off[slot / ncopy];
         at[0] = v[0];
         at[1] = v[1];
         at[8 * RP] = v[2];
         at[8 * RP + 1] = v[3];
     }
-    __syncthreads();   // (the KS slices stay apart: product_at adds them)
+    __syncthreads();
     MARK(4);
+    if (KS > 1) {
+        for (int e = threadIdx.x; e < BP * RP; e += PT) {  // sum the partial tiles into slice 0
+            float sum = red[e];
+            for (int s = 1; s < KS; ++s) sum += red[s * BP * RP + e];
+            red[e] = sum;
+        }
+        __syncthreads();
+    }
     MARK(5);
 }
 
@@ -647,7 +633,6 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gx[b * R + g * U + e % U] = 0.0f;
     }
     // (block_product's first __syncthreads orders these writes before any read)
-    const Slices sl = product_slices(BP, RP);
 
     for (int s = 0; s < T; ++s) {
         MARK(0);
@@ -670,9 +655,9 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             MARK(10);
             const Operand input = {dir.x + (long long)t * B * dir.x_ld, dir.xh == nullptr ? nullptr : dir.xh + t * state,
                                    dir.x_ld, KX, 0};
-            block_product(sl, input, own, B, BP, W, RP, KP, ring, red, math, fetch);
+            block_product(input, own, B, BP, W, RP, KP, ring, red, math, fetch);
         } else {
-            block_product(sl, own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
+            block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         }
         // The cell, in two passes around the barrier's arrival (split_barrier): first what the other CTAs read at the
         // next step (the state: its bfloat16 exchange, or hs; y too where the layer above reads it as fp32), then,
@@ -686,8 +671,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             const long long i = b * (long long)H + j;
             float* y = dir.y + ((long long)t * B + b) * y_ld + j;
             float* gxe = gx + b * R + u;           // gate g at gxe[g * U]; then the record's entry g (stash)
-            // the recurrent product of gate g: product_at(red, sl, b * RP + u + g * U); the GRU's fourth record
-            // entry goes to red[b * RP + u]
+            float* ghe = red + b * RP + u;         // likewise; the GRU's fourth record entry at ghe[0]
             if (!step_is_valid(lengths, b, t)) {  // the state passes through; y and the record are 0
                 if (xc != nullptr) xc[i] = bf16_bits(h_own[e]);
                 if (hs_first) dir.hs[out + i] = h_own[e];
@@ -699,24 +683,23 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 float pre[4], act[4], c_new;
 #pragma unroll
                 for (int g = 0; g < 4; ++g) {
-                    pre[g] = gxe[g * U] + bias_at(dir.b_ih, g * H + j) + product_at(red, sl, b * RP + u + g * U) +
-                             bias_at(dir.b_hh, g * H + j);
+                    pre[g] = gxe[g * U] + bias_at(dir.b_ih, g * H + j) + ghe[g * U] + bias_at(dir.b_hh, g * H + j);
                 }
+                MARK(11);
                 lstm_cell_value(pre, c_own[e], act, c_new, h_new);
+                MARK(12);
                 c_own[e] = c_new;
                 for (int g = 0; g < 4; ++g) gxe[g * U] = act[g];
             } else if (MODE == MODE_GRU) {
                 float saved[4];
                 h_new = gru_cell_value(
                     gxe[0] + bias_at(dir.b_ih, j), gxe[U] + bias_at(dir.b_ih, H + j),
-                    gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), product_at(red, sl, b * RP + u) + bias_at(dir.b_hh, j),
-                    product_at(red, sl, b * RP + u + U) + bias_at(dir.b_hh, H + j),
-                    product_at(red, sl, b * RP + u + 2 * U) + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
+                    gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), ghe[0] + bias_at(dir.b_hh, j),
+                    ghe[U] + bias_at(dir.b_hh, H + j), ghe[2 * U] + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
                 for (int g = 0; g < 3; ++g) gxe[g * U] = saved[g];
-                red[b * RP + u] = saved[3];   // (read back by this thread, below)
+                ghe[0] = saved[3];
             } else {
-                h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + product_at(red, sl, b * RP + u) +
-                                       bias_at(dir.b_hh, j), relu);
+                h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + ghe[0] + bias_at(dir.b_hh, j), relu);
             }
             h_own[e] = h_new;
             if (xc != nullptr) xc[i] = bf16_bits(h_new);
@@ -882,7 +865,6 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         direct[e] = j < H ? dir.dh[b * (long long)H + j] : 0.0f;
         if (MODE == MODE_LSTM) dcarry[e] = j < H ? dir.dc[b * (long long)H + j] : 0.0f;
     }
-    const Slices sl = product_slices(BP, RP);
 
     for (int s = 0; s <= T; ++s) {
         MARK(0);
@@ -905,9 +887,9 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                      GH, KH};
         }
         if (s > 0) {
-            block_product(sl, own, input, B, BP, W, RP, KP, ring, red, math, fetch);
+            block_product(own, input, B, BP, W, RP, KP, ring, red, math, fetch);
         } else if (KX) {
-            block_product(sl, input, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
+            block_product(input, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         } else {
             fetch();
             cp_async_commit();
@@ -918,7 +900,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
             for (int e = threadIdx.x; e < B * U; e += PT) {
                 const int b = e / U, u = e % U, j = j0 + u;
                 if (j >= H) continue;
-                dir.dh[b * (long long)H + j] = direct[e] + product_at(red, sl, b * RP + u);
+                dir.dh[b * (long long)H + j] = direct[e] + red[b * RP + u];
                 if (MODE == MODE_LSTM) dir.dc[b * (long long)H + j] = dcarry[e];
             }
             break;
@@ -932,7 +914,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
-            const float dh = direct[e] + (s > 0 || KX ? product_at(red, sl, b * RP + u) : 0.0f);
+            const float dh = direct[e] + (s > 0 || KX ? red[b * RP + u] : 0.0f);
             const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
             const long long xrow = b * (long long)GH + j;            // (b, gate 0, unit j) of the exchange slot
             float* stash = ops + b * NOPS * U + u;                    // entry q at stash[q * U]
