@@ -54,16 +54,16 @@ def main():
     timings = {}
     real_launch, real_get_kernel = rnn_persistent._launch, rnn_persistent.get_kernel
 
-    def timed_launch(name, blocks, smem, launch_args):
+    def timed_launch(name, blocks, smem, launch_args, threads=rnn_persistent.PT):
         """The launcher's own launch, between two CUDA events."""
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
-        real_launch(name, blocks, smem, launch_args)
+        real_launch(name, blocks, smem, launch_args, threads)
         end.record()
         timings.setdefault("backward" if "backward" in name else "forward", []).append((start, end))
 
     rnn_persistent._launch = timed_launch
-    rnn_persistent.get_kernel = lambda family, name: real_get_kernel(family, name, options)
+    rnn_persistent.get_kernel = lambda family, name, more=(): real_get_kernel(family, name, tuple(more) + options)
     rng = np.random.default_rng(0)
     H, B = args.hidden, args.batch
     desc = RNNDescriptor(args.mode, H, H, algo="persistent")

@@ -15,6 +15,7 @@ medians of the summed kernel times per pass) with the same options: the A/B of a
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def phases(trace, marks, ctas, steps):
     out = {}
     rows = trace[ctas][:, 1:steps - 1]          # (ctas, steps, marks)
     present = [(m, name) for m, name in marks if (rows[..., m] > 0).all()]
-    for (m0, _), (m1, name) in zip(present, present[1:]):
+    for (m0, _), (m1, name) in itertools.pairwise(present):
         out[name] = float(np.median(rows[..., m1] - rows[..., m0]))
     nxt = trace[ctas][:, 2:steps, 0]
     out["whole step"] = float(np.median(nxt - rows[:, :nxt.shape[1], 0]))
@@ -80,16 +81,17 @@ def main():
     real_launch, real_get_kernel = rnn_persistent._launch, rnn_persistent.get_kernel
     launches = []
 
-    def traced_launch(name, blocks, smem, launch_args):
+    def traced_launch(name, blocks, smem, launch_args, threads=rnn_persistent.PT):
+        module = _compile.get_module("rnn_persistent", rnn_persistent._options(threads) + options)
         trace = cupy.ndarray((132 * 2, TRACE_STEPS, TRACE_MARKS), dtype=cupy.int64,
-                             memptr=_compile.get_module("rnn_persistent", options).get_global("persist_trace"))
+                             memptr=module.get_global("persist_trace"))
         trace.fill(0)
-        real_launch(name, blocks, smem, launch_args)
+        real_launch(name, blocks, smem, launch_args, threads)
         cupy.cuda.Device().synchronize()
         units = int(launch_args[6])   # (structs d0, d1, lengths, T, B, H, U, ...)
-        launches.append((name, blocks, -(-H // units), trace.get()))
+        launches.append((name, blocks, -(-H // units), threads, trace.get()))
 
-    rnn_persistent.get_kernel = lambda family, name: real_get_kernel(family, name, options)
+    rnn_persistent.get_kernel = lambda family, name, more=(): real_get_kernel(family, name, tuple(more) + options)
     rng = np.random.default_rng(0)
     H, B, T = args.hidden, args.batch, args.steps
     desc = RNNDescriptor(args.mode, H, H, num_layers=args.layers, bidirectional=args.bidirectional,
@@ -114,14 +116,14 @@ def main():
         options = variant
         events = []
 
-        def timed_launch(name, blocks, smem, launch_args):
+        def timed_launch(name, blocks, smem, launch_args, threads=rnn_persistent.PT):
             start, end = cupy.cuda.Event(), cupy.cuda.Event()
             start.record()
-            real_launch(name, blocks, smem, launch_args)
+            real_launch(name, blocks, smem, launch_args, threads)
             end.record()
             events.append(("backward" if "backward" in name else "forward", start, end))
 
-        rnn_persistent.get_kernel = lambda family, name: real_get_kernel(family, name, options)
+        rnn_persistent.get_kernel = lambda family, name, more=(): real_get_kernel(family, name, tuple(more) + options)
         rnn_persistent._launch = timed_launch
         try:
             for r in range(args.repeats + 2):
@@ -145,7 +147,7 @@ def main():
     for kind, ms in timed.items():
         print(f"untraced persistent {kind} kernels: median {np.median(ms):.4f} ms a pass "
               f"({args.repeats} passes, min {min(ms):.4f})")
-    for name, blocks, per_group, trace in launches:
+    for name, blocks, per_group, threads, trace in launches:
         partial = "backward" in name and trace[0, 1, 1] > 0 and trace[0, 1, 10] == 0 and trace[0, 1, 5] == 0
         marks = PARTIAL_BACKWARD if partial else (STAGED_BACKWARD if "backward" in name else FORWARD)
         steps = min(T, TRACE_STEPS)
@@ -154,7 +156,7 @@ def main():
         for group in range(groups):
             ctas = list(range(group * per_group, (group + 1) * per_group))
             result = phases(trace, marks, ctas, steps)
-            print(f"\n{name} ({kind}), {blocks} CTAs, group {group} (CTAs {ctas[0]}..{ctas[-1]})")
+            print(f"\n{name} ({kind}), {blocks} CTAs of {threads} threads, group {group} (CTAs {ctas[0]}..{ctas[-1]})")
             for phase, cycles in result.items():
                 print(f"  {phase:28s} {cycles * to_us:7.3f}")
 

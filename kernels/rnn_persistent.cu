@@ -586,7 +586,9 @@ __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : 
 // ---------------------------------------------------------------------------------------------
 // Forward. Shared memory: W (RP x KP, KP = H rounded up to 8, + 8), the ring (NBUF x BP x PKCP), red (RED), then gx
 // (B x G*U: this step's input projection of the CTA's gates), h and c (B x U each: the CTA's slice of
-// the state, kept across steps).
+// the state, kept across steps), and the biases of the CTA's gates (2 x G*U: b_ih's, then b_hh's; read by every step's
+// cell from here: from global memory they cost the cell ~0.6 us a step, an L2 round trip, benchmarks/
+// trace_rnn_persistent.py "cell: operands").
 // ---------------------------------------------------------------------------------------------
 template <int MODE>
 __device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
@@ -607,6 +609,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     float* gx = red + RED;
     float* h_own = gx + B * R;
     float* c_own = h_own + B * U;
+    float* b_ih = c_own + B * U;         // b_ih[g * U + u] = dir.b_ih[g * H + j0 + u] (0 without bias, or past H)
+    float* b_hh = b_ih + R;
     const int j0 = c * U;
     const int units = min(U, H - j0);    // the last CTA may own fewer
     const bool vec = U % 4 == 0 && units == U && H % 4 == 0;  // runs of units are 16-byte aligned
@@ -625,6 +629,11 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         stage_w(W, i, v, math);
     }
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;  // rows B .. BP-1 stay zero
+    for (int i = threadIdx.x; i < R; i += PT) {
+        const int g = i / U, j = j0 + i % U;
+        b_ih[i] = j < H ? bias_at(dir.b_ih, g * H + j) : 0.0f;
+        b_hh[i] = j < H ? bias_at(dir.b_hh, g * H + j) : 0.0f;
+    }
     const int first = direction ? T : 0;  // where the initial state sits in hs / cs
     for (int e = threadIdx.x; e < B * U; e += PT) {
         const int b = e / U, j = j0 + e % U;
@@ -683,7 +692,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
                 float pre[4], act[4], c_new;
 #pragma unroll
                 for (int g = 0; g < 4; ++g) {
-                    pre[g] = gxe[g * U] + bias_at(dir.b_ih, g * H + j) + ghe[g * U] + bias_at(dir.b_hh, g * H + j);
+                    pre[g] = gxe[g * U] + b_ih[g * U + u] + ghe[g * U] + b_hh[g * U + u];
                 }
                 MARK(11);
                 lstm_cell_value(pre, c_own[e], act, c_new, h_new);
@@ -693,13 +702,12 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             } else if (MODE == MODE_GRU) {
                 float saved[4];
                 h_new = gru_cell_value(
-                    gxe[0] + bias_at(dir.b_ih, j), gxe[U] + bias_at(dir.b_ih, H + j),
-                    gxe[2 * U] + bias_at(dir.b_ih, 2 * H + j), ghe[0] + bias_at(dir.b_hh, j),
-                    ghe[U] + bias_at(dir.b_hh, H + j), ghe[2 * U] + bias_at(dir.b_hh, 2 * H + j), h_own[e], saved);
+                    gxe[0] + b_ih[u], gxe[U] + b_ih[U + u], gxe[2 * U] + b_ih[2 * U + u], ghe[0] + b_hh[u],
+                    ghe[U] + b_hh[U + u], ghe[2 * U] + b_hh[2 * U + u], h_own[e], saved);
                 for (int g = 0; g < 3; ++g) gxe[g * U] = saved[g];
                 ghe[0] = saved[3];
             } else {
-                h_new = rnn_cell_value(gxe[0] + bias_at(dir.b_ih, j) + ghe[0] + bias_at(dir.b_hh, j), relu);
+                h_new = rnn_cell_value(gxe[0] + b_ih[u] + ghe[0] + b_hh[u], relu);
             }
             h_own[e] = h_new;
             if (xc != nullptr) xc[i] = bf16_bits(h_new);

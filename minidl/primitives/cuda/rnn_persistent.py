@@ -63,6 +63,9 @@ EXCHANGE_BF16 = True    # bf16: stage each step's state (forward) and gate gradi
 # gate gradients. It runs where it fits (Plan.partial) and use_partial says so: "auto" where it measured faster, True
 # always, False never.
 PARTIAL_BACKWARD = "auto"
+# The wavefront's backward with 256 threads a CTA instead of 512 (backward_threads): "auto" where it measured faster,
+# True wherever the wavefront runs (tests), False never.
+HALF_CTA_WAVE_BACKWARD = "auto"
 KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "rnn_relu": ("rnn_persistent_forward", "rnn_persistent_backward"),
            "lstm": ("lstm_persistent_forward", "lstm_persistent_backward"),
@@ -111,7 +114,7 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str 
         rest = (2 + BACKWARD_OPS) * B * units
     else:
         w = _round(G * units, 8) * (_round(_round(input_columns, 16) + H, 8) + 8)
-        rest = (G + 2) * B * units
+        rest = (G + 2) * B * units + 2 * G * units   # (gx, h, c; the biases of the CTA's gates)
     return ((w // 2 if math == "bf16" else w) + ring + rest) * FLOAT_BYTES
 
 
@@ -234,24 +237,44 @@ def kernel_math(math: str) -> int:
     return {"fp32": 0, "tf32": 1, "bf16": 2}[math]
 
 
-def _function(name: str, smem: int):
+def backward_threads(B: int, math: str, wave: bool) -> int:
+    """Threads a CTA of the backward kernel runs (the kernel's PT: 512, or 256 from a second compile of
+    kernels/rnn_persistent.cu with -DPERSIST_PT=256). HALF_CTA_WAVE_BACKWARD ("auto"): 256 for the wavefront's backward
+    in bf16 up to batch 32, where a step's product is a small share of its time and 8 warps issue the rest (the step's
+    index arithmetic, the k slices' sum) in half the time of 16. Measured (2x512 LSTM, T35, B32, H200, kernel time of
+    the backward pass, benchmarks/trace_rnn_persistent.py --pt 256): 0.578 / 0.573 / 0.580 ms against 0.657 / 0.617 /
+    0.610 with 512 (three calls); elsewhere 256 measured no better or slower (bf16 B64 0.846 / 0.847; the partial-sum
+    backward and fp32 / TF32 slower, fp32 B64 1.51 against 1.15 ms). True: 256 wherever the wavefront runs, False:
+    never."""
+    if HALF_CTA_WAVE_BACKWARD == "auto":
+        return 256 if wave and math == "bf16" and B <= 32 else PT
+    return 256 if wave and HALF_CTA_WAVE_BACKWARD else PT
+
+
+def _options(threads: int) -> tuple:
+    """The compile options of the kernels that run `threads` a CTA."""
+    return () if threads == PT else (f"-DPERSIST_PT={threads}",)
+
+
+def _function(name: str, smem: int, options: tuple = ()):
     """The CUfunction pointer of a persistent kernel, allowed `smem` bytes of dynamic shared memory."""
-    kernel = get_kernel("rnn_persistent", name)
+    kernel = get_kernel("rnn_persistent", name, options)
     if kernel.max_dynamic_shared_size_bytes < smem:
         kernel.max_dynamic_shared_size_bytes = smem   # (on the RawKernel, through the wrappers)
     return function_pointer(kernel)
 
 
-def _launch(name: str, blocks: int, smem: int, args: list) -> None:
+def _launch(name: str, blocks: int, smem: int, args: list, threads: int = PT) -> None:
     """Launch with each argument given as a tuple of 8-byte words (a struct of pointers is several words;
     an int is read from its word's low 4 bytes: x86 and Arm are little-endian), packed in one buffer as
-    cuLaunchKernel wants them: an array of pointers, one per argument, to the argument's bytes."""
+    cuLaunchKernel wants them: an array of pointers, one per argument, to the argument's bytes. `threads`: the CTA
+    size, which picks the compile of the kernels (_options)."""
     words = [np.asarray(a, dtype=np.uint64).ravel() for a in args]
     buffer = np.concatenate(words)
     starts = np.cumsum([0] + [len(w) for w in words[:-1]])
     params = (buffer.ctypes.data + 8 * starts).astype(np.uint64)
-    function = _function(name, smem)
-    cupy.cuda.driver.launchKernel(function, blocks, 1, 1, PT, 1, 1, smem, cupy.cuda.get_current_stream().ptr,
+    function = _function(name, smem, _options(threads))
+    cupy.cuda.driver.launchKernel(function, blocks, 1, 1, threads, 1, 1, smem, cupy.cuda.get_current_stream().ptr,
                                   params.ctypes.data, 0)
 
 
@@ -323,7 +346,7 @@ def _launch_backward(mode, launch, structs, lengths, T, B, H, D, math, wave):
     barrier = cupy.zeros(2, dtype=cupy.uint32)
     args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math), wave,
                       _ptr(barrier)]
-    _launch(KERNELS[mode][1], launch.blocks, launch.smem, args)
+    _launch(KERNELS[mode][1], launch.blocks, launch.smem, args, backward_threads(B, math, bool(wave)))
 
 
 def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="fp32"):
