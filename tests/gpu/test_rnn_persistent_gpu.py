@@ -333,6 +333,48 @@ def test_wavefront_is_deterministic_and_capturable(monkeypatch):
         assert rel_err(got, want) <= 1e-5
 
 
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("math", ["fp32", "bf16"])
+@pytest.mark.parametrize("H,B,padded,per_cta", [(48, 6, True, 3), (512, 32, False, None)])
+def test_wave_backward_with_256_threads_matches_512(mode, math, H, B, padded, per_cta, monkeypatch):
+    """The wavefront's backward from the second compile of the kernels (-DPERSIST_PT=256, 8 warps a CTA:
+    backward_threads) against the usual 512 threads: its warps split each step's product into half as many k slices and
+    its loops stride by 256, so the same sums in another order (fp32: ~1e-6; bf16: an fp32 gate gradient a last bit
+    apart can round to another bfloat16, which the recurrence carries on: the bf16 tolerance of the other tests). A
+    staging or reduction loop that assumed 512 threads would leave gradients unwritten (NaN: POISON) or wrong by their
+    size. "auto" takes 256 for the bf16 wavefront up to batch 32, 512 elsewhere; each launch's CTA size is checked."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)
+    monkeypatch.setattr(rnn_persistent, "UNITS_WAVE", per_cta)
+    rng = np.random.default_rng(zlib.crc32(repr((mode, math, H, B)).encode()))
+    lengths = np.sort(rng.integers(1, 10, B))[::-1].copy() if padded else None
+    if padded:
+        lengths[0] = 9
+    desc = _desc(mode, 16, H, 2, False, True, "persistent")
+    case = _case(desc, 9, B, rng)
+    assert rnn_persistent.wave_plan(mode, B, H, math, backward=True)[0] is not None
+    real_launch, threads = rnn_persistent._launch, []
+
+    def launch(name, blocks, smem, args, n=rnn_persistent.PT):
+        threads.append((name, n))
+        real_launch(name, blocks, smem, args, n)
+
+    monkeypatch.setattr(rnn_persistent, "_launch", launch)
+    results = {}
+    for half in (True, False):
+        monkeypatch.setattr(rnn_persistent, "HALF_CTA_WAVE_BACKWARD", half)
+        threads.clear()
+        results[half] = _run_math(desc, case, lengths, math)
+        backward = [n for name, n in threads if "backward" in name]
+        assert backward == [256 if half else 512], threads
+    tol = 2e-5 if math == "fp32" else 5e-3
+    _assert_close(results[True], results[False], desc, tol=tol)
+    monkeypatch.setattr(rnn_persistent, "HALF_CTA_WAVE_BACKWARD", "auto")
+    assert rnn_persistent.backward_threads(B, math, True) == (256 if math == "bf16" and B <= 32 else 512)
+    assert rnn_persistent.backward_threads(B, math, False) == 512
+
+
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_relu"])
 @pytest.mark.parametrize("T", [1, 2])
 @pytest.mark.parametrize("math", ["fp32", "bf16"])
