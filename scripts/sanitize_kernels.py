@@ -6,7 +6,8 @@
 
 The persistent RNN kernels (kernels/rnn_persistent.cu: cp.async rings, a grid-wide barrier, the wavefront's
 wait on the other layer's counter) for every mode, one bidirectional layer and two unidirectional ones (the
-wavefront), padded and not, fp32, TF32 and bf16 (`--rnn-only`: these alone); the fused attention kernels
+wavefront, whose bf16 backward runs the 256-thread compile: backward_threads), padded and not, fp32, TF32 and bf16
+(`--rnn-only`: these alone); the fused attention kernels
 (kernels/attention.cu: cp.async double buffering; float32's backward: one Q/dO buffer refilled behind dQ)
 in float16, bfloat16 and float32, causal and not, with a mask and dropout; on an H100/H200 the 16-bit forward
 (and backward at D = 64) runs kernels/attention_wgmma.cu (cp.async double buffers read by wgmma through the
