@@ -42,7 +42,7 @@ import numpy as np
 from ._compile import get_kernel
 from ._launch import function_pointer, sm_count
 
-PT = 512                # threads per CTA (kernels/rnn_persistent.cu: PT)
+PT = 512                # threads per CTA (kernels/rnn_persistent.cu: PT); 256 for the bf16 wavefront backward (backward_threads)
 PKCP = 128 + 8          # a row of a staged chunk of the exchanged state (PKCP)
 NBUF = 3                # chunk buffers in the ring (NBUF)
 RED_FLOATS = 4096       # the partial-sum buffer (RED)
