@@ -44,6 +44,13 @@ def _desc(mode, I, H, L, bidirectional, bias, algo):
     return RNNDescriptor(mode, I, H, L, bidirectional, bias, algo=algo)
 
 
+def _padded_lengths(rng, B, T):
+    """B sequence lengths in 1 .. T, longest first, the first one T (the batch's padded length)."""
+    lengths = np.sort(rng.integers(1, T + 1, B))[::-1].copy()
+    lengths[0] = T
+    return lengths
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("num_layers,bidirectional,bias", CONFIGS)
 @pytest.mark.parametrize("padded", [False, True])
@@ -348,9 +355,7 @@ def test_wave_backward_with_256_threads_matches_512(mode, math, H, B, padded, pe
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)
     monkeypatch.setattr(rnn_persistent, "UNITS_WAVE", per_cta)
     rng = np.random.default_rng(zlib.crc32(repr((mode, math, H, B)).encode()))
-    lengths = np.sort(rng.integers(1, 10, B))[::-1].copy() if padded else None
-    if padded:
-        lengths[0] = 9
+    lengths = _padded_lengths(rng, B, 9) if padded else None
     desc = _desc(mode, 16, H, 2, False, True, "persistent")
     case = _case(desc, 9, B, rng)
     assert rnn_persistent.wave_plan(mode, B, H, math, backward=True)[0] is not None
@@ -414,9 +419,7 @@ def test_partial_sum_backward_matches_the_staged_backward(mode, math, H, B, bidi
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", False)
     monkeypatch.setattr(rnn_persistent, "UNITS", 8 if H == 512 else 4)
     rng = np.random.default_rng(zlib.crc32(repr((mode, math, H, B)).encode()))
-    lengths = np.sort(rng.integers(1, 12, B))[::-1].copy() if padded else None
-    if padded:
-        lengths[0] = 11
+    lengths = _padded_lengths(rng, B, 11) if padded else None
     desc = _desc(mode, 16, H, 2, bidirectional, True, "persistent")
     case = _case(desc, 11, B, rng)
     plans = {}

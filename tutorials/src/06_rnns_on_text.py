@@ -728,6 +728,29 @@ if persistent_rows:
 # to 35-50% more than the wall time of its graphed step. It runs a small GEMM and a cell kernel per layer and step,
 # on several streams, so layer 1's step t runs beside layer 0's step t + 1. Our persistent kernels hold every SM for
 # the whole sequence, so nothing runs beside them. The wavefront buys back that overlap for two layers.
+#
+# **A step's timeline.** Where do a persistent step's ~6-7 µs go, if not to the product?
+# `benchmarks/trace_rnn_persistent.py` compiles the kernels with `-DPERSIST_TRACE`: thread 0 of every CTA reads its
+# SM's clock (`clock64()`) at each phase of each step, and the script prints the median of each phase. This table is
+# its output on an H200 (benchmarks/results/gpu_rnn.md, session 20; not this notebook's run), one LSTM layer of 512
+# in bf16 at batch 32, µs, in the order a step runs:
+#
+# | phase | forward step | what it is |
+# | --- | ---: | --- |
+# | entry | 0.82 | the product's setup, to its first `__syncthreads` |
+# | first chunk of `h` landed | 1.41 | an L2 round trip (cp.async) |
+# | rest of the product | 1.11 | the mma steps and the second chunk |
+# | k slices summed | 0.39 | 16 warps split K four ways; their partial sums meet in shared memory |
+# | cell | 0.99 | one thread's chain of loads and `expf`/`tanhf` |
+# | arrive | 0.42 | fence, then the atomic add on the counter |
+# | other outputs | 0.41 | hs, cs, y, the gate record |
+# | barrier wait | 0.79 | until every CTA has arrived |
+# | **whole step** | **6.64** | |
+#
+# No single phase dominates: a step is a chain of sub-microsecond latencies, each paid in full because the next
+# needs its result. Removing integer divisions from the entry, reading the biases from shared memory and running
+# the wavefront's bf16 backward with 8 warps instead of 16 (less fixed work a step) made the bf16 rows 1.5-8.6%
+# faster; to beat cuDNN's overlapped kernels by a wide margin the chain itself has to get shorter.
 
 # %% [markdown]
 # ## Exercises
