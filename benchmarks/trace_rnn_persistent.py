@@ -60,6 +60,7 @@ def main():
     parser.add_argument("--pt", type=int, default=None, help="threads per CTA (PERSIST_PT)")
     parser.add_argument("--nbuf", type=int, default=None, help="chunk buffers in the ring (PERSIST_NBUF)")
     parser.add_argument("--repeats", type=int, default=0, help="also time this many untraced passes")
+    parser.add_argument("--define", action="append", default=[], help="a macro to compile the kernels with (repeatable)")
     parser.add_argument("--partial", default="auto", help="rnn_persistent.PARTIAL_BACKWARD: auto, on, off")
     parser.add_argument("--partial-bf16", default="on", help="rnn_persistent.PARTIAL_BF16: on, off")
     args = parser.parse_args()
@@ -77,6 +78,7 @@ def main():
         rnn_persistent.PT, variant = args.pt, variant + (f"-DPERSIST_PT={args.pt}",)
     if args.nbuf:
         rnn_persistent.NBUF, variant = args.nbuf, variant + (f"-DPERSIST_NBUF={args.nbuf}",)
+    variant += tuple(f"-D{name}" for name in args.define)
     options = variant + ("-DPERSIST_TRACE",)
     real_launch, real_get_kernel = rnn_persistent._launch, rnn_persistent.get_kernel
     launches = []
