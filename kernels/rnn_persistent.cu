@@ -494,19 +494,9 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
                     : o.K % 4 == 0 && o.lda % 4 == 0 && (reinterpret_cast<unsigned long long>(o.a) & 15) == 0;
     };
     const bool vec0 = aligned(op0, half0), vec1 = op1.K == 0 || aligned(op1, half1);
-    // The CTAs stage the chunks in rotated orders, CTA b starting at chunk b % chunks: all of them read the same
-    // operand at the same moment, and in one order every CTA would ask L2 for the same lines at once. (The product's
-    // sum runs in that order too: per CTA a fixed order, so the same bits run to run.) PERSIST_NO_ROTATE: one order.
-#ifdef PERSIST_NO_ROTATE
-    const int rot = 0;
-#else
-    const int rot = chunks > 1 ? (int)(blockIdx.x % (unsigned)chunks) : 0;
-#endif
-    auto chunk_of = [&](int c) { return c + rot >= chunks ? c + rot - chunks : c + rot; };   // the c-th staged
-    auto issue = [&](int c) {   // start staging the c-th chunk (of both operands' chunks) into its ring buffer
-        const int p = chunk_of(c);
-        const bool second = p >= n0, half = second ? half1 : half0, vec = second ? vec1 : vec0;
-        const int l = second ? p - n0 : p, K = second ? op1.K : op0.K;
+    auto issue = [&](int c) {   // start staging chunk c (of both operands' chunks) into its ring buffer
+        const bool second = c >= n0, half = second ? half1 : half0, vec = second ? vec1 : vec0;
+        const int l = second ? c - n0 : c, K = second ? op1.K : op0.K;
         const long long lda = second ? op1.lda : op0.lda;
         float* buf = ring + (c % NBUF) * buffer;
         if (half) issue_chunk_bf16(reinterpret_cast<unsigned short*>(buf), second ? op1.ah : op0.ah, lda, B, K,
@@ -530,9 +520,8 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
         if (next < chunks) issue(next);
         cp_async_commit();
 #ifndef PERSIST_ABLATE_PRODUCT
-        const int p = chunk_of(c);
-        const bool second = p >= n0;
-        const int l = second ? p - n0 : p, K = second ? op1.K : op0.K, kw = second ? op1.kw : op0.kw;
+        const bool second = c >= n0;
+        const int l = second ? c - n0 : c, K = second ? op1.K : op0.K, kw = second ? op1.kw : op0.kw;
         const float* hbuf = ring + (c % NBUF) * buffer;
         if (second ? half1 : half0) {   // the exchange's bfloat16 chunk, 256 columns
             const int k0 = l * PKC_H;
