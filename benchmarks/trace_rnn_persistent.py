@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-TRACE_STEPS, TRACE_MARKS = 80, 16   # kernels/rnn_persistent.cu
+TRACE_CTAS, TRACE_STEPS, TRACE_MARKS = 264, 80, 16   # kernels/rnn_persistent.cu
 # The marks of each kernel, in the order a step passes them (the kernel's MARK(n) numbers), and what lies between.
 FORWARD = [(0, "step start"), (10, "wait for the layer below"), (1, "entry sync"), (2, "first chunk landed"),
            (3, "product"), (4, "slices to shared"), (5, "slices summed"), (11, "cell: operands (LSTM)"),
@@ -60,9 +60,9 @@ def main():
     parser.add_argument("--pt", type=int, default=None, help="threads per CTA (PERSIST_PT)")
     parser.add_argument("--nbuf", type=int, default=None, help="chunk buffers in the ring (PERSIST_NBUF)")
     parser.add_argument("--repeats", type=int, default=0, help="also time this many untraced passes")
-    parser.add_argument("--define", action="append", default=[], help="a macro to compile the kernels with (repeatable)")
+    parser.add_argument("--define", action="append", default=[],
+                        help="a macro to compile the kernels with (repeatable)")
     parser.add_argument("--partial", default="auto", help="rnn_persistent.PARTIAL_BACKWARD: auto, on, off")
-    parser.add_argument("--partial-bf16", default="on", help="rnn_persistent.PARTIAL_BF16: on, off")
     args = parser.parse_args()
     import cupy
 
@@ -72,7 +72,6 @@ def main():
     switch = {"auto": "auto", "on": True, "off": False}
     rnn_persistent.WAVEFRONT = switch[args.wavefront]
     rnn_persistent.PARTIAL_BACKWARD = switch[args.partial]
-    rnn_persistent.PARTIAL_BF16 = switch[args.partial_bf16]
     variant = ()
     if args.pt:
         rnn_persistent.PT, variant = args.pt, variant + (f"-DPERSIST_PT={args.pt}",)
@@ -85,13 +84,15 @@ def main():
 
     def traced_launch(name, blocks, smem, launch_args, threads=rnn_persistent.PT):
         module = _compile.get_module("rnn_persistent", rnn_persistent._options(threads) + options)
-        trace = cupy.ndarray((132 * 2, TRACE_STEPS, TRACE_MARKS), dtype=cupy.int64,
+        trace = cupy.ndarray((TRACE_CTAS, TRACE_STEPS, TRACE_MARKS), dtype=cupy.int64,
                              memptr=module.get_global("persist_trace"))
         trace.fill(0)
         real_launch(name, blocks, smem, launch_args, threads)
         cupy.cuda.Device().synchronize()
         units = int(launch_args[6])   # (structs d0, d1, lengths, T, B, H, U, ...)
-        launches.append((name, blocks, -(-H // units), threads, trace.get()))
+        # the partial-sum backward: DirBackward's `part` (its 15th word) set
+        partial = "backward" in name and int(np.asarray(launch_args[0]).ravel()[14]) != 0
+        launches.append((name, blocks, -(-H // units), threads, partial, trace.get()))
 
     rnn_persistent.get_kernel = lambda family, name, more=(): real_get_kernel(family, name, tuple(more) + options)
     rng = np.random.default_rng(0)
@@ -140,17 +141,17 @@ def main():
         finally:
             rnn_persistent._launch = real_launch
             rnn_persistent.get_kernel = real_get_kernel
-    clock_khz = cupy.cuda.runtime.getDeviceProperties(0)["clockRate"]
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    clock_khz = props["clockRate"]
     to_us = 1e3 / clock_khz
     print(f"{args.mode} {args.layers}x{H}{' bidir' if args.bidirectional else ''} T{T} B{B} {args.math}, "
-          f"wavefront {args.wavefront}, partial {args.partial} (bf16 partials {args.partial_bf16}); {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}, "
+          f"wavefront {args.wavefront}, partial {args.partial}; {props['name'].decode()}, "
           f"SM clock {clock_khz / 1e3:.0f} MHz; PT {rnn_persistent.PT}, NBUF {rnn_persistent.NBUF}; "
           "median over CTAs and steps 1 .. T-2, us")
     for kind, ms in timed.items():
         print(f"untraced persistent {kind} kernels: median {np.median(ms):.4f} ms a pass "
               f"({args.repeats} passes, min {min(ms):.4f})")
-    for name, blocks, per_group, threads, trace in launches:
-        partial = "backward" in name and trace[0, 1, 1] > 0 and trace[0, 1, 10] == 0 and trace[0, 1, 5] == 0
+    for name, blocks, per_group, threads, partial, trace in launches:
         marks = PARTIAL_BACKWARD if partial else (STAGED_BACKWARD if "backward" in name else FORWARD)
         steps = min(T, TRACE_STEPS)
         groups = blocks // per_group

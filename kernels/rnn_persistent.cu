@@ -61,11 +61,12 @@ using minidl_tc::cp_async_wait;
 using minidl_tc::smem_addr;
 
 // Phase timestamps (benchmarks/trace_rnn_persistent.py; compiled in only with -DPERSIST_TRACE): thread 0 of every CTA
-// notes clock64() at up to 16 marks of a step (MARK) and copies them to persist_trace[CTA][step][mark] at the step's end
-// (TRACE_STEP), for the first TRACE_STEPS steps. Only thread 0 writes and reads the marks: no barrier is added.
+// notes clock64() at up to 16 marks of a step (MARK) and copies them to persist_trace[CTA][step][mark] at the step's
+// end (TRACE_STEP), for the first TRACE_CTAS CTAs and TRACE_STEPS steps. Only thread 0 writes and reads the marks: no
+// barrier is added.
 #ifdef PERSIST_TRACE
-constexpr int TRACE_STEPS = 80, TRACE_MARKS = 16;
-__device__ long long persist_trace[132 * 2 * TRACE_STEPS * TRACE_MARKS];
+constexpr int TRACE_CTAS = 264, TRACE_STEPS = 80, TRACE_MARKS = 16;   // (the script's TRACE_CTAS, ...)
+__device__ long long persist_trace[TRACE_CTAS * TRACE_STEPS * TRACE_MARKS];
 __shared__ long long trace_mark[TRACE_MARKS];
 #define MARK(p)                                          \
     do {                                                 \
@@ -73,7 +74,7 @@ __shared__ long long trace_mark[TRACE_MARKS];
     } while (0)
 #define TRACE_STEP(s)                                                                                           \
     do {                                                                                                        \
-        if (threadIdx.x == 0 && (s) < TRACE_STEPS && blockIdx.x < 264)                                          \
+        if (threadIdx.x == 0 && (s) < TRACE_STEPS && blockIdx.x < TRACE_CTAS)                                    \
             for (int m_ = 0; m_ < TRACE_MARKS; ++m_) {                                                          \
                 persist_trace[((long long)blockIdx.x * TRACE_STEPS + (s)) * TRACE_MARKS + m_] = trace_mark[m_]; \
                 trace_mark[m_] = 0;                                                                             \
@@ -88,7 +89,9 @@ __shared__ long long trace_mark[TRACE_MARKS];
     } while (0)
 #endif
 
-#ifndef PERSIST_PT        // (benchmarks/trace_rnn_persistent.py --pt / --nbuf compile other values, with the launcher's)
+// Other CTA sizes and ring depths: benchmarks/trace_rnn_persistent.py --pt / --nbuf (the launcher's PT, NBUF
+// follow), and the launcher's backward_threads (PT / 2 for the wavefront's bf16 backward).
+#ifndef PERSIST_PT
 #define PERSIST_PT 512
 #endif
 #ifndef PERSIST_NBUF

@@ -42,7 +42,8 @@ import numpy as np
 from ._compile import get_kernel
 from ._launch import function_pointer, sm_count
 
-PT = 512                # threads per CTA (kernels/rnn_persistent.cu: PT); 256 for the bf16 wavefront backward (backward_threads)
+PT = 512                # threads per CTA (kernels/rnn_persistent.cu: PT; PT // 2 for the wavefront's bf16 backward:
+                        # backward_threads)
 PKCP = 128 + 8          # a row of a staged chunk of the exchanged state (PKCP)
 NBUF = 3                # chunk buffers in the ring (NBUF)
 RED_FLOATS = 4096       # the partial-sum buffer (RED)
@@ -238,19 +239,19 @@ def kernel_math(math: str) -> int:
 
 
 def backward_threads(B: int, math: str, wave: bool) -> int:
-    """Threads a CTA of the backward kernel runs (the kernel's PT: 512, or 256 from a second compile of
+    """Threads a CTA of the backward kernel runs (the kernel's PT: 512, or PT // 2 = 256 from a second compile of
     kernels/rnn_persistent.cu with -DPERSIST_PT=256). HALF_CTA_WAVE_BACKWARD ("auto"): 256 for the wavefront's backward
     in bf16 up to batch 32: there a step's product waits on its staging (L2) whatever the warp count, while its fixed
     work (the step's index arithmetic, the sum of the k slices: fewer with fewer warps) takes half the time with 8 warps
     (trace: 0.63 -> 0.32 us to the product's first __syncthreads, 0.35 -> 0.19 us for the slices' sum). The first
-    such launch compiles the file's second variant (NVRTC, once, then cached). Measured (2x512 LSTM, T35, B32, H200, the backward
-    pass's kernel time, benchmarks/trace_rnn_persistent.py --pt 256, three calls): 0.573 / 0.580 / 0.578 ms against
-    0.617 / 0.610 / 0.659 with 512 threads (benchmarks/results/gpu_rnn.md, session 20). Elsewhere 256 measured no
+    such launch compiles the file's second variant (NVRTC, once, then cached). Measured (2x512 LSTM, T35, B32, H200, the
+    backward pass's kernel time, benchmarks/trace_rnn_persistent.py --pt 256, three calls): 0.573 / 0.580 / 0.578 ms
+    against 0.617 / 0.610 / 0.659 with 512 threads (benchmarks/results/gpu_rnn.md, session 20). Elsewhere 256 measured no
     faster or slower: bf16 B64 0.846 against 0.847; fp32 B64 1.51 against 1.15 (and the partial-sum backward, which
     this leaves at 512). True: 256 wherever the wavefront runs (tests), False: never."""
     if HALF_CTA_WAVE_BACKWARD == "auto":
-        return 256 if wave and math == "bf16" and B <= 32 else PT
-    return 256 if wave and HALF_CTA_WAVE_BACKWARD else PT
+        return PT // 2 if wave and math == "bf16" and B <= 32 else PT
+    return PT // 2 if wave and HALF_CTA_WAVE_BACKWARD else PT
 
 
 def _options(threads: int) -> tuple:
