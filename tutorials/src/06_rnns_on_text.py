@@ -732,8 +732,10 @@ if persistent_rows:
 # **A step's timeline.** Where do a persistent step's ~6-7 µs go, if not to the product?
 # `benchmarks/trace_rnn_persistent.py` compiles the kernels with `-DPERSIST_TRACE`: thread 0 of every CTA reads its
 # SM's clock (`clock64()`) at each phase of each step, and the script prints the median of each phase. This table is
-# its output on an H200 (benchmarks/results/gpu_rnn.md, session 20; not this notebook's run), one LSTM layer of 512
-# in bf16 at batch 32, µs, in the order a step runs:
+# its output on an H200 (benchmarks/results/gpu_rnn.md, session 20), not this notebook's: the outputs saved above are
+# a full-mode run on an H200 at 1335945, older than these kernels, and print no phases. One LSTM layer of 512 in bf16
+# at batch 32, µs, in the order a step runs (the phases add up to 6.34 µs; the rest of the whole step is the marks' own
+# stores at its end):
 #
 # | phase | forward step | what it is |
 # | --- | ---: | --- |
