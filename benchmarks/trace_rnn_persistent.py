@@ -63,6 +63,11 @@ def main():
     parser.add_argument("--define", action="append", default=[],
                         help="a macro to compile the kernels with (repeatable)")
     parser.add_argument("--partial", default="auto", help="rnn_persistent.PARTIAL_BACKWARD: auto, on, off")
+    parser.add_argument("--no-trace", action="store_true", help="only the untraced timing (--repeats)")
+    parser.add_argument("--batch-groups", default="auto",
+                        help="rnn_persistent.BATCH_GROUPS: auto, or how many groups to split the batch between")
+    parser.add_argument("--units", type=int, default=None, help="rnn_persistent.UNITS (units per CTA, one layer)")
+    parser.add_argument("--units-wave", type=int, default=None, help="rnn_persistent.UNITS_WAVE (the wavefront's)")
     args = parser.parse_args()
     import cupy
 
@@ -72,13 +77,15 @@ def main():
     switch = {"auto": "auto", "on": True, "off": False}
     rnn_persistent.WAVEFRONT = switch[args.wavefront]
     rnn_persistent.PARTIAL_BACKWARD = switch[args.partial]
+    rnn_persistent.BATCH_GROUPS = args.batch_groups if args.batch_groups == "auto" else int(args.batch_groups)
+    rnn_persistent.UNITS, rnn_persistent.UNITS_WAVE = args.units, args.units_wave
     variant = ()
     if args.pt:
         rnn_persistent.PT, variant = args.pt, variant + (f"-DPERSIST_PT={args.pt}",)
     if args.nbuf:
         rnn_persistent.NBUF, variant = args.nbuf, variant + (f"-DPERSIST_NBUF={args.nbuf}",)
     variant += tuple(f"-D{name}" for name in args.define)
-    options = variant + ("-DPERSIST_TRACE",)
+    options = variant + (() if args.no_trace else ("-DPERSIST_TRACE",))
     real_launch, real_get_kernel = rnn_persistent._launch, rnn_persistent.get_kernel
     launches = []
 
@@ -109,8 +116,9 @@ def main():
     cupy.cuda.Device().synchronize()
     rnn_persistent._launch = traced_launch
     try:
-        _, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=args.math)
-        rnn_backward(dy, None, None, reserve)
+        if not args.no_trace:
+            _, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=args.math)
+            rnn_backward(dy, None, None, reserve)
     finally:
         rnn_persistent._launch = real_launch
         rnn_persistent.get_kernel = real_get_kernel
@@ -145,7 +153,8 @@ def main():
     clock_khz = props["clockRate"]
     to_us = 1e3 / clock_khz
     print(f"{args.mode} {args.layers}x{H}{' bidir' if args.bidirectional else ''} T{T} B{B} {args.math}, "
-          f"wavefront {args.wavefront}, partial {args.partial}; {props['name'].decode()}, "
+          f"wavefront {args.wavefront}, partial {args.partial}, batch groups {args.batch_groups}; "
+          f"{props['name'].decode()}, "
           f"SM clock {clock_khz / 1e3:.0f} MHz; PT {rnn_persistent.PT}, NBUF {rnn_persistent.NBUF}; "
           "median over CTAs and steps 1 .. T-2, us")
     for kind, ms in timed.items():

@@ -763,17 +763,18 @@ struct BackwardOperands {
 
 template <int MODE>
 __device__ __forceinline__ void fetch_cell_operands(float* ops, const DirBackward& dir, int t, int direction, int T,
-                                                    int B, int H, int U, int j0, int units, bool vec, long long dy_ld)
+                                                    int B, int BT, int H, int U, int j0, int units, bool vec,
+                                                    long long dy_ld)
 {
     constexpr int NREC = BackwardOperands<MODE>::NREC, NSTATE = BackwardOperands<MODE>::NSTATE;
     constexpr int NOPS = BackwardOperands<MODE>::NOPS;
-    const long long state = (long long)B * H;
+    const long long state = (long long)BT * H;
     for (int i = threadIdx.x; i < B * NOPS; i += PT) {
         const int b = i / NOPS, q = i % NOPS;
         const long long bj = b * (long long)H + j0;
         const float* src;
         if (q < NREC) {
-            src = dir.saved + ((long long)t * B + b) * 4 * H + q * H + j0;
+            src = dir.saved + ((long long)t * BT + b) * 4 * H + q * H + j0;
         } else if (q < NREC + NSTATE) {
             const bool entering = MODE == MODE_RNN ? false : q == NREC;  // RNN reads the state it made
             const int index = entering ? (direction ? t + 1 : t) : (direction ? t : t + 1);
@@ -783,7 +784,7 @@ __device__ __forceinline__ void fetch_cell_operands(float* ops, const DirBackwar
                 for (int u = 0; u < units; ++u) ops[i * U + u] = 0.0f;
                 continue;
             }
-            src = dir.dy + ((long long)t * B + b) * dy_ld + j0;
+            src = dir.dy + ((long long)t * BT + b) * dy_ld + j0;
         }
         fetch_run(ops + i * U, src, units, vec);
     }
@@ -815,13 +816,14 @@ __device__ __forceinline__ void cell_backward(float d, const float* op, float& d
 // at 3 + g), written to dgates_x (unless `x_done`) and the GRU's dgates_h (unless `h_done`): 0 past a sequence's end.
 template <int MODE>
 __device__ __forceinline__ void write_stashed_dgates(const DirBackward& dir, const float* ops, const int* lengths,
-                                                     int t, int B, int H, int U, int j0, bool x_done, bool h_done)
+                                                     int t, int B, int BT, int H, int U, int j0, bool x_done,
+                                                     bool h_done)
 {
     constexpr int G = gate_count<MODE>(), NOPS = BackwardOperands<MODE>::NOPS;
     for (int e = threadIdx.x; e < B * U; e += PT) {
         const int b = e / U, u = e % U, j = j0 + u;
         if (j >= H) continue;
-        const long long row = ((long long)t * B + b) * G * H + j;
+        const long long row = ((long long)t * BT + b) * G * H + j;
         const float* stash = ops + b * NOPS * U + u;
         const bool valid = step_is_valid(lengths, b, t);
         for (int g = 0; g < G; ++g) {
@@ -840,7 +842,7 @@ __device__ __forceinline__ void write_stashed_dgates(const DirBackward& dir, con
 // ---------------------------------------------------------------------------------------------
 template <int MODE>
 __device__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
-                                    const int* lengths, int T, int B, int H, int U, long long dy_ld, int relu,
+                                    const int* lengths, int T, int B, int BT, int H, int U, long long dy_ld, int relu,
                                     int math, unsigned int* barrier, const unsigned int* above, bool x_shared)
 {
     constexpr int G = gate_count<MODE>();
@@ -881,20 +883,20 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         MARK(0);
         const int t = direction ? s : T - 1 - s;  // (for s < T) the step whose cell runs now
         auto fetch = [&]() {  // the cell's operands at step t
-            if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, H, U, j0, units, vec, dy_ld);
+            if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, BT, H, U, j0, units, vec, dy_ld);
         };
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh [+ the wavefront's dy
         // at t: the upper layer's dgates_x[t] @ W_ih, once its CTAs are past their step s].
         Operand own = {}, input = {};
         if (s > 0) {
             const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
-            own = {dir.dgates_h + (long long)t_last * B * GH,
-                   dir.xchg == nullptr ? nullptr : dir.xchg + ((s - 1) % dir.slots) * (long long)B * GH, GH, GH, 0};
+            own = {dir.dgates_h + (long long)t_last * BT * GH,
+                   dir.xchg == nullptr ? nullptr : dir.xchg + ((s - 1) % dir.slots) * (long long)BT * GH, GH, GH, 0};
         }
         if (KX && s < T) {
             grid_wait(above, per_direction * (unsigned int)(s + 1));
             MARK(10);
-            input = {dir.x + (long long)t * B * GH, dir.xh == nullptr ? nullptr : dir.xh + s * (long long)B * GH, GH,
+            input = {dir.x + (long long)t * BT * GH, dir.xh == nullptr ? nullptr : dir.xh + s * (long long)BT * GH, GH,
                      GH, KH};
         }
         if (s > 0) {
@@ -920,13 +922,13 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         // forward, two passes around the barrier's arrival: first what the other CTAs read (the exchange, or the fp32
         // dgates_h; dgates_x too where the layer below reads it as fp32: x_first), then the rest, stashed over this
         // step's ops (which only this thread reads): LSTM dgates at q = 0..3, GRU dgates_x at 0..2 and dgates_h at 3..5.
-        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * (long long)B * GH;
+        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * (long long)BT * GH;
         const bool h_first = xc == nullptr, x_first = h_first || x_shared;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
             const float dh = direct[e] + (s > 0 || KX ? red[b * RP + u] : 0.0f);
-            const long long row = ((long long)t * B + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
+            const long long row = ((long long)t * BT + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
             const long long xrow = b * (long long)GH + j;            // (b, gate 0, unit j) of the exchange slot
             float* stash = ops + b * NOPS * U + u;                    // entry q at stash[q * U]
             if (!step_is_valid(lengths, b, t)) {  // dh (and dc) pass through to the step before
@@ -961,7 +963,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         if (split_barrier) grid_arrive(barrier);
         else __syncthreads();
         MARK(7);
-        write_stashed_dgates<MODE>(dir, ops, lengths, t, B, H, U, j0, x_first, h_first);
+        write_stashed_dgates<MODE>(dir, ops, lengths, t, B, BT, H, U, j0, x_first, h_first);
         MARK(8);
         if (split_barrier) grid_wait(barrier, per_direction * (unsigned int)(s + 1));
         else grid_barrier(barrier, per_direction, s);
@@ -984,8 +986,8 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
 // ---------------------------------------------------------------------------------------------
 template <int MODE>
 __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir, int direction, int c, int per_direction,
-                                            const int* lengths, int T, int B, int H, int U, long long dy_ld, int relu,
-                                            int math, unsigned int* barrier)
+                                            const int* lengths, int T, int B, int BT, int H, int U, long long dy_ld,
+                                            int relu, int math, unsigned int* barrier)
 {
     constexpr int G = gate_count<MODE>();
     constexpr int NOPS = BackwardOperands<MODE>::NOPS;
@@ -1021,7 +1023,7 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
     for (int s = 0; s <= T; ++s) {
         MARK(0);
         const int t = direction ? s : T - 1 - s;   // (for s < T) the step whose cell runs now
-        if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, H, U, j0, U, true, dy_ld);
+        if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, BT, H, U, j0, U, true, dy_ld);
         cp_async_commit();
         if (s > 0) {   // the partials the CTAs wrote at step s - 1 (slot (s - 1) & 1), for this CTA's units
             const float* from = dir.part + ((s - 1) & 1) * slot_floats + (long long)c * per_direction * BU;
@@ -1117,7 +1119,7 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
         grid_arrive(barrier);
         MARK(7);
         // (the split barrier) the step's dgates, from the stash, while the other CTAs arrive
-        write_stashed_dgates<MODE>(dir, ops, lengths, t, B, H, U, j0, false, false);
+        write_stashed_dgates<MODE>(dir, ops, lengths, t, B, BT, H, U, j0, false, false);
         MARK(8);
         grid_wait(barrier, per_direction * (unsigned int)(s + 1));
         MARK(9);
@@ -1125,9 +1127,41 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
     }
 }
 
+// Batch groups (the backward kernels' `nb`): the recurrence of batch row b reads no other row, so the batch can be
+// split between nb independent groups of CTAs, each with its own barrier counters, rows b0 .. b0 + rows - 1 of every
+// array and the same weights: a CTA then stages rows / B of the gate gradients a step (the staging is most of a
+// backward step), for nb times the units. The launcher (batch_groups in minidl/primitives/cuda/rnn_persistent.py) says
+// where it pays. backward_rows moves a direction's pointers to its group's first row (a copy in shared memory, read
+// where used as the parameters are: a copy in registers spills); the kernel then indexes rows 0 .. rows - 1 with the
+// whole batch's strides (BT). The forward kernels take no groups: there the group's offsets cost registers the step
+// loop spills (~15% slower forward passes with one group, measured), and with groups they were no faster than before.
+template <class P>
+__device__ __forceinline__ P* rows_at(P* p, long long offset) { return p == nullptr ? p : p + offset; }
+
+// (part: the partial-sum backward's two slots, each group's apart: 2 x per_direction x Bg x H floats a group)
+__device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0, int G, int H, long long dy_ld,
+                                                     long long part_floats)
+{
+    const long long GH = (long long)G * H;
+    d.hs = rows_at(d.hs, b0 * H);
+    d.cs = rows_at(d.cs, b0 * H);
+    d.saved = rows_at(d.saved, b0 * 4 * H);
+    d.dy = rows_at(d.dy, b0 * dy_ld);
+    d.dgates_x = rows_at(d.dgates_x, b0 * GH);
+    d.dgates_h = rows_at(d.dgates_h, b0 * GH);
+    d.dh = rows_at(d.dh, b0 * H);
+    d.dc = rows_at(d.dc, b0 * H);
+    d.xchg = rows_at(d.xchg, b0 * GH);
+    d.x = rows_at(d.x, b0 * GH);
+    d.xh = rows_at(d.xh, b0 * GH);
+    d.part = rows_at(d.part, part_floats);
+    return d;
+}
+
 // The kernels: one per mode and pass, each for both directions (d1 unused when there is one).
-// Grid: directions * ceil(H / U) CTAs of PT threads; dynamic shared memory from the launcher
-// (minidl/primitives/cuda/rnn_persistent.py), which also zeroes `barrier` (one counter per direction).
+// Grid: directions * ceil(H / U) CTAs of PT threads (the backward: times nb, batch group first, then direction or
+// layer, then units); dynamic shared memory from the launcher (minidl/primitives/cuda/rnn_persistent.py), which also
+// zeroes `barrier` (one counter per direction, or per layer in a wavefront; the backward: two per batch group).
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
@@ -1145,19 +1179,27 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirBackward d0, DirBackward d1, const int* lengths, int T, int B, int H, int U, long long dy_ld,      \
-        int relu, int math, int wave, unsigned int* barrier)                                                \
+        int relu, int math, int wave, int nb, unsigned int* barrier)                                        \
     {                                                                                                       \
-        const int per_direction = (H + U - 1) / U;                                                          \
-        const int group = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                       \
-        if ((group ? d1 : d0).part != nullptr)  /* the partial-sum backward (never a wavefront) */          \
-            persistent_backward_partial<MODE>(group ? d1 : d0, group, c, per_direction, lengths, T, B, H, U,   \
-                                              dy_ld, relu, math, barrier + group);                          \
+        const int per_direction = (H + U - 1) / U, per_batch = gridDim.x / nb;                              \
+        const int bg = blockIdx.x / per_batch, local = blockIdx.x % per_batch;                              \
+        const int group = local / per_direction, c = local % per_direction;                                 \
+        const int Bg = (B + nb - 1) / nb, b0 = bg * Bg, rows = min(Bg, B - b0);                             \
+        const int* lens = lengths == nullptr ? nullptr : lengths + b0;                                     \
+        unsigned int* counters = barrier + 2 * bg;                                                          \
+        __shared__ DirBackward dir;   /* (the group's rows: backward_rows) */                               \
+        const long long part = 2LL * bg * per_direction * Bg * H;                                           \
+        if (threadIdx.x == 0) dir = backward_rows(group ? d1 : d0, b0, gate_count<MODE>(), H, dy_ld, part);  \
+        __syncthreads();                                                                                    \
+        if (dir.part != nullptr)  /* the partial-sum backward (never a wavefront) */                        \
+            persistent_backward_partial<MODE>(dir, group, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu, \
+                                              math, counters + group);                                      \
         else if (group)  /* direction 1, or (wave) the lower layer, which waits for the upper one's counter */ \
-            persistent_backward<MODE>(d1, wave ? 0 : 1, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, \
-                                      barrier + 1, wave ? barrier : nullptr, false);                        \
+            persistent_backward<MODE>(dir, wave ? 0 : 1, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu,  \
+                                      math, counters + 1, wave ? counters : nullptr, false);                \
         else  /* (the layer below reads dgates_x itself where it has no exchange slots to read: x_shared) */ \
-            persistent_backward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, dy_ld, relu, math, barrier, \
-                                      nullptr, wave != 0 && d1.xh == nullptr);                              \
+            persistent_backward<MODE>(dir, 0, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu, math,      \
+                                      counters, nullptr, wave != 0 && d1.xh == nullptr);                    \
     }
 PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
 PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)

@@ -456,3 +456,71 @@ def test_partial_sum_backward_inside_a_cuda_graph(monkeypatch):
     assert rnn_persistent.plan("lstm", 8, 64, 1)[0].partial is not None and rnn_persistent.use_partial("lstm", 8, "fp32")
     assert rnn_persistent.wave_plan("lstm", 8, 64, "fp32", backward=True)[0] is None
     _assert_capture_replays(desc, rng)
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("math", ["fp32", "tf32", "bf16"])
+@pytest.mark.parametrize("path,groups,B,bidirectional,padded", [
+    ("layer", 2, 7, True, True),      # both directions in one launch, 4 rows and 3 (an uneven split), padded
+    ("partial", 3, 37, False, True),  # the partial-sum backward: each group's two slots of partials apart
+    ("wave", 2, 6, False, True),      # the wavefront: each group's two layers wait on its own counters
+    ("wave", 4, 64, False, False),    # 16 rows a group: one mma row tile
+])
+def test_batch_groups_match_one_group(mode, math, path, groups, B, bidirectional, padded, monkeypatch):
+    """The backward's batch split between independent groups of CTAs (rnn_persistent.batch_groups: each group runs its
+    rows with the same weights, its own barrier counters and its own slice of every array) against one group:
+    the same values, the sums in another order (a CTA owns more units, so its warps split the product otherwise):
+    ~1e-6 in fp32, the math's rounding in TF32 and bf16 (as test_partial_sum_backward_matches_the_staged_backward
+    says). A row read from another group, a length or counter of the wrong group, or rows left unwritten (NaN: POISON)
+    show at the size of the values. Every backward launch is checked to have run `groups` groups."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    monkeypatch.setattr(rnn_persistent, "WAVEFRONT", path == "wave")
+    monkeypatch.setattr(rnn_persistent, "PARTIAL_BACKWARD", path == "partial")
+    monkeypatch.setattr(rnn_persistent, "UNITS", 4 if path == "partial" else None)   # (partial sums: units % 4 == 0)
+    H, T = 48, 9
+    rng = np.random.default_rng(zlib.crc32(repr((mode, math, path, groups, B)).encode()))
+    lengths = _padded_lengths(rng, B, T) if padded else None
+    desc = _desc(mode, 16, H, 2, bidirectional, True, "persistent")
+    case = _case(desc, T, B, rng)
+    real_launch, seen = rnn_persistent._launch, []
+
+    def launch(name, blocks, smem, args, n=rnn_persistent.PT):
+        if "backward" in name:   # (d0, d1, lengths, T, B, H, U, ld, relu, math, wave, nb, barrier)
+            seen.append((name, int(args[11])))
+        real_launch(name, blocks, smem, args, n)
+
+    monkeypatch.setattr(rnn_persistent, "_launch", launch)
+    results = {}
+    for n in (groups, 1):
+        monkeypatch.setattr(rnn_persistent, "BATCH_GROUPS", n)
+        seen.clear()
+        results[n] = _run_math(desc, case, lengths, math)
+        assert seen and all(nb == n for _, nb in seen), seen
+        if path == "partial":   # (the partial-sum backward did run)
+            assert rnn_persistent.use_partial(mode, B, math)
+    tol = {"fp32": 2e-5, "tf32": 2e-3, "bf16": 5e-3}[math]
+    _assert_close(results[groups], results[1], desc, tol=tol)
+    if math == "fp32":
+        _assert_close(results[groups], _run_reference(desc, *case, lengths=lengths), desc)
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_batch_groups_inside_a_cuda_graph(partial, monkeypatch):
+    """Two batch groups, captured once and replayed on new data: equal to an eager run (the staged backward, and the
+    partial-sum one, whose slots are allocated at capture)."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    monkeypatch.setattr(rnn_persistent, "BATCH_GROUPS", 2)
+    monkeypatch.setattr(rnn_persistent, "PARTIAL_BACKWARD", partial)
+    monkeypatch.setattr(rnn_persistent, "UNITS", 4)
+    rng = np.random.default_rng(23)
+    _assert_capture_replays(_desc("lstm", 24, 64, 2, False, True, "persistent"), rng)
+
+
+def test_batch_groups_policy():
+    """"auto": groups of 16 rows or more, at most 4; a batch that cannot give every group a row is not split."""
+    from minidl.primitives.cuda import rnn_persistent
+
+    assert [rnn_persistent.batch_groups(B) for B in (1, 15, 16, 31, 32, 48, 64, 256)] == [1, 1, 1, 1, 2, 3, 4, 4]
+    assert rnn_persistent._group_rows(37, 3) == 13 and rnn_persistent._group_rows(5, 4) is None

@@ -64,6 +64,8 @@ EXCHANGE_BF16 = True    # bf16: stage each step's state (forward) and gate gradi
 # gate gradients. It runs where it fits (Plan.partial) and use_partial says so: "auto" where it measured faster, True
 # always, False never.
 PARTIAL_BACKWARD = "auto"
+# Batch groups (batch_groups): "auto" where it measured faster, an int to force that many groups wherever they fit.
+BATCH_GROUPS = "auto"
 # The wavefront's backward with 256 threads a CTA instead of 512 (backward_threads): "auto" where it measured faster,
 # True wherever the wavefront runs (tests), False never.
 HALF_CTA_WAVE_BACKWARD = "auto"
@@ -75,11 +77,12 @@ KERNELS = {"rnn_tanh": ("rnn_persistent_forward", "rnn_persistent_backward"),
 
 class Pass(NamedTuple):
     """One persistent launch of a layer: `units` hidden units per CTA, `blocks` CTAs in all (both
-    directions), `smem` bytes of dynamic shared memory."""
+    directions, every batch group), `smem` bytes of dynamic shared memory, `groups` batch groups (batch_groups)."""
 
     units: int
     blocks: int
     smem: int
+    groups: int = 1
 
 
 class Plan(NamedTuple):
@@ -119,15 +122,26 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str 
     return ((w // 2 if math == "bf16" else w) + ring + rest) * FLOAT_BYTES
 
 
-def _pass(mode, B, H, D, units, backward, partial=False):
+def _group_rows(B: int, groups: int):
+    """The batch rows of each of `groups` batch groups (the kernels' Bg = ceil(B / groups)), or None where the
+    last group would have none."""
+    rows = -(-B // groups)
+    return rows if groups >= 1 and (groups - 1) * rows < B else None
+
+
+def _pass(mode, B, H, D, units, backward, partial=False, groups=1):
     sms = sm_count()
     # The fewest units per CTA that keep one CTA per SM. (Backward's mma tiles are 8 columns of W_hh wide,
     # so 4 units leave half of each empty; yet 8 units, in half the CTAs, measured slower: 31 vs 29 us per
-    # step, LSTM 512, batch 64, H200.)
-    units = units or -(-H // (sms // D))
+    # step, LSTM 512, batch 64, H200.) With batch groups each group gets 1 / groups of the SMs.
+    rows = _group_rows(B, groups)
+    if rows is None:
+        return None, f"batch {B} cannot be split between {groups} groups"
+    B = rows   # (what one CTA holds: its group's rows)
+    units = units or -(-H // max(1, sms // (D * groups)))
     per_direction = -(-H // units)
-    if D * per_direction > sms:
-        return None, (f"{D * per_direction} CTAs (units={units}) would not all be resident on {sms} SMs, "
+    if groups * D * per_direction > sms:
+        return None, (f"{groups * D * per_direction} CTAs (units={units}) would not all be resident on {sms} SMs, "
                       "which the grid-wide barrier needs")
     if partial:
         if not partial_applies(B, H, units):
@@ -135,7 +149,7 @@ def _pass(mode, B, H, D, units, backward, partial=False):
         smem = smem_bytes(mode, B, H, units, True, partial=True)
         if smem > _smem_limit(cupy.cuda.runtime.getDevice()):
             return None, f"{smem // 1024} KB of shared memory"
-        return Pass(units, D * per_direction, smem), None
+        return Pass(units, groups * D * per_direction, smem, groups), None
     rows = units if backward else GATES[mode] * units
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, (f"batch {B} x {rows} rows of W_hh per CTA is more than the {MAX_TILES} mma tiles (16 x 8) "
@@ -146,7 +160,7 @@ def _pass(mode, B, H, D, units, backward, partial=False):
         return None, (f"the {'columns' if backward else 'rows'} of W_hh for {units} hidden units ({mode}, "
                       f"hidden_size {H}, batch {B}) need {smem // 1024} KB of shared memory per CTA; this GPU "
                       f"has {limit // 1024} KB")
-    return Pass(units, D * per_direction, smem), None
+    return Pass(units, groups * D * per_direction, smem, groups), None
 
 
 def partial_applies(B: int, H: int, units: int) -> bool:
@@ -216,11 +230,26 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         one_layer = plan(mode, B, H, 1)[0]
         if one_layer is not None and one_layer.partial is not None:
             return None, "the partial-sum backward, one launch per layer, measured faster"
+    groups = batch_groups(B) if backward else 1
+    while True:   # (where a group's units do not fit, half as many groups)
+        launch, reason = _wave_pass(mode, B, H, math, units, backward, groups)
+        if launch is not None or groups == 1:
+            return launch, reason
+        groups //= 2
+
+
+def _wave_pass(mode, B, H, math, units, backward, groups):
+    """wave_plan's Pass for `groups` batch groups, or (None, why it does not fit)."""
     sms = sm_count()
-    units = units or UNITS_WAVE or -(-H // (sms // 2))
+    rows = _group_rows(B, groups)
+    if rows is None:
+        return None, f"batch {B} cannot be split between {groups} groups"
+    B = rows   # (what one CTA holds: its group's rows)
+    units = units or UNITS_WAVE or -(-H // max(1, sms // (2 * groups)))
     per_layer = -(-H // units)
-    if 2 * per_layer > sms:
-        return None, f"two layers of {per_layer} CTAs (units={units}) would not all be resident on {sms} SMs"
+    if 2 * groups * per_layer > sms:
+        return None, (f"two layers of {per_layer} CTAs (units={units}) in {groups} batch group(s) would not all be "
+                      f"resident on {sms} SMs")
     rows = units if backward else GATES[mode] * units
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, f"batch {B} x {rows} rows per CTA is more than the {MAX_TILES} mma tiles"
@@ -230,7 +259,37 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         what = "lower layer's columns of [W_hh; W_ih above]" if backward else "upper layer's rows of [W_ih | W_hh]"
         return None, (f"the {what} for {units} hidden units need {smem // 1024} KB of shared memory per CTA ({math}, "
                       f"batch {B}); this GPU has {limit // 1024} KB")
-    return Pass(units, 2 * per_layer, smem), None
+    return Pass(units, 2 * groups * per_layer, smem, groups), None
+
+
+def batch_groups(B: int) -> int:
+    """How many independent groups of CTAs a backward launch splits the batch between (the backward kernels' `nb`:
+    each group runs its rows with the same weights on 1 / groups of the SMs, so a CTA stages or gathers 1 / groups
+    of the gate gradients a step, for groups times the units; the forward kernels take none, kernels/rnn_persistent.cu
+    says why). Where a group's units do not fit (shared memory, mma tiles), the launchers halve it until they do.
+
+    BATCH_GROUPS "auto": groups of at least 16 rows (one mma row tile), at most 4. Measured (2x512, T35, H200, the
+    backward pass's kernel time, ms, one group against 2 and 4, benchmarks/trace_rnn_persistent.py --batch-groups,
+    benchmarks/results/gpu_rnn.md session 21): the partial-sum backward LSTM fp32 B32 0.680 / 0.561 / 0.720, B64 1.135
+    / 0.853 / 0.749; GRU fp32 B32 0.676 / 0.554 / 0.619, B64 1.140 / 0.849 / 0.652; LSTM TF32 B32 0.646 / 0.647 /
+    0.651, B64 1.111 / 0.729 / 0.711; GRU TF32 B64 1.019 / 0.807 / 0.656; GRU bf16 B32 0.685 / 0.620 / 0.601; the
+    staged backward GRU bf16 B64 0.850 / 0.669 / 0.675; the wavefront LSTM bf16 B32 0.635 / 0.639 / 0.637, B64 0.789 /
+    0.745 (4 groups do not fit it). Groups of 8 rows lose (LSTM fp32 B32). An int: that many wherever they fit."""
+    if BATCH_GROUPS != "auto":
+        return int(BATCH_GROUPS)
+    return max(1, min(4, B // 16))
+
+
+def _grouped(launch: Pass, mode, B, H, D, partial=False) -> Pass:
+    """A plan's one-group backward Pass split into batch_groups' groups, halved until they fit (else `launch`)."""
+    groups = batch_groups(B)
+    forced = UNITS[1] if isinstance(UNITS, tuple) else UNITS
+    while groups > 1 and launch.groups == 1:
+        grouped, _ = _pass(mode, B, H, D, forced, True, partial=partial, groups=groups)
+        if grouped is not None:
+            return grouped
+        groups //= 2
+    return launch
 
 
 def kernel_math(math: str) -> int:
@@ -346,9 +405,9 @@ def _gate_exchange(math, B, H, G, slots=2):
 
 
 def _launch_backward(mode, launch, structs, lengths, T, B, H, D, math, wave):
-    barrier = cupy.zeros(2, dtype=cupy.uint32)
+    barrier = cupy.zeros(2 * launch.groups, dtype=cupy.uint32)
     args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math), wave,
-                      _ptr(barrier)]
+                      launch.groups, _ptr(barrier)]
     _launch(KERNELS[mode][1], launch.blocks, launch.smem, args, backward_threads(B, math, bool(wave)))
 
 
@@ -358,10 +417,11 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
     receiving dh0/dc0 (dc None unless LSTM)."""
     D = len(directions)
     partial = the_plan.partial is not None and use_partial(mode, B, math)
-    launch = the_plan.partial if partial else the_plan.backward
-    if partial:   # two slots of (CTAs, B, H) partial sums per direction; no exchange
-        per_direction = launch.blocks // D
-        part = [cupy.ndarray(2 * per_direction * B * H, dtype=cupy.float32) for _ in directions]
+    launch = _grouped(the_plan.partial if partial else the_plan.backward, mode, B, H, D, partial)
+    if partial:   # two slots of (CTAs, rows, H) partial sums per direction and batch group; no exchange
+        per_direction = launch.blocks // (D * launch.groups)
+        size = launch.groups * 2 * per_direction * _group_rows(B, launch.groups) * H
+        part = [cupy.ndarray(size, dtype=cupy.float32) for _ in directions]
         exchange = [None] * D
     else:
         part = [None] * D
