@@ -519,8 +519,14 @@ def test_batch_groups_inside_a_cuda_graph(partial, monkeypatch):
 
 
 def test_batch_groups_policy():
-    """"auto": groups of 16 rows or more, at most 4; a batch that cannot give every group a row is not split."""
+    """"auto": groups of 16 rows or more (the wavefront: 32), at most 4; a batch that cannot give every group a row is
+    not split."""
     from minidl.primitives.cuda import rnn_persistent
 
     assert [rnn_persistent.batch_groups(B) for B in (1, 15, 16, 31, 32, 48, 64, 256)] == [1, 1, 1, 1, 2, 3, 4, 4]
+    assert [rnn_persistent.batch_groups(B, wave=True) for B in (16, 32, 63, 64, 128)] == [1, 1, 1, 2, 4]
+    # (batch 32 .. 63: the gated modes' backward runs one layer at a time, in groups, not as a wavefront)
+    assert rnn_persistent.wave_plan("lstm", 32, 512, "bf16", backward=True)[0] is None
+    assert rnn_persistent.wave_plan("lstm", 64, 512, "bf16", backward=True)[0].groups == 2
+    assert rnn_persistent.wave_plan("rnn_tanh", 32, 512, "bf16", backward=True)[0] is not None
     assert rnn_persistent._group_rows(37, 3) == 13 and rnn_persistent._group_rows(5, 4) is None

@@ -230,7 +230,14 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         one_layer = plan(mode, B, H, 1)[0]
         if one_layer is not None and one_layer.partial is not None:
             return None, "the partial-sum backward, one launch per layer, measured faster"
-    groups = batch_groups(B) if backward else 1
+    gated = mode in ("lstm", "gru")
+    if WAVEFRONT == "auto" and backward and gated and batch_groups(B, wave=True) == 1 < batch_groups(B):
+        # the per-layer backward splits the batch into groups of 16 rows, the wavefront only into groups of 32 (below);
+        # measured (2x512, T35, H200, backward kernel ms, wavefront / per layer, benchmarks/results/gpu_rnn.md session
+        # 21): LSTM bf16 B32 0.581 / 0.505 (partial sums, 2 groups), GRU TF32 B32 0.818 / 0.573; at B64 both split:
+        # LSTM bf16 0.750 / 0.741, and the wavefront also saves the upper layer's input-gradient GEMM: it stays there
+        return None, "the per-layer backward in batch groups measured faster (batch 32 .. 63)"
+    groups = batch_groups(B, wave=True) if backward else 1
     while True:   # (where a group's units do not fit, half as many groups)
         launch, reason = _wave_pass(mode, B, H, math, units, backward, groups)
         if launch is not None or groups == 1:
@@ -262,22 +269,24 @@ def _wave_pass(mode, B, H, math, units, backward, groups):
     return Pass(units, 2 * groups * per_layer, smem, groups), None
 
 
-def batch_groups(B: int) -> int:
+def batch_groups(B: int, wave: bool = False) -> int:
     """How many independent groups of CTAs a backward launch splits the batch between (the backward kernels' `nb`:
     each group runs its rows with the same weights on 1 / groups of the SMs, so a CTA stages or gathers 1 / groups
     of the gate gradients a step, for groups times the units; the forward kernels take none, kernels/rnn_persistent.cu
     says why). Where a group's units do not fit (shared memory, mma tiles), the launchers halve it until they do.
 
-    BATCH_GROUPS "auto": groups of at least 16 rows (one mma row tile), at most 4. Measured (2x512, T35, H200, the
-    backward pass's kernel time, ms, one group against 2 and 4, benchmarks/trace_rnn_persistent.py --batch-groups,
-    benchmarks/results/gpu_rnn.md session 21): the partial-sum backward LSTM fp32 B32 0.680 / 0.561 / 0.720, B64 1.135
-    / 0.853 / 0.749; GRU fp32 B32 0.676 / 0.554 / 0.619, B64 1.140 / 0.849 / 0.652; LSTM TF32 B32 0.646 / 0.647 /
-    0.651, B64 1.111 / 0.729 / 0.711; GRU TF32 B64 1.019 / 0.807 / 0.656; GRU bf16 B32 0.685 / 0.620 / 0.601; the
-    staged backward GRU bf16 B64 0.850 / 0.669 / 0.675; the wavefront LSTM bf16 B32 0.635 / 0.639 / 0.637, B64 0.789 /
-    0.745 (4 groups do not fit it). Groups of 8 rows lose (LSTM fp32 B32). An int: that many wherever they fit."""
+    BATCH_GROUPS "auto": groups of at least 16 rows (one mma row tile; the wavefront: 32), at most 4. Measured (2x512,
+    T35, H200, the backward pass's kernel time, ms, the kernels before groups against "auto", alternating in one call;
+    benchmarks/trace_rnn_persistent.py, benchmarks/results/gpu_rnn.md session 21): the partial-sum backward LSTM fp32
+    B32 0.693 -> 0.554 (2 groups), B64 1.145 -> 0.743 (4); GRU fp32 0.687 -> 0.550, 1.149 -> 0.648; LSTM TF32 0.629 ->
+    0.490, 1.021 -> 0.620; GRU TF32 B64 1.024 -> 0.555; GRU bf16 B32 0.626 -> 0.504; the staged backward GRU bf16 B64
+    0.838 -> 0.675; the wavefront LSTM bf16 B64 0.813 -> 0.750 (2 groups; 4 do not fit), bidirectional LSTM bf16 B64
+    1.012 -> 0.927, fp32 1.501 -> 1.212. The wavefront at B32 with 2 groups of 16 rows: 0.581 -> 0.592 (slower; hence
+    32 rows there); groups of 8 rows lose too (LSTM fp32 B32: 0.561 with 2 groups, 0.720 with 4). An int: that many
+    groups wherever they fit."""
     if BATCH_GROUPS != "auto":
         return int(BATCH_GROUPS)
-    return max(1, min(4, B // 16))
+    return max(1, min(4, B // (32 if wave else 16)))
 
 
 def _grouped(launch: Pass, mode, B, H, D, partial=False) -> Pass:
