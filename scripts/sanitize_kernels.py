@@ -6,7 +6,8 @@
 
 The persistent RNN kernels (kernels/rnn_persistent.cu: cp.async rings, a grid-wide barrier, the wavefront's
 wait on the other layer's counter) for every mode, one bidirectional layer and two unidirectional ones (the
-wavefront, whose bf16 backward runs the 256-thread compile: backward_threads), padded and not, fp32, TF32 and bf16
+wavefront, whose bf16 backward runs the 256-thread compile: backward_threads), padded and not, fp32, TF32 and bf16,
+the backward in one batch group and (fp32, bf16) in two (rnn_persistent.BATCH_GROUPS: 4 rows and 3)
 (`--rnn-only`: these alone); the fused attention kernels
 (kernels/attention.cu: cp.async double buffering; float32's backward: one Q/dO buffer refilled behind dQ)
 in float16, bfloat16 and float32, causal and not, with a mask and dropout; on an H100/H200 the 16-bit forward
@@ -35,15 +36,16 @@ def rnn_cases():
     rng = np.random.default_rng(0)
     # one bidirectional layer (both directions in one launch), or two unidirectional ones (the wavefront); then the
     # partial-sum backward (4 units a CTA, one launch per layer)
-    for mode, bidirectional, layers, math, partial in [
-            (mode, bidirectional, layers, math, partial) for partial in (False, True)
+    for mode, bidirectional, layers, math, partial, groups in [
+            (mode, bidirectional, layers, math, partial, groups) for partial in (False, True)
             for mode in ("lstm", "gru", "rnn_tanh") for bidirectional, layers in ((False, 2), (True, 1))
-            for math in ("fp32", "tf32", "bf16")]:
-        if partial and mode == "rnn_tanh":
+            for math in ("fp32", "tf32", "bf16") for groups in (1, 2)]:
+        if (partial and mode == "rnn_tanh") or (groups > 1 and math == "tf32"):
             continue
         rnn_persistent.WAVEFRONT = not partial   # (the wavefront forward and backward; not the GRU's forward)
         rnn_persistent.PARTIAL_BACKWARD = partial
         rnn_persistent.UNITS = 4 if partial else None
+        rnn_persistent.BATCH_GROUPS = groups
         desc = RNNDescriptor(mode, 24, 40, layers, bidirectional, algo="persistent")
         T, B = 5, 7
         w = [tuple(cupy.asarray((rng.uniform(-0.3, 0.3, s.shape)).astype(np.float32)) for s in e)
@@ -56,8 +58,9 @@ def rnn_cases():
             rnn_backward(dy, None, None, reserve)
         cupy.cuda.Device().synchronize()
         print(f"rnn persistent {mode} layers={layers} bidirectional={bidirectional} {math}"
-              f"{' partial-sum backward' if partial else ''}: ran")
+              f"{' partial-sum backward' if partial else ''}, backward in {groups} batch group(s): ran")
     rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD, rnn_persistent.UNITS = "auto", "auto", None
+    rnn_persistent.BATCH_GROUPS = "auto"
 
 
 def attention_cases():
