@@ -66,6 +66,8 @@ def main():
     parser.add_argument("--no-trace", action="store_true", help="only the untraced timing (--repeats)")
     parser.add_argument("--batch-groups", default="auto",
                         help="rnn_persistent.BATCH_GROUPS: auto, or how many groups to split the batch between")
+    parser.add_argument("--forward-groups", default="auto",
+                        help="rnn_persistent.BATCH_GROUPS_FORWARD: auto, or the forward's groups (its 256-thread compile)")
     parser.add_argument("--units", type=int, default=None, help="rnn_persistent.UNITS (units per CTA, one layer)")
     parser.add_argument("--units-wave", type=int, default=None, help="rnn_persistent.UNITS_WAVE (the wavefront's)")
     args = parser.parse_args()
@@ -78,6 +80,8 @@ def main():
     rnn_persistent.WAVEFRONT = switch[args.wavefront]
     rnn_persistent.PARTIAL_BACKWARD = switch[args.partial]
     rnn_persistent.BATCH_GROUPS = args.batch_groups if args.batch_groups == "auto" else int(args.batch_groups)
+    rnn_persistent.BATCH_GROUPS_FORWARD = (args.forward_groups if args.forward_groups == "auto"
+                                           else int(args.forward_groups))
     rnn_persistent.UNITS, rnn_persistent.UNITS_WAVE = args.units, args.units_wave
     variant = ()
     if args.pt:
@@ -153,7 +157,8 @@ def main():
     clock_khz = props["clockRate"]
     to_us = 1e3 / clock_khz
     print(f"{args.mode} {args.layers}x{H}{' bidir' if args.bidirectional else ''} T{T} B{B} {args.math}, "
-          f"wavefront {args.wavefront}, partial {args.partial}, batch groups {args.batch_groups}; "
+          f"wavefront {args.wavefront}, partial {args.partial}, batch groups {args.batch_groups} "
+          f"(forward {args.forward_groups}); "
           f"{props['name'].decode()}, "
           f"SM clock {clock_khz / 1e3:.0f} MHz; PT {rnn_persistent.PT}, NBUF {rnn_persistent.NBUF}; "
           "median over CTAs and steps 1 .. T-2, us")

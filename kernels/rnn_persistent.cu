@@ -593,12 +593,19 @@ __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : 
 // cell from here: from global memory they cost the cell ~0.6 us a step, an L2 round trip, benchmarks/
 // trace_rnn_persistent.py "cell: operands").
 // ---------------------------------------------------------------------------------------------
+// The forward's batch groups (rows b0 .. b0 + B - 1 of a batch of BT rows: kernels below, "Batch groups") exist only
+// in the compile with fewer threads a CTA (the launcher's grouped forward runs PT = 256): with 16 warps the group's
+// offsets cost the step loop registers it spills (ptxas: 184 -> 340 bytes of spill stores; forward passes ~15% slower
+// with one group, measured), with 8 warps there are registers to spare. Elsewhere B = BT and b0 = 0 at compile time.
+constexpr bool FORWARD_GROUPS = PT < 512;
+
 template <int MODE>
 __device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
-                                   const int* lengths, int T, int B, int H, int U, long long y_ld, int relu,
-                                   int math, unsigned int* barrier, const unsigned int* below, bool arrive_last,
-                                   bool y_first)
+                                   const int* lengths, int T, int B, int BT_, int b0_, int H, int U, long long y_ld,
+                                   int relu, int math, unsigned int* barrier, const unsigned int* below,
+                                   bool arrive_last, bool y_first)
 {
+    const int BT = FORWARD_GROUPS ? BT_ : B, b0 = FORWARD_GROUPS ? b0_ : 0;
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
@@ -617,7 +624,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     const int j0 = c * U;
     const int units = min(U, H - j0);    // the last CTA may own fewer
     const bool vec = U % 4 == 0 && units == U && H % 4 == 0;  // runs of units are 16-byte aligned
-    const long long state = (long long)B * H;
+    const long long state = (long long)BT * H;
+    const long long r0 = (long long)b0 * H;   // (the group's first row, in hs, cs and the exchange)
 
     // Rows g*U + u of W = row g*H + j0 + u of [W_ih | W_hh] (W_ih only in the upper layer of a wavefront); zero past H,
     // in the padding rows and columns (the mma steps run over K rounded up to 8 or 16 columns).
@@ -640,8 +648,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     const int first = direction ? T : 0;  // where the initial state sits in hs / cs
     for (int e = threadIdx.x; e < B * U; e += PT) {
         const int b = e / U, j = j0 + e % U;
-        h_own[e] = j < H ? dir.hs[first * state + b * (long long)H + j] : 0.0f;
-        if (MODE == MODE_LSTM) c_own[e] = j < H ? dir.cs[first * state + b * (long long)H + j] : 0.0f;
+        h_own[e] = j < H ? dir.hs[first * state + r0 + b * (long long)H + j] : 0.0f;
+        if (MODE == MODE_LSTM) c_own[e] = j < H ? dir.cs[first * state + r0 + b * (long long)H + j] : 0.0f;
         if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gx[b * R + g * U + e % U] = 0.0f;
     }
     // (block_product's first __syncthreads orders these writes before any read)
@@ -649,9 +657,9 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     for (int s = 0; s < T; ++s) {
         MARK(0);
         const int t = direction ? T - 1 - s : s;
-        const float* h_in = dir.hs + (direction ? t + 1 : t) * state;
-        const long long out = (direction ? t : t + 1) * state;
-        const float* gx_t = dir.gates_x + (long long)t * B * G * H;
+        const float* h_in = dir.hs + (direction ? t + 1 : t) * state + r0;
+        const long long out = (direction ? t : t + 1) * state + r0;
+        const float* gx_t = dir.gates_x + ((long long)t * BT + b0) * G * H;
         auto fetch = [&]() {  // this step's input projection of the CTA's gates: gx[(b * G + g) * U + u]
             if (dir.gates_x == nullptr) return;
             for (int i = threadIdx.x; i < B * G; i += PT) {
@@ -660,13 +668,13 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             }
         };
         // from the second step on (math = 2) the CTAs stage the state as the last step's cells rounded it (bfloat16)
-        const Operand own = {h_in, dir.xchg == nullptr || s == 0 ? nullptr : dir.xchg + ((s - 1) % dir.slots) * state,
+        const Operand own = {h_in, dir.xchg == nullptr || s == 0 ? nullptr : dir.xchg + ((s - 1) % dir.slots) * state + r0,
                              H, H, KH};
         if (KX) {   // the wavefront's upper layer: the lower layer's y at t, once its CTAs are past step t
             grid_wait(below, per_direction * (unsigned int)(t + 1));
             MARK(10);
-            const Operand input = {dir.x + (long long)t * B * dir.x_ld, dir.xh == nullptr ? nullptr : dir.xh + t * state,
-                                   dir.x_ld, KX, 0};
+            const Operand input = {dir.x + ((long long)t * BT + b0) * dir.x_ld,
+                                   dir.xh == nullptr ? nullptr : dir.xh + t * state + r0, dir.x_ld, KX, 0};
             block_product(input, own, B, BP, W, RP, KP, ring, red, math, fetch);
         } else {
             block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
@@ -675,13 +683,13 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         // next step (the state: its bfloat16 exchange, or hs; y too where the layer above reads it as fp32), then,
         // while they may already be staging it, the rest: hs, cs, y and the gate record, from shared memory (h_own,
         // c_own, and the record stashed over this step's gx, which only this thread reads: `stash`).
-        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * state;
+        unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * state + r0;
         const bool hs_first = xc == nullptr;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
             const long long i = b * (long long)H + j;
-            float* y = dir.y + ((long long)t * B + b) * y_ld + j;
+            float* y = dir.y + ((long long)t * BT + b0 + b) * y_ld + j;
             float* gxe = gx + b * R + u;           // gate g at gxe[g * U]; then the record's entry g (stash)
             float* ghe = red + b * RP + u;         // likewise; the GRU's fourth record entry at ghe[0]
             if (!step_is_valid(lengths, b, t)) {  // the state passes through; y and the record are 0
@@ -729,8 +737,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             const bool valid = step_is_valid(lengths, b, t);
             if (!hs_first) dir.hs[out + i] = h_own[e];
             if (MODE == MODE_LSTM) dir.cs[out + i] = c_own[e];
-            if (!y_first) dir.y[((long long)t * B + b) * y_ld + j] = valid ? h_own[e] : 0.0f;
-            float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * B + b) * 4 * H + j;
+            if (!y_first) dir.y[((long long)t * BT + b0 + b) * y_ld + j] = valid ? h_own[e] : 0.0f;
+            float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * BT + b0 + b) * 4 * H + j;
             float* gxe = gx + b * R + u;
             if (MODE != MODE_RNN && keep != nullptr) {
                 for (int g = 0; g < 3; ++g) keep[g * H] = valid ? gxe[g * U] : 0.0f;
@@ -1165,16 +1173,23 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
-        int math, int wave, unsigned int* barrier)                                                          \
+        int math, int wave, int nb_, unsigned int* barrier)                                                 \
     {                                                                                                       \
-        const int per_direction = (H + U - 1) / U;                                                          \
-        const int group = blockIdx.x / per_direction, c = blockIdx.x % per_direction;                       \
+        /* (the 512-thread compile: one group, at compile time; the launcher passes nb = 1 to it) */          \
+        const int nb = FORWARD_GROUPS ? nb_ : 1;                                                            \
+        const int per_direction = (H + U - 1) / U, per_batch = gridDim.x / nb;                              \
+        const int bg = FORWARD_GROUPS ? blockIdx.x / per_batch : 0;                                         \
+        const int local = FORWARD_GROUPS ? blockIdx.x % per_batch : blockIdx.x;                             \
+        const int group = local / per_direction, c = local % per_direction;                                 \
+        const int Bg = (B + nb - 1) / nb, b0 = bg * Bg, rows = min(Bg, B - b0);                             \
+        const int* lens = lengths == nullptr ? nullptr : lengths + b0;                                     \
+        unsigned int* counters = barrier + 2 * bg;                                                          \
         if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
-            persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, \
-                                     barrier + 1, wave ? barrier : nullptr, false, false);                  \
+            persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
+                                     math, counters + 1, wave ? counters : nullptr, false, false);          \
         else  /* (the layer above reads y itself where it has no exchange slots to read: y_first) */        \
-            persistent_forward<MODE>(d0, 0, c, per_direction, lengths, T, B, H, U, y_ld, relu, math, barrier,  \
-                                     nullptr, wave != 0, wave != 0 && d1.xh == nullptr);                    \
+            persistent_forward<MODE>(d0, 0, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, math,      \
+                                     counters, nullptr, wave != 0, wave != 0 && d1.xh == nullptr);          \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \

@@ -467,12 +467,12 @@ def test_partial_sum_backward_inside_a_cuda_graph(monkeypatch):
     ("wave", 4, 64, False, False),    # 16 rows a group: one mma row tile
 ])
 def test_batch_groups_match_one_group(mode, math, path, groups, B, bidirectional, padded, monkeypatch):
-    """The backward's batch split between independent groups of CTAs (rnn_persistent.batch_groups: each group runs its
-    rows with the same weights, its own barrier counters and its own slice of every array) against one group:
+    """The batch split between independent groups of CTAs (rnn_persistent.batch_groups, forward_groups: each group runs
+    its rows with the same weights, its own barrier counters and its own slice of every array) against one group:
     the same values, the sums in another order (a CTA owns more units, so its warps split the product otherwise):
     ~1e-6 in fp32, the math's rounding in TF32 and bf16 (as test_partial_sum_backward_matches_the_staged_backward
     says). A row read from another group, a length or counter of the wrong group, or rows left unwritten (NaN: POISON)
-    show at the size of the values. Every backward launch is checked to have run `groups` groups."""
+    show at the size of the values. Every launch, forward and backward, is checked to have run `groups` groups."""
     from minidl.primitives.cuda import rnn_persistent
 
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", path == "wave")
@@ -486,17 +486,19 @@ def test_batch_groups_match_one_group(mode, math, path, groups, B, bidirectional
     real_launch, seen = rnn_persistent._launch, []
 
     def launch(name, blocks, smem, args, n=rnn_persistent.PT):
-        if "backward" in name:   # (d0, d1, lengths, T, B, H, U, ld, relu, math, wave, nb, barrier)
-            seen.append((name, int(args[11])))
+        seen.append((name, int(args[11]), n))   # (d0, d1, lengths, T, B, H, U, ld, relu, math, wave, nb, barrier)
         real_launch(name, blocks, smem, args, n)
 
     monkeypatch.setattr(rnn_persistent, "_launch", launch)
     results = {}
     for n in (groups, 1):
         monkeypatch.setattr(rnn_persistent, "BATCH_GROUPS", n)
+        monkeypatch.setattr(rnn_persistent, "BATCH_GROUPS_FORWARD", n)
         seen.clear()
         results[n] = _run_math(desc, case, lengths, math)
-        assert seen and all(nb == n for _, nb in seen), seen
+        assert seen and all(nb == n for _, nb, _ in seen), seen
+        # (the forward runs groups in the 256-thread compile)
+        assert all(threads == 256 for name, nb, threads in seen if "forward" in name and nb > 1), seen
         if path == "partial":   # (the partial-sum backward did run)
             assert rnn_persistent.use_partial(mode, B, math)
     tol = {"fp32": 2e-5, "tf32": 2e-3, "bf16": 5e-3}[math]
@@ -507,11 +509,12 @@ def test_batch_groups_match_one_group(mode, math, path, groups, B, bidirectional
 
 @pytest.mark.parametrize("partial", [False, True])
 def test_batch_groups_inside_a_cuda_graph(partial, monkeypatch):
-    """Two batch groups, captured once and replayed on new data: equal to an eager run (the staged backward, and the
-    partial-sum one, whose slots are allocated at capture)."""
+    """Two batch groups in both passes, captured once and replayed on new data: equal to an eager run (the staged
+    backward, and the partial-sum one, whose slots are allocated at capture)."""
     from minidl.primitives.cuda import rnn_persistent
 
     monkeypatch.setattr(rnn_persistent, "BATCH_GROUPS", 2)
+    monkeypatch.setattr(rnn_persistent, "BATCH_GROUPS_FORWARD", 2)
     monkeypatch.setattr(rnn_persistent, "PARTIAL_BACKWARD", partial)
     monkeypatch.setattr(rnn_persistent, "UNITS", 4)
     rng = np.random.default_rng(23)

@@ -64,8 +64,10 @@ EXCHANGE_BF16 = True    # bf16: stage each step's state (forward) and gate gradi
 # gate gradients. It runs where it fits (Plan.partial) and use_partial says so: "auto" where it measured faster, True
 # always, False never.
 PARTIAL_BACKWARD = "auto"
-# Batch groups (batch_groups): "auto" where it measured faster, an int to force that many groups wherever they fit.
+# Batch groups (batch_groups): "auto" where it measured faster, an int to force that many groups wherever they fit;
+# BATCH_GROUPS_FORWARD likewise for the forward (forward_groups), which runs them in the 256-thread compile.
 BATCH_GROUPS = "auto"
+BATCH_GROUPS_FORWARD = "auto"
 # The wavefront's backward with 256 threads a CTA instead of 512 (backward_threads): "auto" where it measured faster,
 # True wherever the wavefront runs (tests), False never.
 HALF_CTA_WAVE_BACKWARD = "auto"
@@ -237,7 +239,7 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         # 21): LSTM bf16 B32 0.581 / 0.505 (partial sums, 2 groups), GRU TF32 B32 0.818 / 0.573; at B64 both split:
         # LSTM bf16 0.750 / 0.741, and the wavefront also saves the upper layer's input-gradient GEMM: it stays there
         return None, "the per-layer backward in batch groups measured faster (batch 32 .. 63)"
-    groups = batch_groups(B, wave=True) if backward else 1
+    groups = batch_groups(B, wave=True) if backward else forward_groups(B, wave=True)
     while True:   # (where a group's units do not fit, half as many groups)
         launch, reason = _wave_pass(mode, B, H, math, units, backward, groups)
         if launch is not None or groups == 1:
@@ -289,12 +291,22 @@ def batch_groups(B: int, wave: bool = False) -> int:
     return max(1, min(4, B // (32 if wave else 16)))
 
 
-def _grouped(launch: Pass, mode, B, H, D, partial=False) -> Pass:
-    """A plan's one-group backward Pass split into batch_groups' groups, halved until they fit (else `launch`)."""
-    groups = batch_groups(B)
-    forced = UNITS[1] if isinstance(UNITS, tuple) else UNITS
+def forward_groups(B: int, wave: bool = False) -> int:
+    """batch_groups for a forward launch. The forward kernels run groups only in their 256-thread compile
+    (kernels/rnn_persistent.cu, FORWARD_GROUPS: with 16 warps the group's offsets spill). BATCH_GROUPS_FORWARD "auto":
+    one group (not yet measured faster); an int: that many wherever they fit."""
+    if BATCH_GROUPS_FORWARD != "auto":
+        return int(BATCH_GROUPS_FORWARD)
+    return 1
+
+
+def _grouped(launch: Pass, mode, B, H, D, partial=False, backward=True) -> Pass:
+    """A plan's one-group Pass split into batch_groups' (forward_groups') groups, halved until they fit (else
+    `launch`)."""
+    groups = batch_groups(B) if backward else forward_groups(B)
+    forced = UNITS[int(backward)] if isinstance(UNITS, tuple) else UNITS
     while groups > 1 and launch.groups == 1:
-        grouped, _ = _pass(mode, B, H, D, forced, True, partial=partial, groups=groups)
+        grouped, _ = _pass(mode, B, H, D, forced, backward, partial=partial, groups=groups)
         if grouped is not None:
             return grouped
         groups //= 2
@@ -367,10 +379,11 @@ def _exchange(math, B, H, slots=2):
 
 
 def _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, wave):
-    barrier = cupy.zeros(2, dtype=cupy.uint32)  # one counter per direction (per layer in a wavefront)
+    # one counter per direction (per layer in a wavefront) and batch group; batch groups run the 256-thread compile
+    barrier = cupy.zeros(2 * launch.groups, dtype=cupy.uint32)
     args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math), wave,
-                      _ptr(barrier)]
-    _launch(KERNELS[mode][0], launch.blocks, launch.smem, args)
+                      launch.groups, _ptr(barrier)]
+    _launch(KERNELS[mode][0], launch.blocks, launch.smem, args, PT // 2 if launch.groups > 1 else PT)
 
 
 def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
@@ -381,7 +394,8 @@ def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
     structs = [_forward_struct(run, y, d * H, exchange[d]) for d, run in enumerate(directions)]
     if D == 1:
         structs.append((0,) * 14)
-    _launch_forward(mode, the_plan.forward, structs, lengths, T, B, H, D, math, 0)
+    launch = _grouped(the_plan.forward, mode, B, H, D, backward=False)
+    _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, 0)
 
 
 def forward_wave(mode, launch, lower, upper, y_lower, y_upper, lengths, T, B, H, math="fp32"):
