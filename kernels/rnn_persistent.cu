@@ -44,6 +44,8 @@
 // shared memory; layer l never waits for layer l + 1. Backward, group 0 runs layer l + 1 and group 1 layer l, whose
 // product adds the upper layer's dgates_x[t] @ W_ih (its dy) to dgates_h @ W_hh. block_product takes the two operands
 // as they lie (Operand: fp32, or the bfloat16 exchange), staged through one ring. Launcher: rnn_persistent.py.
+// Batch groups (nb > 1, "Batch groups" below): the batch split between nb independent sets of the above, each with its
+// own rows, counters and 1/nb of the SMs, so that a CTA stages 1/nb of the exchanged state a step.
 // Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
 // Data and state are fp32 throughout; the recurrent product runs as 3xTF32 (math = 0, fp32 accuracy),
 // plain TF32 (math = 1, like the standard algorithm's TF32 GEMMs) or bfloat16 (math = 2; W then sits in shared

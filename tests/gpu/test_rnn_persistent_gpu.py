@@ -532,4 +532,7 @@ def test_batch_groups_policy():
     assert rnn_persistent.wave_plan("lstm", 32, 512, "bf16", backward=True)[0] is None
     assert rnn_persistent.wave_plan("lstm", 64, 512, "bf16", backward=True)[0].groups == 2
     assert rnn_persistent.wave_plan("rnn_tanh", 32, 512, "bf16", backward=True)[0] is not None
+    # the forward: 2 groups for the GRU in bf16 from batch 64 only
+    assert [rnn_persistent.forward_groups(m, B, math) for m, B, math in
+            (("gru", 64, "bf16"), ("gru", 32, "bf16"), ("gru", 64, "tf32"), ("lstm", 64, "bf16"))] == [2, 1, 1, 1]
     assert rnn_persistent._group_rows(37, 3) == 13 and rnn_persistent._group_rows(5, 4) is None

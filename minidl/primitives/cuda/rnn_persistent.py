@@ -30,6 +30,12 @@ reads B x G*H: half the L2 traffic for the LSTM in fp32 and TF32, the same as bf
 The wavefront (`wave_plan`, `forward_wave`, `backward_wave`): two stacked layers of one direction in one launch, half
 the SMs each, the upper layer's step t beside the lower layer's step t + 1 (forward; backward the other way round);
 measured A/B by benchmarks/bench_rnn_wavefront.py.
+
+Batch groups (`batch_groups`, `forward_groups`, `Pass.groups`): the recurrence of a batch row reads no other row, so a
+launch can split the batch between independent groups of CTAs, each with 1 / groups of the SMs, its own rows of every
+array and its own barrier counters, for groups times the units a CTA. A CTA then stages (or gathers) 1 / groups of the
+exchanged state a step, which is most of a backward step: 20-46% faster backward passes from batch 32 (the docstring
+of batch_groups has the table). The forward gains less (its 256-thread compile only; forward_groups).
 """
 from __future__ import annotations
 
@@ -239,7 +245,7 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         # 21): LSTM bf16 B32 0.581 / 0.505 (partial sums, 2 groups), GRU TF32 B32 0.818 / 0.573; at B64 both split:
         # LSTM bf16 0.750 / 0.741, and the wavefront also saves the upper layer's input-gradient GEMM: it stays there
         return None, "the per-layer backward in batch groups measured faster (batch 32 .. 63)"
-    groups = batch_groups(B, wave=True) if backward else forward_groups(B, wave=True)
+    groups = batch_groups(B, wave=True) if backward else forward_groups(mode, B, math)
     while True:   # (where a group's units do not fit, half as many groups)
         launch, reason = _wave_pass(mode, B, H, math, units, backward, groups)
         if launch is not None or groups == 1:
@@ -291,19 +297,24 @@ def batch_groups(B: int, wave: bool = False) -> int:
     return max(1, min(4, B // (32 if wave else 16)))
 
 
-def forward_groups(B: int, wave: bool = False) -> int:
+def forward_groups(mode: str, B: int, math: str) -> int:
     """batch_groups for a forward launch. The forward kernels run groups only in their 256-thread compile
     (kernels/rnn_persistent.cu, FORWARD_GROUPS: with 16 warps the group's offsets spill). BATCH_GROUPS_FORWARD "auto":
-    one group (not yet measured faster); an int: that many wherever they fit."""
+    2 groups for the GRU in bf16 from batch 64, else one. Measured (2x512, T35, H200, the forward pass's kernel time,
+    ms: the 512-thread forward against 2 and 4 groups, benchmarks/trace_rnn_persistent.py --forward-groups,
+    benchmarks/results/gpu_rnn.md session 21): GRU bf16 B64 0.589 / 0.544 / 0.560, B32 0.509 / 0.452 / 0.568; but
+    slower everywhere else, e.g. LSTM bf16 B32 (the wavefront) 0.456 / 0.558 / 0.530, LSTM TF32 B64 0.766 / 0.889 /
+    0.914, GRU fp32 B64 0.861 / 0.947 / 0.974: the forward's product is not held up by its staging as the backward's
+    is, and 8 warps do its tiles more slowly. An int: that many groups wherever they fit."""
     if BATCH_GROUPS_FORWARD != "auto":
         return int(BATCH_GROUPS_FORWARD)
-    return 1
+    return 2 if mode == "gru" and math == "bf16" and B >= 64 else 1
 
 
-def _grouped(launch: Pass, mode, B, H, D, partial=False, backward=True) -> Pass:
+def _grouped(launch: Pass, mode, B, H, D, math, partial=False, backward=True) -> Pass:
     """A plan's one-group Pass split into batch_groups' (forward_groups') groups, halved until they fit (else
     `launch`)."""
-    groups = batch_groups(B) if backward else forward_groups(B)
+    groups = batch_groups(B) if backward else forward_groups(mode, B, math)
     forced = UNITS[int(backward)] if isinstance(UNITS, tuple) else UNITS
     while groups > 1 and launch.groups == 1:
         grouped, _ = _pass(mode, B, H, D, forced, backward, partial=partial, groups=groups)
@@ -394,7 +405,7 @@ def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
     structs = [_forward_struct(run, y, d * H, exchange[d]) for d, run in enumerate(directions)]
     if D == 1:
         structs.append((0,) * 14)
-    launch = _grouped(the_plan.forward, mode, B, H, D, backward=False)
+    launch = _grouped(the_plan.forward, mode, B, H, D, math, backward=False)
     _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, 0)
 
 
@@ -440,7 +451,7 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
     receiving dh0/dc0 (dc None unless LSTM)."""
     D = len(directions)
     partial = the_plan.partial is not None and use_partial(mode, B, math)
-    launch = _grouped(the_plan.partial if partial else the_plan.backward, mode, B, H, D, partial)
+    launch = _grouped(the_plan.partial if partial else the_plan.backward, mode, B, H, D, math, partial)
     if partial:   # two slots of (CTAs, rows, H) partial sums per direction and batch group; no exchange
         per_direction = launch.blocks // (D * launch.groups)
         size = launch.groups * 2 * per_direction * _group_rows(B, launch.groups) * H
