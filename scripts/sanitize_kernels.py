@@ -7,7 +7,7 @@
 The persistent RNN kernels (kernels/rnn_persistent.cu: cp.async rings, a grid-wide barrier, the wavefront's
 wait on the other layer's counter) for every mode, one bidirectional layer and two unidirectional ones (the
 wavefront, whose bf16 backward runs the 256-thread compile: backward_threads), padded and not, fp32, TF32 and bf16,
-the backward in one batch group and (fp32, bf16) in two (rnn_persistent.BATCH_GROUPS: 4 rows and 3)
+in one batch group and (fp32, bf16) in two (rnn_persistent.BATCH_GROUPS and BATCH_GROUPS_FORWARD: 4 rows and 3)
 (`--rnn-only`: these alone); the fused attention kernels
 (kernels/attention.cu: cp.async double buffering; float32's backward: one Q/dO buffer refilled behind dQ)
 in float16, bfloat16 and float32, causal and not, with a mask and dropout; on an H100/H200 the 16-bit forward
@@ -45,7 +45,7 @@ def rnn_cases():
         rnn_persistent.WAVEFRONT = not partial   # (the wavefront forward and backward; not the GRU's forward)
         rnn_persistent.PARTIAL_BACKWARD = partial
         rnn_persistent.UNITS = 4 if partial else None
-        rnn_persistent.BATCH_GROUPS = groups
+        rnn_persistent.BATCH_GROUPS = rnn_persistent.BATCH_GROUPS_FORWARD = groups
         desc = RNNDescriptor(mode, 24, 40, layers, bidirectional, algo="persistent")
         T, B = 5, 7
         w = [tuple(cupy.asarray((rng.uniform(-0.3, 0.3, s.shape)).astype(np.float32)) for s in e)
@@ -58,9 +58,9 @@ def rnn_cases():
             rnn_backward(dy, None, None, reserve)
         cupy.cuda.Device().synchronize()
         print(f"rnn persistent {mode} layers={layers} bidirectional={bidirectional} {math}"
-              f"{' partial-sum backward' if partial else ''}, backward in {groups} batch group(s): ran")
+              f"{' partial-sum backward' if partial else ''}, {groups} batch group(s): ran")
     rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD, rnn_persistent.UNITS = "auto", "auto", None
-    rnn_persistent.BATCH_GROUPS = "auto"
+    rnn_persistent.BATCH_GROUPS = rnn_persistent.BATCH_GROUPS_FORWARD = "auto"
 
 
 def attention_cases():
