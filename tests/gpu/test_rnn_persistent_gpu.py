@@ -521,15 +521,21 @@ def test_batch_groups_inside_a_cuda_graph(partial, monkeypatch):
     _assert_capture_replays(_desc("lstm", 24, 64, 2, False, True, "persistent"), rng)
 
 
-def test_batch_groups_policy():
+def test_batch_groups_policy(monkeypatch):
     """"auto": groups of 16 rows or more (the wavefront: 32), at most 4; a batch that cannot give every group a row is
     not split."""
     from minidl.primitives.cuda import rnn_persistent
 
     assert [rnn_persistent.batch_groups(B) for B in (1, 15, 16, 31, 32, 48, 64, 256)] == [1, 1, 1, 1, 2, 3, 4, 4]
     assert [rnn_persistent.batch_groups(B, wave=True) for B in (16, 32, 63, 64, 128)] == [1, 1, 1, 2, 4]
-    # (batch 32 .. 63: the gated modes' backward runs one layer at a time, in groups, not as a wavefront)
-    assert rnn_persistent.wave_plan("lstm", 32, 512, "bf16", backward=True)[0] is None
+    # (batch 32 .. 63: in a CUDA graph the gated modes' backward runs one layer at a time, in groups, not as a
+    # wavefront; eagerly, host-bound, the wavefront's one launch stays)
+    assert rnn_persistent.wave_plan("lstm", 32, 512, "bf16", backward=True)[0].groups == 1
+    with monkeypatch.context() as m:
+        m.setattr(rnn_persistent, "_capturing", lambda: True)
+        assert rnn_persistent.wave_plan("lstm", 32, 512, "bf16", backward=True)[0] is None
+        assert rnn_persistent.wave_plan("gru", 32, 512, "tf32", backward=True)[0] is None
+        assert rnn_persistent.wave_plan("lstm", 64, 512, "bf16", backward=True)[0].groups == 2
     assert rnn_persistent.wave_plan("lstm", 64, 512, "bf16", backward=True)[0].groups == 2
     assert rnn_persistent.wave_plan("rnn_tanh", 32, 512, "bf16", backward=True)[0] is not None
     # the forward: 2 groups for the GRU in bf16 from batch 64 only

@@ -239,18 +239,27 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         if one_layer is not None and one_layer.partial is not None:
             return None, "the partial-sum backward, one launch per layer, measured faster"
     gated = mode in ("lstm", "gru")
-    if WAVEFRONT == "auto" and backward and gated and batch_groups(B, wave=True) == 1 < batch_groups(B):
+    if WAVEFRONT == "auto" and backward and gated and batch_groups(B, wave=True) == 1 < batch_groups(B) \
+            and _capturing():
         # the per-layer backward splits the batch into groups of 16 rows, the wavefront only into groups of 32 (below);
         # measured (2x512, T35, H200, backward kernel ms, wavefront / per layer, benchmarks/results/gpu_rnn.md session
         # 21): LSTM bf16 B32 0.581 / 0.505 (partial sums, 2 groups), GRU TF32 B32 0.818 / 0.573; at B64 both split:
-        # LSTM bf16 0.750 / 0.741, and the wavefront also saves the upper layer's input-gradient GEMM: it stays there
-        return None, "the per-layer backward in batch groups measured faster (batch 32 .. 63)"
+        # LSTM bf16 0.750 / 0.741, and the wavefront also saves the upper layer's input-gradient GEMM: it stays there.
+        # Only in a CUDA graph, where the kernels' time is all there is: eagerly these shapes are host-bound, and the
+        # per-layer backward's second launch and input-gradient GEMM cost more host time than its kernels save (GRU
+        # TF32 T35 B32 eager fwd+bwd 2.27 and 2.57 ms per layer against 1.75 with the wavefront, bench_gpu_rnn.py)
+        return None, "in a CUDA graph the per-layer backward in batch groups measured faster (batch 32 .. 63)"
     groups = batch_groups(B, wave=True) if backward else forward_groups(mode, B, math)
     while True:   # (where a group's units do not fit, half as many groups)
         launch, reason = _wave_pass(mode, B, H, math, units, backward, groups)
         if launch is not None or groups == 1:
             return launch, reason
         groups //= 2
+
+
+def _capturing() -> bool:
+    """Whether the current stream is being captured into a CUDA graph (where only the kernels' time counts)."""
+    return cupy.cuda.get_current_stream().is_capturing()
 
 
 def _wave_pass(mode, B, H, math, units, backward, groups):
