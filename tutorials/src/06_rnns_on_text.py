@@ -753,6 +753,18 @@ if persistent_rows:
 # needs its result. Removing integer divisions from the entry, reading the biases from shared memory and running
 # the wavefront's bf16 backward with 8 warps instead of 16 (less fixed work a step) made the bf16 rows 1.5-8.6%
 # faster; to beat cuDNN's overlapped kernels by a wide margin the chain itself has to get shorter.
+#
+# **Splitting the batch.** The recurrence of one sequence never reads another's state, so the batch can be cut
+# into independent groups of CTAs, each running its rows with the same weights on a share of the SMs and meeting
+# only its own barrier. A CTA then owns more units but stages the state of fewer rows a step, and staging (not the
+# product) is what a backward step waits on. The figures here quote benchmarks/results/gpu_rnn.md (session 21, an
+# H200, `benchmarks/trace_rnn_persistent.py --batch-groups`), not this notebook's saved outputs. With groups of
+# 16 rows or more the backward passes of a 2x512 layer pair got 8-46% faster from batch 32 (LSTM fp32 at batch 64:
+# 1.145 -> 0.743 ms). The forward, whose staging hides behind its product, gained only for the GRU in bf16. Replayed
+# from a CUDA graph, fp32 went from 0.82-1.33x to 0.76-1.09x of cuDNN's time, and bf16 from 1.39-2.06x to 1.31-1.79x.
+# One choice depends on how the step runs. Eagerly, at these sizes, the host is the bottleneck, so one launch for two
+# layers beats two faster launches. In a graph, only the kernels' time counts, so the faster launches win. The
+# launcher asks whether the stream is being captured (`rnn_persistent.wave_plan`).
 
 # %% [markdown]
 # ## Exercises

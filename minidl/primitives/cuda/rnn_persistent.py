@@ -34,8 +34,8 @@ measured A/B by benchmarks/bench_rnn_wavefront.py.
 Batch groups (`batch_groups`, `forward_groups`, `Pass.groups`): the recurrence of a batch row reads no other row, so a
 launch can split the batch between independent groups of CTAs, each with 1 / groups of the SMs, its own rows of every
 array and its own barrier counters, for groups times the units a CTA. A CTA then stages (or gathers) 1 / groups of the
-exchanged state a step, which is most of a backward step: 20-46% faster backward passes from batch 32 (the docstring
-of batch_groups has the table). The forward gains less (its 256-thread compile only; forward_groups).
+exchanged state a step, which is most of a backward step: 8-46% faster backward passes from batch 32 (fp32 and
+TF32 20-46%; the docstring of batch_groups has the table). The forward gains less (its 256-thread compile only; forward_groups).
 """
 from __future__ import annotations
 
