@@ -1137,14 +1137,14 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
     }
 }
 
-// Batch groups (the backward kernels' `nb`): the recurrence of batch row b reads no other row, so the batch can be
-// split between nb independent groups of CTAs, each with its own barrier counters, rows b0 .. b0 + rows - 1 of every
-// array and the same weights: a CTA then stages rows / B of the gate gradients a step (the staging is most of a
-// backward step), for nb times the units. The launcher (batch_groups in minidl/primitives/cuda/rnn_persistent.py) says
-// where it pays. backward_rows moves a direction's pointers to its group's first row (a copy in shared memory, read
-// where used as the parameters are: a copy in registers spills); the kernel then indexes rows 0 .. rows - 1 with the
-// whole batch's strides (BT). The forward kernels take no groups: there the group's offsets cost registers the step
-// loop spills (~15% slower forward passes with one group, measured), and with groups they were no faster than before.
+// Batch groups (the kernels' `nb`): the recurrence of batch row b reads no other row, so the batch can be split
+// between nb independent groups of CTAs, each with its own barrier counters, rows b0 .. b0 + rows - 1 of every array
+// and the same weights: a CTA then stages rows / B of the exchanged state a step (the staging is most of a backward
+// step), for nb times the units. The launcher (batch_groups, forward_groups in minidl/primitives/cuda/
+// rnn_persistent.py) says where it pays. backward_rows moves a direction's pointers to its group's first row (a copy in shared memory,
+// read where used as the parameters are: a copy in registers spills); the kernel then indexes rows 0 .. rows - 1 with
+// the whole batch's strides (BT). The forward adds the group's offsets where it uses its pointers, and only in the
+// 256-thread compile (FORWARD_GROUPS, above persistent_forward).
 template <class P>
 __device__ __forceinline__ P* rows_at(P* p, long long offset) { return p == nullptr ? p : p + offset; }
 
@@ -1169,9 +1169,10 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
 }
 
 // The kernels: one per mode and pass, each for both directions (d1 unused when there is one).
-// Grid: directions * ceil(H / U) CTAs of PT threads (the backward: times nb, batch group first, then direction or
-// layer, then units); dynamic shared memory from the launcher (minidl/primitives/cuda/rnn_persistent.py), which also
-// zeroes `barrier` (one counter per direction, or per layer in a wavefront; the backward: two per batch group).
+// Grid: nb * directions * ceil(H / U) CTAs of PT threads (batch group first, then direction or layer, then units; the
+// forward's 512-thread compile: nb = 1); dynamic shared memory from the launcher (minidl/primitives/cuda/
+// rnn_persistent.py), which also zeroes `barrier` (two counters per batch group: one per direction, or per layer in a
+// wavefront).
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \

@@ -542,3 +542,7 @@ def test_batch_groups_policy(monkeypatch):
     assert [rnn_persistent.forward_groups(m, B, math) for m, B, math in
             (("gru", 64, "bf16"), ("gru", 32, "bf16"), ("gru", 64, "tf32"), ("lstm", 64, "bf16"))] == [2, 1, 1, 1]
     assert rnn_persistent._group_rows(37, 3) == 13 and rnn_persistent._group_rows(5, 4) is None
+    for bad in (0, -2, 1.5, "2", True):   # a forced count that is no count: said at the launcher, naming the switch
+        monkeypatch.setattr(rnn_persistent, "BATCH_GROUPS", bad)
+        with pytest.raises(ValueError, match="BATCH_GROUPS must be 'auto' or a number of batch groups"):
+            rnn_persistent.batch_groups(32)

@@ -35,7 +35,8 @@ Batch groups (`batch_groups`, `forward_groups`, `Pass.groups`): the recurrence o
 launch can split the batch between independent groups of CTAs, each with 1 / groups of the SMs, its own rows of every
 array and its own barrier counters, for groups times the units a CTA. A CTA then stages (or gathers) 1 / groups of the
 exchanged state a step, which is most of a backward step: 8-46% faster backward passes from batch 32 (fp32 and
-TF32 20-46%; the docstring of batch_groups has the table). The forward gains less (its 256-thread compile only; forward_groups).
+TF32 20-46%; the docstring of batch_groups has the table). The forward gains less (its 256-thread compile only:
+forward_groups).
 """
 from __future__ import annotations
 
@@ -302,8 +303,15 @@ def batch_groups(B: int, wave: bool = False) -> int:
     32 rows there); groups of 8 rows lose too (LSTM fp32 B32: 0.561 with 2 groups, 0.720 with 4). An int: that many
     groups wherever they fit."""
     if BATCH_GROUPS != "auto":
-        return int(BATCH_GROUPS)
+        return _forced_groups("BATCH_GROUPS", BATCH_GROUPS)
     return max(1, min(4, B // (32 if wave else 16)))
+
+
+def _forced_groups(name: str, value) -> int:
+    """A forced group count (BATCH_GROUPS, BATCH_GROUPS_FORWARD): an int >= 1, or a ValueError that says so."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"rnn_persistent.{name} must be 'auto' or a number of batch groups >= 1, got {value!r}")
+    return value
 
 
 def forward_groups(mode: str, B: int, math: str) -> int:
@@ -316,7 +324,7 @@ def forward_groups(mode: str, B: int, math: str) -> int:
     0.914, GRU fp32 B64 0.861 / 0.947 / 0.974: the forward's product is not held up by its staging as the backward's
     is, and 8 warps do its tiles more slowly. An int: that many groups wherever they fit."""
     if BATCH_GROUPS_FORWARD != "auto":
-        return int(BATCH_GROUPS_FORWARD)
+        return _forced_groups("BATCH_GROUPS_FORWARD", BATCH_GROUPS_FORWARD)
     return 2 if mode == "gru" and math == "bf16" and B >= 64 else 1
 
 
