@@ -789,3 +789,7 @@ if persistent_rows:
 #    each "CTA" keeps the columns of `W_hh` for its units and reads all of `dgates`. Partial sums: each keeps its
 #    rows, writes a partial `dh` for every unit, and sums the partials of its own units. Check that both give the
 #    reference's `dh`, and count the floats each way moves between CTAs per step for B = 32, H = 512, 128 CTAs.
+# 9. Split the batch of exercise 8's staged backward between 1, 2 and 4 groups of "CTAs" (each group its own rows,
+#    the same 128 CTAs in all, so each owns 4, 8 or 16 units). Count the bytes one CTA stages per step at B = 32 and
+#    64, and the mma tiles (16 rows x 8 units) it computes. Which count shrinks, which stays, and why do groups of 8 rows
+#    lose although they stage least? (The measured answer: benchmarks/results/gpu_rnn.md, session 21.)
