@@ -758,7 +758,9 @@ if persistent_rows:
 # into independent groups of CTAs, each running its rows with the same weights on a share of the SMs and meeting
 # only its own barrier. A CTA then owns more units but stages the state of fewer rows a step, and staging (not the
 # product) is what a backward step waits on. The figures here quote benchmarks/results/gpu_rnn.md (session 21, an
-# H200, `benchmarks/trace_rnn_persistent.py --batch-groups`), not this notebook's saved outputs. With groups of
+# H200, `benchmarks/trace_rnn_persistent.py --batch-groups`), not this notebook's saved outputs: those are a full-mode
+# run on an H200 from before batch groups, and the plans printed there are the one-group plans `plan` makes (a
+# launch splits the batch after it; a rerun prints `groups=1` in each `Pass`). With groups of
 # 16 rows or more the backward passes of a 2x512 layer pair got 8-46% faster from batch 32 (LSTM fp32 at batch 64:
 # 1.145 -> 0.743 ms). The forward, whose staging hides behind its product, gained only for the GRU in bf16. Replayed
 # from a CUDA graph, fp32 went from 0.82-1.33x to 0.76-1.09x of cuDNN's time, and bf16 from 1.39-2.06x to 1.31-1.79x.

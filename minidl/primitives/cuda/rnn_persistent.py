@@ -251,9 +251,15 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         # TF32 T35 B32 eager fwd+bwd 2.27 and 2.57 ms per layer against 1.75 with the wavefront, bench_gpu_rnn.py)
         return None, "in a CUDA graph the per-layer backward in batch groups measured faster (batch 32 .. 63)"
     groups = batch_groups(B, wave=True) if backward else forward_groups(mode, B, math)
-    while True:   # (where a group's units do not fit, half as many groups)
-        launch, reason = _wave_pass(mode, B, H, math, units, backward, groups)
-        if launch is not None or groups == 1:
+    return _fewest_halvings(groups, lambda g: _wave_pass(mode, B, H, math, units, backward, g))
+
+
+def _fewest_halvings(groups: int, make):
+    """make(g) -> (Pass or None, reason) for g = groups, groups // 2, ..., 1: the first that fits (where a group's
+    units do not fit, half as many groups), else the one group's (None, reason)."""
+    while True:
+        launch, reason = make(groups)
+        if launch is not None or groups <= 1:
             return launch, reason
         groups //= 2
 
@@ -290,8 +296,8 @@ def _wave_pass(mode, B, H, math, units, backward, groups):
 def batch_groups(B: int, wave: bool = False) -> int:
     """How many independent groups of CTAs a backward launch splits the batch between (the backward kernels' `nb`:
     each group runs its rows with the same weights on 1 / groups of the SMs, so a CTA stages or gathers 1 / groups
-    of the gate gradients a step, for groups times the units; the forward kernels take none, kernels/rnn_persistent.cu
-    says why). Where a group's units do not fit (shared memory, mma tiles), the launchers halve it until they do.
+    of the gate gradients a step, for groups times the units; the forward's count is forward_groups'). Where a group's
+    units do not fit (shared memory, mma tiles), the launchers halve it until they do (_fewest_halvings).
 
     BATCH_GROUPS "auto": groups of at least 16 rows (one mma row tile; the wavefront: 32), at most 4. Measured (2x512,
     T35, H200, the backward pass's kernel time, ms, the kernels before groups against "auto", alternating in one call;
@@ -332,13 +338,11 @@ def _grouped(launch: Pass, mode, B, H, D, math, partial=False, backward=True) ->
     """A plan's one-group Pass split into batch_groups' (forward_groups') groups, halved until they fit (else
     `launch`)."""
     groups = batch_groups(B) if backward else forward_groups(mode, B, math)
+    if groups == 1 or launch.groups != 1:
+        return launch
     forced = UNITS[int(backward)] if isinstance(UNITS, tuple) else UNITS
-    while groups > 1 and launch.groups == 1:
-        grouped, _ = _pass(mode, B, H, D, forced, backward, partial=partial, groups=groups)
-        if grouped is not None:
-            return grouped
-        groups //= 2
-    return launch
+    grouped, _ = _fewest_halvings(groups, lambda g: _pass(mode, B, H, D, forced, backward, partial=partial, groups=g))
+    return grouped or launch
 
 
 def kernel_math(math: str) -> int:
