@@ -38,10 +38,12 @@
 //
 // Both directions of a bidirectional layer run in the same launch: CTAs 0 .. S-1 run direction 0 and
 // S .. 2S-1 direction 1 (at time T-1-s at its step s), each group through its own counter.
-// The wavefront (wave = 1) uses the same two groups for two stacked layers of one direction. Forward, group 1 runs
-// layer l + 1: before its step t it waits (grid_wait) on group 0's counter until every CTA of layer l is past step t
-// (group 0 arrives after its last step too: grid_arrive), then multiplies [y_l[t] | h] by [W_ih | W_hh], both in its
-// shared memory; layer l never waits for layer l + 1. Backward, group 0 runs layer l + 1 and group 1 layer l, whose
+// The wavefront (wave = 1) uses the same two groups for two stacked layers of one direction. Forward, group 0 runs
+// layer l and group 1 layer l + 1. Layer l's CTAs stage h_l[s - 1] = y_l[s - 1] at their step s anyway: they multiply
+// it by the rows of layer l + 1's W_ih for their units too (in shared memory beside their W_hh rows) and write that
+// part of layer l + 1's gates_x[s - 1] (one step more at the end, s = T, for gates_x[T - 1]). Before its step t,
+// layer l + 1 waits (wait_below) until every CTA of layer l is past step t + 1; its step is then a single layer's.
+// Layer l never waits for layer l + 1. Backward, group 0 runs layer l + 1 and group 1 layer l, whose
 // product adds the upper layer's dgates_x[t] @ W_ih (its dy) to dgates_h @ W_hh. block_product takes the two operands
 // as they lie (Operand: fp32, or the bfloat16 exchange), staged through one ring. Launcher: rnn_persistent.py.
 // Batch groups (nb > 1, "Batch groups" below): the batch split between nb independent sets of the above, each with its
@@ -125,13 +127,14 @@ struct DirForward {
     float* y;              // y + this direction's column offset; row (t, b) at y + (t * B + b) * y_ld
     unsigned short* xchg;  // (slots, B, H) bfloat16, math = 2: each step's h rounded as the product rounds it, what the
                            // CTAs stage from the second step on (as DirBackward::xchg); slot s % slots written at step s
-    long long slots;       // 2; T for the lower layer of a wavefront (the layer above reads slot t at its step t)
-    // The wavefront (wave = 1: CTAs of group 0 run layer l, group 1 layer l + 1, of one direction, in one launch):
-    // the upper layer has no gates_x; its product also covers its input, the lower layer's y at step t.
-    const float* w_ih;     // (G*H, H): the upper layer's input weights, or nullptr
-    const float* x;        // the lower layer's y: row (t, b) at x + (t * B + b) * x_ld; or nullptr
-    const unsigned short* xh;  // the lower layer's exchange slots (T, B, H) bfloat16, read instead of x; or nullptr
-    long long x_ld;
+    long long slots;       // 2
+    // The wavefront (wave = 1: CTAs of group 0 run layer l, group 1 layer l + 1, of one direction, in one launch): the
+    // lower layer also projects the upper layer's input. Its CTAs stage h_l[s - 1] = y_l[s - 1] at step s anyway, for
+    // their own product; they multiply it by the upper layer's W_ih rows of their units too, and write that part of
+    // the upper layer's gates_x[s - 1] (without bias, as the input GEMM writes it), which the upper layer reads as its
+    // gates_x. The upper layer's step is then a single layer's.
+    const float* w_ih;     // (G*H, H): the upper layer's input weights (lower layer only), or nullptr
+    float* gx_up;          // (T, B, G*H): the upper layer's gates_x, written (lower layer only), or nullptr
 };
 
 struct DirBackward {
@@ -463,8 +466,8 @@ __device__ __forceinline__ int tile_group_log2(int tiles)
     return lg;
 }
 
-// red = sum over the operands of A_i @ W[:, kw_i : kw_i + K_i]^T (one operand; two for the wavefront's upper layer:
-// its input and its state). Each operand is staged in chunks of its own width (PKC fp32, PKC_H bfloat16 columns)
+// red = sum over the operands of A_i @ W[:, kw_i : kw_i + K_i]^T (one operand; two for the backward wavefront's lower
+// layer: its dgates_h and the upper layer's dgates_x). Each operand is staged in chunks of its own width (PKC fp32, PKC_H bfloat16 columns)
 // through the one ring; columns past an operand's K are staged as zero, so W's columns there never count.
 template <class Fetch>
 __device__ void block_product(const Operand op0, const Operand op1, int B, int BP, const float* W, int RP, int KP,
@@ -601,20 +604,34 @@ __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : 
 // with one group, measured), with 8 warps there are registers to spare. Elsewhere B = BT and b0 = 0 at compile time.
 constexpr bool FORWARD_GROUPS = PT < 512;
 
+// The wavefront's upper layer waits before each step t until every CTA of the lower layer is past its step t + 1,
+// the one that wrote the upper layer's gates_x[t] (DirForward::gx_up). The lower layer runs ahead, so the count that
+// thread 0 last read from its counter (`seen`) usually covers several steps: only when it does not does the CTA load
+// the counter again (an L2 round trip, ~0.9 us a step as grid_wait, benchmarks/trace_rnn_persistent.py). Thread 0
+// only; the __syncthreads that follows (block_product's first) passes what it acquired on to the CTA.
+__device__ __forceinline__ void wait_below(const unsigned int* counter, unsigned int target, unsigned int& seen)
+{
+    if (threadIdx.x != 0 || seen >= target) return;
+    const long long start = clock64();
+    while ((seen = load_acquire(counter)) < target) {
+        if (clock64() - start > (1LL << 36)) __trap();  // ~30 s: the grid was not co-resident
+    }
+    __threadfence();
+}
+
 template <int MODE>
 __device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
                                    const int* lengths, int T, int B, int BT_, int b0_, int H, int U, long long y_ld,
-                                   int relu, int math, unsigned int* barrier, const unsigned int* below,
-                                   bool arrive_last, bool y_first)
+                                   int relu, int math, unsigned int* barrier, const unsigned int* below)
 {
     const int BT = FORWARD_GROUPS ? BT_ : B, b0 = FORWARD_GROUPS ? b0_ : 0;
     constexpr int G = gate_count<MODE>();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    // The wavefront's upper layer: its input's KX columns come first in W's rows, its state's from column KH (a
-    // multiple of 16, so that both operands' 64-bit fragment loads of W stay aligned; the columns between are zero).
-    const int KX = dir.x != nullptr ? H : 0, KH = round_up(KX, 16);
-    const int R = G * U, RP = round_up(R, 8), KP = round_up(KH + H, 8) + 8, BP = round_up(B, 16);
+    // The wavefront's lower layer (dir.gx_up set): W's rows R .. 2R - 1 are the upper layer's W_ih rows of the same
+    // units, and the loop runs one step more (s = T: only the product, for the upper layer's gates_x[T - 1]).
+    const bool project = dir.gx_up != nullptr;
+    const int R = G * U, RP = round_up(project ? 2 * R : R, 8), KP = round_up(H, 8) + 8, BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + (math == 2 ? RP * KP / 2 : RP * KP);   // (bf16: W as halves)
     float* red = ring + NBUF * BP * PKCP;
@@ -629,16 +646,13 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     const long long state = (long long)BT * H;
     const long long r0 = (long long)b0 * H;   // (the group's first row, in hs, cs and the exchange)
 
-    // Rows g*U + u of W = row g*H + j0 + u of [W_ih | W_hh] (W_ih only in the upper layer of a wavefront); zero past H,
-    // in the padding rows and columns (the mma steps run over K rounded up to 8 or 16 columns).
+    // Rows g*U + u of W = row g*H + j0 + u of W_hh, and (project) rows R + g*U + u the same row of the upper layer's
+    // W_ih; zero past H, in the padding rows and columns (the mma steps run over K rounded up to 8 or 16 columns).
     for (int i = threadIdx.x; i < RP * KP; i += PT) {
-        const int r = i / KP, k = i % KP, g = r / U, u = r % U;
+        const int r = i / KP, k = i % KP, upper = r >= R, g = (r - upper * R) / U, u = (r - upper * R) % U;
         const long long row = g * H + j0 + u;
         float v = 0.0f;
-        if (r < R && j0 + u < H) {
-            if (k < KX) v = dir.w_ih[row * KX + k];
-            else if (k >= KH && k < KH + H) v = dir.w_hh[row * H + k - KH];
-        }
+        if (r < (project ? 2 * R : R) && j0 + u < H && k < H) v = (upper ? dir.w_ih : dir.w_hh)[row * H + k];
         stage_w(W, i, v, math);
     }
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;  // rows B .. BP-1 stay zero
@@ -652,52 +666,53 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         const int b = e / U, j = j0 + e % U;
         h_own[e] = j < H ? dir.hs[first * state + r0 + b * (long long)H + j] : 0.0f;
         if (MODE == MODE_LSTM) c_own[e] = j < H ? dir.cs[first * state + r0 + b * (long long)H + j] : 0.0f;
-        if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gx[b * R + g * U + e % U] = 0.0f;
     }
     // (block_product's first __syncthreads orders these writes before any read)
 
-    for (int s = 0; s < T; ++s) {
+    unsigned int seen = 0;   // (wait_below)
+    const int steps = T + project;
+    for (int s = 0; s < steps; ++s) {
         MARK(0);
+        const bool cell = s < T;   // (the lower layer's step T: the product only)
         const int t = direction ? T - 1 - s : s;
         const float* h_in = dir.hs + (direction ? t + 1 : t) * state + r0;
         const long long out = (direction ? t : t + 1) * state + r0;
         const float* gx_t = dir.gates_x + ((long long)t * BT + b0) * G * H;
         auto fetch = [&]() {  // this step's input projection of the CTA's gates: gx[(b * G + g) * U + u]
-            if (dir.gates_x == nullptr) return;
+            if (!cell) return;
             for (int i = threadIdx.x; i < B * G; i += PT) {
                 const int b = i / G, g = i % G;
                 fetch_run(gx + i * U, gx_t + (long long)b * G * H + g * H + j0, units, vec);
             }
         };
+        // the upper layer of a wavefront: its gates_x[t], once the lower layer's CTAs are past step t + 1
+        if (below != nullptr) wait_below(below, per_direction * (unsigned int)(t + 2), seen);
+        MARK(10);
         // from the second step on (math = 2) the CTAs stage the state as the last step's cells rounded it (bfloat16)
         const Operand own = {h_in, dir.xchg == nullptr || s == 0 ? nullptr : dir.xchg + ((s - 1) % dir.slots) * state + r0,
-                             H, H, KH};
-        if (KX) {   // the wavefront's upper layer: the lower layer's y at t, once its CTAs are past step t
-            grid_wait(below, per_direction * (unsigned int)(t + 1));
-            MARK(10);
-            const Operand input = {dir.x + ((long long)t * BT + b0) * dir.x_ld,
-                                   dir.xh == nullptr ? nullptr : dir.xh + t * state + r0, dir.x_ld, KX, 0};
-            block_product(input, own, B, BP, W, RP, KP, ring, red, math, fetch);
-        } else {
-            block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
-        }
+                             H, H, 0};
+        block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         // The cell, in two passes around the barrier's arrival (split_barrier): first what the other CTAs read at the
-        // next step (the state: its bfloat16 exchange, or hs; y too where the layer above reads it as fp32), then,
-        // while they may already be staging it, the rest: hs, cs, y and the gate record, from shared memory (h_own,
-        // c_own, and the record stashed over this step's gx, which only this thread reads: `stash`).
+        // next step (the state: its bfloat16 exchange, or hs; and the upper layer's gates_x), then, while they may
+        // already be staging it, the rest: hs, cs, y and the gate record, from shared memory (h_own, c_own, and the
+        // record stashed over this step's gx, which only this thread reads: `stash`).
         unsigned short* xc = dir.xchg == nullptr ? nullptr : dir.xchg + (s % dir.slots) * state + r0;
         const bool hs_first = xc == nullptr;
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
+            if (project && s > 0) {   // the upper layer's gates_x[s - 1] for these units: W_ih's rows of the product
+                float* up = dir.gx_up + ((long long)(s - 1) * BT + b0 + b) * G * H + j;
+#pragma unroll
+                for (int g = 0; g < G; ++g) up[g * H] = red[b * RP + R + g * U + u];
+            }
+            if (!cell) continue;
             const long long i = b * (long long)H + j;
-            float* y = dir.y + ((long long)t * BT + b0 + b) * y_ld + j;
             float* gxe = gx + b * R + u;           // gate g at gxe[g * U]; then the record's entry g (stash)
             float* ghe = red + b * RP + u;         // likewise; the GRU's fourth record entry at ghe[0]
             if (!step_is_valid(lengths, b, t)) {  // the state passes through; y and the record are 0
                 if (xc != nullptr) xc[i] = bf16_bits(h_own[e]);
                 if (hs_first) dir.hs[out + i] = h_own[e];
-                if (y_first) *y = 0.0f;
                 continue;
             }
             float h_new;
@@ -725,35 +740,34 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             h_own[e] = h_new;
             if (xc != nullptr) xc[i] = bf16_bits(h_new);
             if (hs_first) dir.hs[out + i] = h_new;
-            if (y_first) *y = h_new;
         }
         MARK(6);
-        const bool more = s + 1 < T;
-        if (split_barrier && (more || arrive_last)) grid_arrive(barrier);   // (the layer above waits for the last step)
+        const bool more = s + 1 < steps;
+        // (the lower layer of a wavefront arrives after its last step too: the upper layer waits for it)
+        if (split_barrier && (more || project)) grid_arrive(barrier);
         else __syncthreads();   // (the stash is read by the thread that wrote it; h_own and c_own likewise)
         MARK(7);
-        for (int e = threadIdx.x; e < B * U; e += PT) {
+        for (int e = threadIdx.x; cell && e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
             const long long i = b * (long long)H + j;
             const bool valid = step_is_valid(lengths, b, t);
             if (!hs_first) dir.hs[out + i] = h_own[e];
             if (MODE == MODE_LSTM) dir.cs[out + i] = c_own[e];
-            if (!y_first) dir.y[((long long)t * BT + b0 + b) * y_ld + j] = valid ? h_own[e] : 0.0f;
+            dir.y[((long long)t * BT + b0 + b) * y_ld + j] = valid ? h_own[e] : 0.0f;
             float* keep = dir.saved == nullptr ? nullptr : dir.saved + ((long long)t * BT + b0 + b) * 4 * H + j;
             float* gxe = gx + b * R + u;
             if (MODE != MODE_RNN && keep != nullptr) {
                 for (int g = 0; g < 3; ++g) keep[g * H] = valid ? gxe[g * U] : 0.0f;
                 keep[3 * H] = valid ? (MODE == MODE_LSTM ? gxe[3 * U] : red[b * RP + u]) : 0.0f;
             }
-            if (dir.gates_x == nullptr) for (int g = 0; g < G; ++g) gxe[g * U] = 0.0f;  // (no fetch refills it)
         }
         MARK(8);
         if (split_barrier) {
             if (more) grid_wait(barrier, per_direction * (unsigned int)(s + 1));
         } else if (more) {
             grid_barrier(barrier, per_direction, s);
-        } else if (arrive_last) {
+        } else if (project) {
             grid_arrive(barrier);
         }
         MARK(9);
@@ -1189,10 +1203,10 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
         unsigned int* counters = barrier + 2 * bg;                                                          \
         if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
             persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
-                                     math, counters + 1, wave ? counters : nullptr, false, false);          \
-        else  /* (the layer above reads y itself where it has no exchange slots to read: y_first) */        \
+                                     math, counters + 1, wave ? counters : nullptr);                        \
+        else  /* (wave: d0.gx_up is set, the lower layer also projects the upper one's input) */             \
             persistent_forward<MODE>(d0, 0, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, math,      \
-                                     counters, nullptr, wave != 0, wave != 0 && d1.xh == nullptr);          \
+                                     counters, nullptr);                                                    \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \

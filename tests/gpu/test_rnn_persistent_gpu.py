@@ -278,8 +278,9 @@ def _run_math(desc, case, lengths, math):
 @pytest.mark.parametrize("num_layers,H,padded,per_cta", [(2, 48, False, None), (3, 48, True, 3), (2, 37, True, 1),
                                                          (4, 64, False, 5)])
 def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per_cta, monkeypatch):
-    """Two stacked unidirectional layers in one launch, forward (rnn_persistent.forward_wave: the upper layer's CTAs
-    wait for the lower layer's step t, then multiply [y_lower[t] | h] by [W_ih | W_hh]; not the GRU) and backward
+    """Two stacked unidirectional layers in one launch, forward (rnn_persistent.forward_wave: the lower layer's CTAs
+    multiply the state they stage at step s by their rows of W_hh and of the upper layer's W_ih and write the upper
+    layer's gates_x[s - 1], which its CTAs read at their step s - 1 once every lower CTA is past step s) and backward
     (backward_wave: the lower layer's CTAs wait for the upper layer's time t, then multiply [dgates_h | dgates_x of
     the layer above] by [W_hh; W_ih above]) against the layers run one launch each: the same values to the precision's
     rounding (fp32: 3xTF32 products in another order; TF32 and bf16: the products the wavefront moves into the kernel
@@ -296,7 +297,7 @@ def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per
     case = _case(desc, T, B, rng)
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)   # (also where "auto" would not pick it)
     assert rnn_persistent.wave_plan(mode, B, H, math, backward=True)[0] is not None
-    assert (rnn_persistent.wave_plan(mode, B, H, math)[0] is None) == (mode == "gru")
+    assert rnn_persistent.wave_plan(mode, B, H, math)[0] is not None
     results = {}
     for wave in (True, False):
         monkeypatch.setattr(rnn_persistent, "WAVEFRONT", wave)
@@ -318,7 +319,7 @@ def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per
 
 def test_wavefront_is_deterministic_and_capturable(monkeypatch):
     """Run to run the same bits; inside a CUDA graph, a replay on new data equals an eager run on it. (WAVEFRONT =
-    True: "auto" runs the LSTM's forward one layer at a time, and this checks the wavefront both ways.)"""
+    True: in a graph "auto" runs this batch's backward one layer at a time, and this checks the wavefront both ways.)"""
     from minidl.primitives.cuda import rnn_persistent
 
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)

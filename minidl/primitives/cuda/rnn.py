@@ -263,7 +263,8 @@ class _ForwardDirection:
         self.math = math
         # What the persistent algorithm (rnn_persistent.py) reads instead of the packed step launches.
         self.gates_x, self.w_hh, self.b_ih, self.b_hh = gates_x, w_hh, b_ih, b_hh
-        self.w_ih = None   # set for the upper layer of a wavefront (rnn_persistent.forward_wave), which has no gates_x
+        # set for the upper layer of a wavefront (rnn_persistent.forward_wave), whose gates_x the layer below writes
+        self.w_ih = None
         self.geo, self.T, self.w_hh_ptr = geo, geo.T, _ptr(w_hh)
         # The launches below hold raw pointers only: keep every array they point into alive until the
         # loop has run, or CuPy's memory pool hands the memory to the next allocation.
@@ -398,9 +399,8 @@ def rnn_forward(x, h0, c0, weights, desc, seq_lengths, training, math="fp32"):
     def direction_run(layer, direction, layer_input, y, project=True):
         k = layer * D + direction
         w_ih, w_hh, b_ih, b_hh = weights[k]
-        gates_x = None
+        gates_x = _empty((T, B, G * H))
         if project:   # the input projection does not depend on the recurrence: one GEMM for all T steps
-            gates_x = _empty((T, B, G * H))
             _gemm(_ptr(gates_x), _ptr(layer_input), _ptr(w_ih), T * B, G * H, layer_input.shape[2], trans_b=True,
                   math=math)
         run = _ForwardDirection(_Geometry(desc.mode, T, B, H, D, direction), kernel, gates_x, w_hh, b_ih, b_hh,

@@ -28,8 +28,10 @@ reads B x G*H: half the L2 traffic for the LSTM in fp32 and TF32, the same as bf
 (benchmarks/bench_rnn_backward.py).
 
 The wavefront (`wave_plan`, `forward_wave`, `backward_wave`): two stacked layers of one direction in one launch, half
-the SMs each, the upper layer's step t beside the lower layer's step t + 1 (forward; backward the other way round);
-measured A/B by benchmarks/bench_rnn_wavefront.py.
+the SMs each: forward, the lower layer's CTAs also project the upper layer's input (they stage its input, their own
+state, anyway), and the upper layer's step t runs beside the lower layer's step t + 2; backward, the upper layer's step
+beside the lower's one behind, the lower layer's product adding the upper layer's input gradient. Measured A/B by
+benchmarks/bench_rnn_wavefront.py and in benchmarks/results/gpu_rnn.md.
 
 Batch groups (`batch_groups`, `forward_groups`, `Pass.groups`): the recurrence of a batch row reads no other row, so a
 launch can split the batch between independent groups of CTAs, each with 1 / groups of the SMs, its own rows of every
@@ -112,9 +114,11 @@ def _smem_limit(device_id: int) -> int:
 
 
 def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str = "fp32",
-               input_columns: int = 0, partial: bool = False) -> int:
+               input_columns: int = 0, partial: bool = False, project: bool = False) -> int:
     """Dynamic shared memory of a CTA owning `units` hidden units (the layout in rnn_persistent.cu). bf16 keeps W
-    as halves; input_columns: the wavefront's upper layer, whose W rows also hold its W_ih (H columns); partial: the
+    as halves; input_columns: the backward wavefront's lower layer, whose W columns also hold the upper layer's W_ih
+    (G*H more); project: the forward wavefront's lower layer, whose W rows also hold the upper layer's W_ih rows of
+    its units (twice the rows); partial: the
     partial-sum backward (W_hh's G*U rows transposed, H x (G*U rounded up to 16, + 8), and one buffer of the ring)."""
     G = GATES[mode]
     if partial:
@@ -126,7 +130,7 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str 
         w = _round(units, 8) * (_round(_round(G * H, 16) + input_columns if input_columns else G * H, 8) + 8)
         rest = (2 + BACKWARD_OPS) * B * units
     else:
-        w = _round(G * units, 8) * (_round(_round(input_columns, 16) + H, 8) + 8)
+        w = _round((2 if project else 1) * G * units, 8) * (_round(H, 8) + 8)
         rest = (G + 2) * B * units + 2 * G * units   # (gx, h, c; the biases of the CTA's gates)
     return ((w // 2 if math == "bf16" else w) + ring + rest) * FLOAT_BYTES
 
@@ -208,25 +212,21 @@ def plan(mode: str, B: int, H: int, D: int, units=None):
 def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool = False):
     """(Pass, None) when two stacked layers of one direction can run their forward (or backward) passes in one launch
     (the wavefront: forward, CTAs 0 .. S-1 run layer l and S .. 2S-1 layer l + 1, step t of the upper layer beside
-    step t + 1 of the lower one; backward, the other way round), else (None, why not). Forward, the upper layer's
-    CTAs multiply [its input at t | its state] by [W_ih | W_hh]: its input projection is no GEMM of its own (not the
-    GRU: its n gate keeps the input and recurrent parts apart, r multiplies only the second). Backward, the lower
+    step t + 2 of the lower one; backward, the other way round), else (None, why not). Forward, the lower layer's
+    CTAs multiply the state they stage at step s, h[s - 1] = its y[s - 1], by their units' rows of W_hh and of the
+    upper layer's W_ih, and write the upper layer's gates_x[s - 1]: the upper layer's input projection is no GEMM of
+    its own, and its step is a single layer's (kernels/rnn_persistent.cu, DirForward::gx_up). Backward, the lower
     layer's CTAs multiply [dgates_h | the upper layer's dgates_x at t] by [W_hh; W_ih of the layer above]: the upper
-    layer's input gradient is no GEMM of its own. Measured on 2x512 layers, T35, H200 (.ab-style A/B in
-    benchmarks/results/gpu_rnn.md): LSTM bf16 B32 forward 0.607 -> 0.506 ms, backward 1.323 -> 0.956."""
+    layer's input gradient is no GEMM of its own.
+
+    "auto" takes the forward wavefront wherever it fits: measured (2x512, T35, H200, the forward alone replayed from a
+    CUDA graph, ms, one launch per layer -> wavefront, benchmarks/results/gpu_rnn.md session 22): LSTM bf16 B32 0.48
+    -> 0.35, TF32 B32 0.58 -> 0.49, fp32 B32 0.83 -> 0.72, GRU bf16 B32 0.44 -> 0.32, TF32 B64 0.72 -> 0.67, fp32 B64
+    1.11 -> 1.04; it ties on the LSTM's TF32 and fp32 B64 rows (0.79 / 0.79, 1.19 / 1.19). The backward's policy
+    follows."""
     if not WAVEFRONT:
         return None, "rnn_persistent.WAVEFRONT is off"
-    if mode == "gru" and not backward:
-        return None, "the GRU's n gate adds r * (its recurrent part) to its input part: one product cannot hold both"
-    if WAVEFRONT == "auto" and mode == "lstm" and not backward and math != "bf16":
-        # since the split barrier (session 11) one launch per layer, on all the SMs, is the faster LSTM forward in fp32
-        # and TF32; measured (2x512, T35, H200), ms, per layer / wavefront, eager forward (bench_rnn_wavefront.py at
-        # d7b9563): fp32 B32 0.985 / 1.016, B64 1.281 / 1.352; TF32 0.948 / 1.010, 1.120 / 1.137. Replayed from a
-        # graph with the backward (bench_gpu_rnn.py) the two tie in fp32 and TF32 (within 1%), while in bf16, whose
-        # product is cheap and whose steps are the barrier's, the wavefront's overlap of the two layers wins: fwd+bwd
-        # 1.164 against 1.251 ms at T35 B32 (eager forward alone said the opposite, 0.871 / 0.779): bf16 keeps it
-        return None, "the LSTM's forward (fp32, TF32) measured faster one launch per layer"
-    if WAVEFRONT == "auto" and mode == "gru" and math == "bf16":
+    if WAVEFRONT == "auto" and backward and mode == "gru" and math == "bf16":
         # each layer gets half the SMs and the lower layer's product doubles; measured (2x512, T35, H200): the GRU's
         # bf16 backward 0.804 -> 0.780 ms at B32, 1.042 -> 1.073 at B64, where every other case gained 5-65%
         return None, "the GRU's bf16 backward measured no faster as a wavefront"
@@ -281,13 +281,14 @@ def _wave_pass(mode, B, H, math, units, backward, groups):
     if 2 * groups * per_layer > sms:
         return None, (f"two layers of {per_layer} CTAs (units={units}) in {groups} batch group(s) would not all be "
                       f"resident on {sms} SMs")
-    rows = units if backward else GATES[mode] * units
+    rows = units if backward else 2 * GATES[mode] * units   # (forward: the upper layer's W_ih rows too)
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, f"batch {B} x {rows} rows per CTA is more than the {MAX_TILES} mma tiles"
-    smem = smem_bytes(mode, B, H, units, backward, math, input_columns=GATES[mode] * H if backward else H)
+    smem = smem_bytes(mode, B, H, units, backward, math, input_columns=GATES[mode] * H if backward else 0,
+                      project=not backward)
     limit = _smem_limit(cupy.cuda.runtime.getDevice())
     if smem > limit:
-        what = "lower layer's columns of [W_hh; W_ih above]" if backward else "upper layer's rows of [W_ih | W_hh]"
+        what = "lower layer's columns of [W_hh; W_ih above]" if backward else "lower layer's rows of W_hh and W_ih above"
         return None, (f"the {what} for {units} hidden units need {smem // 1024} KB of shared memory per CTA ({math}, "
                       f"batch {B}); this GPU has {limit // 1024} KB")
     return Pass(units, 2 * groups * per_layer, smem, groups), None
@@ -397,17 +398,17 @@ def _ptr(a) -> int:
     return 0 if a is None else a.data.ptr
 
 
-def _forward_struct(run, y, column, exchange, slots=2, x=None, xh=None):
-    """DirForward's words (kernels/rnn_persistent.cu) for one run (rnn.py's _ForwardDirection)."""
-    upper = x is not None
+def _forward_struct(run, y, column, exchange, above=None):
+    """DirForward's words (kernels/rnn_persistent.cu) for one run (rnn.py's _ForwardDirection); `above`: the
+    wavefront's upper layer's run, whose gates_x this (lower) layer's product writes."""
     return (_ptr(run.gates_x), _ptr(run.w_hh), _ptr(run.b_ih), _ptr(run.b_hh), _ptr(run.hs), _ptr(run.cs),
-            _ptr(run.gates), _ptr(y) + column * FLOAT_BYTES, _ptr(exchange), slots,
-            _ptr(run.w_ih) if upper else 0, _ptr(x), _ptr(xh), run.geo.H if upper else 0)
+            _ptr(run.gates), _ptr(y) + column * FLOAT_BYTES, _ptr(exchange), 2,
+            0 if above is None else _ptr(above.w_ih), 0 if above is None else _ptr(above.gates_x))
 
 
-def _exchange(math, B, H, slots=2):
-    """bf16: the CTAs stage h from the second step on as bfloat16 (DirForward::xchg, `slots` slots of (B, H))."""
-    return cupy.ndarray(slots * B * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+def _exchange(math, B, H):
+    """bf16: the CTAs stage h from the second step on as bfloat16 (DirForward::xchg, two slots of (B, H))."""
+    return cupy.ndarray(2 * B * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
 
 
 def _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, wave):
@@ -425,20 +426,21 @@ def forward(mode, the_plan, directions, y, lengths, T, B, H, math="fp32"):
     exchange = [_exchange(math, B, H) for _ in directions]   # (alive until the launch is queued)
     structs = [_forward_struct(run, y, d * H, exchange[d]) for d, run in enumerate(directions)]
     if D == 1:
-        structs.append((0,) * 14)
+        structs.append((0,) * 12)
     launch = _grouped(the_plan.forward, mode, B, H, D, math, backward=False)
     _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, 0)
 
 
 def forward_wave(mode, launch, lower, upper, y_lower, y_upper, lengths, T, B, H, math="fp32"):
     """The forward passes of two stacked layers of one direction in one launch (wave_plan's Pass): `lower` as
-    forward() runs it, `upper` (its gates_x None, its w_ih set) reading y_lower at its step t once every CTA of the
-    lower layer is past step t; in bf16, from the lower layer's T exchange slots (its y rounded as the upper
-    product rounds it), unless the batch is padded (y is 0 past a sequence's end, the state is not)."""
-    low_exchange, up_exchange = _exchange(math, B, H, slots=T), _exchange(math, B, H)   # (alive until queued)
-    xh = low_exchange if lengths is None else None
-    structs = [_forward_struct(lower, y_lower, 0, low_exchange, slots=T),
-               _forward_struct(upper, y_upper, 0, up_exchange, x=y_lower, xh=xh)]
+    forward() runs it, whose CTAs also multiply the state they stage at step s (h[s - 1] = y_lower[s - 1]) by the
+    upper layer's W_ih rows of their units and write upper.gates_x[s - 1] (upper.gates_x allocated, not computed; its
+    w_ih set); `upper` as forward() runs it, reading its gates_x[t] once every CTA of the lower layer is past step
+    t + 1. (A padded batch's y is 0 past a sequence's end where the state is not; the upper layer's cell ignores its
+    gates there.)"""
+    low_exchange, up_exchange = _exchange(math, B, H), _exchange(math, B, H)   # (alive until queued)
+    structs = [_forward_struct(lower, y_lower, 0, low_exchange, above=upper),
+               _forward_struct(upper, y_upper, 0, up_exchange)]
     _launch_forward(mode, launch, structs, lengths, T, B, H, 1, math, 1)
 
 
