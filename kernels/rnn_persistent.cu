@@ -42,7 +42,7 @@
 // layer l and group 1 layer l + 1. Layer l's CTAs stage h_l[s - 1] = y_l[s - 1] at their step s anyway: they multiply
 // it by the rows of layer l + 1's W_ih for their units too (in shared memory beside their W_hh rows) and write that
 // part of layer l + 1's gates_x[s - 1] (one step more at the end, s = T, for gates_x[T - 1]). Before its step t,
-// layer l + 1 waits (wait_below) until every CTA of layer l is past step t + 1; its step is then a single layer's.
+// layer l + 1 waits (wait_layer) until every CTA of layer l is past step t + 1; its step is then a single layer's.
 // Layer l never waits for layer l + 1. Backward, group 0 runs layer l + 1 and group 1 layer l, whose
 // product adds the upper layer's dgates_x[t] @ W_ih (its dy) to dgates_h @ W_hh. block_product takes the two operands
 // as they lie (Operand: fp32, or the bfloat16 exchange), staged through one ring. Launcher: rnn_persistent.py.
@@ -149,13 +149,18 @@ struct DirBackward {
     float* dc;             // (B, H), LSTM: in dcy, out dc0
     unsigned short* xchg;  // (slots, B, G*H) bfloat16, math = 2: dgates_h rounded as the product rounds it, what the
                            // CTAs stage (half the bytes of the fp32 array); slot s % slots written at step s; or nullptr
-    long long slots;       // 2; T for the upper layer of a wavefront (the layer below reads slot s at its step s)
-    // The wavefront (wave = 1: group 0 runs layer l + 1, group 1 layer l, both back through time in one launch): the
-    // lower layer's dy at t is the upper layer's input gradient, dgates_x[t] @ W_ih, which its product adds.
-    const float* w_ih;     // (G*H, H): the upper layer's input weights, or nullptr
-    const float* x;        // the upper layer's dgates_x (T, B, G*H), or nullptr
-    const unsigned short* xh;  // the upper layer's exchange slots (T, B, G*H) bfloat16, read instead of x; or nullptr
+    long long slots;       // 2
+    // The GRU's wavefront (wave = 1: group 0 runs layer l + 1, group 1 layer l, both back through time in one launch):
+    // the lower layer's dy at t is the upper layer's input gradient, dgates_x[t] @ W_ih, which its product adds.
+    const float* w_ih;     // (G*H, H): the upper layer's input weights (the lower layer's; dy_low: its own), or nullptr
+    const float* x;        // the upper layer's dgates_x (T, B, G*H), fp32, or nullptr
     float* part;           // the partial-sum backward (persistent_backward_partial): (2, CTAs, B, H) fp32, or nullptr
+    // The wavefront where dgates_x is dgates_h (LSTM, RNN; group 0 runs layer l + 1, group 1 layer l): the upper layer
+    // projects the lower layer's dy instead. Its CTAs stage its dgates[t] at the step after the one that made them,
+    // for their own product; they multiply them by their units' columns of its W_ih too (w_ih, in shared memory beside
+    // the W_hh columns) and write those columns of the lower layer's dy[t] (= dgates_x[t] @ W_ih, its input gradient),
+    // which the lower layer reads as its dy. The lower layer's step is then a single layer's (x nullptr there).
+    float* dy_low;         // (T, B, H): the lower layer's dy, written (the upper layer), or nullptr
 };
 
 __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
@@ -604,12 +609,13 @@ __host__ __device__ constexpr int gate_count() { return MODE == MODE_LSTM ? 4 : 
 // with one group, measured), with 8 warps there are registers to spare. Elsewhere B = BT and b0 = 0 at compile time.
 constexpr bool FORWARD_GROUPS = PT < 512;
 
-// The wavefront's upper layer waits before each step t until every CTA of the lower layer is past its step t + 1,
-// the one that wrote the upper layer's gates_x[t] (DirForward::gx_up). The lower layer runs ahead, so the count that
+// The wavefront's layer that reads the other one's projection (forward: the upper layer, its gates_x[t], DirForward::
+// gx_up; backward: the lower layer, its dy[t], DirBackward::dy_low) waits before each step until every CTA of the other
+// layer is past the step that wrote it. The other layer runs ahead, so the count that
 // thread 0 last read from its counter (`seen`) usually covers several steps: only when it does not does the CTA load
 // the counter again (an L2 round trip, ~0.9 us a step as grid_wait, benchmarks/trace_rnn_persistent.py). Thread 0
 // only; the __syncthreads that follows (block_product's first) passes what it acquired on to the CTA.
-__device__ __forceinline__ void wait_below(const unsigned int* counter, unsigned int target, unsigned int& seen)
+__device__ __forceinline__ void wait_layer(const unsigned int* counter, unsigned int target, unsigned int& seen)
 {
     if (threadIdx.x != 0 || seen >= target) return;
     const long long start = clock64();
@@ -669,7 +675,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
     }
     // (block_product's first __syncthreads orders these writes before any read)
 
-    unsigned int seen = 0;   // (wait_below)
+    unsigned int seen = 0;   // (wait_layer)
     const int steps = T + project;
     for (int s = 0; s < steps; ++s) {
         MARK(0);
@@ -686,7 +692,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             }
         };
         // the upper layer of a wavefront: its gates_x[t], once the lower layer's CTAs are past step t + 1
-        if (below != nullptr) wait_below(below, per_direction * (unsigned int)(t + 2), seen);
+        if (below != nullptr) wait_layer(below, per_direction * (unsigned int)(t + 2), seen);
         MARK(10);
         // from the second step on (math = 2) the CTAs stage the state as the last step's cells rounded it (bfloat16)
         const Operand own = {h_in, dir.xchg == nullptr || s == 0 ? nullptr : dir.xchg + ((s - 1) % dir.slots) * state + r0,
@@ -873,10 +879,13 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     constexpr int NOPS = BackwardOperands<MODE>::NOPS;   // the cell's operands per unit (fetch_cell_operands)
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
-    // The wavefront's lower layer: W's rows also hold W_ih of the layer above (its columns for these units), from
-    // column KH (a multiple of 16: both operands' 64-bit fragment loads of W stay aligned).
+    // The wavefront's lower layer (GRU): W's rows also hold W_ih of the layer above (its columns for these units), from
+    // column KH (a multiple of 16: both operands' 64-bit fragment loads of W stay aligned). The wavefront's upper layer
+    // where dgates_x is dgates_h (dir.dy_low set): W's rows RU .. RU + U - 1 hold its own W_ih's columns for these units.
     const int GH = G * H, KX = dir.x != nullptr ? GH : 0, KH = round_up(GH, 16);
-    const int RP = round_up(U, 8), KP = round_up(KX ? KH + KX : GH, 8) + 8, BP = round_up(B, 16);
+    const bool project = dir.dy_low != nullptr;
+    const int RU = round_up(U, 8), RP = project ? 2 * RU : RU, KP = round_up(KX ? KH + KX : GH, 8) + 8;
+    const int BP = round_up(B, 16);
     float* W = smem;
     float* ring = W + (math == 2 ? RP * KP / 2 : RP * KP);   // (bf16: W as halves)
     float* red = ring + NBUF * BP * PKCP;
@@ -888,10 +897,11 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     const bool vec = U % 4 == 0 && units == U && H % 4 == 0;  // runs of units are 16-byte aligned
 
     for (int i = threadIdx.x; i < RP * KP; i += PT) {
-        const int u = i / KP, k = i % KP;
+        const int r = i / KP, k = i % KP, input = r >= RU, u = r - input * RU;
         float v = 0.0f;
         if (u < U && j0 + u < H) {
-            if (k < GH) v = dir.w_hh[(long long)k * H + j0 + u];
+            if (input) v = k < GH ? dir.w_ih[(long long)k * H + j0 + u] : 0.0f;   // (project)
+            else if (k < GH) v = dir.w_hh[(long long)k * H + j0 + u];
             else if (KX && k >= KH && k < KH + KX) v = dir.w_ih[(long long)(k - KH) * H + j0 + u];
         }
         stage_w(W, i, v, math);
@@ -903,25 +913,28 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         if (MODE == MODE_LSTM) dcarry[e] = j < H ? dir.dc[b * (long long)H + j] : 0.0f;
     }
 
+    unsigned int seen = 0;   // (wait_layer)
     for (int s = 0; s <= T; ++s) {
         MARK(0);
         const int t = direction ? s : T - 1 - s;  // (for s < T) the step whose cell runs now
+        const int t_last = direction ? s - 1 : T - s;  // (for s > 0) the step processed at s - 1
         auto fetch = [&]() {  // the cell's operands at step t
             if (s < T) fetch_cell_operands<MODE>(ops, dir, t, direction, T, B, BT, H, U, j0, units, vec, dy_ld);
         };
+        // the lower layer of a wavefront whose upper layer projects its dy: dy[t], once the upper layer's CTAs are past
+        // their step s + 1 (the one that staged its dgates[t])
+        if (above != nullptr && !KX && s < T) wait_layer(above, per_direction * (unsigned int)(s + 2), seen);
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh [+ the wavefront's dy
-        // at t: the upper layer's dgates_x[t] @ W_ih, once its CTAs are past their step s].
+        // at t: the upper layer's dgates_x[t] @ W_ih, once its CTAs are past their step s (KX: the GRU)].
         Operand own = {}, input = {};
         if (s > 0) {
-            const int t_last = direction ? s - 1 : T - s;  // the step processed at s - 1
             own = {dir.dgates_h + (long long)t_last * BT * GH,
                    dir.xchg == nullptr ? nullptr : dir.xchg + ((s - 1) % dir.slots) * (long long)BT * GH, GH, GH, 0};
         }
         if (KX && s < T) {
             grid_wait(above, per_direction * (unsigned int)(s + 1));
             MARK(10);
-            input = {dir.x + (long long)t * BT * GH, dir.xh == nullptr ? nullptr : dir.xh + s * (long long)BT * GH, GH,
-                     GH, KH};
+            input = {dir.x + (long long)t * BT * GH, nullptr, GH, GH, KH};
         }
         if (s > 0) {
             block_product(own, input, B, BP, W, RP, KP, ring, red, math, fetch);
@@ -939,7 +952,9 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
                 if (j >= H) continue;
                 dir.dh[b * (long long)H + j] = direct[e] + red[b * RP + u];
                 if (MODE == MODE_LSTM) dir.dc[b * (long long)H + j] = dcarry[e];
+                if (project) dir.dy_low[((long long)t_last * BT + b) * H + j] = red[b * RP + RU + u];
             }
+            if (project) grid_arrive(barrier);   // (the lower layer waits for its dy[t_last])
             break;
         }
         // this step's dgates_h, rounded to bfloat16, for the next step's product (math = 2): slot s & 1. As in the
@@ -951,6 +966,8 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         for (int e = threadIdx.x; e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
             if (j >= H) continue;
+            // (project) the lower layer's dy[t_last] for these units: the product's W_ih columns
+            if (project && s > 0) dir.dy_low[((long long)t_last * BT + b) * H + j] = red[b * RP + RU + u];
             const float dh = direct[e] + (s > 0 || KX ? red[b * RP + u] : 0.0f);
             const long long row = ((long long)t * BT + b) * GH + j;  // (t, b, gate 0, unit j) of dgates
             const long long xrow = b * (long long)GH + j;            // (b, gate 0, unit j) of the exchange slot
@@ -1177,8 +1194,8 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
     d.dc = rows_at(d.dc, b0 * H);
     d.xchg = rows_at(d.xchg, b0 * GH);
     d.x = rows_at(d.x, b0 * GH);
-    d.xh = rows_at(d.xh, b0 * GH);
     d.part = rows_at(d.part, part_floats);
+    d.dy_low = rows_at(d.dy_low, b0 * H);
     return d;
 }
 
@@ -1229,9 +1246,9 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
         else if (group)  /* direction 1, or (wave) the lower layer, which waits for the upper one's counter */ \
             persistent_backward<MODE>(dir, wave ? 0 : 1, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu,  \
                                       math, counters + 1, wave ? counters : nullptr, false);                \
-        else  /* (the layer below reads dgates_x itself where it has no exchange slots to read: x_shared) */ \
+        else  /* (the GRU's wavefront: the layer below reads its dgates_x, x_shared) */                    \
             persistent_backward<MODE>(dir, 0, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu, math,      \
-                                      counters, nullptr, wave != 0 && d1.xh == nullptr);                    \
+                                      counters, nullptr, wave && d1.x != nullptr);                         \
     }
 PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
 PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)

@@ -116,9 +116,10 @@ def _smem_limit(device_id: int) -> int:
 def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str = "fp32",
                input_columns: int = 0, partial: bool = False, project: bool = False) -> int:
     """Dynamic shared memory of a CTA owning `units` hidden units (the layout in rnn_persistent.cu). bf16 keeps W
-    as halves; input_columns: the backward wavefront's lower layer, whose W columns also hold the upper layer's W_ih
-    (G*H more); project: the forward wavefront's lower layer, whose W rows also hold the upper layer's W_ih rows of
-    its units (twice the rows); partial: the
+    as halves; input_columns: the backward wavefront's lower layer (GRU), whose W columns also hold the upper layer's
+    W_ih (G*H more); project: the forward wavefront's lower layer, whose W rows also hold the upper layer's W_ih rows
+    of its units, or the backward wavefront's upper layer (LSTM, RNN), whose W rows also hold its W_ih's columns for
+    its units (twice the rows either way); partial: the
     partial-sum backward (W_hh's G*U rows transposed, H x (G*U rounded up to 16, + 8), and one buffer of the ring)."""
     G = GATES[mode]
     if partial:
@@ -127,7 +128,8 @@ def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str 
         return ((w // 2 if math == "bf16" else w) + rest) * FLOAT_BYTES
     ring = NBUF * _round(B, 16) * PKCP + RED_FLOATS
     if backward:   # (the wavefront's lower layer: input_columns = G*H, the upper layer's W_ih columns)
-        w = _round(units, 8) * (_round(_round(G * H, 16) + input_columns if input_columns else G * H, 8) + 8)
+        w = (2 if project else 1) * _round(units, 8) * (
+            _round(_round(G * H, 16) + input_columns if input_columns else G * H, 8) + 8)
         rest = (2 + BACKWARD_OPS) * B * units
     else:
         w = _round((2 if project else 1) * G * units, 8) * (_round(H, 8) + 8)
@@ -281,14 +283,18 @@ def _wave_pass(mode, B, H, math, units, backward, groups):
     if 2 * groups * per_layer > sms:
         return None, (f"two layers of {per_layer} CTAs (units={units}) in {groups} batch group(s) would not all be "
                       f"resident on {sms} SMs")
-    rows = units if backward else 2 * GATES[mode] * units   # (forward: the upper layer's W_ih rows too)
+    # forward: the lower layer holds the upper layer's W_ih rows too; backward, LSTM and RNN: the upper layer its W_ih
+    # columns (projects), GRU: the lower layer the upper layer's W_ih columns (input_columns)
+    project = not backward or mode != "gru"
+    rows = (2 * _round(units, 8) if project else units) if backward else 2 * GATES[mode] * units
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, f"batch {B} x {rows} rows per CTA is more than the {MAX_TILES} mma tiles"
-    smem = smem_bytes(mode, B, H, units, backward, math, input_columns=GATES[mode] * H if backward else 0,
-                      project=not backward)
+    smem = smem_bytes(mode, B, H, units, backward, math,
+                      input_columns=GATES[mode] * H if backward and not project else 0, project=project)
     limit = _smem_limit(cupy.cuda.runtime.getDevice())
     if smem > limit:
-        what = "lower layer's columns of [W_hh; W_ih above]" if backward else "lower layer's rows of W_hh and W_ih above"
+        what = ("upper layer's columns of W_hh and W_ih" if project else "lower layer's columns of [W_hh; W_ih above]") \
+            if backward else "lower layer's rows of W_hh and W_ih above"
         return None, (f"the {what} for {units} hidden units need {smem // 1024} KB of shared memory per CTA ({math}, "
                       f"batch {B}); this GPU has {limit // 1024} KB")
     return Pass(units, 2 * groups * per_layer, smem, groups), None
@@ -444,21 +450,23 @@ def forward_wave(mode, launch, lower, upper, y_lower, y_upper, lengths, T, B, H,
     _launch_forward(mode, launch, structs, lengths, T, B, H, 1, math, 1)
 
 
-def _backward_struct(run, dout, column, dh, dc, exchange, slots=2, above=None, above_exchange=None, part=None):
+def _backward_struct(run, dout, column, dh, dc, exchange, above=None, part=None, dy_low=None):
     """DirBackward's words (kernels/rnn_persistent.cu) for one run (rnn.py's _BackwardDirection); `above`: the
-    wavefront's upper layer's run, whose input gradient this (lower) layer's product adds; `part`: the partial-sum
-    backward's two slots of every CTA's partial dh."""
+    wavefront's upper layer's run, whose input gradient this (lower) layer's product adds (GRU); `part`: the
+    partial-sum backward's two slots of every CTA's partial dh; `dy_low`: the wavefront's lower layer's dy, which
+    this (upper) layer's product writes with its own W_ih (LSTM, RNN)."""
     hs, cs, saved = run.record
     dy = 0 if dout is None else _ptr(dout) + column * FLOAT_BYTES
+    w_ih = _ptr(above.w_ih) if above is not None else (_ptr(run.w_ih) if dy_low is not None else 0)
     return (_ptr(run.w_hh), _ptr(hs), _ptr(cs), _ptr(saved), dy, _ptr(run.dgates_x), _ptr(run.dgates_h), _ptr(dh),
-            _ptr(dc), _ptr(exchange), slots, 0 if above is None else _ptr(above.w_ih),
-            0 if above is None else _ptr(above.dgates_x), _ptr(above_exchange), _ptr(part))
+            _ptr(dc), _ptr(exchange), 2, w_ih, 0 if above is None else _ptr(above.dgates_x), _ptr(part),
+            _ptr(dy_low))
 
 
-def _gate_exchange(math, B, H, G, slots=2):
-    """bf16: each step's dgates_h goes to the other CTAs as bfloat16 (DirBackward::xchg, `slots` slots of (B, G*H)):
-    the product rounds it to bfloat16 anyway, and staging it is half the backward step's memory traffic."""
-    return cupy.ndarray(slots * B * G * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+def _gate_exchange(math, B, H, G):
+    """bf16: each step's dgates_h goes to the other CTAs as bfloat16 (DirBackward::xchg, two slots of (B, G*H)): the
+    product rounds it to bfloat16 anyway, and staging it is half the backward step's memory traffic."""
+    return cupy.ndarray(2 * B * G * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
 
 
 def _launch_backward(mode, launch, structs, lengths, T, B, H, D, math, wave):
@@ -492,13 +500,19 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
 
 def backward_wave(mode, launch, upper, lower, dout, lengths, dh, dc, T, B, H, math="fp32"):
     """BPTT of two stacked layers of one direction in one launch (wave_plan(..., backward=True)): `upper` (layer l+1,
-    its w_ih set) as backward() runs it with dout, `lower` (layer l) without a dy: its product adds the upper layer's
-    dgates_x[t] @ W_ih once every CTA of the upper layer is past time t (in bf16, from the upper layer's T exchange
-    slots, where its dgates_x is its dgates_h: LSTM, RNN). dh, dc: [upper's, lower's]."""
+    its w_ih set) as backward() runs it with dout; `lower` (layer l) with the upper layer's input gradient as its dy.
+    Where dgates_x is dgates_h (LSTM, RNN), the upper layer's CTAs multiply the dgates they stage at their step s (those
+    of the step before, t = T - s) by their units' columns of its W_ih too and write the lower layer's dy[t], which the
+    lower layer reads once every upper CTA is past step s: its step is then a single layer's. The GRU's upper layer
+    stages dgates_h, not dgates_x: there the lower layer's product adds dgates_x[t] @ W_ih itself (its W holds the
+    upper layer's W_ih columns too), once every upper CTA is past time t. dh, dc: [upper's, lower's]."""
     G = GATES[mode]
-    up_exchange, low_exchange = _gate_exchange(math, B, H, G, slots=T), _gate_exchange(math, B, H, G)
-    above_exchange = up_exchange if upper.dgates_h is upper.dgates_x else None
-    structs = [_backward_struct(upper, dout, 0, dh[0], dc[0], up_exchange, slots=T),
-               _backward_struct(lower, None, 0, dh[1], dc[1], low_exchange, above=upper,
-                                above_exchange=above_exchange)]
+    up_exchange, low_exchange = _gate_exchange(math, B, H, G), _gate_exchange(math, B, H, G)   # (alive until queued)
+    if upper.dgates_h is upper.dgates_x:
+        dy_low = cupy.ndarray((T, B, H), dtype=cupy.float32)
+        structs = [_backward_struct(upper, dout, 0, dh[0], dc[0], up_exchange, dy_low=dy_low),
+                   _backward_struct(lower, dy_low, 0, dh[1], dc[1], low_exchange)]
+    else:
+        structs = [_backward_struct(upper, dout, 0, dh[0], dc[0], up_exchange),
+                   _backward_struct(lower, None, 0, dh[1], dc[1], low_exchange, above=upper)]
     _launch_backward(mode, launch, structs, lengths, T, B, H, 1, math, 1)
