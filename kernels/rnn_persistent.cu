@@ -923,7 +923,10 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         };
         // the lower layer of a wavefront whose upper layer projects its dy: dy[t], once the upper layer's CTAs are past
         // their step s + 1 (the one that staged its dgates[t])
-        if (above != nullptr && !KX && s < T) wait_layer(above, per_direction * (unsigned int)(s + 2), seen);
+        if (above != nullptr && !KX && s < T) {
+            wait_layer(above, per_direction * (unsigned int)(s + 2), seen);
+            MARK(10);
+        }
         // dh entering this step's cell = direct + (dgates_h of the step processed last) @ W_hh [+ the wavefront's dy
         // at t: the upper layer's dgates_x[t] @ W_ih, once its CTAs are past their step s (KX: the GRU)].
         Operand own = {}, input = {};
@@ -941,6 +944,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         } else if (KX) {
             block_product(input, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         } else {
+            __syncthreads();   // (what thread 0 acquired in wait_layer, for every thread's fetch)
             fetch();
             cp_async_commit();
             cp_async_wait<0>();

@@ -529,16 +529,20 @@ def test_batch_groups_policy(monkeypatch):
 
     assert [rnn_persistent.batch_groups(B) for B in (1, 15, 16, 31, 32, 48, 64, 256)] == [1, 1, 1, 1, 2, 3, 4, 4]
     assert [rnn_persistent.batch_groups(B, wave=True) for B in (16, 32, 63, 64, 128)] == [1, 1, 1, 2, 4]
-    # (batch 32 .. 63: in a CUDA graph the gated modes' backward runs one layer at a time, in groups, not as a
-    # wavefront; eagerly, host-bound, the wavefront's one launch stays)
+    # (batch 32 .. 63: in a CUDA graph the GRU's backward runs one layer at a time, in groups, not as a wavefront;
+    # eagerly, host-bound, the wavefront's one launch stays; the LSTM's wavefront stays in both)
     assert rnn_persistent.wave_plan("lstm", 32, 512, "bf16", backward=True)[0].groups == 1
+    assert rnn_persistent.wave_plan("gru", 32, 512, "tf32", backward=True)[0].groups == 1
     with monkeypatch.context() as m:
         m.setattr(rnn_persistent, "_capturing", lambda: True)
-        assert rnn_persistent.wave_plan("lstm", 32, 512, "bf16", backward=True)[0] is None
+        assert rnn_persistent.wave_plan("lstm", 32, 512, "bf16", backward=True)[0].groups == 1
         assert rnn_persistent.wave_plan("gru", 32, 512, "tf32", backward=True)[0] is None
         assert rnn_persistent.wave_plan("lstm", 64, 512, "bf16", backward=True)[0].groups == 2
     assert rnn_persistent.wave_plan("lstm", 64, 512, "bf16", backward=True)[0].groups == 2
     assert rnn_persistent.wave_plan("rnn_tanh", 32, 512, "bf16", backward=True)[0] is not None
+    # the forward's wavefront wherever it fits, in every mode and math
+    assert all(rnn_persistent.wave_plan(m, 32, 512, math)[0] is not None
+               for m in ("lstm", "gru", "rnn_tanh") for math in ("fp32", "tf32", "bf16"))
     # the forward: 2 groups for the GRU in bf16 from batch 64 only
     assert [rnn_persistent.forward_groups(m, B, math) for m, B, math in
             (("gru", 64, "bf16"), ("gru", 32, "bf16"), ("gru", 64, "tf32"), ("lstm", 64, "bf16"))] == [2, 1, 1, 1]

@@ -241,16 +241,15 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
         one_layer = plan(mode, B, H, 1)[0]
         if one_layer is not None and one_layer.partial is not None:
             return None, "the partial-sum backward, one launch per layer, measured faster"
-    gated = mode in ("lstm", "gru")
-    if WAVEFRONT == "auto" and backward and gated and batch_groups(B, wave=True) == 1 < batch_groups(B) \
+    if WAVEFRONT == "auto" and backward and mode == "gru" and batch_groups(B, wave=True) == 1 < batch_groups(B) \
             and _capturing():
         # the per-layer backward splits the batch into groups of 16 rows, the wavefront only into groups of 32 (below);
         # measured (2x512, T35, H200, backward kernel ms, wavefront / per layer, benchmarks/results/gpu_rnn.md session
-        # 21): LSTM bf16 B32 0.581 / 0.505 (partial sums, 2 groups), GRU TF32 B32 0.818 / 0.573; at B64 both split:
-        # LSTM bf16 0.750 / 0.741, and the wavefront also saves the upper layer's input-gradient GEMM: it stays there.
-        # Only in a CUDA graph, where the kernels' time is all there is: eagerly these shapes are host-bound, and the
-        # per-layer backward's second launch and input-gradient GEMM cost more host time than its kernels save (GRU
-        # TF32 T35 B32 eager fwd+bwd 2.27 and 2.57 ms per layer against 1.75 with the wavefront, bench_gpu_rnn.py)
+        # 21): GRU TF32 B32 0.818 / 0.573. Only in a CUDA graph, where the kernels' time is all there is: eagerly these
+        # shapes are host-bound, and the per-layer backward's second launch and input-gradient GEMM cost more host time
+        # than its kernels save (GRU TF32 T35 B32 eager fwd+bwd 2.27 and 2.57 ms per layer against 1.75 with the
+        # wavefront, bench_gpu_rnn.py). (The LSTM's wavefront, whose upper layer projects the lower layer's dy, beats its
+        # per-layer groups: bf16 B32 fwd+bwd graphed 0.93 against 0.97 ms, session 22.)
         return None, "in a CUDA graph the per-layer backward in batch groups measured faster (batch 32 .. 63)"
     groups = batch_groups(B, wave=True) if backward else forward_groups(mode, B, math)
     return _fewest_halvings(groups, lambda g: _wave_pass(mode, B, H, math, units, backward, g))
