@@ -42,7 +42,7 @@ def rnn_cases():
             for math in ("fp32", "tf32", "bf16") for groups in (1, 2)]:
         if (partial and mode == "rnn_tanh") or (groups > 1 and math == "tf32"):
             continue
-        rnn_persistent.WAVEFRONT = not partial   # (the wavefront forward and backward; not the GRU's forward)
+        rnn_persistent.WAVEFRONT = not partial   # (the wavefront forward and backward, every mode)
         rnn_persistent.PARTIAL_BACKWARD = partial
         rnn_persistent.UNITS = 4 if partial else None
         rnn_persistent.BATCH_GROUPS = rnn_persistent.BATCH_GROUPS_FORWARD = groups
