@@ -327,12 +327,10 @@ __device__ __forceinline__ void fetch_run(float* dst, const float* src, int n, b
 // k steps kslice, kslice + KS, ... Each tile has NCOPY accumulators that take turns by k step
 // (acc[q * NCOPY + copy]): a chain of dependent mmas on one accumulator runs at the mma's latency, so
 // independent chains keep the tensor cores busy when a warp has one tile and a long K.
-// share: the warp's tiles are of one row tile (the same A fragment, a_off[q] == a_off[0]): A is loaded (and split)
-// once per k step for all of them, a third less shared-memory traffic a tile than A and W for each.
 template <int NCOPY>
 __device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* hbuf, const float* W, int k0, int steps,
                                               int kslice, int KS, const int (&a_off)[4], const int (&w_off)[4],
-                                              int my_tiles, int tf32, bool share)
+                                              int my_tiles, int tf32)
 {
     constexpr int TPW = 4 / NCOPY;
     for (int ks0 = kslice; ks0 < steps; ks0 += KS * NCOPY) {
@@ -341,22 +339,19 @@ __device__ __forceinline__ void product_chunk(float (&acc)[4][4], const float* h
             const int ks = ks0 + copy * KS;
             if (ks >= steps) break;
             const int kk = ks * 8;
-            unsigned a_big[4], a_small[4];
 #pragma unroll
             for (int q = 0; q < TPW; ++q) {
                 if (q >= my_tiles) break;
                 // The mma's k = t and k = t + 4 are columns 2t and 2t + 1 of each 8-column step, for A and
                 // W alike (a sum over k does not care which column is which): one 64-bit load per pair.
-                if (q == 0 || !share) {
-                    const float2 a_lo = *reinterpret_cast<const float2*>(hbuf + a_off[q] + kk);
-                    const float2 a_hi = *reinterpret_cast<const float2*>(hbuf + a_off[q] + 8 * PKCP + kk);
-                    const float a[4] = {a_lo.x, a_hi.x, a_lo.y, a_hi.y};
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) minidl_tc::split_tf32(a[e], a_big[e], a_small[e]);
-                }
+                const float2 a_lo = *reinterpret_cast<const float2*>(hbuf + a_off[q] + kk);
+                const float2 a_hi = *reinterpret_cast<const float2*>(hbuf + a_off[q] + 8 * PKCP + kk);
                 const float2 w = *reinterpret_cast<const float2*>(W + w_off[q] + k0 + kk);
+                const float a[4] = {a_lo.x, a_hi.x, a_lo.y, a_hi.y};
                 const float b[2] = {w.x, w.y};
-                unsigned b_big[2], b_small[2];
+                unsigned a_big[4], a_small[4], b_big[2], b_small[2];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) minidl_tc::split_tf32(a[e], a_big[e], a_small[e]);
 #pragma unroll
                 for (int e = 0; e < 2; ++e) minidl_tc::split_tf32(b[e], b_big[e], b_small[e]);
 #ifdef PERSIST_ABLATE_MMA
@@ -404,11 +399,10 @@ __device__ __forceinline__ void stage_w(float* W, int i, float v, int math)
 // A and W), so each is one load: 128 bits of the fp32 state, 64 bits of the bfloat16 W (stage_w).
 // HALF: the state already bfloat16 in shared memory (the exchange, issue_chunk_bf16): the same elements of the same
 // rows, read as they are (64 bits per row: k = 4t .. 4t+3, a_off in halves) instead of converted from fp32.
-// share: as product_chunk's.
 template <int NCOPY, bool HALF>
 __device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const void* hbuf, const float* W, int k0,
                                                    int steps, int kslice, int KS, const int (&a_off)[4],
-                                                   const int (&w_off)[4], int my_tiles, bool share)
+                                                   const int (&w_off)[4], int my_tiles)
 {
     const unsigned short* Wb = reinterpret_cast<const unsigned short*>(W);
     constexpr int TPW = 4 / NCOPY;
@@ -418,15 +412,13 @@ __device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const voi
             const int ks = ks0 + copy * KS;
             if (ks >= steps) break;
             const int kk = ks * 16;
-            unsigned a[4];
 #pragma unroll
             for (int q = 0; q < TPW; ++q) {
                 if (q >= my_tiles) break;
                 // w_off (and the fp32 a_off) point at column 2t of the tile's row (the TF32 layout): 4t is 2t further.
                 const int t2 = w_off[q] & 7;  // = 2t (rows are multiples of 8 elements apart)
-                if (q > 0 && share) {
-                    // (the A fragment of tile 0)
-                } else if (HALF) {
+                unsigned a[4];
+                if (HALF) {
                     const unsigned short* hb = static_cast<const unsigned short*>(hbuf) + a_off[q] + kk;
                     const uint2 lo = *reinterpret_cast<const uint2*>(hb);
                     const uint2 hi = *reinterpret_cast<const uint2*>(hb + 8 * PKCPH);
@@ -450,14 +442,14 @@ __device__ __forceinline__ void product_chunk_bf16(float (&acc)[4][4], const voi
 template <bool HALF>
 __device__ __forceinline__ void product_bf16(int ncopy, float (&acc)[4][4], const void* hbuf, const float* W, int k0,
                                              int steps, int kslice, int KS, const int (&a_off)[4],
-                                             const int (&w_off)[4], int my_tiles, bool share)
+                                             const int (&w_off)[4], int my_tiles)
 {
     if (ncopy == 4) {
-        product_chunk_bf16<4, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, share);
+        product_chunk_bf16<4, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
     } else if (ncopy == 2) {
-        product_chunk_bf16<2, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, share);
+        product_chunk_bf16<2, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
     } else {
-        product_chunk_bf16<1, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles, share);
+        product_chunk_bf16<1, HALF>(acc, hbuf, W, k0, steps, kslice, KS, a_off, w_off, my_tiles);
     }
 }
 
@@ -495,10 +487,6 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
     const int per_warp = (tiles + TG - 1) >> lg;  // <= 4 (the launcher's MAX_TILES)
     const int ncopy = per_warp == 1 ? 4 : (per_warp == 2 ? 2 : 1);
     const float rnt = __fdividef(1.0f, (float)NT);  // (tile + 0.5) * rnt rounds down to tile / NT for tile, NT < 2^10
-    // (a warp's tiles tg, tg + TG, ... rarely share a row tile; measured with consecutive tiles sharing their A
-    // fragment, product_chunk's `share`: slower, e.g. the GRU's TF32 forward at B64 0.68 -> 0.83 ms, gpu_rnn.md
-    // session 22)
-    constexpr bool share = false;
     int a_off[4], ah_off[4], w_off[4], red_off[4], my_tiles = 0;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -551,23 +539,23 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
         if (second ? half1 : half0) {   // the exchange's bfloat16 chunk, 256 columns
             const int k0 = l * PKC_H;
             product_bf16<true>(ncopy, acc, hbuf, W, kw + k0, (min(PKC_H, K - k0) + 15) / 16, kslice, KS, ah_off,
-                               w_off, my_tiles, share);
+                               w_off, my_tiles);
             continue;
         }
         const int k0 = l * PKC;
         if (math == 2) {   // columns past K are zero in the staged chunk
             product_bf16<false>(ncopy, acc, hbuf, W, kw + k0, (min(PKC, K - k0) + 15) / 16, kslice, KS, a_off,
-                                w_off, my_tiles, share);
+                                w_off, my_tiles);
             continue;
         }
         const int steps = (min(PKC, K - k0) + 7) / 8;
         const int tf32 = math;
         if (ncopy == 4) {
-            product_chunk<4>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32, share);
+            product_chunk<4>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         } else if (ncopy == 2) {
-            product_chunk<2>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32, share);
+            product_chunk<2>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         } else {
-            product_chunk<1>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32, share);
+            product_chunk<1>(acc, hbuf, W, kw + k0, steps, kslice, KS, a_off, w_off, my_tiles, tf32);
         }
 #endif
     }
@@ -1148,11 +1136,6 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
         float* to = dir.part + (s & 1) * slot_floats + (long long)c * BU;
         const long long per_dest = (long long)per_direction * BU;
         for (int first = warp; first < tiles; first += 4 * NWARPS) {
-            // The warp's tiles first, first + NWARPS, ... share their A fragment where they are of one row tile (a batch
-            // group of <= 16 rows): in fp32 (3xTF32) its loads and splits then run once a k step for all of them.
-            // Measured (2x512, T35, H200, backward kernel ms a pass): LSTM fp32 B32 0.559 -> 0.531, B64 0.744 -> 0.694;
-            // but TF32 B32 0.50-0.53 -> 0.56-0.58, so TF32 and bf16 load A for each tile (gpu_rnn.md, session 22).
-            const bool share = math == 0 && first / NT == min(first + 3 * NWARPS, tiles - 1) / NT;
             int a_off[4], w_off[4], my_tiles = 0;
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
@@ -1163,9 +1146,9 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
             }
             float acc[4][4] = {};
             if (math == 2) {
-                product_chunk_bf16<1, false>(acc, dgs, Wt, 0, KW / 16, 0, 1, a_off, w_off, my_tiles, share);
+                product_chunk_bf16<1, false>(acc, dgs, Wt, 0, KW / 16, 0, 1, a_off, w_off, my_tiles);
             } else {
-                product_chunk<1>(acc, dgs, Wt, 0, KW / 8, 0, 1, a_off, w_off, my_tiles, math, share);
+                product_chunk<1>(acc, dgs, Wt, 0, KW / 8, 0, 1, a_off, w_off, my_tiles, math);
             }
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
