@@ -673,9 +673,10 @@ if persistent_rows:
 # every SM. Keeping the weights on chip removes launches and weight traffic; it does not remove the chain of steps.
 #
 # The next step, taken since: **the wavefront**. Two stacked layers of one direction now run in one launch, half the
-# CTAs for each (`rnn_persistent.forward_wave`). The upper layer's CTAs do not join the lower layer's barrier; they
-# wait on its counter until every lower CTA is past step t, then multiply `[y_lower[t] | h]` by `[W_ih | W_hh]`, so
-# layer 1's step t runs beside layer 0's step t + 1 and layer 1's input projection is no GEMM of its own. The lower
+# CTAs for each (`rnn_persistent.forward_wave`). In its first version the upper layer's CTAs did not join the lower
+# layer's barrier; they waited on its counter until every lower CTA was past step t, then multiplied
+# `[y_lower[t] | h]` by `[W_ih | W_hh]`, so layer 1's step t ran beside layer 0's step t + 1 and layer 1's input
+# projection was no GEMM of its own ("Who projects whose input", below, says how that changed). The lower
 # layer never waits for the upper one. Backward it is the other way round (`backward_wave`: the lower layer adds the
 # upper layer's `dgates_x[t] @ W_ih` to its product). Measured on an H200 (benchmarks/results/gpu_rnn.md, by
 # `benchmarks/bench_rnn_wavefront.py`; not this notebook's saved run), a 2x512 LSTM in bf16 at batch 32: forward
@@ -720,8 +721,9 @@ if persistent_rows:
 # forward measured 3-13% faster one launch per layer than as a wavefront, timed alone and eagerly. Replayed from a
 # CUDA graph together with its backward, the way a training step runs, the per-layer forward was no faster in fp32 and
 # TF32, and 7% slower in bf16. In bf16 a step's product is cheap, so its time is the barrier's, and overlapping the
-# two layers is what pays. So the policy (`rnn_persistent.wave_plan`) now takes one launch per layer for the fp32 and
-# TF32 forward, and keeps the wavefront for bf16. Measure a choice where it will run.
+# two layers is what pays. So the policy (`rnn_persistent.wave_plan`) took one launch per layer for the fp32 and
+# TF32 forward, and kept the wavefront for bf16, until the wavefront itself changed (below). Measure a choice where
+# it will run, and measure it again when what it chooses between changes.
 #
 # **Why cuDNN still wins in bf16.** Summed kernel by kernel (torch's profiler, which sees CuPy's kernels too), our
 # bf16 forward and backward take 1.13x cuDNN's. In fp32 and TF32 they take 0.52x and 0.65x. But cuDNN's kernels add up
@@ -767,6 +769,22 @@ if persistent_rows:
 # One choice depends on how the step runs. Eagerly, at these sizes, the host is the bottleneck, so one launch for two
 # layers beats two faster launches. In a graph, only the kernels' time counts, so the faster launches win. The
 # launcher asks whether the stream is being captured (`rnn_persistent.wave_plan`).
+#
+# **Who projects whose input.** The first wavefront gave the upper layer twice the work of the lower one: its CTAs
+# staged `y_lower[t]` and `h` and multiplied both. The step timeline showed it (session 20): 7.4 µs a step for the
+# lower layer, 10.5 for the upper, which set the pace. Yet the lower layer's CTAs already stage
+# `h_lower[s - 1] = y_lower[s - 1]` at their step s, for their own product. So now they also keep the upper layer's
+# `W_ih` rows for their units beside their `W_hh` rows, multiply what they staged by both, and write that part of the
+# upper layer's `gates_x[s - 1]` (`DirForward::gx_up` in kernels/rnn_persistent.cu). The upper layer's step is then an
+# ordinary one-layer step that reads its `gates_x[t]` once the lower layer is past step t + 1. The operand is staged
+# once and used twice. The backward turns the same idea around: the upper layer stages its `dgates` anyway, so it also
+# writes the lower layer's `dy = dgates @ W_ih` (LSTM and vanilla RNN; the GRU's upper layer stages `dgates_h`, which
+# is not the `dgates_x` that `dy` needs). The figures here quote benchmarks/results/gpu_rnn.md (session 22, an H200),
+# not this notebook's saved outputs, which come from an older full-mode run. With the change the two layers' steps
+# take 7.47 and 7.52 µs. The forward of a 2x512 LSTM in bf16 at batch 32, replayed from a CUDA graph, went from 0.409
+# to 0.349 ms. The wavefront now pays in every math, so the policy takes it wherever it fits, the GRU's forward
+# included. Against cuDNN's graphed kernels the fwd+bwd rows moved to 0.70-1.06x in fp32, 0.76-1.08x in TF32 and
+# 1.15-1.69x in bf16, and four of the 27 cells meet the 0.8x target.
 
 # %% [markdown]
 # ## Exercises
