@@ -43,9 +43,12 @@
 // it by the rows of layer l + 1's W_ih for their units too (in shared memory beside their W_hh rows) and write that
 // part of layer l + 1's gates_x[s - 1] (one step more at the end, s = T, for gates_x[T - 1]). Before its step t,
 // layer l + 1 waits (wait_layer) until every CTA of layer l is past step t + 1; its step is then a single layer's.
-// Layer l never waits for layer l + 1. Backward, group 0 runs layer l + 1 and group 1 layer l, whose
-// product adds the upper layer's dgates_x[t] @ W_ih (its dy) to dgates_h @ W_hh. block_product takes the two operands
-// as they lie (Operand: fp32, or the bfloat16 exchange), staged through one ring. Launcher: rnn_persistent.py.
+// Layer l never waits for layer l + 1. Backward, group 0 runs layer l + 1 and group 1 layer l. Where dgates_x is
+// dgates_h (LSTM, RNN) the same trick runs the other way: layer l + 1's CTAs stage its dgates[t] anyway, multiply them
+// by their units' columns of its W_ih too and write layer l's dy[t] (DirBackward::dy_low), which layer l reads once
+// layer l + 1 is past that step. The GRU's layer l + 1 stages dgates_h, not dgates_x: there layer l's product adds
+// dgates_x[t] @ W_ih (its dy) to dgates_h @ W_hh itself. block_product takes the two operands as they lie (Operand:
+// fp32, or the bfloat16 exchange), staged through one ring. Launcher: rnn_persistent.py.
 // Batch groups (nb > 1, "Batch groups" below): the batch split between nb independent sets of the above, each with its
 // own rows, counters and 1/nb of the SMs, so that a CTA stages 1/nb of the exchanged state a step.
 // Padded batches (lengths != nullptr) follow rnn.cu exactly (the same rnn_cell.cuh functions).
@@ -193,9 +196,10 @@ __device__ __forceinline__ void grid_barrier(unsigned int* counter, unsigned int
     __syncthreads();
 }
 
-// The wavefront's two layers: the lower one's CTAs arrive at their own barrier after every step (grid_barrier, and
-// grid_arrive after the last); the upper one's CTAs wait (grid_wait) until all of them are past the step whose
-// output they read next. The lower layer never waits for the upper one.
+// The wavefront's two layers: the CTAs of the layer that writes what the other one reads (forward the lower layer,
+// backward the upper one) arrive at their own barrier after every step (grid_barrier, and grid_arrive after the last);
+// the other layer's CTAs wait until all of them are past the step that wrote it (wait_layer below; grid_wait in the
+// GRU's backward). The writing layer never waits for the reading one.
 __device__ __forceinline__ void grid_arrive(unsigned int* counter)
 {
     __syncthreads();

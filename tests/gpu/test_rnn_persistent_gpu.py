@@ -281,8 +281,10 @@ def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per
     """Two stacked unidirectional layers in one launch, forward (rnn_persistent.forward_wave: the lower layer's CTAs
     multiply the state they stage at step s by their rows of W_hh and of the upper layer's W_ih and write the upper
     layer's gates_x[s - 1], which its CTAs read at their step s - 1 once every lower CTA is past step s) and backward
-    (backward_wave: the lower layer's CTAs wait for the upper layer's time t, then multiply [dgates_h | dgates_x of
-    the layer above] by [W_hh; W_ih above]) against the layers run one launch each: the same values to the precision's
+    (backward_wave: LSTM and RNN, the upper layer's CTAs multiply the dgates they stage by their columns of W_hh and
+    of its W_ih and write the lower layer's dy; the GRU's lower layer waits for the upper layer's time t, then
+    multiplies [dgates_h | dgates_x of the layer above] by [W_hh; W_ih above]) against the layers run one launch
+    each: the same values to the precision's
     rounding (fp32: 3xTF32 products in another order; TF32 and bf16: the products the wavefront moves into the kernel
     round their operands to the mode's precision, where the layer-by-layer path runs TF32 GEMMs), and within fp64's
     reference. An odd number of layers leaves one alone; H 37: staged element by element; 1, 3 and 5 units per CTA;
@@ -319,7 +321,7 @@ def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per
 
 def test_wavefront_is_deterministic_and_capturable(monkeypatch):
     """Run to run the same bits; inside a CUDA graph, a replay on new data equals an eager run on it. (WAVEFRONT =
-    True: in a graph "auto" runs this batch's backward one layer at a time, and this checks the wavefront both ways.)"""
+    True: the wavefront wherever it fits, whatever "auto" would pick.)"""
     from minidl.primitives.cuda import rnn_persistent
 
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)

@@ -29,9 +29,10 @@ reads B x G*H: half the L2 traffic for the LSTM in fp32 and TF32, the same as bf
 
 The wavefront (`wave_plan`, `forward_wave`, `backward_wave`): two stacked layers of one direction in one launch, half
 the SMs each: forward, the lower layer's CTAs also project the upper layer's input (they stage its input, their own
-state, anyway), and the upper layer's step t runs beside the lower layer's step t + 2; backward, the upper layer's step
-beside the lower's one behind, the lower layer's product adding the upper layer's input gradient. Measured A/B by
-benchmarks/bench_rnn_wavefront.py and in benchmarks/results/gpu_rnn.md.
+state, anyway), and the upper layer's step t runs beside the lower layer's step t + 2; backward, the other way round:
+the upper layer's CTAs also project the lower layer's dy from the gate gradients they stage (LSTM, RNN; the GRU's lower
+layer adds the upper layer's input gradient in its own product). Measured A/B by benchmarks/bench_rnn_wavefront.py and
+in benchmarks/results/gpu_rnn.md.
 
 Batch groups (`batch_groups`, `forward_groups`, `Pass.groups`): the recurrence of a batch row reads no other row, so a
 launch can split the batch between independent groups of CTAs, each with 1 / groups of the SMs, its own rows of every
@@ -217,9 +218,11 @@ def wave_plan(mode: str, B: int, H: int, math: str, units=None, backward: bool =
     step t + 2 of the lower one; backward, the other way round), else (None, why not). Forward, the lower layer's
     CTAs multiply the state they stage at step s, h[s - 1] = its y[s - 1], by their units' rows of W_hh and of the
     upper layer's W_ih, and write the upper layer's gates_x[s - 1]: the upper layer's input projection is no GEMM of
-    its own, and its step is a single layer's (kernels/rnn_persistent.cu, DirForward::gx_up). Backward, the lower
-    layer's CTAs multiply [dgates_h | the upper layer's dgates_x at t] by [W_hh; W_ih of the layer above]: the upper
-    layer's input gradient is no GEMM of its own.
+    its own, and its step is a single layer's (kernels/rnn_persistent.cu, DirForward::gx_up). Backward (LSTM, RNN),
+    the upper layer's CTAs multiply the gate gradients they stage by their units' columns of W_hh and of its W_ih,
+    and write the lower layer's dy (DirBackward::dy_low); the GRU's lower layer multiplies [dgates_h | the upper
+    layer's dgates_x at t] by [W_hh; W_ih of the layer above]. Either way the upper layer's input gradient is no GEMM
+    of its own.
 
     "auto" takes the forward wavefront wherever it fits: measured (2x512, T35, H200, the forward alone replayed from a
     CUDA graph, ms, one launch per layer -> wavefront, benchmarks/results/gpu_rnn.md session 22): LSTM bf16 B32 0.48
