@@ -1,9 +1,10 @@
 """The persistent RNN's wavefront, A/B: two stacked layers of one direction in one launch (forward: the upper layer at
-step t beside the lower one at t + 1; backward the other way round; rnn_persistent.WAVEFRONT) against one launch per
-layer, in the same process. 2 layers of 512 (input 512), T35, B32 and B64, LSTM / GRU / vanilla RNN, fp32 / TF32 /
-bf16; the primitive's rnn_forward (training mode) and rnn_backward timed apart with CUDA events (median of --repeats).
-"wave" says where the wavefront runs with WAVEFRONT = True (the "auto" policy takes it wherever it fits except the
-GRU's bf16 backward).
+step t beside the lower one at t + 2, whose CTAs also project the upper layer's input; backward the other way round;
+rnn_persistent.WAVEFRONT) against one launch per layer, in the same process. 2 layers of 512 (input 512), T35, B32 and
+B64, LSTM / GRU / vanilla RNN, fp32 / TF32 / bf16; the primitive's rnn_forward (training mode) and rnn_backward timed
+apart with CUDA events (median of --repeats), eagerly: a policy is better measured replayed from a CUDA graph, with the
+backward (benchmarks/results/gpu_rnn.md, session 12). "wave" says where the wavefront runs with WAVEFRONT = True
+("auto": rnn_persistent.wave_plan's docstring).
 
     python3 benchmarks/bench_rnn_wavefront.py [--repeats 20] [--out F]
 """
