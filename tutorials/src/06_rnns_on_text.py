@@ -813,3 +813,11 @@ if persistent_rows:
 #    the same 128 CTAs in all, so each owns 4, 8 or 16 units). Count the bytes one CTA stages per step at B = 32 and
 #    64, and the mma tiles (16 rows x 8 units) it computes. Which count shrinks, which stays, and why do groups of 8 rows
 #    lose although they stage least? (The measured answer: benchmarks/results/gpu_rnn.md, session 21.)
+# 10. Write `lstm_wavefront_numpy(x, layer0, layer1, units)`: two stacked layers as the wavefront runs them now. At
+#    step s each "CTA" of layer 0 multiplies the `h` it reads (`h0[s - 1]`, which is layer 0's `y[s - 1]`) by its rows
+#    of layer 0's `W_hh` and by the same units' rows of layer 1's `W_ih`. It keeps the first product for its own cell
+#    and writes the second into layer 1's `gates_x[s - 1]`. Layer 1 runs `lstm_layer_persistent_numpy`'s step on that
+#    `gates_x`, two steps behind. Check `y` against the two layers run one after the other. Then count, per step and
+#    CTA, the floats each layer stages and the multiply-adds it does, for this split and for the first wavefront's
+#    (layer 1 multiplying `[y0[t] | h1]` by `[W_ih | W_hh]`) at B = 32, H = 512, 64 CTAs a layer. Which layer set the
+#    pace before, and which does now? (Measured: benchmarks/results/gpu_rnn.md, session 22.)
