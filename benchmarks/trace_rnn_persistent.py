@@ -101,8 +101,9 @@ def main():
         real_launch(name, blocks, smem, launch_args, threads)
         cupy.cuda.Device().synchronize()
         units = int(launch_args[6])   # (structs d0, d1, lengths, T, B, H, U, ...)
-        # the partial-sum backward: DirBackward's `part` (its 14th word) set
-        partial = "backward" in name and int(np.asarray(launch_args[0]).ravel()[13]) != 0
+        # the partial-sum backward: DirBackward's `part` set
+        word = rnn_persistent.BACKWARD_PART_WORD
+        partial = "backward" in name and int(np.asarray(launch_args[0]).ravel()[word]) != 0
         launches.append((name, blocks, -(-H // units), threads, partial, trace.get()))
 
     rnn_persistent.get_kernel = lambda family, name, more=(): real_get_kernel(family, name, tuple(more) + options)

@@ -273,6 +273,12 @@ def _capturing() -> bool:
     return cupy.cuda.get_current_stream().is_capturing()
 
 
+def _upper_projects_dy(mode: str) -> bool:
+    """Whether the backward wavefront's upper layer writes the lower layer's dy (DirBackward::dy_low): where its
+    dgates_x is its dgates_h, the operand it stages anyway (LSTM, RNN; not the GRU, whose n gate r scales)."""
+    return mode != "gru"
+
+
 def _wave_pass(mode, B, H, math, units, backward, groups):
     """wave_plan's Pass for `groups` batch groups, or (None, why it does not fit)."""
     sms = sm_count()
@@ -287,7 +293,7 @@ def _wave_pass(mode, B, H, math, units, backward, groups):
                       f"resident on {sms} SMs")
     # forward: the lower layer holds the upper layer's W_ih rows too; backward, LSTM and RNN: the upper layer its W_ih
     # columns (projects), GRU: the lower layer the upper layer's W_ih columns (input_columns)
-    project = not backward or mode != "gru"
+    project = not backward or _upper_projects_dy(mode)
     rows = (2 * _round(units, 8) if project else units) if backward else 2 * GATES[mode] * units
     if (_round(B, 16) // 16) * (_round(rows, 8) // 8) > MAX_TILES:
         return None, f"batch {B} x {rows} rows per CTA is more than the {MAX_TILES} mma tiles"
@@ -414,9 +420,11 @@ def _forward_struct(run, y, column, exchange, above=None):
             0 if above is None else _ptr(above.w_ih), 0 if above is None else _ptr(above.gates_x))
 
 
-def _exchange(math, B, H):
-    """bf16: the CTAs stage h from the second step on as bfloat16 (DirForward::xchg, two slots of (B, H))."""
-    return cupy.ndarray(2 * B * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
+def _exchange(math, B, width):
+    """bf16: the CTAs stage each step's state (forward, width H: DirForward::xchg) or dgates_h (backward, width G*H:
+    DirBackward::xchg) as bfloat16, two slots of (B, width): the product rounds it to bfloat16 anyway, and staging it
+    is half a step's memory traffic. None in other maths."""
+    return cupy.ndarray(2 * B * width, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
 
 
 def _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, wave):
@@ -452,6 +460,9 @@ def forward_wave(mode, launch, lower, upper, y_lower, y_upper, lengths, T, B, H,
     _launch_forward(mode, launch, structs, lengths, T, B, H, 1, math, 1)
 
 
+BACKWARD_PART_WORD = 13   # the index of DirBackward::part among _backward_struct's words (benchmarks read it)
+
+
 def _backward_struct(run, dout, column, dh, dc, exchange, above=None, part=None, dy_low=None):
     """DirBackward's words (kernels/rnn_persistent.cu) for one run (rnn.py's _BackwardDirection); `above`: the
     wavefront's upper layer's run, whose input gradient this (lower) layer's product adds (GRU); `part`: the
@@ -463,12 +474,6 @@ def _backward_struct(run, dout, column, dh, dc, exchange, above=None, part=None,
     return (_ptr(run.w_hh), _ptr(hs), _ptr(cs), _ptr(saved), dy, _ptr(run.dgates_x), _ptr(run.dgates_h), _ptr(dh),
             _ptr(dc), _ptr(exchange), 2, w_ih, 0 if above is None else _ptr(above.dgates_x), _ptr(part),
             _ptr(dy_low))
-
-
-def _gate_exchange(math, B, H, G):
-    """bf16: each step's dgates_h goes to the other CTAs as bfloat16 (DirBackward::xchg, two slots of (B, G*H)): the
-    product rounds it to bfloat16 anyway, and staging it is half the backward step's memory traffic."""
-    return cupy.ndarray(2 * B * G * H, dtype=cupy.uint16) if math == "bf16" and EXCHANGE_BF16 else None
 
 
 def _launch_backward(mode, launch, structs, lengths, T, B, H, D, math, wave):
@@ -492,7 +497,7 @@ def backward(mode, the_plan, directions, dout, lengths, dh, dc, T, B, H, math="f
         exchange = [None] * D
     else:
         part = [None] * D
-        exchange = [_gate_exchange(math, B, H, GATES[mode]) for _ in directions]   # (alive until the launch is queued)
+        exchange = [_exchange(math, B, GATES[mode] * H) for _ in directions]   # (alive until the launch is queued)
     structs = [_backward_struct(run, dout, d * H, dh[d], dc[d], exchange[d], part=part[d])
                for d, run in enumerate(directions)]
     if D == 1:
@@ -509,8 +514,8 @@ def backward_wave(mode, launch, upper, lower, dout, lengths, dh, dc, T, B, H, ma
     stages dgates_h, not dgates_x: there the lower layer's product adds dgates_x[t] @ W_ih itself (its W holds the
     upper layer's W_ih columns too), once every upper CTA is past time t. dh, dc: [upper's, lower's]."""
     G = GATES[mode]
-    up_exchange, low_exchange = _gate_exchange(math, B, H, G), _gate_exchange(math, B, H, G)   # (alive until queued)
-    if upper.dgates_h is upper.dgates_x:
+    up_exchange, low_exchange = _exchange(math, B, G * H), _exchange(math, B, G * H)   # (alive until queued)
+    if _upper_projects_dy(mode):
         dy_low = cupy.ndarray((T, B, H), dtype=cupy.float32)
         structs = [_backward_struct(upper, dout, 0, dh[0], dc[0], up_exchange, dy_low=dy_low),
                    _backward_struct(lower, dy_low, 0, dh[1], dc[1], low_exchange)]
