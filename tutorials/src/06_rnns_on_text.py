@@ -677,8 +677,8 @@ if persistent_rows:
 # layer's barrier; they waited on its counter until every lower CTA was past step t, then multiplied
 # `[y_lower[t] | h]` by `[W_ih | W_hh]`, so layer 1's step t ran beside layer 0's step t + 1 and layer 1's input
 # projection was no GEMM of its own ("Who projects whose input", below, says how that changed). The lower
-# layer never waits for the upper one. Backward it is the other way round (`backward_wave`: the lower layer adds the
-# upper layer's `dgates_x[t] @ W_ih` to its product). Measured on an H200 (benchmarks/results/gpu_rnn.md, by
+# layer never waits for the upper one. Backward it was the other way round (`backward_wave`: the lower layer added
+# the upper layer's `dgates_x[t] @ W_ih` to its product; the GRU's still does). Measured on an H200 (benchmarks/results/gpu_rnn.md, by
 # `benchmarks/bench_rnn_wavefront.py`; not this notebook's saved run), a 2x512 LSTM in bf16 at batch 32: forward
 # 0.679 -> 0.605 ms, backward 0.871 -> 0.714; the vanilla RNN's backward 18-28% faster, its forward 2-21%. Each
 # layer now has half the SMs, so a step whose time is its product (fp32, TF32) gains less or nothing. Against
