@@ -104,6 +104,22 @@ __shared__ long long trace_mark[TRACE_MARKS];
 #ifndef PERSIST_NBUF
 #define PERSIST_NBUF 3
 #endif
+// The backward's step loop is a call, not inlined into its kernel (BACKWARD_LOOP). Inlined, ptxas spilled ~280 bytes
+// a thread in it (the kernel's struct copies and the partial-sum path beside it); called, it spills none, and the
+// staged backward ran 4-18% faster (H200, session 23: LSTM bf16 B64 0.647 -> 0.623 ms a pass, GRU bf16 B64 0.658 ->
+// 0.613, the bidirectional LSTM bf16 T64 B64 1.855 -> 1.520; benchmarks/results/gpu_rnn.md). The forward's loop measured
+// the other way (called: LSTM bf16 B64 0.498 -> 0.540 ms), so it stays inlined. PERSIST_INLINE_BACKWARD /
+// PERSIST_CALL_FORWARD flip them, for such an A/B (benchmarks/trace_rnn_persistent.py --define).
+#ifdef PERSIST_CALL_FORWARD
+#define FORWARD_LOOP __noinline__
+#else
+#define FORWARD_LOOP __forceinline__
+#endif
+#ifdef PERSIST_INLINE_BACKWARD
+#define BACKWARD_LOOP __forceinline__
+#else
+#define BACKWARD_LOOP __noinline__
+#endif
 constexpr int PT = PERSIST_PT;    // threads per CTA (16 warps: 4 per scheduler, to hide latencies)
 constexpr int NWARPS = PT / 32;
 constexpr int PKC = 128;          // columns of the exchanged state per staged chunk
@@ -630,7 +646,7 @@ __device__ __forceinline__ void wait_layer(const unsigned int* counter, unsigned
 }
 
 template <int MODE>
-__device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
+__device__ FORWARD_LOOP void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
                                    const int* lengths, int T, int B, int BT_, int b0_, int H, int U, long long y_ld,
                                    int relu, int math, unsigned int* barrier, const unsigned int* below)
 {
@@ -874,8 +890,8 @@ __device__ __forceinline__ void write_stashed_dgates(const DirBackward& dir, con
 // (B x 7U: this step's saved gates, states and dy for the CTA's units, fetched with the first chunk;
 // operand q of unit u of row b at ops[(b * NOPS + q) * U + u], so that each run of units is one copy).
 // ---------------------------------------------------------------------------------------------
-template <int MODE>
-__device__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
+template <int MODE, bool WAVE>
+__device__ BACKWARD_LOOP void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
                                     const int* lengths, int T, int B, int BT, int H, int U, long long dy_ld, int relu,
                                     int math, unsigned int* barrier, const unsigned int* above, bool x_shared)
 {
@@ -886,8 +902,8 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
     // The wavefront's lower layer (GRU): W's rows also hold W_ih of the layer above (its columns for these units), from
     // column KH (a multiple of 16: both operands' 64-bit fragment loads of W stay aligned). The wavefront's upper layer
     // where dgates_x is dgates_h (dir.dy_low set): W's rows RU .. RU + U - 1 hold its own W_ih's columns for these units.
-    const int GH = G * H, KX = dir.x != nullptr ? GH : 0, KH = round_up(GH, 16);
-    const bool project = dir.dy_low != nullptr;
+    const int GH = G * H, KX = WAVE && dir.x != nullptr ? GH : 0, KH = round_up(GH, 16);
+    const bool project = WAVE && dir.dy_low != nullptr;
     const int RU = round_up(U, 8), RP = project ? 2 * RU : RU, KP = round_up(KX ? KH + KX : GH, 8) + 8;
     const int BP = round_up(B, 16);
     float* W = smem;
@@ -927,7 +943,7 @@ __device__ void persistent_backward(const DirBackward& dir, int direction, int c
         };
         // the lower layer of a wavefront whose upper layer projects its dy: dy[t], once the upper layer's CTAs are past
         // their step s + 1 (the one that staged its dgates[t])
-        if (above != nullptr && !KX && s < T) {
+        if (WAVE && above != nullptr && !KX && s < T) {
             wait_layer(above, per_direction * (unsigned int)(s + 2), seen);
             MARK(10);
         }
@@ -1212,6 +1228,25 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
 // forward's 512-thread compile: nb = 1); dynamic shared memory from the launcher (minidl/primitives/cuda/
 // rnn_persistent.py), which also zeroes `barrier` (two counters per batch group: one per direction, or per layer in a
 // wavefront).
+// (inlined: one copy of the loop for each of the two calls, each reading its struct from the kernel's parameters;
+// PERSIST_FORWARD_ONE_CALL, and always where the loop is called (PERSIST_CALL_FORWARD): one call, the CTA's struct in
+// shared memory, as the backward's)
+#if defined(PERSIST_CALL_FORWARD) || defined(PERSIST_FORWARD_ONE_CALL)
+#define FORWARD_CALLS(MODE)                                                                                    \
+        __shared__ DirForward dir;                                                                          \
+        if (threadIdx.x == 0) dir = group ? d1 : d0;                                                        \
+        __syncthreads();                                                                                    \
+        persistent_forward<MODE>(dir, group && !wave, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
+                                 math, counters + group, group && wave ? counters : nullptr);
+#else
+#define FORWARD_CALLS(MODE)                                                                                    \
+        if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
+            persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
+                                     math, counters + 1, wave ? counters : nullptr);                        \
+        else  /* (wave: d0.gx_up is set, the lower layer also projects the upper one's input) */             \
+            persistent_forward<MODE>(d0, 0, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, math,      \
+                                     counters, nullptr);
+#endif
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
@@ -1226,12 +1261,7 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
         const int Bg = (B + nb - 1) / nb, b0 = bg * Bg, rows = min(Bg, B - b0);                             \
         const int* lens = lengths == nullptr ? nullptr : lengths + b0;                                     \
         unsigned int* counters = barrier + 2 * bg;                                                          \
-        if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
-            persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
-                                     math, counters + 1, wave ? counters : nullptr);                        \
-        else  /* (wave: d0.gx_up is set, the lower layer also projects the upper one's input) */             \
-            persistent_forward<MODE>(d0, 0, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, math,      \
-                                     counters, nullptr);                                                    \
+        FORWARD_CALLS(MODE)                                                                                 \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
@@ -1251,12 +1281,15 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
         if (dir.part != nullptr)  /* the partial-sum backward (never a wavefront) */                        \
             persistent_backward_partial<MODE>(dir, group, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu, \
                                               math, counters + group);                                      \
-        else if (group)  /* direction 1, or (wave) the lower layer, which waits for the upper one's counter */ \
-            persistent_backward<MODE>(dir, wave ? 0 : 1, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu,  \
-                                      math, counters + 1, wave ? counters : nullptr, false);                \
-        else  /* (the GRU's wavefront: the layer below reads its dgates_x, x_shared) */                    \
-            persistent_backward<MODE>(dir, 0, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu, math,      \
-                                      counters, nullptr, wave && d1.x != nullptr);                         \
+        else if (!wave)  /* one layer, one or two directions (group: direction 1) */                       \
+            persistent_backward<MODE, false>(dir, group, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu, \
+                                             math, counters + group, nullptr, false);                       \
+        else if (group)  /* (wave) the lower layer, which waits for the upper one's counter */               \
+            persistent_backward<MODE, true>(dir, 0, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu, math, \
+                                            counters + 1, counters, false);                                 \
+        else  /* (wave) the upper layer (the GRU's: the layer below reads its dgates_x, x_shared) */         \
+            persistent_backward<MODE, true>(dir, 0, c, per_direction, lens, T, rows, B, H, U, dy_ld, relu, math, \
+                                            counters, nullptr, d1.x != nullptr);                            \
     }
 PERSISTENT_FORWARD(rnn_persistent_forward, MODE_RNN)
 PERSISTENT_FORWARD(lstm_persistent_forward, MODE_LSTM)

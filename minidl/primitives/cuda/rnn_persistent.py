@@ -109,9 +109,14 @@ def _round(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
+# Static shared memory the kernels declare beside the dynamic (the CTA's DirForward / DirBackward, ~110 bytes; the
+# trace's marks): a CTA's dynamic shared memory may be the device's limit less this.
+STATIC_SMEM_BYTES = 512
+
+
 @functools.lru_cache(maxsize=None)
 def _smem_limit(device_id: int) -> int:
-    return cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"]
+    return cupy.cuda.Device(device_id).attributes["MaxSharedMemoryPerBlockOptin"] - STATIC_SMEM_BYTES
 
 
 def smem_bytes(mode: str, B: int, H: int, units: int, backward: bool, math: str = "fp32",
