@@ -107,14 +107,9 @@ __shared__ long long trace_mark[TRACE_MARKS];
 // The backward's step loop is a call, not inlined into its kernel (BACKWARD_LOOP). Inlined, ptxas spilled ~280 bytes
 // a thread in it (the kernel's struct copies and the partial-sum path beside it); called, it spills none, and the
 // staged backward ran 4-18% faster (H200, session 23: LSTM bf16 B64 0.647 -> 0.623 ms a pass, GRU bf16 B64 0.658 ->
-// 0.613, the bidirectional LSTM bf16 T64 B64 1.855 -> 1.520; benchmarks/results/gpu_rnn.md). The forward's loop measured
-// the other way (called: LSTM bf16 B64 0.498 -> 0.540 ms), so it stays inlined. PERSIST_INLINE_BACKWARD /
-// PERSIST_CALL_FORWARD flip them, for such an A/B (benchmarks/trace_rnn_persistent.py --define).
-#ifdef PERSIST_CALL_FORWARD
-#define FORWARD_LOOP __noinline__
-#else
-#define FORWARD_LOOP __forceinline__
-#endif
+// 0.613, the bidirectional LSTM bf16 T64 B64 1.855 -> 1.520; benchmarks/results/gpu_rnn.md). The forward's loop stays
+// inlined: called it measured slower (LSTM bf16 B64 0.498 -> 0.540 ms), and called with its struct in shared memory, or
+// inlined once with it there, within the noise (+-5%, either way by shape). PERSIST_INLINE_BACKWARD: the old way (A/B).
 #ifdef PERSIST_INLINE_BACKWARD
 #define BACKWARD_LOOP __forceinline__
 #else
@@ -413,6 +408,23 @@ __device__ __forceinline__ void stage_w(float* W, int i, float v, int math)
     else W[i] = v;
 }
 
+// The backward's W[i] = value(i) for i < n (stage_w: bfloat16 for math = 2), the values read from global memory
+// STAGE_LOADS at a time a thread: all of a batch's loads are issued before the first store that needs one, where one
+// load a loop iteration waits a round trip to L2 for each element (64 of them a thread, LSTM 2x512 B32 bf16). The
+// backward passes ran ~2% faster (H200, session 23: LSTM fp32 B64 0.743 -> 0.726 ms, TF32 B32 0.556 -> 0.545).
+constexpr int STAGE_LOADS = 8;   // (16 measured no better)
+template <class Value>
+__device__ __forceinline__ void stage_w_all(float* W, int n, int math, Value value)
+{
+    for (int i0 = threadIdx.x; i0 < n; i0 += PT * STAGE_LOADS) {
+        float v[STAGE_LOADS];
+#pragma unroll
+        for (int q = 0; q < STAGE_LOADS; ++q) v[q] = i0 + q * PT < n ? value(i0 + q * PT) : 0.0f;
+#pragma unroll
+        for (int q = 0; q < STAGE_LOADS; ++q) if (i0 + q * PT < n) stage_w(W, i0 + q * PT, v[q], math);
+    }
+}
+
 // The same as product_chunk in bf16 (math = 2): mma m16n8k16, one per tile and 16-column step, operands
 // rounded to bfloat16, products summed in fp32. A lane's elements of a step are k = 2t, 2t+1 (a0/a1, b0)
 // and 2t+8, 2t+9 (a2/a3, b1); they are columns 4t .. 4t+3 of the step here (the same permutation for
@@ -646,7 +658,7 @@ __device__ __forceinline__ void wait_layer(const unsigned int* counter, unsigned
 }
 
 template <int MODE>
-__device__ FORWARD_LOOP void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
+__device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
                                    const int* lengths, int T, int B, int BT_, int b0_, int H, int U, long long y_ld,
                                    int relu, int math, unsigned int* barrier, const unsigned int* below)
 {
@@ -674,6 +686,8 @@ __device__ FORWARD_LOOP void persistent_forward(const DirForward& dir, int direc
 
     // Rows g*U + u of W = row g*H + j0 + u of W_hh, and (project) rows R + g*U + u the same row of the upper layer's
     // W_ih; zero past H, in the padding rows and columns (the mma steps run over K rounded up to 8 or 16 columns).
+    // (one load an iteration: staged as the backward's W, STAGE_LOADS at a time, the step loop compiled slower, 5-10%:
+    // LSTM bf16 B64 0.516 -> 0.561 ms a pass, fp32 B64 0.84 -> 0.94; H200, session 23)
     for (int i = threadIdx.x; i < RP * KP; i += PT) {
         const int r = i / KP, k = i % KP, upper = r >= R, g = (r - upper * R) / U, u = (r - upper * R) % U;
         const long long row = g * H + j0 + u;
@@ -916,7 +930,7 @@ __device__ BACKWARD_LOOP void persistent_backward(const DirBackward& dir, int di
     const int units = min(U, H - j0);    // the last CTA may own fewer
     const bool vec = U % 4 == 0 && units == U && H % 4 == 0;  // runs of units are 16-byte aligned
 
-    for (int i = threadIdx.x; i < RP * KP; i += PT) {
+    stage_w_all(W, RP * KP, math, [&](int i) {
         const int r = i / KP, k = i % KP, input = r >= RU, u = r - input * RU;
         float v = 0.0f;
         if (u < U && j0 + u < H) {
@@ -924,8 +938,8 @@ __device__ BACKWARD_LOOP void persistent_backward(const DirBackward& dir, int di
             else if (k < GH) v = dir.w_hh[(long long)k * H + j0 + u];
             else if (KX && k >= KH && k < KH + KX) v = dir.w_ih[(long long)(k - KH) * H + j0 + u];
         }
-        stage_w(W, i, v, math);
-    }
+        return v;
+    });
     for (int i = threadIdx.x; i < NBUF * BP * PKCP; i += PT) ring[i] = 0.0f;
     for (int e = threadIdx.x; e < B * U; e += PT) {
         const int b = e / U, j = j0 + e % U;
@@ -1068,11 +1082,10 @@ __device__ __noinline__ void persistent_backward_partial(const DirBackward& dir,
     const int j0 = c * U;                 // (the launcher: H % U == 0, so every CTA owns U units)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g8 = lane >> 2, t4 = lane & 3;
 
-    for (int i = threadIdx.x; i < HP * KPW; i += PT) {
+    stage_w_all(Wt, HP * KPW, math, [&](int i) {
         const int j = i / KPW, r = i % KPW, g = r / U, u = r % U;
-        const float v = j < H && r < GU ? dir.w_hh[(long long)(g * H + j0 + u) * H + j] : 0.0f;
-        stage_w(Wt, i, v, math);
-    }
+        return j < H && r < GU ? dir.w_hh[(long long)(g * H + j0 + u) * H + j] : 0.0f;
+    });
     for (int i = threadIdx.x; i < BP * PKCP; i += PT) dgs[i] = 0.0f;   // rows past B, columns past G*U stay zero
     for (int e = threadIdx.x; e < B * U; e += PT) {
         const int b = e / U, j = j0 + e % U;
@@ -1228,25 +1241,6 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
 // forward's 512-thread compile: nb = 1); dynamic shared memory from the launcher (minidl/primitives/cuda/
 // rnn_persistent.py), which also zeroes `barrier` (two counters per batch group: one per direction, or per layer in a
 // wavefront).
-// (inlined: one copy of the loop for each of the two calls, each reading its struct from the kernel's parameters;
-// PERSIST_FORWARD_ONE_CALL, and always where the loop is called (PERSIST_CALL_FORWARD): one call, the CTA's struct in
-// shared memory, as the backward's)
-#if defined(PERSIST_CALL_FORWARD) || defined(PERSIST_FORWARD_ONE_CALL)
-#define FORWARD_CALLS(MODE)                                                                                    \
-        __shared__ DirForward dir;                                                                          \
-        if (threadIdx.x == 0) dir = group ? d1 : d0;                                                        \
-        __syncthreads();                                                                                    \
-        persistent_forward<MODE>(dir, group && !wave, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
-                                 math, counters + group, group && wave ? counters : nullptr);
-#else
-#define FORWARD_CALLS(MODE)                                                                                    \
-        if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
-            persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
-                                     math, counters + 1, wave ? counters : nullptr);                        \
-        else  /* (wave: d0.gx_up is set, the lower layer also projects the upper one's input) */             \
-            persistent_forward<MODE>(d0, 0, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, math,      \
-                                     counters, nullptr);
-#endif
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
@@ -1261,7 +1255,12 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
         const int Bg = (B + nb - 1) / nb, b0 = bg * Bg, rows = min(Bg, B - b0);                             \
         const int* lens = lengths == nullptr ? nullptr : lengths + b0;                                     \
         unsigned int* counters = barrier + 2 * bg;                                                          \
-        FORWARD_CALLS(MODE)                                                                                 \
+        if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
+            persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
+                                     math, counters + 1, wave ? counters : nullptr);                        \
+        else  /* (wave: d0.gx_up is set, the lower layer also projects the upper one's input) */             \
+            persistent_forward<MODE>(d0, 0, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, math,      \
+                                     counters, nullptr);                                                    \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
