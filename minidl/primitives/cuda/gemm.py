@@ -289,9 +289,10 @@ def gemm_tc(M, N, K, A, lda, B, ldb, C, *, dtype=None, trans_a=False, trans_b=Fa
                       trans_b=bool(trans_b), alpha=alpha, beta=beta, ldc_row=ldc_row, ldc_col=ldc_col, batch=batch,
                       stride_a=stride_a, stride_b=stride_b, stride_c=stride_c, bias_ptr=bias_ptr, bias_f32=bias_f32,
                       out_dtype=None if out_dtype is None else np.dtype(out_dtype)):
-            # the next call of this problem launches wgmma's plan (its operand copies included) from here
-            last_launch, launches = (_wgmma.launch_plan, _wgmma.last_plan), launches + 1
-            _keep_tc_plan(key, last_launch)
+            plan = _wgmma.last_plan   # (None where it copied an operand first: nothing to plan)
+            last_launch, launches = (None if plan is None else (_wgmma.launch_plan, plan)), launches + 1
+            if last_launch is not None:   # the next call of this problem launches wgmma's plan from here
+                _keep_tc_plan(key, last_launch)
             return C
     if out_dtype is not None:
         return None

@@ -227,37 +227,12 @@ def _operand_map(dtype_name, k_major, rows, K, ld, stride, batched, box_rows, bk
     return tma.MapRecipe(dtype_name, (inner, outer, batched), (ld * size, batch_stride), box + (1,))
 
 
-last_plan = None   # the plan gemm_wgmma's latest call launched from or made (None: none)
-
-
-def _copy_operands(copies, a_ptr: int, b_ptr: int):
-    """A plan's operand copies (K-major transposes for TF32, padded rows for TMA), made again on operands at new
-    addresses: (a pointer, b pointer, the copies, kept alive until the launch is queued)."""
-    keep = []
-    for operand, copy, args in copies:
-        out, ptr = copy(a_ptr if operand == 0 else b_ptr, *args)[:2]
-        keep.append(out)
-        if operand == 0:
-            a_ptr = ptr
-        else:
-            b_ptr = ptr
-    return a_ptr, b_ptr, keep
+last_plan = None   # the plan gemm_wgmma's latest call launched from or made (None: none, e.g. it copied an operand)
 
 
 def launch_plan(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int = 0) -> None:
-    """Launch a plan of gemm_wgmma on operands at new addresses (what a planned problem's call comes down to): the
-    operands' copies the plan needs first, if any (their launches and the pool's buffers; no host work besides)."""
-    copies = plan[7]
-    keep = None
-    if copies:
-        a_ptr, b_ptr, keep = _copy_operands(copies, a_ptr, b_ptr)
-    _launch_copied(plan, a_ptr, b_ptr, c_ptr, bias_ptr)
-    del keep   # (the launch is queued: the pool may hand the copies' memory on, in stream order)
-
-
-def _launch_copied(plan, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int) -> None:
-    """launch_plan on operands already copied as the plan needs."""
-    kernel, grid, smem, recipe_a, recipe_b, recipe_c, args, _, split = plan
+    """Launch a plan of gemm_wgmma on operands at new addresses (what a planned problem's call comes down to)."""
+    kernel, grid, smem, recipe_a, recipe_b, recipe_c, args, split = plan
     map_a, map_b = recipe_a.maps.get(a_ptr), recipe_b.maps.get(b_ptr)   # (maps made before for these addresses)
     map_c = NO_MAP if recipe_c is None else recipe_c.maps.get(c_ptr)
     ws = counters = _NULL
@@ -315,29 +290,21 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
         # and its host work): on a problem this small the mma.sync kernel, which reads it as it is, is
         # quicker end to end (issue 23: the MNIST CNN's TF32 step spent its extra host time here)
         return False
-    # Copies made here live until the launch is queued (the pool reuses them in stream order). Which copies a
-    # problem needs follows from its key (the flags, the leading dimensions and strides, the addresses' alignment; a
-    # copy is always TMA-readable), so the plan lists them (operand, function, arguments) and makes them again at
-    # each launch: a planned call with copies costs their launches, not this function's host work again.
-    keep, copies = [], []
+    keep = []   # copies made here live until the launch is queued (the pool reuses them in stream order)
     if kind == KINDS["float32"] and trans_a:     # TF32 wgmma: both operands K-major
-        copies.append((0, _k_major_copy, (M, K, lda, stride_a, batch, dtype)))
-        a, a_ptr, lda, stride_a = _k_major_copy(a_ptr, *copies[-1][2])
+        a, a_ptr, lda, stride_a = _k_major_copy(a_ptr, M, K, lda, stride_a, batch, dtype)
         keep.append(a)
         trans_a = False
     if kind == KINDS["float32"] and not trans_b:
-        copies.append((1, _k_major_copy, (N, K, ldb, stride_b, batch, dtype)))
-        b, b_ptr, ldb, stride_b = _k_major_copy(b_ptr, *copies[-1][2])
+        b, b_ptr, ldb, stride_b = _k_major_copy(b_ptr, N, K, ldb, stride_b, batch, dtype)
         keep.append(b)
         trans_b = True
     size = dtype.itemsize
     if not tma_readable(a_ptr, lda, stride_a, batch, size):
-        copies.append((0, _padded_copy, ((K, M) if trans_a else (M, K)) + (lda, stride_a, batch, size)))
-        a, a_ptr, lda, stride_a = _padded_copy(a_ptr, *copies[-1][2])
+        a, a_ptr, lda, stride_a = _padded_copy(a_ptr, *((K, M) if trans_a else (M, K)), lda, stride_a, batch, size)
         keep.append(a)
     if not tma_readable(b_ptr, ldb, stride_b, batch, size):
-        copies.append((1, _padded_copy, ((N, K) if trans_b else (K, N)) + (ldb, stride_b, batch, size)))
-        b, b_ptr, ldb, stride_b = _padded_copy(b_ptr, *copies[-1][2])
+        b, b_ptr, ldb, stride_b = _padded_copy(b_ptr, *((N, K) if trans_b else (K, N)), ldb, stride_b, batch, size)
         keep.append(b)
     mi, bn = tile_shape(M, N, batch)
     bk = ROW_BYTES // dtype.itemsize
@@ -384,12 +351,12 @@ def gemm_wgmma(M, N, K, a_ptr, lda, b_ptr, ldb, c_ptr, *, dtype, trans_a, trans_
         split = (tiles * splits * BM * mi * bn, tiles, grid, args)
         grid, args = (min(tiles * splits, sm_count()),), arguments(splits, per_split)
     smem = smem_bytes(bn, staged, mi)
-    plan = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, args, tuple(copies), split)
-    _launch_copied(plan, a_ptr, b_ptr, c_ptr, bias_ptr)   # (on the copies made above)
-    del keep
-    _launches[key] = last_plan = plan
-    if len(_launches) > _LAUNCH_CACHE_SIZE:
-        _launches.popitem(last=False)
+    plan = (kernel, grid, smem, recipe_a, recipe_b, recipe_c, args, split)
+    launch_plan(plan, a_ptr, b_ptr, c_ptr, bias_ptr)
+    if not keep:   # (a launch that read copies made here needs them made again: no plan)
+        _launches[key] = last_plan = plan
+        if len(_launches) > _LAUNCH_CACHE_SIZE:
+            _launches.popitem(last=False)
     return True
 
 
