@@ -109,8 +109,9 @@ def _round(x: int, m: int) -> int:
     return (x + m - 1) // m * m
 
 
-# Static shared memory the kernels declare beside the dynamic (the CTA's DirForward / DirBackward, ~110 bytes; the
-# trace's marks): a CTA's dynamic shared memory may be the device's limit less this.
+# Static shared memory the kernels declare beside the dynamic (the backward's DirBackward, 120 bytes; the trace's marks,
+# 128): a CTA's dynamic shared memory may be the device's limit less this (where a plan asked for exactly the limit,
+# the launch would fail).
 STATIC_SMEM_BYTES = 512
 
 
