@@ -10,7 +10,12 @@ the kernels as they are; the marks cost thread 0 a few instructions and 16 store
 
 --pt / --nbuf compile the kernels with another CTA size or ring depth (PERSIST_PT, PERSIST_NBUF; the launcher's PT and
 NBUF follow); --repeats N also times N untraced forward+backward passes (CUDA events around each persistent launch,
-medians of the summed kernel times per pass) with the same options: the A/B of a variant.
+medians of the summed kernel times per pass) with the same options: the A/B of a variant. Those events also count
+the host's work between an event and its launch where the GPU waits for it (an eager pass is bound by its host; at
+T = 4 a pass read ~0.15 ms, session 23, of which this may be a part); --spin-us U first queues a kernel that keeps the
+GPU busy for U microseconds,
+so that the host has queued the pass's launches before the GPU reaches them and the events time the kernels alone.
+For an A/B of two trees, run this script (the new tree's) with each tree's library on PYTHONPATH.
 """
 from __future__ import annotations
 
@@ -33,6 +38,16 @@ STAGED_BACKWARD = [(0, "step start"), (10, "wait for the layer above"), (1, "ent
                    (8, "other outputs"), (9, "barrier wait")]
 PARTIAL_BACKWARD = [(0, "step start"), (1, "gather of partials"), (2, "operands landed"), (6, "cell"),
                     (3, "partial product + stores"), (7, "arrive"), (8, "other outputs"), (9, "barrier wait")]
+
+
+SPIN = None   # (main: the busy-wait kernel of --spin-us)
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(long long cycles)
+{
+    const long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
 
 
 def phases(trace, marks, ctas, steps):
@@ -64,6 +79,8 @@ def main():
                         help="a macro to compile the kernels with (repeatable)")
     parser.add_argument("--partial", default="auto", help="rnn_persistent.PARTIAL_BACKWARD: auto, on, off")
     parser.add_argument("--no-trace", action="store_true", help="only the untraced timing (--repeats)")
+    parser.add_argument("--spin-us", type=float, default=0.0,
+                        help="keep the GPU busy this long before each timed pass (the events then exclude host time)")
     parser.add_argument("--batch-groups", default="auto",
                         help="rnn_persistent.BATCH_GROUPS: auto, or how many groups to split the batch between")
     parser.add_argument("--forward-groups", default="auto",
@@ -75,6 +92,9 @@ def main():
 
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
     from minidl.primitives.cuda import _compile, rnn_persistent
+
+    global SPIN
+    SPIN = cupy.RawKernel(SPIN_SOURCE, "spin")
 
     switch = {"auto": "auto", "on": True, "off": False}
     rnn_persistent.WAVEFRONT = switch[args.wavefront]
@@ -141,9 +161,12 @@ def main():
 
         rnn_persistent.get_kernel = lambda family, name, more=(): real_get_kernel(family, name, tuple(more) + options)
         rnn_persistent._launch = timed_launch
+        spin_cycles = int(args.spin_us * cupy.cuda.runtime.getDeviceProperties(0)["clockRate"] / 1e3)
         try:
             for r in range(args.repeats + 2):
                 events.clear()
+                if spin_cycles:
+                    SPIN((1,), (1,), (np.int64(spin_cycles),))
                 _, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=args.math)
                 rnn_backward(dy, None, None, reserve)
                 cupy.cuda.Device().synchronize()
