@@ -79,6 +79,8 @@ def main():
                         help="a macro to compile the kernels with (repeatable)")
     parser.add_argument("--partial", default="auto", help="rnn_persistent.PARTIAL_BACKWARD: auto, on, off")
     parser.add_argument("--no-trace", action="store_true", help="only the untraced timing (--repeats)")
+    parser.add_argument("--half-cta-wave-backward", default="auto",
+                        help="rnn_persistent.HALF_CTA_WAVE_BACKWARD: auto, on (256 threads), off (512)")
     parser.add_argument("--spin-us", type=float, default=0.0,
                         help="keep the GPU busy this long before each timed pass (the events then exclude host time)")
     parser.add_argument("--batch-groups", default="auto",
@@ -99,6 +101,7 @@ def main():
     switch = {"auto": "auto", "on": True, "off": False}
     rnn_persistent.WAVEFRONT = switch[args.wavefront]
     rnn_persistent.PARTIAL_BACKWARD = switch[args.partial]
+    rnn_persistent.HALF_CTA_WAVE_BACKWARD = switch[args.half_cta_wave_backward]
     rnn_persistent.BATCH_GROUPS = args.batch_groups if args.batch_groups == "auto" else int(args.batch_groups)
     rnn_persistent.BATCH_GROUPS_FORWARD = (args.forward_groups if args.forward_groups == "auto"
                                            else int(args.forward_groups))
