@@ -40,7 +40,7 @@ PARTIAL_BACKWARD = [(0, "step start"), (1, "gather of partials"), (2, "operands 
                     (3, "partial product + stores"), (7, "arrive"), (8, "other outputs"), (9, "barrier wait")]
 
 
-SPIN = None   # (main: the busy-wait kernel of --spin-us)
+# --spin-us: a kernel that keeps the GPU busy for `cycles` clocks
 SPIN_SOURCE = r"""
 extern "C" __global__ void spin(long long cycles)
 {
@@ -94,9 +94,6 @@ def main():
 
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
     from minidl.primitives.cuda import _compile, rnn_persistent
-
-    global SPIN
-    SPIN = cupy.RawKernel(SPIN_SOURCE, "spin")
 
     switch = {"auto": "auto", "on": True, "off": False}
     rnn_persistent.WAVEFRONT = switch[args.wavefront]
@@ -165,11 +162,12 @@ def main():
         rnn_persistent.get_kernel = lambda family, name, more=(): real_get_kernel(family, name, tuple(more) + options)
         rnn_persistent._launch = timed_launch
         spin_cycles = int(args.spin_us * cupy.cuda.runtime.getDeviceProperties(0)["clockRate"] / 1e3)
+        spin = cupy.RawKernel(SPIN_SOURCE, "spin") if spin_cycles else None
         try:
             for r in range(args.repeats + 2):
                 events.clear()
                 if spin_cycles:
-                    SPIN((1,), (1,), (np.int64(spin_cycles),))
+                    spin((1,), (1,), (np.int64(spin_cycles),))
                 _, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=args.math)
                 rnn_backward(dy, None, None, reserve)
                 cupy.cuda.Device().synchronize()

@@ -104,17 +104,6 @@ __shared__ long long trace_mark[TRACE_MARKS];
 #ifndef PERSIST_NBUF
 #define PERSIST_NBUF 3
 #endif
-// The backward's step loop is a call, not inlined into its kernel (BACKWARD_LOOP). Inlined, ptxas spilled ~280 bytes
-// a thread in it (the kernel's struct copies and the partial-sum path beside it); called, it spills none, and the
-// staged backward ran 4-18% faster (H200, session 23: LSTM bf16 B64 0.647 -> 0.623 ms a pass, GRU bf16 B64 0.658 ->
-// 0.613, the bidirectional LSTM bf16 T64 B64 1.855 -> 1.520; benchmarks/results/gpu_rnn.md). The forward's loop stays
-// inlined: called it measured slower (LSTM bf16 B64 0.498 -> 0.540 ms), and called with its struct in shared memory, or
-// inlined once with it there, within the noise (+-5%, either way by shape). PERSIST_INLINE_BACKWARD: the old way (A/B).
-#ifdef PERSIST_INLINE_BACKWARD
-#define BACKWARD_LOOP __forceinline__
-#else
-#define BACKWARD_LOOP __noinline__
-#endif
 constexpr int PT = PERSIST_PT;    // threads per CTA (16 warps: 4 per scheduler, to hide latencies)
 constexpr int NWARPS = PT / 32;
 constexpr int PKC = 128;          // columns of the exchanged state per staged chunk
@@ -904,8 +893,15 @@ __device__ __forceinline__ void write_stashed_dgates(const DirBackward& dir, con
 // (B x 7U: this step's saved gates, states and dy for the CTA's units, fetched with the first chunk;
 // operand q of unit u of row b at ops[(b * NOPS + q) * U + u], so that each run of units is one copy).
 // ---------------------------------------------------------------------------------------------
+// The step loop is a called function (__noinline__), not inlined into its kernel: inlined, ptxas spilled ~280 bytes a
+// thread in it (the kernel's struct copies and the partial-sum path beside it); called, it spills none, and the staged
+// backward ran 4-18% faster (H200, session 23: LSTM bf16 B64 0.647 -> 0.623 ms a pass, GRU bf16 B64 0.658 -> 0.613, the
+// bidirectional LSTM bf16 T64 B64 1.855 -> 1.520; benchmarks/results/gpu_rnn.md). The forward's loop stays inlined:
+// called it measured slower (LSTM bf16 B64 0.498 -> 0.540 ms), and called with its struct in shared memory, or inlined
+// once with it there, within the noise (+-5%, either way by shape). WAVE: the wavefront's roles (dy_low, x, above),
+// known at compile time, so the one-layer loop compiles without them.
 template <int MODE, bool WAVE>
-__device__ BACKWARD_LOOP void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
+__device__ __noinline__ void persistent_backward(const DirBackward& dir, int direction, int c, int per_direction,
                                     const int* lengths, int T, int B, int BT, int H, int U, long long dy_ld, int relu,
                                     int math, unsigned int* barrier, const unsigned int* above, bool x_shared)
 {

@@ -286,8 +286,9 @@ def test_wavefront_matches_layer_by_layer(mode, math, num_layers, H, padded, per
     multiplies [dgates_h | dgates_x of the layer above] by [W_hh; W_ih above]) against the layers run one launch
     each: the same values to the precision's rounding (fp32: 3xTF32 products in another order; TF32 and bf16: the
     products the wavefront moves into the kernel round their operands to the mode's precision, where the
-    layer-by-layer path runs TF32 GEMMs), and within fp64's reference. An odd number of layers leaves one alone; H 37: staged element by element; 1, 3 and 5 units per CTA;
-    padded batches (y and the gate gradients are zero past a sequence's end)."""
+    layer-by-layer path runs TF32 GEMMs), and within fp64's reference. An odd number of layers leaves one alone; H 37:
+    staged element by element; 1, 3 and 5 units per CTA; padded batches (y and the gate gradients are zero past a
+    sequence's end)."""
     from minidl.primitives.cuda import rnn_persistent
 
     monkeypatch.setattr(rnn_persistent, "UNITS_WAVE", per_cta)
