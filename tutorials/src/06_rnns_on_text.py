@@ -786,14 +786,16 @@ if persistent_rows:
 # included. Against cuDNN's graphed kernels the fwd+bwd rows moved to 0.70-1.06x in fp32, 0.76-1.08x in TF32 and
 # 1.15-1.69x in bf16, and four of the 27 cells meet the 0.8x target.
 #
-# One more lesson came from the compiler, not the algorithm (session 23, same file). A thread of these kernels may use
-# at most 128 registers (512 threads a CTA, 65,536 registers an SM). Where the step loop needs more, ptxas *spills*:
-# it keeps values in local memory, which is per-thread DRAM behind the L1 cache, and every step pays for the loads.
-# The backward's step loop had been inlined into its kernel beside the partial-sum backward and the struct copies, and
-# ptxas spilled ~280 bytes a thread there (`nvcc -Xptxas -v` prints this). Made a called function (`__noinline__`), the
-# loop compiles on its own and spills nothing, and the bidirectional LSTM's bf16 backward went from 1.855 to 1.520 ms.
-# The forward's loop, treated the same way, got slower, so the rule is "measure", not "never inline". The graphed
-# rows now read 0.70-1.06x in fp32, 0.77-1.06x in TF32 and 1.17-1.62x in bf16 (gpu_rnn.md, session 23, an H200).
+# One more lesson came from the compiler, not the algorithm. A thread of these kernels may use at most 128 registers
+# (512 threads a CTA, 65,536 registers an SM). Where the step loop needs more, ptxas *spills*: it keeps values in
+# local memory, which is per-thread DRAM behind the L1 cache, and every step pays for the loads. The backward's step
+# loop had been inlined into its kernel beside the partial-sum backward and the struct copies, and ptxas spilled ~280
+# bytes a thread there (`nvcc -Xptxas -v` prints this). Made a called function (`__noinline__`), the one-layer loop
+# spills nothing (the wavefront's, 8 bytes), and the kernel time of the bidirectional LSTM's bf16 backward went from
+# 1.855 to 1.520 ms. The forward's loop, treated the same way, got slower, so the rule is "measure", not "never
+# inline". The graphed rows now read 0.70-1.06x in fp32, 0.77-1.06x in TF32 and 1.17-1.62x in bf16. These figures,
+# too, quote benchmarks/results/gpu_rnn.md (session 23, an H200), not this notebook's saved outputs (a full-mode run
+# on an H200 of 2026-11-26, before the change).
 
 # %% [markdown]
 # ## Exercises
