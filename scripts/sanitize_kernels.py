@@ -17,6 +17,9 @@ async proxy; dS^T stored by threads, read by wgmma), so it is run there at sever
 tiny (the tools slow a kernel down by 100x or more) but cover the partial tiles. Racecheck sees shared
 memory only: a race on the global state h between CTAs shows up instead as wrong values in
 tests/gpu/test_rnn_persistent_gpu.py (which runs every size with NaN-poisoned buffers).
+
+`--rnn-from N` skips the first N RNN cases (racecheck takes minutes over all 50: a run its time limit stopped can be
+resumed where it stopped; each case prints its number).
 """
 import sys
 from pathlib import Path
@@ -26,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def rnn_cases():
+def rnn_cases(first=0):
     import cupy
 
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
@@ -36,11 +39,12 @@ def rnn_cases():
     rng = np.random.default_rng(0)
     # one bidirectional layer (both directions in one launch), or two unidirectional ones (the wavefront); then the
     # partial-sum backward (4 units a CTA, one launch per layer)
-    for mode, bidirectional, layers, math, partial, groups in [
-            (mode, bidirectional, layers, math, partial, groups) for partial in (False, True)
-            for mode in ("lstm", "gru", "rnn_tanh") for bidirectional, layers in ((False, 2), (True, 1))
-            for math in ("fp32", "tf32", "bf16") for groups in (1, 2)]:
-        if (partial and mode == "rnn_tanh") or (groups > 1 and math == "tf32"):
+    cases = [(mode, bidirectional, layers, math, partial, groups) for partial in (False, True)
+             for mode in ("lstm", "gru", "rnn_tanh") for bidirectional, layers in ((False, 2), (True, 1))
+             for math in ("fp32", "tf32", "bf16") for groups in (1, 2)
+             if not ((partial and mode == "rnn_tanh") or (groups > 1 and math == "tf32"))]
+    for number, (mode, bidirectional, layers, math, partial, groups) in enumerate(cases):
+        if number < first:
             continue
         rnn_persistent.WAVEFRONT = not partial   # (the wavefront forward and backward, every mode)
         rnn_persistent.PARTIAL_BACKWARD = partial
@@ -57,7 +61,8 @@ def rnn_cases():
             _, _, _, reserve = rnn_forward(x, None, None, w, desc, seq_lengths=padded, math=math)
             rnn_backward(dy, None, None, reserve)
         cupy.cuda.Device().synchronize()
-        print(f"rnn persistent {mode} layers={layers} bidirectional={bidirectional} {math}"
+        print(f"rnn case {number} of {len(cases)}: persistent {mode} layers={layers} bidirectional={bidirectional} "
+              f"{math}"
               f"{' partial-sum backward' if partial else ''}, {groups} batch group(s): ran")
     rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD, rnn_persistent.UNITS = "auto", "auto", None
     rnn_persistent.BATCH_GROUPS = rnn_persistent.BATCH_GROUPS_FORWARD = "auto"
@@ -92,6 +97,6 @@ def attention_cases():
 
 if __name__ == "__main__":
     if "--attention-only" not in sys.argv:
-        rnn_cases()
+        rnn_cases(int(sys.argv[sys.argv.index("--rnn-from") + 1]) if "--rnn-from" in sys.argv else 0)
     if "--rnn-only" not in sys.argv:
         attention_cases()
