@@ -162,6 +162,47 @@ xchg_ll(unsigned long long* ll, int T, int B, int H, int U, int* errors, int fla
     }
 }
 
+// a flag a writer (no counter): CTA c writes its slice (B x U, contiguous: the exchange laid out writer by writer),
+// then one thread releases flag[c] = s + 1. A reader's threads split the writers (PT / n threads each): they wait for
+// their writer's flag, then load its slice (16 bytes a thread at a time, through L2) into the ring. No CTA waits for
+// all of them at one point: a slice is fetched as soon as its writer is done.
+extern "C" __global__ void __launch_bounds__(PT, 1)
+xchg_flags(unsigned short* xchg, unsigned* flag, int T, int B, int H, int U, int* errors, int flags)
+{
+    extern __shared__ __align__(16) unsigned short ring[];
+    const int c = blockIdx.x, n = gridDim.x, j0 = c * U, G = PT / n, p = threadIdx.x / G, lane = threadIdx.x % G;
+    const int pieces = B * U / 8;   // 16-byte pieces of a slice
+    for (int s = 0; s < T; ++s) {
+        unsigned short* slot = xchg + (size_t)(s & 1) * B * H;
+        for (int e = threadIdx.x; e < B * U; e += PT) slot[c * B * U + e] = (unsigned short)pattern(s, e / U, j0 + e % U);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" :: "l"(flag + c), "r"((unsigned)(s + 1)) : "memory");
+        }
+        if (p < n) {
+            const long long start = clock64();
+            while (load_acquire(flag + p) < (unsigned)(s + 1)) {
+                if (clock64() - start > (1LL << 32)) __trap();
+            }
+            const uint4* src = reinterpret_cast<const uint4*>(slot + p * B * U);
+            for (int q = lane; q < pieces; q += G) {
+                const uint4 v = __ldcg(src + q);
+                const unsigned w[4] = {v.x, v.y, v.z, v.w};
+                // piece q: elements 8q .. 8q + 7 of the slice, (b, u) = (e / U, e % U), U % 4 == 0: runs of 4
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int e = 8 * q + 4 * r, b = e / U, k = p * U + e % U, chunk = k / CHUNK;
+                    *reinterpret_cast<uint2*>(ring + (chunk * B + b) * ROW + k % CHUNK) = make_uint2(w[2 * r], w[2 * r + 1]);
+                }
+            }
+        }
+        __syncthreads();
+        if (!(flags & 4)) check(ring, s, B, H, errors);
+        __syncthreads();
+    }
+}
+
 #ifdef CLUSTER
 // the counter, then the rows staged by bulk copies multicast to the CLUSTER CTAs of the cluster
 extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(PT, 1)
@@ -240,6 +281,8 @@ def launch(k, kname, n, B, H, U, T, flags, xchg, ll, counter, errors):
     ints = [np.int32(v) for v in (T, B, H, U)]
     if kname == "ll":
         k((n,), (512,), (ll, *ints, errors, np.int32(flags)), shared_mem=SMEM)
+    elif kname == "flags":   # (the counter array holds the writers' flags: n words)
+        k((n,), (512,), (xchg, counter, *ints, errors, np.int32(flags)), shared_mem=SMEM)
     else:
         k((n,), (512,), (xchg, counter, *ints, errors, np.int32(flags)), shared_mem=SMEM)
 
@@ -249,15 +292,16 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--batches", default="32,64")
     ap.add_argument("--units", default="4,8", help="units a CTA (H / units CTAs)")
-    ap.add_argument("--clusters", default="2,4")
+    ap.add_argument("--clusters", default="2", help="cluster sizes for mcast (4 is not co-resident at 128 CTAs: "
+                                                         "30 clusters of 4 on an H200)")
     ap.add_argument("--repeats", type=int, default=15)
     args = ap.parse_args(argv)
     import cupy
 
     H = args.hidden
     assert H % 256 == 0, "H must be a multiple of 256 (the staged chunk)"
-    kernels = {"counter": cupy.RawKernel(SOURCE, "xchg_counter", options=("-std=c++17",)),
-               "ll": cupy.RawKernel(SOURCE, "xchg_ll", options=("-std=c++17",))}
+    kernels = {name: cupy.RawKernel(SOURCE, f"xchg_{name}", options=("-std=c++17",))
+               for name in ("counter", "ll", "flags")}
     for cs in (int(c) for c in args.clusters.split(",") if c):
         kernels[f"mcast{cs}"] = cupy.RawKernel(SOURCE, "xchg_mcast",
                                                options=("-std=c++17", "-arch=sm_90a", f"-DCLUSTER={cs}"))
@@ -271,10 +315,10 @@ def main(argv=None):
         if name.startswith("mcast"):
             print(f"  {name}: cuOccupancyMaxActiveClusters = {max_active_clusters(k)}", flush=True)
 
-    counter = cupy.zeros(1, cupy.uint32)
+    counter = cupy.zeros(1024, cupy.uint32)   # (the flags design: a word a writer)
     errors = cupy.zeros(1, cupy.int32)
     designs = [("counter", "counter", 0), ("counter, no staging", "counter", 2 | 4), ("staging only", "counter", 1 | 4),
-               ("empty loop", "counter", 1 | 2 | 4), ("ll", "ll", 0)]
+               ("empty loop", "counter", 1 | 2 | 4), ("ll", "ll", 0), ("flags", "flags", 0)]
     designs += [(name, name, 0) for name in kernels if name.startswith("mcast")]
     for B in (int(b) for b in args.batches.split(",")):
         for U in (int(u) for u in args.units.split(",")):

@@ -352,7 +352,7 @@ def test_wave_backward_with_256_threads_matches_512(mode, math, H, B, padded, pe
     its loops stride by 256, so the same sums in another order (fp32: ~1e-6; bf16: an fp32 gate gradient a last bit
     apart can round to another bfloat16, which the recurrence carries on: the bf16 tolerance of the other tests). A
     staging or reduction loop that assumed 512 threads would leave gradients unwritten (NaN: POISON) or wrong by their
-    size. "auto" takes 256 for the bf16 wavefront up to batch 32, 512 elsewhere; each launch's CTA size is checked."""
+    size. "auto" takes 256 for the bf16 wavefront up to batch 16, 512 elsewhere; each launch's CTA size is checked."""
     from minidl.primitives.cuda import rnn_persistent
 
     monkeypatch.setattr(rnn_persistent, "WAVEFRONT", True)
@@ -379,8 +379,9 @@ def test_wave_backward_with_256_threads_matches_512(mode, math, H, B, padded, pe
     tol = 2e-5 if math == "fp32" else 5e-3
     _assert_close(results[True], results[False], desc, tol=tol)
     monkeypatch.setattr(rnn_persistent, "HALF_CTA_WAVE_BACKWARD", "auto")
-    assert rnn_persistent.backward_threads(B, math, True) == (256 if math == "bf16" and B <= 32 else 512)
+    assert rnn_persistent.backward_threads(B, math, True) == (256 if math == "bf16" and B <= 16 else 512)
     assert rnn_persistent.backward_threads(B, math, False) == 512
+    assert [rnn_persistent.backward_threads(b, "bf16", True) for b in (16, 17, 32)] == [256, 512, 512]
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_relu"])

@@ -374,16 +374,20 @@ def kernel_math(math: str) -> int:
 def backward_threads(B: int, math: str, wave: bool) -> int:
     """Threads a CTA of the backward kernel runs (the kernel's PT: 512, or PT // 2 = 256 from a second compile of
     kernels/rnn_persistent.cu with -DPERSIST_PT=256). HALF_CTA_WAVE_BACKWARD ("auto"): 256 for the wavefront's backward
-    in bf16 up to batch 32: there a step's product waits on its staging (L2) whatever the warp count, while its fixed
-    work (the step's index arithmetic, the sum of the k slices: fewer with fewer warps) takes half the time with 8 warps
-    (trace: 0.63 -> 0.32 us to the product's first __syncthreads, 0.35 -> 0.19 us for the slices' sum). The first
-    such launch compiles the file's second variant (NVRTC, once, then cached). Measured (2x512 LSTM, T35, B32, H200, the
-    backward pass's kernel time, benchmarks/trace_rnn_persistent.py --pt 256, three calls): 0.573 / 0.580 / 0.578 ms
-    against 0.617 / 0.610 / 0.659 with 512 threads (benchmarks/results/gpu_rnn.md, session 20). Elsewhere 256 measured no
-    faster or slower: bf16 B64 0.846 against 0.847; fp32 B64 1.51 against 1.15 (and the partial-sum backward, which
-    this leaves at 512). True: 256 wherever the wavefront runs (tests), False: never."""
+    in bf16 up to batch 16 (one mma row tile): there a step's product waits on its staging (L2) whatever the warp count,
+    while its fixed work (the step's index arithmetic, the sum of the k slices: fewer with fewer warps) takes half the
+    time with 8 warps (trace: 0.63 -> 0.32 us to the product's first __syncthreads, 0.35 -> 0.19 us for the slices'
+    sum). The first such launch compiles the file's second variant (NVRTC, once, then cached).
+    Measured (2x512 LSTM, T35, bf16, H200, the backward pass's kernel time, benchmarks/trace_rnn_persistent.py
+    --half-cta-wave-backward on/off --spin-us 3000, two rounds alternating in one call; benchmarks/results/gpu_rnn.md,
+    session 24): B16 0.384 / 0.383 ms with 256 threads against 0.399 / 0.400 with 512; B32 0.483 / 0.484 against
+    **0.459 / 0.460**. Session 20 had measured 256 faster at B32 too (0.573-0.580 against 0.610-0.659), when the
+    backward's step loop was inlined and spilled at 512 threads; since it is a called function (session 23) 512 spills
+    nothing and wins there. Elsewhere 256 measured no faster or slower: bf16 B64 0.846 against 0.847; fp32 B64 1.51
+    against 1.15 (and the partial-sum backward, which this leaves at 512). True: 256 wherever the wavefront runs
+    (tests), False: never."""
     if HALF_CTA_WAVE_BACKWARD == "auto":
-        return PT // 2 if wave and math == "bf16" and B <= 32 else PT
+        return PT // 2 if wave and math == "bf16" and B <= 16 else PT
     return PT // 2 if wave and HALF_CTA_WAVE_BACKWARD else PT
 
 
