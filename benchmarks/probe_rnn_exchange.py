@@ -61,10 +61,16 @@ __device__ __forceinline__ void write_own(unsigned short* slot, int s, int B, in
     }
 }
 
-__device__ __forceinline__ void counter_barrier(unsigned* counter, unsigned target)
+__device__ __forceinline__ void counter_barrier(unsigned* counter, unsigned target, bool red_release = false)
 {
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0 && red_release) {   // the fence and the add as one release reduction, no fence after the wait
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter) : "memory");
+        const long long start = clock64();
+        while (load_acquire(counter) < target) {
+            if (clock64() - start > (1LL << 32)) __trap();
+        }
+    } else if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(counter, 1u);
         const long long start = clock64();
@@ -89,7 +95,7 @@ __device__ __forceinline__ void check(const unsigned short* ring, int s, int B, 
     if (bad) atomicAdd(errors, bad);
 }
 
-// flags: 1 no barrier, 2 no staging, 4 no check
+// flags: 1 no barrier, 2 no staging, 4 no check, 8 the barrier's arrival as red.release (no __threadfence)
 extern "C" __global__ void __launch_bounds__(PT, 1)
 xchg_counter(unsigned short* xchg, unsigned* counter, int T, int B, int H, int U, int* errors, int flags)
 {
@@ -98,7 +104,7 @@ xchg_counter(unsigned short* xchg, unsigned* counter, int T, int B, int H, int U
     for (int s = 0; s < T; ++s) {
         unsigned short* slot = xchg + (size_t)(s & 1) * B * H;
         write_own(slot, s, B, H, U, j0);
-        if (!(flags & 1)) counter_barrier(counter, gridDim.x * (unsigned)(s + 1));
+        if (!(flags & 1)) counter_barrier(counter, gridDim.x * (unsigned)(s + 1), flags & 8);
         else __syncthreads();
         if (!(flags & 2)) {
             for (int i = threadIdx.x; i < chunks * B * (CHUNK / 8); i += PT) {   // 16 bytes a copy
@@ -203,6 +209,40 @@ xchg_flags(unsigned short* xchg, unsigned* flag, int T, int B, int H, int U, int
     }
 }
 
+// the counter as today, the exchange laid out writer by writer: CTA c's B x U values contiguous in global memory (its
+// own lines, written by one SM) and in shared memory (a padded run per writer: WSTRIDE halves), copied 16 bytes at a
+// time with no scatter. Value (b, k) of writer c = k / U sits at c * WSTRIDE + b * U + k % U in shared memory (U % 4
+// == 0: the product's 64-bit fragment loads, 4 columns of one row, stay within one writer's run).
+extern "C" __global__ void __launch_bounds__(PT, 1)
+xchg_wmajor(unsigned short* xchg, unsigned* counter, int T, int B, int H, int U, int* errors, int flags)
+{
+    extern __shared__ __align__(16) unsigned short ring[];
+    const int c = blockIdx.x, n = gridDim.x, j0 = c * U, run = B * U, WSTRIDE = run + 16;   // (+8 words: 8 mod 32)
+    for (int s = 0; s < T; ++s) {
+        unsigned short* slot = xchg + (size_t)(s & 1) * B * H;
+        for (int e = threadIdx.x; e < run; e += PT) slot[c * run + e] = (unsigned short)pattern(s, e / U, j0 + e % U);
+        counter_barrier(counter, n * (unsigned)(s + 1), flags & 8);
+        for (int i = threadIdx.x; i < n * run / 8; i += PT) {   // 16 bytes a copy
+            const int w = i / (run / 8), q = i % (run / 8);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+                         :: "r"(smem_u32(ring + w * WSTRIDE + 8 * q)), "l"(slot + w * run + 8 * q));
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();
+        if (!(flags & 4)) {
+            int bad = 0;
+            for (int i = threadIdx.x; i < B * H / 4; i += PT) {
+                const int b = i / (H / 4), k = 4 * (i % (H / 4)), w = k / U;
+                const uint2 v = *reinterpret_cast<const uint2*>(ring + w * WSTRIDE + b * U + k % U);
+                bad += (v.x & 0xffffu) != pattern(s, b, k) || (v.x >> 16) != pattern(s, b, k + 1)
+                     || (v.y & 0xffffu) != pattern(s, b, k + 2) || (v.y >> 16) != pattern(s, b, k + 3);
+            }
+            if (bad) atomicAdd(errors, bad);
+        }
+        __syncthreads();
+    }
+}
+
 #ifdef CLUSTER
 // the counter, then the rows staged by bulk copies multicast to the CLUSTER CTAs of the cluster
 extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(PT, 1)
@@ -301,7 +341,7 @@ def main(argv=None):
     H = args.hidden
     assert H % 256 == 0, "H must be a multiple of 256 (the staged chunk)"
     kernels = {name: cupy.RawKernel(SOURCE, f"xchg_{name}", options=("-std=c++17",))
-               for name in ("counter", "ll", "flags")}
+               for name in ("counter", "ll", "flags", "wmajor")}
     for cs in (int(c) for c in args.clusters.split(",") if c):
         kernels[f"mcast{cs}"] = cupy.RawKernel(SOURCE, "xchg_mcast",
                                                options=("-std=c++17", "-arch=sm_90a", f"-DCLUSTER={cs}"))
@@ -318,7 +358,9 @@ def main(argv=None):
     counter = cupy.zeros(1024, cupy.uint32)   # (the flags design: a word a writer)
     errors = cupy.zeros(1, cupy.int32)
     designs = [("counter", "counter", 0), ("counter, no staging", "counter", 2 | 4), ("staging only", "counter", 1 | 4),
-               ("empty loop", "counter", 1 | 2 | 4), ("ll", "ll", 0), ("flags", "flags", 0)]
+               ("empty loop", "counter", 1 | 2 | 4), ("counter, red.release", "counter", 8),
+               ("counter, writer-major", "wmajor", 0), ("writer-major, red.release", "wmajor", 8), ("ll", "ll", 0),
+               ("flags", "flags", 0)]
     designs += [(name, name, 0) for name in kernels if name.startswith("mcast")]
     for B in (int(b) for b in args.batches.split(",")):
         for U in (int(u) for u in args.units.split(",")):
