@@ -95,7 +95,24 @@ __device__ __forceinline__ void check(const unsigned short* ring, int s, int B, 
     if (bad) atomicAdd(errors, bad);
 }
 
-// flags: 1 no barrier, 2 no staging, 4 no check, 8 the barrier's arrival as red.release (no __threadfence)
+// A barrier without a shared counter: CTA c releases its own word, flag[c] = s + 1 (after __syncthreads: the CTA's
+// writes before it), and threads 0 .. n - 1 of every CTA each wait for one CTA's word (ld.acquire; a warp's 32 words
+// are one line, so a CTA's poll is n / 32 requests), then __syncthreads. No 128 atomics queue on one L2 address.
+__device__ __forceinline__ void flag_barrier(unsigned* flag, unsigned s1)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("st.release.gpu.global.u32 [%0], %1;" :: "l"(flag + blockIdx.x), "r"(s1) : "memory");
+    if (threadIdx.x < gridDim.x) {
+        const long long start = clock64();
+        while (load_acquire(flag + threadIdx.x) < s1) {
+            if (clock64() - start > (1LL << 32)) __trap();
+        }
+    }
+    __syncthreads();
+}
+
+// flags: 1 no barrier, 2 no staging, 4 no check, 8 the barrier's arrival as red.release (no __threadfence), 16 the
+// barrier by a word a CTA (flag_barrier; `counter` holds the words)
 extern "C" __global__ void __launch_bounds__(PT, 1)
 xchg_counter(unsigned short* xchg, unsigned* counter, int T, int B, int H, int U, int* errors, int flags)
 {
@@ -104,7 +121,8 @@ xchg_counter(unsigned short* xchg, unsigned* counter, int T, int B, int H, int U
     for (int s = 0; s < T; ++s) {
         unsigned short* slot = xchg + (size_t)(s & 1) * B * H;
         write_own(slot, s, B, H, U, j0);
-        if (!(flags & 1)) counter_barrier(counter, gridDim.x * (unsigned)(s + 1), flags & 8);
+        if (flags & 16) flag_barrier(counter, (unsigned)(s + 1));
+        else if (!(flags & 1)) counter_barrier(counter, gridDim.x * (unsigned)(s + 1), flags & 8);
         else __syncthreads();
         if (!(flags & 2)) {
             for (int i = threadIdx.x; i < chunks * B * (CHUNK / 8); i += PT) {   // 16 bytes a copy
@@ -359,6 +377,8 @@ def main(argv=None):
     errors = cupy.zeros(1, cupy.int32)
     designs = [("counter", "counter", 0), ("counter, no staging", "counter", 2 | 4), ("staging only", "counter", 1 | 4),
                ("empty loop", "counter", 1 | 2 | 4), ("counter, red.release", "counter", 8),
+               ("red.release, no staging", "counter", 8 | 2 | 4), ("flag barrier", "counter", 16),
+               ("flag barrier, no staging", "counter", 16 | 2 | 4),
                ("counter, writer-major", "wmajor", 0), ("writer-major, red.release", "wmajor", 8), ("ll", "ll", 0),
                ("flags", "flags", 0)]
     designs += [(name, name, 0) for name in kernels if name.startswith("mcast")]
