@@ -261,6 +261,42 @@ xchg_wmajor(unsigned short* xchg, unsigned* counter, int T, int B, int H, int U,
     }
 }
 
+// A counter a staged chunk (CTA c arrives on the counter of the chunk its units fall in, counter + 32 * chunk: one line
+// each), and each chunk's copies issued as soon as its own writers have arrived: the first chunk's staging overlaps
+// the wait for the second chunk's writers, and half as many atomics queue on each address.
+extern "C" __global__ void __launch_bounds__(PT, 1)
+xchg_chunked(unsigned short* xchg, unsigned* counter, int T, int B, int H, int U, int* errors, int flags)
+{
+    extern __shared__ __align__(16) unsigned short ring[];
+    const int j0 = blockIdx.x * U, chunks = H / CHUNK, per_chunk = CHUNK / U;   // writers a chunk
+    for (int s = 0; s < T; ++s) {
+        unsigned short* slot = xchg + (size_t)(s & 1) * B * H;
+        write_own(slot, s, B, H, U, j0);
+        __syncthreads();
+        if (threadIdx.x == 0)
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter + 32 * (j0 / CHUNK)) : "memory");
+        for (int chunk = 0; chunk < chunks; ++chunk) {
+            if (threadIdx.x == 0) {
+                const long long start = clock64();
+                while (load_acquire(counter + 32 * chunk) < per_chunk * (unsigned)(s + 1)) {
+                    if (clock64() - start > (1LL << 32)) __trap();
+                }
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < B * (CHUNK / 8); i += PT) {   // 16 bytes a copy
+                const int v = i % (CHUNK / 8), b = i / (CHUNK / 8);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+                             :: "r"(smem_u32(ring + (chunk * B + b) * ROW + 8 * v)), "l"(slot + b * H + chunk * CHUNK + 8 * v));
+            }
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+        }
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();
+        if (!(flags & 4)) check(ring, s, B, H, errors);
+        __syncthreads();
+    }
+}
+
 #ifdef CLUSTER
 // the counter, then the rows staged by bulk copies multicast to the CLUSTER CTAs of the cluster
 extern "C" __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(PT, 1)
@@ -359,7 +395,7 @@ def main(argv=None):
     H = args.hidden
     assert H % 256 == 0, "H must be a multiple of 256 (the staged chunk)"
     kernels = {name: cupy.RawKernel(SOURCE, f"xchg_{name}", options=("-std=c++17",))
-               for name in ("counter", "ll", "flags", "wmajor")}
+               for name in ("counter", "ll", "flags", "wmajor", "chunked")}
     for cs in (int(c) for c in args.clusters.split(",") if c):
         kernels[f"mcast{cs}"] = cupy.RawKernel(SOURCE, "xchg_mcast",
                                                options=("-std=c++17", "-arch=sm_90a", f"-DCLUSTER={cs}"))
@@ -378,7 +414,7 @@ def main(argv=None):
     designs = [("counter", "counter", 0), ("counter, no staging", "counter", 2 | 4), ("staging only", "counter", 1 | 4),
                ("empty loop", "counter", 1 | 2 | 4), ("counter, red.release", "counter", 8),
                ("red.release, no staging", "counter", 8 | 2 | 4), ("flag barrier", "counter", 16),
-               ("flag barrier, no staging", "counter", 16 | 2 | 4),
+               ("flag barrier, no staging", "counter", 16 | 2 | 4), ("a counter a chunk", "chunked", 0),
                ("counter, writer-major", "wmajor", 0), ("writer-major, red.release", "wmajor", 8), ("ll", "ll", 0),
                ("flags", "flags", 0)]
     designs += [(name, name, 0) for name in kernels if name.startswith("mcast")]
