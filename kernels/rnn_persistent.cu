@@ -506,18 +506,9 @@ __device__ __forceinline__ int tile_group_log2(int tiles)
 // red = sum over the operands of A_i @ W[:, kw_i : kw_i + K_i]^T (one operand; two for the backward wavefront's lower
 // layer: its dgates_h and the upper layer's dgates_x). Each operand is staged in chunks of its own width (PKC fp32, PKC_H bfloat16 columns)
 // through the one ring; columns past an operand's K are staged as zero, so W's columns there never count.
-// Ready (the forward's chunk counters, ChunkWait below): ready(c), called by thread 0 alone before the __syncthreads
-// that precedes the copies of chunk c of op0, returns once that chunk's writers have published it (the cell's operands,
-// fetch, are issued first: they wait on no other CTA). NoWait: the operands are ready when block_product starts (a
-// grid-wide barrier ran before it).
-struct NoWait {
-    static constexpr bool waits = false;
-    __device__ __forceinline__ void operator()(int) const {}
-};
-
-template <class Fetch, class Ready = NoWait>
+template <class Fetch>
 __device__ void block_product(const Operand op0, const Operand op1, int B, int BP, const float* W, int RP, int KP,
-                              float* ring, float* red, int math, Fetch fetch, Ready ready = Ready())
+                              float* ring, float* red, int math, Fetch fetch)
 {
     // How the warps split the tiles and k steps, and this lane's fragment offsets, without an integer division: with 16
     // warps issuing them, the ~10 divisions by run-time values this took at every step were most of the ~0.8 us
@@ -558,32 +549,14 @@ __device__ void block_product(const Operand op0, const Operand op1, int B, int B
         else issue_chunk(buf, second ? op1.a : op0.a, lda, B, K, l * PKC, vec);
     };
     float acc[4][4] = {};
-    constexpr bool waits = Ready::waits;
-    if (waits) fetch();   // (the cell's operands first: they wait on no other CTA; committed with chunk 0)
-#ifdef PERSIST_CHUNK_OVERLAP
-    if (waits && threadIdx.x == 0 && chunks > 0) ready(0);
-#else
-    if (waits && threadIdx.x == 0)   // every chunk's writers, in turn, before the one __syncthreads below
-        for (int k = 0; k < n0; ++k) ready(k);
-#endif
     __syncthreads();  // every reader of the ring and of red (the last step's cell) is done
     MARK(1);
 #pragma unroll
     for (int c = 0; c < NBUF - 1; ++c) {
-#ifdef PERSIST_CHUNK_OVERLAP
-        if (waits && c > 0 && c < chunks) {   // (thread 0 waits for chunk c; the others for thread 0)
-            if (threadIdx.x == 0 && c < n0) ready(c);
-            __syncthreads();
-        }
-#endif
         if (c < chunks) issue(c);
-        if (!waits && c == 0) fetch();
+        if (c == 0) fetch();
         cp_async_commit();
     }
-#ifdef PERSIST_CHUNK_OVERLAP
-    if (waits && threadIdx.x == 0)   // the chunks the loop below issues (fp32, H > 256): their writers, all at once
-        for (int k = NBUF - 1; k < n0; ++k) ready(k);
-#endif
     for (int c = 0; c < chunks; ++c) {
         cp_async_wait<NBUF - 2>();  // chunk c (and everything before it) has landed, for this thread
         __syncthreads();            // ... and for every thread; and chunk c - 1 is no longer read
@@ -684,55 +657,10 @@ __device__ __forceinline__ void wait_layer(const unsigned int* counter, unsigned
     __threadfence();
 }
 
-// The forward's exchange, published chunk by chunk (the default). A CTA that has written its units of the state
-// arrives on the counter of each staged chunk (PKC fp32 or PKC_H bfloat16 columns) its units fall in, and before the
-// next step's copies thread 0 waits for each chunk's writers in turn (block_product's `ready`): half as many atomics
-// (two chunks, H = 512 bf16) queue on each counter, and no fence follows the wait (the acquire loads suffice; the grid
-// barrier's __threadfence after its wait also drained thread 0's stores of the step's other outputs).
-// -DPERSIST_CHUNK_OVERLAP stages chunk k as soon as its own writers have arrived instead, so the first chunk's copies
-// overlap the wait for the others' writers: benchmarks/probe_rnn_exchange.py measured that design, the exchange alone,
-// at 4.58 -> 3.95 us a step (B32, 128 CTAs; B64: 6.19 -> 5.86; H200, session 24), but in the forward's step loop its
-// waits between the prologue's copies cost ptxas ~100 more bytes of spills a thread (LSTM 48 -> 156). Counter k of a
-// layer sits at chunks[32 * k] (a line of its own). The wavefront's lower layer also arrives on its layer's counter
-// (`barrier`), which the upper layer waits on (wait_layer). -DPERSIST_GRID_WAIT_FORWARD: one counter and a grid-wide
-// wait before every step instead (the A/B); the late-arrive build (PERSIST_LATE_ARRIVE) waits grid-wide too.
-#ifdef PERSIST_GRID_WAIT_FORWARD
-constexpr bool chunk_wait = false;
-#else
-constexpr bool chunk_wait = split_barrier;
-#endif
-
-// The CTAs whose units fall in chunk k (columns k * width .. of H; U units a CTA): the arrivals a step on its counter.
-__device__ __forceinline__ unsigned int chunk_writers(int k, int width, int U, int H)
-{
-    const int first = k * width, last = min(H, first + width) - 1;
-    return (unsigned int)(last / U - first / U + 1);
-}
-
-// block_product's `ready` in the forward: thread 0 waits until every writer of chunk k has arrived `step` times (the
-// state of the step before). The acquire load orders this thread's later operations, and the __syncthreads after it
-// in block_product the CTA's (the copies then read L2: cp.async.cg).
-struct ChunkWait {
-    static constexpr bool waits = true;
-    const unsigned int* chunks;
-    int width, U, H;
-    unsigned int step;   // 0: the initial state, read from hs; nothing to wait for
-    __device__ __forceinline__ void operator()(int k) const
-    {
-        if (step == 0) return;
-        const unsigned int target = chunk_writers(k, width, U, H) * step;
-        const long long start = clock64();
-        while (load_acquire(chunks + 32 * k) < target) {
-            if (clock64() - start > (1LL << 36)) __trap();  // ~30 s: the grid was not co-resident
-        }
-    }
-};
-
 template <int MODE>
 __device__ void persistent_forward(const DirForward& dir, int direction, int c, int per_direction,
                                    const int* lengths, int T, int B, int BT_, int b0_, int H, int U, long long y_ld,
-                                   int relu, int math, unsigned int* barrier, const unsigned int* below,
-                                   unsigned int* chunks)
+                                   int relu, int math, unsigned int* barrier, const unsigned int* below)
 {
     const int BT = FORWARD_GROUPS ? BT_ : B, b0 = FORWARD_GROUPS ? b0_ : 0;
     constexpr int G = gate_count<MODE>();
@@ -798,20 +726,12 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             }
         };
         // the upper layer of a wavefront: its gates_x[t], once the lower layer's CTAs are past step t + 1
-        if (below != nullptr) {
-            wait_layer(below, per_direction * (unsigned int)(t + 2), seen);
-            if (chunk_wait) __syncthreads();   // (block_product's fetch comes before its first __syncthreads there)
-        }
+        if (below != nullptr) wait_layer(below, per_direction * (unsigned int)(t + 2), seen);
         MARK(10);
         // from the second step on (math = 2) the CTAs stage the state as the last step's cells rounded it (bfloat16)
         const Operand own = {h_in, dir.xchg == nullptr || s == 0 ? nullptr : dir.xchg + ((s - 1) % dir.slots) * state + r0,
                              H, H, 0};
-        if (chunk_wait) {
-            block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch,
-                          ChunkWait{chunks, dir.xchg == nullptr ? PKC : PKC_H, U, H, (unsigned int)s});
-        } else {
-            block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
-        }
+        block_product(own, Operand{}, B, BP, W, RP, KP, ring, red, math, fetch);
         // The cell, in two passes around the barrier's arrival (split_barrier): first what the other CTAs read at the
         // next step (the state: its bfloat16 exchange, or hs; and the upper layer's gates_x), then, while they may
         // already be staging it, the rest: hs, cs, y and the gate record, from shared memory (h_own, c_own, and the
@@ -864,19 +784,8 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
         MARK(6);
         const bool more = s + 1 < steps;
         // (the lower layer of a wavefront arrives after its last step too: the upper layer waits for it)
-        if (chunk_wait && (more || project)) {
-            __syncthreads();
-            if (threadIdx.x == 0) {   // this step's state, chunk by chunk (ChunkWait), and the layer's count (project)
-                if (project) arrive_release(barrier);
-                const int width = xc == nullptr ? PKC : PKC_H;
-                if (more)
-                    for (int k = j0 / width; k <= (j0 + units - 1) / width; ++k) arrive_release(chunks + 32 * k);
-            }
-        } else if (split_barrier && (more || project)) {
-            grid_arrive(barrier);
-        } else {
-            __syncthreads();   // (the stash is read by the thread that wrote it; h_own and c_own likewise)
-        }
+        if (split_barrier && (more || project)) grid_arrive(barrier);
+        else __syncthreads();   // (the stash is read by the thread that wrote it; h_own and c_own likewise)
         MARK(7);
         for (int e = threadIdx.x; cell && e < B * U; e += PT) {
             const int b = e / U, u = e % U, j = j0 + u;
@@ -894,9 +803,7 @@ __device__ void persistent_forward(const DirForward& dir, int direction, int c, 
             }
         }
         MARK(8);
-        if (chunk_wait) {
-            __syncthreads();   // (the next step's fetch overwrites gx, whose stash the loop above read)
-        } else if (split_barrier) {
+        if (split_barrier) {
             if (more) grid_wait(barrier, per_direction * (unsigned int)(s + 1));
         } else if (more) {
             grid_barrier(barrier, per_direction, s);
@@ -1340,7 +1247,7 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
 // Grid: nb * directions * ceil(H / U) CTAs of PT threads (batch group first, then direction or layer, then units; the
 // forward's 512-thread compile: nb = 1); dynamic shared memory from the launcher (minidl/primitives/cuda/
 // rnn_persistent.py), which also zeroes `barrier` (two counters per batch group: one per direction, or per layer in a
-// wavefront; the forward's: then, from word 32, its chunk counters, ChunkWait).
+// wavefront).
 #define PERSISTENT_FORWARD(NAME, MODE)                                                                       \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \
         DirForward d0, DirForward d1, const int* lengths, int T, int B, int H, int U, long long y_ld, int relu, \
@@ -1355,15 +1262,12 @@ __device__ __forceinline__ DirBackward backward_rows(DirBackward d, long long b0
         const int Bg = (B + nb - 1) / nb, b0 = bg * Bg, rows = min(Bg, B - b0);                             \
         const int* lens = lengths == nullptr ? nullptr : lengths + b0;                                     \
         unsigned int* counters = barrier + 2 * bg;                                                          \
-        /* the chunk counters (ChunkWait): a line each, after the first line, nch a layer or direction */        \
-        const int nch = (H + PKC - 1) / PKC;                                                                \
-        unsigned int* chunks = barrier + 32 + 32 * nch * (2 * bg + group);                                 \
         if (group)  /* direction 1, or (wave) the upper layer, which waits for the lower one's counter */    \
             persistent_forward<MODE>(d1, wave ? 0 : 1, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, \
-                                     math, counters + 1, wave ? counters : nullptr, chunks);                \
+                                     math, counters + 1, wave ? counters : nullptr);                        \
         else  /* (wave: d0.gx_up is set, the lower layer also projects the upper one's input) */             \
             persistent_forward<MODE>(d0, 0, c, per_direction, lens, T, rows, B, b0, H, U, y_ld, relu, math,      \
-                                     counters, nullptr, chunks);                                            \
+                                     counters, nullptr);                                                    \
     }
 #define PERSISTENT_BACKWARD(NAME, MODE)                                                                      \
     extern "C" __global__ void __launch_bounds__(PT, 1) NAME(                                               \

@@ -54,8 +54,7 @@ from ._launch import function_pointer, sm_count
 
 PT = 512                # threads per CTA (kernels/rnn_persistent.cu: PT; PT // 2 for the wavefront's bf16 backward:
                         # backward_threads)
-PKC = 128               # columns of the exchanged state a staged chunk (PKC; the bf16 exchange's: 2 * PKC)
-PKCP = PKC + 8          # a row of a staged chunk of the exchanged state (PKCP)
+PKCP = 128 + 8          # a row of a staged chunk of the exchanged state (PKCP)
 NBUF = 3                # chunk buffers in the ring (NBUF)
 RED_FLOATS = 4096       # the partial-sum buffer (RED)
 MAX_TILES = 32          # 16 x 8 output tiles per CTA (block_product's KS x BP x RP partial sums <= RED)
@@ -439,10 +438,8 @@ def _exchange(math, B, width):
 
 
 def _launch_forward(mode, launch, structs, lengths, T, B, H, D, math, wave):
-    # one counter per direction (per layer in a wavefront) and batch group; batch groups run the 256-thread compile.
-    # From word 32 the chunk counters of each (the kernel's ChunkWait): ceil(H / PKC) lines of 32 words each.
-    chunks = -(-H // PKC)
-    barrier = cupy.zeros(32 + 32 * chunks * 2 * launch.groups, dtype=cupy.uint32)
+    # one counter per direction (per layer in a wavefront) and batch group; batch groups run the 256-thread compile
+    barrier = cupy.zeros(2 * launch.groups, dtype=cupy.uint32)
     args = structs + [_ptr(lengths), T, B, H, launch.units, D * H, int(mode == "rnn_relu"), kernel_math(math), wave,
                       launch.groups, _ptr(barrier)]
     _launch(KERNELS[mode][0], launch.blocks, launch.smem, args, PT // 2 if launch.groups > 1 else PT)
