@@ -176,8 +176,9 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
 // A CTA's arrival: 1 added to `counter` by thread 0, after a __syncthreads, as one release reduction (red.release.gpu):
 // the CTA's writes before the __syncthreads are visible to whoever acquires the count it makes (bar.sync orders the
 // other threads' writes before thread 0's release). Before, a __threadfence() and then a plain atomicAdd: the same
-// ordering, and the step's exchange ~0.25 us slower (benchmarks/probe_rnn_exchange.py, H200: 4.54 -> 4.30 us a step,
-// B32, 128 CTAs; benchmarks/results/gpu_rnn.md, session 24). -DPERSIST_FENCE_ARRIVE compiles the old one (the A/B).
+// ordering, one instruction more. The exchange alone ran ~0.3 us a step faster this way (benchmarks/
+// probe_rnn_exchange.py, H200: 4.54 -> 4.30 us, B32, 128 CTAs), the kernels' passes 0-0.5% (the split barrier already
+// hides most of the arrival; benchmarks/results/gpu_rnn.md, session 24). -DPERSIST_FENCE_ARRIVE: the old one (A/B).
 __device__ __forceinline__ void arrive_release(unsigned int* counter)
 {
 #ifdef PERSIST_FENCE_ARRIVE
