@@ -19,7 +19,8 @@ memory only: a race on the global state h between CTAs shows up instead as wrong
 tests/gpu/test_rnn_persistent_gpu.py (which runs every size with NaN-poisoned buffers).
 
 `--rnn-from N` skips the first N RNN cases (racecheck takes minutes over all 50: a run its time limit stopped can be
-resumed where it stopped; each case prints its number).
+resumed where it stopped; each case prints its number). `--wave-backward-512`: the wavefront's bf16 backward at 512
+threads a CTA, as "auto" runs it from batch 17 on (these cases' batch of 7 would take the 256-thread compile).
 """
 import sys
 from pathlib import Path
@@ -50,6 +51,7 @@ def rnn_cases(first=0):
         rnn_persistent.PARTIAL_BACKWARD = partial
         rnn_persistent.UNITS = 4 if partial else None
         rnn_persistent.BATCH_GROUPS = rnn_persistent.BATCH_GROUPS_FORWARD = groups
+        rnn_persistent.HALF_CTA_WAVE_BACKWARD = False if "--wave-backward-512" in sys.argv else "auto"
         desc = RNNDescriptor(mode, 24, 40, layers, bidirectional, algo="persistent")
         T, B = 5, 7
         w = [tuple(cupy.asarray((rng.uniform(-0.3, 0.3, s.shape)).astype(np.float32)) for s in e)
@@ -66,6 +68,7 @@ def rnn_cases(first=0):
               f"{' partial-sum backward' if partial else ''}, {groups} batch group(s): ran")
     rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD, rnn_persistent.UNITS = "auto", "auto", None
     rnn_persistent.BATCH_GROUPS = rnn_persistent.BATCH_GROUPS_FORWARD = "auto"
+    rnn_persistent.HALF_CTA_WAVE_BACKWARD = "auto"
 
 
 def attention_cases():
