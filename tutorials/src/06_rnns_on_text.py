@@ -566,12 +566,14 @@ for units in (1, 5, 8):
 # **The barrier.** CUDA gives a block `__syncthreads()`, but nothing waits for *other* blocks: the
 # kernel builds its own. Each CTA adds 1 to a counter in global memory (one per direction of a
 # bidirectional layer) and spins until the counter reaches (its direction's number of CTAs) x
-# (barrier number + 1). Two details make it correct: `__threadfence()`
-# before the add, so that the CTA's writes of `h_t` are visible to the others before they can see its
-# arrival, and reads of `h` that go to L2 (`cp.async.cg`, never the per-SM L1, which is not coherent
-# between SMs). And every CTA must be **resident at once**: a CTA waiting for one that was never
-# scheduled would wait forever. The launcher (minidl/primitives/cuda/rnn_persistent.py) keeps the grid
-# at one CTA per SM, and the kernel traps after ~30 s instead of hanging.
+# (barrier number + 1). Two details make it correct. The add is a *release* (`red.release.gpu`: the CTA's
+# writes of `h_t` become visible to the others before they can see its arrival; the spinning load is the
+# matching *acquire*). The listing saved below is from 2026-11-26, when the release was a `__threadfence()`
+# followed by a plain `atomicAdd`: the same ordering in two instructions. And the reads of `h` go to L2
+# (`cp.async.cg`, never the per-SM L1, which is not coherent between SMs). Every CTA must also be
+# **resident at once**: a CTA waiting for one that was never scheduled would wait forever. The launcher
+# (minidl/primitives/cuda/rnn_persistent.py) keeps the grid at one CTA per SM, and the kernel traps after
+# ~30 s instead of hanging.
 
 # %% tags=["listing"]
 barrier_file, barrier_source = tu.find_cuda_function("grid_barrier", missing_ok=True)
@@ -754,7 +756,33 @@ if persistent_rows:
 # No single phase dominates: a step is a chain of sub-microsecond latencies, each paid in full because the next
 # needs its result. Removing integer divisions from the entry, reading the biases from shared memory and running
 # the wavefront's bf16 backward with 8 warps instead of 16 (less fixed work a step) made the bf16 rows 1.5-8.6%
-# faster; to beat cuDNN's overlapped kernels by a wide margin the chain itself has to get shorter.
+# faster; to beat cuDNN's overlapped kernels by a wide margin the chain itself has to get shorter. (Since session
+# 24 the 8-warp backward runs only up to batch 16: once its step loop compiled without spills, 16 warps won at 32.)
+#
+# **The exchange alone.** The arrive, the barrier wait and the staging of `h` add up to the state's trip from the
+# CTAs that computed it to every CTA. `benchmarks/probe_rnn_exchange.py` runs just that, with no product and no cell,
+# in eight designs, and checks every staged element. On an H200 (session 24, batch 32, 128 CTAs, µs a step):
+#
+# | design | µs a step |
+# | --- | ---: |
+# | the kernels' own: a counter, then `cp.async` of all of `h` | 4.58 |
+# | its barrier alone / its staging alone | 1.52 / 1.86 |
+# | the arrival as one release reduction | 4.26 |
+# | a counter for each staged chunk | 3.95 |
+# | Hopper's bulk copy, multicast to clusters of 2 CTAs | 4.36 |
+# | a flag in every 8-byte word of `h` (NCCL's "LL" protocol) | 16.18 |
+#
+# Three things to read from it:
+# - The exchange is most of a 7 µs step.
+# - Staging right after the barrier, when every SM asks L2 for lines other SMs have just written, costs more than
+#   the barrier and the staging would separately.
+# - The designs that look cleverer on paper are no faster, or much slower: polling flags in the data floods L2.
+#   Fewer round trips on paper is not fewer microseconds.
+# - Even the one that won alone (a counter for each chunk) made the real forward 6-19% slower once built into it.
+#   A probe isolates a part, but the kernel pays for the part *in place*: its other work and its registers
+#   (ptxas spilled more there). So every change is measured in the kernels, with the old build beside it.
+#
+# (Figures from `benchmarks/results/gpu_rnn.md`, session 24, not from this notebook's saved run.)
 #
 # **Splitting the batch.** The recurrence of one sequence never reads another's state, so the batch can be cut
 # into independent groups of CTAs, each running its rows with the same weights on a share of the SMs and meeting
