@@ -32,8 +32,8 @@
 // launch; the two directions never wait for each other) and waits until it reaches the direction's CTA
 // count * (barrier number + 1): the counter only grows, so no reset is needed and no
 // CTA can run a barrier ahead. Writes before the barrier are published by the add itself, a release reduction
-// (red.release.gpu: arrive_release below), and reads after it go to L2 (__ldcg), never the non-coherent L1. As in cooperative
-// groups' grid sync. A CTA that waits too long (a grid that was not co-resident: a launcher bug) traps,
+// (red.release.gpu: arrive_release below), and reads after it go to L2 (__ldcg), never the non-coherent L1. As in
+// cooperative groups' grid sync. A CTA that waits too long (a grid that was not co-resident: a launcher bug) traps,
 // which ends the process with a CUDA error instead of hanging it.
 //
 // Both directions of a bidirectional layer run in the same launch: CTAs 0 .. S-1 run direction 0 and
