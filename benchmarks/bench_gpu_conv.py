@@ -50,8 +50,9 @@ ALGOS = ("implicit_gemm", "implicit_precomp_gemm", "im2col_gemm", "winograd", "d
 _SPIN = None
 
 
-def _spin(cycles=3_000_000):
-    """Keep the GPU busy for `cycles` SM clocks (about 1.5 ms) on the current stream."""
+def spin_gpu(cycles=3_000_000):
+    """Keep the GPU busy for `cycles` SM clocks (about 1.5 ms) on the current stream (so that the events around
+    what is queued next time the device's work, not the host's)."""
     global _SPIN
     import cupy
 
@@ -74,7 +75,7 @@ def time_ms(fn, repeats, warmup=3, gpu_only=True):
     times = []
     for i in range(repeats):
         if gpu_only:
-            _spin()
+            spin_gpu()
         start.record()
         fn()
         stop.record()

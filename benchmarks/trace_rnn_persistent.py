@@ -13,8 +13,8 @@ NBUF follow); --repeats N also times N untraced forward+backward passes (CUDA ev
 medians of the summed kernel times per pass) with the same options: the A/B of a variant. Those events also count
 the host's work between an event and its launch where the GPU waits for it (an eager pass is bound by its host; at
 T = 4 a pass read ~0.15 ms, session 23, of which this may be a part); --spin-us U first queues a kernel that keeps the
-GPU busy for U microseconds,
-so that the host has queued the pass's launches before the GPU reaches them and the events time the kernels alone.
+GPU busy for U microseconds (bench_gpu_conv.py's spin_gpu), so that the host has queued the pass's launches before the
+GPU reaches them and the events time the kernels alone.
 For an A/B of two trees, run this script (the new tree's) with each tree's library on PYTHONPATH.
 """
 from __future__ import annotations
@@ -38,16 +38,6 @@ STAGED_BACKWARD = [(0, "step start"), (10, "wait for the layer above"), (1, "ent
                    (8, "other outputs"), (9, "barrier wait")]
 PARTIAL_BACKWARD = [(0, "step start"), (1, "gather of partials"), (2, "operands landed"), (6, "cell"),
                     (3, "partial product + stores"), (7, "arrive"), (8, "other outputs"), (9, "barrier wait")]
-
-
-# --spin-us: a kernel that keeps the GPU busy for `cycles` clocks
-SPIN_SOURCE = r"""
-extern "C" __global__ void spin(long long cycles)
-{
-    const long long start = clock64();
-    while (clock64() - start < cycles) { }
-}
-"""
 
 
 def phases(trace, marks, ctas, steps):
@@ -91,6 +81,7 @@ def main():
     parser.add_argument("--units-wave", type=int, default=None, help="rnn_persistent.UNITS_WAVE (the wavefront's)")
     args = parser.parse_args()
     import cupy
+    from bench_gpu_conv import spin_gpu
 
     from minidl.primitives import RNNDescriptor, rnn_backward, rnn_forward
     from minidl.primitives.cuda import _compile, rnn_persistent
@@ -162,12 +153,11 @@ def main():
         rnn_persistent.get_kernel = lambda family, name, more=(): real_get_kernel(family, name, tuple(more) + options)
         rnn_persistent._launch = timed_launch
         spin_cycles = int(args.spin_us * cupy.cuda.runtime.getDeviceProperties(0)["clockRate"] / 1e3)
-        spin = cupy.RawKernel(SPIN_SOURCE, "spin") if spin_cycles else None
         try:
             for r in range(args.repeats + 2):
                 events.clear()
                 if spin_cycles:
-                    spin((1,), (1,), (np.int64(spin_cycles),))
+                    spin_gpu(spin_cycles)
                 _, _, _, reserve = rnn_forward(x, None, None, weights, desc, math=args.math)
                 rnn_backward(dy, None, None, reserve)
                 cupy.cuda.Device().synchronize()

@@ -178,15 +178,10 @@ __device__ __forceinline__ unsigned int load_acquire(const unsigned int* p)
 // other threads' writes before thread 0's release). Before, a __threadfence() and then a plain atomicAdd: the same
 // ordering, one instruction more. The exchange alone ran ~0.3 us a step faster this way (benchmarks/
 // probe_rnn_exchange.py, H200: 4.54 -> 4.30 us, B32, 128 CTAs), the kernels' passes 0-0.5% (the split barrier already
-// hides most of the arrival; benchmarks/results/gpu_rnn.md, session 24). -DPERSIST_FENCE_ARRIVE: the old one (A/B).
+// hides most of the arrival; the A/B against the fence and atomicAdd: benchmarks/results/gpu_rnn.md, session 24).
 __device__ __forceinline__ void arrive_release(unsigned int* counter)
 {
-#ifdef PERSIST_FENCE_ARRIVE
-    __threadfence();
-    atomicAdd(counter, 1u);
-#else
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" : : "l"(counter) : "memory");
-#endif
 }
 
 // Barrier number `phase` (0, 1, 2, ...) of the `nblocks` CTAs that share `counter`.

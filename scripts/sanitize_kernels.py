@@ -44,6 +44,7 @@ def rnn_cases(first=0):
              for mode in ("lstm", "gru", "rnn_tanh") for bidirectional, layers in ((False, 2), (True, 1))
              for math in ("fp32", "tf32", "bf16") for groups in (1, 2)
              if not ((partial and mode == "rnn_tanh") or (groups > 1 and math == "tf32"))]
+    half_cta = False if "--wave-backward-512" in sys.argv else "auto"
     for number, (mode, bidirectional, layers, math, partial, groups) in enumerate(cases):
         if number < first:
             continue
@@ -51,7 +52,7 @@ def rnn_cases(first=0):
         rnn_persistent.PARTIAL_BACKWARD = partial
         rnn_persistent.UNITS = 4 if partial else None
         rnn_persistent.BATCH_GROUPS = rnn_persistent.BATCH_GROUPS_FORWARD = groups
-        rnn_persistent.HALF_CTA_WAVE_BACKWARD = False if "--wave-backward-512" in sys.argv else "auto"
+        rnn_persistent.HALF_CTA_WAVE_BACKWARD = half_cta
         desc = RNNDescriptor(mode, 24, 40, layers, bidirectional, algo="persistent")
         T, B = 5, 7
         w = [tuple(cupy.asarray((rng.uniform(-0.3, 0.3, s.shape)).astype(np.float32)) for s in e)
@@ -64,8 +65,7 @@ def rnn_cases(first=0):
             rnn_backward(dy, None, None, reserve)
         cupy.cuda.Device().synchronize()
         print(f"rnn case {number} of {len(cases)}: persistent {mode} layers={layers} bidirectional={bidirectional} "
-              f"{math}"
-              f"{' partial-sum backward' if partial else ''}, {groups} batch group(s): ran")
+              f"{math}{' partial-sum backward' if partial else ''}, {groups} batch group(s): ran")
     rnn_persistent.WAVEFRONT, rnn_persistent.PARTIAL_BACKWARD, rnn_persistent.UNITS = "auto", "auto", None
     rnn_persistent.BATCH_GROUPS = rnn_persistent.BATCH_GROUPS_FORWARD = "auto"
     rnn_persistent.HALF_CTA_WAVE_BACKWARD = "auto"
